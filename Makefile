@@ -1,0 +1,55 @@
+# The human front end. CMake is the truth; every target here only installs, configures and calls.
+#   make run     the default training job (mpiexec -n $(NP), built-in corpus, no downloads)
+#   make test    the whole test suite (ctest)
+#   make bench   GPT-2 124M throughput table
+#   make install PREFIX=/opt/mpiformer
+
+BUILD ?= build
+NP ?= 2
+PREFIX ?= /usr/local
+ARGS ?=
+CMAKE_ARGS ?=
+JOBS ?= $(shell nproc)
+
+# Debian packages the build, the tests and the benchmark need.
+DEBIAN_PACKAGES = cmake g++ make mpich libmpich-dev libopenblas-openmp-dev libtrilinos-kokkos-dev \
+                  googletest libgtest-dev libgmock-dev python3-torch python3-numpy clang-format
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+
+.PHONY: all deps build run test bench install format clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	mpiexec -n $(NP) $(BUILD)/mpiformer-train $(ARGS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
+
+bench: build
+	$(BUILD)/mpiformer-bench $(ARGS)
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+format:
+	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h' '*.cu')
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,84 @@
+// mpiformer-train: a driver. Parses flags, builds a TrainingRun, trains. Input errors print once
+// (from the lowest failing rank, normally rank 0) and every rank exits with status 2.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/gemm.hpp"
+#include "core/error.hpp"
+#include "train/options.hpp"
+#include "train/trainer.hpp"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+
+  mpf::TrainOptions opts;
+  std::string error;
+  try {
+    opts = mpf::parse_options(argc, argv);
+  } catch (const mpf::InputError& e) {
+    error = e.what();
+  }
+  if (mpf::any_rank_failed(MPI_COMM_WORLD, error)) {
+    MPI_Finalize();
+    return 2;
+  }
+  if (opts.help) {
+    if (rank == 0) std::fputs(mpf::usage().c_str(), stdout);
+    MPI_Finalize();
+    return 0;
+  }
+
+  const int threads = mpf::choose_threads(opts.threads, MPI_COMM_WORLD);
+#ifdef _OPENMP
+  omp_set_num_threads(threads);
+#endif
+  mpf::backend::set_num_threads(threads);
+  // Kokkos 3.x also claims --threads and --help: hand it only its own --kokkos-* flags.
+  std::vector<char*> kokkos_args{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]).rfind("--kokkos-", 0) == 0) kokkos_args.push_back(argv[i]);
+  }
+  int kokkos_argc = static_cast<int>(kokkos_args.size());
+  Kokkos::initialize(kokkos_argc, kokkos_args.data());
+  int status = 0;
+  {
+    // Files and flags first (no MPI inside), agreed on; then the layout (collective).
+    mpf::RunInputs inputs;
+    try {
+      inputs = mpf::load_inputs(opts, rank);
+    } catch (const mpf::InputError& e) {
+      error = e.what();
+    }
+    std::unique_ptr<mpf::TrainingRun> run;
+    if (!mpf::any_rank_failed(MPI_COMM_WORLD, error)) {
+      try {
+        run = std::make_unique<mpf::TrainingRun>(std::move(inputs), MPI_COMM_WORLD);
+      } catch (const mpf::InputError& e) {
+        error = e.what();
+      }
+      if (mpf::any_rank_failed(MPI_COMM_WORLD, error)) run.reset();
+    }
+    if (!run) {
+      status = 2;
+    } else {
+      try {
+        run->train();
+      } catch (const mpf::InputError& e) {
+        MPF_FATAL(e.what());  // e.g. the disk filled up while saving: the other ranks may wait
+      }
+    }
+  }
+  Kokkos::finalize();
+  MPI_Finalize();
+  return status;
+}

@@ -1,0 +1,32 @@
+#include "core/error.hpp"
+
+#include <cstdio>
+
+namespace mpf {
+
+bool any_rank_failed(MPI_Comm comm, const std::string& local_error) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  // The lowest failing rank speaks, so a failure seen by all ranks prints once, from rank 0.
+  int mine = local_error.empty() ? size : rank, first = size;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first == size) return false;
+  if (rank == first) {
+    std::fprintf(stderr, "error: %s\n", local_error.c_str());
+    std::fflush(stderr);
+  }
+  return true;
+}
+
+void fatal(const char* file, int line, const std::string& message) {
+  int rank = 0, initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "fatal [rank %d] %s:%d: %s\n", rank, file, line, message.c_str());
+  std::fflush(stderr);
+  if (initialized) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+}  // namespace mpf

@@ -1,0 +1,40 @@
+// Two kinds of failure (LAMMPS' Error::all / Error::one):
+// - InputError: the user's input is wrong (flags, data files, checkpoints, layouts). Every rank
+//   reaches the same verdict, so it is thrown, caught in the app, agreed on with one collective,
+//   printed once and every rank exits nonzero.
+// - fatal(): an internal fault on one rank (an MPI call failing). Prints with its rank and calls
+//   MPI_Abort, since the other ranks may be blocked in a collective.
+#pragma once
+
+#include <mpi.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace mpf {
+
+class InputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Throws InputError(message) unless ok. The message names the problem and the fix.
+inline void require(bool ok, const std::string& message) {
+  if (!ok) throw InputError(message);
+}
+
+// Called by every rank of comm after a phase that may have failed on some of them: local_error is
+// empty where it succeeded. Returns true if any rank failed; the lowest failing rank has printed
+// "error: <its message>" to stderr.
+bool any_rank_failed(MPI_Comm comm, const std::string& local_error);
+
+[[noreturn]] void fatal(const char* file, int line, const std::string& message);
+
+}  // namespace mpf
+
+#define MPF_FATAL(msg) ::mpf::fatal(__FILE__, __LINE__, (msg))
+#define MPF_MPI_CHECK(call)                                                          \
+  do {                                                                               \
+    const int mpf_rc_ = (call);                                                      \
+    if (mpf_rc_ != MPI_SUCCESS) MPF_FATAL(std::string("MPI call failed: ") + #call); \
+  } while (0)

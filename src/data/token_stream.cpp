@@ -1,0 +1,186 @@
+#include "data/token_stream.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "core/error.hpp"
+
+// The formats are little-endian and are read and written with plain memcpy.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "llm.c files are little-endian");
+
+namespace mpf {
+namespace {
+
+constexpr int kHeaderInts = 256;
+constexpr int64_t kHeaderBytes = kHeaderInts * sizeof(int32_t);
+// Other llm.c files that are easily passed as data by mistake (model checkpoint, tokenizer).
+constexpr int32_t kCheckpointFileMagic = 20240326;
+constexpr int32_t kTokenizerFileMagic = 20240328;
+// Tokens are read in pieces so a large shard never exists twice in memory.
+constexpr int64_t kChunkTokens = 1 << 20;
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Opens a regular file for reading and returns its size in bytes.
+File open_for_reading(const std::string& path, int64_t& bytes) {
+  File f(std::fopen(path.c_str(), "rb"));
+  require(f != nullptr, "data file " + path + ": cannot open (" + errno_text() +
+                            "); check the path and its permissions");
+  struct stat st;
+  require(fstat(fileno(f.get()), &st) == 0 && S_ISREG(st.st_mode),
+          "data file " + path + ": not a regular file; pass a token shard or a text file");
+  bytes = st.st_size;
+  require(bytes > 0, "data file " + path + ": the file is empty; pass a file that holds tokens");
+  return f;
+}
+
+void read_exact(std::FILE* f, void* dst, size_t bytes, const std::string& path) {
+  require(std::fread(dst, 1, bytes, f) == bytes,
+          "data file " + path + ": read failed (" +
+              (std::ferror(f) ? errno_text() : "end of file") +
+              "); the file changed while being read or is unreadable");
+}
+
+// Every token must index the model's embedding table; the message names the first bad one and
+// the smallest vocabulary that would hold the whole file.
+void check_tokens(const std::vector<int32_t>& tokens, int vocab, const std::string& what,
+                  const std::string& fix) {
+  const auto bad = std::find_if(tokens.begin(), tokens.end(),
+                                [vocab](int32_t t) { return t < 0 || t >= vocab; });
+  if (bad == tokens.end()) return;
+  const int64_t position = bad - tokens.begin();
+  require(*bad >= 0, what + ": token " + std::to_string(*bad) + " at position " +
+                         std::to_string(position) + " is negative; " + fix);
+  const int32_t largest = *std::max_element(tokens.begin(), tokens.end());
+  throw InputError(what + ": token " + std::to_string(*bad) + " at position " +
+                   std::to_string(position) + " is >= vocab " + std::to_string(vocab) +
+                   " (largest token " + std::to_string(largest) + "); pass --vocab " +
+                   std::to_string(int64_t(largest) + 1) + " or more, or " + fix);
+}
+
+}  // namespace
+
+TokenStream::TokenStream(const std::string& path, int vocab) : path_(path) {
+  require(vocab > 0, "data file " + path + ": vocab must be positive, got " +
+                         std::to_string(vocab) + "; pass --vocab");
+  int64_t bytes = 0;
+  File f = open_for_reading(path, bytes);
+  const std::string what = "data file " + path;
+
+  int32_t header[kHeaderInts] = {};
+  const size_t head = static_cast<size_t>(std::min<int64_t>(bytes, kHeaderBytes));
+  read_exact(f.get(), header, head, path);
+  const bool has_magic = head >= sizeof(int32_t) && header[0] == kShardMagic;
+
+  // A .bin that cannot even hold a header is a broken shard, not text someone meant to train on.
+  require(bytes >= kHeaderBytes || !(has_magic || ends_with(path, ".bin")),
+          what + ": " + std::to_string(bytes) +
+              " bytes is too short for an llm.c shard (the header " +
+              "alone is 1024 bytes); the shard is truncated or corrupt, regenerate it");
+  require(
+      !(head >= sizeof(int32_t) && header[0] == kCheckpointFileMagic),
+      what +
+          ": this is an llm.c model checkpoint, not token data; pass a token shard or text file");
+  require(
+      !(head >= sizeof(int32_t) && header[0] == kTokenizerFileMagic),
+      what + ": this is an llm.c tokenizer file, not token data; pass a token shard or text file");
+
+  if (has_magic) {
+    is_shard_ = true;
+    require(header[1] == kShardVersion, what + ": shard version " + std::to_string(header[1]) +
+                                            ", only version " + std::to_string(kShardVersion) +
+                                            " is supported; regenerate the shard with llm.c's " +
+                                            "data scripts");
+    const int64_t n = header[2];
+    require(n > 0, what + ": corrupt shard header (token count " + std::to_string(n) +
+                       "); regenerate the shard");
+    const int64_t expected = kHeaderBytes + 2 * n;
+    require(bytes == expected, what + ": size mismatch: header says " + std::to_string(n) +
+                                   " tokens, so expected " + std::to_string(expected) +
+                                   " bytes, but the file has " + std::to_string(bytes) +
+                                   "; the shard is truncated or corrupt, regenerate it");
+    tokens_.resize(n);
+    std::vector<uint16_t> chunk(std::min(n, kChunkTokens));
+    for (int64_t done = 0; done < n;) {
+      const int64_t count = std::min(n - done, kChunkTokens);
+      read_exact(f.get(), chunk.data(), count * sizeof(uint16_t), path);
+      std::copy(chunk.begin(), chunk.begin() + count, tokens_.begin() + done);
+      done += count;
+    }
+    check_tokens(tokens_, vocab, what, "regenerate the shard");
+  } else {
+    // Plain text: byte-level tokens 0..255, so the bytes already read are the first tokens.
+    tokens_.resize(bytes);
+    const auto* bytes_read = reinterpret_cast<const unsigned char*>(header);
+    std::copy(bytes_read, bytes_read + head, tokens_.begin());
+    std::vector<unsigned char> chunk(std::min(bytes, kChunkTokens));
+    for (int64_t done = static_cast<int64_t>(head); done < bytes;) {
+      const int64_t count = std::min(bytes - done, kChunkTokens);
+      read_exact(f.get(), chunk.data(), count, path);
+      std::copy(chunk.begin(), chunk.begin() + count, tokens_.begin() + done);
+      done += count;
+    }
+    check_tokens(tokens_, vocab, what + " (text, one token per byte)",
+                 "use a vocabulary of at least 256 for text files");
+  }
+}
+
+TokenStream::TokenStream(std::string name, std::vector<int32_t> tokens, int vocab)
+    : path_(std::move(name)), tokens_(std::move(tokens)) {
+  require(vocab > 0,
+          path_ + ": vocab must be positive, got " + std::to_string(vocab) + "; pass --vocab");
+  require(!tokens_.empty(), path_ + ": holds no tokens; pass a data source that holds tokens");
+  check_tokens(tokens_, vocab, path_, "use another data source");
+}
+
+void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  const std::string what = "shard " + path;
+  require(!tokens.empty() && tokens.size() <= size_t(INT32_MAX),
+          what + ": cannot hold " + std::to_string(tokens.size()) +
+              " tokens (1 to 2^31-1 per shard); split the data into several shards");
+  // O_EXCL makes the existence check and the creation one step, so nothing is overwritten.
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  require(fd >= 0 || errno != EEXIST, what + ": already exists; remove it or choose another path");
+  require(fd >= 0, what + ": cannot create (" + errno_text() + "); check the directory");
+  File f(fdopen(fd, "wb"));
+  if (!f) {
+    const std::string reason = errno_text();
+    close(fd);
+    std::remove(path.c_str());
+    throw InputError(what + ": cannot open for writing (" + reason + ")");
+  }
+
+  int32_t header[kHeaderInts] = {};
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = static_cast<int32_t>(tokens.size());
+  bool ok = std::fwrite(header, sizeof header, 1, f.get()) == 1 &&
+            std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) == tokens.size();
+  ok = (std::fclose(f.release()) == 0) && ok;
+  if (!ok) {
+    const std::string reason = errno_text();
+    std::remove(path.c_str());  // a partial shard would later read as corrupt
+    throw InputError(what + ": write failed (" + reason + "); check free space and permissions");
+  }
+}
+
+}  // namespace mpf

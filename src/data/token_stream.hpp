@@ -1,0 +1,41 @@
+// One token source: an llm.c shard (.bin) or a plain text file (byte-level tokens, ids 0..255).
+//
+// llm.c shard: 256 int32 header (magic 20240520, version 1, token count n), then n uint16 tokens;
+// the file size must be exactly 1024 + 2n. Any other file is read as text, one token per byte.
+// Every token is checked against the model's vocabulary when the file is opened, so a bad id is
+// reported with its file and position instead of indexing out of bounds later.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mpf {
+
+inline constexpr int32_t kShardMagic = 20240520;
+inline constexpr int32_t kShardVersion = 1;
+
+class TokenStream {
+ public:
+  // Throws InputError (naming the file, the problem and the fix) if the file is missing,
+  // unreadable, a shard whose header or size is wrong, or holds a token >= vocab.
+  TokenStream(const std::string& path, int vocab);
+  // An in-memory stream (the built-in corpus); `name` stands in for the path in messages.
+  TokenStream(std::string name, std::vector<int32_t> tokens, int vocab);
+
+  const std::string& path() const { return path_; }
+  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
+  const int32_t* data() const { return tokens_.data(); }
+  bool is_shard() const { return is_shard_; }
+
+ private:
+  std::string path_;
+  bool is_shard_ = false;
+  std::vector<int32_t> tokens_;
+};
+
+// Writes an llm.c shard (used by tests and by tools that prepare data). Refuses to overwrite an
+// existing file (throws InputError).
+void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);
+
+}  // namespace mpf

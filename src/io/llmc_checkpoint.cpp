@@ -1,0 +1,196 @@
+#include "io/llmc_checkpoint.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "core/error.hpp"
+
+// The format is little-endian and is read and written with plain memcpy.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "llm.c files are little-endian");
+
+namespace mpf {
+namespace {
+
+constexpr int kHeaderInts = 256;
+constexpr int64_t kHeaderBytes = kHeaderInts * sizeof(int32_t);
+constexpr int32_t kCheckpointVersionBf16 = 5;
+constexpr int32_t kShardFileMagic = 20240520;  // token shard passed as a model by mistake
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+std::string what(const std::string& path) {
+  return "checkpoint " + path;
+}
+
+// Opens a regular file for reading and returns its size in bytes.
+File open_for_reading(const std::string& path, int64_t& bytes) {
+  File f(std::fopen(path.c_str(), "rb"));
+  require(f != nullptr,
+          what(path) + ": cannot open (" + errno_text() + "); check the path and its permissions");
+  struct stat st;
+  require(fstat(fileno(f.get()), &st) == 0 && S_ISREG(st.st_mode),
+          what(path) + ": not a regular file; pass an llm.c model file");
+  bytes = st.st_size;
+  return f;
+}
+
+void read_exact(std::FILE* f, void* dst, size_t bytes, const std::string& path) {
+  require(std::fread(dst, 1, bytes, f) == bytes,
+          what(path) + ": read failed (" + (std::ferror(f) ? errno_text() : "end of file") +
+              "); the file changed while being read or is unreadable");
+}
+
+// Reads and checks the header; leaves `f` positioned at the first parameter.
+GPTConfig read_header(std::FILE* f, int64_t bytes, const std::string& path) {
+  require(bytes >= kHeaderBytes, what(path) + ": " + std::to_string(bytes) +
+                                     " bytes is too short for the 1024-byte header; the file is "
+                                     "truncated or not an llm.c model file");
+  int32_t h[kHeaderInts];
+  read_exact(f, h, sizeof h, path);
+  require(h[0] != kShardFileMagic,
+          what(path) + ": this is an llm.c token shard, not a model file; pass a model checkpoint");
+  require(h[0] == kCheckpointMagic, what(path) + ": bad magic " + std::to_string(h[0]) +
+                                        " (expected " + std::to_string(kCheckpointMagic) +
+                                        "); not an llm.c GPT-2 model file");
+  require(h[1] != kCheckpointVersionBf16,
+          what(path) +
+              ": version 5 is llm.c's bf16 format; only fp32 (version 3) checkpoints are "
+              "supported: export fp32 (llm.c train_gpt2.py writes gpt2_124M.bin in fp32)");
+  require(h[1] == kCheckpointVersionFp32,
+          what(path) + ": unsupported version " + std::to_string(h[1]) +
+              "; only fp32 (version 3) checkpoints are supported: export fp32");
+  GPTConfig cfg;
+  cfg.max_seq_len = h[2];
+  cfg.vocab = h[3];
+  cfg.layers = h[4];
+  cfg.heads = h[5];
+  cfg.channels = h[6];
+  cfg.padded_vocab = h[7];
+  validate(cfg, what(path));
+  // parameter_count overflows int64 for absurd header sizes; a corrupt header must not wrap
+  // around into a plausible count.
+  const double C = cfg.channels;
+  const double estimate = (double(cfg.padded_vocab) + cfg.max_seq_len + 2) * C +
+                          double(cfg.layers) * (12 * C * C + 13 * C);
+  require(estimate < 1e15, what(path) + ": header sizes (" + describe(cfg) +
+                               ") are implausible; the header is corrupt");
+  const int64_t expected = kHeaderBytes + 4 * parameter_count(cfg);
+  require(bytes == expected, what(path) + ": size mismatch: expected " + std::to_string(expected) +
+                                 " bytes (1024 + 4 * " + std::to_string(parameter_count(cfg)) +
+                                 " parameters of " + describe(cfg) + "), the file has " +
+                                 std::to_string(bytes) + "; the file is truncated or corrupt");
+  return cfg;
+}
+
+bool same_shape(const GPTConfig& a, const GPTConfig& b) {
+  return a.max_seq_len == b.max_seq_len && a.vocab == b.vocab && a.padded_vocab == b.padded_vocab &&
+         a.layers == b.layers && a.heads == b.heads && a.channels == b.channels;
+}
+
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+GPTConfig read_checkpoint_config(const std::string& path) {
+  int64_t bytes = 0;
+  File f = open_for_reading(path, bytes);
+  return read_header(f.get(), bytes, path);
+}
+
+void read_checkpoint_params(const std::string& path, const GPTConfig& cfg,
+                            std::vector<float>& out) {
+  int64_t bytes = 0;
+  File f = open_for_reading(path, bytes);
+  const GPTConfig file_cfg = read_header(f.get(), bytes, path);
+  require(same_shape(file_cfg, cfg), what(path) + ": holds model " + describe(file_cfg) + " but " +
+                                         describe(cfg) + " was expected; pass the " +
+                                         "matching checkpoint or model sizes");
+  out.resize(static_cast<size_t>(parameter_count(cfg)));
+  read_exact(f.get(), out.data(), out.size() * sizeof(float), path);
+}
+
+void write_checkpoint(const std::string& path, const GPTConfig& cfg,
+                      const std::vector<float>& params) {
+  validate(cfg, "the model written to " + what(path));
+  if (static_cast<int64_t>(params.size()) != parameter_count(cfg)) {
+    MPF_FATAL("write_checkpoint: " + std::to_string(params.size()) + " parameters for a model of " +
+              std::to_string(parameter_count(cfg)));
+  }
+  require(!exists(path), what(path) + ": already exists; remove it or choose another output path");
+
+  // Written beside the target (same filesystem, so rename is atomic), named by pid so concurrent
+  // writers never share a temporary.
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  require(fd >= 0, what(path) + ": cannot create " + tmp + " (" + errno_text() +
+                       "); check that the directory exists and is writable");
+  File f(fdopen(fd, "wb"));
+  bool ok = f != nullptr;
+  if (!ok) close(fd);
+
+  int32_t h[kHeaderInts] = {};
+  h[0] = kCheckpointMagic;
+  h[1] = kCheckpointVersionFp32;
+  h[2] = cfg.max_seq_len;
+  h[3] = cfg.vocab;
+  h[4] = cfg.layers;
+  h[5] = cfg.heads;
+  h[6] = cfg.channels;
+  h[7] = cfg.padded_vocab;
+  ok = ok && std::fwrite(h, sizeof h, 1, f.get()) == 1 &&
+       std::fwrite(params.data(), sizeof(float), params.size(), f.get()) == params.size() &&
+       std::fflush(f.get()) == 0 && fsync(fileno(f.get())) == 0;  // data on disk before rename
+  if (f) ok = (std::fclose(f.release()) == 0) && ok;
+  std::string reason = ok ? "" : errno_text();
+  // The target is checked again just before the rename, which would replace it silently.
+  if (ok && exists(path)) {
+    ok = false;
+    reason = "the path was created by someone else meanwhile";
+  }
+  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ok = false;
+    reason = errno_text();
+  }
+  if (!ok) {
+    std::remove(tmp.c_str());
+    throw InputError(what(path) + ": write failed (" + reason +
+                     "); check free space and permissions, or choose another output path");
+  }
+}
+
+void check_checkpoint_writable(const std::string& path) {
+  require(!path.empty(), "checkpoint path is empty; pass an output file name");
+  require(!exists(path), what(path) + ": already exists; remove it or choose another output path");
+  const std::string dir = directory_of(path);
+  struct stat st;
+  require(stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
+          what(path) + ": directory " + dir + " does not exist; create it first");
+  require(access(dir.c_str(), W_OK | X_OK) == 0, what(path) + ": directory " + dir +
+                                                     " is not writable (" + errno_text() +
+                                                     "); choose another output path");
+}
+
+}  // namespace mpf

@@ -1,0 +1,72 @@
+// What the forward pass saves for the backward (llm.c's ActivationTensors), and the buffers the
+// backward writes activation gradients into. Each is one slab with named views, allocated once
+// for a (B, T) batch and reused every step.
+#pragma once
+
+#include <string>
+
+#include "core/types.hpp"
+#include "model/config.hpp"
+
+namespace mpf {
+
+// One layer's slice of the saved activations.
+struct LayerActivations {
+  Tensor ln1;        // (B,T,C)
+  Tensor ln1_mean;   // (B,T)
+  Tensor ln1_rstd;   // (B,T)
+  Tensor qkv;        // (B,T,3C)
+  Tensor atty;       // (B,T,C) attention output before the projection
+  Tensor att;        // (B,NH,T,T) softmax probabilities
+  Tensor residual2;  // (B,T,C) residual + attention branch
+  Tensor ln2;        // (B,T,C)
+  Tensor ln2_mean;   // (B,T)
+  Tensor ln2_rstd;   // (B,T)
+  Tensor fch;        // (B,T,4C) fc output before GELU
+  Tensor fch_gelu;   // (B,T,4C)
+  Tensor residual3;  // (B,T,C) block output
+};
+
+struct Activations {
+  int B = 0, T = 0;
+  GPTConfig cfg;
+  Slab slab;
+  Tensor encoded;  // (B,T,C) embedding output, the first block's input
+  // Per-layer tensors, each (L, ...) with layer l at offset l * (its per-layer size).
+  Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, residual2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
+      residual3;
+  Tensor lnf;       // (B,T,C)
+  Tensor lnf_mean;  // (B,T)
+  Tensor lnf_rstd;  // (B,T)
+  Tensor logits;    // (B,T,Vp); the backward overwrites it with dlogits
+  Tensor lse;       // (B,T) log-sum-exp of each row's real logits
+  Tensor losses;    // (B,T)
+
+  static Activations allocate(const GPTConfig& cfg, int B, int T);
+  LayerActivations layer(int l) const;
+  // The input of block l: the embedding for l = 0, else block l-1's output.
+  Tensor block_input(int l) const;
+};
+
+// Activation gradients of one block at a time (the backward walks the blocks in turn, and each
+// block's weight gradient is taken before the next block's input gradient reuses the buffers).
+struct BackwardBuffers {
+  Slab slab;
+  Tensor dresidual[2];  // (B,T,C) the residual stream's gradient, ping-ponged between blocks
+  Tensor dresidual2;    // (B,T,C)
+  Tensor dln;           // (B,T,C) gradient of a LayerNorm output (ln1, ln2 or lnf)
+  Tensor dln2;          // (B,T,C)
+  Tensor datty;         // (B,T,C)
+  Tensor dfch;          // (B,T,4C) dfch_gelu, then dfch in place
+  Tensor dqkv;          // (B,T,3C)
+  Tensor datt;          // (B,NH,T,T)
+
+  static BackwardBuffers allocate(const GPTConfig& cfg, int B, int T);
+};
+
+// Bytes of a slab, for the memory report.
+inline int64_t bytes_of(const Slab& s) {
+  return int64_t(s.extent(0)) * int64_t(sizeof(float));
+}
+
+}  // namespace mpf

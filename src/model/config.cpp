@@ -1,0 +1,46 @@
+#include "model/config.hpp"
+
+#include <cstdio>
+
+#include "core/error.hpp"
+
+namespace mpf {
+
+int pad_vocab(int vocab, int multiple) {
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+void validate(const GPTConfig& cfg, const std::string& origin) {
+  auto positive = [&](int value, const char* what, const char* flag) {
+    require(value > 0, std::string(what) + " must be positive, got " + std::to_string(value) +
+                           " (from " + origin + "); set " + flag + " to a positive value");
+  };
+  positive(cfg.layers, "the number of layers", "--layers");
+  positive(cfg.heads, "the number of heads", "--heads");
+  positive(cfg.channels, "the channel count", "--dim");
+  positive(cfg.vocab, "the vocabulary size", "--vocab");
+  positive(cfg.max_seq_len, "max_seq_len", "--max-seq-len");
+  require(cfg.channels % cfg.heads == 0, "channels " + std::to_string(cfg.channels) +
+                                             " do not divide into " + std::to_string(cfg.heads) +
+                                             " heads (from " + origin +
+                                             "); choose --dim a multiple of --heads");
+  require(cfg.padded_vocab >= cfg.vocab, "padded vocabulary " + std::to_string(cfg.padded_vocab) +
+                                             " is smaller than vocabulary " +
+                                             std::to_string(cfg.vocab) + " (from " + origin + ")");
+}
+
+int64_t parameter_count(const GPTConfig& cfg) {
+  const int64_t C = cfg.channels, L = cfg.layers;
+  const int64_t per_layer =
+      2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+  return int64_t(cfg.padded_vocab) * C + int64_t(cfg.max_seq_len) * C + L * per_layer + 2 * C;
+}
+
+std::string describe(const GPTConfig& cfg) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "L%d H%d C%d V%d (padded %d) maxT %d", cfg.layers, cfg.heads,
+                cfg.channels, cfg.vocab, cfg.padded_vocab, cfg.max_seq_len);
+  return buf;
+}
+
+}  // namespace mpf

@@ -1,0 +1,49 @@
+// GPT-2 as llm.c's train_gpt2.c defines it, in pieces a pipeline stage can own:
+//   embedding -> L pre-LN blocks -> head (final LayerNorm, logits tied to wte, cross-entropy).
+// Every piece has a forward, an input-gradient backward (B) and a weight-gradient backward (W).
+// B must run before W for the same piece; a block's W must run before the next block's B, which
+// reuses the BackwardBuffers.
+#pragma once
+
+#include "core/types.hpp"
+#include "model/activations.hpp"
+#include "model/parameters.hpp"
+
+namespace mpf {
+
+// Layer l's slice of each per-layer parameter tensor (shapes as in ParameterTensors without L).
+struct LayerParameters {
+  Tensor ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+};
+LayerParameters layer_parameters(const ParameterTensors& p, const GPTConfig& cfg, int l);
+
+// ---- forward ----
+void embedding_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs);
+void block_forward(Activations& acts, const ParameterTensors& params, int l);
+// Final LayerNorm, logits and per-token losses (acts.losses).
+void head_forward(Activations& acts, const ParameterTensors& params, const Tokens& targets);
+
+// ---- backward ----
+// dloss = d(total loss)/d(each token's loss). Leaves dlogits in acts.logits and the gradient of
+// the last block's output in buf.dresidual[0].
+void head_backward_input(BackwardBuffers& buf, Activations& acts, const ParameterTensors& params,
+                         const Tokens& targets, float dloss);
+void head_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf,
+                          const Activations& acts);
+// dinp (B,T,C) = gradient of block l's input, from dout (B,T,C), its output's gradient.
+void block_backward_input(BackwardBuffers& buf, Tensor dinp, Tensor dout, const Activations& acts,
+                          const ParameterTensors& params, int l);
+void block_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf, Tensor dout,
+                           const Activations& acts, int l);
+void embedding_backward_weight(ParameterTensors& grads, Tensor dout, const Activations& acts,
+                               const Tokens& inputs);
+
+// ---- the whole model on one rank ----
+void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
+                 const Tokens& targets);
+// Accumulates (+=) every parameter gradient; B then W per piece, last block first.
+void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& acts,
+                  const ParameterTensors& params, const Tokens& inputs, const Tokens& targets,
+                  float dloss);
+
+}  // namespace mpf

@@ -1,0 +1,33 @@
+#include "model/layers/encoder.hpp"
+
+#include "core/parallel.hpp"
+
+namespace mpf {
+
+void encoder_forward(Tensor out, const Tokens& tokens, Tensor wte, Tensor wpe, int B, int T,
+                     int C) {
+  for_rows(
+      "mpf::encoder_forward", int64_t(B) * T, KOKKOS_LAMBDA(int64_t bt) {
+        const int64_t t = bt % T, tok = tokens(bt);
+        for (int c = 0; c < C; ++c) out(bt * C + c) = wte(tok * C + c) + wpe(t * C + c);
+      });
+}
+
+void encoder_backward_weight(Tensor dwte, Tensor dwpe, Tensor dout, const Tokens& tokens, int B,
+                             int T, int C) {
+  // One channel per iteration: a token that occurs twice is then added by one thread, in (b,t)
+  // order, with no atomics and the same result for any thread count.
+  for_rows(
+      "mpf::encoder_backward_weight", C, KOKKOS_LAMBDA(int64_t c) {
+        for (int64_t bt = 0; bt < int64_t(B) * T; ++bt) {
+          dwte(int64_t(tokens(bt)) * C + c) += dout(bt * C + c);
+        }
+        for (int64_t t = 0; t < T; ++t) {
+          float acc = 0.0f;
+          for (int64_t b = 0; b < B; ++b) acc += dout((b * T + t) * C + c);
+          dwpe(t * C + c) += acc;
+        }
+      });
+}
+
+}  // namespace mpf

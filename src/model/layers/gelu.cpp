@@ -1,0 +1,34 @@
+#include "model/layers/gelu.hpp"
+
+#include <cmath>
+
+#include "core/parallel.hpp"
+
+namespace mpf {
+
+namespace {
+constexpr float kScale = 0.7978845608028654f;  // √(2/π)
+constexpr float kCube = 0.044715f;
+}  // namespace
+
+void gelu_forward(Tensor out, Tensor inp, int64_t N) {
+  for_each(
+      "mpf::gelu_forward", N, KOKKOS_LAMBDA(int64_t i) {
+        const float x = inp(i);
+        out(i) = 0.5f * x * (1.0f + tanhf(kScale * (x + kCube * x * x * x)));
+      });
+}
+
+void gelu_backward_input(Tensor dinp, Tensor dout, Tensor inp, int64_t N) {
+  for_each(
+      "mpf::gelu_backward_input", N, KOKKOS_LAMBDA(int64_t i) {
+        const float x = inp(i);
+        const float th = tanhf(kScale * (x + kCube * x * x * x));
+        const float sech2 = 1.0f - th * th;  // d tanh(u)/du, without cosh's overflow
+        const float grad =
+            0.5f * (1.0f + th) + 0.5f * x * sech2 * kScale * (1.0f + 3.0f * kCube * x * x);
+        dinp(i) = grad * dout(i);
+      });
+}
+
+}  // namespace mpf

@@ -1,0 +1,14 @@
+// GELU, tanh approximation (GPT-2): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+#pragma once
+
+#include "core/types.hpp"
+
+namespace mpf {
+
+// out (N) = gelu(inp)
+void gelu_forward(Tensor out, Tensor inp, int64_t N);
+
+// dinp (N) = gelu'(inp) · dout; dinp may alias dout
+void gelu_backward_input(Tensor dinp, Tensor dout, Tensor inp, int64_t N);
+
+}  // namespace mpf

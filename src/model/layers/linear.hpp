@@ -1,0 +1,20 @@
+// A linear layer through the backend GEMM: weight (OC, IC) row-major, out = inp · weightᵀ + bias.
+#pragma once
+
+#include "core/types.hpp"
+
+namespace mpf {
+
+// out (N,OC) = [residual (N,OC) +] inp (N,IC) · weightᵀ [+ bias (OC)]. An empty residual or bias
+// view means none; the residual add is fused so a block's output needs no separate pass.
+void linear_forward(Tensor out, Tensor residual, Tensor inp, Tensor weight, Tensor bias, int64_t N,
+                    int IC, int OC);
+
+// dinp (N,IC) = dout (N,OC) · weight
+void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight, int64_t N, int IC, int OC);
+
+// dweight (OC,IC) += doutᵀ · inp; dbias (OC) += Σ_n dout (skipped for an empty dbias)
+void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, int64_t N,
+                            int IC, int OC);
+
+}  // namespace mpf

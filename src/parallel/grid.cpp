@@ -1,0 +1,80 @@
+#include "parallel/grid.hpp"
+
+#include <climits>
+#include <cstdio>
+
+#include "core/error.hpp"
+
+namespace mpf {
+
+Grid::Grid(MPI_Comm world, int tp, int pp, int dp) : world_(world) {
+  int size = 0;
+  MPI_Comm_rank(world, &world_rank_);
+  MPI_Comm_size(world, &size);
+  require(tp > 0 && pp > 0 && dp >= 0, "--tp and --pp must be positive and --dp non-negative");
+  if (dp == 0) {
+    require(size % (tp * pp) == 0, std::to_string(size) + " ranks do not divide into tp " +
+                                       std::to_string(tp) + " x pp " + std::to_string(pp) +
+                                       "; launch a multiple of tp*pp ranks");
+    dp = size / (tp * pp);
+  }
+  require(tp * pp * dp == size,
+          "the layout tp " + std::to_string(tp) + " x dp " + std::to_string(dp) + " x pp " +
+              std::to_string(pp) + " needs " + std::to_string(tp * pp * dp) + " ranks, but " +
+              std::to_string(size) + " were launched; change the layout or mpiexec -n");
+  tp_size_ = tp;
+  dp_size_ = dp;
+  pp_size_ = pp;
+  tp_rank_ = world_rank_ % tp;
+  dp_rank_ = (world_rank_ / tp) % dp;
+  pp_rank_ = world_rank_ / (tp * dp);
+  // Colours name the group, keys order ranks inside it by their coordinate on that axis.
+  MPF_MPI_CHECK(MPI_Comm_split(world, dp_rank_ + dp * pp_rank_, tp_rank_, &tp_comm_));
+  MPF_MPI_CHECK(MPI_Comm_split(world, tp_rank_ + tp * pp_rank_, dp_rank_, &dp_comm_));
+  MPF_MPI_CHECK(MPI_Comm_split(world, tp_rank_ + tp * dp_rank_, pp_rank_, &pp_comm_));
+  const bool holds_embedding = pp_is_first_stage() || pp_is_last_stage();
+  MPF_MPI_CHECK(MPI_Comm_split(world, holds_embedding ? tp_rank_ + tp * dp_rank_ : MPI_UNDEFINED,
+                               pp_rank_, &embedding_comm_));
+}
+
+Grid::~Grid() {
+  for (MPI_Comm* c : {&tp_comm_, &dp_comm_, &pp_comm_, &embedding_comm_}) {
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  }
+}
+
+std::string Grid::describe() const {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "world %d = tp %d x dp %d x pp %d (tp fastest)", world_size(),
+                tp_size_, dp_size_, pp_size_);
+  std::string text = buf;
+  for (int r = 0; r < world_size(); ++r) {
+    std::snprintf(buf, sizeof buf, "\n  rank %d: tp %d dp %d pp %d", r, r % tp_size_,
+                  (r / tp_size_) % dp_size_, r / (tp_size_ * dp_size_));
+    text += buf;
+  }
+  return text;
+}
+
+void allreduce_sum(float* data, int64_t count, MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  if (size == 1) return;
+  // MPI counts are int: large buffers go in pieces.
+  for (int64_t done = 0; done < count;) {
+    const int n = static_cast<int>(count - done < INT_MAX / 2 ? count - done : INT_MAX / 2);
+    MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM, comm));
+    done += n;
+  }
+}
+
+double allreduce_sum(double value, MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  if (size == 1) return value;
+  double total = 0.0;
+  MPF_MPI_CHECK(MPI_Allreduce(&value, &total, 1, MPI_DOUBLE, MPI_SUM, comm));
+  return total;
+}
+
+}  // namespace mpf

@@ -1,0 +1,68 @@
+// The process grid: world = TP × DP × PP, TP fastest-varying (Megatron's tp-dp-pp order), so a
+// tensor-parallel group is consecutive ranks and stays on a node.
+//
+//   world rank r = tp + T·(dp + D·pp)
+//
+// Worked example, 8 ranks as T=2, D=2, P=2:
+//
+//            pp = 0                 pp = 1
+//        tp=0    tp=1           tp=0    tp=1
+//   dp=0  r0      r1        dp=0  r4      r5
+//   dp=1  r2      r3        dp=1  r6      r7
+//
+//   TP groups {0,1} {2,3} {4,5} {6,7}; DP groups {0,2} {1,3} {4,6} {5,7};
+//   PP groups {0,4} {1,5} {2,6} {3,7}; embedding groups (first + last stage) = PP groups here.
+//
+// The grid is built once with MPI_Comm_split and passed to whatever communicates.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+namespace mpf {
+
+class Grid {
+ public:
+  // Throws InputError unless the size of `world` is tp·pp·dp (dp = 0 means world / (tp·pp)).
+  Grid(MPI_Comm world, int tp, int pp, int dp = 0);
+  ~Grid();
+  Grid(const Grid&) = delete;
+  Grid& operator=(const Grid&) = delete;
+
+  MPI_Comm world_comm() const { return world_; }
+  MPI_Comm tp_comm() const { return tp_comm_; }
+  MPI_Comm dp_comm() const { return dp_comm_; }
+  MPI_Comm pp_comm() const { return pp_comm_; }
+  // First and last pipeline stage of the same (tp, dp); MPI_COMM_NULL on the stages between.
+  MPI_Comm embedding_comm() const { return embedding_comm_; }
+
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return tp_size_ * dp_size_ * pp_size_; }
+  int tp_rank() const { return tp_rank_; }
+  int tp_size() const { return tp_size_; }
+  int dp_rank() const { return dp_rank_; }
+  int dp_size() const { return dp_size_; }
+  int pp_rank() const { return pp_rank_; }
+  int pp_size() const { return pp_size_; }
+  bool pp_is_first_stage() const { return pp_rank_ == 0; }
+  bool pp_is_last_stage() const { return pp_rank_ == pp_size_ - 1; }
+  // Ranks within pp_comm of the neighbouring stages.
+  int pp_next_rank() const { return pp_rank_ + 1; }
+  int pp_prev_rank() const { return pp_rank_ - 1; }
+
+  // "world 4 = tp 1 x dp 4 x pp 1", then one line per rank with its coordinates.
+  std::string describe() const;
+
+ private:
+  MPI_Comm world_, tp_comm_ = MPI_COMM_NULL, dp_comm_ = MPI_COMM_NULL, pp_comm_ = MPI_COMM_NULL,
+                   embedding_comm_ = MPI_COMM_NULL;
+  int world_rank_ = 0, tp_size_ = 1, dp_size_ = 1, pp_size_ = 1, tp_rank_ = 0, dp_rank_ = 0,
+      pp_rank_ = 0;
+};
+
+// Sums `count` floats over comm in place (returns at once on a 1-rank communicator).
+void allreduce_sum(float* data, int64_t count, MPI_Comm comm);
+double allreduce_sum(double value, MPI_Comm comm);
+
+}  // namespace mpf

@@ -1,0 +1,192 @@
+#include "train/options.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+#include "core/error.hpp"
+
+namespace mpf {
+
+namespace {
+
+int64_t to_int(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  require(!text.empty() && *end == '\0' && errno == 0,
+          flag + " expects an integer, got '" + text + "'");
+  return v;
+}
+
+int to_int32(const std::string& flag, const std::string& text) {
+  const int64_t v = to_int(flag, text);
+  require(v >= -2147483647 && v <= 2147483647, flag + " value " + text + " is out of range");
+  return static_cast<int>(v);
+}
+
+double to_double(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  require(!text.empty() && *end == '\0' && errno == 0,
+          flag + " expects a number, got '" + text + "'");
+  return v;
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+void at_least(const std::string& flag, double value, double low) {
+  require(value >= low, flag + " must be >= " + number(low) + ", got " + number(value));
+}
+
+}  // namespace
+
+TrainOptions parse_options(int argc, const char* const* argv) {
+  TrainOptions o;
+  using Setter = std::function<void(const std::string&, const std::string&)>;
+  auto model = [&](int& field) {
+    return Setter([&field, &o](const std::string& f, const std::string& v) {
+      field = to_int32(f, v);
+      o.model_sizes_given = true;
+    });
+  };
+  auto integer = [](int& field) {
+    return Setter([&field](const std::string& f, const std::string& v) { field = to_int32(f, v); });
+  };
+  auto real = [](float& field) {
+    return Setter([&field](const std::string& f, const std::string& v) {
+      field = static_cast<float>(to_double(f, v));
+    });
+  };
+  auto text = [](std::string& field) {
+    return Setter([&field](const std::string&, const std::string& v) { field = v; });
+  };
+  const std::map<std::string, Setter> flags = {
+      {"--init-from", text(o.init_from)},
+      {"--layers", model(o.layers)},
+      {"--heads", model(o.heads)},
+      {"--dim", model(o.dim)},
+      {"--vocab", model(o.vocab)},
+      {"--max-seq-len", model(o.max_seq_len)},
+      {"--data", text(o.data)},
+      {"--val-data", text(o.val_data)},
+      {"--batch", integer(o.batch)},
+      {"--seq-len", integer(o.seq_len)},
+      {"--steps", integer(o.steps)},
+      {"--seed",
+       [&](const std::string& f, const std::string& v) {
+         const int64_t s = to_int(f, v);
+         require(s >= 0, "--seed must be non-negative, got " + v);
+         o.seed = static_cast<uint64_t>(s);
+       }},
+      {"--log-every", integer(o.log_every)},
+      {"--val-every", integer(o.val_every)},
+      {"--val-steps", integer(o.val_steps)},
+      {"--lr", real(o.lr)},
+      {"--beta1", real(o.beta1)},
+      {"--beta2", real(o.beta2)},
+      {"--eps", real(o.eps)},
+      {"--weight-decay", real(o.weight_decay)},
+      {"--grad-clip", real(o.grad_clip)},
+      {"--warmup", integer(o.warmup)},
+      {"--lr-schedule", text(o.lr_schedule)},
+      {"--final-lr-frac", real(o.final_lr_frac)},
+      {"--save-llmc", text(o.save_llmc)},
+      {"--threads", integer(o.threads)},
+      {"--peak-gflops",
+       [&](const std::string& f, const std::string& v) { o.peak_gflops = to_double(f, v); }},
+  };
+
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+      continue;
+    }
+    // Kokkos consumes its own flags in Kokkos::initialize; tolerate any left over.
+    if (arg.rfind("--kokkos-", 0) == 0) continue;
+    const size_t eq = arg.find('=');
+    const bool inline_value = arg.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inline_value) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    const auto it = flags.find(arg);
+    require(it != flags.end(), "unknown " +
+                                   std::string(arg.rfind("-", 0) == 0 ? "flag " : "argument ") +
+                                   "'" + arg + "'; run mpiformer-train --help for the flags");
+    if (!inline_value) {
+      require(i + 1 < argc, arg + " needs a value; run mpiformer-train --help");
+      value = argv[++i];
+    }
+    it->second(arg, value);
+  }
+
+  require(o.init_from.empty() || !o.model_sizes_given,
+          "--init-from takes the model's sizes from the checkpoint; drop --layers/--heads/--dim/"
+          "--vocab/--max-seq-len, or drop --init-from to train a fresh model");
+  at_least("--batch", o.batch, 1);
+  at_least("--seq-len", o.seq_len, 1);
+  at_least("--steps", o.steps, 1);
+  at_least("--log-every", o.log_every, 1);
+  at_least("--val-every", o.val_every, 0);
+  at_least("--val-steps", o.val_steps, 1);
+  at_least("--lr", o.lr, 0);
+  require(o.beta1 >= 0 && o.beta1 < 1, "--beta1 must be in [0, 1), got " + number(o.beta1));
+  require(o.beta2 >= 0 && o.beta2 < 1, "--beta2 must be in [0, 1), got " + number(o.beta2));
+  require(o.eps > 0, "--eps must be positive, got " + number(o.eps));
+  at_least("--weight-decay", o.weight_decay, 0);
+  at_least("--grad-clip", o.grad_clip, 0);
+  at_least("--warmup", o.warmup, 0);
+  require(o.final_lr_frac >= 0 && o.final_lr_frac <= 1,
+          "--final-lr-frac must be in [0, 1], got " + number(o.final_lr_frac));
+  at_least("--threads", o.threads, 0);
+  at_least("--peak-gflops", o.peak_gflops, 0);
+  return o;
+}
+
+std::string usage() {
+  return R"(usage: mpiexec -n N mpiformer-train [flags]
+
+Trains GPT-2 (llm.c's model) data-parallel over N ranks. Flags take a value as `--flag V` or
+`--flag=V`. Defaults train a small byte-level model on the built-in corpus.
+
+model
+  --init-from FILE      start from an llm.c checkpoint (fp32, version 3); sizes come from it
+  --layers L --heads H --dim C --vocab V --max-seq-len T
+                        sizes of a fresh model (default 4, 4, 128, 256, 256); the vocabulary is
+                        padded to a multiple of 128 as llm.c does
+data
+  --data PATH           llm.c token shard(s) (.bin; a glob or comma list) or a text file (bytes
+                        as tokens), or builtin:train (default)
+  --val-data PATH       validation data; default builtin:val with builtin data, else none; "none"
+  --batch B             sequences per step, over all ranks (default 16)
+  --seq-len T           tokens per sequence (default 64)
+  --steps N             optimizer steps (default 200)
+  --seed S              initialisation seed (default 1337)
+  --log-every N         print every Nth step (default 1)
+  --val-every N         validation every N steps, 0 = never (default 50)
+  --val-steps N         validation batches (default 10)
+optimizer (AdamW; decay on matrices only)
+  --lr X (1e-3) --beta1 X (0.9) --beta2 X (0.999) --eps X (1e-8) --weight-decay X (0.1)
+  --grad-clip X         clip the global gradient norm to X, 0 = off (default 1.0)
+  --warmup N            linear warmup steps (default 0)
+  --lr-schedule S       cosine (default) or constant, after warmup
+  --final-lr-frac X     cosine decays to lr*X (default 0)
+output
+  --save-llmc FILE      write the trained model as an llm.c checkpoint (never overwrites)
+system
+  --threads N           threads per rank (default: OMP_NUM_THREADS, else cores / ranks per node)
+  --peak-gflops X       per-rank peak for MFU (default: measured with an sgemm at start-up)
+  --help
+)";
+}
+
+}  // namespace mpf

@@ -1,0 +1,41 @@
+// Command-line options of mpiformer-train. Parsing checks syntax and ranges; checks that need the
+// model or the data (seq-len against max_seq_len, token ids against the vocabulary) happen where
+// those are known. Every problem is an InputError naming the flag and the fix.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace mpf {
+
+struct TrainOptions {
+  // Model: a checkpoint, or the sizes of a fresh one.
+  std::string init_from;
+  int layers = 4, heads = 4, dim = 128, vocab = 256, max_seq_len = 256;
+  bool model_sizes_given = false;  // any of the five flags above appeared
+  // Data.
+  std::string data = "builtin:train";
+  std::string val_data;  // "" = builtin:val when training on builtin data, else none; "none" = off
+  int batch = 16, seq_len = 64, steps = 200;
+  uint64_t seed = 1337;
+  int log_every = 1, val_every = 50, val_steps = 10;
+  // Optimizer and schedule.
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.1f,
+        grad_clip = 1.0f;
+  int warmup = 0;
+  std::string lr_schedule = "cosine";
+  float final_lr_frac = 0.0f;
+  // Output.
+  std::string save_llmc;
+  // System.
+  int threads = 0;  // 0: OMP_NUM_THREADS, else the cores this rank may use / ranks per node
+  double peak_gflops = 0.0;  // per rank, for MFU; 0: measure an sgemm at start-up
+  bool help = false;
+};
+
+// Throws InputError for an unknown flag, a missing or malformed value, or a value out of range.
+TrainOptions parse_options(int argc, const char* const* argv);
+
+std::string usage();
+
+}  // namespace mpf

@@ -1,0 +1,43 @@
+#include "train/step_log.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "backends/gemm.hpp"
+
+namespace mpf {
+
+double flops_per_token(const GPTConfig& cfg, int T) {
+  const double n_prime =
+      double(parameter_count(cfg)) - double(cfg.max_seq_len) * double(cfg.channels);
+  return 6.0 * n_prime + 12.0 * cfg.layers * double(T) * cfg.channels;
+}
+
+double measure_peak_gflops() {
+  // The shape of GPT-2 124M's fc layer at B·T = 512.
+  const int M = 512, N = 3072, K = 768;
+  std::vector<float> a(size_t(M) * K, 0.5f), b(size_t(N) * K, 0.25f), c(size_t(M) * N);
+  double best = 0.0;
+  for (int rep = 0; rep < 4; ++rep) {
+    Stopwatch sw;
+    backend::gemm(backend::Op::N, backend::Op::T, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f,
+                  c.data(), N);
+    const double s = sw.seconds();
+    if (rep > 0) best = std::max(best, 2.0 * M * N * K / s / 1e9);  // rep 0 warms up
+  }
+  return best;
+}
+
+std::string format_step(const StepRecord& r, double tokens, double flops_per_step,
+                        double peak_flops) {
+  char buf[256];
+  const double s = r.ms / 1e3;
+  std::snprintf(buf, sizeof buf,
+                "step %d/%d | loss %.6f | lr %.1e | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%",
+                r.step, r.steps, r.loss, r.lr, r.norm, r.ms, tokens / s,
+                100.0 * flops_per_step / s / peak_flops);
+  return buf;
+}
+
+}  // namespace mpf

@@ -1,0 +1,43 @@
+// The per-step log line, in the conventions of Megatron and llm.c:
+//   step 3/50 | loss 5.123456 | lr 3.0e-04 | norm 1.23 | 812.3 ms | 315 tok/s | MFU 41.2%
+// and what it needs: the FLOP count of a step and a peak to hold it against.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "model/config.hpp"
+
+namespace mpf {
+
+// Model FLOPs per token, forward + backward (PaLM appendix B, as llm.c and the notes use it):
+//   6·N' + 12·L·T·C, N' = parameters without the position table (the tied head counted once).
+double flops_per_token(const GPTConfig& cfg, int T);
+
+// Best of a few sgemm runs shaped like a training GEMM, on this rank's threads, in GFLOP/s.
+double measure_peak_gflops();
+
+struct StepRecord {
+  int step = 0, steps = 0;  // 1-based
+  double loss = 0, norm = 0, ms = 0;
+  float lr = 0;
+};
+
+// `tokens` per step over all ranks; `peak_flops` of all ranks together (FLOP/s).
+std::string format_step(const StepRecord& r, double tokens, double flops_per_step,
+                        double peak_flops);
+
+// Wall-clock seconds since construction or the last reset.
+class Stopwatch {
+ public:
+  Stopwatch() : t0_(std::chrono::steady_clock::now()) {}
+  void reset() { t0_ = std::chrono::steady_clock::now(); }
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace mpf

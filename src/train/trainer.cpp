@@ -1,0 +1,255 @@
+#include "train/trainer.hpp"
+
+#include <sched.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "backends/gemm.hpp"
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+#include "io/llmc_checkpoint.hpp"
+#include "model/gpt.hpp"
+#include "mpiformer/config.hpp"
+#include "optim/grad_norm.hpp"
+#include "train/step_log.hpp"
+
+namespace mpf {
+
+namespace {
+
+GPTConfig model_config(const TrainOptions& o) {
+  if (!o.init_from.empty()) return read_checkpoint_config(o.init_from);
+  GPTConfig cfg;
+  cfg.layers = o.layers;
+  cfg.heads = o.heads;
+  cfg.channels = o.dim;
+  cfg.vocab = o.vocab;
+  cfg.max_seq_len = o.max_seq_len;
+  cfg.padded_vocab = pad_vocab(o.vocab);
+  validate(cfg, "flags");
+  return cfg;
+}
+
+std::string default_val_data(const TrainOptions& o) {
+  if (o.val_data == "none") return "";
+  if (!o.val_data.empty()) return o.val_data;
+  return o.data == "builtin:train" ? "builtin:val" : "";
+}
+
+std::string megabytes(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MB", double(bytes) / 1e6);
+  return buf;
+}
+
+}  // namespace
+
+int choose_threads(int requested, MPI_Comm world) {
+  MPI_Comm node;
+  MPF_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int ranks_on_node = 1;
+  MPI_Comm_size(node, &ranks_on_node);
+  MPI_Comm_free(&node);
+  if (requested > 0) return requested;
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && std::atoi(env) > 0) {
+    return std::atoi(env);
+  }
+  cpu_set_t set;
+  const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return cores / ranks_on_node > 0 ? cores / ranks_on_node : 1;
+}
+
+RunInputs load_inputs(const TrainOptions& opts, int world_rank) {
+  RunInputs in;
+  in.opts = opts;
+  in.cfg = model_config(opts);
+  const GPTConfig& cfg = in.cfg;
+  require(opts.seq_len <= cfg.max_seq_len,
+          "--seq-len " + std::to_string(opts.seq_len) + " exceeds the model's max_seq_len " +
+              std::to_string(cfg.max_seq_len) +
+              "; use --seq-len <= " + std::to_string(cfg.max_seq_len) +
+              (opts.init_from.empty() ? " or raise --max-seq-len" : ""));
+  in.schedule.kind = parse_schedule_kind(opts.lr_schedule);
+  in.schedule.lr = opts.lr;
+  in.schedule.warmup = opts.warmup;
+  in.schedule.steps = opts.steps;
+  in.schedule.final_lr_frac = opts.final_lr_frac;
+  in.train_data = std::make_unique<DataLoader>(opts.data, opts.batch, opts.seq_len, cfg.vocab);
+  in.val_name = default_val_data(opts);
+  if (!in.val_name.empty()) {
+    in.val_data = std::make_unique<DataLoader>(in.val_name, opts.batch, opts.seq_len, cfg.vocab);
+  }
+  if (!opts.init_from.empty()) read_checkpoint_params(opts.init_from, cfg, in.init_params);
+  if (world_rank == 0 && !opts.save_llmc.empty()) check_checkpoint_writable(opts.save_llmc);
+  return in;
+}
+
+TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
+    : opts_(in.opts),
+      cfg_(in.cfg),
+      schedule_(in.schedule),
+      train_data_(std::move(in.train_data)),
+      val_data_(std::move(in.val_data)),
+      val_name_(in.val_name) {
+  const TrainOptions& opts = opts_;
+  std::vector<float>& loaded = in.init_params;
+  // Only data parallel for now: every rank holds the whole model.
+  grid_ = std::make_unique<Grid>(world, /*tp=*/1, /*pp=*/1);
+  require(opts.batch % grid_->dp_size() == 0,
+          "--batch " + std::to_string(opts.batch) + " does not split over " +
+              std::to_string(grid_->dp_size()) + " data-parallel ranks; use a multiple of " +
+              std::to_string(grid_->dp_size()));
+  local_batch_ = opts.batch / grid_->dp_size();
+
+  params_ = Parameters::allocate(cfg_, "mpf::params");
+  grads_ = Parameters::allocate(cfg_, "mpf::grads");
+  if (loaded.empty()) {
+    initialize(params_, opts.seed);
+  } else {
+    Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(loaded.data(),
+                                                                                  loaded.size());
+    Kokkos::deep_copy(params_.slab, host);
+  }
+  AdamWConfig adam;
+  adam.beta1 = opts.beta1;
+  adam.beta2 = opts.beta2;
+  adam.eps = opts.eps;
+  adam.weight_decay = opts.weight_decay;
+  optimizer_ = std::make_unique<AdamW>(adam, params_);
+  acts_ = Activations::allocate(cfg_, local_batch_, opts.seq_len);
+  buffers_ = BackwardBuffers::allocate(cfg_, local_batch_, opts.seq_len);
+  const int64_t n_tokens = int64_t(local_batch_) * opts.seq_len;
+  inputs_ = Tokens("mpf::inputs", n_tokens);
+  targets_ = Tokens("mpf::targets", n_tokens);
+  host_inputs_ = Kokkos::create_mirror_view(inputs_);
+  host_targets_ = Kokkos::create_mirror_view(targets_);
+}
+
+void TrainingRun::load_batch(DataLoader& loader) {
+  loader.next_batch(grid_->dp_rank() * local_batch_, local_batch_, host_inputs_.data(),
+                    host_targets_.data());
+  Kokkos::deep_copy(inputs_, host_inputs_);
+  Kokkos::deep_copy(targets_, host_targets_);
+}
+
+double TrainingRun::global_mean_loss() const {
+  const Tensor losses = acts_.losses;
+  const double local = sum(
+      "mpf::loss_sum", int64_t(losses.extent(0)),
+      KOKKOS_LAMBDA(int64_t i) { return double(losses(i)); });
+  return allreduce_sum(local, grid_->dp_comm()) / (double(opts_.batch) * opts_.seq_len);
+}
+
+double TrainingRun::validate() {
+  val_data_->reset();
+  double total = 0.0;
+  for (int i = 0; i < opts_.val_steps; ++i) {
+    load_batch(*val_data_);
+    gpt_forward(acts_, params_.t, inputs_, targets_);
+    total += global_mean_loss();
+  }
+  return total / opts_.val_steps;
+}
+
+void TrainingRun::save_checkpoint() const {
+  if (opts_.save_llmc.empty() || !is_root()) return;
+  std::vector<float> host(params_.count);
+  Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(host.data(),
+                                                                                host.size());
+  Kokkos::deep_copy(view, params_.slab);
+  write_checkpoint(opts_.save_llmc, cfg_, host);
+  std::printf("saved %s\n", opts_.save_llmc.c_str());
+}
+
+void TrainingRun::print_banner(double peak_gflops) const {
+  if (!is_root()) return;
+  const char* kernels = kSplitOverOpenMP ? "Kokkos Serial, kernels split over OpenMP threads"
+                                         : "Kokkos default execution space";
+  std::printf("mpiformer %s | %d threads/rank | %s | BLAS: %s\n", MPIFORMER_VERSION,
+              host_thread_count(), kernels, backend::describe());
+  std::printf("grid: %s\n", grid_->describe().c_str());
+  std::printf("model: %s | %.2fM parameters | %s\n", describe(cfg_).c_str(), params_.count / 1e6,
+              opts_.init_from.empty() ? ("init seed " + std::to_string(opts_.seed)).c_str()
+                                      : ("from " + opts_.init_from).c_str());
+  std::printf("data: %s (%lld tokens)", opts_.data.c_str(),
+              static_cast<long long>(train_data_->total_tokens()));
+  if (val_data_) {
+    std::printf(" | val %s (%lld tokens)", val_name_.c_str(),
+                static_cast<long long>(val_data_->total_tokens()));
+  }
+  std::printf(" | batch %d x %d = %d tokens/step, %d rows per DP rank\n", opts_.batch,
+              opts_.seq_len, opts_.batch * opts_.seq_len, local_batch_);
+  std::printf("memory/rank: parameters %s | gradients %s | optimizer %s | activations %s\n",
+              megabytes(bytes_of(params_.slab)).c_str(), megabytes(bytes_of(grads_.slab)).c_str(),
+              megabytes(optimizer_->state_bytes()).c_str(),
+              megabytes(bytes_of(acts_.slab) + bytes_of(buffers_.slab)).c_str());
+  std::printf(
+      "optimizer: AdamW lr %.1e betas %g/%g eps %g wd %g (matrices) | clip %g | %s, warmup %d, "
+      "final frac %g\n",
+      opts_.lr, opts_.beta1, opts_.beta2, opts_.eps, opts_.weight_decay, opts_.grad_clip,
+      opts_.lr_schedule.c_str(), opts_.warmup, opts_.final_lr_frac);
+  std::printf("MFU: (6N' + 12LTC) x tokens = %.2f GFLOP/step vs peak %.1f GFLOP/s/rank (%s)\n",
+              flops_per_token(cfg_, opts_.seq_len) * opts_.batch * opts_.seq_len / 1e9, peak_gflops,
+              opts_.peak_gflops > 0 ? "--peak-gflops" : "sgemm, measured");
+  std::fflush(stdout);
+}
+
+void TrainingRun::train() {
+  const double peak_gflops = opts_.peak_gflops > 0 ? opts_.peak_gflops : measure_peak_gflops();
+  const double peak_flops = allreduce_sum(peak_gflops * 1e9, grid_->world_comm());
+  const double tokens = double(opts_.batch) * opts_.seq_len;
+  const double flops_per_step = flops_per_token(cfg_, opts_.seq_len) * tokens;
+  // Each token's loss enters the global mean with weight 1/(B·T); summing the DP ranks' gradients
+  // then gives the gradient of the global mean.
+  const float dloss = static_cast<float>(1.0 / tokens);
+  print_banner(peak_gflops);
+
+  auto report_val = [&](int step) {
+    if (!val_data_) return;
+    const double loss = validate();
+    if (is_root()) std::printf("val step %d | loss %.6f\n", step, loss);
+  };
+  if (opts_.val_every > 0) report_val(0);
+
+  double time_after_first = 0.0, last_loss = 0.0;
+  for (int step = 1; step <= opts_.steps; ++step) {
+    Stopwatch sw;
+    load_batch(*train_data_);
+    Kokkos::deep_copy(grads_.slab, 0.0f);
+    gpt_forward(acts_, params_.t, inputs_, targets_);
+    last_loss = global_mean_loss();
+    gpt_backward(grads_.t, buffers_, acts_, params_.t, inputs_, targets_, dloss);
+    allreduce_sum(grads_.slab.data(), grads_.count, grid_->dp_comm());
+    // After the DP sum every rank holds the same full gradient: its norm needs no collective.
+    const double norm = std::sqrt(sum_of_squares(grads_.slab.data(), grads_.count));
+    const float lr = learning_rate(schedule_, step - 1);
+    optimizer_->step(params_, grads_, lr, clip_scale(norm, opts_.grad_clip));
+    Kokkos::fence();
+    const double ms = sw.seconds() * 1e3;
+    if (step > 1) time_after_first += ms;
+    if (is_root() && (step % opts_.log_every == 0 || step == opts_.steps || step == 1)) {
+      std::printf("%s\n", format_step({step, opts_.steps, last_loss, norm, ms, lr}, tokens,
+                                      flops_per_step, peak_flops)
+                              .c_str());
+      std::fflush(stdout);
+    }
+    if (opts_.val_every > 0 && (step % opts_.val_every == 0 || step == opts_.steps)) {
+      report_val(step);
+    }
+  }
+  if (is_root()) {
+    const int timed = opts_.steps > 1 ? opts_.steps - 1 : 1;
+    const double ms = opts_.steps > 1 ? time_after_first / timed : 0.0;
+    std::printf(
+        "summary | steps %d | final loss %.6f | %.1f ms/step (steps 2..%d) | %.0f tok/s | "
+        "MFU %.1f%%\n",
+        opts_.steps, last_loss, ms, opts_.steps, ms > 0 ? tokens / (ms / 1e3) : 0.0,
+        ms > 0 ? 100.0 * flops_per_step / (ms / 1e3) / peak_flops : 0.0);
+  }
+  save_checkpoint();
+}
+
+}  // namespace mpf

@@ -1,0 +1,73 @@
+// A training run: builds the model, data and optimizer from the options, then runs the steps.
+// Each step reads as its phases, each timed (STYLE.md 9):
+//   data -> zero grads -> forward -> backward -> DP grad sync -> grad norm / clip -> AdamW
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/loader.hpp"
+#include "model/activations.hpp"
+#include "model/parameters.hpp"
+#include "optim/adamw.hpp"
+#include "optim/lr_schedule.hpp"
+#include "parallel/grid.hpp"
+#include "train/options.hpp"
+
+namespace mpf {
+
+// Everything a run reads from the user's files and flags, checked. Loading involves no MPI call,
+// so a rank that fails here never leaves the others waiting in a collective: the app agrees on
+// the outcome (any_rank_failed) before building the run.
+struct RunInputs {
+  TrainOptions opts;
+  GPTConfig cfg;
+  LRSchedule schedule;
+  std::unique_ptr<DataLoader> train_data, val_data;
+  std::string val_name;
+  std::vector<float> init_params;  // the --init-from checkpoint's parameters, else empty
+};
+
+// Throws InputError for any bad file or flag. Rank 0 also checks that --save-llmc can be written.
+RunInputs load_inputs(const TrainOptions& opts, int world_rank);
+
+class TrainingRun {
+ public:
+  // Collective over `world`. Throws InputError, on every rank alike, if the layout does not fit
+  // (the batch does not split over the data-parallel ranks).
+  TrainingRun(RunInputs inputs, MPI_Comm world);
+
+  // Runs opts.steps steps, logging on rank 0; writes --save-llmc at the end.
+  void train();
+
+  // Mean loss of the current global batch after a forward pass (every rank gets it).
+  double global_mean_loss() const;
+
+ private:
+  void load_batch(DataLoader& loader);
+  double validate();
+  void save_checkpoint() const;
+  void print_banner(double peak_gflops) const;
+  bool is_root() const { return grid_->world_rank() == 0; }
+
+  TrainOptions opts_;
+  GPTConfig cfg_;
+  std::unique_ptr<Grid> grid_;
+  int local_batch_ = 0;  // rows of the global batch on this DP rank
+  LRSchedule schedule_;
+  std::unique_ptr<DataLoader> train_data_, val_data_;
+  std::string val_name_;
+  Parameters params_, grads_;
+  std::unique_ptr<AdamW> optimizer_;
+  Activations acts_;
+  BackwardBuffers buffers_;
+  Tokens inputs_, targets_;
+  HostTokens host_inputs_, host_targets_;
+};
+
+// The threads a rank should use: `requested` if positive, else OMP_NUM_THREADS if set, else the
+// cores this process may run on divided by the ranks on its node (at least 1). Collective.
+int choose_threads(int requested, MPI_Comm world);
+
+}  // namespace mpf

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Every bad input stops the run with exit status 2 on every rank, one "error:" line naming the
+# problem and the fix, within a timeout (no hang), and without touching the user's files.
+source "$(dirname "$0")/common.sh"
+
+# expect_error NAME RANKS PATTERN -- ARGS...
+expect_error() {
+  local name=$1 ranks=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$(timeout 60 "$MPIEXEC" -n "$ranks" "$TRAIN" "$@" 2>&1 >/dev/null)
+  rc=$?
+  local lines
+  lines=$(grep -c '^error:' <<<"$out")
+  if [ "$rc" -eq 124 ]; then
+    bad "$name: hung (timeout)"
+  elif [ "$rc" -ne 2 ]; then
+    bad "$name: exit status $rc, expected 2; output: $out"
+  elif [ "$lines" -ne 1 ]; then
+    bad "$name: $lines error lines, expected exactly 1: $out"
+  elif ! grep -qiE -- "$pattern" <<<"$out"; then
+    bad "$name: message does not match /$pattern/: $out"
+  else
+    ok "$name ($ranks ranks): $(head -1 <<<"$out")"
+  fi
+}
+
+make_shard "$WORK/good.bin" 4000 250
+make_shard "$WORK/short.bin" 100 250
+make_shard "$WORK/bigtoken.bin" 4000 300
+make_shard "$WORK/version2.bin" 4000 250 20240520 2
+printf 'not a shard' >"$WORK/tiny.bin"
+: >"$WORK/empty.txt"
+"$TRAIN" --steps 1 --val-every 0 --save-llmc "$WORK/model.bin" >/dev/null 2>&1
+head -c 5000 "$WORK/model.bin" >"$WORK/truncated.bin"
+cp "$WORK/good.bin" "$WORK/notamodel.bin"
+"$PY" - "$WORK/model.bin" "$WORK/bf16.bin" <<'PYEOF'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+data[4:8] = (5).to_bytes(4, "little")
+open(sys.argv[2], "wb").write(data)
+PYEOF
+
+for n in 1 2; do
+  expect_error "unknown flag" $n "unknown flag '--bogus'.*--help" -- --bogus 3
+  expect_error "missing value" $n "--steps needs a value" -- --steps
+  expect_error "malformed number" $n "--lr expects a number, got 'fast'" -- --lr fast
+  expect_error "non-positive size" $n "--batch must be >= 1" -- --batch 0
+  expect_error "missing data file" $n "nope.bin.*(no such file|cannot open)" -- --data "$WORK/nope.bin"
+done
+expect_error "short data file" 1 "needs at least .*B\*T\+1" -- --data "$WORK/short.bin" --batch 4 --seq-len 64
+expect_error "token >= vocab" 1 "token 2[0-9][0-9] .*>= vocab 256.*--vocab" -- --data "$WORK/bigtoken.bin"
+expect_error "shard version" 1 "version 2" -- --data "$WORK/version2.bin"
+expect_error "corrupt shard" 1 "tiny.bin.*(short|corrupt)" -- --data "$WORK/tiny.bin"
+expect_error "empty data" 1 "empty" -- --data "$WORK/empty.txt"
+expect_error "checkpoint truncated" 1 "truncated.bin.*(size|short|truncated)" -- --init-from "$WORK/truncated.bin"
+expect_error "checkpoint magic" 1 "notamodel.bin" -- --init-from "$WORK/notamodel.bin"
+expect_error "checkpoint bf16" 1 "version 5.*fp32" -- --init-from "$WORK/bf16.bin"
+expect_error "checkpoint plus sizes" 1 "--init-from takes the model's sizes" -- --init-from "$WORK/model.bin" --layers 2
+expect_error "seq-len > max_seq_len" 1 "--seq-len 300 exceeds the model's max_seq_len 256" -- --seq-len 300
+expect_error "heads do not divide dim" 1 "do not divide into 3 heads" -- --heads 3
+expect_error "unknown schedule" 1 "unknown --lr-schedule 'linear'" -- --lr-schedule linear
+expect_error "batch over ranks" 2 "--batch 5 does not split over 2" -- --batch 5
+expect_error "beta out of range" 1 "--beta2 must be in \[0, 1\)" -- --beta2 1.5
+
+# An existing output is refused before training, and left exactly as it was.
+before=$(sha256sum "$WORK/model.bin")
+expect_error "output exists" 2 "model.bin.*already exists" -- --steps 1 --save-llmc "$WORK/model.bin"
+[ "$(sha256sum "$WORK/model.bin")" = "$before" ] && ok "existing output untouched" || bad "existing output was modified"
+
+out=$("$TRAIN" --help 2>&1)
+[ $? -eq 0 ] && grep -q -- "--init-from" <<<"$out" && ok "--help prints the flags" || bad "--help"
+finish

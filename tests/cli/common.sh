@@ -1,0 +1,30 @@
+# Shared by the CLI tests: the trainer, a scratch dir, and counters that end in the plain
+# "N passed, N failed" line.
+set -u
+TRAIN=${MPIFORMER_TRAIN:?set MPIFORMER_TRAIN to the mpiformer-train binary}
+MPIEXEC=${MPIEXEC:-mpiexec}
+PY=/usr/bin/python3
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; }
+finish() {
+  echo "$(basename "$0" .sh): $passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+}
+# Writes an llm.c token shard: make_shard FILE COUNT MAX_ID [MAGIC] [VERSION]
+make_shard() {
+  "$PY" - "$@" <<'PYEOF'
+import struct, sys
+path, n, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+magic = int(sys.argv[4]) if len(sys.argv) > 4 else 20240520
+version = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+header = [0] * 256
+header[0], header[1], header[2] = magic, version, n
+with open(path, "wb") as f:
+    f.write(struct.pack("<256i", *header))
+    f.write(struct.pack("<%dH" % n, *[(i * 7919) % (hi + 1) for i in range(n)]))
+PYEOF
+}

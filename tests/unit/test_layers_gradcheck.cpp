@@ -1,0 +1,164 @@
+// Each layer's input gradient (B) and weight gradient (W) against central finite differences of
+// the scalar loss Σ out·R, R random: its gradient w.r.t. out is R, so dout = R.
+#include <gtest/gtest.h>
+
+#include "model/layers/attention.hpp"
+#include "model/layers/cross_entropy.hpp"
+#include "model/layers/encoder.hpp"
+#include "model/layers/gelu.hpp"
+#include "model/layers/layernorm.hpp"
+#include "model/layers/linear.hpp"
+#include "test_helpers.hpp"
+
+namespace mpf {
+
+using test::expect_gradient_matches;
+using test::random_slab;
+using test::spread;
+using test::to_host;
+using test::view;
+using test::weighted_sum;
+
+TEST(LayerGradients, Linear) {
+  const int N = 6, IC = 5, OC = 7;
+  Slab inp = random_slab("inp", N * IC), w = random_slab("w", OC * IC, 0.5f),
+       b = random_slab("b", OC), res = random_slab("res", N * OC), out("out", N * OC);
+  const std::vector<float> R = to_host(random_slab("R", N * OC));
+  Slab dout("dout", N * OC), dinp("dinp", N * IC), dw("dw", OC * IC), db("db", OC);
+  Kokkos::deep_copy(
+      dout, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(R.data(), R.size()));
+  auto loss = [&] {
+    linear_forward(view(out), view(res), view(inp), view(w), view(b), N, IC, OC);
+    return weighted_sum(out, R);
+  };
+  loss();
+  linear_backward_input(view(dinp), view(dout), view(w), N, IC, OC);
+  linear_backward_weight(view(dw), view(db), view(dout), view(inp), N, IC, OC);
+  expect_gradient_matches(inp, to_host(dinp), loss, spread(N * IC), "dinp");
+  expect_gradient_matches(w, to_host(dw), loss, spread(OC * IC), "dweight");
+  expect_gradient_matches(b, to_host(db), loss, spread(OC), "dbias");
+  expect_gradient_matches(res, R, loss, spread(N * OC), "dresidual");
+  // Weight gradients accumulate: a second call doubles them.
+  const std::vector<float> once = to_host(dw);
+  linear_backward_weight(view(dw), view(db), view(dout), view(inp), N, IC, OC);
+  const std::vector<float> twice = to_host(dw);
+  for (size_t i = 0; i < once.size(); ++i) ASSERT_FLOAT_EQ(twice[i], 2 * once[i]);
+}
+
+TEST(LayerGradients, LayerNorm) {
+  const int N = 5, C = 12;
+  Slab inp = random_slab("inp", N * C, 2.0f), w = random_slab("w", C), b = random_slab("b", C);
+  Slab out("out", N * C), mean("mean", N), rstd("rstd", N);
+  const std::vector<float> R = to_host(random_slab("R", N * C));
+  const std::vector<float> D = to_host(random_slab("D", N * C));  // residual stream gradient
+  Slab dout("dout", N * C), dres("dres", N * C), dinp("dinp", N * C), dw("dw", C), db("db", C);
+  Kokkos::deep_copy(
+      dout, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(R.data(), R.size()));
+  Kokkos::deep_copy(
+      dres, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(D.data(), D.size()));
+  // loss = Σ out·R + Σ inp·D, so dinp = J_outᵀ·R + D.
+  auto loss = [&] {
+    layernorm_forward(view(out), view(mean), view(rstd), view(inp), view(w), view(b), N, C);
+    return weighted_sum(out, R) + weighted_sum(inp, D);
+  };
+  loss();
+  layernorm_backward_input(view(dinp), view(dres), view(dout), view(inp), view(mean), view(rstd),
+                           view(w), N, C);
+  layernorm_backward_weight(view(dw), view(db), view(dout), view(inp), view(mean), view(rstd), N,
+                            C);
+  expect_gradient_matches(inp, to_host(dinp), loss, spread(N * C), "dinp", 1e-2f);
+  expect_gradient_matches(w, to_host(dw), loss, spread(C), "dweight");
+  expect_gradient_matches(b, to_host(db), loss, spread(C), "dbias");
+}
+
+TEST(LayerGradients, Gelu) {
+  const int N = 64;
+  Slab inp = random_slab("inp", N, 2.0f), out("out", N);
+  const std::vector<float> R = to_host(random_slab("R", N));
+  Slab dout("dout", N), dinp("dinp", N);
+  Kokkos::deep_copy(
+      dout, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(R.data(), R.size()));
+  auto loss = [&] {
+    gelu_forward(view(out), view(inp), N);
+    return weighted_sum(out, R);
+  };
+  loss();
+  gelu_backward_input(view(dinp), view(dout), view(inp), N);
+  expect_gradient_matches(inp, to_host(dinp), loss, spread(N), "dinp", 1e-3f);
+}
+
+TEST(LayerGradients, CausalAttention) {
+  const int B = 2, T = 5, C = 8, NH = 2;
+  Slab qkv = random_slab("qkv", B * T * 3 * C), out("out", B * T * C), att("att", B * NH * T * T);
+  const std::vector<float> R = to_host(random_slab("R", B * T * C));
+  Slab dout("dout", B * T * C), dqkv("dqkv", B * T * 3 * C), datt("datt", B * NH * T * T);
+  Kokkos::deep_copy(
+      dout, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(R.data(), R.size()));
+  auto loss = [&] {
+    attention_forward(view(out), view(att), view(qkv), B, T, C, NH);
+    return weighted_sum(out, R);
+  };
+  loss();
+  // Causality: probabilities above the diagonal are exactly zero and each row sums to one.
+  const std::vector<float> p = to_host(att);
+  for (int row = 0; row < B * NH * T; ++row) {
+    const int t = row % T;
+    double s = 0;
+    for (int j = 0; j < T; ++j) {
+      if (j > t) EXPECT_EQ(p[row * T + j], 0.0f);
+      s += p[row * T + j];
+    }
+    EXPECT_NEAR(s, 1.0, 1e-6);
+  }
+  attention_backward_input(view(dqkv), view(datt), view(dout), view(qkv), view(att), B, T, C, NH);
+  expect_gradient_matches(qkv, to_host(dqkv), loss, spread(B * T * 3 * C, 240), "dqkv");
+}
+
+TEST(LayerGradients, CrossEntropyIgnoresPaddedColumns) {
+  const int N = 4, V = 11, Vp = 16;
+  const float dloss = 0.37f;
+  Slab logits = random_slab("logits", N * Vp, 3.0f), losses("losses", N), lse("lse", N);
+  Tokens targets("targets", N);
+  auto ht = Kokkos::create_mirror_view(targets);
+  for (int n = 0; n < N; ++n) ht(n) = (3 * n + 2) % V;
+  Kokkos::deep_copy(targets, ht);
+  auto loss = [&] {
+    cross_entropy_forward(view(losses), view(lse), view(logits), targets, N, V, Vp);
+    const std::vector<float> l = to_host(losses);
+    double s = 0;
+    for (float x : l) s += dloss * double(x);
+    return s;
+  };
+  loss();
+  Slab dlogits("dlogits", N * Vp);
+  cross_entropy_backward_input(view(dlogits), view(logits), view(lse), targets, dloss, N, V, Vp);
+  const std::vector<float> d = to_host(dlogits);
+  expect_gradient_matches(logits, d, loss, spread(N * Vp, 64), "dlogits", 1e-2f);
+  for (int n = 0; n < N; ++n) {
+    for (int j = V; j < Vp; ++j) EXPECT_EQ(d[n * Vp + j], 0.0f);
+  }
+}
+
+TEST(LayerGradients, EncoderWeights) {
+  const int B = 2, T = 3, C = 4, V = 6, maxT = 5;
+  Slab wte = random_slab("wte", V * C), wpe = random_slab("wpe", maxT * C), out("out", B * T * C);
+  Tokens tokens("tokens", B * T);
+  auto ht = Kokkos::create_mirror_view(tokens);
+  const int ids[] = {1, 4, 1, 5, 1, 0};  // token 1 repeats: its gradient rows must add
+  for (int i = 0; i < B * T; ++i) ht(i) = ids[i];
+  Kokkos::deep_copy(tokens, ht);
+  const std::vector<float> R = to_host(random_slab("R", B * T * C));
+  Slab dout("dout", B * T * C), dwte("dwte", V * C), dwpe("dwpe", maxT * C);
+  Kokkos::deep_copy(
+      dout, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(R.data(), R.size()));
+  auto loss = [&] {
+    encoder_forward(view(out), tokens, view(wte), view(wpe), B, T, C);
+    return weighted_sum(out, R);
+  };
+  loss();
+  encoder_backward_weight(view(dwte), view(dwpe), view(dout), tokens, B, T, C);
+  expect_gradient_matches(wte, to_host(dwte), loss, spread(V * C), "dwte");
+  expect_gradient_matches(wpe, to_host(dwpe), loss, spread(maxT * C), "dwpe");
+}
+
+}  // namespace mpf
