@@ -20,6 +20,10 @@ void gemm_strided_batched(Op op_a, Op op_b, int M, int N, int K, float alpha, co
                           int lda, int64_t stride_a, const float* B, int ldb, int64_t stride_b,
                           float beta, float* C, int ldc, int64_t stride_c, int batch);
 
+// GPU backends: issue every product on this stream (a cudaStream_t), the one the Kokkos
+// execution space runs kernels on, so products and kernels stay ordered. CPU: a no-op.
+void bind_stream(void* cuda_stream);
+
 // Threads the library may use for one (non-batched) product.
 void set_num_threads(int threads);
 

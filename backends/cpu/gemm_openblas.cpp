@@ -35,6 +35,8 @@ void gemm_strided_batched(Op op_a, Op op_b, int M, int N, int K, float alpha, co
   }
 }
 
+void bind_stream(void*) {}  // host BLAS calls are synchronous: nothing to bind
+
 void set_num_threads(int threads) {
   openblas_set_num_threads(threads);
 }

@@ -46,7 +46,6 @@ void carve(Activations& a, SlabCarver& k) {
   a.lnf_mean = k.take(BT);
   a.lnf_rstd = k.take(BT);
   a.logits = k.take(BT * a.cfg.padded_vocab);
-  a.lse = k.take(BT);
   a.losses = k.take(BT);
 }
 

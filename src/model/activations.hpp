@@ -38,8 +38,7 @@ struct Activations {
   Tensor lnf;       // (B,T,C)
   Tensor lnf_mean;  // (B,T)
   Tensor lnf_rstd;  // (B,T)
-  Tensor logits;    // (B,T,Vp); the backward overwrites it with dlogits
-  Tensor lse;       // (B,T) log-sum-exp of each row's real logits
+  Tensor logits;    // (B,T,Vp) logits -> probabilities (head_forward) -> dlogits (backward)
   Tensor losses;    // (B,T)
 
   static Activations allocate(const GPTConfig& cfg, int B, int T);

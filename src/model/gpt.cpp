@@ -62,8 +62,7 @@ void head_forward(Activations& acts, const ParameterTensors& params, const Token
   layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, acts.layer(cfg.layers - 1).residual3,
                     params.lnfw, params.lnfb, BT, cfg.channels);
   linear_forward(acts.logits, none, acts.lnf, params.wte, none, BT, cfg.channels, cfg.padded_vocab);
-  cross_entropy_forward(acts.losses, acts.lse, acts.logits, targets, BT, cfg.vocab,
-                        cfg.padded_vocab);
+  cross_entropy_forward(acts.losses, acts.logits, targets, BT, cfg.vocab, cfg.padded_vocab);
 }
 
 void head_backward_input(BackwardBuffers& buf, Activations& acts, const ParameterTensors& params,
@@ -71,8 +70,7 @@ void head_backward_input(BackwardBuffers& buf, Activations& acts, const Paramete
   const GPTConfig& cfg = acts.cfg;
   const int64_t BT = int64_t(acts.B) * acts.T;
   const Tensor none;
-  cross_entropy_backward_input(acts.logits, acts.logits, acts.lse, targets, dloss, BT, cfg.vocab,
-                               cfg.padded_vocab);
+  cross_entropy_backward_input(acts.logits, acts.logits, targets, dloss, BT, cfg.padded_vocab);
   linear_backward_input(buf.dln, acts.logits, params.wte, BT, cfg.channels, cfg.padded_vocab);
   layernorm_backward_input(buf.dresidual[0], none, buf.dln, acts.layer(cfg.layers - 1).residual3,
                            acts.lnf_mean, acts.lnf_rstd, params.lnfw, BT, cfg.channels);

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <vector>
 
+#include <Kokkos_Core.hpp>
+
 #include "backends/gemm.hpp"
 
 namespace mpf {
@@ -38,6 +40,29 @@ std::string format_step(const StepRecord& r, double tokens, double flops_per_ste
                 r.step, r.steps, r.loss, r.lr, r.norm, r.ms, tokens / s,
                 100.0 * flops_per_step / s / peak_flops);
   return buf;
+}
+
+void PhaseTimers::start() { since_mark_.reset(); }
+
+void PhaseTimers::mark(Phase phase) {
+  Kokkos::fence();
+  if (enabled_) seconds_[phase] += since_mark_.seconds();
+  since_mark_.reset();
+}
+
+std::string PhaseTimers::summary() const {
+  static const char* names[kCount] = {"data", "zero_grad", "forward", "backward", "dp_comm",
+                                      "optimizer"};
+  double total = 0.0;
+  for (double s : seconds_) total += s;
+  std::string text = "phases";
+  for (int i = 0; i < kCount; ++i) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " | %s %.1f%%", names[i],
+                  total > 0 ? 100.0 * seconds_[i] / total : 0.0);
+    text += buf;
+  }
+  return text;
 }
 
 }  // namespace mpf

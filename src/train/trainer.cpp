@@ -215,19 +215,27 @@ void TrainingRun::train() {
   if (opts_.val_every > 0) report_val(0);
 
   double time_after_first = 0.0, last_loss = 0.0;
+  PhaseTimers phases;
   for (int step = 1; step <= opts_.steps; ++step) {
     Stopwatch sw;
+    phases.set_enabled(step > 1);
+    phases.start();
     load_batch(*train_data_);
+    phases.mark(PhaseTimers::kData);
     Kokkos::deep_copy(grads_.slab, 0.0f);
+    phases.mark(PhaseTimers::kZeroGrad);
     gpt_forward(acts_, params_.t, inputs_, targets_);
     last_loss = global_mean_loss();
+    phases.mark(PhaseTimers::kForward);
     gpt_backward(grads_.t, buffers_, acts_, params_.t, inputs_, targets_, dloss);
+    phases.mark(PhaseTimers::kBackward);
     allreduce_sum(grads_.slab.data(), grads_.count, grid_->dp_comm());
+    phases.mark(PhaseTimers::kDpComm);
     // After the DP sum every rank holds the same full gradient: its norm needs no collective.
     const double norm = std::sqrt(sum_of_squares(grads_.slab.data(), grads_.count));
     const float lr = learning_rate(schedule_, step - 1);
     optimizer_->step(params_, grads_, lr, clip_scale(norm, opts_.grad_clip));
-    Kokkos::fence();
+    phases.mark(PhaseTimers::kOptimizer);
     const double ms = sw.seconds() * 1e3;
     if (step > 1) time_after_first += ms;
     if (is_root() && (step % opts_.log_every == 0 || step == opts_.steps || step == 1)) {
@@ -248,6 +256,7 @@ void TrainingRun::train() {
         "MFU %.1f%%\n",
         opts_.steps, last_loss, ms, opts_.steps, ms > 0 ? tokens / (ms / 1e3) : 0.0,
         ms > 0 ? 100.0 * flops_per_step / (ms / 1e3) / peak_flops : 0.0);
+    std::printf("%s\n", phases.summary().c_str());
   }
   save_checkpoint();
 }

@@ -4,6 +4,7 @@
 
 #include "backends/gemm.hpp"
 #include "core/parallel.hpp"
+#include "core/vector_math.hpp"
 
 namespace mpf {
 
@@ -25,14 +26,9 @@ void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, 
       "mpf::attention_softmax", int64_t(B) * NH * T, KOKKOS_LAMBDA(int64_t row) {
         const int t = row % T;
         float* p = att.data() + row * T;
-        float mx = p[0];
-        for (int j = 1; j <= t; ++j) mx = p[j] > mx ? p[j] : mx;
-        float sum = 0.0f;
-        for (int j = 0; j <= t; ++j) {
-          p[j] = expf(p[j] - mx);
-          sum += p[j];
-        }
-        const float inv = 1.0f / sum;
+        const float mx = vmath::row_max(p, t + 1);
+        for (int j = 0; j <= t; ++j) p[j] = vmath::exp(p[j] - mx);
+        const float inv = 1.0f / vmath::row_sum(p, t + 1);
         for (int j = 0; j <= t; ++j) p[j] *= inv;
         for (int j = t + 1; j < T; ++j) p[j] = 0.0f;
       });

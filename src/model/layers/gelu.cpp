@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/parallel.hpp"
+#include "core/vector_math.hpp"
 
 namespace mpf {
 
@@ -15,7 +16,7 @@ void gelu_forward(Tensor out, Tensor inp, int64_t N) {
   for_each(
       "mpf::gelu_forward", N, KOKKOS_LAMBDA(int64_t i) {
         const float x = inp(i);
-        out(i) = 0.5f * x * (1.0f + tanhf(kScale * (x + kCube * x * x * x)));
+        out(i) = 0.5f * x * (1.0f + vmath::tanh(kScale * (x + kCube * x * x * x)));
       });
 }
 
@@ -23,7 +24,7 @@ void gelu_backward_input(Tensor dinp, Tensor dout, Tensor inp, int64_t N) {
   for_each(
       "mpf::gelu_backward_input", N, KOKKOS_LAMBDA(int64_t i) {
         const float x = inp(i);
-        const float th = tanhf(kScale * (x + kCube * x * x * x));
+        const float th = vmath::tanh(kScale * (x + kCube * x * x * x));
         const float sech2 = 1.0f - th * th;  // d tanh(u)/du, without cosh's overflow
         const float grad =
             0.5f * (1.0f + th) + 0.5f * x * sech2 * kScale * (1.0f + 3.0f * kCube * x * x);
