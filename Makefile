@@ -42,8 +42,10 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
 
+# Both ways to use two cores: one rank with two threads, two ranks with one thread each.
 bench: build
-	$(BUILD)/mpiformer-bench $(ARGS)
+	OMP_NUM_THREADS=2 mpiexec -n 1 $(BUILD)/mpiformer-bench
+	OMP_NUM_THREADS=1 mpiexec -n 2 $(BUILD)/mpiformer-bench
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -88,7 +88,7 @@ void DataLoader::next_batch(int row_begin, int rows, int32_t* inputs, int32_t* t
     file_ = (file_ + 1) % files_.size();
     pos_ = 0;
   }
-  const int32_t* window = files_[file_].data() + pos_ + int64_t(row_begin) * T_;
+  const uint16_t* window = files_[file_].data() + pos_ + int64_t(row_begin) * T_;
   const int64_t count = int64_t(rows) * T_;
   std::copy(window, window + count, inputs);
   std::copy(window + 1, window + 1 + count, targets);

@@ -1,6 +1,7 @@
 #include "data/token_stream.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,7 +24,7 @@ constexpr int64_t kHeaderBytes = kHeaderInts * sizeof(int32_t);
 // Other llm.c files that are easily passed as data by mistake (model checkpoint, tokenizer).
 constexpr int32_t kCheckpointFileMagic = 20240326;
 constexpr int32_t kTokenizerFileMagic = 20240328;
-// Tokens are read in pieces so a large shard never exists twice in memory.
+// Text is read in pieces so a large file never exists twice in memory.
 constexpr int64_t kChunkTokens = 1 << 20;
 
 struct FileCloser {
@@ -62,15 +63,13 @@ void read_exact(std::FILE* f, void* dst, size_t bytes, const std::string& path) 
 
 // Every token must index the model's embedding table; the message names the first bad one and
 // the smallest vocabulary that would hold the whole file.
-void check_tokens(const std::vector<int32_t>& tokens, int vocab, const std::string& what,
+void check_tokens(const uint16_t* begin, int64_t n, int vocab, const std::string& what,
                   const std::string& fix) {
-  const auto bad = std::find_if(tokens.begin(), tokens.end(),
-                                [vocab](int32_t t) { return t < 0 || t >= vocab; });
-  if (bad == tokens.end()) return;
-  const int64_t position = bad - tokens.begin();
-  require(*bad >= 0, what + ": token " + std::to_string(*bad) + " at position " +
-                         std::to_string(position) + " is negative; " + fix);
-  const int32_t largest = *std::max_element(tokens.begin(), tokens.end());
+  const uint16_t* end = begin + n;
+  const uint16_t* bad = std::find_if(begin, end, [vocab](uint16_t t) { return t >= vocab; });
+  if (bad == end) return;
+  const int64_t position = bad - begin;
+  const int32_t largest = *std::max_element(begin, end);
   throw InputError(what + ": token " + std::to_string(*bad) + " at position " +
                    std::to_string(position) + " is >= vocab " + std::to_string(vocab) +
                    " (largest token " + std::to_string(largest) + "); pass --vocab " +
@@ -78,6 +77,14 @@ void check_tokens(const std::vector<int32_t>& tokens, int vocab, const std::stri
 }
 
 }  // namespace
+
+struct TokenStream::Mapping {
+  void* addr = MAP_FAILED;
+  size_t bytes = 0;
+  ~Mapping() {
+    if (addr != MAP_FAILED) munmap(addr, bytes);
+  }
+};
 
 TokenStream::TokenStream(const std::string& path, int vocab) : path_(path) {
   require(vocab > 0, "data file " + path + ": vocab must be positive, got " +
@@ -118,38 +125,50 @@ TokenStream::TokenStream(const std::string& path, int vocab) : path_(path) {
                                    " tokens, so expected " + std::to_string(expected) +
                                    " bytes, but the file has " + std::to_string(bytes) +
                                    "; the shard is truncated or corrupt, regenerate it");
-    tokens_.resize(n);
-    std::vector<uint16_t> chunk(std::min(n, kChunkTokens));
-    for (int64_t done = 0; done < n;) {
-      const int64_t count = std::min(n - done, kChunkTokens);
-      read_exact(f.get(), chunk.data(), count * sizeof(uint16_t), path);
-      std::copy(chunk.begin(), chunk.begin() + count, tokens_.begin() + done);
-      done += count;
-    }
-    check_tokens(tokens_, vocab, what, "regenerate the shard");
+    mapping_ = std::make_shared<Mapping>();
+    mapping_->bytes = static_cast<size_t>(bytes);
+    mapping_->addr = mmap(nullptr, mapping_->bytes, PROT_READ, MAP_SHARED, fileno(f.get()), 0);
+    require(mapping_->addr != MAP_FAILED,
+            what + ": cannot map the file (" + errno_text() + "); check that it is readable");
+    data_ =
+        reinterpret_cast<const uint16_t*>(static_cast<const char*>(mapping_->addr) + kHeaderBytes);
+    size_ = n;
+    check_tokens(data_, size_, vocab, what, "regenerate the shard");
   } else {
     // Plain text: byte-level tokens 0..255, so the bytes already read are the first tokens.
-    tokens_.resize(bytes);
+    owned_.resize(bytes);
     const auto* bytes_read = reinterpret_cast<const unsigned char*>(header);
-    std::copy(bytes_read, bytes_read + head, tokens_.begin());
+    std::copy(bytes_read, bytes_read + head, owned_.begin());
     std::vector<unsigned char> chunk(std::min(bytes, kChunkTokens));
     for (int64_t done = static_cast<int64_t>(head); done < bytes;) {
       const int64_t count = std::min(bytes - done, kChunkTokens);
       read_exact(f.get(), chunk.data(), count, path);
-      std::copy(chunk.begin(), chunk.begin() + count, tokens_.begin() + done);
+      std::copy(chunk.begin(), chunk.begin() + count, owned_.begin() + done);
       done += count;
     }
-    check_tokens(tokens_, vocab, what + " (text, one token per byte)",
+    data_ = owned_.data();
+    size_ = bytes;
+    check_tokens(data_, size_, vocab, what + " (text, one token per byte)",
                  "use a vocabulary of at least 256 for text files");
   }
 }
 
 TokenStream::TokenStream(std::string name, std::vector<int32_t> tokens, int vocab)
-    : path_(std::move(name)), tokens_(std::move(tokens)) {
+    : path_(std::move(name)) {
   require(vocab > 0,
           path_ + ": vocab must be positive, got " + std::to_string(vocab) + "; pass --vocab");
-  require(!tokens_.empty(), path_ + ": holds no tokens; pass a data source that holds tokens");
-  check_tokens(tokens_, vocab, path_, "use another data source");
+  require(!tokens.empty(), path_ + ": holds no tokens; pass a data source that holds tokens");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string where =
+        path_ + ": token " + std::to_string(tokens[i]) + " at position " + std::to_string(i);
+    require(tokens[i] >= 0, where + " is negative; use another data source");
+    require(tokens[i] <= UINT16_MAX,
+            where + " does not fit the 16-bit token format; use another data source");
+  }
+  owned_.assign(tokens.begin(), tokens.end());
+  data_ = owned_.data();
+  size_ = static_cast<int64_t>(owned_.size());
+  check_tokens(data_, size_, vocab, path_, "use another data source");
 }
 
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {

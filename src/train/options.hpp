@@ -31,6 +31,7 @@ struct TrainOptions {
   int threads = 0;  // 0: OMP_NUM_THREADS, else the cores this rank may use / ranks per node
   double peak_gflops = 0.0;  // per rank, for MFU; 0: measure an sgemm at start-up
   bool help = false;
+  bool verbose = true;  // banner and step lines (benchmarks turn them off); not a flag
 };
 
 // Throws InputError for an unknown flag, a missing or malformed value, or a value out of range.

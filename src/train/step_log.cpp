@@ -42,7 +42,9 @@ std::string format_step(const StepRecord& r, double tokens, double flops_per_ste
   return buf;
 }
 
-void PhaseTimers::start() { since_mark_.reset(); }
+void PhaseTimers::start() {
+  since_mark_.reset();
+}
 
 void PhaseTimers::mark(Phase phase) {
   Kokkos::fence();
@@ -51,8 +53,8 @@ void PhaseTimers::mark(Phase phase) {
 }
 
 std::string PhaseTimers::summary() const {
-  static const char* names[kCount] = {"data", "zero_grad", "forward", "backward", "dp_comm",
-                                      "optimizer"};
+  static const char* names[kCount] = {"data",     "zero_grad", "forward",
+                                      "backward", "dp_comm",   "optimizer"};
   double total = 0.0;
   for (double s : seconds_) total += s;
   std::string text = "phases";

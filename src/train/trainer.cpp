@@ -197,7 +197,7 @@ void TrainingRun::print_banner(double peak_gflops) const {
   std::fflush(stdout);
 }
 
-void TrainingRun::train() {
+std::vector<double> TrainingRun::train() {
   const double peak_gflops = opts_.peak_gflops > 0 ? opts_.peak_gflops : measure_peak_gflops();
   const double peak_flops = allreduce_sum(peak_gflops * 1e9, grid_->world_comm());
   const double tokens = double(opts_.batch) * opts_.seq_len;
@@ -205,12 +205,13 @@ void TrainingRun::train() {
   // Each token's loss enters the global mean with weight 1/(B·T); summing the DP ranks' gradients
   // then gives the gradient of the global mean.
   const float dloss = static_cast<float>(1.0 / tokens);
-  print_banner(peak_gflops);
+  if (opts_.verbose) print_banner(peak_gflops);
+  std::vector<double> step_ms;
 
   auto report_val = [&](int step) {
     if (!val_data_) return;
     const double loss = validate();
-    if (is_root()) std::printf("val step %d | loss %.6f\n", step, loss);
+    if (is_root() && opts_.verbose) std::printf("val step %d | loss %.6f\n", step, loss);
   };
   if (opts_.val_every > 0) report_val(0);
 
@@ -237,8 +238,10 @@ void TrainingRun::train() {
     optimizer_->step(params_, grads_, lr, clip_scale(norm, opts_.grad_clip));
     phases.mark(PhaseTimers::kOptimizer);
     const double ms = sw.seconds() * 1e3;
+    step_ms.push_back(ms);
     if (step > 1) time_after_first += ms;
-    if (is_root() && (step % opts_.log_every == 0 || step == opts_.steps || step == 1)) {
+    if (is_root() && opts_.verbose &&
+        (step % opts_.log_every == 0 || step == opts_.steps || step == 1)) {
       std::printf("%s\n", format_step({step, opts_.steps, last_loss, norm, ms, lr}, tokens,
                                       flops_per_step, peak_flops)
                               .c_str());
@@ -248,7 +251,7 @@ void TrainingRun::train() {
       report_val(step);
     }
   }
-  if (is_root()) {
+  if (is_root() && opts_.verbose) {
     const int timed = opts_.steps > 1 ? opts_.steps - 1 : 1;
     const double ms = opts_.steps > 1 ? time_after_first / timed : 0.0;
     std::printf(
@@ -259,6 +262,7 @@ void TrainingRun::train() {
     std::printf("%s\n", phases.summary().c_str());
   }
   save_checkpoint();
+  return step_ms;
 }
 
 }  // namespace mpf

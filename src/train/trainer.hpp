@@ -38,8 +38,9 @@ class TrainingRun {
   // (the batch does not split over the data-parallel ranks).
   TrainingRun(RunInputs inputs, MPI_Comm world);
 
-  // Runs opts.steps steps, logging on rank 0; writes --save-llmc at the end.
-  void train();
+  // Runs opts.steps steps, logging on rank 0; writes --save-llmc at the end. Returns each step's
+  // wall time in milliseconds (as rank 0 measured it).
+  std::vector<double> train();
 
   // Mean loss of the current global batch after a forward pass (every rank gets it).
   double global_mean_loss() const;
