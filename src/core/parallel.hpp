@@ -67,6 +67,11 @@ void for_rows(const char* label, int64_t rows, const F& f) {
   detail::launch(label, rows, 2, f);
 }
 
+// x[0, n) = value, over all threads (Kokkos::deep_copy of a scalar is one thread on Serial).
+inline void fill(float* x, int64_t n, float value) {
+  for_each("mpf::fill", n, KOKKOS_LAMBDA(int64_t i) { x[i] = value; });
+}
+
 // Σ f(i) for i in [0, n), in double, with a summation order fixed by n alone (16 lanes within
 // blocks of kSumBlock, then the block sums in order), so the result is bitwise the same for any
 // thread count or backend, and the lanes vectorize.

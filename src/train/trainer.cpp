@@ -223,7 +223,7 @@ std::vector<double> TrainingRun::train() {
     phases.start();
     load_batch(*train_data_);
     phases.mark(PhaseTimers::kData);
-    Kokkos::deep_copy(grads_.slab, 0.0f);
+    fill(grads_.slab.data(), grads_.count, 0.0f);
     phases.mark(PhaseTimers::kZeroGrad);
     gpt_forward(acts_, params_.t, inputs_, targets_);
     last_loss = global_mean_loss();
