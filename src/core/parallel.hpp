@@ -19,8 +19,15 @@
 
 namespace mpf {
 
-#ifdef _OPENMP
+// Kokkos::Serial exists only when Kokkos was built with it (Kokkos 4 turns Serial off by default
+// once OpenMP is on), so the split path is compiled only then.
+#if defined(_OPENMP) && defined(KOKKOS_ENABLE_SERIAL)
 inline constexpr bool kSplitOverOpenMP = std::is_same_v<ExecSpace, Kokkos::Serial>;
+#else
+inline constexpr bool kSplitOverOpenMP = false;
+#endif
+
+#ifdef _OPENMP
 inline int host_thread_count() {
   return omp_get_max_threads();
 }
@@ -28,7 +35,6 @@ inline int host_thread_id() {
   return omp_get_thread_num();
 }
 #else
-inline constexpr bool kSplitOverOpenMP = false;
 inline int host_thread_count() {
   return 1;
 }
@@ -40,6 +46,7 @@ inline int host_thread_id() {
 namespace detail {
 template <class F>
 void launch(const char* label, int64_t n, int64_t min_split, const F& f) {
+#ifdef KOKKOS_ENABLE_SERIAL
   if constexpr (kSplitOverOpenMP) {
     if (n >= min_split && host_thread_count() > 1) {
 #pragma omp parallel
@@ -51,6 +58,7 @@ void launch(const char* label, int64_t n, int64_t min_split, const F& f) {
       return;
     }
   }
+#endif
   Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecSpace, int64_t>(0, n), f);
 }
 }  // namespace detail
@@ -69,7 +77,8 @@ void for_rows(const char* label, int64_t rows, const F& f) {
 
 // x[0, n) = value, over all threads (Kokkos::deep_copy of a scalar is one thread on Serial).
 inline void fill(float* x, int64_t n, float value) {
-  for_each("mpf::fill", n, KOKKOS_LAMBDA(int64_t i) { x[i] = value; });
+  for_each(
+      "mpf::fill", n, KOKKOS_LAMBDA(int64_t i) { x[i] = value; });
 }
 
 // Σ f(i) for i in [0, n), in double, with a summation order fixed by n alone (16 lanes within
