@@ -105,7 +105,9 @@ TEST(LayerGradients, CausalAttention) {
     const int t = row % T;
     double s = 0;
     for (int j = 0; j < T; ++j) {
-      if (j > t) EXPECT_EQ(p[row * T + j], 0.0f);
+      if (j > t) {
+        EXPECT_EQ(p[row * T + j], 0.0f);
+      }
       s += p[row * T + j];
     }
     EXPECT_NEAR(s, 1.0, 1e-6);
