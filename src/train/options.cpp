@@ -98,6 +98,9 @@ TrainOptions parse_options(int argc, const char* const* argv) {
       {"--warmup", integer(o.warmup)},
       {"--lr-schedule", text(o.lr_schedule)},
       {"--final-lr-frac", real(o.final_lr_frac)},
+      {"--tp", integer(o.tp)},
+      {"--pp", integer(o.pp)},
+      {"--dp", integer(o.dp)},
       {"--save-llmc", text(o.save_llmc)},
       {"--threads", integer(o.threads)},
       {"--peak-gflops",
@@ -147,6 +150,9 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   at_least("--warmup", o.warmup, 0);
   require(o.final_lr_frac >= 0 && o.final_lr_frac <= 1,
           "--final-lr-frac must be in [0, 1], got " + number(o.final_lr_frac));
+  at_least("--tp", o.tp, 1);
+  at_least("--pp", o.pp, 1);
+  at_least("--dp", o.dp, 0);
   at_least("--threads", o.threads, 0);
   at_least("--peak-gflops", o.peak_gflops, 0);
   return o;
@@ -180,6 +186,10 @@ optimizer (AdamW; decay on matrices only)
   --warmup N            linear warmup steps (default 0)
   --lr-schedule S       cosine (default) or constant, after warmup
   --final-lr-frac X     cosine decays to lr*X (default 0)
+layout (world = tp x dp x pp ranks, tp fastest-varying)
+  --tp T                tensor-parallel ranks (default 1)
+  --pp P                pipeline stages (default 1)
+  --dp D                data-parallel ranks (default: ranks / (tp * pp))
 output
   --save-llmc FILE      write the trained model as an llm.c checkpoint (never overwrites)
 system

@@ -25,6 +25,8 @@ struct TrainOptions {
   int warmup = 0;
   std::string lr_schedule = "cosine";
   float final_lr_frac = 0.0f;
+  // Layout: world = tp x dp x pp (tp fastest); dp = 0 means world / (tp * pp).
+  int tp = 1, pp = 1, dp = 0;
   // Output.
   std::string save_llmc;
   // System.

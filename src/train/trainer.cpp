@@ -96,8 +96,11 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
       val_name_(in.val_name) {
   const TrainOptions& opts = opts_;
   std::vector<float>& loaded = in.init_params;
-  // Only data parallel for now: every rank holds the whole model.
-  grid_ = std::make_unique<Grid>(world, /*tp=*/1, /*pp=*/1);
+  grid_ = std::make_unique<Grid>(world, opts.tp, opts.pp, opts.dp);
+  require(opts.pp == 1, "--pp " + std::to_string(opts.pp) +
+                            ": pipeline parallelism is not available yet; use --pp 1");
+  require(opts.tp == 1, "--tp " + std::to_string(opts.tp) +
+                            ": tensor parallelism is not available yet; use --tp 1");
   require(opts.batch % grid_->dp_size() == 0,
           "--batch " + std::to_string(opts.batch) + " does not split over " +
               std::to_string(grid_->dp_size()) + " data-parallel ranks; use a multiple of " +
