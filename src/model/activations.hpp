@@ -7,40 +7,47 @@
 
 #include "core/types.hpp"
 #include "model/config.hpp"
+#include "model/shard.hpp"
 
 namespace mpf {
+
+// Shapes are a tensor-parallel rank's: C is the full width, and Ca = C/T (attention), F = 4C/T
+// (MLP), NHl = NH/T and Vl = Vp/T (vocabulary shard) are the local ones (all full when T = 1).
 
 // One layer's slice of the saved activations.
 struct LayerActivations {
   Tensor ln1;        // (B,T,C)
   Tensor ln1_mean;   // (B,T)
   Tensor ln1_rstd;   // (B,T)
-  Tensor qkv;        // (B,T,3C)
-  Tensor atty;       // (B,T,C) attention output before the projection
-  Tensor att;        // (B,NH,T,T) softmax probabilities
+  Tensor qkv;        // (B,T,3Ca) local [Q | K | V]
+  Tensor atty;       // (B,T,Ca) attention output before the projection
+  Tensor att;        // (B,NHl,T,T) softmax probabilities
   Tensor residual2;  // (B,T,C) residual + attention branch
   Tensor ln2;        // (B,T,C)
   Tensor ln2_mean;   // (B,T)
   Tensor ln2_rstd;   // (B,T)
-  Tensor fch;        // (B,T,4C) fc output before GELU
-  Tensor fch_gelu;   // (B,T,4C)
+  Tensor fch;        // (B,T,F) fc output before GELU
+  Tensor fch_gelu;   // (B,T,F)
   Tensor residual3;  // (B,T,C) block output
 };
 
 struct Activations {
   int B = 0, T = 0;
   GPTConfig cfg;
+  TpShard shard;
   Slab slab;
   Tensor encoded;  // (B,T,C) embedding output, the first block's input
   // Per-layer tensors, each (L, ...) with layer l at offset l * (its per-layer size).
   Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, residual2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
       residual3;
-  Tensor lnf;       // (B,T,C)
-  Tensor lnf_mean;  // (B,T)
-  Tensor lnf_rstd;  // (B,T)
-  Tensor logits;    // (B,T,Vp) logits -> probabilities (head_forward) -> dlogits (backward)
-  Tensor losses;    // (B,T)
+  Tensor lnf;        // (B,T,C)
+  Tensor lnf_mean;   // (B,T)
+  Tensor lnf_rstd;   // (B,T)
+  Tensor logits;     // (B,T,Vl) logits -> probabilities (head_forward) -> dlogits (backward)
+  Tensor row_stats;  // (3,B,T) per-row max, sum of exponentials and target logit (vocab-parallel)
+  Tensor losses;     // (B,T)
 
+  static Activations allocate(const TpShard& shard, int B, int T);
   static Activations allocate(const GPTConfig& cfg, int B, int T);
   LayerActivations layer(int l) const;
   // The input of block l: the embedding for l = 0, else block l-1's output.
@@ -55,11 +62,12 @@ struct BackwardBuffers {
   Tensor dresidual2;    // (B,T,C)
   Tensor dln;           // (B,T,C) gradient of a LayerNorm output (ln1, ln2 or lnf)
   Tensor dln2;          // (B,T,C)
-  Tensor datty;         // (B,T,C)
-  Tensor dfch;          // (B,T,4C) dfch_gelu, then dfch in place
-  Tensor dqkv;          // (B,T,3C)
-  Tensor datt;          // (B,NH,T,T)
+  Tensor datty;         // (B,T,Ca)
+  Tensor dfch;          // (B,T,F) dfch_gelu, then dfch in place
+  Tensor dqkv;          // (B,T,3Ca)
+  Tensor datt;          // (B,NHl,T,T)
 
+  static BackwardBuffers allocate(const TpShard& shard, int B, int T);
   static BackwardBuffers allocate(const GPTConfig& cfg, int B, int T);
 };
 

@@ -3,7 +3,13 @@
 // Every piece has a forward, an input-gradient backward (B) and a weight-gradient backward (W).
 // B must run before W for the same piece; a block's W must run before the next block's B, which
 // reuses the BackwardBuffers.
+//
+// Tensor parallel (Megatron): the pieces work on the rank's shard (acts.shard) and communicate
+// over `tp` only through tp_regions.hpp's f and g and the vocab-parallel cross-entropy; with a
+// 1-rank `tp` (MPI_COMM_SELF) they are the serial model.
 #pragma once
+
+#include <mpi.h>
 
 #include "core/types.hpp"
 #include "model/activations.hpp"
@@ -15,24 +21,26 @@ namespace mpf {
 struct LayerParameters {
   Tensor ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
 };
-LayerParameters layer_parameters(const ParameterTensors& p, const GPTConfig& cfg, int l);
+LayerParameters layer_parameters(const ParameterTensors& p, const TpShard& shard, int l);
 
 // ---- forward ----
-void embedding_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs);
-void block_forward(Activations& acts, const ParameterTensors& params, int l);
+void embedding_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
+                       MPI_Comm tp);
+void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI_Comm tp);
 // Final LayerNorm, logits and per-token losses (acts.losses).
-void head_forward(Activations& acts, const ParameterTensors& params, const Tokens& targets);
+void head_forward(Activations& acts, const ParameterTensors& params, const Tokens& targets,
+                  MPI_Comm tp);
 
 // ---- backward ----
 // dloss = d(total loss)/d(each token's loss). Leaves dlogits in acts.logits and the gradient of
 // the last block's output in buf.dresidual[0].
 void head_backward_input(BackwardBuffers& buf, Activations& acts, const ParameterTensors& params,
-                         const Tokens& targets, float dloss);
+                         const Tokens& targets, float dloss, MPI_Comm tp);
 void head_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf,
                           const Activations& acts);
 // dinp (B,T,C) = gradient of block l's input, from dout (B,T,C), its output's gradient.
 void block_backward_input(BackwardBuffers& buf, Tensor dinp, Tensor dout, const Activations& acts,
-                          const ParameterTensors& params, int l);
+                          const ParameterTensors& params, int l, MPI_Comm tp);
 void block_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf, Tensor dout,
                            const Activations& acts, int l);
 void embedding_backward_weight(ParameterTensors& grads, Tensor dout, const Activations& acts,
@@ -40,10 +48,10 @@ void embedding_backward_weight(ParameterTensors& grads, Tensor dout, const Activ
 
 // ---- the whole model on one rank ----
 void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
-                 const Tokens& targets);
+                 const Tokens& targets, MPI_Comm tp = MPI_COMM_SELF);
 // Accumulates (+=) every parameter gradient; B then W per piece, last block first.
 void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& acts,
                   const ParameterTensors& params, const Tokens& inputs, const Tokens& targets,
-                  float dloss);
+                  float dloss, MPI_Comm tp = MPI_COMM_SELF);
 
 }  // namespace mpf

@@ -4,6 +4,7 @@
 
 #include "core/parallel.hpp"
 #include "core/rng.hpp"
+#include "model/shard.hpp"
 
 namespace mpf {
 
@@ -58,43 +59,55 @@ std::array<ParameterInfo, kNumParameterTensors> parameter_infos(const GPTConfig&
            {"lnfb", I::Zero, 0, false}}};
 }
 
-Parameters Parameters::allocate(const GPTConfig& cfg, const std::string& label) {
+Parameters Parameters::allocate(const TpShard& shard, const std::string& label) {
   Parameters p;
-  p.cfg = cfg;
-  const auto sizes = parameter_sizes(cfg);
-  for (int64_t s : sizes) p.count += s;
+  p.cfg = shard.cfg;
+  p.sizes = shard.sizes();
+  for (int64_t s : p.sizes) p.count += s;
   p.slab = Slab(label, p.count);
   auto views = p.t.list();
   int64_t offset = 0;
   for (int i = 0; i < kNumParameterTensors; ++i) {
-    *views[i] = Tensor(p.slab.data() + offset, sizes[i]);
-    offset += sizes[i];
+    *views[i] = Tensor(p.slab.data() + offset, p.sizes[i]);
+    offset += p.sizes[i];
   }
   return p;
 }
 
-void initialize(Parameters& params, uint64_t seed) {
+Parameters Parameters::allocate(const GPTConfig& cfg, const std::string& label) {
+  return allocate(make_tp_shard(cfg, 0, 1), label);
+}
+
+void initialize(Parameters& params, const TpShard& shard, uint64_t seed) {
   const auto infos = parameter_infos(params.cfg);
   auto views = params.t.list();
-  // Only the token table is padded; its rows >= V stay zero, as in llm.c's checkpoints.
-  const int64_t real_wte = int64_t(params.cfg.vocab) * params.cfg.channels;
   for (int i = 0; i < kNumParameterTensors; ++i) {
     const ParameterInfo info = infos[i];
     const Tensor x = *views[i];
-    const int64_t n = (i == 0) ? real_wte : int64_t(x.extent(0));
+    // The local-to-global map, evaluated on the host once per tensor (a table, so the kernel
+    // below stays a plain loop on any device).
+    Kokkos::View<int64_t*, MemSpace> where("mpf::initialize::where", x.extent(0));
+    auto host = Kokkos::create_mirror_view(where);
+    for (int64_t j = 0; j < int64_t(x.extent(0)); ++j) host(j) = shard.global_index(i, j);
+    Kokkos::deep_copy(where, host);
     const uint64_t stream = rng::stream_of(info.name);
     const float value = info.init == ParameterInfo::Init::One ? 1.0f : 0.0f;
     const float std = info.std;
-    if (info.init == ParameterInfo::Init::Normal) {
-      for_each(
-          "mpf::initialize", n, KOKKOS_LAMBDA(int64_t j) {
-            x(j) = std * rng::normal(seed, stream, static_cast<uint64_t>(j));
-          });
-    } else {
-      for_each(
-          "mpf::initialize", n, KOKKOS_LAMBDA(int64_t j) { x(j) = value; });
-    }
+    const bool normal = info.init == ParameterInfo::Init::Normal;
+    for_each(
+        "mpf::initialize", int64_t(x.extent(0)), KOKKOS_LAMBDA(int64_t j) {
+          const int64_t g = where(j);
+          if (g < 0) {
+            x(j) = 0.0f;  // a padded vocabulary row
+          } else {
+            x(j) = normal ? std * rng::normal(seed, stream, static_cast<uint64_t>(g)) : value;
+          }
+        });
   }
+}
+
+void initialize(Parameters& params, uint64_t seed) {
+  initialize(params, make_tp_shard(params.cfg, 0, 1), seed);
 }
 
 }  // namespace mpf

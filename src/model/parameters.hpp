@@ -51,20 +51,27 @@ std::array<int64_t, kNumParameterTensors> parameter_sizes(const GPTConfig& cfg);
 // residual projections (attprojw, fcprojw) scaled by 1/sqrt(2L); zero biases; LayerNorm 1 / 0.
 std::array<ParameterInfo, kNumParameterTensors> parameter_infos(const GPTConfig& cfg);
 
-// One slab and its named views.
+struct TpShard;
+
+// One slab and its named views: the whole model, or one tensor-parallel rank's shard of it.
 struct Parameters {
-  GPTConfig cfg;
+  GPTConfig cfg;                                      // the full model
+  std::array<int64_t, kNumParameterTensors> sizes{};  // local sizes of the 16 tensors
   Slab slab;
   ParameterTensors t;
   int64_t count = 0;
 
-  // Allocates a zeroed slab; `label` names it ("mpf::params", "mpf::grads").
+  // Allocates a zeroed slab for `shard`'s part of the model; `label` names it ("mpf::params").
+  static Parameters allocate(const TpShard& shard, const std::string& label);
+  // The whole model (one rank, no tensor parallelism).
   static Parameters allocate(const GPTConfig& cfg, const std::string& label);
 };
 
 // Fills every tensor from (seed, tensor name, element index) with a counter-based RNG (DESIGN.md
-// invariant 1). The index is the element's position in the logical (unpadded) tensor, and the
-// padded token rows are zero, so the values do not depend on padding or on which rank holds them.
+// invariant 1). The index is the element's position in the serial, unpadded tensor (the shard
+// maps local to global), and padded token rows are zero, so no value depends on padding or on
+// which rank holds it.
+void initialize(Parameters& params, const TpShard& shard, uint64_t seed);
 void initialize(Parameters& params, uint64_t seed);
 
 }  // namespace mpf

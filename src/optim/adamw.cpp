@@ -12,7 +12,7 @@ AdamW::AdamW(const AdamWConfig& cfg, const Parameters& params)
 void AdamW::step(Parameters& params, const Parameters& grads, float lr, float grad_scale) {
   ++t_;
   const auto infos = parameter_infos(params.cfg);
-  const auto sizes = parameter_sizes(params.cfg);
+  const auto& sizes = params.sizes;
   int64_t offset = 0;
   for (int i = 0; i < kNumParameterTensors; ++i) {
     adamw_update(params.slab.data() + offset, grads.slab.data() + offset, m_.data() + offset,

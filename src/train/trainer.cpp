@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "core/parallel.hpp"
 #include "io/llmc_checkpoint.hpp"
 #include "model/gpt.hpp"
+#include "model/shard.hpp"
 #include "mpiformer/config.hpp"
 #include "optim/grad_norm.hpp"
 #include "train/step_log.hpp"
@@ -99,21 +101,22 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   grid_ = std::make_unique<Grid>(world, opts.tp, opts.pp, opts.dp);
   require(opts.pp == 1, "--pp " + std::to_string(opts.pp) +
                             ": pipeline parallelism is not available yet; use --pp 1");
-  require(opts.tp == 1, "--tp " + std::to_string(opts.tp) +
-                            ": tensor parallelism is not available yet; use --tp 1");
+  shard_ = make_tp_shard(cfg_, grid_->tp_rank(), grid_->tp_size());
   require(opts.batch % grid_->dp_size() == 0,
           "--batch " + std::to_string(opts.batch) + " does not split over " +
               std::to_string(grid_->dp_size()) + " data-parallel ranks; use a multiple of " +
               std::to_string(grid_->dp_size()));
   local_batch_ = opts.batch / grid_->dp_size();
 
-  params_ = Parameters::allocate(cfg_, "mpf::params");
-  grads_ = Parameters::allocate(cfg_, "mpf::grads");
+  params_ = Parameters::allocate(shard_, "mpf::params");
+  grads_ = Parameters::allocate(shard_, "mpf::grads");
   if (loaded.empty()) {
-    initialize(params_, opts.seed);
+    initialize(params_, shard_, opts.seed);
   } else {
-    Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(loaded.data(),
-                                                                                  loaded.size());
+    std::vector<float> local;
+    extract_shard(shard_, loaded, local);
+    Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(local.data(),
+                                                                                  local.size());
     Kokkos::deep_copy(params_.slab, host);
   }
   AdamWConfig adam;
@@ -122,8 +125,8 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   adam.eps = opts.eps;
   adam.weight_decay = opts.weight_decay;
   optimizer_ = std::make_unique<AdamW>(adam, params_);
-  acts_ = Activations::allocate(cfg_, local_batch_, opts.seq_len);
-  buffers_ = BackwardBuffers::allocate(cfg_, local_batch_, opts.seq_len);
+  acts_ = Activations::allocate(shard_, local_batch_, opts.seq_len);
+  buffers_ = BackwardBuffers::allocate(shard_, local_batch_, opts.seq_len);
   const int64_t n_tokens = int64_t(local_batch_) * opts.seq_len;
   inputs_ = Tokens("mpf::inputs", n_tokens);
   targets_ = Tokens("mpf::targets", n_tokens);
@@ -151,19 +154,44 @@ double TrainingRun::validate() {
   double total = 0.0;
   for (int i = 0; i < opts_.val_steps; ++i) {
     load_batch(*val_data_);
-    gpt_forward(acts_, params_.t, inputs_, targets_);
+    gpt_forward(acts_, params_.t, inputs_, targets_, grid_->tp_comm());
     total += global_mean_loss();
   }
   return total / opts_.val_steps;
 }
 
+double TrainingRun::global_grad_norm() const {
+  double local = 0.0;
+  auto views = grads_.t.list();
+  for (int i = 0; i < kNumParameterTensors; ++i) {
+    if (shard_.is_split(i) || grid_->tp_rank() == 0) {
+      local += sum_of_squares(views[i]->data(), int64_t(views[i]->extent(0)));
+    }
+  }
+  // After the DP sum every DP rank holds the same gradient: only the TP shards differ.
+  return std::sqrt(allreduce_sum(local, grid_->tp_comm()));
+}
+
 void TrainingRun::save_checkpoint() const {
-  if (opts_.save_llmc.empty() || !is_root()) return;
-  std::vector<float> host(params_.count);
-  Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(host.data(),
-                                                                                host.size());
+  // DP replicas are identical: the TP group of DP rank 0 gathers its shards to its TP rank 0,
+  // which is world rank 0, and that rank writes.
+  if (opts_.save_llmc.empty() || grid_->dp_rank() != 0) return;
+  std::vector<float> local(params_.count);
+  Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(local.data(),
+                                                                                local.size());
   Kokkos::deep_copy(view, params_.slab);
-  write_checkpoint(opts_.save_llmc, cfg_, host);
+  const int T = grid_->tp_size();
+  std::vector<float> shards(is_root() ? local.size() * T : 0);
+  require(local.size() <= size_t(INT_MAX),
+          "a tensor-parallel shard over 2^31 floats cannot be saved");
+  MPF_MPI_CHECK(MPI_Gather(local.data(), int(local.size()), MPI_FLOAT, shards.data(),
+                           int(local.size()), MPI_FLOAT, 0, grid_->tp_comm()));
+  if (!is_root()) return;
+  std::vector<float> full(parameter_count(cfg_), 0.0f);
+  for (int r = 0; r < T; ++r) {
+    place_shard(make_tp_shard(cfg_, r, T), shards.data() + r * local.size(), full);
+  }
+  write_checkpoint(opts_.save_llmc, cfg_, full);
   std::printf("saved %s\n", opts_.save_llmc.c_str());
 }
 
@@ -228,15 +256,14 @@ std::vector<double> TrainingRun::train() {
     phases.mark(PhaseTimers::kData);
     fill(grads_.slab.data(), grads_.count, 0.0f);
     phases.mark(PhaseTimers::kZeroGrad);
-    gpt_forward(acts_, params_.t, inputs_, targets_);
+    gpt_forward(acts_, params_.t, inputs_, targets_, grid_->tp_comm());
     last_loss = global_mean_loss();
     phases.mark(PhaseTimers::kForward);
-    gpt_backward(grads_.t, buffers_, acts_, params_.t, inputs_, targets_, dloss);
+    gpt_backward(grads_.t, buffers_, acts_, params_.t, inputs_, targets_, dloss, grid_->tp_comm());
     phases.mark(PhaseTimers::kBackward);
     allreduce_sum(grads_.slab.data(), grads_.count, grid_->dp_comm());
     phases.mark(PhaseTimers::kDpComm);
-    // After the DP sum every rank holds the same full gradient: its norm needs no collective.
-    const double norm = std::sqrt(sum_of_squares(grads_.slab.data(), grads_.count));
+    const double norm = global_grad_norm();
     const float lr = learning_rate(schedule_, step - 1);
     optimizer_->step(params_, grads_, lr, clip_scale(norm, opts_.grad_clip));
     phases.mark(PhaseTimers::kOptimizer);

@@ -44,6 +44,8 @@ class TrainingRun {
 
   // Mean loss of the current global batch after a forward pass (every rank gets it).
   double global_mean_loss() const;
+  // The global gradient norm: split tensors summed over the TP ranks, replicated ones once.
+  double global_grad_norm() const;
 
  private:
   void load_batch(DataLoader& loader);
@@ -59,6 +61,7 @@ class TrainingRun {
   LRSchedule schedule_;
   std::unique_ptr<DataLoader> train_data_, val_data_;
   std::string val_name_;
+  TpShard shard_;
   Parameters params_, grads_;
   std::unique_ptr<AdamW> optimizer_;
   Activations acts_;

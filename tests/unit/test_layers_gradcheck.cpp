@@ -120,14 +120,16 @@ TEST(LayerGradients, CrossEntropyIgnoresPaddedColumns) {
   const int N = 4, V = 11, Vp = 16;
   const float dloss = 0.37f;
   // The forward overwrites its input with probabilities: each evaluation works on a copy.
-  Slab logits = random_slab("logits", N * Vp, 3.0f), work("work", N * Vp), losses("losses", N);
+  Slab logits = random_slab("logits", N * Vp, 3.0f), work("work", N * Vp), losses("losses", N),
+       stats("stats", 3 * N);
   Tokens targets("targets", N);
   auto ht = Kokkos::create_mirror_view(targets);
   for (int n = 0; n < N; ++n) ht(n) = (3 * n + 2) % V;
   Kokkos::deep_copy(targets, ht);
   auto loss = [&] {
     Kokkos::deep_copy(work, logits);
-    cross_entropy_forward(view(losses), view(work), targets, N, V, Vp);
+    cross_entropy_forward(view(losses), view(work), view(stats), targets, N, V, 0, Vp,
+                          MPI_COMM_SELF);
     const std::vector<float> l = to_host(losses);
     double s = 0;
     for (float x : l) s += dloss * double(x);
@@ -135,7 +137,7 @@ TEST(LayerGradients, CrossEntropyIgnoresPaddedColumns) {
   };
   loss();
   Slab dlogits("dlogits", N * Vp);
-  cross_entropy_backward_input(view(dlogits), view(work), targets, dloss, N, Vp);
+  cross_entropy_backward_input(view(dlogits), view(work), targets, dloss, N, 0, Vp);
   const std::vector<float> d = to_host(dlogits);
   expect_gradient_matches(logits, d, loss, spread(N * Vp, 64), "dlogits", 1e-2f);
   for (int n = 0; n < N; ++n) {
@@ -156,11 +158,11 @@ TEST(LayerGradients, EncoderWeights) {
   Kokkos::deep_copy(
       dout, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(R.data(), R.size()));
   auto loss = [&] {
-    encoder_forward(view(out), tokens, view(wte), view(wpe), B, T, C);
+    encoder_forward(view(out), tokens, view(wte), view(wpe), B, T, C, 0, V, true);
     return weighted_sum(out, R);
   };
   loss();
-  encoder_backward_weight(view(dwte), view(dwpe), view(dout), tokens, B, T, C);
+  encoder_backward_weight(view(dwte), view(dwpe), view(dout), tokens, B, T, C, 0, V);
   expect_gradient_matches(wte, to_host(dwte), loss, spread(V * C), "dwte");
   expect_gradient_matches(wpe, to_host(dwpe), loss, spread(maxT * C), "dwpe");
 }

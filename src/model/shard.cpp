@@ -1,0 +1,142 @@
+#include "model/shard.hpp"
+
+#include "core/error.hpp"
+
+namespace mpf {
+
+namespace {
+enum class Split { Replicated, Rows, QkvRows, Columns, VocabRows };
+// The split of each tensor and the length of one of its rows (serial shape, per layer).
+struct Layout {
+  Split split;
+  int64_t row;  // elements per row of the serial tensor
+};
+
+std::array<Layout, kNumParameterTensors> layouts(const GPTConfig& cfg) {
+  const int64_t C = cfg.channels;
+  return {{{Split::VocabRows, C},
+           {Split::Replicated, C},
+           {Split::Replicated, C},
+           {Split::Replicated, C},
+           {Split::QkvRows, C},
+           {Split::QkvRows, 1},
+           {Split::Columns, C},
+           {Split::Replicated, C},
+           {Split::Replicated, C},
+           {Split::Replicated, C},
+           {Split::Rows, C},
+           {Split::Rows, 1},
+           {Split::Columns, 4 * C},
+           {Split::Replicated, C},
+           {Split::Replicated, C},
+           {Split::Replicated, C}}};
+}
+
+constexpr bool per_layer(int tensor) {
+  return tensor >= 2 && tensor <= 13;
+}
+}  // namespace
+
+TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size) {
+  const std::string layout = " over --tp " + std::to_string(size);
+  require(cfg.heads % size == 0, "the model's " + std::to_string(cfg.heads) +
+                                     " heads do not split" + layout +
+                                     "; choose a --tp that divides the number of heads");
+  TpShard s;
+  s.rank = rank;
+  s.size = size;
+  s.cfg = cfg;
+  s.heads = cfg.heads / size;
+  s.attn = cfg.channels / size;
+  s.fc = 4 * cfg.channels / size;
+  // Megatron pads the vocabulary to a multiple of 128·T so every shard tiles alike; the padded
+  // rows are zero and outside the softmax, so the maths does not depend on the padding.
+  s.vocab_padded = size == 1 ? cfg.padded_vocab : pad_vocab(cfg.padded_vocab, 128 * size);
+  s.vocab_shard = s.vocab_padded / size;
+  s.vocab_begin = rank * s.vocab_shard;
+  return s;
+}
+
+std::array<int64_t, kNumParameterTensors> TpShard::sizes() const {
+  std::array<int64_t, kNumParameterTensors> out = parameter_sizes(cfg);
+  const auto lay = layouts(cfg);
+  for (int i = 0; i < kNumParameterTensors; ++i) {
+    if (lay[i].split == Split::VocabRows) {
+      out[i] = int64_t(vocab_shard) * cfg.channels;
+    } else if (lay[i].split != Split::Replicated) {
+      out[i] /= size;
+    }
+  }
+  return out;
+}
+
+bool TpShard::is_split(int tensor) const {
+  return layouts(cfg)[tensor].split != Split::Replicated;
+}
+
+int64_t TpShard::global_index(int tensor, int64_t j) const {
+  const Layout lay = layouts(cfg)[tensor];
+  const int64_t C = cfg.channels;
+  if (lay.split == Split::Replicated) return j;
+  if (lay.split == Split::VocabRows) {
+    const int64_t row = vocab_begin + j / C;
+    return row < cfg.vocab ? row * C + j % C : -1;
+  }
+  // Per-layer tensors: split the index into (layer, element within the layer).
+  const int64_t global_layer = parameter_sizes(cfg)[tensor] / cfg.layers;
+  const int64_t local_layer = global_layer / size;
+  const int64_t l = per_layer(tensor) ? j / local_layer : 0, k = j % local_layer;
+  int64_t g = 0;
+  switch (lay.split) {
+    case Split::Rows: {  // local row r of rows_per_rank
+      const int64_t rows_per_rank = local_layer / lay.row;
+      g = (rank * rows_per_rank + k / lay.row) * lay.row + k % lay.row;
+      break;
+    }
+    case Split::QkvRows: {  // local rows [Q_r | K_r | V_r], each `attn` rows
+      const int64_t local_row = k / lay.row, part = local_row / attn, i = local_row % attn;
+      g = (part * C + int64_t(rank) * attn + i) * lay.row + k % lay.row;
+      break;
+    }
+    case Split::Columns: {  // every row keeps columns [r·row/T, (r+1)·row/T)
+      const int64_t cols = lay.row / size;
+      g = (k / cols) * lay.row + int64_t(rank) * cols + k % cols;
+      break;
+    }
+    default:
+      break;
+  }
+  return l * global_layer + g;
+}
+
+namespace {
+// Calls f(local index, index in the full llm.c vector) for every element this shard holds.
+template <class F>
+void for_each_element(const TpShard& shard, F f) {
+  const auto full_sizes = parameter_sizes(shard.cfg);
+  const auto local_sizes = shard.sizes();
+  int64_t full_offset = 0, local_offset = 0;
+  for (int i = 0; i < kNumParameterTensors; ++i) {
+    for (int64_t j = 0; j < local_sizes[i]; ++j) {
+      const int64_t g = shard.global_index(i, j);
+      if (g >= 0) f(local_offset + j, full_offset + g);
+    }
+    full_offset += full_sizes[i];
+    local_offset += local_sizes[i];
+  }
+}
+}  // namespace
+
+void extract_shard(const TpShard& shard, const std::vector<float>& full,
+                   std::vector<float>& local) {
+  int64_t n = 0;
+  for (int64_t s : shard.sizes()) n += s;
+  local.assign(n, 0.0f);  // padded vocabulary rows stay zero
+  for_each_element(shard, [&](int64_t j, int64_t g) { local[j] = full[g]; });
+}
+
+void place_shard(const TpShard& shard, const float* local, std::vector<float>& full) {
+  for_each_element(shard, [&](int64_t j, int64_t g) { full[g] = local[j]; });
+}
+
+}  // namespace mpf

@@ -1,0 +1,51 @@
+// Which part of the serial model a tensor-parallel rank holds (Megatron's splits, seed 003):
+//   qkvw, qkvb   column-parallel by heads: rows of heads [r·NH/T, (r+1)·NH/T) of each of the Q, K
+//                and V blocks, kept as a local [Q_r | K_r | V_r]
+//   attprojw     row-parallel: input columns [r·C/T, (r+1)·C/T)
+//   fcw, fcb     column-parallel: rows [r·4C/T, (r+1)·4C/T)
+//   fcprojw      row-parallel: input columns [r·4C/T, (r+1)·4C/T)
+//   wte          vocab-parallel: rows [r·Vp/T, (r+1)·Vp/T), Vp padded to a multiple of 128·T
+//   the rest     (LayerNorms, wpe, attprojb, fcprojb) replicated
+// global_index() maps a local element to its place in the serial tensor, which is what makes
+// initialisation, checkpoint loading and saving independent of the layout (DESIGN.md inv. 1).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/parameters.hpp"
+
+namespace mpf {
+
+struct TpShard {
+  int rank = 0, size = 1;
+  GPTConfig cfg;         // the full model
+  int heads = 0;         // local heads, NH / T
+  int attn = 0;          // local width of Q, K and V: C / T
+  int fc = 0;            // local fc width: 4C / T
+  int vocab_padded = 0;  // Vp over all ranks (cfg.padded_vocab when T = 1)
+  int vocab_shard = 0;   // local rows of wte: vocab_padded / T
+  int vocab_begin = 0;   // first global vocabulary row held here
+
+  // Local sizes of the 16 tensors, in llm.c order.
+  std::array<int64_t, kNumParameterTensors> sizes() const;
+  // Is tensor i split over the TP ranks (or replicated on each)?
+  bool is_split(int tensor) const;
+  // The index, in the serial (unpadded for wte) tensor, of local element j of tensor i; -1 for a
+  // padded vocabulary row, which holds no parameter.
+  int64_t global_index(int tensor, int64_t j) const;
+};
+
+// Throws InputError when the heads (hence the channels and the fc width) do not divide over the
+// tp ranks.
+TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size);
+
+// `full` is a whole model in llm.c's order (as in a checkpoint, cfg.padded_vocab rows of wte).
+// Copies this shard's elements out of it into `local`, laid out as the shard's slab.
+void extract_shard(const TpShard& shard, const std::vector<float>& full, std::vector<float>& local);
+// Writes a shard's elements (its slab layout) into their places in `full`.
+void place_shard(const TpShard& shard, const float* local, std::vector<float>& full);
+
+}  // namespace mpf

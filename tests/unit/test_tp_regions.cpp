@@ -1,0 +1,180 @@
+// The tensor-parallel pieces against their serial versions, rank by rank (run under mpiexec with
+// 2 and 4 ranks): every rank computes the serial result itself and checks its shard's part.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <vector>
+
+#include "model/layers/cross_entropy.hpp"
+#include "model/layers/encoder.hpp"
+#include "model/layers/linear.hpp"
+#include "model/shard.hpp"
+#include "parallel/tp_regions.hpp"
+#include "test_helpers.hpp"
+
+namespace mpf {
+
+using test::random_slab;
+using test::to_host;
+using test::view;
+
+namespace {
+int rank_of(MPI_Comm c) {
+  int r = 0;
+  MPI_Comm_rank(c, &r);
+  return r;
+}
+int size_of(MPI_Comm c) {
+  int s = 1;
+  MPI_Comm_size(c, &s);
+  return s;
+}
+Slab from_host(const std::vector<float>& v, const char* label) {
+  Slab s(std::string(label), v.size());
+  auto h = Kokkos::create_mirror_view(s);
+  for (size_t i = 0; i < v.size(); ++i) h(i) = v[i];
+  Kokkos::deep_copy(s, h);
+  return s;
+}
+}  // namespace
+
+// f: identity forward, all-reduce backward; g: all-reduce forward, identity backward.
+TEST(TpRegions, FAndGSumOverRanks) {
+  const MPI_Comm tp = MPI_COMM_WORLD;
+  const int r = rank_of(tp), T = size_of(tp);
+  std::vector<float> x(5), expected(5);
+  for (int i = 0; i < 5; ++i) {
+    x[i] = float(r + 1) * (i + 1);
+    expected[i] = float(T * (T + 1) / 2) * (i + 1);
+  }
+  std::vector<float> y = x;
+  tp::copy_to_region_backward(y.data(), 5, tp);
+  EXPECT_EQ(y, expected);
+  tp::reduce_from_region_forward(x.data(), 5, tp);
+  EXPECT_EQ(x, expected);
+  float solo = 3.0f;
+  tp::reduce_from_region_forward(&solo, 1, MPI_COMM_SELF);  // a 1-rank region is the identity
+  EXPECT_EQ(solo, 3.0f);
+}
+
+// Column-parallel then row-parallel (the MLP's f ... g): the shards' partial outputs sum to the
+// serial product, with the bias seeded once.
+TEST(TpRegions, ColumnThenRowParallelLinearEqualsSerial) {
+  const MPI_Comm tp = MPI_COMM_WORLD;
+  const int r = rank_of(tp), T = size_of(tp);
+  const int N = 6, C = 8, H = 4 * T;  // hidden width divides over the ranks
+  const std::vector<float> x = to_host(random_slab("x", N * C)),
+                           w1 = to_host(random_slab("w1", H * C)),
+                           w2 = to_host(random_slab("w2", C * H)),
+                           b2 = to_host(random_slab("b2", C));
+  // Serial: y = (x · w1ᵀ) · w2ᵀ + b2.
+  Slab hs("hs", N * H), ys("ys", N * C);
+  const Tensor none;
+  linear_forward(view(hs), none, view(from_host(x, "x")), view(from_host(w1, "w1")), none, N, C, H);
+  linear_forward(view(ys), none, view(hs), view(from_host(w2, "w2")), view(from_host(b2, "b2")), N,
+                 H, C);
+  // Rank r: rows [r·H/T, (r+1)·H/T) of w1, the same columns of w2.
+  const int h = H / T;
+  std::vector<float> w1r(h * C), w2r(C * h);
+  for (int i = 0; i < h; ++i) {
+    for (int c = 0; c < C; ++c) w1r[i * C + c] = w1[(r * h + i) * C + c];
+  }
+  for (int o = 0; o < C; ++o) {
+    for (int i = 0; i < h; ++i) w2r[o * h + i] = w2[o * H + r * h + i];
+  }
+  Slab hr("hr", N * h), yr("yr", N * C);
+  linear_forward(view(hr), none, view(from_host(x, "x")), view(from_host(w1r, "w1r")), none, N, C,
+                 h);
+  linear_forward(view(yr), none, view(hr), view(from_host(w2r, "w2r")),
+                 r == 0 ? view(from_host(b2, "b2")) : none, N, h, C);
+  tp::reduce_from_region_forward(yr.data(), N * C, tp);
+  const std::vector<float> a = to_host(ys), b = to_host(yr);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5f * (1 + std::fabs(a[i]))) << i;
+}
+
+// The vocab-parallel cross-entropy: losses equal the serial ones on every rank, and each rank's
+// dlogits are its columns of the serial dlogits, with padded columns zero.
+TEST(TpRegions, VocabParallelCrossEntropyEqualsSerial) {
+  const MPI_Comm tp = MPI_COMM_WORLD;
+  const int r = rank_of(tp), T = size_of(tp);
+  const int N = 5, V = 37, Vp = pad_vocab(V, 128 * T), Vl = Vp / T;
+  const float dloss = 0.25f;
+  const std::vector<float> z = to_host(random_slab("z", N * Vp, 3.0f));
+  Tokens targets("targets", N);
+  auto ht = Kokkos::create_mirror_view(targets);
+  for (int n = 0; n < N; ++n) ht(n) = (11 * n + 3) % V;
+  Kokkos::deep_copy(targets, ht);
+  // Serial on the full logits.
+  Slab full = from_host(z, "full"), losses("losses", N), stats("stats", 3 * N);
+  cross_entropy_forward(view(losses), view(full), view(stats), targets, N, V, 0, Vp, MPI_COMM_SELF);
+  cross_entropy_backward_input(view(full), view(full), targets, dloss, N, 0, Vp);
+  // This rank's columns.
+  std::vector<float> zr(N * Vl);
+  for (int n = 0; n < N; ++n) {
+    for (int j = 0; j < Vl; ++j) zr[n * Vl + j] = z[n * Vp + r * Vl + j];
+  }
+  Slab part = from_host(zr, "part"), lossr("lossr", N), statsr("statsr", 3 * N);
+  cross_entropy_forward(view(lossr), view(part), view(statsr), targets, N, V, r * Vl, Vl, tp);
+  cross_entropy_backward_input(view(part), view(part), targets, dloss, N, r * Vl, Vl);
+  const std::vector<float> ls = to_host(losses), lr = to_host(lossr), ds = to_host(full),
+                           dr = to_host(part);
+  for (int n = 0; n < N; ++n) EXPECT_NEAR(ls[n], lr[n], 1e-5f * ls[n]) << "row " << n;
+  for (int n = 0; n < N; ++n) {
+    for (int j = 0; j < Vl; ++j) {
+      const float want = r * Vl + j < V ? ds[n * Vp + r * Vl + j] : 0.0f;
+      ASSERT_NEAR(dr[n * Vl + j], want, 1e-7f) << "row " << n << " column " << r * Vl + j;
+    }
+  }
+}
+
+// The vocab-parallel embedding: the ranks' outputs sum to the serial embedding; each rank's wte
+// gradient is its rows of the serial gradient.
+TEST(TpRegions, VocabParallelEmbeddingEqualsSerial) {
+  const MPI_Comm tp = MPI_COMM_WORLD;
+  const int r = rank_of(tp), T = size_of(tp);
+  const int B = 2, Tn = 4, C = 6, V = 20, Vl = (V + T - 1) / T, maxT = 8;
+  const std::vector<float> wte = to_host(random_slab("wte", Vl * T * C));
+  const Slab wpe = random_slab("wpe", maxT * C), dout = random_slab("dout", B * Tn * C);
+  Tokens tokens("tokens", B * Tn);
+  auto h = Kokkos::create_mirror_view(tokens);
+  const int ids[] = {0, 19, 7, 7, 12, 3, 19, 1};
+  for (int i = 0; i < B * Tn; ++i) h(i) = ids[i];
+  Kokkos::deep_copy(tokens, h);
+  Slab out("out", B * Tn * C), outr("outr", B * Tn * C), dwte("dwte", Vl * T * C),
+      dwpe("dwpe", maxT * C), dwter("dwter", Vl * C), dwper("dwper", maxT * C);
+  encoder_forward(view(out), tokens, view(from_host(wte, "wte")), view(wpe), B, Tn, C, 0, Vl * T,
+                  true);
+  encoder_backward_weight(view(dwte), view(dwpe), view(dout), tokens, B, Tn, C, 0, Vl * T);
+  const std::vector<float> mine(wte.begin() + r * Vl * C, wte.begin() + (r + 1) * Vl * C);
+  encoder_forward(view(outr), tokens, view(from_host(mine, "mine")), view(wpe), B, Tn, C, r * Vl,
+                  Vl, r == 0);
+  tp::reduce_from_region_forward(outr.data(), B * Tn * C, tp);
+  encoder_backward_weight(view(dwter), view(dwper), view(dout), tokens, B, Tn, C, r * Vl, Vl);
+  EXPECT_EQ(to_host(out), to_host(outr));  // exact: the other ranks add zeros
+  const std::vector<float> g = to_host(dwte), gr = to_host(dwter);
+  for (int i = 0; i < Vl * C; ++i) ASSERT_EQ(gr[i], g[r * Vl * C + i]) << i;
+  EXPECT_EQ(to_host(dwpe), to_host(dwper));  // wpe is replicated: every rank has its full gradient
+}
+
+// The shard map is a partition: over all ranks every serial element appears exactly once.
+TEST(TpShard, ShardsPartitionTheModel) {
+  const int T = size_of(MPI_COMM_WORLD);
+  const GPTConfig cfg{16, 50, 128, 2, 4, 8};
+  const auto full = parameter_sizes(cfg);
+  for (int i = 0; i < kNumParameterTensors; ++i) {
+    const int64_t real = i == 0 ? int64_t(cfg.vocab) * cfg.channels : full[i];
+    std::vector<int> seen(real, 0);
+    for (int r = 0; r < T; ++r) {
+      const TpShard s = make_tp_shard(cfg, r, T);
+      for (int64_t j = 0; j < s.sizes()[i]; ++j) {
+        const int64_t g = s.global_index(i, j);
+        if (g >= 0) seen.at(g) += 1;
+      }
+      if (!s.is_split(i)) break;  // replicated: one rank's copy covers it
+    }
+    for (int64_t g = 0; g < real; ++g) ASSERT_EQ(seen[g], 1) << "tensor " << i << " element " << g;
+  }
+}
+
+}  // namespace mpf
