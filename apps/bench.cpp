@@ -1,6 +1,6 @@
 // mpiformer-bench: training throughput of GPT-2 (fp32, AdamW inside the step) on this machine,
-// as a table. Runs whatever layout it is launched with (all ranks data parallel); `make bench`
-// launches it as 1 rank x 2 threads and as 2 ranks x 1 thread.
+// as a table. Runs on the ranks it is launched with: data parallel, or tensor parallel with
+// `--tp T`; `make bench` launches 1 rank x 2 threads, 2 ranks x 1 thread (DP) and TP = 2.
 //
 // The reference columns are the measurements in ../shared/notes/performance.md, taken on this
 // machine type with both cores: llm.c's CPU trainer, and PyTorch 1.13 with its environment tuned.
@@ -9,6 +9,7 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  int tp = 1;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--tp") tp = std::atoi(argv[i + 1]);
+  }
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
@@ -86,6 +91,7 @@ int main(int argc, char** argv) {
       o.steps = c.steps;
       o.val_every = 0;
       o.verbose = false;
+      o.tp = tp;
       std::vector<double> ms;
       {
         mpf::TrainingRun run(mpf::load_inputs(o, rank), MPI_COMM_WORLD);
@@ -99,7 +105,7 @@ int main(int argc, char** argv) {
       mpf::GPTConfig cfg{1024, c.vocab, mpf::pad_vocab(c.vocab), c.layers, c.heads, c.dim};
       const double mfu = mpf::flops_per_token(cfg, c.seq_len) * tokens / s / (peak_all * 1e9);
       char layout[32], llmc[16] = "-", torch[16] = "-", ratio[16] = "-";
-      std::snprintf(layout, sizeof layout, "%dr x %dt", ranks, threads);
+      std::snprintf(layout, sizeof layout, "%s%d x %dt", tp > 1 ? "tp" : "dp", ranks, threads);
       if (c.llmc_tok_s > 0) std::snprintf(llmc, sizeof llmc, "%.0f", c.llmc_tok_s);
       if (c.torch_tuned_tok_s > 0) {
         std::snprintf(torch, sizeof torch, "%.0f", c.torch_tuned_tok_s);
