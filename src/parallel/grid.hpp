@@ -19,6 +19,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 namespace mpf {
 
@@ -51,12 +52,14 @@ class Grid {
   int pp_next_rank() const { return pp_rank_ + 1; }
   int pp_prev_rank() const { return pp_rank_ - 1; }
 
-  // "world 4 = tp 1 x dp 4 x pp 1", then one line per rank with its coordinates.
+  // "world 4 = tp 1 x dp 4 x pp 1", then one line per rank with its coordinates and host, so a
+  // log shows whether every TP group stayed inside a node.
   std::string describe() const;
 
  private:
   MPI_Comm world_, tp_comm_ = MPI_COMM_NULL, dp_comm_ = MPI_COMM_NULL, pp_comm_ = MPI_COMM_NULL,
                    embedding_comm_ = MPI_COMM_NULL;
+  std::vector<std::string> hosts_;  // host of each world rank
   int world_rank_ = 0, tp_size_ = 1, dp_size_ = 1, pp_size_ = 1, tp_rank_ = 0, dp_rank_ = 0,
       pp_rank_ = 0;
 };

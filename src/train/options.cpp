@@ -161,7 +161,7 @@ TrainOptions parse_options(int argc, const char* const* argv) {
 std::string usage() {
   return R"(usage: mpiexec -n N mpiformer-train [flags]
 
-Trains GPT-2 (llm.c's model) data-parallel over N ranks. Flags take a value as `--flag V` or
+Trains GPT-2 (llm.c's model) on N ranks = tp x dp x pp (data and tensor parallel). Flags take a value as `--flag V` or
 `--flag=V`. Defaults train a small byte-level model on the built-in corpus.
 
 model

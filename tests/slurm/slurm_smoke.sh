@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# A real single-node Slurm (ci/slurm/local_cluster.sh) runs the shipped ci/slurm/cpu.sbatch on
+# 4 ranks (tp 2 x dp 2) with a tiny model: the job completes with exit code 0, its log shows the 4-rank grid and
+# a falling loss, a job that can never fit is refused at submission, and the daemons stop.
+# Exit 77 (ctest SKIP_RETURN_CODE) where the machine cannot run the daemons: not root, no apt,
+# ports 6817/6818 taken, munged or slurmctld failing. It never passes without having run the job.
+set -uo pipefail
+SRC=${MPIFORMER_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+TRAIN=${MPIFORMER_TRAIN:?set MPIFORMER_TRAIN to the mpiformer-train binary}
+CLUSTER=$SRC/ci/slurm/local_cluster.sh
+JOB_TIMEOUT=180
+
+skip() {
+  echo "slurm_smoke: SKIP: $*"
+  exit 77
+}
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
+
+[ "$(id -u)" -eq 0 ] || skip "not root (the Slurm daemons and munged need it)"
+[ -x "$TRAIN" ] || skip "no trainer at $TRAIN"
+
+WORK=$(mktemp -d /tmp/slurm_smoke.XXXXXX)
+chmod 0711 "$WORK" # munged runs as user munge and keeps its files under $WORK/cluster
+# Always stop the daemons, on any exit or interruption.
+cleanup() {
+  bash "$CLUSTER" stop "$WORK/cluster" >/dev/null 2>&1
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# Debian's slurm-wlm and munge, if missing: no apt-get update unless the install needs it.
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+  command -v apt-get >/dev/null || skip "slurm-wlm/munge missing and no apt-get"
+  t=$(now)
+  export DEBIAN_FRONTEND=noninteractive
+  apt_install() { timeout 300 apt-get install -y --no-install-recommends slurm-wlm munge; }
+  if ! apt_install >"$WORK/apt.log" 2>&1; then
+    if ! { timeout 300 apt-get update && apt_install; } >>"$WORK/apt.log" 2>&1; then
+      tail -n 5 "$WORK/apt.log"
+      skip "could not install slurm-wlm munge with apt-get"
+    fi
+  fi
+  echo "installed slurm-wlm munge in $(since "$t")"
+fi
+
+t=$(now)
+if ! bash "$CLUSTER" start "$WORK/cluster" >"$WORK/start.log" 2>&1; then
+  cat "$WORK/start.log"
+  skip "the Slurm daemons cannot run here: $(grep 'local_cluster:' "$WORK/start.log" | tail -n 1)"
+fi
+echo "cluster up in $(since "$t")"
+export SLURM_CONF=$WORK/cluster/slurm.conf
+# Shared memory only: no TCP, no network devices probed.
+export UCX_TLS=self,sm UCX_NET_DEVICES=lo
+
+# The job script's variables, as a site would set them; all of them, so nothing leaks in from the
+# caller's environment.
+export MPIFORMER_TRAIN=$TRAIN TP=2 PP=1 DP=2 DATA=builtin:train VAL_DATA='' INIT_FROM='' \
+  MODEL="--layers 2 --heads 2 --dim 64" STEPS=30 BATCH=8 SEQ_LEN=32 EXTRA_ARGS="--val-every 0" \
+  LAUNCHER=srun SRUN_MPI=pmi2 CPU_BIND=cores SITE_UCX_TLS='' SITE_UCX_NET_DEVICES=''
+
+# 1. The CPU job on 4 ranks. The partition allows 30 min, the script asks for 1 h: ask for 10.
+t=$(now)
+if ! id=$(timeout 30 sbatch --parsable --chdir="$WORK" --ntasks=4 --ntasks-per-node=4 --time=10 \
+  "$SRC/ci/slurm/cpu.sbatch" 2>"$WORK/sbatch.err"); then
+  cat "$WORK/sbatch.err"
+  bad "sbatch refused the job"
+  id=
+fi
+log=$WORK/mpiformer-$id.log
+if [ -n "$id" ]; then
+  # squeue lists the job until it has finished (then prints nothing).
+  deadline=$((SECONDS + JOB_TIMEOUT))
+  while [ -n "$(timeout 10 squeue -h -j "$id" 2>/dev/null)" ]; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      bad "job $id still in the queue after $JOB_TIMEOUT s; cancelled"
+      timeout 10 scancel "$id"
+      break
+    fi
+    sleep 0.1
+  done
+  echo "job $id finished in $(since "$t")"
+  info=$(timeout 10 scontrol -o show job "$id" 2>&1)
+  state=$(grep -o 'JobState=[A-Z_]*' <<<"$info")
+  code=$(grep -o ' ExitCode=[0-9:]*' <<<"$info" | tr -d ' ')
+  if [ "$state" = JobState=COMPLETED ] && [ "$code" = ExitCode=0:0 ]; then
+    ok "job $id: $state $code"
+  else
+    bad "job $id: ${state:-no state} ${code:-no exit code} ($info)"
+  fi
+  if grep -q "^grid: world 4 = tp 2 x dp 2 x pp 1" "$log" 2>/dev/null &&
+    [ "$(grep -cE '^  rank [0-3]: tp [01] dp [01] pp 0( @ .*)?$' "$log")" -eq 4 ]; then
+    ok "grid: one 4-rank MPI world (PMI2) as tp 2 x dp 2, 4 rank lines"
+  else
+    bad "no 4-rank grid in the job log"
+  fi
+  losses=$(grep -E '^step [0-9]+/30 \| loss ' "$log" 2>/dev/null |
+    sed -E 's/.*\| loss ([0-9.]+) .*/\1/')
+  first=$(head -n 1 <<<"$losses")
+  last=$(tail -n 1 <<<"$losses")
+  if [ "$(wc -l <<<"$losses")" -eq 30 ] && [ -n "$first" ] &&
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }'; then
+    ok "30 steps, loss $first -> $last"
+  else
+    bad "loss did not fall by 0.5 over 30 steps: '${first:-none}' -> '${last:-none}'"
+  fi
+  if grep -q '^summary | steps 30 | final loss' "$log" 2>/dev/null; then
+    ok "summary line"
+  else
+    bad "no summary line"
+  fi
+fi
+
+# 2. A job that can never fit (64 CPUs on an 8-CPU node) is refused at once (EnforcePartLimits=ALL)
+#    instead of pending forever.
+t=$(now)
+if neg=$(timeout 30 sbatch --parsable --chdir="$WORK" --ntasks=64 --time=10 \
+  "$SRC/ci/slurm/cpu.sbatch" 2>"$WORK/neg.err"); then
+  bad "a 64-CPU job was accepted (job $neg) instead of refused"
+  timeout 10 scancel "$neg"
+elif grep -q 'More processors requested than permitted' "$WORK/neg.err"; then
+  ok "a 64-CPU job is refused at submission ($(since "$t")): $(cat "$WORK/neg.err")"
+else
+  bad "the 64-CPU job failed for another reason: $(cat "$WORK/neg.err")"
+fi
+
+# 3. The daemons stop cleanly.
+t=$(now)
+bash "$CLUSTER" stop "$WORK/cluster" >/dev/null 2>&1
+bash "$CLUSTER" status "$WORK/cluster" >"$WORK/status.txt" 2>&1
+if grep -q 'running (PID' "$WORK/status.txt"; then
+  bad "daemons still running after stop: $(cat "$WORK/status.txt")"
+else
+  ok "daemons stopped ($(since "$t"))"
+fi
+
+if [ "$failed" -gt 0 ]; then
+  echo "--- job log ($log)"
+  cat "$log" 2>/dev/null || echo "(none)"
+  for f in slurmctld.log slurmd.log; do
+    echo "--- $f (last 30 lines)"
+    tail -n 30 "$WORK/cluster/$f" 2>/dev/null
+  done
+fi
+echo "slurm_smoke: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
