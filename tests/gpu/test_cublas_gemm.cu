@@ -2,7 +2,8 @@
 // gemm and gemm_strided_batched for all four transpose combinations, with padded leading
 // dimensions, padded batch strides, alpha and beta. Without a CUDA device every test is skipped
 // (GTEST_SKIP with the reason), never passed.
-//   built and run by ci/check_cuda.sh: nvcc ... test_cublas_gemm.cu gemm_cublas.o -lcublas -lgtest_main
+//   built and run by ci/check_cuda.sh: nvcc ... test_cublas_gemm.cu gemm_cublas.o -lcublas
+//   -lgtest_main
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -28,10 +29,10 @@ std::string no_device_reason() {
   return "";
 }
 
-#define SKIP_WITHOUT_DEVICE()                              \
-  do {                                                     \
-    const std::string reason = no_device_reason();         \
-    if (!reason.empty()) GTEST_SKIP() << reason;           \
+#define SKIP_WITHOUT_DEVICE()                      \
+  do {                                             \
+    const std::string reason = no_device_reason(); \
+    if (!reason.empty()) GTEST_SKIP() << reason;   \
   } while (0)
 
 // A device copy of a host vector, freed on scope exit.
@@ -101,7 +102,9 @@ void expect_near_all(const std::vector<float>& got, const std::vector<float>& wa
     EXPECT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << "element " << i;
 }
 
-std::string op_name(Op op) { return op == Op::N ? "N" : "T"; }
+std::string op_name(Op op) {
+  return op == Op::N ? "N" : "T";
+}
 
 class CublasGemm : public ::testing::TestWithParam<std::tuple<Op, Op>> {};
 
@@ -115,8 +118,8 @@ TEST_P(CublasGemm, MatchesHostReference) {
   auto C = random_vector(size_t(s.M) * s.ldc(), 3);  // beta != 0: C is read
 
   DeviceBuffer dA(A), dB(B), dC(C);
-  mpf::backend::gemm(op_a, op_b, s.M, s.N, s.K, alpha, dA.get(), s.lda(op_a), dB.get(),
-                     s.ldb(op_b), beta, dC.get(), s.ldc());
+  mpf::backend::gemm(op_a, op_b, s.M, s.N, s.K, alpha, dA.get(), s.lda(op_a), dB.get(), s.ldb(op_b),
+                     beta, dC.get(), s.ldc());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   reference_gemm(op_a, op_b, s.M, s.N, s.K, alpha, A.data(), s.lda(op_a), B.data(), s.ldb(op_b),
