@@ -19,7 +19,9 @@ void check(cublasStatus_t status, const char* what) {
   }
 }
 
-cublasOperation_t to_cublas(Op op) { return op == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
+cublasOperation_t to_cublas(Op op) {
+  return op == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T;
+}
 
 // One handle per process, created on first use and bound to the stream set by bind_stream.
 cublasHandle_t handle() {

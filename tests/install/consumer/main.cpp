@@ -11,7 +11,7 @@ int main() {
   const int padded = mpf::pad_vocab(50257);
   std::printf("mpiformer %s: pad_vocab(50257) = %d\n", MPIFORMER_VERSION, padded);
   if (padded != 50304) return 1;
-  // A 1x1x1 product through the installed backend (host memory: CPU backend only).
+    // A 1x1x1 product through the installed backend (host memory: CPU backend only).
 #if !CONSUMER_CUDA_BACKEND
   const float a = 2.0f, b = 3.0f;
   float c = 1.0f;
