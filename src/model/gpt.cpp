@@ -164,16 +164,23 @@ void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens
 
 void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& acts,
                   const ParameterTensors& params, const Tokens& inputs, const Tokens& targets,
-                  float dloss, MPI_Comm tp) {
+                  float dloss, MPI_Comm tp, const std::function<void(int event)>& grads_final) {
+  const int L = acts.cfg.layers;
+  auto final_after = [&](int event) {
+    if (grads_final) grads_final(event);
+  };
   head_backward_input(buf, acts, params, targets, dloss, tp);
   head_backward_weight(grads, buf, acts);
+  final_after(0);
   int cur = 0;  // buf.dresidual[cur] holds the gradient of the current block's output
-  for (int l = acts.cfg.layers - 1; l >= 0; --l) {
+  for (int l = L - 1; l >= 0; --l) {
     block_backward_input(buf, buf.dresidual[1 - cur], buf.dresidual[cur], acts, params, l, tp);
     block_backward_weight(grads, buf, buf.dresidual[cur], acts, l);
+    final_after(1 + (L - 1 - l));
     cur = 1 - cur;
   }
   embedding_backward_weight(grads, buf.dresidual[cur], acts, inputs);
+  final_after(L + 1);
 }
 
 }  // namespace mpf

@@ -11,6 +11,8 @@
 
 #include <mpi.h>
 
+#include <functional>
+
 #include "core/types.hpp"
 #include "model/activations.hpp"
 #include "model/parameters.hpp"
@@ -50,8 +52,13 @@ void embedding_backward_weight(ParameterTensors& grads, Tensor dout, const Activ
 void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
                  const Tokens& targets, MPI_Comm tp = MPI_COMM_SELF);
 // Accumulates (+=) every parameter gradient; B then W per piece, last block first.
+// grads_final(e), if given, is called after each piece's W with the backward event e: 0 after the
+// head, 1 + (L − 1 − l) after block l, L + 1 after the embedding. Gradients a piece's W writes are
+// final (for this batch) once its event has passed, which is when a data-parallel bucket may start
+// its reduction.
 void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& acts,
                   const ParameterTensors& params, const Tokens& inputs, const Tokens& targets,
-                  float dloss, MPI_Comm tp = MPI_COMM_SELF);
+                  float dloss, MPI_Comm tp = MPI_COMM_SELF,
+                  const std::function<void(int event)>& grads_final = {});
 
 }  // namespace mpf

@@ -59,12 +59,12 @@ std::array<ParameterInfo, kNumParameterTensors> parameter_infos(const GPTConfig&
            {"lnfb", I::Zero, 0, false}}};
 }
 
-Parameters Parameters::allocate(const TpShard& shard, const std::string& label) {
+Parameters Parameters::allocate(const TpShard& shard, const std::string& label, int pad_to) {
   Parameters p;
   p.cfg = shard.cfg;
   p.sizes = shard.sizes();
   for (int64_t s : p.sizes) p.count += s;
-  p.slab = Slab(label, p.count);
+  p.slab = Slab(label, (p.count + pad_to - 1) / pad_to * pad_to);
   auto views = p.t.list();
   int64_t offset = 0;
   for (int i = 0; i < kNumParameterTensors; ++i) {

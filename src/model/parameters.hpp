@@ -62,7 +62,8 @@ struct Parameters {
   int64_t count = 0;
 
   // Allocates a zeroed slab for `shard`'s part of the model; `label` names it ("mpf::params").
-  static Parameters allocate(const TpShard& shard, const std::string& label);
+  // The slab is padded with zeros to a multiple of pad_to (the DP size, for ZeRO's even shards).
+  static Parameters allocate(const TpShard& shard, const std::string& label, int pad_to = 1);
   // The whole model (one rank, no tensor parallelism).
   static Parameters allocate(const GPTConfig& cfg, const std::string& label);
 };

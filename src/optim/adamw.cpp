@@ -6,19 +6,32 @@
 
 namespace mpf {
 
-AdamW::AdamW(const AdamWConfig& cfg, const Parameters& params)
-    : cfg_(cfg), m_("mpf::adamw::m", params.count), v_("mpf::adamw::v", params.count) {}
-
-void AdamW::step(Parameters& params, const Parameters& grads, float lr, float grad_scale) {
-  ++t_;
-  const auto infos = parameter_infos(params.cfg);
-  const auto& sizes = params.sizes;
+std::vector<OptimizerSegment> whole_tensor_segments(const Parameters& params) {
+  std::vector<OptimizerSegment> out;
   int64_t offset = 0;
   for (int i = 0; i < kNumParameterTensors; ++i) {
-    adamw_update(params.slab.data() + offset, grads.slab.data() + offset, m_.data() + offset,
-                 v_.data() + offset, sizes[i], lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
-                 infos[i].weight_decay ? cfg_.weight_decay : 0.0f, grad_scale, t_);
-    offset += sizes[i];
+    out.push_back({offset, offset, offset, params.sizes[i], i});
+    offset += params.sizes[i];
+  }
+  return out;
+}
+
+AdamW::AdamW(const AdamWConfig& cfg, const GPTConfig& model, std::vector<OptimizerSegment> segments,
+             int64_t state_size)
+    : cfg_(cfg),
+      segments_(std::move(segments)),
+      m_("mpf::adamw::m", state_size),
+      v_("mpf::adamw::v", state_size) {
+  const auto infos = parameter_infos(model);
+  for (int i = 0; i < kNumParameterTensors; ++i) decay_[i] = infos[i].weight_decay;
+}
+
+void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
+  ++t_;
+  for (const OptimizerSegment& s : segments_) {
+    adamw_update(params + s.param, grads + s.grad, m_.data() + s.state, v_.data() + s.state,
+                 s.length, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
+                 decay_[s.tensor] ? cfg_.weight_decay : 0.0f, grad_scale, t_);
   }
 }
 

@@ -3,9 +3,15 @@
 // everything touching a parameter happens in one read of p, g, m, v and one write of p, m, v.
 //   m = β1·m + (1−β1)·s·g;  v = β2·v + (1−β2)·(s·g)²;  m̂ = m/(1−β1ᵗ);  v̂ = v/(1−β2ᵗ)
 //   p −= lr·(m̂/(√v̂ + ε) + wd·p)                                   (llm.c's gpt2_update)
+//
+// The optimizer sees its parameters as segments: runs of consecutive elements of one tensor, each
+// with where its parameters, gradients and moments live. Without ZeRO a segment is a tensor; under
+// ZeRO-1 it is this rank's slice of a gradient bucket within a tensor, with its gradients in the
+// reduce-scattered shard and its moments in a state sized for the shard only.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/types.hpp"
 #include "model/parameters.hpp"
@@ -19,24 +25,40 @@ struct AdamWConfig {
   float weight_decay = 0.1f;
 };
 
+struct OptimizerSegment {
+  int64_t param = 0;  // offset in the parameter slab
+  int64_t grad = 0;   // offset in the gradient buffer passed to step()
+  int64_t state = 0;  // offset in the moments
+  int64_t length = 0;
+  int tensor = 0;  // which of the 16 tensors (weight decay, gradient-norm ownership)
+};
+
+// One segment per tensor: parameters, gradients and moments laid out alike.
+std::vector<OptimizerSegment> whole_tensor_segments(const Parameters& params);
+
 class AdamW {
  public:
-  AdamW(const AdamWConfig& cfg, const Parameters& params);
+  // Moments for `state_size` elements (the sum of the segments' lengths).
+  AdamW(const AdamWConfig& cfg, const GPTConfig& model, std::vector<OptimizerSegment> segments,
+        int64_t state_size);
 
-  // One update of every parameter with learning rate lr; grad_scale multiplies the gradients
-  // (the clipping factor, 1 when not clipping).
-  void step(Parameters& params, const Parameters& grads, float lr, float grad_scale);
+  // One update of every segment with learning rate lr; grad_scale multiplies the gradients (the
+  // clipping factor, 1 when not clipping).
+  void step(float* params, const float* grads, float lr, float grad_scale);
 
   int64_t steps_taken() const { return t_; }
   int64_t state_bytes() const { return 2 * int64_t(m_.extent(0)) * int64_t(sizeof(float)); }
+  const std::vector<OptimizerSegment>& segments() const { return segments_; }
 
  private:
   AdamWConfig cfg_;
-  Slab m_, v_;  // first and second moments, one slab each, laid out as the parameters
+  std::vector<OptimizerSegment> segments_;
+  std::array<bool, kNumParameterTensors> decay_{};
+  Slab m_, v_;  // first and second moments
   int64_t t_ = 0;
 };
 
-// The update kernel on n consecutive elements (p, g, m, v point at the same offset).
+// The update kernel on n consecutive elements.
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, float grad_scale, int64_t t);
 

@@ -101,6 +101,9 @@ TrainOptions parse_options(int argc, const char* const* argv) {
       {"--tp", integer(o.tp)},
       {"--pp", integer(o.pp)},
       {"--dp", integer(o.dp)},
+      {"--dp-bucket-mb",
+       [&](const std::string& f, const std::string& v) { o.dp_bucket_mb = to_double(f, v); }},
+      {"--zero", integer(o.zero)},
       {"--save-llmc", text(o.save_llmc)},
       {"--threads", integer(o.threads)},
       {"--peak-gflops",
@@ -111,6 +114,10 @@ TrainOptions parse_options(int argc, const char* const* argv) {
     std::string arg = argv[i], value;
     if (arg == "--help" || arg == "-h") {
       o.help = true;
+      continue;
+    }
+    if (arg == "--overlap-grad-reduce") {  // switches take no value
+      o.overlap_grad_reduce = true;
       continue;
     }
     // Kokkos consumes its own flags in Kokkos::initialize; tolerate any left over.
@@ -153,6 +160,9 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   at_least("--tp", o.tp, 1);
   at_least("--pp", o.pp, 1);
   at_least("--dp", o.dp, 0);
+  require(o.dp_bucket_mb > 0, "--dp-bucket-mb must be positive, got " + number(o.dp_bucket_mb));
+  require(o.zero == 0 || o.zero == 1,
+          "--zero " + std::to_string(o.zero) + " is not a ZeRO stage this trainer has; use 0 or 1");
   at_least("--threads", o.threads, 0);
   at_least("--peak-gflops", o.peak_gflops, 0);
   return o;
@@ -190,6 +200,9 @@ layout (world = tp x dp x pp ranks, tp fastest-varying)
   --tp T                tensor-parallel ranks (default 1)
   --pp P                pipeline stages (default 1)
   --dp D                data-parallel ranks (default: ranks / (tp * pp))
+  --dp-bucket-mb X      gradient bucket size for the data-parallel reduction (default 25)
+  --overlap-grad-reduce reduce each bucket as soon as its gradients are final, during backward
+  --zero S              0 (default) or 1: ZeRO-1 shards the optimizer state over the DP ranks
 output
   --save-llmc FILE      write the trained model as an llm.c checkpoint (never overwrites)
 system

@@ -27,6 +27,10 @@ struct TrainOptions {
   float final_lr_frac = 0.0f;
   // Layout: world = tp x dp x pp (tp fastest); dp = 0 means world / (tp * pp).
   int tp = 1, pp = 1, dp = 0;
+  // Data parallel: gradient buckets, overlap of their reduction with the backward, ZeRO stage.
+  double dp_bucket_mb = 25.0;
+  bool overlap_grad_reduce = false;
+  int zero = 0;
   // Output.
   std::string save_llmc;
   // System.

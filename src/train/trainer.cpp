@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include "backends/gemm.hpp"
@@ -122,8 +123,9 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
               std::to_string(grid_->dp_size()));
   local_batch_ = opts.batch / grid_->dp_size();
 
-  params_ = Parameters::allocate(shard_, "mpf::params");
-  grads_ = Parameters::allocate(shard_, "mpf::grads");
+  // Padded to a multiple of the DP size so ZeRO's buckets split evenly.
+  params_ = Parameters::allocate(shard_, "mpf::params", grid_->dp_size());
+  grads_ = Parameters::allocate(shard_, "mpf::grads", grid_->dp_size());
   if (loaded.empty()) {
     initialize(params_, shard_, opts.seed);
   } else {
@@ -138,7 +140,15 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   adam.beta2 = opts.beta2;
   adam.eps = opts.eps;
   adam.weight_decay = opts.weight_decay;
-  optimizer_ = std::make_unique<AdamW>(adam, params_);
+  const bool zero = opts.zero == 1 && grid_->dp_size() > 1;
+  const int64_t bucket_elems = static_cast<int64_t>(opts.dp_bucket_mb * 1e6 / sizeof(float));
+  dp_grads_ = std::make_unique<DataParallelGrads>(grads_, grid_->dp_comm(), bucket_elems, zero);
+  if (zero) {
+    optimizer_ =
+        std::make_unique<AdamW>(adam, cfg_, dp_grads_->zero_segments(), dp_grads_->shard_size());
+  } else {
+    optimizer_ = std::make_unique<AdamW>(adam, cfg_, whole_tensor_segments(params_), params_.count);
+  }
   acts_ = Activations::allocate(shard_, local_batch_, opts.seq_len);
   buffers_ = BackwardBuffers::allocate(shard_, local_batch_, opts.seq_len);
   const int64_t n_tokens = int64_t(local_batch_) * opts.seq_len;
@@ -175,14 +185,17 @@ double TrainingRun::validate() {
 }
 
 double TrainingRun::global_grad_norm() const {
+  // Every element counted once: a tensor split over TP on each TP rank, a replicated one on TP
+  // rank 0; under ZeRO each DP rank holds a distinct part of the summed gradient, without ZeRO
+  // every DP rank holds all of it.
+  const float* grads = dp_grads_->zero() ? dp_grads_->shard_grads() : grads_.slab.data();
   double local = 0.0;
-  auto views = grads_.t.list();
-  for (int i = 0; i < kNumParameterTensors; ++i) {
-    if (shard_.is_split(i) || grid_->tp_rank() == 0) {
-      local += sum_of_squares(views[i]->data(), int64_t(views[i]->extent(0)));
+  for (const OptimizerSegment& s : optimizer_->segments()) {
+    if (shard_.is_split(s.tensor) || grid_->tp_rank() == 0) {
+      local += sum_of_squares(grads + s.grad, s.length);
     }
   }
-  // After the DP sum every DP rank holds the same gradient: only the TP shards differ.
+  if (dp_grads_->zero()) local = allreduce_sum(local, grid_->dp_comm());
   return std::sqrt(allreduce_sum(local, grid_->tp_comm()));
 }
 
@@ -231,6 +244,12 @@ void TrainingRun::print_banner(double peak_gflops) const {
               megabytes(bytes_of(params_.slab)).c_str(), megabytes(bytes_of(grads_.slab)).c_str(),
               megabytes(optimizer_->state_bytes()).c_str(),
               megabytes(bytes_of(acts_.slab) + bytes_of(buffers_.slab)).c_str());
+  std::printf("data parallel: %d rank(s) | %zu bucket(s) of <= %g MB | overlap %s | %s\n",
+              grid_->dp_size(), dp_grads_->buckets().size(), opts_.dp_bucket_mb,
+              opts_.overlap_grad_reduce ? "on" : "off",
+              dp_grads_->zero() ? "ZeRO-1: optimizer state sharded over DP"
+              : opts_.zero == 1 ? "ZeRO-1 requested but dp is 1: nothing to shard"
+                                : "optimizer state replicated");
   std::printf(
       "optimizer: AdamW lr %.1e betas %g/%g eps %g wd %g (matrices) | clip %g | %s, warmup %d, "
       "final frac %g\n",
@@ -273,13 +292,18 @@ std::vector<double> TrainingRun::train() {
     gpt_forward(acts_, params_.t, inputs_, targets_, grid_->tp_comm());
     last_loss = global_mean_loss();
     phases.mark(PhaseTimers::kForward);
-    gpt_backward(grads_.t, buffers_, acts_, params_.t, inputs_, targets_, dloss, grid_->tp_comm());
+    std::function<void(int)> overlap;
+    if (opts_.overlap_grad_reduce) overlap = [this](int event) { dp_grads_->start_ready(event); };
+    gpt_backward(grads_.t, buffers_, acts_, params_.t, inputs_, targets_, dloss, grid_->tp_comm(),
+                 overlap);
     phases.mark(PhaseTimers::kBackward);
-    allreduce_sum(grads_.slab.data(), grads_.count, grid_->dp_comm());
+    dp_grads_->finish();
     phases.mark(PhaseTimers::kDpComm);
     const double norm = global_grad_norm();
     const float lr = learning_rate(schedule_, step - 1);
-    optimizer_->step(params_, grads_, lr, clip_scale(norm, opts_.grad_clip));
+    const float* grads = dp_grads_->zero() ? dp_grads_->shard_grads() : grads_.slab.data();
+    optimizer_->step(params_.slab.data(), grads, lr, clip_scale(norm, opts_.grad_clip));
+    if (dp_grads_->zero()) dp_grads_->allgather_params(params_.slab.data());
     phases.mark(PhaseTimers::kOptimizer);
     const double ms = sw.seconds() * 1e3;
     step_ms.push_back(ms);

@@ -12,6 +12,7 @@
 #include "model/parameters.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
+#include "parallel/grad_buckets.hpp"
 #include "parallel/grid.hpp"
 #include "train/options.hpp"
 
@@ -64,6 +65,7 @@ class TrainingRun {
   TpShard shard_;
   Parameters params_, grads_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<DataParallelGrads> dp_grads_;
   Activations acts_;
   BackwardBuffers buffers_;
   Tokens inputs_, targets_;

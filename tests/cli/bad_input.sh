@@ -61,6 +61,11 @@ expect_error "seq-len > max_seq_len" 1 "--seq-len 300 exceeds the model's max_se
 expect_error "heads do not divide dim" 1 "do not divide into 3 heads" -- --heads 3
 expect_error "unknown schedule" 1 "unknown --lr-schedule 'linear'" -- --lr-schedule linear
 expect_error "batch over ranks" 2 "--batch 5 does not split over 2" -- --batch 5
+expect_error "zero stage" 1 "--zero 2 is not a ZeRO stage.*use 0 or 1" -- --zero 2
+expect_error "heads over tp" 3 "4 heads do not split over --tp 3" -- --tp 3
+expect_error "layout vs ranks" 2 "tp 2 x dp 2 x pp 1 needs 4 ranks, but 2 were launched" -- --tp 2 --dp 2
+expect_error "pipeline not yet" 2 "--pp 2: pipeline parallelism is not available yet" -- --pp 2
+expect_error "bucket size" 1 "--dp-bucket-mb must be positive" -- --dp-bucket-mb 0
 expect_error "beta out of range" 1 "--beta2 must be in \[0, 1\)" -- --beta2 1.5
 
 # An existing output is refused before training, and left exactly as it was.

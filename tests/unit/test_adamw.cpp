@@ -37,8 +37,8 @@ TEST(AdamW, DecaysMatricesOnly) {
   Kokkos::deep_copy(params.slab, 1.0f);  // zero gradients: only the decay can move a parameter
   AdamWConfig c;
   c.weight_decay = 0.5f;
-  AdamW opt(c, params);
-  opt.step(params, grads, 0.1f, 1.0f);
+  AdamW opt(c, cfg, whole_tensor_segments(params), params.count);
+  opt.step(params.slab.data(), grads.slab.data(), 0.1f, 1.0f);
   const auto infos = parameter_infos(cfg);
   auto list = params.t.list();
   for (int i = 0; i < kNumParameterTensors; ++i) {
