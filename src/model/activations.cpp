@@ -28,40 +28,55 @@ Tensor slice(const Tensor& t, int64_t offset, int64_t n) {
 void carve(Activations& a, SlabCarver& k) {
   const TpShard& s = a.shard;
   const int64_t B = a.B, T = a.T, C = a.cfg.channels, L = a.cfg.layers;
-  const int64_t BT = B * T;
-  a.encoded = k.take(BT * C);
-  a.ln1 = k.take(L * BT * C);
-  a.ln1_mean = k.take(L * BT);
-  a.ln1_rstd = k.take(L * BT);
-  a.qkv = k.take(L * BT * 3 * s.attn);
-  a.atty = k.take(L * BT * s.attn);
+  const int64_t R = a.seq.rows, Rl = a.seq.local_rows;
+  a.encoded = k.take(Rl * C);
+  a.partial = k.take(a.seq.on ? R * C : 0);
+  a.ln1 = k.take(L * R * C);
+  a.ln1_mean = k.take(L * Rl);
+  a.ln1_rstd = k.take(L * Rl);
+  a.qkv = k.take(L * R * 3 * s.attn);
+  a.atty = k.take(L * R * s.attn);
   a.att = k.take(L * B * s.heads * T * T);
-  a.residual2 = k.take(L * BT * C);
-  a.ln2 = k.take(L * BT * C);
-  a.ln2_mean = k.take(L * BT);
-  a.ln2_rstd = k.take(L * BT);
-  a.fch = k.take(L * BT * s.fc);
-  a.fch_gelu = k.take(L * BT * s.fc);
-  a.residual3 = k.take(L * BT * C);
-  a.lnf = k.take(BT * C);
-  a.lnf_mean = k.take(BT);
-  a.lnf_rstd = k.take(BT);
-  a.logits = k.take(BT * s.vocab_shard);
-  a.row_stats = k.take(3 * BT);
-  a.losses = k.take(BT);
+  a.residual2 = k.take(L * Rl * C);
+  a.ln2 = k.take(L * R * C);
+  a.ln2_mean = k.take(L * Rl);
+  a.ln2_rstd = k.take(L * Rl);
+  a.fch = k.take(L * R * s.fc);
+  a.fch_gelu = k.take(L * R * s.fc);
+  a.residual3 = k.take(L * Rl * C);
+  a.lnf = k.take(R * C);
+  a.lnf_mean = k.take(Rl);
+  a.lnf_rstd = k.take(Rl);
+  a.logits = k.take(R * s.vocab_shard);
+  a.row_stats = k.take(3 * R);
+  a.losses = k.take(R);
 }
 
-void carve(BackwardBuffers& g, SlabCarver& k, const TpShard& s, int64_t B, int64_t T) {
-  const int64_t BT = B * T, C = s.cfg.channels;
-  g.dresidual[0] = k.take(BT * C);
-  g.dresidual[1] = k.take(BT * C);
-  g.dresidual2 = k.take(BT * C);
-  g.dln = k.take(BT * C);
-  g.dln2 = k.take(BT * C);
-  g.datty = k.take(BT * s.attn);
-  g.dfch = k.take(BT * s.fc);
-  g.dqkv = k.take(BT * 3 * s.attn);
+void carve(BackwardBuffers& g, SlabCarver& k, const TpShard& s, const tp::SequenceSplit& seq,
+           int64_t B, int64_t T) {
+  const int64_t R = seq.rows, Rl = seq.local_rows, C = s.cfg.channels;
+  g.dresidual[0] = k.take(Rl * C);
+  g.dresidual[1] = k.take(Rl * C);
+  g.dresidual2 = k.take(Rl * C);
+  // Without sequence parallelism a LayerNorm's input gradient is all-reduced in place: R rows.
+  g.dln = k.take(seq.on ? Rl * C : R * C);
+  g.dln2 = k.take(seq.on ? Rl * C : R * C);
+  g.dout_full = k.take(seq.on ? R * C : 0);
+  g.dresidual2_full = k.take(seq.on ? R * C : 0);
+  g.partial = k.take(seq.on ? R * C : 0);
+  g.datty = k.take(R * s.attn);
+  g.dfch = k.take(R * s.fc);
+  g.dqkv = k.take(R * 3 * s.attn);
   g.datt = k.take(B * s.heads * T * T);
+}
+
+tp::SequenceSplit split_rows(const TpShard& s, int B, int T, bool on) {
+  tp::SequenceSplit seq;
+  seq.on = on && s.size > 1;
+  seq.rows = int64_t(B) * T;
+  seq.local_rows = seq.on ? seq.rows / s.size : seq.rows;
+  seq.row_begin = seq.on ? s.rank * seq.local_rows : 0;
+  return seq;
 }
 }  // namespace
 
@@ -69,10 +84,11 @@ Activations Activations::allocate(const GPTConfig& cfg, int B, int T) {
   return allocate(make_tp_shard(cfg, 0, 1), B, T);
 }
 
-Activations Activations::allocate(const TpShard& shard, int B, int T) {
+Activations Activations::allocate(const TpShard& shard, int B, int T, bool sequence_parallel) {
   Activations a;
   a.cfg = shard.cfg;
   a.shard = shard;
+  a.seq = split_rows(shard, B, T, sequence_parallel);
   a.B = B;
   a.T = T;
   SlabCarver counter(nullptr);
@@ -84,23 +100,22 @@ Activations Activations::allocate(const TpShard& shard, int B, int T) {
 }
 
 LayerActivations Activations::layer(int l) const {
-  const int64_t BT = int64_t(B) * T, C = cfg.channels;
-  const int64_t bt_c = BT * C, bt = BT, tt = int64_t(B) * shard.heads * T * T;
-  const int64_t bt_a = BT * shard.attn, bt_f = BT * shard.fc;
+  const int64_t C = cfg.channels, R = seq.rows, Rl = seq.local_rows;
+  const int64_t tt = int64_t(B) * shard.heads * T * T;
   LayerActivations x;
-  x.ln1 = slice(ln1, l * bt_c, bt_c);
-  x.ln1_mean = slice(ln1_mean, l * bt, bt);
-  x.ln1_rstd = slice(ln1_rstd, l * bt, bt);
-  x.qkv = slice(qkv, l * 3 * bt_a, 3 * bt_a);
-  x.atty = slice(atty, l * bt_a, bt_a);
+  x.ln1 = slice(ln1, l * R * C, R * C);
+  x.ln1_mean = slice(ln1_mean, l * Rl, Rl);
+  x.ln1_rstd = slice(ln1_rstd, l * Rl, Rl);
+  x.qkv = slice(qkv, l * R * 3 * shard.attn, R * 3 * shard.attn);
+  x.atty = slice(atty, l * R * shard.attn, R * shard.attn);
   x.att = slice(att, l * tt, tt);
-  x.residual2 = slice(residual2, l * bt_c, bt_c);
-  x.ln2 = slice(ln2, l * bt_c, bt_c);
-  x.ln2_mean = slice(ln2_mean, l * bt, bt);
-  x.ln2_rstd = slice(ln2_rstd, l * bt, bt);
-  x.fch = slice(fch, l * bt_f, bt_f);
-  x.fch_gelu = slice(fch_gelu, l * bt_f, bt_f);
-  x.residual3 = slice(residual3, l * bt_c, bt_c);
+  x.residual2 = slice(residual2, l * Rl * C, Rl * C);
+  x.ln2 = slice(ln2, l * R * C, R * C);
+  x.ln2_mean = slice(ln2_mean, l * Rl, Rl);
+  x.ln2_rstd = slice(ln2_rstd, l * Rl, Rl);
+  x.fch = slice(fch, l * R * shard.fc, R * shard.fc);
+  x.fch_gelu = slice(fch_gelu, l * R * shard.fc, R * shard.fc);
+  x.residual3 = slice(residual3, l * Rl * C, Rl * C);
   return x;
 }
 
@@ -112,13 +127,15 @@ BackwardBuffers BackwardBuffers::allocate(const GPTConfig& cfg, int B, int T) {
   return allocate(make_tp_shard(cfg, 0, 1), B, T);
 }
 
-BackwardBuffers BackwardBuffers::allocate(const TpShard& shard, int B, int T) {
+BackwardBuffers BackwardBuffers::allocate(const TpShard& shard, int B, int T,
+                                          bool sequence_parallel) {
   BackwardBuffers g;
+  const tp::SequenceSplit seq = split_rows(shard, B, T, sequence_parallel);
   SlabCarver counter(nullptr);
-  carve(g, counter, shard, B, T);
+  carve(g, counter, shard, seq, B, T);
   g.slab = Slab("mpf::backward_buffers", counter.used());
   SlabCarver binder(g.slab.data());
-  carve(g, binder, shard, B, T);
+  carve(g, binder, shard, seq, B, T);
   return g;
 }
 

@@ -8,46 +8,52 @@
 #include "core/types.hpp"
 #include "model/config.hpp"
 #include "model/shard.hpp"
+#include "parallel/tp_regions.hpp"
 
 namespace mpf {
 
 // Shapes are a tensor-parallel rank's: C is the full width, and Ca = C/T (attention), F = 4C/T
 // (MLP), NHl = NH/T and Vl = Vp/T (vocabulary shard) are the local ones (all full when T = 1).
+// R = B·T rows; with sequence parallelism the LayerNorm/residual regions hold only this rank's
+// Rl = R/T rows (their statistics and the residual stream), else Rl = R. LayerNorm outputs are
+// kept gathered (R rows): the column-parallel GEMMs and their weight gradients read them.
 
 // One layer's slice of the saved activations.
 struct LayerActivations {
-  Tensor ln1;        // (B,T,C)
-  Tensor ln1_mean;   // (B,T)
-  Tensor ln1_rstd;   // (B,T)
+  Tensor ln1;        // (R,C)
+  Tensor ln1_mean;   // (Rl)
+  Tensor ln1_rstd;   // (Rl)
   Tensor qkv;        // (B,T,3Ca) local [Q | K | V]
   Tensor atty;       // (B,T,Ca) attention output before the projection
   Tensor att;        // (B,NHl,T,T) softmax probabilities
-  Tensor residual2;  // (B,T,C) residual + attention branch
-  Tensor ln2;        // (B,T,C)
-  Tensor ln2_mean;   // (B,T)
-  Tensor ln2_rstd;   // (B,T)
+  Tensor residual2;  // (Rl,C) residual + attention branch
+  Tensor ln2;        // (R,C)
+  Tensor ln2_mean;   // (Rl)
+  Tensor ln2_rstd;   // (Rl)
   Tensor fch;        // (B,T,F) fc output before GELU
   Tensor fch_gelu;   // (B,T,F)
-  Tensor residual3;  // (B,T,C) block output
+  Tensor residual3;  // (Rl,C) block output
 };
 
 struct Activations {
   int B = 0, T = 0;
   GPTConfig cfg;
   TpShard shard;
+  tp::SequenceSplit seq;
   Slab slab;
-  Tensor encoded;  // (B,T,C) embedding output, the first block's input
+  Tensor encoded;  // (Rl,C) embedding output, the first block's input
+  Tensor partial;  // (R,C) a row-parallel output before its reduce-scatter (sequence parallel)
   // Per-layer tensors, each (L, ...) with layer l at offset l * (its per-layer size).
   Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, residual2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
       residual3;
-  Tensor lnf;        // (B,T,C)
-  Tensor lnf_mean;   // (B,T)
-  Tensor lnf_rstd;   // (B,T)
+  Tensor lnf;        // (R,C)
+  Tensor lnf_mean;   // (Rl)
+  Tensor lnf_rstd;   // (Rl)
   Tensor logits;     // (B,T,Vl) logits -> probabilities (head_forward) -> dlogits (backward)
   Tensor row_stats;  // (3,B,T) per-row max, sum of exponentials and target logit (vocab-parallel)
   Tensor losses;     // (B,T)
 
-  static Activations allocate(const TpShard& shard, int B, int T);
+  static Activations allocate(const TpShard& shard, int B, int T, bool sequence_parallel = false);
   static Activations allocate(const GPTConfig& cfg, int B, int T);
   LayerActivations layer(int l) const;
   // The input of block l: the embedding for l = 0, else block l-1's output.
@@ -58,16 +64,23 @@ struct Activations {
 // block's weight gradient is taken before the next block's input gradient reuses the buffers).
 struct BackwardBuffers {
   Slab slab;
-  Tensor dresidual[2];  // (B,T,C) the residual stream's gradient, ping-ponged between blocks
-  Tensor dresidual2;    // (B,T,C)
-  Tensor dln;           // (B,T,C) gradient of a LayerNorm output (ln1, ln2 or lnf)
-  Tensor dln2;          // (B,T,C)
-  Tensor datty;         // (B,T,Ca)
-  Tensor dfch;          // (B,T,F) dfch_gelu, then dfch in place
-  Tensor dqkv;          // (B,T,3Ca)
-  Tensor datt;          // (B,NHl,T,T)
+  Tensor dresidual[2];  // (Rl,C) the residual stream's gradient, ping-ponged between blocks
+  Tensor dresidual2;    // (Rl,C)
+  Tensor dln;           // (Rl,C) gradient of a LayerNorm output (ln1 or lnf)
+  Tensor dln2;          // (Rl,C)
+  // Sequence parallel only (empty otherwise): all rows of a block's output gradient and of
+  // dresidual2 (the row-parallel layers' weight gradients read them), and a partial input
+  // gradient before its reduce-scatter.
+  Tensor dout_full;        // (R,C)
+  Tensor dresidual2_full;  // (R,C)
+  Tensor partial;          // (R,C)
+  Tensor datty;            // (B,T,Ca)
+  Tensor dfch;             // (B,T,F) dfch_gelu, then dfch in place
+  Tensor dqkv;             // (B,T,3Ca)
+  Tensor datt;             // (B,NHl,T,T)
 
-  static BackwardBuffers allocate(const TpShard& shard, int B, int T);
+  static BackwardBuffers allocate(const TpShard& shard, int B, int T,
+                                  bool sequence_parallel = false);
   static BackwardBuffers allocate(const GPTConfig& cfg, int B, int T);
 };
 

@@ -1,11 +1,13 @@
 #include "model/gpt.hpp"
 
+#include "core/parallel.hpp"
 #include "model/layers/attention.hpp"
 #include "model/layers/cross_entropy.hpp"
 #include "model/layers/encoder.hpp"
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
+#include "parallel/grid.hpp"
 #include "parallel/tp_regions.hpp"
 
 namespace mpf {
@@ -13,6 +15,35 @@ namespace mpf {
 namespace {
 Tensor layer_slice(const Tensor& t, int l, int64_t per_layer) {
   return Tensor(t.data() + l * per_layer, per_layer);
+}
+
+// Rows [first, first + count) of a (rows, C) tensor.
+Tensor rows(const Tensor& t, int64_t first, int64_t count, int C) {
+  return Tensor(t.data() + first * C, count * C);
+}
+
+// Seeds the output (R,C) of a row-parallel layer before the GEMM adds this rank's partial
+// product: the rows this rank contributes the residual for get residual + bias, all others zero,
+// so leaving the region (all-reduce, or reduce-scatter under SP) adds them exactly once. Without
+// SP rank 0 seeds every row; with SP each rank seeds its own rows.
+void seed_rows(Tensor out, Tensor residual, Tensor bias, const tp::SequenceSplit& seq, int rank,
+               int C) {
+  const int64_t first = seq.on ? seq.row_begin : 0;
+  const int64_t count = seq.on ? seq.local_rows : (rank == 0 ? seq.rows : 0);
+  for_rows(
+      "mpf::seed_rows", seq.rows, KOKKOS_LAMBDA(int64_t n) {
+        const bool mine = n >= first && n < first + count;
+        for (int c = 0; c < C; ++c) {
+          out(n * C + c) = mine ? residual((n - first) * C + c) + bias(c) : 0.0f;
+        }
+      });
+}
+
+// Under SP, LayerNorm weight gradients come from this rank's rows: sum them over TP.
+void sum_over_tp(const Tensor& grad, const tp::SequenceSplit& seq, MPI_Comm tp) {
+  if (!seq.on) return;
+  Kokkos::fence();
+  allreduce_sum(grad.data(), int64_t(grad.extent(0)), tp);
 }
 }  // namespace
 
@@ -38,121 +69,152 @@ void embedding_forward(Activations& acts, const ParameterTensors& params, const 
                        MPI_Comm tp) {
   const TpShard& s = acts.shard;
   const int C = acts.cfg.channels;
-  encoder_forward(acts.encoded, inputs, params.wte, params.wpe, acts.B, acts.T, C, s.vocab_begin,
+  // Each rank's vocabulary shard gives a partial embedding of every row; leaving the region sums
+  // them (g), into this rank's rows under SP.
+  const Tensor partial = acts.seq.on ? acts.partial : acts.encoded;
+  encoder_forward(partial, inputs, params.wte, params.wpe, acts.B, acts.T, C, s.vocab_begin,
                   s.vocab_shard, /*add_positions=*/s.rank == 0);
-  tp::reduce_from_region_forward(acts.encoded.data(), int64_t(acts.B) * acts.T * C, tp);  // g
+  tp::leave_forward(partial.data(), acts.encoded.data(), C, acts.seq, tp);
 }
 
 void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI_Comm tp) {
   const TpShard& s = acts.shard;
+  const tp::SequenceSplit& seq = acts.seq;
   const int C = acts.cfg.channels;
-  const int64_t BT = int64_t(acts.B) * acts.T;
+  const int64_t R = seq.rows, Rl = seq.local_rows;
   const LayerParameters p = layer_parameters(params, s, l);
   const LayerActivations a = acts.layer(l);
-  const Tensor x = acts.block_input(l);
+  const Tensor x = acts.block_input(l);  // (Rl,C)
   const Tensor none;
-  // A row-parallel output is the sum over ranks of partial products: the residual and the bias
-  // are seeded on rank 0 only, so g's all-reduce adds them once.
-  const bool seed = s.rank == 0;
-  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, BT, C);
-  // f (identity), then column-parallel QKV: this rank's heads.
-  linear_forward(a.qkv, none, a.ln1, p.qkvw, p.qkvb, BT, C, 3 * s.attn);
+  // LayerNorm on this rank's rows, then enter the TP region (f, or all-gather under SP).
+  layernorm_forward(rows(a.ln1, seq.row_begin, Rl, C), a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b,
+                    Rl, C);
+  tp::enter_forward(a.ln1.data(), C, seq, tp);
+  // Column-parallel QKV (this rank's heads), attention, row-parallel projection, leave (g).
+  linear_forward(a.qkv, none, a.ln1, p.qkvw, p.qkvb, R, C, 3 * s.attn);
   attention_forward(a.atty, a.att, a.qkv, acts.B, acts.T, s.attn, s.heads);
-  linear_forward(a.residual2, seed ? x : none, a.atty, p.attprojw, seed ? p.attprojb : none, BT,
-                 s.attn, C);
-  tp::reduce_from_region_forward(a.residual2.data(), BT * C, tp);  // g
-  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, BT, C);
-  // f (identity), then column-parallel fc, GELU, row-parallel proj, g.
-  linear_forward(a.fch, none, a.ln2, p.fcw, p.fcb, BT, C, s.fc);
-  gelu_forward(a.fch_gelu, a.fch, BT * s.fc);
-  linear_forward(a.residual3, seed ? a.residual2 : none, a.fch_gelu, p.fcprojw,
-                 seed ? p.fcprojb : none, BT, s.fc, C);
-  tp::reduce_from_region_forward(a.residual3.data(), BT * C, tp);  // g
+  const Tensor out2 = seq.on ? acts.partial : a.residual2;
+  seed_rows(out2, x, p.attprojb, seq, s.rank, C);
+  linear_forward_accumulate(out2, a.atty, p.attprojw, R, s.attn, C);
+  tp::leave_forward(out2.data(), a.residual2.data(), C, seq, tp);
+  // The MLP: the same pattern with column-parallel fc, GELU and row-parallel proj.
+  layernorm_forward(rows(a.ln2, seq.row_begin, Rl, C), a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w,
+                    p.ln2b, Rl, C);
+  tp::enter_forward(a.ln2.data(), C, seq, tp);
+  linear_forward(a.fch, none, a.ln2, p.fcw, p.fcb, R, C, s.fc);
+  gelu_forward(a.fch_gelu, a.fch, R * s.fc);
+  const Tensor out3 = seq.on ? acts.partial : a.residual3;
+  seed_rows(out3, a.residual2, p.fcprojb, seq, s.rank, C);
+  linear_forward_accumulate(out3, a.fch_gelu, p.fcprojw, R, s.fc, C);
+  tp::leave_forward(out3.data(), a.residual3.data(), C, seq, tp);
 }
 
 void head_forward(Activations& acts, const ParameterTensors& params, const Tokens& targets,
                   MPI_Comm tp) {
   const TpShard& s = acts.shard;
+  const tp::SequenceSplit& seq = acts.seq;
   const GPTConfig& cfg = acts.cfg;
-  const int64_t BT = int64_t(acts.B) * acts.T;
+  const int C = cfg.channels;
   const Tensor none;
-  layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, acts.layer(cfg.layers - 1).residual3,
-                    params.lnfw, params.lnfb, BT, cfg.channels);
-  // f (identity), then the logits of this rank's vocabulary shard.
-  linear_forward(acts.logits, none, acts.lnf, params.wte, none, BT, cfg.channels, s.vocab_shard);
-  cross_entropy_forward(acts.losses, acts.logits, acts.row_stats, targets, BT, cfg.vocab,
+  layernorm_forward(rows(acts.lnf, seq.row_begin, seq.local_rows, C), acts.lnf_mean, acts.lnf_rstd,
+                    acts.layer(cfg.layers - 1).residual3, params.lnfw, params.lnfb, seq.local_rows,
+                    C);
+  tp::enter_forward(acts.lnf.data(), C, seq, tp);
+  // The logits of this rank's vocabulary shard, for every row.
+  linear_forward(acts.logits, none, acts.lnf, params.wte, none, seq.rows, C, s.vocab_shard);
+  cross_entropy_forward(acts.losses, acts.logits, acts.row_stats, targets, seq.rows, cfg.vocab,
                         s.vocab_begin, s.vocab_shard, tp);
 }
 
 void head_backward_input(BackwardBuffers& buf, Activations& acts, const ParameterTensors& params,
                          const Tokens& targets, float dloss, MPI_Comm tp) {
   const TpShard& s = acts.shard;
+  const tp::SequenceSplit& seq = acts.seq;
   const GPTConfig& cfg = acts.cfg;
-  const int64_t BT = int64_t(acts.B) * acts.T;
+  const int C = cfg.channels;
   const Tensor none;
-  cross_entropy_backward_input(acts.logits, acts.logits, targets, dloss, BT, s.vocab_begin,
+  cross_entropy_backward_input(acts.logits, acts.logits, targets, dloss, seq.rows, s.vocab_begin,
                                s.vocab_shard);
-  linear_backward_input(buf.dln, acts.logits, params.wte, BT, cfg.channels, s.vocab_shard);
-  tp::copy_to_region_backward(buf.dln.data(), BT * cfg.channels, tp);  // f
+  const Tensor partial = seq.on ? buf.partial : buf.dln;
+  linear_backward_input(partial, acts.logits, params.wte, seq.rows, C, s.vocab_shard);
+  tp::enter_backward(partial.data(), buf.dln.data(), C, seq, tp);
   layernorm_backward_input(buf.dresidual[0], none, buf.dln, acts.layer(cfg.layers - 1).residual3,
-                           acts.lnf_mean, acts.lnf_rstd, params.lnfw, BT, cfg.channels);
+                           acts.lnf_mean, acts.lnf_rstd, params.lnfw, seq.local_rows, C);
 }
 
 void head_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf,
-                          const Activations& acts) {
+                          const Activations& acts, MPI_Comm tp) {
   const GPTConfig& cfg = acts.cfg;
-  const int64_t BT = int64_t(acts.B) * acts.T;
+  const tp::SequenceSplit& seq = acts.seq;
   const Tensor none;
-  linear_backward_weight(grads.wte, none, acts.logits, acts.lnf, BT, cfg.channels,
+  linear_backward_weight(grads.wte, none, acts.logits, acts.lnf, seq.rows, cfg.channels,
                          acts.shard.vocab_shard);
   layernorm_backward_weight(grads.lnfw, grads.lnfb, buf.dln, acts.layer(cfg.layers - 1).residual3,
-                            acts.lnf_mean, acts.lnf_rstd, BT, cfg.channels);
+                            acts.lnf_mean, acts.lnf_rstd, seq.local_rows, cfg.channels);
+  sum_over_tp(grads.lnfw, seq, tp);
+  sum_over_tp(grads.lnfb, seq, tp);
 }
 
 void block_backward_input(BackwardBuffers& buf, Tensor dinp, Tensor dout, const Activations& acts,
                           const ParameterTensors& params, int l, MPI_Comm tp) {
   const TpShard& s = acts.shard;
+  const tp::SequenceSplit& seq = acts.seq;
   const int C = acts.cfg.channels;
-  const int64_t BT = int64_t(acts.B) * acts.T;
+  const int64_t R = seq.rows, Rl = seq.local_rows;
   const LayerParameters p = layer_parameters(params, s, l);
   const LayerActivations a = acts.layer(l);
-  // The forward, bottom-up. g's backward is the identity: dout is whole on every rank.
-  linear_backward_input(buf.dfch, dout, p.fcprojw, BT, s.fc, C);
-  gelu_backward_input(buf.dfch, buf.dfch, a.fch, BT * s.fc);
-  linear_backward_input(buf.dln2, buf.dfch, p.fcw, BT, C, s.fc);
-  tp::copy_to_region_backward(buf.dln2.data(), BT * C, tp);  // f
+  // The forward, bottom-up. Leaving a region backwards: identity, or all-gather under SP.
+  const Tensor dout_full = seq.on ? buf.dout_full : dout;
+  tp::leave_backward(dout.data(), dout_full.data(), C, seq, tp);
+  linear_backward_input(buf.dfch, dout_full, p.fcprojw, R, s.fc, C);
+  gelu_backward_input(buf.dfch, buf.dfch, a.fch, R * s.fc);
+  const Tensor partial2 = seq.on ? buf.partial : buf.dln2;
+  linear_backward_input(partial2, buf.dfch, p.fcw, R, C, s.fc);
+  tp::enter_backward(partial2.data(), buf.dln2.data(), C, seq, tp);  // f: all-reduce / scatter
   layernorm_backward_input(buf.dresidual2, dout, buf.dln2, a.residual2, a.ln2_mean, a.ln2_rstd,
-                           p.ln2w, BT, C);
-  linear_backward_input(buf.datty, buf.dresidual2, p.attprojw, BT, s.attn, C);
+                           p.ln2w, Rl, C);
+  const Tensor dres2_full = seq.on ? buf.dresidual2_full : buf.dresidual2;
+  tp::leave_backward(buf.dresidual2.data(), dres2_full.data(), C, seq, tp);
+  linear_backward_input(buf.datty, dres2_full, p.attprojw, R, s.attn, C);
   attention_backward_input(buf.dqkv, buf.datt, buf.datty, a.qkv, a.att, acts.B, acts.T, s.attn,
                            s.heads);
-  linear_backward_input(buf.dln, buf.dqkv, p.qkvw, BT, C, 3 * s.attn);
-  tp::copy_to_region_backward(buf.dln.data(), BT * C, tp);  // f
+  const Tensor partial1 = seq.on ? buf.partial : buf.dln;
+  linear_backward_input(partial1, buf.dqkv, p.qkvw, R, C, 3 * s.attn);
+  tp::enter_backward(partial1.data(), buf.dln.data(), C, seq, tp);
   layernorm_backward_input(dinp, buf.dresidual2, buf.dln, acts.block_input(l), a.ln1_mean,
-                           a.ln1_rstd, p.ln1w, BT, C);
+                           a.ln1_rstd, p.ln1w, Rl, C);
 }
 
 void block_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf, Tensor dout,
-                           const Activations& acts, int l) {
+                           const Activations& acts, int l, MPI_Comm tp) {
   const TpShard& s = acts.shard;
+  const tp::SequenceSplit& seq = acts.seq;
   const int C = acts.cfg.channels;
-  const int64_t BT = int64_t(acts.B) * acts.T;
+  const int64_t R = seq.rows, Rl = seq.local_rows;
   const LayerParameters g = layer_parameters(grads, s, l);
   const LayerActivations a = acts.layer(l);
-  linear_backward_weight(g.fcprojw, g.fcprojb, dout, a.fch_gelu, BT, s.fc, C);
-  linear_backward_weight(g.fcw, g.fcb, buf.dfch, a.ln2, BT, C, s.fc);
-  layernorm_backward_weight(g.ln2w, g.ln2b, buf.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, BT, C);
-  linear_backward_weight(g.attprojw, g.attprojb, buf.dresidual2, a.atty, BT, s.attn, C);
-  linear_backward_weight(g.qkvw, g.qkvb, buf.dqkv, a.ln1, BT, C, 3 * s.attn);
+  // The row-parallel layers read all rows of their output gradients (gathered by B under SP), so
+  // their biases get the whole gradient on every rank.
+  const Tensor dout_full = seq.on ? buf.dout_full : dout;
+  const Tensor dres2_full = seq.on ? buf.dresidual2_full : buf.dresidual2;
+  linear_backward_weight(g.fcprojw, g.fcprojb, dout_full, a.fch_gelu, R, s.fc, C);
+  linear_backward_weight(g.fcw, g.fcb, buf.dfch, a.ln2, R, C, s.fc);
+  layernorm_backward_weight(g.ln2w, g.ln2b, buf.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, Rl, C);
+  linear_backward_weight(g.attprojw, g.attprojb, dres2_full, a.atty, R, s.attn, C);
+  linear_backward_weight(g.qkvw, g.qkvb, buf.dqkv, a.ln1, R, C, 3 * s.attn);
   layernorm_backward_weight(g.ln1w, g.ln1b, buf.dln, acts.block_input(l), a.ln1_mean, a.ln1_rstd,
-                            BT, C);
+                            Rl, C);
+  for (const Tensor* t : {&g.ln1w, &g.ln1b, &g.ln2w, &g.ln2b}) sum_over_tp(*t, seq, tp);
 }
 
-void embedding_backward_weight(ParameterTensors& grads, Tensor dout, const Activations& acts,
-                               const Tokens& inputs) {
+void embedding_backward_weight(ParameterTensors& grads, BackwardBuffers& buf, Tensor dout,
+                               const Activations& acts, const Tokens& inputs, MPI_Comm tp) {
   const TpShard& s = acts.shard;
-  encoder_backward_weight(grads.wte, grads.wpe, dout, inputs, acts.B, acts.T, acts.cfg.channels,
-                          s.vocab_begin, s.vocab_shard);
+  const tp::SequenceSplit& seq = acts.seq;
+  const Tensor dout_full = seq.on ? buf.dout_full : dout;
+  tp::leave_backward(dout.data(), dout_full.data(), acts.cfg.channels, seq, tp);
+  encoder_backward_weight(grads.wte, grads.wpe, dout_full, inputs, acts.B, acts.T,
+                          acts.cfg.channels, s.vocab_begin, s.vocab_shard);
 }
 
 void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
@@ -170,16 +232,16 @@ void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& ac
     if (grads_final) grads_final(event);
   };
   head_backward_input(buf, acts, params, targets, dloss, tp);
-  head_backward_weight(grads, buf, acts);
+  head_backward_weight(grads, buf, acts, tp);
   final_after(0);
   int cur = 0;  // buf.dresidual[cur] holds the gradient of the current block's output
   for (int l = L - 1; l >= 0; --l) {
     block_backward_input(buf, buf.dresidual[1 - cur], buf.dresidual[cur], acts, params, l, tp);
-    block_backward_weight(grads, buf, buf.dresidual[cur], acts, l);
+    block_backward_weight(grads, buf, buf.dresidual[cur], acts, l, tp);
     final_after(1 + (L - 1 - l));
     cur = 1 - cur;
   }
-  embedding_backward_weight(grads, buf.dresidual[cur], acts, inputs);
+  embedding_backward_weight(grads, buf, buf.dresidual[cur], acts, inputs, tp);
   final_after(L + 1);
 }
 

@@ -5,8 +5,10 @@
 // reuses the BackwardBuffers.
 //
 // Tensor parallel (Megatron): the pieces work on the rank's shard (acts.shard) and communicate
-// over `tp` only through tp_regions.hpp's f and g and the vocab-parallel cross-entropy; with a
-// 1-rank `tp` (MPI_COMM_SELF) they are the serial model.
+// over `tp` only through tp_regions.hpp's regions and the vocab-parallel cross-entropy; with a
+// 1-rank `tp` (MPI_COMM_SELF) they are the serial model. With sequence parallelism (acts.seq)
+// the residual stream and the LayerNorms hold this rank's rows only: dinp/dout of a block are
+// (Rl,C), and the LayerNorm weight gradients, taken from those rows, are summed over `tp` in W.
 #pragma once
 
 #include <mpi.h>
@@ -39,14 +41,14 @@ void head_forward(Activations& acts, const ParameterTensors& params, const Token
 void head_backward_input(BackwardBuffers& buf, Activations& acts, const ParameterTensors& params,
                          const Tokens& targets, float dloss, MPI_Comm tp);
 void head_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf,
-                          const Activations& acts);
+                          const Activations& acts, MPI_Comm tp);
 // dinp (B,T,C) = gradient of block l's input, from dout (B,T,C), its output's gradient.
 void block_backward_input(BackwardBuffers& buf, Tensor dinp, Tensor dout, const Activations& acts,
                           const ParameterTensors& params, int l, MPI_Comm tp);
 void block_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf, Tensor dout,
-                           const Activations& acts, int l);
-void embedding_backward_weight(ParameterTensors& grads, Tensor dout, const Activations& acts,
-                               const Tokens& inputs);
+                           const Activations& acts, int l, MPI_Comm tp);
+void embedding_backward_weight(ParameterTensors& grads, BackwardBuffers& buf, Tensor dout,
+                               const Activations& acts, const Tokens& inputs, MPI_Comm tp);
 
 // ---- the whole model on one rank ----
 void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,

@@ -1,10 +1,15 @@
-// Tensor-parallel regions as forward/backward pairs (Megatron, Shoeybi et al. 2019, §3):
+// Tensor-parallel regions as forward/backward pairs (Megatron, Shoeybi et al. 2019, §3; sequence
+// parallelism, Korthikanti et al. 2022):
 //   f = copy_to_tp_region:     forward identity,   backward all-reduce   (enters a column-parallel
 //                                                                          layer)
 //   g = reduce_from_tp_region: forward all-reduce, backward identity     (leaves a row-parallel
 //                                                                          layer)
-// The identity halves need no call; the model calls the all-reduce half where the paper puts f
-// and g, and a size-1 communicator returns at once.
+// With sequence parallelism the regions outside the TP layers (LayerNorm, residual) hold only
+// this rank's rows of the batch, and f and g become
+//   gather_from_sequence_region:       forward all-gather,     backward reduce-scatter
+//   reduce_scatter_to_sequence_region: forward reduce-scatter, backward all-gather
+// enter_*/leave_* pick the pair for the run's mode; the model calls them where the paper puts f
+// and g. A 1-rank communicator returns at once.
 #pragma once
 
 #include <mpi.h>
@@ -19,5 +24,29 @@ void copy_to_region_backward(float* grad, int64_t n, MPI_Comm tp);
 
 // g's forward: the output of a row-parallel layer is the sum of every rank's partial product.
 void reduce_from_region_forward(float* x, int64_t n, MPI_Comm tp);
+
+// How the rows of a (rows, C) activation are split outside the TP layers.
+struct SequenceSplit {
+  bool on = false;         // sequence parallelism
+  int64_t rows = 0;        // B·T
+  int64_t local_rows = 0;  // rows / T with sequence parallelism, else rows
+  int64_t row_begin = 0;   // first row held here
+};
+
+// Entering a column-parallel layer. Forward: `full` (rows, C) holds this rank's rows at
+// row_begin; afterwards all rows (all-gather in place). Without SP, identity.
+void enter_forward(float* full, int C, const SequenceSplit& s, MPI_Comm tp);
+// Backward: partial (rows, C) holds this rank's partial input gradient; `local` (local_rows, C)
+// receives the summed gradient of this rank's rows (reduce-scatter). Without SP, local must be
+// partial, which is all-reduced in place (f's backward).
+void enter_backward(float* partial, float* local, int C, const SequenceSplit& s, MPI_Comm tp);
+
+// Leaving a row-parallel layer. Forward: partial (rows, C) holds this rank's partial output;
+// `local` (local_rows, C) receives this rank's rows of the sum (reduce-scatter). Without SP,
+// local must be partial, which is all-reduced in place (g's forward).
+void leave_forward(float* partial, float* local, int C, const SequenceSplit& s, MPI_Comm tp);
+// Backward: `full` (rows, C) receives every rank's `local` rows (all-gather). Without SP, full
+// must be local (g's backward is the identity).
+void leave_backward(const float* local, float* full, int C, const SequenceSplit& s, MPI_Comm tp);
 
 }  // namespace mpf::tp

@@ -120,6 +120,10 @@ TrainOptions parse_options(int argc, const char* const* argv) {
       o.overlap_grad_reduce = true;
       continue;
     }
+    if (arg == "--sequence-parallel") {
+      o.sequence_parallel = true;
+      continue;
+    }
     // Kokkos consumes its own flags in Kokkos::initialize; tolerate any left over.
     if (arg.rfind("--kokkos-", 0) == 0) continue;
     const size_t eq = arg.find('=');
@@ -203,6 +207,8 @@ layout (world = tp x dp x pp ranks, tp fastest-varying)
   --dp-bucket-mb X      gradient bucket size for the data-parallel reduction (default 25)
   --overlap-grad-reduce reduce each bucket as soon as its gradients are final, during backward
   --zero S              0 (default) or 1: ZeRO-1 shards the optimizer state over the DP ranks
+  --sequence-parallel   shard the LayerNorm/residual regions along the batch rows over the TP
+                        ranks (Megatron's sequence parallelism; B*T per DP rank divisible by tp)
 output
   --save-llmc FILE      write the trained model as an llm.c checkpoint (never overwrites)
 system

@@ -30,6 +30,7 @@ struct TrainOptions {
   // Data parallel: gradient buckets, overlap of their reduction with the backward, ZeRO stage.
   double dp_bucket_mb = 25.0;
   bool overlap_grad_reduce = false;
+  bool sequence_parallel = false;  // Megatron's sequence parallelism in the TP group
   int zero = 0;
   // Output.
   std::string save_llmc;

@@ -149,8 +149,12 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   } else {
     optimizer_ = std::make_unique<AdamW>(adam, cfg_, whole_tensor_segments(params_), params_.count);
   }
-  acts_ = Activations::allocate(shard_, local_batch_, opts.seq_len);
-  buffers_ = BackwardBuffers::allocate(shard_, local_batch_, opts.seq_len);
+  require(!opts.sequence_parallel || (int64_t(local_batch_) * opts.seq_len) % grid_->tp_size() == 0,
+          "--sequence-parallel splits the " + std::to_string(local_batch_ * opts.seq_len) +
+              " rows of a DP rank's batch over " + std::to_string(grid_->tp_size()) +
+              " TP ranks, which does not divide; choose --batch/--seq-len so B*T/dp divides by tp");
+  acts_ = Activations::allocate(shard_, local_batch_, opts.seq_len, opts.sequence_parallel);
+  buffers_ = BackwardBuffers::allocate(shard_, local_batch_, opts.seq_len, opts.sequence_parallel);
   const int64_t n_tokens = int64_t(local_batch_) * opts.seq_len;
   inputs_ = Tokens("mpf::inputs", n_tokens);
   targets_ = Tokens("mpf::targets", n_tokens);

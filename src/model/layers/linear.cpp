@@ -26,6 +26,11 @@ void linear_forward(Tensor out, Tensor residual, Tensor inp, Tensor weight, Tens
                 OC);
 }
 
+void linear_forward_accumulate(Tensor out, Tensor inp, Tensor weight, int64_t N, int IC, int OC) {
+  backend::gemm(Op::N, Op::T, N, OC, IC, 1.0f, inp.data(), IC, weight.data(), IC, 1.0f, out.data(),
+                OC);
+}
+
 void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight, int64_t N, int IC, int OC) {
   backend::gemm(Op::N, Op::N, N, IC, OC, 1.0f, dout.data(), OC, weight.data(), IC, 0.0f,
                 dinp.data(), IC);

@@ -10,6 +10,9 @@ namespace mpf {
 void linear_forward(Tensor out, Tensor residual, Tensor inp, Tensor weight, Tensor bias, int64_t N,
                     int IC, int OC);
 
+// out (N,OC) += inp (N,IC) · weightᵀ (a row-parallel layer adds onto its seeded output)
+void linear_forward_accumulate(Tensor out, Tensor inp, Tensor weight, int64_t N, int IC, int OC);
+
 // dinp (N,IC) = dout (N,OC) · weight
 void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight, int64_t N, int IC, int OC);
 
