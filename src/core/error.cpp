@@ -20,12 +20,13 @@ bool any_rank_failed(MPI_Comm comm, const std::string& local_error) {
 }
 
 void fatal(const char* file, int line, const std::string& message) {
-  int rank = 0, initialized = 0;
+  // MPI_COMM_SELF: library code never names the world (STYLE.md 5). MPICH's launcher ends the
+  // whole job when one process aborts, so ranks blocked in a collective do not hang.
+  int initialized = 0;
   MPI_Initialized(&initialized);
-  if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "fatal [rank %d] %s:%d: %s\n", rank, file, line, message.c_str());
+  std::fprintf(stderr, "fatal %s:%d: %s\n", file, line, message.c_str());
   std::fflush(stderr);
-  if (initialized) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (initialized) MPI_Abort(MPI_COMM_SELF, 1);
   std::abort();
 }
 
