@@ -43,9 +43,10 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
 
-# The ways to use two cores: one rank with two threads; two ranks with one thread each, data
-# parallel and tensor parallel.
+# One core (the baseline for scaling), then the ways to use two: one rank with two threads; two
+# ranks with one thread each, data parallel and tensor parallel.
 bench: build
+	OMP_NUM_THREADS=1 mpiexec -n 1 $(BUILD)/mpiformer-bench
 	OMP_NUM_THREADS=2 mpiexec -n 1 $(BUILD)/mpiformer-bench
 	OMP_NUM_THREADS=1 mpiexec -n 2 $(BUILD)/mpiformer-bench
 	OMP_NUM_THREADS=1 mpiexec -n 2 $(BUILD)/mpiformer-bench --tp 2

@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
       o.val_every = 0;
       o.verbose = false;
       o.tp = tp;
+      o.overlap_grad_reduce = true;  // data parallel: reduce buckets during the backward
       std::vector<double> ms;
       {
         mpf::TrainingRun run(mpf::load_inputs(o, rank), MPI_COMM_WORLD);

@@ -1,5 +1,7 @@
 #include "core/error.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
 
 namespace mpf {
@@ -24,7 +26,10 @@ void fatal(const char* file, int line, const std::string& message) {
   // whole job when one process aborts, so ranks blocked in a collective do not hang.
   int initialized = 0;
   MPI_Initialized(&initialized);
-  std::fprintf(stderr, "fatal %s:%d: %s\n", file, line, message.c_str());
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  std::fprintf(stderr, "fatal [%s pid %d] %s:%d: %s\n", host, int(getpid()), file, line,
+               message.c_str());
   std::fflush(stderr);
   if (initialized) MPI_Abort(MPI_COMM_SELF, 1);
   std::abort();
