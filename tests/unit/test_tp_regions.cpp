@@ -58,6 +58,42 @@ TEST(TpRegions, FAndGSumOverRanks) {
   EXPECT_EQ(solo, 3.0f);
 }
 
+// The sequence-parallel pairs: entering all-gathers rows (backward: reduce-scatter), leaving
+// reduce-scatters (backward: all-gathers); without SP they are f and g.
+TEST(TpRegions, SequenceParallelPairsMoveRows) {
+  const MPI_Comm tp = MPI_COMM_WORLD;
+  const int r = rank_of(tp), T = size_of(tp), C = 3, local = 2, R = local * T;
+  tp::SequenceSplit sp{true, R, local, int64_t(r) * local};
+  // Forward in: each rank computed its own rows; afterwards every rank has all of them.
+  std::vector<float> full(R * C, -1.0f);
+  for (int i = 0; i < local * C; ++i) full[r * local * C + i] = float(100 * r + i);
+  tp::enter_forward(full.data(), C, sp, tp);
+  for (int q = 0; q < T; ++q) {
+    for (int i = 0; i < local * C; ++i) ASSERT_EQ(full[q * local * C + i], float(100 * q + i));
+  }
+  // Backward in and forward out: every rank's (R,C) partial, summed, this rank's rows kept.
+  std::vector<float> partial(R * C), mine(local * C), mine2(local * C);
+  for (int i = 0; i < R * C; ++i) partial[i] = float((r + 1) * (i + 1));
+  tp::enter_backward(partial.data(), mine.data(), C, sp, tp);
+  tp::leave_forward(partial.data(), mine2.data(), C, sp, tp);
+  for (int i = 0; i < local * C; ++i) {
+    const float want = float(T * (T + 1) / 2) * float(r * local * C + i + 1);
+    ASSERT_EQ(mine[i], want);
+    ASSERT_EQ(mine2[i], want);
+  }
+  // Backward out: all rows gathered from their owners.
+  std::vector<float> gathered(R * C);
+  tp::leave_backward(mine.data(), gathered.data(), C, sp, tp);
+  for (int i = 0; i < R * C; ++i) ASSERT_EQ(gathered[i], float(T * (T + 1) / 2) * float(i + 1));
+  // Without SP: enter_backward and leave_forward all-reduce in place; the others do nothing.
+  tp::SequenceSplit off{false, R, R, 0};
+  std::vector<float> x(R * C, float(r + 1)), y = x;
+  tp::enter_forward(y.data(), C, off, tp);
+  EXPECT_EQ(y, x);
+  tp::enter_backward(x.data(), x.data(), C, off, tp);
+  for (float v : x) ASSERT_EQ(v, float(T * (T + 1) / 2));
+}
+
 // Column-parallel then row-parallel (the MLP's f ... g): the shards' partial outputs sum to the
 // serial product, with the bias seeded once.
 TEST(TpRegions, ColumnThenRowParallelLinearEqualsSerial) {
