@@ -19,11 +19,8 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "llm.c files are little
 namespace mpf {
 namespace {
 
-constexpr int kHeaderInts = 256;
-constexpr int64_t kHeaderBytes = kHeaderInts * sizeof(int32_t);
-// Other llm.c files that are easily passed as data by mistake (model checkpoint, tokenizer).
-constexpr int32_t kCheckpointFileMagic = 20240326;
-constexpr int32_t kTokenizerFileMagic = 20240328;
+using llmc::kHeaderBytes;
+using llmc::kHeaderInts;
 // Text is read in pieces so a large file never exists twice in memory.
 constexpr int64_t kChunkTokens = 1 << 20;
 
@@ -96,7 +93,7 @@ TokenStream::TokenStream(const std::string& path, int vocab) : path_(path) {
   int32_t header[kHeaderInts] = {};
   const size_t head = static_cast<size_t>(std::min<int64_t>(bytes, kHeaderBytes));
   read_exact(f.get(), header, head, path);
-  const bool has_magic = head >= sizeof(int32_t) && header[0] == kShardMagic;
+  const bool has_magic = head >= sizeof(int32_t) && header[0] == llmc::kShardMagic;
 
   // A .bin that cannot even hold a header is a broken shard, not text someone meant to train on.
   require(bytes >= kHeaderBytes || !(has_magic || ends_with(path, ".bin")),
@@ -104,19 +101,19 @@ TokenStream::TokenStream(const std::string& path, int vocab) : path_(path) {
               " bytes is too short for an llm.c shard (the header " +
               "alone is 1024 bytes); the shard is truncated or corrupt, regenerate it");
   require(
-      !(head >= sizeof(int32_t) && header[0] == kCheckpointFileMagic),
+      !(head >= sizeof(int32_t) && header[0] == llmc::kCheckpointMagic),
       what +
           ": this is an llm.c model checkpoint, not token data; pass a token shard or text file");
   require(
-      !(head >= sizeof(int32_t) && header[0] == kTokenizerFileMagic),
+      !(head >= sizeof(int32_t) && header[0] == llmc::kTokenizerMagic),
       what + ": this is an llm.c tokenizer file, not token data; pass a token shard or text file");
 
   if (has_magic) {
     is_shard_ = true;
-    require(header[1] == kShardVersion, what + ": shard version " + std::to_string(header[1]) +
-                                            ", only version " + std::to_string(kShardVersion) +
-                                            " is supported; regenerate the shard with llm.c's " +
-                                            "data scripts");
+    require(header[1] == llmc::kShardVersion,
+            what + ": shard version " + std::to_string(header[1]) + ", only version " +
+                std::to_string(llmc::kShardVersion) +
+                " is supported; regenerate the shard with llm.c's " + "data scripts");
     const int64_t n = header[2];
     require(n > 0, what + ": corrupt shard header (token count " + std::to_string(n) +
                        "); regenerate the shard");
@@ -189,8 +186,8 @@ void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
   }
 
   int32_t header[kHeaderInts] = {};
-  header[0] = kShardMagic;
-  header[1] = kShardVersion;
+  header[0] = llmc::kShardMagic;
+  header[1] = llmc::kShardVersion;
   header[2] = static_cast<int32_t>(tokens.size());
   bool ok = std::fwrite(header, sizeof header, 1, f.get()) == 1 &&
             std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) == tokens.size();

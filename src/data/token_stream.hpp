@@ -14,10 +14,9 @@
 #include <string>
 #include <vector>
 
-namespace mpf {
+#include "io/llmc_format.hpp"
 
-inline constexpr int32_t kShardMagic = 20240520;
-inline constexpr int32_t kShardVersion = 1;
+namespace mpf {
 
 class TokenStream {
  public:

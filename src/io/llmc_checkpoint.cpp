@@ -17,10 +17,8 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "llm.c files are little
 namespace mpf {
 namespace {
 
-constexpr int kHeaderInts = 256;
-constexpr int64_t kHeaderBytes = kHeaderInts * sizeof(int32_t);
-constexpr int32_t kCheckpointVersionBf16 = 5;
-constexpr int32_t kShardFileMagic = 20240520;  // token shard passed as a model by mistake
+using llmc::kHeaderBytes;
+using llmc::kHeaderInts;
 
 struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
@@ -60,16 +58,16 @@ GPTConfig read_header(std::FILE* f, int64_t bytes, const std::string& path) {
                                      "truncated or not an llm.c model file");
   int32_t h[kHeaderInts];
   read_exact(f, h, sizeof h, path);
-  require(h[0] != kShardFileMagic,
+  require(h[0] != llmc::kShardMagic,
           what(path) + ": this is an llm.c token shard, not a model file; pass a model checkpoint");
-  require(h[0] == kCheckpointMagic, what(path) + ": bad magic " + std::to_string(h[0]) +
-                                        " (expected " + std::to_string(kCheckpointMagic) +
-                                        "); not an llm.c GPT-2 model file");
-  require(h[1] != kCheckpointVersionBf16,
+  require(h[0] == llmc::kCheckpointMagic,
+          what(path) + ": bad magic " + std::to_string(h[0]) + " (expected " +
+              std::to_string(llmc::kCheckpointMagic) + "); not an llm.c GPT-2 model file");
+  require(h[1] != llmc::kCheckpointVersionBf16,
           what(path) +
               ": version 5 is llm.c's bf16 format; only fp32 (version 3) checkpoints are "
               "supported: export fp32 (llm.c train_gpt2.py writes gpt2_124M.bin in fp32)");
-  require(h[1] == kCheckpointVersionFp32,
+  require(h[1] == llmc::kCheckpointVersionFp32,
           what(path) + ": unsupported version " + std::to_string(h[1]) +
               "; only fp32 (version 3) checkpoints are supported: export fp32");
   GPTConfig cfg;
@@ -152,8 +150,8 @@ void write_checkpoint(const std::string& path, const GPTConfig& cfg,
   if (!ok) close(fd);
 
   int32_t h[kHeaderInts] = {};
-  h[0] = kCheckpointMagic;
-  h[1] = kCheckpointVersionFp32;
+  h[0] = llmc::kCheckpointMagic;
+  h[1] = llmc::kCheckpointVersionFp32;
   h[2] = cfg.max_seq_len;
   h[3] = cfg.vocab;
   h[4] = cfg.layers;

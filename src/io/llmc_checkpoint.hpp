@@ -7,12 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "io/llmc_format.hpp"
 #include "model/config.hpp"
 
 namespace mpf {
-
-inline constexpr int32_t kCheckpointMagic = 20240326;
-inline constexpr int32_t kCheckpointVersionFp32 = 3;
 
 // Reads and validates the header. Throws InputError for a missing file, wrong magic, a version
 // other than 3 (version 5 is llm.c's bf16: the message says to export fp32), bad sizes, or a file

@@ -45,6 +45,44 @@ void sum_over_tp(const Tensor& grad, const tp::SequenceSplit& seq, MPI_Comm tp) 
   Kokkos::fence();
   allreduce_sum(grad.data(), int64_t(grad.extent(0)), tp);
 }
+// What a block's pieces need: its parameters and activations, and the shapes.
+struct BlockContext {
+  const TpShard& s;
+  const tp::SequenceSplit& seq;
+  int C;
+  int64_t R, Rl;  // all rows, this rank's rows outside the TP region
+  LayerParameters p;
+  LayerActivations a;
+  BlockContext(const Activations& acts, const ParameterTensors& params, int l)
+      : s(acts.shard),
+        seq(acts.seq),
+        C(acts.cfg.channels),
+        R(acts.seq.rows),
+        Rl(acts.seq.local_rows),
+        p(layer_parameters(params, acts.shard, l)),
+        a(acts.layer(l)) {}
+};
+
+// LayerNorm of this rank's rows into `out` (all rows' buffer), then entering the TP region (f,
+// or all-gather under SP).
+void layernorm_and_enter(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                         Tensor bias, const tp::SequenceSplit& seq, int C, MPI_Comm tp) {
+  layernorm_forward(rows(out, seq.row_begin, seq.local_rows, C), mean, rstd, inp, weight, bias,
+                    seq.local_rows, C);
+  tp::enter_forward(out.data(), C, seq, tp);
+}
+
+// A row-parallel linear layer leaving the TP region: out (Rl,C) = residual + bias + the sum over
+// ranks of inp (R,width) · weightᵀ (g, or reduce-scatter under SP). `partial` (R,C) is where the
+// sum is formed: out itself without SP.
+void row_parallel_and_leave(Tensor out, Tensor partial, Tensor residual, Tensor inp, Tensor weight,
+                            Tensor bias, int width, const tp::SequenceSplit& seq, int rank, int C,
+                            MPI_Comm tp) {
+  const Tensor sum = seq.on ? partial : out;
+  seed_rows(sum, residual, bias, seq, rank, C);
+  linear_forward_accumulate(sum, inp, weight, seq.rows, width, C);
+  tp::leave_forward(sum.data(), out.data(), C, seq, tp);
+}
 }  // namespace
 
 LayerParameters layer_parameters(const ParameterTensors& p, const TpShard& s, int l) {
@@ -78,35 +116,23 @@ void embedding_forward(Activations& acts, const ParameterTensors& params, const 
 }
 
 void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI_Comm tp) {
-  const TpShard& s = acts.shard;
-  const tp::SequenceSplit& seq = acts.seq;
-  const int C = acts.cfg.channels;
-  const int64_t R = seq.rows, Rl = seq.local_rows;
-  const LayerParameters p = layer_parameters(params, s, l);
-  const LayerActivations a = acts.layer(l);
+  const BlockContext b(acts, params, l);
   const Tensor x = acts.block_input(l);  // (Rl,C)
   const Tensor none;
-  // LayerNorm on this rank's rows, then enter the TP region (f, or all-gather under SP).
-  layernorm_forward(rows(a.ln1, seq.row_begin, Rl, C), a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b,
-                    Rl, C);
-  tp::enter_forward(a.ln1.data(), C, seq, tp);
-  // Column-parallel QKV (this rank's heads), attention, row-parallel projection, leave (g).
-  linear_forward(a.qkv, none, a.ln1, p.qkvw, p.qkvb, R, C, 3 * s.attn);
-  attention_forward(a.atty, a.att, a.qkv, acts.B, acts.T, s.attn, s.heads);
-  const Tensor out2 = seq.on ? acts.partial : a.residual2;
-  seed_rows(out2, x, p.attprojb, seq, s.rank, C);
-  linear_forward_accumulate(out2, a.atty, p.attprojw, R, s.attn, C);
-  tp::leave_forward(out2.data(), a.residual2.data(), C, seq, tp);
-  // The MLP: the same pattern with column-parallel fc, GELU and row-parallel proj.
-  layernorm_forward(rows(a.ln2, seq.row_begin, Rl, C), a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w,
-                    p.ln2b, Rl, C);
-  tp::enter_forward(a.ln2.data(), C, seq, tp);
-  linear_forward(a.fch, none, a.ln2, p.fcw, p.fcb, R, C, s.fc);
-  gelu_forward(a.fch_gelu, a.fch, R * s.fc);
-  const Tensor out3 = seq.on ? acts.partial : a.residual3;
-  seed_rows(out3, a.residual2, p.fcprojb, seq, s.rank, C);
-  linear_forward_accumulate(out3, a.fch_gelu, p.fcprojw, R, s.fc, C);
-  tp::leave_forward(out3.data(), a.residual3.data(), C, seq, tp);
+  // Attention: LayerNorm, enter (f), column-parallel QKV (this rank's heads), attention,
+  // row-parallel projection with the residual, leave (g).
+  layernorm_and_enter(b.a.ln1, b.a.ln1_mean, b.a.ln1_rstd, x, b.p.ln1w, b.p.ln1b, b.seq, b.C, tp);
+  linear_forward(b.a.qkv, none, b.a.ln1, b.p.qkvw, b.p.qkvb, b.R, b.C, 3 * b.s.attn);
+  attention_forward(b.a.atty, b.a.att, b.a.qkv, acts.B, acts.T, b.s.attn, b.s.heads);
+  row_parallel_and_leave(b.a.residual2, acts.partial, x, b.a.atty, b.p.attprojw, b.p.attprojb,
+                         b.s.attn, b.seq, b.s.rank, b.C, tp);
+  // MLP: the same pattern with column-parallel fc, GELU and row-parallel proj.
+  layernorm_and_enter(b.a.ln2, b.a.ln2_mean, b.a.ln2_rstd, b.a.residual2, b.p.ln2w, b.p.ln2b, b.seq,
+                      b.C, tp);
+  linear_forward(b.a.fch, none, b.a.ln2, b.p.fcw, b.p.fcb, b.R, b.C, b.s.fc);
+  gelu_forward(b.a.fch_gelu, b.a.fch, b.R * b.s.fc);
+  row_parallel_and_leave(b.a.residual3, acts.partial, b.a.residual2, b.a.fch_gelu, b.p.fcprojw,
+                         b.p.fcprojb, b.s.fc, b.seq, b.s.rank, b.C, tp);
 }
 
 void head_forward(Activations& acts, const ParameterTensors& params, const Tokens& targets,
@@ -157,20 +183,17 @@ void head_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf,
 
 void block_backward_input(BackwardBuffers& buf, Tensor dinp, Tensor dout, const Activations& acts,
                           const ParameterTensors& params, int l, MPI_Comm tp) {
-  const TpShard& s = acts.shard;
-  const tp::SequenceSplit& seq = acts.seq;
-  const int C = acts.cfg.channels;
-  const int64_t R = seq.rows, Rl = seq.local_rows;
-  const LayerParameters p = layer_parameters(params, s, l);
-  const LayerActivations a = acts.layer(l);
-  // The forward, bottom-up. Leaving a region backwards: identity, or all-gather under SP.
+  const BlockContext b(acts, params, l);
+  const auto& [s, seq, C, R, Rl, p, a] = b;
+  // The forward, bottom-up. Leaving a region backwards: identity, or all-gather under SP;
+  // entering one backwards: f's all-reduce, or reduce-scatter under SP.
   const Tensor dout_full = seq.on ? buf.dout_full : dout;
   tp::leave_backward(dout.data(), dout_full.data(), C, seq, tp);
   linear_backward_input(buf.dfch, dout_full, p.fcprojw, R, s.fc, C);
   gelu_backward_input(buf.dfch, buf.dfch, a.fch, R * s.fc);
   const Tensor partial2 = seq.on ? buf.partial : buf.dln2;
   linear_backward_input(partial2, buf.dfch, p.fcw, R, C, s.fc);
-  tp::enter_backward(partial2.data(), buf.dln2.data(), C, seq, tp);  // f: all-reduce / scatter
+  tp::enter_backward(partial2.data(), buf.dln2.data(), C, seq, tp);
   layernorm_backward_input(buf.dresidual2, dout, buf.dln2, a.residual2, a.ln2_mean, a.ln2_rstd,
                            p.ln2w, Rl, C);
   const Tensor dres2_full = seq.on ? buf.dresidual2_full : buf.dresidual2;
@@ -187,12 +210,8 @@ void block_backward_input(BackwardBuffers& buf, Tensor dinp, Tensor dout, const 
 
 void block_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf, Tensor dout,
                            const Activations& acts, int l, MPI_Comm tp) {
-  const TpShard& s = acts.shard;
-  const tp::SequenceSplit& seq = acts.seq;
-  const int C = acts.cfg.channels;
-  const int64_t R = seq.rows, Rl = seq.local_rows;
-  const LayerParameters g = layer_parameters(grads, s, l);
-  const LayerActivations a = acts.layer(l);
+  const BlockContext b(acts, grads, l);
+  const auto& [s, seq, C, R, Rl, g, a] = b;
   // The row-parallel layers read all rows of their output gradients (gathered by B under SP), so
   // their biases get the whole gradient on every rank.
   const Tensor dout_full = seq.on ? buf.dout_full : dout;

@@ -2,11 +2,17 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
 
 #include <cmath>
 #include <functional>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/rng.hpp"
 #include "core/types.hpp"
 
@@ -74,5 +80,34 @@ inline double weighted_sum(const Slab& out, const std::vector<float>& weights) {
   for (size_t i = 0; i < o.size(); ++i) acc += double(o[i]) * weights[i];
   return acc;
 }
+
+// Runs f, expects an InputError and returns its message (empty, with a failure, if none came).
+template <class F>
+std::string input_error(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected InputError";
+  return "";
+}
+
+// A fixture with a fresh directory per test (and per rank under mpiexec), removed afterwards.
+class ScratchDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/mpf_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    chmod(dir_.c_str(), 0755);  // a test may have made it read-only
+    std::filesystem::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+  std::string dir_;
+};
 
 }  // namespace mpf::test

@@ -15,10 +15,12 @@
 
 #include "core/error.hpp"
 #include "io/llmc_checkpoint.hpp"
+#include "test_helpers.hpp"
 
 namespace mpf {
 namespace {
 
+using test::input_error;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
@@ -39,19 +41,8 @@ std::vector<float> ramp(int64_t n) {
   return p;
 }
 
-class CheckpointTest : public ::testing::Test {
+class CheckpointTest : public test::ScratchDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/mpf_checkpoint_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    chmod(dir_.c_str(), 0755);
-    std::filesystem::remove_all(dir_);
-  }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-
   // A checkpoint with an arbitrary header (slots as given) and `floats` parameters.
   std::string write_raw(const std::string& name, std::vector<int32_t> slots, int64_t floats) const {
     std::vector<int32_t> header(256, 0);
@@ -66,20 +57,7 @@ class CheckpointTest : public ::testing::Test {
     const GPTConfig c = tiny();
     return {magic, version, c.max_seq_len, c.vocab, c.layers, c.heads, c.channels, c.padded_vocab};
   }
-
-  std::string dir_;
 };
-
-template <class F>
-std::string input_error(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected InputError";
-  return "";
-}
 
 TEST_F(CheckpointTest, RoundTrip) {
   const GPTConfig cfg = tiny();

@@ -14,24 +14,18 @@
 #include "core/error.hpp"
 #include "data/builtin_corpus.hpp"
 #include "data/loader.hpp"
+#include "test_helpers.hpp"
 
 namespace mpf {
 namespace {
 
+using test::input_error;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using Tokens = std::vector<int32_t>;
 
-class LoaderTest : public ::testing::Test {
+class LoaderTest : public test::ScratchDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/mpf_loader_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-
   // A shard holding first, first+1, ..., first+n-1.
   std::string shard(const std::string& name, int first, int n) const {
     std::vector<uint16_t> tokens(n);
@@ -39,8 +33,6 @@ class LoaderTest : public ::testing::Test {
     write_shard(path(name), tokens);
     return path(name);
   }
-
-  std::string dir_;
 };
 
 struct Batch {
@@ -55,17 +47,6 @@ Batch next(DataLoader& loader, int row_begin, int rows) {
 
 Batch next(DataLoader& loader) {
   return next(loader, 0, loader.B());
-}
-
-template <class F>
-std::string input_error(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected InputError";
-  return "";
 }
 
 TEST_F(LoaderTest, OneFileWindowsAdvanceAndWrap) {

@@ -15,24 +15,17 @@
 
 #include "core/error.hpp"
 #include "data/token_stream.hpp"
+#include "test_helpers.hpp"
 
 namespace mpf {
 namespace {
 
+using test::input_error;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// A fresh directory per test (and per rank under mpiexec), removed afterwards.
-class TokenStreamTest : public ::testing::Test {
+class TokenStreamTest : public test::ScratchDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/mpf_token_stream_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-
   std::string write_bytes(const std::string& name, const std::string& bytes) const {
     std::ofstream(path(name), std::ios::binary) << bytes;
     return path(name);
@@ -49,21 +42,7 @@ class TokenStreamTest : public ::testing::Test {
     out.write(reinterpret_cast<const char*>(tokens.data()), 2 * tokens.size());
     return path(name);
   }
-
-  std::string dir_;
 };
-
-// Runs f, expects an InputError and returns its message.
-template <class F>
-std::string input_error(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected InputError";
-  return "";
-}
 
 TEST_F(TokenStreamTest, ShardRoundTrip) {
   const std::vector<uint16_t> tokens = {50256, 0, 1, 65535, 464, 50256};
@@ -161,7 +140,7 @@ TEST_F(TokenStreamTest, ShortBinFileIsACorruptShardNotText) {
 TEST_F(TokenStreamTest, TruncatedShardHeader) {
   // The magic is there but the header stops after 100 bytes; the name does not end in .bin.
   std::string bytes(100, '\0');
-  const int32_t magic = kShardMagic;
+  const int32_t magic = llmc::kShardMagic;
   std::memcpy(&bytes[0], &magic, 4);
   write_bytes("cut.shard", bytes);
   const std::string msg = input_error([&] { TokenStream(path("cut.shard"), 256); });
@@ -170,14 +149,14 @@ TEST_F(TokenStreamTest, TruncatedShardHeader) {
 }
 
 TEST_F(TokenStreamTest, WrongShardVersion) {
-  write_raw_shard("v2.bin", kShardMagic, 2, 3, {1, 2, 3});
+  write_raw_shard("v2.bin", llmc::kShardMagic, 2, 3, {1, 2, 3});
   const std::string msg = input_error([&] { TokenStream(path("v2.bin"), 256); });
   EXPECT_THAT(msg, AllOf(HasSubstr(path("v2.bin")), HasSubstr("version 2"),
                          HasSubstr("only version 1"), HasSubstr("regenerate")));
 }
 
 TEST_F(TokenStreamTest, CorruptTokenCount) {
-  write_raw_shard("neg.bin", kShardMagic, 1, -5, {1, 2, 3});
+  write_raw_shard("neg.bin", llmc::kShardMagic, 1, -5, {1, 2, 3});
   const std::string msg = input_error([&] { TokenStream(path("neg.bin"), 256); });
   EXPECT_THAT(
       msg, AllOf(HasSubstr(path("neg.bin")), HasSubstr("corrupt shard header"), HasSubstr("-5")));
@@ -185,7 +164,7 @@ TEST_F(TokenStreamTest, CorruptTokenCount) {
 
 TEST_F(TokenStreamTest, ShardSizeMismatch) {
   // Header promises 10 tokens, the file holds 8: 1040 bytes instead of 1044.
-  write_raw_shard("trunc.bin", kShardMagic, 1, 10, std::vector<uint16_t>(8, 1));
+  write_raw_shard("trunc.bin", llmc::kShardMagic, 1, 10, std::vector<uint16_t>(8, 1));
   const std::string msg = input_error([&] { TokenStream(path("trunc.bin"), 256); });
   EXPECT_THAT(
       msg, AllOf(HasSubstr(path("trunc.bin")), HasSubstr("10 tokens"),
@@ -193,7 +172,7 @@ TEST_F(TokenStreamTest, ShardSizeMismatch) {
 }
 
 TEST_F(TokenStreamTest, ShardWithTrailingBytes) {
-  write_raw_shard("long.bin", kShardMagic, 1, 2, std::vector<uint16_t>(3, 1));
+  write_raw_shard("long.bin", llmc::kShardMagic, 1, 2, std::vector<uint16_t>(3, 1));
   const std::string msg = input_error([&] { TokenStream(path("long.bin"), 256); });
   EXPECT_THAT(msg, AllOf(HasSubstr("expected 1028 bytes"), HasSubstr("has 1030")));
 }
