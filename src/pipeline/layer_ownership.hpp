@@ -1,0 +1,30 @@
+// Which transformer blocks each pipeline stage owns. With P stages and V virtual stages (model
+// chunks) per rank there are P·V chunks; chunk c of rank r is virtual stage c·P + r (Megatron's
+// interleaved assignment), so rank r runs chunks r, P + r, 2P + r, ... Only the first virtual stage
+// holds the embeddings and only the last the final LayerNorm and the head.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mpf {
+
+struct LayerRange {
+  int begin = 0, end = 0;  // blocks [begin, end)
+  int size() const { return end - begin; }
+};
+
+// Picotron's distribute_layers: L blocks over n chunks as evenly as possible, the first L mod n
+// chunks taking one block more. Throws InputError if a chunk would be empty (n > L).
+std::vector<LayerRange> distribute_layers(int layers, int chunks);
+
+// An explicit layout "3,3,2,..." of n chunk sizes. Throws InputError unless it has n positive
+// integers summing to L (the message says which).
+std::vector<LayerRange> parse_layer_layout(const std::string& layout, int layers, int chunks);
+
+// The virtual stage of chunk c on rank r.
+inline int virtual_stage(int chunk, int rank, int stages) {
+  return chunk * stages + rank;
+}
+
+}  // namespace mpf

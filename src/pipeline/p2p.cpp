@@ -1,0 +1,115 @@
+#include "pipeline/p2p.hpp"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace mpf {
+
+PipelineP2P::PipelineP2P(MPI_Comm pp, int chunks, int64_t count) : pp_(pp), chunks_(chunks) {
+  MPI_Comm_rank(pp, &rank_);
+  MPI_Comm_size(pp, &stages_);
+  require(count <= INT_MAX,
+          "a pipeline message of over 2^31 floats is not supported; use a "
+          "smaller micro-batch");
+  count_ = static_cast<int>(count);
+  int* ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(pp, MPI_TAG_UB, &ub, &found);
+  if (found && ub) tag_ub_ = *ub;
+  const char* env = std::getenv("MPIFORMER_TRACE_PP");
+  trace_ = env && std::string(env) == "1";
+}
+
+int PipelineP2P::tag(int mb, int receiving_stage, Direction d) const {
+  const int64_t t = (int64_t(mb) * stages_ * chunks_ + receiving_stage) * 2 + d;
+  if (t > tag_ub_) {
+    MPF_FATAL("pipeline tag " + std::to_string(t) + " exceeds MPI_TAG_UB " +
+              std::to_string(tag_ub_) + ": too many microbatches for this MPI");
+  }
+  return static_cast<int>(t);
+}
+
+void PipelineP2P::post_send(const float* buf, int mb, int chunk, Direction d, MPI_Request* req,
+                            const char* verb) {
+  const int stage = chunk * stages_ + rank_;
+  const int to_stage = d == kForward ? stage + 1 : stage - 1;
+  const int peer = d == kForward ? (rank_ + 1) % stages_ : (rank_ - 1 + stages_) % stages_;
+  if (trace_)
+    std::fprintf(stderr, "%s | %d -> %d | mb %d, chunk %d\n", verb, rank_, peer, mb, chunk);
+  MPF_MPI_CHECK(MPI_Isend(buf, count_, MPI_FLOAT, peer, tag(mb, to_stage, d), pp_, req));
+}
+
+void PipelineP2P::post_recv(float* buf, int mb, int chunk, Direction d, MPI_Request* req,
+                            const char* verb) {
+  const int stage = chunk * stages_ + rank_;
+  const int peer = d == kForward ? (rank_ - 1 + stages_) % stages_ : (rank_ + 1) % stages_;
+  if (trace_)
+    std::fprintf(stderr, "%s | %d <- %d | mb %d, chunk %d\n", verb, rank_, peer, mb, chunk);
+  MPF_MPI_CHECK(MPI_Irecv(buf, count_, MPI_FLOAT, peer, tag(mb, stage, d), pp_, req));
+}
+
+void PipelineP2P::wait(MPI_Request* reqs, int n) {
+  MPF_MPI_CHECK(MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE));
+}
+
+void PipelineP2P::recv_forward(float* input, int mb, int chunk) {
+  if (is_first(chunk)) return;
+  MPI_Request r;
+  post_recv(input, mb, chunk, kForward, &r, "recv_forward");
+  wait(&r, 1);
+}
+
+void PipelineP2P::send_forward(const float* output, int mb, int chunk) {
+  if (is_last(chunk)) return;
+  MPI_Request r;
+  post_send(output, mb, chunk, kForward, &r, "send_forward");
+  wait(&r, 1);
+}
+
+void PipelineP2P::recv_backward(float* output_grad, int mb, int chunk) {
+  if (is_last(chunk)) return;
+  MPI_Request r;
+  post_recv(output_grad, mb, chunk, kBackward, &r, "recv_backward");
+  wait(&r, 1);
+}
+
+void PipelineP2P::send_backward(const float* input_grad, int mb, int chunk) {
+  if (is_first(chunk)) return;
+  MPI_Request r;
+  post_send(input_grad, mb, chunk, kBackward, &r, "send_backward");
+  wait(&r, 1);
+}
+
+void PipelineP2P::send_forward_recv_backward(const float* output, int send_mb, int send_chunk,
+                                             float* output_grad, int recv_mb, int recv_chunk) {
+  MPI_Request r[2];
+  int n = 0;
+  // Both halves are posted before either is waited on: two neighbours doing the mirror pair
+  // cannot deadlock, whatever MPI does with large messages.
+  if (!is_last(send_chunk)) {
+    post_send(output, send_mb, send_chunk, kForward, &r[n++], "send_forward_recv_backward");
+  }
+  if (!is_last(recv_chunk)) {
+    post_recv(output_grad, recv_mb, recv_chunk, kBackward, &r[n++], "send_forward_recv_backward");
+  }
+  wait(r, n);
+}
+
+void PipelineP2P::send_backward_recv_forward(const float* input_grad, int send_mb, int send_chunk,
+                                             float* input, int recv_mb, int recv_chunk) {
+  MPI_Request r[2];
+  int n = 0;
+  if (!is_first(send_chunk)) {
+    post_send(input_grad, send_mb, send_chunk, kBackward, &r[n++], "send_backward_recv_forward");
+  }
+  if (!is_first(recv_chunk)) {
+    post_recv(input, recv_mb, recv_chunk, kForward, &r[n++], "send_backward_recv_forward");
+  }
+  wait(r, n);
+}
+
+}  // namespace mpf
