@@ -2,7 +2,8 @@
 // - InputError: the user's input is wrong (flags, data files, checkpoints, layouts). Every rank
 //   reaches the same verdict, so it is thrown, caught in the app, agreed on with one collective,
 //   printed once and every rank exits nonzero.
-// - fatal(): an internal fault on one rank (an MPI call failing). Prints with its host and pid, calls
+// - fatal(): an internal fault on one rank (an MPI call failing). Prints with its host and pid,
+// calls
 //   MPI_Abort, since the other ranks may be blocked in a collective.
 #pragma once
 
