@@ -1,0 +1,216 @@
+// mpiformer-schedule: a driver for the pipeline simulator. Runs the trainer's own schedule loops
+// for every rank of a pipeline under a cost model and prints each rank's timeline, the bubble
+// and the activations in flight; optionally writes a Chrome/Perfetto trace. No MPI, no model.
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "core/error.hpp"
+#include "pipeline/schedule.hpp"
+#include "pipeline/simulator.hpp"
+
+namespace {
+
+using mpf::require;
+namespace pp = mpf::pipeline;
+
+const char* kUsage = R"(usage: mpiformer-schedule [flags]
+
+Simulates one training step of a pipeline schedule on P ranks: the same loop code the trainer runs,
+with each op costing a fixed time. Prints every rank's timeline (a cell per time unit; F<mb>
+forward, B<mb> backward, W<mb> weight gradient when it has its own cost, c<k> the chunk with
+virtual stages, "-" an op continuing, "." idle), then the bubble = idle rank-time / (P x makespan),
+and last a summary line: bubble 27.27% | peak in-flight 4 mb. Flags take a value as `--flag V` or
+`--flag=V`.
+
+  --schedule S          afab, 1f1b (default) or interleaved
+  --pp P                pipeline stages (default 4)
+  --virtual-stages V    model chunks per rank, interleaved only (default 2 there, else 1)
+  --microbatches M      microbatches per step (default 8; interleaved needs M >= P)
+  --f X --b X --w X     cost of a forward, a backward's input gradient and its weight gradient
+                        (default 1, 2, 0: W inside B)
+  --p2p X               cost of one message between stages (default 0)
+  --sends S             buffered (default: a send never waits) or rendezvous (a send waits for
+                        its receiver, as MPI does with large messages)
+  --trace FILE.json     also write a Chrome/Perfetto trace (chrome://tracing, ui.perfetto.dev;
+                        one time unit = 1 us); an existing file is replaced
+  --help                this text
+
+Bad input prints one "error:" line and exits with status 2.
+)";
+
+struct Options {
+  pp::Schedule schedule = pp::Schedule::kOneFOneB;
+  int stages = 4, virtual_stages = 0, microbatches = 8;  // virtual_stages 0: the default
+  pp::OpCosts costs;
+  pp::SendMode sends = pp::SendMode::kBuffered;
+  std::string trace;
+  bool help = false;
+};
+
+int to_int(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  require(!text.empty() && *end == '\0' && errno == 0 && v >= -2147483647 && v <= 2147483647,
+          flag + " expects an integer, got '" + text + "'");
+  return static_cast<int>(v);
+}
+
+double to_cost(const std::string& flag, const std::string& text, bool positive) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  require(!text.empty() && *end == '\0' && std::isfinite(v),
+          flag + " expects a number, got '" + text + "'");
+  require(positive ? v > 0 : v >= 0,
+          flag + " must be " + (positive ? "positive" : ">= 0") + ", got " + text);
+  return v;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  using Setter = std::function<void(const std::string&, const std::string&)>;
+  const std::map<std::string, Setter> flags = {
+      {"--schedule", [&](auto&, auto& v) { o.schedule = pp::parse_schedule(v); }},
+      {"--pp", [&](auto& f, auto& v) { o.stages = to_int(f, v); }},
+      {"--virtual-stages", [&](auto& f, auto& v) { o.virtual_stages = to_int(f, v); }},
+      {"--microbatches", [&](auto& f, auto& v) { o.microbatches = to_int(f, v); }},
+      {"--f", [&](auto& f, auto& v) { o.costs.forward = to_cost(f, v, true); }},
+      {"--b", [&](auto& f, auto& v) { o.costs.backward_input = to_cost(f, v, true); }},
+      {"--w", [&](auto& f, auto& v) { o.costs.backward_weight = to_cost(f, v, false); }},
+      {"--p2p", [&](auto& f, auto& v) { o.costs.p2p = to_cost(f, v, false); }},
+      {"--sends",
+       [&](auto&, auto& v) {
+         require(v == "buffered" || v == "rendezvous",
+                 "unknown --sends '" + v + "': choose buffered or rendezvous");
+         o.sends = v == "buffered" ? pp::SendMode::kBuffered : pp::SendMode::kRendezvous;
+       }},
+      {"--trace", [&](auto&, auto& v) { o.trace = v; }},
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+      continue;
+    }
+    const size_t eq = arg.find('=');
+    const bool inline_value = arg.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inline_value) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    const auto it = flags.find(arg);
+    require(it != flags.end(), "unknown " +
+                                   std::string(arg.rfind("-", 0) == 0 ? "flag" : "argument") +
+                                   " '" + arg + "'; run mpiformer-schedule --help for the flags");
+    if (!inline_value) {
+      require(i + 1 < argc, arg + " needs a value; run mpiformer-schedule --help");
+      value = argv[++i];
+    }
+    it->second(arg, value);
+  }
+  if (o.virtual_stages == 0) o.virtual_stages = o.schedule == pp::Schedule::kInterleaved ? 2 : 1;
+  pp::validate({o.stages, 0, o.virtual_stages, o.microbatches}, o.schedule);
+  // One thread per simulated rank, and every op is kept: stay within a laptop's means.
+  require(o.stages <= 1024, "--pp " + std::to_string(o.stages) +
+                                " is more stages than the simulator runs (at most 1024)");
+  require(static_cast<double>(o.stages) * o.microbatches * o.virtual_stages <= 1e7,
+          "--pp x --microbatches x --virtual-stages is above 10^7 ops; use fewer microbatches");
+  return o;
+}
+
+std::string percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", 100.0 * fraction);
+  return buf;
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// Microbatches' worth of activations, at most 2 decimals: "4", "5.5", "5.67".
+std::string microbatches(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  std::string s = buf;
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  try {
+    o = parse(argc, argv);
+  } catch (const mpf::InputError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  if (o.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+
+  const pp::PipelineShape shape{o.stages, 0, o.virtual_stages, o.microbatches};
+  pp::SimulationResult r;
+  try {
+    r = pp::simulate(o.schedule, shape, o.costs, o.sends);
+    if (!o.trace.empty()) {
+      std::ofstream out(o.trace);
+      require(static_cast<bool>(out), "cannot write --trace " + o.trace + ": " +
+                                          std::strerror(errno) + "; choose a writable path");
+      pp::write_chrome_trace(r, out);
+      out.close();
+      require(!out.fail(), "writing --trace " + o.trace + " failed; check the disk");
+    }
+  } catch (const mpf::InputError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const pp::SimulationError& e) {  // a broken schedule: a bug, not the user's input
+    std::fprintf(stderr, "error: schedule %s: %s\n", pp::schedule_name(o.schedule), e.what());
+    return 1;
+  }
+
+  const int P = o.stages, V = o.virtual_stages;
+  std::printf(
+      "%s | pp %d | virtual stages %d | microbatches %d | F %s B %s W %s%s P2P %s | %s sends\n",
+      pp::schedule_name(o.schedule), P, V, o.microbatches, number(o.costs.forward).c_str(),
+      number(o.costs.backward_input).c_str(), number(o.costs.backward_weight).c_str(),
+      o.costs.backward_weight == 0 ? " (inside B)" : "", number(o.costs.p2p).c_str(),
+      o.sends == pp::SendMode::kBuffered ? "buffered" : "rendezvous");
+  const pp::Timelines t = pp::render_timelines(r);
+  std::printf("one cell = %s time unit%s\n", number(t.cell).c_str(),
+              t.exact ? "" : " (scaled: short ops may not show)");
+  for (int rank = 0; rank < P; ++rank) std::printf("rank %d | %s\n", rank, t.ranks[rank].c_str());
+
+  // In flight in microbatches' worth of a stage's activations: a chunk holds 1/V of them.
+  auto in_flight = [&](int chunks) {
+    return V == 1 ? std::to_string(chunks)
+                  : std::to_string(chunks) + " (mb, chunk) = " + microbatches(double(chunks) / V);
+  };
+  for (int rank = 0; rank < P; ++rank) {
+    std::printf("rank %d | busy %s | idle %s | peak in-flight %s mb\n", rank,
+                number(r.busy[rank]).c_str(), number(r.makespan - r.busy[rank]).c_str(),
+                in_flight(r.peak_in_flight[rank]).c_str());
+  }
+  const char* formula =
+      o.schedule == pp::Schedule::kInterleaved ? "(P-1)/(V*M+P-1)" : "(P-1)/(M+P-1)";
+  std::printf("makespan %s | bubble %s | ideal %s = %s\n", number(r.makespan).c_str(),
+              percent(r.bubble_fraction).c_str(), formula,
+              percent(pp::ideal_bubble_fraction(shape, o.schedule)).c_str());
+  if (!o.trace.empty()) std::printf("trace written to %s\n", o.trace.c_str());
+  std::printf("bubble %s | peak in-flight %s mb\n", percent(r.bubble_fraction).c_str(),
+              microbatches(double(r.peak_in_flight_overall) / V).c_str());
+  return 0;
+}

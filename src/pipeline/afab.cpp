@@ -1,0 +1,30 @@
+// AFAB, all forward then all backward (GPipe; Picotron's train_step_pipeline_afab): every
+// microbatch's forward, then every backward in the same order (FIFO). The easiest schedule to
+// follow and to debug, but all M activations are alive at once on every rank.
+// Bubble: (P − 1)/(M + P − 1).
+#include "pipeline/schedule.hpp"
+
+namespace mpf::pipeline {
+
+void run_afab(StageOps& ops, const PipelineShape& shape) {
+  validate(shape, Schedule::kAfab);
+  const int M = shape.microbatches;
+  constexpr int chunk = 0;  // one chunk per rank
+
+  // All forward
+  for (int mb = 0; mb < M; ++mb) {
+    ops.recv_forward(mb, chunk);
+    ops.forward(mb, chunk);
+    ops.send_forward(mb, chunk);
+  }
+
+  // All backward, oldest microbatch first
+  for (int mb = 0; mb < M; ++mb) {
+    ops.recv_backward(mb, chunk);
+    ops.backward_input(mb, chunk);
+    ops.backward_weight(mb, chunk);
+    ops.send_backward(mb, chunk);
+  }
+}
+
+}  // namespace mpf::pipeline

@@ -1,0 +1,53 @@
+// 1F1B (PipeDream-Flush; Picotron's train_step_pipeline_1f1b). Same bubble as AFAB,
+// (P − 1)/(M + P − 1), but a rank holds at most P − rank activations instead of M:
+//   Warmup:   warmup = min(P − rank − 1, M) forwards fill the pipeline below this rank.
+//   Steady:   M − warmup times, one forward then one backward; the forward's output goes out
+//             while the backward's output gradient comes in (send_forward_recv_backward), and
+//             the backward's input gradient goes out while the next forward's input comes in
+//             (send_backward_recv_forward).
+//   Cooldown: the last `warmup` backwards drain the pipeline.
+// Microbatches start and finish in order: forward i in the steady state is warmup + i,
+// backward i is i.
+#include "pipeline/schedule.hpp"
+
+namespace mpf::pipeline {
+
+void run_one_f_one_b(StageOps& ops, const PipelineShape& shape) {
+  validate(shape, Schedule::kOneFOneB);
+  const int M = shape.microbatches;
+  const int warmup = one_f_one_b_warmup(shape);
+  const int steady = M - warmup;
+  constexpr int chunk = 0;  // one chunk per rank
+
+  // Warmup
+  for (int mb = 0; mb < warmup; ++mb) {
+    ops.recv_forward(mb, chunk);
+    ops.forward(mb, chunk);
+    ops.send_forward(mb, chunk);
+  }
+
+  // Steady
+  if (steady > 0) ops.recv_forward(warmup, chunk);
+  for (int i = 0; i < steady; ++i) {
+    const int fwd_mb = warmup + i, bwd_mb = i;
+    ops.forward(fwd_mb, chunk);
+    ops.send_forward_recv_backward(fwd_mb, chunk, bwd_mb, chunk);
+    ops.backward_input(bwd_mb, chunk);
+    ops.backward_weight(bwd_mb, chunk);
+    if (i == steady - 1) {
+      ops.send_backward(bwd_mb, chunk);  // no forward left to receive
+    } else {
+      ops.send_backward_recv_forward(bwd_mb, chunk, fwd_mb + 1, chunk);
+    }
+  }
+
+  // Cooldown
+  for (int mb = steady; mb < M; ++mb) {
+    ops.recv_backward(mb, chunk);
+    ops.backward_input(mb, chunk);
+    ops.backward_weight(mb, chunk);
+    ops.send_backward(mb, chunk);
+  }
+}
+
+}  // namespace mpf::pipeline

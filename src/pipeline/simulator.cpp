@@ -1,0 +1,553 @@
+#include "pipeline/simulator.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <system_error>
+#include <thread>
+#include <tuple>
+#include <utility>
+
+namespace mpf::pipeline {
+
+namespace {
+
+using WallClock = std::chrono::steady_clock;
+
+// A P2P message as its receiver names it: (microbatch, the receiver's chunk, direction).
+struct MessageKey {
+  int mb, chunk;
+  Direction dir;
+  bool operator<(const MessageKey& o) const {
+    return std::tie(mb, chunk, dir) < std::tie(o.mb, o.chunk, o.dir);
+  }
+};
+
+std::string mb_chunk(int mb, int chunk) {
+  return "(mb " + std::to_string(mb) + ", chunk " + std::to_string(chunk) + ")";
+}
+
+// Virtual stage chunk·P + rank runs after chunk·P + rank − 1 (stage_ops.hpp).
+int sender_of(MessageKey k, int rank, int P) {
+  if (k.dir == Direction::kForward) return rank > 0 ? rank - 1 : P - 1;
+  return rank < P - 1 ? rank + 1 : 0;
+}
+
+// "the activation of (mb 3, chunk 1)": chunk is the receiver's.
+std::string what(MessageKey k) {
+  return (k.dir == Direction::kForward ? "the activation of " : "the gradient of ") +
+         mb_chunk(k.mb, k.chunk);
+}
+
+std::string describe(MessageKey k, int rank, int P) {
+  return what(k) + " from rank " + std::to_string(sender_of(k, rank, P));
+}
+
+// Thrown inside a rank's thread once another rank has failed: unwinds it without a report.
+struct Aborted {};
+
+// One half of a message as a rank posts it: a send to `dest`, or a receive at `dest` (its own
+// rank). The message is (dest, key) for both halves.
+struct Request {
+  bool send;
+  int dest;
+  MessageKey key;
+};
+
+// The simulated ranks' messages and the bookkeeping that turns a deadlock or a hang into an
+// error. Everything below is guarded by mutex_.
+class Network {
+ public:
+  Network(int P, const OpCosts& costs, SendMode sends, WallClock::time_point deadline)
+      : P_(P),
+        p2p_(costs.p2p),
+        sends_(sends),
+        deadline_(deadline),
+        channels_(P),
+        cv_(P),
+        state_(P, State::kRunning),
+        awaiting_(P) {}
+
+  // Posts `requests` at simulated time `clock` on `rank`, waits until every one has completed,
+  // and returns the time the last completed: a receive when its message has arrived, a send at
+  // once (buffered) or when its receiver has posted and the data has moved (rendezvous).
+  double exchange(int rank, const std::vector<Request>& requests, double clock) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (const Request& q : requests) {
+      Channel& ch = channels_[q.dest][q.key];
+      if (q.send) {
+        ch.send_posted = true;
+        ch.send_time = clock;
+        cv_[q.dest].notify_one();
+      } else {
+        ch.recv_posted = true;
+        ch.recv_time = clock;
+        cv_[sender_of(q.key, q.dest, P_)].notify_one();
+      }
+    }
+    for (;;) {
+      if (aborted_) throw Aborted{};
+      const Request* pending = first_pending_locked(requests);
+      if (!pending) {
+        double done = clock;
+        for (const Request& q : requests) done = std::max(done, completion_locked(q));
+        state_[rank] = State::kRunning;
+        return done;
+      }
+      state_[rank] = State::kWaiting;
+      awaiting_[rank] = requests;
+      detect_deadlock_locked();
+      if (aborted_) throw Aborted{};
+      if (cv_[rank].wait_until(lock, deadline_) == std::cv_status::timeout && !aborted_ &&
+          first_pending_locked(requests)) {
+        fail_locked(std::make_exception_ptr(SimulationError("simulation timed out (wall clock): " +
+                                                            describe_wait(rank, *pending))));
+        throw Aborted{};
+      }
+    }
+  }
+
+  // Between ops: stop if another rank failed or the wall clock ran out.
+  void check_alive(int rank) {
+    if (aborted_) throw Aborted{};
+    if (WallClock::now() > deadline_) {
+      fail(rank, std::make_exception_ptr(SimulationError(
+                     "simulation timed out (wall clock) on rank " + std::to_string(rank))));
+      throw Aborted{};
+    }
+  }
+
+  void finish(int rank) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    state_[rank] = State::kDone;
+    detect_deadlock_locked();
+  }
+
+  // The first failure is the one reported; it stops every rank.
+  void fail(int rank, std::exception_ptr error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    state_[rank] = State::kDone;
+    fail_locked(error);
+  }
+
+  void abandon(int rank) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    state_[rank] = State::kDone;
+  }
+
+  // After every thread has joined.
+  std::exception_ptr error() const { return error_; }
+  std::string undelivered() const {
+    for (int r = 0; r < P_; ++r) {
+      for (const auto& [key, ch] : channels_[r]) {
+        if (!ch.recv_posted)
+          return "rank " + std::to_string(r) + " never received " + describe(key, r, P_);
+      }
+    }
+    return "";
+  }
+
+ private:
+  enum class State { kRunning, kWaiting, kDone };
+  struct Channel {
+    bool send_posted = false, recv_posted = false;
+    double send_time = 0.0, recv_time = 0.0;  // the posters' clocks
+  };
+
+  const Channel& channel_locked(const Request& q) { return channels_[q.dest][q.key]; }
+
+  bool complete_locked(const Request& q) {
+    const Channel& ch = channel_locked(q);
+    if (!q.send) return ch.send_posted;
+    return sends_ == SendMode::kBuffered || ch.recv_posted;
+  }
+
+  const Request* first_pending_locked(const std::vector<Request>& requests) {
+    for (const Request& q : requests) {
+      if (!complete_locked(q)) return &q;
+    }
+    return nullptr;
+  }
+
+  // Buffered: the data leaves at the send and arrives P2P later. Rendezvous: it moves once both
+  // ends have posted, and both ends complete on arrival.
+  double completion_locked(const Request& q) {
+    const Channel& ch = channel_locked(q);
+    if (sends_ == SendMode::kRendezvous) return std::max(ch.send_time, ch.recv_time) + p2p_;
+    return q.send ? ch.send_time : std::max(ch.recv_time, ch.send_time + p2p_);
+  }
+
+  std::string describe_wait(int rank, const Request& q) const {
+    if (!q.send)
+      return "rank " + std::to_string(rank) + " waits for " + describe(q.key, q.dest, P_);
+    return "rank " + std::to_string(rank) + " waits for rank " + std::to_string(q.dest) +
+           " to receive " + what(q.key) + " (a rendezvous send)";
+  }
+
+  void fail_locked(std::exception_ptr error) {
+    if (!error_) error_ = error;
+    aborted_ = true;
+    for (auto& cv : cv_) cv.notify_all();
+  }
+
+  // Deadlock: no rank runs and every waiting rank still misses one of its messages.
+  void detect_deadlock_locked() {
+    std::string waits;
+    for (int r = 0; r < P_; ++r) {
+      if (state_[r] == State::kRunning) return;
+      if (state_[r] != State::kWaiting) continue;
+      const Request* pending = first_pending_locked(awaiting_[r]);
+      if (!pending) return;  // it is about to wake
+      waits += (waits.empty() ? "" : "; ") + describe_wait(r, *pending);
+    }
+    if (waits.empty()) return;  // every rank is done
+    fail_locked(std::make_exception_ptr(SimulationError("deadlock: " + waits)));
+  }
+
+  const int P_;
+  const double p2p_;
+  const SendMode sends_;
+  const WallClock::time_point deadline_;
+  std::mutex mutex_;
+  std::vector<std::map<MessageKey, Channel>> channels_;  // by receiving rank
+  std::vector<std::condition_variable> cv_;
+  std::vector<State> state_;
+  std::vector<std::vector<Request>> awaiting_;
+  std::atomic<bool> aborted_{false};
+  std::exception_ptr error_;
+};
+
+// One simulated rank: StageOps on a clock, checking the protocol stage_ops.hpp states.
+class SimulatedStage final : public StageOps {
+ public:
+  SimulatedStage(Network& net, const PipelineShape& shape, const OpCosts& costs)
+      : net_(net),
+        P_(shape.stages),
+        V_(shape.virtual_stages),
+        M_(shape.microbatches),
+        rank_(shape.rank),
+        costs_(costs),
+        progress_(static_cast<size_t>(M_) * V_) {}
+
+  std::vector<SimEvent> events;
+
+  void forward(int mb, int chunk) override {
+    Progress& p = at("forward", mb, chunk);
+    if (p.forward) bug("forward" + mb_chunk(mb, chunk) + " twice");
+    if (!first_virtual(chunk) && !p.input) {
+      bug("forward" + mb_chunk(mb, chunk) + " before recv_forward of its input");
+    }
+    p.forward = true;
+    compute(OpKind::kForward, mb, chunk, costs_.forward);
+  }
+
+  void backward_input(int mb, int chunk) override {
+    Progress& p = at("backward_input", mb, chunk);
+    if (p.backward_input) bug("backward_input" + mb_chunk(mb, chunk) + " twice");
+    if (!p.forward) bug("backward_input" + mb_chunk(mb, chunk) + " before its forward");
+    if (!last_virtual(chunk) && !p.grad) {
+      bug("backward_input" + mb_chunk(mb, chunk) + " before recv_backward of its gradient");
+    }
+    p.backward_input = true;
+    compute(OpKind::kBackwardInput, mb, chunk, costs_.backward_input);
+  }
+
+  void backward_weight(int mb, int chunk) override {
+    Progress& p = at("backward_weight", mb, chunk);
+    if (p.backward_weight) bug("backward_weight" + mb_chunk(mb, chunk) + " twice");
+    if (!p.backward_input) bug("backward_weight" + mb_chunk(mb, chunk) + " before its B");
+    p.backward_weight = true;
+    compute(OpKind::kBackwardWeight, mb, chunk, costs_.backward_weight);
+  }
+
+  void recv_forward(int mb, int chunk) override { exchange({input_recv(mb, chunk)}); }
+  void send_forward(int mb, int chunk) override { exchange({output_send(mb, chunk)}); }
+  void recv_backward(int mb, int chunk) override { exchange({grad_recv(mb, chunk)}); }
+  void send_backward(int mb, int chunk) override { exchange({grad_send(mb, chunk)}); }
+
+  void send_forward_recv_backward(int send_mb, int send_chunk, int recv_mb,
+                                  int recv_chunk) override {
+    exchange({output_send(send_mb, send_chunk), grad_recv(recv_mb, recv_chunk)});
+  }
+  void send_backward_recv_forward(int send_mb, int send_chunk, int recv_mb,
+                                  int recv_chunk) override {
+    exchange({grad_send(send_mb, send_chunk), input_recv(recv_mb, recv_chunk)});
+  }
+  // After the loop: a training step forwards and backwards every (mb, chunk).
+  void check_complete() const {
+    for (int mb = 0; mb < M_; ++mb) {
+      for (int c = 0; c < V_; ++c) {
+        if (!progress_[static_cast<size_t>(mb) * V_ + c].backward_weight) {
+          bug("the schedule ended without the backward of " + mb_chunk(mb, c));
+        }
+      }
+    }
+  }
+
+ private:
+  struct Progress {
+    bool input = false, forward = false, sent_forward = false;
+    bool grad = false, backward_input = false, backward_weight = false, sent_backward = false;
+  };
+  // A request, or none where the verb's half is a no-op (the ends of the pipeline).
+  using MaybeRequest = std::pair<bool, Request>;
+
+  bool first_virtual(int chunk) const { return rank_ == 0 && chunk == 0; }
+  bool last_virtual(int chunk) const { return rank_ == P_ - 1 && chunk == V_ - 1; }
+
+  [[noreturn]] void bug(const std::string& what) const {
+    throw SimulationError("rank " + std::to_string(rank_) + ": " + what);
+  }
+
+  Progress& at(const char* verb, int mb, int chunk) {
+    net_.check_alive(rank_);
+    if (mb < 0 || mb >= M_ || chunk < 0 || chunk >= V_) {
+      bug(std::string(verb) + mb_chunk(mb, chunk) + " is outside the " + std::to_string(M_) +
+          " microbatches x " + std::to_string(V_) + " chunks");
+    }
+    return progress_[static_cast<size_t>(mb) * V_ + chunk];
+  }
+
+  MaybeRequest input_recv(int mb, int chunk) {
+    Progress& p = at("recv_forward", mb, chunk);
+    if (first_virtual(chunk)) return {false, {}};  // reads the tokens
+    if (p.input) bug("recv_forward" + mb_chunk(mb, chunk) + " twice");
+    p.input = true;
+    return {true, {false, rank_, {mb, chunk, Direction::kForward}}};
+  }
+
+  MaybeRequest output_send(int mb, int chunk) {
+    Progress& p = at("send_forward", mb, chunk);
+    if (last_virtual(chunk)) return {false, {}};  // owns the loss
+    if (!p.forward) bug("send_forward" + mb_chunk(mb, chunk) + " before its forward");
+    if (p.sent_forward) bug("send_forward" + mb_chunk(mb, chunk) + " twice");
+    p.sent_forward = true;
+    const bool wraps = rank_ == P_ - 1;  // to rank 0's next chunk
+    return {true,
+            {true, wraps ? 0 : rank_ + 1, {mb, wraps ? chunk + 1 : chunk, Direction::kForward}}};
+  }
+
+  MaybeRequest grad_recv(int mb, int chunk) {
+    Progress& p = at("recv_backward", mb, chunk);
+    if (last_virtual(chunk)) return {false, {}};  // starts from the loss
+    if (p.grad) bug("recv_backward" + mb_chunk(mb, chunk) + " twice");
+    p.grad = true;
+    return {true, {false, rank_, {mb, chunk, Direction::kBackward}}};
+  }
+
+  MaybeRequest grad_send(int mb, int chunk) {
+    Progress& p = at("send_backward", mb, chunk);
+    if (first_virtual(chunk)) return {false, {}};  // nothing before the embedding
+    if (!p.backward_input) bug("send_backward" + mb_chunk(mb, chunk) + " before its B");
+    if (p.sent_backward) bug("send_backward" + mb_chunk(mb, chunk) + " twice");
+    p.sent_backward = true;
+    const bool wraps = rank_ == 0;  // to the last rank's previous chunk
+    return {
+        true,
+        {true, wraps ? P_ - 1 : rank_ - 1, {mb, wraps ? chunk - 1 : chunk, Direction::kBackward}}};
+  }
+
+  // A verb: post its halves together, then wait for all of them.
+  void exchange(std::initializer_list<MaybeRequest> halves) {
+    std::vector<Request> requests;
+    for (const MaybeRequest& h : halves) {
+      if (h.first) requests.push_back(h.second);
+    }
+    if (!requests.empty()) clock_ = net_.exchange(rank_, requests, clock_);
+  }
+
+  void compute(OpKind op, int mb, int chunk, double cost) {
+    events.push_back({op, mb, chunk, clock_, clock_ + cost});
+    clock_ += cost;
+  }
+
+  Network& net_;
+  const int P_, V_, M_, rank_;
+  const OpCosts costs_;
+  std::vector<Progress> progress_;
+  double clock_ = 0.0;
+};
+
+// Forwards whose backward (B and W) has not completed, at its highest, in program order.
+int peak_in_flight(const std::vector<SimEvent>& events) {
+  int now = 0, peak = 0;
+  for (const SimEvent& e : events) {
+    if (e.op == OpKind::kForward) peak = std::max(peak, ++now);
+    if (e.op == OpKind::kBackwardWeight) --now;
+  }
+  return peak;
+}
+
+std::string format_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.12g", v);
+  return buf;
+}
+
+}  // namespace
+
+SimulationResult simulate(const ScheduleLoop& loop, const PipelineShape& shape,
+                          const OpCosts& costs, SendMode sends, std::chrono::milliseconds timeout) {
+  const int P = shape.stages;
+  if (P < 1) throw SimulationError("simulate: a pipeline needs at least one stage");
+  Network net(P, costs, sends, WallClock::now() + timeout);
+  std::vector<std::unique_ptr<SimulatedStage>> stages;
+  for (int r = 0; r < P; ++r) {
+    PipelineShape mine = shape;
+    mine.rank = r;
+    stages.push_back(std::make_unique<SimulatedStage>(net, mine, costs));
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < P; ++r) {
+    auto run_rank = [&, r] {
+      PipelineShape mine = shape;
+      mine.rank = r;
+      try {
+        loop(*stages[r], mine);
+        stages[r]->check_complete();
+        net.finish(r);
+      } catch (const Aborted&) {
+        net.abandon(r);
+      } catch (...) {
+        net.fail(r, std::current_exception());
+      }
+    };
+    try {
+      threads.emplace_back(run_rank);
+    } catch (const std::system_error&) {  // out of threads: stop the ranks already running
+      for (int q = r; q < P; ++q) {
+        net.fail(q, std::make_exception_ptr(SimulationError("cannot start a thread per rank for " +
+                                                            std::to_string(P) + " ranks")));
+      }
+      break;
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  if (net.error()) std::rethrow_exception(net.error());
+  const std::string lost = net.undelivered();
+  if (!lost.empty()) throw SimulationError(lost);
+
+  SimulationResult res;
+  res.shape = shape;
+  res.shape.rank = 0;
+  res.costs = costs;
+  double busy_total = 0.0;
+  for (int r = 0; r < P; ++r) {
+    double busy = 0.0;
+    for (const SimEvent& e : stages[r]->events) {
+      busy += e.end - e.start;
+      res.makespan = std::max(res.makespan, e.end);
+    }
+    res.busy.push_back(busy);
+    busy_total += busy;
+    res.peak_in_flight.push_back(peak_in_flight(stages[r]->events));
+    res.peak_in_flight_overall = std::max(res.peak_in_flight_overall, res.peak_in_flight.back());
+    res.events.push_back(std::move(stages[r]->events));
+  }
+  if (res.makespan > 0) res.bubble_fraction = 1.0 - busy_total / (P * res.makespan);
+  return res;
+}
+
+SimulationResult simulate(Schedule s, const PipelineShape& shape, const OpCosts& costs,
+                          SendMode sends, std::chrono::milliseconds timeout) {
+  validate(shape, s);  // an InputError here, not one per thread
+  return simulate([s](StageOps& ops, const PipelineShape& mine) { run_schedule(s, ops, mine); },
+                  shape, costs, sends, timeout);
+}
+
+std::string event_label(const SimEvent& e, int virtual_stages) {
+  const char op = e.op == OpKind::kForward ? 'F' : e.op == OpKind::kBackwardInput ? 'B' : 'W';
+  std::string label = op + std::to_string(e.mb);
+  if (virtual_stages > 1) label += "c" + std::to_string(e.chunk);
+  return label;
+}
+
+Timelines render_timelines(const SimulationResult& r) {
+  Timelines t;
+  const double makespan = r.makespan;
+  // The cell: the coarsest simple unit every boundary falls on, else a scaled picture.
+  t.exact = false;
+  for (double cell : {1.0, 0.5, 0.25, 0.2, 0.1, 0.05, 0.02, 0.01}) {
+    bool fits = makespan / cell <= 5000;
+    for (const auto& rank : r.events) {
+      for (const SimEvent& e : rank) {
+        for (double x : {e.start, e.end}) {
+          fits = fits && std::fabs(x / cell - std::round(x / cell)) < 1e-6;
+        }
+      }
+    }
+    if (fits) {
+      t.cell = cell;
+      t.exact = true;
+      break;
+    }
+  }
+  if (!t.exact) t.cell = makespan > 0 ? makespan / 200 : 1.0;
+  const int cells = static_cast<int>(std::ceil(makespan / t.cell - 1e-6));
+
+  size_t width = 1;
+  for (const auto& rank : r.events) {
+    for (const SimEvent& e : rank)
+      width = std::max(width, event_label(e, r.shape.virtual_stages).size());
+  }
+  auto pad = [&](std::string s) { return s + std::string(width - s.size(), ' '); };
+
+  for (const auto& all : r.events) {
+    std::vector<SimEvent> drawn;  // zero-cost ops (W inside B) take no cell
+    for (const SimEvent& e : all) {
+      if (e.end > e.start) drawn.push_back(e);
+    }
+    std::string line;
+    size_t j = 0;
+    for (int i = 0; i < cells; ++i) {
+      const double mid = (i + 0.5) * t.cell;
+      while (j < drawn.size() && drawn[j].end <= mid) ++j;
+      std::string cell = ".";
+      if (j < drawn.size() && drawn[j].start <= mid) {
+        const bool first = drawn[j].start >= (i - 0.5) * t.cell;
+        cell = first ? event_label(drawn[j], r.shape.virtual_stages) : std::string(width, '-');
+      }
+      line += (i ? " " : "") + pad(cell);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    t.ranks.push_back(line);
+  }
+  return t;
+}
+
+void write_chrome_trace(const SimulationResult& r, std::ostream& out) {
+  out << "{\"traceEvents\": [\n";
+  bool first = true;
+  auto sep = [&] {
+    out << (first ? "  " : ",\n  ");
+    first = false;
+  };
+  for (size_t rank = 0; rank < r.events.size(); ++rank) {
+    sep();
+    out << "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": " << rank
+        << ", \"args\": {\"name\": \"rank " << rank << "\"}}";
+  }
+  for (size_t rank = 0; rank < r.events.size(); ++rank) {
+    for (const SimEvent& e : r.events[rank]) {
+      if (e.end <= e.start) continue;
+      const char op = e.op == OpKind::kForward ? 'F' : e.op == OpKind::kBackwardInput ? 'B' : 'W';
+      sep();
+      out << "{\"name\": \"" << op << e.mb << ".c" << e.chunk << "\", \"cat\": \"" << op
+          << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << rank
+          << ", \"ts\": " << format_number(e.start)
+          << ", \"dur\": " << format_number(e.end - e.start)
+          << ", \"args\": {\"microbatch\": " << e.mb << ", \"chunk\": " << e.chunk << "}}";
+    }
+  }
+  out << "\n]}\n";
+}
+
+}  // namespace mpf::pipeline

@@ -1,0 +1,102 @@
+// A whole pipeline in one process: runs a schedule's own loop (schedule.hpp) for all P ranks, one
+// std::thread per simulated rank, with a StageOps that records events on a simulated clock
+// instead of computing. The picture of a run therefore comes from the code that runs it.
+//
+// Time model (costs equal on every stage):
+// - forward / backward_input / backward_weight advance the rank's clock by F / B / W;
+// - a verb posts its halves (one, or two for a pair) at the rank's clock, then waits for all;
+// - buffered sends (the default): a send completes at once, its message arrives at the sender's
+//   clock + P2P, and a receive completes at max(own clock, arrival);
+// - rendezvous sends (what MPI does with large messages, and so what PipelineP2P's blocking verbs
+//   do): data moves once both ends have posted, and both complete P2P later;
+// - time a rank spends waiting is idle (bubble).
+// Each rank's clock depends only on the messages it receives, never on how the threads are
+// scheduled, so results are deterministic.
+//
+// Errors in a schedule are reported instead of hanging or passing silently: a deadlock (every
+// unfinished rank waits for a message nobody has sent) names each waiting rank and the (mb,
+// chunk, direction) it awaits; a compute call whose input has not arrived, a repeated call, a
+// message never received or a microbatch left without its backward name the rank and (mb,
+// chunk). A wall-clock timeout backs the detection up.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <iosfwd>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipeline/schedule.hpp"
+
+namespace mpf::pipeline {
+
+enum class SendMode { kBuffered, kRendezvous };
+
+// Simulated time units per op, the same on every stage.
+struct OpCosts {
+  double forward = 1.0;          // F
+  double backward_input = 2.0;   // B (input gradient)
+  double backward_weight = 0.0;  // W (weight gradient); 0: counted inside B
+  double p2p = 0.0;              // per message, from send to arrival
+};
+
+enum class OpKind { kForward, kBackwardInput, kBackwardWeight };
+
+struct SimEvent {
+  OpKind op;
+  int mb, chunk;
+  double start, end;
+};
+
+struct SimulationResult {
+  PipelineShape shape;  // stages, virtual_stages, microbatches (rank unused)
+  OpCosts costs;
+  std::vector<std::vector<SimEvent>> events;  // per rank, in program order
+  std::vector<double> busy;                   // per rank: time spent in compute
+  double makespan = 0.0;                      // end of the last event
+  double bubble_fraction = 0.0;               // sum of idle / (P × makespan)
+  // Per rank: the most forwards done whose backward (B and W) had not, counted per (mb, chunk);
+  // with V chunks each holds 1/V of a stage's activations.
+  std::vector<int> peak_in_flight;
+  int peak_in_flight_overall = 0;  // the largest over ranks
+};
+
+// A broken schedule: deadlock, protocol violation, timeout.
+class SimulationError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+using ScheduleLoop = std::function<void(StageOps&, const PipelineShape&)>;
+
+// Runs `loop` on every rank of shape (shape.rank is ignored; rank r gets shape with rank = r).
+// Throws SimulationError for a broken schedule, or whatever the loop throws (e.g. InputError).
+SimulationResult simulate(const ScheduleLoop& loop, const PipelineShape& shape,
+                          const OpCosts& costs = {}, SendMode sends = SendMode::kBuffered,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(60));
+// The library's schedule s; InputError for a shape it cannot run.
+SimulationResult simulate(Schedule s, const PipelineShape& shape, const OpCosts& costs = {},
+                          SendMode sends = SendMode::kBuffered,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// "F3" (V = 1) or "F3c1"; W ops are "W3", B ops "B3".
+std::string event_label(const SimEvent& e, int virtual_stages);
+
+// One string per rank in the seeds' style, e.g. ".  F0 F1 B0 -- F2": a cell per `cell` time
+// units holding the op that covers its middle, its label in its first cell and "-" after, "."
+// where the rank is idle. cell is the largest of 1, 1/2, 1/4, 1/5, 1/10, ... that every event
+// boundary is a multiple of (exact at unit costs), else makespan / 200 (scaled).
+struct Timelines {
+  std::vector<std::string> ranks;
+  double cell = 1.0;
+  bool exact = true;  // every op is drawn to the cell
+};
+Timelines render_timelines(const SimulationResult& r);
+
+// Chrome / Perfetto trace (chrome://tracing, ui.perfetto.dev): a complete event ("ph": "X") per
+// op of non-zero duration, pid 0, tid = rank, ts and dur in microseconds with one simulated time
+// unit = 1 µs, name "F3.c1".
+void write_chrome_trace(const SimulationResult& r, std::ostream& out);
+
+}  // namespace mpf::pipeline

@@ -1,0 +1,64 @@
+// What a pipeline schedule may do on its rank (DESIGN.md, "Schedules as explicit loops"): three
+// compute calls and Megatron's/Picotron's six P2P verbs. The trainer implements it with tensors
+// and MPI, the simulator (simulator.hpp) by recording events under a cost model; both run the same
+// schedule loops (schedule.hpp).
+//
+// Naming. A rank owns V model chunks; (rank, chunk) is one virtual stage. Virtual stage s = chunk·P
+// + rank runs layers in that order, so the next virtual stage of (rank, chunk) is (rank + 1,
+// chunk), or (0, chunk + 1) from the last rank; the previous one mirrors it. Forward activations
+// flow to the next virtual stage, their gradients to the previous one. Every call names the
+// microbatch and the LOCAL chunk it concerns: recv_forward(mb, c) receives the input of this rank's
+// chunk c, send_forward(mb, c) sends the output of this rank's chunk c.
+//
+// Rules every implementation keeps, so that schedules can call the verbs uniformly:
+// - Edges are no-ops inside the verb: nothing is received forward by virtual stage 0 (it reads the
+//   tokens) or backward by the last one (it owns the loss); nothing is sent past either end.
+// - Tags carry (microbatch, chunk, direction), with chunk = the receiver's chunk, so a message can
+//   only match the receive it was meant for whatever order the peers run in.
+// - A paired verb posts its send and its receive together before waiting: neighbours exchanging
+//   in opposite directions at the same moment cannot block each other.
+// - A verb returns once its receives are complete; its sends may still be in flight, their
+//   buffers untouched until the requests complete (later, e.g. at the next verb). The
+//   interleaved schedule needs this: its chunks form a ring (rank P − 1 feeds rank 0), and sends
+//   that wait for their receiver (MPI's rendezvous protocol, used for large messages) close a
+//   cycle of waits around it. The simulator's rendezvous mode shows the deadlock; AFAB and 1F1B
+//   run either way.
+// - A microbatch's activations are released once its backward (B and W) is done.
+// - Per (mb, chunk): forward before backward_input before backward_weight; each exactly once.
+#pragma once
+
+namespace mpf::pipeline {
+
+// The direction of a P2P message: activations go forward, their gradients backward.
+enum class Direction { kForward, kBackward };
+
+class StageOps {
+ public:
+  virtual ~StageOps() = default;
+
+  // ---- compute ----
+  // Runs chunk `chunk` on microbatch `mb`; its input was received (or is the tokens).
+  virtual void forward(int mb, int chunk) = 0;
+  // B: the gradient of the chunk's input, from its output's gradient (or the loss).
+  virtual void backward_input(int mb, int chunk) = 0;
+  // W: the chunk's parameter gradients (+=), after its B.
+  virtual void backward_weight(int mb, int chunk) = 0;
+
+  // ---- P2P: single direction ----
+  virtual void recv_forward(int mb, int chunk) = 0;   // input of (mb, chunk) from previous stage
+  virtual void send_forward(int mb, int chunk) = 0;   // output of (mb, chunk) to next stage
+  virtual void recv_backward(int mb, int chunk) = 0;  // output gradient of (mb, chunk) from next
+  virtual void send_backward(int mb, int chunk) = 0;  // input gradient of (mb, chunk) to previous
+
+  // ---- P2P: pairs, posted together then waited (the 1F1B steady state) ----
+  // Sends the output of (send_mb, send_chunk) forward while receiving the output gradient of
+  // (recv_mb, recv_chunk), the next backward's input.
+  virtual void send_forward_recv_backward(int send_mb, int send_chunk, int recv_mb,
+                                          int recv_chunk) = 0;
+  // Sends the input gradient of (send_mb, send_chunk) backward while receiving the input of
+  // (recv_mb, recv_chunk), the next forward's.
+  virtual void send_backward_recv_forward(int send_mb, int send_chunk, int recv_mb,
+                                          int recv_chunk) = 0;
+};
+
+}  // namespace mpf::pipeline
