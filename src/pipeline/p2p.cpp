@@ -56,6 +56,17 @@ void PipelineP2P::wait(MPI_Request* reqs, int n) {
   MPF_MPI_CHECK(MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE));
 }
 
+void PipelineP2P::send(const float* buf, int mb, int chunk, Direction d, const char* verb) {
+  sends_.push_back(MPI_REQUEST_NULL);
+  post_send(buf, mb, chunk, d, &sends_.back(), verb);
+}
+
+void PipelineP2P::wait_for_sends() {
+  if (sends_.empty()) return;
+  MPF_MPI_CHECK(MPI_Waitall(int(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE));
+  sends_.clear();
+}
+
 void PipelineP2P::recv_forward(float* input, int mb, int chunk) {
   if (is_first(chunk)) return;
   MPI_Request r;
@@ -64,10 +75,7 @@ void PipelineP2P::recv_forward(float* input, int mb, int chunk) {
 }
 
 void PipelineP2P::send_forward(const float* output, int mb, int chunk) {
-  if (is_last(chunk)) return;
-  MPI_Request r;
-  post_send(output, mb, chunk, kForward, &r, "send_forward");
-  wait(&r, 1);
+  if (!is_last(chunk)) send(output, mb, chunk, kForward, "send_forward");
 }
 
 void PipelineP2P::recv_backward(float* output_grad, int mb, int chunk) {
@@ -78,38 +86,32 @@ void PipelineP2P::recv_backward(float* output_grad, int mb, int chunk) {
 }
 
 void PipelineP2P::send_backward(const float* input_grad, int mb, int chunk) {
-  if (is_first(chunk)) return;
-  MPI_Request r;
-  post_send(input_grad, mb, chunk, kBackward, &r, "send_backward");
-  wait(&r, 1);
+  if (!is_first(chunk)) send(input_grad, mb, chunk, kBackward, "send_backward");
 }
 
 void PipelineP2P::send_forward_recv_backward(const float* output, int send_mb, int send_chunk,
                                              float* output_grad, int recv_mb, int recv_chunk) {
-  MPI_Request r[2];
-  int n = 0;
-  // Both halves are posted before either is waited on: two neighbours doing the mirror pair
+  // The send is posted before the receive is waited on, so two neighbours doing the mirror pair
   // cannot deadlock, whatever MPI does with large messages.
-  if (!is_last(send_chunk)) {
-    post_send(output, send_mb, send_chunk, kForward, &r[n++], "send_forward_recv_backward");
-  }
+  if (!is_last(send_chunk))
+    send(output, send_mb, send_chunk, kForward, "send_forward_recv_backward");
   if (!is_last(recv_chunk)) {
-    post_recv(output_grad, recv_mb, recv_chunk, kBackward, &r[n++], "send_forward_recv_backward");
+    MPI_Request r;
+    post_recv(output_grad, recv_mb, recv_chunk, kBackward, &r, "send_forward_recv_backward");
+    wait(&r, 1);
   }
-  wait(r, n);
 }
 
 void PipelineP2P::send_backward_recv_forward(const float* input_grad, int send_mb, int send_chunk,
                                              float* input, int recv_mb, int recv_chunk) {
-  MPI_Request r[2];
-  int n = 0;
   if (!is_first(send_chunk)) {
-    post_send(input_grad, send_mb, send_chunk, kBackward, &r[n++], "send_backward_recv_forward");
+    send(input_grad, send_mb, send_chunk, kBackward, "send_backward_recv_forward");
   }
   if (!is_first(recv_chunk)) {
-    post_recv(input, recv_mb, recv_chunk, kForward, &r[n++], "send_backward_recv_forward");
+    MPI_Request r;
+    post_recv(input, recv_mb, recv_chunk, kForward, &r, "send_backward_recv_forward");
+    wait(&r, 1);
   }
-  wait(r, n);
 }
 
 }  // namespace mpf

@@ -1,9 +1,12 @@
 // Pipeline point-to-point (Megatron's P2PCommunicator, Picotron's pp_communications): a stage
 // sends its output activations forward to the next virtual stage and receives their gradients
 // back from it. The verbs are the standard six; each posts its MPI_Isend/MPI_Irecv (a pair posted
-// together) and waits for them with MPI_Waitall, so a send buffer is free again when the verb
-// returns. The first virtual stage has nothing to receive forward or send backward, the last
-// nothing to send forward or receive backward: those halves are no-ops inside the verbs.
+// together) and returns once its receives are complete. Sends stay in flight: a send that waited
+// for its receiver would close a cycle in the interleaved schedule's ring of stages (rank P−1
+// feeds rank 0) as soon as MPI switches to rendezvous for large messages. The caller keeps a sent
+// buffer untouched until wait_for_sends(), at the latest when the step ends. The first virtual
+// stage has nothing to receive forward or send backward, the last nothing to send forward or
+// receive backward: those halves are no-ops inside the verbs.
 //
 // With V model chunks per rank (interleaved), virtual stage s = chunk·P + rank; its successor
 // s + 1 is on rank (rank + 1) mod P, so the stages form a ring. A message's tag is built from
@@ -14,6 +17,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace mpf {
 
@@ -34,6 +38,12 @@ class PipelineP2P {
   void send_backward_recv_forward(const float* input_grad, int send_mb, int send_chunk,
                                   float* input, int recv_mb, int recv_chunk);
 
+  // Completes every send still in flight; their buffers may be reused afterwards.
+  void wait_for_sends();
+  ~PipelineP2P() { wait_for_sends(); }
+  PipelineP2P(const PipelineP2P&) = delete;
+  PipelineP2P& operator=(const PipelineP2P&) = delete;
+
   bool is_first(int chunk) const { return chunk == 0 && rank_ == 0; }
   bool is_last(int chunk) const { return chunk == chunks_ - 1 && rank_ == stages_ - 1; }
 
@@ -44,12 +54,14 @@ class PipelineP2P {
                  const char* verb);
   void post_recv(float* buf, int mb, int chunk, Direction d, MPI_Request* req, const char* verb);
   void wait(MPI_Request* reqs, int n);
+  void send(const float* buf, int mb, int chunk, Direction d, const char* verb);
 
   MPI_Comm pp_;
   int rank_ = 0, stages_ = 1, chunks_ = 1;
   int count_ = 0;
   int tag_ub_ = 32767;
   bool trace_ = false;
+  std::vector<MPI_Request> sends_;  // in flight
 };
 
 }  // namespace mpf

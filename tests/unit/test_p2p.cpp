@@ -16,11 +16,14 @@ void forward_and_back(int chunks) {
   MPI_Comm_size(MPI_COMM_WORLD, &P);
   const int n = 3, microbatches = 2, S = P * chunks;
   PipelineP2P p2p(MPI_COMM_WORLD, chunks, n);
+  // Sent buffers stay untouched until wait_for_sends(): one per message.
+  std::vector<std::vector<float>> sent;
+  sent.reserve(2 * microbatches * chunks);
   // Forward: virtual stage s receives Σ_{t<s} t (+ mb), adds s, sends on; the last checks.
   for (int mb = 0; mb < microbatches; ++mb) {
     for (int c = 0; c < chunks; ++c) {
       const int s = c * P + rank;
-      std::vector<float> x(n, float(mb));
+      std::vector<float>& x = sent.emplace_back(n, float(mb));
       p2p.recv_forward(x.data(), mb, c);
       for (float v : x) ASSERT_EQ(v, float(mb + s * (s - 1) / 2)) << "stage " << s;
       for (float& v : x) v += float(s);
@@ -31,13 +34,14 @@ void forward_and_back(int chunks) {
   for (int mb = 0; mb < microbatches; ++mb) {
     for (int c = chunks - 1; c >= 0; --c) {
       const int s = c * P + rank;
-      std::vector<float> g(n, 0.0f);
+      std::vector<float>& g = sent.emplace_back(n, 0.0f);
       p2p.recv_backward(g.data(), mb, c);
       for (float v : g) ASSERT_EQ(v, float(S - 1 - s)) << "stage " << s;
       for (float& v : g) v += 1.0f;
       p2p.send_backward(g.data(), mb, c);
     }
   }
+  p2p.wait_for_sends();
 }
 }  // namespace
 
@@ -65,6 +69,7 @@ TEST(PipelineP2P, PairedVerbsDoNotDeadlock) {
   } else {
     p2p.send_backward_recv_forward(send.data(), 0, 0, recv.data(), 1, 0);
   }
+  p2p.wait_for_sends();
   for (float v : recv) ASSERT_EQ(v, float(2 - rank));
 }
 
