@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/flags.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/simulator.hpp"
 
@@ -54,20 +55,8 @@ struct Options {
   bool help = false;
 };
 
-int to_int(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  require(!text.empty() && *end == '\0' && errno == 0 && v >= -2147483647 && v <= 2147483647,
-          flag + " expects an integer, got '" + text + "'");
-  return static_cast<int>(v);
-}
-
 double to_cost(const std::string& flag, const std::string& text, bool positive) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  require(!text.empty() && *end == '\0' && std::isfinite(v),
-          flag + " expects a number, got '" + text + "'");
+  const double v = mpf::flags::to_double(flag, text);
   require(positive ? v > 0 : v >= 0,
           flag + " must be " + (positive ? "positive" : ">= 0") + ", got " + text);
   return v;
@@ -75,12 +64,13 @@ double to_cost(const std::string& flag, const std::string& text, bool positive) 
 
 Options parse(int argc, char** argv) {
   Options o;
-  using Setter = std::function<void(const std::string&, const std::string&)>;
-  const std::map<std::string, Setter> flags = {
+  mpf::flags::Table table;
+  table.values = {
       {"--schedule", [&](auto&, auto& v) { o.schedule = pp::parse_schedule(v); }},
-      {"--pp", [&](auto& f, auto& v) { o.stages = to_int(f, v); }},
-      {"--virtual-stages", [&](auto& f, auto& v) { o.virtual_stages = to_int(f, v); }},
-      {"--microbatches", [&](auto& f, auto& v) { o.microbatches = to_int(f, v); }},
+      {"--pp", [&](auto& f, auto& v) { o.stages = mpf::flags::to_int32(f, v); }},
+      {"--virtual-stages",
+       [&](auto& f, auto& v) { o.virtual_stages = mpf::flags::to_int32(f, v); }},
+      {"--microbatches", [&](auto& f, auto& v) { o.microbatches = mpf::flags::to_int32(f, v); }},
       {"--f", [&](auto& f, auto& v) { o.costs.forward = to_cost(f, v, true); }},
       {"--b", [&](auto& f, auto& v) { o.costs.backward_input = to_cost(f, v, true); }},
       {"--w", [&](auto& f, auto& v) { o.costs.backward_weight = to_cost(f, v, false); }},
@@ -93,28 +83,8 @@ Options parse(int argc, char** argv) {
        }},
       {"--trace", [&](auto&, auto& v) { o.trace = v; }},
   };
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    if (arg == "--help" || arg == "-h") {
-      o.help = true;
-      continue;
-    }
-    const size_t eq = arg.find('=');
-    const bool inline_value = arg.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (inline_value) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    }
-    const auto it = flags.find(arg);
-    require(it != flags.end(), "unknown " +
-                                   std::string(arg.rfind("-", 0) == 0 ? "flag" : "argument") +
-                                   " '" + arg + "'; run mpiformer-schedule --help for the flags");
-    if (!inline_value) {
-      require(i + 1 < argc, arg + " needs a value; run mpiformer-schedule --help");
-      value = argv[++i];
-    }
-    it->second(arg, value);
-  }
+  table.switches = {{"--help", [&] { o.help = true; }}, {"-h", [&] { o.help = true; }}};
+  mpf::flags::parse(argc, argv, table, "mpiformer-schedule");
   if (o.virtual_stages == 0) o.virtual_stages = o.schedule == pp::Schedule::kInterleaved ? 2 : 1;
   pp::validate({o.stages, 0, o.virtual_stages, o.microbatches}, o.schedule);
   // One thread per simulated rank, and every op is kept: stay within a laptop's means.

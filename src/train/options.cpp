@@ -1,46 +1,18 @@
 #include "train/options.hpp"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <functional>
-#include <map>
 
 #include "core/error.hpp"
+#include "core/flags.hpp"
 
 namespace mpf {
 
 namespace {
 
-int64_t to_int(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  require(!text.empty() && *end == '\0' && errno == 0,
-          flag + " expects an integer, got '" + text + "'");
-  return v;
-}
-
-int to_int32(const std::string& flag, const std::string& text) {
-  const int64_t v = to_int(flag, text);
-  require(v >= -2147483647 && v <= 2147483647, flag + " value " + text + " is out of range");
-  return static_cast<int>(v);
-}
-
-double to_double(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(text.c_str(), &end);
-  require(!text.empty() && *end == '\0' && errno == 0,
-          flag + " expects a number, got '" + text + "'");
-  return v;
-}
-
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
+using flags::number;
+using flags::to_double;
+using flags::to_int;
+using flags::to_int32;
 
 void at_least(const std::string& flag, double value, double low) {
   require(value >= low, flag + " must be >= " + number(low) + ", got " + number(value));
@@ -50,7 +22,7 @@ void at_least(const std::string& flag, double value, double low) {
 
 TrainOptions parse_options(int argc, const char* const* argv) {
   TrainOptions o;
-  using Setter = std::function<void(const std::string&, const std::string&)>;
+  using Setter = flags::Setter;
   auto model = [&](int& field) {
     return Setter([&field, &o](const std::string& f, const std::string& v) {
       field = to_int32(f, v);
@@ -68,7 +40,8 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   auto text = [](std::string& field) {
     return Setter([&field](const std::string&, const std::string& v) { field = v; });
   };
-  const std::map<std::string, Setter> flags = {
+  flags::Table table;
+  table.values = {
       {"--init-from", text(o.init_from)},
       {"--layers", model(o.layers)},
       {"--heads", model(o.heads)},
@@ -110,38 +83,14 @@ TrainOptions parse_options(int argc, const char* const* argv) {
        [&](const std::string& f, const std::string& v) { o.peak_gflops = to_double(f, v); }},
   };
 
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    if (arg == "--help" || arg == "-h") {
-      o.help = true;
-      continue;
-    }
-    if (arg == "--overlap-grad-reduce") {  // switches take no value
-      o.overlap_grad_reduce = true;
-      continue;
-    }
-    if (arg == "--sequence-parallel") {
-      o.sequence_parallel = true;
-      continue;
-    }
-    // Kokkos consumes its own flags in Kokkos::initialize; tolerate any left over.
-    if (arg.rfind("--kokkos-", 0) == 0) continue;
-    const size_t eq = arg.find('=');
-    const bool inline_value = arg.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (inline_value) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    }
-    const auto it = flags.find(arg);
-    require(it != flags.end(), "unknown " +
-                                   std::string(arg.rfind("-", 0) == 0 ? "flag " : "argument ") +
-                                   "'" + arg + "'; run mpiformer-train --help for the flags");
-    if (!inline_value) {
-      require(i + 1 < argc, arg + " needs a value; run mpiformer-train --help");
-      value = argv[++i];
-    }
-    it->second(arg, value);
-  }
+  table.switches = {
+      {"--help", [&] { o.help = true; }},
+      {"-h", [&] { o.help = true; }},
+      {"--overlap-grad-reduce", [&] { o.overlap_grad_reduce = true; }},
+      {"--sequence-parallel", [&] { o.sequence_parallel = true; }},
+  };
+  // Kokkos consumes its own --kokkos-* flags in Kokkos::initialize.
+  flags::parse(argc, argv, table, "mpiformer-train", "--kokkos-");
 
   require(o.init_from.empty() || !o.model_sizes_given,
           "--init-from takes the model's sizes from the checkpoint; drop --layers/--heads/--dim/"
