@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/gemm.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "train/step_log.hpp"
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
   mpf::backend::set_num_threads(threads);
   int kokkos_argc = 1;
   Kokkos::initialize(kokkos_argc, argv);
+  mpf::bind_backend_to_execution_space();
   {
     // The machine's speed drifts (other tenants): the peak is re-measured before every case and
     // the best seen is kept, so a slow moment cannot inflate the MFU column.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/gemm.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "train/options.hpp"
 #include "train/trainer.hpp"
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   }
   int kokkos_argc = static_cast<int>(kokkos_args.size());
   Kokkos::initialize(kokkos_argc, kokkos_args.data());
+  mpf::bind_backend_to_execution_space();
   int status = 0;
   {
     // Files and flags first (no MPI inside), agreed on; then the layout (collective).

@@ -7,6 +7,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "backends/gemm.hpp"
+#include "core/types.hpp"
 
 namespace mpf {
 
@@ -20,12 +21,17 @@ double measure_peak_gflops() {
   // The shape of GPT-2 124M's fc layer at B·T = 512. The first runs fault in pages and wake the
   // thread pool; the best of the rest is the peak (about 0.1 s in all on 2 cores).
   const int M = 512, N = 3072, K = 768, warmup = 3, reps = 12;
-  std::vector<float> a(size_t(M) * K, 0.5f), b(size_t(N) * K, 0.25f), c(size_t(M) * N);
+  // In the execution space's memory: on a GPU the backend reads device pointers.
+  Slab a("mpf::peak::a", size_t(M) * K), b("mpf::peak::b", size_t(N) * K),
+      c("mpf::peak::c", size_t(M) * N);
+  Kokkos::deep_copy(a, 0.5f);
+  Kokkos::deep_copy(b, 0.25f);
   double best = 0.0;
   for (int rep = 0; rep < warmup + reps; ++rep) {
     Stopwatch sw;
     backend::gemm(backend::Op::N, backend::Op::T, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f,
                   c.data(), N);
+    Kokkos::fence();  // a GPU product is asynchronous
     const double s = sw.seconds();
     if (rep >= warmup) best = std::max(best, 2.0 * M * N * K / s / 1e9);
   }
