@@ -99,6 +99,18 @@ Activations Activations::allocate(const TpShard& shard, int B, int T, bool seque
   return a;
 }
 
+int64_t Activations::bytes(const TpShard& shard, int B, int T, bool sequence_parallel) {
+  Activations a;
+  a.cfg = shard.cfg;
+  a.shard = shard;
+  a.B = B;
+  a.T = T;
+  a.seq = split_rows(shard, B, T, sequence_parallel);
+  SlabCarver counter(nullptr);
+  carve(a, counter);
+  return counter.used() * int64_t(sizeof(float));
+}
+
 LayerActivations Activations::layer(int l) const {
   const int64_t C = cfg.channels, R = seq.rows, Rl = seq.local_rows;
   const int64_t tt = int64_t(B) * shard.heads * T * T;

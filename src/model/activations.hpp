@@ -55,6 +55,8 @@ struct Activations {
 
   static Activations allocate(const TpShard& shard, int B, int T, bool sequence_parallel = false);
   static Activations allocate(const GPTConfig& cfg, int B, int T);
+  // The bytes allocate() would take.
+  static int64_t bytes(const TpShard& shard, int B, int T, bool sequence_parallel = false);
   LayerActivations layer(int l) const;
   // The input of block l: the embedding for l = 0, else block l-1's output.
   Tensor block_input(int l) const;

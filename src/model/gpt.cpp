@@ -169,7 +169,7 @@ void head_backward_input(BackwardBuffers& buf, Activations& acts, const Paramete
 }
 
 void head_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf,
-                          const Activations& acts, MPI_Comm tp) {
+                          const Activations& acts, MPI_Comm tp, bool final_microbatch) {
   const GPTConfig& cfg = acts.cfg;
   const tp::SequenceSplit& seq = acts.seq;
   const Tensor none;
@@ -177,8 +177,10 @@ void head_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf,
                          acts.shard.vocab_shard);
   layernorm_backward_weight(grads.lnfw, grads.lnfb, buf.dln, acts.layer(cfg.layers - 1).residual3,
                             acts.lnf_mean, acts.lnf_rstd, seq.local_rows, cfg.channels);
-  sum_over_tp(grads.lnfw, seq, tp);
-  sum_over_tp(grads.lnfb, seq, tp);
+  if (final_microbatch) {
+    sum_over_tp(grads.lnfw, seq, tp);
+    sum_over_tp(grads.lnfb, seq, tp);
+  }
 }
 
 void block_backward_input(BackwardBuffers& buf, Tensor dinp, Tensor dout, const Activations& acts,
@@ -209,7 +211,7 @@ void block_backward_input(BackwardBuffers& buf, Tensor dinp, Tensor dout, const 
 }
 
 void block_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf, Tensor dout,
-                           const Activations& acts, int l, MPI_Comm tp) {
+                           const Activations& acts, int l, MPI_Comm tp, bool final_microbatch) {
   const BlockContext b(acts, grads, l);
   const auto& [s, seq, C, R, Rl, g, a] = b;
   // The row-parallel layers read all rows of their output gradients (gathered by B under SP), so
@@ -223,7 +225,9 @@ void block_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf, 
   linear_backward_weight(g.qkvw, g.qkvb, buf.dqkv, a.ln1, R, C, 3 * s.attn);
   layernorm_backward_weight(g.ln1w, g.ln1b, buf.dln, acts.block_input(l), a.ln1_mean, a.ln1_rstd,
                             Rl, C);
-  for (const Tensor* t : {&g.ln1w, &g.ln1b, &g.ln2w, &g.ln2b}) sum_over_tp(*t, seq, tp);
+  if (final_microbatch) {
+    for (const Tensor* t : {&g.ln1w, &g.ln1b, &g.ln2w, &g.ln2b}) sum_over_tp(*t, seq, tp);
+  }
 }
 
 void embedding_backward_weight(ParameterTensors& grads, BackwardBuffers& buf, Tensor dout,
@@ -245,18 +249,19 @@ void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens
 
 void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& acts,
                   const ParameterTensors& params, const Tokens& inputs, const Tokens& targets,
-                  float dloss, MPI_Comm tp, const std::function<void(int event)>& grads_final) {
+                  float dloss, MPI_Comm tp, const std::function<void(int event)>& grads_final,
+                  bool final_microbatch) {
   const int L = acts.cfg.layers;
   auto final_after = [&](int event) {
     if (grads_final) grads_final(event);
   };
   head_backward_input(buf, acts, params, targets, dloss, tp);
-  head_backward_weight(grads, buf, acts, tp);
+  head_backward_weight(grads, buf, acts, tp, final_microbatch);
   final_after(0);
   int cur = 0;  // buf.dresidual[cur] holds the gradient of the current block's output
   for (int l = L - 1; l >= 0; --l) {
     block_backward_input(buf, buf.dresidual[1 - cur], buf.dresidual[cur], acts, params, l, tp);
-    block_backward_weight(grads, buf, buf.dresidual[cur], acts, l, tp);
+    block_backward_weight(grads, buf, buf.dresidual[cur], acts, l, tp, final_microbatch);
     final_after(1 + (L - 1 - l));
     cur = 1 - cur;
   }

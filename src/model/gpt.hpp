@@ -40,13 +40,16 @@ void head_forward(Activations& acts, const ParameterTensors& params, const Token
 // the last block's output in buf.dresidual[0].
 void head_backward_input(BackwardBuffers& buf, Activations& acts, const ParameterTensors& params,
                          const Tokens& targets, float dloss, MPI_Comm tp);
+// final_microbatch: the last accumulation into these gradients this step; under SP it is then
+// that the LayerNorm gradients, accumulated from this rank's rows, are summed over TP (once).
 void head_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf,
-                          const Activations& acts, MPI_Comm tp);
+                          const Activations& acts, MPI_Comm tp, bool final_microbatch = true);
 // dinp (B,T,C) = gradient of block l's input, from dout (B,T,C), its output's gradient.
 void block_backward_input(BackwardBuffers& buf, Tensor dinp, Tensor dout, const Activations& acts,
                           const ParameterTensors& params, int l, MPI_Comm tp);
 void block_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf, Tensor dout,
-                           const Activations& acts, int l, MPI_Comm tp);
+                           const Activations& acts, int l, MPI_Comm tp,
+                           bool final_microbatch = true);
 void embedding_backward_weight(ParameterTensors& grads, BackwardBuffers& buf, Tensor dout,
                                const Activations& acts, const Tokens& inputs, MPI_Comm tp);
 
@@ -57,10 +60,11 @@ void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens
 // grads_final(e), if given, is called after each piece's W with the backward event e: 0 after the
 // head, 1 + (L − 1 − l) after block l, L + 1 after the embedding. Gradients a piece's W writes are
 // final (for this batch) once its event has passed, which is when a data-parallel bucket may start
-// its reduction.
+// its reduction. With gradient accumulation, final_microbatch marks the step's last microbatch.
 void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& acts,
                   const ParameterTensors& params, const Tokens& inputs, const Tokens& targets,
                   float dloss, MPI_Comm tp = MPI_COMM_SELF,
-                  const std::function<void(int event)>& grads_final = {});
+                  const std::function<void(int event)>& grads_final = {},
+                  bool final_microbatch = true);
 
 }  // namespace mpf

@@ -77,6 +77,8 @@ TrainOptions parse_options(int argc, const char* const* argv) {
       {"--dp-bucket-mb",
        [&](const std::string& f, const std::string& v) { o.dp_bucket_mb = to_double(f, v); }},
       {"--zero", integer(o.zero)},
+      {"--microbatches", integer(o.microbatches)},
+      {"--schedule", text(o.schedule)},
       {"--save-llmc", text(o.save_llmc)},
       {"--threads", integer(o.threads)},
       {"--peak-gflops",
@@ -110,6 +112,7 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   at_least("--warmup", o.warmup, 0);
   require(o.final_lr_frac >= 0 && o.final_lr_frac <= 1,
           "--final-lr-frac must be in [0, 1], got " + number(o.final_lr_frac));
+  at_least("--microbatches", o.microbatches, 1);
   at_least("--tp", o.tp, 1);
   at_least("--pp", o.pp, 1);
   at_least("--dp", o.dp, 0);
@@ -156,6 +159,9 @@ layout (world = tp x dp x pp ranks, tp fastest-varying)
   --dp-bucket-mb X      gradient bucket size for the data-parallel reduction (default 25)
   --overlap-grad-reduce reduce each bucket as soon as its gradients are final, during backward
   --zero S              0 (default) or 1: ZeRO-1 shards the optimizer state over the DP ranks
+  --microbatches M      split each DP rank's rows into M microbatches, accumulating gradients
+                        (default 1)
+  --schedule S          1f1b (default) or afab: the order of the microbatches' passes
   --sequence-parallel   shard the LayerNorm/residual regions along the batch rows over the TP
                         ranks (Megatron's sequence parallelism; B*T per DP rank divisible by tp)
 output

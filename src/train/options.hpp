@@ -27,6 +27,9 @@ struct TrainOptions {
   float final_lr_frac = 0.0f;
   // Layout: world = tp x dp x pp (tp fastest); dp = 0 means world / (tp * pp).
   int tp = 1, pp = 1, dp = 0;
+  // Microbatches per step (each DP rank's rows split evenly) and the schedule that runs them.
+  int microbatches = 1;
+  std::string schedule = "1f1b";
   // Data parallel: gradient buckets, overlap of their reduction with the backward, ZeRO stage.
   double dp_bucket_mb = 25.0;
   bool overlap_grad_reduce = false;

@@ -60,8 +60,7 @@ void PhaseTimers::mark(Phase phase) {
 }
 
 std::string PhaseTimers::summary() const {
-  static const char* names[kCount] = {"data",     "zero_grad", "forward",
-                                      "backward", "dp_comm",   "optimizer"};
+  static const char* names[kCount] = {"data", "zero_grad", "fwd_bwd", "dp_comm", "optimizer"};
   double total = 0.0;
   for (double s : seconds_) total += s;
   std::string text = "phases";

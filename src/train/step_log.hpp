@@ -43,7 +43,8 @@ class Stopwatch {
 // Seconds spent in each phase of a step, summed over the timed steps (STYLE.md 9).
 class PhaseTimers {
  public:
-  enum Phase { kData, kZeroGrad, kForward, kBackward, kDpComm, kOptimizer, kCount };
+  // kSchedule: the schedule loop, forwards and backwards of every microbatch.
+  enum Phase { kData, kZeroGrad, kSchedule, kDpComm, kOptimizer, kCount };
   // Adds the time since the previous mark (or start()) to `phase`, after a Kokkos fence so
   // asynchronous kernels are charged to the phase that launched them.
   void start();

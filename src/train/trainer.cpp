@@ -149,32 +149,44 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   } else {
     optimizer_ = std::make_unique<AdamW>(adam, cfg_, whole_tensor_segments(params_), params_.count);
   }
-  require(!opts.sequence_parallel || (int64_t(local_batch_) * opts.seq_len) % grid_->tp_size() == 0,
-          "--sequence-parallel splits the " + std::to_string(local_batch_ * opts.seq_len) +
-              " rows of a DP rank's batch over " + std::to_string(grid_->tp_size()) +
-              " TP ranks, which does not divide; choose --batch/--seq-len so B*T/dp divides by tp");
-  acts_ = Activations::allocate(shard_, local_batch_, opts.seq_len, opts.sequence_parallel);
-  buffers_ = BackwardBuffers::allocate(shard_, local_batch_, opts.seq_len, opts.sequence_parallel);
-  const int64_t n_tokens = int64_t(local_batch_) * opts.seq_len;
-  inputs_ = Tokens("mpf::inputs", n_tokens);
-  targets_ = Tokens("mpf::targets", n_tokens);
-  host_inputs_ = Kokkos::create_mirror_view(inputs_);
-  host_targets_ = Kokkos::create_mirror_view(targets_);
+  const int M = opts.microbatches;
+  require(local_batch_ % M == 0,
+          "the " + std::to_string(local_batch_) +
+              " rows of a DP rank's batch do not split into --microbatches " + std::to_string(M) +
+              "; use a --batch that is a multiple of dp x microbatches");
+  micro_batch_ = local_batch_ / M;
+  pp_schedule_ = pipeline::parse_schedule(opts.schedule);
+  pipeline::validate({1, 0, 1, M}, pp_schedule_);
+  require(!opts.sequence_parallel || (int64_t(micro_batch_) * opts.seq_len) % grid_->tp_size() == 0,
+          "--sequence-parallel splits the " + std::to_string(micro_batch_ * opts.seq_len) +
+              " rows of a microbatch over " + std::to_string(grid_->tp_size()) +
+              " TP ranks, which does not divide; choose --batch/--seq-len so "
+              "B*T/(dp*microbatches) divides by tp");
+  stage_ = std::make_unique<ModelStage>(shard_, micro_batch_, opts.seq_len, opts.sequence_parallel,
+                                        grid_->tp_comm());
+  const int64_t mb_tokens = int64_t(micro_batch_) * opts.seq_len;
+  for (int mb = 0; mb < M; ++mb) {
+    inputs_.emplace_back("mpf::inputs", mb_tokens);
+    targets_.emplace_back("mpf::targets", mb_tokens);
+  }
+  host_inputs_ = HostTokens("mpf::host_inputs", mb_tokens * M);
+  host_targets_ = HostTokens("mpf::host_targets", mb_tokens * M);
 }
 
 void TrainingRun::load_batch(DataLoader& loader) {
   loader.next_batch(grid_->dp_rank() * local_batch_, local_batch_, host_inputs_.data(),
                     host_targets_.data());
-  Kokkos::deep_copy(inputs_, host_inputs_);
-  Kokkos::deep_copy(targets_, host_targets_);
+  // Microbatch mb is rows [mb·b, (mb+1)·b) of this rank's part of the batch.
+  const int64_t n = int64_t(micro_batch_) * opts_.seq_len;
+  for (size_t mb = 0; mb < inputs_.size(); ++mb) {
+    const auto rows = std::make_pair(int64_t(mb) * n, int64_t(mb + 1) * n);
+    Kokkos::deep_copy(inputs_[mb], Kokkos::subview(host_inputs_, rows));
+    Kokkos::deep_copy(targets_[mb], Kokkos::subview(host_targets_, rows));
+  }
 }
 
-double TrainingRun::global_mean_loss() const {
-  const Tensor losses = acts_.losses;
-  const double local = sum(
-      "mpf::loss_sum", int64_t(losses.extent(0)),
-      KOKKOS_LAMBDA(int64_t i) { return double(losses(i)); });
-  return allreduce_sum(local, grid_->dp_comm()) / (double(opts_.batch) * opts_.seq_len);
+double TrainingRun::global_mean_loss(double local_sum) const {
+  return allreduce_sum(local_sum, grid_->dp_comm()) / (double(opts_.batch) * opts_.seq_len);
 }
 
 double TrainingRun::validate() {
@@ -182,8 +194,11 @@ double TrainingRun::validate() {
   double total = 0.0;
   for (int i = 0; i < opts_.val_steps; ++i) {
     load_batch(*val_data_);
-    gpt_forward(acts_, params_.t, inputs_, targets_, grid_->tp_comm());
-    total += global_mean_loss();
+    double local = 0.0;
+    for (size_t mb = 0; mb < inputs_.size(); ++mb) {
+      local += stage_->evaluate(params_.t, inputs_[mb], targets_[mb]);
+    }
+    total += global_mean_loss(local);
   }
   return total / opts_.val_steps;
 }
@@ -244,10 +259,15 @@ void TrainingRun::print_banner(double peak_gflops) const {
   }
   std::printf(" | batch %d x %d = %d tokens/step, %d row(s) per DP rank\n", opts_.batch,
               opts_.seq_len, opts_.batch * opts_.seq_len, local_batch_);
-  std::printf("memory/rank: parameters %s | gradients %s | optimizer %s | activations %s\n",
-              megabytes(bytes_of(params_.slab)).c_str(), megabytes(bytes_of(grads_.slab)).c_str(),
-              megabytes(optimizer_->state_bytes()).c_str(),
-              megabytes(bytes_of(acts_.slab) + bytes_of(buffers_.slab)).c_str());
+  std::printf(
+      "memory/rank: parameters %s | gradients %s | optimizer %s | activations %s\n",
+      megabytes(bytes_of(params_.slab)).c_str(), megabytes(bytes_of(grads_.slab)).c_str(),
+      megabytes(optimizer_->state_bytes()).c_str(),
+      megabytes(Activations::bytes(shard_, micro_batch_, opts_.seq_len, opts_.sequence_parallel) +
+                stage_->buffer_bytes())
+          .c_str());
+  std::printf("microbatches: %zu of %d row(s) per DP rank | schedule %s\n", inputs_.size(),
+              micro_batch_, pipeline::schedule_name(pp_schedule_));
   std::printf("data parallel: %d rank(s) | %zu bucket(s) of <= %g MB | overlap %s | %s\n",
               grid_->dp_size(), dp_grads_->buckets().size(), opts_.dp_bucket_mb,
               opts_.overlap_grad_reduce ? "on" : "off",
@@ -293,14 +313,12 @@ std::vector<double> TrainingRun::train() {
     phases.mark(PhaseTimers::kData);
     fill(grads_.slab.data(), grads_.count, 0.0f);
     phases.mark(PhaseTimers::kZeroGrad);
-    gpt_forward(acts_, params_.t, inputs_, targets_, grid_->tp_comm());
-    last_loss = global_mean_loss();
-    phases.mark(PhaseTimers::kForward);
     std::function<void(int)> overlap;
     if (opts_.overlap_grad_reduce) overlap = [this](int event) { dp_grads_->start_ready(event); };
-    gpt_backward(grads_.t, buffers_, acts_, params_.t, inputs_, targets_, dloss, grid_->tp_comm(),
-                 overlap);
-    phases.mark(PhaseTimers::kBackward);
+    stage_->begin_step(&inputs_, &targets_, &params_.t, &grads_.t, dloss, overlap);
+    pipeline::run_schedule(pp_schedule_, *stage_, {1, 0, 1, int(inputs_.size())});
+    last_loss = global_mean_loss(stage_->loss_sum());
+    phases.mark(PhaseTimers::kSchedule);
     dp_grads_->finish();
     phases.mark(PhaseTimers::kDpComm);
     const double norm = global_grad_norm();
@@ -332,6 +350,11 @@ std::vector<double> TrainingRun::train() {
         opts_.steps, last_loss, ms, opts_.steps, ms > 0 ? tokens / (ms / 1e3) : 0.0,
         ms > 0 ? 100.0 * flops_per_step / (ms / 1e3) / peak_flops : 0.0);
     std::printf("%s\n", phases.summary().c_str());
+    std::printf("peak activations in flight: %s (%.0f microbatch(es))\n",
+                megabytes(stage_->peak_activation_bytes()).c_str(),
+                double(stage_->peak_activation_bytes()) /
+                    double(Activations::bytes(shard_, micro_batch_, opts_.seq_len,
+                                              opts_.sequence_parallel)));
   }
   save_checkpoint();
   return step_ms;

@@ -14,6 +14,8 @@
 #include "optim/lr_schedule.hpp"
 #include "parallel/grad_buckets.hpp"
 #include "parallel/grid.hpp"
+#include "pipeline/model_stage.hpp"
+#include "pipeline/schedule.hpp"
 #include "train/options.hpp"
 
 namespace mpf {
@@ -43,8 +45,8 @@ class TrainingRun {
   // wall time in milliseconds (as rank 0 measured it).
   std::vector<double> train();
 
-  // Mean loss of the current global batch after a forward pass (every rank gets it).
-  double global_mean_loss() const;
+  // Mean per-token loss over the global batch, from this rank's sum (every rank gets it).
+  double global_mean_loss(double local_sum) const;
   // The global gradient norm: split tensors summed over the TP ranks, replicated ones once.
   double global_grad_norm() const;
 
@@ -66,9 +68,10 @@ class TrainingRun {
   Parameters params_, grads_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<DataParallelGrads> dp_grads_;
-  Activations acts_;
-  BackwardBuffers buffers_;
-  Tokens inputs_, targets_;
+  int micro_batch_ = 0;  // rows of one microbatch
+  pipeline::Schedule pp_schedule_ = pipeline::Schedule::kOneFOneB;
+  std::unique_ptr<ModelStage> stage_;
+  std::vector<Tokens> inputs_, targets_;  // per microbatch
   HostTokens host_inputs_, host_targets_;
 };
 

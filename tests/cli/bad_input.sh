@@ -66,6 +66,8 @@ expect_error "heads over tp" 3 "4 heads do not split over --tp 3" -- --tp 3
 expect_error "layout vs ranks" 2 "tp 2 x dp 2 x pp 1 needs 4 ranks, but 2 were launched" -- --tp 2 --dp 2
 expect_error "pipeline not yet" 2 "--pp 2: pipeline parallelism is not available yet" -- --pp 2
 expect_error "sequence rows over tp" 2 "--sequence-parallel splits the 3 rows.*over 2 TP ranks" -- --tp 2 --sequence-parallel --batch 1 --seq-len 3
+expect_error "microbatches over rows" 1 "do not split into --microbatches 3" -- --batch 16 --microbatches 3
+expect_error "unknown schedule name" 1 "unknown --schedule 'gpipe'" -- --schedule gpipe
 expect_error "bucket size" 1 "--dp-bucket-mb must be positive" -- --dp-bucket-mb 0
 expect_error "beta out of range" 1 "--beta2 must be in \[0, 1\)" -- --beta2 1.5
 

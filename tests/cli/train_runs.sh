@@ -44,7 +44,20 @@ else
   bad "resume: first loss '$r' vs saved run's $s"; cat "$WORK/resume.log"
 fi
 
-# 5. A plain text file trains byte-level.
+# 5. Activation lifetime: with M microbatches, 1F1B on one stage holds one microbatch's
+#    activations at a time, AFAB all M.
+peak() { sed -nE 's/^peak activations in flight: .* \(([0-9]+) microbatch.*/\1/p' "$1"; }
+for sched in 1f1b afab; do
+  OMP_NUM_THREADS=1 "$TRAIN" --steps 1 --val-every 0 --batch 8 --microbatches 4 --schedule "$sched" \
+    >"$WORK/$sched.log" 2>&1
+done
+if [ "$(peak "$WORK/1f1b.log")" = 1 ] && [ "$(peak "$WORK/afab.log")" = 4 ]; then
+  ok "peak activations: 1f1b 1 microbatch, afab 4"
+else
+  bad "peak activations: 1f1b '$(peak "$WORK/1f1b.log")', afab '$(peak "$WORK/afab.log")'"
+fi
+
+# 6. A plain text file trains byte-level.
 yes "the quick brown fox jumps over the lazy dog." | head -c 200000 >"$WORK/text.txt"
 OMP_NUM_THREADS=2 "$TRAIN" --data "$WORK/text.txt" --steps 30 --layers 2 --dim 64 --heads 2 >"$WORK/text.log" 2>&1
 first=$(losses "$WORK/text.log" | head -1)

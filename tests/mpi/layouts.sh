@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # DESIGN.md invariant 3: every layout reproduces the serial run. For each (tp, dp) with
 # tp·dp <= 4, plain, with ZeRO-1, with the gradient reduction overlapped in small buckets, and both,
-# and with tp > 1 also with sequence parallelism (and one 8-rank layout), five steps of a tiny model from the same seed must give the serial
+# and with tp > 1 also with sequence parallelism; gradient accumulation over microbatches with
+# both schedules; and one 8-rank layout. Five steps of a tiny model from the same seed must give the serial
 # run's losses and, after the last update, its parameters.
 #
 # Tolerance, and why: a layout changes only the order of floating-point sums (row-parallel partial
@@ -62,6 +63,11 @@ for layout in "1 2" "2 1" "2 2" "4 1" "1 4"; do
     run_layout $layout --sequence-parallel --zero 1 --overlap-grad-reduce --dp-bucket-mb 0.05
   fi
 done
+# Gradient accumulation over microbatches, run by the schedule loops, on one rank and combined.
+run_layout 1 1 --microbatches 4
+run_layout 1 1 --microbatches 4 --schedule afab
+run_layout 2 1 --microbatches 4 --schedule afab
+run_layout 2 2 --microbatches 2 --sequence-parallel --zero 1 --overlap-grad-reduce --dp-bucket-mb 0.05
 # 8 ranks are oversubscribed on 2 cores (~25 ms a collective): one layout only.
 OMP_WAIT_POLICY=PASSIVE run_layout 2 4 --sequence-parallel --zero 1 --overlap-grad-reduce \
   --dp-bucket-mb 0.05
