@@ -9,13 +9,13 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "backends/gemm.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
+#include "core/flags.hpp"
 #include "core/parallel.hpp"
 #include "train/step_log.hpp"
 #include "train/trainer.hpp"
@@ -50,8 +50,18 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int tp = 1;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--tp") tp = std::atoi(argv[i + 1]);
+  std::string error;
+  try {
+    mpf::flags::Table table;
+    table.values = {{"--tp", [&](auto& f, auto& v) { tp = mpf::flags::to_int32(f, v); }}};
+    mpf::flags::parse(argc, argv, table, "mpiformer-bench");
+    mpf::require(tp >= 1, "--tp must be >= 1");
+  } catch (const mpf::InputError& e) {
+    error = e.what();
+  }
+  if (mpf::any_rank_failed(MPI_COMM_WORLD, error)) {
+    MPI_Finalize();
+    return 2;
   }
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -13,11 +13,6 @@ std::array<Tensor*, kNumParameterTensors> ParameterTensors::list() {
           &ln2w, &ln2b, &fcw,  &fcb,  &fcprojw, &fcprojb, &lnfw,     &lnfb};
 }
 
-std::array<const Tensor*, kNumParameterTensors> ParameterTensors::list() const {
-  return {&wte,  &wpe,  &ln1w, &ln1b, &qkvw,    &qkvb,    &attprojw, &attprojb,
-          &ln2w, &ln2b, &fcw,  &fcb,  &fcprojw, &fcprojb, &lnfw,     &lnfb};
-}
-
 std::array<int64_t, kNumParameterTensors> parameter_sizes(const GPTConfig& cfg) {
   const int64_t C = cfg.channels, L = cfg.layers;
   return {int64_t(cfg.padded_vocab) * C,

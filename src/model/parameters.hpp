@@ -34,7 +34,6 @@ struct ParameterTensors {
 
   // The tensors in llm.c order, for loops over all of them.
   std::array<Tensor*, kNumParameterTensors> list();
-  std::array<const Tensor*, kNumParameterTensors> list() const;
 };
 
 // How a tensor is initialised and optimised (GPT-2's scheme).
