@@ -27,9 +27,10 @@ Tensor slice(const Tensor& t, int64_t offset, int64_t n) {
 
 void carve(Activations& a, SlabCarver& k) {
   const TpShard& s = a.shard;
-  const int64_t B = a.B, T = a.T, C = a.cfg.channels, L = a.cfg.layers;
-  const int64_t R = a.seq.rows, Rl = a.seq.local_rows;
-  a.encoded = k.take(Rl * C);
+  const int64_t B = a.B, T = a.T, C = a.cfg.channels, L = a.chunk.layers;
+  const int64_t R = a.seq.rows, Rl = a.seq.local_rows, H = a.chunk.head ? 1 : 0;
+  a.input = k.take(Rl * C);
+  a.output_grad = k.take(a.chunk.head ? 0 : Rl * C);
   a.partial = k.take(a.seq.on ? R * C : 0);
   a.ln1 = k.take(L * R * C);
   a.ln1_mean = k.take(L * Rl);
@@ -44,12 +45,12 @@ void carve(Activations& a, SlabCarver& k) {
   a.fch = k.take(L * R * s.fc);
   a.fch_gelu = k.take(L * R * s.fc);
   a.residual3 = k.take(L * Rl * C);
-  a.lnf = k.take(R * C);
-  a.lnf_mean = k.take(Rl);
-  a.lnf_rstd = k.take(Rl);
-  a.logits = k.take(R * s.vocab_shard);
-  a.row_stats = k.take(3 * R);
-  a.losses = k.take(R);
+  a.lnf = k.take(H * R * C);
+  a.lnf_mean = k.take(H * Rl);
+  a.lnf_rstd = k.take(H * Rl);
+  a.logits = k.take(H * R * s.vocab_shard);
+  a.row_stats = k.take(H * 3 * R);
+  a.losses = k.take(H * R);
 }
 
 void carve(BackwardBuffers& g, SlabCarver& k, const TpShard& s, const tp::SequenceSplit& seq,
@@ -78,19 +79,35 @@ tp::SequenceSplit split_rows(const TpShard& s, int B, int T, bool on) {
   seq.row_begin = seq.on ? s.rank * seq.local_rows : 0;
   return seq;
 }
+
+// The shapes of a set, before any memory is bound.
+Activations describe(const TpShard& shard, const ChunkPieces& chunk, int B, int T, bool sp) {
+  Activations a;
+  a.cfg = shard.cfg;
+  a.shard = shard;
+  a.chunk = chunk;
+  a.seq = split_rows(shard, B, T, sp);
+  a.B = B;
+  a.T = T;
+  return a;
+}
 }  // namespace
+
+ChunkPieces whole_stage(const TpShard& shard) {
+  return {0, shard.local_layers(), shard.has_embedding, shard.has_head};
+}
 
 Activations Activations::allocate(const GPTConfig& cfg, int B, int T) {
   return allocate(make_tp_shard(cfg, 0, 1), B, T);
 }
 
 Activations Activations::allocate(const TpShard& shard, int B, int T, bool sequence_parallel) {
-  Activations a;
-  a.cfg = shard.cfg;
-  a.shard = shard;
-  a.seq = split_rows(shard, B, T, sequence_parallel);
-  a.B = B;
-  a.T = T;
+  return allocate(shard, whole_stage(shard), B, T, sequence_parallel);
+}
+
+Activations Activations::allocate(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
+                                  bool sequence_parallel) {
+  Activations a = describe(shard, chunk, B, T, sequence_parallel);
   SlabCarver counter(nullptr);
   carve(a, counter);
   a.slab = Slab("mpf::activations", counter.used());
@@ -99,13 +116,9 @@ Activations Activations::allocate(const TpShard& shard, int B, int T, bool seque
   return a;
 }
 
-int64_t Activations::bytes(const TpShard& shard, int B, int T, bool sequence_parallel) {
-  Activations a;
-  a.cfg = shard.cfg;
-  a.shard = shard;
-  a.B = B;
-  a.T = T;
-  a.seq = split_rows(shard, B, T, sequence_parallel);
+int64_t Activations::bytes(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
+                           bool sequence_parallel) {
+  Activations a = describe(shard, chunk, B, T, sequence_parallel);
   SlabCarver counter(nullptr);
   carve(a, counter);
   return counter.used() * int64_t(sizeof(float));
@@ -131,8 +144,12 @@ LayerActivations Activations::layer(int l) const {
   return x;
 }
 
-Tensor Activations::block_input(int l) const {
-  return l == 0 ? encoded : layer(l - 1).residual3;
+Tensor Activations::block_input(int i) const {
+  return i == 0 ? input : layer(i - 1).residual3;
+}
+
+Tensor Activations::output() const {
+  return chunk.layers == 0 ? input : layer(chunk.layers - 1).residual3;
 }
 
 BackwardBuffers BackwardBuffers::allocate(const GPTConfig& cfg, int B, int T) {

@@ -18,6 +18,17 @@ namespace mpf {
 // Rl = R/T rows (their statistics and the residual stream), else Rl = R. LayerNorm outputs are
 // kept gathered (R rows): the column-parallel GEMMs and their weight gradients read them.
 
+// The pieces of the model one set of activations covers: a pipeline chunk of consecutive blocks,
+// preceded by the embedding on the first virtual stage and followed by the head on the last.
+// Without pipelining, the whole model.
+struct ChunkPieces {
+  int first_layer = 0;  // the chunk's first block, as a local index into the stage's parameters
+  int layers = 0;       // blocks in the chunk
+  bool embedding = true, head = true;
+};
+// All of a stage's blocks, with the edge pieces it holds.
+ChunkPieces whole_stage(const TpShard& shard);
+
 // One layer's slice of the saved activations.
 struct LayerActivations {
   Tensor ln1;        // (R,C)
@@ -39,13 +50,17 @@ struct Activations {
   int B = 0, T = 0;
   GPTConfig cfg;
   TpShard shard;
+  ChunkPieces chunk;
   tp::SequenceSplit seq;
   Slab slab;
-  Tensor encoded;  // (Rl,C) embedding output, the first block's input
-  Tensor partial;  // (R,C) a row-parallel output before its reduce-scatter (sequence parallel)
-  // Per-layer tensors, each (L, ...) with layer l at offset l * (its per-layer size).
+  Tensor input;        // (Rl,C) the chunk's input: the embedding's output, or received
+  Tensor output_grad;  // (Rl,C) the received gradient of the output (chunks without the head)
+  Tensor partial;      // (R,C) a row-parallel output before its reduce-scatter (sequence parallel)
+  // Per-layer tensors, each (chunk.layers, ...) with block i of the chunk at offset i * (its
+  // per-layer size).
   Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, residual2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
       residual3;
+  // The head's (empty unless chunk.head):
   Tensor lnf;        // (R,C)
   Tensor lnf_mean;   // (Rl)
   Tensor lnf_rstd;   // (Rl)
@@ -53,13 +68,20 @@ struct Activations {
   Tensor row_stats;  // (3,B,T) per-row max, sum of exponentials and target logit (vocab-parallel)
   Tensor losses;     // (B,T)
 
+  static Activations allocate(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
+                              bool sequence_parallel = false);
+  // The whole stage (the whole model without pipelining).
   static Activations allocate(const TpShard& shard, int B, int T, bool sequence_parallel = false);
   static Activations allocate(const GPTConfig& cfg, int B, int T);
   // The bytes allocate() would take.
-  static int64_t bytes(const TpShard& shard, int B, int T, bool sequence_parallel = false);
-  LayerActivations layer(int l) const;
-  // The input of block l: the embedding for l = 0, else block l-1's output.
-  Tensor block_input(int l) const;
+  static int64_t bytes(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
+                       bool sequence_parallel = false);
+  // Block i of the chunk (0 <= i < chunk.layers).
+  LayerActivations layer(int i) const;
+  // The input of block i: the chunk's input for i = 0, else block i-1's output.
+  Tensor block_input(int i) const;
+  // The chunk's output: its last block's, what the next stage receives (or the head reads).
+  Tensor output() const;
 };
 
 // Activation gradients of one block at a time (the backward walks the blocks in turn, and each

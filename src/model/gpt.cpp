@@ -59,7 +59,7 @@ struct BlockContext {
         C(acts.cfg.channels),
         R(acts.seq.rows),
         Rl(acts.seq.local_rows),
-        p(layer_parameters(params, acts.shard, l)),
+        p(layer_parameters(params, acts.shard, acts.chunk.first_layer + l)),
         a(acts.layer(l)) {}
 };
 
@@ -109,10 +109,10 @@ void embedding_forward(Activations& acts, const ParameterTensors& params, const 
   const int C = acts.cfg.channels;
   // Each rank's vocabulary shard gives a partial embedding of every row; leaving the region sums
   // them (g), into this rank's rows under SP.
-  const Tensor partial = acts.seq.on ? acts.partial : acts.encoded;
+  const Tensor partial = acts.seq.on ? acts.partial : acts.input;
   encoder_forward(partial, inputs, params.wte, params.wpe, acts.B, acts.T, C, s.vocab_begin,
                   s.vocab_shard, /*add_positions=*/s.rank == 0);
-  tp::leave_forward(partial.data(), acts.encoded.data(), C, acts.seq, tp);
+  tp::leave_forward(partial.data(), acts.input.data(), C, acts.seq, tp);
 }
 
 void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI_Comm tp) {
@@ -143,8 +143,7 @@ void head_forward(Activations& acts, const ParameterTensors& params, const Token
   const int C = cfg.channels;
   const Tensor none;
   layernorm_forward(rows(acts.lnf, seq.row_begin, seq.local_rows, C), acts.lnf_mean, acts.lnf_rstd,
-                    acts.layer(cfg.layers - 1).residual3, params.lnfw, params.lnfb, seq.local_rows,
-                    C);
+                    acts.output(), params.lnfw, params.lnfb, seq.local_rows, C);
   tp::enter_forward(acts.lnf.data(), C, seq, tp);
   // The logits of this rank's vocabulary shard, for every row.
   linear_forward(acts.logits, none, acts.lnf, params.wte, none, seq.rows, C, s.vocab_shard);
@@ -164,8 +163,8 @@ void head_backward_input(BackwardBuffers& buf, Activations& acts, const Paramete
   const Tensor partial = seq.on ? buf.partial : buf.dln;
   linear_backward_input(partial, acts.logits, params.wte, seq.rows, C, s.vocab_shard);
   tp::enter_backward(partial.data(), buf.dln.data(), C, seq, tp);
-  layernorm_backward_input(buf.dresidual[0], none, buf.dln, acts.layer(cfg.layers - 1).residual3,
-                           acts.lnf_mean, acts.lnf_rstd, params.lnfw, seq.local_rows, C);
+  layernorm_backward_input(buf.dresidual[0], none, buf.dln, acts.output(), acts.lnf_mean,
+                           acts.lnf_rstd, params.lnfw, seq.local_rows, C);
 }
 
 void head_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf,
@@ -175,8 +174,8 @@ void head_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf,
   const Tensor none;
   linear_backward_weight(grads.wte, none, acts.logits, acts.lnf, seq.rows, cfg.channels,
                          acts.shard.vocab_shard);
-  layernorm_backward_weight(grads.lnfw, grads.lnfb, buf.dln, acts.layer(cfg.layers - 1).residual3,
-                            acts.lnf_mean, acts.lnf_rstd, seq.local_rows, cfg.channels);
+  layernorm_backward_weight(grads.lnfw, grads.lnfb, buf.dln, acts.output(), acts.lnf_mean,
+                            acts.lnf_rstd, seq.local_rows, cfg.channels);
   if (final_microbatch) {
     sum_over_tp(grads.lnfw, seq, tp);
     sum_over_tp(grads.lnfb, seq, tp);
@@ -242,31 +241,43 @@ void embedding_backward_weight(ParameterTensors& grads, BackwardBuffers& buf, Te
 
 void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
                  const Tokens& targets, MPI_Comm tp) {
-  embedding_forward(acts, params, inputs, tp);
-  for (int l = 0; l < acts.cfg.layers; ++l) block_forward(acts, params, l, tp);
-  head_forward(acts, params, targets, tp);
+  if (acts.chunk.embedding) embedding_forward(acts, params, inputs, tp);
+  for (int i = 0; i < acts.chunk.layers; ++i) block_forward(acts, params, i, tp);
+  if (acts.chunk.head) head_forward(acts, params, targets, tp);
 }
 
 void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& acts,
                   const ParameterTensors& params, const Tokens& inputs, const Tokens& targets,
                   float dloss, MPI_Comm tp, const std::function<void(int event)>& grads_final,
-                  bool final_microbatch) {
-  const int L = acts.cfg.layers;
+                  bool final_microbatch, Tensor input_grad) {
+  const ChunkPieces& chunk = acts.chunk;
   auto final_after = [&](int event) {
     if (grads_final) grads_final(event);
   };
-  head_backward_input(buf, acts, params, targets, dloss, tp);
-  head_backward_weight(grads, buf, acts, tp, final_microbatch);
-  final_after(0);
-  int cur = 0;  // buf.dresidual[cur] holds the gradient of the current block's output
-  for (int l = L - 1; l >= 0; --l) {
-    block_backward_input(buf, buf.dresidual[1 - cur], buf.dresidual[cur], acts, params, l, tp);
-    block_backward_weight(grads, buf, buf.dresidual[cur], acts, l, tp, final_microbatch);
-    final_after(1 + (L - 1 - l));
-    cur = 1 - cur;
+  // dout: the gradient of the current block's output. The blocks' input gradients ping-pong
+  // between the two dresidual buffers; `spare` is the one not holding dout.
+  Tensor dout = acts.output_grad;
+  int spare = 0;
+  if (chunk.head) {
+    head_backward_input(buf, acts, params, targets, dloss, tp);
+    head_backward_weight(grads, buf, acts, tp, final_microbatch);
+    final_after(0);
+    dout = buf.dresidual[0];
+    spare = 1;
   }
-  embedding_backward_weight(grads, buf, buf.dresidual[cur], acts, inputs, tp);
-  final_after(L + 1);
+  for (int i = chunk.layers - 1; i >= 0; --i) {
+    const bool to_caller = i == 0 && !chunk.embedding;
+    const Tensor dinp = to_caller ? input_grad : buf.dresidual[spare];
+    block_backward_input(buf, dinp, dout, acts, params, i, tp);
+    block_backward_weight(grads, buf, dout, acts, i, tp, final_microbatch);
+    final_after(1 + (chunk.layers - 1 - i));
+    spare = 1 - spare;
+    dout = dinp;
+  }
+  if (chunk.embedding) {
+    embedding_backward_weight(grads, buf, dout, acts, inputs, tp);
+    final_after(chunk.layers + 1);
+  }
 }
 
 }  // namespace mpf

@@ -53,18 +53,22 @@ void block_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf, 
 void embedding_backward_weight(ParameterTensors& grads, BackwardBuffers& buf, Tensor dout,
                                const Activations& acts, const Tokens& inputs, MPI_Comm tp);
 
-// ---- the whole model on one rank ----
+// ---- the pieces acts.chunk covers (the whole model without pipelining) ----
+// A chunk without the embedding starts from acts.input (received); one without the head leaves
+// its output in acts.output() (to send) and no loss.
 void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
                  const Tokens& targets, MPI_Comm tp = MPI_COMM_SELF);
-// Accumulates (+=) every parameter gradient; B then W per piece, last block first.
-// grads_final(e), if given, is called after each piece's W with the backward event e: 0 after the
-// head, 1 + (L − 1 − l) after block l, L + 1 after the embedding. Gradients a piece's W writes are
+// Accumulates (+=) the chunk's parameter gradients; B then W per piece, last block first. Without
+// the head it starts from acts.output_grad (received); without the embedding it writes the
+// gradient of acts.input into input_grad (to send). grads_final(e), if given, is called after
+// each piece's W with the backward event e: 0 after the head, 1 + (L − 1 − i) after the chunk's
+// block i (L its blocks), L + 1 after the embedding. Gradients a piece's W writes are
 // final (for this batch) once its event has passed, which is when a data-parallel bucket may start
 // its reduction. With gradient accumulation, final_microbatch marks the step's last microbatch.
 void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& acts,
                   const ParameterTensors& params, const Tokens& inputs, const Tokens& targets,
                   float dloss, MPI_Comm tp = MPI_COMM_SELF,
                   const std::function<void(int event)>& grads_final = {},
-                  bool final_microbatch = true);
+                  bool final_microbatch = true, Tensor input_grad = {});
 
 }  // namespace mpf

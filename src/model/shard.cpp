@@ -54,14 +54,36 @@ TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size) {
   s.vocab_padded = size == 1 ? cfg.padded_vocab : pad_vocab(cfg.padded_vocab, 128 * size);
   s.vocab_shard = s.vocab_padded / size;
   s.vocab_begin = rank * s.vocab_shard;
+  for (int l = 0; l < cfg.layers; ++l) s.layers.push_back(l);
   return s;
+}
+
+TpShard restrict_to_stage(TpShard shard, std::vector<int> layers, bool embedding, bool head) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] < 0 || layers[i] >= shard.cfg.layers || (i > 0 && layers[i] <= layers[i - 1]))
+      MPF_FATAL("a stage's layers must be distinct, ascending and inside the model");
+  }
+  shard.layers = std::move(layers);
+  shard.has_embedding = embedding;
+  shard.has_head = head;
+  return shard;
+}
+
+bool TpShard::holds(int tensor) const {
+  if (tensor == 0) return has_embedding || has_head;        // wte: embedding and LM head
+  if (tensor == 1) return has_embedding;                    // wpe
+  if (tensor >= kNumParameterTensors - 2) return has_head;  // lnfw, lnfb
+  return !layers.empty();
 }
 
 std::array<int64_t, kNumParameterTensors> TpShard::sizes() const {
   std::array<int64_t, kNumParameterTensors> out = parameter_sizes(cfg);
   const auto lay = layouts(cfg);
   for (int i = 0; i < kNumParameterTensors; ++i) {
-    if (lay[i].split == Split::VocabRows) {
+    if (per_layer(i)) out[i] = out[i] / cfg.layers * local_layers();
+    if (!holds(i)) {
+      out[i] = 0;
+    } else if (lay[i].split == Split::VocabRows) {
       out[i] = int64_t(vocab_shard) * cfg.channels;
     } else if (lay[i].split != Split::Replicated) {
       out[i] /= size;
@@ -77,16 +99,17 @@ bool TpShard::is_split(int tensor) const {
 int64_t TpShard::global_index(int tensor, int64_t j) const {
   const Layout lay = layouts(cfg)[tensor];
   const int64_t C = cfg.channels;
-  if (lay.split == Split::Replicated) return j;
   if (lay.split == Split::VocabRows) {
     const int64_t row = vocab_begin + j / C;
     return row < cfg.vocab ? row * C + j % C : -1;
   }
-  // Per-layer tensors: split the index into (layer, element within the layer).
+  if (!per_layer(tensor)) return j;  // wpe, lnfw, lnfb: whole and replicated
+  // Per-layer tensors: split the index into (local layer, element within the layer), then map
+  // the local layer to the global one.
   const int64_t global_layer = parameter_sizes(cfg)[tensor] / cfg.layers;
-  const int64_t local_layer = global_layer / size;
-  const int64_t l = per_layer(tensor) ? j / local_layer : 0, k = j % local_layer;
-  int64_t g = 0;
+  const int64_t local_layer = lay.split == Split::Replicated ? global_layer : global_layer / size;
+  const int64_t l = layers[j / local_layer], k = j % local_layer;
+  int64_t g = k;
   switch (lay.split) {
     case Split::Rows: {  // local row r of rows_per_rank
       const int64_t rows_per_rank = local_layer / lay.row;

@@ -6,6 +6,10 @@
 //   fcprojw      row-parallel: input columns [r·4C/T, (r+1)·4C/T)
 //   wte          vocab-parallel: rows [r·Vp/T, (r+1)·Vp/T), Vp padded to a multiple of 128·T
 //   the rest     (LayerNorms, wpe, attprojb, fcprojb) replicated
+// A pipeline stage further holds only its blocks (any set of layers, in order: with V chunks a
+// rank owns V ranges), the embeddings only on the first stage, the final LayerNorm only on the
+// last, and wte on both (tied: the last stage's LM head reads it). Tensors a stage does not hold
+// have size 0.
 // global_index() maps a local element to its place in the serial tensor, which is what makes
 // initialisation, checkpoint loading and saving independent of the layout (DESIGN.md inv. 1).
 #pragma once
@@ -28,6 +32,13 @@ struct TpShard {
   int vocab_padded = 0;  // Vp over all ranks (cfg.padded_vocab when T = 1)
   int vocab_shard = 0;   // local rows of wte: vocab_padded / T
   int vocab_begin = 0;   // first global vocabulary row held here
+  // Pipeline stage (the whole model unless restrict_to_stage narrowed it):
+  std::vector<int> layers;    // global index of each local block, ascending
+  bool has_embedding = true;  // wte and wpe (first stage)
+  bool has_head = true;       // lnf, and wte for the tied LM head (last stage)
+
+  int local_layers() const { return int(layers.size()); }
+  bool holds(int tensor) const;  // does this stage hold any of tensor i?
 
   // Local sizes of the 16 tensors, in llm.c order.
   std::array<int64_t, kNumParameterTensors> sizes() const;
@@ -41,6 +52,9 @@ struct TpShard {
 // Throws InputError when the heads (hence the channels and the fc width) do not divide over the
 // tp ranks.
 TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size);
+// The same TP shard narrowed to one pipeline stage: `layers` (global, ascending, non-empty unless
+// the stage is only embedding or head) and the edge pieces it holds.
+TpShard restrict_to_stage(TpShard shard, std::vector<int> layers, bool embedding, bool head);
 
 // `full` is a whole model in llm.c's order (as in a checkpoint, cfg.padded_vocab rows of wte).
 // Copies this shard's elements out of it into `local`, laid out as the shard's slab.

@@ -8,10 +8,14 @@
 namespace mpf {
 
 namespace {
-// The backward event after which tensor i's elements [a, b) are final (gpt_backward's numbering).
-int ready_event(int tensor, int64_t a, const Parameters& p) {
-  const int L = p.cfg.layers;
-  if (tensor == 0 || tensor == 1) return L + 1;      // wte, wpe: the embedding's W
+// The backward event after which tensor i's elements from a on are final (gpt_backward's
+// numbering over this stage's L blocks).
+int ready_event(int tensor, int64_t a, const Parameters& p, bool tied_wte) {
+  const int L = static_cast<int>(p.sizes[2] / p.cfg.channels);  // ln1w: C per block held
+  const bool embedding = p.sizes[1] > 0;                        // wpe: first stage only
+  if (tensor == 0 && tied_wte) return L + 2;                    // after the schedule
+  if (tensor == 0) return embedding ? L + 1 : 0;     // the embedding's W, or the LM head's
+  if (tensor == 1) return L + 1;                     // wpe: the embedding's W
   if (tensor >= kNumParameterTensors - 2) return 0;  // lnfw, lnfb: the head's W
   const int lowest_layer = static_cast<int>(a / (p.sizes[tensor] / L));
   return 1 + (L - 1 - lowest_layer);  // the lowest layer's W is last
@@ -19,7 +23,7 @@ int ready_event(int tensor, int64_t a, const Parameters& p) {
 }  // namespace
 
 DataParallelGrads::DataParallelGrads(const Parameters& grads, MPI_Comm dp, int64_t bucket_elems,
-                                     bool zero)
+                                     bool zero, bool tied_wte)
     : dp_(dp), zero_(zero), grads_(grads.slab.data()) {
   MPI_Comm_size(dp, &ranks_);
   MPI_Comm_rank(dp, &rank_);
@@ -42,7 +46,8 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, MPI_Comm dp, int64
       const int64_t lo = std::max(b.begin, tensor_offsets_[i]);
       const int64_t hi = std::min(b.end, tensor_offsets_[i + 1]);
       if (lo < hi)
-        b.ready_event = std::max(b.ready_event, ready_event(i, lo - tensor_offsets_[i], grads));
+        b.ready_event =
+            std::max(b.ready_event, ready_event(i, lo - tensor_offsets_[i], grads, tied_wte));
     }
     buckets_.push_back(b);
   }
@@ -74,7 +79,7 @@ void DataParallelGrads::start(size_t i) {
 void DataParallelGrads::start_ready(int event) {
   bool any = false;
   for (size_t i = 0; i < buckets_.size(); ++i) {
-    if (!started_[i] && buckets_[i].ready_event == event) {
+    if (!started_[i] && buckets_[i].ready_event <= event) {
       if (!any) Kokkos::fence();  // the kernels that wrote these gradients must be done
       any = true;
       start(i);

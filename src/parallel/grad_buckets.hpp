@@ -13,6 +13,10 @@
 //           shard buffer, updates only those parameters (optimizer state 1/D), and the buckets'
 //           parameters are then all-gathered.
 // Bucket lengths are multiples of D (the slabs are padded to a multiple of D for that).
+//
+// Pipeline stages: the events are those of the stage's own blocks. A wte tied across stages
+// (first and last stage each hold it) is all-reduced over the embedding group by the trainer
+// once the whole schedule is done, so its buckets wait for finish().
 #pragma once
 
 #include <mpi.h>
@@ -33,13 +37,16 @@ struct GradBucket {
 
 class DataParallelGrads {
  public:
-  // grads: the gradient slab (padded to a multiple of dp size); bucket_elems: target bucket size.
-  DataParallelGrads(const Parameters& grads, MPI_Comm dp, int64_t bucket_elems, bool zero);
+  // grads: the gradient slab (padded to a multiple of dp size); bucket_elems: target bucket size;
+  // tied_wte: wte's gradient is completed by the trainer after the schedule (pipeline stages).
+  DataParallelGrads(const Parameters& grads, MPI_Comm dp, int64_t bucket_elems, bool zero,
+                    bool tied_wte = false);
   ~DataParallelGrads();
   DataParallelGrads(const DataParallelGrads&) = delete;
   DataParallelGrads& operator=(const DataParallelGrads&) = delete;
 
-  // Starts the reduction of every bucket ready at `event` (overlap), and lets MPI progress.
+  // Starts the reduction of every bucket ready at or before `event` (overlap; events come in
+  // increasing order), and lets MPI progress.
   void start_ready(int event);
   // Starts every bucket not yet started, then waits for all.
   void finish();

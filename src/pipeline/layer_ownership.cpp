@@ -20,8 +20,8 @@ std::vector<LayerRange> ranges_from_sizes(const std::vector<int>& sizes) {
 
 std::vector<LayerRange> distribute_layers(int layers, int chunks) {
   require(chunks > 0, "the number of pipeline chunks must be positive");
-  require(layers >= chunks, std::to_string(layers) + " layers cannot fill " +
-                                std::to_string(chunks) +
+  require(layers >= chunks, std::to_string(layers) + (layers == 1 ? " layer" : " layers") +
+                                " cannot fill " + std::to_string(chunks) +
                                 " pipeline chunks (--pp x --virtual-stages) with at least one "
                                 "layer each; use fewer stages or virtual stages");
   std::vector<int> sizes(chunks, layers / chunks);
@@ -55,6 +55,42 @@ std::vector<LayerRange> parse_layer_layout(const std::string& layout, int layers
                                " layers but the model has " + std::to_string(layers) +
                                "; make the sizes sum to " + std::to_string(layers));
   return ranges_from_sizes(sizes);
+}
+
+StageOwnership stage_ownership(const std::vector<LayerRange>& ranges, int rank, int stages) {
+  StageOwnership own;
+  const int chunks = int(ranges.size()) / stages;
+  for (int c = 0; c < chunks; ++c) {
+    const int s = virtual_stage(c, rank, stages);
+    const LayerRange r = ranges[s];
+    ChunkPieces piece;
+    piece.first_layer = int(own.layers.size());
+    piece.layers = r.size();
+    piece.embedding = s == 0;
+    piece.head = s == int(ranges.size()) - 1;
+    for (int l = r.begin; l < r.end; ++l) own.layers.push_back(l);
+    own.chunks.push_back(piece);
+    own.embedding |= piece.embedding;
+    own.head |= piece.head;
+  }
+  return own;
+}
+
+std::string describe_layout(const std::vector<LayerRange>& ranges, int stages) {
+  std::string out;
+  const int chunks = int(ranges.size()) / stages;
+  for (int r = 0; r < stages; ++r) {
+    out += (r ? " | stage " : "stage ") + std::to_string(r) + ": blocks ";
+    for (int c = 0; c < chunks; ++c) {
+      const int s = virtual_stage(c, r, stages);
+      const LayerRange lr = ranges[s];
+      out += (c ? "," : "") + std::to_string(lr.begin) +
+             (lr.size() > 1 ? "-" + std::to_string(lr.end - 1) : "");
+    }
+    if (r == 0) out += " + embedding";
+    if (r == stages - 1) out += " + head";
+  }
+  return out;
 }
 
 }  // namespace mpf

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "model/activations.hpp"
+
 namespace mpf {
 
 struct LayerRange {
@@ -26,5 +28,17 @@ std::vector<LayerRange> parse_layer_layout(const std::string& layout, int layers
 inline int virtual_stage(int chunk, int rank, int stages) {
   return chunk * stages + rank;
 }
+
+// One rank's part of the model under the chunk ranges of all P·V virtual stages.
+struct StageOwnership {
+  std::vector<int> layers;          // the global blocks it holds, ascending
+  std::vector<ChunkPieces> chunks;  // its V chunks: local block ranges and edge pieces
+  bool embedding = false, head = false;
+};
+StageOwnership stage_ownership(const std::vector<LayerRange>& ranges, int rank, int stages);
+
+// "stage 0: blocks 0-2 + embedding | stage 1: blocks 3-5 + head" (chunks joined by ","), for the
+// banner.
+std::string describe_layout(const std::vector<LayerRange>& ranges, int stages);
 
 }  // namespace mpf

@@ -1,19 +1,40 @@
 #include "pipeline/model_stage.hpp"
 
+#include <string>
+
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "core/stopwatch.hpp"
 #include "model/gpt.hpp"
 
 namespace mpf {
 
-ModelStage::ModelStage(const TpShard& shard, int micro_batch, int seq_len, bool sequence_parallel,
-                       MPI_Comm tp)
+namespace {
+int64_t message_floats(const TpShard& shard, int B, int T, bool sequence_parallel) {
+  const bool sp = sequence_parallel && shard.size > 1;
+  return int64_t(B) * T / (sp ? shard.size : 1) * shard.cfg.channels;
+}
+
+double loss_of(const Activations& a) {
+  const Tensor losses = a.losses;
+  return sum(
+      "mpf::microbatch_loss", int64_t(losses.extent(0)),
+      KOKKOS_LAMBDA(int64_t i) { return double(losses(i)); });
+}
+}  // namespace
+
+ModelStage::ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, int micro_batch,
+                       int seq_len, bool sequence_parallel, MPI_Comm tp, MPI_Comm pp)
     : shard_(shard),
+      chunks_(std::move(chunks)),
       micro_batch_(micro_batch),
       seq_len_(seq_len),
       sequence_parallel_(sequence_parallel),
       tp_(tp),
-      buffers_(BackwardBuffers::allocate(shard, micro_batch, seq_len, sequence_parallel)) {}
+      p2p_(pp, int(chunks_.size()), message_floats(shard, micro_batch, seq_len, sequence_parallel)),
+      buffers_(BackwardBuffers::allocate(shard, micro_batch, seq_len, sequence_parallel)),
+      pool_(chunks_.size()),
+      free_(chunks_.size()) {}
 
 void ModelStage::begin_step(const std::vector<Tokens>* inputs, const std::vector<Tokens>* targets,
                             const ParameterTensors* params, ParameterTensors* grads, float dloss,
@@ -25,60 +46,197 @@ void ModelStage::begin_step(const std::vector<Tokens>* inputs, const std::vector
   grads_ = grads;
   dloss_ = dloss;
   grads_final_ = std::move(grads_final);
-  backwards_done_ = 0;
+  backwards_done_.assign(chunks_.size(), 0);
+  stage_backwards_ = 0;
   loss_sum_ = 0.0;
+  times_ = {};
 }
 
-Activations* ModelStage::acquire() {
-  if (free_.empty()) {
-    pool_.push_back(std::make_unique<Activations>(
-        Activations::allocate(shard_, micro_batch_, seq_len_, sequence_parallel_)));
-    free_.push_back(pool_.back().get());
+void ModelStage::end_step() {
+  if (!pending_grads_.empty()) MPF_FATAL("a step ended with input gradients never sent");
+  p2p_.wait_for_sends();
+}
+
+void ModelStage::record(std::vector<StageEvent>* events, std::function<double()> clock) {
+  events_ = events;
+  clock_ = std::move(clock);
+}
+
+template <class Op>
+void ModelStage::timed(const char* name, int mb, int chunk, Op op) {
+  if (!events_) return op();
+  const double start = clock_();
+  op();
+  Kokkos::fence();
+  events_->push_back({name, mb, chunk, start, clock_()});
+}
+
+int64_t ModelStage::microbatch_bytes() const {
+  int64_t n = 0;
+  for (const ChunkPieces& c : chunks_) {
+    n += Activations::bytes(shard_, c, micro_batch_, seq_len_, sequence_parallel_);
   }
-  Activations* a = free_.back();
-  free_.pop_back();
+  return n;
+}
+
+Activations* ModelStage::acquire(int chunk) {
+  if (free_[chunk].empty()) {
+    pool_[chunk].push_back(std::make_unique<Activations>(
+        Activations::allocate(shard_, chunks_[chunk], micro_batch_, seq_len_, sequence_parallel_)));
+    free_[chunk].push_back(pool_[chunk].back().get());
+  }
+  Activations* a = free_[chunk].back();
+  free_[chunk].pop_back();
   live_bytes_ += bytes_of(a->slab);
   peak_bytes_ = std::max(peak_bytes_, live_bytes_);
   return a;
 }
 
-void ModelStage::release(Activations* a) {
+void ModelStage::release(int chunk, Activations* a) {
+  // The output went to the next stage, whose gradient for it has come back: that send has been
+  // received, so waiting for it cannot block.
+  if (!chunks_[chunk].head) p2p_.wait_for_send(a->output().data());
   live_bytes_ -= bytes_of(a->slab);
-  free_.push_back(a);
+  free_[chunk].push_back(a);
+}
+
+Activations* ModelStage::live(int mb, int chunk) const {
+  const auto it = live_.find({mb, chunk});
+  if (it == live_.end()) {
+    MPF_FATAL("microbatch " + std::to_string(mb) + ", chunk " + std::to_string(chunk) +
+              ": no activations (the schedule ran its ops out of order)");
+  }
+  return it->second;
+}
+
+float* ModelStage::input_buffer(int mb, int chunk) {
+  if (p2p_.is_first(chunk)) return nullptr;  // reads the tokens: nothing to receive
+  Activations*& a = live_[{mb, chunk}];
+  if (!a) a = acquire(chunk);
+  return a->input.data();
+}
+
+Tensor ModelStage::take_grad_buffer() {
+  const int64_t n = message_floats(shard_, micro_batch_, seq_len_, sequence_parallel_);
+  for (const Slab& s : grad_pool_) {
+    bool pending = false;
+    for (const auto& [key, t] : pending_grads_) pending |= t.data() == s.data();
+    if (!pending && !p2p_.in_flight(s.data())) return Tensor(s.data(), n);
+  }
+  grad_pool_.emplace_back("mpf::pipeline::input_grad", n);
+  return Tensor(grad_pool_.back().data(), n);
+}
+
+const float* ModelStage::sent_grad(int mb, int chunk) {
+  if (p2p_.is_first(chunk)) return nullptr;
+  const auto it = pending_grads_.find({mb, chunk});
+  if (it == pending_grads_.end()) {
+    MPF_FATAL("send_backward of microbatch " + std::to_string(mb) + " before its backward");
+  }
+  const float* buf = it->second.data();
+  pending_grads_.erase(it);
+  return buf;
 }
 
 void ModelStage::forward(int mb, int chunk) {
-  Activations* a = acquire();
-  live_[mb] = a;
-  gpt_forward(*a, *params_, (*inputs_)[mb], (*targets_)[mb], tp_);
-  const Tensor losses = a->losses;
-  loss_sum_ += sum(
-      "mpf::microbatch_loss", int64_t(losses.extent(0)),
-      KOKKOS_LAMBDA(int64_t i) { return double(losses(i)); });
-}
-
-double ModelStage::evaluate(const ParameterTensors& params, const Tokens& inputs,
-                            const Tokens& targets) {
-  Activations* a = acquire();
-  gpt_forward(*a, params, inputs, targets, tp_);
-  const Tensor losses = a->losses;
-  const double loss = sum(
-      "mpf::evaluate_loss", int64_t(losses.extent(0)),
-      KOKKOS_LAMBDA(int64_t i) { return double(losses(i)); });
-  release(a);
-  return loss;
+  Activations*& a = live_[{mb, chunk}];
+  if (!a) a = acquire(chunk);
+  Stopwatch sw;
+  timed("F", mb, chunk, [&] {
+    gpt_forward(*a, *params_, (*inputs_)[mb], (*targets_)[mb], tp_);
+    if (chunks_[chunk].head) loss_sum_ += loss_of(*a);
+  });
+  times_.forward += sw.seconds() * 1e3;
+  ++times_.forwards;
 }
 
 void ModelStage::backward_input(int mb, int chunk) {
-  const auto it = live_.find(mb);
-  if (it == live_.end())
-    MPF_FATAL("backward of microbatch " + std::to_string(mb) + " before its forward");
-  // Gradients are final, for the data-parallel buckets, only after the last microbatch.
-  const bool last = ++backwards_done_ == int(inputs_->size());
-  gpt_backward(*grads_, buffers_, *it->second, *params_, (*inputs_)[mb], (*targets_)[mb], dloss_,
-               tp_, last ? grads_final_ : std::function<void(int)>(), last);
-  release(it->second);
-  live_.erase(it);
+  Activations* a = live(mb, chunk);
+  // The chunk's gradients are complete after its last microbatch; that is when sequence
+  // parallelism sums its LayerNorm gradients over TP. The data-parallel buckets hear the backward
+  // events of a single chunk as they happen; with several chunks, once all are done.
+  const int microbatches = int(inputs_->size());
+  const bool chunk_done = ++backwards_done_[chunk] == microbatches;
+  const bool stage_done = ++stage_backwards_ == microbatches * int(chunks_.size());
+  const bool single = chunks_.size() == 1;
+  Tensor input_grad;
+  if (!chunks_[chunk].embedding) input_grad = take_grad_buffer();
+  Stopwatch sw;
+  timed("B", mb, chunk, [&] {
+    gpt_backward(*grads_, buffers_, *a, *params_, (*inputs_)[mb], (*targets_)[mb], dloss_, tp_,
+                 single && chunk_done ? grads_final_ : std::function<void(int)>(), chunk_done,
+                 input_grad);
+  });
+  times_.backward += sw.seconds() * 1e3;
+  ++times_.backwards;
+  if (!single && stage_done && grads_final_) grads_final_(shard_.local_layers() + 1);
+  if (input_grad.data()) pending_grads_[{mb, chunk}] = input_grad;
+  live_.erase({mb, chunk});
+  release(chunk, a);
+}
+
+void ModelStage::recv_forward(int mb, int chunk) {
+  if (p2p_.is_first(chunk)) return;
+  timed("recv_forward", mb, chunk, [&] { p2p_.recv_forward(input_buffer(mb, chunk), mb, chunk); });
+}
+
+void ModelStage::send_forward(int mb, int chunk) {
+  if (p2p_.is_last(chunk)) return;
+  timed("send_forward", mb, chunk,
+        [&] { p2p_.send_forward(live(mb, chunk)->output().data(), mb, chunk); });
+}
+
+void ModelStage::recv_backward(int mb, int chunk) {
+  if (p2p_.is_last(chunk)) return;
+  timed("recv_backward", mb, chunk,
+        [&] { p2p_.recv_backward(live(mb, chunk)->output_grad.data(), mb, chunk); });
+}
+
+void ModelStage::send_backward(int mb, int chunk) {
+  if (p2p_.is_first(chunk)) return;
+  timed("send_backward", mb, chunk, [&] { p2p_.send_backward(sent_grad(mb, chunk), mb, chunk); });
+}
+
+void ModelStage::send_forward_recv_backward(int send_mb, int send_chunk, int recv_mb,
+                                            int recv_chunk) {
+  const float* out =
+      p2p_.is_last(send_chunk) ? nullptr : live(send_mb, send_chunk)->output().data();
+  float* grad = p2p_.is_last(recv_chunk) ? nullptr : live(recv_mb, recv_chunk)->output_grad.data();
+  if (!out && !grad) return;
+  timed("send_forward_recv_backward", recv_mb, recv_chunk, [&] {
+    p2p_.send_forward_recv_backward(out, send_mb, send_chunk, grad, recv_mb, recv_chunk);
+  });
+}
+
+void ModelStage::send_backward_recv_forward(int send_mb, int send_chunk, int recv_mb,
+                                            int recv_chunk) {
+  const float* grad = sent_grad(send_mb, send_chunk);
+  float* in = input_buffer(recv_mb, recv_chunk);
+  if (!grad && !in) return;
+  timed("send_backward_recv_forward", recv_mb, recv_chunk, [&] {
+    p2p_.send_backward_recv_forward(grad, send_mb, send_chunk, in, recv_mb, recv_chunk);
+  });
+}
+
+double ModelStage::evaluate(const ParameterTensors& params, const std::vector<Tokens>& inputs,
+                            const std::vector<Tokens>& targets) {
+  // Forward only, microbatch by microbatch through the chunks in order: each message's receiver
+  // is already waiting for it or is about to, so every send completes before its buffer returns
+  // to the pool.
+  double loss = 0.0;
+  for (size_t mb = 0; mb < inputs.size(); ++mb) {
+    for (int c = 0; c < int(chunks_.size()); ++c) {
+      Activations* a = acquire(c);
+      if (!p2p_.is_first(c)) p2p_.recv_forward(a->input.data(), int(mb), c);
+      gpt_forward(*a, params, inputs[mb], targets[mb], tp_);
+      if (chunks_[c].head) loss += loss_of(*a);
+      if (!p2p_.is_last(c)) p2p_.send_forward(a->output().data(), int(mb), c);
+      p2p_.wait_for_sends();
+      live_bytes_ -= bytes_of(a->slab);
+      free_[c].push_back(a);
+    }
+  }
+  return loss;
 }
 
 }  // namespace mpf

@@ -1,11 +1,15 @@
 // The model behind the schedule interface (pipeline::StageOps) with real tensors: what the
-// schedule loops drive in the trainer. Today the whole model is one stage (--pp 1), so a schedule
-// is gradient accumulation over M microbatches and the P2P verbs have no peer; the pipeline
-// runtime will give each stage its layer range and send through PipelineP2P.
+// schedule loops drive in the trainer. A rank holds V chunks of the model (its stage's layers,
+// layer_ownership.hpp); activations flow between stages through PipelineP2P. With --pp 1 the
+// one chunk is the whole model, every verb is a no-op, and a schedule is gradient accumulation
+// over M microbatches.
 //
-// Activations are pooled: forward takes a set (allocating only while the pool is smaller than
-// the most microbatches ever in flight), backward returns it, and the peak in-flight bytes are
-// counted (AFAB holds M microbatches, 1F1B on one stage one).
+// Memory. Activations are pooled per chunk: forward (or the receive of its input) takes a set,
+// allocating only while the pool is smaller than the most microbatches ever in flight, and
+// backward returns it once the output's send has completed, so the peak in-flight bytes are what
+// the schedule keeps (AFAB holds M microbatches, 1F1B at most P − rank). An input gradient goes
+// out of its own buffer, which is reused once MPI reports that send complete (sends stay in
+// flight, p2p.hpp).
 #pragma once
 
 #include <mpi.h>
@@ -13,18 +17,35 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "model/activations.hpp"
 #include "model/parameters.hpp"
+#include "pipeline/p2p.hpp"
 #include "pipeline/stage_ops.hpp"
 
 namespace mpf {
 
+// What a rank's ops cost, summed since begin_step (milliseconds), for the bench and the trace.
+struct StageTimes {
+  double forward = 0.0, backward = 0.0;  // compute
+  int forwards = 0, backwards = 0;       // (mb, chunk) ops
+};
+
+// One op on a rank's timeline: what ran, and when (seconds since the recorder's origin).
+struct StageEvent {
+  const char* name;  // "F", "B", a P2P verb
+  int mb, chunk;
+  double start, end;
+};
+
 class ModelStage : public pipeline::StageOps {
  public:
-  ModelStage(const TpShard& shard, int micro_batch, int seq_len, bool sequence_parallel,
-             MPI_Comm tp);
+  // shard: this rank's stage (restrict_to_stage); chunks: its V chunks in order, as local layer
+  // ranges of the shard's parameters; pp: the pipeline communicator (a 1-rank one without PP).
+  ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, int micro_batch, int seq_len,
+             bool sequence_parallel, MPI_Comm tp, MPI_Comm pp);
 
   // What the next step runs on: the microbatches' tokens, the parameters and their gradients,
   // dloss (d total loss / d each token's loss), and the hook told when gradients are final (after
@@ -32,36 +53,61 @@ class ModelStage : public pipeline::StageOps {
   void begin_step(const std::vector<Tokens>* inputs, const std::vector<Tokens>* targets,
                   const ParameterTensors* params, ParameterTensors* grads, float dloss,
                   std::function<void(int)> grads_final);
-  // Validation: a forward pass alone, outside any step; returns the sum of the per-token losses.
-  double evaluate(const ParameterTensors& params, const Tokens& inputs, const Tokens& targets);
-  // Σ of the per-token losses of the microbatches forwarded since begin_step.
+  // Completes the sends still in flight (their buffers become reusable).
+  void end_step();
+  // Validation: the forward passes alone through the pipeline, outside any step; returns the sum
+  // of the per-token losses on the last stage, 0 on the others.
+  double evaluate(const ParameterTensors& params, const std::vector<Tokens>& inputs,
+                  const std::vector<Tokens>& targets);
+  // Σ of the per-token losses of the microbatches forwarded since begin_step (last stage; 0 on
+  // the others).
   double loss_sum() const { return loss_sum_; }
   int64_t peak_activation_bytes() const { return peak_bytes_; }
+  // One microbatch's activations through all of this rank's chunks.
+  int64_t microbatch_bytes() const;
   int64_t buffer_bytes() const { return bytes_of(buffers_.slab); }
+  const StageTimes& times() const { return times_; }
+  // Records every op into `events` (with times from `clock`, seconds) while set; null stops it.
+  void record(std::vector<StageEvent>* events, std::function<double()> clock);
 
   void forward(int mb, int chunk) override;
   void backward_input(int mb, int chunk) override;
-  void backward_weight(int mb, int chunk) override {}  // W runs inside B, block by block
-  // One stage: no peer in either direction.
-  void recv_forward(int, int) override {}
-  void send_forward(int, int) override {}
-  void recv_backward(int, int) override {}
-  void send_backward(int, int) override {}
-  void send_forward_recv_backward(int, int, int, int) override {}
-  void send_backward_recv_forward(int, int, int, int) override {}
+  void backward_weight(int, int) override {}  // W runs inside B, block by block
+  void recv_forward(int mb, int chunk) override;
+  void send_forward(int mb, int chunk) override;
+  void recv_backward(int mb, int chunk) override;
+  void send_backward(int mb, int chunk) override;
+  void send_forward_recv_backward(int send_mb, int send_chunk, int recv_mb,
+                                  int recv_chunk) override;
+  void send_backward_recv_forward(int send_mb, int send_chunk, int recv_mb,
+                                  int recv_chunk) override;
 
  private:
-  Activations* acquire();
-  void release(Activations* a);
+  using Key = std::pair<int, int>;  // (microbatch, chunk)
+  Activations* acquire(int chunk);
+  void release(int chunk, Activations* a);
+  // The activations of (mb, chunk), forward done or input received; fatal if none.
+  Activations* live(int mb, int chunk) const;
+  // Activations for (mb, chunk) about to receive their input.
+  float* input_buffer(int mb, int chunk);
+  Tensor take_grad_buffer();
+  const float* sent_grad(int mb, int chunk);
+  // Runs op() and records it as `name` on the timeline, if one is set.
+  template <class Op>
+  void timed(const char* name, int mb, int chunk, Op op);
 
   TpShard shard_;
+  std::vector<ChunkPieces> chunks_;
   int micro_batch_, seq_len_;
   bool sequence_parallel_;
   MPI_Comm tp_;
+  PipelineP2P p2p_;
   BackwardBuffers buffers_;
-  std::vector<std::unique_ptr<Activations>> pool_;
-  std::vector<Activations*> free_;
-  std::map<int, Activations*> live_;  // microbatch -> its activations, forward done
+  std::vector<std::vector<std::unique_ptr<Activations>>> pool_;  // per chunk
+  std::vector<std::vector<Activations*>> free_;                  // per chunk
+  std::map<Key, Activations*> live_;
+  std::vector<Slab> grad_pool_;          // input-gradient send buffers
+  std::map<Key, Tensor> pending_grads_;  // computed by backward, not yet sent
   int64_t live_bytes_ = 0, peak_bytes_ = 0;
   const std::vector<Tokens>* inputs_ = nullptr;
   const std::vector<Tokens>* targets_ = nullptr;
@@ -69,8 +115,12 @@ class ModelStage : public pipeline::StageOps {
   ParameterTensors* grads_ = nullptr;
   float dloss_ = 0.0f;
   std::function<void(int)> grads_final_;
-  int backwards_done_ = 0;
+  std::vector<int> backwards_done_;  // per chunk, this step
+  int stage_backwards_ = 0;
   double loss_sum_ = 0.0;
+  StageTimes times_;
+  std::vector<StageEvent>* events_ = nullptr;
+  std::function<double()> clock_;
 };
 
 }  // namespace mpf

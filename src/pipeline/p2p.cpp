@@ -1,5 +1,6 @@
 #include "pipeline/p2p.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -57,14 +58,35 @@ void PipelineP2P::wait(MPI_Request* reqs, int n) {
 }
 
 void PipelineP2P::send(const float* buf, int mb, int chunk, Direction d, const char* verb) {
-  sends_.push_back(MPI_REQUEST_NULL);
-  post_send(buf, mb, chunk, d, &sends_.back(), verb);
+  sends_.push_back({MPI_REQUEST_NULL, buf});
+  post_send(buf, mb, chunk, d, &sends_.back().request, verb);
 }
 
 void PipelineP2P::wait_for_sends() {
-  if (sends_.empty()) return;
-  MPF_MPI_CHECK(MPI_Waitall(int(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE));
+  for (Send& s : sends_) MPF_MPI_CHECK(MPI_Wait(&s.request, MPI_STATUS_IGNORE));
   sends_.clear();
+}
+
+void PipelineP2P::wait_for_send(const float* buf) {
+  for (Send& s : sends_) {
+    if (s.buf == buf) MPF_MPI_CHECK(MPI_Wait(&s.request, MPI_STATUS_IGNORE));
+  }
+  sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
+                              [](const Send& s) { return s.request == MPI_REQUEST_NULL; }),
+               sends_.end());
+}
+
+bool PipelineP2P::in_flight(const float* buf) {
+  bool busy = false;
+  for (Send& s : sends_) {
+    int done = 0;
+    MPF_MPI_CHECK(MPI_Test(&s.request, &done, MPI_STATUS_IGNORE));
+    if (!done && s.buf == buf) busy = true;
+  }
+  sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
+                              [](const Send& s) { return s.request == MPI_REQUEST_NULL; }),
+               sends_.end());
+  return busy;
 }
 
 void PipelineP2P::recv_forward(float* input, int mb, int chunk) {

@@ -40,6 +40,11 @@ class PipelineP2P {
 
   // Completes every send still in flight; their buffers may be reused afterwards.
   void wait_for_sends();
+  // Completes the sends of `buf` still in flight. Call it only when their receives are known to
+  // be posted (e.g. the reply to that message has arrived), or it may wait for the receiver.
+  void wait_for_send(const float* buf);
+  // Whether a send of `buf` is still in flight (tests, never waits).
+  bool in_flight(const float* buf);
   ~PipelineP2P() { wait_for_sends(); }
   PipelineP2P(const PipelineP2P&) = delete;
   PipelineP2P& operator=(const PipelineP2P&) = delete;
@@ -61,7 +66,11 @@ class PipelineP2P {
   int count_ = 0;
   int tag_ub_ = 32767;
   bool trace_ = false;
-  std::vector<MPI_Request> sends_;  // in flight
+  struct Send {
+    MPI_Request request;
+    const float* buf;
+  };
+  std::vector<Send> sends_;  // in flight
 };
 
 }  // namespace mpf

@@ -78,8 +78,12 @@ TrainOptions parse_options(int argc, const char* const* argv) {
        [&](const std::string& f, const std::string& v) { o.dp_bucket_mb = to_double(f, v); }},
       {"--zero", integer(o.zero)},
       {"--microbatches", integer(o.microbatches)},
+      {"--micro-batch-size", integer(o.micro_batch_size)},
       {"--schedule", text(o.schedule)},
+      {"--virtual-stages", integer(o.virtual_stages)},
+      {"--pp-layout", text(o.pp_layout)},
       {"--save-llmc", text(o.save_llmc)},
+      {"--trace", text(o.trace)},
       {"--threads", integer(o.threads)},
       {"--peak-gflops",
        [&](const std::string& f, const std::string& v) { o.peak_gflops = to_double(f, v); }},
@@ -112,7 +116,11 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   at_least("--warmup", o.warmup, 0);
   require(o.final_lr_frac >= 0 && o.final_lr_frac <= 1,
           "--final-lr-frac must be in [0, 1], got " + number(o.final_lr_frac));
-  at_least("--microbatches", o.microbatches, 1);
+  at_least("--microbatches", o.microbatches, 0);
+  at_least("--micro-batch-size", o.micro_batch_size, 0);
+  require(o.microbatches == 0 || o.micro_batch_size == 0,
+          "--microbatches and --micro-batch-size both set the microbatch count; give one");
+  at_least("--virtual-stages", o.virtual_stages, 1);
   at_least("--tp", o.tp, 1);
   at_least("--pp", o.pp, 1);
   at_least("--dp", o.dp, 0);
@@ -127,7 +135,7 @@ TrainOptions parse_options(int argc, const char* const* argv) {
 std::string usage() {
   return R"(usage: mpiexec -n N mpiformer-train [flags]
 
-Trains GPT-2 (llm.c's model) on N ranks = tp x dp x pp (data and tensor parallel). Flags take a value as `--flag V` or
+Trains GPT-2 (llm.c's model) on N ranks = tp x dp x pp (tensor, data and pipeline parallel). Flags take a value as `--flag V` or
 `--flag=V`. Defaults train a small byte-level model on the built-in corpus.
 
 model
@@ -161,11 +169,19 @@ layout (world = tp x dp x pp ranks, tp fastest-varying)
   --zero S              0 (default) or 1: ZeRO-1 shards the optimizer state over the DP ranks
   --microbatches M      split each DP rank's rows into M microbatches, accumulating gradients
                         (default 1)
-  --schedule S          1f1b (default) or afab: the order of the microbatches' passes
+  --micro-batch-size b  or give the rows per microbatch: M = batch / (dp * b)
+  --schedule S          1f1b (default), afab or interleaved: the order of the microbatches'
+                        passes through the pipeline stages
+  --virtual-stages V    model chunks per pipeline rank, interleaved only (default 1)
+  --pp-layout N,N,...   blocks of each of the pp*V chunks, in model order (default: as even as
+                        possible, the first chunks taking one more)
   --sequence-parallel   shard the LayerNorm/residual regions along the batch rows over the TP
                         ranks (Megatron's sequence parallelism; B*T per DP rank divisible by tp)
 output
   --save-llmc FILE      write the trained model as an llm.c checkpoint (never overwrites)
+  --trace FILE.json     write every rank's measured timeline of the last step (forward,
+                        backward, P2P, DP sync, optimizer) as a Chrome/Perfetto trace (never
+                        overwrites)
 system
   --threads N           threads per rank (default: OMP_NUM_THREADS, else cores / ranks per node)
   --peak-gflops X       per-rank peak for MFU (default: measured with an sgemm at start-up)

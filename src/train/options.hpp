@@ -27,9 +27,14 @@ struct TrainOptions {
   float final_lr_frac = 0.0f;
   // Layout: world = tp x dp x pp (tp fastest); dp = 0 means world / (tp * pp).
   int tp = 1, pp = 1, dp = 0;
-  // Microbatches per step (each DP rank's rows split evenly) and the schedule that runs them.
-  int microbatches = 1;
+  // Microbatches per step (each DP rank's rows split evenly; or rows per microbatch) and the
+  // schedule that runs them.
+  int microbatches = 0, micro_batch_size = 0;  // 0: not given (one microbatch)
   std::string schedule = "1f1b";
+  // Pipeline: model chunks per rank (interleaved), and blocks per chunk ("" = as even as
+  // possible, the first chunks taking the remainder).
+  int virtual_stages = 1;
+  std::string pp_layout;
   // Data parallel: gradient buckets, overlap of their reduction with the backward, ZeRO stage.
   double dp_bucket_mb = 25.0;
   bool overlap_grad_reduce = false;
@@ -37,6 +42,7 @@ struct TrainOptions {
   int zero = 0;
   // Output.
   std::string save_llmc;
+  std::string trace;  // Chrome trace of the measured per-rank timeline
   // System.
   int threads = 0;  // 0: OMP_NUM_THREADS, else the cores this rank may use / ranks per node
   double peak_gflops = 0.0;  // per rank, for MFU; 0: measure an sgemm at start-up

@@ -3,9 +3,9 @@
 // and what it needs: the FLOP count of a step and a peak to hold it against.
 #pragma once
 
-#include <chrono>
 #include <string>
 
+#include "core/stopwatch.hpp"
 #include "model/config.hpp"
 
 namespace mpf {
@@ -26,19 +26,6 @@ struct StepRecord {
 // `tokens` per step over all ranks; `peak_flops` of all ranks together (FLOP/s).
 std::string format_step(const StepRecord& r, double tokens, double flops_per_step,
                         double peak_flops);
-
-// Wall-clock seconds since construction or the last reset.
-class Stopwatch {
- public:
-  Stopwatch() : t0_(std::chrono::steady_clock::now()) {}
-  void reset() { t0_ = std::chrono::steady_clock::now(); }
-  double seconds() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
-
- private:
-  std::chrono::steady_clock::time_point t0_;
-};
 
 // Seconds spent in each phase of a step, summed over the timed steps (STYLE.md 9).
 class PhaseTimers {

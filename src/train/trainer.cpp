@@ -1,6 +1,7 @@
 #include "train/trainer.hpp"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <climits>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "mpiformer/config.hpp"
 #include "optim/grad_norm.hpp"
 #include "train/step_log.hpp"
+#include "train/step_trace.hpp"
 
 namespace mpf {
 
@@ -101,6 +103,8 @@ RunInputs load_inputs(const TrainOptions& opts, int world_rank) {
   }
   if (!opts.init_from.empty()) read_checkpoint_params(opts.init_from, cfg, in.init_params);
   if (world_rank == 0 && !opts.save_llmc.empty()) check_checkpoint_writable(opts.save_llmc);
+  require(world_rank != 0 || opts.trace.empty() || access(opts.trace.c_str(), F_OK) != 0,
+          "--trace " + opts.trace + ": already exists; remove it or choose another file name");
   return in;
 }
 
@@ -114,14 +118,34 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   const TrainOptions& opts = opts_;
   std::vector<float>& loaded = in.init_params;
   grid_ = std::make_unique<Grid>(world, opts.tp, opts.pp, opts.dp);
-  require(opts.pp == 1, "--pp " + std::to_string(opts.pp) +
-                            ": pipeline parallelism is not available yet; use --pp 1");
-  shard_ = make_tp_shard(cfg_, grid_->tp_rank(), grid_->tp_size());
   require(opts.batch % grid_->dp_size() == 0,
           "--batch " + std::to_string(opts.batch) + " does not split over " +
               std::to_string(grid_->dp_size()) + " data-parallel ranks; use a multiple of " +
               std::to_string(grid_->dp_size()));
   local_batch_ = opts.batch / grid_->dp_size();
+
+  // The schedule and the pipeline's shape first: they decide what this rank holds.
+  pp_schedule_ = pipeline::parse_schedule(opts.schedule);
+  int M = opts.microbatches > 0 ? opts.microbatches : 1;
+  if (opts.micro_batch_size > 0) {
+    require(local_batch_ % opts.micro_batch_size == 0,
+            "--micro-batch-size " + std::to_string(opts.micro_batch_size) +
+                " does not divide the " + std::to_string(local_batch_) +
+                " rows of a DP rank's batch; use a divisor of " + std::to_string(local_batch_));
+    M = local_batch_ / opts.micro_batch_size;
+  }
+  require(local_batch_ % M == 0,
+          "the " + std::to_string(local_batch_) +
+              " rows of a DP rank's batch do not split into --microbatches " + std::to_string(M) +
+              "; use a --batch that is a multiple of dp x microbatches");
+  micro_batch_ = local_batch_ / M;
+  shape_ = {grid_->pp_size(), grid_->pp_rank(), opts.virtual_stages, M};
+  pipeline::validate(shape_, pp_schedule_);
+  const int chunks = grid_->pp_size() * opts.virtual_stages;
+  layer_ranges_ = opts.pp_layout.empty() ? distribute_layers(cfg_.layers, chunks)
+                                         : parse_layer_layout(opts.pp_layout, cfg_.layers, chunks);
+  const StageOwnership own = stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size());
+  shard_ = stage_shard(grid_->tp_rank(), grid_->pp_rank());
 
   // Padded to a multiple of the DP size so ZeRO's buckets split evenly.
   params_ = Parameters::allocate(shard_, "mpf::params", grid_->dp_size());
@@ -142,28 +166,23 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   adam.weight_decay = opts.weight_decay;
   const bool zero = opts.zero == 1 && grid_->dp_size() > 1;
   const int64_t bucket_elems = static_cast<int64_t>(opts.dp_bucket_mb * 1e6 / sizeof(float));
-  dp_grads_ = std::make_unique<DataParallelGrads>(grads_, grid_->dp_comm(), bucket_elems, zero);
+  // Under PP the tied wte is completed over the embedding group after the schedule: its DP
+  // buckets wait for that.
+  dp_grads_ = std::make_unique<DataParallelGrads>(grads_, grid_->dp_comm(), bucket_elems, zero,
+                                                  /*tied_wte=*/grid_->pp_size() > 1);
   if (zero) {
     optimizer_ =
         std::make_unique<AdamW>(adam, cfg_, dp_grads_->zero_segments(), dp_grads_->shard_size());
   } else {
     optimizer_ = std::make_unique<AdamW>(adam, cfg_, whole_tensor_segments(params_), params_.count);
   }
-  const int M = opts.microbatches;
-  require(local_batch_ % M == 0,
-          "the " + std::to_string(local_batch_) +
-              " rows of a DP rank's batch do not split into --microbatches " + std::to_string(M) +
-              "; use a --batch that is a multiple of dp x microbatches");
-  micro_batch_ = local_batch_ / M;
-  pp_schedule_ = pipeline::parse_schedule(opts.schedule);
-  pipeline::validate({1, 0, 1, M}, pp_schedule_);
   require(!opts.sequence_parallel || (int64_t(micro_batch_) * opts.seq_len) % grid_->tp_size() == 0,
           "--sequence-parallel splits the " + std::to_string(micro_batch_ * opts.seq_len) +
               " rows of a microbatch over " + std::to_string(grid_->tp_size()) +
               " TP ranks, which does not divide; choose --batch/--seq-len so "
               "B*T/(dp*microbatches) divides by tp");
-  stage_ = std::make_unique<ModelStage>(shard_, micro_batch_, opts.seq_len, opts.sequence_parallel,
-                                        grid_->tp_comm());
+  stage_ = std::make_unique<ModelStage>(shard_, own.chunks, micro_batch_, opts.seq_len,
+                                        opts.sequence_parallel, grid_->tp_comm(), grid_->pp_comm());
   const int64_t mb_tokens = int64_t(micro_batch_) * opts.seq_len;
   for (int mb = 0; mb < M; ++mb) {
     inputs_.emplace_back("mpf::inputs", mb_tokens);
@@ -171,6 +190,20 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   }
   host_inputs_ = HostTokens("mpf::host_inputs", mb_tokens * M);
   host_targets_ = HostTokens("mpf::host_targets", mb_tokens * M);
+}
+
+TpShard TrainingRun::stage_shard(int tp_rank, int pp_rank) const {
+  const StageOwnership own = stage_ownership(layer_ranges_, pp_rank, grid_->pp_size());
+  return restrict_to_stage(make_tp_shard(cfg_, tp_rank, grid_->tp_size()), own.layers,
+                           own.embedding, own.head);
+}
+
+void TrainingRun::allreduce_tied_embedding() {
+  // The first stage's wte gradient comes from the embedding, the last stage's from the LM head;
+  // the serial model's is their sum, and both copies must take the same update.
+  if (grid_->embedding_comm() == MPI_COMM_NULL || grid_->pp_size() == 1) return;
+  Kokkos::fence();
+  allreduce_sum(grads_.t.wte.data(), int64_t(grads_.t.wte.extent(0)), grid_->embedding_comm());
 }
 
 void TrainingRun::load_batch(DataLoader& loader) {
@@ -186,7 +219,9 @@ void TrainingRun::load_batch(DataLoader& loader) {
 }
 
 double TrainingRun::global_mean_loss(double local_sum) const {
-  return allreduce_sum(local_sum, grid_->dp_comm()) / (double(opts_.batch) * opts_.seq_len);
+  // Only the last pipeline stage computes losses (the others contribute 0).
+  const double dp_sum = allreduce_sum(local_sum, grid_->dp_comm());
+  return allreduce_sum(dp_sum, grid_->pp_comm()) / (double(opts_.batch) * opts_.seq_len);
 }
 
 double TrainingRun::validate() {
@@ -194,11 +229,7 @@ double TrainingRun::validate() {
   double total = 0.0;
   for (int i = 0; i < opts_.val_steps; ++i) {
     load_batch(*val_data_);
-    double local = 0.0;
-    for (size_t mb = 0; mb < inputs_.size(); ++mb) {
-      local += stage_->evaluate(params_.t, inputs_[mb], targets_[mb]);
-    }
-    total += global_mean_loss(local);
+    total += global_mean_loss(stage_->evaluate(params_.t, inputs_, targets_));
   }
   return total / opts_.val_steps;
 }
@@ -206,39 +237,78 @@ double TrainingRun::validate() {
 double TrainingRun::global_grad_norm() const {
   // Every element counted once: a tensor split over TP on each TP rank, a replicated one on TP
   // rank 0; under ZeRO each DP rank holds a distinct part of the summed gradient, without ZeRO
-  // every DP rank holds all of it.
+  // every DP rank holds all of it. Pipeline stages hold distinct blocks, except the tied wte,
+  // counted on the first stage only.
   const float* grads = dp_grads_->zero() ? dp_grads_->shard_grads() : grads_.slab.data();
+  const bool wte_counted_elsewhere = !shard_.has_embedding;
   double local = 0.0;
   for (const OptimizerSegment& s : optimizer_->segments()) {
+    if (s.tensor == 0 && wte_counted_elsewhere) continue;
     if (shard_.is_split(s.tensor) || grid_->tp_rank() == 0) {
       local += sum_of_squares(grads + s.grad, s.length);
     }
   }
   if (dp_grads_->zero()) local = allreduce_sum(local, grid_->dp_comm());
-  return std::sqrt(allreduce_sum(local, grid_->tp_comm()));
+  local = allreduce_sum(local, grid_->tp_comm());
+  return std::sqrt(allreduce_sum(local, grid_->pp_comm()));
 }
 
 void TrainingRun::save_checkpoint() const {
-  // DP replicas are identical: the TP group of DP rank 0 gathers its shards to its TP rank 0,
-  // which is world rank 0, and that rank writes.
-  if (opts_.save_llmc.empty() || grid_->dp_rank() != 0) return;
+  // DP replicas are identical: the ranks of DP rank 0 (every TP rank of every stage) gather their
+  // shards to world rank 0, which places each into the full model and writes.
+  if (opts_.save_llmc.empty()) return;
+  MPI_Comm holders;
+  MPF_MPI_CHECK(MPI_Comm_split(grid_->world_comm(), grid_->dp_rank() == 0 ? 0 : MPI_UNDEFINED,
+                               grid_->world_rank(), &holders));
+  if (holders == MPI_COMM_NULL) return;
   std::vector<float> local(params_.count);
   Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(local.data(),
                                                                                 local.size());
   Kokkos::deep_copy(view, params_.slab);
-  const int T = grid_->tp_size();
-  std::vector<float> shards(is_root() ? local.size() * T : 0);
-  require(local.size() <= size_t(INT_MAX),
-          "a tensor-parallel shard over 2^31 floats cannot be saved");
-  MPF_MPI_CHECK(MPI_Gather(local.data(), int(local.size()), MPI_FLOAT, shards.data(),
-                           int(local.size()), MPI_FLOAT, 0, grid_->tp_comm()));
+  require(local.size() <= size_t(INT_MAX), "a shard over 2^31 floats cannot be saved");
+  int n = 0;
+  MPI_Comm_size(holders, &n);
+  const int count = int(local.size());
+  std::vector<int> counts(n), offsets(n);
+  MPF_MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, holders));
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    offsets[i] = int(total);
+    total += counts[i];
+  }
+  require(!is_root() || total <= INT_MAX, "a model over 2^31 floats cannot be gathered to save");
+  std::vector<float> shards(is_root() ? total : 0);
+  MPF_MPI_CHECK(MPI_Gatherv(local.data(), count, MPI_FLOAT, shards.data(), counts.data(),
+                            offsets.data(), MPI_FLOAT, 0, holders));
+  MPI_Comm_free(&holders);
   if (!is_root()) return;
+  // Holder i is world rank tp + T·D·pp with dp = 0: i = tp + T·pp.
   std::vector<float> full(parameter_count(cfg_), 0.0f);
-  for (int r = 0; r < T; ++r) {
-    place_shard(make_tp_shard(cfg_, r, T), shards.data() + r * local.size(), full);
+  const int T = grid_->tp_size();
+  for (int i = 0; i < n; ++i) {
+    place_shard(stage_shard(i % T, i / T), shards.data() + offsets[i], full);
   }
   write_checkpoint(opts_.save_llmc, cfg_, full);
   std::printf("saved %s\n", opts_.save_llmc.c_str());
+}
+
+void TrainingRun::report_stages(const double compute_ms[2], const int64_t compute_ops[2]) const {
+  // Per rank: peak activation bytes, one microbatch's bytes, mean F and B ms per (mb, chunk).
+  const double mine[4] = {double(stage_->peak_activation_bytes()),
+                          double(stage_->microbatch_bytes()),
+                          compute_ops[0] ? compute_ms[0] / compute_ops[0] : 0.0,
+                          compute_ops[1] ? compute_ms[1] / compute_ops[1] : 0.0};
+  std::vector<double> all(is_root() ? 4 * grid_->world_size() : 0);
+  MPF_MPI_CHECK(MPI_Gather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, 0, grid_->world_comm()));
+  if (!is_root() || !opts_.verbose) return;
+  // One line per stage, from its (tp 0, dp 0) rank: world rank T·D·p.
+  for (int p = 0; p < grid_->pp_size(); ++p) {
+    const double* r = all.data() + 4 * p * grid_->tp_size() * grid_->dp_size();
+    std::printf(
+        "stage %d | peak activations in flight %s = %.2f microbatches | F %.2f ms, B %.2f ms per "
+        "(microbatch, chunk)\n",
+        p, megabytes(int64_t(r[0])).c_str(), r[0] / r[1], r[2], r[3]);
+  }
 }
 
 void TrainingRun::print_banner(double peak_gflops) const {
@@ -259,15 +329,17 @@ void TrainingRun::print_banner(double peak_gflops) const {
   }
   std::printf(" | batch %d x %d = %d tokens/step, %d row(s) per DP rank\n", opts_.batch,
               opts_.seq_len, opts_.batch * opts_.seq_len, local_batch_);
-  std::printf(
-      "memory/rank: parameters %s | gradients %s | optimizer %s | activations %s\n",
-      megabytes(bytes_of(params_.slab)).c_str(), megabytes(bytes_of(grads_.slab)).c_str(),
-      megabytes(optimizer_->state_bytes()).c_str(),
-      megabytes(Activations::bytes(shard_, micro_batch_, opts_.seq_len, opts_.sequence_parallel) +
-                stage_->buffer_bytes())
-          .c_str());
-  std::printf("microbatches: %zu of %d row(s) per DP rank | schedule %s\n", inputs_.size(),
+  std::printf("memory/rank: parameters %s | gradients %s | optimizer %s | activations %s\n",
+              megabytes(bytes_of(params_.slab)).c_str(), megabytes(bytes_of(grads_.slab)).c_str(),
+              megabytes(optimizer_->state_bytes()).c_str(),
+              megabytes(stage_->microbatch_bytes() + stage_->buffer_bytes()).c_str());
+  std::printf("microbatches: %zu of %d row(s) per DP rank | schedule %s", inputs_.size(),
               micro_batch_, pipeline::schedule_name(pp_schedule_));
+  if (grid_->pp_size() > 1 || shape_.virtual_stages > 1) {
+    std::printf(" | pipeline %d stage(s) x %d chunk(s): %s", grid_->pp_size(),
+                shape_.virtual_stages, describe_layout(layer_ranges_, grid_->pp_size()).c_str());
+  }
+  std::printf("\n");
   std::printf("data parallel: %d rank(s) | %zu bucket(s) of <= %g MB | overlap %s | %s\n",
               grid_->dp_size(), dp_grads_->buckets().size(), opts_.dp_bucket_mb,
               opts_.overlap_grad_reduce ? "on" : "off",
@@ -304,8 +376,17 @@ std::vector<double> TrainingRun::train() {
   if (opts_.val_every > 0) report_val(0);
 
   double time_after_first = 0.0, last_loss = 0.0;
+  double compute_ms[2] = {0, 0};  // forward, backward over the timed steps
+  int64_t compute_ops[2] = {0, 0};
   PhaseTimers phases;
+  StepTrace trace;
   for (int step = 1; step <= opts_.steps; ++step) {
+    // The last step is the one traced: caches and pools are warm by then.
+    const bool traced = !opts_.trace.empty() && step == opts_.steps;
+    if (traced) {
+      trace.begin(*grid_);
+      stage_->record(trace.events(), [&trace] { return trace.now(); });
+    }
     Stopwatch sw;
     phases.set_enabled(step > 1);
     phases.start();
@@ -316,17 +397,33 @@ std::vector<double> TrainingRun::train() {
     std::function<void(int)> overlap;
     if (opts_.overlap_grad_reduce) overlap = [this](int event) { dp_grads_->start_ready(event); };
     stage_->begin_step(&inputs_, &targets_, &params_.t, &grads_.t, dloss, overlap);
-    pipeline::run_schedule(pp_schedule_, *stage_, {1, 0, 1, int(inputs_.size())});
+    pipeline::run_schedule(pp_schedule_, *stage_, shape_);
+    stage_->end_step();
     last_loss = global_mean_loss(stage_->loss_sum());
     phases.mark(PhaseTimers::kSchedule);
+    const double sync_start = trace.now();
+    if (step > 1 || opts_.steps == 1) {
+      compute_ms[0] += stage_->times().forward;
+      compute_ms[1] += stage_->times().backward;
+      compute_ops[0] += stage_->times().forwards;
+      compute_ops[1] += stage_->times().backwards;
+    }
+    allreduce_tied_embedding();
     dp_grads_->finish();
     phases.mark(PhaseTimers::kDpComm);
+    const double optimizer_start = trace.now();
     const double norm = global_grad_norm();
     const float lr = learning_rate(schedule_, step - 1);
     const float* grads = dp_grads_->zero() ? dp_grads_->shard_grads() : grads_.slab.data();
     optimizer_->step(params_.slab.data(), grads, lr, clip_scale(norm, opts_.grad_clip));
     if (dp_grads_->zero()) dp_grads_->allgather_params(params_.slab.data());
     phases.mark(PhaseTimers::kOptimizer);
+    if (traced) {
+      Kokkos::fence();
+      trace.add("grad sync", sync_start, optimizer_start);
+      trace.add("optimizer", optimizer_start, trace.now());
+      stage_->record(nullptr, {});
+    }
     const double ms = sw.seconds() * 1e3;
     step_ms.push_back(ms);
     if (step > 1) time_after_first += ms;
@@ -350,13 +447,10 @@ std::vector<double> TrainingRun::train() {
         opts_.steps, last_loss, ms, opts_.steps, ms > 0 ? tokens / (ms / 1e3) : 0.0,
         ms > 0 ? 100.0 * flops_per_step / (ms / 1e3) / peak_flops : 0.0);
     std::printf("%s\n", phases.summary().c_str());
-    std::printf("peak activations in flight: %s (%.0f microbatch(es))\n",
-                megabytes(stage_->peak_activation_bytes()).c_str(),
-                double(stage_->peak_activation_bytes()) /
-                    double(Activations::bytes(shard_, micro_batch_, opts_.seq_len,
-                                              opts_.sequence_parallel)));
   }
+  report_stages(compute_ms, compute_ops);
   save_checkpoint();
+  if (!opts_.trace.empty()) trace.write(opts_.trace, *grid_);
   return step_ms;
 }
 

@@ -14,6 +14,7 @@
 #include "optim/lr_schedule.hpp"
 #include "parallel/grad_buckets.hpp"
 #include "parallel/grid.hpp"
+#include "pipeline/layer_ownership.hpp"
 #include "pipeline/model_stage.hpp"
 #include "pipeline/schedule.hpp"
 #include "train/options.hpp"
@@ -55,7 +56,13 @@ class TrainingRun {
   double validate();
   void save_checkpoint() const;
   void print_banner(double peak_gflops) const;
+  // Collective: rank 0 prints each stage's peak activations and mean F/B times.
+  void report_stages(const double compute_ms[2], const int64_t compute_ops[2]) const;
   bool is_root() const { return grid_->world_rank() == 0; }
+  // The part of the model TP rank t of pipeline stage p holds.
+  TpShard stage_shard(int tp_rank, int pp_rank) const;
+  // Sums wte's gradient over the first and last stage (Megatron's tied-embedding all-reduce).
+  void allreduce_tied_embedding();
 
   TrainOptions opts_;
   GPTConfig cfg_;
@@ -70,6 +77,8 @@ class TrainingRun {
   std::unique_ptr<DataParallelGrads> dp_grads_;
   int micro_batch_ = 0;  // rows of one microbatch
   pipeline::Schedule pp_schedule_ = pipeline::Schedule::kOneFOneB;
+  pipeline::PipelineShape shape_;         // this rank's: P, its stage, V, M
+  std::vector<LayerRange> layer_ranges_;  // blocks of every virtual stage
   std::unique_ptr<ModelStage> stage_;
   std::vector<Tokens> inputs_, targets_;  // per microbatch
   HostTokens host_inputs_, host_targets_;

@@ -64,7 +64,16 @@ expect_error "batch over ranks" 2 "--batch 5 does not split over 2" -- --batch 5
 expect_error "zero stage" 1 "--zero 2 is not a ZeRO stage.*use 0 or 1" -- --zero 2
 expect_error "heads over tp" 3 "4 heads do not split over --tp 3" -- --tp 3
 expect_error "layout vs ranks" 2 "tp 2 x dp 2 x pp 1 needs 4 ranks, but 2 were launched" -- --tp 2 --dp 2
-expect_error "pipeline not yet" 2 "--pp 2: pipeline parallelism is not available yet" -- --pp 2
+expect_error "stages over ranks" 2 "2 ranks do not divide into tp 1 x pp 3" -- --pp 3
+expect_error "more chunks than layers" 2 "4 layers cannot fill 6 pipeline chunks" -- --pp 2 --layers 4 --schedule interleaved --virtual-stages 3 --batch 4 --microbatches 2
+expect_error "a stage without layers" 2 "1 layer cannot fill 2 pipeline chunks" -- --pp 2 --layers 1
+expect_error "interleaved with M < P" 2 "interleaved needs --microbatches >= --pp \(got 1 < 2\)" -- --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 1
+expect_error "virtual stages outside interleaved" 2 "--virtual-stages 2 needs --schedule interleaved" -- --pp 2 --virtual-stages 2 --microbatches 2
+expect_error "layout sum" 2 "--pp-layout '3,2' sums to 5 layers but the model has 4" -- --pp 2 --pp-layout 3,2
+expect_error "layout entries" 2 "--pp-layout '4' has 1 entries for 2 chunks" -- --pp 2 --pp-layout 4
+expect_error "layout empty stage" 2 "'0' is not a positive layer count" -- --pp 2 --pp-layout 4,0
+expect_error "microbatch flags twice" 1 "--microbatches and --micro-batch-size both" -- --microbatches 2 --micro-batch-size 4
+expect_error "micro-batch-size over rows" 2 "--micro-batch-size 3 does not divide the 8 rows" -- --dp 2 --micro-batch-size 3
 expect_error "sequence rows over tp" 2 "--sequence-parallel splits the 3 rows.*over 2 TP ranks" -- --tp 2 --sequence-parallel --batch 1 --seq-len 3
 expect_error "microbatches over rows" 1 "do not split into --microbatches 3" -- --batch 16 --microbatches 3
 expect_error "unknown schedule name" 1 "unknown --schedule 'gpipe'" -- --schedule gpipe
@@ -75,6 +84,8 @@ expect_error "beta out of range" 1 "--beta2 must be in \[0, 1\)" -- --beta2 1.5
 before=$(sha256sum "$WORK/model.bin")
 expect_error "output exists" 2 "model.bin.*already exists" -- --steps 1 --save-llmc "$WORK/model.bin"
 [ "$(sha256sum "$WORK/model.bin")" = "$before" ] && ok "existing output untouched" || bad "existing output was modified"
+expect_error "trace exists" 2 "--trace .*model.bin: already exists" -- --steps 1 --trace "$WORK/model.bin"
+[ "$(sha256sum "$WORK/model.bin")" = "$before" ] && ok "existing trace target untouched" || bad "--trace modified an existing file"
 
 out=$("$TRAIN" --help 2>&1)
 [ $? -eq 0 ] && grep -q -- "--init-from" <<<"$out" && ok "--help prints the flags" || bad "--help"

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <map>
+
+#include "model/shard.hpp"
 #include "pipeline/layer_ownership.hpp"
 #include "test_helpers.hpp"
 
@@ -16,7 +19,9 @@ TEST(LayerOwnership, EvenSplitWithTheRemainderFirst) {
       EXPECT_EQ(r.back().end, L);
       for (int c = 0; c < n; ++c) {
         EXPECT_EQ(r[c].size(), L / n + (c < L % n ? 1 : 0)) << L << " over " << n;
-        if (c > 0) EXPECT_EQ(r[c].begin, r[c - 1].end);  // contiguous, in order
+        if (c > 0) {
+          EXPECT_EQ(r[c].begin, r[c - 1].end);  // contiguous, in order
+        }
       }
     }
   }
@@ -44,6 +49,57 @@ TEST(LayerOwnership, InterleavedVirtualStages) {
   // P = 4 ranks, V = 2 chunks: rank 1 runs virtual stages 1 and 5.
   EXPECT_EQ(virtual_stage(0, 1, 4), 1);
   EXPECT_EQ(virtual_stage(1, 1, 4), 5);
+}
+
+TEST(LayerOwnership, StageOwnershipOfInterleavedChunks) {
+  // 6 blocks over P = 2 ranks x V = 2 chunks: virtual stages hold 2, 2, 1, 1 blocks; rank 0 runs
+  // virtual stages 0 and 2, rank 1 stages 1 and 3.
+  const auto ranges = distribute_layers(6, 4);
+  const StageOwnership r0 = stage_ownership(ranges, 0, 2), r1 = stage_ownership(ranges, 1, 2);
+  EXPECT_EQ(r0.layers, (std::vector<int>{0, 1, 4}));
+  EXPECT_EQ(r1.layers, (std::vector<int>{2, 3, 5}));
+  ASSERT_EQ(r0.chunks.size(), 2u);
+  EXPECT_EQ(r0.chunks[0].first_layer, 0);
+  EXPECT_EQ(r0.chunks[0].layers, 2);
+  EXPECT_EQ(r0.chunks[1].first_layer, 2);  // local index of block 4
+  EXPECT_EQ(r0.chunks[1].layers, 1);
+  EXPECT_TRUE(r0.chunks[0].embedding && !r0.chunks[0].head);
+  EXPECT_TRUE(!r0.chunks[1].embedding && !r0.chunks[1].head);
+  EXPECT_TRUE(!r1.chunks[0].head && r1.chunks[1].head);  // the last virtual stage
+  EXPECT_TRUE(r0.embedding && !r0.head && !r1.embedding && r1.head);
+  EXPECT_EQ(describe_layout(ranges, 2),
+            "stage 0: blocks 0-1,4 + embedding | stage 1: blocks 2-3,5 + head");
+}
+
+TEST(LayerOwnership, StagesPartitionTheModel) {
+  // Every element of the serial model is held by exactly one (tp, pp) shard, except wte, which
+  // the first and the last stage both hold (tied) — each TP slice of it exactly twice.
+  GPTConfig cfg;
+  cfg.layers = 5;
+  cfg.heads = 2;
+  cfg.channels = 8;
+  cfg.vocab = 40;
+  cfg.max_seq_len = 4;
+  cfg.padded_vocab = pad_vocab(cfg.vocab);
+  const auto ranges = parse_layer_layout("2,1,1,1", 5, 4);  // P = 2, V = 2, uneven
+  const auto full = parameter_sizes(cfg);
+  for (int i = 0; i < kNumParameterTensors; ++i) {
+    std::map<int64_t, int> held;
+    for (int tp = 0; tp < 2; ++tp) {
+      for (int pp = 0; pp < 2; ++pp) {
+        const StageOwnership own = stage_ownership(ranges, pp, 2);
+        const TpShard s =
+            restrict_to_stage(make_tp_shard(cfg, tp, 2), own.layers, own.embedding, own.head);
+        for (int64_t j = 0; j < s.sizes()[i]; ++j) {
+          const int64_t g = s.global_index(i, j);
+          if (g >= 0) held[g] += s.is_split(i) || tp == 0 ? 1 : 0;
+        }
+      }
+    }
+    const int64_t unpadded = i == 0 ? int64_t(cfg.vocab) * cfg.channels : full[i];
+    ASSERT_EQ(int64_t(held.size()), unpadded) << "tensor " << i;
+    for (const auto& [g, n] : held) ASSERT_EQ(n, i == 0 ? 2 : 1) << "tensor " << i << " at " << g;
+  }
 }
 
 }  // namespace mpf

@@ -1,0 +1,107 @@
+#include "train/step_trace.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "core/error.hpp"
+
+namespace mpf {
+
+namespace {
+// Event names travel between ranks as their index in this table.
+const char* const kNames[] = {"F",
+                              "B",
+                              "W",
+                              "recv_forward",
+                              "send_forward",
+                              "recv_backward",
+                              "send_backward",
+                              "send_forward_recv_backward",
+                              "send_backward_recv_forward",
+                              "grad sync",
+                              "optimizer"};
+constexpr int kNumNames = sizeof(kNames) / sizeof(kNames[0]);
+
+int name_index(const char* name) {
+  for (int i = 0; i < kNumNames; ++i) {
+    if (std::strcmp(kNames[i], name) == 0) return i;
+  }
+  MPF_FATAL(std::string("trace event '") + name + "' has no entry in the trace's name table");
+}
+
+bool is_compute(int name) {
+  return name <= 2;  // F, B, W
+}
+
+const char* category(int name) {
+  if (is_compute(name)) return kNames[name];
+  return std::strcmp(kNames[name], "optimizer") == 0 ? "optimizer" : "comm";
+}
+}  // namespace
+
+void StepTrace::begin(const Grid& grid) {
+  MPF_MPI_CHECK(MPI_Barrier(grid.world_comm()));
+  events_.clear();
+  clock_.reset();
+}
+
+void StepTrace::write(const std::string& path, const Grid& grid) const {
+  // Five doubles per event: name index, microbatch, chunk, start, end.
+  std::vector<double> mine;
+  for (const StageEvent& e : events_) {
+    mine.insert(mine.end(),
+                {double(name_index(e.name)), double(e.mb), double(e.chunk), e.start, e.end});
+  }
+  const int n = int(mine.size()), world = grid.world_size();
+  const bool root = grid.world_rank() == 0;
+  std::vector<int> counts(root ? world : 0), offsets(root ? world : 0);
+  MPF_MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, grid.world_comm()));
+  int total = 0;
+  for (int r = 0; r < int(counts.size()); ++r) {
+    offsets[r] = total;
+    total += counts[r];
+  }
+  std::vector<double> all(total);
+  MPF_MPI_CHECK(MPI_Gatherv(mine.data(), n, MPI_DOUBLE, all.data(), counts.data(), offsets.data(),
+                            MPI_DOUBLE, 0, grid.world_comm()));
+  if (!root) return;
+  // "x": create, failing if the file exists (C11), so nothing is ever replaced.
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wx"), &std::fclose);
+  if (!f) {
+    std::fprintf(stderr, "warning: --trace %s: cannot create it (exists or unwritable); no trace\n",
+                 path.c_str());
+    return;
+  }
+  const int T = grid.tp_size(), D = grid.dp_size();
+  std::fprintf(f.get(), "{\"traceEvents\": [\n");
+  bool first = true;
+  for (int r = 0; r < world; ++r) {
+    std::fprintf(
+        f.get(),
+        "%s  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": "
+        "{\"name\": \"rank %d (tp %d, dp %d, pp %d)\"}}",
+        first ? "" : ",\n", r, r, r % T, (r / T) % D, r / (T * D));
+    first = false;
+  }
+  for (int r = 0; r < world; ++r) {
+    for (int i = offsets[r]; i < offsets[r] + counts[r]; i += 5) {
+      const int name = int(all[i]), mb = int(all[i + 1]), chunk = int(all[i + 2]);
+      const double ts = all[i + 3] * 1e6, dur = (all[i + 4] - all[i + 3]) * 1e6;
+      std::string label = kNames[name];
+      if (mb >= 0) {
+        label += is_compute(name) ? std::to_string(mb) : " mb " + std::to_string(mb);
+        label += ".c" + std::to_string(chunk);
+      }
+      std::fprintf(
+          f.get(),
+          ",\n  {\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": "
+          "%d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"microbatch\": %d, \"chunk\": %d}}",
+          label.c_str(), category(name), r, ts, dur, mb, chunk);
+    }
+  }
+  std::fprintf(f.get(), "\n]}\n");
+  std::printf("trace of step written to %s\n", path.c_str());
+}
+
+}  // namespace mpf

@@ -1,0 +1,64 @@
+# Shared by the layout tests (DESIGN.md invariant 3): a serial run of a tiny model, and
+# run_layout, which runs the same five steps on another layout and compares.
+#
+# Tolerance, and why: a layout changes only the order of floating-point sums (row-parallel partial
+# products and the vocab-parallel softmax summed by all-reduce under TP, gradients summed over DP
+# ranks or over microbatches, the tied embedding's two halves summed across pipeline stages), each
+# a ~1e-7 relative rounding difference. Through five AdamW steps that stays ~1e-7 in the loss, so
+# losses must agree to 1e-5 relative. Adam divides by √v, so an element whose gradient is near
+# zero turns rounding noise into an update of up to ~lr: parameters must agree to 1e-4 of the
+# largest parameter (measured: <= 1.4e-5), while a wrong split, a missing all-reduce or a doubled
+# bias moves them by 1e-2 or more.
+source "$(dirname "${BASH_SOURCE[0]}")/../cli/common.sh"
+
+# LAYERS and BATCH (the global batch of the next run_layout) may be set by the caller; the serial
+# run of each batch size is made once.
+args=(--steps 5 --val-every 0 --layers "${LAYERS:-2}" --dim 64 --heads 4 --seq-len 32 --vocab 300)
+
+serial() {  # serial B: the serial run with --batch B, once
+  [ -f "$WORK/serial_$1.bin" ] && return 0
+  OMP_NUM_THREADS=1 "$TRAIN" "${args[@]}" --batch "$1" --save-llmc "$WORK/serial_$1.bin" \
+    >"$WORK/serial_$1.log" 2>&1 || { cat "$WORK/serial_$1.log"; return 1; }
+}
+
+compare() {  # compare NAME B: checks $WORK/NAME.{log,bin} against the serial run of batch B
+  "$PY" - "$WORK/serial_$2.log" "$WORK/$1.log" "$WORK/serial_$2.bin" "$WORK/$1.bin" <<'PYEOF'
+import re, sys
+import numpy as np
+def losses(p):
+    text = open(p).read()
+    return [float(m.group(1)) for m in re.finditer(r"^step \d+/\d+ \| loss ([0-9.]+)", text, re.M)]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == 5 and len(b) == 5, f"expected 5 losses, got {a} and {b}"
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+assert worst <= 1e-5, f"losses differ by {worst:.2e} relative: {a} vs {b}"
+pa = np.fromfile(sys.argv[3], dtype=np.float32, offset=1024)
+pb = np.fromfile(sys.argv[4], dtype=np.float32, offset=1024)
+assert pa.shape == pb.shape, (pa.shape, pb.shape)
+err = float(np.abs(pa - pb).max() / np.abs(pa).max())
+assert err <= 1e-4, f"final parameters differ by {err:.2e} of their scale"
+print(f"  losses within {worst:.1e}, parameters within {err:.1e}")
+PYEOF
+}
+
+run_layout() {  # run_layout TP DP [extra flags...]; a --pp P among them multiplies the ranks.
+  # Sets LAST_LOG to the run's log.
+  local tp=$1 dp=$2
+  shift 2
+  local name="tp${tp}_dp${dp}${*// /}" pp=1 prev=
+  for a in "$@"; do
+    [ "$prev" = --pp ] && pp=$a
+    prev=$a
+  done
+  local n=$((tp * dp * pp)) batch=${BATCH:-8}
+  [ "$batch" = 8 ] || name="${name}_b$batch"
+  LAST_LOG="$WORK/$name.log"
+  if serial "$batch" && OMP_NUM_THREADS=1 timeout 300 "$MPIEXEC" -n "$n" "$TRAIN" "${args[@]}" \
+    --batch "$batch" --tp "$tp" "$@" --save-llmc "$WORK/$name.bin" >"$WORK/$name.log" 2>&1 &&
+    compare "$name" "$batch"; then
+    ok "tp $tp x dp $dp $* (batch $batch) = serial"
+  else
+    bad "tp $tp x dp $dp $*"; tail -5 "$WORK/$name.log"
+  fi
+}
+
