@@ -10,6 +10,10 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
 
 #include "core/error.hpp"
 #include "core/flags.hpp"
@@ -35,12 +39,13 @@ and last a summary line: bubble 27.27% | peak in-flight 4 mb. Flags take a value
   --virtual-stages V    model chunks per rank, interleaved only (default 2 there, else 1)
   --microbatches M      microbatches per step (default 8; interleaved needs M >= P)
   --f X --b X --w X     cost of a forward, a backward's input gradient and its weight gradient
-                        (default 1, 2, 0: W inside B)
+                        (default 1, 2, 0: W inside B); --f and --b also take one cost per
+                        stage, X0,X1,... (a measured profile, e.g. mpiformer-train's summary)
   --p2p X               cost of one message between stages (default 0)
   --sends S             buffered (default: a send never waits) or rendezvous (a send waits for
                         its receiver, as MPI does with large messages)
   --trace FILE.json     also write a Chrome/Perfetto trace (chrome://tracing, ui.perfetto.dev;
-                        one time unit = 1 us); an existing file is replaced
+                        one time unit = 1 us); never overwrites
   --help                this text
 
 Bad input prints one "error:" line and exits with status 2.
@@ -62,6 +67,23 @@ double to_cost(const std::string& flag, const std::string& text, bool positive) 
   return v;
 }
 
+// "X" (every rank) or "X0,X1,..." (one per rank, a measured profile).
+void costs(const std::string& flag, const std::string& text, double& all,
+           std::vector<double>& by_rank) {
+  by_rank.clear();
+  if (text.find(',') == std::string::npos) {
+    all = to_cost(flag, text, true);
+    return;
+  }
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    by_rank.push_back(to_cost(flag, text.substr(start, comma - start), true));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   mpf::flags::Table table;
@@ -71,8 +93,9 @@ Options parse(int argc, char** argv) {
       {"--virtual-stages",
        [&](auto& f, auto& v) { o.virtual_stages = mpf::flags::to_int32(f, v); }},
       {"--microbatches", [&](auto& f, auto& v) { o.microbatches = mpf::flags::to_int32(f, v); }},
-      {"--f", [&](auto& f, auto& v) { o.costs.forward = to_cost(f, v, true); }},
-      {"--b", [&](auto& f, auto& v) { o.costs.backward_input = to_cost(f, v, true); }},
+      {"--f", [&](auto& f, auto& v) { costs(f, v, o.costs.forward, o.costs.forward_by_rank); }},
+      {"--b",
+       [&](auto& f, auto& v) { costs(f, v, o.costs.backward_input, o.costs.backward_by_rank); }},
       {"--w", [&](auto& f, auto& v) { o.costs.backward_weight = to_cost(f, v, false); }},
       {"--p2p", [&](auto& f, auto& v) { o.costs.p2p = to_cost(f, v, false); }},
       {"--sends",
@@ -87,6 +110,14 @@ Options parse(int argc, char** argv) {
   mpf::flags::parse(argc, argv, table, "mpiformer-schedule");
   if (o.virtual_stages == 0) o.virtual_stages = o.schedule == pp::Schedule::kInterleaved ? 2 : 1;
   pp::validate({o.stages, 0, o.virtual_stages, o.microbatches}, o.schedule);
+  for (const auto& [flag, by_rank] : {std::make_pair("--f", &o.costs.forward_by_rank),
+                                      std::make_pair("--b", &o.costs.backward_by_rank)}) {
+    require(by_rank->empty() || int(by_rank->size()) == o.stages,
+            std::string(flag) + " lists " + std::to_string(by_rank->size()) + " costs for --pp " +
+                std::to_string(o.stages) + "; give one cost, or one per stage");
+  }
+  require(o.trace.empty() || access(o.trace.c_str(), F_OK) != 0,
+          "--trace " + o.trace + ": already exists; remove it or choose another file name");
   // One thread per simulated rank, and every op is kept: stay within a laptop's means.
   require(o.stages <= 1024, "--pp " + std::to_string(o.stages) +
                                 " is more stages than the simulator runs (at most 1024)");
@@ -105,6 +136,13 @@ std::string number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", v);
   return buf;
+}
+
+std::string numbers(double all, const std::vector<double>& by_rank) {
+  if (by_rank.empty()) return number(all);
+  std::string s;
+  for (double v : by_rank) s += (s.empty() ? "" : ",") + number(v);
+  return s;
 }
 
 // Microbatches' worth of activations, at most 2 decimals: "4", "5.5", "5.67".
@@ -155,10 +193,11 @@ int main(int argc, char** argv) {
   const int P = o.stages, V = o.virtual_stages;
   std::printf(
       "%s | pp %d | virtual stages %d | microbatches %d | F %s B %s W %s%s P2P %s | %s sends\n",
-      pp::schedule_name(o.schedule), P, V, o.microbatches, number(o.costs.forward).c_str(),
-      number(o.costs.backward_input).c_str(), number(o.costs.backward_weight).c_str(),
-      o.costs.backward_weight == 0 ? " (inside B)" : "", number(o.costs.p2p).c_str(),
-      o.sends == pp::SendMode::kBuffered ? "buffered" : "rendezvous");
+      pp::schedule_name(o.schedule), P, V, o.microbatches,
+      numbers(o.costs.forward, o.costs.forward_by_rank).c_str(),
+      numbers(o.costs.backward_input, o.costs.backward_by_rank).c_str(),
+      number(o.costs.backward_weight).c_str(), o.costs.backward_weight == 0 ? " (inside B)" : "",
+      number(o.costs.p2p).c_str(), o.sends == pp::SendMode::kBuffered ? "buffered" : "rendezvous");
   const pp::Timelines t = pp::render_timelines(r);
   std::printf("one cell = %s time unit%s\n", number(t.cell).c_str(),
               t.exact ? "" : " (scaled: short ops may not show)");

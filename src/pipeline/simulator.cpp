@@ -246,7 +246,7 @@ class SimulatedStage final : public StageOps {
       bug("forward" + mb_chunk(mb, chunk) + " before recv_forward of its input");
     }
     p.forward = true;
-    compute(OpKind::kForward, mb, chunk, costs_.forward);
+    compute(OpKind::kForward, mb, chunk, costs_.forward_on(rank_));
   }
 
   void backward_input(int mb, int chunk) override {
@@ -257,7 +257,7 @@ class SimulatedStage final : public StageOps {
       bug("backward_input" + mb_chunk(mb, chunk) + " before recv_backward of its gradient");
     }
     p.backward_input = true;
-    compute(OpKind::kBackwardInput, mb, chunk, costs_.backward_input);
+    compute(OpKind::kBackwardInput, mb, chunk, costs_.backward_input_on(rank_));
   }
 
   void backward_weight(int mb, int chunk) override {
@@ -392,6 +392,11 @@ SimulationResult simulate(const ScheduleLoop& loop, const PipelineShape& shape,
                           const OpCosts& costs, SendMode sends, std::chrono::milliseconds timeout) {
   const int P = shape.stages;
   if (P < 1) throw SimulationError("simulate: a pipeline needs at least one stage");
+  for (const auto* by_rank : {&costs.forward_by_rank, &costs.backward_by_rank}) {
+    if (!by_rank->empty() && int(by_rank->size()) != P) {
+      throw SimulationError("simulate: per-rank costs need one entry per rank");
+    }
+  }
   Network net(P, costs, sends, WallClock::now() + timeout);
   std::vector<std::unique_ptr<SimulatedStage>> stages;
   for (int r = 0; r < P; ++r) {

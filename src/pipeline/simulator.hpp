@@ -33,12 +33,21 @@ namespace mpf::pipeline {
 
 enum class SendMode { kBuffered, kRendezvous };
 
-// Simulated time units per op, the same on every stage.
+// Simulated time units per op, the same on every stage unless a measured profile gives each
+// rank its own F and B (stages differ: the first holds the embedding, the last the LM head).
 struct OpCosts {
   double forward = 1.0;          // F
   double backward_input = 2.0;   // B (input gradient)
   double backward_weight = 0.0;  // W (weight gradient); 0: counted inside B
   double p2p = 0.0;              // per message, from send to arrival
+  // Per rank (empty, or one entry per rank): override forward and backward_input.
+  std::vector<double> forward_by_rank, backward_by_rank;
+  double forward_on(int rank) const {
+    return forward_by_rank.empty() ? forward : forward_by_rank[rank];
+  }
+  double backward_input_on(int rank) const {
+    return backward_by_rank.empty() ? backward_input : backward_by_rank[rank];
+  }
 };
 
 enum class OpKind { kForward, kBackwardInput, kBackwardWeight };

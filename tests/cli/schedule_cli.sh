@@ -68,6 +68,17 @@ else
   bad "trace: not written or not JSON"
 fi
 
+# A measured profile: per-stage costs. With 1F1B on 2 stages the slower stage 1 (F 1.5, B 3)
+# works without a break from the end of rank 0's first forward until its last backward, then
+# rank 0 runs that microbatch's backward: makespan = F0 + M(F1 + B1) + B0 = 1 + 4 x 4.5 + 2 = 21,
+# busy 4 x 3 + 4 x 4.5 = 30 of 2 x 21, so the bubble is 12/42 = 28.57%.
+out=$("$SCHED" --pp 2 --microbatches 4 --f 1,1.5 --b 2,3)
+if grep -q "^makespan 21 | bubble 28.57%" <<<"$out"; then
+  ok "per-stage costs: makespan 21, bubble 28.57%"
+else
+  bad "per-stage costs: $(tail -2 <<<"$out")"
+fi
+
 # expect_error NAME PATTERN -- ARGS...
 expect_error() {
   local name=$1 pattern=$2
@@ -98,6 +109,8 @@ expect_error "zero stages" "--pp must be >= 1" -- --pp 0
 expect_error "negative cost" "--p2p must be >= 0" -- --p2p -1
 expect_error "zero forward cost" "--f must be positive" -- --f 0
 expect_error "unwritable trace" "cannot write --trace" -- --trace "$WORK/no/such/dir/t.json"
+expect_error "trace exists" "--trace .*trace.json: already exists" -- --trace "$WORK/trace.json"
+expect_error "costs per stage vs stages" "--b lists 3 costs for --pp 2" -- --pp 2 --b 1,2,3
 
 if "$SCHED" --help | grep -q -- "--schedule S"; then ok "--help"; else bad "--help"; fi
 
