@@ -27,7 +27,8 @@ Tensor slice(const Tensor& t, int64_t offset, int64_t n) {
 
 void carve(Activations& a, SlabCarver& k) {
   const TpShard& s = a.shard;
-  const int64_t B = a.B, T = a.T, C = a.cfg.channels, L = a.chunk.layers;
+  // Under recomputation only residual3 (the block outputs) is kept for all L blocks.
+  const int64_t B = a.B, T = a.T, C = a.cfg.channels, L = a.chunk.recompute ? 0 : a.chunk.layers;
   const int64_t R = a.seq.rows, Rl = a.seq.local_rows, H = a.chunk.head ? 1 : 0;
   a.input = k.take(Rl * C);
   a.output_grad = k.take(a.chunk.head ? 0 : Rl * C);
@@ -44,7 +45,7 @@ void carve(Activations& a, SlabCarver& k) {
   a.ln2_rstd = k.take(L * Rl);
   a.fch = k.take(L * R * s.fc);
   a.fch_gelu = k.take(L * R * s.fc);
-  a.residual3 = k.take(L * Rl * C);
+  a.residual3 = k.take(int64_t(a.chunk.layers) * Rl * C);
   a.lnf = k.take(H * R * C);
   a.lnf_mean = k.take(H * Rl);
   a.lnf_rstd = k.take(H * Rl);

@@ -25,6 +25,9 @@ struct ChunkPieces {
   int first_layer = 0;  // the chunk's first block, as a local index into the stage's parameters
   int layers = 0;       // blocks in the chunk
   bool embedding = true, head = true;
+  // Full recomputation (--recompute): keep only each block's output, the next one's input; a
+  // block's other activations are rebuilt before its backward in a one-block workspace.
+  bool recompute = false;
 };
 // All of a stage's blocks, with the edge pieces it holds.
 ChunkPieces whole_stage(const TpShard& shard);

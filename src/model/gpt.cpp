@@ -239,17 +239,37 @@ void embedding_backward_weight(ParameterTensors& grads, BackwardBuffers& buf, Te
                           acts.cfg.channels, s.vocab_begin, s.vocab_shard);
 }
 
+namespace {
+// Where block i of a chunk runs: in the chunk's own activations, or, under full recomputation, in
+// the one-block workspace pointed at the block's input and output in the chunk's store (the
+// views are unmanaged, so re-pointing them copies nothing).
+struct BlockSite {
+  Activations& acts;
+  int index;
+};
+BlockSite block_site(Activations& store, Activations* workspace, int i) {
+  if (!workspace) return {store, i};
+  workspace->input = store.block_input(i);
+  workspace->residual3 = store.layer(i).residual3;
+  workspace->chunk.first_layer = store.chunk.first_layer + i;
+  return {*workspace, 0};
+}
+}  // namespace
+
 void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
-                 const Tokens& targets, MPI_Comm tp) {
+                 const Tokens& targets, MPI_Comm tp, Activations* workspace) {
   if (acts.chunk.embedding) embedding_forward(acts, params, inputs, tp);
-  for (int i = 0; i < acts.chunk.layers; ++i) block_forward(acts, params, i, tp);
+  for (int i = 0; i < acts.chunk.layers; ++i) {
+    const BlockSite b = block_site(acts, workspace, i);
+    block_forward(b.acts, params, b.index, tp);
+  }
   if (acts.chunk.head) head_forward(acts, params, targets, tp);
 }
 
 void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& acts,
                   const ParameterTensors& params, const Tokens& inputs, const Tokens& targets,
                   float dloss, MPI_Comm tp, const std::function<void(int event)>& grads_final,
-                  bool final_microbatch, Tensor input_grad) {
+                  bool final_microbatch, Tensor input_grad, Activations* workspace) {
   const ChunkPieces& chunk = acts.chunk;
   auto final_after = [&](int event) {
     if (grads_final) grads_final(event);
@@ -268,8 +288,10 @@ void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& ac
   for (int i = chunk.layers - 1; i >= 0; --i) {
     const bool to_caller = i == 0 && !chunk.embedding;
     const Tensor dinp = to_caller ? input_grad : buf.dresidual[spare];
-    block_backward_input(buf, dinp, dout, acts, params, i, tp);
-    block_backward_weight(grads, buf, dout, acts, i, tp, final_microbatch);
+    const BlockSite b = block_site(acts, workspace, i);
+    if (workspace) block_forward(b.acts, params, b.index, tp);  // deterministic: same values
+    block_backward_input(buf, dinp, dout, b.acts, params, b.index, tp);
+    block_backward_weight(grads, buf, dout, b.acts, b.index, tp, final_microbatch);
     final_after(1 + (chunk.layers - 1 - i));
     spare = 1 - spare;
     dout = dinp;

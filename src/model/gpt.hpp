@@ -56,8 +56,11 @@ void embedding_backward_weight(ParameterTensors& grads, BackwardBuffers& buf, Te
 // ---- the pieces acts.chunk covers (the whole model without pipelining) ----
 // A chunk without the embedding starts from acts.input (received); one without the head leaves
 // its output in acts.output() (to send) and no loss.
+// With acts.chunk.recompute, `workspace` (one block, no edge pieces) holds each block's
+// activations in turn, and the backward runs each block's forward again there first.
 void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
-                 const Tokens& targets, MPI_Comm tp = MPI_COMM_SELF);
+                 const Tokens& targets, MPI_Comm tp = MPI_COMM_SELF,
+                 Activations* workspace = nullptr);
 // Accumulates (+=) the chunk's parameter gradients; B then W per piece, last block first. Without
 // the head it starts from acts.output_grad (received); without the embedding it writes the
 // gradient of acts.input into input_grad (to send). grads_final(e), if given, is called after
@@ -69,6 +72,7 @@ void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& ac
                   const ParameterTensors& params, const Tokens& inputs, const Tokens& targets,
                   float dloss, MPI_Comm tp = MPI_COMM_SELF,
                   const std::function<void(int event)>& grads_final = {},
-                  bool final_microbatch = true, Tensor input_grad = {});
+                  bool final_microbatch = true, Tensor input_grad = {},
+                  Activations* workspace = nullptr);
 
 }  // namespace mpf

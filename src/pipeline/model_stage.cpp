@@ -24,7 +24,8 @@ double loss_of(const Activations& a) {
 }  // namespace
 
 ModelStage::ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, int micro_batch,
-                       int seq_len, bool sequence_parallel, MPI_Comm tp, MPI_Comm pp)
+                       int seq_len, bool sequence_parallel, MPI_Comm tp, MPI_Comm pp,
+                       bool recompute)
     : shard_(shard),
       chunks_(std::move(chunks)),
       micro_batch_(micro_batch),
@@ -34,7 +35,15 @@ ModelStage::ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, in
       p2p_(pp, int(chunks_.size()), message_floats(shard, micro_batch, seq_len, sequence_parallel)),
       buffers_(BackwardBuffers::allocate(shard, micro_batch, seq_len, sequence_parallel)),
       pool_(chunks_.size()),
-      free_(chunks_.size()) {}
+      free_(chunks_.size()) {
+  if (!recompute) return;
+  for (ChunkPieces& c : chunks_) c.recompute = true;
+  ChunkPieces one_block;
+  one_block.layers = 1;
+  one_block.embedding = one_block.head = false;
+  workspace_ = std::make_unique<Activations>(
+      Activations::allocate(shard, one_block, micro_batch, seq_len, sequence_parallel));
+}
 
 void ModelStage::begin_step(const std::vector<Tokens>* inputs, const std::vector<Tokens>* targets,
                             const ParameterTensors* params, ParameterTensors* grads, float dloss,
@@ -143,7 +152,7 @@ void ModelStage::forward(int mb, int chunk) {
   if (!a) a = acquire(chunk);
   Stopwatch sw;
   timed("F", mb, chunk, [&] {
-    gpt_forward(*a, *params_, (*inputs_)[mb], (*targets_)[mb], tp_);
+    gpt_forward(*a, *params_, (*inputs_)[mb], (*targets_)[mb], tp_, workspace_.get());
     if (chunks_[chunk].head) loss_sum_ += loss_of(*a);
   });
   times_.forward += sw.seconds() * 1e3;
@@ -165,7 +174,7 @@ void ModelStage::backward_input(int mb, int chunk) {
   timed("B", mb, chunk, [&] {
     gpt_backward(*grads_, buffers_, *a, *params_, (*inputs_)[mb], (*targets_)[mb], dloss_, tp_,
                  single && chunk_done ? grads_final_ : std::function<void(int)>(), chunk_done,
-                 input_grad);
+                 input_grad, workspace_.get());
   });
   times_.backward += sw.seconds() * 1e3;
   ++times_.backwards;
@@ -228,7 +237,7 @@ double ModelStage::evaluate(const ParameterTensors& params, const std::vector<To
     for (int c = 0; c < int(chunks_.size()); ++c) {
       Activations* a = acquire(c);
       if (!p2p_.is_first(c)) p2p_.recv_forward(a->input.data(), int(mb), c);
-      gpt_forward(*a, params, inputs[mb], targets[mb], tp_);
+      gpt_forward(*a, params, inputs[mb], targets[mb], tp_, workspace_.get());
       if (chunks_[c].head) loss += loss_of(*a);
       if (!p2p_.is_last(c)) p2p_.send_forward(a->output().data(), int(mb), c);
       p2p_.wait_for_sends();

@@ -4,7 +4,9 @@
 // one chunk is the whole model, every verb is a no-op, and a schedule is gradient accumulation
 // over M microbatches.
 //
-// Memory. Activations are pooled per chunk: forward (or the receive of its input) takes a set,
+// Memory. With --recompute a microbatch keeps only its blocks' outputs (Megatron's full
+// recomputation): each block's forward runs again right before its backward, in one workspace.
+// Activations are pooled per chunk: forward (or the receive of its input) takes a set,
 // allocating only while the pool is smaller than the most microbatches ever in flight, and
 // backward returns it once the output's send has completed, so the peak in-flight bytes are what
 // the schedule keeps (AFAB holds M microbatches, 1F1B at most P − rank). An input gradient goes
@@ -44,8 +46,10 @@ class ModelStage : public pipeline::StageOps {
  public:
   // shard: this rank's stage (restrict_to_stage); chunks: its V chunks in order, as local layer
   // ranges of the shard's parameters; pp: the pipeline communicator (a 1-rank one without PP).
+  // recompute: keep only block outputs per microbatch and rebuild the rest before each block's
+  // backward (--recompute).
   ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, int micro_batch, int seq_len,
-             bool sequence_parallel, MPI_Comm tp, MPI_Comm pp);
+             bool sequence_parallel, MPI_Comm tp, MPI_Comm pp, bool recompute = false);
 
   // What the next step runs on: the microbatches' tokens, the parameters and their gradients,
   // dloss (d total loss / d each token's loss), and the hook told when gradients are final (after
@@ -65,7 +69,10 @@ class ModelStage : public pipeline::StageOps {
   int64_t peak_activation_bytes() const { return peak_bytes_; }
   // One microbatch's activations through all of this rank's chunks.
   int64_t microbatch_bytes() const;
-  int64_t buffer_bytes() const { return bytes_of(buffers_.slab); }
+  // The backward buffers and, under recomputation, the one-block workspace.
+  int64_t buffer_bytes() const {
+    return bytes_of(buffers_.slab) + (workspace_ ? bytes_of(workspace_->slab) : 0);
+  }
   const StageTimes& times() const { return times_; }
   // Records every op into `events` (with times from `clock`, seconds) while set; null stops it.
   void record(std::vector<StageEvent>* events, std::function<double()> clock);
@@ -103,6 +110,7 @@ class ModelStage : public pipeline::StageOps {
   MPI_Comm tp_;
   PipelineP2P p2p_;
   BackwardBuffers buffers_;
+  std::unique_ptr<Activations> workspace_;  // --recompute: one block's activations
   std::vector<std::vector<std::unique_ptr<Activations>>> pool_;  // per chunk
   std::vector<std::vector<Activations*>> free_;                  // per chunk
   std::map<Key, Activations*> live_;

@@ -94,6 +94,7 @@ TrainOptions parse_options(int argc, const char* const* argv) {
       {"-h", [&] { o.help = true; }},
       {"--overlap-grad-reduce", [&] { o.overlap_grad_reduce = true; }},
       {"--sequence-parallel", [&] { o.sequence_parallel = true; }},
+      {"--recompute", [&] { o.recompute = true; }},
   };
   // Kokkos consumes its own --kokkos-* flags in Kokkos::initialize.
   flags::parse(argc, argv, table, "mpiformer-train", "--kokkos-");
@@ -175,6 +176,9 @@ layout (world = tp x dp x pp ranks, tp fastest-varying)
   --virtual-stages V    model chunks per pipeline rank, interleaved only (default 1)
   --pp-layout N,N,...   blocks of each of the pp*V chunks, in model order (default: as even as
                         possible, the first chunks taking one more)
+  --recompute           keep only each block's output per microbatch and recompute the block
+                        before its backward (Megatron's full recomputation: ~1/3 more compute,
+                        a fraction of the activation memory)
   --sequence-parallel   shard the LayerNorm/residual regions along the batch rows over the TP
                         ranks (Megatron's sequence parallelism; B*T per DP rank divisible by tp)
 output

@@ -39,6 +39,7 @@ struct TrainOptions {
   double dp_bucket_mb = 25.0;
   bool overlap_grad_reduce = false;
   bool sequence_parallel = false;  // Megatron's sequence parallelism in the TP group
+  bool recompute = false;          // full block recomputation: activations for compute
   int zero = 0;
   // Output.
   std::string save_llmc;

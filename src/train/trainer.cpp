@@ -182,7 +182,8 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
               " TP ranks, which does not divide; choose --batch/--seq-len so "
               "B*T/(dp*microbatches) divides by tp");
   stage_ = std::make_unique<ModelStage>(shard_, own.chunks, micro_batch_, opts.seq_len,
-                                        opts.sequence_parallel, grid_->tp_comm(), grid_->pp_comm());
+                                        opts.sequence_parallel, grid_->tp_comm(), grid_->pp_comm(),
+                                        opts.recompute);
   const int64_t mb_tokens = int64_t(micro_batch_) * opts.seq_len;
   for (int mb = 0; mb < M; ++mb) {
     inputs_.emplace_back("mpf::inputs", mb_tokens);
@@ -333,8 +334,9 @@ void TrainingRun::print_banner(double peak_gflops) const {
               megabytes(bytes_of(params_.slab)).c_str(), megabytes(bytes_of(grads_.slab)).c_str(),
               megabytes(optimizer_->state_bytes()).c_str(),
               megabytes(stage_->microbatch_bytes() + stage_->buffer_bytes()).c_str());
-  std::printf("microbatches: %zu of %d row(s) per DP rank | schedule %s", inputs_.size(),
-              micro_batch_, pipeline::schedule_name(pp_schedule_));
+  std::printf("microbatches: %zu of %d row(s) per DP rank | schedule %s%s", inputs_.size(),
+              micro_batch_, pipeline::schedule_name(pp_schedule_),
+              opts_.recompute ? " | full recomputation" : "");
   if (grid_->pp_size() > 1 || shape_.virtual_stages > 1) {
     std::printf(" | pipeline %d stage(s) x %d chunk(s): %s", grid_->pp_size(),
                 shape_.virtual_stages, describe_layout(layer_ranges_, grid_->pp_size()).c_str());

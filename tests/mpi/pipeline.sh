@@ -2,7 +2,7 @@
 # Pipeline parallel reproduces the serial run (DESIGN.md invariant 3; serial_reference.sh says
 # within what, and why): every schedule on 2, 3 and 4 stages, interleaved with M in {P, P+1, 2P+1}
 # (M not a multiple of P included), even and uneven layer splits, combined with TP, SP, DP, ZeRO
-# and overlapped gradient buckets, and two 8-rank layouts. An 8-block model, so 4 stages x 2
+# and overlapped gradient buckets, full recomputation, and two 8-rank layouts. An 8-block model, so 4 stages x 2
 # chunks have a block each. Then each stage's peak activations against what its schedule keeps,
 # and random (schedule, P, V, M) steps that must finish within a timeout (no deadlock).
 LAYERS=8
@@ -11,6 +11,9 @@ source "$(dirname "$0")/serial_reference.sh"
 # ---- 2 stages ----
 run_layout 1 1 --pp 2 --microbatches 2
 run_layout 1 1 --pp 2 --microbatches 4 --schedule afab
+afab_log=$LAST_LOG
+run_layout 1 1 --pp 2 --microbatches 4 --schedule afab --recompute
+afab_recompute_log=$LAST_LOG
 run_layout 1 1 --pp 2 --microbatches 4 --pp-layout 5,3
 run_layout 1 1 --pp 2 --microbatches 1
 run_layout 1 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 2
@@ -39,6 +42,23 @@ OMP_WAIT_POLICY=PASSIVE run_layout 2 2 --pp 2 --schedule interleaved --virtual-s
   --microbatches 2 --sequence-parallel --zero 1 --overlap-grad-reduce --dp-bucket-mb 0.05
 OMP_WAIT_POLICY=PASSIVE run_layout 2 1 --pp 4 --microbatches 4 --pp-layout 1,3,2,2
 
+# ---- full recomputation: the same numbers bit for bit (a block's forward is deterministic), a
+# fraction of the activations ----
+mb_of() { sed -nE "s/^stage $2 \| peak activations in flight ([0-9.]+) MB.*/\1/p" "$1"; }
+if cmp -s "${afab_log%.log}.bin" "${afab_recompute_log%.log}.bin"; then
+  ok "--recompute: final parameters bit-identical to storing activations"
+else
+  bad "--recompute changed the final parameters"
+fi
+if "$PY" -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if b < a / 3 else 1)" \
+  "$(mb_of "$afab_log" 0)" "$(mb_of "$afab_recompute_log" 0)"; then
+  ok "--recompute: stage 0 keeps $(mb_of "$afab_recompute_log" 0) MB instead of $(mb_of "$afab_log" 0)"
+else
+  bad "--recompute: stage 0 keeps $(mb_of "$afab_recompute_log" 0) MB vs $(mb_of "$afab_log" 0)"
+fi
+BATCH=6 run_layout 2 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 3 \
+  --sequence-parallel --recompute
+
 # ---- activation lifetime: stage r of 1F1B keeps at most P - r microbatches, AFAB all M ----
 check_peaks() {  # check_peaks LOG SCHEDULE P M
   "$PY" - "$@" <<'PYEOF'
@@ -57,6 +77,30 @@ check_peaks "$pp4_1f1b" 1f1b 4 4 && ok "1f1b on 4 stages keeps P - rank microbat
   bad "1f1b peak activations"
 check_peaks "$pp4_afab" afab 4 8 && ok "afab on 4 stages keeps all 8 microbatches" ||
   bad "afab peak activations"
+
+# ---- --trace: the measured timeline of the last step, per rank ----
+if OMP_NUM_THREADS=1 timeout 120 "$MPIEXEC" -n 2 "$TRAIN" "${args[@]}" --batch 8 --pp 2 \
+  --microbatches 4 --trace "$WORK/trace.json" >"$WORK/trace.log" 2>&1 &&
+  "$PY" - "$WORK/trace.json" <<'PYEOF'
+import json, sys
+events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+for rank in (0, 1):
+    mine = sorted((e for e in events if e["tid"] == rank), key=lambda e: e["ts"])
+    cats = [e["cat"] for e in mine]
+    assert cats.count("F") == 4 and cats.count("B") == 4, (rank, cats)
+    assert "comm" in cats and cats[-1] == "optimizer", (rank, cats)
+    for a, b in zip(mine, mine[1:]):  # one rank runs one op at a time
+        assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, (rank, a, b)
+# Stage 1 cannot start before stage 0 has sent it microbatch 0.
+f0 = lambda r: min(e["ts"] for e in events if e["tid"] == r and e["name"] == "F0.c0")
+assert f0(1) > f0(0), (f0(0), f0(1))
+print(f"  {len(events)} events on 2 ranks")
+PYEOF
+then
+  ok "--trace: every rank's F, B, P2P and optimizer of the last step, in order"
+else
+  bad "--trace"; tail -3 "$WORK/trace.log"
+fi
 
 # ---- no deadlock: random valid shapes, one step each, under a timeout ----
 seed=${PIPELINE_SEED:-$RANDOM}
