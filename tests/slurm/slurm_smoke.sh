@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real single-node Slurm (ci/slurm/local_cluster.sh) runs the shipped ci/slurm/cpu.sbatch on
-# 4 ranks (tp 2 x dp 2) with a tiny model: the job completes with exit code 0, its log shows the 4-rank grid and
-# a falling loss, a job that can never fit is refused at submission, and the daemons stop.
+# 4 ranks (tp 2 x pp 2, two microbatches through the 1F1B pipeline) with a tiny model: the job
+# completes with exit code 0, its log shows the 4-rank grid and a falling loss, a job that can never fit is refused at submission, and the daemons stop.
 # Exit 77 (ctest SKIP_RETURN_CODE) where the machine cannot run the daemons: not root, no apt,
 # ports 6817/6818 taken, munged or slurmctld failing. It never passes without having run the job.
 set -uo pipefail
@@ -61,8 +61,8 @@ export UCX_TLS=self,sm UCX_NET_DEVICES=lo
 
 # The job script's variables, as a site would set them; all of them, so nothing leaks in from the
 # caller's environment.
-export MPIFORMER_TRAIN=$TRAIN TP=2 PP=1 DP=2 DATA=builtin:train VAL_DATA='' INIT_FROM='' \
-  MODEL="--layers 2 --heads 2 --dim 64" STEPS=30 BATCH=8 SEQ_LEN=32 EXTRA_ARGS="--val-every 0" \
+export MPIFORMER_TRAIN=$TRAIN TP=2 PP=2 DP=1 DATA=builtin:train VAL_DATA='' INIT_FROM='' \
+  MODEL="--layers 2 --heads 2 --dim 64" STEPS=30 BATCH=8 SEQ_LEN=32 EXTRA_ARGS="--val-every 0 --microbatches 2" \
   LAUNCHER=srun SRUN_MPI=pmi2 CPU_BIND=cores SITE_UCX_TLS='' SITE_UCX_NET_DEVICES=''
 
 # 1. The CPU job on 4 ranks. The partition allows 30 min, the script asks for 1 h: ask for 10.
@@ -94,9 +94,9 @@ if [ -n "$id" ]; then
   else
     bad "job $id: ${state:-no state} ${code:-no exit code} ($info)"
   fi
-  if grep -q "^grid: world 4 = tp 2 x dp 2 x pp 1" "$log" 2>/dev/null &&
-    [ "$(grep -cE '^  rank [0-3]: tp [01] dp [01] pp 0( @ .*)?$' "$log")" -eq 4 ]; then
-    ok "grid: one 4-rank MPI world (PMI2) as tp 2 x dp 2, 4 rank lines"
+  if grep -q "^grid: world 4 = tp 2 x dp 1 x pp 2" "$log" 2>/dev/null &&
+    [ "$(grep -cE '^  rank [0-3]: tp [01] dp 0 pp [01]( @ .*)?$' "$log")" -eq 4 ]; then
+    ok "grid: one 4-rank MPI world (PMI2) as tp 2 x pp 2, 4 rank lines"
   else
     bad "no 4-rank grid in the job log"
   fi
