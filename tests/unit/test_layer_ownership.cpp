@@ -74,13 +74,9 @@ TEST(LayerOwnership, StageOwnershipOfInterleavedChunks) {
 TEST(LayerOwnership, StagesPartitionTheModel) {
   // Every element of the serial model is held by exactly one (tp, pp) shard, except wte, which
   // the first and the last stage both hold (tied) — each TP slice of it exactly twice.
-  GPTConfig cfg;
-  cfg.layers = 5;
-  cfg.heads = 2;
-  cfg.channels = 8;
-  cfg.vocab = 40;
-  cfg.max_seq_len = 4;
-  cfg.padded_vocab = pad_vocab(cfg.vocab);
+  const GPTConfig cfg{/*max_seq_len=*/4, /*vocab=*/40, pad_vocab(40),
+                      /*layers=*/5,      /*heads=*/2,
+                      /*channels=*/8};
   const auto ranges = parse_layer_layout("2,1,1,1", 5, 4);  // P = 2, V = 2, uneven
   const auto full = parameter_sizes(cfg);
   for (int i = 0; i < kNumParameterTensors; ++i) {
