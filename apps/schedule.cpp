@@ -13,10 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include <unistd.h>
-
 #include "core/error.hpp"
 #include "core/flags.hpp"
+#include "io/output_file.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/simulator.hpp"
 
@@ -116,7 +115,7 @@ Options parse(int argc, char** argv) {
             std::string(flag) + " lists " + std::to_string(by_rank->size()) + " costs for --pp " +
                 std::to_string(o.stages) + "; give one cost, or one per stage");
   }
-  require(o.trace.empty() || access(o.trace.c_str(), F_OK) != 0,
+  require(o.trace.empty() || !mpf::path_exists(o.trace),
           "--trace " + o.trace + ": already exists; remove it or choose another file name");
   // One thread per simulated rank, and every op is kept: stay within a laptop's means.
   require(o.stages <= 1024, "--pp " + std::to_string(o.stages) +

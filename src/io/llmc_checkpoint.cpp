@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "io/output_file.hpp"
 
 // The format is little-endian and is read and written with plain memcpy.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "llm.c files are little-endian");
@@ -98,18 +99,6 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
          a.layers == b.layers && a.heads == b.heads && a.channels == b.channels;
 }
 
-std::string directory_of(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-bool exists(const std::string& path) {
-  struct stat st;
-  return lstat(path.c_str(), &st) == 0;
-}
-
 }  // namespace
 
 GPTConfig read_checkpoint_config(const std::string& path) {
@@ -137,7 +126,8 @@ void write_checkpoint(const std::string& path, const GPTConfig& cfg,
     MPF_FATAL("write_checkpoint: " + std::to_string(params.size()) + " parameters for a model of " +
               std::to_string(parameter_count(cfg)));
   }
-  require(!exists(path), what(path) + ": already exists; remove it or choose another output path");
+  require(!path_exists(path),
+          what(path) + ": already exists; remove it or choose another output path");
 
   // Written beside the target (same filesystem, so rename is atomic), named by pid so concurrent
   // writers never share a temporary.
@@ -164,7 +154,7 @@ void write_checkpoint(const std::string& path, const GPTConfig& cfg,
   if (f) ok = (std::fclose(f.release()) == 0) && ok;
   std::string reason = ok ? "" : errno_text();
   // The target is checked again just before the rename, which would replace it silently.
-  if (ok && exists(path)) {
+  if (ok && path_exists(path)) {
     ok = false;
     reason = "the path was created by someone else meanwhile";
   }
@@ -180,15 +170,7 @@ void write_checkpoint(const std::string& path, const GPTConfig& cfg,
 }
 
 void check_checkpoint_writable(const std::string& path) {
-  require(!path.empty(), "checkpoint path is empty; pass an output file name");
-  require(!exists(path), what(path) + ": already exists; remove it or choose another output path");
-  const std::string dir = directory_of(path);
-  struct stat st;
-  require(stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
-          what(path) + ": directory " + dir + " does not exist; create it first");
-  require(access(dir.c_str(), W_OK | X_OK) == 0, what(path) + ": directory " + dir +
-                                                     " is not writable (" + errno_text() +
-                                                     "); choose another output path");
+  check_new_output(path, what(path));
 }
 
 }  // namespace mpf

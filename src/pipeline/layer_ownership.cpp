@@ -1,5 +1,7 @@
 #include "pipeline/layer_ownership.hpp"
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 
 #include "core/error.hpp"
@@ -37,10 +39,14 @@ std::vector<LayerRange> parse_layer_layout(const std::string& layout, int layers
     const std::string item =
         layout.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     char* end = nullptr;
+    errno = 0;
     const long n = std::strtol(item.c_str(), &end, 10);
     require(!item.empty() && *end == '\0' && n > 0,
             "--pp-layout '" + layout + "': '" + item +
                 "' is not a positive layer count; every stage needs at least one layer");
+    require(errno != ERANGE && n <= layers, "--pp-layout '" + layout + "': '" + item +
+                                                "' is more than the model's " +
+                                                std::to_string(layers) + " layers");
     sizes.push_back(static_cast<int>(n));
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -49,7 +55,7 @@ std::vector<LayerRange> parse_layer_layout(const std::string& layout, int layers
           "--pp-layout '" + layout + "' has " + std::to_string(sizes.size()) + " entries for " +
               std::to_string(chunks) +
               " chunks (--pp x --virtual-stages); give one size per chunk");
-  int total = 0;
+  int64_t total = 0;  // each size is at most L, so no overflow
   for (int n : sizes) total += n;
   require(total == layers, "--pp-layout '" + layout + "' sums to " + std::to_string(total) +
                                " layers but the model has " + std::to_string(layers) +

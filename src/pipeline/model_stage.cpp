@@ -102,9 +102,7 @@ Activations* ModelStage::acquire(int chunk) {
 }
 
 void ModelStage::release(int chunk, Activations* a) {
-  // The output went to the next stage, whose gradient for it has come back: that send has been
-  // received, so waiting for it cannot block.
-  if (!chunks_[chunk].head) p2p_.wait_for_send(a->output().data());
+  // The output's send completed at the start of the backward (backward_input).
   live_bytes_ -= bytes_of(a->slab);
   free_[chunk].push_back(a);
 }
@@ -154,6 +152,7 @@ void ModelStage::forward(int mb, int chunk) {
   timed("F", mb, chunk, [&] {
     gpt_forward(*a, *params_, (*inputs_)[mb], (*targets_)[mb], tp_, workspace_.get());
     if (chunks_[chunk].head) loss_sum_ += loss_of(*a);
+    Kokkos::fence();  // the output's kernels are done before send_forward hands it to MPI
   });
   times_.forward += sw.seconds() * 1e3;
   ++times_.forwards;
@@ -161,6 +160,10 @@ void ModelStage::forward(int mb, int chunk) {
 
 void ModelStage::backward_input(int mb, int chunk) {
   Activations* a = live(mb, chunk);
+  // The output went to the next stage and its gradient has come back, so that send has been
+  // received and completing it cannot block. Done before the backward because recomputation
+  // rewrites the output (with the same values), and the set returns to the pool after it.
+  if (!chunks_[chunk].head) p2p_.wait_for_send(a->output().data());
   // The chunk's gradients are complete after its last microbatch; that is when sequence
   // parallelism sums its LayerNorm gradients over TP. The data-parallel buckets hear the backward
   // events of a single chunk as they happen; with several chunks, once all are done.
@@ -175,6 +178,7 @@ void ModelStage::backward_input(int mb, int chunk) {
     gpt_backward(*grads_, buffers_, *a, *params_, (*inputs_)[mb], (*targets_)[mb], dloss_, tp_,
                  single && chunk_done ? grads_final_ : std::function<void(int)>(), chunk_done,
                  input_grad, workspace_.get());
+    Kokkos::fence();  // the input gradient is complete before send_backward hands it to MPI
   });
   times_.backward += sw.seconds() * 1e3;
   ++times_.backwards;
@@ -229,20 +233,24 @@ void ModelStage::send_backward_recv_forward(int send_mb, int send_chunk, int rec
 
 double ModelStage::evaluate(const ParameterTensors& params, const std::vector<Tokens>& inputs,
                             const std::vector<Tokens>& targets) {
-  // Forward only, microbatch by microbatch through the chunks in order: each message's receiver
-  // is already waiting for it or is about to, so every send completes before its buffer returns
-  // to the pool.
+  // Forward only, microbatch by microbatch through the chunks in order. A microbatch's sets are
+  // held until all its chunks are done: a send may be to this very rank (one stage, several
+  // chunks), and MPI completes it only once the receive is posted.
   double loss = 0.0;
+  std::vector<Activations*> held(chunks_.size());
   for (size_t mb = 0; mb < inputs.size(); ++mb) {
     for (int c = 0; c < int(chunks_.size()); ++c) {
-      Activations* a = acquire(c);
+      Activations* a = held[c] = acquire(c);
       if (!p2p_.is_first(c)) p2p_.recv_forward(a->input.data(), int(mb), c);
       gpt_forward(*a, params, inputs[mb], targets[mb], tp_, workspace_.get());
       if (chunks_[c].head) loss += loss_of(*a);
+      Kokkos::fence();  // the output's kernels are done before MPI reads it
       if (!p2p_.is_last(c)) p2p_.send_forward(a->output().data(), int(mb), c);
-      p2p_.wait_for_sends();
-      live_bytes_ -= bytes_of(a->slab);
-      free_[c].push_back(a);
+    }
+    p2p_.wait_for_sends();
+    for (int c = 0; c < int(chunks_.size()); ++c) {
+      live_bytes_ -= bytes_of(held[c]->slab);
+      free_[c].push_back(held[c]);
     }
   }
   return loss;

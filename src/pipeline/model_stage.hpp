@@ -74,6 +74,7 @@ class ModelStage : public pipeline::StageOps {
     return bytes_of(buffers_.slab) + (workspace_ ? bytes_of(workspace_->slab) : 0);
   }
   const StageTimes& times() const { return times_; }
+  int64_t max_microbatches() const { return p2p_.max_microbatches(); }
   // Records every op into `events` (with times from `clock`, seconds) while set; null stops it.
   void record(std::vector<StageEvent>* events, std::function<double()> clock);
 

@@ -49,6 +49,11 @@ class PipelineP2P {
   PipelineP2P(const PipelineP2P&) = delete;
   PipelineP2P& operator=(const PipelineP2P&) = delete;
 
+  // The most microbatches per step whose tags fit under this MPI's MPI_TAG_UB.
+  int64_t max_microbatches() const {
+    return (int64_t(tag_ub_) + 1) / (2 * int64_t(stages_) * chunks_);
+  }
+
   bool is_first(int chunk) const { return chunk == 0 && rank_ == 0; }
   bool is_last(int chunk) const { return chunk == chunks_ - 1 && rank_ == stages_ - 1; }
 

@@ -12,7 +12,6 @@ namespace {
 // Event names travel between ranks as their index in this table.
 const char* const kNames[] = {"F",
                               "B",
-                              "W",
                               "recv_forward",
                               "send_forward",
                               "recv_backward",
@@ -31,7 +30,7 @@ int name_index(const char* name) {
 }
 
 bool is_compute(int name) {
-  return name <= 2;  // F, B, W
+  return name <= 1;  // F, B
 }
 
 const char* category(int name) {

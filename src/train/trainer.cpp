@@ -1,7 +1,6 @@
 #include "train/trainer.hpp"
 
 #include <sched.h>
-#include <unistd.h>
 
 #include <climits>
 #include <cmath>
@@ -14,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "io/llmc_checkpoint.hpp"
+#include "io/output_file.hpp"
 #include "model/gpt.hpp"
 #include "model/shard.hpp"
 #include "mpiformer/config.hpp"
@@ -103,8 +103,11 @@ RunInputs load_inputs(const TrainOptions& opts, int world_rank) {
   }
   if (!opts.init_from.empty()) read_checkpoint_params(opts.init_from, cfg, in.init_params);
   if (world_rank == 0 && !opts.save_llmc.empty()) check_checkpoint_writable(opts.save_llmc);
-  require(world_rank != 0 || opts.trace.empty() || access(opts.trace.c_str(), F_OK) != 0,
-          "--trace " + opts.trace + ": already exists; remove it or choose another file name");
+  if (world_rank == 0 && !opts.trace.empty()) {
+    check_new_output(opts.trace, "--trace " + opts.trace);
+    require(opts.trace != opts.save_llmc,
+            "--trace and --save-llmc name the same file; give each its own");
+  }
   return in;
 }
 
@@ -184,6 +187,10 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   stage_ = std::make_unique<ModelStage>(shard_, own.chunks, micro_batch_, opts.seq_len,
                                         opts.sequence_parallel, grid_->tp_comm(), grid_->pp_comm(),
                                         opts.recompute);
+  require(M <= stage_->max_microbatches(),
+          std::to_string(M) + " microbatches x " + std::to_string(chunks) +
+              " chunks need more message tags than this MPI's MPI_TAG_UB allows; use at most " +
+              std::to_string(stage_->max_microbatches()) + " microbatches");
   const int64_t mb_tokens = int64_t(micro_batch_) * opts.seq_len;
   for (int mb = 0; mb < M; ++mb) {
     inputs_.emplace_back("mpf::inputs", mb_tokens);

@@ -72,6 +72,7 @@ expect_error "virtual stages outside interleaved" 2 "--virtual-stages 2 needs --
 expect_error "layout sum" 2 "--pp-layout '3,2' sums to 5 layers but the model has 4" -- --pp 2 --pp-layout 3,2
 expect_error "layout entries" 2 "--pp-layout '4' has 1 entries for 2 chunks" -- --pp 2 --pp-layout 4
 expect_error "layout empty stage" 2 "'0' is not a positive layer count" -- --pp 2 --pp-layout 4,0
+expect_error "layout entry too large" 2 "'4294967297' is more than the model's 4 layers" -- --pp 2 --pp-layout 4294967297,3
 expect_error "microbatch flags twice" 1 "--microbatches and --micro-batch-size both" -- --microbatches 2 --micro-batch-size 4
 expect_error "micro-batch-size over rows" 2 "--micro-batch-size 3 does not divide the 8 rows" -- --dp 2 --micro-batch-size 3
 expect_error "sequence rows over tp" 2 "--sequence-parallel splits the 3 rows.*over 2 TP ranks" -- --tp 2 --sequence-parallel --batch 1 --seq-len 3
@@ -86,6 +87,8 @@ expect_error "output exists" 2 "model.bin.*already exists" -- --steps 1 --save-l
 [ "$(sha256sum "$WORK/model.bin")" = "$before" ] && ok "existing output untouched" || bad "existing output was modified"
 expect_error "trace exists" 2 "--trace .*model.bin: already exists" -- --steps 1 --trace "$WORK/model.bin"
 [ "$(sha256sum "$WORK/model.bin")" = "$before" ] && ok "existing trace target untouched" || bad "--trace modified an existing file"
+expect_error "trace directory missing" 1 "--trace .*: directory .*/no/such does not exist" -- --steps 1 --trace "$WORK/no/such/t.json"
+expect_error "trace is the checkpoint" 1 "--trace and --save-llmc name the same file" -- --steps 1 --trace "$WORK/same.bin" --save-llmc "$WORK/same.bin"
 
 out=$("$TRAIN" --help 2>&1)
 [ $? -eq 0 ] && grep -q -- "--init-from" <<<"$out" && ok "--help prints the flags" || bad "--help"

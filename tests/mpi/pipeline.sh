@@ -78,6 +78,31 @@ check_peaks "$pp4_1f1b" 1f1b 4 4 && ok "1f1b on 4 stages keeps P - rank microbat
 check_peaks "$pp4_afab" afab 4 8 && ok "afab on 4 stages keeps all 8 microbatches" ||
   bad "afab peak activations"
 
+# ---- validation runs the forward passes through the pipeline: the same val losses as serial
+# (one stage with two chunks too, whose chunk 0 sends to its own rank) ----
+val_losses() { sed -nE 's/^val step [0-9]+ \| loss ([0-9.]+)/\1/p' "$1" | tr '\n' ' '; }
+val=(--steps 2 --val-every 2 --val-steps 2 --layers 8 --dim 64 --heads 4 --seq-len 32 --vocab 300
+  --batch 8)
+OMP_NUM_THREADS=1 "$TRAIN" "${val[@]}" >"$WORK/val_serial.log" 2>&1
+for layout in "2 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 2" \
+  "1 --schedule interleaved --virtual-stages 2 --microbatches 2"; do
+  read -r n flags <<<"$layout"
+  # shellcheck disable=SC2086
+  OMP_NUM_THREADS=1 timeout 120 "$MPIEXEC" -n "$n" "$TRAIN" "${val[@]}" $flags \
+    >"$WORK/val.log" 2>&1
+  if "$PY" -c "
+import sys
+a, b = [list(map(float, x.split())) for x in sys.argv[1:]]
+assert len(a) == 2 and len(b) == 2, (a, b)
+assert max(abs(x - y) / x for x, y in zip(a, b)) <= 1e-5, (a, b)" \
+    "$(val_losses "$WORK/val_serial.log")" "$(val_losses "$WORK/val.log")"; then
+    ok "validation through $flags = serial ($(val_losses "$WORK/val.log"))"
+  else
+    bad "validation through $flags: '$(val_losses "$WORK/val.log")' vs serial"
+    tail -3 "$WORK/val.log"
+  fi
+done
+
 # ---- --trace: the measured timeline of the last step, per rank ----
 if OMP_NUM_THREADS=1 timeout 120 "$MPIEXEC" -n 2 "$TRAIN" "${args[@]}" --batch 8 --pp 2 \
   --microbatches 4 --trace "$WORK/trace.json" >"$WORK/trace.log" 2>&1 &&

@@ -1,0 +1,39 @@
+#include "io/output_file.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace mpf {
+
+namespace {
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+}  // namespace
+
+bool path_exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;  // a dangling link counts: it names something
+}
+
+void check_new_output(const std::string& path, const std::string& label) {
+  require(!path.empty(), label + ": the path is empty; pass an output file name");
+  require(!path_exists(path), label + ": already exists; remove it or choose another output path");
+  const std::string dir = directory_of(path);
+  struct stat st;
+  require(stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
+          label + ": directory " + dir + " does not exist; create it first");
+  require(access(dir.c_str(), W_OK | X_OK) == 0, label + ": directory " + dir +
+                                                     " is not writable (" + std::strerror(errno) +
+                                                     "); choose another output path");
+}
+
+}  // namespace mpf
