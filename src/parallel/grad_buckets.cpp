@@ -12,10 +12,8 @@ namespace {
 // numbering over this stage's L blocks).
 int ready_event(int tensor, int64_t a, const Parameters& p, bool tied_wte) {
   const int L = static_cast<int>(p.sizes[2] / p.cfg.channels);  // ln1w: C per block held
-  const bool embedding = p.sizes[1] > 0;                        // wpe: first stage only
-  if (tensor == 0 && tied_wte) return L + 2;                    // after the schedule
-  if (tensor == 0) return embedding ? L + 1 : 0;     // the embedding's W, or the LM head's
-  if (tensor == 1) return L + 1;                     // wpe: the embedding's W
+  if (tensor == 0 && tied_wte) return L + 2;         // after the schedule: the stages' sum first
+  if (tensor == 0 || tensor == 1) return L + 1;      // wte, wpe: the embedding's W
   if (tensor >= kNumParameterTensors - 2) return 0;  // lnfw, lnfb: the head's W
   const int lowest_layer = static_cast<int>(a / (p.sizes[tensor] / L));
   return 1 + (L - 1 - lowest_layer);  // the lowest layer's W is last
