@@ -1,7 +1,7 @@
 # The human front end. CMake is the truth; every target here only installs, configures and calls.
 #   make run     the default training job (mpiexec -n $(NP), built-in corpus, no downloads)
 #   make test    the whole test suite (ctest)
-#   make bench   GPT-2 124M throughput table
+#   make bench   GPT-2 124M throughput table, then pipeline schedules vs the simulator
 #   make install PREFIX=/opt/mpiformer
 
 BUILD ?= build
@@ -44,12 +44,14 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
 
 # One core (the baseline for scaling), then the ways to use two: one rank with two threads; two
-# ranks with one thread each, data parallel and tensor parallel.
+# ranks with one thread each, data parallel and tensor parallel. Last, the pipeline schedules on
+# two ranks, measured against the simulator's prediction.
 bench: build
 	OMP_NUM_THREADS=1 mpiexec -n 1 $(BUILD)/mpiformer-bench
 	OMP_NUM_THREADS=2 mpiexec -n 1 $(BUILD)/mpiformer-bench
 	OMP_NUM_THREADS=1 mpiexec -n 2 $(BUILD)/mpiformer-bench
 	OMP_NUM_THREADS=1 mpiexec -n 2 $(BUILD)/mpiformer-bench --tp 2
+	bash ci/bench_pipeline.sh $(BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
