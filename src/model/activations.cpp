@@ -129,6 +129,10 @@ LayerActivations Activations::layer(int l) const {
   const int64_t C = cfg.channels, R = seq.rows, Rl = seq.local_rows;
   const int64_t tt = int64_t(B) * shard.heads * T * T;
   LayerActivations x;
+  if (chunk.recompute) {  // a store of block outputs only: the rest stay empty views
+    x.residual3 = slice(residual3, l * Rl * C, Rl * C);
+    return x;
+  }
   x.ln1 = slice(ln1, l * R * C, R * C);
   x.ln1_mean = slice(ln1_mean, l * Rl, Rl);
   x.ln1_rstd = slice(ln1_rstd, l * Rl, Rl);
