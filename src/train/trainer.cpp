@@ -50,6 +50,23 @@ std::string megabytes(int64_t bytes) {
   return buf;
 }
 
+// M, from --microbatches or --micro-batch-size; InputError unless it splits the DP rank's rows.
+int microbatch_count(const TrainOptions& o, int local_batch) {
+  if (o.micro_batch_size > 0) {
+    require(local_batch % o.micro_batch_size == 0,
+            "--micro-batch-size " + std::to_string(o.micro_batch_size) + " does not divide the " +
+                std::to_string(local_batch) + " rows of a DP rank's batch; use a divisor of " +
+                std::to_string(local_batch));
+    return local_batch / o.micro_batch_size;
+  }
+  const int M = o.microbatches > 0 ? o.microbatches : 1;
+  require(local_batch % M == 0, "the " + std::to_string(local_batch) +
+                                    " rows of a DP rank's batch do not split into --microbatches " +
+                                    std::to_string(M) +
+                                    "; use a --batch that is a multiple of dp x microbatches");
+  return M;
+}
+
 }  // namespace
 
 int choose_threads(int requested, MPI_Comm world) {
@@ -129,18 +146,7 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
 
   // The schedule and the pipeline's shape first: they decide what this rank holds.
   pp_schedule_ = pipeline::parse_schedule(opts.schedule);
-  int M = opts.microbatches > 0 ? opts.microbatches : 1;
-  if (opts.micro_batch_size > 0) {
-    require(local_batch_ % opts.micro_batch_size == 0,
-            "--micro-batch-size " + std::to_string(opts.micro_batch_size) +
-                " does not divide the " + std::to_string(local_batch_) +
-                " rows of a DP rank's batch; use a divisor of " + std::to_string(local_batch_));
-    M = local_batch_ / opts.micro_batch_size;
-  }
-  require(local_batch_ % M == 0,
-          "the " + std::to_string(local_batch_) +
-              " rows of a DP rank's batch do not split into --microbatches " + std::to_string(M) +
-              "; use a --batch that is a multiple of dp x microbatches");
+  const int M = microbatch_count(opts, local_batch_);
   micro_batch_ = local_batch_ / M;
   shape_ = {grid_->pp_size(), grid_->pp_rank(), opts.virtual_stages, M};
   pipeline::validate(shape_, pp_schedule_);
