@@ -62,6 +62,18 @@ void PipelineP2P::send(const float* buf, int mb, int chunk, Direction d, const c
   post_send(buf, mb, chunk, d, &sends_.back().request, verb);
 }
 
+void PipelineP2P::receive(float* buf, int mb, int chunk, Direction d, const char* verb) {
+  MPI_Request r;
+  post_recv(buf, mb, chunk, d, &r, verb);
+  wait(&r, 1);
+}
+
+void PipelineP2P::forget_completed_sends() {
+  sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
+                              [](const Send& s) { return s.request == MPI_REQUEST_NULL; }),
+               sends_.end());
+}
+
 void PipelineP2P::wait_for_sends() {
   for (Send& s : sends_) MPF_MPI_CHECK(MPI_Wait(&s.request, MPI_STATUS_IGNORE));
   sends_.clear();
@@ -71,9 +83,7 @@ void PipelineP2P::wait_for_send(const float* buf) {
   for (Send& s : sends_) {
     if (s.buf == buf) MPF_MPI_CHECK(MPI_Wait(&s.request, MPI_STATUS_IGNORE));
   }
-  sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
-                              [](const Send& s) { return s.request == MPI_REQUEST_NULL; }),
-               sends_.end());
+  forget_completed_sends();
 }
 
 bool PipelineP2P::in_flight(const float* buf) {
@@ -83,17 +93,13 @@ bool PipelineP2P::in_flight(const float* buf) {
     MPF_MPI_CHECK(MPI_Test(&s.request, &done, MPI_STATUS_IGNORE));
     if (!done && s.buf == buf) busy = true;
   }
-  sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
-                              [](const Send& s) { return s.request == MPI_REQUEST_NULL; }),
-               sends_.end());
+  forget_completed_sends();
   return busy;
 }
 
 void PipelineP2P::recv_forward(float* input, int mb, int chunk) {
   if (is_first(chunk)) return;
-  MPI_Request r;
-  post_recv(input, mb, chunk, kForward, &r, "recv_forward");
-  wait(&r, 1);
+  receive(input, mb, chunk, kForward, "recv_forward");
 }
 
 void PipelineP2P::send_forward(const float* output, int mb, int chunk) {
@@ -102,9 +108,7 @@ void PipelineP2P::send_forward(const float* output, int mb, int chunk) {
 
 void PipelineP2P::recv_backward(float* output_grad, int mb, int chunk) {
   if (is_last(chunk)) return;
-  MPI_Request r;
-  post_recv(output_grad, mb, chunk, kBackward, &r, "recv_backward");
-  wait(&r, 1);
+  receive(output_grad, mb, chunk, kBackward, "recv_backward");
 }
 
 void PipelineP2P::send_backward(const float* input_grad, int mb, int chunk) {
@@ -118,9 +122,7 @@ void PipelineP2P::send_forward_recv_backward(const float* output, int send_mb, i
   if (!is_last(send_chunk))
     send(output, send_mb, send_chunk, kForward, "send_forward_recv_backward");
   if (!is_last(recv_chunk)) {
-    MPI_Request r;
-    post_recv(output_grad, recv_mb, recv_chunk, kBackward, &r, "send_forward_recv_backward");
-    wait(&r, 1);
+    receive(output_grad, recv_mb, recv_chunk, kBackward, "send_forward_recv_backward");
   }
 }
 
@@ -130,9 +132,7 @@ void PipelineP2P::send_backward_recv_forward(const float* input_grad, int send_m
     send(input_grad, send_mb, send_chunk, kBackward, "send_backward_recv_forward");
   }
   if (!is_first(recv_chunk)) {
-    MPI_Request r;
-    post_recv(input, recv_mb, recv_chunk, kForward, &r, "send_backward_recv_forward");
-    wait(&r, 1);
+    receive(input, recv_mb, recv_chunk, kForward, "send_backward_recv_forward");
   }
 }
 

@@ -65,6 +65,10 @@ class PipelineP2P {
   void post_recv(float* buf, int mb, int chunk, Direction d, MPI_Request* req, const char* verb);
   void wait(MPI_Request* reqs, int n);
   void send(const float* buf, int mb, int chunk, Direction d, const char* verb);
+  // Posts a receive and waits for it.
+  void receive(float* buf, int mb, int chunk, Direction d, const char* verb);
+  // Drops the sends whose requests MPI has completed.
+  void forget_completed_sends();
 
   MPI_Comm pp_;
   int rank_ = 0, stages_ = 1, chunks_ = 1;
