@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
       std::vector<double> ms;
       {
         mpf::TrainingRun run(mpf::load_inputs(o, rank), MPI_COMM_WORLD);
-        ms = run.train();
+        ms = run.train().step_ms;
       }
       if (rank != 0) continue;
       // The first steps fault in pages and warm caches; the median of the rest is the figure.

@@ -1,5 +1,6 @@
 // mpiformer-train: a driver. Parses flags, builds a TrainingRun, trains. Input errors print once
-// (from the lowest failing rank, normally rank 0) and every rank exits with status 2.
+// (from the lowest failing rank, normally rank 0) and every rank exits with status 2; the run's
+// other outcomes have their own statuses (train/exit_status.hpp).
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -11,7 +12,9 @@
 #include "backends/gemm.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
+#include "train/exit_status.hpp"
 #include "train/options.hpp"
+#include "train/stop_signals.hpp"
 #include "train/trainer.hpp"
 #ifdef _OPENMP
 #include <omp.h>
@@ -19,6 +22,7 @@
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  mpf::install_stop_signals();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
@@ -31,7 +35,7 @@ int main(int argc, char** argv) {
   }
   if (mpf::any_rank_failed(MPI_COMM_WORLD, error)) {
     MPI_Finalize();
-    return 2;
+    return mpf::kExitBadInput;
   }
   if (opts.help) {
     if (rank == 0) std::fputs(mpf::usage().c_str(), stdout);
@@ -71,12 +75,12 @@ int main(int argc, char** argv) {
       if (mpf::any_rank_failed(MPI_COMM_WORLD, error)) run.reset();
     }
     if (!run) {
-      status = 2;
+      status = mpf::kExitBadInput;
     } else {
       try {
-        run->train();
+        status = run->train().status;
       } catch (const mpf::InputError& e) {
-        MPF_FATAL(e.what());  // e.g. the disk filled up while saving: the other ranks may wait
+        MPF_FATAL(e.what());  // one rank alone: the others may wait in a collective
       }
     }
   }

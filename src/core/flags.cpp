@@ -9,12 +9,14 @@
 
 namespace mpf::flags {
 
-void parse(int argc, const char* const* argv, const Table& table, const std::string& program,
-           const std::string& ignore_prefix) {
+std::set<std::string> parse(int argc, const char* const* argv, const Table& table,
+                            const std::string& program, const std::string& ignore_prefix) {
+  std::set<std::string> given;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
     if (const auto sw = table.switches.find(arg); sw != table.switches.end()) {
       sw->second();
+      given.insert(arg);
       continue;
     }
     if (!ignore_prefix.empty() && arg.rfind(ignore_prefix, 0) == 0) continue;
@@ -33,7 +35,9 @@ void parse(int argc, const char* const* argv, const Table& table, const std::str
       value = argv[++i];
     }
     it->second(arg, value);
+    given.insert(arg);
   }
+  return given;
 }
 
 int64_t to_int(const std::string& flag, const std::string& text) {

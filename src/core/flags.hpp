@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 
 namespace mpf::flags {
@@ -19,8 +20,9 @@ struct Table {
 
 // Applies argv[1..] to the table. `program` names the app in messages ("run <program> --help");
 // flags starting with `ignore_prefix` (e.g. "--kokkos-", consumed by a library) are skipped.
-void parse(int argc, const char* const* argv, const Table& table, const std::string& program,
-           const std::string& ignore_prefix = "");
+// Returns the flags that appeared (value flags and switches).
+std::set<std::string> parse(int argc, const char* const* argv, const Table& table,
+                            const std::string& program, const std::string& ignore_prefix = "");
 
 int64_t to_int(const std::string& flag, const std::string& text);
 int to_int32(const std::string& flag, const std::string& text);

@@ -100,6 +100,17 @@ void DataLoader::reset() {
   pos_ = 0;
 }
 
+void DataLoader::seek(const DataPosition& p) {
+  require(p.file >= 0 && p.file < int64_t(files_.size()) && p.token >= 0 &&
+              p.token <= files_[size_t(p.file)].size(),
+          "the checkpoint's data position (file " + std::to_string(p.file) + ", token " +
+              std::to_string(p.token) + ") lies outside the data given (" +
+              std::to_string(files_.size()) + " file(s), the first " + files_[0].path() +
+              "); pass the --data the checkpoint's run trained on");
+  file_ = size_t(p.file);
+  pos_ = p.token;
+}
+
 int64_t DataLoader::total_tokens() const {
   int64_t total = 0;
   for (const auto& f : files_) total += f.size();

@@ -17,6 +17,11 @@
 
 namespace mpf {
 
+// Where the next batch starts: a file of the resolved list and a token in it.
+struct DataPosition {
+  int64_t file = 0, token = 0;
+};
+
 class DataLoader {
  public:
   // `pattern` is one path, a comma-separated list of paths, or a glob ("data/train_*.bin"); a
@@ -33,6 +38,11 @@ class DataLoader {
 
   // Back to the first batch (validation restarts at the beginning each time).
   void reset();
+
+  // A resumed run continues where the saved one stopped. seek() throws InputError if the
+  // position lies outside these files.
+  DataPosition position() const { return {int64_t(file_), pos_}; }
+  void seek(const DataPosition& p);
 
   int B() const { return B_; }
   int T() const { return T_; }

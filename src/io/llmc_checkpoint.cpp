@@ -4,12 +4,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 
 #include "core/error.hpp"
+#include "io/checkpoint_info.hpp"
 #include "io/output_file.hpp"
 
 // The format is little-endian and is read and written with plain memcpy.
@@ -52,25 +54,40 @@ void read_exact(std::FILE* f, void* dst, size_t bytes, const std::string& path) 
               "); the file changed while being read or is unreadable");
 }
 
-// Reads and checks the header; leaves `f` positioned at the first parameter.
-GPTConfig read_header(std::FILE* f, int64_t bytes, const std::string& path) {
+// What a file with an llm.c-style header holds: the model file, or the optimizer state of a
+// training checkpoint (its own magic, two floats per parameter).
+struct HeaderKind {
+  int32_t magic, version;
+  int floats_per_parameter;
+  const char* name;
+};
+constexpr HeaderKind kModelFile{llmc::kCheckpointMagic, llmc::kCheckpointVersionFp32, 1,
+                                "llm.c GPT-2 model file"};
+constexpr HeaderKind kOptimizerFile{kOptimizerMagic, kOptimizerVersion, 2,
+                                    "mpiformer optimizer state file"};
+
+// Reads and checks the header and the file's size; leaves `f` positioned after the header.
+GPTConfig read_header(std::FILE* f, int64_t bytes, const std::string& path, const HeaderKind& k) {
   require(bytes >= kHeaderBytes, what(path) + ": " + std::to_string(bytes) +
                                      " bytes is too short for the 1024-byte header; the file is "
-                                     "truncated or not an llm.c model file");
+                                     "truncated or not an " +
+                                     k.name);
   int32_t h[kHeaderInts];
   read_exact(f, h, sizeof h, path);
   require(h[0] != llmc::kShardMagic,
           what(path) + ": this is an llm.c token shard, not a model file; pass a model checkpoint");
-  require(h[0] == llmc::kCheckpointMagic,
-          what(path) + ": bad magic " + std::to_string(h[0]) + " (expected " +
-              std::to_string(llmc::kCheckpointMagic) + "); not an llm.c GPT-2 model file");
-  require(h[1] != llmc::kCheckpointVersionBf16,
+  require(h[0] == k.magic, what(path) + ": bad magic " + std::to_string(h[0]) + " (expected " +
+                               std::to_string(k.magic) + "); not an " + k.name);
+  require(k.magic != llmc::kCheckpointMagic || h[1] != llmc::kCheckpointVersionBf16,
           what(path) +
               ": version 5 is llm.c's bf16 format; only fp32 (version 3) checkpoints are "
               "supported: export fp32 (llm.c train_gpt2.py writes gpt2_124M.bin in fp32)");
-  require(h[1] == llmc::kCheckpointVersionFp32,
+  require(h[1] == k.version,
           what(path) + ": unsupported version " + std::to_string(h[1]) +
-              "; only fp32 (version 3) checkpoints are supported: export fp32");
+              (k.magic == llmc::kCheckpointMagic
+                   ? "; only fp32 (version 3) checkpoints are supported: export fp32"
+                   : " of the " + std::string(k.name) + "; this mpiformer reads version " +
+                         std::to_string(k.version) + ": use the mpiformer that wrote it"));
   GPTConfig cfg;
   cfg.max_seq_len = h[2];
   cfg.vocab = h[3];
@@ -86,32 +103,50 @@ GPTConfig read_header(std::FILE* f, int64_t bytes, const std::string& path) {
                           double(cfg.layers) * (12 * C * C + 13 * C);
   require(estimate < 1e15, what(path) + ": header sizes (" + describe(cfg) +
                                ") are implausible; the header is corrupt");
-  const int64_t expected = kHeaderBytes + 4 * parameter_count(cfg);
+  const int64_t n = parameter_count(cfg);
+  const int64_t expected = kHeaderBytes + 4 * k.floats_per_parameter * n;
   require(bytes == expected, what(path) + ": size mismatch: expected " + std::to_string(expected) +
-                                 " bytes (1024 + 4 * " + std::to_string(parameter_count(cfg)) +
-                                 " parameters of " + describe(cfg) + "), the file has " +
-                                 std::to_string(bytes) + "; the file is truncated or corrupt");
+                                 " bytes (1024 + " + std::to_string(4 * k.floats_per_parameter) +
+                                 " * " + std::to_string(n) + " parameters of " + describe(cfg) +
+                                 "), the file has " + std::to_string(bytes) +
+                                 "; the file is truncated or corrupt");
   return cfg;
 }
 
-bool same_shape(const GPTConfig& a, const GPTConfig& b) {
-  return a.max_seq_len == b.max_seq_len && a.vocab == b.vocab && a.padded_vocab == b.padded_vocab &&
-         a.layers == b.layers && a.heads == b.heads && a.channels == b.channels;
+GPTConfig read_config(const std::string& path, const HeaderKind& kind) {
+  int64_t bytes = 0;
+  File f = open_for_reading(path, bytes);
+  return read_header(f.get(), bytes, path, kind);
 }
 
 }  // namespace
 
 GPTConfig read_checkpoint_config(const std::string& path) {
-  int64_t bytes = 0;
-  File f = open_for_reading(path, bytes);
-  return read_header(f.get(), bytes, path);
+  return read_config(path, kModelFile);
+}
+
+GPTConfig read_optimizer_config(const std::string& path) {
+  return read_config(path, kOptimizerFile);
+}
+
+void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
+  const HeaderKind& k = optimizer ? kOptimizerFile : kModelFile;
+  std::fill(h, h + kHeaderInts, 0);
+  h[0] = k.magic;
+  h[1] = k.version;
+  h[2] = cfg.max_seq_len;
+  h[3] = cfg.vocab;
+  h[4] = cfg.layers;
+  h[5] = cfg.heads;
+  h[6] = cfg.channels;
+  h[7] = cfg.padded_vocab;
 }
 
 void read_checkpoint_params(const std::string& path, const GPTConfig& cfg,
                             std::vector<float>& out) {
   int64_t bytes = 0;
   File f = open_for_reading(path, bytes);
-  const GPTConfig file_cfg = read_header(f.get(), bytes, path);
+  const GPTConfig file_cfg = read_header(f.get(), bytes, path, kModelFile);
   require(same_shape(file_cfg, cfg), what(path) + ": holds model " + describe(file_cfg) + " but " +
                                          describe(cfg) + " was expected; pass the " +
                                          "matching checkpoint or model sizes");
@@ -139,15 +174,8 @@ void write_checkpoint(const std::string& path, const GPTConfig& cfg,
   bool ok = f != nullptr;
   if (!ok) close(fd);
 
-  int32_t h[kHeaderInts] = {};
-  h[0] = llmc::kCheckpointMagic;
-  h[1] = llmc::kCheckpointVersionFp32;
-  h[2] = cfg.max_seq_len;
-  h[3] = cfg.vocab;
-  h[4] = cfg.layers;
-  h[5] = cfg.heads;
-  h[6] = cfg.channels;
-  h[7] = cfg.padded_vocab;
+  int32_t h[kHeaderInts];
+  make_header(cfg, /*optimizer=*/false, h);
   ok = ok && std::fwrite(h, sizeof h, 1, f.get()) == 1 &&
        std::fwrite(params.data(), sizeof(float), params.size(), f.get()) == params.size() &&
        std::fflush(f.get()) == 0 && fsync(fileno(f.get())) == 0;  // data on disk before rename

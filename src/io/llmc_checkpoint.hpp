@@ -17,6 +17,14 @@ namespace mpf {
 // whose size is not 1024 + 4 * parameter_count(cfg).
 GPTConfig read_checkpoint_config(const std::string& path);
 
+// The same checks for the optimizer file of a training checkpoint (checkpoint_info.hpp), whose
+// header has the model file's layout with its own magic and whose body is two floats per
+// parameter.
+GPTConfig read_optimizer_config(const std::string& path);
+
+// The 256-int32 header of a model file, or of a checkpoint's optimizer file.
+void make_header(const GPTConfig& cfg, bool optimizer, int32_t* header);
+
 // Reads all parameters (parameter_count(cfg) floats, llm.c order) into `out`. Throws InputError
 // if the file's header differs from cfg or the file is short.
 void read_checkpoint_params(const std::string& path, const GPTConfig& cfg, std::vector<float>& out);

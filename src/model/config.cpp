@@ -43,4 +43,9 @@ std::string describe(const GPTConfig& cfg) {
   return buf;
 }
 
+bool same_shape(const GPTConfig& a, const GPTConfig& b) {
+  return a.max_seq_len == b.max_seq_len && a.vocab == b.vocab && a.padded_vocab == b.padded_vocab &&
+         a.layers == b.layers && a.heads == b.heads && a.channels == b.channels;
+}
+
 }  // namespace mpf

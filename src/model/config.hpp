@@ -22,6 +22,9 @@ int pad_vocab(int vocab, int multiple = 128);
 // Vp >= V. `origin` says where the sizes came from ("flags", "checkpoint foo.bin").
 void validate(const GPTConfig& cfg, const std::string& origin);
 
+// Whether two configs describe the same model.
+bool same_shape(const GPTConfig& a, const GPTConfig& b);
+
 // Number of parameters, with the padded token table and the position table.
 int64_t parameter_count(const GPTConfig& cfg);
 

@@ -132,34 +132,32 @@ int64_t TpShard::global_index(int tensor, int64_t j) const {
   return l * global_layer + g;
 }
 
-namespace {
-// Calls f(local index, index in the full llm.c vector) for every element this shard holds.
-template <class F>
-void for_each_element(const TpShard& shard, F f) {
-  const auto full_sizes = parameter_sizes(shard.cfg);
-  const auto local_sizes = shard.sizes();
-  int64_t full_offset = 0, local_offset = 0;
-  for (int i = 0; i < kNumParameterTensors; ++i) {
-    for (int64_t j = 0; j < local_sizes[i]; ++j) {
-      const int64_t g = shard.global_index(i, j);
-      if (g >= 0) f(local_offset + j, full_offset + g);
-    }
-    full_offset += full_sizes[i];
-    local_offset += local_sizes[i];
+std::vector<ShardRun> shard_runs(const TpShard& shard, int tensor) {
+  // Walk the local tensor in granules, the longest stretches the split never cuts: a row of wte,
+  // a row's column slice, a head block of QKV rows, a layer's slice of the other per-layer
+  // tensors, the whole of a tensor that is not per layer.
+  const Layout lay = layouts(shard.cfg)[tensor];
+  const int64_t n = shard.sizes()[tensor];
+  int64_t granule = n;
+  if (lay.split == Split::VocabRows) {
+    granule = shard.cfg.channels;
+  } else if (per_layer(tensor) && n > 0) {
+    granule = n / shard.local_layers();  // one layer's slice
+    if (lay.split == Split::QkvRows) granule /= 3;
+    if (lay.split == Split::Columns) granule = lay.row / shard.size;
   }
-}
-}  // namespace
-
-void extract_shard(const TpShard& shard, const std::vector<float>& full,
-                   std::vector<float>& local) {
-  int64_t n = 0;
-  for (int64_t s : shard.sizes()) n += s;
-  local.assign(n, 0.0f);  // padded vocabulary rows stay zero
-  for_each_element(shard, [&](int64_t j, int64_t g) { local[j] = full[g]; });
-}
-
-void place_shard(const TpShard& shard, const float* local, std::vector<float>& full) {
-  for_each_element(shard, [&](int64_t j, int64_t g) { full[g] = local[j]; });
+  std::vector<ShardRun> runs;
+  for (int64_t j = 0; j < n; j += granule) {
+    const int64_t g = shard.global_index(tensor, j);
+    if (g < 0) continue;  // a padded vocabulary row
+    ShardRun* last = runs.empty() ? nullptr : &runs.back();
+    if (last && last->local + last->length == j && last->global + last->length == g) {
+      last->length += granule;
+    } else {
+      runs.push_back({j, g, granule});
+    }
+  }
+  return runs;
 }
 
 }  // namespace mpf

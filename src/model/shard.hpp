@@ -56,10 +56,14 @@ TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size);
 // the stage is only embedding or head) and the edge pieces it holds.
 TpShard restrict_to_stage(TpShard shard, std::vector<int> layers, bool embedding, bool head);
 
-// `full` is a whole model in llm.c's order (as in a checkpoint, cfg.padded_vocab rows of wte).
-// Copies this shard's elements out of it into `local`, laid out as the shard's slab.
-void extract_shard(const TpShard& shard, const std::vector<float>& full, std::vector<float>& local);
-// Writes a shard's elements (its slab layout) into their places in `full`.
-void place_shard(const TpShard& shard, const float* local, std::vector<float>& full);
+// A stretch of one tensor that is contiguous both in the shard and in the serial tensor: local
+// elements [local, local + length) are serial elements [global, global + length).
+struct ShardRun {
+  int64_t local = 0, global = 0, length = 0;
+};
+// The runs of tensor i this shard holds, ascending in both indices, merged where they touch;
+// padded vocabulary rows (no serial element) are left out. Checkpoint I/O reads and writes a
+// shard through these at their serial offsets, so any layout reads what any other wrote.
+std::vector<ShardRun> shard_runs(const TpShard& shard, int tensor);
 
 }  // namespace mpf

@@ -47,6 +47,11 @@ class AdamW {
   void step(float* params, const float* grads, float lr, float grad_scale);
 
   int64_t steps_taken() const { return t_; }
+  // A resumed run continues the bias correction where the checkpoint left it.
+  void set_steps_taken(int64_t t) { t_ = t; }
+  // The first and second moments, laid out as the segments' `state` offsets say (checkpoints).
+  const Slab& first_moment() const { return m_; }
+  const Slab& second_moment() const { return v_; }
   int64_t state_bytes() const { return 2 * int64_t(m_.extent(0)) * int64_t(sizeof(float)); }
   const std::vector<OptimizerSegment>& segments() const { return segments_; }
 

@@ -86,4 +86,14 @@ double allreduce_sum(double value, MPI_Comm comm) {
   return total;
 }
 
+std::string broadcast(const std::string& text, int root, MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  int length = rank == root ? static_cast<int>(text.size()) : 0;
+  MPF_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, root, comm));
+  std::string out = rank == root ? text : std::string(size_t(length), ' ');
+  MPF_MPI_CHECK(MPI_Bcast(out.data(), length, MPI_CHAR, root, comm));
+  return out;
+}
+
 }  // namespace mpf

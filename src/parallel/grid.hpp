@@ -67,5 +67,7 @@ class Grid {
 // Sums `count` floats over comm in place (returns at once on a 1-rank communicator).
 void allreduce_sum(float* data, int64_t count, MPI_Comm comm);
 double allreduce_sum(double value, MPI_Comm comm);
+// `text` as `root` has it, on every rank of comm.
+std::string broadcast(const std::string& text, int root, MPI_Comm comm);
 
 }  // namespace mpf

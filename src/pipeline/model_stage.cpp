@@ -73,6 +73,7 @@ void ModelStage::record(std::vector<StageEvent>* events, std::function<double()>
 
 template <class Op>
 void ModelStage::timed(const char* name, int mb, int chunk, Op op) {
+  if (on_op_) on_op_(name, mb, chunk);
   if (!events_) return op();
   const double start = clock_();
   op();

@@ -77,6 +77,10 @@ class ModelStage : public pipeline::StageOps {
   int64_t max_microbatches() const { return p2p_.max_microbatches(); }
   // Records every op into `events` (with times from `clock`, seconds) while set; null stops it.
   void record(std::vector<StageEvent>* events, std::function<double()> clock);
+  // Tells `listener` each op as it starts (its name, microbatch and chunk): the watchdog's phase.
+  void on_op(std::function<void(const char* name, int mb, int chunk)> listener) {
+    on_op_ = std::move(listener);
+  }
 
   void forward(int mb, int chunk) override;
   void backward_input(int mb, int chunk) override;
@@ -129,6 +133,7 @@ class ModelStage : public pipeline::StageOps {
   double loss_sum_ = 0.0;
   StageTimes times_;
   std::vector<StageEvent>* events_ = nullptr;
+  std::function<void(const char*, int, int)> on_op_;
   std::function<double()> clock_;
 };
 

@@ -71,6 +71,7 @@ TrainOptions parse_options(int argc, const char* const* argv) {
       {"--warmup", integer(o.warmup)},
       {"--lr-schedule", text(o.lr_schedule)},
       {"--final-lr-frac", real(o.final_lr_frac)},
+      {"--lr-decay-steps", integer(o.lr_decay_steps)},
       {"--tp", integer(o.tp)},
       {"--pp", integer(o.pp)},
       {"--dp", integer(o.dp)},
@@ -82,6 +83,14 @@ TrainOptions parse_options(int argc, const char* const* argv) {
       {"--schedule", text(o.schedule)},
       {"--virtual-stages", integer(o.virtual_stages)},
       {"--pp-layout", text(o.pp_layout)},
+      {"--save", text(o.save)},
+      {"--save-every", integer(o.save_every)},
+      {"--keep-last", integer(o.keep_last)},
+      {"--load", text(o.load)},
+      {"--load-step",
+       [&](const std::string& f, const std::string& v) { o.load_step = to_int(f, v); }},
+      {"--step-timeout",
+       [&](const std::string& f, const std::string& v) { o.step_timeout = to_double(f, v); }},
       {"--save-llmc", text(o.save_llmc)},
       {"--trace", text(o.trace)},
       {"--threads", integer(o.threads)},
@@ -97,7 +106,7 @@ TrainOptions parse_options(int argc, const char* const* argv) {
       {"--recompute", [&] { o.recompute = true; }},
   };
   // Kokkos consumes its own --kokkos-* flags in Kokkos::initialize.
-  flags::parse(argc, argv, table, "mpiformer-train", "--kokkos-");
+  o.given = flags::parse(argc, argv, table, "mpiformer-train", "--kokkos-");
 
   require(o.init_from.empty() || !o.model_sizes_given,
           "--init-from takes the model's sizes from the checkpoint; drop --layers/--heads/--dim/"
@@ -128,6 +137,21 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   require(o.dp_bucket_mb > 0, "--dp-bucket-mb must be positive, got " + number(o.dp_bucket_mb));
   require(o.zero == 0 || o.zero == 1,
           "--zero " + std::to_string(o.zero) + " is not a ZeRO stage this trainer has; use 0 or 1");
+  at_least("--lr-decay-steps", o.lr_decay_steps, 0);
+  at_least("--save-every", o.save_every, 0);
+  at_least("--keep-last", o.keep_last, 0);
+  at_least("--load-step", double(o.load_step), 0);
+  at_least("--step-timeout", o.step_timeout, 0);
+  require(o.given.count("--save") == 0 || !o.save.empty(),
+          "--save needs a directory; pass --save DIR");
+  require(o.given.count("--load") == 0 || !o.load.empty(),
+          "--load needs a directory; pass --load DIR");
+  require(o.save_every == 0 || !o.save.empty(),
+          "--save-every " + std::to_string(o.save_every) + " needs --save DIR to save into");
+  require(o.keep_last == 0 || !o.save.empty(),
+          "--keep-last " + std::to_string(o.keep_last) + " needs --save DIR");
+  require(o.load_step == 0 || !o.load.empty(),
+          "--load-step " + std::to_string(o.load_step) + " needs --load DIR to load from");
   at_least("--threads", o.threads, 0);
   at_least("--peak-gflops", o.peak_gflops, 0);
   return o;
@@ -161,6 +185,8 @@ optimizer (AdamW; decay on matrices only)
   --warmup N            linear warmup steps (default 0)
   --lr-schedule S       cosine (default) or constant, after warmup
   --final-lr-frac X     cosine decays to lr*X (default 0)
+  --lr-decay-steps N    the cosine's length in steps (default: --steps), so a run may stop early
+                        (--steps) and resume on the same schedule
 layout (world = tp x dp x pp ranks, tp fastest-varying)
   --tp T                tensor-parallel ranks (default 1)
   --pp P                pipeline stages (default 1)
@@ -181,12 +207,27 @@ layout (world = tp x dp x pp ranks, tp fastest-varying)
                         a fraction of the activation memory)
   --sequence-parallel   shard the LayerNorm/residual regions along the batch rows over the TP
                         ranks (Megatron's sequence parallelism; B*T per DP rank divisible by tp)
+checkpoints (the whole training state; any layout resumes from any other's)
+  --save DIR            save into DIR/step_NNNNNNNN at the end, on a signal and every --save-every
+                        steps; DIR/latest names the newest complete one
+  --save-every N        also save every N steps (default 0: at the end and on a signal only)
+  --keep-last K         keep the newest K checkpoints in DIR, removing older ones (default 0: all)
+  --load DIR            resume from DIR/latest; starts a new run (with a note) when DIR holds no
+                        checkpoint yet, so a job script can always pass --save DIR --load DIR
+  --load-step N         resume from DIR/step_N instead of the latest
+  SIGUSR1, SIGTERM or SIGINT (to any rank) finish the current step, save (with --save) and exit
+  with status 3; a second signal exits at once. Exit status: 0 done, 1 internal fault, 2 bad
+  input or checkpoint, 3 stopped by a signal, 4 diverged (non-finite loss or gradient norm: the
+  update is not applied), 5 watchdog (--step-timeout), 6 a save failed (the previous checkpoint
+  stays intact)
 output
   --save-llmc FILE      write the trained model as an llm.c checkpoint (never overwrites)
   --trace FILE.json     write every rank's measured timeline of the last step (forward,
                         backward, P2P, DP sync, optimizer) as a Chrome/Perfetto trace (never
                         overwrites)
 system
+  --step-timeout SEC    abort the whole job, naming the rank, step and phase, when a step (or a
+                        save, or a validation) runs longer than SEC seconds (default 0: never)
   --threads N           threads per rank (default: OMP_NUM_THREADS, else cores / ranks per node)
   --peak-gflops X       per-rank peak for MFU (default: measured with an sgemm at start-up)
   --help

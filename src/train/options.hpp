@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 namespace mpf {
@@ -25,6 +26,7 @@ struct TrainOptions {
   int warmup = 0;
   std::string lr_schedule = "cosine";
   float final_lr_frac = 0.0f;
+  int lr_decay_steps = 0;  // the schedule's length (Megatron's --lr-decay-iters); 0: --steps
   // Layout: world = tp x dp x pp (tp fastest); dp = 0 means world / (tp * pp).
   int tp = 1, pp = 1, dp = 0;
   // Microbatches per step (each DP rank's rows split evenly; or rows per microbatch) and the
@@ -41,6 +43,14 @@ struct TrainOptions {
   bool sequence_parallel = false;  // Megatron's sequence parallelism in the TP group
   bool recompute = false;          // full block recomputation: activations for compute
   int zero = 0;
+  // Checkpoints: the whole training state (checkpointing.hpp).
+  std::string save;       // --save DIR
+  int save_every = 0;     // steps between saves; 0: at the end (and on a signal) only
+  int keep_last = 0;      // checkpoints kept in DIR; 0: all
+  std::string load;       // --load DIR: resume from DIR/latest, or start fresh if none yet
+  int64_t load_step = 0;  // --load-step N instead of latest
+  // Faults: abort the job when a step (or a save, or a validation) runs longer than this.
+  double step_timeout = 0.0;  // seconds; 0: no watchdog
   // Output.
   std::string save_llmc;
   std::string trace;  // Chrome trace of the measured per-rank timeline
@@ -48,7 +58,8 @@ struct TrainOptions {
   int threads = 0;  // 0: OMP_NUM_THREADS, else the cores this rank may use / ranks per node
   double peak_gflops = 0.0;  // per rank, for MFU; 0: measure an sgemm at start-up
   bool help = false;
-  bool verbose = true;  // banner and step lines (benchmarks turn them off); not a flag
+  std::set<std::string> given;  // the flags on the command line (a resume keeps the others)
+  bool verbose = true;          // banner and step lines (benchmarks turn them off); not a flag
 };
 
 // Throws InputError for an unknown flag, a missing or malformed value, or a value out of range.

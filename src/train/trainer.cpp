@@ -12,14 +12,17 @@
 #include "backends/gemm.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "io/checkpoint_dir.hpp"
 #include "io/llmc_checkpoint.hpp"
 #include "io/output_file.hpp"
 #include "model/gpt.hpp"
 #include "model/shard.hpp"
 #include "mpiformer/config.hpp"
 #include "optim/grad_norm.hpp"
+#include "train/exit_status.hpp"
 #include "train/step_log.hpp"
 #include "train/step_trace.hpp"
+#include "train/stop_signals.hpp"
 
 namespace mpf {
 
@@ -98,27 +101,50 @@ int choose_threads(int requested, MPI_Comm world) {
   return threads;
 }
 
-RunInputs load_inputs(const TrainOptions& opts, int world_rank) {
+RunInputs load_inputs(const TrainOptions& given, int world_rank) {
   RunInputs in;
-  in.opts = opts;
-  in.cfg = model_config(opts);
+  in.opts = given;
+  in.resume = find_resume_point(given, in.notes);
+  if (in.resume) {
+    adopt_checkpoint_options(in.opts, in.resume->info, in.warnings);
+    if (!given.init_from.empty()) {
+      in.notes.push_back("--init-from " + given.init_from + " is not used: the run resumes from " +
+                         checkpoint::path(in.resume->root, in.resume->info.step));
+      in.opts.init_from.clear();
+    }
+  }
+  const TrainOptions& opts = in.opts;
+  in.cfg = in.resume ? in.resume->info.model : model_config(opts);
   const GPTConfig& cfg = in.cfg;
   require(opts.seq_len <= cfg.max_seq_len,
           "--seq-len " + std::to_string(opts.seq_len) + " exceeds the model's max_seq_len " +
               std::to_string(cfg.max_seq_len) +
               "; use --seq-len <= " + std::to_string(cfg.max_seq_len) +
-              (opts.init_from.empty() ? " or raise --max-seq-len" : ""));
+              (opts.init_from.empty() && !in.resume ? " or raise --max-seq-len" : ""));
   in.schedule.kind = parse_schedule_kind(opts.lr_schedule);
   in.schedule.lr = opts.lr;
   in.schedule.warmup = opts.warmup;
-  in.schedule.steps = opts.steps;
+  in.schedule.steps = opts.lr_decay_steps > 0 ? opts.lr_decay_steps : opts.steps;
   in.schedule.final_lr_frac = opts.final_lr_frac;
   in.train_data = std::make_unique<DataLoader>(opts.data, opts.batch, opts.seq_len, cfg.vocab);
   in.val_name = default_val_data(opts);
   if (!in.val_name.empty()) {
     in.val_data = std::make_unique<DataLoader>(in.val_name, opts.batch, opts.seq_len, cfg.vocab);
   }
-  if (!opts.init_from.empty()) read_checkpoint_params(opts.init_from, cfg, in.init_params);
+  if (in.resume) {
+    // Validation restarts at the beginning of its stream each time (llm.c's rule), so only the
+    // training stream's position matters.
+    const CheckpointInfo& c = in.resume->info;
+    in.train_data->seek({c.train_file, c.train_position});
+    if (in.train_data->total_tokens() != c.train_data_tokens || opts.data != c.train_data) {
+      in.warnings.push_back("--data " + opts.data + " (" +
+                            std::to_string(in.train_data->total_tokens()) +
+                            " tokens) is not the checkpoint's " + c.train_data + " (" +
+                            std::to_string(c.train_data_tokens) +
+                            " tokens): the run continues at the same file and token position");
+    }
+  }
+  check_save_directory(opts, in.resume ? in.resume->info.step + 1 : 1);
   if (world_rank == 0 && !opts.save_llmc.empty()) check_checkpoint_writable(opts.save_llmc);
   if (world_rank == 0 && !opts.trace.empty()) {
     check_new_output(opts.trace, "--trace " + opts.trace);
@@ -134,9 +160,11 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
       schedule_(in.schedule),
       train_data_(std::move(in.train_data)),
       val_data_(std::move(in.val_data)),
-      val_name_(in.val_name) {
+      val_name_(in.val_name),
+      resume_(in.resume),
+      notes_(in.notes),
+      warnings_(in.warnings) {
   const TrainOptions& opts = opts_;
-  std::vector<float>& loaded = in.init_params;
   grid_ = std::make_unique<Grid>(world, opts.tp, opts.pp, opts.dp);
   require(opts.batch % grid_->dp_size() == 0,
           "--batch " + std::to_string(opts.batch) + " does not split over " +
@@ -159,15 +187,6 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   // Padded to a multiple of the DP size so ZeRO's buckets split evenly.
   params_ = Parameters::allocate(shard_, "mpf::params", grid_->dp_size());
   grads_ = Parameters::allocate(shard_, "mpf::grads", grid_->dp_size());
-  if (loaded.empty()) {
-    initialize(params_, shard_, opts.seed);
-  } else {
-    std::vector<float> local;
-    extract_shard(shard_, loaded, local);
-    Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(local.data(),
-                                                                                  local.size());
-    Kokkos::deep_copy(params_.slab, host);
-  }
   AdamWConfig adam;
   adam.beta1 = opts.beta1;
   adam.beta2 = opts.beta2;
@@ -185,6 +204,21 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   } else {
     optimizer_ = std::make_unique<AdamW>(adam, cfg_, whole_tensor_segments(params_), params_.count);
   }
+  // The parameters: a checkpoint's (with the optimizer state), an llm.c file's, or fresh ones.
+  state_files_ = std::make_unique<StateFiles>(*grid_, shard_, params_, *optimizer_, zero);
+  if (in.resume) {
+    load_checkpoint(*state_files_, *in.resume);
+    const CheckpointInfo& c = in.resume->info;
+    optimizer_->set_steps_taken(c.step);
+    first_step_ = int(c.step) + 1;
+    tokens_seen_ = c.tokens_seen;
+    newest_checkpoint_ = checkpoint::path(in.resume->root, c.step);
+  } else if (!opts.init_from.empty()) {
+    load_model_file(*state_files_, opts.init_from);
+  } else {
+    initialize(params_, shard_, opts.seed);
+  }
+  watchdog_ = std::make_unique<Watchdog>(opts.step_timeout, grid_->world_rank());
   require(!opts.sequence_parallel || (int64_t(micro_batch_) * opts.seq_len) % grid_->tp_size() == 0,
           "--sequence-parallel splits the " + std::to_string(micro_batch_ * opts.seq_len) +
               " rows of a microbatch over " + std::to_string(grid_->tp_size()) +
@@ -267,43 +301,84 @@ double TrainingRun::global_grad_norm() const {
   return std::sqrt(allreduce_sum(local, grid_->pp_comm()));
 }
 
-void TrainingRun::save_checkpoint() const {
-  // DP replicas are identical: the ranks of DP rank 0 (every TP rank of every stage) gather their
-  // shards to world rank 0, which places each into the full model and writes.
-  if (opts_.save_llmc.empty()) return;
-  MPI_Comm holders;
-  MPF_MPI_CHECK(MPI_Comm_split(grid_->world_comm(), grid_->dp_rank() == 0 ? 0 : MPI_UNDEFINED,
-                               grid_->world_rank(), &holders));
-  if (holders == MPI_COMM_NULL) return;
-  std::vector<float> local(params_.count);
-  Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(local.data(),
-                                                                                local.size());
-  Kokkos::deep_copy(view, params_.slab);
-  require(local.size() <= size_t(INT_MAX), "a shard over 2^31 floats cannot be saved");
-  int n = 0;
-  MPI_Comm_size(holders, &n);
-  const int count = int(local.size());
-  std::vector<int> counts(n), offsets(n);
-  MPF_MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, holders));
-  int64_t total = 0;
-  for (int i = 0; i < n; ++i) {
-    offsets[i] = int(total);
-    total += counts[i];
+bool TrainingRun::save_llmc() const {
+  if (opts_.save_llmc.empty()) return true;
+  const std::string error = save_model_file(*state_files_, grid_->world_comm(), opts_.save_llmc);
+  if (is_root()) {
+    if (error.empty()) {
+      std::printf("saved %s\n", opts_.save_llmc.c_str());
+    } else {
+      std::fprintf(stderr, "error: --save-llmc %s\n", error.c_str());
+    }
   }
-  require(!is_root() || total <= INT_MAX, "a model over 2^31 floats cannot be gathered to save");
-  std::vector<float> shards(is_root() ? total : 0);
-  MPF_MPI_CHECK(MPI_Gatherv(local.data(), count, MPI_FLOAT, shards.data(), counts.data(),
-                            offsets.data(), MPI_FLOAT, 0, holders));
-  MPI_Comm_free(&holders);
-  if (!is_root()) return;
-  // Holder i is world rank tp + T·D·pp with dp = 0: i = tp + T·pp.
-  std::vector<float> full(parameter_count(cfg_), 0.0f);
-  const int T = grid_->tp_size();
-  for (int i = 0; i < n; ++i) {
-    place_shard(stage_shard(i % T, i / T), shards.data() + offsets[i], full);
+  return error.empty();
+}
+
+CheckpointInfo TrainingRun::checkpoint_info(int step) const {
+  CheckpointInfo c;
+  c.step = step;
+  c.model = cfg_;
+  c.seed = opts_.seed;
+  c.batch = opts_.batch;
+  c.seq_len = opts_.seq_len;
+  c.steps = opts_.steps;
+  c.lr_decay_steps = schedule_.steps;
+  c.warmup = opts_.warmup;
+  c.lr = opts_.lr;
+  c.beta1 = opts_.beta1;
+  c.beta2 = opts_.beta2;
+  c.eps = opts_.eps;
+  c.weight_decay = opts_.weight_decay;
+  c.grad_clip = opts_.grad_clip;
+  c.final_lr_frac = opts_.final_lr_frac;
+  c.lr_schedule = opts_.lr_schedule;
+  c.train_data = opts_.data;
+  c.train_data_tokens = train_data_->total_tokens();
+  c.train_file = train_data_->position().file;
+  c.train_position = train_data_->position().token;
+  c.tokens_seen = tokens_seen_;
+  c.val_data = val_name_;
+  if (val_data_) {
+    c.val_file = val_data_->position().file;
+    c.val_position = val_data_->position().token;
   }
-  write_checkpoint(opts_.save_llmc, cfg_, full);
-  std::printf("saved %s\n", opts_.save_llmc.c_str());
+  c.tp = grid_->tp_size();
+  c.pp = grid_->pp_size();
+  c.dp = grid_->dp_size();
+  c.virtual_stages = shape_.virtual_stages;
+  c.schedule = pipeline::schedule_name(pp_schedule_);
+  c.microbatches = shape_.microbatches;
+  for (const LayerRange& r : layer_ranges_) {
+    c.pp_layout += (c.pp_layout.empty() ? "" : ",") + std::to_string(r.size());
+  }
+  c.zero = dp_grads_->zero() ? 1 : 0;
+  c.sequence_parallel = opts_.sequence_parallel;
+  return c;
+}
+
+bool TrainingRun::save(int step) {
+  watchdog_->begin("save of step", step);
+  const SaveReport r = save_checkpoint(*state_files_, grid_->world_comm(), opts_.save,
+                                       checkpoint_info(step), opts_.keep_last);
+  if (is_root()) {
+    for (const std::string& note : r.notes) std::printf("checkpoint: %s\n", note.c_str());
+    if (r.error.empty()) {
+      std::printf("checkpoint: saved step %d to %s | %.2f GB in %.2f s = %.2f GB/s\n", step,
+                  r.path.c_str(), r.bytes / 1e9, r.seconds, r.bytes / 1e9 / r.seconds);
+    } else {
+      std::fprintf(
+          stderr,
+          "error: saving the checkpoint of step %d failed: %s. Nothing of it is visible; "
+          "%s\n",
+          step, r.error.c_str(),
+          newest_checkpoint_.empty()
+              ? "there is no earlier checkpoint"
+              : (newest_checkpoint_ + " and " + opts_.save + "/latest are intact").c_str());
+    }
+    std::fflush(stdout);
+  }
+  if (r.error.empty()) newest_checkpoint_ = r.path;
+  return r.error.empty();
 }
 
 void TrainingRun::report_stages(const double compute_ms[2], const int64_t compute_ops[2]) const {
@@ -327,6 +402,8 @@ void TrainingRun::report_stages(const double compute_ms[2], const int64_t comput
 
 void TrainingRun::print_banner(double peak_gflops) const {
   if (!is_root()) return;
+  for (const std::string& w : warnings_) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  for (const std::string& n : notes_) std::printf("note: %s\n", n.c_str());
   const char* kernels = kSplitOverOpenMP ? "Kokkos Serial, kernels split over OpenMP threads"
                                          : "Kokkos default execution space";
   std::printf("mpiformer %s | %d threads/rank | %s | BLAS: %s\n", MPIFORMER_VERSION,
@@ -366,13 +443,37 @@ void TrainingRun::print_banner(double peak_gflops) const {
       "final frac %g\n",
       opts_.lr, opts_.beta1, opts_.beta2, opts_.eps, opts_.weight_decay, opts_.grad_clip,
       opts_.lr_schedule.c_str(), opts_.warmup, opts_.final_lr_frac);
+  if (resume_) {
+    const CheckpointInfo& c = resume_->info;
+    std::printf(
+        "resumed: %s, step %lld of %d, %lld tokens trained on | saved by tp %d x dp %d x pp %d "
+        "(%s, V %d, ZeRO %d%s)\n",
+        newest_checkpoint_.c_str(), static_cast<long long>(c.step), opts_.steps,
+        static_cast<long long>(c.tokens_seen), c.tp, c.dp, c.pp, c.schedule.c_str(),
+        c.virtual_stages, c.zero, c.sequence_parallel ? ", sequence parallel" : "");
+  }
+  if (!opts_.save.empty()) {
+    std::string when = "at the end";
+    if (opts_.save_every > 0)
+      when = "every " + std::to_string(opts_.save_every) + " steps and " + when;
+    if (opts_.keep_last > 0) when += ", keeping the newest " + std::to_string(opts_.keep_last);
+    std::printf("checkpoints: %s, %s\n", opts_.save.c_str(), when.c_str());
+  }
   std::printf("MFU: (6N' + 12LTC) x tokens = %.2f GFLOP/step vs peak %.1f GFLOP/s/rank (%s)\n",
               flops_per_token(cfg_, opts_.seq_len) * opts_.batch * opts_.seq_len / 1e9, peak_gflops,
               opts_.peak_gflops > 0 ? "--peak-gflops" : "sgemm, measured");
   std::fflush(stdout);
 }
 
-std::vector<double> TrainingRun::train() {
+TrainResult TrainingRun::train() {
+  TrainResult result;
+  if (first_step_ > opts_.steps) {
+    if (is_root()) {
+      std::printf("resumed at step %d of --steps %d: the run is complete, nothing to train\n",
+                  first_step_ - 1, opts_.steps);
+    }
+    return result;
+  }
   const double peak_gflops = opts_.peak_gflops > 0 ? opts_.peak_gflops : measure_peak_gflops();
   const double peak_flops = allreduce_sum(peak_gflops * 1e9, grid_->world_comm());
   const double tokens = double(opts_.batch) * opts_.seq_len;
@@ -381,21 +482,28 @@ std::vector<double> TrainingRun::train() {
   // then gives the gradient of the global mean.
   const float dloss = static_cast<float>(1.0 / tokens);
   if (opts_.verbose) print_banner(peak_gflops);
-  std::vector<double> step_ms;
+  Watchdog& watchdog = *watchdog_;
+  stage_->on_op(
+      [&watchdog](const char* name, int mb, int chunk) { watchdog.phase(name, mb, chunk); });
 
   auto report_val = [&](int step) {
     if (!val_data_) return;
+    watchdog.begin("validation after step", step);
     const double loss = validate();
     if (is_root() && opts_.verbose) std::printf("val step %d | loss %.6f\n", step, loss);
   };
-  if (opts_.val_every > 0) report_val(0);
+  if (opts_.val_every > 0 && first_step_ == 1) report_val(0);
 
   double time_after_first = 0.0, last_loss = 0.0;
   double compute_ms[2] = {0, 0};  // forward, backward over the timed steps
   int64_t compute_ops[2] = {0, 0};
   PhaseTimers phases;
   StepTrace trace;
-  for (int step = 1; step <= opts_.steps; ++step) {
+  int step = first_step_;
+  for (; step <= opts_.steps; ++step) {
+    watchdog.begin("step", step);
+    // The first step of a run warms caches and pools: it is not timed.
+    const bool timed = step > first_step_ || opts_.steps == first_step_;
     // The last step is the one traced: caches and pools are warm by then.
     const bool traced = !opts_.trace.empty() && step == opts_.steps;
     if (traced) {
@@ -403,8 +511,9 @@ std::vector<double> TrainingRun::train() {
       stage_->record(trace.events(), [&trace] { return trace.now(); });
     }
     Stopwatch sw;
-    phases.set_enabled(step > 1);
+    phases.set_enabled(step > first_step_);
     phases.start();
+    watchdog.phase("data");
     load_batch(*train_data_);
     phases.mark(PhaseTimers::kData);
     fill(grads_.slab.data(), grads_.count, 0.0f);
@@ -413,26 +522,53 @@ std::vector<double> TrainingRun::train() {
     if (opts_.overlap_grad_reduce) overlap = [this](int event) { dp_grads_->start_ready(event); };
     stage_->begin_step(&inputs_, &targets_, &params_.t, &grads_.t, dloss, overlap);
     pipeline::run_schedule(pp_schedule_, *stage_, shape_);
+    watchdog.phase("end of the schedule (completing sends)");
     stage_->end_step();
+    watchdog.phase("loss all-reduce");
     last_loss = global_mean_loss(stage_->loss_sum());
     phases.mark(PhaseTimers::kSchedule);
     const double sync_start = trace.now();
-    if (step > 1 || opts_.steps == 1) {
+    if (timed) {
       compute_ms[0] += stage_->times().forward;
       compute_ms[1] += stage_->times().backward;
       compute_ops[0] += stage_->times().forwards;
       compute_ops[1] += stage_->times().backwards;
     }
+    watchdog.phase("tied-embedding all-reduce");
     allreduce_tied_embedding();
+    watchdog.phase("data-parallel gradient all-reduce");
     dp_grads_->finish();
     phases.mark(PhaseTimers::kDpComm);
     const double optimizer_start = trace.now();
+    watchdog.phase("gradient norm all-reduce");
     const double norm = global_grad_norm();
+    // Every rank holds the same loss and norm (all-reduced): they stop together, before an
+    // update that would spread the non-finite values into the parameters.
+    if (!std::isfinite(last_loss) || !std::isfinite(norm)) {
+      if (is_root()) {
+        std::fprintf(stderr,
+                     "error: step %d: loss %g, gradient norm %g: training diverged; the update was "
+                     "not applied and nothing was saved. %s\n",
+                     step, last_loss, norm,
+                     newest_checkpoint_.empty()
+                         ? "There is no checkpoint of this run (--save DIR keeps them)."
+                         : ("The newest checkpoint is " + newest_checkpoint_ +
+                            ": resume from it (with a lower --lr, say)")
+                               .c_str());
+      }
+      result.status = kExitDiverged;
+      break;
+    }
     const float lr = learning_rate(schedule_, step - 1);
     const float* grads = dp_grads_->zero() ? dp_grads_->shard_grads() : grads_.slab.data();
+    watchdog.phase("optimizer");
     optimizer_->step(params_.slab.data(), grads, lr, clip_scale(norm, opts_.grad_clip));
-    if (dp_grads_->zero()) dp_grads_->allgather_params(params_.slab.data());
+    if (dp_grads_->zero()) {
+      watchdog.phase("ZeRO parameter all-gather");
+      dp_grads_->allgather_params(params_.slab.data());
+    }
     phases.mark(PhaseTimers::kOptimizer);
+    tokens_seen_ += int64_t(tokens);
     if (traced) {
       Kokkos::fence();
       trace.add("grad sync", sync_start, optimizer_start);
@@ -440,33 +576,60 @@ std::vector<double> TrainingRun::train() {
       stage_->record(nullptr, {});
     }
     const double ms = sw.seconds() * 1e3;
-    step_ms.push_back(ms);
-    if (step > 1) time_after_first += ms;
+    result.step_ms.push_back(ms);
+    if (timed) time_after_first += ms;
     if (is_root() && opts_.verbose &&
-        (step % opts_.log_every == 0 || step == opts_.steps || step == 1)) {
+        (step % opts_.log_every == 0 || step == opts_.steps || step == first_step_)) {
       std::printf("%s\n", format_step({step, opts_.steps, last_loss, norm, ms, lr}, tokens,
                                       flops_per_step, peak_flops)
                               .c_str());
       std::fflush(stdout);
     }
-    if (opts_.val_every > 0 && (step % opts_.val_every == 0 || step == opts_.steps)) {
+    // The step boundary: the ranks agree whether any of them was asked to stop.
+    watchdog.phase("stop-signal agreement");
+    const int signal = agree_on_stop(grid_->world_comm());
+    if (!signal && opts_.val_every > 0 && (step % opts_.val_every == 0 || step == opts_.steps)) {
       report_val(step);
     }
+    const bool save_due =
+        !opts_.save.empty() &&
+        (signal || step == opts_.steps || (opts_.save_every > 0 && step % opts_.save_every == 0));
+    if (save_due && !save(step)) {
+      result.status = kExitSaveFailed;
+      break;
+    }
+    if (signal) {
+      if (is_root()) {
+        std::printf(
+            "%s received: stopped after step %d; %s; exit status %d\n", signal_name(signal), step,
+            opts_.save.empty()
+                ? "nothing saved (no --save)"
+                : ("saved " + newest_checkpoint_ + ", resume with --load " + opts_.save).c_str(),
+            int(kExitSignalled));
+        std::fflush(stdout);
+      }
+      result.status = kExitSignalled;
+      break;
+    }
   }
-  if (is_root() && opts_.verbose) {
-    const int timed = opts_.steps > 1 ? opts_.steps - 1 : 1;
-    const double ms = opts_.steps > 1 ? time_after_first / timed : 0.0;
+  watchdog.stop();
+  const int last = std::min(step, opts_.steps);
+  if (is_root() && opts_.verbose && result.status != kExitDiverged) {
+    const int timed = last > first_step_ ? last - first_step_ : 1;
+    const double ms = last > first_step_ ? time_after_first / timed : 0.0;
     std::printf(
-        "summary | steps %d | final loss %.6f | %.1f ms/step (steps 2..%d) | %.0f tok/s | "
+        "summary | steps %d | final loss %.6f | %.1f ms/step (steps %d..%d) | %.0f tok/s | "
         "MFU %.1f%%\n",
-        opts_.steps, last_loss, ms, opts_.steps, ms > 0 ? tokens / (ms / 1e3) : 0.0,
+        last, last_loss, ms, std::min(first_step_ + 1, last), last,
+        ms > 0 ? tokens / (ms / 1e3) : 0.0,
         ms > 0 ? 100.0 * flops_per_step / (ms / 1e3) / peak_flops : 0.0);
     std::printf("%s\n", phases.summary().c_str());
   }
+  if (result.status != kExitDone) return result;
   report_stages(compute_ms, compute_ops);
-  save_checkpoint();
+  if (!save_llmc()) result.status = kExitSaveFailed;
   if (!opts_.trace.empty()) trace.write(opts_.trace, *grid_);
-  return step_ms;
+  return result;
 }
 
 }  // namespace mpf

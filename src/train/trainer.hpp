@@ -1,9 +1,11 @@
-// A training run: builds the model, data and optimizer from the options, then runs the steps.
-// Each step reads as its phases, each timed (STYLE.md 9):
+// A training run: builds the model, data and optimizer from the options (or resumes one from a
+// checkpoint), then runs the steps. Each step reads as its phases, each timed (STYLE.md 9):
 //   data -> zero grads -> forward -> backward -> DP grad sync -> grad norm / clip -> AdamW
+// and ends at a boundary where the ranks agree whether to stop (a signal), and may save.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +19,10 @@
 #include "pipeline/layer_ownership.hpp"
 #include "pipeline/model_stage.hpp"
 #include "pipeline/schedule.hpp"
+#include "train/checkpointing.hpp"
 #include "train/options.hpp"
+#include "train/state_files.hpp"
+#include "train/watchdog.hpp"
 
 namespace mpf {
 
@@ -25,26 +30,35 @@ namespace mpf {
 // so a rank that fails here never leaves the others waiting in a collective: the app agrees on
 // the outcome (any_rank_failed) before building the run.
 struct RunInputs {
-  TrainOptions opts;
+  TrainOptions opts;  // as given, with a resumed run's settings taken from its checkpoint
   GPTConfig cfg;
   LRSchedule schedule;
   std::unique_ptr<DataLoader> train_data, val_data;
   std::string val_name;
-  std::vector<float> init_params;  // the --init-from checkpoint's parameters, else empty
+  std::optional<ResumePoint> resume;         // --load found a checkpoint
+  std::vector<std::string> notes, warnings;  // for rank 0 to print
 };
 
-// Throws InputError for any bad file or flag. Rank 0 also checks that --save-llmc can be written.
+// Throws InputError for any bad file or flag, or a checkpoint that cannot be resumed. Rank 0 also
+// checks that --save-llmc and --trace can be written.
 RunInputs load_inputs(const TrainOptions& opts, int world_rank);
+
+struct TrainResult {
+  std::vector<double> step_ms;  // each step's wall time (as rank 0 measured it)
+  int status = 0;               // exit_status.hpp, the same on every rank
+};
 
 class TrainingRun {
  public:
   // Collective over `world`. Throws InputError, on every rank alike, if the layout does not fit
-  // (the batch does not split over the data-parallel ranks).
+  // (the batch does not split over the data-parallel ranks) or a checkpoint or --init-from file
+  // does not load (unreadable, corrupt, non-finite).
   TrainingRun(RunInputs inputs, MPI_Comm world);
 
-  // Runs opts.steps steps, logging on rank 0; writes --save-llmc at the end. Returns each step's
-  // wall time in milliseconds (as rank 0 measured it).
-  std::vector<double> train();
+  // Runs the steps up to opts.steps, logging on rank 0, saving as --save asks; writes
+  // --save-llmc at the end. Stops early, with the status saying why, on a signal, a non-finite
+  // loss or gradient norm (before that step's update), or a failed save.
+  TrainResult train();
 
   // Mean per-token loss over the global batch, from this rank's sum (every rank gets it).
   double global_mean_loss(double local_sum) const;
@@ -54,7 +68,11 @@ class TrainingRun {
  private:
   void load_batch(DataLoader& loader);
   double validate();
-  void save_checkpoint() const;
+  // Collective: --save's checkpoint after `step`; false (rank 0 has said why) if it failed.
+  bool save(int step);
+  CheckpointInfo checkpoint_info(int step) const;
+  // Collective: --save-llmc; false if it failed.
+  bool save_llmc() const;
   void print_banner(double peak_gflops) const;
   // Collective: rank 0 prints each stage's peak activations and mean F/B times.
   void report_stages(const double compute_ms[2], const int64_t compute_ops[2]) const;
@@ -75,6 +93,13 @@ class TrainingRun {
   Parameters params_, grads_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<DataParallelGrads> dp_grads_;
+  std::unique_ptr<StateFiles> state_files_;
+  int first_step_ = 1;             // 1, or the step after the resumed checkpoint's
+  int64_t tokens_seen_ = 0;        // training tokens through the model so far, over the whole run
+  std::string newest_checkpoint_;  // the last saved or loaded, for messages
+  std::unique_ptr<Watchdog> watchdog_;
+  std::optional<ResumePoint> resume_;
+  std::vector<std::string> notes_, warnings_;
   int micro_batch_ = 0;  // rows of one microbatch
   pipeline::Schedule pp_schedule_ = pipeline::Schedule::kOneFOneB;
   pipeline::PipelineShape shape_;         // this rank's: P, its stage, V, M

@@ -1,0 +1,59 @@
+// The checkpoint directory of a training run (--save DIR, --load DIR):
+//
+//   DIR/step_00001000/model_00001000.bin      parameters: an llm.c model file (--init-from reads
+//   it) DIR/step_00001000/optimizer_00001000.bin  AdamW's m and v, whole tensors in the same order
+//   DIR/step_00001000/state_00001000.txt      the rest of the state (checkpoint_info.hpp)
+//   DIR/latest                                one line naming the newest complete checkpoint
+//
+// A checkpoint becomes visible only when complete: it is written into
+// DIR/step_00001000.partial-<host>-<pid>, its files synced, and the directory renamed into place
+// (never over an existing one); `latest` is then replaced through a synced temporary and a rename.
+// A crash at any point leaves the previous checkpoint and `latest` as they were.
+//
+// Everything here is POSIX on one rank (world rank 0 saves the directory entries; every rank may
+// read them): the tensors themselves are written collectively by checkpointing.hpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mpf::checkpoint {
+
+std::string name(int64_t step);  // "step_00001000"
+std::string path(const std::string& root, int64_t step);
+std::string model_file(const std::string& root, int64_t step);
+std::string optimizer_file(const std::string& root, int64_t step);
+std::string state_file(const std::string& root, int64_t step);
+// The same files inside a directory that is not (yet) at its final name.
+std::string model_file_in(const std::string& dir, int64_t step);
+std::string optimizer_file_in(const std::string& dir, int64_t step);
+std::string state_file_in(const std::string& dir, int64_t step);
+
+// Steps of the checkpoint directories in root (named step_NNNNNNNN), ascending; none if root does
+// not exist.
+std::vector<int64_t> list_steps(const std::string& root);
+// Directories of interrupted saves (step_NNNNNNNN.partial-*) in root.
+std::vector<std::string> list_partial(const std::string& root);
+// The step root/latest names, or -1 if root has no `latest`. Throws InputError if it is not one
+// line naming a checkpoint.
+int64_t read_latest(const std::string& root);
+
+// Rank 0's side of a save. Each returns "" on success, else what went wrong.
+// Creates root (and its parents) if missing, then the partial directory for `step`, whose path
+// goes to `partial`.
+std::string create_partial(const std::string& root, int64_t step, std::string& partial);
+// Writes a small text file durably (exclusive create, fsync); the directory entry is synced with
+// the directory.
+std::string write_text(const std::string& path, const std::string& text);
+// Syncs the partial directory, renames it to root/step_NNNNNNNN (failing if that exists), syncs
+// root, then points `latest` at it.
+std::string commit(const std::string& root, int64_t step, const std::string& partial);
+// Removes a checkpoint or partial directory of `step`: the three files this program writes
+// there, then the directory. Anything else in it (a user's file) is left, and so is the
+// directory: the returned text says so.
+std::string remove(const std::string& dir, int64_t step);
+// The step of a partial directory's path (list_partial), -1 if it is not one.
+int64_t partial_step(const std::string& dir);
+
+}  // namespace mpf::checkpoint

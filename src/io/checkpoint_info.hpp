@@ -1,0 +1,55 @@
+// state_NNNNNNNN.txt, the part of a checkpoint that is not a tensor: `key = value` lines a person
+// can read and a script can parse. What a resumed run needs to be the same run (the step, hence
+// the learning rate; where the data continues), what it must agree with (the model, the options
+// that define the run), the layout that wrote it (for the record: any layout may load it), and a
+// checksum of every tensor in the two binary files (parallel_file.hpp's Digest).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "model/config.hpp"
+#include "model/parameters.hpp"
+
+namespace mpf {
+
+// Bumped whenever the files' meaning changes; a checkpoint of another version is refused.
+inline constexpr int kCheckpointFormat = 1;
+// The optimizer file: an llm.c-style header (256 int32: magic, version, the model's sizes as in
+// the model file, then the element count N as two int32 halves), then m (N floats) and v (N
+// floats), each in the model file's order.
+inline constexpr int32_t kOptimizerMagic = 20261123;
+inline constexpr int32_t kOptimizerVersion = 1;
+
+struct CheckpointInfo {
+  int format = kCheckpointFormat;
+  int64_t step = 0;  // optimizer steps taken; the next run starts at step + 1
+  GPTConfig model;
+  // The run's options. Must match on resume: seed and the optimizer's settings. May change:
+  // batch and seq_len (with a warning), steps and lr_decay_steps (a note).
+  uint64_t seed = 0;
+  int batch = 0, seq_len = 0, steps = 0, lr_decay_steps = 0, warmup = 0;
+  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0, final_lr_frac = 0;
+  std::string lr_schedule;
+  // The data: where the next training batch starts (file index in the resolved list, token in
+  // that file), the tokens trained on so far, and the validation stream's position.
+  std::string train_data, val_data;
+  int64_t train_data_tokens = 0;  // tokens in all training files, to notice changed data
+  int64_t train_file = 0, train_position = 0, tokens_seen = 0;
+  int64_t val_file = 0, val_position = 0;
+  // The layout that wrote it.
+  int tp = 1, pp = 1, dp = 1, virtual_stages = 1, zero = 0, microbatches = 1;
+  bool sequence_parallel = false;
+  std::string schedule, pp_layout;
+  // Checksums of each tensor of the model file, and of m and v in the optimizer file.
+  std::array<uint64_t, kNumParameterTensors> params_checksum{}, m_checksum{}, v_checksum{};
+};
+
+std::string to_text(const CheckpointInfo& info);
+
+// Reads and checks a state file. Throws InputError naming the file and the field for a missing
+// file, a format version other than kCheckpointFormat, a missing or malformed field.
+CheckpointInfo read_checkpoint_info(const std::string& path);
+
+}  // namespace mpf

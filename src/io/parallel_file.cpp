@@ -1,0 +1,283 @@
+#include "io/parallel_file.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "core/error.hpp"
+#include "core/types.hpp"
+#include "parallel/grid.hpp"
+
+namespace mpf {
+
+namespace {
+
+// The largest staging buffer (floats) a rank uses: 64 MiB, or its largest section if smaller, so
+// a transfer holds at most one tensor's worth beyond the training state.
+constexpr int64_t kMaxStaging = int64_t(1) << 24;
+// MPI counts and block lengths are int: longer runs are cut.
+constexpr int64_t kMaxBlock = int64_t(1) << 30;
+
+// MurmurHash3's 64-bit finaliser: a bijection, so for a fixed position two different values never
+// give the same term.
+inline uint64_t fmix64(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdULL;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ULL;
+  k ^= k >> 33;
+  return k;
+}
+
+std::string mpi_error_text(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  MPI_Error_string(rc, text, &n);
+  std::string s(text, n);
+  // ROMIO appends an "error stack" after the first line: keep the reason only.
+  const size_t cut = s.find(", error stack");
+  return cut == std::string::npos ? s : s.substr(0, cut);
+}
+
+constexpr bool kHostMemory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+using HostFloats = Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using DeviceFloats = Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+void to_host(float* host, const float* memory, int64_t n) {
+  if constexpr (kHostMemory) {
+    std::memcpy(host, memory, size_t(n) * sizeof(float));
+  } else {
+    Kokkos::deep_copy(HostFloats(host, n), DeviceFloats(const_cast<float*>(memory), n));
+  }
+}
+
+void from_host(float* memory, const float* host, int64_t n) {
+  if constexpr (kHostMemory) {
+    std::memcpy(memory, host, size_t(n) * sizeof(float));
+  } else {
+    Kokkos::deep_copy(DeviceFloats(memory, n), HostFloats(const_cast<float*>(host), n));
+  }
+}
+
+}  // namespace
+
+void add_to_digest(Digest& d, const float* values, int64_t n, int64_t position) {
+  uint64_t sum = 0;
+  int64_t bad = 0, first = INT64_MAX;
+#pragma omp parallel for reduction(+ : sum, bad) reduction(min : first) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, values + i, sizeof bits);
+    sum += fmix64(uint64_t(bits) ^ fmix64(uint64_t(position + i)));
+    if (!std::isfinite(values[i])) {
+      ++bad;
+      first = std::min(first, position + i);
+    }
+  }
+  d.checksum += sum;
+  d.nonfinite += bad;
+  if (bad && (d.first_nonfinite < 0 || first < d.first_nonfinite)) d.first_nonfinite = first;
+}
+
+void allreduce_digests(std::vector<Digest>& digests, MPI_Comm comm) {
+  const int n = int(digests.size());
+  std::vector<uint64_t> sums(n);
+  std::vector<int64_t> bad(n), first(n);
+  for (int i = 0; i < n; ++i) {
+    sums[i] = digests[i].checksum;
+    bad[i] = digests[i].nonfinite;
+    first[i] = digests[i].first_nonfinite < 0 ? INT64_MAX : digests[i].first_nonfinite;
+  }
+  // Unsigned addition wraps: the sum mod 2^64, in any order.
+  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums.data(), n, MPI_UINT64_T, MPI_SUM, comm));
+  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bad.data(), n, MPI_INT64_T, MPI_SUM, comm));
+  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, first.data(), n, MPI_INT64_T, MPI_MIN, comm));
+  for (int i = 0; i < n; ++i) {
+    digests[i] = {sums[i], bad[i], first[i] == INT64_MAX ? -1 : first[i]};
+  }
+}
+
+ParallelFile::ParallelFile(MPI_Comm comm, std::string path, Mode mode)
+    : comm_(comm), path_(std::move(path)), mode_(mode) {
+  const int amode =
+      mode == Mode::kCreate ? MPI_MODE_CREATE | MPI_MODE_EXCL | MPI_MODE_WRONLY : MPI_MODE_RDONLY;
+  const int rc = MPI_File_open(comm_, path_.c_str(), amode, MPI_INFO_NULL, &fh_);
+  if (rc != MPI_SUCCESS) {
+    fh_ = MPI_FILE_NULL;
+    fail(mode == Mode::kCreate ? "cannot create" : "cannot open", rc);
+  }
+  // Open everywhere or nowhere: the collectives below must see the same handles on every rank.
+  int opened = fh_ != MPI_FILE_NULL;
+  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &opened, 1, MPI_INT, MPI_MIN, comm_));
+  if (!opened) {
+    // A handle open on some ranks only cannot be closed (closing is collective): let it go.
+    fh_ = MPI_FILE_NULL;
+    if (error_.empty()) error_ = path_ + ": could not be opened on another rank";
+    return;
+  }
+  if (mode == Mode::kRead) {
+    MPI_Offset bytes = 0;
+    if (const int r = MPI_File_get_size(fh_, &bytes); r != MPI_SUCCESS) fail("cannot stat", r);
+    size_ = bytes;
+  }
+}
+
+ParallelFile::~ParallelFile() {
+  if (fh_ != MPI_FILE_NULL) MPI_File_close(&fh_);
+}
+
+void ParallelFile::fail(const std::string& what, int rc) {
+  if (error_.empty()) error_ = path_ + ": " + what + " (" + mpi_error_text(rc) + ")";
+}
+
+void ParallelFile::write_at(int64_t offset, const void* data, int64_t bytes) {
+  if (fh_ == MPI_FILE_NULL || bytes <= 0) return;
+  const int rc = MPI_File_write_at(fh_, offset, data, int(bytes), MPI_BYTE, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) fail("write failed", rc);
+}
+
+void ParallelFile::read_at(int64_t offset, void* data, int64_t bytes) {
+  if (fh_ == MPI_FILE_NULL || bytes <= 0) return;
+  MPI_Status status;
+  const int rc = MPI_File_read_at(fh_, offset, data, int(bytes), MPI_BYTE, &status);
+  int got = 0;
+  MPI_Get_count(&status, MPI_BYTE, &got);
+  if (rc != MPI_SUCCESS) {
+    fail("read failed", rc);
+  } else if (got != bytes && error_.empty()) {
+    error_ = path_ + ": read " + std::to_string(got) + " of " + std::to_string(bytes) +
+             " bytes at offset " + std::to_string(offset) + " (the file is truncated)";
+  }
+}
+
+void ParallelFile::write_runs(int64_t body, std::vector<FileRun> runs,
+                              std::vector<Digest>& digests) {
+  transfer(true, body, std::move(runs), digests);
+}
+
+void ParallelFile::read_runs(int64_t body, std::vector<FileRun> runs,
+                             std::vector<Digest>& digests) {
+  transfer(false, body, std::move(runs), digests);
+}
+
+void ParallelFile::transfer(bool write, int64_t body, std::vector<FileRun> runs,
+                            std::vector<Digest>& digests) {
+  // A file view must visit the file in ascending order; runs longer than an int are cut.
+  std::sort(runs.begin(), runs.end(),
+            [](const FileRun& a, const FileRun& b) { return a.file < b.file; });
+  std::vector<FileRun> pieces;
+  int64_t total = 0, largest_section = 0;
+  std::vector<int64_t> per_section(digests.size() + 1, 0);
+  for (const FileRun& r : runs) {
+    for (int64_t done = 0; done < r.length; done += kMaxBlock) {
+      FileRun p = r;
+      p.memory = r.memory + done;
+      p.file = r.file + done;
+      p.length = std::min(kMaxBlock, r.length - done);
+      pieces.push_back(p);
+    }
+    total += r.length;
+    int64_t& s = per_section[r.section < 0 ? digests.size() : size_t(r.section)];
+    s += r.length;
+    largest_section = std::max(largest_section, s);
+  }
+  const int64_t staging = std::min(kMaxStaging, largest_section);
+  int64_t rounds = staging > 0 ? (total + staging - 1) / staging : 0;
+  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rounds, 1, MPI_INT64_T, MPI_MAX, comm_));
+  if (rounds == 0 || fh_ == MPI_FILE_NULL) {
+    // Nothing anywhere, or this file never opened (then every rank failed the open alike).
+    return;
+  }
+
+  // The view: this rank's pieces of the body, in order; a rank without any sees one float and
+  // transfers nothing.
+  MPI_Datatype view = MPI_FLOAT;
+  if (!pieces.empty()) {
+    std::vector<int> lengths(pieces.size());
+    std::vector<MPI_Aint> offsets(pieces.size());
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      lengths[i] = int(pieces[i].length);
+      offsets[i] = MPI_Aint(pieces[i].file) * MPI_Aint(sizeof(float));
+    }
+    MPF_MPI_CHECK(MPI_Type_create_hindexed(int(pieces.size()), lengths.data(), offsets.data(),
+                                           MPI_FLOAT, &view));
+    MPF_MPI_CHECK(MPI_Type_commit(&view));
+  }
+  int rc = MPI_File_set_view(fh_, body, MPI_FLOAT, view, "native", MPI_INFO_NULL);
+  if (rc != MPI_SUCCESS) fail("cannot set the file view", rc);
+  if (view != MPI_FLOAT) MPI_Type_free(&view);
+
+  std::unique_ptr<float[]> buf(new float[std::max<int64_t>(staging, 1)]);
+  size_t piece = 0;    // the piece the cursor is in
+  int64_t within = 0;  // elements of it already staged
+  int64_t done = 0;    // elements of the view transferred
+  for (int64_t round = 0; round < rounds; ++round) {
+    const int64_t n = std::min(staging, total - done);
+    // Walks the next n elements of the pieces, calling f(piece, offset in piece, count, staging
+    // offset) for each stretch.
+    auto walk = [&](auto f) {
+      int64_t at = 0;
+      while (at < n) {
+        const FileRun& p = pieces[piece];
+        const int64_t k = std::min(p.length - within, n - at);
+        f(p, within, k, at);
+        at += k;
+        within += k;
+        if (within == p.length) {
+          ++piece;
+          within = 0;
+        }
+      }
+    };
+    auto count = [&](const FileRun& p, int64_t off, int64_t k, int64_t at) {
+      if (p.section >= 0) add_to_digest(digests[p.section], buf.get() + at, k, p.file + off);
+    };
+    MPI_Status status;
+    if (write) {
+      walk([&](const FileRun& p, int64_t off, int64_t k, int64_t at) {
+        to_host(buf.get() + at, p.memory + off, k);
+        count(p, off, k, at);
+      });
+      rc = MPI_File_write_at_all(fh_, done, buf.get(), int(n), MPI_FLOAT, &status);
+      if (rc != MPI_SUCCESS) fail("write failed", rc);
+    } else {
+      rc = MPI_File_read_at_all(fh_, done, buf.get(), int(n), MPI_FLOAT, &status);
+      int got = 0;
+      MPI_Get_count(&status, MPI_FLOAT, &got);
+      if (rc != MPI_SUCCESS) {
+        fail("read failed", rc);
+      } else if (got != n && error_.empty()) {
+        error_ = path_ + ": short read (the file is truncated)";
+      }
+      walk([&](const FileRun& p, int64_t off, int64_t k, int64_t at) {
+        from_host(p.memory + off, buf.get() + at, k);
+        count(p, off, k, at);
+      });
+    }
+    done += n;
+  }
+}
+
+void ParallelFile::close() {
+  if (fh_ == MPI_FILE_NULL) return;
+  if (mode_ == Mode::kCreate) {
+    // The data reaches the disk before anyone renames the file into view.
+    if (const int rc = MPI_File_sync(fh_); rc != MPI_SUCCESS) fail("sync failed", rc);
+  }
+  if (const int rc = MPI_File_close(&fh_); rc != MPI_SUCCESS) fail("close failed", rc);
+  fh_ = MPI_FILE_NULL;
+}
+
+std::string ParallelFile::agree() {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm_, &rank);
+  MPI_Comm_size(comm_, &size);
+  int mine = error_.empty() ? size : rank, first = size;
+  MPF_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm_));
+  if (first == size) return "";
+  return broadcast(error_, first, comm_);  // the failing rank's message, to everyone
+}
+
+}  // namespace mpf

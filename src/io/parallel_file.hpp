@@ -1,0 +1,85 @@
+// Collective MPI-IO of a flat file of floats whose pieces live on many ranks (the checkpoints,
+// DESIGN.md "Checkpoints"). Every rank reads or writes its own pieces at their offsets in the
+// file: no rank ever holds more than its part, and ROMIO's two-phase collective buffering turns
+// the scattered pieces into large contiguous accesses (on Lustre and GPFS too).
+//
+// Failures are recorded, never thrown mid-way: a rank that gave up would leave the others waiting
+// in the next collective. Every call is made on every rank; afterwards the caller agrees on the
+// outcome (agree()) and reports it on every rank alike.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mpf {
+
+// `length` floats of this rank's memory (in the Kokkos memory space: host or device) and floats
+// [file, file + length) of the file's body.
+struct FileRun {
+  float* memory = nullptr;
+  int64_t file = 0;
+  int64_t length = 0;
+  int section = -1;  // the digest this run counts into; -1: transferred, not counted
+};
+
+// What a section of a file holds, summed over the ranks that count it: an order-independent
+// checksum Σ mix(position in the body, bits) mod 2^64 (so each layout's ranks add up their parts
+// with one all-reduce, and a changed element always changes the sum), and its non-finite values.
+struct Digest {
+  uint64_t checksum = 0;
+  int64_t nonfinite = 0;
+  int64_t first_nonfinite = -1;  // body position of the first non-finite value, -1 if none
+};
+
+class ParallelFile {
+ public:
+  enum class Mode { kCreate, kRead };
+  // Collective over comm. kCreate never replaces an existing file (MPI_MODE_EXCL).
+  ParallelFile(MPI_Comm comm, std::string path, Mode mode);
+  ~ParallelFile();  // closes if still open (collective)
+  ParallelFile(const ParallelFile&) = delete;
+  ParallelFile& operator=(const ParallelFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  // The file's size in bytes (kRead), the same on every rank.
+  int64_t size() const { return size_; }
+
+  // This rank alone writes or reads raw bytes (a header, a run of padding).
+  void write_at(int64_t offset, const void* data, int64_t bytes);
+  void read_at(int64_t offset, void* data, int64_t bytes);
+
+  // Collective: the runs of the body starting at byte `body`, each rank its own (those written
+  // must not overlap between ranks). Runs counted in a section add to digests[section] as they
+  // pass (in write: what is written; in read: what is read).
+  void write_runs(int64_t body, std::vector<FileRun> runs, std::vector<Digest>& digests);
+  void read_runs(int64_t body, std::vector<FileRun> runs, std::vector<Digest>& digests);
+
+  // Collective: MPI_File_sync (kCreate) and close.
+  void close();
+
+  // Collective: "" if every rank succeeded so far, else the lowest failing rank's first error
+  // (the same string on every rank).
+  std::string agree();
+
+ private:
+  void transfer(bool write, int64_t body, std::vector<FileRun> runs, std::vector<Digest>& digests);
+  void fail(const std::string& what, int rc);
+
+  MPI_Comm comm_;
+  std::string path_;
+  Mode mode_;
+  MPI_File fh_ = MPI_FILE_NULL;
+  int64_t size_ = 0;
+  std::string error_;
+};
+
+// Sums digests over comm (checksums mod 2^64, counts added, the first non-finite position kept).
+void allreduce_digests(std::vector<Digest>& digests, MPI_Comm comm);
+
+// The digest of `n` host floats at body positions [position, position + n), added to d.
+void add_to_digest(Digest& d, const float* values, int64_t n, int64_t position);
+
+}  // namespace mpf

@@ -1,0 +1,351 @@
+#include "train/checkpointing.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+
+#include "core/error.hpp"
+#include "core/flags.hpp"
+#include "core/stopwatch.hpp"
+#include "io/checkpoint_dir.hpp"
+#include "io/llmc_checkpoint.hpp"
+#include "io/output_file.hpp"
+#include "parallel/grid.hpp"
+
+namespace mpf {
+
+namespace {
+
+bool is_directory(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string without_trailing_slash(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+// Runs check(); an InputError it throws gains the hint of a checkpoint to use instead.
+void with_alternative(const std::string& root, int64_t step, const std::function<void()>& check) {
+  try {
+    check();
+  } catch (const InputError& e) {
+    throw InputError(e.what() + intact_alternative(root, step));
+  }
+}
+
+// The state file parses and both binary files have the sizes its model needs.
+CheckpointInfo read_and_check(const std::string& root, int64_t step) {
+  CheckpointInfo info = read_checkpoint_info(checkpoint::state_file(root, step));
+  require(info.step == step, "checkpoint " + checkpoint::state_file(root, step) + ": says step " +
+                                 std::to_string(info.step) + " in a directory of step " +
+                                 std::to_string(step) + "; the checkpoint is corrupt");
+  for (const bool optimizer : {false, true}) {
+    const std::string file =
+        optimizer ? checkpoint::optimizer_file(root, step) : checkpoint::model_file(root, step);
+    const GPTConfig cfg = optimizer ? read_optimizer_config(file) : read_checkpoint_config(file);
+    require(same_shape(cfg, info.model), "checkpoint " + file + ": holds model " + describe(cfg) +
+                                             ", its state file " + describe(info.model) +
+                                             "; the checkpoint is corrupt");
+  }
+  return info;
+}
+
+std::string steps_text(const std::vector<int64_t>& steps) {
+  std::string s;
+  for (size_t i = 0; i < steps.size() && i < 8; ++i)
+    s += (i ? ", " : "") + std::to_string(steps[i]);
+  if (steps.size() > 8) s += ", ... " + std::to_string(steps.back());
+  return s.empty() ? "none" : s;
+}
+
+// "", "m of " or "v of ": which part of a file section i of `sections` is.
+std::string part(size_t sections, size_t i) {
+  if (sections == kNumParameterTensors) return "";
+  return i < kNumParameterTensors ? "m of " : "v of ";
+}
+
+// An InputError-worthy text if any section holds a non-finite value, else "".
+std::string nonfinite(const std::vector<Digest>& digests, const StateFiles& files,
+                      const std::string& file) {
+  for (size_t i = 0; i < digests.size(); ++i) {
+    if (digests[i].nonfinite == 0) continue;
+    return file + ": " + part(digests.size(), i) +
+           files.describe_position(digests[i].first_nonfinite) + " is not finite (NaN or Inf), " +
+           std::to_string(digests[i].nonfinite) + " value(s) of that tensor in all";
+  }
+  return "";
+}
+
+// Checks the digests of a file read against the checksums its state file recorded.
+void verify(const std::vector<Digest>& digests, const std::vector<uint64_t>& expected,
+            const StateFiles& files, const ResumePoint& r, const std::string& file) {
+  const std::string alternative = intact_alternative(r.root, r.info.step);
+  const std::string bad = nonfinite(digests, files, file);
+  require(bad.empty(), "checkpoint " + bad + "; the checkpoint is corrupt." + alternative);
+  const auto infos = parameter_infos(r.info.model);
+  for (size_t i = 0; i < digests.size(); ++i) {
+    if (digests[i].checksum == expected[i]) continue;
+    char sums[80];
+    std::snprintf(sums, sizeof sums, "0x%016" PRIx64 " where the state file says 0x%016" PRIx64,
+                  digests[i].checksum, expected[i]);
+    throw InputError("checkpoint " + file + ": tensor " + part(digests.size(), i) +
+                     infos[i % kNumParameterTensors].name + " fails its checksum (" + sums +
+                     "); the file is corrupt." + alternative);
+  }
+}
+
+}  // namespace
+
+std::string intact_alternative(const std::string& root, int64_t below) {
+  const std::vector<int64_t> steps = checkpoint::list_steps(root);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (*it >= below) continue;
+    try {
+      read_and_check(root, *it);
+    } catch (const InputError&) {
+      continue;
+    }
+    return " The newest intact checkpoint is " + checkpoint::path(root, *it) +
+           ": resume from it with --load " + root + " --load-step " + std::to_string(*it) + ".";
+  }
+  return "";
+}
+
+std::optional<ResumePoint> find_resume_point(const TrainOptions& opts,
+                                             std::vector<std::string>& notes) {
+  if (opts.load.empty()) return std::nullopt;
+  const std::string root = without_trailing_slash(opts.load);
+  if (!is_directory(root)) {
+    require(!path_exists(root),
+            "--load " + root + ": not a directory; pass a checkpoint directory");
+    notes.push_back("--load " + root +
+                    ": no checkpoint yet (the directory does not exist); "
+                    "starting a new run");
+    return std::nullopt;
+  }
+  const std::vector<int64_t> steps = checkpoint::list_steps(root);
+  int64_t step = 0;
+  if (opts.load_step > 0) {
+    step = opts.load_step;
+    require(is_directory(checkpoint::path(root, step)),
+            "--load-step " + std::to_string(step) + ": " + checkpoint::path(root, step) +
+                " does not exist; " + root + " holds the steps " + steps_text(steps));
+  } else {
+    with_alternative(root, INT64_MAX, [&] { step = checkpoint::read_latest(root); });
+    if (step < 0 && steps.empty()) {
+      notes.push_back("--load " + root + ": no checkpoint yet; starting a new run");
+      return std::nullopt;
+    }
+    require(step >= 0, root + " holds checkpoints (steps " + steps_text(steps) +
+                           ") but no `latest` file naming the newest complete one; choose one "
+                           "with --load-step N." +
+                           intact_alternative(root, INT64_MAX));
+    with_alternative(root, step, [&] {
+      require(is_directory(checkpoint::path(root, step)),
+              root + "/latest names " + checkpoint::name(step) + ", which does not exist.");
+    });
+  }
+  ResumePoint r{root, {}};
+  with_alternative(root, step, [&] { r.info = read_and_check(root, step); });
+  return r;
+}
+
+void adopt_checkpoint_options(TrainOptions& o, const CheckpointInfo& c,
+                              std::vector<std::string>& warnings) {
+  using flags::number;
+  auto given = [&](const char* flag) { return o.given.count(flag) > 0; };
+  // A setting of the run being resumed: taken from the checkpoint, or refused if given otherwise.
+  auto keep = [&](const char* flag, auto& value, const auto& saved, const std::string& shown,
+                  const std::string& saved_shown) {
+    require(!given(flag) || value == saved, std::string(flag) + " " + shown +
+                                                " differs from the checkpoint's " + saved_shown +
+                                                ", a setting the resumed run must keep; drop " +
+                                                flag + " or pass " + flag + " " + saved_shown);
+    value = saved;
+  };
+  auto keep_int = [&](const char* flag, int& value, int saved) {
+    keep(flag, value, saved, std::to_string(value), std::to_string(saved));
+  };
+  auto keep_real = [&](const char* flag, float& value, float saved) {
+    keep(flag, value, saved, number(value), number(saved));
+  };
+  const GPTConfig& m = c.model;
+  keep_int("--layers", o.layers, m.layers);
+  keep_int("--heads", o.heads, m.heads);
+  keep_int("--dim", o.dim, m.channels);
+  keep_int("--vocab", o.vocab, m.vocab);
+  keep_int("--max-seq-len", o.max_seq_len, m.max_seq_len);
+  keep("--seed", o.seed, c.seed, std::to_string(o.seed), std::to_string(c.seed));
+  keep_real("--lr", o.lr, c.lr);
+  keep_real("--beta1", o.beta1, c.beta1);
+  keep_real("--beta2", o.beta2, c.beta2);
+  keep_real("--eps", o.eps, c.eps);
+  keep_real("--weight-decay", o.weight_decay, c.weight_decay);
+  keep_real("--grad-clip", o.grad_clip, c.grad_clip);
+  keep_int("--warmup", o.warmup, c.warmup);
+  keep("--lr-schedule", o.lr_schedule, c.lr_schedule, o.lr_schedule, c.lr_schedule);
+  keep_real("--final-lr-frac", o.final_lr_frac, c.final_lr_frac);
+
+  // The batch shape may change: the data continue where the checkpoint's run would have.
+  if (!given("--batch")) o.batch = c.batch;
+  if (!given("--seq-len")) o.seq_len = c.seq_len;
+  if (o.batch != c.batch || o.seq_len != c.seq_len) {
+    warnings.push_back("--batch " + std::to_string(o.batch) + " --seq-len " +
+                       std::to_string(o.seq_len) + " differ from the checkpoint's " +
+                       std::to_string(c.batch) + " x " + std::to_string(c.seq_len) +
+                       ": the data continue at token " + std::to_string(c.train_position) +
+                       " of training file " + std::to_string(c.train_file) + " (after " +
+                       std::to_string(c.tokens_seen) +
+                       " tokens trained on), in batches of the new shape, so the batches are "
+                       "not those the saved run would have seen");
+  }
+  if (!given("--steps")) o.steps = c.steps;
+  // The schedule's length follows --steps unless given; a changed length is said.
+  if (!given("--lr-decay-steps")) o.lr_decay_steps = given("--steps") ? 0 : c.lr_decay_steps;
+  const int decay = o.lr_decay_steps > 0 ? o.lr_decay_steps : o.steps;
+  if (decay != c.lr_decay_steps && o.lr_schedule != "constant") {
+    warnings.push_back("the learning rate now decays over " + std::to_string(decay) +
+                       " steps (the saved run's schedule had " + std::to_string(c.lr_decay_steps) +
+                       "); pass --lr-decay-steps " + std::to_string(c.lr_decay_steps) +
+                       " to keep it");
+  }
+}
+
+void check_save_directory(const TrainOptions& opts, int64_t first_step) {
+  if (opts.save.empty()) return;
+  const std::string root = without_trailing_slash(opts.save);
+  require(!path_exists(root) || is_directory(root),
+          "--save " + root + ": exists and is not a directory; pass a directory for checkpoints");
+  const std::vector<int64_t> steps = checkpoint::list_steps(root);
+  if (steps.empty()) return;
+  const bool same = !opts.load.empty() && is_directory(opts.load) && [&] {
+    struct stat a, b;
+    return stat(root.c_str(), &a) == 0 && stat(opts.load.c_str(), &b) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  }();
+  require(same, "--save " + root + " already holds checkpoints of another run (steps " +
+                    steps_text(steps) + "); pass --load " + root +
+                    " to continue that run, or save into an empty directory");
+  // Resuming into the same directory: nothing there may be newer than the resumed step, or this
+  // run's saves would collide with (and --keep-last remove) checkpoints of another history.
+  require(steps.back() < first_step,
+          root + " holds " + checkpoint::name(steps.back()) +
+              ", newer than the checkpoint this run resumes from (step " +
+              std::to_string(first_step - 1) +
+              "): it was saved by a run that was cut off before updating `latest`, or "
+              "--load-step chose an older one. Resume from it with --load-step " +
+              std::to_string(steps.back()) + ", or move it out of " + root);
+}
+
+SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::string& root_in,
+                           CheckpointInfo info, int keep_last) {
+  const std::string root = without_trailing_slash(root_in);
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  Stopwatch clock;
+  SaveReport report;
+  report.path = checkpoint::path(root, info.step);
+  std::string error, partial;
+  if (rank == 0) {
+    // A partial directory is a save that was cut off (this run saves one at a time).
+    for (const std::string& p : checkpoint::list_partial(root)) {
+      const std::string kept = checkpoint::remove(p, checkpoint::partial_step(p));
+      report.notes.push_back(kept.empty() ? "removed " + p + ", a save that was cut off" : kept);
+    }
+    error = checkpoint::create_partial(root, info.step, partial);
+  }
+  error = broadcast(error, 0, world);
+  partial = broadcast(partial, 0, world);
+  std::vector<Digest> model, moments;
+  if (error.empty())
+    error = files.write_model(checkpoint::model_file_in(partial, info.step), model);
+  if (error.empty()) {
+    error = files.write_optimizer(checkpoint::optimizer_file_in(partial, info.step), moments);
+  }
+  if (error.empty()) {
+    const std::string bad = nonfinite(model, files, "the parameters");
+    const std::string bad_m = nonfinite(moments, files, "the optimizer state");
+    if (!bad.empty() || !bad_m.empty()) error = (bad.empty() ? bad_m : bad) + ": not saved";
+  }
+  if (rank == 0) {
+    if (error.empty()) {
+      for (int i = 0; i < kNumParameterTensors; ++i) {
+        info.params_checksum[i] = model[i].checksum;
+        info.m_checksum[i] = moments[i].checksum;
+        info.v_checksum[i] = moments[kNumParameterTensors + i].checksum;
+      }
+      error = checkpoint::write_text(checkpoint::state_file_in(partial, info.step), to_text(info));
+    }
+    if (error.empty()) error = checkpoint::commit(root, info.step, partial);
+    if (!error.empty() && !partial.empty()) checkpoint::remove(partial, info.step);
+    if (error.empty() && keep_last > 0) {
+      const std::vector<int64_t> steps = checkpoint::list_steps(root);
+      for (size_t i = 0; i + size_t(keep_last) < steps.size(); ++i) {
+        if (steps[i] == info.step) continue;
+        const std::string dir = checkpoint::path(root, steps[i]);
+        const std::string kept = checkpoint::remove(dir, steps[i]);
+        report.notes.push_back(kept.empty() ? "removed " + dir + " (--keep-last " +
+                                                  std::to_string(keep_last) + ")"
+                                            : kept);
+      }
+    }
+  }
+  report.error = broadcast(error, 0, world);
+  report.bytes = files.model_bytes() + files.optimizer_bytes();
+  report.seconds = clock.seconds();
+  return report;
+}
+
+void load_checkpoint(const StateFiles& files, const ResumePoint& r) {
+  const int64_t step = r.info.step;
+  std::vector<Digest> digests;
+  const std::string model = checkpoint::model_file(r.root, step);
+  std::string error = files.read_model(model, digests);
+  require(error.empty(), "checkpoint " + error + "." + intact_alternative(r.root, step));
+  verify(digests, {r.info.params_checksum.begin(), r.info.params_checksum.end()}, files, r, model);
+  const std::string optimizer = checkpoint::optimizer_file(r.root, step);
+  error = files.read_optimizer(optimizer, digests);
+  require(error.empty(), "checkpoint " + error + "." + intact_alternative(r.root, step));
+  std::vector<uint64_t> expected(r.info.m_checksum.begin(), r.info.m_checksum.end());
+  expected.insert(expected.end(), r.info.v_checksum.begin(), r.info.v_checksum.end());
+  verify(digests, expected, files, r, optimizer);
+}
+
+void load_model_file(const StateFiles& files, const std::string& path) {
+  std::vector<Digest> digests;
+  const std::string error = files.read_model(path, digests);
+  require(error.empty(), "checkpoint " + error);
+  const std::string bad = nonfinite(digests, files, path);
+  require(bad.empty(), "checkpoint " + bad + "; a model cannot train from it: pass a finite one");
+}
+
+std::string save_model_file(const StateFiles& files, MPI_Comm world, const std::string& path) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  // The temporary is named by rank 0's pid, beside the target (same file system: the rename is
+  // atomic).
+  const std::string tmp = broadcast(path + ".partial-" + std::to_string(getpid()), 0, world);
+  std::vector<Digest> digests;
+  std::string error = files.write_model(tmp, digests);
+  if (error.empty()) {
+    const std::string bad = nonfinite(digests, files, "the parameters");
+    if (!bad.empty()) error = bad + ": " + path + " not written";
+  }
+  if (rank == 0) {
+    if (error.empty() && rename_no_replace(tmp, path) != 0) {
+      error = path + ": cannot rename " + tmp + " into place (" + std::strerror(errno) + ")";
+    }
+    if (!error.empty()) std::remove(tmp.c_str());
+  }
+  return broadcast(error, 0, world);
+}
+
+}  // namespace mpf

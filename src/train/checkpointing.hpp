@@ -1,0 +1,73 @@
+// Saving and resuming a training run (--save DIR, --load DIR; io/checkpoint_dir.hpp has the
+// files): which checkpoint a run resumes from and what it must agree with, and the collective
+// save and load of the whole state through StateFiles.
+#pragma once
+
+#include <mpi.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint_info.hpp"
+#include "train/options.hpp"
+#include "train/state_files.hpp"
+
+namespace mpf {
+
+struct ResumePoint {
+  std::string root;
+  CheckpointInfo info;
+};
+
+// The checkpoint --load DIR (and --load-step N) names, its state file read and its two binary
+// files' headers and sizes checked; nullopt when DIR holds no checkpoint yet (a job script may
+// always pass --load), with a note saying so. No MPI: every rank reads the same small files.
+// Throws InputError naming the file, and the newest intact checkpoint to use instead.
+std::optional<ResumePoint> find_resume_point(const TrainOptions& opts,
+                                             std::vector<std::string>& notes);
+
+// Makes `opts` the resumed run's: the model's sizes and the options not given on the command line
+// come from the checkpoint; a given model size, seed or optimizer setting that differs is an
+// InputError naming the field; a different --batch or --seq-len is a warning saying where in the
+// data the run continues; a different schedule length a note.
+void adopt_checkpoint_options(TrainOptions& opts, const CheckpointInfo& c,
+                              std::vector<std::string>& warnings);
+
+// " The newest intact checkpoint older than step `below` is DIR/step_N: resume from it with
+// --load DIR --load-step N." or "" if there is none. Intact: complete, its state file readable
+// and its binary files of the right sizes (their checksums are verified when it loads).
+std::string intact_alternative(const std::string& root, int64_t below);
+
+// Refuses (InputError) a --save directory this run would write over: checkpoints of another run
+// when not resuming from it, or the checkpoint steps this run is about to save.
+void check_save_directory(const TrainOptions& opts, int64_t first_step);
+
+struct SaveReport {
+  std::string error;  // "" on success
+  std::string path;   // the checkpoint directory
+  int64_t bytes = 0;
+  double seconds = 0;
+  std::vector<std::string> notes;  // --keep-last removals
+};
+
+// Collective over world: writes the state after info.step into root (atomically: a partial
+// directory renamed into place, then `latest`), then keeps only the newest keep_last (0: all).
+// A failed save removes its partial directory and leaves the previous checkpoint and `latest`
+// untouched; the error is the same on every rank.
+SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::string& root,
+                           CheckpointInfo info, int keep_last);
+
+// Collective: reads the parameters and moments of `resume` into the rank's shards, verifying
+// every tensor's checksum and that every value is finite. Throws InputError on every rank.
+void load_checkpoint(const StateFiles& files, const ResumePoint& resume);
+
+// --init-from: the parameters of an llm.c model file, cut to this rank's shard. Throws
+// InputError on every rank if the file cannot be read or holds a non-finite value.
+void load_model_file(const StateFiles& files, const std::string& path);
+
+// --save-llmc: an llm.c model file at `path`, written under a temporary name and renamed into
+// place (never over an existing file). Returns the error, the same on every rank.
+std::string save_model_file(const StateFiles& files, MPI_Comm world, const std::string& path);
+
+}  // namespace mpf

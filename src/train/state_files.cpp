@@ -1,0 +1,146 @@
+#include "train/state_files.hpp"
+
+#include <algorithm>
+
+#include "io/llmc_checkpoint.hpp"
+#include "io/llmc_format.hpp"
+
+namespace mpf {
+
+StateFiles::StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params,
+                       const AdamW& optimizer, bool zero)
+    : world_(grid.world_comm()),
+      tp_rank_(grid.tp_rank()),
+      dp_rank_(grid.dp_rank()),
+      zero_(zero),
+      shard_(shard),
+      cfg_(shard.cfg),
+      count_(parameter_count(shard.cfg)),
+      segments_(optimizer.segments()),
+      m_(optimizer.first_moment().data()),
+      v_(optimizer.second_moment().data()) {
+  const auto sizes = parameter_sizes(cfg_);
+  ParameterTensors views = params.t;
+  const auto list = views.list();
+  for (int i = 0; i < kNumParameterTensors; ++i) {
+    base_[i + 1] = base_[i] + sizes[i];
+    params_[i] = list[i]->data();
+    slab_offset_[i] = params_[i] - params.slab.data();
+    shard_runs_[i] = shard_runs(shard, i);
+  }
+}
+
+int64_t StateFiles::model_bytes() const {
+  return llmc::kHeaderBytes + int64_t(sizeof(float)) * count_;
+}
+
+int64_t StateFiles::optimizer_bytes() const {
+  return llmc::kHeaderBytes + 2 * int64_t(sizeof(float)) * count_;
+}
+
+bool StateFiles::writes(int tensor, bool moments) const {
+  if (!shard_.is_split(tensor) && tp_rank_ != 0) return false;  // replicated over TP
+  if (tensor == 0 && !shard_.has_embedding) return false;       // the tied wte: first stage's
+  return (moments && zero_) || dp_rank_ == 0;                   // ZeRO shards are distinct
+}
+
+std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
+  std::vector<FileRun> out;
+  if (!moments) {
+    for (int t = 0; t < kNumParameterTensors; ++t) {
+      const bool mine = writes(t, false);
+      if (writes_only && !mine) continue;
+      for (const ShardRun& r : shard_runs_[t]) {
+        out.push_back({params_[t] + r.local, base_[t] + r.global, r.length, mine ? t : -1});
+      }
+    }
+    return out;
+  }
+  // The moments of a segment sit at its `state` offset; its parameters at `param` in the slab,
+  // which places them in their tensor and, through the shard's runs, in the file.
+  for (const OptimizerSegment& s : segments_) {
+    const int t = s.tensor;
+    const bool mine = writes(t, true);
+    if (writes_only && !mine) continue;
+    const int64_t j0 = s.param - slab_offset_[t], j1 = j0 + s.length;
+    for (const ShardRun& r : shard_runs_[t]) {
+      const int64_t lo = std::max(j0, r.local), hi = std::min(j1, r.local + r.length);
+      if (lo >= hi) continue;
+      const int64_t file = base_[t] + r.global + (lo - r.local);
+      const int64_t state = s.state + (lo - j0);
+      out.push_back({m_ + state, file, hi - lo, mine ? t : -1});
+      out.push_back({v_ + state, count_ + file, hi - lo, mine ? kNumParameterTensors + t : -1});
+    }
+  }
+  return out;
+}
+
+std::string StateFiles::transfer(bool write, bool moments, const std::string& path,
+                                 std::vector<Digest>& digests) const {
+  using Mode = ParallelFile::Mode;
+  ParallelFile file(world_, path, write ? Mode::kCreate : Mode::kRead);
+  digests.assign(moments ? 2 * kNumParameterTensors : kNumParameterTensors, Digest{});
+  int world_rank = 0;
+  MPI_Comm_rank(world_, &world_rank);
+  const int64_t expected = moments ? optimizer_bytes() : model_bytes();
+  if (!write && file.size() != expected) {
+    // Every rank sees the same size, so every rank returns here alike.
+    file.close();
+    const std::string opened = file.agree();
+    return !opened.empty() ? opened
+                           : path + ": " + std::to_string(file.size()) + " bytes, expected " +
+                                 std::to_string(expected) + "; the file is truncated or corrupt";
+  }
+  if (write && world_rank == 0) {
+    int32_t header[llmc::kHeaderInts];
+    make_header(cfg_, moments, header);
+    file.write_at(0, header, llmc::kHeaderBytes);
+    // The padded vocabulary rows hold no parameter and no rank writes them: zeros, as in llm.c.
+    const int64_t first = base_[0] + int64_t(cfg_.vocab) * cfg_.channels, end = base_[1];
+    const std::vector<float> zeros(size_t(end - first), 0.0f);
+    for (int64_t section = 0; section < (moments ? 2 : 1); ++section) {
+      file.write_at(llmc::kHeaderBytes + int64_t(sizeof(float)) * (section * count_ + first),
+                    zeros.data(), int64_t(sizeof(float)) * int64_t(zeros.size()));
+    }
+  }
+  if (write) {
+    file.write_runs(llmc::kHeaderBytes, runs(moments, true), digests);
+  } else {
+    file.read_runs(llmc::kHeaderBytes, runs(moments, false), digests);
+  }
+  file.close();
+  const std::string error = file.agree();
+  allreduce_digests(digests, world_);
+  return error;
+}
+
+std::string StateFiles::write_model(const std::string& path, std::vector<Digest>& digests) const {
+  return transfer(true, false, path, digests);
+}
+std::string StateFiles::read_model(const std::string& path, std::vector<Digest>& digests) const {
+  return transfer(false, false, path, digests);
+}
+std::string StateFiles::write_optimizer(const std::string& path,
+                                        std::vector<Digest>& digests) const {
+  return transfer(true, true, path, digests);
+}
+std::string StateFiles::read_optimizer(const std::string& path,
+                                       std::vector<Digest>& digests) const {
+  return transfer(false, true, path, digests);
+}
+
+std::string StateFiles::describe_position(int64_t position) const {
+  const int64_t p = position % count_;
+  const int t = int(std::upper_bound(base_.begin(), base_.end(), p) - base_.begin()) - 1;
+  const int64_t index = p - base_[t];
+  std::string where = parameter_infos(cfg_)[t].name;
+  const bool per_layer = t >= 2 && t < kNumParameterTensors - 2;
+  if (per_layer) {
+    const int64_t per = (base_[t + 1] - base_[t]) / cfg_.layers;
+    return where + " (layer " + std::to_string(index / per) + ") element " +
+           std::to_string(index % per);
+  }
+  return where + " element " + std::to_string(index);
+}
+
+}  // namespace mpf

@@ -1,0 +1,69 @@
+// A rank's part of the training state in the layout-independent files (DESIGN.md "Checkpoints"):
+// the llm.c model file (parameters) and the optimizer file (AdamW's m and v in the same order),
+// read and written collectively with MPI-IO. Each rank transfers the elements it holds at their
+// serial offsets (shard_runs): TP shards, pipeline stages and ZeRO-1 optimizer shards are cut on
+// load from whole tensors, so any layout reads what any other wrote, and no rank holds more than
+// its own part.
+//
+// Of an element's replicas exactly one writes it, and on load the same rule picks the one rank
+// that counts it into its tensor's checksum: TP rank 0 for a tensor every TP rank holds whole; DP
+// rank 0 for parameters, and for m and v without ZeRO (under ZeRO-1 the DP rank whose shard
+// holds it); the first stage for the tied wte.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "io/parallel_file.hpp"
+#include "model/shard.hpp"
+#include "optim/adamw.hpp"
+#include "parallel/grid.hpp"
+
+namespace mpf {
+
+class StateFiles {
+ public:
+  // zero: the optimizer's segments are ZeRO-1 shards of the DP group's moments.
+  StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params,
+             const AdamW& optimizer, bool zero);
+
+  // Collective over the grid's world. Each returns "" or the first error (the same text on every
+  // rank), and fills digests with each section's checksum and non-finite count, summed over the
+  // ranks: the 16 tensors of the model file; m's 16 then v's 16 in the optimizer file.
+  std::string write_model(const std::string& path, std::vector<Digest>& digests) const;
+  std::string read_model(const std::string& path, std::vector<Digest>& digests) const;
+  std::string write_optimizer(const std::string& path, std::vector<Digest>& digests) const;
+  std::string read_optimizer(const std::string& path, std::vector<Digest>& digests) const;
+
+  // The bytes of the two files.
+  int64_t model_bytes() const;
+  int64_t optimizer_bytes() const;
+  // Names the tensor (and layer) of body position `position` of the model file: "qkvw (layer 1)
+  // element 4711". Positions of the optimizer file's v count on from m's.
+  std::string describe_position(int64_t position) const;
+
+ private:
+  // The runs of this rank's parameters (moments: false) or of m and v (true); all it holds, or
+  // only those it writes.
+  std::vector<FileRun> runs(bool moments, bool writes_only) const;
+  bool writes(int tensor, bool moments) const;
+  std::string transfer(bool write, bool moments, const std::string& path,
+                       std::vector<Digest>& digests) const;
+
+  MPI_Comm world_;
+  int tp_rank_, dp_rank_;
+  bool zero_;
+  TpShard shard_;
+  GPTConfig cfg_;
+  int64_t count_;                                            // parameters of the whole model
+  std::array<int64_t, kNumParameterTensors + 1> base_{};     // each tensor's first body position
+  std::array<float*, kNumParameterTensors> params_{};        // each local tensor's first element
+  std::array<int64_t, kNumParameterTensors> slab_offset_{};  // ... as an offset in the slab
+  std::array<std::vector<ShardRun>, kNumParameterTensors> shard_runs_;
+  std::vector<OptimizerSegment> segments_;
+  float* m_;
+  float* v_;
+};
+
+}  // namespace mpf

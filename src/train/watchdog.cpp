@@ -1,0 +1,89 @@
+#include "train/watchdog.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "train/exit_status.hpp"
+
+namespace mpf {
+
+namespace {
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The pipeline ops' short names, as a person reads them.
+const char* spelled_out(const char* phase) {
+  if (std::strcmp(phase, "F") == 0) return "forward";
+  if (std::strcmp(phase, "B") == 0) return "backward";
+  if (std::strcmp(phase, "W") == 0) return "weight gradients";
+  return phase;
+}
+}  // namespace
+
+Watchdog::Watchdog(double timeout_seconds, int world_rank)
+    : timeout_(timeout_seconds), rank_(world_rank) {
+  if (timeout_ > 0) thread_ = std::thread([this] { watch(); });
+}
+
+Watchdog::~Watchdog() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    quit_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Watchdog::begin(const char* what, int step) {
+  if (timeout_ <= 0) return;
+  what_ = what;
+  step_ = step;
+  phase_ = "start";
+  mb_ = chunk_ = -1;
+  started_ns_ = now_ns();
+  armed_ = true;
+}
+
+void Watchdog::phase(const char* name, int mb, int chunk) {
+  if (timeout_ <= 0) return;
+  phase_ = name;
+  mb_ = mb;
+  chunk_ = chunk;
+}
+
+void Watchdog::stop() {
+  armed_ = false;
+}
+
+void Watchdog::watch() {
+  // Looks often enough to fire within a few percent of the limit, at most once a second.
+  const auto every = std::chrono::duration<double>(timeout_ / 20 < 1.0 ? timeout_ / 20 : 1.0);
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!wake_.wait_for(lock, every, [this] { return quit_; })) {
+    if (!armed_) continue;
+    const double elapsed = double(now_ns() - started_ns_) * 1e-9;
+    if (elapsed <= timeout_) continue;
+    char where[96] = "";
+    if (mb_ >= 0)
+      std::snprintf(where, sizeof where, " (microbatch %d, chunk %d)", int(mb_), int(chunk_));
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    std::fprintf(stderr,
+                 "fatal: [rank %d, %s pid %d] %s %d has run %.1f s, over --step-timeout %g, in "
+                 "phase '%s'%s: aborting the job (exit status %d)\n",
+                 rank_, host, int(getpid()), what_.load(), int(step_), elapsed, timeout_,
+                 spelled_out(phase_), where, int(kExitWatchdog));
+    std::fflush(stderr);
+    // No MPI call from this thread (MPI runs single-threaded here): ending the process is what
+    // makes the launcher end the job.
+    _exit(kExitWatchdog);
+  }
+}
+
+}  // namespace mpf

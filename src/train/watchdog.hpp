@@ -1,0 +1,49 @@
+// --step-timeout: a thread on every rank that ends the job when a step (or a save, or a
+// validation) runs longer than the limit, so a stuck rank or a hung collective cannot burn the
+// allocation. It prints one line naming the rank, the step and the phase this rank was in, then
+// exits the process with kExitWatchdog; the launcher (mpiexec, srun --kill-on-bad-exit) ends the
+// other ranks. The other ranks' watchdogs fire too when they wait on a stopped one.
+//
+// The trainer marks where it is with begin() and phase(); both are a few atomic stores.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace mpf {
+
+class Watchdog {
+ public:
+  // timeout_seconds <= 0: no thread, every call does nothing.
+  Watchdog(double timeout_seconds, int world_rank);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // A new timed unit of work restarts the clock: what ("step", "save", "validation") and its
+  // step number. `what` and every phase name must be string literals.
+  void begin(const char* what, int step);
+  // Where in it this rank is; mb and chunk when the phase is a pipeline op.
+  void phase(const char* name, int mb = -1, int chunk = -1);
+  // Stops timing (the run is done, or waits on nothing).
+  void stop();
+
+ private:
+  void watch();
+
+  double timeout_;
+  int rank_;
+  std::atomic<bool> armed_{false};
+  std::atomic<int64_t> started_ns_{0};
+  std::atomic<const char*> what_{"step"}, phase_{"start"};
+  std::atomic<int> step_{0}, mb_{-1}, chunk_{-1};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool quit_ = false;
+  std::thread thread_;
+};
+
+}  // namespace mpf
