@@ -1,8 +1,11 @@
 #include "io/parallel_file.hpp"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -38,7 +41,9 @@ std::string mpi_error_text(int rc) {
   std::string s(text, n);
   // ROMIO appends an "error stack" after the first line: keep the reason only.
   const size_t cut = s.find(", error stack");
-  return cut == std::string::npos ? s : s.substr(0, cut);
+  if (cut != std::string::npos) s = s.substr(0, cut);
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
 }
 
 constexpr bool kHostMemory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
@@ -128,14 +133,27 @@ ParallelFile::~ParallelFile() {
   if (fh_ != MPI_FILE_NULL) MPI_File_close(&fh_);
 }
 
-void ParallelFile::fail(const std::string& what, int rc) {
-  if (error_.empty()) error_ = path_ + ": " + what + " (" + mpi_error_text(rc) + ")";
+void ParallelFile::fail(const std::string& what, int rc, bool writing) {
+  if (!error_.empty()) return;
+  error_ = path_ + ": " + what + " (" + mpi_error_text(rc);
+  // MPI-IO often reports a full disk as a generic I/O error: say what the file system has left.
+  struct statvfs fs;
+  const size_t slash = path_.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash);
+  if (writing && statvfs(dir.c_str(), &fs) == 0) {
+    const double free_mb = double(fs.f_bavail) * double(fs.f_frsize) / 1e6;
+    char text[96];
+    std::snprintf(text, sizeof text, "; %.1f MB free on its file system%s", free_mb,
+                  free_mb < 1.0 ? ": No space left on device" : "");
+    error_ += text;
+  }
+  error_ += ")";
 }
 
 void ParallelFile::write_at(int64_t offset, const void* data, int64_t bytes) {
   if (fh_ == MPI_FILE_NULL || bytes <= 0) return;
   const int rc = MPI_File_write_at(fh_, offset, data, int(bytes), MPI_BYTE, MPI_STATUS_IGNORE);
-  if (rc != MPI_SUCCESS) fail("write failed", rc);
+  if (rc != MPI_SUCCESS) fail("write failed", rc, /*writing=*/true);
 }
 
 void ParallelFile::read_at(int64_t offset, void* data, int64_t bytes) {
@@ -241,7 +259,7 @@ void ParallelFile::transfer(bool write, int64_t body, std::vector<FileRun> runs,
         count(p, off, k, at);
       });
       rc = MPI_File_write_at_all(fh_, done, buf.get(), int(n), MPI_FLOAT, &status);
-      if (rc != MPI_SUCCESS) fail("write failed", rc);
+      if (rc != MPI_SUCCESS) fail("write failed", rc, /*writing=*/true);
     } else {
       rc = MPI_File_read_at_all(fh_, done, buf.get(), int(n), MPI_FLOAT, &status);
       int got = 0;

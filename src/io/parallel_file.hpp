@@ -66,7 +66,7 @@ class ParallelFile {
 
  private:
   void transfer(bool write, int64_t body, std::vector<FileRun> runs, std::vector<Digest>& digests);
-  void fail(const std::string& what, int rc);
+  void fail(const std::string& what, int rc, bool writing = false);
 
   MPI_Comm comm_;
   std::string path_;

@@ -32,12 +32,19 @@ std::string without_trailing_slash(std::string p) {
   return p;
 }
 
+// A message and a sentence after it.
+std::string and_then(std::string message, const std::string& hint) {
+  if (hint.empty()) return message;
+  if (!message.empty() && message.back() != '.') message += ".";
+  return message + " " + hint;
+}
+
 // Runs check(); an InputError it throws gains the hint of a checkpoint to use instead.
 void with_alternative(const std::string& root, int64_t step, const std::function<void()>& check) {
   try {
     check();
   } catch (const InputError& e) {
-    throw InputError(e.what() + intact_alternative(root, step));
+    throw InputError(and_then(e.what(), intact_alternative(root, step)));
   }
 }
 
@@ -89,16 +96,17 @@ void verify(const std::vector<Digest>& digests, const std::vector<uint64_t>& exp
             const StateFiles& files, const ResumePoint& r, const std::string& file) {
   const std::string alternative = intact_alternative(r.root, r.info.step);
   const std::string bad = nonfinite(digests, files, file);
-  require(bad.empty(), "checkpoint " + bad + "; the checkpoint is corrupt." + alternative);
+  require(bad.empty(), and_then("checkpoint " + bad + "; the checkpoint is corrupt", alternative));
   const auto infos = parameter_infos(r.info.model);
   for (size_t i = 0; i < digests.size(); ++i) {
     if (digests[i].checksum == expected[i]) continue;
     char sums[80];
     std::snprintf(sums, sizeof sums, "0x%016" PRIx64 " where the state file says 0x%016" PRIx64,
                   digests[i].checksum, expected[i]);
-    throw InputError("checkpoint " + file + ": tensor " + part(digests.size(), i) +
-                     infos[i % kNumParameterTensors].name + " fails its checksum (" + sums +
-                     "); the file is corrupt." + alternative);
+    throw InputError(and_then("checkpoint " + file + ": tensor " + part(digests.size(), i) +
+                                  infos[i % kNumParameterTensors].name + " fails its checksum (" +
+                                  sums + "); the file is corrupt",
+                              alternative));
   }
 }
 
@@ -113,7 +121,7 @@ std::string intact_alternative(const std::string& root, int64_t below) {
     } catch (const InputError&) {
       continue;
     }
-    return " The newest intact checkpoint is " + checkpoint::path(root, *it) +
+    return "The newest intact checkpoint is " + checkpoint::path(root, *it) +
            ": resume from it with --load " + root + " --load-step " + std::to_string(*it) + ".";
   }
   return "";
@@ -144,10 +152,10 @@ std::optional<ResumePoint> find_resume_point(const TrainOptions& opts,
       notes.push_back("--load " + root + ": no checkpoint yet; starting a new run");
       return std::nullopt;
     }
-    require(step >= 0, root + " holds checkpoints (steps " + steps_text(steps) +
-                           ") but no `latest` file naming the newest complete one; choose one "
-                           "with --load-step N." +
-                           intact_alternative(root, INT64_MAX));
+    require(step >= 0, and_then(root + " holds checkpoints (steps " + steps_text(steps) +
+                                    ") but no `latest` file naming the newest complete one; "
+                                    "choose one with --load-step N",
+                                intact_alternative(root, INT64_MAX)));
     with_alternative(root, step, [&] {
       require(is_directory(checkpoint::path(root, step)),
               root + "/latest names " + checkpoint::name(step) + ", which does not exist.");
@@ -309,11 +317,11 @@ void load_checkpoint(const StateFiles& files, const ResumePoint& r) {
   std::vector<Digest> digests;
   const std::string model = checkpoint::model_file(r.root, step);
   std::string error = files.read_model(model, digests);
-  require(error.empty(), "checkpoint " + error + "." + intact_alternative(r.root, step));
+  require(error.empty(), and_then("checkpoint " + error, intact_alternative(r.root, step)));
   verify(digests, {r.info.params_checksum.begin(), r.info.params_checksum.end()}, files, r, model);
   const std::string optimizer = checkpoint::optimizer_file(r.root, step);
   error = files.read_optimizer(optimizer, digests);
-  require(error.empty(), "checkpoint " + error + "." + intact_alternative(r.root, step));
+  require(error.empty(), and_then("checkpoint " + error, intact_alternative(r.root, step)));
   std::vector<uint64_t> expected(r.info.m_checksum.begin(), r.info.m_checksum.end());
   expected.insert(expected.end(), r.info.v_checksum.begin(), r.info.v_checksum.end());
   verify(digests, expected, files, r, optimizer);

@@ -34,7 +34,7 @@ std::optional<ResumePoint> find_resume_point(const TrainOptions& opts,
 void adopt_checkpoint_options(TrainOptions& opts, const CheckpointInfo& c,
                               std::vector<std::string>& warnings);
 
-// " The newest intact checkpoint older than step `below` is DIR/step_N: resume from it with
+// "The newest intact checkpoint older than step `below` is DIR/step_N: resume from it with
 // --load DIR --load-step N." or "" if there is none. Intact: complete, its state file readable
 // and its binary files of the right sizes (their checksums are verified when it loads).
 std::string intact_alternative(const std::string& root, int64_t below);

@@ -3,28 +3,6 @@
 # problem and the fix, within a timeout (no hang), and without touching the user's files.
 source "$(dirname "$0")/common.sh"
 
-# expect_error NAME RANKS PATTERN -- ARGS...
-expect_error() {
-  local name=$1 ranks=$2 pattern=$3
-  shift 4
-  local out rc
-  out=$(timeout 60 "$MPIEXEC" -n "$ranks" "$TRAIN" "$@" 2>&1 >/dev/null)
-  rc=$?
-  local lines
-  lines=$(grep -c '^error:' <<<"$out")
-  if [ "$rc" -eq 124 ]; then
-    bad "$name: hung (timeout)"
-  elif [ "$rc" -ne 2 ]; then
-    bad "$name: exit status $rc, expected 2; output: $out"
-  elif [ "$lines" -ne 1 ]; then
-    bad "$name: $lines error lines, expected exactly 1: $out"
-  elif ! grep -qiE -- "$pattern" <<<"$out"; then
-    bad "$name: message does not match /$pattern/: $out"
-  else
-    ok "$name ($ranks ranks): $(head -1 <<<"$out")"
-  fi
-}
-
 make_shard "$WORK/good.bin" 4000 250
 make_shard "$WORK/short.bin" 100 250
 make_shard "$WORK/bigtoken.bin" 4000 300
@@ -79,6 +57,12 @@ expect_error "sequence rows over tp" 2 "--sequence-parallel splits the 3 rows.*o
 expect_error "microbatches over rows" 1 "do not split into --microbatches 3" -- --batch 16 --microbatches 3
 expect_error "unknown schedule name" 1 "unknown --schedule 'gpipe'" -- --schedule gpipe
 expect_error "bucket size" 1 "--dp-bucket-mb must be positive" -- --dp-bucket-mb 0
+expect_error "--save-every without --save" 1 "--save-every 5 needs --save DIR" -- --save-every 5
+expect_error "--keep-last without --save" 1 "--keep-last 2 needs --save DIR" -- --keep-last 2
+expect_error "--load-step without --load" 1 "--load-step 4 needs --load DIR" -- --load-step 4
+expect_error "--load of a file" 1 "--load .*model.bin: not a directory" -- --load "$WORK/model.bin"
+expect_error "--save of a file" 1 "--save .*model.bin: exists and is not a directory" -- --save "$WORK/model.bin"
+expect_error "negative step timeout" 1 "--step-timeout must be >= 0" -- --step-timeout -1
 expect_error "beta out of range" 1 "--beta2 must be in \[0, 1\)" -- --beta2 1.5
 
 # An existing output is refused before training, and left exactly as it was.

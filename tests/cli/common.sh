@@ -28,3 +28,25 @@ with open(path, "wb") as f:
     f.write(struct.pack("<%dH" % n, *[(i * 7919) % (hi + 1) for i in range(n)]))
 PYEOF
 }
+# expect_error NAME RANKS PATTERN -- ARGS...: the trainer must exit with status 2 within 60 s,
+# printing exactly one "error:" line that matches PATTERN.
+expect_error() {
+  local name=$1 ranks=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$(timeout 60 "$MPIEXEC" -n "$ranks" "$TRAIN" "$@" 2>&1 >/dev/null)
+  rc=$?
+  local lines
+  lines=$(grep -c '^error:' <<<"$out")
+  if [ "$rc" -eq 124 ]; then
+    bad "$name: hung (timeout)"
+  elif [ "$rc" -ne 2 ]; then
+    bad "$name: exit status $rc, expected 2; output: $out"
+  elif [ "$lines" -ne 1 ]; then
+    bad "$name: $lines error lines, expected exactly 1: $out"
+  elif ! grep -qiE -- "$pattern" <<<"$out"; then
+    bad "$name: message does not match /$pattern/: $out"
+  else
+    ok "$name ($ranks ranks): $(head -1 <<<"$out")"
+  fi
+}

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Checkpoints read back defensively. A damaged checkpoint (truncated, a checksum that fails, a
+# wrong version, a NaN, `latest` naming nothing, a header that disagrees with its state file) or a
+# resume that would change the run (model shape, seed, optimizer settings) stops before training
+# with one error line naming the file and, where one exists, the newest intact checkpoint to use
+# instead; exit status 2 on every rank. Saving never overwrites: not another run's checkpoints,
+# not newer ones. A run that diverges stops before the update (status 4) and a save into a full
+# file system fails cleanly (status 6): either way the last checkpoint and `latest` stay intact.
+source "$(dirname "$0")/common.sh"
+
+export OMP_NUM_THREADS=1
+args=(--val-every 0 --layers 2 --dim 64 --heads 4 --seq-len 32 --batch 8)
+"$TRAIN" "${args[@]}" --steps 4 --save "$WORK/good" --save-every 2 >"$WORK/good.log" 2>&1 ||
+  { bad "the run that makes the checkpoints"; cat "$WORK/good.log"; }
+C=$WORK/c
+M4=$C/step_00000004/model_00000004.bin
+O4=$C/step_00000004/optimizer_00000004.bin
+S4=$C/step_00000004/state_00000004.txt
+fresh() { rm -rf "$C" && cp -r "$WORK/good" "$C"; }  # an intact copy to damage
+intact="newest intact checkpoint is $C/step_00000002: resume from it with --load $C --load-step 2"
+# poke FILE BYTE_OFFSET FLOAT: overwrites one float of a binary file.
+poke() {
+  "$PY" -c "
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(int(sys.argv[2])); f.write(struct.pack('<f', float(sys.argv[3])))" "$@"
+}
+resume=("${args[@]}" --steps 6 --load "$C")
+
+fresh && truncate -s -4 "$M4"
+expect_error "truncated model file" 2 "model_00000004.bin: size mismatch.*truncated.*$intact" -- "${resume[@]}"
+fresh && rm "$O4"
+expect_error "missing optimizer file" 1 "optimizer_00000004.bin: cannot open.*$intact" -- "${resume[@]}"
+fresh && poke "$O4" $((1024 + 4 * 100)) 0.125
+expect_error "optimizer state fails its checksum" 2 "optimizer_00000004.bin: tensor m of wte fails its checksum.*corrupt.*$intact" -- "${resume[@]}"
+# qkvw's first element: after wte (256 x 64) and wpe (256 x 64), ln1w and ln1b (2 x 64 each).
+qkvw=$((1024 + 4 * (256 * 64 * 2 + 4 * 64)))
+fresh && poke "$M4" "$qkvw" 0.5
+expect_error "parameters fail their checksum" 2 "model_00000004.bin: tensor qkvw fails its checksum.*$intact" -- "${resume[@]}"
+fresh && poke "$M4" $((qkvw + 4 * (3 * 64 * 64 + 5))) nan
+expect_error "a NaN parameter" 2 "model_00000004.bin: qkvw \(layer 1\) element 5 is not finite.*$intact" -- "${resume[@]}"
+fresh && poke "$O4" $((1024 + 4 * 2 * 256 * 64 * 2)) inf
+expect_error "an Inf in the optimizer state" 1 "optimizer_00000004.bin: (m|v) of .* is not finite" -- "${resume[@]}"
+fresh && sed -i 's/^format = 1$/format = 2/' "$S4"
+expect_error "state file of another format version" 2 "state_00000004.txt: format version 2.*reads version 1.*$intact" -- "${resume[@]}"
+fresh && "$PY" -c "
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(4); f.write(struct.pack('<i', 7))" "$O4"
+expect_error "optimizer file of another version" 1 "optimizer_00000004.bin: unsupported version 7.*$intact" -- "${resume[@]}"
+fresh && sed -i 's/^model.channels = 64$/model.channels = 32/' "$S4"
+expect_error "state file disagrees with the model file" 1 "holds model .*C64.*state file .*C32.*corrupt.*$intact" -- "${resume[@]}"
+fresh && sed -i '/^data.train_position/d' "$S4"
+expect_error "state file missing a field" 1 "'data.train_position' is missing" -- "${resume[@]}"
+fresh && echo step_00000099 >"$C/latest"
+expect_error "latest names a missing checkpoint" 2 "latest names step_00000099, which does not exist.*newest intact checkpoint is $C/step_00000004" -- "${resume[@]}"
+fresh && echo garbage >"$C/latest"
+expect_error "latest is garbage" 1 "latest: does not name a checkpoint.*garbage" -- "${resume[@]}"
+fresh && rm "$C/latest"
+expect_error "checkpoints but no latest" 1 "holds checkpoints \(steps 2, 4\) but no .latest.*--load-step" -- "${resume[@]}"
+fresh
+expect_error "--load-step of a missing step" 1 "--load-step 3: .*step_00000003 does not exist; .* holds the steps 2, 4" -- "${resume[@]}" --load-step 3
+expect_error "model shape changed on resume" 2 "--layers 3 differs from the checkpoint's 2.*drop --layers" -- "${resume[@]}" --layers 3
+expect_error "optimizer setting changed on resume" 2 "--lr 0.5 differs from the checkpoint's 0.001" -- "${resume[@]}" --lr 0.5
+expect_error "seed changed on resume" 1 "--seed 7 differs from the checkpoint's 1337" -- "${resume[@]}" --seed 7
+expect_error "--save over another run's checkpoints" 2 "--save $C already holds checkpoints of another run \(steps 2, 4\); pass --load $C" -- "${args[@]}" --save "$C"
+expect_error "--save would collide with newer checkpoints" 1 "holds step_00000004, newer than the checkpoint this run resumes from \(step 2\)" -- "${resume[@]}" --load-step 2 --save "$C"
+before=$(cd "$C" && find . -type f -exec sha256sum {} + | sort)
+[ "$before" = "$(cd "$WORK/good" && find . -type f -exec sha256sum {} + | sort)" ] &&
+  ok "refused runs left every checkpoint file as it was" || bad "a refused run changed a checkpoint file"
+
+# --init-from of an llm.c file with one NaN weight stops before training (it used to train on,
+# printing 'loss nan', and exit 0).
+cp "$WORK/good/step_00000004/model_00000004.bin" "$WORK/nan.bin"
+poke "$WORK/nan.bin" $((1024 + 4 * 77)) nan
+expect_error "--init-from with a NaN weight" 2 "nan.bin: wte element 77 is not finite.*pass a finite one" -- --init-from "$WORK/nan.bin" --steps 1 --val-every 0
+
+# ---- what a resume may change, and how it says so ----
+fresh
+out=$("$TRAIN" "${resume[@]}" --batch 4 2>&1)
+if [ $? -eq 0 ] && grep -q "^warning: --batch 4 --seq-len 32 differ from the checkpoint's 8 x 32: the data continue at token" <<<"$out" &&
+  grep -q '^step 5/6' <<<"$out"; then
+  ok "--batch changed on resume: a warning saying where the data continue, then training"
+else
+  bad "--batch changed on resume: $(grep -E 'warning|error' <<<"$out")"
+fi
+out=$("$TRAIN" "${args[@]}" --steps 2 --load "$WORK/nothing_yet" --save "$WORK/nothing_yet" 2>&1)
+if [ $? -eq 0 ] && grep -q "^note: --load $WORK/nothing_yet: no checkpoint yet" <<<"$out" &&
+  [ "$(cat "$WORK/nothing_yet/latest")" = step_00000002 ]; then
+  ok "--load of a directory without checkpoints starts a new run (the job script's first job)"
+else
+  bad "--load without checkpoints: $out"
+fi
+out=$("$TRAIN" "${args[@]}" --load "$WORK/nothing_yet" 2>&1)
+if [ $? -eq 0 ] && grep -q "resumed at step 2 of --steps 2: the run is complete" <<<"$out"; then
+  ok "resuming a finished run trains nothing and exits 0"
+else
+  bad "resuming a finished run: $out"
+fi
+
+# ---- a run that diverges stops before the update; the last checkpoint stays the newest ----
+out=$("$TRAIN" "${args[@]}" --steps 6 --lr 1e6 --save "$WORK/div" --save-every 1 2>&1)
+rc=$?
+line=$(grep '^error:' <<<"$out")
+if [ $rc -eq 4 ] && grep -qE "^error: step ([0-9]+): loss .*training diverged; the update was not applied.*newest checkpoint is $WORK/div/step_" <<<"$line"; then
+  diverged=$(sed -E 's/^error: step ([0-9]+):.*/\1/' <<<"$line")
+  if [ "$(cat "$WORK/div/latest")" = "$(printf 'step_%08d' $((diverged - 1)))" ] &&
+    [ ! -e "$WORK/div/$(printf 'step_%08d' "$diverged")" ]; then
+    ok "--lr 1e6 diverges at step $diverged: exit 4, nothing saved after step $((diverged - 1))"
+  else
+    bad "after divergence at step $diverged, latest is $(cat "$WORK/div/latest")"
+  fi
+else
+  bad "--lr 1e6: exit $rc, $line"
+fi
+
+# ---- a save into a full file system fails cleanly ----
+small=$WORK/small
+mkdir -p "$small"
+if mount -t tmpfs -o size=2600k tmpfs "$small" 2>/dev/null; then
+  trap 'umount "$small" 2>/dev/null; rm -rf "$WORK"' EXIT
+  # One checkpoint of this model (1.6 MB) fits, a second does not.
+  out=$("$MPIEXEC" -n 2 "$TRAIN" "${args[@]}" --steps 4 --save "$small/ck" --save-every 2 2>&1)
+  rc=$?
+  if [ $rc -eq 6 ] &&
+    grep -q "^error: saving the checkpoint of step 4 failed: .*No space left on device.*$small/ck/step_00000002 and $small/ck/latest are intact" <<<"$out" &&
+    [ "$(cat "$small/ck/latest")" = step_00000002 ] && [ "$(ls "$small/ck")" = "$(printf 'latest\nstep_00000002')" ]; then
+    ok "full file system: exit 6, the partial save removed, step 2 and latest intact"
+  else
+    bad "full file system: exit $rc; $(grep -E 'error|checkpoint' <<<"$out"); $(ls "$small/ck")"
+  fi
+  if "$TRAIN" "${args[@]}" --steps 3 --load "$small/ck" >"$WORK/after_full.log" 2>&1 &&
+    grep -q '^step 3/3' "$WORK/after_full.log"; then
+    ok "full file system: the intact checkpoint resumes (its checksums verified)"
+  else
+    bad "full file system: resume from step 2"; tail -3 "$WORK/after_full.log"
+  fi
+  umount "$small"
+else
+  echo "SKIP full file system: cannot mount a small tmpfs here (needs root); not counted"
+fi
+finish

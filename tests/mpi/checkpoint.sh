@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# A run cut off and resumed is the same run. Same layout: bit for bit (every logged loss, lr and
+# gradient norm, and the final parameters and optimizer state), whether it stopped at --steps k or
+# on a signal to one non-zero rank mid-run. Another layout (saved on tp 2 x pp 2 interleaved,
+# resumed on dp 2 with ZeRO-1, on pp 2 with another --pp-layout, on one rank): the serial run
+# within the layout tests' tolerances (serial_reference.sh says why). Faults end the job: a rank
+# killed with SIGKILL ends a 4-rank job within 30 s, and a resume loses only the steps after the
+# last checkpoint; a rank stopped with SIGSTOP trips the others' --step-timeout watchdogs.
+source "$(dirname "$0")/../cli/common.sh"
+
+export OMP_NUM_THREADS=1
+# The loss, lr and norm of every step line (the timings differ from run to run).
+numbers() { grep -hE '^step [0-9]+/' "$@" | sed -E 's/^(step [0-9]+)\/[0-9]+ \| (loss [^|]*\| lr [^|]*\| norm [^|]*)\|.*/\1 | \2/'; }
+# The pid of one rank of the job whose command line contains MARKER (MPICH gives each PMI_RANK).
+rank_pid() {
+  local p
+  for p in $(pgrep -f -- "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "PMI_RANK=$2" && { echo "$p"; return 0; }
+  done
+  return 1
+}
+# Waits up to 60 s for a line matching PATTERN in FILE.
+wait_for() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    grep -qE "$2" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+same() {  # same NAME FILE_A FILE_B
+  if cmp -s "$2" "$3"; then ok "$1"; else bad "$1 ($2 and $3 differ)"; fi
+}
+
+# ---- 1. Same layout, stopped by --steps k: dp 2 with ZeRO-1 (optimizer state in DP shards) ----
+small=(--val-every 0 --layers 2 --dim 64 --heads 4 --seq-len 32 --batch 8 --dp 2 --zero 1)
+"$MPIEXEC" -n 2 "$TRAIN" "${small[@]}" --steps 8 --save "$WORK/full" --save-llmc "$WORK/full.bin" \
+  >"$WORK/full.log" 2>&1
+"$MPIEXEC" -n 2 "$TRAIN" "${small[@]}" --steps 3 --lr-decay-steps 8 --save "$WORK/cut" \
+  >"$WORK/cut1.log" 2>&1
+"$MPIEXEC" -n 2 "$TRAIN" "${small[@]}" --steps 8 --load "$WORK/cut" --save "$WORK/cut" \
+  --save-llmc "$WORK/cut.bin" >"$WORK/cut2.log" 2>&1
+if [ "$(numbers "$WORK/full.log")" = "$(numbers "$WORK/cut1.log" "$WORK/cut2.log")" ] &&
+  [ "$(numbers "$WORK/full.log" | wc -l)" -eq 8 ]; then
+  ok "--steps 3 then --load: the 8 steps' losses, lrs and norms are the uninterrupted run's"
+else
+  bad "--steps 3 then --load: the steps differ"
+  diff <(numbers "$WORK/full.log") <(numbers "$WORK/cut1.log" "$WORK/cut2.log")
+fi
+if grep -q '^resumed: .*cut/step_00000003, step 3 of 8' "$WORK/cut2.log"; then
+  ok "the banner says where it resumed"
+else
+  bad "no 'resumed: ... step 3 of 8' line"
+fi
+same "final parameters bit-identical" "$WORK/full.bin" "$WORK/cut.bin"
+for f in model optimizer state; do
+  ext=bin; [ $f = state ] && ext=txt
+  same "final checkpoint's $f file bit-identical" "$WORK/full/step_00000008/${f}_00000008.$ext" \
+    "$WORK/cut/step_00000008/${f}_00000008.$ext"
+done
+# The model file is llm.c's: --init-from reads it as it is.
+"$TRAIN" --init-from "$WORK/cut/step_00000008/model_00000008.bin" --steps 1 --val-every 0 \
+  --seq-len 32 --batch 8 >"$WORK/init.log" 2>&1 && ok "--init-from reads a checkpoint's model file" ||
+  { bad "--init-from of a checkpoint's model file"; tail -3 "$WORK/init.log"; }
+
+# ---- 2. Same layout, stopped by SIGUSR1 to rank 1 mid-run (1F1B over 2 stages) ----
+sig=(--val-every 0 --pp 2 --microbatches 2 --steps 60)
+"$MPIEXEC" -n 2 "$TRAIN" "${sig[@]}" --save-llmc "$WORK/sig_ref.bin" >"$WORK/sig_ref.log" 2>&1
+"$MPIEXEC" -n 2 "$TRAIN" "${sig[@]}" --save "$WORK/sig" >"$WORK/sig1.log" 2>&1 &
+job=$!
+if wait_for "$WORK/sig1.log" '^step 5/60' && pid=$(rank_pid "--save $WORK/sig" 1); then
+  kill -USR1 "$pid"
+fi
+wait $job
+status=$?
+stopped=$(sed -nE 's/^SIGUSR1 received: stopped after step ([0-9]+);.*/\1/p' "$WORK/sig1.log")
+if [ "$status" -eq 3 ] && [ -n "$stopped" ] && [ "$stopped" -lt 60 ] &&
+  [ "$(cat "$WORK/sig/latest")" = "$(printf 'step_%08d' "$stopped")" ]; then
+  ok "SIGUSR1 to rank 1: every rank stopped after step $stopped, saved it, exit status 3"
+else
+  bad "SIGUSR1 to rank 1: exit $status, stopped after '${stopped:-?}'"; tail -5 "$WORK/sig1.log"
+fi
+"$MPIEXEC" -n 2 "$TRAIN" "${sig[@]}" --load "$WORK/sig" --save "$WORK/sig" \
+  --save-llmc "$WORK/sig.bin" >"$WORK/sig2.log" 2>&1
+if [ "$(numbers "$WORK/sig_ref.log")" = "$(numbers "$WORK/sig1.log" "$WORK/sig2.log")" ]; then
+  ok "signal, save, resume: all 60 steps equal the uninterrupted run's"
+else
+  bad "signal, save, resume: the steps differ"
+  diff <(numbers "$WORK/sig_ref.log") <(numbers "$WORK/sig1.log" "$WORK/sig2.log") | head
+fi
+same "signal, save, resume: final parameters bit-identical" "$WORK/sig_ref.bin" "$WORK/sig.bin"
+
+# ---- 3. Another layout: saved on tp 2 x pp 2 (interleaved, 2 chunks each), resumed elsewhere ----
+big=(--val-every 0 --layers 8 --dim 64 --heads 4 --seq-len 32 --vocab 300 --batch 8)
+"$TRAIN" "${big[@]}" --steps 6 --save-llmc "$WORK/serial.bin" >"$WORK/serial.log" 2>&1
+OMP_WAIT_POLICY=PASSIVE "$MPIEXEC" -n 4 "$TRAIN" "${big[@]}" --steps 3 --lr-decay-steps 6 --tp 2 \
+  --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 2 --save "$WORK/x" \
+  >"$WORK/x1.log" 2>&1 || { bad "the tp 2 x pp 2 run"; tail -3 "$WORK/x1.log"; }
+compare_to_serial() {  # compare_to_serial LOG BIN: steps 1-3 of x1.log and 4-6 of LOG vs serial
+  "$PY" - "$WORK/serial.log" "$WORK/x1.log" "$1" "$WORK/serial.bin" "$2" <<'PYEOF'
+import re, sys
+import numpy as np
+def losses(*paths):
+    return [float(m.group(1)) for p in paths
+            for m in re.finditer(r"^step \d+/\d+ \| loss ([0-9.]+)", open(p).read(), re.M)]
+a, b = losses(sys.argv[1]), losses(sys.argv[2], sys.argv[3])
+assert len(a) == 6 and len(b) == 6, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+assert worst <= 1e-5, f"losses differ by {worst:.2e}: {a} vs {b}"
+pa = np.fromfile(sys.argv[4], dtype=np.float32, offset=1024)
+pb = np.fromfile(sys.argv[5], dtype=np.float32, offset=1024)
+err = float(np.abs(pa - pb).max() / np.abs(pa).max())
+assert err <= 1e-4, f"parameters differ by {err:.2e} of their scale"
+print(f"  losses within {worst:.1e}, parameters within {err:.1e}")
+PYEOF
+}
+for layout in "2 --dp 2 --zero 1" "2 --pp 2 --pp-layout 5,3 --microbatches 2" "1"; do
+  read -r n flags <<<"$layout"
+  name=$(tr -dc 'a-z0-9' <<<"$flags")
+  cp -r "$WORK/x" "$WORK/x_$name"
+  # shellcheck disable=SC2086
+  if "$MPIEXEC" -n "$n" "$TRAIN" "${big[@]}" --steps 6 --load "$WORK/x_$name" $flags \
+    --save-llmc "$WORK/x_$name.bin" >"$WORK/x_$name.log" 2>&1 &&
+    compare_to_serial "$WORK/x_$name.log" "$WORK/x_$name.bin"; then
+    ok "saved on tp 2 x pp 2 interleaved, resumed on $n rank(s) ${flags:-(serial)} = serial"
+  else
+    bad "resumed on $n rank(s) $flags"; tail -3 "$WORK/x_$name.log"
+  fi
+done
+
+# ---- 4. SIGKILL of one rank mid-step ends a 4-rank job; a resume loses only what followed the
+# last checkpoint ----
+kill_args=(--val-every 0 --pp 2 --dp 2 --microbatches 2 --steps 200 --lr-decay-steps 200)
+OMP_WAIT_POLICY=PASSIVE "$MPIEXEC" -n 4 "$TRAIN" "${kill_args[@]}" --save "$WORK/k" --save-every 2 \
+  >"$WORK/k1.log" 2>&1 &
+job=$!
+if wait_for "$WORK/k1.log" '^step 5/200' && pid=$(rank_pid "--save $WORK/k" 2); then
+  t=$(now)
+  kill -9 "$pid"
+  wait $job
+  status=$?
+  took=$(elapsed "$t")
+  if [ "$status" -ne 0 ] && awk -v s="$took" 'BEGIN { exit !(s < 30) }'; then
+    ok "SIGKILL of rank 2 ended the 4-rank job in $took s (exit $status)"
+  else
+    bad "SIGKILL of rank 2: exit $status after $took s"
+  fi
+else
+  bad "the 4-rank job never reached step 5"; kill $job 2>/dev/null; wait $job
+fi
+saved=$(sed -E 's/step_0*//' "$WORK/k/latest")
+last=$(numbers "$WORK/k1.log" | tail -1 | sed -E 's/^step ([0-9]+).*/\1/')
+end=$((saved + 3))
+OMP_WAIT_POLICY=PASSIVE "$MPIEXEC" -n 4 "$TRAIN" "${kill_args[@]}" --steps "$end" --load "$WORK/k" \
+  --save "$WORK/k" >"$WORK/k2.log" 2>&1
+OMP_WAIT_POLICY=PASSIVE "$MPIEXEC" -n 4 "$TRAIN" "${kill_args[@]}" --steps "$end" \
+  >"$WORK/k_ref.log" 2>&1
+first=$(numbers "$WORK/k2.log" | head -1 | sed -E 's/^step ([0-9]+).*/\1/')
+if [ "$first" = $((saved + 1)) ] && [ "$((last - saved))" -le 2 ] &&
+  [ "$(numbers "$WORK/k2.log")" = "$(numbers "$WORK/k_ref.log" | tail -3)" ]; then
+  ok "resumed after the kill at step $first (logged up to $last, saved $saved): steps $first-$end equal an uninterrupted run's"
+else
+  bad "resume after the kill: saved $saved, logged $last, resumed at ${first:-?}"
+  diff <(numbers "$WORK/k2.log") <(numbers "$WORK/k_ref.log" | tail -3)
+fi
+
+# ---- 5. The watchdog: a rank stopped with SIGSTOP; the others abort the job after 2 s ----
+"$MPIEXEC" -n 2 "$TRAIN" --val-every 0 --steps 500 --step-timeout 2 --save "$WORK/w" \
+  >"$WORK/w.log" 2>"$WORK/w.err" &
+job=$!
+if wait_for "$WORK/w.log" '^step 3/500' && pid=$(rank_pid "--save $WORK/w" 1); then
+  t=$(now)
+  kill -STOP "$pid"
+  wait $job
+  status=$?
+  took=$(elapsed "$t")
+  kill -9 "$pid" 2>/dev/null  # the launcher should have; never leave it behind
+  line=$(grep '^fatal: \[rank 0' "$WORK/w.err" | head -1)
+  if [ "$status" -ne 0 ] && [ -n "$line" ] && grep -q "over --step-timeout 2, in phase '" <<<"$line" &&
+    awk -v s="$took" 'BEGIN { exit !(s < 30) }'; then
+    ok "watchdog: job ended $took s after SIGSTOP of rank 1: $line"
+  else
+    bad "watchdog: exit $status after $took s; stderr: $(head -3 "$WORK/w.err")"
+  fi
+else
+  bad "the watchdog job never reached step 3"; kill $job 2>/dev/null; wait $job
+fi
+finish

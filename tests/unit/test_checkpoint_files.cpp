@@ -1,0 +1,200 @@
+// The checkpoint directory's files on one rank: names, `latest`, the atomic commit that never
+// replaces a checkpoint, removal that never takes a user's file, and the state file's round trip
+// and refusals.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io/checkpoint_dir.hpp"
+#include "io/checkpoint_info.hpp"
+#include "test_helpers.hpp"
+
+namespace mpf {
+namespace {
+
+using test::input_error;
+using ::testing::HasSubstr;
+namespace ckpt = checkpoint;
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+class CheckpointDirTest : public test::ScratchDirTest {
+ protected:
+  // A committed checkpoint of `step` whose files hold `tag`.
+  void save(int64_t step, const std::string& tag) {
+    std::string partial;
+    ASSERT_EQ(ckpt::create_partial(dir_, step, partial), "");
+    ASSERT_EQ(ckpt::write_text(ckpt::model_file_in(partial, step), tag), "");
+    ASSERT_EQ(ckpt::write_text(ckpt::state_file_in(partial, step), tag), "");
+    ASSERT_EQ(ckpt::commit(dir_, step, partial), "");
+  }
+};
+
+TEST_F(CheckpointDirTest, Names) {
+  EXPECT_EQ(ckpt::name(1000), "step_00001000");
+  EXPECT_EQ(ckpt::model_file("d", 12), "d/step_00000012/model_00000012.bin");
+  EXPECT_EQ(ckpt::optimizer_file("d", 12), "d/step_00000012/optimizer_00000012.bin");
+  EXPECT_EQ(ckpt::state_file("d", 12), "d/step_00000012/state_00000012.txt");
+}
+
+TEST_F(CheckpointDirTest, CommitMakesItVisibleThenLatest) {
+  EXPECT_TRUE(ckpt::list_steps(dir_).empty());
+  EXPECT_EQ(ckpt::read_latest(dir_), -1);
+  save(4, "four");
+  save(12, "twelve");
+  EXPECT_EQ(ckpt::list_steps(dir_), (std::vector<int64_t>{4, 12}));
+  EXPECT_EQ(ckpt::read_latest(dir_), 12);
+  EXPECT_EQ(read(dir_ + "/latest"), "step_00000012\n");
+  EXPECT_EQ(read(ckpt::model_file(dir_, 4)), "four");
+  EXPECT_TRUE(ckpt::list_partial(dir_).empty());
+}
+
+TEST_F(CheckpointDirTest, CommitNeverReplacesACheckpoint) {
+  save(4, "first");
+  std::string partial;
+  ASSERT_EQ(ckpt::create_partial(dir_, 4, partial), "");
+  ASSERT_EQ(ckpt::write_text(ckpt::model_file_in(partial, 4), "second"), "");
+  EXPECT_THAT(ckpt::commit(dir_, 4, partial), HasSubstr("cannot rename"));
+  EXPECT_EQ(read(ckpt::model_file(dir_, 4)), "first");
+  // The partial directory is left for the caller to remove, and is listed as such.
+  ASSERT_EQ(ckpt::list_partial(dir_).size(), 1u);
+  EXPECT_EQ(ckpt::partial_step(ckpt::list_partial(dir_)[0]), 4);
+  EXPECT_EQ(ckpt::remove(partial, 4), "");
+  EXPECT_TRUE(ckpt::list_partial(dir_).empty());
+}
+
+TEST_F(CheckpointDirTest, CreatesTheRootAndItsParents) {
+  const std::string root = dir_ + "/a/b/ckpt";
+  std::string partial;
+  ASSERT_EQ(ckpt::create_partial(root, 1, partial), "");
+  EXPECT_TRUE(std::filesystem::is_directory(partial));
+}
+
+TEST_F(CheckpointDirTest, WriteTextNeverOverwrites) {
+  write(path("mine.txt"), "user data");
+  EXPECT_THAT(ckpt::write_text(path("mine.txt"), "ours"), HasSubstr("cannot create"));
+  EXPECT_EQ(read(path("mine.txt")), "user data");
+}
+
+TEST_F(CheckpointDirTest, RemoveKeepsAUsersFile) {
+  save(4, "four");
+  save(8, "eight");
+  write(ckpt::path(dir_, 4) + "/notes.txt", "keep me");
+  EXPECT_THAT(ckpt::remove(ckpt::path(dir_, 4), 4), HasSubstr("was kept"));
+  EXPECT_EQ(read(ckpt::path(dir_, 4) + "/notes.txt"), "keep me");
+  EXPECT_FALSE(std::filesystem::exists(ckpt::model_file(dir_, 4)));
+  EXPECT_EQ(ckpt::remove(ckpt::path(dir_, 8), 8), "");
+  EXPECT_FALSE(std::filesystem::exists(ckpt::path(dir_, 8)));
+}
+
+TEST_F(CheckpointDirTest, ListsOnlyCheckpointDirectories) {
+  save(3, "three");
+  std::filesystem::create_directory(path("step_12"));        // too few digits
+  std::filesystem::create_directory(path("step_0000001x"));  // not a number
+  write(path("step_00000007"), "a file, not a directory");
+  std::filesystem::create_directory(path("step_00000009.partial-host-1"));
+  EXPECT_EQ(ckpt::list_steps(dir_), (std::vector<int64_t>{3}));
+  EXPECT_EQ(ckpt::list_partial(dir_).size(), 1u);
+}
+
+TEST_F(CheckpointDirTest, MalformedLatest) {
+  write(path("latest"), "garbage\n");
+  EXPECT_THAT(
+      input_error([&] { ckpt::read_latest(dir_); }),
+      ::testing::AllOf(HasSubstr("latest"), HasSubstr("garbage"), HasSubstr("--load-step")));
+  write(path("latest"), "");
+  EXPECT_THAT(input_error([&] { ckpt::read_latest(dir_); }), HasSubstr("does not name"));
+}
+
+CheckpointInfo filled() {
+  CheckpointInfo c;
+  c.step = 1234;
+  c.model = {64, 300, 384, 3, 4, 16};
+  c.seed = 987654321012345ULL;
+  c.batch = 12;
+  c.seq_len = 48;
+  c.steps = 5000;
+  c.lr_decay_steps = 4000;
+  c.warmup = 7;
+  c.lr = 6e-4f;
+  c.beta1 = 0.9f;
+  c.beta2 = 0.95f;
+  c.eps = 1e-8f;
+  c.weight_decay = 0.1f;
+  c.grad_clip = 1.0f;
+  c.final_lr_frac = 0.1f;
+  c.lr_schedule = "cosine";
+  c.train_data = "data/train_*.bin,more data/x.bin";
+  c.val_data = "builtin:val";
+  c.train_data_tokens = 1LL << 40;
+  c.train_file = 3;
+  c.train_position = 123456789;
+  c.tokens_seen = 987654321;
+  c.val_file = 0;
+  c.val_position = 4096;
+  c.tp = 2;
+  c.pp = 2;
+  c.dp = 3;
+  c.virtual_stages = 2;
+  c.schedule = "interleaved";
+  c.microbatches = 6;
+  c.pp_layout = "1,1,1,0";
+  c.zero = 1;
+  c.sequence_parallel = true;
+  for (int i = 0; i < kNumParameterTensors; ++i) {
+    c.params_checksum[i] = 0x9e3779b97f4a7c15ULL * (i + 1);
+    c.m_checksum[i] = ~c.params_checksum[i];
+    c.v_checksum[i] = c.params_checksum[i] ^ 0xffffULL;
+  }
+  return c;
+}
+
+TEST_F(CheckpointDirTest, StateFileRoundTrip) {
+  const CheckpointInfo c = filled();
+  write(path("state.txt"), to_text(c));
+  const CheckpointInfo r = read_checkpoint_info(path("state.txt"));
+  // Field by field through the text form: the same text means every field came back.
+  EXPECT_EQ(to_text(r), to_text(c));
+  EXPECT_EQ(r.lr, c.lr);  // floats exactly, not to a printed precision
+  EXPECT_EQ(r.beta2, c.beta2);
+  EXPECT_EQ(r.seed, c.seed);
+  EXPECT_EQ(r.train_data, c.train_data);
+  EXPECT_EQ(r.m_checksum, c.m_checksum);
+  EXPECT_TRUE(r.sequence_parallel);
+}
+
+TEST_F(CheckpointDirTest, StateFileRefusals) {
+  const std::string good = to_text(filled());
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    t.replace(t.find(from), from.size(), to);
+    write(path("state.txt"), t);
+    return input_error([&] { read_checkpoint_info(path("state.txt")); });
+  };
+  EXPECT_THAT(with("format = 1", "format = 2"),
+              ::testing::AllOf(HasSubstr("format version 2"), HasSubstr("reads version 1")));
+  EXPECT_THAT(with("run.batch = 12\n", ""),
+              ::testing::AllOf(HasSubstr("'run.batch' is missing"), HasSubstr("state.txt")));
+  EXPECT_THAT(with("model.layers = 3", "model.layers = three"),
+              HasSubstr("'model.layers' = 'three' is malformed"));
+  EXPECT_THAT(with("layout.sequence_parallel = true", "layout.sequence_parallel = yes"),
+              HasSubstr("malformed"));
+  EXPECT_THAT(with("step = 1234", "step = 0"), HasSubstr("out of range"));
+  EXPECT_THAT(input_error([&] { read_checkpoint_info(path("none.txt")); }),
+              HasSubstr("cannot open"));
+}
+
+}  // namespace
+}  // namespace mpf
