@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # A real single-node Slurm (ci/slurm/local_cluster.sh) runs the shipped ci/slurm/cpu.sbatch on
 # 4 ranks (tp 2 x pp 2, two microbatches through the 1F1B pipeline) with a tiny model: the job
-# completes with exit code 0, its log shows the 4-rank grid and a falling loss, a job that can never fit is refused at submission, and the daemons stop.
+# completes with exit code 0, its log shows the 4-rank grid and a falling loss. The same job,
+# signalled mid-run as a time limit would (USR1 to the batch script), saves, requeues itself,
+# resumes and completes, with the uninterrupted job's loss curve. A job that can never fit is
+# refused at submission, and the daemons stop.
 # Exit 77 (ctest SKIP_RETURN_CODE) where the machine cannot run the daemons: not root, no apt,
 # ports 6817/6818 taken, munged or slurmctld failing. It never passes without having run the job.
 set -uo pipefail
@@ -61,22 +64,30 @@ export UCX_TLS=self,sm UCX_NET_DEVICES=lo
 
 # The job script's variables, as a site would set them; all of them, so nothing leaks in from the
 # caller's environment.
+STEPS=30
 export MPIFORMER_TRAIN=$TRAIN TP=2 PP=2 DP=1 DATA=builtin:train VAL_DATA='' INIT_FROM='' \
-  MODEL="--layers 2 --heads 2 --dim 64" STEPS=30 BATCH=8 SEQ_LEN=32 EXTRA_ARGS="--val-every 0 --microbatches 2" \
-  LAUNCHER=srun SRUN_MPI=pmi2 CPU_BIND=cores SITE_UCX_TLS='' SITE_UCX_NET_DEVICES=''
+  MODEL="--layers 2 --heads 2 --dim 64" STEPS BATCH=8 SEQ_LEN=32 EXTRA_ARGS="--val-every 0 --microbatches 2" \
+  LAUNCHER=srun SRUN_MPI=pmi2 CPU_BIND=cores SITE_UCX_TLS='' SITE_UCX_NET_DEVICES='' \
+  SAVE_DIR=$WORK/ckpt_ref SAVE_EVERY=0 KEEP_LAST=2
 
-# 1. The CPU job on 4 ranks. The partition allows 30 min, the script asks for 1 h: ask for 10.
-t=$(now)
-if ! id=$(timeout 30 sbatch --parsable --chdir="$WORK" --ntasks=4 --ntasks-per-node=4 --time=10 \
-  "$SRC/ci/slurm/cpu.sbatch" 2>"$WORK/sbatch.err"); then
-  cat "$WORK/sbatch.err"
-  bad "sbatch refused the job"
-  id=
-fi
-log=$WORK/mpiformer-$id.log
-if [ -n "$id" ]; then
+# submit: sbatch cpu.sbatch on 4 ranks in $WORK; prints the job id (empty if refused). The
+# partition allows 30 min, the script asks for 1 h: ask for 10.
+submit() {
+  local id
+  if ! id=$(timeout 30 sbatch --parsable --chdir="$WORK" --ntasks=4 --ntasks-per-node=4 --time=10 \
+    "$SRC/ci/slurm/cpu.sbatch" 2>"$WORK/sbatch.err"); then
+    cat "$WORK/sbatch.err" >&2
+    bad "sbatch refused the job"
+    return 1
+  fi
+  echo "$id"
+}
+# finish_job ID: waits until the job leaves the queue (a requeued job stays in it), then checks
+# it COMPLETED with exit code 0.
+finish_job() {
+  local id=$1 deadline=$((SECONDS + JOB_TIMEOUT)) t
+  t=$(now)
   # squeue lists the job until it has finished (then prints nothing).
-  deadline=$((SECONDS + JOB_TIMEOUT))
   while [ -n "$(timeout 10 squeue -h -j "$id" 2>/dev/null)" ]; do
     if [ "$SECONDS" -ge "$deadline" ]; then
       bad "job $id still in the queue after $JOB_TIMEOUT s; cancelled"
@@ -85,8 +96,9 @@ if [ -n "$id" ]; then
     fi
     sleep 0.1
   done
-  echo "job $id finished in $(since "$t")"
+  echo "job $id left the queue after $(since "$t")"
   info=$(timeout 10 scontrol -o show job "$id" 2>&1)
+  local state code
   state=$(grep -o 'JobState=[A-Z_]*' <<<"$info")
   code=$(grep -o ' ExitCode=[0-9:]*' <<<"$info" | tr -d ' ')
   if [ "$state" = JobState=COMPLETED ] && [ "$code" = ExitCode=0:0 ]; then
@@ -94,30 +106,69 @@ if [ -n "$id" ]; then
   else
     bad "job $id: ${state:-no state} ${code:-no exit code} ($info)"
   fi
+}
+# The loss, lr and norm of each step line of a log (timings differ between runs).
+numbers() { grep -E '^step [0-9]+/' "$1" 2>/dev/null | sed -E 's/ \| [0-9.]+ ms .*//'; }
+
+# 1. The CPU job on 4 ranks, saving its checkpoint at the end: the uninterrupted run.
+id=$(submit)
+log=$WORK/mpiformer-$id.log
+if [ -n "$id" ]; then
+  finish_job "$id"
   if grep -q "^grid: world 4 = tp 2 x dp 1 x pp 2" "$log" 2>/dev/null &&
     [ "$(grep -cE '^  rank [0-3]: tp [01] dp 0 pp [01]( @ .*)?$' "$log")" -eq 4 ]; then
     ok "grid: one 4-rank MPI world (PMI2) as tp 2 x pp 2, 4 rank lines"
   else
     bad "no 4-rank grid in the job log"
   fi
-  losses=$(grep -E '^step [0-9]+/30 \| loss ' "$log" 2>/dev/null |
+  losses=$(grep -E "^step [0-9]+/$STEPS \| loss " "$log" 2>/dev/null |
     sed -E 's/.*\| loss ([0-9.]+) .*/\1/')
   first=$(head -n 1 <<<"$losses")
   last=$(tail -n 1 <<<"$losses")
-  if [ "$(wc -l <<<"$losses")" -eq 30 ] && [ -n "$first" ] &&
+  if [ "$(wc -l <<<"$losses")" -eq "$STEPS" ] && [ -n "$first" ] &&
     awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }'; then
-    ok "30 steps, loss $first -> $last"
+    ok "$STEPS steps, loss $first -> $last"
   else
-    bad "loss did not fall by 0.5 over 30 steps: '${first:-none}' -> '${last:-none}'"
+    bad "loss did not fall by 0.5 over $STEPS steps: '${first:-none}' -> '${last:-none}'"
   fi
-  if grep -q '^summary | steps 30 | final loss' "$log" 2>/dev/null; then
+  if grep -q "^summary | steps $STEPS | final loss" "$log" 2>/dev/null; then
     ok "summary line"
   else
     bad "no summary line"
   fi
 fi
+ref_log=$log
 
-# 2. A job that can never fit (64 CPUs on an 8-CPU node) is refused at once (EnforcePartLimits=ALL)
+# 2. The same job, signalled mid-run as its time limit would be (USR1 to the batch script, as
+#    --signal=B:USR1@300 does): the ranks save, the job requeues itself, resumes from the
+#    checkpoint and completes with the uninterrupted run's loss curve.
+export SAVE_DIR=$WORK/ckpt_sig
+if id=$(submit); then
+  log=$WORK/mpiformer-$id.log
+  t=$(now)
+  until grep -qE "^step 5/$STEPS " "$log" 2>/dev/null || [ "$SECONDS" -ge $((${t%.*} + JOB_TIMEOUT)) ]; do
+    sleep 0.05
+  done
+  timeout 10 scancel --signal=USR1 --batch "$id"
+  finish_job "$id"
+  restarts=$(timeout 10 scontrol -o show job "$id" | grep -o 'Restarts=[0-9]*')
+  stopped=$(sed -nE 's/^SIGUSR1 received: stopped after step ([0-9]+);.*/\1/p' "$log")
+  if [ "$restarts" = Restarts=1 ] && [ -n "$stopped" ] &&
+    grep -q "requeueing to continue" "$log" && grep -q "^resumed: .*step $stopped of $STEPS" "$log"; then
+    ok "signalled job: stopped after step $stopped, saved, requeued ($restarts), resumed"
+  else
+    bad "signalled job: ${restarts:-no restarts}, stopped after '${stopped:-?}'"
+    grep -E "job $id|SIGUSR1|resumed|error" "$log"
+  fi
+  if [ -n "$(numbers "$ref_log")" ] && [ "$(numbers "$log")" = "$(numbers "$ref_log")" ]; then
+    ok "signalled job: its $STEPS steps across both parts equal the uninterrupted job's"
+  else
+    bad "signalled job: the loss curve differs from the uninterrupted job's"
+    diff <(numbers "$ref_log") <(numbers "$log") | head
+  fi
+fi
+
+# 3. A job that can never fit (64 CPUs on an 8-CPU node) is refused at once (EnforcePartLimits=ALL)
 #    instead of pending forever.
 t=$(now)
 if neg=$(timeout 30 sbatch --parsable --chdir="$WORK" --ntasks=64 --time=10 \
@@ -130,7 +181,7 @@ else
   bad "the 64-CPU job failed for another reason: $(cat "$WORK/neg.err")"
 fi
 
-# 3. The daemons stop cleanly.
+# 4. The daemons stop cleanly.
 t=$(now)
 bash "$CLUSTER" stop "$WORK/cluster" >/dev/null 2>&1
 bash "$CLUSTER" status "$WORK/cluster" >"$WORK/status.txt" 2>&1
