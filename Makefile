@@ -52,6 +52,7 @@ bench: build
 	OMP_NUM_THREADS=1 mpiexec -n 2 $(BUILD)/mpiformer-bench
 	OMP_NUM_THREADS=1 mpiexec -n 2 $(BUILD)/mpiformer-bench --tp 2
 	bash ci/bench_pipeline.sh $(BUILD)
+	bash ci/bench_checkpoint.sh $(BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -21,8 +21,10 @@
 #endif
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // Before MPI_Init: a time-limit signal that comes during start-up is then a request to stop,
+  // not the default action (the process killed, the job chain broken).
   mpf::install_stop_signals();
+  MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 

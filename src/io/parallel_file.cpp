@@ -1,12 +1,15 @@
 #include "io/parallel_file.hpp"
 
+#include <fcntl.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <memory>
 
 #include "core/error.hpp"
@@ -17,9 +20,9 @@ namespace mpf {
 
 namespace {
 
-// The largest staging buffer (floats) a rank uses: 64 MiB, or its largest section if smaller, so
-// a transfer holds at most one tensor's worth beyond the training state.
-constexpr int64_t kMaxStaging = int64_t(1) << 24;
+// The staging buffers (floats) of a rank: two of 32 MiB, or of half its largest section if
+// smaller, so a transfer holds at most one tensor's worth beyond the training state.
+constexpr int64_t kMaxStaging = int64_t(1) << 23;
 // MPI counts and block lengths are int: longer runs are cut.
 constexpr int64_t kMaxBlock = int64_t(1) << 30;
 
@@ -68,22 +71,38 @@ void from_host(float* memory, const float* host, int64_t n) {
 
 }  // namespace
 
+void add_range(ByteRanges& ranges, int64_t offset, int64_t bytes) {
+  if (!ranges.empty() && ranges.back().first + ranges.back().second == offset) {
+    ranges.back().second += bytes;
+  } else {
+    ranges.push_back({offset, bytes});
+  }
+}
+
 void add_to_digest(Digest& d, const float* values, int64_t n, int64_t position) {
+  // One term per element: for a fixed position, bits -> bits·K (K odd), xor, fmix64 are each
+  // one-to-one, so a changed value always changes its term. Integer-only, so it vectorizes; the
+  // non-finite test is on the exponent bits (all ones: Inf or NaN).
+  constexpr uint64_t K = 0x9e3779b97f4a7c15ULL;
   uint64_t sum = 0;
-  int64_t bad = 0, first = INT64_MAX;
-#pragma omp parallel for reduction(+ : sum, bad) reduction(min : first) if (n > (1 << 16))
+  int64_t bad = 0;
+#pragma omp parallel for simd reduction(+ : sum, bad) if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) {
     uint32_t bits;
     std::memcpy(&bits, values + i, sizeof bits);
-    sum += fmix64(uint64_t(bits) ^ fmix64(uint64_t(position + i)));
-    if (!std::isfinite(values[i])) {
-      ++bad;
-      first = std::min(first, position + i);
-    }
+    sum += fmix64(uint64_t(position + i) ^ (uint64_t(bits) * K));
+    bad += (bits & 0x7f800000u) == 0x7f800000u;
   }
   d.checksum += sum;
+  if (bad == 0) return;
   d.nonfinite += bad;
-  if (bad && (d.first_nonfinite < 0 || first < d.first_nonfinite)) d.first_nonfinite = first;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(values[i])) {
+      if (d.first_nonfinite < 0 || position + i < d.first_nonfinite)
+        d.first_nonfinite = position + i;
+      break;
+    }
+  }
 }
 
 void allreduce_digests(std::vector<Digest>& digests, MPI_Comm comm) {
@@ -122,6 +141,8 @@ ParallelFile::ParallelFile(MPI_Comm comm, std::string path, Mode mode)
     if (error_.empty()) error_ = path_ + ": could not be opened on another rank";
     return;
   }
+  // A plain descriptor of the file being written, for write-behind advice to the page cache.
+  if (mode == Mode::kCreate) posix_fd_ = ::open(path_.c_str(), O_RDONLY);
   if (mode == Mode::kRead) {
     MPI_Offset bytes = 0;
     if (const int r = MPI_File_get_size(fh_, &bytes); r != MPI_SUCCESS) fail("cannot stat", r);
@@ -130,6 +151,7 @@ ParallelFile::ParallelFile(MPI_Comm comm, std::string path, Mode mode)
 }
 
 ParallelFile::~ParallelFile() {
+  if (posix_fd_ >= 0) ::close(posix_fd_);
   if (fh_ != MPI_FILE_NULL) MPI_File_close(&fh_);
 }
 
@@ -191,7 +213,7 @@ void ParallelFile::transfer(bool write, int64_t body, std::vector<FileRun> runs,
   for (const FileRun& r : runs) {
     for (int64_t done = 0; done < r.length; done += kMaxBlock) {
       FileRun p = r;
-      p.memory = r.memory + done;
+      p.memory = r.memory ? r.memory + done : nullptr;
       p.file = r.file + done;
       p.length = std::min(kMaxBlock, r.length - done);
       pieces.push_back(p);
@@ -201,7 +223,7 @@ void ParallelFile::transfer(bool write, int64_t body, std::vector<FileRun> runs,
     s += r.length;
     largest_section = std::max(largest_section, s);
   }
-  const int64_t staging = std::min(kMaxStaging, largest_section);
+  const int64_t staging = std::max<int64_t>(1, std::min(kMaxStaging, (largest_section + 1) / 2));
   int64_t rounds = staging > 0 ? (total + staging - 1) / staging : 0;
   MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rounds, 1, MPI_INT64_T, MPI_MAX, comm_));
   if (rounds == 0 || fh_ == MPI_FILE_NULL) {
@@ -227,41 +249,57 @@ void ParallelFile::transfer(bool write, int64_t body, std::vector<FileRun> runs,
   if (rc != MPI_SUCCESS) fail("cannot set the file view", rc);
   if (view != MPI_FLOAT) MPI_Type_free(&view);
 
-  std::unique_ptr<float[]> buf(new float[std::max<int64_t>(staging, 1)]);
-  size_t piece = 0;    // the piece the cursor is in
-  int64_t within = 0;  // elements of it already staged
-  int64_t done = 0;    // elements of the view transferred
-  for (int64_t round = 0; round < rounds; ++round) {
-    const int64_t n = std::min(staging, total - done);
-    // Walks the next n elements of the pieces, calling f(piece, offset in piece, count, staging
-    // offset) for each stretch.
-    auto walk = [&](auto f) {
-      int64_t at = 0;
-      while (at < n) {
-        const FileRun& p = pieces[piece];
-        const int64_t k = std::min(p.length - within, n - at);
-        f(p, within, k, at);
-        at += k;
-        within += k;
-        if (within == p.length) {
-          ++piece;
-          within = 0;
-        }
+  // Two staging buffers: a helper thread fills (write) or empties (read) one while this thread,
+  // the only one calling MPI, transfers the other, so copying and checksumming overlap the I/O.
+  std::unique_ptr<float[]> bufs[2] = {std::unique_ptr<float[]>(new float[staging]),
+                                      std::unique_ptr<float[]>(new float[staging])};
+  size_t piece = 0;      // the piece the staging cursor is in
+  int64_t within = 0;    // elements of it already staged
+  ByteRanges ranges[2];  // the file bytes each buffer's round covers (write-behind)
+  // Moves the next n elements of the pieces between memory and buffer b (to it when writing),
+  // counting them into their digests.
+  auto stage = [&](int b, int64_t n) {
+    float* buf = bufs[b].get();
+    int64_t at = 0;
+    while (at < n) {
+      const FileRun& p = pieces[piece];
+      const int64_t k = std::min(p.length - within, n - at);
+      add_range(ranges[b], body + int64_t(sizeof(float)) * (p.file + within),
+                int64_t(sizeof(float)) * k);
+      float* host = buf + at;
+      if (write && p.memory) to_host(host, p.memory + within, k);
+      if (write && !p.memory) std::fill(host, host + k, 0.0f);
+      if (!write && p.memory) from_host(p.memory + within, host, k);
+      if (p.section >= 0) add_to_digest(digests[p.section], host, k, p.file + within);
+      at += k;
+      within += k;
+      if (within == p.length) {
+        ++piece;
+        within = 0;
       }
-    };
-    auto count = [&](const FileRun& p, int64_t off, int64_t k, int64_t at) {
-      if (p.section >= 0) add_to_digest(digests[p.section], buf.get() + at, k, p.file + off);
-    };
+    }
+  };
+  auto count = [&](int64_t round) {
+    return std::max<int64_t>(0, std::min(staging, total - round * staging));
+  };
+  std::future<void> helper;
+  if (write) stage(0, count(0));
+  for (int64_t round = 0; round < rounds; ++round) {
+    const int b = int(round % 2);
+    float* buf = bufs[b].get();
+    const int64_t n = count(round);
     MPI_Status status;
     if (write) {
-      walk([&](const FileRun& p, int64_t off, int64_t k, int64_t at) {
-        to_host(buf.get() + at, p.memory + off, k);
-        count(p, off, k, at);
-      });
-      rc = MPI_File_write_at_all(fh_, done, buf.get(), int(n), MPI_FLOAT, &status);
+      if (helper.valid()) helper.get();              // round's buffer is staged
+      ByteRanges before = std::move(ranges[1 - b]);  // the previous round's, written
+      ranges[1 - b].clear();
+      if (round + 1 < rounds)
+        helper = std::async(std::launch::async, stage, 1 - b, count(round + 1));
+      rc = MPI_File_write_at_all(fh_, round * staging, buf, int(n), MPI_FLOAT, &status);
       if (rc != MPI_SUCCESS) fail("write failed", rc, /*writing=*/true);
+      write_behind(ranges[b], before);
     } else {
-      rc = MPI_File_read_at_all(fh_, done, buf.get(), int(n), MPI_FLOAT, &status);
+      rc = MPI_File_read_at_all(fh_, round * staging, buf, int(n), MPI_FLOAT, &status);
       int got = 0;
       MPI_Get_count(&status, MPI_FLOAT, &got);
       if (rc != MPI_SUCCESS) {
@@ -269,16 +307,31 @@ void ParallelFile::transfer(bool write, int64_t body, std::vector<FileRun> runs,
       } else if (got != n && error_.empty()) {
         error_ = path_ + ": short read (the file is truncated)";
       }
-      walk([&](const FileRun& p, int64_t off, int64_t k, int64_t at) {
-        from_host(p.memory + off, buf.get() + at, k);
-        count(p, off, k, at);
-      });
+      if (helper.valid()) helper.get();  // the previous round is in memory
+      helper = std::async(std::launch::async, stage, b, n);
     }
-    done += n;
   }
+  if (helper.valid()) helper.get();
+}
+
+void ParallelFile::write_behind(const ByteRanges& written, const ByteRanges& before) {
+#ifdef __linux__
+  if (posix_fd_ < 0) return;
+  for (const auto& [offset, bytes] : written) {
+    sync_file_range(posix_fd_, offset, bytes, SYNC_FILE_RANGE_WRITE);
+  }
+  for (const auto& [offset, bytes] : before) {
+    sync_file_range(
+        posix_fd_, offset, bytes,
+        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    posix_fadvise(posix_fd_, offset, bytes, POSIX_FADV_DONTNEED);
+  }
+#endif
 }
 
 void ParallelFile::close() {
+  if (posix_fd_ >= 0) ::close(posix_fd_);
+  posix_fd_ = -1;
   if (fh_ == MPI_FILE_NULL) return;
   if (mode_ == Mode::kCreate) {
     // The data reaches the disk before anyone renames the file into view.

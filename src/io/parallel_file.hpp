@@ -12,12 +12,15 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mpf {
 
 // `length` floats of this rank's memory (in the Kokkos memory space: host or device) and floats
-// [file, file + length) of the file's body.
+// [file, file + length) of the file's body. A run without memory writes zeros (and reads nothing):
+// the padding between tensors, so the ranks' runs cover the file without holes, which spares
+// MPI-IO a read-modify-write.
 struct FileRun {
   float* memory = nullptr;
   int64_t file = 0;
@@ -33,6 +36,10 @@ struct Digest {
   int64_t nonfinite = 0;
   int64_t first_nonfinite = -1;  // body position of the first non-finite value, -1 if none
 };
+
+// (offset, bytes) stretches of a file, ascending; adjacent ones merged by add_range.
+using ByteRanges = std::vector<std::pair<int64_t, int64_t>>;
+void add_range(ByteRanges& ranges, int64_t offset, int64_t bytes);
 
 class ParallelFile {
  public:
@@ -66,12 +73,18 @@ class ParallelFile {
 
  private:
   void transfer(bool write, int64_t body, std::vector<FileRun> runs, std::vector<Digest>& digests);
+  // Streaming writes leave the page cache: the round just written starts its writeback and the
+  // one before it, on disk by then, is dropped, so the kernel recycles the same pages instead of
+  // filling memory with a dirty copy of the checkpoint (evicting the cached training data, and
+  // leaving it all for the final sync). Advice only (Linux; ignored where unsupported).
+  void write_behind(const ByteRanges& written, const ByteRanges& before);
   void fail(const std::string& what, int rc, bool writing = false);
 
   MPI_Comm comm_;
   std::string path_;
   Mode mode_;
   MPI_File fh_ = MPI_FILE_NULL;
+  int posix_fd_ = -1;  // the same file, for write_behind
   int64_t size_ = 0;
   std::string error_;
 };

@@ -10,6 +10,7 @@ namespace mpf {
 StateFiles::StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params,
                        const AdamW& optimizer, bool zero)
     : world_(grid.world_comm()),
+      world_rank_(grid.world_rank()),
       tp_rank_(grid.tp_rank()),
       dp_rank_(grid.dp_rank()),
       zero_(zero),
@@ -46,6 +47,12 @@ bool StateFiles::writes(int tensor, bool moments) const {
 
 std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
   std::vector<FileRun> out;
+  // The padded vocabulary rows hold no parameter: world rank 0 writes their zeros, as in llm.c.
+  if (writes_only && world_rank_ == 0) {
+    const int64_t first = base_[0] + int64_t(cfg_.vocab) * cfg_.channels, n = base_[1] - first;
+    if (n > 0) out.push_back({nullptr, first, n, -1});
+    if (n > 0 && moments) out.push_back({nullptr, count_ + first, n, -1});
+  }
   if (!moments) {
     for (int t = 0; t < kNumParameterTensors; ++t) {
       const bool mine = writes(t, false);
@@ -80,8 +87,6 @@ std::string StateFiles::transfer(bool write, bool moments, const std::string& pa
   using Mode = ParallelFile::Mode;
   ParallelFile file(world_, path, write ? Mode::kCreate : Mode::kRead);
   digests.assign(moments ? 2 * kNumParameterTensors : kNumParameterTensors, Digest{});
-  int world_rank = 0;
-  MPI_Comm_rank(world_, &world_rank);
   const int64_t expected = moments ? optimizer_bytes() : model_bytes();
   if (!write && file.size() != expected) {
     // Every rank sees the same size, so every rank returns here alike.
@@ -91,17 +96,10 @@ std::string StateFiles::transfer(bool write, bool moments, const std::string& pa
                            : path + ": " + std::to_string(file.size()) + " bytes, expected " +
                                  std::to_string(expected) + "; the file is truncated or corrupt";
   }
-  if (write && world_rank == 0) {
+  if (write && world_rank_ == 0) {
     int32_t header[llmc::kHeaderInts];
     make_header(cfg_, moments, header);
     file.write_at(0, header, llmc::kHeaderBytes);
-    // The padded vocabulary rows hold no parameter and no rank writes them: zeros, as in llm.c.
-    const int64_t first = base_[0] + int64_t(cfg_.vocab) * cfg_.channels, end = base_[1];
-    const std::vector<float> zeros(size_t(end - first), 0.0f);
-    for (int64_t section = 0; section < (moments ? 2 : 1); ++section) {
-      file.write_at(llmc::kHeaderBytes + int64_t(sizeof(float)) * (section * count_ + first),
-                    zeros.data(), int64_t(sizeof(float)) * int64_t(zeros.size()));
-    }
   }
   if (write) {
     file.write_runs(llmc::kHeaderBytes, runs(moments, true), digests);

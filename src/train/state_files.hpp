@@ -52,7 +52,7 @@ class StateFiles {
                        std::vector<Digest>& digests) const;
 
   MPI_Comm world_;
-  int tp_rank_, dp_rank_;
+  int world_rank_, tp_rank_, dp_rank_;
   bool zero_;
   TpShard shard_;
   GPTConfig cfg_;

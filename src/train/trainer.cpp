@@ -207,7 +207,9 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   // The parameters: a checkpoint's (with the optimizer state), an llm.c file's, or fresh ones.
   state_files_ = std::make_unique<StateFiles>(*grid_, shard_, params_, *optimizer_, zero);
   if (in.resume) {
+    Stopwatch load_clock;
     load_checkpoint(*state_files_, *in.resume);
+    load_seconds_ = load_clock.seconds();
     const CheckpointInfo& c = in.resume->info;
     optimizer_->set_steps_taken(c.step);
     first_step_ = int(c.step) + 1;
@@ -445,12 +447,14 @@ void TrainingRun::print_banner(double peak_gflops) const {
       opts_.lr_schedule.c_str(), opts_.warmup, opts_.final_lr_frac);
   if (resume_) {
     const CheckpointInfo& c = resume_->info;
+    const double gb = double(state_files_->model_bytes() + state_files_->optimizer_bytes()) / 1e9;
     std::printf(
         "resumed: %s, step %lld of %d, %lld tokens trained on | saved by tp %d x dp %d x pp %d "
-        "(%s, V %d, ZeRO %d%s)\n",
+        "(%s, V %d, ZeRO %d%s) | read %.2f GB in %.2f s = %.2f GB/s\n",
         newest_checkpoint_.c_str(), static_cast<long long>(c.step), opts_.steps,
         static_cast<long long>(c.tokens_seen), c.tp, c.dp, c.pp, c.schedule.c_str(),
-        c.virtual_stages, c.zero, c.sequence_parallel ? ", sequence parallel" : "");
+        c.virtual_stages, c.zero, c.sequence_parallel ? ", sequence parallel" : "", gb,
+        load_seconds_, load_seconds_ > 0 ? gb / load_seconds_ : 0.0);
   }
   if (!opts_.save.empty()) {
     std::string when = "at the end";

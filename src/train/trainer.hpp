@@ -99,6 +99,7 @@ class TrainingRun {
   std::string newest_checkpoint_;  // the last saved or loaded, for messages
   std::unique_ptr<Watchdog> watchdog_;
   std::optional<ResumePoint> resume_;
+  double load_seconds_ = 0.0;  // reading the checkpoint
   std::vector<std::string> notes_, warnings_;
   int micro_batch_ = 0;  // rows of one microbatch
   pipeline::Schedule pp_schedule_ = pipeline::Schedule::kOneFOneB;
