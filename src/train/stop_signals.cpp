@@ -12,16 +12,30 @@ namespace mpf {
 namespace {
 
 volatile sig_atomic_t received = 0;
+volatile sig_atomic_t grace = 0;
+
+// Only async-signal-safe calls in the handlers.
+void say(const char* text, size_t n) {
+  const ssize_t ignored = write(STDERR_FILENO, text, n);
+  (void)ignored;
+}
 
 void on_signal(int sig) {
   if (received != 0) {
-    // Only async-signal-safe calls here.
     static const char text[] = "mpiformer: second stop signal: exiting now, without saving\n";
-    const ssize_t ignored = write(STDERR_FILENO, text, sizeof text - 1);
-    (void)ignored;
+    say(text, sizeof text - 1);
     _exit(128 + sig);
   }
   received = sig;
+  if (grace > 0) alarm(unsigned(grace));
+}
+
+void on_alarm(int) {
+  static const char text[] =
+      "mpiformer: stop signal: this step did not end within its grace period (a rank is gone, "
+      "or the job is being torn down): exiting without saving\n";
+  say(text, sizeof text - 1);
+  _exit(128 + received);
 }
 
 }  // namespace
@@ -33,9 +47,16 @@ void install_stop_signals() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // system calls in progress (MPI's, file I/O) go on
   for (const int sig : {SIGUSR1, SIGTERM, SIGINT}) sigaction(sig, &action, nullptr);
+  action.sa_handler = on_alarm;
+  sigaction(SIGALRM, &action, nullptr);
+}
+
+void set_stop_grace(int seconds) {
+  grace = seconds;
 }
 
 int agree_on_stop(MPI_Comm comm) {
+  alarm(0);
   int sig = received;
   MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, comm));
   return sig;

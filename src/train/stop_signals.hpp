@@ -3,6 +3,11 @@
 // --save) and exit with kExitSignalled. The handler only records the signal; the ranks agree on it
 // at each step boundary, so one rank receiving it is enough. A second signal to a process ends it
 // at once (the launcher then ends the whole job).
+//
+// A rank that cannot reach the end of its step is waiting on one that is gone: srun, ending a job
+// whose rank died, sends the others SIGTERM and SIGKILLs them only after KillWait (30 s by
+// default). So a stop signal that arrives during a training step also sets an alarm: a process
+// that has not reached the step's end within the grace period exits then.
 #pragma once
 
 #include <mpi.h>
@@ -14,7 +19,12 @@ namespace mpf {
 void install_stop_signals();
 
 // Collective over comm: the signal some rank received (the highest number if several), 0 if none.
+// Cancels a pending grace alarm: the step's end has been reached.
 int agree_on_stop(MPI_Comm comm);
+
+// The grace a stop signal arriving from now on gives the current step, in whole seconds; 0 while
+// no step runs (start-up, saving, validation), where no alarm is set.
+void set_stop_grace(int seconds);
 
 // "SIGUSR1", "SIGTERM", "SIGINT", or "signal N".
 const char* signal_name(int sig);

@@ -504,8 +504,12 @@ TrainResult TrainingRun::train() {
   PhaseTimers phases;
   StepTrace trace;
   int step = first_step_;
+  double slowest_ms = 0.0;
   for (; step <= opts_.steps; ++step) {
     watchdog.begin("step", step);
+    // A stop signal during this step must see its end within twice the slowest step so far (at
+    // least 10 s), or the rank is waiting on one that is gone (stop_signals.hpp).
+    set_stop_grace(step > first_step_ ? std::max(10, int(std::ceil(2 * slowest_ms / 1e3))) : 0);
     // The first step of a run warms caches and pools: it is not timed.
     const bool timed = step > first_step_ || opts_.steps == first_step_;
     // The last step is the one traced: caches and pools are warm by then.
@@ -580,6 +584,7 @@ TrainResult TrainingRun::train() {
       stage_->record(nullptr, {});
     }
     const double ms = sw.seconds() * 1e3;
+    slowest_ms = std::max(slowest_ms, ms);
     result.step_ms.push_back(ms);
     if (timed) time_after_first += ms;
     if (is_root() && opts_.verbose &&
@@ -592,6 +597,7 @@ TrainResult TrainingRun::train() {
     // The step boundary: the ranks agree whether any of them was asked to stop.
     watchdog.phase("stop-signal agreement");
     const int signal = agree_on_stop(grid_->world_comm());
+    set_stop_grace(0);  // validation and saving may take longer than a step
     if (!signal && opts_.val_every > 0 && (step % opts_.val_every == 0 || step == opts_.steps)) {
       report_val(step);
     }

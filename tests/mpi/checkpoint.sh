@@ -92,6 +92,25 @@ else
 fi
 same "signal, save, resume: final parameters bit-identical" "$WORK/sig_ref.bin" "$WORK/sig.bin"
 
+# A second signal ends a process at once, without saving (the launcher then ends the job). Steps
+# of ~0.7 s, so the second comes before the first's step has ended.
+"$MPIEXEC" -n 2 "$TRAIN" "${sig[@]}" --dim 256 --batch 32 --seq-len 128 --save "$WORK/sig2x" \
+  >"$WORK/sig2x.log" 2>&1 &
+job=$!
+if wait_for "$WORK/sig2x.log" '^step 2/60' && pid=$(rank_pid "--save $WORK/sig2x" 0); then
+  kill -USR1 "$pid"
+  sleep 0.1
+  kill -USR1 "$pid"
+fi
+wait $job
+status=$?
+if [ "$status" -ne 0 ] && [ "$status" -ne 3 ] &&
+  grep -q 'second stop signal: exiting now, without saving' "$WORK/sig2x.log"; then
+  ok "a second SIGUSR1 exits at once (job status $status)"
+else
+  bad "a second SIGUSR1: job status $status"; tail -3 "$WORK/sig2x.log"
+fi
+
 # ---- 3. Another layout: saved on tp 2 x pp 2 (interleaved, 2 chunks each), resumed elsewhere ----
 big=(--val-every 0 --layers 8 --dim 64 --heads 4 --seq-len 32 --vocab 300 --batch 8)
 "$TRAIN" "${big[@]}" --steps 6 --save-llmc "$WORK/serial.bin" >"$WORK/serial.log" 2>&1

@@ -3,8 +3,8 @@
 # 4 ranks (tp 2 x pp 2, two microbatches through the 1F1B pipeline) with a tiny model: the job
 # completes with exit code 0, its log shows the 4-rank grid and a falling loss. The same job,
 # signalled mid-run as a time limit would (USR1 to the batch script), saves, requeues itself,
-# resumes and completes, with the uninterrupted job's loss curve. A job that can never fit is
-# refused at submission, and the daemons stop.
+# resumes and completes, with the uninterrupted job's loss curve. A rank killed under srun ends
+# the job. A job that can never fit is refused at submission, and the daemons stop.
 # Exit 77 (ctest SKIP_RETURN_CODE) where the machine cannot run the daemons: not root, no apt,
 # ports 6817/6818 taken, munged or slurmctld failing. It never passes without having run the job.
 set -uo pipefail
@@ -168,7 +168,35 @@ if id=$(submit); then
   fi
 fi
 
-# 3. A job that can never fit (64 CPUs on an 8-CPU node) is refused at once (EnforcePartLimits=ALL)
+# 3. A rank that dies ends the job at once (srun --kill-on-bad-exit=1), not at the time limit.
+export SAVE_DIR=$WORK/ckpt_kill STEPS=2000
+if id=$(submit); then
+  log=$WORK/mpiformer-$id.log
+  t=$(now)
+  until grep -qE "^step 3/$STEPS " "$log" 2>/dev/null || [ "$SECONDS" -ge $((${t%.*} + JOB_TIMEOUT)) ]; do
+    sleep 0.05
+  done
+  victim=
+  for p in $(pgrep -f -- "--save $SAVE_DIR"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx SLURM_PROCID=2 && victim=$p
+  done
+  t=$(now)
+  [ -n "$victim" ] && kill -9 "$victim"
+  deadline=$((SECONDS + 60))
+  while [ -n "$(timeout 10 squeue -h -j "$id" 2>/dev/null)" ] && [ "$SECONDS" -lt "$deadline" ]; do
+    sleep 0.1
+  done
+  took=$(since "$t")
+  state=$(timeout 10 scontrol -o show job "$id" | grep -o 'JobState=[A-Z_]*')
+  if [ -n "$victim" ] && [ "$state" = JobState=FAILED ] && awk -v s="${took% s}" 'BEGIN { exit !(s < 30) }'; then
+    ok "SIGKILL of rank 2 under srun: the job ended $took later, $state"
+  else
+    bad "SIGKILL of rank 2 (pid ${victim:-not found}) under srun: ${state:-?} after $took"
+    timeout 10 scancel "$id"
+  fi
+fi
+
+# 4. A job that can never fit (64 CPUs on an 8-CPU node) is refused at once (EnforcePartLimits=ALL)
 #    instead of pending forever.
 t=$(now)
 if neg=$(timeout 30 sbatch --parsable --chdir="$WORK" --ntasks=64 --time=10 \
@@ -181,7 +209,7 @@ else
   bad "the 64-CPU job failed for another reason: $(cat "$WORK/neg.err")"
 fi
 
-# 4. The daemons stop cleanly.
+# 5. The daemons stop cleanly.
 t=$(now)
 bash "$CLUSTER" stop "$WORK/cluster" >/dev/null 2>&1
 bash "$CLUSTER" status "$WORK/cluster" >"$WORK/status.txt" 2>&1
