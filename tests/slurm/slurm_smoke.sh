@@ -107,6 +107,13 @@ finish_job() {
     bad "job $id: ${state:-no state} ${code:-no exit code} ($info)"
   fi
 }
+# wait_for_step LOG N: until the job's log shows step N (at most JOB_TIMEOUT s).
+wait_for_step() {
+  local deadline=$((SECONDS + JOB_TIMEOUT))
+  until grep -qE "^step $2/$STEPS " "$1" 2>/dev/null || [ "$SECONDS" -ge "$deadline" ]; do
+    sleep 0.05
+  done
+}
 # The loss, lr and norm of each step line of a log (timings differ between runs).
 numbers() { grep -E '^step [0-9]+/' "$1" 2>/dev/null | sed -E 's/ \| [0-9.]+ ms .*//'; }
 
@@ -145,10 +152,7 @@ ref_log=$log
 export SAVE_DIR=$WORK/ckpt_sig
 if id=$(submit); then
   log=$WORK/mpiformer-$id.log
-  t=$(now)
-  until grep -qE "^step 5/$STEPS " "$log" 2>/dev/null || [ "$SECONDS" -ge $((${t%.*} + JOB_TIMEOUT)) ]; do
-    sleep 0.05
-  done
+  wait_for_step "$log" 5
   timeout 10 scancel --signal=USR1 --batch "$id"
   finish_job "$id"
   restarts=$(timeout 10 scontrol -o show job "$id" | grep -o 'Restarts=[0-9]*')
@@ -172,10 +176,7 @@ fi
 export SAVE_DIR=$WORK/ckpt_kill STEPS=2000
 if id=$(submit); then
   log=$WORK/mpiformer-$id.log
-  t=$(now)
-  until grep -qE "^step 3/$STEPS " "$log" 2>/dev/null || [ "$SECONDS" -ge $((${t%.*} + JOB_TIMEOUT)) ]; do
-    sleep 0.05
-  done
+  wait_for_step "$log" 3
   victim=
   for p in $(pgrep -f -- "--save $SAVE_DIR"); do
     tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx SLURM_PROCID=2 && victim=$p

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <mpi.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -79,6 +80,18 @@ inline double weighted_sum(const Slab& out, const std::vector<float>& weights) {
   double acc = 0.0;
   for (size_t i = 0; i < o.size(); ++i) acc += double(o[i]) * weights[i];
   return acc;
+}
+
+// This rank and the size of comm (tests under mpiexec).
+inline int rank_of(MPI_Comm c) {
+  int r = 0;
+  MPI_Comm_rank(c, &r);
+  return r;
+}
+inline int size_of(MPI_Comm c) {
+  int s = 1;
+  MPI_Comm_size(c, &s);
+  return s;
 }
 
 // Runs f, expects an InputError and returns its message (empty, with a failure, if none came).

@@ -17,6 +17,8 @@
 namespace mpf {
 namespace {
 
+using test::rank_of;
+using test::size_of;
 using ::testing::HasSubstr;
 
 constexpr int64_t kBody = 64;  // a header of 64 bytes, then the floats
@@ -24,17 +26,6 @@ constexpr int64_t kN = 1000;   // floats in the body, two sections of 500
 
 float value(int64_t i) {
   return 0.001f * float(i) - 0.3f;
-}
-
-int rank_of(MPI_Comm c) {
-  int r = 0;
-  MPI_Comm_rank(c, &r);
-  return r;
-}
-int size_of(MPI_Comm c) {
-  int n = 1;
-  MPI_Comm_size(c, &n);
-  return n;
 }
 
 class ParallelFileTest : public ::testing::Test {

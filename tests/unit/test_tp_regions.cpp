@@ -16,20 +16,12 @@
 namespace mpf {
 
 using test::random_slab;
+using test::rank_of;
+using test::size_of;
 using test::to_host;
 using test::view;
 
 namespace {
-int rank_of(MPI_Comm c) {
-  int r = 0;
-  MPI_Comm_rank(c, &r);
-  return r;
-}
-int size_of(MPI_Comm c) {
-  int s = 1;
-  MPI_Comm_size(c, &s);
-  return s;
-}
 Slab from_host(const std::vector<float>& v, const char* label) {
   Slab s(std::string(label), v.size());
   auto h = Kokkos::create_mirror_view(s);
