@@ -24,7 +24,9 @@ int main(int argc, char** argv) {
   // Before MPI_Init: a time-limit signal that comes during start-up is then a request to stop,
   // not the default action (the process killed, the job chain broken).
   mpf::install_stop_signals();
-  MPI_Init(&argc, &argv);
+  // Funneled: only this thread calls MPI (the watchdog and checkpoint staging threads never do).
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 

@@ -6,7 +6,8 @@
 #include <Kokkos_Core.hpp>
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0;  // funneled: helper threads (checkpoint staging) never call MPI
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   Kokkos::initialize(argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;

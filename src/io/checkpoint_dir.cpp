@@ -49,11 +49,6 @@ std::vector<std::string> entries(const std::string& dir) {
   return out;
 }
 
-bool is_directory(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 std::string sync_directory(const std::string& dir) {
   const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0) return "cannot open " + dir + " (" + errno_text() + ")";
@@ -135,8 +130,10 @@ std::vector<std::string> list_partial(const std::string& root) {
   std::vector<std::string> out;
   for (const std::string& e : entries(root)) {
     const size_t at = e.find(kPartial);
-    if (at != std::string::npos && parse_name(e.substr(0, at)) >= 0 &&
-        is_directory(root + "/" + e)) {
+    if (at == std::string::npos) continue;
+    const std::string base = e.substr(0, at);
+    if ((parse_name(base) >= 0 && is_directory(root + "/" + e)) ||
+        (base == "latest" && !is_directory(root + "/" + e))) {
       out.push_back(root + "/" + e);
     }
   }
@@ -161,6 +158,10 @@ int64_t read_latest(const std::string& root) {
                          ", found '" + s.substr(0, 40) +
                          "'); the file is corrupt: remove it and pass --load-step N");
   return step;
+}
+
+std::string latest_partial(const std::string& root) {
+  return root + "/latest" + kPartial + host_name() + "-" + std::to_string(getpid());
 }
 
 std::string create_partial(const std::string& root, int64_t step, std::string& partial) {
@@ -188,17 +189,11 @@ std::string write_text(const std::string& file, const std::string& text) {
   return why;
 }
 
-std::string commit(const std::string& root, int64_t step, const std::string& partial) {
-  if (std::string e = sync_directory(partial); !e.empty()) return e;
-  const std::string final_path = path(root, step);
-  if (rename_no_replace(partial, final_path) != 0) {
-    return "cannot rename " + partial + " to " + final_path + " (" + errno_text() + ")";
-  }
-  if (std::string e = sync_directory(root); !e.empty()) return e;
-  // `latest` is the one file this program replaces: through a synced temporary and a rename,
-  // so a reader sees the old name or the new one, never a torn line.
-  const std::string tmp =
-      root + "/latest" + kPartial + host_name() + "-" + std::to_string(getpid());
+namespace {
+// Points root/latest at `step`. `latest` is the one file this program replaces: through a synced
+// temporary and a rename, so a reader sees the old name or the new one, never a torn line.
+std::string point_latest(const std::string& root, int64_t step) {
+  const std::string tmp = latest_partial(root);
   if (std::string e = write_text(tmp, name(step) + "\n"); !e.empty()) {
     std::remove(tmp.c_str());
     return e;
@@ -210,11 +205,38 @@ std::string commit(const std::string& root, int64_t step, const std::string& par
   }
   return sync_directory(root);
 }
+}  // namespace
+
+std::string commit(const std::string& root, int64_t step, const std::string& partial) {
+  if (std::string e = sync_directory(partial); !e.empty()) return e;
+  const std::string final_path = path(root, step);
+  if (rename_no_replace(partial, final_path) != 0) {
+    return "cannot rename " + partial + " to " + final_path + " (" + errno_text() + ")";
+  }
+  std::string e = sync_directory(root);
+  if (e.empty()) e = point_latest(root, step);
+  // A checkpoint `latest` does not name goes back to its partial name: a failed save leaves
+  // nothing new in sight.
+  if (!e.empty() && std::rename(final_path.c_str(), partial.c_str()) != 0) {
+    e += "; " + final_path + " stays: it is complete, but `latest` does not name it";
+  }
+  return e;
+}
 
 int64_t partial_step(const std::string& dir) {
   const std::string base = dir.substr(dir.find_last_of('/') + 1);
   const size_t at = base.find(kPartial);
   return at == std::string::npos ? -1 : parse_name(base.substr(0, at));
+}
+
+std::string remove_partial(const std::string& partial) {
+  const int64_t step = partial_step(partial);
+  if (step < 0) {  // a `latest` temporary
+    return std::remove(partial.c_str()) == 0
+               ? ""
+               : "cannot remove " + partial + " (" + errno_text() + ")";
+  }
+  return remove(partial, step);
 }
 
 std::string remove(const std::string& dir, int64_t step) {

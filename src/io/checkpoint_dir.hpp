@@ -33,8 +33,11 @@ std::string state_file_in(const std::string& dir, int64_t step);
 // Steps of the checkpoint directories in root (named step_NNNNNNNN), ascending; none if root does
 // not exist.
 std::vector<int64_t> list_steps(const std::string& root);
-// Directories of interrupted saves (step_NNNNNNNN.partial-*) in root.
+// What interrupted saves left in root: directories step_NNNNNNNN.partial-* and temporaries
+// latest.partial-*.
 std::vector<std::string> list_partial(const std::string& root);
+// Removes one of them (remove() for a directory).
+std::string remove_partial(const std::string& partial);
 // The step root/latest names, or -1 if root has no `latest`. Throws InputError if it is not one
 // line naming a checkpoint.
 int64_t read_latest(const std::string& root);
@@ -47,7 +50,8 @@ std::string create_partial(const std::string& root, int64_t step, std::string& p
 // the directory.
 std::string write_text(const std::string& path, const std::string& text);
 // Syncs the partial directory, renames it to root/step_NNNNNNNN (failing if that exists), syncs
-// root, then points `latest` at it.
+// root, then points `latest` at it. If that last part fails, the directory goes back to its
+// partial name, so a failed commit leaves nothing new in sight.
 std::string commit(const std::string& root, int64_t step, const std::string& partial);
 // Removes a checkpoint or partial directory of `step`: the three files this program writes
 // there, then the directory. Anything else in it (a user's file) is left, and so is the
@@ -55,5 +59,7 @@ std::string commit(const std::string& root, int64_t step, const std::string& par
 std::string remove(const std::string& dir, int64_t step);
 // The step of a partial directory's path (list_partial), -1 if it is not one.
 int64_t partial_step(const std::string& dir);
+// The temporary `latest` is written to before its rename: root/latest.partial-<host>-<pid>.
+std::string latest_partial(const std::string& root);
 
 }  // namespace mpf::checkpoint

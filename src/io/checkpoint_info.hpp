@@ -16,9 +16,9 @@ namespace mpf {
 
 // Bumped whenever the files' meaning changes; a checkpoint of another version is refused.
 inline constexpr int kCheckpointFormat = 1;
-// The optimizer file: an llm.c-style header (256 int32: magic, version, the model's sizes as in
-// the model file, then the element count N as two int32 halves), then m (N floats) and v (N
-// floats), each in the model file's order.
+// The optimizer file: an llm.c-style header (256 int32: magic, version, then the model's sizes in
+// the model file's slots), then m and v, each parameter_count(model) floats in the model file's
+// order.
 inline constexpr int32_t kOptimizerMagic = 20261123;
 inline constexpr int32_t kOptimizerVersion = 1;
 
@@ -27,7 +27,7 @@ struct CheckpointInfo {
   int64_t step = 0;  // optimizer steps taken; the next run starts at step + 1
   GPTConfig model;
   // The run's options. Must match on resume: seed and the optimizer's settings. May change:
-  // batch and seq_len (with a warning), steps and lr_decay_steps (a note).
+  // batch and seq_len, steps and lr_decay_steps (each with a warning where it changes the run).
   uint64_t seed = 0;
   int batch = 0, seq_len = 0, steps = 0, lr_decay_steps = 0, warmup = 0;
   float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0, final_lr_frac = 0;

@@ -27,6 +27,11 @@ bool path_exists(const std::string& path) {
   return lstat(path.c_str(), &st) == 0;  // a dangling link counts: it names something
 }
 
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 int rename_no_replace(const std::string& from, const std::string& to) {
 #ifdef RENAME_NOREPLACE
   if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return 0;

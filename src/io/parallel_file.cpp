@@ -178,20 +178,6 @@ void ParallelFile::write_at(int64_t offset, const void* data, int64_t bytes) {
   if (rc != MPI_SUCCESS) fail("write failed", rc, /*writing=*/true);
 }
 
-void ParallelFile::read_at(int64_t offset, void* data, int64_t bytes) {
-  if (fh_ == MPI_FILE_NULL || bytes <= 0) return;
-  MPI_Status status;
-  const int rc = MPI_File_read_at(fh_, offset, data, int(bytes), MPI_BYTE, &status);
-  int got = 0;
-  MPI_Get_count(&status, MPI_BYTE, &got);
-  if (rc != MPI_SUCCESS) {
-    fail("read failed", rc);
-  } else if (got != bytes && error_.empty()) {
-    error_ = path_ + ": read " + std::to_string(got) + " of " + std::to_string(bytes) +
-             " bytes at offset " + std::to_string(offset) + " (the file is truncated)";
-  }
-}
-
 void ParallelFile::write_runs(int64_t body, std::vector<FileRun> runs,
                               std::vector<Digest>& digests) {
   transfer(true, body, std::move(runs), digests);
@@ -264,8 +250,10 @@ void ParallelFile::transfer(bool write, int64_t body, std::vector<FileRun> runs,
     while (at < n) {
       const FileRun& p = pieces[piece];
       const int64_t k = std::min(p.length - within, n - at);
-      add_range(ranges[b], body + int64_t(sizeof(float)) * (p.file + within),
-                int64_t(sizeof(float)) * k);
+      if (write) {
+        add_range(ranges[b], body + int64_t(sizeof(float)) * (p.file + within),
+                  int64_t(sizeof(float)) * k);
+      }
       float* host = buf + at;
       if (write && p.memory) to_host(host, p.memory + within, k);
       if (write && !p.memory) std::fill(host, host + k, 0.0f);

@@ -54,9 +54,8 @@ class ParallelFile {
   // The file's size in bytes (kRead), the same on every rank.
   int64_t size() const { return size_; }
 
-  // This rank alone writes or reads raw bytes (a header, a run of padding).
+  // This rank alone writes raw bytes (a header).
   void write_at(int64_t offset, const void* data, int64_t bytes);
-  void read_at(int64_t offset, void* data, int64_t bytes);
 
   // Collective: the runs of the body starting at byte `body`, each rank its own (those written
   // must not overlap between ranks). Runs counted in a section add to digests[section] as they

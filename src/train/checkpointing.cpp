@@ -22,11 +22,6 @@ namespace mpf {
 
 namespace {
 
-bool is_directory(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 std::string without_trailing_slash(std::string p) {
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   return p;
@@ -94,9 +89,9 @@ std::string nonfinite(const std::vector<Digest>& digests, const StateFiles& file
 // Checks the digests of a file read against the checksums its state file recorded.
 void verify(const std::vector<Digest>& digests, const std::vector<uint64_t>& expected,
             const StateFiles& files, const ResumePoint& r, const std::string& file) {
-  const std::string alternative = intact_alternative(r.root, r.info.step);
   const std::string bad = nonfinite(digests, files, file);
-  require(bad.empty(), and_then("checkpoint " + bad + "; the checkpoint is corrupt", alternative));
+  require(bad.empty(), and_then("checkpoint " + bad + "; the checkpoint is corrupt",
+                                intact_alternative(r.root, r.info.step)));
   const auto infos = parameter_infos(r.info.model);
   for (size_t i = 0; i < digests.size(); ++i) {
     if (digests[i].checksum == expected[i]) continue;
@@ -106,7 +101,7 @@ void verify(const std::vector<Digest>& digests, const std::vector<uint64_t>& exp
     throw InputError(and_then("checkpoint " + file + ": tensor " + part(digests.size(), i) +
                                   infos[i % kNumParameterTensors].name + " fails its checksum (" +
                                   sums + "); the file is corrupt",
-                              alternative));
+                              intact_alternative(r.root, r.info.step)));
   }
 }
 
@@ -152,14 +147,35 @@ std::optional<ResumePoint> find_resume_point(const TrainOptions& opts,
       notes.push_back("--load " + root + ": no checkpoint yet; starting a new run");
       return std::nullopt;
     }
-    require(step >= 0, and_then(root + " holds checkpoints (steps " + steps_text(steps) +
-                                    ") but no `latest` file naming the newest complete one; "
-                                    "choose one with --load-step N",
-                                intact_alternative(root, INT64_MAX)));
-    with_alternative(root, step, [&] {
-      require(is_directory(checkpoint::path(root, step)),
-              root + "/latest names " + checkpoint::name(step) + ", which does not exist.");
-    });
+    if (step >= 0) {
+      with_alternative(root, step, [&] {
+        require(is_directory(checkpoint::path(root, step)),
+                root + "/latest names " + checkpoint::name(step) + ", which does not exist.");
+      });
+    }
+    // A checkpoint newer than `latest` is complete (it is renamed into place only then): its
+    // save was cut off between the rename and `latest`. Resume from it.
+    if (!steps.empty() && steps.back() > step) {
+      const int64_t newer = steps.back();
+      bool intact = true;
+      try {
+        read_and_check(root, newer);
+      } catch (const InputError&) {
+        intact = false;
+      }
+      require(intact || step >= 0,
+              and_then(root + " holds checkpoints (steps " + steps_text(steps) +
+                           ") but no `latest` file naming the newest complete one; choose one "
+                           "with --load-step N",
+                       intact_alternative(root, INT64_MAX)));
+      if (intact) {
+        notes.push_back(checkpoint::path(root, newer) + " is newer than " +
+                        (step >= 0 ? "the " + checkpoint::name(step) + " `latest` names"
+                                   : std::string("any `latest`")) +
+                        " (a save was cut off before updating it): resuming from it");
+        step = newer;
+      }
+    }
   }
   ResumePoint r{root, {}};
   with_alternative(root, step, [&] { r.info = read_and_check(root, step); });
@@ -216,6 +232,9 @@ void adopt_checkpoint_options(TrainOptions& o, const CheckpointInfo& c,
                        "not those the saved run would have seen");
   }
   if (!given("--steps")) o.steps = c.steps;
+  // The data too: a resumed run reads where the saved one read.
+  if (!given("--data")) o.data = c.train_data;
+  if (!given("--val-data")) o.val_data = c.val_data.empty() ? "none" : c.val_data;
   // The schedule's length follows --steps unless given; a changed length is said.
   if (!given("--lr-decay-steps")) o.lr_decay_steps = given("--steps") ? 0 : c.lr_decay_steps;
   const int decay = o.lr_decay_steps > 0 ? o.lr_decay_steps : o.steps;
@@ -265,7 +284,7 @@ SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::s
   if (rank == 0) {
     // A partial directory is a save that was cut off (this run saves one at a time).
     for (const std::string& p : checkpoint::list_partial(root)) {
-      const std::string kept = checkpoint::remove(p, checkpoint::partial_step(p));
+      const std::string kept = checkpoint::remove_partial(p);
       report.notes.push_back(kept.empty() ? "removed " + p + ", a save that was cut off" : kept);
     }
     error = checkpoint::create_partial(root, info.step, partial);

@@ -22,15 +22,17 @@ struct ResumePoint {
 
 // The checkpoint --load DIR (and --load-step N) names, its state file read and its two binary
 // files' headers and sizes checked; nullopt when DIR holds no checkpoint yet (a job script may
-// always pass --load), with a note saying so. No MPI: every rank reads the same small files.
-// Throws InputError naming the file, and the newest intact checkpoint to use instead.
+// always pass --load), with a note saying so. Without --load-step: the one `latest` names, or a
+// complete one newer than that (its save was cut off before `latest` was updated). No MPI: every
+// rank reads the same small files (TrainingRun checks that they chose alike). Throws InputError
+// naming the file, and the newest intact checkpoint to use instead.
 std::optional<ResumePoint> find_resume_point(const TrainOptions& opts,
                                              std::vector<std::string>& notes);
 
-// Makes `opts` the resumed run's: the model's sizes and the options not given on the command line
-// come from the checkpoint; a given model size, seed or optimizer setting that differs is an
-// InputError naming the field; a different --batch or --seq-len is a warning saying where in the
-// data the run continues; a different schedule length a note.
+// Makes `opts` the resumed run's: the model's sizes, the data and the options not given on the
+// command line come from the checkpoint; a given model size, seed or optimizer setting that
+// differs is an InputError naming the field; a different --batch or --seq-len is a warning saying
+// where in the data the run continues, and so is a different schedule length.
 void adopt_checkpoint_options(TrainOptions& opts, const CheckpointInfo& c,
                               std::vector<std::string>& warnings);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error.hpp"
 #include "io/llmc_checkpoint.hpp"
 #include "io/llmc_format.hpp"
 
@@ -88,13 +89,17 @@ std::string StateFiles::transfer(bool write, bool moments, const std::string& pa
   ParallelFile file(world_, path, write ? Mode::kCreate : Mode::kRead);
   digests.assign(moments ? 2 * kNumParameterTensors : kNumParameterTensors, Digest{});
   const int64_t expected = moments ? optimizer_bytes() : model_bytes();
-  if (!write && file.size() != expected) {
-    // Every rank sees the same size, so every rank returns here alike.
-    file.close();
-    const std::string opened = file.agree();
-    return !opened.empty() ? opened
-                           : path + ": " + std::to_string(file.size()) + " bytes, expected " +
-                                 std::to_string(expected) + "; the file is truncated or corrupt";
+  if (!write) {
+    // The size as every rank saw it: they branch alike.
+    int64_t sizes[2] = {-file.size(), file.size()};  // -min, max
+    MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT64_T, MPI_MAX, world_));
+    if (-sizes[0] != expected || sizes[1] != expected) {
+      file.close();
+      const std::string opened = file.agree();
+      return !opened.empty() ? opened
+                             : path + ": " + std::to_string(sizes[1]) + " bytes, expected " +
+                                   std::to_string(expected) + "; the file is truncated or corrupt";
+    }
   }
   if (write && world_rank_ == 0) {
     int32_t header[llmc::kHeaderInts];

@@ -53,12 +53,18 @@ void install_stop_signals() {
 
 void set_stop_grace(int seconds) {
   grace = seconds;
+  // A signal that came outside a step (its agreement already past) is still to be honoured at
+  // this step's end: it gets the same grace.
+  if (received != 0 && seconds > 0) alarm(unsigned(seconds));
 }
 
 int agree_on_stop(MPI_Comm comm) {
-  alarm(0);
   int sig = received;
+  // The alarm stays set through the all-reduce: a rank whose peer is gone waits here.
   MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, comm));
+  // The step's end is reached; what follows (validation, a save) has no grace limit.
+  grace = 0;
+  alarm(0);
   return sig;
 }
 
@@ -71,7 +77,7 @@ const char* signal_name(int sig) {
     case SIGINT:
       return "SIGINT";
     default:
-      return "a signal";
+      return "a stop signal";
   }
 }
 

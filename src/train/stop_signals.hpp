@@ -19,14 +19,15 @@ namespace mpf {
 void install_stop_signals();
 
 // Collective over comm: the signal some rank received (the highest number if several), 0 if none.
-// Cancels a pending grace alarm: the step's end has been reached.
+// Then ends the step's grace: no alarm is pending until the next set_stop_grace.
 int agree_on_stop(MPI_Comm comm);
 
-// The grace a stop signal arriving from now on gives the current step, in whole seconds; 0 while
-// no step runs (start-up, saving, validation), where no alarm is set.
+// Starts a step's grace, in whole seconds: a stop signal received before (not yet acted on) or
+// during the step must see agree_on_stop within it. Outside steps (start-up, validation, saving)
+// there is none.
 void set_stop_grace(int seconds);
 
-// "SIGUSR1", "SIGTERM", "SIGINT", or "signal N".
+// "SIGUSR1", "SIGTERM", "SIGINT", or "a stop signal".
 const char* signal_name(int sig);
 
 }  // namespace mpf

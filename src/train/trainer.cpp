@@ -145,6 +145,9 @@ RunInputs load_inputs(const TrainOptions& given, int world_rank) {
     }
   }
   check_save_directory(opts, in.resume ? in.resume->info.step + 1 : 1);
+  // A finished run resumed again writes nothing: a job chain's later parts must end with 0.
+  const bool complete = in.resume && in.resume->info.step >= opts.steps;
+  if (complete) return in;
   if (world_rank == 0 && !opts.save_llmc.empty()) check_checkpoint_writable(opts.save_llmc);
   if (world_rank == 0 && !opts.trace.empty()) {
     check_new_output(opts.trace, "--trace " + opts.trace);
@@ -165,6 +168,15 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
       notes_(in.notes),
       warnings_(in.warnings) {
   const TrainOptions& opts = opts_;
+  // Every rank chose its checkpoint alone: a file system that is not coherent across nodes
+  // could show them different ones, and they would then read different files collectively.
+  int64_t chosen[2] = {in.resume ? in.resume->info.step : 0, 0};
+  chosen[1] = -chosen[0];
+  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, chosen, 2, MPI_INT64_T, MPI_MAX, world));
+  require(chosen[0] == -chosen[1],
+          "the ranks found different checkpoints to resume from (steps " +
+              std::to_string(-chosen[1]) + " and " + std::to_string(chosen[0]) + " in --load " +
+              opts.load + "): its file system is not coherent across nodes; pass --load-step N");
   grid_ = std::make_unique<Grid>(world, opts.tp, opts.pp, opts.dp);
   require(opts.batch % grid_->dp_size() == 0,
           "--batch " + std::to_string(opts.batch) + " does not split over " +
@@ -359,7 +371,9 @@ CheckpointInfo TrainingRun::checkpoint_info(int step) const {
 }
 
 bool TrainingRun::save(int step) {
-  watchdog_->begin("save of step", step);
+  // A save may take longer than a step: the watchdog gives it at least its size at 20 MB/s.
+  const double bytes = double(state_files_->model_bytes() + state_files_->optimizer_bytes());
+  watchdog_->begin("save of step", step, bytes / 20e6);
   const SaveReport r = save_checkpoint(*state_files_, grid_->world_comm(), opts_.save,
                                        checkpoint_info(step), opts_.keep_last);
   if (is_root()) {
@@ -597,7 +611,6 @@ TrainResult TrainingRun::train() {
     // The step boundary: the ranks agree whether any of them was asked to stop.
     watchdog.phase("stop-signal agreement");
     const int signal = agree_on_stop(grid_->world_comm());
-    set_stop_grace(0);  // validation and saving may take longer than a step
     if (!signal && opts_.val_every > 0 && (step % opts_.val_every == 0 || step == opts_.steps)) {
       report_val(step);
     }

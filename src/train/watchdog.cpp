@@ -40,8 +40,9 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
-void Watchdog::begin(const char* what, int step) {
+void Watchdog::begin(const char* what, int step, double limit) {
   if (timeout_ <= 0) return;
+  limit_ = limit > timeout_ ? limit : timeout_;
   what_ = what;
   step_ = step;
   phase_ = "start";
@@ -68,20 +69,27 @@ void Watchdog::watch() {
   while (!wake_.wait_for(lock, every, [this] { return quit_; })) {
     if (!armed_) continue;
     const double elapsed = double(now_ns() - started_ns_) * 1e-9;
-    if (elapsed <= timeout_) continue;
+    if (elapsed <= limit_) continue;
     char where[96] = "";
     if (mb_ >= 0)
       std::snprintf(where, sizeof where, " (microbatch %d, chunk %d)", int(mb_), int(chunk_));
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
+    char limit[96];
+    if (limit_ > timeout_) {
+      std::snprintf(limit, sizeof limit, "%g s (a save's limit: its size at 20 MB/s)",
+                    double(limit_));
+    } else {
+      std::snprintf(limit, sizeof limit, "--step-timeout %g", timeout_);
+    }
     std::fprintf(stderr,
-                 "fatal: [rank %d, %s pid %d] %s %d has run %.1f s, over --step-timeout %g, in "
-                 "phase '%s'%s: aborting the job (exit status %d)\n",
-                 rank_, host, int(getpid()), what_.load(), int(step_), elapsed, timeout_,
+                 "fatal: [rank %d, %s pid %d] %s %d has run %.1f s, over %s, in phase '%s'%s: "
+                 "aborting the job (exit status %d)\n",
+                 rank_, host, int(getpid()), what_.load(), int(step_), elapsed, limit,
                  spelled_out(phase_), where, int(kExitWatchdog));
     std::fflush(stderr);
-    // No MPI call from this thread (MPI runs single-threaded here): ending the process is what
-    // makes the launcher end the job.
+    // No MPI call from this thread (MPI is initialised funneled: the main thread only). Ending
+    // the process is what makes the launcher end the job.
     _exit(kExitWatchdog);
   }
 }

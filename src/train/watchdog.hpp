@@ -24,8 +24,9 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   // A new timed unit of work restarts the clock: what ("step", "save", "validation") and its
-  // step number. `what` and every phase name must be string literals.
-  void begin(const char* what, int step);
+  // step number; `limit` seconds instead of the timeout when larger. `what` and every phase name
+  // must be string literals.
+  void begin(const char* what, int step, double limit = 0.0);
   // Where in it this rank is; mb and chunk when the phase is a pipeline op.
   void phase(const char* name, int mb = -1, int chunk = -1);
   // Stops timing (the run is done, or waits on nothing).
@@ -38,6 +39,7 @@ class Watchdog {
   int rank_;
   std::atomic<bool> armed_{false};
   std::atomic<int64_t> started_ns_{0};
+  std::atomic<double> limit_{0.0};
   std::atomic<const char*> what_{"step"}, phase_{"start"};
   std::atomic<int> step_{0}, mb_{-1}, chunk_{-1};
   std::mutex mutex_;

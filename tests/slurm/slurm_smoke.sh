@@ -3,8 +3,8 @@
 # 4 ranks (tp 2 x pp 2, two microbatches through the 1F1B pipeline) with a tiny model: the job
 # completes with exit code 0, its log shows the 4-rank grid and a falling loss. The same job,
 # signalled mid-run as a time limit would (USR1 to the batch script), saves, requeues itself,
-# resumes and completes, with the uninterrupted job's loss curve. A rank killed under srun ends
-# the job. A job that can never fit is refused at submission, and the daemons stop.
+# resumes and completes, with the uninterrupted job's loss curve. TERM to the job script saves
+# without requeueing. A rank killed under srun ends the job. A job that can never fit is refused at submission, and the daemons stop.
 # Exit 77 (ctest SKIP_RETURN_CODE) where the machine cannot run the daemons: not root, no apt,
 # ports 6817/6818 taken, munged or slurmctld failing. It never passes without having run the job.
 set -uo pipefail
@@ -32,6 +32,7 @@ chmod 0711 "$WORK" # munged runs as user munge and keeps its files under $WORK/c
 # Always stop the daemons, on any exit or interruption.
 cleanup() {
   bash "$CLUSTER" stop "$WORK/cluster" >/dev/null 2>&1
+  pkill -9 -f -- "$WORK/" 2>/dev/null  # a job script or rank the stopped daemons left behind
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -172,7 +173,30 @@ if id=$(submit); then
   fi
 fi
 
-# 3. A rank that dies ends the job at once (srun --kill-on-bad-exit=1), not at the time limit.
+# 3. TERM to the batch script (scancel, a preemption): the ranks save (the script passes USR1:
+#    srun would kill them on TERM), and the job ends with status 3 without requeueing itself.
+export SAVE_DIR=$WORK/ckpt_term STEPS=2000
+if id=$(submit); then
+  log=$WORK/mpiformer-$id.log
+  wait_for_step "$log" 3
+  timeout 10 scancel --signal=TERM --batch "$id"
+  deadline=$((SECONDS + JOB_TIMEOUT))
+  while [ -n "$(timeout 10 squeue -h -j "$id" 2>/dev/null)" ] && [ "$SECONDS" -lt "$deadline" ]; do
+    sleep 0.1
+  done
+  info=$(timeout 10 scontrol -o show job "$id")
+  saved=$(sed -nE 's/^SIGUSR1 received: stopped after step ([0-9]+); saved .*/\1/p' "$log")
+  if [ -n "$saved" ] && [ "$(cat "$SAVE_DIR/latest" 2>/dev/null)" = "$(printf 'step_%08d' "$saved")" ] &&
+    grep -q 'Restarts=0' <<<"$info" && grep -q 'ExitCode=3:0' <<<"$info" &&
+    ! grep -q requeueing "$log"; then
+    ok "TERM to the job script: the ranks saved step $saved, the job ended with status 3, not requeued"
+  else
+    bad "TERM to the job script: saved '${saved:-nothing}', $(grep -oE 'JobState=[A-Z]+|Restarts=[0-9]+|ExitCode=[0-9:]+' <<<"$info" | tr '\n' ' ')"
+    grep -E "job $id|SIG|error|srun" "$log" | head
+  fi
+fi
+
+# 4. A rank that dies ends the job at once (srun --kill-on-bad-exit=1), not at the time limit.
 export SAVE_DIR=$WORK/ckpt_kill STEPS=2000
 if id=$(submit); then
   log=$WORK/mpiformer-$id.log
@@ -197,7 +221,7 @@ if id=$(submit); then
   fi
 fi
 
-# 4. A job that can never fit (64 CPUs on an 8-CPU node) is refused at once (EnforcePartLimits=ALL)
+# 5. A job that can never fit (64 CPUs on an 8-CPU node) is refused at once (EnforcePartLimits=ALL)
 #    instead of pending forever.
 t=$(now)
 if neg=$(timeout 30 sbatch --parsable --chdir="$WORK" --ntasks=64 --time=10 \
@@ -210,7 +234,7 @@ else
   bad "the 64-CPU job failed for another reason: $(cat "$WORK/neg.err")"
 fi
 
-# 5. The daemons stop cleanly.
+# 6. The daemons stop cleanly.
 t=$(now)
 bash "$CLUSTER" stop "$WORK/cluster" >/dev/null 2>&1
 bash "$CLUSTER" status "$WORK/cluster" >"$WORK/status.txt" 2>&1
