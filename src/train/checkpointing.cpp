@@ -122,10 +122,10 @@ std::string intact_alternative(const std::string& root, int64_t below) {
   return "";
 }
 
-std::optional<ResumePoint> find_resume_point(const TrainOptions& opts,
-                                             std::vector<std::string>& notes) {
-  if (opts.load.empty()) return std::nullopt;
-  const std::string root = without_trailing_slash(opts.load);
+std::optional<ResumePoint> find_checkpoint(const std::string& dir, int64_t load_step,
+                                           std::vector<std::string>& notes) {
+  if (dir.empty()) return std::nullopt;
+  const std::string root = without_trailing_slash(dir);
   if (!is_directory(root)) {
     require(!path_exists(root),
             "--load " + root + ": not a directory; pass a checkpoint directory");
@@ -136,8 +136,8 @@ std::optional<ResumePoint> find_resume_point(const TrainOptions& opts,
   }
   const std::vector<int64_t> steps = checkpoint::list_steps(root);
   int64_t step = 0;
-  if (opts.load_step > 0) {
-    step = opts.load_step;
+  if (load_step > 0) {
+    step = load_step;
     require(is_directory(checkpoint::path(root, step)),
             "--load-step " + std::to_string(step) + ": " + checkpoint::path(root, step) +
                 " does not exist; " + root + " holds the steps " + steps_text(steps));

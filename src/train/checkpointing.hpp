@@ -26,8 +26,10 @@ struct ResumePoint {
 // complete one newer than that (its save was cut off before `latest` was updated). No MPI: every
 // rank reads the same small files (TrainingRun checks that they chose alike). Throws InputError
 // naming the file, and the newest intact checkpoint to use instead.
-std::optional<ResumePoint> find_resume_point(const TrainOptions& opts,
-                                             std::vector<std::string>& notes);
+// `dir` and `load_step` are --load's and --load-step's (0: none); "" finds nothing. The model
+// file of what it finds is an llm.c file (checkpoint::model_file) any reader of weights can use.
+std::optional<ResumePoint> find_checkpoint(const std::string& dir, int64_t load_step,
+                                           std::vector<std::string>& notes);
 
 // Makes `opts` the resumed run's: the model's sizes, the data and the options not given on the
 // command line come from the checkpoint; a given model size, seed or optimizer setting that

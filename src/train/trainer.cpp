@@ -104,7 +104,7 @@ int choose_threads(int requested, MPI_Comm world) {
 RunInputs load_inputs(const TrainOptions& given, int world_rank) {
   RunInputs in;
   in.opts = given;
-  in.resume = find_resume_point(given, in.notes);
+  in.resume = find_checkpoint(given.load, given.load_step, in.notes);
   if (in.resume) {
     adopt_checkpoint_options(in.opts, in.resume->info, in.warnings);
     if (!given.init_from.empty()) {
