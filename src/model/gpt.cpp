@@ -117,22 +117,31 @@ void embedding_forward(Activations& acts, const ParameterTensors& params, const 
 
 void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI_Comm tp) {
   const BlockContext b(acts, params, l);
-  const Tensor x = acts.block_input(l);  // (Rl,C)
+  block_forward(b.a, acts.block_input(l), acts.partial, b.p, b.s, b.seq, tp,
+                [&](Tensor atty, Tensor qkv) {
+                  attention_forward(atty, b.a.att, qkv, acts.B, acts.T, b.s.attn, b.s.heads);
+                });
+}
+
+void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const LayerParameters& p,
+                   const TpShard& s, const tp::SequenceSplit& seq, MPI_Comm tp,
+                   const AttentionCore& attend) {
+  const int C = s.cfg.channels;
+  const int64_t R = seq.rows;
   const Tensor none;
   // Attention: LayerNorm, enter (f), column-parallel QKV (this rank's heads), attention,
   // row-parallel projection with the residual, leave (g).
-  layernorm_and_enter(b.a.ln1, b.a.ln1_mean, b.a.ln1_rstd, x, b.p.ln1w, b.p.ln1b, b.seq, b.C, tp);
-  linear_forward(b.a.qkv, none, b.a.ln1, b.p.qkvw, b.p.qkvb, b.R, b.C, 3 * b.s.attn);
-  attention_forward(b.a.atty, b.a.att, b.a.qkv, acts.B, acts.T, b.s.attn, b.s.heads);
-  row_parallel_and_leave(b.a.residual2, acts.partial, x, b.a.atty, b.p.attprojw, b.p.attprojb,
-                         b.s.attn, b.seq, b.s.rank, b.C, tp);
+  layernorm_and_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, seq, C, tp);
+  linear_forward(a.qkv, none, a.ln1, p.qkvw, p.qkvb, R, C, 3 * s.attn);
+  attend(a.atty, a.qkv);
+  row_parallel_and_leave(a.residual2, partial, x, a.atty, p.attprojw, p.attprojb, s.attn, seq,
+                         s.rank, C, tp);
   // MLP: the same pattern with column-parallel fc, GELU and row-parallel proj.
-  layernorm_and_enter(b.a.ln2, b.a.ln2_mean, b.a.ln2_rstd, b.a.residual2, b.p.ln2w, b.p.ln2b, b.seq,
-                      b.C, tp);
-  linear_forward(b.a.fch, none, b.a.ln2, b.p.fcw, b.p.fcb, b.R, b.C, b.s.fc);
-  gelu_forward(b.a.fch_gelu, b.a.fch, b.R * b.s.fc);
-  row_parallel_and_leave(b.a.residual3, acts.partial, b.a.residual2, b.a.fch_gelu, b.p.fcprojw,
-                         b.p.fcprojb, b.s.fc, b.seq, b.s.rank, b.C, tp);
+  layernorm_and_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, seq, C, tp);
+  linear_forward(a.fch, none, a.ln2, p.fcw, p.fcb, R, C, s.fc);
+  gelu_forward(a.fch_gelu, a.fch, R * s.fc);
+  row_parallel_and_leave(a.residual3, partial, a.residual2, a.fch_gelu, p.fcprojw, p.fcprojb, s.fc,
+                         seq, s.rank, C, tp);
 }
 
 void head_forward(Activations& acts, const ParameterTensors& params, const Tokens& targets,

@@ -31,6 +31,15 @@ LayerParameters layer_parameters(const ParameterTensors& p, const TpShard& shard
 void embedding_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
                        MPI_Comm tp);
 void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI_Comm tp);
+// The same block on any rows, its attention core given: attend(atty, qkv) writes this rank's
+// heads' outputs (R,Ca) from their packed (R,3Ca) [Q | K | V]. block_forward attends causally
+// within each sequence of the batch; the generator attends over its KV cache
+// (generate/decoder.hpp). `x` (Rl,C) is the block's input, a.residual3 (Rl,C) receives its
+// output, a.att is not touched; `partial` (R,C) is scratch under sequence parallelism.
+using AttentionCore = std::function<void(Tensor atty, Tensor qkv)>;
+void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const LayerParameters& p,
+                   const TpShard& s, const tp::SequenceSplit& seq, MPI_Comm tp,
+                   const AttentionCore& attend);
 // Final LayerNorm, logits and per-token losses (acts.losses).
 void head_forward(Activations& acts, const ParameterTensors& params, const Tokens& targets,
                   MPI_Comm tp);
