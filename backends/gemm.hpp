@@ -20,6 +20,12 @@ void gemm_strided_batched(Op op_a, Op op_b, int M, int N, int K, float alpha, co
                           int lda, int64_t stride_a, const float* B, int ldb, int64_t stride_b,
                           float beta, float* C, int ldc, int64_t stride_c, int batch);
 
+// y = alpha · op(A) · x + beta · y with A (M x N) row-major (row stride lda): y and x have M and N
+// elements for op N, N and M for op T. A product of one row (a generated token's layers), where
+// a gemm would repack the whole matrix for a single use.
+void gemv(Op op_a, int M, int N, float alpha, const float* A, int lda, const float* x, float beta,
+          float* y);
+
 // GPU backends: issue every product on this stream (a cudaStream_t), the one the Kokkos
 // execution space runs kernels on, so products and kernels stay ordered. CPU: a no-op.
 void bind_stream(void* cuda_stream);

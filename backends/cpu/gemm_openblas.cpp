@@ -35,6 +35,11 @@ void gemm_strided_batched(Op op_a, Op op_b, int M, int N, int K, float alpha, co
   }
 }
 
+void gemv(Op op_a, int M, int N, float alpha, const float* A, int lda, const float* x, float beta,
+          float* y) {
+  cblas_sgemv(CblasRowMajor, to_cblas(op_a), M, N, alpha, A, lda, x, 1, beta, y, 1);
+}
+
 void bind_stream(void*) {}  // host BLAS calls are synchronous: nothing to bind
 
 void set_num_threads(int threads) {

@@ -54,6 +54,14 @@ void gemm_strided_batched(Op op_a, Op op_b, int M, int N, int K, float alpha, co
         "cublasSgemmStridedBatched");
 }
 
+void gemv(Op op_a, int M, int N, float alpha, const float* A, int lda, const float* x, float beta,
+          float* y) {
+  // Row-major A (M x N) is column-major Aᵀ (N x M): op N on A is op T on cuBLAS' matrix.
+  check(cublasSgemv(handle(), op_a == Op::N ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, &alpha, A, lda, x, 1,
+                    &beta, y, 1),
+        "cublasSgemv");
+}
+
 void set_num_threads(int) {}  // the GPU needs no host threads for a product
 
 const char* describe() {

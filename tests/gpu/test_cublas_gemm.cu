@@ -1,7 +1,7 @@
 // The cuBLAS backend against a host reference, through the project's seam (backends/gemm.hpp):
-// gemm and gemm_strided_batched for all four transpose combinations, with padded leading
-// dimensions, padded batch strides, alpha and beta. Without a CUDA device every test is skipped
-// (GTEST_SKIP with the reason), never passed.
+// gemm and gemm_strided_batched for all four transpose combinations, gemv for both, with padded
+// leading dimensions, padded batch strides, alpha and beta. Without a CUDA device every test is
+// skipped (GTEST_SKIP with the reason), never passed.
 //   built and run by ci/check_cuda.sh: nvcc ... test_cublas_gemm.cu gemm_cublas.o -lcublas
 //   -lgtest_main
 #include <cuda_runtime.h>
@@ -151,6 +151,24 @@ TEST_P(CublasGemm, StridedBatchedMatchesHostReference) {
     reference_gemm(op_a, op_b, s.M, s.N, s.K, alpha, A.data() + i * stride_a, s.lda(op_a),
                    B.data() + i * stride_b, s.ldb(op_b), beta, C.data() + i * stride_c, s.ldc());
   expect_near_all(dC.to_host(), C);
+}
+
+// gemv against the one-column gemm of the reference: y (rows x 1) = op(A) · x (cols x 1).
+TEST(CublasGemv, MatchesHostReference) {
+  SKIP_WITHOUT_DEVICE();
+  const int M = 5, N = 7, lda = N + 2;
+  const float alpha = 0.75f, beta = -0.5f;
+  const auto A = random_vector(size_t(M) * lda, 7);
+  for (Op op : {Op::N, Op::T}) {
+    const int rows = op == Op::N ? M : N, cols = op == Op::N ? N : M;
+    const auto x = random_vector(size_t(cols), 8);
+    auto y = random_vector(size_t(rows), 9);
+    DeviceBuffer dA(A), dx(x), dy(y);
+    mpf::backend::gemv(op, M, N, alpha, dA.get(), lda, dx.get(), beta, dy.get());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    reference_gemm(op, Op::N, rows, 1, cols, alpha, A.data(), lda, x.data(), 1, beta, y.data(), 1);
+    expect_near_all(dy.to_host(), y);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTransposes, CublasGemm,

@@ -57,4 +57,18 @@ TEST(Gemm, StridedBatchedIsALoopOfGemms) {
   for (size_t i = 0; i < C.size(); ++i) ASSERT_NEAR(C[i], R[i], 1e-4) << i;
 }
 
+// A matrix-vector product is the gemm of one column: y (rows x 1) = op(A) · x (cols x 1).
+TEST(Gemm, GemvIsAOneColumnGemm) {
+  const int M = 37, N = 29, lda = N + 3;
+  const std::vector<float> A = test::to_host(test::random_slab("A", M * lda));
+  for (Op op : {Op::N, Op::T}) {
+    const int rows = op == Op::N ? M : N, cols = op == Op::N ? N : M;
+    const std::vector<float> x = test::to_host(test::random_slab("x", cols));
+    std::vector<float> y = test::to_host(test::random_slab("y", rows)), R = y;
+    backend::gemv(op, M, N, 0.5f, A.data(), lda, x.data(), 0.25f, y.data());
+    naive(op, Op::N, rows, 1, cols, 0.5f, A.data(), lda, x.data(), 1, 0.25f, R.data(), 1);
+    for (int i = 0; i < rows; ++i) ASSERT_NEAR(y[i], R[i], 1e-4) << i;
+  }
+}
+
 }  // namespace mpf
