@@ -32,16 +32,26 @@ KOKKOS_INLINE_FUNCTION U32x4 philox4x32_10(U32x4 ctr, uint32_t k0, uint32_t k1) 
   return ctr;
 }
 
+// The four 32-bit outputs at element `index` of stream `stream`.
+KOKKOS_INLINE_FUNCTION U32x4 draw(uint64_t seed, uint64_t stream, uint64_t index) {
+  const U32x4 ctr{{static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
+                   static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}};
+  return philox4x32_10(ctr, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
 // A standard normal sample for element `index` of stream `stream` (Box-Muller on the first two
 // 32-bit outputs; uniforms in (0, 1] so the log is finite).
 KOKKOS_INLINE_FUNCTION float normal(uint64_t seed, uint64_t stream, uint64_t index) {
-  const U32x4 ctr{{static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
-                   static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}};
-  const U32x4 r =
-      philox4x32_10(ctr, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  const U32x4 r = draw(seed, stream, index);
   const double u1 = (static_cast<double>(r.v[0]) + 1.0) / 4294967296.0;
   const double u2 = static_cast<double>(r.v[1]) / 4294967296.0;
   return static_cast<float>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+// A uniform sample in the open interval (0, 1) for element `index` of stream `stream`: the first
+// 32-bit output, at the middle of its 2^-32 bin, so neither end is ever reached.
+KOKKOS_INLINE_FUNCTION double uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+  return (static_cast<double>(draw(seed, stream, index).v[0]) + 0.5) / 4294967296.0;
 }
 
 // The stream id of a named tensor (FNV-1a of the name), so streams never depend on tensor order.

@@ -1,0 +1,114 @@
+#include "generate/decoder.hpp"
+
+#include "core/error.hpp"
+#include "model/gpt.hpp"
+#include "model/layers/encoder.hpp"
+#include "model/layers/layernorm.hpp"
+#include "model/layers/linear.hpp"
+#include "parallel/tp_regions.hpp"
+
+namespace mpf {
+
+namespace {
+Tensor first(const Tensor& t, int64_t n) {
+  return Tensor(t.data(), n);
+}
+
+// The first n rows of one block's activations.
+LayerActivations first_rows(const LayerActivations& a, const TpShard& s, int64_t n) {
+  const int64_t C = s.cfg.channels;
+  LayerActivations x = a;
+  x.ln1 = first(a.ln1, n * C);
+  x.ln1_mean = first(a.ln1_mean, n);
+  x.ln1_rstd = first(a.ln1_rstd, n);
+  x.qkv = first(a.qkv, n * 3 * s.attn);
+  x.atty = first(a.atty, n * s.attn);
+  x.residual2 = first(a.residual2, n * C);
+  x.ln2 = first(a.ln2, n * C);
+  x.ln2_mean = first(a.ln2_mean, n);
+  x.ln2_rstd = first(a.ln2_rstd, n);
+  x.fch = first(a.fch, n * s.fc);
+  x.fch_gelu = first(a.fch_gelu, n * s.fc);
+  x.residual3 = first(a.residual3, n * C);
+  return x;
+}
+}  // namespace
+
+Decoder::Decoder(const TpShard& shard, const ParameterTensors& params, int capacity, MPI_Comm tp,
+                 bool kv_cache)
+    : shard_(shard), params_(params), tp_(tp), kv_cache_(kv_cache), capacity_(capacity) {
+  if (capacity < 1 || capacity > shard.cfg.max_seq_len || !shard.has_embedding || !shard.has_head ||
+      shard.local_layers() != shard.cfg.layers) {
+    MPF_FATAL("Decoder: needs the whole model's shard and 1 <= capacity <= max_seq_len");
+  }
+  if (kv_cache_) {
+    cache_ = KVCache::allocate(shard, capacity);
+    work_ = Activations::allocate(shard, ChunkPieces{0, 1, false, false}, 1, capacity);
+  }
+  head_slab_ = Slab("mpf::decoder_head", shard.cfg.channels + 2 + shard.vocab_shard);
+  tokens_ = Tokens("mpf::decoder_tokens", capacity);
+  host_tokens_ = HostTokens("mpf::decoder_host_tokens", capacity);
+}
+
+Tensor Decoder::append(const std::vector<int32_t>& tokens) {
+  const int n = int(tokens.size()), pos = length_, C = shard_.cfg.channels;
+  if (n < 1 || pos + n > capacity_) MPF_FATAL("Decoder::append: past the decoder's capacity");
+  for (int i = 0; i < n; ++i) host_tokens_(pos + i) = tokens[i];
+  Kokkos::deep_copy(Kokkos::subview(tokens_, std::make_pair(pos, pos + n)),
+                    Kokkos::subview(host_tokens_, std::make_pair(pos, pos + n)));
+  length_ += n;
+  if (!kv_cache_) return recompute();
+  // The vocab-parallel embedding of the new positions (wpe from row pos on), summed over TP (g).
+  const Tensor x = first(work_.input, int64_t(n) * C);
+  const Tokens ids = Kokkos::subview(tokens_, std::make_pair(pos, pos + n));
+  const Tensor wpe(params_.wpe.data() + int64_t(pos) * C, int64_t(capacity_ - pos) * C);
+  encoder_forward(x, ids, params_.wte, wpe, 1, n, C, shard_.vocab_begin, shard_.vocab_shard,
+                  /*add_positions=*/shard_.rank == 0);
+  tp::reduce_from_region_forward(x.data(), int64_t(n) * C, tp_);
+  const Tensor out = cached_blocks(x, n);
+  return head(Tensor(out.data() + int64_t(n - 1) * C, C));
+}
+
+Tensor Decoder::cached_blocks(Tensor x, int n) {
+  const int pos = length_ - n;
+  tp::SequenceSplit rows;  // no sequence parallelism: every rank holds all n rows
+  rows.rows = rows.local_rows = n;
+  const LayerActivations a = first_rows(work_.layer(0), shard_, n);
+  // The residual stream ping-pongs between the workspace's input and output rows.
+  Tensor in = x, out = a.residual3;
+  for (int l = 0; l < shard_.cfg.layers; ++l) {
+    LayerActivations al = a;
+    al.residual3 = out;
+    block_forward(al, in, Tensor(), layer_parameters(params_, shard_, l), shard_, rows, tp_,
+                  [&](Tensor atty, Tensor qkv) {
+                    kv_cache_store(cache_, l, qkv, n, pos);
+                    cached_attention_forward(atty, a.att, qkv, cache_, l, n, pos, shard_.heads);
+                  });
+    std::swap(in, out);
+  }
+  return in;
+}
+
+Tensor Decoder::recompute() {
+  const ChunkPieces blocks{0, shard_.cfg.layers, /*embedding=*/true, /*head=*/false};
+  Activations acts = Activations::allocate(shard_, blocks, 1, length_);
+  const Tokens ids = Kokkos::subview(tokens_, std::make_pair(0, length_));
+  embedding_forward(acts, params_, ids, tp_);
+  for (int l = 0; l < shard_.cfg.layers; ++l) block_forward(acts, params_, l, tp_);
+  const int C = shard_.cfg.channels;
+  return head(Tensor(acts.output().data() + int64_t(length_ - 1) * C, C));
+}
+
+Tensor Decoder::head(Tensor row) {
+  const int C = shard_.cfg.channels;
+  const Tensor lnf(head_slab_.data(), C), mean(head_slab_.data() + C, 1),
+      rstd(head_slab_.data() + C + 1, 1), logits(head_slab_.data() + C + 2, shard_.vocab_shard);
+  const Tensor none;
+  layernorm_forward(lnf, mean, rstd, row, params_.lnfw, params_.lnfb, 1, C);
+  // The tied head: this rank's rows of wte give its vocabulary shard's logits.
+  linear_forward(logits, none, lnf, params_.wte, none, 1, C, shard_.vocab_shard);
+  Kokkos::fence();
+  return logits;
+}
+
+}  // namespace mpf

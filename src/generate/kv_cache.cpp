@@ -1,0 +1,71 @@
+#include "generate/kv_cache.hpp"
+
+#include <cmath>
+
+#include "backends/gemm.hpp"
+#include "core/parallel.hpp"
+#include "core/vector_math.hpp"
+
+namespace mpf {
+
+using backend::Op;
+
+KVCache KVCache::allocate(const TpShard& shard, int capacity) {
+  KVCache c;
+  c.layers = shard.cfg.layers;
+  c.capacity = capacity;
+  c.width = shard.attn;
+  c.slab = Slab("mpf::kv_cache", 2 * int64_t(c.layers) * capacity * c.width);
+  return c;
+}
+
+Tensor KVCache::keys(int l) const {
+  const int64_t n = int64_t(capacity) * width;
+  return Tensor(slab.data() + l * n, n);
+}
+
+Tensor KVCache::values(int l) const {
+  const int64_t n = int64_t(capacity) * width;
+  return Tensor(slab.data() + (layers + l) * n, n);
+}
+
+void kv_cache_store(const KVCache& cache, int l, Tensor qkv, int n, int pos) {
+  const Tensor k = cache.keys(l), v = cache.values(l);
+  const int Ca = cache.width;
+  for_rows(
+      "mpf::kv_cache_store", n, KOKKOS_LAMBDA(int64_t i) {
+        const float* src = qkv.data() + i * 3 * Ca;
+        const int64_t row = (pos + i) * Ca;
+        for (int c = 0; c < Ca; ++c) {
+          k(row + c) = src[Ca + c];
+          v(row + c) = src[2 * Ca + c];
+        }
+      });
+}
+
+void cached_attention_forward(Tensor out, Tensor scores, Tensor qkv, const KVCache& cache, int l,
+                              int n, int pos, int NHl) {
+  const int Ca = cache.width, hs = Ca / NHl, P = pos + n;  // P: the positions attended over
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int64_t per_head = int64_t(n) * P;
+  // S_h (n,P) = scale · Q_h · K_hᵀ for every head h
+  backend::gemm_strided_batched(Op::N, Op::T, n, P, hs, scale, qkv.data(), 3 * Ca, hs,
+                                cache.keys(l).data(), Ca, hs, 0.0f, scores.data(), P, per_head,
+                                NHl);
+  // Row i of a head is position pos + i: it sees positions 0..pos + i.
+  for_rows(
+      "mpf::cached_attention_softmax", int64_t(NHl) * n, KOKKOS_LAMBDA(int64_t row) {
+        const int seen = pos + int(row % n) + 1;
+        float* p = scores.data() + row * P;
+        const float mx = vmath::row_max(p, seen);
+        for (int j = 0; j < seen; ++j) p[j] = vmath::exp(p[j] - mx);
+        const float inv = 1.0f / vmath::row_sum(p, seen);
+        for (int j = 0; j < seen; ++j) p[j] *= inv;
+        for (int j = seen; j < P; ++j) p[j] = 0.0f;
+      });
+  // out_h (n,hs) = P_h · V_h, into columns h·hs.. of out (n,Ca)
+  backend::gemm_strided_batched(Op::N, Op::N, n, hs, P, 1.0f, scores.data(), P, per_head,
+                                cache.values(l).data(), Ca, hs, 0.0f, out.data(), Ca, hs, NHl);
+}
+
+}  // namespace mpf
