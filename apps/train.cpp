@@ -31,13 +31,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
   mpf::TrainOptions opts;
-  std::string error;
-  try {
-    opts = mpf::parse_options(argc, argv);
-  } catch (const mpf::InputError& e) {
-    error = e.what();
-  }
-  if (mpf::any_rank_failed(MPI_COMM_WORLD, error)) {
+  if (!mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] { opts = mpf::parse_options(argc, argv); })) {
     MPI_Finalize();
     return mpf::kExitBadInput;
   }
@@ -64,21 +58,13 @@ int main(int argc, char** argv) {
   {
     // Files and flags first (no MPI inside), agreed on; then the layout (collective).
     mpf::RunInputs inputs;
-    try {
-      inputs = mpf::load_inputs(opts, rank);
-    } catch (const mpf::InputError& e) {
-      error = e.what();
-    }
     std::unique_ptr<mpf::TrainingRun> run;
-    if (!mpf::any_rank_failed(MPI_COMM_WORLD, error)) {
-      try {
-        run = std::make_unique<mpf::TrainingRun>(std::move(inputs), MPI_COMM_WORLD);
-      } catch (const mpf::InputError& e) {
-        error = e.what();
-      }
-      if (mpf::any_rank_failed(MPI_COMM_WORLD, error)) run.reset();
-    }
-    if (!run) {
+    const bool built =
+        mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] { inputs = mpf::load_inputs(opts, rank); }) &&
+        mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] {
+          run = std::make_unique<mpf::TrainingRun>(std::move(inputs), MPI_COMM_WORLD);
+        });
+    if (!built) {
       status = mpf::kExitBadInput;
     } else {
       try {

@@ -29,6 +29,20 @@ inline void require(bool ok, const std::string& message) {
 // "error: <its message>" to stderr.
 bool any_rank_failed(MPI_Comm comm, const std::string& local_error);
 
+// Runs step() on every rank of comm, then agrees on the InputError it may have thrown: true if it
+// succeeded on every rank; else false on every rank, the lowest failing one having printed its
+// message (any_rank_failed). The apps' phases that read user input go through it.
+template <class Step>
+bool all_ranks_succeed(MPI_Comm comm, Step&& step) {
+  std::string error;
+  try {
+    step();
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  return !any_rank_failed(comm, error);
+}
+
 [[noreturn]] void fatal(const char* file, int line, const std::string& message);
 
 }  // namespace mpf

@@ -56,4 +56,38 @@ void check_new_output(const std::string& path, const std::string& label) {
                                                      "); choose another output path");
 }
 
+PendingFile::PendingFile(std::string path)
+    : path_(std::move(path)), tmp_(path_ + ".partial-" + std::to_string(getpid())) {
+  file_ = std::fopen(tmp_.c_str(), "wbx");
+  if (!file_) fail("cannot create " + tmp_);
+}
+
+PendingFile::~PendingFile() {
+  if (file_) {
+    std::fclose(file_);
+    std::remove(tmp_.c_str());
+  }
+}
+
+void PendingFile::fail(const std::string& what) {
+  if (error_.empty()) error_ = path_ + ": " + what + " (" + std::strerror(errno) + ")";
+}
+
+void PendingFile::write(const void* data, size_t bytes) {
+  if (file_ && error_.empty() && std::fwrite(data, 1, bytes, file_) != bytes) fail("write failed");
+}
+
+std::string PendingFile::commit() {
+  if (!file_) return error_;
+  if (error_.empty() && (std::fflush(file_) != 0 || fsync(fileno(file_)) != 0)) {
+    fail("write failed");
+  }
+  if (std::fclose(file_) != 0) fail("write failed");
+  file_ = nullptr;
+  if (error_.empty() && rename_no_replace(tmp_, path_) != 0)
+    fail("cannot rename " + tmp_ + " into place");
+  if (!error_.empty()) std::remove(tmp_.c_str());
+  return error_;
+}
+
 }  // namespace mpf

@@ -2,6 +2,7 @@
 // and found unwritable at start-up rather than at the end of a run.
 #pragma once
 
+#include <cstdio>
 #include <string>
 
 namespace mpf {
@@ -16,5 +17,28 @@ int rename_no_replace(const std::string& from, const std::string& to);
 // Throws InputError, naming `label` (e.g. "checkpoint out.bin", "--trace t.json"), if `path`
 // exists or its directory is missing or not writable.
 void check_new_output(const std::string& path, const std::string& label);
+
+// A file written under a temporary name beside `path` (path.partial-<pid>) and renamed into place
+// only when complete, never over an existing file; a run that stops early leaves nothing at
+// `path`. Failures are kept, not thrown (the caller may be inside collectives): commit() returns
+// the first. Destroyed uncommitted, it removes the temporary.
+class PendingFile {
+ public:
+  explicit PendingFile(std::string path);
+  ~PendingFile();
+  PendingFile(const PendingFile&) = delete;
+  PendingFile& operator=(const PendingFile&) = delete;
+
+  void write(const void* data, size_t bytes);
+  // Syncs, closes and renames into place; returns "" or what went wrong (the temporary removed).
+  std::string commit();
+
+ private:
+  void fail(const std::string& what);
+
+  std::string path_, tmp_;
+  std::FILE* file_ = nullptr;
+  std::string error_;
+};
 
 }  // namespace mpf

@@ -331,15 +331,21 @@ SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::s
   return report;
 }
 
-void load_checkpoint(const StateFiles& files, const ResumePoint& r) {
+void load_checkpoint_parameters(const StateFiles& files, const ResumePoint& r) {
   const int64_t step = r.info.step;
   std::vector<Digest> digests;
   const std::string model = checkpoint::model_file(r.root, step);
-  std::string error = files.read_model(model, digests);
+  const std::string error = files.read_model(model, digests);
   require(error.empty(), and_then("checkpoint " + error, intact_alternative(r.root, step)));
   verify(digests, {r.info.params_checksum.begin(), r.info.params_checksum.end()}, files, r, model);
+}
+
+void load_checkpoint(const StateFiles& files, const ResumePoint& r) {
+  const int64_t step = r.info.step;
+  load_checkpoint_parameters(files, r);
+  std::vector<Digest> digests;
   const std::string optimizer = checkpoint::optimizer_file(r.root, step);
-  error = files.read_optimizer(optimizer, digests);
+  const std::string error = files.read_optimizer(optimizer, digests);
   require(error.empty(), and_then("checkpoint " + error, intact_alternative(r.root, step)));
   std::vector<uint64_t> expected(r.info.m_checksum.begin(), r.info.m_checksum.end());
   expected.insert(expected.end(), r.info.v_checksum.begin(), r.info.v_checksum.end());

@@ -65,6 +65,8 @@ SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::s
 // Collective: reads the parameters and moments of `resume` into the rank's shards, verifying
 // every tensor's checksum and that every value is finite. Throws InputError on every rank.
 void load_checkpoint(const StateFiles& files, const ResumePoint& resume);
+// The parameters only (the model file), verified the same way: for programs that run the model.
+void load_checkpoint_parameters(const StateFiles& files, const ResumePoint& resume);
 
 // --init-from: the parameters of an llm.c model file, cut to this rank's shard. Throws
 // InputError on every rank if the file cannot be read or holds a non-finite value.

@@ -10,6 +10,13 @@ namespace mpf {
 
 StateFiles::StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params,
                        const AdamW& optimizer, bool zero)
+    : StateFiles(grid, shard, params, &optimizer, zero) {}
+
+StateFiles::StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params)
+    : StateFiles(grid, shard, params, nullptr, false) {}
+
+StateFiles::StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params,
+                       const AdamW* optimizer, bool zero)
     : world_(grid.world_comm()),
       world_rank_(grid.world_rank()),
       tp_rank_(grid.tp_rank()),
@@ -18,9 +25,9 @@ StateFiles::StateFiles(const Grid& grid, const TpShard& shard, const Parameters&
       shard_(shard),
       cfg_(shard.cfg),
       count_(parameter_count(shard.cfg)),
-      segments_(optimizer.segments()),
-      m_(optimizer.first_moment().data()),
-      v_(optimizer.second_moment().data()) {
+      segments_(optimizer ? optimizer->segments() : std::vector<OptimizerSegment>{}),
+      m_(optimizer ? optimizer->first_moment().data() : nullptr),
+      v_(optimizer ? optimizer->second_moment().data() : nullptr) {
   const auto sizes = parameter_sizes(cfg_);
   ParameterTensors views = params.t;
   const auto list = views.list();
@@ -85,6 +92,7 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
 
 std::string StateFiles::transfer(bool write, bool moments, const std::string& path,
                                  std::vector<Digest>& digests) const {
+  if (moments && m_ == nullptr) MPF_FATAL("StateFiles: no optimizer state to transfer");
   using Mode = ParallelFile::Mode;
   ParallelFile file(world_, path, write ? Mode::kCreate : Mode::kRead);
   digests.assign(moments ? 2 * kNumParameterTensors : kNumParameterTensors, Digest{});

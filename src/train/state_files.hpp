@@ -27,6 +27,9 @@ class StateFiles {
   // zero: the optimizer's segments are ZeRO-1 shards of the DP group's moments.
   StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params,
              const AdamW& optimizer, bool zero);
+  // The parameters only, for programs that run the model: the optimizer file is not theirs to
+  // read or write.
+  StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params);
 
   // Collective over the grid's world. Each returns "" or the first error (the same text on every
   // rank), and fills digests with each section's checksum and non-finite count, summed over the
@@ -50,6 +53,8 @@ class StateFiles {
   bool writes(int tensor, bool moments) const;
   std::string transfer(bool write, bool moments, const std::string& path,
                        std::vector<Digest>& digests) const;
+  StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params,
+             const AdamW* optimizer, bool zero);
 
   MPI_Comm world_;
   int world_rank_, tp_rank_, dp_rank_;
@@ -62,7 +67,7 @@ class StateFiles {
   std::array<int64_t, kNumParameterTensors> slab_offset_{};  // ... as an offset in the slab
   std::array<std::vector<ShardRun>, kNumParameterTensors> shard_runs_;
   std::vector<OptimizerSegment> segments_;
-  float* m_;
+  float* m_;  // null without an optimizer
   float* v_;
 };
 

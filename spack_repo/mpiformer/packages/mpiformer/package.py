@@ -2,7 +2,7 @@
 #
 #   spack install mpiformer +openmp                # CPU: Kokkos OpenMP + OpenBLAS (OpenMP build)
 #   spack install mpiformer +cuda cuda_arch=80     # GPUs: Kokkos CUDA + cuBLAS
-#   module load mpiformer  (or: spack load mpiformer)  ->  mpiformer-train on PATH
+#   module load mpiformer  (or: spack load mpiformer)  ->  mpiformer-train, mpiformer-generate on PATH
 
 from spack_repo.builtin.build_systems.cmake import CMakeBuilder, CMakePackage
 from spack_repo.builtin.build_systems.cuda import CudaPackage
@@ -78,4 +78,10 @@ class Mpiformer(CMakePackage, CudaPackage):
         """mpiformer-train --help prints the usage"""
         train = which(self.prefix.bin.join("mpiformer-train"), required=True)
         out = train("--help", output=str.split, error=str.split)
+        assert "usage:" in out
+
+    def test_generate_help(self):
+        """mpiformer-generate --help prints the usage"""
+        generate = which(self.prefix.bin.join("mpiformer-generate"), required=True)
+        out = generate("--help", output=str.split, error=str.split)
         assert "usage:" in out

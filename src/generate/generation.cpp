@@ -1,0 +1,217 @@
+#include "generate/generation.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+#include "core/stopwatch.hpp"
+#include "generate/sampler.hpp"
+#include "generate/token_text.hpp"
+#include "io/checkpoint_dir.hpp"
+#include "io/llmc_checkpoint.hpp"
+#include "io/output_file.hpp"
+#include "train/state_files.hpp"
+
+namespace mpf {
+
+namespace {
+
+constexpr const char* kNoBpe =
+    "mpiformer does not encode GPT-2 text (the tokenizer file carries no BPE merges): pass token "
+    "ids with --prompt-tokens";
+
+std::vector<int32_t> prompt_of(const GenerateOptions& o, const GPTConfig& cfg,
+                               const Tokenizer* tokenizer) {
+  std::vector<int32_t> ids = o.prompt_tokens;
+  if (o.prompt_given) {
+    require(cfg.vocab == 256,
+            "--prompt gives text as bytes, for byte-level models (vocabulary "
+            "256); this model's vocabulary is " +
+                std::to_string(cfg.vocab) + ": " + kNoBpe);
+    for (unsigned char c : o.prompt) ids.push_back(c);
+  }
+  if (ids.empty()) {
+    require(tokenizer && tokenizer->eot >= 0,
+            "no prompt: pass --prompt TEXT or --prompt-tokens IDS (without a tokenizer that names "
+            "an end-of-text token there is nothing to start from)");
+    ids.push_back(tokenizer->eot);
+  }
+  for (const int32_t id : ids) {
+    require(id < cfg.vocab, "--prompt-tokens: token " + std::to_string(id) +
+                                " is outside the model's vocabulary of " +
+                                std::to_string(cfg.vocab) + " tokens");
+  }
+  require(int64_t(ids.size()) <= cfg.max_seq_len,
+          "the prompt has " + std::to_string(ids.size()) +
+              " tokens, more than the model's max_seq_len " + std::to_string(cfg.max_seq_len) +
+              " (its learned positions; there is no sliding window): shorten it to at most " +
+              std::to_string(cfg.max_seq_len) + " tokens");
+  return ids;
+}
+
+std::string sampling_text(const Sampling& s) {
+  if (s.temperature <= 0 || s.top_k == 1) return "greedy";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "temperature %g, %s, seed %llu", s.temperature,
+                s.top_k > 0 ? ("top-k " + std::to_string(s.top_k)).c_str() : "all tokens",
+                static_cast<unsigned long long>(s.seed));
+  return buf;
+}
+
+std::string joined(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+}  // namespace
+
+GenerateInputs load_generate_inputs(const GenerateOptions& opts, int world_rank) {
+  GenerateInputs in;
+  in.opts = opts;
+  if (!opts.load.empty()) {
+    std::vector<std::string> notes;
+    in.checkpoint = find_checkpoint(opts.load, opts.load_step, notes);
+    require(in.checkpoint.has_value(),
+            "--load " + opts.load + ": " +
+                (path_exists(opts.load) ? "holds no checkpoint" : "no such directory") +
+                "; pass the --save directory of a training run, or an llm.c model file with "
+                "--init-from");
+    in.cfg = in.checkpoint->info.model;
+  } else {
+    in.cfg = read_checkpoint_config(opts.init_from);
+  }
+  if (!opts.tokenizer.empty()) {
+    in.tokenizer = read_tokenizer(opts.tokenizer);
+    require(in.tokenizer->vocab() == in.cfg.vocab,
+            "tokenizer " + opts.tokenizer + " has " + std::to_string(in.tokenizer->vocab()) +
+                " tokens but the model's vocabulary is " + std::to_string(in.cfg.vocab) +
+                "; pass the tokenizer of the model's training data (none for a byte-level model)");
+  }
+  in.prompt = prompt_of(opts, in.cfg, in.tokenizer ? &*in.tokenizer : nullptr);
+  // Only the positions a run trained on have learned embeddings (a checkpoint says how many).
+  const int64_t fed = int64_t(in.prompt.size()) + opts.max_new_tokens - 1;
+  if (in.checkpoint && fed > in.checkpoint->info.seq_len) {
+    in.notes.push_back("note: the model trained on sequences of " +
+                       std::to_string(in.checkpoint->info.seq_len) +
+                       " tokens: the positions past them have untrained embeddings");
+  }
+  if (world_rank == 0) {
+    if (!opts.tokens_out.empty())
+      check_new_output(opts.tokens_out, "--tokens-out " + opts.tokens_out);
+    if (!opts.logits_out.empty())
+      check_new_output(opts.logits_out, "--logits-out " + opts.logits_out);
+  }
+  return in;
+}
+
+Generation::Generation(GenerateInputs in, MPI_Comm world) : in_(std::move(in)) {
+  const GenerateOptions& o = in_.opts;
+  grid_ = std::make_unique<Grid>(world, o.tp, /*pp=*/1, /*dp=*/1);
+  shard_ = make_tp_shard(in_.cfg, grid_->tp_rank(), grid_->tp_size());
+  params_ = Parameters::allocate(shard_, "mpf::params");
+  const StateFiles files(*grid_, shard_, params_);
+  if (in_.checkpoint) {
+    load_checkpoint_parameters(files, *in_.checkpoint);
+  } else {
+    load_model_file(files, o.init_from);
+  }
+  // Every position the model is fed: the prompt, then each new token but the last.
+  const int64_t fed = int64_t(in_.prompt.size()) + o.max_new_tokens - 1;
+  const int capacity = int(std::min<int64_t>(in_.cfg.max_seq_len, fed));
+  decoder_ = std::make_unique<Decoder>(shard_, params_.t, capacity, grid_->tp_comm(), o.kv_cache);
+}
+
+Generation::~Generation() = default;
+
+void Generation::run() {
+  const GenerateOptions& o = in_.opts;
+  const GPTConfig& cfg = in_.cfg;
+  const bool root = grid_->world_rank() == 0;
+  const MPI_Comm tp = grid_->tp_comm();
+  const Tokenizer* tokenizer = in_.tokenizer ? &*in_.tokenizer : nullptr;
+  if (root) {
+    std::fprintf(
+        stderr, "mpiformer-generate | model %s | from %s | tp %d x %d thread(s) | %s | %s\n",
+        describe(cfg).c_str(),
+        in_.checkpoint ? checkpoint::path(in_.checkpoint->root, in_.checkpoint->info.step).c_str()
+                       : o.init_from.c_str(),
+        grid_->tp_size(), host_thread_count(),
+        o.kv_cache ? "kv cache" : "no kv cache: the whole prefix per token",
+        sampling_text(o.sampling).c_str());
+    for (const std::string& note : in_.notes) std::fprintf(stderr, "%s\n", note.c_str());
+  }
+  TokenText text(tokenizer, cfg.vocab);
+  // The prompt, unless it is only the end-of-text token generation started from (no prompt given).
+  const bool implied = !o.prompt_given && o.prompt_tokens.empty();
+  if (root && !implied) {
+    for (const int32_t id : in_.prompt) std::fputs(text.next(id).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  std::unique_ptr<PendingFile> logits_file;
+  if (root && !o.logits_out.empty()) logits_file = std::make_unique<PendingFile>(o.logits_out);
+
+  std::vector<int32_t> sequence = in_.prompt;
+  // A token's time: the forward pass that produced its logits, then choosing it.
+  Stopwatch clock;
+  Tensor logits = decoder_->append(in_.prompt);
+  double forward_seconds = clock.seconds(), prompt_seconds = 0.0, step_seconds = 0.0;
+  int generated = 0;
+  std::string stop;
+  for (;;) {
+    if (!o.logits_out.empty()) {  // collective; not part of the timing
+      const std::vector<float> all = gather_logits(logits, shard_, tp);
+      if (logits_file) logits_file->write(all.data(), all.size() * sizeof(float));
+    }
+    clock.reset();
+    const int32_t id = next_token(logits, shard_, o.sampling, uint64_t(generated), tp);
+    (generated == 0 ? prompt_seconds : step_seconds) += forward_seconds + clock.seconds();
+    sequence.push_back(id);
+    ++generated;
+    if (tokenizer && id == tokenizer->eot) {
+      stop = "stopped at end-of-text (token " + std::to_string(id) + ")";
+      break;
+    }
+    if (root) {
+      std::fputs(text.next(id).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    if (generated == o.max_new_tokens) break;
+    if (decoder_->length() == cfg.max_seq_len) {
+      stop = "stopped at the model's max_seq_len: the sequence fills its " +
+             std::to_string(cfg.max_seq_len) + " positions";
+      break;
+    }
+    clock.reset();
+    logits = decoder_->append({id});
+    forward_seconds = clock.seconds();
+  }
+  std::string error;
+  if (root) {
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    if (logits_file) error = logits_file->commit();
+    if (error.empty() && !o.tokens_out.empty()) {
+      PendingFile tokens(o.tokens_out);
+      const std::string line = joined(sequence) + "\n";
+      tokens.write(line.data(), line.size());
+      error = tokens.commit();
+    }
+  }
+  error = broadcast(error, 0, grid_->world_comm());
+  require(error.empty(), error);
+  if (!root) return;
+  if (!stop.empty()) std::fprintf(stderr, "%s\n", stop.c_str());
+  const int steps = generated - 1;  // the first new token came with the prompt's pass
+  std::fprintf(stderr,
+               "summary | prompt %zu tokens in %.1f ms = %.1f tok/s | generated %d tokens, %d "
+               "one-position steps at %.2f ms = %.2f tok/s | %s\n",
+               in_.prompt.size(), prompt_seconds * 1e3, in_.prompt.size() / prompt_seconds,
+               generated, steps, steps > 0 ? step_seconds * 1e3 / steps : 0.0,
+               step_seconds > 0 ? steps / step_seconds : 0.0,
+               o.kv_cache ? "kv cache" : "no kv cache");
+  std::fflush(stderr);
+}
+
+}  // namespace mpf
