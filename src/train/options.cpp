@@ -93,6 +93,9 @@ TrainOptions parse_options(int argc, const char* const* argv) {
        [&](const std::string& f, const std::string& v) { o.step_timeout = to_double(f, v); }},
       {"--save-llmc", text(o.save_llmc)},
       {"--trace", text(o.trace)},
+      {"--sample-every", integer(o.sample_every)},
+      {"--sample-tokens", integer(o.sample_tokens)},
+      {"--tokenizer", text(o.tokenizer)},
       {"--threads", integer(o.threads)},
       {"--peak-gflops",
        [&](const std::string& f, const std::string& v) { o.peak_gflops = to_double(f, v); }},
@@ -152,6 +155,10 @@ TrainOptions parse_options(int argc, const char* const* argv) {
           "--keep-last " + std::to_string(o.keep_last) + " needs --save DIR");
   require(o.load_step == 0 || !o.load.empty(),
           "--load-step " + std::to_string(o.load_step) + " needs --load DIR to load from");
+  at_least("--sample-every", o.sample_every, 0);
+  at_least("--sample-tokens", o.sample_tokens, 1);
+  require(o.tokenizer.empty() || o.sample_every > 0,
+          "--tokenizer decodes the samples of --sample-every N; pass that too, or drop it");
   at_least("--threads", o.threads, 0);
   at_least("--peak-gflops", o.peak_gflops, 0);
   return o;
@@ -225,6 +232,10 @@ output
   --trace FILE.json     write every rank's measured timeline of the last step (forward,
                         backward, P2P, DP sync, optimizer) as a Chrome/Perfetto trace (never
                         overwrites)
+  --sample-every N      print a greedy sample of the model every N steps and at the end (default
+                        0: never); not with --pp
+  --sample-tokens K     tokens per sample (default 64)
+  --tokenizer FILE      decode samples with llm.c's gpt2_tokenizer.bin (default: bytes)
 system
   --step-timeout SEC    abort the whole job, naming the rank, step and phase, when a step (or a
                         save, or a validation) runs longer than SEC seconds (default 0: never)

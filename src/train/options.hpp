@@ -54,6 +54,10 @@ struct TrainOptions {
   // Output.
   std::string save_llmc;
   std::string trace;  // Chrome trace of the measured per-rank timeline
+  // A greedy sample every N steps (0: never), of K tokens, decoded with a tokenizer file or as
+  // bytes (generate/training_sample.hpp).
+  int sample_every = 0, sample_tokens = 64;
+  std::string tokenizer;
   // System.
   int threads = 0;  // 0: OMP_NUM_THREADS, else the cores this rank may use / ranks per node
   double peak_gflops = 0.0;  // per rank, for MFU; 0: measure an sgemm at start-up

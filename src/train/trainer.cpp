@@ -145,6 +145,16 @@ RunInputs load_inputs(const TrainOptions& given, int world_rank) {
     }
   }
   check_save_directory(opts, in.resume ? in.resume->info.step + 1 : 1);
+  if (opts.sample_every > 0) {
+    require(opts.pp == 1,
+            "--sample-every needs --pp 1: a pipeline stage holds only its blocks. "
+            "Sample the saved model with mpiformer-generate (any layout loads it)");
+    if (!opts.tokenizer.empty()) in.tokenizer = read_tokenizer(opts.tokenizer);
+    require(!in.tokenizer || in.tokenizer->vocab() == cfg.vocab,
+            "--tokenizer " + opts.tokenizer + " has " +
+                std::to_string(in.tokenizer ? in.tokenizer->vocab() : 0) +
+                " tokens but the model's vocabulary is " + std::to_string(cfg.vocab));
+  }
   // A finished run resumed again writes nothing: a job chain's later parts must end with 0.
   const bool complete = in.resume && in.resume->info.step >= opts.steps;
   if (complete) return in;
@@ -245,6 +255,11 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
           std::to_string(M) + " microbatches x " + std::to_string(chunks) +
               " chunks need more message tags than this MPI's MPI_TAG_UB allows; use at most " +
               std::to_string(stage_->max_microbatches()) + " microbatches");
+  if (opts.sample_every > 0) {
+    sample_ = std::make_unique<TrainingSample>(shard_, params_.t, opts.sample_tokens,
+                                               std::move(in.tokenizer), grid_->tp_comm(),
+                                               grid_->dp_rank() == 0, is_root());
+  }
   const int64_t mb_tokens = int64_t(micro_batch_) * opts.seq_len;
   for (int mb = 0; mb < M; ++mb) {
     inputs_.emplace_back("mpf::inputs", mb_tokens);
@@ -613,6 +628,10 @@ TrainResult TrainingRun::train() {
     const int signal = agree_on_stop(grid_->world_comm());
     if (!signal && opts_.val_every > 0 && (step % opts_.val_every == 0 || step == opts_.steps)) {
       report_val(step);
+    }
+    if (!signal && sample_ && (step % opts_.sample_every == 0 || step == opts_.steps)) {
+      watchdog.begin("sample after step", step);
+      sample_->print(step);
     }
     const bool save_due =
         !opts_.save.empty() &&

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data/loader.hpp"
+#include "generate/training_sample.hpp"
 #include "model/activations.hpp"
 #include "model/parameters.hpp"
 #include "optim/adamw.hpp"
@@ -37,6 +38,7 @@ struct RunInputs {
   std::string val_name;
   std::optional<ResumePoint> resume;         // --load found a checkpoint
   std::vector<std::string> notes, warnings;  // for rank 0 to print
+  std::optional<Tokenizer> tokenizer;        // --tokenizer, for --sample-every
 };
 
 // Throws InputError for any bad file or flag, or a checkpoint that cannot be resumed. Rank 0 also
@@ -106,7 +108,8 @@ class TrainingRun {
   pipeline::PipelineShape shape_;         // this rank's: P, its stage, V, M
   std::vector<LayerRange> layer_ranges_;  // blocks of every virtual stage
   std::unique_ptr<ModelStage> stage_;
-  std::vector<Tokens> inputs_, targets_;  // per microbatch
+  std::unique_ptr<TrainingSample> sample_;  // --sample-every
+  std::vector<Tokens> inputs_, targets_;    // per microbatch
   HostTokens host_inputs_, host_targets_;
 };
 
