@@ -1,7 +1,8 @@
-# Shared by the CLI tests: the trainer, a scratch dir, and counters that end in the plain
-# "N passed, N failed" line.
+# Shared by the CLI tests: the trainer (and the generator, where the test uses it), a scratch dir,
+# and counters that end in the plain "N passed, N failed" line.
 set -u
 TRAIN=${MPIFORMER_TRAIN:?set MPIFORMER_TRAIN to the mpiformer-train binary}
+GENERATE=${MPIFORMER_GENERATE:-}
 MPIEXEC=${MPIEXEC:-mpiexec}
 PY=/usr/bin/python3
 WORK=$(mktemp -d)
@@ -30,11 +31,13 @@ PYEOF
 }
 # expect_error NAME RANKS PATTERN -- ARGS...: the trainer must exit with status 2 within 60 s,
 # printing exactly one "error:" line that matches PATTERN.
-expect_error() {
-  local name=$1 ranks=$2 pattern=$3
-  shift 4
+expect_error() { expect_error_from "$TRAIN" "$@"; }
+# expect_error_from PROGRAM NAME RANKS PATTERN -- ARGS...: the same for another program.
+expect_error_from() {
+  local program=$1 name=$2 ranks=$3 pattern=$4
+  shift 5
   local out rc
-  out=$(timeout 60 "$MPIEXEC" -n "$ranks" "$TRAIN" "$@" 2>&1 >/dev/null)
+  out=$(timeout 60 "$MPIEXEC" -n "$ranks" "$program" "$@" 2>&1 >/dev/null)
   rc=$?
   local lines
   lines=$(grep -c '^error:' <<<"$out")

@@ -157,8 +157,9 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def gpt2_loss(p, inputs, targets, m):
-    L, NH, C, V = m["L"], m["NH"], m["C"], m["V"]
+def gpt2_logits(p, inputs, m):
+    """The logits (B,T,Vp) of llm.c's GPT-2 forward; columns >= V are padding."""
+    L, NH, C = m["L"], m["NH"], m["C"]
     Bb, Tt = inputs.shape
     hs = C // NH
     x = p["wte"][inputs] + p["wpe"][:Tt]  # (B,T,C)
@@ -175,7 +176,12 @@ def gpt2_loss(p, inputs, targets, m):
         h = gelu_tanh(h @ p["fcw"][l].T + p["fcb"][l])
         x = x + h @ p["fcprojw"][l].T + p["fcprojb"][l]
     x = layernorm(x, p["lnfw"], p["lnfb"])
-    logits = x @ p["wte"].T  # (B,T,Vp); tied head; padded columns are ignored below
+    return x @ p["wte"].T  # (B,T,Vp); tied head
+
+
+def gpt2_loss(p, inputs, targets, m):
+    V = m["V"]
+    logits = gpt2_logits(p, inputs, m)  # padded columns are ignored
     return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
 
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Every bad input to mpiformer-generate stops it with exit status 2 on every rank, one "error:"
+# line naming the problem and the fix, within a timeout, and without touching the user's files:
+# flags, models and checkpoint directories, prompts (ids outside the vocabulary, text for a model
+# that is not byte-level, longer than max_seq_len), tokenizer files, layouts.
+source "$(dirname "$0")/common.sh"
+: "${GENERATE:?set MPIFORMER_GENERATE to the mpiformer-generate binary}"
+export OMP_NUM_THREADS=1
+expect() { expect_error_from "$GENERATE" "$@"; }
+
+"$TRAIN" --steps 1 --val-every 0 --save-llmc "$WORK/model.bin" >/dev/null 2>&1
+"$TRAIN" --steps 1 --val-every 0 --layers 1 --dim 32 --heads 2 --vocab 300 --max-seq-len 16 \
+  --seq-len 16 --save-llmc "$WORK/v300.bin" >/dev/null 2>&1
+head -c 5000 "$WORK/model.bin" >"$WORK/truncated.bin"
+mkdir "$WORK/empty_dir"
+# tokenizer FILE VOCAB [MAGIC VERSION EOT TRAILER CUT]: an llm.c tokenizer file, or a damaged one.
+tokenizer() {
+  "$PY" - "$@" <<'PYEOF'
+import struct, sys
+a = sys.argv[1:] + [None] * 6
+path, n = a[0], int(a[1])
+magic, version, eot = int(a[2] or 20240328), int(a[3] or 2), int(a[4] or 0)
+trailer, cut = (a[5] or "").encode(), int(a[6] or 0)
+data = struct.pack("<256i", magic, version, n, eot, *[0] * 252)
+data += b"".join(bytes([1, i % 256]) for i in range(n)) + trailer
+open(path, "wb").write(data[:len(data) - cut])
+PYEOF
+}
+tokenizer "$WORK/tok256.bin" 256
+tokenizer "$WORK/tok300.bin" 300
+tokenizer "$WORK/tok_magic.bin" 256 20240326
+tokenizer "$WORK/tok_version.bin" 256 20240328 3
+tokenizer "$WORK/tok_eot.bin" 256 20240328 2 256
+tokenizer "$WORK/tok_trailer.bin" 256 20240328 2 0 junk
+tokenizer "$WORK/tok_cut.bin" 256 20240328 2 0 "" 1
+model=(--init-from "$WORK/model.bin")
+
+for n in 1 2; do
+  expect "unknown flag" $n "unknown flag '--bogus'.*mpiformer-generate --help" -- "${model[@]}" --bogus 3
+  expect "prompt too long" $n "the prompt has 300 tokens, more than the model's max_seq_len 256.*shorten it" \
+    -- "${model[@]}" --prompt "$(head -c 300 /dev/zero | tr '\0' 'a')"
+done
+expect "missing value" 1 "--max-new-tokens needs a value" -- "${model[@]}" --max-new-tokens
+expect "no model" 1 "no model: pass --init-from FILE.*or --load DIR" -- --prompt hi
+expect "malformed number" 1 "--temperature expects a number, got 'hot'" -- "${model[@]}" --temperature hot
+expect "ranks without --tp" 2 "tp 1 x dp 1 x pp 1 needs 1 ranks, but 2 were launched" -- "${model[@]}" --prompt hi
+expect "heads over tp" 3 "4 heads do not split over --tp 3" -- "${model[@]}" --prompt hi --tp 3
+expect "pipeline" 1 "--pp 2: mpiformer-generate runs tensor parallel only.*drop --pp" -- "${model[@]}" --pp 2
+expect "two models" 1 "--init-from and --load both name a model" -- "${model[@]}" --load "$WORK/empty_dir"
+expect "load-step alone" 1 "--load-step 3 needs --load DIR" -- "${model[@]}" --load-step 3
+expect "two prompts" 1 "--prompt and --prompt-tokens both give the prompt" -- "${model[@]}" --prompt a --prompt-tokens 1
+expect "empty prompt" 1 "--prompt is empty" -- "${model[@]}" --prompt ""
+expect "malformed ids" 1 "--prompt-tokens expects an integer, got 'x'" -- "${model[@]}" --prompt-tokens 1,x,3
+expect "negative id" 1 "--prompt-tokens token ids are non-negative, got -3" -- "${model[@]}" --prompt-tokens 1,-3
+expect "id >= vocab" 1 "token 256 is outside the model's vocabulary of 256 tokens" -- "${model[@]}" --prompt-tokens 5,256
+expect "no prompt, no end-of-text" 1 "no prompt: pass --prompt TEXT or --prompt-tokens IDS" -- "${model[@]}"
+expect "text for a BPE model" 1 "--prompt gives text as bytes.*vocabulary is 300.*no BPE merges.*--prompt-tokens" \
+  -- --init-from "$WORK/v300.bin" --prompt hi
+expect "negative temperature" 1 "--temperature must be >= 0 \(0 is greedy\), got -1" -- "${model[@]}" --temperature -1
+expect "negative top-k" 1 "--top-k must be >= 0" -- "${model[@]}" --top-k -2
+expect "no new tokens" 1 "--max-new-tokens must be >= 1, got 0" -- "${model[@]}" --max-new-tokens 0
+expect "negative seed" 1 "--seed must be non-negative" -- "${model[@]}" --seed -1
+expect "model missing" 1 "nope.bin.*cannot open" -- --init-from "$WORK/nope.bin" --prompt hi
+expect "model truncated" 1 "truncated.bin.*(size|truncated)" -- --init-from "$WORK/truncated.bin" --prompt hi
+expect "load: no such directory" 1 "--load .*/nodir: no such directory" -- --load "$WORK/nodir" --prompt hi
+expect "load: no checkpoint" 1 "--load .*/empty_dir: holds no checkpoint" -- --load "$WORK/empty_dir" --prompt hi
+expect "tokenizer missing" 1 "tokenizer .*/none.bin: cannot open" -- "${model[@]}" --prompt hi --tokenizer "$WORK/none.bin"
+expect "tokenizer magic" 1 "tok_magic.bin: bad magic 20240326.*an llm.c model file" -- "${model[@]}" --prompt hi --tokenizer "$WORK/tok_magic.bin"
+expect "tokenizer version" 1 "tok_version.bin: unsupported version 3" -- "${model[@]}" --prompt hi --tokenizer "$WORK/tok_version.bin"
+expect "tokenizer end-of-text" 1 "tok_eot.bin: end-of-text id 256 is outside the vocabulary" -- "${model[@]}" --prompt hi --tokenizer "$WORK/tok_eot.bin"
+expect "tokenizer trailing bytes" 1 "tok_trailer.bin: 4 bytes after the last of its 256 tokens" -- "${model[@]}" --prompt hi --tokenizer "$WORK/tok_trailer.bin"
+expect "tokenizer truncated" 1 "tok_cut.bin: token 255 \(1 bytes\) runs past the end" -- "${model[@]}" --prompt hi --tokenizer "$WORK/tok_cut.bin"
+expect "tokenizer vocabulary" 1 "tokenizer .*tok300.bin has 300 tokens but the model's vocabulary is 256" -- "${model[@]}" --prompt hi --tokenizer "$WORK/tok300.bin"
+expect "tokenizer not a file" 2 "tokenizer .*: not a regular file" -- "${model[@]}" --prompt hi --tokenizer "$WORK/empty_dir" --tp 2
+
+# Outputs never replace a file, which stays as it was.
+echo "keep me" >"$WORK/existing.txt"
+expect "tokens-out exists" 2 "--tokens-out .*existing.txt: already exists" -- "${model[@]}" --prompt hi --tp 2 --tokens-out "$WORK/existing.txt"
+expect "logits-out exists" 1 "--logits-out .*existing.txt: already exists" -- "${model[@]}" --prompt hi --logits-out "$WORK/existing.txt"
+[ "$(cat "$WORK/existing.txt")" = "keep me" ] && ok "existing output untouched" || bad "an existing output was modified"
+expect "one file for both" 1 "--tokens-out and --logits-out name the same file" -- "${model[@]}" --prompt hi --tokens-out "$WORK/x" --logits-out "$WORK/x"
+expect "output directory missing" 1 "--tokens-out .*: directory .*/no/such does not exist" -- "${model[@]}" --prompt hi --tokens-out "$WORK/no/such/ids"
+
+# The trainer's side: samples need the whole model on a rank's TP group, and a matching tokenizer.
+expect_error "sample under pipeline" 2 "--sample-every needs --pp 1.*mpiformer-generate" -- --pp 2 --sample-every 10
+expect_error "sample tokenizer vocabulary" 1 "--tokenizer .*tok300.bin has 300 tokens but the model's vocabulary is 256" \
+  -- --sample-every 10 --tokenizer "$WORK/tok300.bin"
+expect_error "tokenizer without samples" 1 "--tokenizer decodes the samples of --sample-every N" -- --tokenizer "$WORK/tok256.bin"
+expect_error "sample tokens" 1 "--sample-tokens must be >= 1" -- --sample-every 10 --sample-tokens 0
+
+out=$("$GENERATE" --help 2>&1)
+[ $? -eq 0 ] && grep -q -- "--prompt-tokens" <<<"$out" && ok "--help prints the flags" || bad "--help"
+finish
