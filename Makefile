@@ -1,7 +1,8 @@
 # The human front end. CMake is the truth; every target here only installs, configures and calls.
 #   make run     the default training job (mpiexec -n $(NP), built-in corpus, no downloads)
 #   make test    the whole test suite (ctest)
-#   make bench   GPT-2 124M throughput table, then pipeline schedules vs the simulator
+#   make bench   GPT-2 124M throughput table, pipeline schedules vs the simulator, checkpoint I/O,
+#                generation (tokens/s, the KV cache's per-token cost)
 #   make install PREFIX=/opt/mpiformer
 
 BUILD ?= build
@@ -44,8 +45,8 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
 
 # One core (the baseline for scaling), then the ways to use two: one rank with two threads; two
-# ranks with one thread each, data parallel and tensor parallel. Last, the pipeline schedules on
-# two ranks, measured against the simulator's prediction.
+# ranks with one thread each, data parallel and tensor parallel. Then the pipeline schedules on
+# two ranks, measured against the simulator's prediction; checkpoint I/O; generation.
 bench: build
 	OMP_NUM_THREADS=1 mpiexec -n 1 $(BUILD)/mpiformer-bench
 	OMP_NUM_THREADS=2 mpiexec -n 1 $(BUILD)/mpiformer-bench
@@ -53,6 +54,7 @@ bench: build
 	OMP_NUM_THREADS=1 mpiexec -n 2 $(BUILD)/mpiformer-bench --tp 2
 	bash ci/bench_pipeline.sh $(BUILD)
 	bash ci/bench_checkpoint.sh $(BUILD)
+	bash ci/bench_generate.sh $(BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
