@@ -121,6 +121,7 @@ Generation::Generation(GenerateInputs in, MPI_Comm world) : in_(std::move(in)) {
   const int64_t fed = int64_t(in_.prompt.size()) + o.max_new_tokens - 1;
   const int capacity = int(std::min<int64_t>(in_.cfg.max_seq_len, fed));
   decoder_ = std::make_unique<Decoder>(shard_, params_.t, capacity, grid_->tp_comm(), o.kv_cache);
+  sampler_ = std::make_unique<TokenSampler>(shard_, o.sampling, grid_->tp_comm());
 }
 
 Generation::~Generation() = default;
@@ -129,7 +130,6 @@ void Generation::run() {
   const GenerateOptions& o = in_.opts;
   const GPTConfig& cfg = in_.cfg;
   const bool root = grid_->world_rank() == 0;
-  const MPI_Comm tp = grid_->tp_comm();
   const Tokenizer* tokenizer = in_.tokenizer ? &*in_.tokenizer : nullptr;
   if (root) {
     std::fprintf(
@@ -161,11 +161,11 @@ void Generation::run() {
   std::string stop;
   for (;;) {
     if (!o.logits_out.empty()) {  // collective; not part of the timing
-      const std::vector<float> all = gather_logits(logits, shard_, tp);
+      const std::vector<float> all = sampler_->gather(logits);
       if (logits_file) logits_file->write(all.data(), all.size() * sizeof(float));
     }
     clock.reset();
-    const int32_t id = next_token(logits, shard_, o.sampling, uint64_t(generated), tp);
+    const int32_t id = sampler_->next(logits, uint64_t(generated));
     (generated == 0 ? prompt_seconds : step_seconds) += forward_seconds + clock.seconds();
     sequence.push_back(id);
     ++generated;

@@ -14,6 +14,7 @@
 
 #include "generate/decoder.hpp"
 #include "generate/options.hpp"
+#include "generate/sampler.hpp"
 #include "io/llmc_tokenizer.hpp"
 #include "model/config.hpp"
 #include "parallel/grid.hpp"
@@ -55,6 +56,7 @@ class Generation {
   TpShard shard_;
   Parameters params_;
   std::unique_ptr<Decoder> decoder_;
+  std::unique_ptr<TokenSampler> sampler_;
   int threads_ = 1;
 };
 

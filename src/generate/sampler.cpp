@@ -4,71 +4,120 @@
 #include <climits>
 #include <cmath>
 #include <functional>
+#include <string>
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "core/vector_math.hpp"
 
 namespace mpf {
 
-namespace {
-
-// The logits of this rank's real (non-padding) vocabulary columns, on the host.
-std::vector<float> real_logits(Tensor logits, const TpShard& s) {
-  const int real = std::clamp(s.cfg.vocab - s.vocab_begin, 0, s.vocab_shard);
-  auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), logits);
-  return std::vector<float>(host.data(), host.data() + real);
+TokenSampler::TokenSampler(const TpShard& shard, const Sampling& sampling, MPI_Comm tp)
+    : shard_(shard), sampling_(sampling), tp_(tp) {
+  MPI_Comm_rank(tp, &rank_);
+  MPI_Comm_size(tp, &ranks_);
+  real_ = std::clamp(shard.cfg.vocab - shard.vocab_begin, 0, shard.vocab_shard);
+  host_ = Kokkos::View<float*, HostSpace>("mpf::sampler_logits", shard.vocab_shard);
+  weights_.resize(real_);
+  scratch_.resize(real_);
+  const size_t k = size_t(std::max(sampling.top_k, 0));
+  best_.resize(k);
+  all_best_.resize(k * ranks_);
+  sums_.resize(2 * size_t(ranks_));
 }
 
-// The k-th largest logit over all ranks; -inf when the vocabulary has fewer than k tokens.
-double top_k_threshold(std::vector<float> z, int k, MPI_Comm tp) {
-  int ranks = 1;
-  MPI_Comm_size(tp, &ranks);
+float TokenSampler::top_k_threshold(const float* z, int n) {
+  const int k = sampling_.top_k, mine = std::min(k, n);
   // This rank's k best, padded with -inf; then everyone's.
-  const int mine = std::min<int>(k, int(z.size()));
-  std::nth_element(z.begin(), z.begin() + mine, z.end(), std::greater<float>());
-  std::vector<float> best(k, -INFINITY), all(size_t(k) * ranks);
-  std::copy(z.begin(), z.begin() + mine, best.begin());
-  MPF_MPI_CHECK(MPI_Allgather(best.data(), k, MPI_FLOAT, all.data(), k, MPI_FLOAT, tp));
-  std::nth_element(all.begin(), all.begin() + (k - 1), all.end(), std::greater<float>());
-  return all[k - 1];
+  std::copy(z, z + n, scratch_.begin());
+  std::nth_element(scratch_.begin(), scratch_.begin() + mine, scratch_.begin() + n,
+                   std::greater<float>());
+  std::fill(best_.begin(), best_.end(), -INFINITY);
+  std::copy(scratch_.begin(), scratch_.begin() + mine, best_.begin());
+  MPF_MPI_CHECK(MPI_Allgather(best_.data(), k, MPI_FLOAT, all_best_.data(), k, MPI_FLOAT, tp_));
+  std::nth_element(all_best_.begin(), all_best_.begin() + (k - 1), all_best_.end(),
+                   std::greater<float>());
+  return all_best_[k - 1];
 }
 
-}  // namespace
-
-int32_t next_token(Tensor logits, const TpShard& shard, const Sampling& sampling, uint64_t draw,
-                   MPI_Comm tp) {
-  const std::vector<float> z = real_logits(logits, shard);
-  const bool greedy = sampling.temperature <= 0.0f || sampling.top_k == 1;
-  const double threshold =
-      !greedy && sampling.top_k > 0 ? top_k_threshold(z, sampling.top_k, tp) : -INFINITY;
-  // This rank's best candidate by score, then the best over the ranks.
+int32_t TokenSampler::greedy(const float* z, int n, const std::string& not_finite) {
+  // This rank's best real column (the first of equals), then the best over the ranks.
   struct {
-    double score;
+    float value;
     int id;
   } best{-INFINITY, INT_MAX}, global;
-  const double inv_t = greedy ? 1.0 : 1.0 / sampling.temperature;
-  for (size_t j = 0; j < z.size(); ++j) {
-    if (!(z[j] >= threshold)) continue;  // outside the top k (or NaN)
-    const int id = shard.vocab_begin + int(j);
-    double score = z[j] * inv_t;
-    if (!greedy) score -= std::log(-std::log(rng::uniform(sampling.seed, draw, uint64_t(id))));
-    if (score > best.score) best = {score, id};
+  for (int j = 0; j < n; ++j) {
+    if (z[j] > best.value) best = {z[j], shard_.vocab_begin + j};
   }
-  MPF_MPI_CHECK(MPI_Allreduce(&best, &global, 1, MPI_DOUBLE_INT, MPI_MAXLOC, tp));
-  require(std::isfinite(global.score), "the model's logits are not finite (NaN or Inf) at draw " +
-                                           std::to_string(draw) +
-                                           "; the checkpoint is corrupt or its training diverged");
+  MPF_MPI_CHECK(MPI_Allreduce(&best, &global, 1, MPI_FLOAT_INT, MPI_MAXLOC, tp_));
+  require(std::isfinite(global.value), not_finite);
   return global.id;
 }
 
-std::vector<float> gather_logits(Tensor logits, const TpShard& shard, MPI_Comm tp) {
-  int rank = 0;
-  MPI_Comm_rank(tp, &rank);
-  auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), logits);
-  std::vector<float> all(rank == 0 ? size_t(shard.vocab_padded) : 0);
-  MPF_MPI_CHECK(MPI_Gather(host.data(), shard.vocab_shard, MPI_FLOAT, all.data(), shard.vocab_shard,
-                           MPI_FLOAT, 0, tp));
-  if (rank == 0) all.resize(shard.cfg.vocab);  // shard r starts at r·Vl: the real ones come first
+int32_t TokenSampler::next(Tensor logits, uint64_t draw) {
+  Kokkos::deep_copy(host_, logits);
+  const float* z = host_.data();
+  const int n = real_;
+  const std::string not_finite = "the model's logits are not finite (NaN or Inf) at draw " +
+                                 std::to_string(draw) +
+                                 "; the checkpoint is corrupt or its training diverged";
+  if (sampling_.temperature <= 0.0f || sampling_.top_k == 1) return greedy(z, n, not_finite);
+  const float inv_t = 1.0f / sampling_.temperature;
+  const float threshold = sampling_.top_k > 0 ? top_k_threshold(z, n) : -INFINITY;
+  // This shard's candidates: their largest logit m and their weights e^{(z - m)/τ} (0 for the
+  // others), summed.
+  float m = -INFINITY;
+  for (int j = 0; j < n; ++j) m = z[j] >= threshold && z[j] > m ? z[j] : m;
+  float* w = weights_.data();
+  double sum = 0.0;
+  if (std::isfinite(m)) {
+    for (int j = 0; j < n; ++j) {  // branch-free, so it vectorizes
+      const float e = vmath::exp((z[j] - m) * inv_t);
+      w[j] = z[j] >= threshold ? e : 0.0f;
+    }
+    sum = vmath::row_sum(w, n);
+  }
+  // Every shard's (m, sum): the normaliser over all shards, and where each shard's probability
+  // mass starts on the vocabulary's cumulative distribution.
+  const double mine[2] = {m, sum};
+  MPF_MPI_CHECK(MPI_Allgather(mine, 2, MPI_DOUBLE, sums_.data(), 2, MPI_DOUBLE, tp_));
+  double top = -INFINITY;
+  for (int r = 0; r < ranks_; ++r) top = std::max(top, sums_[2 * r]);
+  require(std::isfinite(top), not_finite);
+  auto mass = [&](int r) {  // shard r's Σ e^{(z - top)/τ}
+    return sums_[2 * r + 1] > 0 ? sums_[2 * r + 1] * std::exp((sums_[2 * r] - top) * inv_t) : 0.0;
+  };
+  double total = 0.0;
+  for (int r = 0; r < ranks_; ++r) total += mass(r);
+  require(std::isfinite(total), not_finite);
+  // llm.c's sample_mult: the first token whose cumulative probability exceeds one uniform draw.
+  double target = rng::uniform(sampling_.seed, draw, 0) * total;
+  int owner = 0;
+  while (owner < ranks_ - 1 && (target >= mass(owner) || mass(owner) == 0)) {
+    target -= mass(owner++);
+  }
+  int32_t id = INT_MAX;
+  if (rank_ == owner) {
+    const double scale = std::exp((m - top) * inv_t);
+    double acc = 0.0;
+    for (int j = 0; j < n; ++j) {
+      if (w[j] == 0.0f) continue;
+      id = shard_.vocab_begin + j;  // the last candidate, should rounding leave target above
+      acc += w[j] * scale;
+      if (acc > target) break;
+    }
+  }
+  int32_t global = INT_MAX;
+  MPF_MPI_CHECK(MPI_Allreduce(&id, &global, 1, MPI_INT32_T, MPI_MIN, tp_));
+  return global;
+}
+
+std::vector<float> TokenSampler::gather(Tensor logits) {
+  Kokkos::deep_copy(host_, logits);
+  std::vector<float> all(rank_ == 0 ? size_t(shard_.vocab_padded) : 0);
+  MPF_MPI_CHECK(MPI_Gather(host_.data(), shard_.vocab_shard, MPI_FLOAT, all.data(),
+                           shard_.vocab_shard, MPI_FLOAT, 0, tp_));
+  if (rank_ == 0) all.resize(shard_.cfg.vocab);  // shard r starts at r·Vl: the real ones first
   return all;
 }
 

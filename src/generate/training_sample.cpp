@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <string>
 
-#include "generate/sampler.hpp"
 #include "generate/token_text.hpp"
 
 namespace mpf {
@@ -18,11 +17,12 @@ int32_t sample_start_token(const Tokenizer* tokenizer, int vocab) {
 TrainingSample::TrainingSample(const TpShard& shard, const ParameterTensors& params, int tokens,
                                std::optional<Tokenizer> tokenizer, MPI_Comm tp, bool runs,
                                bool prints)
-    : tokens_(tokens), tokenizer_(std::move(tokenizer)), tp_(tp), prints_(prints) {
+    : tokens_(tokens), tokenizer_(std::move(tokenizer)), prints_(prints) {
   if (!runs) return;
   // The start token and each new one but the last are fed.
   const int capacity = std::min(shard.cfg.max_seq_len, tokens);
   decoder_ = std::make_unique<Decoder>(shard, params, capacity, tp);
+  sampler_ = std::make_unique<TokenSampler>(shard, Sampling{}, tp);
 }
 
 void TrainingSample::print(int step) {
@@ -36,7 +36,7 @@ void TrainingSample::print(int step) {
   std::string out;
   int generated = 0;
   for (;;) {
-    const int32_t id = next_token(logits, decoder_->shard(), Sampling{}, uint64_t(generated), tp_);
+    const int32_t id = sampler_->next(logits, uint64_t(generated));
     ++generated;
     if (tokenizer && id == tokenizer->eot) break;
     out += text.next(id);

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "generate/decoder.hpp"
+#include "generate/sampler.hpp"
 #include "io/llmc_tokenizer.hpp"
 
 namespace mpf {
@@ -29,9 +30,9 @@ class TrainingSample {
 
  private:
   std::unique_ptr<Decoder> decoder_;
+  std::unique_ptr<TokenSampler> sampler_;  // greedy
   int tokens_;
   std::optional<Tokenizer> tokenizer_;
-  MPI_Comm tp_;
   bool prints_;
 };
 

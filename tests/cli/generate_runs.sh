@@ -155,12 +155,12 @@ vocab = {w for lit in literals for w in re.findall(r"[a-z]+", re.sub(r"\\.", " "
 words = re.findall(r"[a-z]+", sys.stdin.read())
 known = [w for w in words if w in vocab]
 frac = len(known) / max(1, len(words))
-ok = len(words) >= 20 and lo <= frac <= hi and len(set(known)) >= distinct
+ok = (lo == 0 or len(words) >= 20) and lo <= frac <= hi and len(set(known)) >= distinct
 print(f"{label}: {len(known)} of {len(words)} words ({frac:.0%}) are corpus words, "
       f"{len(set(known))} distinct: {' '.join(sorted(set(known)))}")
 sys.exit(0 if ok else 1)
 PYEOF
-# Measured here: about half of the words (52%), 15 distinct; a model after one step: none.
+# Measured here: about half of the words (47-52%), 15-18 distinct; a model after one step: none.
 msg=$(texts "$WORK/trained.bin" 8 | corpus_words "trained 200 steps" 0.35 1.0 8) && ok "$msg" || bad "$msg"
 msg=$(texts "$WORK/untrained.bin" 2 | corpus_words "after 1 step" 0.0 0.1 0) && ok "$msg" || bad "$msg"
 # The trainer's sample at step 200 is the generator's greedy text from the saved model, started

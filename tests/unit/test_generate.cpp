@@ -59,6 +59,12 @@ Slab shard_of(const std::vector<float>& full, const TpShard& s) {
   return out;
 }
 
+// One draw through a fresh sampler.
+int32_t next_token(Tensor logits, const TpShard& shard, const Sampling& sampling, uint64_t draw,
+                   MPI_Comm tp) {
+  return TokenSampler(shard, sampling, tp).next(logits, draw);
+}
+
 }  // namespace
 
 // Positions fed in chunks of 5, 1, 3 and 3 attend over the cache exactly as the training
@@ -115,9 +121,10 @@ TEST(Decoder, TensorParallelEqualsSerial) {
   initialize(params, shard, 42);
   initialize(serial, whole, 42);
   Decoder parallel(shard, params.t, 16, tp), alone(whole, serial.t, 16, MPI_COMM_SELF);
+  TokenSampler on_tp(shard, Sampling{}, tp), on_self(whole, Sampling{}, MPI_COMM_SELF);
   for (const auto& tokens : std::vector<std::vector<int32_t>>{{3, 1, 4, 1, 5}, {9}, {290}}) {
-    const std::vector<float> mine = gather_logits(parallel.append(tokens), shard, tp);
-    const std::vector<float> reference = gather_logits(alone.append(tokens), whole, MPI_COMM_SELF);
+    const std::vector<float> mine = on_tp.gather(parallel.append(tokens));
+    const std::vector<float> reference = on_self.gather(alone.append(tokens));
     if (rank_of(tp) == 0) {
       EXPECT_LT(relative_difference(mine, reference), 1e-5);
     }
