@@ -78,6 +78,8 @@ GenerateInputs load_generate_inputs(const GenerateOptions& opts, int world_rank)
                 (path_exists(opts.load) ? "holds no checkpoint" : "no such directory") +
                 "; pass the --save directory of a training run, or an llm.c model file with "
                 "--init-from");
+    // Say when `latest` was passed over for a newer complete checkpoint (a save cut off).
+    for (const std::string& note : notes) in.notes.push_back("note: " + note);
     in.cfg = in.checkpoint->info.model;
   } else {
     in.cfg = read_checkpoint_config(opts.init_from);

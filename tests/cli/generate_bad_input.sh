@@ -64,6 +64,48 @@ expect "model missing" 1 "nope.bin.*cannot open" -- --init-from "$WORK/nope.bin"
 expect "model truncated" 1 "truncated.bin.*(size|truncated)" -- --init-from "$WORK/truncated.bin" --prompt hi
 expect "load: no such directory" 1 "--load .*/nodir: no such directory" -- --load "$WORK/nodir" --prompt hi
 expect "load: no checkpoint" 1 "--load .*/empty_dir: holds no checkpoint" -- --load "$WORK/empty_dir" --prompt hi
+# A damaged checkpoint stops the generator with the trainer's own error line (the same reader):
+# the file, the problem, and the newest intact checkpoint to use instead.
+"$TRAIN" --steps 4 --save-every 2 --val-every 0 --layers 2 --dim 64 --heads 4 --save "$WORK/good" \
+  >"$WORK/good.log" 2>&1 || { bad "the run that makes the checkpoints"; cat "$WORK/good.log"; }
+C=$WORK/c
+M4=$C/step_00000004/model_00000004.bin
+fresh() { rm -rf "$C" && cp -r "$WORK/good" "$C"; }
+poke() {  # poke FILE BYTE_OFFSET FLOAT: overwrites one float of a binary file
+  "$PY" -c "
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(int(sys.argv[2])); f.write(struct.pack('<f', float(sys.argv[3])))" "$@"
+}
+# same_as_trainer NAME RANKS PATTERN -- ARGS...: the generator's error (checked as expect does)
+# is word for word the trainer's on the same --load arguments.
+same_as_trainer() {
+  local name=$1 ranks=$2 pattern=$3
+  shift 4
+  expect "$name" "$ranks" "$pattern" -- "$@" --prompt hi
+  local mine theirs
+  mine=$(timeout 60 "$MPIEXEC" -n "$ranks" "$GENERATE" "$@" --prompt hi 2>&1 >/dev/null | grep '^error:')
+  theirs=$(timeout 60 "$MPIEXEC" -n "$ranks" "$TRAIN" --steps 6 --val-every 0 "$@" 2>&1 >/dev/null | grep '^error:')
+  [ -n "$mine" ] && [ "$mine" = "$theirs" ] && ok "$name: the trainer's error line" ||
+    bad "$name: generator '$mine' vs trainer '$theirs'"
+}
+intact="newest intact checkpoint is $C/step_00000002: resume from it with --load $C --load-step 2"
+qkvw=$((1024 + 4 * (256 * 64 * 2 + 4 * 64)))  # after wte, wpe (256 x 64 each), ln1w, ln1b
+fresh && truncate -s -4 "$M4"
+same_as_trainer "checkpoint: truncated model file" 2 "model_00000004.bin: size mismatch.*$intact" -- --load "$C" --tp 2
+fresh && poke "$M4" "$qkvw" 0.5
+same_as_trainer "checkpoint: parameters fail their checksum" 2 "model_00000004.bin: tensor qkvw fails its checksum.*$intact" -- --load "$C" --tp 2
+fresh && poke "$M4" $((qkvw + 4 * (3 * 64 * 64 + 5))) nan
+same_as_trainer "checkpoint: a NaN parameter" 1 "qkvw \(layer 1\) element 5 is not finite.*$intact" -- --load "$C"
+fresh && echo step_00000099 >"$C/latest"
+same_as_trainer "checkpoint: latest names a missing step" 1 "latest names step_00000099, which does not exist" -- --load "$C"
+fresh && echo garbage >"$C/latest"
+same_as_trainer "checkpoint: latest is garbage" 1 "latest: does not name a checkpoint" -- --load "$C"
+fresh
+same_as_trainer "checkpoint: --load-step of a missing step" 2 "--load-step 3: .*step_00000003 does not exist; .* holds the steps 2, 4" -- --load "$C" --load-step 3 --tp 2
+fresh && sed -i 's/^model.channels = 64$/model.channels = 32/' "$C/step_00000004/state_00000004.txt"
+same_as_trainer "checkpoint: state file disagrees with the model file" 1 "holds model .*C64.*state file .*C32.*$intact" -- --load "$C"
+expect "load: a file, not a directory" 1 "--load .*/model.bin: not a directory; pass a checkpoint directory" -- --load "$WORK/model.bin" --prompt hi
 expect "tokenizer missing" 1 "tokenizer .*/none.bin: cannot open" -- "${model[@]}" --prompt hi --tokenizer "$WORK/none.bin"
 expect "tokenizer magic" 1 "tok_magic.bin: bad magic 20240326.*an llm.c model file" -- "${model[@]}" --prompt hi --tokenizer "$WORK/tok_magic.bin"
 expect "tokenizer version" 1 "tok_version.bin: unsupported version 3" -- "${model[@]}" --prompt hi --tokenizer "$WORK/tok_version.bin"

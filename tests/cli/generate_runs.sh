@@ -113,16 +113,34 @@ else
   bad "max_seq_len: $n ids; $(cat "$WORK/full.err")"
 fi
 
-# 4. --load DIR: a training checkpoint's parameters, the same as its --save-llmc file.
-"$TRAIN" --steps 3 --val-every 0 --layers 2 --dim 64 --heads 4 --save "$WORK/ckpt" \
+# 4. --load DIR: a training checkpoint directory resolves to the model file of its `latest` step
+#    (or of --load-step N), which loads as --init-from loads an llm.c file: the same ids.
+"$TRAIN" --steps 4 --save-every 2 --val-every 0 --layers 2 --dim 64 --heads 4 --save "$WORK/ckpt" \
   --save-llmc "$WORK/ckpt.bin" >"$WORK/ckpt.log" 2>&1 || { bad "training with --save"; cat "$WORK/ckpt.log"; }
-gen from_dir --load "$WORK/ckpt" --prompt "the " --max-new-tokens 24
-gen from_file --init-from "$WORK/ckpt.bin" --prompt "the " --max-new-tokens 24
-same_ids "--load DIR vs its --save-llmc file" from_dir from_file
-gen from_step --load "$WORK/ckpt" --load-step 3 --prompt "the " --max-new-tokens 24
-same_ids "--load DIR --load-step 3 vs latest" from_step from_dir
-grep -q "from $WORK/ckpt/step_00000003" "$WORK/from_dir.err" && ok "--load names the checkpoint it read" ||
-  bad "--load banner: $(cat "$WORK/from_dir.err")"
+short=(--prompt "the " --max-new-tokens 24)
+gen from_dir --load "$WORK/ckpt" "${short[@]}"
+gen from_file --init-from "$WORK/ckpt/step_00000004/model_00000004.bin" "${short[@]}"
+same_ids "--load DIR vs --init-from its latest model file" from_dir from_file
+gen from_llmc --init-from "$WORK/ckpt.bin" "${short[@]}"
+same_ids "--load DIR vs the run's --save-llmc file" from_dir from_llmc
+gen from_step --load "$WORK/ckpt/" --load-step 2 "${short[@]}"
+gen from_step_file --init-from "$WORK/ckpt/step_00000002/model_00000002.bin" "${short[@]}"
+same_ids "--load DIR --load-step 2 vs --init-from step 2's model file" from_step from_step_file
+grep -q "from $WORK/ckpt/step_00000004 " "$WORK/from_dir.err" &&
+  grep -q "from $WORK/ckpt/step_00000002 " "$WORK/from_step.err" &&
+  ok "--load names the checkpoint it read (latest: step 4; --load-step 2)" ||
+  bad "--load banner: $(cat "$WORK/from_dir.err" "$WORK/from_step.err")"
+timeout 120 "$MPIEXEC" -n 2 "$GENERATE" --tp 2 --load "$WORK/ckpt" "${short[@]}" \
+  --tokens-out "$WORK/from_dir_tp2.ids" >/dev/null 2>&1
+same_ids "--load DIR on tp 2 vs one rank" from_dir from_dir_tp2
+# `latest` still naming step 2 (a save cut off before updating it): the complete step 4 is read,
+# with the trainer's note.
+cp -r "$WORK/ckpt" "$WORK/ckpt_cut" && echo step_00000002 >"$WORK/ckpt_cut/latest"
+gen from_cut --load "$WORK/ckpt_cut" "${short[@]}"
+same_ids "--load DIR whose latest lags: the newer complete checkpoint" from_cut from_dir
+grep -q "^note: $WORK/ckpt_cut/step_00000004 is newer than the step_00000002 .latest. names" \
+  "$WORK/from_cut.err" && ok "--load says when it passes over latest" ||
+  bad "no note on a lagging latest: $(cat "$WORK/from_cut.err")"
 
 # 5. `make run`'s configuration for 200 steps (2 ranks) writes words of the built-in corpus; a model
 #    after one step does not. Positions past the training --seq-len 64 were never trained, so each
