@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "generate/generation.hpp"
 #include "generate/options.hpp"
+#include "train/exit_status.hpp"
 #include "train/trainer.hpp"
 #ifdef _OPENMP
 #include <omp.h>
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
   if (!mpf::all_ranks_succeed(MPI_COMM_WORLD,
                               [&] { opts = mpf::parse_generate_options(argc, argv); })) {
     MPI_Finalize();
-    return 2;
+    return mpf::kExitBadInput;
   }
   if (opts.help) {
     if (rank == 0) std::fputs(mpf::generate_usage().c_str(), stdout);
@@ -58,5 +59,5 @@ int main(int argc, char** argv) {
   }
   Kokkos::finalize();
   MPI_Finalize();
-  return ok ? 0 : 2;
+  return ok ? 0 : mpf::kExitBadInput;
 }
