@@ -57,19 +57,36 @@ void carve(Activations& a, SlabCarver& k) {
 void carve(BackwardBuffers& g, SlabCarver& k, const TpShard& s, const tp::SequenceSplit& seq,
            int64_t B, int64_t T) {
   const int64_t R = seq.rows, Rl = seq.local_rows, C = s.cfg.channels;
-  g.dresidual[0] = k.take(Rl * C);
-  g.dresidual[1] = k.take(Rl * C);
-  g.dresidual2 = k.take(Rl * C);
-  // Without sequence parallelism a LayerNorm's input gradient is all-reduced in place: R rows.
-  g.dln = k.take(seq.on ? Rl * C : R * C);
-  g.dln2 = k.take(seq.on ? Rl * C : R * C);
-  g.dout_full = k.take(seq.on ? R * C : 0);
-  g.dresidual2_full = k.take(seq.on ? R * C : 0);
-  g.partial = k.take(seq.on ? R * C : 0);
+  const int64_t SP = seq.on ? 1 : 0;
+  g.dresidual[0] = k.take(SP * Rl * C);
+  g.dresidual[1] = k.take(SP * Rl * C);
+  g.dresidual2 = k.take(SP * Rl * C);
+  g.partial = k.take(SP * R * C);
   g.datty = k.take(R * s.attn);
-  g.dfch = k.take(R * s.fc);
-  g.dqkv = k.take(R * 3 * s.attn);
   g.datt = k.take(B * s.heads * T * T);
+}
+
+void carve(WeightGradInputs& w, SlabCarver& k) {
+  const TpShard& s = w.shard;
+  const int64_t R = w.seq.rows, Rl = w.seq.local_rows, C = s.cfg.channels, L = w.chunk.layers;
+  const int64_t K = w.chunk.recompute ? L : 0;  // blocks whose activations W must keep itself
+  w.dout = k.take(L * R * C);
+  w.dfch = k.take(L * R * s.fc);
+  w.dln2 = k.take(L * Rl * C);
+  w.dres2 = k.take(L * R * C);
+  w.dqkv = k.take(L * R * 3 * s.attn);
+  w.dln1 = k.take(L * Rl * C);
+  w.ln1 = k.take(K * R * C);
+  w.ln1_mean = k.take(K * Rl);
+  w.ln1_rstd = k.take(K * Rl);
+  w.atty = k.take(K * R * s.attn);
+  w.residual2 = k.take(K * Rl * C);
+  w.ln2 = k.take(K * R * C);
+  w.ln2_mean = k.take(K * Rl);
+  w.ln2_rstd = k.take(K * Rl);
+  w.fch_gelu = k.take(K * R * s.fc);
+  w.dlnf = k.take(w.chunk.head ? Rl * C : 0);
+  w.dembed = k.take(w.chunk.embedding ? R * C : 0);
 }
 
 tp::SequenceSplit split_rows(const TpShard& s, int B, int T, bool on) {
@@ -171,6 +188,66 @@ BackwardBuffers BackwardBuffers::allocate(const TpShard& shard, int B, int T,
   SlabCarver binder(g.slab.data());
   carve(g, binder, shard, seq, B, T);
   return g;
+}
+
+namespace {
+WeightGradInputs describe_weight_inputs(const TpShard& shard, const ChunkPieces& chunk, int B,
+                                        int T, bool sp) {
+  WeightGradInputs w;
+  w.chunk = chunk;
+  w.seq = split_rows(shard, B, T, sp);
+  w.shard = shard;
+  w.B = B;
+  w.T = T;
+  return w;
+}
+}  // namespace
+
+WeightGradInputs WeightGradInputs::allocate(const TpShard& shard, const ChunkPieces& chunk, int B,
+                                            int T, bool sequence_parallel) {
+  WeightGradInputs w = describe_weight_inputs(shard, chunk, B, T, sequence_parallel);
+  SlabCarver counter(nullptr);
+  carve(w, counter);
+  w.slab = Slab("mpf::weight_grad_inputs", counter.used());
+  SlabCarver binder(w.slab.data());
+  carve(w, binder);
+  return w;
+}
+
+WeightGradInputs WeightGradInputs::allocate(const GPTConfig& cfg, int B, int T) {
+  const TpShard shard = make_tp_shard(cfg, 0, 1);
+  return allocate(shard, whole_stage(shard), B, T);
+}
+
+int64_t WeightGradInputs::bytes(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
+                                bool sequence_parallel) {
+  WeightGradInputs w = describe_weight_inputs(shard, chunk, B, T, sequence_parallel);
+  SlabCarver counter(nullptr);
+  carve(w, counter);
+  return counter.used() * int64_t(sizeof(float));
+}
+
+BlockWeightInputs WeightGradInputs::block(int i) const {
+  const int64_t C = shard.cfg.channels, R = seq.rows, Rl = seq.local_rows;
+  BlockWeightInputs x;
+  x.dout = slice(dout, i * R * C, R * C);
+  x.dfch = slice(dfch, i * R * shard.fc, R * shard.fc);
+  x.dln2 = slice(dln2, i * Rl * C, Rl * C);
+  x.dres2 = slice(dres2, i * R * C, R * C);
+  x.dqkv = slice(dqkv, i * R * 3 * shard.attn, R * 3 * shard.attn);
+  x.dln1 = slice(dln1, i * Rl * C, Rl * C);
+  if (!chunk.recompute) return x;
+  LayerActivations& k = x.kept;
+  k.ln1 = slice(ln1, i * R * C, R * C);
+  k.ln1_mean = slice(ln1_mean, i * Rl, Rl);
+  k.ln1_rstd = slice(ln1_rstd, i * Rl, Rl);
+  k.atty = slice(atty, i * R * shard.attn, R * shard.attn);
+  k.residual2 = slice(residual2, i * Rl * C, Rl * C);
+  k.ln2 = slice(ln2, i * R * C, R * C);
+  k.ln2_mean = slice(ln2_mean, i * Rl, Rl);
+  k.ln2_rstd = slice(ln2_rstd, i * Rl, Rl);
+  k.fch_gelu = slice(fch_gelu, i * R * shard.fc, R * shard.fc);
+  return x;
 }
 
 }  // namespace mpf

@@ -87,28 +87,63 @@ struct Activations {
   Tensor output() const;
 };
 
-// Activation gradients of one block at a time (the backward walks the blocks in turn, and each
-// block's weight gradient is taken before the next block's input gradient reuses the buffers).
+// The scratch of B, one block at a time: the activation gradients no weight gradient reads (the
+// residual stream's gradient ping-pongs between blocks under sequence parallelism, whose
+// LayerNorm regions hold this rank's rows only) and the attention's.
 struct BackwardBuffers {
   Slab slab;
-  Tensor dresidual[2];  // (Rl,C) the residual stream's gradient, ping-ponged between blocks
-  Tensor dresidual2;    // (Rl,C)
-  Tensor dln;           // (Rl,C) gradient of a LayerNorm output (ln1 or lnf)
-  Tensor dln2;          // (Rl,C)
-  // Sequence parallel only (empty otherwise): all rows of a block's output gradient and of
-  // dresidual2 (the row-parallel layers' weight gradients read them), and a partial input
-  // gradient before its reduce-scatter.
-  Tensor dout_full;        // (R,C)
-  Tensor dresidual2_full;  // (R,C)
-  Tensor partial;          // (R,C)
-  Tensor datty;            // (B,T,Ca)
-  Tensor dfch;             // (B,T,F) dfch_gelu, then dfch in place
-  Tensor dqkv;             // (B,T,3Ca)
-  Tensor datt;             // (B,NHl,T,T)
+  Tensor
+      dresidual[2];   // (Rl,C) sequence parallel: a block's input/output gradient, this rank's rows
+  Tensor dresidual2;  // (Rl,C) sequence parallel: gradient of residual2, this rank's rows
+  Tensor partial;     // (R,C) sequence parallel: a partial input gradient before its reduce-scatter
+  Tensor datty;       // (B,T,Ca)
+  Tensor datt;        // (B,NHl,T,T)
 
   static BackwardBuffers allocate(const TpShard& shard, int B, int T,
                                   bool sequence_parallel = false);
   static BackwardBuffers allocate(const GPTConfig& cfg, int B, int T);
+};
+
+// What one block's W reads besides its parameters: the gradients of its layers' outputs, which B
+// computes (Zero Bubble's ∇zL), and, under full recomputation, the activations W reads, which B's
+// recomputation rebuilds. All-row tensors are gathered under sequence parallelism.
+struct BlockWeightInputs {
+  Tensor dout;   // (R,C) gradient of the block's output (the MLP projection's output)
+  Tensor dfch;   // (B,T,F) gradient of the fc output before GELU
+  Tensor dln2;   // (Rl,C) gradient of ln2's output, summed over TP
+  Tensor dres2;  // (R,C) gradient of residual2 (the attention projection's output)
+  Tensor dqkv;   // (B,T,3Ca)
+  Tensor dln1;   // (Rl,C) gradient of ln1's output, summed over TP
+  // --recompute only (else empty): ln1, ln1_mean, ln1_rstd, atty, residual2, ln2, ln2_mean,
+  // ln2_rstd and fch_gelu of the block; the rest of `kept` stays empty.
+  LayerActivations kept;
+};
+
+// A (microbatch, chunk)'s W inputs, kept from its B until its W (the deferred weight gradient):
+// one slab, each tensor (chunk.layers, its per-block size) like the activations' per-layer ones,
+// plus the head's and the embedding's. B writes them, W reads them; the head's W also reads the
+// dlogits B leaves in the activations.
+struct WeightGradInputs {
+  ChunkPieces chunk;
+  tp::SequenceSplit seq;
+  TpShard shard;
+  int B = 0, T = 0;
+  Slab slab;
+  Tensor dout, dfch, dln2, dres2, dqkv, dln1;  // per block, as in BlockWeightInputs
+  // --recompute: the per-block activations W reads (empty otherwise).
+  Tensor ln1, ln1_mean, ln1_rstd, atty, residual2, ln2, ln2_mean, ln2_rstd, fch_gelu;
+  Tensor dlnf;    // (Rl,C) the head's: gradient of the final LayerNorm's output, summed over TP
+  Tensor dembed;  // (R,C) the embedding's: gradient of its output (block 0's input gradient)
+
+  static WeightGradInputs allocate(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
+                                   bool sequence_parallel = false);
+  // The whole model (no pipelining, no TP).
+  static WeightGradInputs allocate(const GPTConfig& cfg, int B, int T);
+  // The bytes allocate() would take.
+  static int64_t bytes(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
+                       bool sequence_parallel = false);
+  // Block i of the chunk (0 <= i < chunk.layers).
+  BlockWeightInputs block(int i) const;
 };
 
 // Bytes of a slab, for the memory report.

@@ -160,8 +160,9 @@ void head_forward(Activations& acts, const ParameterTensors& params, const Token
                         s.vocab_begin, s.vocab_shard, tp);
 }
 
-void head_backward_input(BackwardBuffers& buf, Activations& acts, const ParameterTensors& params,
-                         const Tokens& targets, float dloss, MPI_Comm tp) {
+void head_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& acts,
+                         const ParameterTensors& params, const Tokens& targets, float dloss,
+                         MPI_Comm tp, Tensor dout) {
   const TpShard& s = acts.shard;
   const tp::SequenceSplit& seq = acts.seq;
   const GPTConfig& cfg = acts.cfg;
@@ -169,21 +170,21 @@ void head_backward_input(BackwardBuffers& buf, Activations& acts, const Paramete
   const Tensor none;
   cross_entropy_backward_input(acts.logits, acts.logits, targets, dloss, seq.rows, s.vocab_begin,
                                s.vocab_shard);
-  const Tensor partial = seq.on ? buf.partial : buf.dln;
+  const Tensor partial = seq.on ? buf.partial : w.dlnf;
   linear_backward_input(partial, acts.logits, params.wte, seq.rows, C, s.vocab_shard);
-  tp::enter_backward(partial.data(), buf.dln.data(), C, seq, tp);
-  layernorm_backward_input(buf.dresidual[0], none, buf.dln, acts.output(), acts.lnf_mean,
-                           acts.lnf_rstd, params.lnfw, seq.local_rows, C);
+  tp::enter_backward(partial.data(), w.dlnf.data(), C, seq, tp);
+  layernorm_backward_input(dout, none, w.dlnf, acts.output(), acts.lnf_mean, acts.lnf_rstd,
+                           params.lnfw, seq.local_rows, C);
 }
 
-void head_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf,
+void head_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
                           const Activations& acts, MPI_Comm tp, bool final_microbatch) {
   const GPTConfig& cfg = acts.cfg;
   const tp::SequenceSplit& seq = acts.seq;
   const Tensor none;
   linear_backward_weight(grads.wte, none, acts.logits, acts.lnf, seq.rows, cfg.channels,
                          acts.shard.vocab_shard);
-  layernorm_backward_weight(grads.lnfw, grads.lnfb, buf.dln, acts.output(), acts.lnf_mean,
+  layernorm_backward_weight(grads.lnfw, grads.lnfb, w.dlnf, acts.output(), acts.lnf_mean,
                             acts.lnf_rstd, seq.local_rows, cfg.channels);
   if (final_microbatch) {
     sum_over_tp(grads.lnfw, seq, tp);
@@ -191,77 +192,86 @@ void head_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf,
   }
 }
 
-void block_backward_input(BackwardBuffers& buf, Tensor dinp, Tensor dout, const Activations& acts,
-                          const ParameterTensors& params, int l, MPI_Comm tp) {
+void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tensor dinp,
+                          Tensor dout, const Activations& acts, const ParameterTensors& params,
+                          int l, MPI_Comm tp) {
   const BlockContext b(acts, params, l);
   const auto& [s, seq, C, R, Rl, p, a] = b;
   // The forward, bottom-up. Leaving a region backwards: identity, or all-gather under SP;
-  // entering one backwards: f's all-reduce, or reduce-scatter under SP.
-  const Tensor dout_full = seq.on ? buf.dout_full : dout;
-  tp::leave_backward(dout.data(), dout_full.data(), C, seq, tp);
-  linear_backward_input(buf.dfch, dout_full, p.fcprojw, R, s.fc, C);
-  gelu_backward_input(buf.dfch, buf.dfch, a.fch, R * s.fc);
-  const Tensor partial2 = seq.on ? buf.partial : buf.dln2;
-  linear_backward_input(partial2, buf.dfch, p.fcw, R, C, s.fc);
-  tp::enter_backward(partial2.data(), buf.dln2.data(), C, seq, tp);
-  layernorm_backward_input(buf.dresidual2, dout, buf.dln2, a.residual2, a.ln2_mean, a.ln2_rstd,
-                           p.ln2w, Rl, C);
-  const Tensor dres2_full = seq.on ? buf.dresidual2_full : buf.dresidual2;
-  tp::leave_backward(buf.dresidual2.data(), dres2_full.data(), C, seq, tp);
-  linear_backward_input(buf.datty, dres2_full, p.attprojw, R, s.attn, C);
-  attention_backward_input(buf.dqkv, buf.datt, buf.datty, a.qkv, a.att, acts.B, acts.T, s.attn,
+  // entering one backwards: f's all-reduce, or reduce-scatter under SP. Every gradient a weight
+  // gradient reads lands in `w`.
+  tp::leave_backward(dout.data(), w.dout.data(), C, seq, tp);
+  linear_backward_input(w.dfch, w.dout, p.fcprojw, R, s.fc, C);
+  gelu_backward_input(w.dfch, w.dfch, a.fch, R * s.fc);
+  const Tensor partial2 = seq.on ? buf.partial : w.dln2;
+  linear_backward_input(partial2, w.dfch, p.fcw, R, C, s.fc);
+  tp::enter_backward(partial2.data(), w.dln2.data(), C, seq, tp);
+  const Tensor dres2 = seq.on ? buf.dresidual2 : w.dres2;  // this rank's rows
+  layernorm_backward_input(dres2, dout, w.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w, Rl, C);
+  tp::leave_backward(dres2.data(), w.dres2.data(), C, seq, tp);
+  linear_backward_input(buf.datty, w.dres2, p.attprojw, R, s.attn, C);
+  attention_backward_input(w.dqkv, buf.datt, buf.datty, a.qkv, a.att, acts.B, acts.T, s.attn,
                            s.heads);
-  const Tensor partial1 = seq.on ? buf.partial : buf.dln;
-  linear_backward_input(partial1, buf.dqkv, p.qkvw, R, C, 3 * s.attn);
-  tp::enter_backward(partial1.data(), buf.dln.data(), C, seq, tp);
-  layernorm_backward_input(dinp, buf.dresidual2, buf.dln, acts.block_input(l), a.ln1_mean,
-                           a.ln1_rstd, p.ln1w, Rl, C);
+  const Tensor partial1 = seq.on ? buf.partial : w.dln1;
+  linear_backward_input(partial1, w.dqkv, p.qkvw, R, C, 3 * s.attn);
+  tp::enter_backward(partial1.data(), w.dln1.data(), C, seq, tp);
+  layernorm_backward_input(dinp, dres2, w.dln1, acts.block_input(l), a.ln1_mean, a.ln1_rstd, p.ln1w,
+                           Rl, C);
 }
 
-void block_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf, Tensor dout,
+void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
                            const Activations& acts, int l, MPI_Comm tp, bool final_microbatch) {
   const BlockContext b(acts, grads, l);
   const auto& [s, seq, C, R, Rl, g, a] = b;
   // The row-parallel layers read all rows of their output gradients (gathered by B under SP), so
   // their biases get the whole gradient on every rank.
-  const Tensor dout_full = seq.on ? buf.dout_full : dout;
-  const Tensor dres2_full = seq.on ? buf.dresidual2_full : buf.dresidual2;
-  linear_backward_weight(g.fcprojw, g.fcprojb, dout_full, a.fch_gelu, R, s.fc, C);
-  linear_backward_weight(g.fcw, g.fcb, buf.dfch, a.ln2, R, C, s.fc);
-  layernorm_backward_weight(g.ln2w, g.ln2b, buf.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, Rl, C);
-  linear_backward_weight(g.attprojw, g.attprojb, dres2_full, a.atty, R, s.attn, C);
-  linear_backward_weight(g.qkvw, g.qkvb, buf.dqkv, a.ln1, R, C, 3 * s.attn);
-  layernorm_backward_weight(g.ln1w, g.ln1b, buf.dln, acts.block_input(l), a.ln1_mean, a.ln1_rstd,
-                            Rl, C);
+  linear_backward_weight(g.fcprojw, g.fcprojb, w.dout, a.fch_gelu, R, s.fc, C);
+  linear_backward_weight(g.fcw, g.fcb, w.dfch, a.ln2, R, C, s.fc);
+  layernorm_backward_weight(g.ln2w, g.ln2b, w.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, Rl, C);
+  linear_backward_weight(g.attprojw, g.attprojb, w.dres2, a.atty, R, s.attn, C);
+  linear_backward_weight(g.qkvw, g.qkvb, w.dqkv, a.ln1, R, C, 3 * s.attn);
+  layernorm_backward_weight(g.ln1w, g.ln1b, w.dln1, acts.block_input(l), a.ln1_mean, a.ln1_rstd, Rl,
+                            C);
   if (final_microbatch) {
     for (const Tensor* t : {&g.ln1w, &g.ln1b, &g.ln2w, &g.ln2b}) sum_over_tp(*t, seq, tp);
   }
 }
 
-void embedding_backward_weight(ParameterTensors& grads, BackwardBuffers& buf, Tensor dout,
-                               const Activations& acts, const Tokens& inputs, MPI_Comm tp) {
+void embedding_backward_weight(ParameterTensors& grads, Tensor dembed, const Activations& acts,
+                               const Tokens& inputs) {
   const TpShard& s = acts.shard;
-  const tp::SequenceSplit& seq = acts.seq;
-  const Tensor dout_full = seq.on ? buf.dout_full : dout;
-  tp::leave_backward(dout.data(), dout_full.data(), acts.cfg.channels, seq, tp);
-  encoder_backward_weight(grads.wte, grads.wpe, dout_full, inputs, acts.B, acts.T,
-                          acts.cfg.channels, s.vocab_begin, s.vocab_shard);
+  encoder_backward_weight(grads.wte, grads.wpe, dembed, inputs, acts.B, acts.T, acts.cfg.channels,
+                          s.vocab_begin, s.vocab_shard);
 }
 
 namespace {
 // Where block i of a chunk runs: in the chunk's own activations, or, under full recomputation, in
-// the one-block workspace pointed at the block's input and output in the chunk's store (the
-// views are unmanaged, so re-pointing them copies nothing).
+// a copy of the one-block workspace pointed at the block's input and output in the chunk's store
+// and, given `kept`, at the activations W reads in the block's WeightGradInputs (the views are
+// unmanaged, so re-pointing them copies nothing, and the workspace itself is never re-pointed).
 struct BlockSite {
-  Activations& acts;
+  Activations acts;
   int index;
 };
-BlockSite block_site(Activations& store, Activations* workspace, int i) {
+BlockSite block_site(const Activations& store, const Activations* workspace, int i,
+                     const LayerActivations* kept = nullptr) {
   if (!workspace) return {store, i};
-  workspace->input = store.block_input(i);
-  workspace->residual3 = store.layer(i).residual3;
-  workspace->chunk.first_layer = store.chunk.first_layer + i;
-  return {*workspace, 0};
+  Activations site = *workspace;
+  site.input = store.block_input(i);
+  site.residual3 = store.layer(i).residual3;
+  site.chunk.first_layer = store.chunk.first_layer + i;
+  if (kept) {
+    site.ln1 = kept->ln1;
+    site.ln1_mean = kept->ln1_mean;
+    site.ln1_rstd = kept->ln1_rstd;
+    site.atty = kept->atty;
+    site.residual2 = kept->residual2;
+    site.ln2 = kept->ln2;
+    site.ln2_mean = kept->ln2_mean;
+    site.ln2_rstd = kept->ln2_rstd;
+    site.fch_gelu = kept->fch_gelu;
+  }
+  return {site, 0};
 }
 }  // namespace
 
@@ -269,46 +279,84 @@ void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens
                  const Tokens& targets, MPI_Comm tp, Activations* workspace) {
   if (acts.chunk.embedding) embedding_forward(acts, params, inputs, tp);
   for (int i = 0; i < acts.chunk.layers; ++i) {
-    const BlockSite b = block_site(acts, workspace, i);
+    BlockSite b = block_site(acts, workspace, i);
     block_forward(b.acts, params, b.index, tp);
   }
   if (acts.chunk.head) head_forward(acts, params, targets, tp);
 }
 
-void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& acts,
-                  const ParameterTensors& params, const Tokens& inputs, const Tokens& targets,
-                  float dloss, MPI_Comm tp, const std::function<void(int event)>& grads_final,
-                  bool final_microbatch, Tensor input_grad, Activations* workspace) {
+void gpt_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& acts,
+                        const ParameterTensors& params, const Tokens& targets, float dloss,
+                        MPI_Comm tp, Tensor input_grad, Activations* workspace) {
+  const ChunkPieces& chunk = acts.chunk;
+  const bool sp = acts.seq.on;
+  const int L = chunk.layers;  // >= 1: every chunk holds a block
+  // dout: the gradient of the current block's output, this rank's rows. Without SP those are all
+  // the rows, and it lives in the block's slot of w, where W reads it (each block's input
+  // gradient is written straight into the slot of the block below); with SP the blocks' input
+  // gradients ping-pong between the two dresidual buffers (`spare` is the one not holding dout)
+  // and each block's B gathers its dout into its slot.
+  Tensor dout = sp ? buf.dresidual[0] : w.block(L - 1).dout;
+  int spare = 1;
+  if (chunk.head) {
+    head_backward_input(buf, w, acts, params, targets, dloss, tp, dout);
+  } else if (sp) {
+    dout = acts.output_grad;
+    spare = 0;
+  } else {
+    Kokkos::deep_copy(dout, acts.output_grad);  // received; W of the top block reads it later
+  }
+  for (int i = L - 1; i >= 0; --i) {
+    Tensor dinp;
+    if (i > 0) {
+      dinp = sp ? buf.dresidual[spare] : w.block(i - 1).dout;
+    } else if (chunk.embedding) {
+      dinp = sp ? buf.dresidual[spare] : w.dembed;
+    } else {
+      dinp = input_grad;  // to send
+    }
+    const BlockWeightInputs wb = w.block(i);
+    BlockSite b = block_site(acts, workspace, i, chunk.recompute ? &wb.kept : nullptr);
+    if (workspace) block_forward(b.acts, params, b.index, tp);  // deterministic: same values
+    block_backward_input(buf, wb, dinp, dout, b.acts, params, b.index, tp);
+    spare = 1 - spare;
+    dout = dinp;
+  }
+  if (chunk.embedding)
+    tp::leave_backward(dout.data(), w.dembed.data(), acts.cfg.channels, acts.seq, tp);
+}
+
+void gpt_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
+                         const Activations& acts, const Tokens& inputs, MPI_Comm tp,
+                         const std::function<void(int event)>& grads_final, bool final_microbatch,
+                         Activations* workspace) {
   const ChunkPieces& chunk = acts.chunk;
   auto final_after = [&](int event) {
     if (grads_final) grads_final(event);
   };
-  // dout: the gradient of the current block's output. The blocks' input gradients ping-pong
-  // between the two dresidual buffers; `spare` is the one not holding dout.
-  Tensor dout = acts.output_grad;
-  int spare = 0;
   if (chunk.head) {
-    head_backward_input(buf, acts, params, targets, dloss, tp);
-    head_backward_weight(grads, buf, acts, tp, final_microbatch);
+    head_backward_weight(grads, w, acts, tp, final_microbatch);
     final_after(0);
-    dout = buf.dresidual[0];
-    spare = 1;
   }
   for (int i = chunk.layers - 1; i >= 0; --i) {
-    const bool to_caller = i == 0 && !chunk.embedding;
-    const Tensor dinp = to_caller ? input_grad : buf.dresidual[spare];
-    const BlockSite b = block_site(acts, workspace, i);
-    if (workspace) block_forward(b.acts, params, b.index, tp);  // deterministic: same values
-    block_backward_input(buf, dinp, dout, b.acts, params, b.index, tp);
-    block_backward_weight(grads, buf, dout, b.acts, b.index, tp, final_microbatch);
+    const BlockWeightInputs wb = w.block(i);
+    const BlockSite b = block_site(acts, workspace, i, chunk.recompute ? &wb.kept : nullptr);
+    block_backward_weight(grads, wb, b.acts, b.index, tp, final_microbatch);
     final_after(1 + (chunk.layers - 1 - i));
-    spare = 1 - spare;
-    dout = dinp;
   }
   if (chunk.embedding) {
-    embedding_backward_weight(grads, buf, dout, acts, inputs, tp);
+    embedding_backward_weight(grads, w.dembed, acts, inputs);
     final_after(chunk.layers + 1);
   }
+}
+
+void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, WeightGradInputs& w,
+                  Activations& acts, const ParameterTensors& params, const Tokens& inputs,
+                  const Tokens& targets, float dloss, MPI_Comm tp,
+                  const std::function<void(int event)>& grads_final, bool final_microbatch,
+                  Tensor input_grad, Activations* workspace) {
+  gpt_backward_input(buf, w, acts, params, targets, dloss, tp, input_grad, workspace);
+  gpt_backward_weight(grads, w, acts, inputs, tp, grads_final, final_microbatch, workspace);
 }
 
 }  // namespace mpf

@@ -1,8 +1,8 @@
 // GPT-2 as llm.c's train_gpt2.c defines it, in pieces a pipeline stage can own:
 //   embedding -> L pre-LN blocks -> head (final LayerNorm, logits tied to wte, cross-entropy).
 // Every piece has a forward, an input-gradient backward (B) and a weight-gradient backward (W).
-// B must run before W for the same piece; a block's W must run before the next block's B, which
-// reuses the BackwardBuffers.
+// B leaves what W reads in a WeightGradInputs, so a chunk's W may run any time after its B (the
+// zero-bubble schedules defer it); B's scratch, the BackwardBuffers, is free again once B returns.
 //
 // Tensor parallel (Megatron): the pieces work on the rank's shard (acts.shard) and communicate
 // over `tp` only through tp_regions.hpp's regions and the vocab-parallel cross-entropy; with a
@@ -45,41 +45,58 @@ void head_forward(Activations& acts, const ParameterTensors& params, const Token
                   MPI_Comm tp);
 
 // ---- backward ----
-// dloss = d(total loss)/d(each token's loss). Leaves dlogits in acts.logits and the gradient of
-// the last block's output in buf.dresidual[0].
-void head_backward_input(BackwardBuffers& buf, Activations& acts, const ParameterTensors& params,
-                         const Tokens& targets, float dloss, MPI_Comm tp);
+// dloss = d(total loss)/d(each token's loss). Leaves dlogits in acts.logits, the final
+// LayerNorm's output gradient in w.dlnf and the gradient of the last block's output, this rank's
+// rows, in dout.
+void head_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& acts,
+                         const ParameterTensors& params, const Tokens& targets, float dloss,
+                         MPI_Comm tp, Tensor dout);
 // final_microbatch: the last accumulation into these gradients this step; under SP it is then
 // that the LayerNorm gradients, accumulated from this rank's rows, are summed over TP (once).
-void head_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf,
+void head_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
                           const Activations& acts, MPI_Comm tp, bool final_microbatch = true);
-// dinp (B,T,C) = gradient of block l's input, from dout (B,T,C), its output's gradient.
-void block_backward_input(BackwardBuffers& buf, Tensor dinp, Tensor dout, const Activations& acts,
-                          const ParameterTensors& params, int l, MPI_Comm tp);
-void block_backward_weight(ParameterTensors& grads, const BackwardBuffers& buf, Tensor dout,
+// dinp (Rl,C) = gradient of block l's input, from dout (Rl,C), its output's gradient; the
+// gradients W reads go to `w` (without SP, dout must be w.dout).
+void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tensor dinp,
+                          Tensor dout, const Activations& acts, const ParameterTensors& params,
+                          int l, MPI_Comm tp);
+void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
                            const Activations& acts, int l, MPI_Comm tp,
                            bool final_microbatch = true);
-void embedding_backward_weight(ParameterTensors& grads, BackwardBuffers& buf, Tensor dout,
-                               const Activations& acts, const Tokens& inputs, MPI_Comm tp);
+// dembed (R,C): the gradient of the embedding's output, all rows.
+void embedding_backward_weight(ParameterTensors& grads, Tensor dembed, const Activations& acts,
+                               const Tokens& inputs);
 
 // ---- the pieces acts.chunk covers (the whole model without pipelining) ----
 // A chunk without the embedding starts from acts.input (received); one without the head leaves
 // its output in acts.output() (to send) and no loss.
 // With acts.chunk.recompute, `workspace` (one block, no edge pieces) holds each block's
-// activations in turn, and the backward runs each block's forward again there first.
+// activations in turn, and B runs each block's forward again there first, keeping what W reads.
 void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
                  const Tokens& targets, MPI_Comm tp = MPI_COMM_SELF,
                  Activations* workspace = nullptr);
-// Accumulates (+=) the chunk's parameter gradients; B then W per piece, last block first. Without
-// the head it starts from acts.output_grad (received); without the embedding it writes the
-// gradient of acts.input into input_grad (to send). grads_final(e), if given, is called after
-// each piece's W with the backward event e: 0 after the head, 1 + (L − 1 − i) after the chunk's
-// block i (L its blocks), L + 1 after the embedding. Gradients a piece's W writes are
-// final (for this batch) once its event has passed, which is when a data-parallel bucket may start
-// its reduction. With gradient accumulation, final_microbatch marks the step's last microbatch.
-void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, Activations& acts,
-                  const ParameterTensors& params, const Tokens& inputs, const Tokens& targets,
-                  float dloss, MPI_Comm tp = MPI_COMM_SELF,
+// B: the input gradients, last block first. Without the head it starts from acts.output_grad
+// (received); without the embedding it writes the gradient of acts.input into input_grad (to
+// send). What the chunk's W reads goes to `w` (allocated for acts.chunk).
+void gpt_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& acts,
+                        const ParameterTensors& params, const Tokens& targets, float dloss,
+                        MPI_Comm tp = MPI_COMM_SELF, Tensor input_grad = {},
+                        Activations* workspace = nullptr);
+// W: accumulates (+=) the chunk's parameter gradients from `w` and the activations, in the order
+// the serial backward takes them (head, last block first, embedding). grads_final(e), if given,
+// is called after each piece's W with the backward event e: 0 after the head, 1 + (L − 1 − i)
+// after the chunk's block i (L its blocks), L + 1 after the embedding. Gradients a piece's W
+// writes are final (for this batch) once its event has passed, which is when a data-parallel
+// bucket may start its reduction. With gradient accumulation, final_microbatch marks the step's
+// last W of this chunk.
+void gpt_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
+                         const Activations& acts, const Tokens& inputs, MPI_Comm tp = MPI_COMM_SELF,
+                         const std::function<void(int event)>& grads_final = {},
+                         bool final_microbatch = true, Activations* workspace = nullptr);
+// B then W at once (the serial backward).
+void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, WeightGradInputs& w,
+                  Activations& acts, const ParameterTensors& params, const Tokens& inputs,
+                  const Tokens& targets, float dloss, MPI_Comm tp = MPI_COMM_SELF,
                   const std::function<void(int event)>& grads_final = {},
                   bool final_microbatch = true, Tensor input_grad = {},
                   Activations* workspace = nullptr);

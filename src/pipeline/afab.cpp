@@ -1,6 +1,8 @@
 // AFAB, all forward then all backward (GPipe; Picotron's train_step_pipeline_afab): every
 // microbatch's forward, then every backward in the same order (FIFO). The easiest schedule to
-// follow and to debug, but all M activations are alive at once on every rank.
+// follow and to debug, but all M activations are alive at once on every rank. The last forward's
+// output goes out while the first gradient comes in (paired, like every forward followed at once
+// by a backward; the table form, afab_table.cpp, yields exactly this op sequence).
 // Bubble: (P − 1)/(M + P − 1).
 #include "pipeline/schedule.hpp"
 
@@ -15,12 +17,16 @@ void run_afab(StageOps& ops, const PipelineShape& shape) {
   for (int mb = 0; mb < M; ++mb) {
     ops.recv_forward(mb, chunk);
     ops.forward(mb, chunk);
-    ops.send_forward(mb, chunk);
+    if (mb < M - 1) ops.send_forward(mb, chunk);
   }
 
   // All backward, oldest microbatch first
   for (int mb = 0; mb < M; ++mb) {
-    ops.recv_backward(mb, chunk);
+    if (mb == 0) {
+      ops.send_forward_recv_backward(M - 1, chunk, 0, chunk);
+    } else {
+      ops.recv_backward(mb, chunk);
+    }
     ops.backward_input(mb, chunk);
     ops.backward_weight(mb, chunk);
     ops.send_backward(mb, chunk);

@@ -6,7 +6,8 @@
 //   Warmup:   warmup = min(2(P − rank − 1) + (V − 1)·G, M·V) forwards, G = P + (M mod P).
 //   Steady:   M·V − warmup times, forward step warmup + i then backward step i, with 1F1B's
 //             paired sends and receives.
-//   Cooldown: the remaining backward steps.
+//   Cooldown: the remaining backward steps. Without a steady phase the last forward's output
+//             goes out paired with the first gradient (as 1F1B's loop does).
 // Bubble: (P − 1)/(V·M + P − 1), the 1F1B bubble divided by about V. Sends must not wait for
 // their receiver (stage_ops.hpp): the chunks form a ring over the ranks.
 #include "pipeline/schedule.hpp"
@@ -26,7 +27,7 @@ void run_interleaved(StageOps& ops, const PipelineShape& shape) {
   for (int k = 0; k < warmup; ++k) {
     ops.recv_forward(mb(k), fwd_chunk(k));
     ops.forward(mb(k), fwd_chunk(k));
-    ops.send_forward(mb(k), fwd_chunk(k));
+    if (k < steps - 1) ops.send_forward(mb(k), fwd_chunk(k));  // the last forward's, paired below
   }
 
   // Steady
@@ -46,7 +47,11 @@ void run_interleaved(StageOps& ops, const PipelineShape& shape) {
 
   // Cooldown
   for (int b = steady; b < steps; ++b) {
-    ops.recv_backward(mb(b), bwd_chunk(b));
+    if (b == 0) {  // no steady phase
+      ops.send_forward_recv_backward(mb(steps - 1), fwd_chunk(steps - 1), mb(0), bwd_chunk(0));
+    } else {
+      ops.recv_backward(mb(b), bwd_chunk(b));
+    }
     ops.backward_input(mb(b), bwd_chunk(b));
     ops.backward_weight(mb(b), bwd_chunk(b));
     ops.send_backward(mb(b), bwd_chunk(b));

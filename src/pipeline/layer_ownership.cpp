@@ -63,11 +63,12 @@ std::vector<LayerRange> parse_layer_layout(const std::string& layout, int layers
   return ranges_from_sizes(sizes);
 }
 
-StageOwnership stage_ownership(const std::vector<LayerRange>& ranges, int rank, int stages) {
+StageOwnership stage_ownership(const std::vector<LayerRange>& ranges, int rank, int stages,
+                               pipeline::ChunkPlacement placement) {
   StageOwnership own;
   const int chunks = int(ranges.size()) / stages;
   for (int c = 0; c < chunks; ++c) {
-    const int s = virtual_stage(c, rank, stages);
+    const int s = pipeline::virtual_stage(placement, stages, rank, c);
     const LayerRange r = ranges[s];
     ChunkPieces piece;
     piece.first_layer = int(own.layers.size());
@@ -82,19 +83,21 @@ StageOwnership stage_ownership(const std::vector<LayerRange>& ranges, int rank, 
   return own;
 }
 
-std::string describe_layout(const std::vector<LayerRange>& ranges, int stages) {
+std::string describe_layout(const std::vector<LayerRange>& ranges, int stages,
+                            pipeline::ChunkPlacement placement) {
   std::string out;
   const int chunks = int(ranges.size()) / stages;
   for (int r = 0; r < stages; ++r) {
     out += (r ? " | stage " : "stage ") + std::to_string(r) + ": blocks ";
     for (int c = 0; c < chunks; ++c) {
-      const int s = virtual_stage(c, r, stages);
+      const int s = pipeline::virtual_stage(placement, stages, r, c);
       const LayerRange lr = ranges[s];
       out += (c ? "," : "") + std::to_string(lr.begin) +
              (lr.size() > 1 ? "-" + std::to_string(lr.end - 1) : "");
     }
-    if (r == 0) out += " + embedding";
-    if (r == stages - 1) out += " + head";
+    const StageOwnership own = stage_ownership(ranges, r, stages, placement);
+    if (own.embedding) out += " + embedding";
+    if (own.head) out += " + head";
   }
   return out;
 }

@@ -25,17 +25,20 @@ double loss_of(const Activations& a) {
 
 ModelStage::ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, int micro_batch,
                        int seq_len, bool sequence_parallel, MPI_Comm tp, MPI_Comm pp,
-                       bool recompute)
+                       bool recompute, pipeline::ChunkPlacement placement)
     : shard_(shard),
       chunks_(std::move(chunks)),
       micro_batch_(micro_batch),
       seq_len_(seq_len),
       sequence_parallel_(sequence_parallel),
       tp_(tp),
-      p2p_(pp, int(chunks_.size()), message_floats(shard, micro_batch, seq_len, sequence_parallel)),
+      p2p_(pp, int(chunks_.size()), message_floats(shard, micro_batch, seq_len, sequence_parallel),
+           placement),
       buffers_(BackwardBuffers::allocate(shard, micro_batch, seq_len, sequence_parallel)),
       pool_(chunks_.size()),
-      free_(chunks_.size()) {
+      free_(chunks_.size()),
+      weight_pool_(chunks_.size()),
+      weight_free_(chunks_.size()) {
   if (!recompute) return;
   for (ChunkPieces& c : chunks_) c.recompute = true;
   ChunkPieces one_block;
@@ -55,8 +58,8 @@ void ModelStage::begin_step(const std::vector<Tokens>* inputs, const std::vector
   grads_ = grads;
   dloss_ = dloss;
   grads_final_ = std::move(grads_final);
-  backwards_done_.assign(chunks_.size(), 0);
-  stage_backwards_ = 0;
+  weights_done_.assign(chunks_.size(), 0);
+  stage_weights_ = 0;
   loss_sum_ = 0.0;
   times_ = {};
 }
@@ -89,6 +92,14 @@ int64_t ModelStage::microbatch_bytes() const {
   return n;
 }
 
+int64_t ModelStage::weight_input_bytes() const {
+  int64_t n = 0;
+  for (const ChunkPieces& c : chunks_) {
+    n += WeightGradInputs::bytes(shard_, c, micro_batch_, seq_len_, sequence_parallel_);
+  }
+  return n;
+}
+
 Activations* ModelStage::acquire(int chunk) {
   if (free_[chunk].empty()) {
     pool_[chunk].push_back(std::make_unique<Activations>(
@@ -99,13 +110,28 @@ Activations* ModelStage::acquire(int chunk) {
   free_[chunk].pop_back();
   live_bytes_ += bytes_of(a->slab);
   peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+  peak_held_ = std::max(peak_held_, ++held_);
   return a;
 }
 
 void ModelStage::release(int chunk, Activations* a) {
   // The output's send completed at the start of the backward (backward_input).
   live_bytes_ -= bytes_of(a->slab);
+  --held_;
   free_[chunk].push_back(a);
+}
+
+WeightGradInputs* ModelStage::acquire_weight_inputs(int chunk) {
+  if (weight_free_[chunk].empty()) {
+    weight_pool_[chunk].push_back(std::make_unique<WeightGradInputs>(WeightGradInputs::allocate(
+        shard_, chunks_[chunk], micro_batch_, seq_len_, sequence_parallel_)));
+    weight_free_[chunk].push_back(weight_pool_[chunk].back().get());
+  }
+  WeightGradInputs* w = weight_free_[chunk].back();
+  weight_free_[chunk].pop_back();
+  live_bytes_ += bytes_of(w->slab);
+  peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+  return w;
 }
 
 Activations* ModelStage::live(int mb, int chunk) const {
@@ -122,6 +148,11 @@ float* ModelStage::input_buffer(int mb, int chunk) {
   Activations*& a = live_[{mb, chunk}];
   if (!a) a = acquire(chunk);
   return a->input.data();
+}
+
+float* ModelStage::grad_buffer(int mb, int chunk) {
+  if (p2p_.is_last(chunk)) return nullptr;  // starts from the loss: nothing to receive
+  return live(mb, chunk)->output_grad.data();
 }
 
 Tensor ModelStage::take_grad_buffer() {
@@ -163,28 +194,51 @@ void ModelStage::backward_input(int mb, int chunk) {
   Activations* a = live(mb, chunk);
   // The output went to the next stage and its gradient has come back, so that send has been
   // received and completing it cannot block. Done before the backward because recomputation
-  // rewrites the output (with the same values), and the set returns to the pool after it.
+  // rewrites the output (with the same values).
   if (!chunks_[chunk].head) p2p_.wait_for_send(a->output().data());
-  // The chunk's gradients are complete after its last microbatch; that is when sequence
-  // parallelism sums its LayerNorm gradients over TP. The data-parallel buckets hear the backward
-  // events of a single chunk as they happen; with several chunks, once all are done.
-  const int microbatches = int(inputs_->size());
-  const bool chunk_done = ++backwards_done_[chunk] == microbatches;
-  const bool stage_done = ++stage_backwards_ == microbatches * int(chunks_.size());
-  const bool single = chunks_.size() == 1;
+  WeightGradInputs* w = acquire_weight_inputs(chunk);
+  awaiting_w_[{mb, chunk}] = w;
   Tensor input_grad;
   if (!chunks_[chunk].embedding) input_grad = take_grad_buffer();
   Stopwatch sw;
   timed("B", mb, chunk, [&] {
-    gpt_backward(*grads_, buffers_, *a, *params_, (*inputs_)[mb], (*targets_)[mb], dloss_, tp_,
-                 single && chunk_done ? grads_final_ : std::function<void(int)>(), chunk_done,
-                 input_grad, workspace_.get());
+    gpt_backward_input(buffers_, *w, *a, *params_, (*targets_)[mb], dloss_, tp_, input_grad,
+                       workspace_.get());
     Kokkos::fence();  // the input gradient is complete before send_backward hands it to MPI
   });
   times_.backward += sw.seconds() * 1e3;
   ++times_.backwards;
-  if (!single && stage_done && grads_final_) grads_final_(shard_.local_layers() + 1);
   if (input_grad.data()) pending_grads_[{mb, chunk}] = input_grad;
+}
+
+void ModelStage::backward_weight(int mb, int chunk) {
+  const auto it = awaiting_w_.find({mb, chunk});
+  if (it == awaiting_w_.end()) {
+    MPF_FATAL("microbatch " + std::to_string(mb) + ", chunk " + std::to_string(chunk) +
+              ": W before its B (the schedule ran its ops out of order)");
+  }
+  WeightGradInputs* w = it->second;
+  Activations* a = live(mb, chunk);
+  // The chunk's gradients are complete after its last W; that is when sequence parallelism sums
+  // its LayerNorm gradients over TP. The data-parallel buckets hear the W events of a single
+  // chunk as they happen; with several chunks, once all are done.
+  const int microbatches = int(inputs_->size());
+  const bool chunk_done = ++weights_done_[chunk] == microbatches;
+  const bool stage_done = ++stage_weights_ == microbatches * int(chunks_.size());
+  const bool single = chunks_.size() == 1;
+  Stopwatch sw;
+  timed("W", mb, chunk, [&] {
+    gpt_backward_weight(*grads_, *w, *a, (*inputs_)[mb], tp_,
+                        single && chunk_done ? grads_final_ : std::function<void(int)>(),
+                        chunk_done, workspace_.get());
+    Kokkos::fence();
+  });
+  times_.weight += sw.seconds() * 1e3;
+  ++times_.weights;
+  if (!single && stage_done && grads_final_) grads_final_(shard_.local_layers() + 1);
+  awaiting_w_.erase(it);
+  live_bytes_ -= bytes_of(w->slab);
+  weight_free_[chunk].push_back(w);
   live_.erase({mb, chunk});
   release(chunk, a);
 }
@@ -202,8 +256,7 @@ void ModelStage::send_forward(int mb, int chunk) {
 
 void ModelStage::recv_backward(int mb, int chunk) {
   if (p2p_.is_last(chunk)) return;
-  timed("recv_backward", mb, chunk,
-        [&] { p2p_.recv_backward(live(mb, chunk)->output_grad.data(), mb, chunk); });
+  timed("recv_backward", mb, chunk, [&] { p2p_.recv_backward(grad_buffer(mb, chunk), mb, chunk); });
 }
 
 void ModelStage::send_backward(int mb, int chunk) {
@@ -215,7 +268,7 @@ void ModelStage::send_forward_recv_backward(int send_mb, int send_chunk, int rec
                                             int recv_chunk) {
   const float* out =
       p2p_.is_last(send_chunk) ? nullptr : live(send_mb, send_chunk)->output().data();
-  float* grad = p2p_.is_last(recv_chunk) ? nullptr : live(recv_mb, recv_chunk)->output_grad.data();
+  float* grad = grad_buffer(recv_mb, recv_chunk);
   if (!out && !grad) return;
   timed("send_forward_recv_backward", recv_mb, recv_chunk, [&] {
     p2p_.send_forward_recv_backward(out, send_mb, send_chunk, grad, recv_mb, recv_chunk);
@@ -230,6 +283,38 @@ void ModelStage::send_backward_recv_forward(int send_mb, int send_chunk, int rec
   timed("send_backward_recv_forward", recv_mb, recv_chunk, [&] {
     p2p_.send_backward_recv_forward(grad, send_mb, send_chunk, in, recv_mb, recv_chunk);
   });
+}
+
+void ModelStage::send_forward_recv_forward(int send_mb, int send_chunk, int recv_mb,
+                                           int recv_chunk) {
+  const float* out =
+      p2p_.is_last(send_chunk) ? nullptr : live(send_mb, send_chunk)->output().data();
+  float* in = input_buffer(recv_mb, recv_chunk);
+  if (!out && !in) return;
+  timed("send_forward_recv_forward", recv_mb, recv_chunk,
+        [&] { p2p_.send_forward_recv_forward(out, send_mb, send_chunk, in, recv_mb, recv_chunk); });
+}
+
+void ModelStage::send_backward_recv_backward(int send_mb, int send_chunk, int recv_mb,
+                                             int recv_chunk) {
+  const float* grad = sent_grad(send_mb, send_chunk);
+  float* out_grad = grad_buffer(recv_mb, recv_chunk);
+  if (!grad && !out_grad) return;
+  timed("send_backward_recv_backward", recv_mb, recv_chunk, [&] {
+    p2p_.send_backward_recv_backward(grad, send_mb, send_chunk, out_grad, recv_mb, recv_chunk);
+  });
+}
+
+void ModelStage::post_recv_forward(int mb, int chunk) {
+  if (p2p_.is_first(chunk)) return;
+  timed("post_recv_forward", mb, chunk,
+        [&] { p2p_.post_recv_forward(input_buffer(mb, chunk), mb, chunk); });
+}
+
+void ModelStage::post_recv_backward(int mb, int chunk) {
+  if (p2p_.is_last(chunk)) return;
+  timed("post_recv_backward", mb, chunk,
+        [&] { p2p_.post_recv_backward(grad_buffer(mb, chunk), mb, chunk); });
 }
 
 double ModelStage::evaluate(const ParameterTensors& params, const std::vector<Tokens>& inputs,
@@ -249,10 +334,7 @@ double ModelStage::evaluate(const ParameterTensors& params, const std::vector<To
       if (!p2p_.is_last(c)) p2p_.send_forward(a->output().data(), int(mb), c);
     }
     p2p_.wait_for_sends();
-    for (int c = 0; c < int(chunks_.size()); ++c) {
-      live_bytes_ -= bytes_of(held[c]->slab);
-      free_[c].push_back(held[c]);
-    }
+    for (int c = 0; c < int(chunks_.size()); ++c) release(c, held[c]);
   }
   return loss;
 }

@@ -1,17 +1,21 @@
 // The model behind the schedule interface (pipeline::StageOps) with real tensors: what the
-// schedule loops drive in the trainer. A rank holds V chunks of the model (its stage's layers,
-// layer_ownership.hpp); activations flow between stages through PipelineP2P. With --pp 1 the
-// one chunk is the whole model, every verb is a no-op, and a schedule is gradient accumulation
-// over M microbatches.
+// schedule loops and the table executor drive in the trainer. A rank holds V chunks of the model
+// (its stage's layers, layer_ownership.hpp); activations flow between stages through PipelineP2P.
+// With --pp 1 the one chunk is the whole model, every verb is a no-op, and a schedule is gradient
+// accumulation over M microbatches.
+//
+// B and W are separate calls (DESIGN.md invariant 5): backward_input computes the input
+// gradients and keeps what the chunk's W reads (its layers' output gradients, a WeightGradInputs
+// set) until backward_weight computes the parameter gradients, whenever the schedule runs it.
 //
 // Memory. With --recompute a microbatch keeps only its blocks' outputs (Megatron's full
-// recomputation): each block's forward runs again right before its backward, in one workspace.
-// Activations are pooled per chunk: forward (or the receive of its input) takes a set,
-// allocating only while the pool is smaller than the most microbatches ever in flight, and
-// backward returns it once the output's send has completed, so the peak in-flight bytes are what
-// the schedule keeps (AFAB holds M microbatches, 1F1B at most P − rank). An input gradient goes
-// out of its own buffer, which is reused once MPI reports that send complete (sends stay in
-// flight, p2p.hpp).
+// recomputation): each block's forward runs again in one workspace right before its B, which then
+// also keeps the activations W reads in the W set. Activations and W sets are pooled per chunk:
+// forward (or the receive of its input) takes an activation set and B a W set, allocating only
+// while a pool is smaller than the most ever in use, and W returns both, so the peak bytes are
+// what the schedule keeps (AFAB holds M microbatches, 1F1B at most P − rank, each with a W set
+// between its B and its W). An input gradient goes out of its own buffer, which is reused once MPI
+// reports that send complete (sends stay in flight, p2p.hpp).
 #pragma once
 
 #include <mpi.h>
@@ -31,13 +35,13 @@ namespace mpf {
 
 // What a rank's ops cost, summed since begin_step (milliseconds), for the bench and the trace.
 struct StageTimes {
-  double forward = 0.0, backward = 0.0;  // compute
-  int forwards = 0, backwards = 0;       // (mb, chunk) ops
+  double forward = 0.0, backward = 0.0, weight = 0.0;  // compute: F, B, W
+  int forwards = 0, backwards = 0, weights = 0;        // (mb, chunk) ops
 };
 
 // One op on a rank's timeline: what ran, and when (seconds since the recorder's origin).
 struct StageEvent {
-  const char* name;  // "F", "B", a P2P verb
+  const char* name;  // "F", "B", "W", a P2P verb
   int mb, chunk;
   double start, end;
 };
@@ -47,13 +51,14 @@ class ModelStage : public pipeline::StageOps {
   // shard: this rank's stage (restrict_to_stage); chunks: its V chunks in order, as local layer
   // ranges of the shard's parameters; pp: the pipeline communicator (a 1-rank one without PP).
   // recompute: keep only block outputs per microbatch and rebuild the rest before each block's
-  // backward (--recompute).
+  // backward (--recompute). placement: where the chunks of all ranks run.
   ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, int micro_batch, int seq_len,
-             bool sequence_parallel, MPI_Comm tp, MPI_Comm pp, bool recompute = false);
+             bool sequence_parallel, MPI_Comm tp, MPI_Comm pp, bool recompute = false,
+             pipeline::ChunkPlacement placement = pipeline::ChunkPlacement::kLooped);
 
   // What the next step runs on: the microbatches' tokens, the parameters and their gradients,
   // dloss (d total loss / d each token's loss), and the hook told when gradients are final (after
-  // the last microbatch's backward only; may be empty).
+  // the last microbatch's W only; may be empty).
   void begin_step(const std::vector<Tokens>* inputs, const std::vector<Tokens>* targets,
                   const ParameterTensors* params, ParameterTensors* grads, float dloss,
                   std::function<void(int)> grads_final);
@@ -66,9 +71,14 @@ class ModelStage : public pipeline::StageOps {
   // Σ of the per-token losses of the microbatches forwarded since begin_step (last stage; 0 on
   // the others).
   double loss_sum() const { return loss_sum_; }
+  // The most bytes of activations and W sets held at once, and the most (mb, chunk)s held (from
+  // their forward's input to their W) at once.
   int64_t peak_activation_bytes() const { return peak_bytes_; }
-  // One microbatch's activations through all of this rank's chunks.
+  int peak_held() const { return peak_held_; }
+  // One microbatch's activations through all of this rank's chunks, and its W sets (what waits
+  // from a B to its W).
   int64_t microbatch_bytes() const;
+  int64_t weight_input_bytes() const;
   // The backward buffers and, under recomputation, the one-block workspace.
   int64_t buffer_bytes() const {
     return bytes_of(buffers_.slab) + (workspace_ ? bytes_of(workspace_->slab) : 0);
@@ -84,7 +94,7 @@ class ModelStage : public pipeline::StageOps {
 
   void forward(int mb, int chunk) override;
   void backward_input(int mb, int chunk) override;
-  void backward_weight(int, int) override {}  // W runs inside B, block by block
+  void backward_weight(int mb, int chunk) override;
   void recv_forward(int mb, int chunk) override;
   void send_forward(int mb, int chunk) override;
   void recv_backward(int mb, int chunk) override;
@@ -93,11 +103,19 @@ class ModelStage : public pipeline::StageOps {
                                   int recv_chunk) override;
   void send_backward_recv_forward(int send_mb, int send_chunk, int recv_mb,
                                   int recv_chunk) override;
+  void send_forward_recv_forward(int send_mb, int send_chunk, int recv_mb, int recv_chunk) override;
+  void send_backward_recv_backward(int send_mb, int send_chunk, int recv_mb,
+                                   int recv_chunk) override;
+  void post_recv_forward(int mb, int chunk) override;
+  void post_recv_backward(int mb, int chunk) override;
 
  private:
   using Key = std::pair<int, int>;  // (microbatch, chunk)
   Activations* acquire(int chunk);
   void release(int chunk, Activations* a);
+  WeightGradInputs* acquire_weight_inputs(int chunk);
+  // The buffers a receive of (mb, chunk) fills: its input, or its output's gradient.
+  float* grad_buffer(int mb, int chunk);
   // The activations of (mb, chunk), forward done or input received; fatal if none.
   Activations* live(int mb, int chunk) const;
   // Activations for (mb, chunk) about to receive their input.
@@ -119,17 +137,21 @@ class ModelStage : public pipeline::StageOps {
   std::vector<std::vector<std::unique_ptr<Activations>>> pool_;  // per chunk
   std::vector<std::vector<Activations*>> free_;                  // per chunk
   std::map<Key, Activations*> live_;
+  std::vector<std::vector<std::unique_ptr<WeightGradInputs>>> weight_pool_;  // per chunk
+  std::vector<std::vector<WeightGradInputs*>> weight_free_;                  // per chunk
+  std::map<Key, WeightGradInputs*> awaiting_w_;                              // B done, W not yet
   std::vector<Slab> grad_pool_;          // input-gradient send buffers
   std::map<Key, Tensor> pending_grads_;  // computed by backward, not yet sent
   int64_t live_bytes_ = 0, peak_bytes_ = 0;
+  int held_ = 0, peak_held_ = 0;
   const std::vector<Tokens>* inputs_ = nullptr;
   const std::vector<Tokens>* targets_ = nullptr;
   const ParameterTensors* params_ = nullptr;
   ParameterTensors* grads_ = nullptr;
   float dloss_ = 0.0f;
   std::function<void(int)> grads_final_;
-  std::vector<int> backwards_done_;  // per chunk, this step
-  int stage_backwards_ = 0;
+  std::vector<int> weights_done_;  // per chunk, this step
+  int stage_weights_ = 0;
   double loss_sum_ = 0.0;
   StageTimes times_;
   std::vector<StageEvent>* events_ = nullptr;

@@ -5,7 +5,9 @@
 //             while the backward's output gradient comes in (send_forward_recv_backward), and
 //             the backward's input gradient goes out while the next forward's input comes in
 //             (send_backward_recv_forward).
-//   Cooldown: the last `warmup` backwards drain the pipeline.
+//   Cooldown: the last `warmup` backwards drain the pipeline. Without a steady phase (M <= warmup)
+//             the last forward's output still goes out paired with the first gradient, as in
+//             the steady state (the table form, one_f_one_b_table.cpp, yields this op sequence).
 // Microbatches start and finish in order: forward i in the steady state is warmup + i,
 // backward i is i.
 #include "pipeline/schedule.hpp"
@@ -23,7 +25,7 @@ void run_one_f_one_b(StageOps& ops, const PipelineShape& shape) {
   for (int mb = 0; mb < warmup; ++mb) {
     ops.recv_forward(mb, chunk);
     ops.forward(mb, chunk);
-    ops.send_forward(mb, chunk);
+    if (mb < M - 1) ops.send_forward(mb, chunk);  // the last forward's, paired below
   }
 
   // Steady
@@ -43,7 +45,11 @@ void run_one_f_one_b(StageOps& ops, const PipelineShape& shape) {
 
   // Cooldown
   for (int mb = steady; mb < M; ++mb) {
-    ops.recv_backward(mb, chunk);
+    if (mb == 0) {  // no steady phase
+      ops.send_forward_recv_backward(M - 1, chunk, 0, chunk);
+    } else {
+      ops.recv_backward(mb, chunk);
+    }
     ops.backward_input(mb, chunk);
     ops.backward_weight(mb, chunk);
     ops.send_backward(mb, chunk);

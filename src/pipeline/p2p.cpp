@@ -10,7 +10,8 @@
 
 namespace mpf {
 
-PipelineP2P::PipelineP2P(MPI_Comm pp, int chunks, int64_t count) : pp_(pp), chunks_(chunks) {
+PipelineP2P::PipelineP2P(MPI_Comm pp, int chunks, int64_t count, pipeline::ChunkPlacement placement)
+    : pp_(pp), placement_(placement), chunks_(chunks) {
   MPI_Comm_rank(pp, &rank_);
   MPI_Comm_size(pp, &stages_);
   require(count <= INT_MAX,
@@ -36,9 +37,9 @@ int PipelineP2P::tag(int mb, int receiving_stage, Direction d) const {
 
 void PipelineP2P::post_send(const float* buf, int mb, int chunk, Direction d, MPI_Request* req,
                             const char* verb) {
-  const int stage = chunk * stages_ + rank_;
+  const int stage = stage_of(chunk);
   const int to_stage = d == kForward ? stage + 1 : stage - 1;
-  const int peer = d == kForward ? (rank_ + 1) % stages_ : (rank_ - 1 + stages_) % stages_;
+  const int peer = rank_of(to_stage);
   if (trace_)
     std::fprintf(stderr, "%s | %d -> %d | mb %d, chunk %d\n", verb, rank_, peer, mb, chunk);
   MPF_MPI_CHECK(MPI_Isend(buf, count_, MPI_FLOAT, peer, tag(mb, to_stage, d), pp_, req));
@@ -46,8 +47,8 @@ void PipelineP2P::post_send(const float* buf, int mb, int chunk, Direction d, MP
 
 void PipelineP2P::post_recv(float* buf, int mb, int chunk, Direction d, MPI_Request* req,
                             const char* verb) {
-  const int stage = chunk * stages_ + rank_;
-  const int peer = d == kForward ? (rank_ - 1 + stages_) % stages_ : (rank_ + 1) % stages_;
+  const int stage = stage_of(chunk);
+  const int peer = rank_of(d == kForward ? stage - 1 : stage + 1);
   if (trace_)
     std::fprintf(stderr, "%s | %d <- %d | mb %d, chunk %d\n", verb, rank_, peer, mb, chunk);
   MPF_MPI_CHECK(MPI_Irecv(buf, count_, MPI_FLOAT, peer, tag(mb, stage, d), pp_, req));
@@ -64,7 +65,13 @@ void PipelineP2P::send(const float* buf, int mb, int chunk, Direction d, const c
 
 void PipelineP2P::receive(float* buf, int mb, int chunk, Direction d, const char* verb) {
   MPI_Request r;
-  post_recv(buf, mb, chunk, d, &r, verb);
+  const auto ahead = posted_.find({mb, chunk, d});
+  if (ahead != posted_.end()) {
+    r = ahead->second;
+    posted_.erase(ahead);
+  } else {
+    post_recv(buf, mb, chunk, d, &r, verb);
+  }
   wait(&r, 1);
 }
 
@@ -115,6 +122,17 @@ void PipelineP2P::send_backward(const float* input_grad, int mb, int chunk) {
   if (!is_first(chunk)) send(input_grad, mb, chunk, kBackward, "send_backward");
 }
 
+void PipelineP2P::post_recv_forward(float* input, int mb, int chunk) {
+  if (is_first(chunk)) return;
+  post_recv(input, mb, chunk, kForward, &posted_[{mb, chunk, kForward}], "post_recv_forward");
+}
+
+void PipelineP2P::post_recv_backward(float* output_grad, int mb, int chunk) {
+  if (is_last(chunk)) return;
+  post_recv(output_grad, mb, chunk, kBackward, &posted_[{mb, chunk, kBackward}],
+            "post_recv_backward");
+}
+
 void PipelineP2P::send_forward_recv_backward(const float* output, int send_mb, int send_chunk,
                                              float* output_grad, int recv_mb, int recv_chunk) {
   // The send is posted before the receive is waited on, so two neighbours doing the mirror pair
@@ -133,6 +151,25 @@ void PipelineP2P::send_backward_recv_forward(const float* input_grad, int send_m
   }
   if (!is_first(recv_chunk)) {
     receive(input, recv_mb, recv_chunk, kForward, "send_backward_recv_forward");
+  }
+}
+
+void PipelineP2P::send_forward_recv_forward(const float* output, int send_mb, int send_chunk,
+                                            float* input, int recv_mb, int recv_chunk) {
+  if (!is_last(send_chunk))
+    send(output, send_mb, send_chunk, kForward, "send_forward_recv_forward");
+  if (!is_first(recv_chunk)) {
+    receive(input, recv_mb, recv_chunk, kForward, "send_forward_recv_forward");
+  }
+}
+
+void PipelineP2P::send_backward_recv_backward(const float* input_grad, int send_mb, int send_chunk,
+                                              float* output_grad, int recv_mb, int recv_chunk) {
+  if (!is_first(send_chunk)) {
+    send(input_grad, send_mb, send_chunk, kBackward, "send_backward_recv_backward");
+  }
+  if (!is_last(recv_chunk)) {
+    receive(output_grad, recv_mb, recv_chunk, kBackward, "send_backward_recv_backward");
   }
 }
 

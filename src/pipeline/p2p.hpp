@@ -8,24 +8,32 @@
 // stage has nothing to receive forward or send backward, the last nothing to send forward or
 // receive backward: those halves are no-ops inside the verbs.
 //
-// With V model chunks per rank (interleaved), virtual stage s = chunk·P + rank; its successor
-// s + 1 is on rank (rank + 1) mod P, so the stages form a ring. A message's tag is built from
-// (microbatch, receiving virtual stage, direction), so a receive matches exactly its send.
+// With V model chunks per rank, a chunk's virtual stage and its neighbours' ranks follow the
+// chunk placement (placement.hpp): looped (interleaved), virtual stage s = chunk·P + rank, whose
+// successor s + 1 is on rank (rank + 1) mod P, so the stages form a ring; or in a V, where the
+// neighbours are the ranks next to this one, or this rank itself at the V's turn. A message's tag
+// is built from (microbatch, receiving virtual stage, direction), so a receive matches exactly its
+// send. A receive may be posted ahead (post_recv_*) and completed by the verb that needs it.
 // MPIFORMER_TRACE_PP=1 prints `verb | rank -> peer | mb, chunk` to stderr for every message.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <vector>
+
+#include "pipeline/placement.hpp"
 
 namespace mpf {
 
 class PipelineP2P {
  public:
   // pp: the pipeline communicator; chunks: V; count: floats in one message (a microbatch's
-  // activation, (B,T,C) or its sequence-parallel rows).
-  PipelineP2P(MPI_Comm pp, int chunks, int64_t count);
+  // activation, (B,T,C) or its sequence-parallel rows); placement: where the chunks run.
+  PipelineP2P(MPI_Comm pp, int chunks, int64_t count,
+              pipeline::ChunkPlacement placement = pipeline::ChunkPlacement::kLooped);
 
   void recv_forward(float* input, int mb, int chunk);
   void send_forward(const float* output, int mb, int chunk);
@@ -37,6 +45,15 @@ class PipelineP2P {
                                   float* output_grad, int recv_mb, int recv_chunk);
   void send_backward_recv_forward(const float* input_grad, int send_mb, int send_chunk,
                                   float* input, int recv_mb, int recv_chunk);
+  // Megatron's same-direction pairs.
+  void send_forward_recv_forward(const float* output, int send_mb, int send_chunk, float* input,
+                                 int recv_mb, int recv_chunk);
+  void send_backward_recv_backward(const float* input_grad, int send_mb, int send_chunk,
+                                   float* output_grad, int recv_mb, int recv_chunk);
+  // Post a receive now; the verb receiving (mb, chunk) later only waits for it. The buffer must
+  // be the one that verb would receive into.
+  void post_recv_forward(float* input, int mb, int chunk);
+  void post_recv_backward(float* output_grad, int mb, int chunk);
 
   // Completes every send still in flight; their buffers may be reused afterwards.
   void wait_for_sends();
@@ -54,8 +71,11 @@ class PipelineP2P {
     return (int64_t(tag_ub_) + 1) / (2 * int64_t(stages_) * chunks_);
   }
 
-  bool is_first(int chunk) const { return chunk == 0 && rank_ == 0; }
-  bool is_last(int chunk) const { return chunk == chunks_ - 1 && rank_ == stages_ - 1; }
+  int stage_of(int chunk) const {
+    return pipeline::virtual_stage(placement_, stages_, rank_, chunk);
+  }
+  bool is_first(int chunk) const { return stage_of(chunk) == 0; }
+  bool is_last(int chunk) const { return stage_of(chunk) == stages_ * chunks_ - 1; }
 
  private:
   enum Direction { kForward = 0, kBackward = 1 };
@@ -65,12 +85,15 @@ class PipelineP2P {
   void post_recv(float* buf, int mb, int chunk, Direction d, MPI_Request* req, const char* verb);
   void wait(MPI_Request* reqs, int n);
   void send(const float* buf, int mb, int chunk, Direction d, const char* verb);
-  // Posts a receive and waits for it.
+  // Waits for the receive of (mb, chunk, d), posting it first unless it was posted ahead.
   void receive(float* buf, int mb, int chunk, Direction d, const char* verb);
+  // The rank running virtual stage s.
+  int rank_of(int s) const { return pipeline::chunk_site(placement_, stages_, s).rank; }
   // Drops the sends whose requests MPI has completed.
   void forget_completed_sends();
 
   MPI_Comm pp_;
+  pipeline::ChunkPlacement placement_;
   int rank_ = 0, stages_ = 1, chunks_ = 1;
   int count_ = 0;
   int tag_ub_ = 32767;
@@ -79,7 +102,8 @@ class PipelineP2P {
     MPI_Request request;
     const float* buf;
   };
-  std::vector<Send> sends_;  // in flight
+  std::vector<Send> sends_;                                  // in flight
+  std::map<std::tuple<int, int, int>, MPI_Request> posted_;  // receives posted ahead
 };
 
 }  // namespace mpf

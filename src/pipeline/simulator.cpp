@@ -35,10 +35,12 @@ std::string mb_chunk(int mb, int chunk) {
   return "(mb " + std::to_string(mb) + ", chunk " + std::to_string(chunk) + ")";
 }
 
-// Virtual stage chunk·P + rank runs after chunk·P + rank − 1 (stage_ops.hpp).
-int sender_of(MessageKey k, int rank, int P) {
-  if (k.dir == Direction::kForward) return rank > 0 ? rank - 1 : P - 1;
-  return rank < P - 1 ? rank + 1 : 0;
+// The rank that sends `k` to `rank`: the one running the previous virtual stage (forward) or the
+// next one (backward) of the receiving chunk.
+int sender_of(MessageKey k, int rank, const PipelineShape& shape) {
+  const int s = virtual_stage(shape.placement, shape.stages, rank, k.chunk);
+  return chunk_site(shape.placement, shape.stages, k.dir == Direction::kForward ? s - 1 : s + 1)
+      .rank;
 }
 
 // "the activation of (mb 3, chunk 1)": chunk is the receiver's.
@@ -47,52 +49,45 @@ std::string what(MessageKey k) {
          mb_chunk(k.mb, k.chunk);
 }
 
-std::string describe(MessageKey k, int rank, int P) {
-  return what(k) + " from rank " + std::to_string(sender_of(k, rank, P));
+std::string describe(MessageKey k, int rank, const PipelineShape& shape) {
+  return what(k) + " from rank " + std::to_string(sender_of(k, rank, shape));
 }
 
 // Thrown inside a rank's thread once another rank has failed: unwinds it without a report.
 struct Aborted {};
 
 // One half of a message as a rank posts it: a send to `dest`, or a receive at `dest` (its own
-// rank). The message is (dest, key) for both halves.
+// rank). The message is (dest, key) for both halves. `local`: between two chunks of one rank (a
+// hand-off: free, and its send never waits); `posted`: a receive already posted ahead.
 struct Request {
   bool send;
   int dest;
   MessageKey key;
+  bool local = false, posted = false;
 };
 
 // The simulated ranks' messages and the bookkeeping that turns a deadlock or a hang into an
 // error. Everything below is guarded by mutex_.
 class Network {
  public:
-  Network(int P, const OpCosts& costs, SendMode sends, WallClock::time_point deadline)
-      : P_(P),
+  Network(const PipelineShape& shape, const OpCosts& costs, SendMode sends,
+          WallClock::time_point deadline)
+      : P_(shape.stages),
+        shape_(shape),
         p2p_(costs.p2p),
         sends_(sends),
         deadline_(deadline),
-        channels_(P),
-        cv_(P),
-        state_(P, State::kRunning),
-        awaiting_(P) {}
+        channels_(shape.stages),
+        cv_(shape.stages),
+        state_(shape.stages, State::kRunning),
+        awaiting_(shape.stages) {}
 
   // Posts `requests` at simulated time `clock` on `rank`, waits until every one has completed,
   // and returns the time the last completed: a receive when its message has arrived, a send at
   // once (buffered) or when its receiver has posted and the data has moved (rendezvous).
   double exchange(int rank, const std::vector<Request>& requests, double clock) {
     std::unique_lock<std::mutex> lock(mutex_);
-    for (const Request& q : requests) {
-      Channel& ch = channels_[q.dest][q.key];
-      if (q.send) {
-        ch.send_posted = true;
-        ch.send_time = clock;
-        cv_[q.dest].notify_one();
-      } else {
-        ch.recv_posted = true;
-        ch.recv_time = clock;
-        cv_[sender_of(q.key, q.dest, P_)].notify_one();
-      }
-    }
+    for (const Request& q : requests) post_locked(q, clock);
     for (;;) {
       if (aborted_) throw Aborted{};
       const Request* pending = first_pending_locked(requests);
@@ -113,6 +108,12 @@ class Network {
         throw Aborted{};
       }
     }
+  }
+
+  // Posts a receive ahead of the verb that will wait for it.
+  void post(const Request& receive, double clock) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    post_locked(receive, clock);
   }
 
   // Between ops: stop if another rank failed or the wall clock ran out.
@@ -149,7 +150,7 @@ class Network {
     for (int r = 0; r < P_; ++r) {
       for (const auto& [key, ch] : channels_[r]) {
         if (!ch.recv_posted)
-          return "rank " + std::to_string(r) + " never received " + describe(key, r, P_);
+          return "rank " + std::to_string(r) + " never received " + describe(key, r, shape_);
       }
     }
     return "";
@@ -164,10 +165,23 @@ class Network {
 
   const Channel& channel_locked(const Request& q) { return channels_[q.dest][q.key]; }
 
+  void post_locked(const Request& q, double clock) {
+    Channel& ch = channels_[q.dest][q.key];
+    if (q.send) {
+      ch.send_posted = true;
+      ch.send_time = clock;
+      cv_[q.dest].notify_one();
+    } else if (!q.posted) {
+      ch.recv_posted = true;
+      ch.recv_time = clock;
+      cv_[sender_of(q.key, q.dest, shape_)].notify_one();
+    }
+  }
+
   bool complete_locked(const Request& q) {
     const Channel& ch = channel_locked(q);
     if (!q.send) return ch.send_posted;
-    return sends_ == SendMode::kBuffered || ch.recv_posted;
+    return sends_ == SendMode::kBuffered || q.local || ch.recv_posted;
   }
 
   const Request* first_pending_locked(const std::vector<Request>& requests) {
@@ -181,13 +195,14 @@ class Network {
   // ends have posted, and both ends complete on arrival.
   double completion_locked(const Request& q) {
     const Channel& ch = channel_locked(q);
+    if (q.local) return q.send ? ch.send_time : std::max(ch.recv_time, ch.send_time);
     if (sends_ == SendMode::kRendezvous) return std::max(ch.send_time, ch.recv_time) + p2p_;
     return q.send ? ch.send_time : std::max(ch.recv_time, ch.send_time + p2p_);
   }
 
   std::string describe_wait(int rank, const Request& q) const {
     if (!q.send)
-      return "rank " + std::to_string(rank) + " waits for " + describe(q.key, q.dest, P_);
+      return "rank " + std::to_string(rank) + " waits for " + describe(q.key, q.dest, shape_);
     return "rank " + std::to_string(rank) + " waits for rank " + std::to_string(q.dest) +
            " to receive " + what(q.key) + " (a rendezvous send)";
   }
@@ -213,6 +228,7 @@ class Network {
   }
 
   const int P_;
+  const PipelineShape shape_;
   const double p2p_;
   const SendMode sends_;
   const WallClock::time_point deadline_;
@@ -230,6 +246,7 @@ class SimulatedStage final : public StageOps {
  public:
   SimulatedStage(Network& net, const PipelineShape& shape, const OpCosts& costs)
       : net_(net),
+        shape_(shape),
         P_(shape.stages),
         V_(shape.virtual_stages),
         M_(shape.microbatches),
@@ -242,22 +259,22 @@ class SimulatedStage final : public StageOps {
   void forward(int mb, int chunk) override {
     Progress& p = at("forward", mb, chunk);
     if (p.forward) bug("forward" + mb_chunk(mb, chunk) + " twice");
-    if (!first_virtual(chunk) && !p.input) {
+    if (!first_virtual(chunk) && p.input != kDone) {
       bug("forward" + mb_chunk(mb, chunk) + " before recv_forward of its input");
     }
     p.forward = true;
-    compute(OpKind::kForward, mb, chunk, costs_.forward_on(rank_));
+    compute(SimOp::kForward, mb, chunk, costs_.forward_on(rank_));
   }
 
   void backward_input(int mb, int chunk) override {
     Progress& p = at("backward_input", mb, chunk);
     if (p.backward_input) bug("backward_input" + mb_chunk(mb, chunk) + " twice");
     if (!p.forward) bug("backward_input" + mb_chunk(mb, chunk) + " before its forward");
-    if (!last_virtual(chunk) && !p.grad) {
+    if (!last_virtual(chunk) && p.grad != kDone) {
       bug("backward_input" + mb_chunk(mb, chunk) + " before recv_backward of its gradient");
     }
     p.backward_input = true;
-    compute(OpKind::kBackwardInput, mb, chunk, costs_.backward_input_on(rank_));
+    compute(SimOp::kBackwardInput, mb, chunk, costs_.backward_input_on(rank_));
   }
 
   void backward_weight(int mb, int chunk) override {
@@ -265,7 +282,7 @@ class SimulatedStage final : public StageOps {
     if (p.backward_weight) bug("backward_weight" + mb_chunk(mb, chunk) + " twice");
     if (!p.backward_input) bug("backward_weight" + mb_chunk(mb, chunk) + " before its B");
     p.backward_weight = true;
-    compute(OpKind::kBackwardWeight, mb, chunk, costs_.backward_weight);
+    compute(SimOp::kBackwardWeight, mb, chunk, costs_.backward_weight_on(rank_));
   }
 
   void recv_forward(int mb, int chunk) override { exchange({input_recv(mb, chunk)}); }
@@ -281,6 +298,17 @@ class SimulatedStage final : public StageOps {
                                   int recv_chunk) override {
     exchange({grad_send(send_mb, send_chunk), input_recv(recv_mb, recv_chunk)});
   }
+  void send_forward_recv_forward(int send_mb, int send_chunk, int recv_mb,
+                                 int recv_chunk) override {
+    exchange({output_send(send_mb, send_chunk), input_recv(recv_mb, recv_chunk)});
+  }
+  void send_backward_recv_backward(int send_mb, int send_chunk, int recv_mb,
+                                   int recv_chunk) override {
+    exchange({grad_send(send_mb, send_chunk), grad_recv(recv_mb, recv_chunk)});
+  }
+  void post_recv_forward(int mb, int chunk) override { post_ahead(input_recv(mb, chunk, true)); }
+  void post_recv_backward(int mb, int chunk) override { post_ahead(grad_recv(mb, chunk, true)); }
+
   // After the loop: a training step forwards and backwards every (mb, chunk).
   void check_complete() const {
     for (int mb = 0; mb < M_; ++mb) {
@@ -293,15 +321,19 @@ class SimulatedStage final : public StageOps {
   }
 
  private:
+  // A receive: not yet, posted ahead (post_recv_*), or done.
+  enum Receive { kNone, kPosted, kDone };
   struct Progress {
-    bool input = false, forward = false, sent_forward = false;
-    bool grad = false, backward_input = false, backward_weight = false, sent_backward = false;
+    Receive input = kNone, grad = kNone;
+    bool forward = false, sent_forward = false;
+    bool backward_input = false, backward_weight = false, sent_backward = false;
   };
   // A request, or none where the verb's half is a no-op (the ends of the pipeline).
   using MaybeRequest = std::pair<bool, Request>;
 
-  bool first_virtual(int chunk) const { return rank_ == 0 && chunk == 0; }
-  bool last_virtual(int chunk) const { return rank_ == P_ - 1 && chunk == V_ - 1; }
+  int stage(int chunk) const { return virtual_stage(shape_.placement, P_, rank_, chunk); }
+  bool first_virtual(int chunk) const { return stage(chunk) == 0; }
+  bool last_virtual(int chunk) const { return stage(chunk) == P_ * V_ - 1; }
 
   [[noreturn]] void bug(const std::string& what) const {
     throw SimulationError("rank " + std::to_string(rank_) + ": " + what);
@@ -316,12 +348,36 @@ class SimulatedStage final : public StageOps {
     return progress_[static_cast<size_t>(mb) * V_ + chunk];
   }
 
-  MaybeRequest input_recv(int mb, int chunk) {
+  // The receive of a message from virtual stage `from` into (mb, chunk), as verb `name` asks for
+  // it; ahead: a post_recv_*, which must come first.
+  MaybeRequest receive(Receive& state, const char* name, int mb, int chunk, Direction dir, int from,
+                       bool ahead) {
+    if (ahead && state != kNone) bug(std::string(name) + mb_chunk(mb, chunk) + " posted twice");
+    if (!ahead && state == kDone) bug(std::string(name) + mb_chunk(mb, chunk) + " twice");
+    const bool posted = state == kPosted;
+    state = ahead ? kPosted : kDone;
+    const bool local = chunk_site(shape_.placement, P_, from).rank == rank_;
+    return {true, {false, rank_, {mb, chunk, dir}, local, posted}};
+  }
+
+  MaybeRequest input_recv(int mb, int chunk, bool ahead = false) {
     Progress& p = at("recv_forward", mb, chunk);
     if (first_virtual(chunk)) return {false, {}};  // reads the tokens
-    if (p.input) bug("recv_forward" + mb_chunk(mb, chunk) + " twice");
-    p.input = true;
-    return {true, {false, rank_, {mb, chunk, Direction::kForward}}};
+    return receive(p.input, "recv_forward", mb, chunk, Direction::kForward, stage(chunk) - 1,
+                   ahead);
+  }
+
+  MaybeRequest grad_recv(int mb, int chunk, bool ahead = false) {
+    Progress& p = at("recv_backward", mb, chunk);
+    if (last_virtual(chunk)) return {false, {}};  // starts from the loss
+    return receive(p.grad, "recv_backward", mb, chunk, Direction::kBackward, stage(chunk) + 1,
+                   ahead);
+  }
+
+  // A send to virtual stage `to`, keyed by its receiving chunk.
+  Request send_to(int mb, int to, Direction dir) const {
+    const ChunkSite site = chunk_site(shape_.placement, P_, to);
+    return {true, site.rank, {mb, site.chunk, dir}, site.rank == rank_, false};
   }
 
   MaybeRequest output_send(int mb, int chunk) {
@@ -330,17 +386,7 @@ class SimulatedStage final : public StageOps {
     if (!p.forward) bug("send_forward" + mb_chunk(mb, chunk) + " before its forward");
     if (p.sent_forward) bug("send_forward" + mb_chunk(mb, chunk) + " twice");
     p.sent_forward = true;
-    const bool wraps = rank_ == P_ - 1;  // to rank 0's next chunk
-    return {true,
-            {true, wraps ? 0 : rank_ + 1, {mb, wraps ? chunk + 1 : chunk, Direction::kForward}}};
-  }
-
-  MaybeRequest grad_recv(int mb, int chunk) {
-    Progress& p = at("recv_backward", mb, chunk);
-    if (last_virtual(chunk)) return {false, {}};  // starts from the loss
-    if (p.grad) bug("recv_backward" + mb_chunk(mb, chunk) + " twice");
-    p.grad = true;
-    return {true, {false, rank_, {mb, chunk, Direction::kBackward}}};
+    return {true, send_to(mb, stage(chunk) + 1, Direction::kForward)};
   }
 
   MaybeRequest grad_send(int mb, int chunk) {
@@ -349,10 +395,7 @@ class SimulatedStage final : public StageOps {
     if (!p.backward_input) bug("send_backward" + mb_chunk(mb, chunk) + " before its B");
     if (p.sent_backward) bug("send_backward" + mb_chunk(mb, chunk) + " twice");
     p.sent_backward = true;
-    const bool wraps = rank_ == 0;  // to the last rank's previous chunk
-    return {
-        true,
-        {true, wraps ? P_ - 1 : rank_ - 1, {mb, wraps ? chunk - 1 : chunk, Direction::kBackward}}};
+    return {true, send_to(mb, stage(chunk) - 1, Direction::kBackward)};
   }
 
   // A verb: post its halves together, then wait for all of them.
@@ -364,24 +407,29 @@ class SimulatedStage final : public StageOps {
     if (!requests.empty()) clock_ = net_.exchange(rank_, requests, clock_);
   }
 
-  void compute(OpKind op, int mb, int chunk, double cost) {
+  void post_ahead(const MaybeRequest& receive) {
+    if (receive.first) net_.post(receive.second, clock_);
+  }
+
+  void compute(SimOp op, int mb, int chunk, double cost) {
     events.push_back({op, mb, chunk, clock_, clock_ + cost});
     clock_ += cost;
   }
 
   Network& net_;
+  const PipelineShape shape_;
   const int P_, V_, M_, rank_;
   const OpCosts costs_;
   std::vector<Progress> progress_;
   double clock_ = 0.0;
 };
 
-// Forwards whose backward (B and W) has not completed, at its highest, in program order.
-int peak_in_flight(const std::vector<SimEvent>& events) {
+// The most forwards, in program order, whose `until` op had not come yet.
+int peak_before(const std::vector<SimEvent>& events, SimOp until) {
   int now = 0, peak = 0;
   for (const SimEvent& e : events) {
-    if (e.op == OpKind::kForward) peak = std::max(peak, ++now);
-    if (e.op == OpKind::kBackwardWeight) --now;
+    if (e.op == SimOp::kForward) peak = std::max(peak, ++now);
+    if (e.op == until) --now;
   }
   return peak;
 }
@@ -392,12 +440,13 @@ SimulationResult simulate(const ScheduleLoop& loop, const PipelineShape& shape,
                           const OpCosts& costs, SendMode sends, std::chrono::milliseconds timeout) {
   const int P = shape.stages;
   if (P < 1) throw SimulationError("simulate: a pipeline needs at least one stage");
-  for (const auto* by_rank : {&costs.forward_by_rank, &costs.backward_by_rank}) {
+  for (const auto* by_rank :
+       {&costs.forward_by_rank, &costs.backward_by_rank, &costs.weight_by_rank}) {
     if (!by_rank->empty() && int(by_rank->size()) != P) {
       throw SimulationError("simulate: per-rank costs need one entry per rank");
     }
   }
-  Network net(P, costs, sends, WallClock::now() + timeout);
+  Network net(shape, costs, sends, WallClock::now() + timeout);
   std::vector<std::unique_ptr<SimulatedStage>> stages;
   for (int r = 0; r < P; ++r) {
     PipelineShape mine = shape;
@@ -447,7 +496,8 @@ SimulationResult simulate(const ScheduleLoop& loop, const PipelineShape& shape,
     }
     res.busy.push_back(busy);
     busy_total += busy;
-    res.peak_in_flight.push_back(peak_in_flight(stages[r]->events));
+    res.peak_in_flight.push_back(peak_before(stages[r]->events, SimOp::kBackwardWeight));
+    res.peak_before_b.push_back(peak_before(stages[r]->events, SimOp::kBackwardInput));
     res.peak_in_flight_overall = std::max(res.peak_in_flight_overall, res.peak_in_flight.back());
     res.events.push_back(std::move(stages[r]->events));
   }
@@ -455,11 +505,26 @@ SimulationResult simulate(const ScheduleLoop& loop, const PipelineShape& shape,
   return res;
 }
 
+SimulationResult simulate(const SchedulePlan& plan, const OpCosts& costs, SendMode sends,
+                          std::chrono::milliseconds timeout) {
+  return simulate([&plan](StageOps& ops, const PipelineShape& mine) { plan.run(ops, mine.rank); },
+                  plan.shape(), costs, sends, timeout);
+}
+
+SimulationResult simulate(const ScheduleTable& table, const PipelineShape& shape,
+                          const OpCosts& costs, SendMode sends, std::chrono::milliseconds timeout) {
+  if (table.size() != size_t(shape.stages)) {
+    throw SimulationError("simulate: a table needs one list per rank");
+  }
+  const std::vector<StageProgram> programs = insert_p2p(table, shape);
+  return simulate(
+      [&programs](StageOps& ops, const PipelineShape& mine) { execute(programs[mine.rank], ops); },
+      shape, costs, sends, timeout);
+}
+
 SimulationResult simulate(Schedule s, const PipelineShape& shape, const OpCosts& costs,
                           SendMode sends, std::chrono::milliseconds timeout) {
-  validate(shape, s);  // an InputError here, not one per thread
-  return simulate([s](StageOps& ops, const PipelineShape& mine) { run_schedule(s, ops, mine); },
-                  shape, costs, sends, timeout);
+  return simulate(SchedulePlan(s, shape, costs), costs, sends, timeout);  // InputError first
 }
 
 }  // namespace mpf::pipeline

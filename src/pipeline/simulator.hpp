@@ -1,14 +1,19 @@
-// A whole pipeline in one process: runs a schedule's own loop (schedule.hpp) for all P ranks, one
-// std::thread per simulated rank, with a StageOps that records events on a simulated clock
-// instead of computing. The picture of a run therefore comes from the code that runs it.
+// A whole pipeline in one process: runs a schedule's own loop or its plan's programs
+// (schedule_plan.hpp) for all P ranks, one std::thread per simulated rank, with a StageOps that
+// records events on a simulated clock instead of computing. The picture of a run therefore comes
+// from the code that runs it.
 //
-// Time model (costs equal on every stage):
+// Time model (OpCosts, schedule.hpp):
 // - forward / backward_input / backward_weight advance the rank's clock by F / B / W;
-// - a verb posts its halves (one, or two for a pair) at the rank's clock, then waits for all;
-// - buffered sends (the default): a send completes at once, its message arrives at the sender's
-//   clock + P2P, and a receive completes at max(own clock, arrival);
-// - rendezvous sends (what MPI does with large messages, and so what PipelineP2P's blocking verbs
-//   do): data moves once both ends have posted, and both complete P2P later;
+// - a verb posts its halves (one, or two for a pair) at the rank's clock, then waits for all; a
+//   post_recv_* posts its receive and goes on;
+// - buffered sends (the default; what PipelineP2P does, its sends stay in flight): a send
+//   completes at once, its message arrives at the sender's clock + P2P, and a receive completes
+//   at max(own clock, arrival);
+// - rendezvous sends (what a send that waits for its receiver would do, as MPI_Send with large
+//   messages): data moves once both ends have posted, and both complete P2P later;
+// - a message to the rank's own next chunk (a V's turn) is a local hand-off: it costs nothing and
+//   its send never waits;
 // - time a rank spends waiting is idle (bubble).
 // Each rank's clock depends only on the messages it receives, never on how the threads are
 // scheduled, so results are deterministic.
@@ -28,32 +33,16 @@
 #include <vector>
 
 #include "pipeline/schedule.hpp"
+#include "pipeline/schedule_plan.hpp"
 
 namespace mpf::pipeline {
 
 enum class SendMode { kBuffered, kRendezvous };
 
-// Simulated time units per op, the same on every stage unless a measured profile gives each
-// rank its own F and B (stages differ: the first holds the embedding, the last the LM head).
-struct OpCosts {
-  double forward = 1.0;          // F
-  double backward_input = 2.0;   // B (input gradient)
-  double backward_weight = 0.0;  // W (weight gradient); 0: counted inside B
-  double p2p = 0.0;              // per message, from send to arrival
-  // Per rank (empty, or one entry per rank): override forward and backward_input.
-  std::vector<double> forward_by_rank, backward_by_rank;
-  double forward_on(int rank) const {
-    return forward_by_rank.empty() ? forward : forward_by_rank[rank];
-  }
-  double backward_input_on(int rank) const {
-    return backward_by_rank.empty() ? backward_input : backward_by_rank[rank];
-  }
-};
-
-enum class OpKind { kForward, kBackwardInput, kBackwardWeight };
+enum class SimOp { kForward, kBackwardInput, kBackwardWeight };
 
 struct SimEvent {
-  OpKind op;
+  SimOp op;
   int mb, chunk;
   double start, end;
 };
@@ -65,9 +54,11 @@ struct SimulationResult {
   std::vector<double> busy;                   // per rank: time spent in compute
   double makespan = 0.0;                      // end of the last event
   double bubble_fraction = 0.0;               // sum of idle / (P × makespan)
-  // Per rank: the most forwards done whose backward (B and W) had not, counted per (mb, chunk);
-  // with V chunks each holds 1/V of a stage's activations.
-  std::vector<int> peak_in_flight;
+  // Per rank, counted per (mb, chunk), in program order (with V chunks each holds 1/V of a
+  // stage's activations): the most forwards done whose W had not (what the runtime holds: it
+  // frees a microbatch's activations at its W), and the most whose B had not (the microbatches
+  // "in flight" of 1F1B and of the paper's memory accounting, where what waits for W is smaller).
+  std::vector<int> peak_in_flight, peak_before_b;
   int peak_in_flight_overall = 0;  // the largest over ranks
 };
 
@@ -84,7 +75,16 @@ using ScheduleLoop = std::function<void(StageOps&, const PipelineShape&)>;
 SimulationResult simulate(const ScheduleLoop& loop, const PipelineShape& shape,
                           const OpCosts& costs = {}, SendMode sends = SendMode::kBuffered,
                           std::chrono::milliseconds timeout = std::chrono::seconds(60));
-// The library's schedule s; InputError for a shape it cannot run.
+// A plan's step (its loop, or its programs).
+SimulationResult simulate(const SchedulePlan& plan, const OpCosts& costs = {},
+                          SendMode sends = SendMode::kBuffered,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(60));
+// A table through the P2P pass and the executor.
+SimulationResult simulate(const ScheduleTable& table, const PipelineShape& shape,
+                          const OpCosts& costs = {}, SendMode sends = SendMode::kBuffered,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(60));
+// The library's schedule s (zb-auto planned with `costs` under P microbatches in flight);
+// InputError for a shape it cannot run.
 SimulationResult simulate(Schedule s, const PipelineShape& shape, const OpCosts& costs = {},
                           SendMode sends = SendMode::kBuffered,
                           std::chrono::milliseconds timeout = std::chrono::seconds(60));

@@ -19,7 +19,7 @@ std::string format_number(double v) {
 }  // namespace
 
 std::string event_label(const SimEvent& e, int virtual_stages) {
-  const char op = e.op == OpKind::kForward ? 'F' : e.op == OpKind::kBackwardInput ? 'B' : 'W';
+  const char op = e.op == SimOp::kForward ? 'F' : e.op == SimOp::kBackwardInput ? 'B' : 'W';
   std::string label = op + std::to_string(e.mb);
   if (virtual_stages > 1) label += "c" + std::to_string(e.chunk);
   return label;
@@ -93,7 +93,7 @@ void write_chrome_trace(const SimulationResult& r, std::ostream& out) {
   for (size_t rank = 0; rank < r.events.size(); ++rank) {
     for (const SimEvent& e : r.events[rank]) {
       if (e.end <= e.start) continue;
-      const char op = e.op == OpKind::kForward ? 'F' : e.op == OpKind::kBackwardInput ? 'B' : 'W';
+      const char op = e.op == SimOp::kForward ? 'F' : e.op == SimOp::kBackwardInput ? 'B' : 'W';
       sep();
       out << "{\"name\": \"" << op << e.mb << ".c" << e.chunk << "\", \"cat\": \"" << op
           << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << rank

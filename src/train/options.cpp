@@ -81,7 +81,16 @@ TrainOptions parse_options(int argc, const char* const* argv) {
       {"--microbatches", integer(o.microbatches)},
       {"--micro-batch-size", integer(o.micro_batch_size)},
       {"--schedule", text(o.schedule)},
-      {"--virtual-stages", integer(o.virtual_stages)},
+      {"--virtual-stages",
+       [&](const std::string& f, const std::string& v) {
+         o.virtual_stages = to_int32(f, v);
+         at_least(f, o.virtual_stages, 1);
+       }},
+      {"--max-in-flight",
+       [&](const std::string& f, const std::string& v) {
+         o.max_in_flight = to_int32(f, v);
+         at_least(f, o.max_in_flight, 1);
+       }},
       {"--pp-layout", text(o.pp_layout)},
       {"--save", text(o.save)},
       {"--save-every", integer(o.save_every)},
@@ -133,7 +142,6 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   at_least("--micro-batch-size", o.micro_batch_size, 0);
   require(o.microbatches == 0 || o.micro_batch_size == 0,
           "--microbatches and --micro-batch-size both set the microbatch count; give one");
-  at_least("--virtual-stages", o.virtual_stages, 1);
   at_least("--tp", o.tp, 1);
   at_least("--pp", o.pp, 1);
   at_least("--dp", o.dp, 0);
@@ -204,9 +212,17 @@ layout (world = tp x dp x pp ranks, tp fastest-varying)
   --microbatches M      split each DP rank's rows into M microbatches, accumulating gradients
                         (default 1)
   --micro-batch-size b  or give the rows per microbatch: M = batch / (dp * b)
-  --schedule S          1f1b (default), afab or interleaved: the order of the microbatches'
-                        passes through the pipeline stages
-  --virtual-stages V    model chunks per pipeline rank, interleaved only (default 1)
+  --schedule S          1f1b (default), afab, interleaved, or a zero-bubble schedule, which
+                        computes weight gradients apart from the backward and moves them into
+                        the pipeline's bubbles: zb-h1 (1F1B's memory), zb-h2 (up to 2P-1
+                        microbatches in flight), zb-v (two chunks per rank in a V: rank 0 holds
+                        embedding and head), zb-auto (searched from the first step's measured
+                        F/B/W times under --max-in-flight)
+  --virtual-stages V    model chunks per pipeline rank: interleaved (default 1), zb-v (2),
+                        zb-auto (1, or 2 for a V)
+  --max-in-flight N     the most microbatches' activations a rank may hold: zb-auto's memory
+                        limit (default P, 1F1B's peak); other schedules stop with an error if
+                        they would need more
   --pp-layout N,N,...   blocks of each of the pp*V chunks, in model order (default: as even as
                         possible, the first chunks taking one more)
   --recompute           keep only each block's output per microbatch and recompute the block

@@ -33,10 +33,13 @@ struct TrainOptions {
   // schedule that runs them.
   int microbatches = 0, micro_batch_size = 0;  // 0: not given (one microbatch)
   std::string schedule = "1f1b";
-  // Pipeline: model chunks per rank (interleaved), and blocks per chunk ("" = as even as
-  // possible, the first chunks taking the remainder).
-  int virtual_stages = 1;
+  // Pipeline: model chunks per rank (interleaved, zb-v, zb-auto; 0: the schedule's default, 2 for
+  // zb-v, else 1), blocks per chunk ("" = as even as possible, the first chunks taking the
+  // remainder), and the most microbatches' activations a rank may hold (0: unlimited, and P for
+  // zb-auto's search).
+  int virtual_stages = 0;
   std::string pp_layout;
+  int max_in_flight = 0;
   // Data parallel: gradient buckets, overlap of their reduction with the backward, ZeRO stage.
   double dp_bucket_mb = 25.0;
   bool overlap_grad_reduce = false;

@@ -12,12 +12,17 @@ namespace {
 // Event names travel between ranks as their index in this table.
 const char* const kNames[] = {"F",
                               "B",
+                              "W",
                               "recv_forward",
                               "send_forward",
                               "recv_backward",
                               "send_backward",
                               "send_forward_recv_backward",
                               "send_backward_recv_forward",
+                              "send_forward_recv_forward",
+                              "send_backward_recv_backward",
+                              "post_recv_forward",
+                              "post_recv_backward",
                               "grad sync",
                               "optimizer"};
 constexpr int kNumNames = sizeof(kNames) / sizeof(kNames[0]);
@@ -30,7 +35,7 @@ int name_index(const char* name) {
 }
 
 bool is_compute(int name) {
-  return name <= 1;  // F, B
+  return name <= 2;  // F, B, W
 }
 
 const char* category(int name) {

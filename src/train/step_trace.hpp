@@ -1,7 +1,8 @@
 // The measured timeline of one training step on every rank, written as a Chrome/Perfetto trace
 // (chrome://tracing, ui.perfetto.dev) so a real run's bubble can be set beside the simulator's
-// (mpiformer-schedule --trace). A row per rank: the schedule's forwards, backwards and P2P waits
-// as ModelStage records them, then the gradient sync and the optimizer.
+// (mpiformer-schedule --trace). A row per rank: the schedule's forwards (F), input gradients (B),
+// weight gradients (W) and P2P waits as ModelStage records them, then the gradient sync and the
+// optimizer.
 //
 // Clocks: each rank times from its own origin, taken right after a barrier at the start of the
 // traced step, so rows line up to within the barrier's exit skew (microseconds on one node).

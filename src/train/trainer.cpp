@@ -19,6 +19,7 @@
 #include "model/shard.hpp"
 #include "mpiformer/config.hpp"
 #include "optim/grad_norm.hpp"
+#include "pipeline/stage_costs.hpp"
 #include "train/exit_status.hpp"
 #include "train/step_log.hpp"
 #include "train/step_trace.hpp"
@@ -198,12 +199,25 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   pp_schedule_ = pipeline::parse_schedule(opts.schedule);
   const int M = microbatch_count(opts, local_batch_);
   micro_batch_ = local_batch_ / M;
-  shape_ = {grid_->pp_size(), grid_->pp_rank(), opts.virtual_stages, M};
+  const int V = opts.virtual_stages > 0 ? opts.virtual_stages
+                                        : pipeline::default_virtual_stages(pp_schedule_);
+  shape_ = {grid_->pp_size(), grid_->pp_rank(), V, M, pipeline::placement_of(pp_schedule_, V)};
   pipeline::validate(shape_, pp_schedule_);
-  const int chunks = grid_->pp_size() * opts.virtual_stages;
+  // zb-auto's first step runs the handcrafted schedule of its placement, timing the ops.
+  const pipeline::Schedule first = pp_schedule_ != pipeline::Schedule::kZbAuto ? pp_schedule_
+                                   : V == 2 ? pipeline::Schedule::kZbV
+                                            : pipeline::Schedule::kZbH1;
+  const char* tables = std::getenv("MPIFORMER_TABLE_RUNTIME");
+  plan_ = std::make_unique<pipeline::SchedulePlan>(first, shape_, pipeline::OpCosts{}, 0,
+                                                   tables && std::string(tables) == "1");
+  if (opts.max_in_flight > 0 && pp_schedule_ != pipeline::Schedule::kZbAuto) {
+    pipeline::require_within_memory(*plan_, opts.max_in_flight);
+  }
+  const int chunks = grid_->pp_size() * V;
   layer_ranges_ = opts.pp_layout.empty() ? distribute_layers(cfg_.layers, chunks)
                                          : parse_layer_layout(opts.pp_layout, cfg_.layers, chunks);
-  const StageOwnership own = stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size());
+  const StageOwnership own =
+      stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
   shard_ = stage_shard(grid_->tp_rank(), grid_->pp_rank());
 
   // Padded to a multiple of the DP size so ZeRO's buckets split evenly.
@@ -217,9 +231,9 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   const bool zero = opts.zero == 1 && grid_->dp_size() > 1;
   const int64_t bucket_elems = static_cast<int64_t>(opts.dp_bucket_mb * 1e6 / sizeof(float));
   // Under PP the tied wte is completed over the embedding group after the schedule: its DP
-  // buckets wait for that.
+  // buckets wait for that (unless one rank holds both ends, as in a V).
   dp_grads_ = std::make_unique<DataParallelGrads>(grads_, grid_->dp_comm(), bucket_elems, zero,
-                                                  /*tied_wte=*/grid_->pp_size() > 1);
+                                                  /*tied_wte=*/tied_across_stages());
   if (zero) {
     optimizer_ =
         std::make_unique<AdamW>(adam, cfg_, dp_grads_->zero_segments(), dp_grads_->shard_size());
@@ -250,7 +264,7 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
               "B*T/(dp*microbatches) divides by tp");
   stage_ = std::make_unique<ModelStage>(shard_, own.chunks, micro_batch_, opts.seq_len,
                                         opts.sequence_parallel, grid_->tp_comm(), grid_->pp_comm(),
-                                        opts.recompute);
+                                        opts.recompute, shape_.placement);
   require(M <= stage_->max_microbatches(),
           std::to_string(M) + " microbatches x " + std::to_string(chunks) +
               " chunks need more message tags than this MPI's MPI_TAG_UB allows; use at most " +
@@ -270,15 +284,21 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
 }
 
 TpShard TrainingRun::stage_shard(int tp_rank, int pp_rank) const {
-  const StageOwnership own = stage_ownership(layer_ranges_, pp_rank, grid_->pp_size());
+  const StageOwnership own =
+      stage_ownership(layer_ranges_, pp_rank, grid_->pp_size(), shape_.placement);
   return restrict_to_stage(make_tp_shard(cfg_, tp_rank, grid_->tp_size()), own.layers,
                            own.embedding, own.head);
 }
 
+bool TrainingRun::tied_across_stages() const {
+  return grid_->pp_size() > 1 && shape_.placement == pipeline::ChunkPlacement::kLooped;
+}
+
 void TrainingRun::allreduce_tied_embedding() {
   // The first stage's wte gradient comes from the embedding, the last stage's from the LM head;
-  // the serial model's is their sum, and both copies must take the same update.
-  if (grid_->embedding_comm() == MPI_COMM_NULL || grid_->pp_size() == 1) return;
+  // the serial model's is their sum, and both copies must take the same update. In a V, rank 0
+  // holds both and has the sum already.
+  if (grid_->embedding_comm() == MPI_COMM_NULL || !tied_across_stages()) return;
   Kokkos::fence();
   allreduce_sum(grads_.t.wte.data(), int64_t(grads_.t.wte.extent(0)), grid_->embedding_comm());
 }
@@ -412,23 +432,53 @@ bool TrainingRun::save(int step) {
   return r.error.empty();
 }
 
-void TrainingRun::report_stages(const double compute_ms[2], const int64_t compute_ops[2]) const {
-  // Per rank: peak activation bytes, one microbatch's bytes, mean F and B ms per (mb, chunk).
-  const double mine[4] = {double(stage_->peak_activation_bytes()),
-                          double(stage_->microbatch_bytes()),
-                          compute_ops[0] ? compute_ms[0] / compute_ops[0] : 0.0,
-                          compute_ops[1] ? compute_ms[1] / compute_ops[1] : 0.0};
-  std::vector<double> all(is_root() ? 4 * grid_->world_size() : 0);
-  MPF_MPI_CHECK(MPI_Gather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, 0, grid_->world_comm()));
+void TrainingRun::report_stages(const StageTimes& timed) const {
+  // Per rank: peak bytes (activations and W sets), most (mb, chunk)s held, one microbatch's
+  // activation and W-set bytes, mean F, B and W ms per (mb, chunk).
+  auto mean = [](double ms, int ops) { return ops ? ms / ops : 0.0; };
+  const double mine[8] = {
+      double(stage_->peak_activation_bytes()), double(stage_->peak_held()),
+      double(stage_->microbatch_bytes()),      double(stage_->weight_input_bytes()),
+      mean(timed.forward, timed.forwards),     mean(timed.backward, timed.backwards),
+      mean(timed.weight, timed.weights),       0.0};
+  std::vector<double> all(is_root() ? 8 * grid_->world_size() : 0);
+  MPF_MPI_CHECK(MPI_Gather(mine, 8, MPI_DOUBLE, all.data(), 8, MPI_DOUBLE, 0, grid_->world_comm()));
   if (!is_root() || !opts_.verbose) return;
-  // One line per stage, from its (tp 0, dp 0) rank: world rank T·D·p.
+  // One line per stage, from its (tp 0, dp 0) rank: world rank T·D·p. Held microbatches count a
+  // stage's activations (V chunks make one); the bytes include what waits for W.
   for (int p = 0; p < grid_->pp_size(); ++p) {
-    const double* r = all.data() + 4 * p * grid_->tp_size() * grid_->dp_size();
+    const double* r = all.data() + 8 * p * grid_->tp_size() * grid_->dp_size();
     std::printf(
-        "stage %d | peak activations in flight %s = %.2f microbatches | F %.2f ms, B %.2f ms per "
-        "(microbatch, chunk)\n",
-        p, megabytes(int64_t(r[0])).c_str(), r[0] / r[1], r[2], r[3]);
+        "stage %d | peak in flight %g microbatches, %s (a microbatch: %s activations + %s kept "
+        "for W) | F %.2f ms, B %.2f ms, W %.2f ms per (microbatch, chunk)\n",
+        p, r[1] / shape_.virtual_stages, megabytes(int64_t(r[0])).c_str(),
+        megabytes(int64_t(r[2])).c_str(), megabytes(int64_t(r[3])).c_str(), r[4], r[5], r[6]);
   }
+}
+
+void TrainingRun::plan_zb_auto() {
+  const pipeline::OpCosts costs =
+      stage_costs(stage_->times(), grid_->pp_rank(), grid_->pp_size(), grid_->world_comm());
+  const int limit = opts_.max_in_flight > 0 ? opts_.max_in_flight : grid_->pp_size();
+  plan_ =
+      std::make_unique<pipeline::SchedulePlan>(pipeline::Schedule::kZbAuto, shape_, costs, limit);
+  auto_planned_ = true;
+  if (!is_root() || !opts_.verbose) return;
+  std::string f, b, w;
+  for (int p = 0; p < grid_->pp_size(); ++p) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%.2f", p ? "," : "", costs.forward_by_rank[p]);
+    f += buf;
+    std::snprintf(buf, sizeof buf, "%s%.2f", p ? "," : "", costs.backward_by_rank[p]);
+    b += buf;
+    std::snprintf(buf, sizeof buf, "%s%.2f", p ? "," : "", costs.weight_by_rank[p]);
+    w += buf;
+  }
+  std::printf(
+      "zb-auto: planned from step %d's ms per op: --f %s --b %s --w %s, at most %d "
+      "microbatches in flight\n",
+      first_step_, f.c_str(), b.c_str(), w.c_str(), limit);
+  std::fflush(stdout);
 }
 
 void TrainingRun::print_banner(double peak_gflops) const {
@@ -455,12 +505,19 @@ void TrainingRun::print_banner(double peak_gflops) const {
               megabytes(bytes_of(params_.slab)).c_str(), megabytes(bytes_of(grads_.slab)).c_str(),
               megabytes(optimizer_->state_bytes()).c_str(),
               megabytes(stage_->microbatch_bytes() + stage_->buffer_bytes()).c_str());
-  std::printf("microbatches: %zu of %d row(s) per DP rank | schedule %s%s", inputs_.size(),
+  std::printf("microbatches: %zu of %d row(s) per DP rank | schedule %s%s%s", inputs_.size(),
               micro_batch_, pipeline::schedule_name(pp_schedule_),
+              pp_schedule_ == pipeline::Schedule::kZbAuto
+                  ? (std::string(" (step ") + std::to_string(first_step_) + " runs " +
+                     pipeline::schedule_name(plan_->schedule()) + " to time the ops)")
+                        .c_str()
+                  : "",
               opts_.recompute ? " | full recomputation" : "");
   if (grid_->pp_size() > 1 || shape_.virtual_stages > 1) {
-    std::printf(" | pipeline %d stage(s) x %d chunk(s): %s", grid_->pp_size(),
-                shape_.virtual_stages, describe_layout(layer_ranges_, grid_->pp_size()).c_str());
+    std::printf(" | pipeline %d stage(s) x %d chunk(s)%s: %s", grid_->pp_size(),
+                shape_.virtual_stages,
+                shape_.placement == pipeline::ChunkPlacement::kV ? " in a V" : "",
+                describe_layout(layer_ranges_, grid_->pp_size(), shape_.placement).c_str());
   }
   std::printf("\n");
   std::printf("data parallel: %d rank(s) | %zu bucket(s) of <= %g MB | overlap %s | %s\n",
@@ -528,8 +585,7 @@ TrainResult TrainingRun::train() {
   if (opts_.val_every > 0 && first_step_ == 1) report_val(0);
 
   double time_after_first = 0.0, last_loss = 0.0;
-  double compute_ms[2] = {0, 0};  // forward, backward over the timed steps
-  int64_t compute_ops[2] = {0, 0};
+  StageTimes compute;  // F, B, W over the timed steps
   PhaseTimers phases;
   StepTrace trace;
   int step = first_step_;
@@ -558,7 +614,7 @@ TrainResult TrainingRun::train() {
     std::function<void(int)> overlap;
     if (opts_.overlap_grad_reduce) overlap = [this](int event) { dp_grads_->start_ready(event); };
     stage_->begin_step(&inputs_, &targets_, &params_.t, &grads_.t, dloss, overlap);
-    pipeline::run_schedule(pp_schedule_, *stage_, shape_);
+    plan_->run(*stage_, grid_->pp_rank());
     watchdog.phase("end of the schedule (completing sends)");
     stage_->end_step();
     watchdog.phase("loss all-reduce");
@@ -566,10 +622,17 @@ TrainResult TrainingRun::train() {
     phases.mark(PhaseTimers::kSchedule);
     const double sync_start = trace.now();
     if (timed) {
-      compute_ms[0] += stage_->times().forward;
-      compute_ms[1] += stage_->times().backward;
-      compute_ops[0] += stage_->times().forwards;
-      compute_ops[1] += stage_->times().backwards;
+      const StageTimes& t = stage_->times();
+      compute.forward += t.forward;
+      compute.backward += t.backward;
+      compute.weight += t.weight;
+      compute.forwards += t.forwards;
+      compute.backwards += t.backwards;
+      compute.weights += t.weights;
+    }
+    if (pp_schedule_ == pipeline::Schedule::kZbAuto && !auto_planned_) {
+      watchdog.phase("zb-auto planning (all-reduce of the measured op times)");
+      plan_zb_auto();
     }
     watchdog.phase("tied-embedding all-reduce");
     allreduce_tied_embedding();
@@ -668,7 +731,7 @@ TrainResult TrainingRun::train() {
     std::printf("%s\n", phases.summary().c_str());
   }
   if (result.status != kExitDone) return result;
-  report_stages(compute_ms, compute_ops);
+  report_stages(compute);
   if (!save_llmc()) result.status = kExitSaveFailed;
   if (!opts_.trace.empty()) trace.write(opts_.trace, *grid_);
   return result;

@@ -20,6 +20,7 @@
 #include "pipeline/layer_ownership.hpp"
 #include "pipeline/model_stage.hpp"
 #include "pipeline/schedule.hpp"
+#include "pipeline/schedule_plan.hpp"
 #include "train/checkpointing.hpp"
 #include "train/options.hpp"
 #include "train/state_files.hpp"
@@ -76,13 +77,18 @@ class TrainingRun {
   // Collective: --save-llmc; false if it failed.
   bool save_llmc() const;
   void print_banner(double peak_gflops) const;
-  // Collective: rank 0 prints each stage's peak activations and mean F/B times.
-  void report_stages(const double compute_ms[2], const int64_t compute_ops[2]) const;
+  // Collective: rank 0 prints each stage's peak activations and mean F/B/W times.
+  void report_stages(const StageTimes& timed) const;
+  // Collective: zb-auto's plan from the step just run's measured op times (the run's first step
+  // runs zb-h1, or zb-v in a V, to measure them).
+  void plan_zb_auto();
   bool is_root() const { return grid_->world_rank() == 0; }
   // The part of the model TP rank t of pipeline stage p holds.
   TpShard stage_shard(int tp_rank, int pp_rank) const;
   // Sums wte's gradient over the first and last stage (Megatron's tied-embedding all-reduce).
   void allreduce_tied_embedding();
+  // Whether the embedding and the LM head, which share wte, are on different ranks.
+  bool tied_across_stages() const;
 
   TrainOptions opts_;
   GPTConfig cfg_;
@@ -105,8 +111,10 @@ class TrainingRun {
   std::vector<std::string> notes_, warnings_;
   int micro_batch_ = 0;  // rows of one microbatch
   pipeline::Schedule pp_schedule_ = pipeline::Schedule::kOneFOneB;
-  pipeline::PipelineShape shape_;         // this rank's: P, its stage, V, M
-  std::vector<LayerRange> layer_ranges_;  // blocks of every virtual stage
+  pipeline::PipelineShape shape_;                 // this rank's: P, its stage, V, M, placement
+  std::unique_ptr<pipeline::SchedulePlan> plan_;  // what each step runs
+  bool auto_planned_ = false;                     // zb-auto: planned from measured times
+  std::vector<LayerRange> layer_ranges_;          // blocks of every virtual stage
   std::unique_ptr<ModelStage> stage_;
   std::unique_ptr<TrainingSample> sample_;  // --sample-every
   std::vector<Tokens> inputs_, targets_;    // per microbatch

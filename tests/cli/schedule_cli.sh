@@ -98,7 +98,7 @@ expect_error() {
   fi
 }
 
-expect_error "unknown schedule" "unknown --schedule 'gpipe'.*afab, 1f1b or interleaved" -- --schedule gpipe
+expect_error "unknown schedule" "unknown --schedule 'gpipe'.*afab, 1f1b, interleaved, zb-h1, zb-h2, zb-v or zb-auto" -- --schedule gpipe
 expect_error "unknown flag" "unknown flag '--bogus'.*--help" -- --bogus 1
 expect_error "missing value" "--pp needs a value" -- --pp
 expect_error "not a number" "--microbatches expects an integer, got 'many'" -- --microbatches many

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Pipeline parallel reproduces the serial run (DESIGN.md invariant 3; serial_reference.sh says
 # within what, and why): every schedule on 2, 3 and 4 stages, interleaved with M in {P, P+1, 2P+1}
-# (M not a multiple of P included), even and uneven layer splits, combined with TP, SP, DP, ZeRO
-# and overlapped gradient buckets, full recomputation, and two 8-rank layouts. An 8-block model, so 4 stages x 2
-# chunks have a block each. Then each stage's peak activations against what its schedule keeps,
-# and random (schedule, P, V, M) steps that must finish within a timeout (no deadlock).
+# (M not a multiple of P included), the zero-bubble schedules with M = P, M > P and M not a
+# multiple of P, even and uneven layer splits, combined with TP, SP, DP, ZeRO and overlapped
+# gradient buckets, full recomputation, and two 8-rank layouts. An 8-block model, so 4 stages x 2
+# chunks have a block each. Then the bits that must not move (a deferred W, the table runtime,
+# recomputation), each stage's peak activations against what its schedule keeps, and random
+# (schedule, P, V, M) steps that must finish within a timeout (no deadlock).
 LAYERS=8
 source "$(dirname "$0")/serial_reference.sh"
 
@@ -18,6 +20,7 @@ run_layout 1 1 --pp 2 --microbatches 4 --pp-layout 5,3
 run_layout 1 1 --pp 2 --microbatches 1
 run_layout 1 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 2
 BATCH=6 run_layout 1 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 3
+interleaved_log=$LAST_LOG
 BATCH=10 run_layout 1 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 5 \
   --pp-layout 3,1,2,2
 run_layout 1 1 --pp 2 --schedule interleaved --virtual-stages 4 --microbatches 4
@@ -42,9 +45,58 @@ OMP_WAIT_POLICY=PASSIVE run_layout 2 2 --pp 2 --schedule interleaved --virtual-s
   --microbatches 2 --sequence-parallel --zero 1 --overlap-grad-reduce --dp-bucket-mb 0.05
 OMP_WAIT_POLICY=PASSIVE run_layout 2 1 --pp 4 --microbatches 4 --pp-layout 1,3,2,2
 
+# ---- the zero-bubble schedules (W deferred into the bubbles) ----
+run_layout 1 1 --pp 2 --microbatches 4 --schedule 1f1b
+f1b1_log=$LAST_LOG
+run_layout 1 1 --pp 2 --microbatches 2 --schedule zb-h1
+run_layout 1 1 --pp 2 --microbatches 4 --schedule zb-h1
+zbh1_log=$LAST_LOG
+run_layout 1 1 --pp 3 --microbatches 4 --schedule zb-h1
+run_layout 1 1 --pp 4 --microbatches 8 --schedule zb-h1
+pp4_zbh1=$LAST_LOG
+run_layout 2 1 --pp 2 --microbatches 4 --schedule zb-h1 --sequence-parallel
+BATCH=6 run_layout 1 2 --pp 2 --microbatches 3 --schedule zb-h1 --zero 1 --overlap-grad-reduce \
+  --dp-bucket-mb 0.05
+run_layout 1 1 --pp 2 --microbatches 4 --schedule zb-h1 --recompute
+zbh1_recompute_log=$LAST_LOG
+BATCH=6 run_layout 1 1 --pp 3 --microbatches 3 --schedule zb-h2
+BATCH=10 run_layout 1 1 --pp 2 --microbatches 5 --schedule zb-h2 --pp-layout 5,3
+run_layout 1 1 --pp 4 --microbatches 8 --schedule zb-h2
+pp4_zbh2=$LAST_LOG
+run_layout 2 1 --pp 2 --microbatches 4 --schedule zb-h2 --sequence-parallel --recompute
+run_layout 1 1 --pp 2 --microbatches 2 --schedule zb-v
+BATCH=10 run_layout 1 1 --pp 3 --microbatches 5 --schedule zb-v
+run_layout 1 1 --pp 4 --microbatches 8 --schedule zb-v
+pp4_zbv=$LAST_LOG
+run_layout 2 1 --pp 2 --microbatches 4 --schedule zb-v --sequence-parallel
+run_layout 1 2 --pp 2 --microbatches 2 --schedule zb-v --zero 1 --overlap-grad-reduce \
+  --dp-bucket-mb 0.05
+BATCH=6 run_layout 1 1 --pp 2 --microbatches 3 --schedule zb-v --recompute --pp-layout 3,1,2,2
+run_layout 1 1 --pp 2 --microbatches 4 --schedule zb-auto
+BATCH=6 run_layout 1 1 --pp 3 --microbatches 3 --schedule zb-auto --max-in-flight 4
+run_layout 1 1 --pp 2 --microbatches 4 --schedule zb-auto --virtual-stages 2
+BATCH=6 run_layout 2 1 --pp 2 --microbatches 3 --schedule zb-auto --sequence-parallel
+
+# ---- bits that must not move ----
+same_bits() {  # same_bits LOG_A LOG_B WHAT: their final parameters are byte-identical
+  if cmp -s "${1%.log}.bin" "${2%.log}.bin"; then ok "$3: final parameters bit-identical"; else
+    bad "$3 changed the final parameters"; fi
+}
+# A deferred W only moves in time: each microbatch's weight gradients still add up in the same
+# order, so zb-h1 computes 1F1B's bits.
+same_bits "$f1b1_log" "$zbh1_log" "zb-h1 (W deferred) vs 1f1b"
+# The table runtime (the P2P pass and the executor) runs 1F1B's and the interleaved schedule's
+# loops op for op.
+TAG=table MPIFORMER_TABLE_RUNTIME=1 run_layout 1 1 --pp 2 --microbatches 4 --schedule 1f1b
+same_bits "$f1b1_log" "$LAST_LOG" "1f1b through the table runtime vs the loop"
+BATCH=6 TAG=table MPIFORMER_TABLE_RUNTIME=1 run_layout 1 1 --pp 2 --schedule interleaved \
+  --virtual-stages 2 --microbatches 3
+same_bits "$interleaved_log" "$LAST_LOG" "interleaved through the table runtime vs the loop"
+same_bits "$zbh1_log" "$zbh1_recompute_log" "zb-h1 --recompute (B keeps what W reads)"
+
 # ---- full recomputation: the same numbers bit for bit (a block's forward is deterministic), a
 # fraction of the activations ----
-mb_of() { sed -nE "s/^stage $2 \| peak activations in flight ([0-9.]+) MB.*/\1/p" "$1"; }
+mb_of() { sed -nE "s/^stage $2 \| peak in flight [0-9.]+ microbatches, ([0-9.]+) MB.*/\1/p" "$1"; }
 if cmp -s "${afab_log%.log}.bin" "${afab_recompute_log%.log}.bin"; then
   ok "--recompute: final parameters bit-identical to storing activations"
 else
@@ -59,24 +111,40 @@ fi
 BATCH=6 run_layout 2 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 3 \
   --sequence-parallel --recompute
 
-# ---- activation lifetime: stage r of 1F1B keeps at most P - r microbatches, AFAB all M ----
+# ---- activation lifetime: stage r of 1F1B keeps at most P - r microbatches, AFAB all M, zb-h1 P
+# on every stage (r of them waiting for their W), zb-h2 2P - 1, zb-v at most P (two half-stage
+# chunks make a microbatch). The bytes: that many microbatches' activations, and what waits for W.
 check_peaks() {  # check_peaks LOG SCHEDULE P M
   "$PY" - "$@" <<'PYEOF'
 import re, sys
 log, sched, P, M = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-peaks = {int(s): float(n) for s, n in re.findall(
-    r"^stage (\d+) \| peak activations in flight .* = ([0-9.]+) microbatches", open(log).read(), re.M)}
+lines = re.findall(r"^stage (\d+) \| peak in flight ([0-9.]+) microbatches, ([0-9.]+) MB \(a microbatch: "
+                   r"([0-9.]+) MB activations \+ ([0-9.]+) MB kept for W\)", open(log).read(), re.M)
+peaks = {int(s): (float(n), float(mb), float(a), float(w)) for s, n, mb, a, w in lines}
 assert sorted(peaks) == list(range(P)), f"expected a peak line per stage, got {peaks}"
-for r, n in peaks.items():
-    want = min(P - r, M) if sched == "1f1b" else M
-    assert n == want, f"stage {r}: {n} microbatches in flight, expected {want} for {sched}"
-print("  peaks " + ", ".join(f"stage {r}: {peaks[r]:g}" for r in sorted(peaks)))
+for r, (n, mb, a, w) in peaks.items():
+    want = {"1f1b": min(P - r, M), "afab": M, "zb-h1": min(P, M), "zb-h2": min(2 * P - 1, M)}.get(sched)
+    if want is None:  # zb-v: a bound
+        assert n <= min(P, M), f"stage {r}: {n} microbatches in flight, above {sched}'s {min(P, M)}"
+    else:
+        assert n == want, f"stage {r}: {n} microbatches in flight, expected {want} for {sched}"
+    # The activations of n microbatches plus at most n W sets, at least one (B keeps it until W);
+    # the log rounds each figure to 0.1 MB, an error n times over in the products.
+    slack = 0.05 * (2 * n + 1)
+    assert n * a + w - slack <= mb <= n * (a + w) + slack, f"stage {r}: {mb} MB for {n} x ({a} + {w})"
+print("  peaks " + ", ".join(f"stage {r}: {peaks[r][0]:g} ({peaks[r][1]:g} MB)" for r in sorted(peaks)))
 PYEOF
 }
 check_peaks "$pp4_1f1b" 1f1b 4 4 && ok "1f1b on 4 stages keeps P - rank microbatches" ||
   bad "1f1b peak activations"
 check_peaks "$pp4_afab" afab 4 8 && ok "afab on 4 stages keeps all 8 microbatches" ||
   bad "afab peak activations"
+check_peaks "$pp4_zbh1" zb-h1 4 8 && ok "zb-h1 on 4 stages keeps P microbatches on every stage" ||
+  bad "zb-h1 peak activations"
+check_peaks "$pp4_zbh2" zb-h2 4 8 && ok "zb-h2 on 4 stages keeps 2P - 1 microbatches" ||
+  bad "zb-h2 peak activations"
+check_peaks "$pp4_zbv" zb-v 4 8 && ok "zb-v on 4 stages keeps at most P microbatches" ||
+  bad "zb-v peak activations"
 
 # ---- validation runs the forward passes through the pipeline: the same val losses as serial
 # (one stage with two chunks too, whose chunk 0 sends to its own rank) ----
@@ -85,7 +153,8 @@ val=(--steps 2 --val-every 2 --val-steps 2 --layers 8 --dim 64 --heads 4 --seq-l
   --batch 8)
 OMP_NUM_THREADS=1 "$TRAIN" "${val[@]}" >"$WORK/val_serial.log" 2>&1
 for layout in "2 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 2" \
-  "1 --schedule interleaved --virtual-stages 2 --microbatches 2"; do
+  "1 --schedule interleaved --virtual-stages 2 --microbatches 2" \
+  "2 --pp 2 --schedule zb-v --microbatches 2"; do
   read -r n flags <<<"$layout"
   # shellcheck disable=SC2086
   OMP_NUM_THREADS=1 timeout 120 "$MPIEXEC" -n "$n" "$TRAIN" "${val[@]}" $flags \
@@ -112,7 +181,11 @@ events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "
 for rank in (0, 1):
     mine = sorted((e for e in events if e["tid"] == rank), key=lambda e: e["ts"])
     cats = [e["cat"] for e in mine]
-    assert cats.count("F") == 4 and cats.count("B") == 4, (rank, cats)
+    assert cats.count("F") == 4 and cats.count("B") == 4 and cats.count("W") == 4, (rank, cats)
+    # Each microbatch's W after its B.
+    for mb in range(4):
+        at = lambda op: min(e["ts"] for e in mine if e["name"] == f"{op}{mb}.c0")
+        assert at("B") < at("W"), (rank, mb)
     assert "comm" in cats and cats[-1] == "optimizer", (rank, cats)
     for a, b in zip(mine, mine[1:]):  # one rank runs one op at a time
         assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, (rank, a, b)
@@ -122,25 +195,30 @@ assert f0(1) > f0(0), (f0(0), f0(1))
 print(f"  {len(events)} events on 2 ranks")
 PYEOF
 then
-  ok "--trace: every rank's F, B, P2P and optimizer of the last step, in order"
+  ok "--trace: every rank's F, B, W, P2P and optimizer of the last step, in order"
 else
   bad "--trace"; tail -3 "$WORK/trace.log"
 fi
 
-# ---- no deadlock: random valid shapes, one step each, under a timeout ----
+# ---- no deadlock: random valid shapes, two steps each, under a timeout ----
 seed=${PIPELINE_SEED:-$RANDOM}
 echo "random shapes from seed $seed (PIPELINE_SEED=$seed reproduces them)"
 RANDOM=$seed
 for i in 1 2 3 4 5 6; do
   P=$((RANDOM % 2 == 0 ? 2 : 4))
-  case $((RANDOM % 3)) in
+  case $((RANDOM % 7)) in
     0) sched=afab V=1 ;;
     1) sched=1f1b V=1 ;;
-    *) sched=interleaved V=$((8 / P > 2 && RANDOM % 2 == 0 ? 4 : 2)) ;;
+    2) sched=interleaved V=$((8 / P > 2 && RANDOM % 2 == 0 ? 4 : 2)) ;;
+    3) sched=zb-h1 V=1 ;;
+    4) sched=zb-h2 V=1 ;;
+    5) sched=zb-v V=2 ;;
+    *) sched=zb-auto V=$((1 + RANDOM % 2)) ;;
   esac
   M=$((P + RANDOM % (2 * P + 2)))
   [ "$sched" = interleaved ] || M=$((1 + RANDOM % 9))
-  if OMP_NUM_THREADS=1 timeout 120 "$MPIEXEC" -n "$P" "$TRAIN" --steps 1 --val-every 0 --layers 8 \
+  # Two steps: zb-auto plans from the first.
+  if OMP_NUM_THREADS=1 timeout 120 "$MPIEXEC" -n "$P" "$TRAIN" --steps 2 --val-every 0 --layers 8 \
     --dim 64 --heads 4 --seq-len 32 --vocab 300 --batch "$M" --microbatches "$M" --pp "$P" \
     --schedule "$sched" --virtual-stages "$V" >"$WORK/random$i.log" 2>&1; then
     ok "no deadlock: $sched pp $P virtual stages $V microbatches $M"

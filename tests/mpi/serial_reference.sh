@@ -42,7 +42,7 @@ PYEOF
 }
 
 run_layout() {  # run_layout TP DP [extra flags...]; a --pp P among them multiplies the ranks.
-  # Sets LAST_LOG to the run's log.
+  # Sets LAST_LOG to the run's log (its parameters are ${LAST_LOG%.log}.bin).
   local tp=$1 dp=$2
   shift 2
   local name="tp${tp}_dp${dp}${*// /}" pp=1 prev=
@@ -52,6 +52,7 @@ run_layout() {  # run_layout TP DP [extra flags...]; a --pp P among them multipl
   done
   local n=$((tp * dp * pp)) batch=${BATCH:-8}
   [ "$batch" = 8 ] || name="${name}_b$batch"
+  [ -z "${TAG:-}" ] || name="${name}_$TAG"  # TAG tells apart runs of the same flags
   LAST_LOG="$WORK/$name.log"
   if serial "$batch" && OMP_NUM_THREADS=1 timeout 300 "$MPIEXEC" -n "$n" "$TRAIN" "${args[@]}" \
     --batch "$batch" --tp "$tp" "$@" --save-llmc "$WORK/$name.bin" >"$WORK/$name.log" 2>&1 &&

@@ -45,10 +45,47 @@ TEST(LayerOwnership, ExplicitLayout) {
   EXPECT_NE(input_error([] { parse_layer_layout("4,x,4", 8, 3); }).find("'x'"), std::string::npos);
 }
 
-TEST(LayerOwnership, InterleavedVirtualStages) {
-  // P = 4 ranks, V = 2 chunks: rank 1 runs virtual stages 1 and 5.
-  EXPECT_EQ(virtual_stage(0, 1, 4), 1);
-  EXPECT_EQ(virtual_stage(1, 1, 4), 5);
+TEST(LayerOwnership, VirtualStagesOfBothPlacements) {
+  using pipeline::ChunkPlacement;
+  // P = 4 ranks, V = 2 chunks: looped, rank 1 runs virtual stages 1 and 5; in a V, 1 and 6.
+  EXPECT_EQ(pipeline::virtual_stage(ChunkPlacement::kLooped, 4, 1, 0), 1);
+  EXPECT_EQ(pipeline::virtual_stage(ChunkPlacement::kLooped, 4, 1, 1), 5);
+  EXPECT_EQ(pipeline::virtual_stage(ChunkPlacement::kV, 4, 1, 0), 1);
+  EXPECT_EQ(pipeline::virtual_stage(ChunkPlacement::kV, 4, 1, 1), 6);
+  // chunk_site inverts virtual_stage, and every virtual stage has exactly one site.
+  for (ChunkPlacement p : {ChunkPlacement::kLooped, ChunkPlacement::kV}) {
+    for (int P = 1; P <= 6; ++P) {
+      const int V = p == ChunkPlacement::kV ? 2 : 3;
+      std::vector<int> seen(P * V, 0);
+      for (int r = 0; r < P; ++r) {
+        for (int c = 0; c < V; ++c) {
+          const int s = pipeline::virtual_stage(p, P, r, c);
+          ASSERT_TRUE(s >= 0 && s < P * V);
+          ++seen[s];
+          EXPECT_EQ(pipeline::chunk_site(p, P, s).rank, r);
+          EXPECT_EQ(pipeline::chunk_site(p, P, s).chunk, c);
+        }
+      }
+      for (int n : seen) EXPECT_EQ(n, 1);
+    }
+  }
+}
+
+TEST(LayerOwnership, TheVPlacementPutsEmbeddingAndHeadOnRankZero) {
+  // 8 blocks over P = 2 ranks in a V: virtual stages 0..3 hold 2 blocks each; rank 0 runs
+  // stages 0 and 3, rank 1 stages 1 and 2.
+  const auto ranges = distribute_layers(8, 4);
+  const auto v = pipeline::ChunkPlacement::kV;
+  const StageOwnership r0 = stage_ownership(ranges, 0, 2, v), r1 = stage_ownership(ranges, 1, 2, v);
+  EXPECT_EQ(r0.layers, (std::vector<int>{0, 1, 6, 7}));
+  EXPECT_EQ(r1.layers, (std::vector<int>{2, 3, 4, 5}));
+  ASSERT_EQ(r0.chunks.size(), 2u);
+  EXPECT_TRUE(r0.chunks[0].embedding && !r0.chunks[0].head);
+  EXPECT_TRUE(!r0.chunks[1].embedding && r0.chunks[1].head);
+  EXPECT_EQ(r0.chunks[1].first_layer, 2);  // local index of block 6
+  EXPECT_TRUE(r0.embedding && r0.head && !r1.embedding && !r1.head);
+  EXPECT_EQ(describe_layout(ranges, 2, v),
+            "stage 0: blocks 0-1,6-7 + embedding + head | stage 1: blocks 2-3,4-5");
 }
 
 TEST(LayerOwnership, StageOwnershipOfInterleavedChunks) {
@@ -71,9 +108,11 @@ TEST(LayerOwnership, StageOwnershipOfInterleavedChunks) {
             "stage 0: blocks 0-1,4 + embedding | stage 1: blocks 2-3,5 + head");
 }
 
-TEST(LayerOwnership, StagesPartitionTheModel) {
-  // Every element of the serial model is held by exactly one (tp, pp) shard, except wte, which
-  // the first and the last stage both hold (tied) — each TP slice of it exactly twice.
+namespace {
+// Every element of the serial model is held by exactly one (tp, pp) shard, except wte, which
+// the first and the last stage both hold (tied) — each TP slice of it exactly twice — unless one
+// rank holds both ends (the V placement).
+void expect_stages_partition_the_model(pipeline::ChunkPlacement placement, int wte_holders) {
   const GPTConfig cfg{/*max_seq_len=*/4, /*vocab=*/40, pad_vocab(40),
                       /*layers=*/5,      /*heads=*/2,
                       /*channels=*/8};
@@ -83,7 +122,7 @@ TEST(LayerOwnership, StagesPartitionTheModel) {
     std::map<int64_t, int> held;
     for (int tp = 0; tp < 2; ++tp) {
       for (int pp = 0; pp < 2; ++pp) {
-        const StageOwnership own = stage_ownership(ranges, pp, 2);
+        const StageOwnership own = stage_ownership(ranges, pp, 2, placement);
         const TpShard s =
             restrict_to_stage(make_tp_shard(cfg, tp, 2), own.layers, own.embedding, own.head);
         for (int64_t j = 0; j < s.sizes()[i]; ++j) {
@@ -94,8 +133,16 @@ TEST(LayerOwnership, StagesPartitionTheModel) {
     }
     const int64_t unpadded = i == 0 ? int64_t(cfg.vocab) * cfg.channels : full[i];
     ASSERT_EQ(int64_t(held.size()), unpadded) << "tensor " << i;
-    for (const auto& [g, n] : held) ASSERT_EQ(n, i == 0 ? 2 : 1) << "tensor " << i << " at " << g;
+    for (const auto& [g, n] : held) {
+      ASSERT_EQ(n, i == 0 ? wte_holders : 1) << "tensor " << i << " at " << g;
+    }
   }
+}
+}  // namespace
+
+TEST(LayerOwnership, StagesPartitionTheModel) {
+  expect_stages_partition_the_model(pipeline::ChunkPlacement::kLooped, 2);
+  expect_stages_partition_the_model(pipeline::ChunkPlacement::kV, 1);
 }
 
 }  // namespace mpf

@@ -1,5 +1,6 @@
-// The whole model's gradient (every piece's B and W chained as gpt_backward does) against finite
-// differences of the mean loss, on a tiny model with O(1) weights so every path carries signal.
+// The whole model's gradient (every piece's B, then every piece's W, as gpt_backward does) against
+// finite differences of the mean loss, on a tiny model with O(1) weights so every path carries
+// signal.
 #include <gtest/gtest.h>
 
 #include "model/gpt.hpp"
@@ -15,6 +16,7 @@ struct TinyModel {
   Parameters grads = Parameters::allocate(cfg, "grads");
   Activations acts = Activations::allocate(cfg, B, T);
   BackwardBuffers buf = BackwardBuffers::allocate(cfg, B, T);
+  WeightGradInputs w = WeightGradInputs::allocate(cfg, B, T);
   Tokens inputs{"inputs", 10}, targets{"targets", 10};
 
   TinyModel() {
@@ -51,7 +53,7 @@ struct TinyModel {
   }
   void backward() {
     mean_loss();
-    gpt_backward(grads.t, buf, acts, params.t, inputs, targets, 1.0f / (B * T));
+    gpt_backward(grads.t, buf, w, acts, params.t, inputs, targets, 1.0f / (B * T));
   }
 };
 }  // namespace

@@ -14,43 +14,9 @@
 #include "core/error.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/simulator.hpp"
+#include "unit/schedule_checks.hpp"
 
 namespace mpf::pipeline {
-
-namespace {
-
-PipelineShape shape_of(int P, int rank, int V, int M) {
-  PipelineShape s;
-  s.stages = P;
-  s.rank = rank;
-  s.virtual_stages = V;
-  s.microbatches = M;
-  return s;
-}
-
-// Every rank ran F, B and W of every (mb, chunk) exactly once, F before B before W.
-void expect_each_op_once(const SimulationResult& r) {
-  const int M = r.shape.microbatches, V = r.shape.virtual_stages;
-  for (size_t rank = 0; rank < r.events.size(); ++rank) {
-    std::vector<int> count(3 * M * V, 0);
-    std::vector<double> end_of(3 * M * V, -1.0);
-    for (const SimEvent& e : r.events[rank]) {
-      const int op = static_cast<int>(e.op);
-      ASSERT_TRUE(e.mb >= 0 && e.mb < M && e.chunk >= 0 && e.chunk < V);
-      const int i = (op * M + e.mb) * V + e.chunk;
-      ++count[i];
-      end_of[i] = e.end;
-      if (op > 0) {  // B after its F, W after its B
-        const int before = ((op - 1) * M + e.mb) * V + e.chunk;
-        EXPECT_GE(end_of[before], 0.0) << "rank " << rank << " op " << op << " mb " << e.mb;
-        EXPECT_LE(end_of[before], e.start + 1e-12);
-      }
-    }
-    for (int c : count) ASSERT_EQ(c, 1) << "rank " << rank;
-  }
-}
-
-}  // namespace
 
 // ---- the pure counts -------------------------------------------------------------------------
 
@@ -138,11 +104,15 @@ TEST(ScheduleCounts, BadShapesAndNamesAreInputErrors) {
   EXPECT_EQ(parse_schedule("afab"), Schedule::kAfab);
   EXPECT_EQ(parse_schedule("1f1b"), Schedule::kOneFOneB);
   EXPECT_EQ(parse_schedule("interleaved"), Schedule::kInterleaved);
+  for (Schedule s : {Schedule::kZbH1, Schedule::kZbH2, Schedule::kZbV, Schedule::kZbAuto}) {
+    EXPECT_EQ(parse_schedule(schedule_name(s)), s);
+  }
   try {
     parse_schedule("gpipe");
     FAIL() << "no InputError";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("afab, 1f1b or interleaved"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("afab, 1f1b, interleaved, zb-h1, zb-h2, zb-v or zb-auto"),
+              std::string::npos);
   }
   for (Schedule s : {Schedule::kAfab, Schedule::kOneFOneB, Schedule::kInterleaved}) {
     EXPECT_THROW(validate(shape_of(0, 0, 1, 4), s), InputError);              // no stage
@@ -157,6 +127,25 @@ TEST(ScheduleCounts, BadShapesAndNamesAreInputErrors) {
   EXPECT_THROW(validate(shape_of(4, 0, 2, 8), Schedule::kAfab), InputError);         // interleaved
   EXPECT_THROW(validate(shape_of(4, 0, 2, 3), Schedule::kInterleaved), InputError);  // M < P
   EXPECT_NO_THROW(validate(shape_of(4, 0, 1, 3), Schedule::kOneFOneB));  // fine without chunks
+  // The zero-bubble schedules: zb-v needs exactly two chunks in a V, zb-auto one or two.
+  auto v_shape = [](int P, int V, int M) {
+    PipelineShape s = shape_of(P, 0, V, M);
+    s.placement = ChunkPlacement::kV;
+    return s;
+  };
+  EXPECT_NO_THROW(validate(v_shape(4, 2, 3), Schedule::kZbV));  // any M: no M >= P needed
+  EXPECT_THROW(validate(v_shape(4, 3, 8), Schedule::kZbV), InputError);
+  EXPECT_THROW(validate(v_shape(4, 1, 8), Schedule::kZbV), InputError);
+  EXPECT_THROW(validate(shape_of(4, 0, 2, 8), Schedule::kZbV), InputError);  // not in a V
+  EXPECT_NO_THROW(validate(v_shape(4, 2, 8), Schedule::kZbAuto));
+  EXPECT_NO_THROW(validate(shape_of(4, 0, 1, 2), Schedule::kZbAuto));
+  EXPECT_THROW(validate(shape_of(4, 0, 3, 8), Schedule::kZbAuto), InputError);
+  EXPECT_THROW(validate(shape_of(4, 0, 2, 8), Schedule::kZbH1), InputError);
+  EXPECT_THROW(validate(shape_of(4, 0, 2, 8), Schedule::kZbH2), InputError);
+  EXPECT_EQ(placement_of(Schedule::kZbV, 2), ChunkPlacement::kV);
+  EXPECT_EQ(placement_of(Schedule::kZbAuto, 2), ChunkPlacement::kV);
+  EXPECT_EQ(placement_of(Schedule::kZbAuto, 1), ChunkPlacement::kLooped);
+  EXPECT_EQ(placement_of(Schedule::kInterleaved, 2), ChunkPlacement::kLooped);
   // The loops and the simulator check too.
   EXPECT_THROW(simulate(Schedule::kInterleaved, shape_of(4, 0, 2, 3)), InputError);
 }
