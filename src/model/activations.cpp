@@ -1,5 +1,6 @@
 #include "model/activations.hpp"
 
+#include <string>
 #include <vector>
 
 namespace mpf {
@@ -109,6 +110,22 @@ Activations describe(const TpShard& shard, const ChunkPieces& chunk, int B, int 
   a.T = T;
   return a;
 }
+
+// Floats a set's tensors take: carve() once without memory.
+template <class Set>
+int64_t floats_of(Set& x) {
+  SlabCarver counter(nullptr);
+  carve(x, counter);
+  return counter.used();
+}
+
+// Gives a described set its one slab and binds its tensors to it.
+template <class Set>
+void bind_slab(Set& x, const char* label) {
+  x.slab = Slab(std::string(label), floats_of(x));
+  SlabCarver binder(x.slab.data());
+  carve(x, binder);
+}
 }  // namespace
 
 ChunkPieces whole_stage(const TpShard& shard) {
@@ -126,20 +143,14 @@ Activations Activations::allocate(const TpShard& shard, int B, int T, bool seque
 Activations Activations::allocate(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
                                   bool sequence_parallel) {
   Activations a = describe(shard, chunk, B, T, sequence_parallel);
-  SlabCarver counter(nullptr);
-  carve(a, counter);
-  a.slab = Slab("mpf::activations", counter.used());
-  SlabCarver binder(a.slab.data());
-  carve(a, binder);
+  bind_slab(a, "mpf::activations");
   return a;
 }
 
 int64_t Activations::bytes(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
                            bool sequence_parallel) {
   Activations a = describe(shard, chunk, B, T, sequence_parallel);
-  SlabCarver counter(nullptr);
-  carve(a, counter);
-  return counter.used() * int64_t(sizeof(float));
+  return floats_of(a) * int64_t(sizeof(float));
 }
 
 LayerActivations Activations::layer(int l) const {
@@ -206,11 +217,7 @@ WeightGradInputs describe_weight_inputs(const TpShard& shard, const ChunkPieces&
 WeightGradInputs WeightGradInputs::allocate(const TpShard& shard, const ChunkPieces& chunk, int B,
                                             int T, bool sequence_parallel) {
   WeightGradInputs w = describe_weight_inputs(shard, chunk, B, T, sequence_parallel);
-  SlabCarver counter(nullptr);
-  carve(w, counter);
-  w.slab = Slab("mpf::weight_grad_inputs", counter.used());
-  SlabCarver binder(w.slab.data());
-  carve(w, binder);
+  bind_slab(w, "mpf::weight_grad_inputs");
   return w;
 }
 
@@ -222,9 +229,7 @@ WeightGradInputs WeightGradInputs::allocate(const GPTConfig& cfg, int B, int T) 
 int64_t WeightGradInputs::bytes(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
                                 bool sequence_parallel) {
   WeightGradInputs w = describe_weight_inputs(shard, chunk, B, T, sequence_parallel);
-  SlabCarver counter(nullptr);
-  carve(w, counter);
-  return counter.used() * int64_t(sizeof(float));
+  return floats_of(w) * int64_t(sizeof(float));
 }
 
 BlockWeightInputs WeightGradInputs::block(int i) const {
