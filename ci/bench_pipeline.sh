@@ -46,12 +46,12 @@ printf '%-12s %2s %9s %7s %9s %9s %8s %8s %8s %7s %6s\n' schedule M "step ms" "v
   "sched ms" "sim ms" "meas %" "pred %" "diff pp" "rel %" "cpu %"
 rows=0
 within=0
-declare -A step_1f1b
-for schedule in 1f1b afab interleaved zb-h1 zb-v zb-auto; do
-  V=1
-  vflag=()
-  case $schedule in interleaved | zb-v) V=2 vflag=(--virtual-stages 2) ;; esac
-  for M in 2 4 8; do
+# M outermost: the schedules compared at one M run back to back, under the same load.
+for M in 2 4 8; do
+  for schedule in 1f1b afab interleaved zb-h1 zb-v zb-auto; do
+    V=1
+    vflag=()
+    case $schedule in interleaved | zb-v) V=2 vflag=(--virtual-stages 2) ;; esac
     log="$work/$schedule-$M.log"
     cmd=("$MPIEXEC" -n 2 "$train" --pp 2 --schedule "$schedule" "${vflag[@]}" --microbatches "$M"
          "${model[@]}")
@@ -82,13 +82,13 @@ for schedule in 1f1b afab interleaved zb-h1 zb-v zb-auto; do
       die "no makespan/bubble in: ${simcmd[*]}" "$simlog"
     fi
 
-    [ "$schedule" = 1f1b ] && step_1f1b[$M]=$step
+    [ "$schedule" = 1f1b ] && step_1f1b=$step
 
     # Bubble = idle rank-time / (P x makespan); busy_r = M*V ops of F_r + B_r + W_r each. Within
     # the target: 10% of the prediction, or 1 point when the prediction is under 10%.
     row=$(awk -v s="$schedule" -v M="$M" -v V="$V" -v step="$step" -v share="$share" \
               -v f0="$f0" -v b0="$b0" -v w0="$w0" -v f1="$f1" -v b1="$b1" -v w1="$w1" \
-              -v ms="$makespan" -v pred="$pred" -v base="${step_1f1b[$M]}" \
+              -v ms="$makespan" -v pred="$pred" -v base="$step_1f1b" \
               -v cpu="$cpu0 $cpu1" -v wall="$t0 $t1" '
       BEGIN {
         sched = step * share / 100
