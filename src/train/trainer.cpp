@@ -203,12 +203,12 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
                                         : pipeline::default_virtual_stages(pp_schedule_);
   shape_ = {grid_->pp_size(), grid_->pp_rank(), V, M, pipeline::placement_of(pp_schedule_, V)};
   pipeline::validate(shape_, pp_schedule_);
-  // zb-auto's first step runs the handcrafted schedule of its placement, timing the ops.
-  const pipeline::Schedule first = pp_schedule_ != pipeline::Schedule::kZbAuto ? pp_schedule_
-                                   : V == 2 ? pipeline::Schedule::kZbV
-                                            : pipeline::Schedule::kZbH1;
+  // zb-auto's first step runs its search under F = B = W (the paper's assumption), within the
+  // memory limit like every later step, and times the ops the next plan uses.
+  pipeline::OpCosts unit;
+  unit.forward = unit.backward_input = unit.backward_weight = 1.0;
   const char* tables = std::getenv("MPIFORMER_TABLE_RUNTIME");
-  plan_ = std::make_unique<pipeline::SchedulePlan>(first, shape_, pipeline::OpCosts{}, 0,
+  plan_ = std::make_unique<pipeline::SchedulePlan>(pp_schedule_, shape_, unit, zb_auto_limit(),
                                                    tables && std::string(tables) == "1");
   if (opts.max_in_flight > 0 && pp_schedule_ != pipeline::Schedule::kZbAuto) {
     pipeline::require_within_memory(*plan_, opts.max_in_flight);
@@ -288,6 +288,10 @@ TpShard TrainingRun::stage_shard(int tp_rank, int pp_rank) const {
       stage_ownership(layer_ranges_, pp_rank, grid_->pp_size(), shape_.placement);
   return restrict_to_stage(make_tp_shard(cfg_, tp_rank, grid_->tp_size()), own.layers,
                            own.embedding, own.head);
+}
+
+int TrainingRun::zb_auto_limit() const {
+  return opts_.max_in_flight > 0 ? opts_.max_in_flight : grid_->pp_size();
 }
 
 bool TrainingRun::tied_across_stages() const {
@@ -459,7 +463,7 @@ void TrainingRun::report_stages(const StageTimes& timed) const {
 void TrainingRun::plan_zb_auto() {
   const pipeline::OpCosts costs =
       stage_costs(stage_->times(), grid_->pp_rank(), grid_->pp_size(), grid_->world_comm());
-  const int limit = opts_.max_in_flight > 0 ? opts_.max_in_flight : grid_->pp_size();
+  const int limit = zb_auto_limit();
   plan_ =
       std::make_unique<pipeline::SchedulePlan>(pipeline::Schedule::kZbAuto, shape_, costs, limit);
   auto_planned_ = true;
@@ -508,8 +512,8 @@ void TrainingRun::print_banner(double peak_gflops) const {
   std::printf("microbatches: %zu of %d row(s) per DP rank | schedule %s%s%s", inputs_.size(),
               micro_batch_, pipeline::schedule_name(pp_schedule_),
               pp_schedule_ == pipeline::Schedule::kZbAuto
-                  ? (std::string(" (step ") + std::to_string(first_step_) + " runs " +
-                     pipeline::schedule_name(plan_->schedule()) + " to time the ops)")
+                  ? (std::string(" (step ") + std::to_string(first_step_) +
+                     " runs it planned for F = B = W, timing the ops)")
                         .c_str()
                   : "",
               opts_.recompute ? " | full recomputation" : "");

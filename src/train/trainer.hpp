@@ -89,6 +89,8 @@ class TrainingRun {
   void allreduce_tied_embedding();
   // Whether the embedding and the LM head, which share wte, are on different ranks.
   bool tied_across_stages() const;
+  // zb-auto's memory limit: --max-in-flight, else P (1F1B's peak).
+  int zb_auto_limit() const;
 
   TrainOptions opts_;
   GPTConfig cfg_;

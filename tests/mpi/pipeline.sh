@@ -64,6 +64,8 @@ BATCH=10 run_layout 1 1 --pp 2 --microbatches 5 --schedule zb-h2 --pp-layout 5,3
 run_layout 1 1 --pp 4 --microbatches 8 --schedule zb-h2
 pp4_zbh2=$LAST_LOG
 run_layout 2 1 --pp 2 --microbatches 4 --schedule zb-h2 --sequence-parallel --recompute
+BATCH=6 run_layout 1 2 --pp 2 --microbatches 3 --schedule zb-h2 --zero 1 --overlap-grad-reduce \
+  --dp-bucket-mb 0.05
 run_layout 1 1 --pp 2 --microbatches 2 --schedule zb-v
 BATCH=10 run_layout 1 1 --pp 3 --microbatches 5 --schedule zb-v
 run_layout 1 1 --pp 4 --microbatches 8 --schedule zb-v
@@ -76,6 +78,10 @@ run_layout 1 1 --pp 2 --microbatches 4 --schedule zb-auto
 BATCH=6 run_layout 1 1 --pp 3 --microbatches 3 --schedule zb-auto --max-in-flight 4
 run_layout 1 1 --pp 2 --microbatches 4 --schedule zb-auto --virtual-stages 2
 BATCH=6 run_layout 2 1 --pp 2 --microbatches 3 --schedule zb-auto --sequence-parallel
+BATCH=10 run_layout 1 1 --pp 4 --microbatches 5 --schedule zb-auto --recompute
+run_layout 1 2 --pp 2 --microbatches 4 --schedule zb-auto --max-in-flight 1 --zero 1 \
+  --overlap-grad-reduce --dp-bucket-mb 0.05
+zbauto_limited=$LAST_LOG
 
 # ---- bits that must not move ----
 same_bits() {  # same_bits LOG_A LOG_B WHAT: their final parameters are byte-identical
@@ -124,8 +130,9 @@ peaks = {int(s): (float(n), float(mb), float(a), float(w)) for s, n, mb, a, w in
 assert sorted(peaks) == list(range(P)), f"expected a peak line per stage, got {peaks}"
 for r, (n, mb, a, w) in peaks.items():
     want = {"1f1b": min(P - r, M), "afab": M, "zb-h1": min(P, M), "zb-h2": min(2 * P - 1, M)}.get(sched)
-    if want is None:  # zb-v: a bound
-        assert n <= min(P, M), f"stage {r}: {n} microbatches in flight, above {sched}'s {min(P, M)}"
+    if want is None:  # zb-v: a bound; zb-auto:N: --max-in-flight N, every step (the first too)
+        bound = int(sched.split(":")[1]) if sched.startswith("zb-auto:") else min(P, M)
+        assert n <= bound, f"stage {r}: {n} microbatches in flight, above {sched}'s {bound}"
     else:
         assert n == want, f"stage {r}: {n} microbatches in flight, expected {want} for {sched}"
     # The activations of n microbatches plus at most n W sets, at least one (B keeps it until W);
@@ -145,6 +152,8 @@ check_peaks "$pp4_zbh2" zb-h2 4 8 && ok "zb-h2 on 4 stages keeps 2P - 1 microbat
   bad "zb-h2 peak activations"
 check_peaks "$pp4_zbv" zb-v 4 8 && ok "zb-v on 4 stages keeps at most P microbatches" ||
   bad "zb-v peak activations"
+check_peaks "$zbauto_limited" zb-auto:1 2 4 && ok "zb-auto keeps to --max-in-flight 1" ||
+  bad "zb-auto over its --max-in-flight"
 
 # ---- validation runs the forward passes through the pipeline: the same val losses as serial
 # (one stage with two chunks too, whose chunk 0 sends to its own rank) ----
