@@ -5,7 +5,8 @@
 # time against 1f1b's at the same M. The question is whether the simulator explains the real runs
 # and whether moving W into the bubbles pays (Qi et al. 2024: zb-h1 halves 1F1B's bubble at F=B=W).
 #   bash ci/bench_pipeline.sh [BUILD_DIR]       (make bench; BUILD_DIR defaults to <repo>/build)
-# STEPS (default 6) sets the steps per run, P2P_MS (default 0) the simulator's cost per message.
+# STEPS (default 6) sets the steps per run, MS (default "2 4 8") the microbatch counts, P2P_MS
+# (default 0) the simulator's cost per message.
 # A benchmark, not a test: it exits 1 only when a run fails, never on the numbers.
 set -u
 
@@ -47,7 +48,7 @@ printf '%-12s %2s %9s %7s %9s %9s %8s %8s %8s %7s %6s\n' schedule M "step ms" "v
 rows=0
 within=0
 # M outermost: the schedules compared at one M run back to back, under the same load.
-for M in 2 4 8; do
+for M in ${MS:-2 4 8}; do
   for schedule in 1f1b afab interleaved zb-h1 zb-v zb-auto; do
     V=1
     vflag=()

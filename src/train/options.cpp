@@ -216,7 +216,7 @@ layout (world = tp x dp x pp ranks, tp fastest-varying)
                         computes weight gradients apart from the backward and moves them into
                         the pipeline's bubbles: zb-h1 (1F1B's memory), zb-h2 (up to 2P-1
                         microbatches in flight), zb-v (two chunks per rank in a V: rank 0 holds
-                        embedding and head), zb-auto (searched from the first step's measured
+                        embedding and head), zb-auto (searched from the second step's measured
                         F/B/W times under --max-in-flight)
   --virtual-stages V    model chunks per pipeline rank: interleaved (default 1), zb-v (2),
                         zb-auto (1, or 2 for a V)

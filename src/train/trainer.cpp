@@ -460,7 +460,7 @@ void TrainingRun::report_stages(const StageTimes& timed) const {
   }
 }
 
-void TrainingRun::plan_zb_auto() {
+void TrainingRun::plan_zb_auto(int step) {
   const pipeline::OpCosts costs =
       stage_costs(stage_->times(), grid_->pp_rank(), grid_->pp_size(), grid_->world_comm());
   const int limit = zb_auto_limit();
@@ -481,7 +481,7 @@ void TrainingRun::plan_zb_auto() {
   std::printf(
       "zb-auto: planned from step %d's ms per op: --f %s --b %s --w %s, at most %d "
       "microbatches in flight\n",
-      first_step_, f.c_str(), b.c_str(), w.c_str(), limit);
+      step, f.c_str(), b.c_str(), w.c_str(), limit);
   std::fflush(stdout);
 }
 
@@ -512,8 +512,8 @@ void TrainingRun::print_banner(double peak_gflops) const {
   std::printf("microbatches: %zu of %d row(s) per DP rank | schedule %s%s%s", inputs_.size(),
               micro_batch_, pipeline::schedule_name(pp_schedule_),
               pp_schedule_ == pipeline::Schedule::kZbAuto
-                  ? (std::string(" (step ") + std::to_string(first_step_) +
-                     " runs it planned for F = B = W, timing the ops)")
+                  ? (std::string(" (planned for F = B = W until step ") +
+                     std::to_string(first_step_ + 1) + " has timed the ops)")
                         .c_str()
                   : "",
               opts_.recompute ? " | full recomputation" : "");
@@ -634,9 +634,11 @@ TrainResult TrainingRun::train() {
       compute.backwards += t.backwards;
       compute.weights += t.weights;
     }
-    if (pp_schedule_ == pipeline::Schedule::kZbAuto && !auto_planned_) {
+    // zb-auto plans from the second step's op times: the first's include the warm-up (first
+    // touches of buffers, BLAS start-up) and misstate the stages' ratios.
+    if (pp_schedule_ == pipeline::Schedule::kZbAuto && !auto_planned_ && step == first_step_ + 1) {
       watchdog.phase("zb-auto planning (all-reduce of the measured op times)");
-      plan_zb_auto();
+      plan_zb_auto(step);
     }
     watchdog.phase("tied-embedding all-reduce");
     allreduce_tied_embedding();

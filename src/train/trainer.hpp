@@ -79,9 +79,9 @@ class TrainingRun {
   void print_banner(double peak_gflops) const;
   // Collective: rank 0 prints each stage's peak activations and mean F/B/W times.
   void report_stages(const StageTimes& timed) const;
-  // Collective: zb-auto's plan from the step just run's measured op times (the run's first step
-  // runs zb-h1, or zb-v in a V, to measure them).
-  void plan_zb_auto();
+  // Collective: zb-auto's plan from step `step`'s measured op times (the steps before it run
+  // zb-auto planned for F = B = W).
+  void plan_zb_auto(int step);
   bool is_root() const { return grid_->world_rank() == 0; }
   // The part of the model TP rank t of pipeline stage p holds.
   TpShard stage_shard(int tp_rank, int pp_rank) const;

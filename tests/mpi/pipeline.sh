@@ -226,8 +226,8 @@ for i in 1 2 3 4 5 6; do
   esac
   M=$((P + RANDOM % (2 * P + 2)))
   [ "$sched" = interleaved ] || M=$((1 + RANDOM % 9))
-  # Two steps: zb-auto plans from the first.
-  if OMP_NUM_THREADS=1 timeout 120 "$MPIEXEC" -n "$P" "$TRAIN" --steps 2 --val-every 0 --layers 8 \
+  # Three steps: zb-auto plans from the second.
+  if OMP_NUM_THREADS=1 timeout 120 "$MPIEXEC" -n "$P" "$TRAIN" --steps 3 --val-every 0 --layers 8 \
     --dim 64 --heads 4 --seq-len 32 --vocab 300 --batch "$M" --microbatches "$M" --pp "$P" \
     --schedule "$sched" --virtual-stages "$V" >"$WORK/random$i.log" 2>&1; then
     ok "no deadlock: $sched pp $P virtual stages $V microbatches $M"
