@@ -13,7 +13,7 @@ CMAKE_ARGS ?=
 JOBS ?= $(shell nproc)
 
 # Debian packages the build, the tests and the benchmark need.
-DEBIAN_PACKAGES = cmake g++ make mpich libmpich-dev libopenblas-openmp-dev libtrilinos-kokkos-dev \
+DEBIAN_PACKAGES = cmake g++ make mpich libmpich-dev libopenblas-openmp-dev libdnnl-dev libtrilinos-kokkos-dev \
                   googletest libgtest-dev libgmock-dev python3-torch python3-numpy python3-yaml \
                   clang-format
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)

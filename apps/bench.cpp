@@ -17,6 +17,7 @@
 #include "core/error.hpp"
 #include "core/flags.hpp"
 #include "core/parallel.hpp"
+#include "train/peak.hpp"
 #include "train/step_log.hpp"
 #include "train/trainer.hpp"
 #ifdef _OPENMP
@@ -79,7 +80,7 @@ int main(int argc, char** argv) {
     // The machine's speed drifts (other tenants): the peak is re-measured before every case and
     // the best seen is kept, so a slow moment cannot inflate the MFU column.
     auto measure_peak = [] {
-      const double peak = mpf::measure_peak_gflops();
+      const double peak = mpf::measure_peak(mpf::Precision::fp32).gflops;
       double sum = 0.0;
       MPI_Allreduce(&peak, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
       return sum;

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (!opts.gemm.empty()) mpf::backend::select(opts.gemm);  // parse_options checked the name
   const int threads = mpf::choose_threads(opts.threads, MPI_COMM_WORLD);
 #ifdef _OPENMP
   omp_set_num_threads(threads);

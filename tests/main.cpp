@@ -1,13 +1,24 @@
 // GoogleTest main for every test binary: MPI and Kokkos are initialised once around the suite.
-// Tests receive MPI_COMM_WORLD from here only (STYLE.md 5).
+// Tests receive MPI_COMM_WORLD from here only (STYLE.md 5). MPIFORMER_GEMM=NAME runs the suite's
+// products with that GEMM library (ctest runs the layer tests once per library).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <cstdlib>
+
+#include "backends/gemm.hpp"
 
 int main(int argc, char** argv) {
   int provided = 0;  // funneled: helper threads (checkpoint staging) never call MPI
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  if (const char* library = std::getenv("MPIFORMER_GEMM"); library && *library) {
+    if (!mpf::backend::select(library)) {
+      std::fprintf(stderr, "MPIFORMER_GEMM=%s is not a GEMM library of this build\n", library);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
   Kokkos::initialize(argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/profile.hpp"
 #include "core/types.hpp"
 #ifdef _OPENMP
 #include <omp.h>
@@ -46,6 +47,7 @@ inline int host_thread_id() {
 namespace detail {
 template <class F>
 void launch(const char* label, int64_t n, int64_t min_split, const F& f) {
+  const profile::Scope timer(label);
 #ifdef KOKKOS_ENABLE_SERIAL
   if constexpr (kSplitOverOpenMP) {
     if (n >= min_split && host_thread_count() > 1) {

@@ -1,7 +1,10 @@
 #include "train/options.hpp"
 
+#include <algorithm>
 #include <functional>
+#include <vector>
 
+#include "backends/gemm.hpp"
 #include "core/error.hpp"
 #include "core/flags.hpp"
 
@@ -108,6 +111,17 @@ TrainOptions parse_options(int argc, const char* const* argv) {
       {"--threads", integer(o.threads)},
       {"--peak-gflops",
        [&](const std::string& f, const std::string& v) { o.peak_gflops = to_double(f, v); }},
+      {"--precision",
+       [&](const std::string&, const std::string& v) { o.precision = parse_precision(v); }},
+      {"--gemm",
+       [&](const std::string&, const std::string& v) {
+         const std::vector<std::string> libraries = backend::available();
+         std::string names;
+         for (const std::string& l : libraries) names += (names.empty() ? "" : ", ") + l;
+         require(std::find(libraries.begin(), libraries.end(), v) != libraries.end(),
+                 "--gemm " + v + " is not a GEMM library of this build; it has " + names);
+         o.gemm = v;
+       }},
   };
 
   table.switches = {
@@ -116,6 +130,7 @@ TrainOptions parse_options(int argc, const char* const* argv) {
       {"--overlap-grad-reduce", [&] { o.overlap_grad_reduce = true; }},
       {"--sequence-parallel", [&] { o.sequence_parallel = true; }},
       {"--recompute", [&] { o.recompute = true; }},
+      {"--profile", [&] { o.profile = true; }},
   };
   // Kokkos consumes its own --kokkos-* flags in Kokkos::initialize.
   o.given = flags::parse(argc, argv, table, "mpiformer-train", "--kokkos-");
@@ -256,7 +271,12 @@ system
   --step-timeout SEC    abort the whole job, naming the rank, step and phase, when a step (or a
                         save, or a validation) runs longer than SEC seconds (default 0: never)
   --threads N           threads per rank (default: OMP_NUM_THREADS, else cores / ranks per node)
-  --peak-gflops X       per-rank peak for MFU (default: measured with an sgemm at start-up)
+  --precision P         fp32 (default) or bf16: matrix products with bf16 inputs and fp32
+                        accumulation; weights, gradients, optimizer and checkpoints stay fp32
+  --gemm LIB            the GEMM library: onednn (the default where built) or openblas
+  --peak-gflops X       per-rank peak for MFU (default: the best GEMM rate of any library here,
+                        in the run's precision, measured at start-up)
+  --profile             print where a step's time goes, kernel by kernel, at the end
   --help
 )";
 }

@@ -7,6 +7,8 @@
 #include <set>
 #include <string>
 
+#include "core/bf16.hpp"
+
 namespace mpf {
 
 struct TrainOptions {
@@ -63,7 +65,11 @@ struct TrainOptions {
   std::string tokenizer;
   // System.
   int threads = 0;  // 0: OMP_NUM_THREADS, else the cores this rank may use / ranks per node
-  double peak_gflops = 0.0;  // per rank, for MFU; 0: measure an sgemm at start-up
+  double peak_gflops = 0.0;  // per rank, for MFU; 0: measure the best GEMM at start-up
+  // Speed: the precision of the matrix products, and the GEMM library ("": the build's default).
+  Precision precision = Precision::fp32;
+  std::string gemm;
+  bool profile = false;  // print a per-kernel time breakdown at the end
   bool help = false;
   std::set<std::string> given;  // the flags on the command line (a resume keeps the others)
   bool verbose = true;          // banner and step lines (benchmarks turn them off); not a flag

@@ -1,13 +1,10 @@
 #include "train/step_log.hpp"
 
-#include <algorithm>
 #include <cstdio>
-#include <vector>
 
 #include <Kokkos_Core.hpp>
 
-#include "backends/gemm.hpp"
-#include "core/types.hpp"
+#include "core/profile.hpp"
 
 namespace mpf {
 
@@ -15,27 +12,6 @@ double flops_per_token(const GPTConfig& cfg, int T) {
   const double n_prime =
       double(parameter_count(cfg)) - double(cfg.max_seq_len) * double(cfg.channels);
   return 6.0 * n_prime + 12.0 * cfg.layers * double(T) * cfg.channels;
-}
-
-double measure_peak_gflops() {
-  // The shape of GPT-2 124M's fc layer at B·T = 512. The first runs fault in pages and wake the
-  // thread pool; the best of the rest is the peak (about 0.1 s in all on 2 cores).
-  const int M = 512, N = 3072, K = 768, warmup = 3, reps = 12;
-  // In the execution space's memory: on a GPU the backend reads device pointers.
-  Slab a("mpf::peak::a", size_t(M) * K), b("mpf::peak::b", size_t(N) * K),
-      c("mpf::peak::c", size_t(M) * N);
-  Kokkos::deep_copy(a, 0.5f);
-  Kokkos::deep_copy(b, 0.25f);
-  double best = 0.0;
-  for (int rep = 0; rep < warmup + reps; ++rep) {
-    Stopwatch sw;
-    backend::gemm(backend::Op::N, backend::Op::T, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f,
-                  c.data(), N);
-    Kokkos::fence();  // a GPU product is asynchronous
-    const double s = sw.seconds();
-    if (rep >= warmup) best = std::max(best, 2.0 * M * N * K / s / 1e9);
-  }
-  return best;
 }
 
 std::string format_step(const StepRecord& r, double tokens, double flops_per_step,
@@ -47,6 +23,36 @@ std::string format_step(const StepRecord& r, double tokens, double flops_per_ste
                 r.step, r.steps, r.loss, r.lr, r.norm, r.ms, tokens / s,
                 100.0 * flops_per_step / s / peak_flops);
   return buf;
+}
+
+std::string profile_table(double step_ms, int steps) {
+  std::string text;
+  char line[200];
+  std::snprintf(line, sizeof line, "profile | per step, mean of %d steps | %.1f ms a step\n", steps,
+                step_ms);
+  text += line;
+  std::snprintf(line, sizeof line, "  %-44s %7s %9s %7s %8s\n", "kernel", "calls", "ms", "%",
+                "GFLOP/s");
+  text += line;
+  double in_kernels = 0.0, gemm = 0.0;
+  for (const profile::Entry& e : profile::entries()) {
+    const double ms = e.seconds * 1e3 / steps;
+    in_kernels += ms;
+    if (e.flops > 0) gemm += ms;
+    char rate[16] = "";
+    if (e.flops > 0) std::snprintf(rate, sizeof rate, "%.0f", e.flops / e.seconds / 1e9);
+    std::snprintf(line, sizeof line, "  %-44s %7.1f %9.2f %6.1f%% %8s\n", e.label.c_str(),
+                  double(e.calls) / steps, ms, 100.0 * ms / step_ms, rate);
+    text += line;
+  }
+  std::snprintf(
+      line, sizeof line,
+      "  products %.1f ms (%.1f%%), other kernels %.1f ms (%.1f%%), outside kernels (MPI, "
+      "waits, host) %.1f ms (%.1f%%)\n",
+      gemm, 100.0 * gemm / step_ms, in_kernels - gemm, 100.0 * (in_kernels - gemm) / step_ms,
+      step_ms - in_kernels, 100.0 * (step_ms - in_kernels) / step_ms);
+  text += line;
+  return text;
 }
 
 void PhaseTimers::start() {

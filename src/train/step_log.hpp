@@ -14,9 +14,6 @@ namespace mpf {
 //   6·N' + 12·L·T·C, N' = parameters without the position table (the tied head counted once).
 double flops_per_token(const GPTConfig& cfg, int T);
 
-// Best of a few sgemm runs shaped like a training GEMM, on this rank's threads, in GFLOP/s.
-double measure_peak_gflops();
-
 struct StepRecord {
   int step = 0, steps = 0;  // 1-based
   double loss = 0, norm = 0, ms = 0;
@@ -26,6 +23,11 @@ struct StepRecord {
 // `tokens` per step over all ranks; `peak_flops` of all ranks together (FLOP/s).
 std::string format_step(const StepRecord& r, double tokens, double flops_per_step,
                         double peak_flops);
+
+// The per-kernel profile (core/profile.hpp) of `steps` steps averaging `step_ms`, per step: one
+// line per kernel or product shape, the most time first, then what no kernel accounts for (MPI,
+// waiting, host code).
+std::string profile_table(double step_ms, int steps);
 
 // Seconds spent in each phase of a step, summed over the timed steps (STYLE.md 9).
 class PhaseTimers {

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -12,10 +13,12 @@
 #include "backends/gemm.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "core/profile.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/llmc_checkpoint.hpp"
 #include "io/output_file.hpp"
 #include "model/gpt.hpp"
+#include "model/layers/matmul.hpp"
 #include "model/shard.hpp"
 #include "mpiformer/config.hpp"
 #include "optim/grad_norm.hpp"
@@ -115,6 +118,11 @@ RunInputs load_inputs(const TrainOptions& given, int world_rank) {
     }
   }
   const TrainOptions& opts = in.opts;
+  if (opts.precision == Precision::bf16) {
+    const std::string missing = backend::kernels().bf16_missing;
+    require(missing.empty(), "--precision bf16 needs native bf16 products, but " + missing +
+                                 "; use --precision fp32");
+  }
   in.cfg = in.resume ? in.resume->info.model : model_config(opts);
   const GPTConfig& cfg = in.cfg;
   require(opts.seq_len <= cfg.max_seq_len,
@@ -256,6 +264,10 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   } else {
     initialize(params_, shard_, opts.seed);
   }
+  if (opts.precision == Precision::bf16) {
+    weights16_ = Bf16Slab("mpf::weights16", params_.count);
+    round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
+  }
   watchdog_ = std::make_unique<Watchdog>(opts.step_timeout, grid_->world_rank());
   require(!opts.sequence_parallel || (int64_t(micro_batch_) * opts.seq_len) % grid_->tp_size() == 0,
           "--sequence-parallel splits the " + std::to_string(micro_batch_ * opts.seq_len) +
@@ -296,6 +308,16 @@ int TrainingRun::zb_auto_limit() const {
 
 bool TrainingRun::tied_across_stages() const {
   return grid_->pp_size() > 1 && shape_.placement == pipeline::ChunkPlacement::kLooped;
+}
+
+int64_t TrainingRun::largest_operand() const {
+  // A microbatch's rows times the widest activation a product reads (the logits' vocabulary
+  // shard, the MLP, QKV), or the attention probabilities; the attention products read spans of
+  // one sequence's rows.
+  const int64_t R = int64_t(micro_batch_) * opts_.seq_len;
+  const int64_t width =
+      std::max<int64_t>({shard_.vocab_shard, shard_.fc, 3 * shard_.attn, int64_t(cfg_.channels)});
+  return std::max(R * width, int64_t(shard_.heads) * opts_.seq_len * opts_.seq_len);
 }
 
 void TrainingRun::allreduce_tied_embedding() {
@@ -485,14 +507,23 @@ void TrainingRun::plan_zb_auto(int step) {
   std::fflush(stdout);
 }
 
-void TrainingRun::print_banner(double peak_gflops) const {
+void TrainingRun::print_banner(const PeakRate& peak) const {
   if (!is_root()) return;
   for (const std::string& w : warnings_) std::fprintf(stderr, "warning: %s\n", w.c_str());
   for (const std::string& n : notes_) std::printf("note: %s\n", n.c_str());
   const char* kernels = kSplitOverOpenMP ? "Kokkos Serial, kernels split over OpenMP threads"
                                          : "Kokkos default execution space";
-  std::printf("mpiformer %s | %d threads/rank | %s | BLAS: %s\n", MPIFORMER_VERSION,
-              host_thread_count(), kernels, backend::describe());
+  std::printf("mpiformer %s | %d threads/rank | %s\n", MPIFORMER_VERSION, host_thread_count(),
+              kernels);
+  const backend::Kernels gemm = backend::kernels();
+  std::printf(
+      "gemm: %s %s | %s | products in %s%s\n", gemm.library.c_str(), gemm.isa.c_str(),
+      gemm.cpu.c_str(), precision_name(opts_.precision),
+      opts_.precision == Precision::bf16 ? " (fp32 accumulation, fp32 master weights)" : "");
+  if (!gemm.narrower.empty()) {
+    std::fprintf(stderr, "warning: GEMM kernels narrower than this CPU allows: %s\n",
+                 gemm.narrower.c_str());
+  }
   std::printf("grid: %s\n", grid_->describe().c_str());
   std::printf("model: %s | %.2fM parameters | %s\n", describe(cfg_).c_str(), params_.count / 1e6,
               opts_.init_from.empty() ? ("init seed " + std::to_string(opts_.seed)).c_str()
@@ -554,8 +585,13 @@ void TrainingRun::print_banner(double peak_gflops) const {
     std::printf("checkpoints: %s, %s\n", opts_.save.c_str(), when.c_str());
   }
   std::printf("MFU: (6N' + 12LTC) x tokens = %.2f GFLOP/step vs peak %.1f GFLOP/s/rank (%s)\n",
-              flops_per_token(cfg_, opts_.seq_len) * opts_.batch * opts_.seq_len / 1e9, peak_gflops,
-              opts_.peak_gflops > 0 ? "--peak-gflops" : "sgemm, measured");
+              flops_per_token(cfg_, opts_.seq_len) * opts_.batch * opts_.seq_len / 1e9, peak.gflops,
+              opts_.peak_gflops > 0
+                  ? "--peak-gflops"
+                  : (std::string(precision_name(opts_.precision)) +
+                     " GEMM, measured: the best of " + std::to_string(backend::available().size()) +
+                     " librar" + (backend::available().size() > 1 ? "ies, " : "y, ") + peak.library)
+                        .c_str());
   std::fflush(stdout);
 }
 
@@ -568,14 +604,20 @@ TrainResult TrainingRun::train() {
     }
     return result;
   }
-  const double peak_gflops = opts_.peak_gflops > 0 ? opts_.peak_gflops : measure_peak_gflops();
-  const double peak_flops = allreduce_sum(peak_gflops * 1e9, grid_->world_comm());
+  const PeakRate peak = opts_.peak_gflops > 0 ? PeakRate{opts_.peak_gflops, "--peak-gflops"}
+                                              : measure_peak(opts_.precision);
+  const double peak_flops = allreduce_sum(peak.gflops * 1e9, grid_->world_comm());
   const double tokens = double(opts_.batch) * opts_.seq_len;
   const double flops_per_step = flops_per_token(cfg_, opts_.seq_len) * tokens;
   // Each token's loss enters the global mean with weight 1/(B·T); summing the DP ranks' gradients
   // then gives the gradient of the global mean.
   const float dloss = static_cast<float>(1.0 / tokens);
-  if (opts_.verbose) print_banner(peak_gflops);
+  if (opts_.verbose) print_banner(peak);
+  // bf16: the products read weights16_ and round their other inputs (model/layers/matmul.hpp).
+  std::optional<Bf16Products> bf16_products;
+  if (opts_.precision == Precision::bf16) {
+    bf16_products.emplace(params_.slab.data(), weights16_.data(), params_.count, largest_operand());
+  }
   Watchdog& watchdog = *watchdog_;
   stage_->on_op(
       [&watchdog](const char* name, int mb, int chunk) { watchdog.phase(name, mb, chunk); });
@@ -609,6 +651,7 @@ TrainResult TrainingRun::train() {
     }
     Stopwatch sw;
     phases.set_enabled(step > first_step_);
+    profile::set_enabled(opts_.profile && step > first_step_);
     phases.start();
     watchdog.phase("data");
     load_batch(*train_data_);
@@ -673,6 +716,7 @@ TrainResult TrainingRun::train() {
       watchdog.phase("ZeRO parameter all-gather");
       dp_grads_->allgather_params(params_.slab.data());
     }
+    if (bf16_products) round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
     phases.mark(PhaseTimers::kOptimizer);
     tokens_seen_ += int64_t(tokens);
     if (traced) {
@@ -735,7 +779,11 @@ TrainResult TrainingRun::train() {
         ms > 0 ? tokens / (ms / 1e3) : 0.0,
         ms > 0 ? 100.0 * flops_per_step / (ms / 1e3) / peak_flops : 0.0);
     std::printf("%s\n", phases.summary().c_str());
+    if (opts_.profile && last > first_step_) {
+      std::printf("%s", profile_table(ms, last - first_step_).c_str());
+    }
   }
+  profile::set_enabled(false);
   if (result.status != kExitDone) return result;
   report_stages(compute);
   if (!save_llmc()) result.status = kExitSaveFailed;

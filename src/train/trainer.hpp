@@ -23,6 +23,7 @@
 #include "pipeline/schedule_plan.hpp"
 #include "train/checkpointing.hpp"
 #include "train/options.hpp"
+#include "train/peak.hpp"
 #include "train/state_files.hpp"
 #include "train/watchdog.hpp"
 
@@ -76,7 +77,9 @@ class TrainingRun {
   CheckpointInfo checkpoint_info(int step) const;
   // Collective: --save-llmc; false if it failed.
   bool save_llmc() const;
-  void print_banner(double peak_gflops) const;
+  void print_banner(const PeakRate& peak) const;
+  // The most elements a product's operand spans (the size of the bf16 scratch).
+  int64_t largest_operand() const;
   // Collective: rank 0 prints each stage's peak activations and mean F/B/W times.
   void report_stages(const StageTimes& timed) const;
   // Collective: zb-auto's plan from step `step`'s measured op times (the steps before it run
@@ -101,6 +104,9 @@ class TrainingRun {
   std::string val_name_;
   TpShard shard_;
   Parameters params_, grads_;
+  // --precision bf16: the parameters rounded to bf16, what the products read as weights; refreshed
+  // after every update (derived state: checkpoints hold the fp32 parameters).
+  Bf16Slab weights16_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<DataParallelGrads> dp_grads_;
   std::unique_ptr<StateFiles> state_files_;

@@ -1,7 +1,7 @@
 // The cuBLAS backend against a host reference, through the project's seam (backends/gemm.hpp):
-// gemm and gemm_strided_batched for all four transpose combinations, gemv for both, with padded
-// leading dimensions, padded batch strides, alpha and beta. Without a CUDA device every test is
-// skipped (GTEST_SKIP with the reason), never passed.
+// gemm and gemm_strided_batched, in fp32 and with bf16 inputs, for all four transpose
+// combinations, and gemv for both, with padded leading dimensions, padded batch strides, alpha
+// and beta. Without a CUDA device every test is skipped (GTEST_SKIP with the reason), never passed.
 //   built and run by ci/check_cuda.sh: nvcc ... test_cublas_gemm.cu gemm_cublas.o -lcublas
 //   -lgtest_main
 #include <cuda_runtime.h>
@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,26 +37,25 @@ std::string no_device_reason() {
   } while (0)
 
 // A device copy of a host vector, freed on scope exit.
+template <class T>
 class DeviceBuffer {
  public:
-  explicit DeviceBuffer(const std::vector<float>& host) : n_(host.size()) {
-    EXPECT_EQ(cudaMalloc(&ptr_, n_ * sizeof(float)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), n_ * sizeof(float), cudaMemcpyHostToDevice),
-              cudaSuccess);
+  explicit DeviceBuffer(const std::vector<T>& host) : n_(host.size()) {
+    EXPECT_EQ(cudaMalloc(&ptr_, n_ * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
   }
   ~DeviceBuffer() { cudaFree(ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  float* get() const { return ptr_; }
-  std::vector<float> to_host() const {
-    std::vector<float> host(n_);
-    EXPECT_EQ(cudaMemcpy(host.data(), ptr_, n_ * sizeof(float), cudaMemcpyDeviceToHost),
-              cudaSuccess);
+  T* get() const { return ptr_; }
+  std::vector<T> to_host() const {
+    std::vector<T> host(n_);
+    EXPECT_EQ(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
     return host;
   }
 
  private:
-  float* ptr_ = nullptr;
+  T* ptr_ = nullptr;
   size_t n_;
 };
 
@@ -117,7 +117,7 @@ TEST_P(CublasGemm, MatchesHostReference) {
   const auto B = random_vector(size_t(s.b_rows(op_b)) * s.ldb(op_b), 2);
   auto C = random_vector(size_t(s.M) * s.ldc(), 3);  // beta != 0: C is read
 
-  DeviceBuffer dA(A), dB(B), dC(C);
+  DeviceBuffer<float> dA(A), dB(B), dC(C);
   mpf::backend::gemm(op_a, op_b, s.M, s.N, s.K, alpha, dA.get(), s.lda(op_a), dB.get(), s.ldb(op_b),
                      beta, dC.get(), s.ldc());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -141,7 +141,7 @@ TEST_P(CublasGemm, StridedBatchedMatchesHostReference) {
   const auto B = random_vector(size_t(stride_b) * batch, 5);
   auto C = random_vector(size_t(stride_c) * batch, 6);
 
-  DeviceBuffer dA(A), dB(B), dC(C);
+  DeviceBuffer<float> dA(A), dB(B), dC(C);
   mpf::backend::gemm_strided_batched(op_a, op_b, s.M, s.N, s.K, alpha, dA.get(), s.lda(op_a),
                                      stride_a, dB.get(), s.ldb(op_b), stride_b, beta, dC.get(),
                                      s.ldc(), stride_c, batch);
@@ -163,12 +163,70 @@ TEST(CublasGemv, MatchesHostReference) {
     const int rows = op == Op::N ? M : N, cols = op == Op::N ? N : M;
     const auto x = random_vector(size_t(cols), 8);
     auto y = random_vector(size_t(rows), 9);
-    DeviceBuffer dA(A), dx(x), dy(y);
+    DeviceBuffer<float> dA(A), dx(x), dy(y);
     mpf::backend::gemv(op, M, N, alpha, dA.get(), lda, dx.get(), beta, dy.get());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     reference_gemm(op, Op::N, rows, 1, cols, alpha, A.data(), lda, x.data(), 1, beta, y.data(), 1);
     expect_near_all(dy.to_host(), y);
   }
+}
+
+// bf16 inputs (the rounded values' bits), fp32 accumulation: against the reference on the rounded
+// values, whose products are exact in fp32 (8 + 8 significant bits), so only the fp32 sums differ.
+uint16_t round_to_bf16(float x, float& rounded) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  const uint32_t top = u & 0xffff0000u;
+  std::memcpy(&rounded, &top, sizeof rounded);
+  return uint16_t(u >> 16);
+}
+
+std::vector<uint16_t> to_bf16(std::vector<float>& values) {
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = round_to_bf16(values[i], values[i]);
+  return bits;
+}
+
+TEST_P(CublasGemm, Bf16MatchesHostReferenceOnRoundedInputs) {
+  SKIP_WITHOUT_DEVICE();
+  const auto [op_a, op_b] = GetParam();
+  const Shape s;
+  const float alpha = 1.0f, beta = 1.0f;
+  auto A = random_vector(size_t(s.a_rows(op_a)) * s.lda(op_a), 7);
+  auto B = random_vector(size_t(s.b_rows(op_b)) * s.ldb(op_b), 8);
+  auto C = random_vector(size_t(s.M) * s.ldc(), 9);
+  DeviceBuffer<uint16_t> dA(to_bf16(A)), dB(to_bf16(B));
+  DeviceBuffer<float> dC(C);
+  mpf::backend::gemm_bf16(op_a, op_b, s.M, s.N, s.K, alpha, dA.get(), s.lda(op_a), dB.get(),
+                          s.ldb(op_b), beta, dC.get(), s.ldc());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  reference_gemm(op_a, op_b, s.M, s.N, s.K, alpha, A.data(), s.lda(op_a), B.data(), s.ldb(op_b),
+                 beta, C.data(), s.ldc());
+  expect_near_all(dC.to_host(), C);
+}
+
+TEST_P(CublasGemm, Bf16StridedBatchedMatchesHostReference) {
+  SKIP_WITHOUT_DEVICE();
+  const auto [op_a, op_b] = GetParam();
+  const Shape s;
+  const int batch = 3;
+  const int64_t stride_a = int64_t(s.a_rows(op_a)) * s.lda(op_a) + 5;
+  const int64_t stride_b = int64_t(s.b_rows(op_b)) * s.ldb(op_b) + 3;
+  const int64_t stride_c = int64_t(s.M) * s.ldc() + 4;
+  auto A = random_vector(size_t(stride_a) * batch, 10);
+  auto B = random_vector(size_t(stride_b) * batch, 11);
+  auto C = random_vector(size_t(stride_c) * batch, 12);
+  DeviceBuffer<uint16_t> dA(to_bf16(A)), dB(to_bf16(B));
+  DeviceBuffer<float> dC(C);
+  mpf::backend::gemm_strided_batched_bf16(op_a, op_b, s.M, s.N, s.K, 1.0f, dA.get(), s.lda(op_a),
+                                          stride_a, dB.get(), s.ldb(op_b), stride_b, 0.0f, dC.get(),
+                                          s.ldc(), stride_c, batch);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int i = 0; i < batch; ++i)
+    reference_gemm(op_a, op_b, s.M, s.N, s.K, 1.0f, A.data() + i * stride_a, s.lda(op_a),
+                   B.data() + i * stride_b, s.ldb(op_b), 0.0f, C.data() + i * stride_c, s.ldc());
+  expect_near_all(dC.to_host(), C);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTransposes, CublasGemm,

@@ -1,8 +1,15 @@
+// The GEMM seam with every library this build has (oneDNN and OpenBLAS on the CPU), against the
+// definition: fp32 products, and bf16 products (where the library has them natively) against the
+// definition on bf16-rounded inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "backends/gemm.hpp"
+#include "core/bf16.hpp"
+#include "model/layers/matmul.hpp"
 #include "test_helpers.hpp"
 
 namespace mpf {
@@ -25,9 +32,32 @@ void naive(Op ta, Op tb, int M, int N, int K, float alpha, const float* A, int l
     }
   }
 }
+
+std::vector<bf16> rounded(std::vector<float>& x) {  // x becomes its bf16 values
+  std::vector<bf16> bits(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    bits[i] = to_bf16(x[i]);
+    x[i] = from_bf16(bits[i]);
+  }
+  return bits;
+}
+
+// Runs each test once per library of the build, restoring the selection afterwards.
+class Gemm : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    previous_ = backend::selected();
+    ASSERT_TRUE(backend::select(GetParam()));
+  }
+  void TearDown() override { backend::select(previous_); }
+  bool has_bf16() const { return backend::kernels().bf16_missing.empty(); }
+
+ private:
+  std::string previous_;
+};
 }  // namespace
 
-TEST(Gemm, AllTransposesWithStridesMatchTheDefinition) {
+TEST_P(Gemm, AllTransposesWithStridesMatchTheDefinition) {
   const int M = 37, N = 29, K = 41, pad = 3;
   for (Op ta : {Op::N, Op::T}) {
     for (Op tb : {Op::N, Op::T}) {
@@ -42,7 +72,7 @@ TEST(Gemm, AllTransposesWithStridesMatchTheDefinition) {
   }
 }
 
-TEST(Gemm, StridedBatchedIsALoopOfGemms) {
+TEST_P(Gemm, StridedBatchedIsALoopOfGemms) {
   const int M = 8, N = 6, K = 5, batch = 7;
   const int64_t sa = M * K + 2, sb = K * N + 1, sc = M * N + 3;
   const std::vector<float> A = test::to_host(test::random_slab("A", sa * batch));
@@ -58,7 +88,7 @@ TEST(Gemm, StridedBatchedIsALoopOfGemms) {
 }
 
 // A matrix-vector product is the gemm of one column: y (rows x 1) = op(A) · x (cols x 1).
-TEST(Gemm, GemvIsAOneColumnGemm) {
+TEST_P(Gemm, GemvIsAOneColumnGemm) {
   const int M = 37, N = 29, lda = N + 3;
   const std::vector<float> A = test::to_host(test::random_slab("A", M * lda));
   for (Op op : {Op::N, Op::T}) {
@@ -69,6 +99,106 @@ TEST(Gemm, GemvIsAOneColumnGemm) {
     naive(op, Op::N, rows, 1, cols, 0.5f, A.data(), lda, x.data(), 1, 0.25f, R.data(), 1);
     for (int i = 0; i < rows; ++i) ASSERT_NEAR(y[i], R[i], 1e-4) << i;
   }
+}
+
+// bf16 × bf16 products are exact in fp32 (8 + 8 significant bits), so against the definition on
+// the rounded inputs only the order of the fp32 sums differs: fp32's tolerance applies.
+TEST_P(Gemm, Bf16ProductsAreFp32ProductsOfRoundedInputs) {
+  if (!has_bf16()) GTEST_SKIP() << backend::kernels().bf16_missing;
+  const int M = 37, N = 29, K = 41, pad = 3;
+  for (Op ta : {Op::N, Op::T}) {
+    for (Op tb : {Op::N, Op::T}) {
+      const int lda = (ta == Op::N ? K : M) + pad, ldb = (tb == Op::N ? N : K) + pad, ldc = N + pad;
+      std::vector<float> A = test::to_host(test::random_slab("A", 64 * lda));
+      std::vector<float> B = test::to_host(test::random_slab("B", 64 * ldb));
+      const std::vector<bf16> A16 = rounded(A), B16 = rounded(B);
+      std::vector<float> C = test::to_host(test::random_slab("C", M * ldc)), R = C;
+      backend::gemm_bf16(ta, tb, M, N, K, 1.0f, A16.data(), lda, B16.data(), ldb, 0.5f, C.data(),
+                         ldc);
+      naive(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.5f, R.data(), ldc);
+      for (size_t i = 0; i < C.size(); ++i) ASSERT_NEAR(C[i], R[i], 1e-4) << i;
+    }
+  }
+  // The batched form, with attention's layout: heads side by side in packed rows.
+  const int T = 9, hs = 4, heads = 3, ld = 3 * heads * hs;
+  std::vector<float> qkv = test::to_host(test::random_slab("qkv", T * ld));
+  const std::vector<bf16> qkv16 = rounded(qkv);
+  std::vector<float> S(heads * T * T, 0.0f), R = S;
+  backend::gemm_strided_batched_bf16(Op::N, Op::T, T, T, hs, 1.0f, qkv16.data(), ld, hs,
+                                     qkv16.data() + heads * hs, ld, hs, 0.0f, S.data(), T, T * T,
+                                     heads);
+  for (int h = 0; h < heads; ++h) {
+    naive(Op::N, Op::T, T, T, hs, 1.0f, qkv.data() + h * hs, ld, qkv.data() + heads * hs + h * hs,
+          ld, 0.0f, R.data() + h * T * T, T);
+  }
+  for (size_t i = 0; i < S.size(); ++i) ASSERT_NEAR(S[i], R[i], 1e-4) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryLibrary, Gemm, ::testing::ValuesIn(backend::available()),
+                         [](const auto& info) { return info.param; });
+
+TEST(GemmLibraries, TheDefaultIsFirstAndSelectionIsChecked) {
+  const std::vector<std::string> all = backend::available();
+  ASSERT_FALSE(all.empty());
+  EXPECT_NE(std::find(all.begin(), all.end(), "openblas"), all.end());
+  const std::string previous = backend::selected();
+  EXPECT_FALSE(backend::select("no-such-library"));
+  EXPECT_EQ(backend::selected(), previous);
+  for (const std::string& name : all) {
+    ASSERT_TRUE(backend::select(name));
+    EXPECT_EQ(backend::selected(), name);
+    const backend::Kernels k = backend::kernels();
+    EXPECT_FALSE(k.library.empty());
+    EXPECT_FALSE(k.isa.empty()) << name;
+  }
+  backend::select(previous);
+}
+
+TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
+  // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1).
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 0x1p-8f)), 1.0f);
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 0x1p-8f + 0x1p-20f)), 1.0f + 0x1p-7f);  // above: rounds up
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);         // tie to even, up
+  EXPECT_EQ(from_bf16(to_bf16(-2.5f)), -2.5f);                               // representable
+  EXPECT_TRUE(std::isnan(from_bf16(to_bf16(std::nanf("")))));
+  EXPECT_TRUE(std::isinf(from_bf16(to_bf16(INFINITY))));
+  // The relative error of a rounding is at most half a unit in the 8th bit: 2^-8.
+  const std::vector<float> x = test::to_host(test::random_slab("x", 10000, 100.0f));
+  for (float v : x) ASSERT_LE(std::fabs(from_bf16(to_bf16(v)) - v), 0x1p-8f * std::fabs(v));
+}
+
+// The model's products under a Bf16Products scope read weights from the registered bf16 copy and
+// round every other input; outside a scope they are fp32.
+TEST(Bf16, ProductsInAScopeUseTheWeightCopyAndRoundTheRest) {
+  const std::string previous = backend::selected();
+  bool any = false;
+  for (const std::string& name : backend::available()) {
+    backend::select(name);
+    if (!backend::kernels().bf16_missing.empty()) continue;
+    any = true;
+    const int M = 5, N = 7, K = 11;
+    std::vector<float> x = test::to_host(test::random_slab("x", M * K));
+    std::vector<float> w = test::to_host(test::random_slab("w", N * K));
+    // A deliberately different "copy" of w: the product must read it, not round w itself.
+    std::vector<float> w_copy = w;
+    for (float& v : w_copy) v = 2 * v;
+    const std::vector<bf16> w16 = rounded(w_copy);
+    std::vector<float> out(M * N), want(M * N, 0.0f), fp32(M * N), fp32_want(M * N, 0.0f);
+    naive(Op::N, Op::T, M, N, K, 1.0f, x.data(), K, w.data(), K, 0.0f, fp32_want.data(), N);
+    matmul(Op::N, Op::T, M, N, K, 1.0f, x.data(), K, w.data(), K, 0.0f, fp32.data(), N);
+    {
+      const Bf16Products scope(w.data(), w16.data(), N * K, 16);  // scratch grows as needed
+      matmul(Op::N, Op::T, M, N, K, 1.0f, x.data(), K, w.data(), K, 0.0f, out.data(), N);
+    }
+    rounded(x);
+    naive(Op::N, Op::T, M, N, K, 1.0f, x.data(), K, w_copy.data(), K, 0.0f, want.data(), N);
+    for (int i = 0; i < M * N; ++i) {
+      ASSERT_NEAR(out[i], want[i], 1e-4) << name << " " << i;
+      ASSERT_NEAR(fp32[i], fp32_want[i], 1e-4) << name << " " << i;
+    }
+  }
+  backend::select(previous);
+  if (!any) GTEST_SKIP() << "no library of this build has native bf16 products here";
 }
 
 }  // namespace mpf

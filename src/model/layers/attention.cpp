@@ -2,42 +2,43 @@
 
 #include <cmath>
 
-#include "backends/gemm.hpp"
 #include "core/parallel.hpp"
 #include "core/vector_math.hpp"
+#include "model/layers/matmul.hpp"
 
 namespace mpf {
-
-using backend::Op;
 
 void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) {
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t TT = int64_t(T) * T;
+  // Every product below reads QKV (in bf16: rounded once, not per sequence).
+  const HeldOperand qkv16(qkv.data(), int64_t(B) * T * C3);
   for (int b = 0; b < B; ++b) {
     const float* q = qkv.data() + int64_t(b) * T * C3;
     float* s = att.data() + int64_t(b) * NH * TT;
-    // S_h (T,T) = scale · Q_h · K_hᵀ for every head h of row b
-    backend::gemm_strided_batched(Op::N, Op::T, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f, s,
-                                  T, TT, NH);
+    // S_h (T,T) = Q_h · K_hᵀ for every head h of row b (the scale is applied by the softmax)
+    matmul_strided_batched(Op::N, Op::T, T, T, hs, 1.0f, q, C3, hs, q + C, C3, hs, 0.0f, s, T, TT,
+                           NH);
   }
-  // Row-wise causal softmax: row t of a head sees positions 0..t.
+  // Row-wise causal softmax of scale·S: row t of a head sees positions 0..t. The scale is applied
+  // here, in fp32, rather than by the product, so that no product needs an alpha.
   for_rows(
       "mpf::attention_softmax", int64_t(B) * NH * T, KOKKOS_LAMBDA(int64_t row) {
         const int t = row % T;
         float* p = att.data() + row * T;
-        const float mx = vmath::row_max(p, t + 1);
-        for (int j = 0; j <= t; ++j) p[j] = vmath::exp(p[j] - mx);
+        const float mx = scale * vmath::row_max(p, t + 1);
+        for (int j = 0; j <= t; ++j) p[j] = vmath::exp(scale * p[j] - mx);
         const float inv = 1.0f / vmath::row_sum(p, t + 1);
         for (int j = 0; j <= t; ++j) p[j] *= inv;
         for (int j = t + 1; j < T; ++j) p[j] = 0.0f;
       });
+  const HeldOperand att16(att.data(), int64_t(B) * NH * TT);
   for (int b = 0; b < B; ++b) {
     const float* v = qkv.data() + int64_t(b) * T * C3 + 2 * C;
     // out_h (T,hs) = P_h · V_h, written into columns h*hs.. of out (B,T,C)
-    backend::gemm_strided_batched(Op::N, Op::N, T, hs, T, 1.0f, att.data() + int64_t(b) * NH * TT,
-                                  T, TT, v, C3, hs, 0.0f, out.data() + int64_t(b) * T * C, C, hs,
-                                  NH);
+    matmul_strided_batched(Op::N, Op::N, T, hs, T, 1.0f, att.data() + int64_t(b) * NH * TT, T, TT,
+                           v, C3, hs, 0.0f, out.data() + int64_t(b) * T * C, C, hs, NH);
   }
 }
 
@@ -46,6 +47,8 @@ void attention_backward_input(Tensor dqkv, Tensor datt, Tensor dout, Tensor qkv,
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t TT = int64_t(T) * T;
+  const HeldOperand qkv16(qkv.data(), int64_t(B) * T * C3), att16(att.data(), int64_t(B) * NH * TT),
+      dout16(dout.data(), int64_t(B) * T * C);
   for (int b = 0; b < B; ++b) {
     const float* q = qkv.data() + int64_t(b) * T * C3;
     const float* dy = dout.data() + int64_t(b) * T * C;
@@ -53,12 +56,13 @@ void attention_backward_input(Tensor dqkv, Tensor datt, Tensor dout, Tensor qkv,
     float* dp = datt.data() + int64_t(b) * NH * TT;
     float* dq = dqkv.data() + int64_t(b) * T * C3;
     // dP_h = dOut_h · V_hᵀ;  dV_h = P_hᵀ · dOut_h
-    backend::gemm_strided_batched(Op::N, Op::T, T, T, hs, 1.0f, dy, C, hs, q + 2 * C, C3, hs, 0.0f,
-                                  dp, T, TT, NH);
-    backend::gemm_strided_batched(Op::T, Op::N, T, hs, T, 1.0f, p, T, TT, dy, C, hs, 0.0f,
-                                  dq + 2 * C, C3, hs, NH);
+    matmul_strided_batched(Op::N, Op::T, T, T, hs, 1.0f, dy, C, hs, q + 2 * C, C3, hs, 0.0f, dp, T,
+                           TT, NH);
+    matmul_strided_batched(Op::T, Op::N, T, hs, T, 1.0f, p, T, TT, dy, C, hs, 0.0f, dq + 2 * C, C3,
+                           hs, NH);
   }
-  // Softmax backward in place: dS = P ⊙ (dP − Σ_j P·dP), zero outside the causal prefix.
+  // Softmax backward in place, with the forward's scale: dS = scale · P ⊙ (dP − Σ_j P·dP), zero
+  // outside the causal prefix.
   for_rows(
       "mpf::attention_softmax_backward", int64_t(B) * NH * T, KOKKOS_LAMBDA(int64_t row) {
         const int t = row % T;
@@ -66,18 +70,19 @@ void attention_backward_input(Tensor dqkv, Tensor datt, Tensor dout, Tensor qkv,
         float* d = datt.data() + row * T;
         float dot = 0.0f;
         for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
-        for (int j = 0; j <= t; ++j) d[j] = p[j] * (d[j] - dot);
+        for (int j = 0; j <= t; ++j) d[j] = scale * p[j] * (d[j] - dot);
         for (int j = t + 1; j < T; ++j) d[j] = 0.0f;
       });
+  const HeldOperand ds16(datt.data(), int64_t(B) * NH * TT);
   for (int b = 0; b < B; ++b) {
     const float* q = qkv.data() + int64_t(b) * T * C3;
     const float* ds = datt.data() + int64_t(b) * NH * TT;
     float* dq = dqkv.data() + int64_t(b) * T * C3;
-    // dQ_h = scale · dS_h · K_h;  dK_h = scale · dS_hᵀ · Q_h
-    backend::gemm_strided_batched(Op::N, Op::N, T, hs, T, scale, ds, T, TT, q + C, C3, hs, 0.0f, dq,
-                                  C3, hs, NH);
-    backend::gemm_strided_batched(Op::T, Op::N, T, hs, T, scale, ds, T, TT, q, C3, hs, 0.0f, dq + C,
-                                  C3, hs, NH);
+    // dQ_h = dS_h · K_h;  dK_h = dS_hᵀ · Q_h
+    matmul_strided_batched(Op::N, Op::N, T, hs, T, 1.0f, ds, T, TT, q + C, C3, hs, 0.0f, dq, C3, hs,
+                           NH);
+    matmul_strided_batched(Op::T, Op::N, T, hs, T, 1.0f, ds, T, TT, q, C3, hs, 0.0f, dq + C, C3, hs,
+                           NH);
   }
 }
 

@@ -1,21 +1,19 @@
 #include "model/layers/linear.hpp"
 
-#include "backends/gemm.hpp"
 #include "core/parallel.hpp"
+#include "model/layers/matmul.hpp"
 
 namespace mpf {
 
-using backend::Op;
-
 namespace {
-// out (N,OC) = inp (N,IC) · weightᵀ + beta · out. One row (a generated token) is a matrix-vector
-// product: a gemm would repack the whole weight for it (4-7x slower here).
+// out (N,OC) = inp (N,IC) · weightᵀ + beta · out, in the run's precision. One row (a generated
+// token) is a matrix-vector product: a gemm would repack the whole weight for it (4-7x slower
+// here); generation runs in fp32.
 void product(Tensor out, Tensor inp, Tensor weight, int64_t N, int IC, int OC, float beta) {
   if (N == 1) {
     backend::gemv(Op::N, OC, IC, 1.0f, weight.data(), IC, inp.data(), beta, out.data());
   } else {
-    backend::gemm(Op::N, Op::T, N, OC, IC, 1.0f, inp.data(), IC, weight.data(), IC, beta,
-                  out.data(), OC);
+    matmul(Op::N, Op::T, N, OC, IC, 1.0f, inp.data(), IC, weight.data(), IC, beta, out.data(), OC);
   }
 }
 }  // namespace
@@ -43,14 +41,12 @@ void linear_forward_accumulate(Tensor out, Tensor inp, Tensor weight, int64_t N,
 }
 
 void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight, int64_t N, int IC, int OC) {
-  backend::gemm(Op::N, Op::N, N, IC, OC, 1.0f, dout.data(), OC, weight.data(), IC, 0.0f,
-                dinp.data(), IC);
+  matmul(Op::N, Op::N, N, IC, OC, 1.0f, dout.data(), OC, weight.data(), IC, 0.0f, dinp.data(), IC);
 }
 
 void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, int64_t N,
                             int IC, int OC) {
-  backend::gemm(Op::T, Op::N, OC, IC, N, 1.0f, dout.data(), OC, inp.data(), IC, 1.0f,
-                dweight.data(), IC);
+  matmul(Op::T, Op::N, OC, IC, N, 1.0f, dout.data(), OC, inp.data(), IC, 1.0f, dweight.data(), IC);
   if (dbias.data() == nullptr) return;
   // Column sums of dout in blocks of channels: contiguous inner loop, no write conflicts.
   constexpr int kBlock = 64;

@@ -1,6 +1,7 @@
 # Spack recipe for mpiformer (Spack 1.x, Package API v2).
 #
-#   spack install mpiformer +openmp                # CPU: Kokkos OpenMP + OpenBLAS (OpenMP build)
+#   spack install mpiformer +openmp                # CPU: Kokkos OpenMP + oneDNN and OpenBLAS
+#   spack install mpiformer +openmp ~onednn        # CPU, OpenBLAS only (no bf16 products)
 #   spack install mpiformer +cuda cuda_arch=80     # GPUs: Kokkos CUDA + cuBLAS
 #   module load mpiformer  (or: spack load mpiformer)  ->  mpiformer-train, mpiformer-generate on PATH
 
@@ -11,8 +12,9 @@ from spack.package import *
 
 
 class Mpiformer(CMakePackage, CudaPackage):
-    """GPT-2 training (llm.c's model and file formats) in C++17 with Kokkos kernels, a BLAS
-    backend (OpenBLAS on CPUs, cuBLAS on CUDA GPUs) and MPI parallelism."""
+    """GPT-2 training (llm.c's model and file formats) in C++17 with Kokkos kernels, a GEMM
+    backend (oneDNN or OpenBLAS on CPUs, cuBLAS on CUDA GPUs), fp32 or bf16 mixed precision, and
+    MPI parallelism."""
 
     homepage = "https://example.invalid/mpiformer"
     # Placeholder: the project has no public repository yet. Point `git` at your clone, or build
@@ -23,6 +25,12 @@ class Mpiformer(CMakePackage, CudaPackage):
 
     variant("openmp", default=True, description="OpenMP host threads (Kokkos OpenMP backend)")
     variant("tests", default=False, description="Build the GoogleTest suite")
+    variant(
+        "onednn",
+        default=True,
+        description="oneDNN as the default CPU GEMM library (bf16 products on CPUs with "
+        "AVX512_BF16 or AMX); OpenBLAS stays available (--gemm openblas)",
+    )
 
     depends_on("cxx", type="build")
     depends_on("cmake@3.20:", type="build")
@@ -34,6 +42,9 @@ class Mpiformer(CMakePackage, CudaPackage):
     depends_on("blas")
     requires("^[virtuals=blas] openblas", msg="mpiformer's CPU backend is written against OpenBLAS")
     depends_on("openblas threads=openmp", when="+openmp ^[virtuals=blas] openblas")
+    # oneDNN 2.x or 3.x, its OpenMP build (one thread pool with the kernels and OpenBLAS); the
+    # CPU backend only, so not with +cuda.
+    depends_on("onednn@2.6: cpu_runtime=omp gpu_runtime=none", when="+onednn ~cuda")
 
     # Kokkos 4 (tested with 4.6). Kokkos 5 requires C++20 and has not been tried.
     depends_on("kokkos@4.0:4")
@@ -58,7 +69,14 @@ class Mpiformer(CMakePackage, CudaPackage):
             # The OpenBLAS in the spec, not whichever libopenblas the system search finds first.
             self.define("MPIFORMER_OPENBLAS_LIBRARY", blas.libs[0]),
             self.define("MPIFORMER_CBLAS_INCLUDE_DIR", blas.headers.directories[0]),
+            self.define("MPIFORMER_ENABLE_ONEDNN", spec.satisfies("+onednn ~cuda")),
         ]
+        if spec.satisfies("+onednn ~cuda"):
+            # The onednn package installs libdnnl (its name since oneDNN 1.x) and declares no libs.
+            onednn = spec["onednn"].prefix
+            dnnl = find_libraries("libdnnl", root=onednn, shared=True, recursive=True)
+            args.append(self.define("MPIFORMER_ONEDNN_INCLUDE_DIR", onednn.include))
+            args.append(self.define("MPIFORMER_ONEDNN_LIBRARY", dnnl[0]))
         if spec.satisfies("+cuda"):
             args.append(CMakeBuilder.define_cuda_architectures(self))
             # Kokkos CUDA code is compiled as C++ through Kokkos' nvcc_wrapper.

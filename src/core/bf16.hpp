@@ -1,0 +1,47 @@
+// bfloat16 on the project's side of the GEMM seam: rounding fp32 to bf16 and back. A bf16 keeps
+// fp32's sign and 8 exponent bits and the top 7 of its 23 mantissa bits (8 significant bits with
+// the implicit one), so rounding to it has a relative error of at most 2^-8 ~ 3.9e-3 (half a unit
+// in the 8th significant bit).
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "backends/gemm.hpp"
+#include "core/types.hpp"
+
+namespace mpf {
+
+// The precision of the model's matrix products (--precision); model/layers/matmul.hpp says what
+// bf16 means.
+enum class Precision { fp32, bf16 };
+const char* precision_name(Precision p);
+// "fp32" or "bf16"; InputError naming --precision otherwise.
+Precision parse_precision(const std::string& name);
+
+using backend::bf16;
+// An owning bf16 buffer (derived data: rounded copies of fp32 tensors).
+using Bf16Slab = Kokkos::View<bf16*, MemSpace>;
+
+// Round to nearest, ties to even (what hardware conversions and PyTorch do); NaN stays NaN.
+KOKKOS_INLINE_FUNCTION bf16 to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16((u >> 16) | 0x40u);  // quiet the NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16(u >> 16);
+}
+
+KOKKOS_INLINE_FUNCTION float from_bf16(bf16 h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// dst[0, n) = to_bf16(src[0, n)), over all threads.
+void round_to_bf16(bf16* dst, const float* src, int64_t n);
+
+}  // namespace mpf

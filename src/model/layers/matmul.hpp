@@ -1,0 +1,74 @@
+// The model's matrix products (linear layers, attention), in the run's precision (--precision):
+//   fp32  the backend's fp32 GEMM;
+//   bf16  Megatron's mixed precision: both inputs rounded to bf16 (to nearest, ties to even), the
+//         products accumulated and written in fp32; everything around them stays fp32.
+// The precision belongs to the calling thread and is set by a Bf16Products scope for as long as
+// it lives, as torch.autocast does: the model's code is the same in both precisions, and whatever
+// runs outside a scope (the layer tests, tools) is fp32. Conventions as backends/gemm.hpp.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/gemm.hpp"
+#include "core/bf16.hpp"
+
+namespace mpf {
+
+using backend::Op;
+
+void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, int lda,
+            const float* B, int ldb, float beta, float* C, int ldc);
+
+void matmul_strided_batched(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A,
+                            int lda, int64_t stride_a, const float* B, int ldb, int64_t stride_b,
+                            float beta, float* C, int ldc, int64_t stride_c, int batch);
+
+// While alive, this thread's products run in bf16. `weights` (n floats) are the parameters,
+// whose bf16 copy `weights16` the owner keeps current (round_to_bf16 after every update): a
+// product reading a weight reads its copy, so each weight is rounded once per update. Every other
+// input is rounded as the product reads it, into scratch of `scratch_elems` bf16 per operand
+// (grown, once, if a product needs more). Scopes do not nest.
+class Bf16Products {
+ public:
+  Bf16Products(const float* weights, const bf16* weights16, int64_t n, int64_t scratch_elems);
+  ~Bf16Products();
+  Bf16Products(const Bf16Products&) = delete;
+  Bf16Products& operator=(const Bf16Products&) = delete;
+
+  // The bf16 of an operand that spans `n` floats from `p`: the weights' copy, a held tensor's, or
+  // a rounding into scratch buffer `which` (0 or 1: the two operands of a product).
+  const bf16* operand(const float* p, int64_t n, int which);
+
+ private:
+  friend class HeldOperand;
+  struct Copy {
+    const float* f32 = nullptr;
+    int64_t n = 0;
+    const bf16* b16 = nullptr;
+  };
+  static const bf16* find(const Copy& c, const float* p, int64_t n);
+
+  Copy weights_;
+  Bf16Slab scratch_[2];
+  // Tensors held by HeldOperand scopes (at most kHeld at a time), and their buffers.
+  static constexpr int kHeld = 4;
+  Copy held_[kHeld];
+  Bf16Slab held_buffers_[kHeld];
+  int holding_ = 0;
+};
+
+// For as long as it lives, products in bf16 read `n` floats from `p` (an input several products
+// read, such as attention's packed QKV) from one rounding made here, instead of rounding them
+// per product. The tensor must not change meanwhile. In fp32 it does nothing.
+class HeldOperand {
+ public:
+  HeldOperand(const float* p, int64_t n);
+  ~HeldOperand();
+  HeldOperand(const HeldOperand&) = delete;
+  HeldOperand& operator=(const HeldOperand&) = delete;
+
+ private:
+  bool held_ = false;
+};
+
+}  // namespace mpf

@@ -1,0 +1,68 @@
+#include "train/peak.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+
+#include "backends/gemm.hpp"
+#include "core/stopwatch.hpp"
+#include "core/types.hpp"
+
+namespace mpf {
+
+namespace {
+// The best GFLOP/s of `reps` timed runs of product() after `warmup` (first runs fault in pages,
+// wake the thread pool, create a library's cached kernels).
+template <class Product>
+double best_rate(double flops, Product product) {
+  const int warmup = 3, reps = 12;
+  double best = 0.0;
+  for (int rep = 0; rep < warmup + reps; ++rep) {
+    Stopwatch sw;
+    product();
+    Kokkos::fence();  // a GPU product is asynchronous
+    const double s = sw.seconds();
+    if (rep >= warmup) best = std::max(best, flops / s / 1e9);
+  }
+  return best;
+}
+}  // namespace
+
+PeakRate measure_peak(Precision precision) {
+  using backend::Op;
+  const int M = 512, N = 3072, K = 768;
+  const double flops = 2.0 * M * N * K;
+  // In the execution space's memory: on a GPU the backend reads device pointers.
+  Slab c("mpf::peak::c", size_t(M) * N);
+  Slab a, b;
+  Bf16Slab a16, b16;
+  if (precision == Precision::fp32) {
+    a = Slab("mpf::peak::a", size_t(M) * K);
+    b = Slab("mpf::peak::b", size_t(N) * K);
+    Kokkos::deep_copy(a, 0.5f);
+    Kokkos::deep_copy(b, 0.25f);
+  } else {
+    a16 = Bf16Slab("mpf::peak::a16", size_t(M) * K);
+    b16 = Bf16Slab("mpf::peak::b16", size_t(N) * K);
+    Kokkos::deep_copy(a16, to_bf16(0.5f));
+    Kokkos::deep_copy(b16, to_bf16(0.25f));
+  }
+  const std::string in_use = backend::selected();
+  PeakRate peak;
+  for (const std::string& library : backend::available()) {
+    backend::select(library);
+    if (precision == Precision::bf16 && !backend::kernels().bf16_missing.empty()) continue;
+    const double rate = best_rate(flops, [&] {
+      if (precision == Precision::fp32) {
+        backend::gemm(Op::N, Op::T, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+      } else {
+        backend::gemm_bf16(Op::N, Op::T, M, N, K, 1.0f, a16.data(), K, b16.data(), K, 0.0f,
+                           c.data(), N);
+      }
+    });
+    if (rate > peak.gflops) peak = {rate, library};
+  }
+  backend::select(in_use);
+  return peak;
+}
+
+}  // namespace mpf
