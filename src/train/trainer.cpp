@@ -779,9 +779,10 @@ TrainResult TrainingRun::train() {
         ms > 0 ? tokens / (ms / 1e3) : 0.0,
         ms > 0 ? 100.0 * flops_per_step / (ms / 1e3) / peak_flops : 0.0);
     std::printf("%s\n", phases.summary().c_str());
-    if (opts_.profile && last > first_step_) {
-      std::printf("%s", profile_table(ms, last - first_step_).c_str());
-    }
+  }
+  if (is_root() && opts_.profile && last > first_step_) {
+    std::printf("%s",
+                profile_table(time_after_first / (last - first_step_), last - first_step_).c_str());
   }
   profile::set_enabled(false);
   if (result.status != kExitDone) return result;

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Training throughput of GPT-2 124M against PyTorch measured in the same run (make bench).
+#   bash ci/bench_throughput.sh [BUILD_DIR]      (BUILD_DIR defaults to <repo>/build)
+# Rows, each mpiformer run next to PyTorch on the same model, batch and thread count:
+#   fp32 and bf16 (PyTorch: torch.autocast bf16), B=4 T=64, on both cores: 1 rank x 2 threads and
+#   TP 2 x 1 thread, against PyTorch on 2 threads;
+#   data-parallel scaling at B=8 T=256: DP 2 x 1 thread against one rank on 1 thread.
+# PyTorch runs as its users tune it (glibc keeps freed memory, passive OpenMP waits) and picks its
+# own kernels; each row names the kernels both sides used. PyTorch is timed before and after the
+# mpiformer runs of its precision and the faster of the two is its figure, so a moment when
+# another tenant shares the cores cannot make the ratio look better than it is.
+# STEPS (default 8) and TORCH_STEPS (default 12) set the steps per run; the median after two
+# warm-up steps is each figure. A benchmark, not a test: exits 1 only when a run fails.
+set -u
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$root/build}" 2>/dev/null && pwd) ||
+  { echo "bench_throughput: no build directory ${1:-$root/build}"; exit 1; }
+bench="$build/mpiformer-bench"
+[ -x "$bench" ] || { echo "bench_throughput: $bench not found; build first (make build)"; exit 1; }
+MPIEXEC=${MPIEXEC:-mpiexec}
+PYTHON=${PYTHON_FOR_TORCH:-/usr/bin/python3}
+STEPS=${STEPS:-8}
+TORCH_STEPS=${TORCH_STEPS:-12}
+export UCX_TLS=self,sm UCX_NET_DEVICES=lo
+work=$(mktemp -d "${TMPDIR:-/tmp}/mpf-bench-tp.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+die() { echo "bench_throughput: $1"; [ $# -lt 2 ] || tail -n 20 "$2" | sed 's/^/    /'; exit 1; }
+# field LINE N: the Nth " | "-separated field of a result line, trimmed.
+field() { awk -F' [|] ' -v n="$2" '{ print $n }' <<<"$1" | sed 's/^ *//; s/ *$//'; }
+tok_s() { field "$1" 7 | sed 's/ tok\/s//'; }
+
+# mpiformer RANKS THREADS ARGS...: its result line (mpiformer-bench prints one).
+mpiformer() {
+  local ranks=$1 threads=$2
+  shift 2
+  OMP_NUM_THREADS=$threads "$MPIEXEC" -n "$ranks" "$bench" --steps "${RUN_STEPS:-$STEPS}" "$@" \
+    >"$work/run.log" 2>&1 || die "mpiformer-bench -n $ranks $* failed" "$work/run.log"
+  grep -m1 '^mpiformer |' "$work/run.log" || die "no result line" "$work/run.log"
+}
+
+# torch THREADS ARGS...: PyTorch's result line.
+torch() {
+  local threads=$1
+  shift
+  MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 OMP_WAIT_POLICY=PASSIVE \
+    OMP_NUM_THREADS=$threads "$PYTHON" "$root/ci/bench_torch.py" --threads "$threads" \
+    --steps "$TORCH_STEPS" "$@" >"$work/torch.log" 2>&1 ||
+    die "PyTorch (ci/bench_torch.py $*) failed" "$work/torch.log"
+  grep -m1 '^torch |' "$work/torch.log" || die "no result line" "$work/torch.log"
+}
+faster() { awk -v a="$(tok_s "$1")" -v b="$(tok_s "$2")" 'BEGIN { exit !(a >= b) }' && echo "$1" || echo "$2"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+
+cpu=$(lscpu | sed -nE 's/^Model name: *//p' | head -n 1)
+family=$(lscpu | sed -nE 's/^CPU family: *//p' | head -n 1)
+model=$(lscpu | sed -nE 's/^Model: *//p' | head -n 1)
+echo "CPU: $cpu (family $family, model $model), $(nproc) cores;" \
+  "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}"
+[ -z "${OPENBLAS_CORETYPE:-}" ] ||
+  echo "note: OPENBLAS_CORETYPE is set: OpenBLAS (PyTorch's fp32 GEMM here) runs narrower kernels;" \
+    "users do not set it: run with env -u OPENBLAS_CORETYPE"
+
+printf '%-5s %-9s %-12s %10s %10s %8s %10s\n' prec "B x T" layout "tok/s" "MFU" "torch" "ratio"
+kernels=()
+for precision in fp32 bf16; do
+  args=(--model gpt2-124M --batch 4 --seq-len 64 --precision "$precision")
+  before=$(torch 2 "${args[@]}")
+  rows=("$(mpiformer 1 2 "${args[@]}")" "$(mpiformer 2 1 "${args[@]}" --tp 2)")
+  after=$(torch 2 "${args[@]}")
+  ref=$(faster "$before" "$after")
+  for row in "${rows[@]}"; do
+    printf '%-5s %-9s %-12s %10s %10s %8s %10s\n' "$precision" "4 x 64" "$(field "$row" 4)" \
+      "$(tok_s "$row")" "$(field "$row" 8 | sed 's/MFU //')" "$(tok_s "$ref")" \
+      "$(ratio "$(tok_s "$row")" "$(tok_s "$ref")")"
+  done
+  kernels+=("$precision mpiformer: $(cut -d'|' -f10- <<<"${rows[0]}" | sed 's/^ *gemm: //')"
+            "$precision PyTorch (2t, $(tok_s "$before") then $(tok_s "$after") tok/s):"
+            "    $(sed 's/.*kernels: //' <<<"$ref")")
+done
+
+# Steps of ~10 s: five (three timed) are enough.
+args=(--model gpt2-124M --batch 8 --seq-len 256)
+one=$(RUN_STEPS=$((STEPS < 5 ? STEPS : 5)) mpiformer 1 1 "${args[@]}")
+dp=$(RUN_STEPS=$((STEPS < 5 ? STEPS : 5)) mpiformer 2 1 "${args[@]}")
+printf '%-5s %-9s %-12s %10s %10s %8s %10s\n' fp32 "8 x 256" "$(field "$one" 4)" "$(tok_s "$one")" \
+  "$(field "$one" 8 | sed 's/MFU //')" - -
+printf '%-5s %-9s %-12s %10s %10s %8s %10s\n' fp32 "8 x 256" "$(field "$dp" 4)" "$(tok_s "$dp")" \
+  "$(field "$dp" 8 | sed 's/MFU //')" - "$(ratio "$(tok_s "$dp")" "$(tok_s "$one")")"
+echo "ratio: tok/s against PyTorch on 2 threads (the faster of its runs before and after), or for"
+echo "DP 2 x 1t against 1 rank x 1t. MFU: model FLOPs / the best GEMM rate of any library here."
+printf '%s\n' "${kernels[@]}"

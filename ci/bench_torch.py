@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""The PyTorch anchor of `make bench`: GPT-2 training steps in PyTorch on the same model, batch and
+thread count as a mpiformer-bench row, timed the same way (median step after two warm-up steps).
+
+The model is the usual PyTorch GPT-2 (nn.Linear / nn.LayerNorm / nn.Embedding modules, causal
+attention with a mask, tanh GELU, the LM head tied to the token embedding, the vocabulary padded
+to 50304 as llm.c and mpiformer pad it); the step is zero_grad, forward, cross-entropy, backward,
+gradient clipping to 1.0 and torch.optim.AdamW, as mpiformer's. --precision bf16 runs the
+forward under torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision. PyTorch
+chooses its own kernels; the result line names them. Run it with Debian's /usr/bin/python3 and
+the environment ci/bench_throughput.sh sets (glibc keeping freed memory, passive OpenMP waits).
+
+Prints one line:
+  torch | gpt2-124M | 4 x 64 | 2t | fp32 | 0.9512 s/step | 269.1 tok/s | kernels: ...
+"""
+import argparse
+import ctypes
+import math
+import re
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+MODELS = {"gpt2-124M": dict(L=12, NH=12, C=768), "small": dict(L=4, NH=4, C=256)}
+VOCAB, PADDED_VOCAB, MAX_T = 50257, 50304, 1024
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH, T):
+        super().__init__()
+        self.NH = NH
+        self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.c_attn, self.attn_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+        self.register_buffer("mask", torch.ones(T, T, dtype=torch.bool).tril())
+
+    def attention(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.NH, C // self.NH).transpose(1, 2)
+                   for t in self.c_attn(x).split(C, dim=2))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
+        return self.attn_proj((att @ v).transpose(1, 2).reshape(B, T, C))
+
+    def forward(self, x):
+        x = x + self.attention(self.ln_1(x))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, L, NH, C, T):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(PADDED_VOCAB, C), nn.Embedding(MAX_T, C)
+        self.blocks = nn.ModuleList(Block(C, NH, T) for _ in range(L))
+        self.ln_f = nn.LayerNorm(C)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))
+        for block in self.blocks:
+            x = block(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # the tied head
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def loaded_library(pattern):
+    """The path of a shared library this process has mapped, matching `pattern`."""
+    for line in open("/proc/self/maps"):
+        path = line.split()[-1]
+        if re.search(pattern, path):
+            return path
+    return None
+
+
+def kernels(precision):
+    """What PyTorch runs here: its GEMM library for this precision and its vectorised kernels."""
+    config = torch.__config__.show()
+    capability = re.search(r"CPU capability usage: (\S+)", config)
+    parts = [f"PyTorch {torch.__version__}",
+             f"ATen kernels {capability.group(1) if capability else 'unknown'}"]
+    if precision == "fp32":
+        blas = loaded_library(r"libopenblas")
+        if blas:
+            lib = ctypes.CDLL(blas)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            lib.openblas_get_config.restype = ctypes.c_char_p
+            version = lib.openblas_get_config().decode().split()[1]
+            parts.append(f"fp32 GEMM OpenBLAS {version} {lib.openblas_get_corename().decode()}")
+        else:
+            parts.append("fp32 GEMM " + re.search(r"BLAS_INFO=(\w+)", config).group(1))
+    else:
+        dnnl = loaded_library(r"libdnnl|libmkldnn")
+        if dnnl and torch.backends.mkldnn.is_available():
+            lib = ctypes.CDLL(dnnl)
+            lib.dnnl_get_effective_cpu_isa.restype = ctypes.c_int
+            isa = lib.dnnl_get_effective_cpu_isa()
+            names = [(0x3e7, "avx512_core_amx"), (0xe7, "avx512_core_bf16"),
+                     (0x67, "avx512_core_vnni"), (0x27, "avx512_core"), (0x7, "avx2")]
+            name = next((n for bits, n in names if isa & bits == bits), hex(isa))
+            parts.append(f"bf16 GEMM oneDNN (mkldnn, {dnnl.rsplit('/', 1)[-1]}) {name}")
+        else:
+            parts.append("bf16 GEMM: no oneDNN")
+    return ", ".join(parts)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=sorted(MODELS), default="gpt2-124M")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=12, help="steps, the first two untimed")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    m = MODELS[args.model]
+    model = GPT(m["L"], m["NH"], m["C"], args.seq_len)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+    tokens = torch.randint(0, VOCAB, (args.batch, args.seq_len + 1))
+    x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        times.append(time.perf_counter() - start)
+    s = statistics.median(times[2:])
+    print(f"torch | {args.model} | {args.batch} x {args.seq_len} | {args.threads}t | "
+          f"{args.precision} | {s:.4f} s/step | {args.batch * args.seq_len / s:.1f} tok/s | "
+          f"kernels: {kernels(args.precision)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
