@@ -1,6 +1,7 @@
 #include "backends/cpu/cpu_features.hpp"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -70,15 +71,37 @@ const char* CpuFeatures::widest_vectors() const {
   return avx512 ? "AVX-512" : avx2 ? "AVX2" : "SSE";
 }
 
+namespace {
+// For tests only: MPIFORMER_TEST_HIDE_CPU_FEATURES=avx512_bf16,amx_bf16 (any of avx512_bf16,
+// amx_bf16, avx512, avx2) makes the detected CPU lack those, so that the refusals a CPU without
+// them meets can be tested on one that has them. The libraries still run what they detect
+// themselves; only this project's checks and messages see the masked CPU.
+CpuFeatures masked(CpuFeatures f) {
+  const char* hide = std::getenv("MPIFORMER_TEST_HIDE_CPU_FEATURES");
+  if (!hide || !*hide) return f;
+  const std::string list = "," + std::string(hide) + ",";
+  auto hidden = [&](const char* name) {
+    return list.find("," + std::string(name) + ",") != list.npos;
+  };
+  if (hidden("avx2")) f.avx2 = false;
+  if (hidden("avx512") || !f.avx2) f.avx512 = false;
+  if (hidden("avx512_bf16") || !f.avx512) f.avx512_bf16 = false;
+  if (hidden("amx_bf16")) f.amx_bf16 = false;
+  f.masked = hide;
+  return f;
+}
+}  // namespace
+
 std::string CpuFeatures::summary() const {
   std::string s = widest_vectors();
   if (avx512_bf16) s += ", AVX512_BF16";
   if (amx_bf16) s += ", AMX-BF16";
+  if (!masked.empty()) s += " (MPIFORMER_TEST_HIDE_CPU_FEATURES=" + masked + ")";
   return s;
 }
 
 const CpuFeatures& cpu_features() {
-  static const CpuFeatures f = detect();
+  static const CpuFeatures f = masked(detect());
   return f;
 }
 

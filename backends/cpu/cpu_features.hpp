@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false;  // AVX512_BF16: bf16 dot products (Cooper Lake, Zen 4 and later)
   bool amx_bf16 = false;     // AMX-BF16 tiles (Sapphire Rapids and later)
   std::string model;         // the CPUID brand string, e.g. "AMD EPYC 9R45"
+  std::string masked;        // features hidden for a test (cpu_features.cpp), else empty
 
   // The widest vector instruction set: "AVX-512", "AVX2" or "SSE".
   const char* widest_vectors() const;

@@ -76,7 +76,8 @@ else
   fi
 fi
 
-# 3. --precision bf16 where products cannot run natively in bf16: one error, status 2.
+# 3. --precision bf16 where products cannot run natively in bf16: one error, status 2 (a CPU
+# without bf16 instructions, a library without bf16 GEMM, oneDNN capped below its bf16 kernels).
 if [[ " $libraries " == *" openblas "* ]]; then
   expect_error "bf16 on OpenBLAS" 1 'no bf16 GEMM.*--gemm onednn.*--precision fp32' -- \
     "${run_args[@]}" --gemm openblas --precision bf16
@@ -85,6 +86,14 @@ if [[ " $libraries " == *" onednn "* ]] && $avx512; then
   ONEDNN_MAX_CPU_ISA=AVX512_CORE expect_error "bf16 on oneDNN capped below avx512_core_bf16" 1 \
     'bf16.*ONEDNN_MAX_CPU_ISA=AVX512_CORE.*unset' -- "${run_args[@]}" --gemm onednn --precision bf16
 fi
+# A CPU without bf16 dot products, seen through the test-only mask (cpu_features.cpp): the error
+# names the missing instructions, on every library of the build and on 2 ranks.
+for lib in $libraries; do
+  MPIFORMER_TEST_HIDE_CPU_FEATURES=avx512_bf16,amx_bf16 expect_error \
+    "bf16 on $lib, CPU without AVX512_BF16" 2 \
+    'needs native bf16 products.*has no native bf16 dot products \(AVX512_BF16 or AMX-BF16\).*--precision fp32' \
+    -- "${run_args[@]}" --gemm "$lib" --precision bf16
+done
 if [[ " $libraries " == *" onednn "* ]] && has avx512_bf16; then
   run bf16 -- --gemm onednn --precision bf16
   grep -q '^gemm:.*products in bf16' "$WORK/bf16.out" && grep -q '^MFU:.*bf16 GEMM' "$WORK/bf16.out" &&
