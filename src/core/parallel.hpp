@@ -88,10 +88,25 @@ inline void fill(float* x, int64_t n, float value) {
 // thread count or backend, and the lanes vectorize.
 inline constexpr int64_t kSumBlock = 1 << 14;
 
+namespace detail {
+// The block sums' scratch: grown when a sum needs more, kept for the next (a training step
+// allocates nothing), released when Kokkos finalizes. One sum runs at a time.
+inline Kokkos::View<double*, MemSpace> sum_scratch(int64_t nblocks) {
+  static Kokkos::View<double*, MemSpace> scratch;
+  static const bool hooked = (Kokkos::push_finalize_hook([] { scratch = {}; }), true);
+  (void)hooked;
+  if (int64_t(scratch.extent(0)) < nblocks) {
+    scratch = Kokkos::View<double*, MemSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "mpf::sum::partial"), nblocks);
+  }
+  return scratch;
+}
+}  // namespace detail
+
 template <class F>
 double sum(const char* label, int64_t n, const F& f) {
   const int64_t nblocks = (n + kSumBlock - 1) / kSumBlock;
-  Kokkos::View<double*, MemSpace> partial("mpf::sum::partial", nblocks);
+  const Kokkos::View<double*, MemSpace> partial = detail::sum_scratch(nblocks);
   for_rows(
       label, nblocks, KOKKOS_LAMBDA(int64_t blk) {
         const int64_t lo = blk * kSumBlock, hi = lo + kSumBlock < n ? lo + kSumBlock : n;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "core/types.hpp"
 #include "model/parameters.hpp"
 
@@ -43,8 +44,10 @@ class AdamW {
         int64_t state_size);
 
   // One update of every segment with learning rate lr; grad_scale multiplies the gradients (the
-  // clipping factor, 1 when not clipping).
-  void step(float* params, const float* grads, float lr, float grad_scale);
+  // clipping factor, 1 when not clipping). With `params16` (bf16 mixed precision), the updated
+  // parameters' bf16 copy is written in the same pass (params16 laid out as params).
+  void step(float* params, const float* grads, float lr, float grad_scale,
+            bf16* params16 = nullptr);
 
   int64_t steps_taken() const { return t_; }
   // A resumed run continues the bias correction where the checkpoint left it.
@@ -63,8 +66,9 @@ class AdamW {
   int64_t t_ = 0;
 };
 
-// The update kernel on n consecutive elements.
+// The update kernel on n consecutive elements; p16, when given, receives to_bf16 of the new p.
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, float grad_scale, int64_t t);
+                  float beta2, float eps, float weight_decay, float grad_scale, int64_t t,
+                  bf16* p16 = nullptr);
 
 }  // namespace mpf

@@ -711,12 +711,18 @@ TrainResult TrainingRun::train() {
     const float lr = learning_rate(schedule_, step - 1);
     const float* grads = dp_grads_->zero() ? dp_grads_->shard_grads() : grads_.slab.data();
     watchdog.phase("optimizer");
-    optimizer_->step(params_.slab.data(), grads, lr, clip_scale(norm, opts_.grad_clip));
+    // bf16: the products' weight copy is written by the update itself, except under ZeRO, where
+    // the update covers this rank's shard and the all-gather brings the rest.
+    const bool fused16 = bf16_products && !dp_grads_->zero();
+    optimizer_->step(params_.slab.data(), grads, lr, clip_scale(norm, opts_.grad_clip),
+                     fused16 ? weights16_.data() : nullptr);
     if (dp_grads_->zero()) {
       watchdog.phase("ZeRO parameter all-gather");
       dp_grads_->allgather_params(params_.slab.data());
     }
-    if (bf16_products) round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
+    if (bf16_products && !fused16) {
+      round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
+    }
     phases.mark(PhaseTimers::kOptimizer);
     tokens_seen_ += int64_t(tokens);
     if (traced) {

@@ -31,6 +31,28 @@ TEST(AdamW, MatchesTheScalarRuleOverSteps) {
   for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], rp[i], 2e-6 * (1 + std::fabs(rp[i]))) << i;
 }
 
+// bf16 runs: the update writes the products' bf16 copy of the new parameters in the same pass,
+// exactly what rounding them afterwards gives, and the fp32 update is unchanged by it.
+TEST(AdamW, WritesTheBf16CopyOfTheUpdate) {
+  const int64_t n = 5000;
+  Slab p = test::random_slab("p", n), g = test::random_slab("g", n, 0.1f);
+  Slab q("q", n), m("m", n), v("v", n), mq("mq", n), vq("vq", n);
+  Kokkos::deep_copy(q, p);
+  Bf16Slab p16("p16", n);
+  for (int t = 1; t <= 2; ++t) {
+    adamw_update(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
+                 t, p16.data());
+    adamw_update(q.data(), g.data(), mq.data(), vq.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
+                 t);
+  }
+  const std::vector<float> got = test::to_host(p), plain = test::to_host(q);
+  auto h16 = Kokkos::create_mirror_view_and_copy(HostSpace(), p16);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got[i], plain[i]) << i;
+    ASSERT_EQ(h16(i), to_bf16(got[i])) << i;
+  }
+}
+
 TEST(AdamW, DecaysMatricesOnly) {
   GPTConfig cfg{8, 16, 16, 1, 2, 8};
   Parameters params = Parameters::allocate(cfg, "p"), grads = Parameters::allocate(cfg, "g");
