@@ -9,6 +9,10 @@
 # own kernels; each row names the kernels both sides used. PyTorch is timed before and after the
 # mpiformer runs of its precision and the faster of the two is its figure, so a moment when
 # another tenant shares the cores cannot make the ratio look better than it is.
+# The data-parallel pair runs twice, alternating, and each keeps its faster run, for the same reason.
+# Each mpiformer row also shows "busy": the CPU time its ranks used over its wall time, out of the
+# cores it asked for; well below that (say 1.6 of 2) means another tenant shared the cores and the
+# row is slower than the machine can do.
 # STEPS (default 8) and TORCH_STEPS (default 12) set the steps per run; the median after two
 # warm-up steps is each figure. A benchmark, not a test: exits 1 only when a run fails.
 set -u
@@ -31,13 +35,21 @@ die() { echo "bench_throughput: $1"; [ $# -lt 2 ] || tail -n 20 "$2" | sed 's/^/
 field() { awk -F' [|] ' -v n="$2" '{ print $n }' <<<"$1" | sed 's/^ *//; s/ *$//'; }
 tok_s() { field "$1" 7 | sed 's/ tok\/s//'; }
 
-# mpiformer RANKS THREADS ARGS...: its result line (mpiformer-bench prints one).
+# CPU time of everything this shell has waited for, in seconds.
+cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{ print ($16 + $17) / hz }' "/proc/$$/stat"; }
+
+# mpiformer RANKS THREADS ARGS...: runs mpiformer-bench (which prints one result line) and sets
+# $line to that line with " | busy X" (cores busy over the run) appended.
 mpiformer() {
   local ranks=$1 threads=$2
   shift 2
+  local cpu0 t0
+  cpu0=$(cpu_seconds) t0=$(date +%s.%N)
   OMP_NUM_THREADS=$threads "$MPIEXEC" -n "$ranks" "$bench" --steps "${RUN_STEPS:-$STEPS}" "$@" \
     >"$work/run.log" 2>&1 || die "mpiformer-bench -n $ranks $* failed" "$work/run.log"
-  grep -m1 '^mpiformer |' "$work/run.log" || die "no result line" "$work/run.log"
+  line=$(grep -m1 '^mpiformer |' "$work/run.log") || die "no result line" "$work/run.log"
+  line+=" | busy $(awk -v c="$(cpu_seconds)" -v c0="$cpu0" -v t="$(date +%s.%N)" -v t0="$t0" \
+    'BEGIN { printf "%.2f", (c - c0) / (t - t0) }')"
 }
 
 # torch THREADS ARGS...: PyTorch's result line.
@@ -50,6 +62,7 @@ torch() {
     die "PyTorch (ci/bench_torch.py $*) failed" "$work/torch.log"
   grep -m1 '^torch |' "$work/torch.log" || die "no result line" "$work/torch.log"
 }
+busy() { sed -n 's/.* | busy //p' <<<"$1"; }
 faster() { awk -v a="$(tok_s "$1")" -v b="$(tok_s "$2")" 'BEGIN { exit !(a >= b) }' && echo "$1" || echo "$2"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 
@@ -62,32 +75,44 @@ echo "CPU: $cpu (family $family, model $model), $(nproc) cores;" \
   echo "note: OPENBLAS_CORETYPE is set: OpenBLAS (PyTorch's fp32 GEMM here) runs narrower kernels;" \
     "users do not set it: run with env -u OPENBLAS_CORETYPE"
 
-printf '%-5s %-9s %-12s %10s %10s %8s %10s\n' prec "B x T" layout "tok/s" "MFU" "torch" "ratio"
+row() { printf '%-5s %-9s %-10s %8s %7s %6s %8s %7s\n' "$@"; }
+row prec "B x T" layout "tok/s" "MFU" busy "torch" ratio
 kernels=()
 for precision in fp32 bf16; do
   args=(--model gpt2-124M --batch 4 --seq-len 64 --precision "$precision")
   before=$(torch 2 "${args[@]}")
-  rows=("$(mpiformer 1 2 "${args[@]}")" "$(mpiformer 2 1 "${args[@]}" --tp 2)")
+  mpiformer 1 2 "${args[@]}"
+  rows=("$line")
+  mpiformer 2 1 "${args[@]}" --tp 2
+  rows+=("$line")
   after=$(torch 2 "${args[@]}")
   ref=$(faster "$before" "$after")
-  for row in "${rows[@]}"; do
-    printf '%-5s %-9s %-12s %10s %10s %8s %10s\n' "$precision" "4 x 64" "$(field "$row" 4)" \
-      "$(tok_s "$row")" "$(field "$row" 8 | sed 's/MFU //')" "$(tok_s "$ref")" \
-      "$(ratio "$(tok_s "$row")" "$(tok_s "$ref")")"
+  for r in "${rows[@]}"; do
+    row "$precision" "4 x 64" "$(field "$r" 4)" "$(tok_s "$r")" "$(field "$r" 8 | sed 's/MFU //')" \
+      "$(busy "$r")" "$(tok_s "$ref")" "$(ratio "$(tok_s "$r")" "$(tok_s "$ref")")"
   done
-  kernels+=("$precision mpiformer: $(cut -d'|' -f10- <<<"${rows[0]}" | sed 's/^ *gemm: //')"
+  kernels+=("$precision mpiformer: $(cut -d'|' -f10- <<<"${rows[0]}" | sed 's/^ *gemm: //; s/ | busy .*//')"
             "$precision PyTorch (2t, $(tok_s "$before") then $(tok_s "$after") tok/s):"
             "    $(sed 's/.*kernels: //' <<<"$ref")")
 done
 
 # Steps of ~10 s: five (three timed) are enough.
 args=(--model gpt2-124M --batch 8 --seq-len 256)
-one=$(RUN_STEPS=$((STEPS < 5 ? STEPS : 5)) mpiformer 1 1 "${args[@]}")
-dp=$(RUN_STEPS=$((STEPS < 5 ? STEPS : 5)) mpiformer 2 1 "${args[@]}")
-printf '%-5s %-9s %-12s %10s %10s %8s %10s\n' fp32 "8 x 256" "$(field "$one" 4)" "$(tok_s "$one")" \
-  "$(field "$one" 8 | sed 's/MFU //')" - -
-printf '%-5s %-9s %-12s %10s %10s %8s %10s\n' fp32 "8 x 256" "$(field "$dp" 4)" "$(tok_s "$dp")" \
-  "$(field "$dp" 8 | sed 's/MFU //')" - "$(ratio "$(tok_s "$dp")" "$(tok_s "$one")")"
+export RUN_STEPS=$((STEPS < 5 ? STEPS : 5))
+mpiformer 1 1 "${args[@]}"
+one=$line
+mpiformer 2 1 "${args[@]}"
+dp=$line
+mpiformer 1 1 "${args[@]}"
+one=$(faster "$one" "$line")
+mpiformer 2 1 "${args[@]}"
+dp=$(faster "$dp" "$line")
+for r in "$one" "$dp"; do
+  [ "$r" = "$one" ] && vs=- || vs=$(ratio "$(tok_s "$dp")" "$(tok_s "$one")")
+  row fp32 "8 x 256" "$(field "$r" 4)" "$(tok_s "$r")" "$(field "$r" 8 | sed 's/MFU //')" \
+    "$(busy "$r")" - "$vs"
+done
 echo "ratio: tok/s against PyTorch on 2 threads (the faster of its runs before and after), or for"
-echo "DP 2 x 1t against 1 rank x 1t. MFU: model FLOPs / the best GEMM rate of any library here."
+echo "DP 2 x 1t against 1 rank x 1t (the faster of two runs each). MFU: model FLOPs / the best GEMM"
+echo "rate of any library here. busy: cores the run kept busy (CPU time / wall time)."
 printf '%s\n' "${kernels[@]}"
