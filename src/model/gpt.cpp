@@ -13,10 +13,6 @@
 namespace mpf {
 
 namespace {
-Tensor layer_slice(const Tensor& t, int l, int64_t per_layer) {
-  return Tensor(t.data() + l * per_layer, per_layer);
-}
-
 // Rows [first, first + count) of a (rows, C) tensor.
 Tensor rows(const Tensor& t, int64_t first, int64_t count, int C) {
   return Tensor(t.data() + first * C, count * C);
@@ -59,7 +55,7 @@ struct BlockContext {
         C(acts.cfg.channels),
         R(acts.seq.rows),
         Rl(acts.seq.local_rows),
-        p(layer_parameters(params, acts.shard, acts.chunk.first_layer + l)),
+        p(params.blocks[size_t(acts.chunk.first_layer + l)]),
         a(acts.layer(l)) {}
 };
 
@@ -84,24 +80,6 @@ void row_parallel_and_leave(Tensor out, Tensor partial, Tensor residual, Tensor 
   tp::leave_forward(sum.data(), out.data(), C, seq, tp);
 }
 }  // namespace
-
-LayerParameters layer_parameters(const ParameterTensors& p, const TpShard& s, int l) {
-  const int64_t C = s.cfg.channels;
-  LayerParameters x;
-  x.ln1w = layer_slice(p.ln1w, l, C);
-  x.ln1b = layer_slice(p.ln1b, l, C);
-  x.qkvw = layer_slice(p.qkvw, l, 3 * s.attn * C);
-  x.qkvb = layer_slice(p.qkvb, l, 3 * s.attn);
-  x.attprojw = layer_slice(p.attprojw, l, C * s.attn);
-  x.attprojb = layer_slice(p.attprojb, l, C);
-  x.ln2w = layer_slice(p.ln2w, l, C);
-  x.ln2b = layer_slice(p.ln2b, l, C);
-  x.fcw = layer_slice(p.fcw, l, s.fc * C);
-  x.fcb = layer_slice(p.fcb, l, s.fc);
-  x.fcprojw = layer_slice(p.fcprojw, l, C * s.fc);
-  x.fcprojb = layer_slice(p.fcprojb, l, C);
-  return x;
-}
 
 void embedding_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
                        MPI_Comm tp) {
@@ -328,35 +306,34 @@ void gpt_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& 
 
 void gpt_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
                          const Activations& acts, const Tokens& inputs, MPI_Comm tp,
-                         const std::function<void(int event)>& grads_final, bool final_microbatch,
-                         Activations* workspace) {
+                         const PartDone& part_done, bool final_microbatch, Activations* workspace) {
   const ChunkPieces& chunk = acts.chunk;
-  auto final_after = [&](int event) {
-    if (grads_final) grads_final(event);
+  using Kind = ModelPart::Kind;
+  auto done = [&](Kind kind, int block) {
+    if (part_done) part_done({kind, block});
   };
   if (chunk.head) {
     head_backward_weight(grads, w, acts, tp, final_microbatch);
-    final_after(0);
+    done(Kind::kHead, -1);
   }
   for (int i = chunk.layers - 1; i >= 0; --i) {
     const BlockWeightInputs wb = w.block(i);
     const BlockSite b = block_site(acts, workspace, i, chunk.recompute ? &wb.kept : nullptr);
     block_backward_weight(grads, wb, b.acts, b.index, tp, final_microbatch);
-    final_after(1 + (chunk.layers - 1 - i));
+    done(Kind::kBlock, chunk.first_layer + i);
   }
   if (chunk.embedding) {
     embedding_backward_weight(grads, w.dembed, acts, inputs);
-    final_after(chunk.layers + 1);
+    done(Kind::kEmbedding, -1);
   }
 }
 
 void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, WeightGradInputs& w,
                   Activations& acts, const ParameterTensors& params, const Tokens& inputs,
-                  const Tokens& targets, float dloss, MPI_Comm tp,
-                  const std::function<void(int event)>& grads_final, bool final_microbatch,
-                  Tensor input_grad, Activations* workspace) {
+                  const Tokens& targets, float dloss, MPI_Comm tp, const PartDone& part_done,
+                  bool final_microbatch, Tensor input_grad, Activations* workspace) {
   gpt_backward_input(buf, w, acts, params, targets, dloss, tp, input_grad, workspace);
-  gpt_backward_weight(grads, w, acts, inputs, tp, grads_final, final_microbatch, workspace);
+  gpt_backward_weight(grads, w, acts, inputs, tp, part_done, final_microbatch, workspace);
 }
 
 }  // namespace mpf

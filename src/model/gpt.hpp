@@ -21,12 +21,6 @@
 
 namespace mpf {
 
-// Layer l's slice of each per-layer parameter tensor (shapes as in ParameterTensors without L).
-struct LayerParameters {
-  Tensor ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
-};
-LayerParameters layer_parameters(const ParameterTensors& p, const TpShard& shard, int l);
-
 // ---- forward ----
 void embedding_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
                        MPI_Comm tp);
@@ -82,23 +76,28 @@ void gpt_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& 
                         const ParameterTensors& params, const Tokens& targets, float dloss,
                         MPI_Comm tp = MPI_COMM_SELF, Tensor input_grad = {},
                         Activations* workspace = nullptr);
+// A part of the model whose W has just run: the LM head (lnf, and wte as the head's weight), one
+// block (its index among this rank's blocks), or the embedding (wte, wpe).
+struct ModelPart {
+  enum class Kind { kHead, kBlock, kEmbedding } kind;
+  int block = -1;
+};
+using PartDone = std::function<void(ModelPart)>;
+
 // W: accumulates (+=) the chunk's parameter gradients from `w` and the activations, in the order
-// the serial backward takes them (head, last block first, embedding). grads_final(e), if given,
-// is called after each piece's W with the backward event e: 0 after the head, 1 + (L − 1 − i)
-// after the chunk's block i (L its blocks), L + 1 after the embedding. Gradients a piece's W
-// writes are final (for this batch) once its event has passed, which is when a data-parallel
-// bucket may start its reduction. With gradient accumulation, final_microbatch marks the step's
-// last W of this chunk.
+// the serial backward takes them (head, last block first, embedding). part_done(p), if given, is
+// called after each part's W: the gradients that part writes are then final for this batch,
+// which is when a data-parallel bucket holding them may start its reduction. With gradient
+// accumulation, final_microbatch marks the step's last W of this chunk (pass part_done then only).
 void gpt_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
                          const Activations& acts, const Tokens& inputs, MPI_Comm tp = MPI_COMM_SELF,
-                         const std::function<void(int event)>& grads_final = {},
-                         bool final_microbatch = true, Activations* workspace = nullptr);
+                         const PartDone& part_done = {}, bool final_microbatch = true,
+                         Activations* workspace = nullptr);
 // B then W at once (the serial backward).
 void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, WeightGradInputs& w,
                   Activations& acts, const ParameterTensors& params, const Tokens& inputs,
                   const Tokens& targets, float dloss, MPI_Comm tp = MPI_COMM_SELF,
-                  const std::function<void(int event)>& grads_final = {},
-                  bool final_microbatch = true, Tensor input_grad = {},
-                  Activations* workspace = nullptr);
+                  const PartDone& part_done = {}, bool final_microbatch = true,
+                  Tensor input_grad = {}, Activations* workspace = nullptr);
 
 }  // namespace mpf

@@ -1,11 +1,18 @@
-// GPT-2's parameters as named tensors over one slab (llm.c's ParameterTensors), in llm.c's
-// checkpoint order, so the slab is the checkpoint body and the DP all-reduce is one buffer.
-// Gradients use the same struct over a second slab.
+// GPT-2's parameters (llm.c's ParameterTensors) as views into one slab. The 16 tensors keep
+// llm.c's names, shapes and order, which stay the order on disk (the checkpoint files) and of
+// initialisation; the slab itself is layer-major:
+//   wte | wpe | block 0: ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb
+//       | block 1 ... | block L-1 | lnfw | lnfb | zero padding
+// so one block's parameters, and its gradients in the second slab laid out alike, are one
+// contiguous stretch. The backward finishes block by block, and a data-parallel bucket holding a
+// block's gradients can start its reduction as soon as that block's W is done
+// (parallel/grad_buckets.hpp), as Megatron's buckets do over its per-layer parameters.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/types.hpp"
 #include "model/config.hpp"
@@ -14,26 +21,80 @@ namespace mpf {
 
 inline constexpr int kNumParameterTensors = 16;
 
-struct ParameterTensors {
-  Tensor wte;       // (Vp, C) token embedding, also the LM head
-  Tensor wpe;       // (maxT, C) position embedding
-  Tensor ln1w;      // (L, C)
-  Tensor ln1b;      // (L, C)
-  Tensor qkvw;      // (L, 3C, C) rows: [Q | K | V], head h = rows h*hs..(h+1)*hs of each block
-  Tensor qkvb;      // (L, 3C)
-  Tensor attprojw;  // (L, C, C)
-  Tensor attprojb;  // (L, C)
-  Tensor ln2w;      // (L, C)
-  Tensor ln2b;      // (L, C)
-  Tensor fcw;       // (L, 4C, C)
-  Tensor fcb;       // (L, 4C)
-  Tensor fcprojw;   // (L, C, 4C)
-  Tensor fcprojb;   // (L, C)
-  Tensor lnfw;      // (C)
-  Tensor lnfb;      // (C)
+// ln1w .. fcprojb (llm.c tensors 2..13) have a slice per block; wte, wpe, lnfw, lnfb do not.
+constexpr bool is_per_layer(int tensor) {
+  return tensor >= 2 && tensor < kNumParameterTensors - 2;
+}
 
-  // The tensors in llm.c order, for loops over all of them.
-  std::array<Tensor*, kNumParameterTensors> list();
+// One block's slice of each per-layer tensor (llm.c's shapes without the L).
+struct LayerParameters {
+  Tensor ln1w;      // (C)
+  Tensor ln1b;      // (C)
+  Tensor qkvw;      // (3C, C) rows: [Q | K | V], head h = rows h*hs..(h+1)*hs of each block
+  Tensor qkvb;      // (3C)
+  Tensor attprojw;  // (C, C)
+  Tensor attprojb;  // (C)
+  Tensor ln2w;      // (C)
+  Tensor ln2b;      // (C)
+  Tensor fcw;       // (4C, C)
+  Tensor fcb;       // (4C)
+  Tensor fcprojw;   // (C, 4C)
+  Tensor fcprojb;   // (C)
+};
+
+struct ParameterTensors {
+  Tensor wte;                           // (Vp, C) token embedding, also the LM head
+  Tensor wpe;                           // (maxT, C) position embedding
+  std::vector<LayerParameters> blocks;  // this rank's blocks, in model order
+  Tensor lnfw;                          // (C)
+  Tensor lnfb;                          // (C)
+};
+
+// A stretch of the slab holding one tensor, or one block's slice of a per-layer tensor.
+struct SlabPiece {
+  int tensor = 0;
+  int block = -1;      // local block of a per-layer tensor's slice; -1 for the others
+  int64_t offset = 0;  // in the slab
+  int64_t length = 0;
+  int64_t first = 0;  // index in the local tensor of the piece's first element
+};
+
+// Where each local tensor element sits in the slab (the layer-major order above). Checkpoint
+// I/O, initialisation and the optimizer address tensors through it; the model through the views.
+class SlabLayout {
+ public:
+  SlabLayout() = default;
+  // sizes: the local sizes of the 16 tensors; blocks: the local blocks (per-layer tensors hold
+  // sizes[i] / blocks elements per block).
+  SlabLayout(const std::array<int64_t, kNumParameterTensors>& sizes, int blocks);
+
+  int64_t count() const { return count_; }  // without padding
+  int blocks() const { return blocks_; }
+  // The pieces in slab order; empty tensors have none.
+  const std::vector<SlabPiece>& pieces() const { return pieces_; }
+  // The piece holding slab position `offset` (< count()).
+  const SlabPiece& piece_at(int64_t offset) const;
+  // Local elements [j, j + n) of `tensor` as slab stretches: f(local index, slab offset, length),
+  // in ascending order.
+  template <class F>
+  void for_each_run(int tensor, int64_t j, int64_t n, F&& f) const {
+    const int64_t per = per_block_[tensor];
+    while (n > 0) {
+      const int64_t in_piece = per > 0 ? j % per : j, left = per > 0 ? per - in_piece : n;
+      const int64_t len = n < left ? n : left;
+      const int64_t block = per > 0 ? j / per : 0;
+      f(j, start_[tensor] + block * block_stride_ + in_piece, len);
+      j += len;
+      n -= len;
+    }
+  }
+
+ private:
+  std::array<int64_t, kNumParameterTensors> start_{};      // slab offset of element 0
+  std::array<int64_t, kNumParameterTensors> per_block_{};  // per-layer tensors: elements per block
+  int64_t block_stride_ = 0, count_ = 0;
+  int blocks_ = 0;
+  std::vector<SlabPiece> pieces_;
 };
 
 // How a tensor is initialised and optimised (GPT-2's scheme).
@@ -52,10 +113,12 @@ std::array<ParameterInfo, kNumParameterTensors> parameter_infos(const GPTConfig&
 
 struct TpShard;
 
-// One slab and its named views: the whole model, or one tensor-parallel rank's shard of it.
+// One slab and its named views: the whole model, or one tensor-parallel rank's (and pipeline
+// stage's) shard of it.
 struct Parameters {
   GPTConfig cfg;                                      // the full model
   std::array<int64_t, kNumParameterTensors> sizes{};  // local sizes of the 16 tensors
+  SlabLayout layout;
   Slab slab;
   ParameterTensors t;
   int64_t count = 0;
@@ -65,12 +128,17 @@ struct Parameters {
   static Parameters allocate(const TpShard& shard, const std::string& label, int pad_to = 1);
   // The whole model (one rank, no tensor parallelism).
   static Parameters allocate(const GPTConfig& cfg, const std::string& label);
+
+  // One piece of the slab as a tensor.
+  Tensor view(const SlabPiece& piece) const {
+    return Tensor(slab.data() + piece.offset, piece.length);
+  }
 };
 
 // Fills every tensor from (seed, tensor name, element index) with a counter-based RNG (DESIGN.md
 // invariant 1). The index is the element's position in the serial, unpadded tensor (the shard
-// maps local to global), and padded token rows are zero, so no value depends on padding or on
-// which rank holds it.
+// maps local to global), and padded token rows are zero, so no value depends on padding, on the
+// slab's layout or on which rank holds it.
 void initialize(Parameters& params, const TpShard& shard, uint64_t seed);
 void initialize(Parameters& params, uint64_t seed);
 

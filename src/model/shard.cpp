@@ -32,9 +32,6 @@ std::array<Layout, kNumParameterTensors> layouts(const GPTConfig& cfg) {
            {Split::Replicated, C}}};
 }
 
-constexpr bool per_layer(int tensor) {
-  return tensor >= 2 && tensor <= 13;
-}
 }  // namespace
 
 TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size) {
@@ -80,7 +77,7 @@ std::array<int64_t, kNumParameterTensors> TpShard::sizes() const {
   std::array<int64_t, kNumParameterTensors> out = parameter_sizes(cfg);
   const auto lay = layouts(cfg);
   for (int i = 0; i < kNumParameterTensors; ++i) {
-    if (per_layer(i)) out[i] = out[i] / cfg.layers * local_layers();
+    if (is_per_layer(i)) out[i] = out[i] / cfg.layers * local_layers();
     if (!holds(i)) {
       out[i] = 0;
     } else if (lay[i].split == Split::VocabRows) {
@@ -103,7 +100,7 @@ int64_t TpShard::global_index(int tensor, int64_t j) const {
     const int64_t row = vocab_begin + j / C;
     return row < cfg.vocab ? row * C + j % C : -1;
   }
-  if (!per_layer(tensor)) return j;  // wpe, lnfw, lnfb: whole and replicated
+  if (!is_per_layer(tensor)) return j;  // wpe, lnfw, lnfb: whole and replicated
   // Per-layer tensors: split the index into (local layer, element within the layer), then map
   // the local layer to the global one.
   const int64_t global_layer = parameter_sizes(cfg)[tensor] / cfg.layers;
@@ -141,7 +138,7 @@ std::vector<ShardRun> shard_runs(const TpShard& shard, int tensor) {
   int64_t granule = n;
   if (lay.split == Split::VocabRows) {
     granule = shard.cfg.channels;
-  } else if (per_layer(tensor) && n > 0) {
+  } else if (is_per_layer(tensor) && n > 0) {
     granule = n / shard.local_layers();  // one layer's slice
     if (lay.split == Split::QkvRows) granule /= 3;
     if (lay.split == Split::Columns) granule = lay.row / shard.size;

@@ -6,13 +6,10 @@
 
 namespace mpf {
 
-std::vector<OptimizerSegment> whole_tensor_segments(const Parameters& params) {
+std::vector<OptimizerSegment> piece_segments(const Parameters& params) {
   std::vector<OptimizerSegment> out;
-  int64_t offset = 0;
-  for (int i = 0; i < kNumParameterTensors; ++i) {
-    out.push_back({offset, offset, offset, params.sizes[i], i});
-    offset += params.sizes[i];
-  }
+  for (const SlabPiece& p : params.layout.pieces())
+    out.push_back({p.offset, p.offset, p.offset, p.length, p.tensor});
   return out;
 }
 

@@ -5,7 +5,8 @@
 //   p −= lr·(m̂/(√v̂ + ε) + wd·p)                                   (llm.c's gpt2_update)
 //
 // The optimizer sees its parameters as segments: runs of consecutive elements of one tensor, each
-// with where its parameters, gradients and moments live. Without ZeRO a segment is a tensor; under
+// with where its parameters, gradients and moments live. Without ZeRO a segment is a piece of the
+// slab (a tensor, or one block's slice of a per-layer tensor); under
 // ZeRO-1 it is this rank's slice of a gradient bucket within a tensor, with its gradients in the
 // reduce-scattered shard and its moments in a state sized for the shard only.
 #pragma once
@@ -34,8 +35,9 @@ struct OptimizerSegment {
   int tensor = 0;  // which of the 16 tensors (weight decay, gradient-norm ownership)
 };
 
-// One segment per tensor: parameters, gradients and moments laid out alike.
-std::vector<OptimizerSegment> whole_tensor_segments(const Parameters& params);
+// One segment per piece of the slab (a tensor, or a block's slice of one): parameters, gradients
+// and moments laid out alike.
+std::vector<OptimizerSegment> piece_segments(const Parameters& params);
 
 class AdamW {
  public:

@@ -8,50 +8,109 @@
 namespace mpf {
 
 namespace {
-// The backward event after which tensor i's elements from a on are final (gpt_backward's
-// numbering over this stage's L blocks).
-int ready_event(int tensor, int64_t a, const Parameters& p, bool tied_wte) {
-  const int L = static_cast<int>(p.sizes[2] / p.cfg.channels);  // ln1w: C per block held
-  if (tensor == 0 && tied_wte) return L + 2;         // after the schedule: the stages' sum first
-  if (tensor == 0 || tensor == 1) return L + 1;      // wte, wpe: the embedding's W
-  if (tensor >= kNumParameterTensors - 2) return 0;  // lnfw, lnfb: the head's W
-  const int lowest_layer = static_cast<int>(a / (p.sizes[tensor] / L));
-  return 1 + (L - 1 - lowest_layer);  // the lowest layer's W is last
+int64_t round_up(int64_t n, int64_t to) {
+  return (n + to - 1) / to * to;
 }
 }  // namespace
 
-DataParallelGrads::DataParallelGrads(const Parameters& grads, MPI_Comm dp, int64_t bucket_elems,
-                                     bool zero, bool tied_wte)
-    : dp_(dp), zero_(zero), grads_(grads.slab.data()) {
+int DataParallelGrads::part_index(ModelPart part) const {
+  switch (part.kind) {
+    case ModelPart::Kind::kBlock:
+      if (part.block < 0 || part.block >= blocks_) MPF_FATAL("a block this stage does not hold");
+      return part.block;
+    case ModelPart::Kind::kHead:
+      return blocks_;
+    case ModelPart::Kind::kEmbedding:
+      return blocks_ + 1;
+  }
+  return -1;
+}
+
+DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& shard, MPI_Comm dp,
+                                     int64_t bucket_elems, bool zero, bool tied_wte)
+    : dp_(dp),
+      blocks_(shard.local_layers()),
+      zero_(zero),
+      grads_(grads.slab.data()),
+      layout_(grads.layout) {
   MPI_Comm_size(dp, &ranks_);
   MPI_Comm_rank(dp, &rank_);
-  tensor_offsets_.push_back(0);
-  for (int64_t s : grads.sizes) tensor_offsets_.push_back(tensor_offsets_.back() + s);
   const int64_t padded = int64_t(grads.slab.extent(0));
   if (padded % ranks_ != 0) MPF_FATAL("gradient slab not padded to a multiple of the DP size");
-  // Bucket lengths: multiples of D, at most INT_MAX per collective.
-  int64_t len = std::max<int64_t>(bucket_elems, 1);
-  len = std::min<int64_t>(len, (INT_MAX / 2) / ranks_ * ranks_);
-  len = (len + ranks_ - 1) / ranks_ * ranks_;
-  int64_t shard = 0;
-  for (int64_t begin = 0; begin < padded; begin += len) {
+  const int head = part_index({ModelPart::Kind::kHead}),
+            embedding = part_index({ModelPart::Kind::kEmbedding});
+  // The parts whose W writes a piece: a block's slice its block; wpe the embedding, lnf the head;
+  // wte each of the embedding and the LM head this stage holds, then the tied sum.
+  auto parts_of = [&](const SlabPiece& p) {
+    std::vector<int> parts;
+    if (p.block >= 0) {
+      parts.push_back(p.block);
+    } else if (p.tensor == 1 || (p.tensor == 0 && shard.has_embedding)) {
+      parts.push_back(embedding);
+    }
+    if (p.tensor >= kNumParameterTensors - 2 || (p.tensor == 0 && shard.has_head))
+      parts.push_back(head);
+    if (p.tensor == 0 && tied_wte) parts.push_back(tied_sum_index());
+    return parts;
+  };
+
+  // Cut at the pieces' boundaries where the parts change (between blocks, around the edge
+  // tensors) once a bucket holds bucket_elems; always between the edge tensors and the blocks, so
+  // the first and last blocks do not wait for the embedding or the head; and always after a tied
+  // wte, which is final only after the schedule. An end rounds up to a multiple of D: the few
+  // elements it takes from the next piece only make this bucket wait for that piece's part too, and
+  // the next piece in slab order is a later block, whose W runs earlier. At most INT_MAX / 2
+  // elements per collective.
+  const int64_t max_len = (INT_MAX / 2) / ranks_ * ranks_;
+  const int64_t target = std::max<int64_t>(bucket_elems, 1);
+  const std::vector<SlabPiece>& pieces = layout_.pieces();
+  int64_t begin = 0;
+  auto cut = [&](int64_t end) {
+    end = std::min(round_up(end, ranks_), padded);
+    if (end <= begin) return;
     GradBucket b;
     b.begin = begin;
-    b.end = std::min(begin + len, padded);
-    b.shard_offset = shard;
-    shard += (b.end - b.begin) / ranks_;
-    for (int i = 0; i < kNumParameterTensors; ++i) {
-      const int64_t lo = std::max(b.begin, tensor_offsets_[i]);
-      const int64_t hi = std::min(b.end, tensor_offsets_[i + 1]);
-      if (lo < hi)
-        b.ready_event =
-            std::max(b.ready_event, ready_event(i, lo - tensor_offsets_[i], grads, tied_wte));
-    }
+    b.end = end;
     buckets_.push_back(b);
+    begin = end;
+  };
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const SlabPiece& p = pieces[k];
+    const int64_t end = p.offset + p.length;
+    while (end - begin > max_len) cut(begin + max_len);
+    const bool last = k + 1 == pieces.size();
+    const bool boundary = last || parts_of(pieces[k + 1]) != parts_of(p);
+    const bool edge_to_blocks = !last && (p.block < 0) != (pieces[k + 1].block < 0);
+    if (boundary && (end - begin >= target || edge_to_blocks || (p.tensor == 0 && tied_wte)))
+      cut(end);
   }
+  cut(padded);
+
+  // Each bucket's parts, the buckets each part releases, and the ZeRO shard offsets.
+  buckets_of_part_.resize(size_t(tied_sum_index() + 1));
+  int64_t shard_elems = 0;
+  size_t first_piece = 0;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    GradBucket& b = buckets_[i];
+    b.shard_offset = shard_elems;
+    shard_elems += (b.end - b.begin) / ranks_;
+    while (first_piece < pieces.size() &&
+           pieces[first_piece].offset + pieces[first_piece].length <= b.begin)
+      ++first_piece;
+    for (size_t k = first_piece; k < pieces.size() && pieces[k].offset < b.end; ++k) {
+      for (int part : parts_of(pieces[k])) {
+        if (std::find(b.parts.begin(), b.parts.end(), part) == b.parts.end()) {
+          b.parts.push_back(part);
+          buckets_of_part_[size_t(part)].push_back(i);
+        }
+      }
+    }
+  }
+  waiting_.resize(buckets_.size());
+  for (size_t i = 0; i < buckets_.size(); ++i) waiting_[i] = int(buckets_[i].parts.size());
   requests_.assign(buckets_.size(), MPI_REQUEST_NULL);
   started_.assign(buckets_.size(), false);
-  if (zero_) shard_ = Slab("mpf::zero::grad_shard", shard);
+  if (zero_) shard_ = Slab("mpf::zero::grad_shard", shard_elems);
 }
 
 DataParallelGrads::~DataParallelGrads() {
@@ -74,14 +133,21 @@ void DataParallelGrads::start(size_t i) {
   }
 }
 
-void DataParallelGrads::start_ready(int event) {
-  bool any = false;
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    if (!started_[i] && buckets_[i].ready_event <= event) {
-      if (!any) Kokkos::fence();  // the kernels that wrote these gradients must be done
-      any = true;
-      start(i);
-    }
+void DataParallelGrads::part_done(ModelPart part) {
+  part_done(part_index(part));
+}
+
+void DataParallelGrads::tied_sum_done() {
+  part_done(tied_sum_index());
+}
+
+void DataParallelGrads::part_done(int part) {
+  bool fenced = false;
+  for (size_t i : buckets_of_part_[size_t(part)]) {
+    if (--waiting_[i] > 0 || started_[i]) continue;
+    if (!fenced) Kokkos::fence();  // the kernels that wrote these gradients must be done
+    fenced = true;
+    start(i);
   }
   // MPICH progresses nonblocking collectives inside MPI calls: give it one.
   int done = 0;
@@ -95,19 +161,22 @@ void DataParallelGrads::finish() {
   }
   MPF_MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
   std::fill(started_.begin(), started_.end(), false);
+  for (size_t i = 0; i < buckets_.size(); ++i) waiting_[i] = int(buckets_[i].parts.size());
 }
 
 std::vector<OptimizerSegment> DataParallelGrads::zero_segments() const {
+  // This rank's part of each bucket, cut where it crosses from one piece of the slab to the next
+  // (a segment lies in one tensor); the padding after the last piece holds no parameter.
   std::vector<OptimizerSegment> out;
   for (const GradBucket& b : buckets_) {
     const int64_t part = (b.end - b.begin) / ranks_;
-    const int64_t p0 = b.begin + rank_ * part, p1 = p0 + part;
-    for (int i = 0; i < kNumParameterTensors; ++i) {
-      const int64_t lo = std::max(p0, tensor_offsets_[i]),
-                    hi = std::min(p1, tensor_offsets_[i + 1]);
-      if (lo >= hi) continue;
+    const int64_t p0 = b.begin + rank_ * part, p1 = std::min(p0 + part, layout_.count());
+    for (int64_t lo = p0; lo < p1;) {
+      const SlabPiece& piece = layout_.piece_at(lo);
+      const int64_t hi = std::min(p1, piece.offset + piece.length);
       const int64_t in_shard = b.shard_offset + (lo - p0);
-      out.push_back({lo, in_shard, in_shard, hi - lo, i});
+      out.push_back({lo, in_shard, in_shard, hi - lo, piece.tensor});
+      lo = hi;
     }
   }
   return out;

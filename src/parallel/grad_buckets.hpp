@@ -2,11 +2,13 @@
 // slab is cut into buckets of about --dp-bucket-mb, each reduced with one nonblocking collective
 // on the DP communicator.
 //
-// A bucket is ready when the last backward piece writing any of its elements has run (the event
-// numbering of gpt_backward). The slab is in llm.c's tensor-major order, so layer l's slice of
-// every per-layer tensor is final after block l's W: buckets become ready one after another as
-// the backward walks down the layers, and with --overlap-grad-reduce each starts right then,
-// while the backward goes on.
+// A bucket is ready when every part of the model that writes one of its elements has finished
+// its last W of the step: a block, the LM head, the embedding, and for a wte tied across
+// pipeline stages the all-reduce of its two halves over the embedding group. The slab is
+// layer-major (model/parameters.hpp), so a block's gradients are one stretch and buckets are cut
+// at block boundaries: with --overlap-grad-reduce a bucket starts as soon as the blocks it holds
+// are done, while the backward goes on, under pipelining too, for every chunk, in whatever order
+// the schedule finishes them.
 //
 // Plain DP: MPI_Iallreduce in place, every rank ends with the summed gradient.
 // ZeRO-1:   MPI_Ireduce_scatter_block: rank d keeps the sum of the d-th 1/D of every bucket in a
@@ -14,9 +16,8 @@
 //           parameters are then all-gathered.
 // Bucket lengths are multiples of D (the slabs are padded to a multiple of D for that).
 //
-// Pipeline stages: the events are those of the stage's own blocks. A wte tied across stages
-// (first and last stage each hold it) is all-reduced over the embedding group by the trainer
-// once the whole schedule is done, so its buckets wait for finish().
+// The ranks of a DP group run the same stage program, so they finish parts in the same order and
+// start the buckets' collectives in the same order, as MPI requires.
 #pragma once
 
 #include <mpi.h>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "core/types.hpp"
+#include "model/gpt.hpp"
 #include "model/shard.hpp"
 #include "optim/adamw.hpp"
 
@@ -31,23 +33,26 @@ namespace mpf {
 
 struct GradBucket {
   int64_t begin = 0, end = 0;  // slab range; end - begin is a multiple of D
-  int ready_event = 0;         // gpt_backward's event after which every element is final
+  std::vector<int> parts;      // the parts (DataParallelGrads::part_index) writing its elements
   int64_t shard_offset = 0;    // ZeRO: where this rank's part of the bucket sits in the shard
 };
 
 class DataParallelGrads {
  public:
-  // grads: the gradient slab (padded to a multiple of dp size); bucket_elems: target bucket size;
-  // tied_wte: wte's gradient is completed by the trainer after the schedule (pipeline stages).
-  DataParallelGrads(const Parameters& grads, MPI_Comm dp, int64_t bucket_elems, bool zero,
-                    bool tied_wte = false);
+  // grads: the gradient slab (padded to a multiple of dp size) of `shard`'s parameters;
+  // bucket_elems: target bucket size; tied_wte: wte's gradient is completed over the embedding
+  // group after the schedule (pipeline stages), tied_sum_done() says when.
+  DataParallelGrads(const Parameters& grads, const TpShard& shard, MPI_Comm dp,
+                    int64_t bucket_elems, bool zero, bool tied_wte = false);
   ~DataParallelGrads();
   DataParallelGrads(const DataParallelGrads&) = delete;
   DataParallelGrads& operator=(const DataParallelGrads&) = delete;
 
-  // Starts the reduction of every bucket ready at or before `event` (overlap; events come in
-  // increasing order), and lets MPI progress.
-  void start_ready(int event);
+  // A part's gradients are final for this step (once per part and step, after its last W):
+  // starts every bucket that was waiting only for it, and lets MPI progress.
+  void part_done(ModelPart part);
+  // The tied wte's two halves have been summed over the embedding group.
+  void tied_sum_done();
   // Starts every bucket not yet started, then waits for all.
   void finish();
 
@@ -61,16 +66,23 @@ class DataParallelGrads {
   void allgather_params(float* params);
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
+  bool started(size_t bucket) const { return started_[bucket]; }
+  // Parts are numbered: blocks 0..L-1 (this rank's), then the head, the embedding, the tied sum.
+  int part_index(ModelPart part) const;
+  int tied_sum_index() const { return blocks_ + 2; }
 
  private:
+  void part_done(int part);
   void start(size_t b);
 
   MPI_Comm dp_;
-  int ranks_ = 1, rank_ = 0;
+  int ranks_ = 1, rank_ = 0, blocks_ = 0;
   bool zero_ = false;
   float* grads_ = nullptr;
-  std::vector<int64_t> tensor_offsets_;  // kNumParameterTensors + 1 entries
+  SlabLayout layout_;
   std::vector<GradBucket> buckets_;
+  std::vector<std::vector<size_t>> buckets_of_part_;
+  std::vector<int> waiting_;  // per bucket: parts not yet done this step
   std::vector<MPI_Request> requests_;
   std::vector<bool> started_;
   Slab shard_;

@@ -50,16 +50,15 @@ ModelStage::ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, in
 
 void ModelStage::begin_step(const std::vector<Tokens>* inputs, const std::vector<Tokens>* targets,
                             const ParameterTensors* params, ParameterTensors* grads, float dloss,
-                            std::function<void(int)> grads_final) {
+                            PartDone part_done) {
   if (!live_.empty()) MPF_FATAL("a step began with microbatches still awaiting their backward");
   inputs_ = inputs;
   targets_ = targets;
   params_ = params;
   grads_ = grads;
   dloss_ = dloss;
-  grads_final_ = std::move(grads_final);
+  part_done_ = std::move(part_done);
   weights_done_.assign(chunks_.size(), 0);
-  stage_weights_ = 0;
   loss_sum_ = 0.0;
   times_ = {};
 }
@@ -220,22 +219,17 @@ void ModelStage::backward_weight(int mb, int chunk) {
   WeightGradInputs* w = it->second;
   Activations* a = live(mb, chunk);
   // The chunk's gradients are complete after its last W; that is when sequence parallelism sums
-  // its LayerNorm gradients over TP. The data-parallel buckets hear the W events of a single
-  // chunk as they happen; with several chunks, once all are done.
-  const int microbatches = int(inputs_->size());
-  const bool chunk_done = ++weights_done_[chunk] == microbatches;
-  const bool stage_done = ++stage_weights_ == microbatches * int(chunks_.size());
-  const bool single = chunks_.size() == 1;
+  // its LayerNorm gradients over TP, and when the data-parallel buckets hear of each part it
+  // finished, block by block, whichever chunk it is.
+  const bool chunk_done = ++weights_done_[chunk] == int(inputs_->size());
   Stopwatch sw;
   timed("W", mb, chunk, [&] {
-    gpt_backward_weight(*grads_, *w, *a, (*inputs_)[mb], tp_,
-                        single && chunk_done ? grads_final_ : std::function<void(int)>(),
+    gpt_backward_weight(*grads_, *w, *a, (*inputs_)[mb], tp_, chunk_done ? part_done_ : PartDone(),
                         chunk_done, workspace_.get());
     Kokkos::fence();
   });
   times_.weight += sw.seconds() * 1e3;
   ++times_.weights;
-  if (!single && stage_done && grads_final_) grads_final_(shard_.local_layers() + 1);
   awaiting_w_.erase(it);
   live_bytes_ -= bytes_of(w->slab);
   weight_free_[chunk].push_back(w);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "model/activations.hpp"
+#include "model/gpt.hpp"
 #include "model/parameters.hpp"
 #include "pipeline/p2p.hpp"
 #include "pipeline/stage_ops.hpp"
@@ -57,11 +58,11 @@ class ModelStage : public pipeline::StageOps {
              pipeline::ChunkPlacement placement = pipeline::ChunkPlacement::kLooped);
 
   // What the next step runs on: the microbatches' tokens, the parameters and their gradients,
-  // dloss (d total loss / d each token's loss), and the hook told when gradients are final (after
-  // the last microbatch's W only; may be empty).
+  // dloss (d total loss / d each token's loss), and the hook told of each part (block, head,
+  // embedding) whose gradients are final: after the last W of its chunk; may be empty.
   void begin_step(const std::vector<Tokens>* inputs, const std::vector<Tokens>* targets,
                   const ParameterTensors* params, ParameterTensors* grads, float dloss,
-                  std::function<void(int)> grads_final);
+                  PartDone part_done);
   // Completes the sends still in flight (their buffers become reusable).
   void end_step();
   // Validation: the forward passes alone through the pipeline, outside any step; returns the sum
@@ -149,9 +150,8 @@ class ModelStage : public pipeline::StageOps {
   const ParameterTensors* params_ = nullptr;
   ParameterTensors* grads_ = nullptr;
   float dloss_ = 0.0f;
-  std::function<void(int)> grads_final_;
+  PartDone part_done_;
   std::vector<int> weights_done_;  // per chunk, this step
-  int stage_weights_ = 0;
   double loss_sum_ = 0.0;
   StageTimes times_;
   std::vector<StageEvent>* events_ = nullptr;

@@ -25,16 +25,14 @@ StateFiles::StateFiles(const Grid& grid, const TpShard& shard, const Parameters&
       shard_(shard),
       cfg_(shard.cfg),
       count_(parameter_count(shard.cfg)),
+      slab_(params.slab.data()),
+      layout_(params.layout),
       segments_(optimizer ? optimizer->segments() : std::vector<OptimizerSegment>{}),
       m_(optimizer ? optimizer->first_moment().data() : nullptr),
       v_(optimizer ? optimizer->second_moment().data() : nullptr) {
   const auto sizes = parameter_sizes(cfg_);
-  ParameterTensors views = params.t;
-  const auto list = views.list();
   for (int i = 0; i < kNumParameterTensors; ++i) {
     base_[i + 1] = base_[i] + sizes[i];
-    params_[i] = list[i]->data();
-    slab_offset_[i] = params_[i] - params.slab.data();
     shard_runs_[i] = shard_runs(shard, i);
   }
 }
@@ -65,19 +63,25 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
     for (int t = 0; t < kNumParameterTensors; ++t) {
       const bool mine = writes(t, false);
       if (writes_only && !mine) continue;
+      // A run of the serial tensor is contiguous in the file; in the layer-major slab it may
+      // cross from one block's piece to the next.
       for (const ShardRun& r : shard_runs_[t]) {
-        out.push_back({params_[t] + r.local, base_[t] + r.global, r.length, mine ? t : -1});
+        layout_.for_each_run(t, r.local, r.length, [&](int64_t j, int64_t offset, int64_t n) {
+          out.push_back({slab_ + offset, base_[t] + r.global + (j - r.local), n, mine ? t : -1});
+        });
       }
     }
     return out;
   }
   // The moments of a segment sit at its `state` offset; its parameters at `param` in the slab,
-  // which places them in their tensor and, through the shard's runs, in the file.
+  // which places them in their tensor (a segment lies within one piece of the slab) and, through
+  // the shard's runs, in the file.
   for (const OptimizerSegment& s : segments_) {
     const int t = s.tensor;
     const bool mine = writes(t, true);
     if (writes_only && !mine) continue;
-    const int64_t j0 = s.param - slab_offset_[t], j1 = j0 + s.length;
+    const SlabPiece& piece = layout_.piece_at(s.param);
+    const int64_t j0 = piece.first + (s.param - piece.offset), j1 = j0 + s.length;
     for (const ShardRun& r : shard_runs_[t]) {
       const int64_t lo = std::max(j0, r.local), hi = std::min(j1, r.local + r.length);
       if (lo >= hi) continue;

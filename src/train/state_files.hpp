@@ -61,10 +61,10 @@ class StateFiles {
   bool zero_;
   TpShard shard_;
   GPTConfig cfg_;
-  int64_t count_;                                            // parameters of the whole model
-  std::array<int64_t, kNumParameterTensors + 1> base_{};     // each tensor's first body position
-  std::array<float*, kNumParameterTensors> params_{};        // each local tensor's first element
-  std::array<int64_t, kNumParameterTensors> slab_offset_{};  // ... as an offset in the slab
+  int64_t count_;                                         // parameters of the whole model
+  std::array<int64_t, kNumParameterTensors + 1> base_{};  // each tensor's first body position
+  float* slab_;                                           // this rank's parameters
+  SlabLayout layout_;                                     // ... where each tensor sits in them
   std::array<std::vector<ShardRun>, kNumParameterTensors> shard_runs_;
   std::vector<OptimizerSegment> segments_;
   float* m_;  // null without an optimizer

@@ -240,13 +240,13 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   const int64_t bucket_elems = static_cast<int64_t>(opts.dp_bucket_mb * 1e6 / sizeof(float));
   // Under PP the tied wte is completed over the embedding group after the schedule: its DP
   // buckets wait for that (unless one rank holds both ends, as in a V).
-  dp_grads_ = std::make_unique<DataParallelGrads>(grads_, grid_->dp_comm(), bucket_elems, zero,
-                                                  /*tied_wte=*/tied_across_stages());
+  dp_grads_ = std::make_unique<DataParallelGrads>(grads_, shard_, grid_->dp_comm(), bucket_elems,
+                                                  zero, /*tied_wte=*/tied_across_stages());
   if (zero) {
     optimizer_ =
         std::make_unique<AdamW>(adam, cfg_, dp_grads_->zero_segments(), dp_grads_->shard_size());
   } else {
-    optimizer_ = std::make_unique<AdamW>(adam, cfg_, whole_tensor_segments(params_), params_.count);
+    optimizer_ = std::make_unique<AdamW>(adam, cfg_, piece_segments(params_), params_.count);
   }
   // The parameters: a checkpoint's (with the optimizer state), an llm.c file's, or fresh ones.
   state_files_ = std::make_unique<StateFiles>(*grid_, shard_, params_, *optimizer_, zero);
@@ -658,8 +658,8 @@ TrainResult TrainingRun::train() {
     phases.mark(PhaseTimers::kData);
     fill(grads_.slab.data(), grads_.count, 0.0f);
     phases.mark(PhaseTimers::kZeroGrad);
-    std::function<void(int)> overlap;
-    if (opts_.overlap_grad_reduce) overlap = [this](int event) { dp_grads_->start_ready(event); };
+    PartDone overlap;
+    if (opts_.overlap_grad_reduce) overlap = [this](ModelPart part) { dp_grads_->part_done(part); };
     stage_->begin_step(&inputs_, &targets_, &params_.t, &grads_.t, dloss, overlap);
     plan_->run(*stage_, grid_->pp_rank());
     watchdog.phase("end of the schedule (completing sends)");
@@ -685,6 +685,7 @@ TrainResult TrainingRun::train() {
     }
     watchdog.phase("tied-embedding all-reduce");
     allreduce_tied_embedding();
+    if (opts_.overlap_grad_reduce) dp_grads_->tied_sum_done();  // wte's buckets start now
     watchdog.phase("data-parallel gradient all-reduce");
     dp_grads_->finish();
     phases.mark(PhaseTimers::kDpComm);

@@ -45,8 +45,11 @@ TEST(Initialization, IndependentOfPaddingAndOtherTensors) {
   for (int64_t i = 0; i < 50 * 8; ++i) ASSERT_EQ(ha(wte_a + i), hb(wte_b + i));
   for (int64_t i = 50 * 8; i < 64 * 8; ++i) ASSERT_EQ(ha(wte_a + i), 0.0f) << "padded row";
   // Layers 0 and 1 of qkvw agree although b has a third layer.
-  const int64_t qa = pa.t.qkvw.data() - pa.slab.data(), qb = pb.t.qkvw.data() - pb.slab.data();
-  for (int64_t i = 0; i < 2 * 3 * 8 * 8; ++i) ASSERT_EQ(ha(qa + i), hb(qb + i));
+  for (int l = 0; l < 2; ++l) {
+    const int64_t qa = pa.t.blocks[l].qkvw.data() - pa.slab.data(),
+                  qb = pb.t.blocks[l].qkvw.data() - pb.slab.data();
+    for (int64_t i = 0; i < 3 * 8 * 8; ++i) ASSERT_EQ(ha(qa + i), hb(qb + i));
+  }
 }
 
 TEST(Initialization, Gpt2Scheme) {
@@ -60,11 +63,13 @@ TEST(Initialization, Gpt2Scheme) {
     const double n = double(h.extent(0));
     return std::make_pair(s / n, std::sqrt(s2 / n - (s / n) * (s / n)));
   };
-  EXPECT_NEAR(stats(p.t.fcw).second, 0.02, 0.001);
-  EXPECT_NEAR(stats(p.t.attprojw).second, 0.02 / std::sqrt(2.0 * cfg.layers), 0.0005);
-  EXPECT_EQ(stats(p.t.ln1w).first, 1.0);
-  EXPECT_EQ(stats(p.t.ln1w).second, 0.0);
-  EXPECT_EQ(stats(p.t.qkvb).first, 0.0);
+  for (const LayerParameters& b : p.t.blocks) {
+    EXPECT_NEAR(stats(b.fcw).second, 0.02, 0.002);
+    EXPECT_NEAR(stats(b.attprojw).second, 0.02 / std::sqrt(2.0 * cfg.layers), 0.001);
+    EXPECT_EQ(stats(b.ln1w).first, 1.0);
+    EXPECT_EQ(stats(b.ln1w).second, 0.0);
+    EXPECT_EQ(stats(b.qkvb).first, 0.0);
+  }
 }
 
 }  // namespace mpf
