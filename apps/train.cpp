@@ -22,7 +22,8 @@
 
 int main(int argc, char** argv) {
   // Before MPI_Init: a time-limit signal that comes during start-up is then a request to stop,
-  // not the default action (the process killed, the job chain broken).
+  // not the default action (the process killed, the job chain broken); and before any thread
+  // exists (MPI's, OpenMP's), so that every thread inherits the stop signals blocked.
   mpf::install_stop_signals();
   // Funneled: only this thread calls MPI (the watchdog and checkpoint staging threads never do).
   int provided = 0;

@@ -1,7 +1,9 @@
 #include "train/stop_signals.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstring>
 
@@ -11,55 +13,73 @@ namespace mpf {
 
 namespace {
 
-volatile sig_atomic_t received = 0;
-volatile sig_atomic_t grace = 0;
+std::atomic<int> received{0};
+std::atomic<int> grace{0};
 
-// Only async-signal-safe calls in the handlers.
-void say(const char* text, size_t n) {
-  const ssize_t ignored = write(STDERR_FILENO, text, n);
+// write(2), not stdio: the exits below must not wait on a stream lock another thread holds.
+void say(const char* text) {
+  const ssize_t ignored = write(STDERR_FILENO, text, std::strlen(text));
   (void)ignored;
 }
 
-void on_signal(int sig) {
-  if (received != 0) {
-    static const char text[] = "mpiformer: second stop signal: exiting now, without saving\n";
-    say(text, sizeof text - 1);
-    _exit(128 + sig);
-  }
-  received = sig;
-  if (grace > 0) alarm(unsigned(grace));
+// The stop signals and the grace alarm: blocked in every thread, taken only by sigwait below.
+sigset_t stop_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (const int sig : {SIGUSR1, SIGTERM, SIGINT, SIGALRM}) sigaddset(&set, sig);
+  return set;
 }
 
-void on_alarm(int) {
-  static const char text[] =
-      "mpiformer: stop signal: this step did not end within its grace period (a rank is gone, "
-      "or the job is being torn down): exiting without saving\n";
-  say(text, sizeof text - 1);
-  _exit(128 + received);
+// The one place these signals arrive. A plain thread, so it may print and use atomics.
+void* wait_for_signals(void*) {
+  const sigset_t set = stop_set();
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    if (sig == SIGALRM) {
+      say("mpiformer: stop signal: this step did not end within its grace period (a rank is gone, "
+          "or the job is being torn down): exiting without saving\n");
+      _exit(128 + received.load());
+    }
+    if (received.load() != 0) {
+      say("mpiformer: second stop signal: exiting now, without saving\n");
+      _exit(128 + sig);
+    }
+    received = sig;
+    if (grace.load() > 0) alarm(unsigned(grace.load()));
+  }
+  return nullptr;
 }
 
 }  // namespace
 
 void install_stop_signals() {
-  struct sigaction action;
-  std::memset(&action, 0, sizeof action);
-  action.sa_handler = on_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;  // system calls in progress (MPI's, file I/O) go on
-  for (const int sig : {SIGUSR1, SIGTERM, SIGINT}) sigaction(sig, &action, nullptr);
-  action.sa_handler = on_alarm;
-  sigaction(SIGALRM, &action, nullptr);
+  // Why no handler: a handler runs on whichever thread the kernel picks, with its frame pushed
+  // below that thread's stack pointer. oneDNN's JIT sgemm kernels (2.6 to 3.11 at least; fixed
+  // upstream by oneDNN PR #4855 for issue #4845) point the stack pointer into a heap buffer while
+  // they run, so a handler there writes ~3 KB of signal frame over the heap: glibc aborts
+  // ("corrupted size vs. prev_size") or a oneDNN object is damaged ("could not execute a
+  // primitive"). Blocked in every thread, the signals interrupt no code; one thread takes them
+  // with sigwait. Threads inherit the mask, so this must come before any thread exists (MPI's,
+  // OpenMP's, the watchdog's).
+  const sigset_t set = stop_set();
+  pthread_t thread;
+  if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0 ||
+      pthread_create(&thread, nullptr, wait_for_signals, nullptr) != 0) {
+    MPF_FATAL("cannot block the stop signals and start the thread that waits for them");
+  }
+  pthread_detach(thread);
 }
 
 void set_stop_grace(int seconds) {
   grace = seconds;
   // A signal that came outside a step (its agreement already past) is still to be honoured at
   // this step's end: it gets the same grace.
-  if (received != 0 && seconds > 0) alarm(unsigned(seconds));
+  if (received.load() != 0 && seconds > 0) alarm(unsigned(seconds));
 }
 
 int agree_on_stop(MPI_Comm comm) {
-  int sig = received;
+  int sig = received.load();
   // The alarm stays set through the all-reduce: a rank whose peer is gone waits here.
   MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, comm));
   // The step's end is reached; what follows (validation, a save) has no grace limit.

@@ -1,6 +1,6 @@
 // Being asked to stop: SIGUSR1 (Slurm's warning before a time limit, sbatch --signal), SIGTERM
 // (scancel, a preemption) and SIGINT (Ctrl-C) ask the run to finish its current step, save (with
-// --save) and exit with kExitSignalled. The handler only records the signal; the ranks agree on it
+// --save) and exit with kExitSignalled. A thread only records the signal; the ranks agree on it
 // at each step boundary, so one rank receiving it is enough. A second signal to a process ends it
 // at once (the launcher then ends the whole job).
 //
@@ -14,8 +14,10 @@
 
 namespace mpf {
 
-// Installs the handlers. A signal is delivered to a process, so what it records is the process's
-// (the one piece of global state here, as a signal handler needs).
+// Blocks the stop signals (and SIGALRM) in the calling thread and starts the thread that takes
+// them with sigwait; no handler ever runs (stop_signals.cpp says why). Call it first in main,
+// before any other thread exists: threads inherit the mask. A signal is delivered to a process,
+// so what it records is the process's (the one piece of global state here).
 void install_stop_signals();
 
 // Collective over comm: the signal some rank received (the highest number if several), 0 if none.
