@@ -9,25 +9,6 @@
 source "$(dirname "$0")/../cli/common.sh"
 
 export OMP_NUM_THREADS=1
-# The loss, lr and norm of every step line (the timings differ from run to run).
-numbers() { grep -hE '^step [0-9]+/' "$@" | sed -E 's/^(step [0-9]+)\/[0-9]+ \| (loss [^|]*\| lr [^|]*\| norm [^|]*)\|.*/\1 | \2/'; }
-# The pid of one rank of the job whose command line contains MARKER (MPICH gives each PMI_RANK).
-rank_pid() {
-  local p
-  for p in $(pgrep -f -- "$1"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "PMI_RANK=$2" && { echo "$p"; return 0; }
-  done
-  return 1
-}
-# Waits up to 60 s for a line matching PATTERN in FILE.
-wait_for() {
-  local i
-  for ((i = 0; i < 1200; i++)); do
-    grep -qE "$2" "$1" 2>/dev/null && return 0
-    sleep 0.05
-  done
-  return 1
-}
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 same() {  # same NAME FILE_A FILE_B

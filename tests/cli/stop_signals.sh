@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# A stop signal lands while the GEMMs run. No thread may take it with a handler: oneDNN's JIT
+# sgemm points the stack pointer into a heap buffer, where a handler's frame would be written
+# (src/train/stop_signals.cpp). So every thread of a running rank (main, OpenMP workers, MPI's,
+# the watchdog) has the stop signals blocked but the one waiting for them in sigwait; and
+# SIGUSR1, SIGTERM and SIGINT, each sent mid-run, stop the run after a whole step, which is saved,
+# with exit status 3 and every logged step the uninterrupted run's.
+source "$(dirname "$0")/common.sh"
+
+# Two OpenMP threads (a worker runs GEMM kernels too) and a watchdog thread.
+args=(--val-every 0 --layers 2 --dim 64 --heads 4 --seq-len 32 --batch 8 --steps 200 --threads 2
+  --step-timeout 120)
+export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE
+"$MPIEXEC" -n 1 "$TRAIN" "${args[@]}" >"$WORK/ref.log" 2>&1 || { bad "the reference run"; tail -3 "$WORK/ref.log"; }
+
+# SigBlk bits of SIGINT (2), SIGUSR1 (10), SIGALRM (14) and SIGTERM (15).
+stop_bits=$(((1 << 1) | (1 << 9) | (1 << 13) | (1 << 14)))
+for sig in USR1 TERM INT; do
+  dir="$WORK/$sig"
+  "$MPIEXEC" -n 1 "$TRAIN" "${args[@]}" --save "$dir" >"$WORK/$sig.log" 2>&1 &
+  job=$!
+  if wait_for "$WORK/$sig.log" '^step 3/200' && pid=$(rank_pid "--save $dir" 0); then
+    if [ "$sig" = USR1 ]; then  # the threads' masks, read while the run is in its steps
+      threads=0
+      open=()
+      for task in /proc/"$pid"/task/*; do
+        threads=$((threads + 1))
+        blocked=$((16#$(sed -n 's/^SigBlk:\s*//p' "$task/status")))
+        ((blocked & stop_bits)) || open+=("${task##*/}:$(cat "$task/wchan" 2>/dev/null)")
+      done
+      # The waiting thread shows its set unblocked while it sleeps in sigwait (sigtimedwait).
+      if [ "${#open[@]}" -eq 1 ] && [ "${open[0]%%:*}" != "$pid" ] &&
+        [[ "${open[0]#*:}" =~ ^(|0|.*sigtimedwait.*)$ ]] && [ "$threads" -ge 4 ]; then
+        ok "all $threads threads of a running rank block the stop signals, but the one in sigwait"
+      else
+        bad "threads that can take a stop signal: ${open[*]:-none} (of $threads)"
+      fi
+    fi
+    kill -"$sig" "$pid"
+  fi
+  wait $job
+  status=$?
+  stopped=$(sed -nE "s/^SIG$sig received: stopped after step ([0-9]+);.*/\1/p" "$WORK/$sig.log")
+  if [ "$status" -eq 3 ] && [ -n "$stopped" ] && [ "$stopped" -lt 200 ] &&
+    [ "$(cat "$dir/latest" 2>/dev/null)" = "$(printf 'step_%08d' "$stopped")" ] &&
+    [ "$(numbers "$WORK/$sig.log")" = "$(numbers "$WORK/ref.log" | head -"$stopped")" ]; then
+    ok "SIG$sig mid-run: stopped after step $stopped, saved it, exit 3, steps 1-$stopped as uninterrupted"
+  else
+    bad "SIG$sig mid-run: exit $status, stopped after '${stopped:-?}'"
+    grep -vE '^step ' "$WORK/$sig.log" | tail -4
+  fi
+done
+finish
