@@ -180,17 +180,11 @@ class OneDnn final : public Library {
 #if DNNL_VERSION_MAJOR >= 3
     if (alpha != 1.0f) args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS, p.scale);
 #endif
-    // oneDNN 2.6 has been seen to fail an execution that a stop signal interrupted (mpi_checkpoint,
-    // cause not yet understood). With beta = 0 the product overwrites C and reads only A and B, so
-    // it is run once more; a product accumulating into C cannot be repeated safely.
-    for (int attempt = 0;; ++attempt) {
-      try {
-        p.primitive.execute(stream_, args);
-        stream_.wait();
-        return;
-      } catch (const dnnl::error& e) {
-        if (attempt == 1 || beta != 0.0f) fail(std::string("matmul failed: ") + e.what());
-      }
+    try {
+      p.primitive.execute(stream_, args);
+      stream_.wait();
+    } catch (const dnnl::error& e) {
+      fail(std::string("matmul failed: ") + e.what());
     }
   }
 
