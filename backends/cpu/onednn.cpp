@@ -39,10 +39,12 @@ memory::desc matrix(dt type, int batch, int rows, int cols, Op op, int ld, int64
   return memory::desc({batch, rows, cols}, type, {stride, r, c});
 }
 
-// A matmul primitive for one shape, with its memory objects (pointers are set per call).
+// A matmul primitive for one shape, with its memory objects (pointers are set per call) and
+// its argument map, built once so that a call allocates nothing.
 struct Product {
   dnnl::matmul primitive;
   memory a, b, c, scale;
+  std::unordered_map<int, memory> args;
 };
 
 class OneDnn final : public Library {
@@ -175,13 +177,8 @@ class OneDnn final : public Library {
     p.a.set_data_handle(const_cast<void*>(A));
     p.b.set_data_handle(const_cast<void*>(B));
     p.c.set_data_handle(C);
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}};
-#if DNNL_VERSION_MAJOR >= 3
-    if (alpha != 1.0f) args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS, p.scale);
-#endif
     try {
-      p.primitive.execute(stream_, args);
+      p.primitive.execute(stream_, p.args);
       stream_.wait();
     } catch (const dnnl::error& e) {
       fail(std::string("matmul failed: ") + e.what());
@@ -224,6 +221,10 @@ class OneDnn final : public Library {
       p.a = memory(a, engine_, DNNL_MEMORY_NONE);
       p.b = memory(b, engine_, DNNL_MEMORY_NONE);
       p.c = memory(c, engine_, DNNL_MEMORY_NONE);
+      p.args = {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}};
+#if DNNL_VERSION_MAJOR >= 3
+      if (alpha != 1.0f) p.args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS, p.scale);
+#endif
     } catch (const dnnl::error& e) {
       fail(std::string("cannot create a matmul primitive: ") + e.what());
     }
