@@ -54,16 +54,23 @@ KOKKOS_INLINE_FUNCTION float row_max(const float* x, int n) {
   return m;
 }
 
-KOKKOS_INLINE_FUNCTION float row_sum(const float* x, int n) {
+// Σ f(i) for i in [0, n): a running sum in one register would chain every add on the one before
+// (a latency-bound scalar loop); kLanes sums advance side by side and vectorize.
+template <class F>
+KOKKOS_INLINE_FUNCTION float lane_sum(int n, const F& f) {
   float lane[kLanes] = {};
   int i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int k = 0; k < kLanes; ++k) lane[k] += x[i + k];
+    for (int k = 0; k < kLanes; ++k) lane[k] += f(i + k);
   }
   float s = 0.0f;
   for (int k = 0; k < kLanes; ++k) s += lane[k];
-  for (; i < n; ++i) s += x[i];
+  for (; i < n; ++i) s += f(i);
   return s;
+}
+
+KOKKOS_INLINE_FUNCTION float row_sum(const float* x, int n) {
+  return lane_sum(n, [x](int i) { return x[i]; });
 }
 
 }  // namespace mpf::vmath

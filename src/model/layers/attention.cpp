@@ -68,8 +68,7 @@ void attention_backward_input(Tensor dqkv, Tensor datt, Tensor dout, Tensor qkv,
         const int t = row % T;
         const float* p = att.data() + row * T;
         float* d = datt.data() + row * T;
-        float dot = 0.0f;
-        for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
+        const float dot = vmath::lane_sum(t + 1, [p, d](int j) { return p[j] * d[j]; });
         for (int j = 0; j <= t; ++j) d[j] = scale * p[j] * (d[j] - dot);
         for (int j = t + 1; j < T; ++j) d[j] = 0.0f;
       });

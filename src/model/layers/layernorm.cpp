@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/parallel.hpp"
+#include "core/vector_math.hpp"
 
 namespace mpf {
 
@@ -12,12 +13,8 @@ void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor 
       "mpf::layernorm_forward", N, KOKKOS_LAMBDA(int64_t n) {
         const float* x = inp.data() + n * C;
         float* y = out.data() + n * C;
-        float m = 0.0f;
-        for (int c = 0; c < C; ++c) m += x[c];
-        m /= C;
-        float v = 0.0f;
-        for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-        v /= C;
+        const float m = vmath::row_sum(x, C) / C;
+        const float v = vmath::lane_sum(C, [x, m](int c) { return (x[c] - m) * (x[c] - m); }) / C;
         const float s = 1.0f / sqrtf(v + 1e-5f);
         for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight(c) + bias(c);
         mean(n) = m;
@@ -34,14 +31,11 @@ void layernorm_backward_input(Tensor dinp, Tensor dresidual, Tensor dout, Tensor
         const float* dy = dout.data() + n * C;
         const float m = mean(n), s = rstd(n);
         // Two row means: of w·dy and of w·dy·xhat (the projections the normalisation removes).
-        float mean_wdy = 0.0f, mean_wdy_xhat = 0.0f;
-        for (int c = 0; c < C; ++c) {
-          const float wdy = weight(c) * dy[c];
-          mean_wdy += wdy;
-          mean_wdy_xhat += wdy * (x[c] - m) * s;
-        }
-        mean_wdy /= C;
-        mean_wdy_xhat /= C;
+        const float* w = weight.data();
+        const float mean_wdy = vmath::lane_sum(C, [w, dy](int c) { return w[c] * dy[c]; }) / C;
+        const float mean_wdy_xhat =
+            vmath::lane_sum(C, [w, dy, x, m, s](int c) { return w[c] * dy[c] * (x[c] - m) * s; }) /
+            C;
         for (int c = 0; c < C; ++c) {
           const float xhat = (x[c] - m) * s;
           const float g = s * (weight(c) * dy[c] - mean_wdy - xhat * mean_wdy_xhat);
