@@ -17,6 +17,7 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/flags.hpp"
+#include "core/host_memory.hpp"
 #include "core/parallel.hpp"
 #include "core/profile.hpp"
 #include "train/peak.hpp"
@@ -81,7 +82,8 @@ Row parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;  // funneled: only this thread calls MPI
+  mpf::keep_freed_host_memory();  // before MPI allocates anything
+  int provided = 0;               // funneled: only this thread calls MPI
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   Row row;
   std::string error;

@@ -12,6 +12,7 @@
 #include "backends/gemm.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 #include "generate/generation.hpp"
 #include "generate/options.hpp"
 #include "train/exit_status.hpp"
@@ -21,6 +22,7 @@
 #endif
 
 int main(int argc, char** argv) {
+  mpf::keep_freed_host_memory();  // before MPI allocates anything
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

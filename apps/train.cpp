@@ -12,6 +12,7 @@
 #include "backends/gemm.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 #include "train/exit_status.hpp"
 #include "train/options.hpp"
 #include "train/stop_signals.hpp"
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   // not the default action (the process killed, the job chain broken); and before any thread
   // exists (MPI's, OpenMP's), so that every thread inherits the stop signals blocked.
   mpf::install_stop_signals();
+  mpf::keep_freed_host_memory();  // before MPI allocates anything
   // Funneled: only this thread calls MPI (the watchdog and checkpoint staging threads never do).
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
