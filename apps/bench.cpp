@@ -7,25 +7,20 @@
 //       [--steps N] [--tp T] [--precision fp32|bf16] [--gemm LIB] [--profile]
 #include <mpi.h>
 
-#include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "backends/gemm.hpp"
-#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/flags.hpp"
-#include "core/host_memory.hpp"
 #include "core/parallel.hpp"
 #include "core/profile.hpp"
+#include "runtime.hpp"
 #include "train/peak.hpp"
 #include "train/step_log.hpp"
 #include "train/trainer.hpp"
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace {
 
@@ -82,31 +77,13 @@ Row parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  mpf::keep_freed_host_memory();  // before MPI allocates anything
-  int provided = 0;               // funneled: only this thread calls MPI
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  mpf::Runtime runtime(&argc, &argv);
+  const int rank = runtime.world_rank();
   Row row;
-  std::string error;
-  try {
-    row = parse(argc, argv);
-  } catch (const mpf::InputError& e) {
-    error = e.what();
-  }
-  if (mpf::any_rank_failed(MPI_COMM_WORLD, error)) {
-    MPI_Finalize();
-    return 2;
-  }
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (!mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] { row = parse(argc, argv); })) return 2;
+  int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  const int threads = mpf::choose_threads(0, MPI_COMM_WORLD);
-#ifdef _OPENMP
-  omp_set_num_threads(threads);
-#endif
-  mpf::backend::set_num_threads(threads);
-  int kokkos_argc = 1;
-  Kokkos::initialize(kokkos_argc, argv);
-  mpf::bind_backend_to_execution_space();
+  const int threads = runtime.start_kernels(0, argc, argv);
   {
     mpf::TrainOptions o;
     const bool small = row.model == "small";  // the small GPT-2 of the notes: L4 H4 C256
@@ -151,7 +128,5 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  Kokkos::finalize();
-  MPI_Finalize();
   return 0;
 }

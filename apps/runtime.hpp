@@ -1,0 +1,31 @@
+// What every mpiformer program does around its work: the host memory policy and MPI at the
+// start; the threads, the GEMM library and Kokkos once its flags are read; and the reverse at
+// the end, on every return from main.
+#pragma once
+
+namespace mpf {
+
+class Runtime {
+ public:
+  // Keeps freed host memory in the process (core/host_memory.hpp), then starts MPI, funneled:
+  // only the main thread calls it (watchdog and checkpoint staging threads never do).
+  Runtime(int* argc, char*** argv);
+  // Kokkos::finalize if start_kernels ran, then MPI_Finalize.
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int world_rank() const { return rank_; }
+
+  // Collective: the threads per rank (choose_threads: `requested` if positive, else
+  // OMP_NUM_THREADS, else this node's cores over its ranks) for OpenMP and the GEMM library; then
+  // Kokkos, bound to the GEMM backend. Kokkos 3.x also claims --threads and --help, so it is
+  // handed only its own --kokkos-* flags from argv. Returns the thread count.
+  int start_kernels(int requested_threads, int argc, char** argv);
+
+ private:
+  int rank_ = 0;
+  bool kokkos_ = false;
+};
+
+}  // namespace mpf
