@@ -6,8 +6,12 @@
 #include "core/parallel.hpp"
 #include "core/stopwatch.hpp"
 #include "model/gpt.hpp"
+#include "pipeline/stage_program.hpp"
 
 namespace mpf {
+
+using pipeline::op_name;
+using pipeline::OpKind;
 
 namespace {
 int64_t message_floats(const TpShard& shard, int B, int T, bool sequence_parallel) {
@@ -239,23 +243,26 @@ void ModelStage::backward_weight(int mb, int chunk) {
 
 void ModelStage::recv_forward(int mb, int chunk) {
   if (p2p_.is_first(chunk)) return;
-  timed("recv_forward", mb, chunk, [&] { p2p_.recv_forward(input_buffer(mb, chunk), mb, chunk); });
+  timed(op_name(OpKind::kRecvForward), mb, chunk,
+        [&] { p2p_.recv_forward(input_buffer(mb, chunk), mb, chunk); });
 }
 
 void ModelStage::send_forward(int mb, int chunk) {
   if (p2p_.is_last(chunk)) return;
-  timed("send_forward", mb, chunk,
+  timed(op_name(OpKind::kSendForward), mb, chunk,
         [&] { p2p_.send_forward(live(mb, chunk)->output().data(), mb, chunk); });
 }
 
 void ModelStage::recv_backward(int mb, int chunk) {
   if (p2p_.is_last(chunk)) return;
-  timed("recv_backward", mb, chunk, [&] { p2p_.recv_backward(grad_buffer(mb, chunk), mb, chunk); });
+  timed(op_name(OpKind::kRecvBackward), mb, chunk,
+        [&] { p2p_.recv_backward(grad_buffer(mb, chunk), mb, chunk); });
 }
 
 void ModelStage::send_backward(int mb, int chunk) {
   if (p2p_.is_first(chunk)) return;
-  timed("send_backward", mb, chunk, [&] { p2p_.send_backward(sent_grad(mb, chunk), mb, chunk); });
+  timed(op_name(OpKind::kSendBackward), mb, chunk,
+        [&] { p2p_.send_backward(sent_grad(mb, chunk), mb, chunk); });
 }
 
 void ModelStage::send_forward_recv_backward(int send_mb, int send_chunk, int recv_mb,
@@ -264,7 +271,7 @@ void ModelStage::send_forward_recv_backward(int send_mb, int send_chunk, int rec
       p2p_.is_last(send_chunk) ? nullptr : live(send_mb, send_chunk)->output().data();
   float* grad = grad_buffer(recv_mb, recv_chunk);
   if (!out && !grad) return;
-  timed("send_forward_recv_backward", recv_mb, recv_chunk, [&] {
+  timed(op_name(OpKind::kSendForwardRecvBackward), recv_mb, recv_chunk, [&] {
     p2p_.send_forward_recv_backward(out, send_mb, send_chunk, grad, recv_mb, recv_chunk);
   });
 }
@@ -274,7 +281,7 @@ void ModelStage::send_backward_recv_forward(int send_mb, int send_chunk, int rec
   const float* grad = sent_grad(send_mb, send_chunk);
   float* in = input_buffer(recv_mb, recv_chunk);
   if (!grad && !in) return;
-  timed("send_backward_recv_forward", recv_mb, recv_chunk, [&] {
+  timed(op_name(OpKind::kSendBackwardRecvForward), recv_mb, recv_chunk, [&] {
     p2p_.send_backward_recv_forward(grad, send_mb, send_chunk, in, recv_mb, recv_chunk);
   });
 }
@@ -285,7 +292,7 @@ void ModelStage::send_forward_recv_forward(int send_mb, int send_chunk, int recv
       p2p_.is_last(send_chunk) ? nullptr : live(send_mb, send_chunk)->output().data();
   float* in = input_buffer(recv_mb, recv_chunk);
   if (!out && !in) return;
-  timed("send_forward_recv_forward", recv_mb, recv_chunk,
+  timed(op_name(OpKind::kSendForwardRecvForward), recv_mb, recv_chunk,
         [&] { p2p_.send_forward_recv_forward(out, send_mb, send_chunk, in, recv_mb, recv_chunk); });
 }
 
@@ -294,20 +301,20 @@ void ModelStage::send_backward_recv_backward(int send_mb, int send_chunk, int re
   const float* grad = sent_grad(send_mb, send_chunk);
   float* out_grad = grad_buffer(recv_mb, recv_chunk);
   if (!grad && !out_grad) return;
-  timed("send_backward_recv_backward", recv_mb, recv_chunk, [&] {
+  timed(op_name(OpKind::kSendBackwardRecvBackward), recv_mb, recv_chunk, [&] {
     p2p_.send_backward_recv_backward(grad, send_mb, send_chunk, out_grad, recv_mb, recv_chunk);
   });
 }
 
 void ModelStage::post_recv_forward(int mb, int chunk) {
   if (p2p_.is_first(chunk)) return;
-  timed("post_recv_forward", mb, chunk,
+  timed(op_name(OpKind::kPostRecvForward), mb, chunk,
         [&] { p2p_.post_recv_forward(input_buffer(mb, chunk), mb, chunk); });
 }
 
 void ModelStage::post_recv_backward(int mb, int chunk) {
   if (p2p_.is_last(chunk)) return;
-  timed("post_recv_backward", mb, chunk,
+  timed(op_name(OpKind::kPostRecvBackward), mb, chunk,
         [&] { p2p_.post_recv_backward(grad_buffer(mb, chunk), mb, chunk); });
 }
 

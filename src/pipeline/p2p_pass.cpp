@@ -283,8 +283,8 @@ void execute(const StageProgram& program, StageOps& ops) {
   }
 }
 
-std::string describe(const StageOp& op) {
-  static const char* const names[] = {"forward",
+const char* op_name(OpKind kind) {
+  static const char* const names[] = {"forward",  // in OpKind's order
                                       "backward_input",
                                       "backward_weight",
                                       "recv_forward",
@@ -297,8 +297,14 @@ std::string describe(const StageOp& op) {
                                       "send_backward_recv_backward",
                                       "post_recv_forward",
                                       "post_recv_backward"};
+  static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpKind::kPostRecvBackward) + 1,
+                "one name per OpKind");
+  return names[int(kind)];
+}
+
+std::string describe(const StageOp& op) {
   auto at = [](int mb, int chunk) { return std::to_string(mb) + "c" + std::to_string(chunk); };
-  std::string s = std::string(names[int(op.kind)]) + "(" + at(op.mb, op.chunk);
+  std::string s = std::string(op_name(op.kind)) + "(" + at(op.mb, op.chunk);
   if (op.recv_mb >= 0) s += ", " + at(op.recv_mb, op.recv_chunk);
   return s + ")";
 }

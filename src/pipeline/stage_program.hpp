@@ -55,6 +55,11 @@ struct StageOp {
 
 using StageProgram = std::vector<StageOp>;
 
+// The op's verb as the schedules and Megatron's P2P communicator spell it: "forward",
+// "backward_input", "backward_weight", "recv_forward", ..., "post_recv_backward". describe()'s
+// words, and the names of the P2P ops in a step's trace (ModelStage, StepTrace).
+const char* op_name(OpKind kind);
+
 // "send_forward_recv_backward(3c0, 1c0)", for messages and tests.
 std::string describe(const StageOp& op);
 

@@ -1,35 +1,35 @@
 #include "train/step_trace.hpp"
 
 #include <cstdio>
-#include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/error.hpp"
+#include "pipeline/stage_program.hpp"
 
 namespace mpf {
 
 namespace {
-// Event names travel between ranks as their index in this table.
-const char* const kNames[] = {"F",
-                              "B",
-                              "W",
-                              "recv_forward",
-                              "send_forward",
-                              "recv_backward",
-                              "send_backward",
-                              "send_forward_recv_backward",
-                              "send_backward_recv_forward",
-                              "send_forward_recv_forward",
-                              "send_backward_recv_backward",
-                              "post_recv_forward",
-                              "post_recv_backward",
-                              "grad sync",
-                              "optimizer"};
-constexpr int kNumNames = sizeof(kNames) / sizeof(kNames[0]);
+// Event names travel between ranks as their index in this table: the compute ops as a schedule
+// table writes them, the P2P verbs (OpKind's order: they follow the compute kinds), then the
+// phases after the schedule.
+const std::vector<std::string>& names() {
+  static const std::vector<std::string> table = [] {
+    std::vector<std::string> n = {"F", "B", "W"};
+    for (int k = int(pipeline::OpKind::kRecvForward); k <= int(pipeline::OpKind::kPostRecvBackward);
+         ++k) {
+      n.push_back(pipeline::op_name(pipeline::OpKind(k)));
+    }
+    n.insert(n.end(), {"grad sync", "optimizer"});
+    return n;
+  }();
+  return table;
+}
 
 int name_index(const char* name) {
-  for (int i = 0; i < kNumNames; ++i) {
-    if (std::strcmp(kNames[i], name) == 0) return i;
+  for (size_t i = 0; i < names().size(); ++i) {
+    if (names()[i] == name) return int(i);
   }
   MPF_FATAL(std::string("trace event '") + name + "' has no entry in the trace's name table");
 }
@@ -39,8 +39,8 @@ bool is_compute(int name) {
 }
 
 const char* category(int name) {
-  if (is_compute(name)) return kNames[name];
-  return std::strcmp(kNames[name], "optimizer") == 0 ? "optimizer" : "comm";
+  if (is_compute(name)) return names()[name].c_str();
+  return names()[name] == "optimizer" ? "optimizer" : "comm";
 }
 }  // namespace
 
@@ -92,7 +92,7 @@ void StepTrace::write(const std::string& path, const Grid& grid) const {
     for (int i = offsets[r]; i < offsets[r] + counts[r]; i += 5) {
       const int name = int(all[i]), mb = int(all[i + 1]), chunk = int(all[i + 2]);
       const double ts = all[i + 3] * 1e6, dur = (all[i + 4] - all[i + 3]) * 1e6;
-      std::string label = kNames[name];
+      std::string label = names()[name];
       if (mb >= 0) {
         label += is_compute(name) ? std::to_string(mb) : " mb " + std::to_string(mb);
         label += ".c" + std::to_string(chunk);
