@@ -110,6 +110,7 @@ GenerateInputs load_generate_inputs(const GenerateOptions& opts, int world_rank)
 
 Generation::Generation(GenerateInputs in, MPI_Comm world) : in_(std::move(in)) {
   const GenerateOptions& o = in_.opts;
+  require_same_checkpoint(in_.checkpoint, o.load, world);
   grid_ = std::make_unique<Grid>(world, o.tp, /*pp=*/1, /*dp=*/1);
   shard_ = make_tp_shard(in_.cfg, grid_->tp_rank(), grid_->tp_size());
   params_ = Parameters::allocate(shard_, "mpf::params");

@@ -182,6 +182,18 @@ std::optional<ResumePoint> find_checkpoint(const std::string& dir, int64_t load_
   return r;
 }
 
+void require_same_checkpoint(const std::optional<ResumePoint>& chosen, const std::string& dir,
+                             MPI_Comm world) {
+  // The highest step and minus the lowest, in one all-reduce; none is step 0.
+  int64_t steps[2] = {chosen ? chosen->info.step : 0, 0};
+  steps[1] = -steps[0];
+  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, steps, 2, MPI_INT64_T, MPI_MAX, world));
+  require(steps[0] == -steps[1],
+          "the ranks found different checkpoints in --load " + dir + " (steps " +
+              std::to_string(-steps[1]) + " and " + std::to_string(steps[0]) +
+              "): its file system is not coherent across nodes; pass --load-step N");
+}
+
 void adopt_checkpoint_options(TrainOptions& o, const CheckpointInfo& c,
                               std::vector<std::string>& warnings) {
   using flags::number;

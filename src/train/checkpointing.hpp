@@ -24,12 +24,19 @@ struct ResumePoint {
 // files' headers and sizes checked; nullopt when DIR holds no checkpoint yet (a job script may
 // always pass --load), with a note saying so. Without --load-step: the one `latest` names, or a
 // complete one newer than that (its save was cut off before `latest` was updated). No MPI: every
-// rank reads the same small files (TrainingRun checks that they chose alike). Throws InputError
-// naming the file, and the newest intact checkpoint to use instead.
+// rank reads the same small files (require_same_checkpoint checks that they chose alike).
+// Throws InputError naming the file, and the newest intact checkpoint to use instead.
 // `dir` and `load_step` are --load's and --load-step's (0: none); "" finds nothing. The model
 // file of what it finds is an llm.c file (checkpoint::model_file) any reader of weights can use.
 std::optional<ResumePoint> find_checkpoint(const std::string& dir, int64_t load_step,
                                            std::vector<std::string>& notes);
+
+// Collective over world: refuses (InputError on every rank) ranks that found different
+// checkpoints in --load `dir` (`chosen`: find_checkpoint's on this rank). Each rank looks alone,
+// and a file system not coherent across nodes could show them different ones, which they would
+// then read collectively as one.
+void require_same_checkpoint(const std::optional<ResumePoint>& chosen, const std::string& dir,
+                             MPI_Comm world);
 
 // Makes `opts` the resumed run's: the model's sizes, the data and the options not given on the
 // command line come from the checkpoint; a given model size, seed or optimizer setting that

@@ -187,15 +187,7 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
       notes_(in.notes),
       warnings_(in.warnings) {
   const TrainOptions& opts = opts_;
-  // Every rank chose its checkpoint alone: a file system that is not coherent across nodes
-  // could show them different ones, and they would then read different files collectively.
-  int64_t chosen[2] = {in.resume ? in.resume->info.step : 0, 0};
-  chosen[1] = -chosen[0];
-  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, chosen, 2, MPI_INT64_T, MPI_MAX, world));
-  require(chosen[0] == -chosen[1],
-          "the ranks found different checkpoints to resume from (steps " +
-              std::to_string(-chosen[1]) + " and " + std::to_string(chosen[0]) + " in --load " +
-              opts.load + "): its file system is not coherent across nodes; pass --load-step N");
+  require_same_checkpoint(resume_, opts.load, world);
   grid_ = std::make_unique<Grid>(world, opts.tp, opts.pp, opts.dp);
   require(opts.batch % grid_->dp_size() == 0,
           "--batch " + std::to_string(opts.batch) + " does not split over " +
