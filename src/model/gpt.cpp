@@ -46,8 +46,8 @@ struct BlockContext {
   const TpShard& s;
   const tp::SequenceSplit& seq;
   int C;
-  int64_t R, Rl;  // all rows, this rank's rows outside the TP region
-  LayerParameters p;
+  int64_t R, Rl;             // all rows, this rank's rows outside the TP region
+  const LayerParameters& p;  // views into the slab, not copies
   LayerActivations a;
   BlockContext(const Activations& acts, const ParameterTensors& params, int l)
       : s(acts.shard),

@@ -41,8 +41,11 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
             embedding = part_index({ModelPart::Kind::kEmbedding});
   // The parts whose W writes a piece: a block's slice its block; wpe the embedding, lnf the head;
   // wte each of the embedding and the LM head this stage holds, then the tied sum.
-  auto parts_of = [&](const SlabPiece& p) {
-    std::vector<int> parts;
+  const std::vector<SlabPiece>& pieces = layout_.pieces();
+  std::vector<std::vector<int>> parts_of(pieces.size());
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const SlabPiece& p = pieces[k];
+    std::vector<int>& parts = parts_of[k];
     if (p.block >= 0) {
       parts.push_back(p.block);
     } else if (p.tensor == 1 || (p.tensor == 0 && shard.has_embedding)) {
@@ -51,8 +54,7 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
     if (p.tensor >= kNumParameterTensors - 2 || (p.tensor == 0 && shard.has_head))
       parts.push_back(head);
     if (p.tensor == 0 && tied_wte) parts.push_back(tied_sum_index());
-    return parts;
-  };
+  }
 
   // Cut at the pieces' boundaries where the parts change (between blocks, around the edge
   // tensors) once a bucket holds bucket_elems; always between the edge tensors and the blocks, so
@@ -63,7 +65,6 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
   // elements per collective.
   const int64_t max_len = (INT_MAX / 2) / ranks_ * ranks_;
   const int64_t target = std::max<int64_t>(bucket_elems, 1);
-  const std::vector<SlabPiece>& pieces = layout_.pieces();
   int64_t begin = 0;
   auto cut = [&](int64_t end) {
     end = std::min(round_up(end, ranks_), padded);
@@ -79,7 +80,7 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
     const int64_t end = p.offset + p.length;
     while (end - begin > max_len) cut(begin + max_len);
     const bool last = k + 1 == pieces.size();
-    const bool boundary = last || parts_of(pieces[k + 1]) != parts_of(p);
+    const bool boundary = last || parts_of[k + 1] != parts_of[k];
     const bool edge_to_blocks = !last && (p.block < 0) != (pieces[k + 1].block < 0);
     if (boundary && (end - begin >= target || edge_to_blocks || (p.tensor == 0 && tied_wte)))
       cut(end);
@@ -98,7 +99,7 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
            pieces[first_piece].offset + pieces[first_piece].length <= b.begin)
       ++first_piece;
     for (size_t k = first_piece; k < pieces.size() && pieces[k].offset < b.end; ++k) {
-      for (int part : parts_of(pieces[k])) {
+      for (int part : parts_of[k]) {
         if (std::find(b.parts.begin(), b.parts.end(), part) == b.parts.end()) {
           b.parts.push_back(part);
           buckets_of_part_[size_t(part)].push_back(i);

@@ -149,8 +149,7 @@ std::string StateFiles::describe_position(int64_t position) const {
   const int t = int(std::upper_bound(base_.begin(), base_.end(), p) - base_.begin()) - 1;
   const int64_t index = p - base_[t];
   std::string where = parameter_infos(cfg_)[t].name;
-  const bool per_layer = t >= 2 && t < kNumParameterTensors - 2;
-  if (per_layer) {
+  if (is_per_layer(t)) {
     const int64_t per = (base_[t + 1] - base_[t]) / cfg_.layers;
     return where + " (layer " + std::to_string(index / per) + ") element " +
            std::to_string(index % per);
