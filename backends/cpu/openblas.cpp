@@ -17,7 +17,8 @@ CBLAS_TRANSPOSE to_cblas(Op op) {
 }
 
 // The vector width of an OpenBLAS kernel family, from its core name (openblas_get_corename):
-// 512, 256 (AVX2) or 0 when the name says nothing we know.
+// 512, 256 (AVX2), 128 (the SSE families an OpenBLAS falls back to on a CPU it does not know) or
+// 0 when the name says nothing we know.
 int core_vector_bits(std::string core) {
   for (char& c : core) c = char(std::tolower(static_cast<unsigned char>(c)));
   for (const char* n : {"skylakex", "cooperlake", "sapphirerapids"}) {
@@ -26,7 +27,16 @@ int core_vector_bits(std::string core) {
   for (const char* n : {"haswell", "zen", "excavator", "skylake"}) {
     if (core == n) return 256;
   }
+  for (const char* n : {"prescott", "core2", "penryn", "dunnington", "nehalem", "atom", "nano",
+                        "barcelona", "opteron", "katmai", "coppermine", "northwood"}) {
+    if (core == n) return 128;
+  }
   return 0;
+}
+
+// The OpenBLAS kernel family that runs this CPU's widest vectors, for OPENBLAS_CORETYPE.
+const char* widest_core(const CpuFeatures& cpu) {
+  return cpu.avx512 ? (cpu.avx512_bf16 ? "Cooperlake" : "SkylakeX") : "Haswell";
 }
 
 class OpenBlas final : public Library {
@@ -82,7 +92,10 @@ class OpenBlas final : public Library {
     const std::string core = openblas_get_corename();
     const int bits = core_vector_bits(core);
     k.library = "OpenBLAS " + version();
-    k.isa = core + (bits == 512 ? " (AVX-512)" : bits == 256 ? " (AVX2)" : "");
+    k.isa = core + (bits == 512   ? " (AVX-512)"
+                    : bits == 256 ? " (AVX2)"
+                    : bits == 128 ? " (SSE)"
+                                  : "");
     const int cpu_bits = cpu.avx512 ? 512 : cpu.avx2 ? 256 : 0;
     if (bits > 0 && cpu_bits > bits) {
       const char* forced = std::getenv("OPENBLAS_CORETYPE");
@@ -93,8 +106,8 @@ class OpenBlas final : public Library {
       } else {
         k.narrower = "OpenBLAS " + version() + " runs its " + k.isa + " kernels on a CPU with " +
                      cpu.widest_vectors() +
-                     ": it does not know this CPU; use --gemm onednn (a build with oneDNN) or a "
-                     "newer OpenBLAS";
+                     ": it does not know this CPU; set OPENBLAS_CORETYPE=" + widest_core(cpu) +
+                     ", use --gemm onednn (a build with oneDNN) or a newer OpenBLAS";
       }
     }
     k.bf16_missing = missing_bf16_instructions(cpu);
