@@ -10,18 +10,23 @@
 namespace mpf {
 
 namespace {
-// The best GFLOP/s of `reps` timed runs of product() after `warmup` (first runs fault in pages,
-// wake the thread pool, create a library's cached kernels).
+// The best GFLOP/s of timed runs of product(), after two untimed ones (the first runs fault in
+// pages, wake the thread pool, create a library's cached kernels): at least 3 and at most 12,
+// stopping once 0.15 s have been timed, so a slow library does not hold up the start.
 template <class Product>
 double best_rate(double flops, Product product) {
-  const int warmup = 3, reps = 12;
-  double best = 0.0;
-  for (int rep = 0; rep < warmup + reps; ++rep) {
+  const int warmup = 2, min_reps = 3, max_reps = 12;
+  const double budget_s = 0.15;
+  double best = 0.0, timed = 0.0;
+  for (int rep = 0; rep < warmup + max_reps; ++rep) {
     Stopwatch sw;
     product();
     Kokkos::fence();  // a GPU product is asynchronous
     const double s = sw.seconds();
-    if (rep >= warmup) best = std::max(best, flops / s / 1e9);
+    if (rep < warmup) continue;
+    best = std::max(best, flops / s / 1e9);
+    timed += s;
+    if (rep + 1 - warmup >= min_reps && timed >= budget_s) break;
   }
   return best;
 }
