@@ -8,7 +8,9 @@
 
 #include "backends/gemm.hpp"
 #include "core/device.hpp"
+#include "core/error.hpp"
 #include "core/host_memory.hpp"
+#include "parallel/node.hpp"
 #include "train/trainer.hpp"
 #ifdef _OPENMP
 #include <omp.h>
@@ -29,15 +31,26 @@ Runtime::~Runtime() {
 }
 
 int Runtime::start_kernels(int requested_threads, int argc, char** argv) {
-  const int threads = choose_threads(requested_threads, MPI_COMM_WORLD);
+  const NodePlacement place = node_placement(MPI_COMM_WORLD);
+  const int threads = choose_threads(requested_threads, place, MPI_COMM_WORLD);
 #ifdef _OPENMP
   omp_set_num_threads(threads);
 #endif
   backend::set_num_threads(threads);
   std::vector<char*> kokkos_args{argv[0]};
+  bool device_given = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]).rfind("--kokkos-", 0) == 0) kokkos_args.push_back(argv[i]);
+    const std::string arg = argv[i];
+    if (arg.rfind("--kokkos-", 0) == 0) kokkos_args.push_back(argv[i]);
+    device_given |= arg.rfind("--kokkos-device-id", 0) == 0;
   }
+  // A GPU build: each rank of a node on its own GPU where there are enough (choose_device).
+  int device = -1;
+  if (!all_ranks_succeed(MPI_COMM_WORLD, [&] { device = choose_device(place.local_rank); })) {
+    return -1;
+  }
+  std::string device_arg = "--kokkos-device-id=" + std::to_string(device);
+  if (device >= 0 && !device_given) kokkos_args.push_back(device_arg.data());
   int kokkos_argc = static_cast<int>(kokkos_args.size());
   Kokkos::initialize(kokkos_argc, kokkos_args.data());
   kokkos_ = true;

@@ -18,9 +18,11 @@ class Runtime {
   int world_rank() const { return rank_; }
 
   // Collective: the threads per rank (choose_threads: `requested` if positive, else
-  // OMP_NUM_THREADS, else this node's cores over its ranks) for OpenMP and the GEMM library; then
-  // Kokkos, bound to the GEMM backend. Kokkos 3.x also claims --threads and --help, so it is
-  // handed only its own --kokkos-* flags from argv. Returns the thread count.
+  // OMP_NUM_THREADS, else this node's cores over its ranks) for OpenMP and the GEMM library; in a
+  // GPU build the rank's GPU (choose_device: its local rank modulo the visible GPUs, unless
+  // --kokkos-device-id names one); then Kokkos, bound to the GEMM backend. Kokkos 3.x also claims
+  // --threads and --help, so it is handed only its own --kokkos-* flags from argv. Returns the
+  // thread count, or -1 (every rank; rank 0 has printed the error) when no GPU can be used.
   int start_kernels(int requested_threads, int argc, char** argv);
 
  private:

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   }
 
   if (!opts.gemm.empty()) mpf::backend::select(opts.gemm);  // parse_options checked the name
-  runtime.start_kernels(opts.threads, argc, argv);
+  if (runtime.start_kernels(opts.threads, argc, argv) < 0) return mpf::kExitBadInput;
   // Files and flags first (no MPI inside), agreed on; then the layout (collective).
   mpf::RunInputs inputs;
   std::unique_ptr<mpf::TrainingRun> run;

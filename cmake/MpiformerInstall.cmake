@@ -47,8 +47,13 @@ install(FILES ${PROJECT_BINARY_DIR}/generated/mpiformer/config.hpp
 install(EXPORT mpiformerTargets NAMESPACE mpiformer:: FILE mpiformerTargets.cmake
         DESTINATION ${MPIFORMER_INSTALL_CMAKEDIR})
 # Kokkos_DIR of this build is a hint for consumers (same Kokkos, TriBITS or standard); a
-# consumer's own Kokkos_DIR/Kokkos_ROOT still wins.
-set(MPIFORMER_KOKKOS_DIR_HINT "${Kokkos_DIR}")
+# consumer's own Kokkos_DIR/Kokkos_ROOT still wins. A Kokkos built inline installs into the same
+# prefix, and is found there wherever the prefix moves.
+if(MPIFORMER_KOKKOS_SOURCE_DIR)
+  set(MPIFORMER_KOKKOS_DIR_HINT "\${PACKAGE_PREFIX_DIR}/${CMAKE_INSTALL_LIBDIR}/cmake/Kokkos")
+else()
+  set(MPIFORMER_KOKKOS_DIR_HINT "${Kokkos_DIR}")
+endif()
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/mpiformerConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/mpiformerConfig.cmake
                               INSTALL_DESTINATION ${MPIFORMER_INSTALL_CMAKEDIR})

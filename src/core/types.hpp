@@ -16,6 +16,16 @@ namespace mpf {
 using ExecSpace = Kokkos::DefaultExecutionSpace;
 using MemSpace = ExecSpace::memory_space;
 using HostSpace = Kokkos::HostSpace;
+// True in a GPU build: the kernels' memory is not host memory, so the host, MPI and the
+// checkpoints reach tensors through copies.
+inline constexpr bool kDeviceMemory = !Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+// Page-locked host memory, which a GPU copies to and from at full speed without an intermediate
+// buffer (MPI messages staged through the host); plain host memory in a CPU build.
+#ifdef KOKKOS_ENABLE_CUDA
+using PinnedSpace = Kokkos::CudaHostPinnedSpace;
+#else
+using PinnedSpace = Kokkos::HostSpace;
+#endif
 
 // An owning slab: one allocation per category (parameters, gradients, activations, ...).
 using Slab = Kokkos::View<float*, MemSpace>;

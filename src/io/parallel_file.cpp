@@ -49,12 +49,11 @@ std::string mpi_error_text(int rc) {
   return s;
 }
 
-constexpr bool kHostMemory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
 using HostFloats = Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 using DeviceFloats = Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 void to_host(float* host, const float* memory, int64_t n) {
-  if constexpr (kHostMemory) {
+  if constexpr (!kDeviceMemory) {
     std::memcpy(host, memory, size_t(n) * sizeof(float));
   } else {
     Kokkos::deep_copy(HostFloats(host, n), DeviceFloats(const_cast<float*>(memory), n));
@@ -62,7 +61,7 @@ void to_host(float* host, const float* memory, int64_t n) {
 }
 
 void from_host(float* memory, const float* host, int64_t n) {
-  if constexpr (kHostMemory) {
+  if constexpr (!kDeviceMemory) {
     std::memcpy(memory, host, size_t(n) * sizeof(float));
   } else {
     Kokkos::deep_copy(DeviceFloats(memory, n), HostFloats(const_cast<float*>(host), n));

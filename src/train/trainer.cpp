@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/gemm.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/profile.hpp"
@@ -76,12 +77,8 @@ int microbatch_count(const TrainOptions& o, int local_batch) {
 
 }  // namespace
 
-int choose_threads(int requested, MPI_Comm world) {
-  MPI_Comm node;
-  MPF_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int ranks_on_node = 1;
-  MPI_Comm_size(node, &ranks_on_node);
-  MPI_Comm_free(&node);
+int choose_threads(int requested, const NodePlacement& place, MPI_Comm world) {
+  const int ranks_on_node = place.local_size;
   cpu_set_t set;
   const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
   int threads = cores / ranks_on_node > 0 ? cores / ranks_on_node : 1;
@@ -503,10 +500,16 @@ void TrainingRun::print_banner(const PeakRate& peak) const {
   if (!is_root()) return;
   for (const std::string& w : warnings_) std::fprintf(stderr, "warning: %s\n", w.c_str());
   for (const std::string& n : notes_) std::printf("note: %s\n", n.c_str());
-  const char* kernels = kSplitOverOpenMP ? "Kokkos Serial, kernels split over OpenMP threads"
-                                         : "Kokkos default execution space";
   std::printf("mpiformer %s | %d threads/rank | %s\n", MPIFORMER_VERSION, host_thread_count(),
-              kernels);
+              describe_execution_space().c_str());
+  // Kokkos' OpenMP threads, the GEMM libraries' and the split kernels' are one OpenMP pool of
+  // host_thread_count() threads; a Kokkos told otherwise (--kokkos-num-threads) oversubscribes.
+  if (!kSplitOverOpenMP && !kDeviceMemory && ExecSpace().concurrency() != host_thread_count()) {
+    std::fprintf(stderr,
+                 "warning: Kokkos runs %d threads but the GEMM library %d: drop "
+                 "--kokkos-num-threads and use --threads\n",
+                 int(ExecSpace().concurrency()), host_thread_count());
+  }
   const backend::Kernels gemm = backend::kernels();
   std::printf(
       "gemm: %s %s | %s | products in %s%s\n", gemm.library.c_str(), gemm.isa.c_str(),

@@ -17,6 +17,7 @@
 #include "optim/lr_schedule.hpp"
 #include "parallel/grad_buckets.hpp"
 #include "parallel/grid.hpp"
+#include "parallel/node.hpp"
 #include "pipeline/layer_ownership.hpp"
 #include "pipeline/model_stage.hpp"
 #include "pipeline/schedule.hpp"
@@ -130,7 +131,8 @@ class TrainingRun {
 };
 
 // The threads a rank should use: `requested` if positive, else OMP_NUM_THREADS if set, else the
-// cores this process may run on divided by the ranks on its node (at least 1). Collective.
-int choose_threads(int requested, MPI_Comm world);
+// cores this process may run on divided by the ranks on its node (at least 1). Rank 0 warns when
+// the ranks' threads outnumber its node's cores.
+int choose_threads(int requested, const NodePlacement& place, MPI_Comm world);
 
 }  // namespace mpf

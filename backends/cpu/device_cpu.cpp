@@ -1,0 +1,14 @@
+// A CPU build has no accelerator.
+#include "backends/device.hpp"
+
+namespace mpf::backend {
+
+int visible_devices() {
+  return 0;
+}
+
+std::string device_description(int) {
+  return "";
+}
+
+}  // namespace mpf::backend
