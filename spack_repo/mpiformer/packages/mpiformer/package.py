@@ -5,6 +5,8 @@
 #   spack install mpiformer +cuda cuda_arch=80     # GPUs: Kokkos CUDA + cuBLAS
 #   module load mpiformer  (or: spack load mpiformer)  ->  mpiformer-train, mpiformer-generate on PATH
 
+import os
+
 from spack_repo.builtin.build_systems.cmake import CMakeBuilder, CMakePackage
 from spack_repo.builtin.build_systems.cuda import CudaPackage
 
@@ -57,9 +59,47 @@ class Mpiformer(CMakePackage, CudaPackage):
 
     depends_on("googletest+gmock", when="+tests")
 
+    def _openblas_paths(self):
+        """(libopenblas, the directory holding its cblas.h) for the OpenBLAS in the spec.
+
+        headers.directories is no answer: Spack reduces a header's path to the `include`
+        directory above it, and Debian's OpenBLAS (an external with prefix /usr) keeps cblas.h in
+        include/<triplet>/openblas-<threads>/, beside a cblas.h of the alternatives system that may
+        belong to another BLAS. OpenBLAS's own cblas.h sits next to its openblas_config.h, which it
+        includes; among those, the one of the spec's threading comes first, and the library is
+        taken from the directory of the same name when there is one (Debian's openblas-openmp)."""
+        blas = self.spec["blas"]
+        try:
+            found = list(blas.headers)
+        except NoHeadersError:
+            found = []
+        found = [h for h in found if os.path.basename(h) == "cblas.h"]
+        if not found:
+            found = find(blas.prefix.include, "cblas.h", recursive=True)
+        if not found:
+            raise InstallError(f"{blas.name}: no cblas.h under {blas.prefix.include}")
+        # Debian's directories for the two threaded builds: openblas-openmp, openblas-pthread
+        threads = None
+        if blas.satisfies("threads=openmp"):
+            threads = "openmp"
+        elif blas.satisfies("threads=pthreads"):
+            threads = "pthread"
+
+        def rank(header):
+            directory = os.path.dirname(header)
+            own = os.path.exists(os.path.join(directory, "openblas_config.h"))
+            named = bool(threads) and os.path.basename(directory).endswith("-" + threads)
+            return (not own, not named)
+
+        cblas_dir = os.path.dirname(sorted(found, key=rank)[0])
+        libs = list(blas.libs)
+        family = os.path.basename(cblas_dir)
+        beside = [lib for lib in libs if os.path.basename(os.path.dirname(lib)) == family]
+        return (beside or libs)[0], cblas_dir
+
     def cmake_args(self):
         spec = self.spec
-        blas = spec["blas"]
+        openblas_library, cblas_dir = self._openblas_paths()
         args = [
             self.define_from_variant("MPIFORMER_ENABLE_OPENMP", "openmp"),
             self.define_from_variant("MPIFORMER_ENABLE_CUDA", "cuda"),
@@ -67,8 +107,8 @@ class Mpiformer(CMakePackage, CudaPackage):
             # Spack's compiler wrappers add the flags for the concretized target.
             self.define("MPIFORMER_NATIVE", False),
             # The OpenBLAS in the spec, not whichever libopenblas the system search finds first.
-            self.define("MPIFORMER_OPENBLAS_LIBRARY", blas.libs[0]),
-            self.define("MPIFORMER_CBLAS_INCLUDE_DIR", blas.headers.directories[0]),
+            self.define("MPIFORMER_OPENBLAS_LIBRARY", openblas_library),
+            self.define("MPIFORMER_CBLAS_INCLUDE_DIR", cblas_dir),
             self.define("MPIFORMER_ENABLE_ONEDNN", spec.satisfies("+onednn ~cuda")),
         ]
         if spec.satisfies("+onednn ~cuda"):
