@@ -123,6 +123,14 @@ class Mpiformer(CMakePackage, CudaPackage):
             args.append(self.define("CMAKE_CXX_COMPILER", self["kokkos"].kokkos_cxx))
         return args
 
+    def setup_run_environment(self, env):
+        """`module load mpiformer` and `spack load mpiformer` also give the launcher (mpiexec) of
+        the MPI mpiformer was built with, unless that MPI lives in a system prefix, whose bin/ is
+        on PATH already. spack.yaml's modules autoload nothing (see there)."""
+        mpi = self.spec["mpi"]
+        if os.path.normpath(mpi.prefix) not in ("/", "/usr", "/usr/local"):
+            env.prepend_path("PATH", mpi.prefix.bin)
+
     def check(self):
         """Build-time tests (spack install --test=root): everything but the PyTorch cross-check
         (needs torch), the Slurm smoke test and the delivery checks (install tree, Spack files,
