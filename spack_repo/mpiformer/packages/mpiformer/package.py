@@ -37,6 +37,13 @@ class Mpiformer(CMakePackage, CudaPackage):
     depends_on("cxx", type="build")
     depends_on("cmake@3.20:", type="build")
 
+    # Any MPI. With +cuda, the trainer asks the MPI library at run time whether it takes device
+    # pointers (--gpu-aware-mpi auto, the default: MPIX_Query_cuda_support() where the library has
+    # it, as MPICH 4 and Open MPI do; an MPI without that query counts as not CUDA-aware). Where it
+    # does not, every message goes through pinned host buffers (the staged path): correct with any
+    # MPI, slower. --gpu-aware-mpi yes|no overrides the answer. For the direct path use a
+    # CUDA-aware MPI: ^mpich+cuda, ^openmpi+cuda (with fabrics=ucx, UCX +cuda), or a site's
+    # Cray MPICH as an external, run with MPICH_GPU_SUPPORT_ENABLED=1.
     depends_on("mpi")
 
     # The CPU backend calls OpenBLAS (cblas.h, libopenblas). Its OpenMP build shares one thread
