@@ -6,7 +6,16 @@
 #      find_* result) or is a standard CMake variable, every variant it maps is declared, and every
 #      project option() is decided by the recipe;
 #   d. repo.yaml: namespace = directory name, Package API v2, package directory = class name;
-#   e. `spack -e <root> concretize` when `spack` is on PATH (otherwise reported as not run).
+#   e. `spack -e <root> concretize` when `spack` is on PATH (otherwise reported as not run);
+#   f. modules: `module load mpiformer` needs no module Spack may not have written (Spack writes
+#      none for externals such as glibc or a system MPI, and none for a dependency installed before
+#      modules were on), so only the environment's roots get modules and they autoload nothing;
+#      names carry at most one hash, mpiformer's none, and +cuda builds get their own name;
+#   g. the recipe takes the cblas include directory from cblas.h's own path (Spack's
+#      headers.directories reduces it to the `include` above it) and, as the modules load no MPI
+#      module, puts the MPI's launcher on PATH itself (setup_run_environment);
+#   h. .gitignore ignores the build-<platform>-<os>-<target>-<hash> link Spack leaves in a
+#      develop checkout (a link to a directory: a pattern ending in / does not match it).
 #   bash ci/check_spack.sh       (ctest: spack_static)
 # Prints one line per check and `check_spack: N passed, N failed`; exits 1 if any failed.
 set -u
@@ -26,9 +35,11 @@ cmake --help-variable-list >"$work/cmake-variables" 2>/dev/null || : >"$work/cma
 
 "$python" - "$root" "$work" <<'PYTHON'
 import ast
+import fnmatch
 import os
 import py_compile
 import re
+import subprocess
 import sys
 
 root, work = sys.argv[1], sys.argv[2]
@@ -224,6 +235,77 @@ if tree is not None:
         declared |= {"cuda", "cuda_arch"}
     for v in sorted(variants_used):
         check(f"variant '{v}' mapped by define_from_variant is declared", v in declared, sorted(declared))
+
+# ---- f. modules: loadable in a new shell right after `spack -e . install` --------------------
+def is_true(value):
+    return str(value).strip().lower() == "true"
+
+
+module_sets = (spack.get("modules") or {}) if isinstance(spack, dict) else {}
+enabled_systems = []
+for set_name, module_set in module_sets.items():
+    if not isinstance(module_set, dict):
+        continue
+    for system in module_set.get("enable") or []:
+        enabled_systems.append((set_name, str(system), module_set.get(str(system)) or {}))
+check("spack.yaml enables modules (modules:<set>:enable)", bool(enabled_systems), module_sets)
+for set_name, system, conf in enabled_systems:
+    where = f"modules:{set_name}:{system}"
+    check(f"{where}: exclude_implicits: true (no module, and no autoload, for dependencies)",
+          is_true(conf.get("exclude_implicits")), f"exclude_implicits = {conf.get('exclude_implicits')!r}")
+    autoloads = {key: (rules or {}).get("autoload") for key, rules in conf.items()
+                 if isinstance(rules, dict) and "autoload" in rules}
+    check(f"{where}: autoload none (a module autoloading an external's fails: Spack wrote none)",
+          str((conf.get("all") or {}).get("autoload")) == "none"
+          and all(str(v) == "none" for v in autoloads.values()), f"autoload settings: {autoloads}")
+    hash_length = str(conf.get("hash_length", 7))
+    check(f"{where}: hash_length 0 (Spack appends no hash to mpiformer's name)", hash_length == "0",
+          f"hash_length = {hash_length}")
+    projections = conf.get("projections") or {}
+    hidden = is_true(conf.get("hide_implicits"))
+    for key, projection in projections.items():
+        hashes = len(re.findall(r"\{[^}]*hash[^}]*\}", str(projection)))
+        # Spack adds one hash itself to hidden modules' names: a {hash} in the projection doubles it.
+        limit = 0 if hidden or key.startswith("mpiformer") else 1
+        check(f"{where}: projection {key}: '{projection}' holds {hashes} hash(es), at most {limit}"
+              + (" (hide_implicits adds one)" if hidden and not key.startswith("mpiformer") else ""),
+              hashes <= limit)
+    own = {k: str(v) for k, v in projections.items() if k.startswith("mpiformer")}
+    cuda = [v for k, v in own.items() if "+cuda" in k]
+    plain = own.get("mpiformer", str(projections.get("all", "")))
+    check(f"{where}: mpiformer+cuda gets its own module name", bool(cuda) and cuda[0] != plain,
+          f"projections: {projections}")
+
+# ---- g. the recipe: cblas.h's directory, the MPI's launcher ----------------------------------
+if tree is not None:
+    directories_uses = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "directories"
+                        and isinstance(n.value, ast.Attribute) and n.value.attr == "headers"]
+    check("recipe does not take the cblas include directory from headers.directories",
+          not directories_uses, f"headers.directories used on line(s) {directories_uses}")
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    dirname_calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                     and n.func.attr == "dirname"]
+    check("recipe finds cblas.h itself and passes its directory (os.path.dirname)",
+          "cblas.h" in strings and bool(dirname_calls) and "MPIFORMER_CBLAS_INCLUDE_DIR" in strings)
+    run_env = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "setup_run_environment"]
+    prepends = [n for f in run_env for n in ast.walk(f) if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute) and n.func.attr == "prepend_path"
+                and n.args and isinstance(n.args[0], ast.Constant) and n.args[0].value == "PATH"]
+    check("recipe's setup_run_environment puts the MPI's bin/ on PATH (the module loads no MPI module)",
+          bool(prepends))
+
+# ---- h. .gitignore and the develop checkout's build-* link -----------------------------------
+link = "build-linux-ubuntu24.04-zen3-abcdefg"
+try:
+    ignored = subprocess.run(["git", "-C", root, "check-ignore", "-q", "--no-index", link],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    how = "git check-ignore"
+except OSError:  # no git: anchored patterns without a trailing / (those match a link too)
+    patterns = [ln.strip() for ln in read(os.path.join(root, ".gitignore")).splitlines()]
+    ignored = any(fnmatch.fnmatchcase(link, p.lstrip("/")) for p in patterns
+                  if p and not p.startswith(("#", "!")) and not p.endswith("/"))
+    how = ".gitignore patterns (git not found)"
+check(f".gitignore ignores Spack's develop link ({link}, a file to git; {how})", ignored)
 
 with open(os.path.join(work, "counts"), "w") as f:
     f.write(f"{sum(results)} {len(results) - sum(results)}\n")
