@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   const int threads = runtime.start_kernels(0, argc, argv);
-  if (threads < 0) return 2;
+  if (threads < 0 || !runtime.choose_mpi_memory("auto")) return 2;
   {
     mpf::TrainOptions o;
     const bool small = row.model == "small";  // the small GPT-2 of the notes: L4 H4 C256

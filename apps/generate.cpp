@@ -26,7 +26,10 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  if (runtime.start_kernels(opts.threads, argc, argv) < 0) return mpf::kExitBadInput;
+  if (runtime.start_kernels(opts.threads, argc, argv) < 0 ||
+      !runtime.choose_mpi_memory(opts.gpu_aware_mpi)) {
+    return mpf::kExitBadInput;
+  }
   // Files and flags first (no MPI inside), agreed on; then the model's shards (collective); then
   // the run, whose errors every rank meets alike.
   const MPI_Comm world = MPI_COMM_WORLD;

@@ -10,6 +10,7 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/host_memory.hpp"
+#include "parallel/device_mpi.hpp"
 #include "parallel/node.hpp"
 #include "train/trainer.hpp"
 #ifdef _OPENMP
@@ -56,6 +57,11 @@ int Runtime::start_kernels(int requested_threads, int argc, char** argv) {
   kokkos_ = true;
   bind_backend_to_execution_space();
   return threads;
+}
+
+bool Runtime::choose_mpi_memory(const std::string& gpu_aware_mpi) {
+  return all_ranks_succeed(MPI_COMM_WORLD,
+                           [&] { set_mpi_memory(decide_mpi_memory(gpu_aware_mpi)); });
 }
 
 }  // namespace mpf

@@ -3,6 +3,8 @@
 // the end, on every return from main.
 #pragma once
 
+#include <string>
+
 namespace mpf {
 
 class Runtime {
@@ -24,6 +26,11 @@ class Runtime {
   // --threads and --help, so it is handed only its own --kokkos-* flags from argv. Returns the
   // thread count, or -1 (every rank; rank 0 has printed the error) when no GPU can be used.
   int start_kernels(int requested_threads, int argc, char** argv);
+
+  // Whether MPI is handed the kernels' memory or messages are staged through host buffers
+  // (parallel/device_mpi.hpp), from --gpu-aware-mpi. False (every rank; rank 0 has printed the
+  // error) for a bad value.
+  bool choose_mpi_memory(const std::string& gpu_aware_mpi);
 
  private:
   int rank_ = 0;

@@ -32,7 +32,10 @@ int main(int argc, char** argv) {
   }
 
   if (!opts.gemm.empty()) mpf::backend::select(opts.gemm);  // parse_options checked the name
-  if (runtime.start_kernels(opts.threads, argc, argv) < 0) return mpf::kExitBadInput;
+  if (runtime.start_kernels(opts.threads, argc, argv) < 0 ||
+      !runtime.choose_mpi_memory(opts.gpu_aware_mpi)) {
+    return mpf::kExitBadInput;
+  }
   // Files and flags first (no MPI inside), agreed on; then the layout (collective).
   mpf::RunInputs inputs;
   std::unique_ptr<mpf::TrainingRun> run;

@@ -1,6 +1,7 @@
 // GoogleTest main for every test binary: MPI and Kokkos are initialised once around the suite.
-// Tests receive MPI_COMM_WORLD from here only (STYLE.md 5). MPIFORMER_GEMM=NAME runs the suite's
-// products with that GEMM library (ctest runs the layer tests once per library).
+// Tests receive MPI_COMM_WORLD from here only. MPIFORMER_GEMM=NAME runs the suite's products with
+// that GEMM library (ctest runs the layer tests once per library); MPIFORMER_TEST_KERNEL_SHAPE=
+// device runs the kernels in their GPU shape (core/parallel.hpp), on the CPU in a CPU build.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -8,7 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <string>
+
 #include "backends/gemm.hpp"
+#include "core/parallel.hpp"
 
 int main(int argc, char** argv) {
   int provided = 0;  // funneled: helper threads (checkpoint staging) never call MPI
@@ -20,6 +24,10 @@ int main(int argc, char** argv) {
     }
   }
   Kokkos::initialize(argc, argv);
+  if (const char* shape = std::getenv("MPIFORMER_TEST_KERNEL_SHAPE"); shape && *shape) {
+    mpf::set_kernel_shape(std::string(shape) == "device" ? mpf::KernelShape::kDevice
+                                                         : mpf::KernelShape::kHost);
+  }
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

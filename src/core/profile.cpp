@@ -12,6 +12,10 @@ std::unordered_map<std::string, Entry>& table() {
   static std::unordered_map<std::string, Entry> t;
   return t;
 }
+std::unordered_map<std::string, Transfer>& transfer_table() {
+  static std::unordered_map<std::string, Transfer> t;
+  return t;
+}
 }  // namespace
 
 void set_enabled(bool enable) {
@@ -38,8 +42,26 @@ std::vector<Entry> entries() {
   return out;
 }
 
+void add_transfer(const std::string& label, int64_t bytes, double seconds) {
+  Transfer& t = transfer_table()[label];
+  t.label = label;
+  ++t.calls;
+  t.bytes += bytes;
+  t.seconds += seconds;
+}
+
+std::vector<Transfer> transfers() {
+  std::vector<Transfer> out;
+  for (const auto& [label, t] : transfer_table()) out.push_back(t);
+  std::sort(out.begin(), out.end(), [](const Transfer& a, const Transfer& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.label < b.label;
+  });
+  return out;
+}
+
 void reset() {
   table().clear();
+  transfer_table().clear();
 }
 
 Scope::~Scope() {

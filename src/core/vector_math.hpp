@@ -41,16 +41,25 @@ KOKKOS_INLINE_FUNCTION float tanh(float x) {
 // Reductions over a row in kLanes independent partial results, combined in a fixed order.
 inline constexpr int kLanes = 16;
 
-KOKKOS_INLINE_FUNCTION float row_max(const float* x, int n) {
+// max g(i) for i in [0, n), n >= 1, in kLanes lanes.
+template <class G>
+KOKKOS_INLINE_FUNCTION float lane_max(int n, const G& g) {
   float lane[kLanes];
-  for (int k = 0; k < kLanes; ++k) lane[k] = x[0];
+  const float first = g(0);
+  for (int k = 0; k < kLanes; ++k) lane[k] = first;
   int i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int k = 0; k < kLanes; ++k) lane[k] = x[i + k] > lane[k] ? x[i + k] : lane[k];
+    for (int k = 0; k < kLanes; ++k) {
+      const float v = g(i + k);
+      lane[k] = v > lane[k] ? v : lane[k];
+    }
   }
-  float m = x[0];
+  float m = first;
   for (int k = 0; k < kLanes; ++k) m = lane[k] > m ? lane[k] : m;
-  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  for (; i < n; ++i) {
+    const float v = g(i);
+    m = v > m ? v : m;
+  }
   return m;
 }
 
@@ -71,6 +80,10 @@ KOKKOS_INLINE_FUNCTION float lane_sum(int n, const F& f) {
 
 KOKKOS_INLINE_FUNCTION float row_sum(const float* x, int n) {
   return lane_sum(n, [x](int i) { return x[i]; });
+}
+
+KOKKOS_INLINE_FUNCTION float row_max(const float* x, int n) {
+  return lane_max(n, [x](int i) { return x[i]; });
 }
 
 }  // namespace mpf::vmath

@@ -32,14 +32,12 @@ Tensor KVCache::values(int l) const {
 void kv_cache_store(const KVCache& cache, int l, Tensor qkv, int n, int pos) {
   const Tensor k = cache.keys(l), v = cache.values(l);
   const int Ca = cache.width;
-  for_rows(
-      "mpf::kv_cache_store", n, KOKKOS_LAMBDA(int64_t i) {
+  for_each_2d(
+      "mpf::kv_cache_store", n, Ca, KOKKOS_LAMBDA(int64_t i, int c) {
         const float* src = qkv.data() + i * 3 * Ca;
         const int64_t row = (pos + i) * Ca;
-        for (int c = 0; c < Ca; ++c) {
-          k(row + c) = src[Ca + c];
-          v(row + c) = src[2 * Ca + c];
-        }
+        k(row + c) = src[Ca + c];
+        v(row + c) = src[2 * Ca + c];
       });
 }
 
@@ -54,14 +52,15 @@ void cached_attention_forward(Tensor out, Tensor scores, Tensor qkv, const KVCac
                                 NHl);
   // Row i of a head is position pos + i: it sees positions 0..pos + i.
   for_rows(
-      "mpf::cached_attention_softmax", int64_t(NHl) * n, KOKKOS_LAMBDA(int64_t row) {
+      "mpf::cached_attention_softmax", int64_t(NHl) * n, P,
+      KOKKOS_LAMBDA(const Row& r, int64_t row) {
         const int seen = pos + int(row % n) + 1;
         float* p = scores.data() + row * P;
-        const float mx = vmath::row_max(p, seen);
-        for (int j = 0; j < seen; ++j) p[j] = vmath::exp(p[j] - mx);
-        const float inv = 1.0f / vmath::row_sum(p, seen);
-        for (int j = 0; j < seen; ++j) p[j] *= inv;
-        for (int j = seen; j < P; ++j) p[j] = 0.0f;
+        const float mx = r.max(seen, [p](int j) { return p[j]; });
+        r.for_each(seen, [=](int j) { p[j] = vmath::exp(p[j] - mx); });
+        const float inv = 1.0f / r.sum(seen, [p](int j) { return p[j]; });
+        r.for_each(seen, [=](int j) { p[j] *= inv; });
+        r.for_each(P - seen, [=](int j) { p[seen + j] = 0.0f; });
       });
   // out_h (n,hs) = P_h · V_h, into columns h·hs.. of out (n,Ca)
   backend::gemm_strided_batched(Op::N, Op::N, n, hs, P, 1.0f, scores.data(), P, per_head,

@@ -59,6 +59,12 @@ GenerateOptions parse_generate_options(int argc, const char* const* argv) {
       {"--tp", integer(o.tp)},
       {"--pp", integer(o.pp)},
       {"--threads", integer(o.threads)},
+      {"--gpu-aware-mpi",
+       [&](const std::string& f, const std::string& v) {
+         require(v == "auto" || v == "yes" || v == "no",
+                 f + " must be auto, yes or no, got '" + v + "'");
+         o.gpu_aware_mpi = v;
+       }},
   };
   table.switches = {
       {"--help", [&] { o.help = true; }},
@@ -131,6 +137,7 @@ output
 layout and system
   --tp T                tensor-parallel ranks (default 1; launch T ranks)
   --threads N           threads per rank (default: OMP_NUM_THREADS, else cores / ranks per node)
+  --gpu-aware-mpi M     auto, yes or no: as mpiformer-train's (TP messages in a GPU build)
   --help
 )";
 }

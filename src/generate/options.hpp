@@ -29,6 +29,7 @@ struct GenerateOptions {
   // Layout and system.
   int tp = 1, pp = 1;
   int threads = 0;
+  std::string gpu_aware_mpi = "auto";  // as mpiformer-train's --gpu-aware-mpi
   bool help = false;
 };
 

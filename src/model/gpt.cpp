@@ -7,7 +7,7 @@
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
-#include "parallel/grid.hpp"
+#include "parallel/device_mpi.hpp"
 #include "parallel/tp_regions.hpp"
 
 namespace mpf {
@@ -26,19 +26,16 @@ void seed_rows(Tensor out, Tensor residual, Tensor bias, const tp::SequenceSplit
                int C) {
   const int64_t first = seq.on ? seq.row_begin : 0;
   const int64_t count = seq.on ? seq.local_rows : (rank == 0 ? seq.rows : 0);
-  for_rows(
-      "mpf::seed_rows", seq.rows, KOKKOS_LAMBDA(int64_t n) {
+  for_each_2d(
+      "mpf::seed_rows", seq.rows, C, KOKKOS_LAMBDA(int64_t n, int c) {
         const bool mine = n >= first && n < first + count;
-        for (int c = 0; c < C; ++c) {
-          out(n * C + c) = mine ? residual((n - first) * C + c) + bias(c) : 0.0f;
-        }
+        out(n * C + c) = mine ? residual((n - first) * C + c) + bias(c) : 0.0f;
       });
 }
 
 // Under SP, LayerNorm weight gradients come from this rank's rows: sum them over TP.
 void sum_over_tp(const Tensor& grad, const tp::SequenceSplit& seq, MPI_Comm tp) {
   if (!seq.on) return;
-  Kokkos::fence();
   allreduce_sum(grad.data(), int64_t(grad.extent(0)), tp);
 }
 // What a block's pieces need: its parameters and activations, and the shapes.
@@ -116,8 +113,7 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
                          s.rank, C, tp);
   // MLP: the same pattern with column-parallel fc, GELU and row-parallel proj.
   layernorm_and_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, seq, C, tp);
-  linear_forward(a.fch, none, a.ln2, p.fcw, p.fcb, R, C, s.fc);
-  gelu_forward(a.fch_gelu, a.fch, R * s.fc);
+  linear_gelu_forward(a.fch, a.fch_gelu, a.ln2, p.fcw, p.fcb, R, C, s.fc);
   row_parallel_and_leave(a.residual3, partial, a.residual2, a.fch_gelu, p.fcprojw, p.fcprojb, s.fc,
                          seq, s.rank, C, tp);
 }
@@ -282,7 +278,8 @@ void gpt_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& 
     dout = acts.output_grad;
     spare = 0;
   } else {
-    Kokkos::deep_copy(dout, acts.output_grad);  // received; W of the top block reads it later
+    // Received; W of the top block reads it later. In stream order, no wait.
+    Kokkos::deep_copy(ExecSpace(), dout, acts.output_grad);
   }
   for (int i = L - 1; i >= 0; --i) {
     Tensor dinp;

@@ -4,6 +4,8 @@
 #include <climits>
 
 #include "core/error.hpp"
+#include "core/transfer.hpp"
+#include "parallel/device_mpi.hpp"
 
 namespace mpf {
 
@@ -112,6 +114,10 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
   requests_.assign(buckets_.size(), MPI_REQUEST_NULL);
   started_.assign(buckets_.size(), false);
   if (zero_) shard_ = Slab("mpf::zero::grad_shard", shard_elems);
+  if (staged() && (ranks_ > 1 || zero_)) {
+    host_slab_ = Kokkos::View<float*, PinnedSpace>("mpf::dp::host_slab", padded);
+    if (zero_) host_shard_ = Kokkos::View<float*, PinnedSpace>("mpf::dp::host_shard", shard_elems);
+  }
 }
 
 DataParallelGrads::~DataParallelGrads() {
@@ -125,12 +131,20 @@ void DataParallelGrads::start(size_t i) {
   const int n = static_cast<int>(b.end - b.begin);
   started_[i] = true;
   if (ranks_ == 1 && !zero_) return;  // nothing to sum
+  float* grads = grads_;
+  float* shard = shard_.data();
+  if (host_slab_.data()) {
+    grads = host_slab_.data();
+    shard = host_shard_.data();
+    copy_to_host(grads + b.begin, grads_ + b.begin, size_t(n) * sizeof(float),
+                 "d2h dp gradients (staged)");
+  }
   if (zero_) {
-    MPF_MPI_CHECK(MPI_Ireduce_scatter_block(grads_ + b.begin, shard_.data() + b.shard_offset,
-                                            n / ranks_, MPI_FLOAT, MPI_SUM, dp_, &requests_[i]));
+    MPF_MPI_CHECK(MPI_Ireduce_scatter_block(grads + b.begin, shard + b.shard_offset, n / ranks_,
+                                            MPI_FLOAT, MPI_SUM, dp_, &requests_[i]));
   } else {
     MPF_MPI_CHECK(
-        MPI_Iallreduce(MPI_IN_PLACE, grads_ + b.begin, n, MPI_FLOAT, MPI_SUM, dp_, &requests_[i]));
+        MPI_Iallreduce(MPI_IN_PLACE, grads + b.begin, n, MPI_FLOAT, MPI_SUM, dp_, &requests_[i]));
   }
 }
 
@@ -146,7 +160,8 @@ void DataParallelGrads::part_done(int part) {
   bool fenced = false;
   for (size_t i : buckets_of_part_[size_t(part)]) {
     if (--waiting_[i] > 0 || started_[i]) continue;
-    if (!fenced) Kokkos::fence();  // the kernels that wrote these gradients must be done
+    // The kernels that wrote these gradients must be done (a staged copy waits for them itself).
+    if (!fenced && !host_slab_.data()) Kokkos::fence();
     fenced = true;
     start(i);
   }
@@ -156,11 +171,18 @@ void DataParallelGrads::part_done(int part) {
 }
 
 void DataParallelGrads::finish() {
-  Kokkos::fence();
+  if (!host_slab_.data()) Kokkos::fence();
   for (size_t i = 0; i < buckets_.size(); ++i) {
     if (!started_[i]) start(i);
   }
   MPF_MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+  if (zero_ && host_shard_.data()) {
+    copy_from_host(shard_.data(), host_shard_.data(), host_shard_.extent(0) * sizeof(float),
+                   "h2d dp gradients (staged)");
+  } else if (host_slab_.data()) {
+    copy_from_host(grads_, host_slab_.data(), host_slab_.extent(0) * sizeof(float),
+                   "h2d dp gradients (staged)");
+  }
   std::fill(started_.begin(), started_.end(), false);
   for (size_t i = 0; i < buckets_.size(); ++i) waiting_[i] = int(buckets_[i].parts.size());
 }
@@ -184,15 +206,27 @@ std::vector<OptimizerSegment> DataParallelGrads::zero_segments() const {
 }
 
 void DataParallelGrads::allgather_params(float* params) {
-  Kokkos::fence();
+  // Staged, the host slab (free again once the gradients came back) gathers the parameters: each
+  // rank's updated part goes to it, the whole slab comes back.
+  float* gathered = host_slab_.data() ? host_slab_.data() : params;
+  if (!host_slab_.data()) Kokkos::fence();
   std::vector<MPI_Request> gathers(buckets_.size(), MPI_REQUEST_NULL);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const GradBucket& b = buckets_[i];
     const int part = static_cast<int>((b.end - b.begin) / ranks_);
-    MPF_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, params + b.begin, part,
+    if (host_slab_.data()) {
+      const int64_t mine = b.begin + int64_t(rank_) * part;
+      copy_to_host(gathered + mine, params + mine, size_t(part) * sizeof(float),
+                   "d2h zero parameters (staged)");
+    }
+    MPF_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gathered + b.begin, part,
                                  MPI_FLOAT, dp_, &gathers[i]));
   }
   MPF_MPI_CHECK(MPI_Waitall(int(gathers.size()), gathers.data(), MPI_STATUSES_IGNORE));
+  if (host_slab_.data()) {
+    copy_from_host(params, gathered, host_slab_.extent(0) * sizeof(float),
+                   "h2d zero parameters (staged)");
+  }
 }
 
 }  // namespace mpf

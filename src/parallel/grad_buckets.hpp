@@ -18,6 +18,10 @@
 //
 // The ranks of a DP group run the same stage program, so they finish parts in the same order and
 // start the buckets' collectives in the same order, as MPI requires.
+//
+// With an MPI that cannot read GPU memory (parallel/device_mpi.hpp, staged()), the collectives
+// run on a page-locked host copy of the slab: a bucket is copied to it when it starts and the
+// summed slab (or ZeRO shard) comes back once when all are done.
 #pragma once
 
 #include <mpi.h>
@@ -86,6 +90,9 @@ class DataParallelGrads {
   std::vector<MPI_Request> requests_;
   std::vector<bool> started_;
   Slab shard_;
+  // Staged: the host copy of the gradient slab (then, under ZeRO, of the parameters being
+  // gathered) and of the ZeRO shard.
+  Kokkos::View<float*, PinnedSpace> host_slab_, host_shard_;
 };
 
 }  // namespace mpf

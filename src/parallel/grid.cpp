@@ -65,18 +65,6 @@ std::string Grid::describe() const {
   return text;
 }
 
-void allreduce_sum(float* data, int64_t count, MPI_Comm comm) {
-  int size = 1;
-  MPI_Comm_size(comm, &size);
-  if (size == 1) return;
-  // MPI counts are int: large buffers go in pieces.
-  for (int64_t done = 0; done < count;) {
-    const int n = static_cast<int>(count - done < INT_MAX / 2 ? count - done : INT_MAX / 2);
-    MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM, comm));
-    done += n;
-  }
-}
-
 double allreduce_sum(double value, MPI_Comm comm) {
   int size = 1;
   MPI_Comm_size(comm, &size);

@@ -64,8 +64,8 @@ class Grid {
       pp_rank_ = 0;
 };
 
-// Sums `count` floats over comm in place (returns at once on a 1-rank communicator).
-void allreduce_sum(float* data, int64_t count, MPI_Comm comm);
+// Sums a host value over comm (returns it at once on a 1-rank communicator). Tensors go through
+// parallel/device_mpi.hpp.
 double allreduce_sum(double value, MPI_Comm comm);
 // `text` as `root` has it, on every rank of comm.
 std::string broadcast(const std::string& text, int root, MPI_Comm comm);

@@ -85,6 +85,11 @@ class ModelStage : public pipeline::StageOps {
     return bytes_of(buffers_.slab) + (workspace_ ? bytes_of(workspace_->slab) : 0);
   }
   const StageTimes& times() const { return times_; }
+  // Whether each F, B and W waits for its kernels at its end, so that times() are their run
+  // times and not their launch times. Nothing else needs that wait (a send waits for what it
+  // sends, parallel/device_mpi.hpp): on a GPU the trainer turns it on only for the steps whose op
+  // times it uses. On by default.
+  void set_op_timing(bool on) { time_ops_ = on; }
   int64_t max_microbatches() const { return p2p_.max_microbatches(); }
   // Records every op into `events` (with times from `clock`, seconds) while set; null stops it.
   void record(std::vector<StageEvent>* events, std::function<double()> clock);
@@ -154,6 +159,7 @@ class ModelStage : public pipeline::StageOps {
   std::vector<int> weights_done_;  // per chunk, this step
   double loss_sum_ = 0.0;
   StageTimes times_;
+  bool time_ops_ = true;
   std::vector<StageEvent>* events_ = nullptr;
   std::function<void(const char*, int, int)> on_op_;
   std::function<double()> clock_;

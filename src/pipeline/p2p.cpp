@@ -7,6 +7,8 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/transfer.hpp"
+#include "parallel/device_mpi.hpp"
 
 namespace mpf {
 
@@ -22,6 +24,7 @@ PipelineP2P::PipelineP2P(MPI_Comm pp, int chunks, int64_t count, pipeline::Chunk
   int found = 0;
   MPI_Comm_get_attr(pp, MPI_TAG_UB, &ub, &found);
   if (found && ub) tag_ub_ = *ub;
+  staged_ = staged();
   const char* env = std::getenv("MPIFORMER_TRACE_PP");
   trace_ = env && std::string(env) == "1";
 }
@@ -35,55 +38,84 @@ int PipelineP2P::tag(int mb, int receiving_stage, Direction d) const {
   return static_cast<int>(t);
 }
 
-void PipelineP2P::post_send(const float* buf, int mb, int chunk, Direction d, MPI_Request* req,
-                            const char* verb) {
+int PipelineP2P::take_host_buffer() {
+  for (size_t i = 0; i < host_busy_.size(); ++i) {
+    if (!host_busy_[i]) {
+      host_busy_[i] = true;
+      return int(i);
+    }
+  }
+  host_buffers_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, "mpf::pipeline::host"),
+                             count_);
+  host_busy_.push_back(true);
+  return int(host_buffers_.size()) - 1;
+}
+
+void PipelineP2P::send(const float* buf, int mb, int chunk, Direction d, const char* verb) {
   const int stage = stage_of(chunk);
   const int to_stage = d == kForward ? stage + 1 : stage - 1;
   const int peer = rank_of(to_stage);
   if (trace_)
     std::fprintf(stderr, "%s | %d -> %d | mb %d, chunk %d\n", verb, rank_, peer, mb, chunk);
-  MPF_MPI_CHECK(MPI_Isend(buf, count_, MPI_FLOAT, peer, tag(mb, to_stage, d), pp_, req));
+  Send s{MPI_REQUEST_NULL, buf, -1};
+  const float* data = buf;
+  if (staged_) {
+    s.host = take_host_buffer();
+    float* host = host_buffers_[s.host].data();
+    copy_to_host(host, buf, size_t(count_) * sizeof(float), "d2h pipeline (staged)");
+    data = host;
+  } else {
+    Kokkos::fence();  // the kernels that wrote buf are done before MPI reads it
+  }
+  MPF_MPI_CHECK(MPI_Isend(data, count_, MPI_FLOAT, peer, tag(mb, to_stage, d), pp_, &s.request));
+  sends_.push_back(s);
 }
 
-void PipelineP2P::post_recv(float* buf, int mb, int chunk, Direction d, MPI_Request* req,
-                            const char* verb) {
+PipelineP2P::Recv PipelineP2P::post_recv(float* buf, int mb, int chunk, Direction d,
+                                         const char* verb) {
   const int stage = stage_of(chunk);
   const int peer = rank_of(d == kForward ? stage - 1 : stage + 1);
   if (trace_)
     std::fprintf(stderr, "%s | %d <- %d | mb %d, chunk %d\n", verb, rank_, peer, mb, chunk);
-  MPF_MPI_CHECK(MPI_Irecv(buf, count_, MPI_FLOAT, peer, tag(mb, stage, d), pp_, req));
+  Recv r{MPI_REQUEST_NULL, buf, staged_ ? take_host_buffer() : -1};
+  float* data = r.host >= 0 ? host_buffers_[r.host].data() : buf;
+  MPF_MPI_CHECK(MPI_Irecv(data, count_, MPI_FLOAT, peer, tag(mb, stage, d), pp_, &r.request));
+  return r;
 }
 
-void PipelineP2P::wait(MPI_Request* reqs, int n) {
-  MPF_MPI_CHECK(MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE));
-}
-
-void PipelineP2P::send(const float* buf, int mb, int chunk, Direction d, const char* verb) {
-  sends_.push_back({MPI_REQUEST_NULL, buf});
-  post_send(buf, mb, chunk, d, &sends_.back().request, verb);
+void PipelineP2P::complete(Recv& r) {
+  MPF_MPI_CHECK(MPI_Wait(&r.request, MPI_STATUS_IGNORE));
+  if (r.host < 0) return;
+  copy_from_host(r.buf, host_buffers_[r.host].data(), size_t(count_) * sizeof(float),
+                 "h2d pipeline (staged)");
+  host_busy_[r.host] = false;
 }
 
 void PipelineP2P::receive(float* buf, int mb, int chunk, Direction d, const char* verb) {
-  MPI_Request r;
   const auto ahead = posted_.find({mb, chunk, d});
   if (ahead != posted_.end()) {
-    r = ahead->second;
+    Recv r = ahead->second;
     posted_.erase(ahead);
+    if (r.buf != buf) MPF_FATAL("a receive posted ahead into another buffer than its verb's");
+    complete(r);
   } else {
-    post_recv(buf, mb, chunk, d, &r, verb);
+    Recv r = post_recv(buf, mb, chunk, d, verb);
+    complete(r);
   }
-  wait(&r, 1);
 }
 
 void PipelineP2P::forget_completed_sends() {
-  sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
-                              [](const Send& s) { return s.request == MPI_REQUEST_NULL; }),
-               sends_.end());
+  auto done = [this](const Send& s) {
+    if (s.request != MPI_REQUEST_NULL) return false;
+    if (s.host >= 0) host_busy_[s.host] = false;
+    return true;
+  };
+  sends_.erase(std::remove_if(sends_.begin(), sends_.end(), done), sends_.end());
 }
 
 void PipelineP2P::wait_for_sends() {
   for (Send& s : sends_) MPF_MPI_CHECK(MPI_Wait(&s.request, MPI_STATUS_IGNORE));
-  sends_.clear();
+  forget_completed_sends();
 }
 
 void PipelineP2P::wait_for_send(const float* buf) {
@@ -124,13 +156,13 @@ void PipelineP2P::send_backward(const float* input_grad, int mb, int chunk) {
 
 void PipelineP2P::post_recv_forward(float* input, int mb, int chunk) {
   if (is_first(chunk)) return;
-  post_recv(input, mb, chunk, kForward, &posted_[{mb, chunk, kForward}], "post_recv_forward");
+  posted_[{mb, chunk, kForward}] = post_recv(input, mb, chunk, kForward, "post_recv_forward");
 }
 
 void PipelineP2P::post_recv_backward(float* output_grad, int mb, int chunk) {
   if (is_last(chunk)) return;
-  post_recv(output_grad, mb, chunk, kBackward, &posted_[{mb, chunk, kBackward}],
-            "post_recv_backward");
+  posted_[{mb, chunk, kBackward}] =
+      post_recv(output_grad, mb, chunk, kBackward, "post_recv_backward");
 }
 
 void PipelineP2P::send_forward_recv_backward(const float* output, int send_mb, int send_chunk,

@@ -15,6 +15,11 @@
 // is built from (microbatch, receiving virtual stage, direction), so a receive matches exactly its
 // send. A receive may be posted ahead (post_recv_*) and completed by the verb that needs it.
 // MPIFORMER_TRACE_PP=1 prints `verb | rank -> peer | mb, chunk` to stderr for every message.
+//
+// Buffers are in the kernels' memory. A send first waits for the kernels that wrote it. With an
+// MPI that cannot read GPU memory (parallel/device_mpi.hpp, staged()), each message goes through
+// a page-locked host buffer of a pool that grows to the most messages ever in flight and is then
+// reused: a send copies into one before MPI_Isend, a receive copies out of its one once complete.
 #pragma once
 
 #include <mpi.h>
@@ -24,6 +29,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/types.hpp"
 #include "pipeline/placement.hpp"
 
 namespace mpf {
@@ -79,12 +85,19 @@ class PipelineP2P {
 
  private:
   enum Direction { kForward = 0, kBackward = 1 };
+  // A receive in flight: into `buf`, through host buffer `host` (-1 when not staged).
+  struct Recv {
+    MPI_Request request = MPI_REQUEST_NULL;
+    float* buf = nullptr;
+    int host = -1;
+  };
   int tag(int mb, int receiving_stage, Direction d) const;
-  void post_send(const float* buf, int mb, int chunk, Direction d, MPI_Request* req,
-                 const char* verb);
-  void post_recv(float* buf, int mb, int chunk, Direction d, MPI_Request* req, const char* verb);
-  void wait(MPI_Request* reqs, int n);
+  Recv post_recv(float* buf, int mb, int chunk, Direction d, const char* verb);
+  // Waits for r and, staged, copies its message into place.
+  void complete(Recv& r);
   void send(const float* buf, int mb, int chunk, Direction d, const char* verb);
+  // Staged: a free host buffer of the pool (grown when none is free), now taken.
+  int take_host_buffer();
   // Waits for the receive of (mb, chunk, d), posting it first unless it was posted ahead.
   void receive(float* buf, int mb, int chunk, Direction d, const char* verb);
   // The rank running virtual stage s.
@@ -98,12 +111,16 @@ class PipelineP2P {
   int count_ = 0;
   int tag_ub_ = 32767;
   bool trace_ = false;
+  bool staged_ = false;
   struct Send {
     MPI_Request request;
     const float* buf;
+    int host;  // its host buffer (staged), else -1
   };
-  std::vector<Send> sends_;                                  // in flight
-  std::map<std::tuple<int, int, int>, MPI_Request> posted_;  // receives posted ahead
+  std::vector<Send> sends_;                                      // in flight
+  std::map<std::tuple<int, int, int>, Recv> posted_;             // receives posted ahead
+  std::vector<Kokkos::View<float*, PinnedSpace>> host_buffers_;  // staged: the pool
+  std::vector<bool> host_busy_;
 };
 
 }  // namespace mpf

@@ -113,6 +113,12 @@ TrainOptions parse_options(int argc, const char* const* argv) {
        [&](const std::string& f, const std::string& v) { o.peak_gflops = to_double(f, v); }},
       {"--precision",
        [&](const std::string&, const std::string& v) { o.precision = parse_precision(v); }},
+      {"--gpu-aware-mpi",
+       [&](const std::string& f, const std::string& v) {
+         require(v == "auto" || v == "yes" || v == "no",
+                 f + " must be auto, yes or no, got '" + v + "'");
+         o.gpu_aware_mpi = v;
+       }},
       {"--gemm",
        [&](const std::string&, const std::string& v) {
          const std::vector<std::string> libraries = backend::available();
@@ -274,6 +280,10 @@ system
   --precision P         fp32 (default) or bf16: matrix products with bf16 inputs and fp32
                         accumulation; weights, gradients, optimizer and checkpoints stay fp32
   --gemm LIB            the GEMM library: onednn (the default where built) or openblas
+  --gpu-aware-mpi M     auto (default): in a GPU build, ask the MPI library whether it reads GPU
+                        memory (MPIX_Query_cuda_support) and stage messages through pinned host
+                        buffers when it does not or cannot say; yes: hand MPI GPU memory; no:
+                        always stage (in a CPU build: only to test that path)
   --peak-gflops X       per-rank peak for MFU (default: the best GEMM rate of any library here,
                         in the run's precision, measured at start-up)
   --profile             print where a step's time goes, kernel by kernel, at the end

@@ -52,6 +52,19 @@ std::string profile_table(double step_ms, int steps) {
       gemm, 100.0 * gemm / step_ms, in_kernels - gemm, 100.0 * (in_kernels - gemm) / step_ms,
       step_ms - in_kernels, 100.0 * (step_ms - in_kernels) / step_ms);
   text += line;
+  // Every crossing between the kernels' memory and the host (core/transfer.hpp): in a GPU build
+  // these are the PCIe/NVLink copies; in a CPU build the same reads, at memory speed.
+  const std::vector<profile::Transfer> transfers = profile::transfers();
+  std::snprintf(line, sizeof line, "  %-44s %7s %9s %9s\n", "host <-> kernels' memory", "calls",
+                "MB", "ms");
+  text += line;
+  if (transfers.empty()) text += "  (none)\n";
+  for (const profile::Transfer& t : transfers) {
+    std::snprintf(line, sizeof line, "  %-44s %7.1f %9.3f %9.2f\n", t.label.c_str(),
+                  double(t.calls) / steps, double(t.bytes) / 1e6 / steps,
+                  t.seconds * 1e3 / steps);
+    text += line;
+  }
   return text;
 }
 

@@ -23,6 +23,7 @@
 #include "model/shard.hpp"
 #include "mpiformer/config.hpp"
 #include "optim/grad_norm.hpp"
+#include "parallel/device_mpi.hpp"
 #include "pipeline/stage_costs.hpp"
 #include "train/exit_status.hpp"
 #include "train/step_log.hpp"
@@ -314,7 +315,6 @@ void TrainingRun::allreduce_tied_embedding() {
   // the serial model's is their sum, and both copies must take the same update. In a V, rank 0
   // holds both and has the sum already.
   if (grid_->embedding_comm() == MPI_COMM_NULL || !tied_across_stages()) return;
-  Kokkos::fence();
   allreduce_sum(grads_.t.wte.data(), int64_t(grads_.t.wte.extent(0)), grid_->embedding_comm());
 }
 
@@ -519,6 +519,7 @@ void TrainingRun::print_banner(const PeakRate& peak) const {
     std::fprintf(stderr, "warning: GEMM kernels narrower than this CPU allows: %s\n",
                  gemm.narrower.c_str());
   }
+  std::printf("mpi: %s\n", describe_mpi_memory().c_str());
   std::printf("grid: %s\n", grid_->describe().c_str());
   std::printf("model: %s | %.2fM parameters | %s\n", describe(cfg_).c_str(), params_.count / 1e6,
               opts_.init_from.empty() ? ("init seed " + std::to_string(opts_.seed)).c_str()

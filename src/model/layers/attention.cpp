@@ -24,14 +24,14 @@ void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, 
   // Row-wise causal softmax of scale·S: row t of a head sees positions 0..t. The scale is applied
   // here, in fp32, rather than by the product, so that no product needs an alpha.
   for_rows(
-      "mpf::attention_softmax", int64_t(B) * NH * T, KOKKOS_LAMBDA(int64_t row) {
+      "mpf::attention_softmax", int64_t(B) * NH * T, T, KOKKOS_LAMBDA(const Row& r, int64_t row) {
         const int t = row % T;
         float* p = att.data() + row * T;
-        const float mx = scale * vmath::row_max(p, t + 1);
-        for (int j = 0; j <= t; ++j) p[j] = vmath::exp(scale * p[j] - mx);
-        const float inv = 1.0f / vmath::row_sum(p, t + 1);
-        for (int j = 0; j <= t; ++j) p[j] *= inv;
-        for (int j = t + 1; j < T; ++j) p[j] = 0.0f;
+        const float mx = scale * r.max(t + 1, [p](int j) { return p[j]; });
+        r.for_each(t + 1, [=](int j) { p[j] = vmath::exp(scale * p[j] - mx); });
+        const float inv = 1.0f / r.sum(t + 1, [p](int j) { return p[j]; });
+        r.for_each(t + 1, [=](int j) { p[j] *= inv; });
+        r.for_each(T - t - 1, [=](int j) { p[t + 1 + j] = 0.0f; });
       });
   const HeldOperand att16(att.data(), int64_t(B) * NH * TT);
   for (int b = 0; b < B; ++b) {
@@ -64,13 +64,14 @@ void attention_backward_input(Tensor dqkv, Tensor datt, Tensor dout, Tensor qkv,
   // Softmax backward in place, with the forward's scale: dS = scale · P ⊙ (dP − Σ_j P·dP), zero
   // outside the causal prefix.
   for_rows(
-      "mpf::attention_softmax_backward", int64_t(B) * NH * T, KOKKOS_LAMBDA(int64_t row) {
+      "mpf::attention_softmax_backward", int64_t(B) * NH * T, T,
+      KOKKOS_LAMBDA(const Row& r, int64_t row) {
         const int t = row % T;
         const float* p = att.data() + row * T;
         float* d = datt.data() + row * T;
-        const float dot = vmath::lane_sum(t + 1, [p, d](int j) { return p[j] * d[j]; });
-        for (int j = 0; j <= t; ++j) d[j] = scale * p[j] * (d[j] - dot);
-        for (int j = t + 1; j < T; ++j) d[j] = 0.0f;
+        const float dot = r.sum(t + 1, [p, d](int j) { return p[j] * d[j]; });
+        r.for_each(t + 1, [=](int j) { d[j] = scale * p[j] * (d[j] - dot); });
+        r.for_each(T - t - 1, [=](int j) { d[t + 1 + j] = 0.0f; });
       });
   const HeldOperand ds16(datt.data(), int64_t(B) * NH * TT);
   for (int b = 0; b < B; ++b) {

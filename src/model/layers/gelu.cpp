@@ -10,13 +10,23 @@ namespace mpf {
 namespace {
 constexpr float kScale = 0.7978845608028654f;  // √(2/π)
 constexpr float kCube = 0.044715f;
+
+KOKKOS_INLINE_FUNCTION float gelu(float x) {
+  return 0.5f * x * (1.0f + vmath::tanh(kScale * (x + kCube * x * x * x)));
+}
 }  // namespace
 
 void gelu_forward(Tensor out, Tensor inp, int64_t N) {
   for_each(
-      "mpf::gelu_forward", N, KOKKOS_LAMBDA(int64_t i) {
-        const float x = inp(i);
-        out(i) = 0.5f * x * (1.0f + vmath::tanh(kScale * (x + kCube * x * x * x)));
+      "mpf::gelu_forward", N, KOKKOS_LAMBDA(int64_t i) { out(i) = gelu(inp(i)); });
+}
+
+void bias_gelu_forward(Tensor out, Tensor inp, Tensor bias, int64_t N, int C) {
+  for_each_2d(
+      "mpf::bias_gelu_forward", N, C, KOKKOS_LAMBDA(int64_t n, int c) {
+        const float x = inp(n * C + c) + bias(c);
+        inp(n * C + c) = x;
+        out(n * C + c) = gelu(x);
       });
 }
 

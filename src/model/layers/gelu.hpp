@@ -8,6 +8,9 @@ namespace mpf {
 // out (N) = gelu(inp)
 void gelu_forward(Tensor out, Tensor inp, int64_t N);
 
+// inp (N,C) += bias (C), then out (N,C) = gelu(inp): a linear layer's bias and GELU in one pass
+void bias_gelu_forward(Tensor out, Tensor inp, Tensor bias, int64_t N, int C);
+
 // dinp (N) = gelu'(inp) · dout; dinp may alias dout
 void gelu_backward_input(Tensor dinp, Tensor dout, Tensor inp, int64_t N);
 

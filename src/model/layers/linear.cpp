@@ -1,6 +1,7 @@
 #include "model/layers/linear.hpp"
 
 #include "core/parallel.hpp"
+#include "model/layers/gelu.hpp"
 #include "model/layers/matmul.hpp"
 
 namespace mpf {
@@ -24,16 +25,27 @@ void linear_forward(Tensor out, Tensor residual, Tensor inp, Tensor weight, Tens
   float beta = 0.0f;
   if (has_bias || has_residual) {
     // Seed the output with residual + bias, then let the GEMM accumulate onto it (beta = 1).
-    for_rows(
-        "mpf::linear_forward_seed", N, KOKKOS_LAMBDA(int64_t n) {
-          for (int o = 0; o < OC; ++o) {
-            out(n * OC + o) =
-                (has_residual ? residual(n * OC + o) : 0.0f) + (has_bias ? bias(o) : 0.0f);
-          }
+    for_each_2d(
+        "mpf::linear_forward_seed", N, OC, KOKKOS_LAMBDA(int64_t n, int o) {
+          out(n * OC + o) =
+              (has_residual ? residual(n * OC + o) : 0.0f) + (has_bias ? bias(o) : 0.0f);
         });
     beta = 1.0f;
   }
   product(out, inp, weight, N, IC, OC, beta);
+}
+
+void linear_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor weight, Tensor bias, int64_t N,
+                         int IC, int OC) {
+  if (!device_shaped()) {
+    linear_forward(pre, Tensor(), inp, weight, bias, N, IC, OC);
+    gelu_forward(out, pre, N * OC);
+    return;
+  }
+  // On a GPU the bias joins GELU's pass: the product writes its output without reading it, and
+  // one pass adds the bias and applies GELU (4 passes over (N,OC) become 3).
+  product(pre, inp, weight, N, IC, OC, 0.0f);
+  bias_gelu_forward(out, pre, bias, N, OC);
 }
 
 void linear_forward_accumulate(Tensor out, Tensor inp, Tensor weight, int64_t N, int IC, int OC) {
@@ -48,19 +60,10 @@ void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor in
                             int IC, int OC) {
   matmul(Op::T, Op::N, OC, IC, N, 1.0f, dout.data(), OC, inp.data(), IC, 1.0f, dweight.data(), IC);
   if (dbias.data() == nullptr) return;
-  // Column sums of dout in blocks of channels: contiguous inner loop, no write conflicts.
-  constexpr int kBlock = 64;
-  const int nblocks = (OC + kBlock - 1) / kBlock;
-  for_rows(
-      "mpf::linear_backward_bias", nblocks, KOKKOS_LAMBDA(int64_t blk) {
-        const int o0 = blk * kBlock, o1 = o0 + kBlock < OC ? o0 + kBlock : OC;
-        float acc[kBlock] = {};
-        for (int64_t n = 0; n < N; ++n) {
-          const float* dy = dout.data() + n * OC;
-          for (int o = o0; o < o1; ++o) acc[o - o0] += dy[o];
-        }
-        for (int o = o0; o < o1; ++o) dbias(o) += acc[o - o0];
-      });
+  add_column_sums<1>(
+      "mpf::linear_backward_bias", N, OC,
+      KOKKOS_LAMBDA(int64_t n, int o, float* v) { v[0] = dout(n * OC + o); },
+      ColumnSums<1>{{dbias.data()}});
 }
 
 }  // namespace mpf

@@ -10,6 +10,11 @@ namespace mpf {
 void linear_forward(Tensor out, Tensor residual, Tensor inp, Tensor weight, Tensor bias, int64_t N,
                     int IC, int OC);
 
+// pre (N,OC) = inp (N,IC) · weightᵀ + bias (OC), kept for the backward; out (N,OC) = GELU(pre).
+// The MLP's first layer: on a GPU the bias is added in GELU's pass.
+void linear_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor weight, Tensor bias, int64_t N,
+                         int IC, int OC);
+
 // out (N,OC) += inp (N,IC) · weightᵀ (a row-parallel layer adds onto its seeded output)
 void linear_forward_accumulate(Tensor out, Tensor inp, Tensor weight, int64_t N, int IC, int OC);
 

@@ -1,0 +1,176 @@
+#include "parallel/device_mpi.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <climits>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/transfer.hpp"
+#include "core/types.hpp"
+#include "mpiformer/config.hpp"
+#if MPIFORMER_HAVE_MPIX_QUERY_CUDA_SUPPORT && __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI declares its MPIX_ extensions here; MPICH in mpi.h
+#endif
+
+namespace mpf {
+
+namespace {
+MpiMemoryChoice process_choice;
+
+// MPI counts are int: longer messages go in pieces of at most this many elements.
+constexpr int64_t kMaxCount = INT_MAX / 2;
+
+int size_of(MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  return size;
+}
+
+int count_of(int64_t n) {
+  require(n <= kMaxCount, "a gathered or scattered block of over 2^30 floats is not supported");
+  return static_cast<int>(n);
+}
+
+// "MPICH 4.0.2", from the first line of MPI_Get_library_version ("MPICH Version:\t4.0.2").
+std::string library_name() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  std::string first(text, std::find(text, text + length, '\n'));
+  std::istringstream words(first);
+  std::string word, out;
+  while (words >> word) {
+    if (word == "Version:" || word == "Version") continue;
+    out += (out.empty() ? "" : " ") + word;
+  }
+  return out;
+}
+
+// The staging buffer of the blocking calls: page-locked host memory, grown when a call needs more
+// and kept for the next (a step allocates nothing once the first has run), released when Kokkos
+// finalizes. One call at a time uses it.
+float* staging_buffer(int64_t n) {
+  static Kokkos::View<float*, PinnedSpace> buffer;
+  static const bool hooked = (Kokkos::push_finalize_hook([] { buffer = {}; }), true);
+  (void)hooked;
+  if (int64_t(buffer.extent(0)) < n) {
+    buffer = {};  // free the old one first: pinned memory is scarce
+    buffer = Kokkos::View<float*, PinnedSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "mpf::mpi::staging"), n);
+  }
+  return buffer.data();
+}
+
+void to_host(float* host, const float* memory, int64_t n) {
+  copy_to_host(host, memory, size_t(n) * sizeof(float), "d2h mpi (staged)");
+}
+void from_host(float* memory, const float* host, int64_t n) {
+  copy_from_host(memory, host, size_t(n) * sizeof(float), "h2d mpi (staged)");
+}
+}  // namespace
+
+MpiMemoryChoice decide_mpi_memory(const std::string& flag) {
+  require(flag == "auto" || flag == "yes" || flag == "no",
+          "--gpu-aware-mpi must be auto, yes or no, got '" + flag + "'");
+  const std::string mpi = library_name();
+  if (flag == "no") {
+    return {MpiMemory::kStaged,
+            mpi + ", every message staged through host buffers (--gpu-aware-mpi no)"};
+  }
+  if (!kDeviceMemory) return {MpiMemory::kDirect, mpi + ", host memory"};
+  if (flag == "yes") {
+    return {MpiMemory::kDirect, mpi + ", handed GPU memory (--gpu-aware-mpi yes)"};
+  }
+#if MPIFORMER_HAVE_MPIX_QUERY_CUDA_SUPPORT
+  if (MPIX_Query_cuda_support() == 1) {
+    return {MpiMemory::kDirect, mpi + ", CUDA-aware (MPIX_Query_cuda_support): handed GPU memory"};
+  }
+  return {MpiMemory::kStaged, mpi +
+                                  " reports no CUDA support (MPIX_Query_cuda_support): messages "
+                                  "staged through pinned host buffers"};
+#else
+  return {MpiMemory::kStaged,
+          mpi +
+              " cannot be asked about CUDA support (no MPIX_Query_cuda_support): messages "
+              "staged through pinned host buffers; --gpu-aware-mpi yes if it is CUDA-aware"};
+#endif
+}
+
+void set_mpi_memory(const MpiMemoryChoice& choice) {
+  process_choice = choice;
+}
+
+bool staged() {
+  return process_choice.memory == MpiMemory::kStaged;
+}
+
+const std::string& describe_mpi_memory() {
+  return process_choice.why;
+}
+
+void allreduce(float* x, int64_t n, MPI_Op op, MPI_Comm comm) {
+  if (size_of(comm) == 1 || n == 0) return;
+  float* buf = x;
+  if (staged()) {
+    buf = staging_buffer(n);
+    to_host(buf, x, n);
+  } else {
+    Kokkos::fence();  // the kernels that wrote x are done before MPI reads it
+  }
+  for (int64_t done = 0; done < n;) {
+    const int count = static_cast<int>(std::min(n - done, kMaxCount));
+    MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + done, count, MPI_FLOAT, op, comm));
+    done += count;
+  }
+  if (staged()) from_host(x, buf, n);
+}
+
+void allgather_in_place(float* x, int64_t count, MPI_Comm comm) {
+  const int size = size_of(comm);
+  if (size == 1) return;
+  const int c = count_of(count);
+  if (!staged()) {
+    Kokkos::fence();
+    MPF_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, c, MPI_FLOAT, comm));
+    return;
+  }
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  float* buf = staging_buffer(int64_t(size) * count);
+  to_host(buf + int64_t(rank) * count, x + int64_t(rank) * count, count);
+  MPF_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, MPI_FLOAT, comm));
+  from_host(x, buf, int64_t(size) * count);
+}
+
+void allgather(const float* send, float* recv, int64_t count, MPI_Comm comm) {
+  const int size = size_of(comm);
+  const int c = count_of(count);
+  if (!staged()) {
+    Kokkos::fence();
+    MPF_MPI_CHECK(MPI_Allgather(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, comm));
+    return;
+  }
+  float* buf = staging_buffer(int64_t(size + 1) * count);
+  float* mine = buf + int64_t(size) * count;
+  to_host(mine, send, count);
+  MPF_MPI_CHECK(MPI_Allgather(mine, c, MPI_FLOAT, buf, c, MPI_FLOAT, comm));
+  from_host(recv, buf, int64_t(size) * count);
+}
+
+void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Comm comm) {
+  const int size = size_of(comm);
+  const int c = count_of(count);
+  if (!staged()) {
+    Kokkos::fence();
+    MPF_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, c, MPI_FLOAT, MPI_SUM, comm));
+    return;
+  }
+  float* buf = staging_buffer(int64_t(size + 1) * count);
+  float* mine = buf + int64_t(size) * count;
+  to_host(buf, send, int64_t(size) * count);
+  MPF_MPI_CHECK(MPI_Reduce_scatter_block(buf, mine, c, MPI_FLOAT, MPI_SUM, comm));
+  from_host(recv, mine, count);
+}
+
+}  // namespace mpf

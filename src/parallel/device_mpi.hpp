@@ -1,0 +1,54 @@
+// MPI on tensors in the kernels' memory (core/types.hpp), which in a GPU build is device memory.
+//
+// A CUDA-aware MPI reads and writes device memory itself ("direct"). Any other MPI must be handed
+// host memory, so each message is staged: copied into page-locked host buffers, which are
+// allocated once and reused, before the call, and back after it. Which of the two applies is a
+// property of the MPI library the process runs with, decided once at start-up from
+// --gpu-aware-mpi (decide_mpi_memory). A CPU build is direct (its tensors are host memory), unless
+// a test forces staging: then the same copies run between host buffers, so the staged path is
+// exercised without a GPU.
+//
+// Every call first waits for the kernels that wrote its input: MPI and the host read memory
+// outside the execution space's stream order. A call on a 1-rank communicator returns at once.
+// PipelineP2P and DataParallelGrads stage their nonblocking messages through buffers of their own
+// (a staged message's host buffer must outlive its request); they ask staged() which to do.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+
+namespace mpf {
+
+enum class MpiMemory { kDirect, kStaged };
+
+struct MpiMemoryChoice {
+  MpiMemory memory = MpiMemory::kDirect;
+  std::string why;  // for the banner: "MPICH 4.0.2 reports no CUDA support: staged through ..."
+};
+
+// From --gpu-aware-mpi: "auto" asks the MPI library in a GPU build (MPIX_Query_cuda_support(),
+// where it exists: MPICH and Open MPI), and takes staging when it says no or cannot be asked;
+// "yes" hands MPI device memory; "no" stages every message (in a CPU build: to test that path).
+// Throws InputError for any other value. After MPI_Init.
+MpiMemoryChoice decide_mpi_memory(const std::string& flag);
+// The process's choice, direct until set.
+void set_mpi_memory(const MpiMemoryChoice& choice);
+bool staged();
+// The choice's `why`, for the banner ("" until set).
+const std::string& describe_mpi_memory();
+
+// Sums (op MPI_SUM) or takes the maximum (MPI_MAX) of x[0, n) over comm, in place.
+void allreduce(float* x, int64_t n, MPI_Op op, MPI_Comm comm);
+inline void allreduce_sum(float* x, int64_t n, MPI_Comm comm) {
+  allreduce(x, n, MPI_SUM, comm);
+}
+// x (size · count): every rank's count elements, this rank's at rank · count on entry.
+void allgather_in_place(float* x, int64_t count, MPI_Comm comm);
+// recv (size · count) = every rank's send (count).
+void allgather(const float* send, float* recv, int64_t count, MPI_Comm comm);
+// recv (count) = the sum over ranks of their send[rank · count, (rank + 1) · count).
+void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Comm comm);
+
+}  // namespace mpf
