@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/host_memory.hpp"
+#include "core/parallel.hpp"
 #include "parallel/device_mpi.hpp"
 #include "parallel/node.hpp"
 #include "train/trainer.hpp"
@@ -55,6 +57,10 @@ int Runtime::start_kernels(int requested_threads, int argc, char** argv) {
   int kokkos_argc = static_cast<int>(kokkos_args.size());
   Kokkos::initialize(kokkos_argc, kokkos_args.data());
   kokkos_ = true;
+  // Tests run the GPU's kernel shapes on the CPU (core/parallel.hpp; docs/testing.md).
+  if (const char* shape = std::getenv("MPIFORMER_TEST_KERNEL_SHAPE"); shape && *shape) {
+    set_kernel_shape(std::string(shape) == "device" ? KernelShape::kDevice : KernelShape::kHost);
+  }
   bind_backend_to_execution_space();
   return threads;
 }

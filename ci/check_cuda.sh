@@ -1,90 +1,98 @@
 #!/usr/bin/env bash
-# CUDA translation units through nvcc, without a GPU and without a CUDA-enabled Kokkos:
-#   1. every .cu file that does not need Kokkos compiles (nvcc -std=c++17 -c);
-#   2. tests/gpu/test_cublas_gemm.cu builds and links against cuBLAS, cudart and GoogleTest;
-#   3. it runs: with a device it must pass, without one every test must report SKIPPED.
-#   bash ci/check_cuda.sh       (ctest: cuda_compile; exit 77 = skipped when nvcc is absent)
-# Environment: NVCC (path to nvcc), CUDA_ARCH (default sm_80).
+# The whole CUDA build, compiled where there is no GPU: Kokkos 4 CUDA built inline (with the CUDA
+# 13 patch it needs) through nvcc_wrapper, nvcc from /usr/local/cuda or PATH, for sm_90 (H100,
+# H200) in BUILD_DIR/cuda-sm90:
+#   1. it configures and every library source, app, test and GPU test compiles and links;
+#   2. the objects hold sm_90 machine code;
+#   3. its GPU tests (ctest -L gpu) run: on a machine without a GPU each must skip, saying why;
+#      with one, each must pass.
+# Then the library and the GPU tests once more for sm_80 (A100), in BUILD_DIR/cuda-sm80.
+#   bash ci/check_cuda.sh BUILD_DIR     (ctest: cuda_build; 77 = skipped: no nvcc or no Kokkos)
+# Environment: NVCC (nvcc), CUDA_ARCHS (default "90 80"; the first gets the whole build).
 # Prints one line per check and `check_cuda: N passed, N failed`; exits 1 if any failed.
 set -u
 
+build=${1:?usage: check_cuda.sh BUILD_DIR}
+build=$(cd "$build" && pwd) || exit 1
 root=$(cd "$(dirname "$0")/.." && pwd)
 nvcc=${NVCC:-$(command -v nvcc || true)}
 [ -n "$nvcc" ] || [ ! -x /usr/local/cuda/bin/nvcc ] || nvcc=/usr/local/cuda/bin/nvcc
 if [ -z "$nvcc" ] || [ ! -x "$nvcc" ]; then
-  echo "check_cuda: nvcc not found (PATH, /usr/local/cuda/bin): skipped"
+  echo "check_cuda: skipped: nvcc not found (PATH, /usr/local/cuda/bin; or set NVCC)"
   exit 77
 fi
-arch=${CUDA_ARCH:-sm_80}
-
+source "$root/ci/kokkos_source.sh"
+if [ -z "$KOKKOS_SOURCE" ]; then
+  echo "check_cuda: skipped: $WHY"
+  exit 77
+fi
+read -ra archs <<<"${CUDA_ARCHS:-90 80}"
+declare -A kokkos_arch=([70]=VOLTA70 [75]=TURING75 [80]=AMPERE80 [86]=AMPERE86 [89]=ADA89
+  [90]=HOPPER90 [100]=BLACKWELL100 [120]=BLACKWELL120)
 work=$(mktemp -d "${TMPDIR:-/tmp}/mpf-cuda.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 passed=0
 failed=0
 pass() { echo "PASS  $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL  $1"; failed=$((failed + 1)); [ $# -lt 2 ] || sed 's/^/      /' "$2" | tail -n 40; }
+jobs=$(nproc 2>/dev/null || echo 2)
+echo "nvcc: $nvcc ($("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')); Kokkos: $KOKKOS_SOURCE"
 
-echo "nvcc: $nvcc ($("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')), -arch=$arch"
-if "$nvcc" --list-gpu-arch 2>/dev/null | grep -qx "compute_${arch#sm_}"; then
-  pass "nvcc supports $arch"
-else
-  fail "nvcc supports $arch (set CUDA_ARCH to one nvcc --list-gpu-arch lists)"
-fi
-nvflags=(-std=c++17 "-arch=$arch" -I"$root")
-
-# 1. Translation units. One that includes Kokkos (directly or through src/core) needs a
-# CUDA-enabled Kokkos and is compiled by the CMake build instead.
-mapfile -t units < <(cd "$root" && find backends src apps -name '*.cu' 2>/dev/null | sort)
-objects=()
-for unit in "${units[@]}"; do
-  if grep -qE '#include *[<"](Kokkos|core/)' "$root/$unit"; then
-    echo "SKIP  $unit (needs a CUDA-enabled Kokkos)"
+for arch in "${archs[@]}"; do
+  name=${kokkos_arch[$arch]:-}
+  if [ -z "$name" ]; then
+    fail "sm_$arch: no Kokkos architecture option known for it (CUDA_ARCHS)"
     continue
   fi
-  obj="$work/$(echo "$unit" | tr / _).o"
-  if "$nvcc" "${nvflags[@]}" -c "$root/$unit" -o "$obj" >"$work/out" 2>&1; then
-    pass "nvcc compiles $unit"
-    objects+=("$obj")
+  tree="$build/cuda-sm$arch"
+  whole=$([ "$arch" = "${archs[0]}" ] && echo 1 || echo 0)
+  # The first architecture gets every target; the others the library and the GPU tests.
+  targets=()
+  [ "$whole" = 1 ] || targets=(--target mpiformer test_kernels test_layers test_cublas_gemm)
+  start=$SECONDS
+  if cmake -S "$root" -B "$tree" -DCMAKE_BUILD_TYPE=Release -DMPIFORMER_KOKKOS_SOURCE="$KOKKOS_SOURCE" \
+    -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_SERIAL=ON -DKokkos_ARCH_"$name"=ON \
+    -DMPIFORMER_ENABLE_CUDA=ON -DMPIFORMER_NVCC="$nvcc" >"$work/configure.log" 2>&1 &&
+    cmake --build "$tree" -j "$jobs" "${targets[@]}" >"$work/build.log" 2>&1; then
+    what=$([ "$whole" = 1 ] && echo "every library source, app, test and GPU test" ||
+      echo "the library and the GPU tests")
+    pass "sm_$arch ($name): $what compiled and linked in $((SECONDS - start)) s"
   else
-    fail "nvcc compiles $unit" "$work/out"
+    fail "sm_$arch ($name): configure and build" "$work/build.log"
+    tail -n 20 "$work/configure.log"
+    continue
+  fi
+  # Every program and the test binaries were made, and the objects carry code for this GPU.
+  if [ "$whole" = 1 ]; then
+    programs=$(cd "$tree" && ls mpiformer-train mpiformer-generate mpiformer-bench mpiformer-schedule 2>/dev/null | wc -l)
+    tests=$(find "$tree/tests" -maxdepth 1 -type f -executable -name 'test_*' | wc -l)
+    [ "$programs" -eq 4 ] && [ "$tests" -gt 0 ] &&
+      pass "sm_$arch: the 4 programs and $tests test binaries" ||
+      fail "sm_$arch: $programs of 4 programs, $tests test binaries"
+  fi
+  dump=$(command -v cuobjdump || echo "$(dirname "$nvcc")/cuobjdump")
+  object=$(find "$tree/CMakeFiles/mpiformer.dir" -name 'layernorm.cpp.o' | head -1)
+  if [ -x "$dump" ] && [ -n "$object" ]; then
+    "$dump" --list-elf "$object" >"$work/elf" 2>&1
+    grep -q "sm_$arch" "$work/elf" && pass "sm_$arch: the LayerNorm kernels' object holds sm_$arch code" ||
+      fail "sm_$arch: no sm_$arch code in $object" "$work/elf"
+  fi
+  # 3. The GPU tests: skip with their reason without a GPU, pass with one.
+  (cd "$tree" && ctest -L gpu --output-on-failure >"$work/gpu.log" 2>&1)
+  status=$?
+  total=$(grep -cE 'Test +#' "$work/gpu.log")
+  skipped=$(grep -cE 'Test +#.*Not Run|Skipped' "$work/gpu.log")
+  reason=$(grep -m1 -E '^(skipped|no CUDA device|check_[a-z_]*: skipped)' "$work/gpu.log")
+  if [ "$total" -eq 0 ]; then
+    fail "sm_$arch: no GPU tests registered (ctest -L gpu)" "$work/gpu.log"
+  elif [ "$status" -eq 0 ] && [ "$skipped" -eq "$total" ]; then
+    pass "sm_$arch: all $total GPU tests skip here, saying why: ${reason:-(see ctest -L gpu -V)}"
+  elif [ "$status" -eq 0 ] && [ "$skipped" -eq 0 ]; then
+    pass "sm_$arch: all $total GPU tests pass on this machine's GPU"
+  else
+    fail "sm_$arch: GPU tests (ctest -L gpu: $total, $skipped skipped, exit $status)" "$work/gpu.log"
   fi
 done
-[ "${#units[@]}" -gt 0 ] || fail "found CUDA translation units under backends/ src/ apps/"
-
-# 2. The GPU test, linked against the compiled backend.
-backend="$work/backends_cuda_gemm_cublas.cu.o"
-test_bin="$work/test_cublas_gemm"
-if [ ! -f "$backend" ]; then
-  fail "build tests/gpu/test_cublas_gemm.cu (backends/cuda/gemm_cublas.cu did not compile)"
-elif "$nvcc" "${nvflags[@]}" "$root/tests/gpu/test_cublas_gemm.cu" "$backend" -o "$test_bin" \
-     -lcublas -lcudart -lgtest_main -lgtest -lpthread >"$work/out" 2>&1; then
-  pass "build tests/gpu/test_cublas_gemm.cu (cuBLAS, cudart, GoogleTest)"
-else
-  fail "build tests/gpu/test_cublas_gemm.cu (cuBLAS, cudart, GoogleTest)" "$work/out"
-fi
-
-# 3. Run it. No device: gtest exits 0 with every test SKIPPED; a pass would mean it ran nothing
-# real. With a device: every test must pass.
-if [ -x "$test_bin" ]; then
-  "$test_bin" >"$work/run" 2>&1
-  status=$?
-  total=$(sed -n 's/^\[==========\] \([0-9]*\) tests\{0,1\} from .* ran\..*/\1/p' "$work/run")
-  skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$work/run")
-  passed_tests=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\{0,1\}\..*/\1/p' "$work/run")
-  if grep -q "no CUDA device" "$work/run"; then
-    reason=$(grep -m1 "^no CUDA device" "$work/run")
-    if [ "$status" -eq 0 ] && [ -n "$total" ] && [ "$total" -gt 0 ] && \
-       [ "${skipped:-0}" = "$total" ] && [ "${passed_tests:-0}" = 0 ]; then
-      pass "GPU test skips without a device ($skipped of $total skipped: $reason)"
-    else
-      fail "GPU test skips without a device (all $total tests SKIPPED, none passed)" "$work/run"
-    fi
-  elif [ "$status" -eq 0 ] && [ -n "$total" ] && [ "${passed_tests:-0}" = "$total" ]; then
-    pass "GPU test passes on the device ($total tests)"
-  else
-    fail "GPU test (exit $status)" "$work/run"
-  fi
-fi
 
 echo "check_cuda: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -11,8 +11,10 @@
 
 #include <string>
 
+#include "backends/device.hpp"
 #include "backends/gemm.hpp"
 #include "core/parallel.hpp"
+#include "core/types.hpp"
 
 int main(int argc, char** argv) {
   int provided = 0;  // funneled: helper threads (checkpoint staging) never call MPI
@@ -22,6 +24,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "MPIFORMER_GEMM=%s is not a GEMM library of this build\n", library);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
+  }
+  // A GPU build's tests need a GPU: without one they are skipped, saying why (ctest: 77).
+  if (mpf::kDeviceMemory && mpf::backend::visible_devices() == 0) {
+    std::printf("no CUDA device: this GPU build's tests need a GPU, and none is visible here\n");
+    MPI_Finalize();
+    return 77;
   }
   Kokkos::initialize(argc, argv);
   if (const char* shape = std::getenv("MPIFORMER_TEST_KERNEL_SHAPE"); shape && *shape) {

@@ -2,12 +2,15 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <mutex>
 #include <unordered_map>
 
 namespace mpf::profile {
 
 namespace {
 bool on = false;
+// Checkpoint staging copies are counted from a helper thread.
+std::mutex guard;
 std::unordered_map<std::string, Entry>& table() {
   static std::unordered_map<std::string, Entry> t;
   return t;
@@ -27,6 +30,7 @@ bool enabled() {
 }
 
 void add(const std::string& label, double seconds, double flops) {
+  const std::lock_guard<std::mutex> lock(guard);
   Entry& e = table()[label];
   e.label = label;
   ++e.calls;
@@ -43,6 +47,7 @@ std::vector<Entry> entries() {
 }
 
 void add_transfer(const std::string& label, int64_t bytes, double seconds) {
+  const std::lock_guard<std::mutex> lock(guard);
   Transfer& t = transfer_table()[label];
   t.label = label;
   ++t.calls;

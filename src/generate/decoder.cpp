@@ -1,5 +1,7 @@
 #include "generate/decoder.hpp"
 
+#include "core/transfer.hpp"
+
 #include "core/error.hpp"
 #include "model/gpt.hpp"
 #include "model/layers/encoder.hpp"
@@ -54,8 +56,8 @@ Tensor Decoder::append(const std::vector<int32_t>& tokens) {
   const int n = int(tokens.size()), pos = length_, C = shard_.cfg.channels;
   if (n < 1 || pos + n > capacity_) MPF_FATAL("Decoder::append: past the decoder's capacity");
   for (int i = 0; i < n; ++i) host_tokens_(pos + i) = tokens[i];
-  Kokkos::deep_copy(Kokkos::subview(tokens_, std::make_pair(pos, pos + n)),
-                    Kokkos::subview(host_tokens_, std::make_pair(pos, pos + n)));
+  copy_from_host(tokens_.data() + pos, host_tokens_.data() + pos, size_t(n) * sizeof(int32_t),
+                 "h2d generated tokens");
   length_ += n;
   if (!kv_cache_) return recompute();
   // The vocab-parallel embedding of the new positions (wpe from row pos on), summed over TP (g).

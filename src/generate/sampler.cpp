@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "core/transfer.hpp"
 #include "core/vector_math.hpp"
 
 namespace mpf {
@@ -55,7 +56,8 @@ int32_t TokenSampler::greedy(const float* z, int n, const std::string& not_finit
 }
 
 int32_t TokenSampler::next(Tensor logits, uint64_t draw) {
-  Kokkos::deep_copy(host_, logits);
+  copy_to_host(host_.data(), logits.data(), host_.extent(0) * sizeof(float),
+               "d2h logits (sampling)");
   const float* z = host_.data();
   const int n = real_;
   const std::string not_finite = "the model's logits are not finite (NaN or Inf) at draw " +
@@ -113,7 +115,8 @@ int32_t TokenSampler::next(Tensor logits, uint64_t draw) {
 }
 
 std::vector<float> TokenSampler::gather(Tensor logits) {
-  Kokkos::deep_copy(host_, logits);
+  copy_to_host(host_.data(), logits.data(), host_.extent(0) * sizeof(float),
+               "d2h logits (sampling)");
   std::vector<float> all(rank_ == 0 ? size_t(shard_.vocab_padded) : 0);
   MPF_MPI_CHECK(MPI_Gather(host_.data(), shard_.vocab_shard, MPI_FLOAT, all.data(),
                            shard_.vocab_shard, MPI_FLOAT, 0, tp_));

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "core/transfer.hpp"
 #include "core/types.hpp"
 #include "parallel/grid.hpp"
 
@@ -49,14 +50,13 @@ std::string mpi_error_text(int rc) {
   return s;
 }
 
-using HostFloats = Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-using DeviceFloats = Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-
+// The staging copies run on a helper thread (parallel_file.hpp): in a CPU build a memcpy, which
+// needs no Kokkos; in a GPU build a transfer of the kernels' memory.
 void to_host(float* host, const float* memory, int64_t n) {
   if constexpr (!kDeviceMemory) {
     std::memcpy(host, memory, size_t(n) * sizeof(float));
   } else {
-    Kokkos::deep_copy(HostFloats(host, n), DeviceFloats(const_cast<float*>(memory), n));
+    copy_to_host(host, memory, size_t(n) * sizeof(float), "d2h checkpoint");
   }
 }
 
@@ -64,7 +64,7 @@ void from_host(float* memory, const float* host, int64_t n) {
   if constexpr (!kDeviceMemory) {
     std::memcpy(memory, host, size_t(n) * sizeof(float));
   } else {
-    Kokkos::deep_copy(DeviceFloats(memory, n), HostFloats(const_cast<float*>(host), n));
+    copy_from_host(memory, host, size_t(n) * sizeof(float), "h2d checkpoint");
   }
 }
 

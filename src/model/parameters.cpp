@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/rng.hpp"
+#include "core/transfer.hpp"
 #include "model/shard.hpp"
 
 namespace mpf {
@@ -133,7 +134,8 @@ void initialize(Parameters& params, const TpShard& shard, uint64_t seed) {
     auto host = Kokkos::create_mirror_view(where);
     for (int64_t k = 0; k < int64_t(x.extent(0)); ++k)
       host(k) = shard.global_index(piece.tensor, piece.first + k);
-    Kokkos::deep_copy(where, host);
+    copy_from_host(where.data(), host.data(), host.extent(0) * sizeof(int64_t),
+                   "h2d initialisation map");
     const uint64_t stream = rng::stream_of(info.name);
     const float value = info.init == ParameterInfo::Init::One ? 1.0f : 0.0f;
     const float std = info.std;

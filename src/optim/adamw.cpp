@@ -1,10 +1,29 @@
 #include "optim/adamw.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/parallel.hpp"
+#include "core/transfer.hpp"
 
 namespace mpf {
+
+namespace {
+// One element's update; c1, c2: the bias corrections 1/(1 − βᵗ).
+KOKKOS_INLINE_FUNCTION void adamw_element(float& p, float g, float& m, float& v, float lr,
+                                          float beta1, float beta2, float eps, float weight_decay,
+                                          float grad_scale, float c1, float c2, bf16* p16) {
+  const float gi = g * grad_scale;
+  const float mi = beta1 * m + (1.0f - beta1) * gi;
+  const float vi = beta2 * v + (1.0f - beta2) * gi * gi;
+  m = mi;
+  v = vi;
+  const float pi = p - lr * ((mi * c1) / (sqrtf(vi * c2) + eps) + weight_decay * p);
+  p = pi;
+  // bf16 runs: the products' copy of the weights, without another pass over them.
+  if (p16) *p16 = to_bf16(pi);
+}
+}  // namespace
 
 std::vector<OptimizerSegment> piece_segments(const Parameters& params) {
   std::vector<OptimizerSegment> out;
@@ -21,10 +40,41 @@ AdamW::AdamW(const AdamWConfig& cfg, const GPTConfig& model, std::vector<Optimiz
       v_("mpf::adamw::v", state_size) {
   const auto infos = parameter_infos(model);
   for (int i = 0; i < kNumParameterTensors; ++i) decay_[i] = infos[i].weight_decay;
+  std::vector<AdamWChunk> chunks;
+  for (const OptimizerSegment& s : segments_) {
+    for (int64_t at = 0; at < s.length; at += kChunk) {
+      chunks.push_back({s.param + at, s.grad + at, s.state + at,
+                        int(std::min<int64_t>(kChunk, s.length - at)),
+                        decay_[s.tensor] ? cfg_.weight_decay : 0.0f});
+    }
+  }
+  chunks_ = Kokkos::View<AdamWChunk*, MemSpace>("mpf::adamw::chunks", chunks.size());
+  copy_from_host(chunks_.data(), chunks.data(), chunks.size() * sizeof(AdamWChunk),
+                 "h2d optimizer chunks");
 }
 
 void AdamW::step(float* params, const float* grads, float lr, float grad_scale, bf16* params16) {
   ++t_;
+  if (device_shaped()) {
+    // One kernel for every segment: on a GPU 148 launches (GPT-2 124M's slab pieces) would cost
+    // more than the update of the small ones.
+    const float beta1 = cfg_.beta1, beta2 = cfg_.beta2, eps = cfg_.eps;
+    const float c1 = 1.0f / (1.0f - std::pow(beta1, static_cast<float>(t_)));
+    const float c2 = 1.0f / (1.0f - std::pow(beta2, static_cast<float>(t_)));
+    const Kokkos::View<AdamWChunk*, MemSpace> chunks = chunks_;
+    float* m = m_.data();
+    float* v = v_.data();
+    for_each(
+        "mpf::adamw_update", int64_t(chunks.extent(0)) * kChunk, KOKKOS_LAMBDA(int64_t i) {
+          const AdamWChunk& c = chunks(i / kChunk);
+          const int j = int(i % kChunk);
+          if (j >= c.length) return;
+          adamw_element(params[c.param + j], grads[c.grad + j], m[c.state + j], v[c.state + j], lr,
+                        beta1, beta2, eps, c.weight_decay, grad_scale, c1, c2,
+                        params16 ? params16 + c.param + j : nullptr);
+        });
+    return;
+  }
   for (const OptimizerSegment& s : segments_) {
     adamw_update(params + s.param, grads + s.grad, m_.data() + s.state, v_.data() + s.state,
                  s.length, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
@@ -40,15 +90,8 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float
   const float c2 = 1.0f / (1.0f - std::pow(beta2, static_cast<float>(t)));
   for_each(
       "mpf::adamw_update", n, KOKKOS_LAMBDA(int64_t i) {
-        const float gi = g[i] * grad_scale;
-        const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-        const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        const float pi = p[i] - lr * ((mi * c1) / (sqrtf(vi * c2) + eps) + weight_decay * p[i]);
-        p[i] = pi;
-        // bf16 runs: the products' copy of the weights, without another pass over them.
-        if (p16) p16[i] = to_bf16(pi);
+        adamw_element(p[i], g[i], m[i], v[i], lr, beta1, beta2, eps, weight_decay, grad_scale, c1,
+                      c2, p16 ? p16 + i : nullptr);
       });
 }
 

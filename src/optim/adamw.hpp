@@ -39,6 +39,13 @@ struct OptimizerSegment {
 // and moments laid out alike.
 std::vector<OptimizerSegment> piece_segments(const Parameters& params);
 
+// A run of at most AdamW's kChunk elements of one segment, for the one-kernel update of a GPU.
+struct AdamWChunk {
+  int64_t param, grad, state;
+  int length;
+  float weight_decay;
+};
+
 class AdamW {
  public:
   // Moments for `state_size` elements (the sum of the segments' lengths).
@@ -64,6 +71,10 @@ class AdamW {
   AdamWConfig cfg_;
   std::vector<OptimizerSegment> segments_;
   std::array<bool, kNumParameterTensors> decay_{};
+  // The device shape updates every segment in one kernel: the segments cut into chunks of at most
+  // kChunk elements (AdamWChunk), each a work item of kChunk threads.
+  static constexpr int kChunk = 4096;
+  Kokkos::View<AdamWChunk*, MemSpace> chunks_;
   Slab m_, v_;  // first and second moments
   int64_t t_ = 0;
 };

@@ -7,7 +7,23 @@
 
 namespace mpf {
 
-// Σ g² over n elements, in double, in an order fixed by n (core/parallel.hpp sum).
+// Σ g² over the pieces of a rank's gradients, added up in the kernels' memory (in double, each
+// piece in an order fixed by its length: core/parallel.hpp sum_into) and read to the host once:
+// one read a step, however many pieces.
+class SumOfSquares {
+ public:
+  SumOfSquares();
+  // Starts a new sum (0).
+  void reset();
+  void add(const float* g, int64_t n);
+  // The sum so far, on the host (counted by --profile as "d2h gradient norm").
+  double read() const;
+
+ private:
+  Kokkos::View<double*, MemSpace> total_;  // one element
+};
+
+// Σ g² over n elements: a SumOfSquares of one piece.
 double sum_of_squares(const float* g, int64_t n);
 
 // The factor to multiply gradients by: 1 when clip <= 0 (off) or norm <= clip.

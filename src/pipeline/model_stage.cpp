@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/stopwatch.hpp"
+#include "core/transfer.hpp"
 #include "model/gpt.hpp"
 #include "pipeline/stage_program.hpp"
 
@@ -19,11 +20,12 @@ int64_t message_floats(const TpShard& shard, int B, int T, bool sequence_paralle
   return int64_t(B) * T / (sp ? shard.size : 1) * shard.cfg.channels;
 }
 
-double loss_of(const Activations& a) {
+// total += Σ of a microbatch's per-token losses, in the kernels' memory.
+void add_loss(const Activations& a, double* total) {
   const Tensor losses = a.losses;
-  return sum(
+  sum_into(
       "mpf::microbatch_loss", int64_t(losses.extent(0)),
-      KOKKOS_LAMBDA(int64_t i) { return double(losses(i)); });
+      KOKKOS_LAMBDA(int64_t i) { return double(losses(i)); }, total);
 }
 }  // namespace
 
@@ -63,7 +65,7 @@ void ModelStage::begin_step(const std::vector<Tokens>* inputs, const std::vector
   dloss_ = dloss;
   part_done_ = std::move(part_done);
   weights_done_.assign(chunks_.size(), 0);
-  loss_sum_ = 0.0;
+  Kokkos::deep_copy(ExecSpace(), Kokkos::subview(loss_sums_, 0), 0.0);
   times_ = {};
 }
 
@@ -85,6 +87,10 @@ void ModelStage::timed(const char* name, int mb, int chunk, Op op) {
   op();
   Kokkos::fence();
   events_->push_back({name, mb, chunk, start, clock_()});
+}
+
+double ModelStage::loss_sum() const {
+  return read_to_host(loss_sums_.data(), "d2h loss");
 }
 
 int64_t ModelStage::microbatch_bytes() const {
@@ -186,7 +192,7 @@ void ModelStage::forward(int mb, int chunk) {
   Stopwatch sw;
   timed("F", mb, chunk, [&] {
     gpt_forward(*a, *params_, (*inputs_)[mb], (*targets_)[mb], tp_, workspace_.get());
-    if (chunks_[chunk].head) loss_sum_ += loss_of(*a);
+    if (chunks_[chunk].head) add_loss(*a, loss_sums_.data());
     if (time_ops_) Kokkos::fence();
   });
   times_.forward += sw.seconds() * 1e3;
@@ -323,20 +329,21 @@ double ModelStage::evaluate(const ParameterTensors& params, const std::vector<To
   // Forward only, microbatch by microbatch through the chunks in order. A microbatch's sets are
   // held until all its chunks are done: a send may be to this very rank (one stage, several
   // chunks), and MPI completes it only once the receive is posted.
-  double loss = 0.0;
+  double* loss = loss_sums_.data() + 1;
+  Kokkos::deep_copy(ExecSpace(), Kokkos::subview(loss_sums_, 1), 0.0);
   std::vector<Activations*> held(chunks_.size());
   for (size_t mb = 0; mb < inputs.size(); ++mb) {
     for (int c = 0; c < int(chunks_.size()); ++c) {
       Activations* a = held[c] = acquire(c);
       if (!p2p_.is_first(c)) p2p_.recv_forward(a->input.data(), int(mb), c);
       gpt_forward(*a, params, inputs[mb], targets[mb], tp_, workspace_.get());
-      if (chunks_[c].head) loss += loss_of(*a);
+      if (chunks_[c].head) add_loss(*a, loss);
       if (!p2p_.is_last(c)) p2p_.send_forward(a->output().data(), int(mb), c);
     }
     p2p_.wait_for_sends();
     for (int c = 0; c < int(chunks_.size()); ++c) release(c, held[c]);
   }
-  return loss;
+  return read_to_host(loss, "d2h validation loss");
 }
 
 }  // namespace mpf

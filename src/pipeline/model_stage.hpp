@@ -70,8 +70,8 @@ class ModelStage : public pipeline::StageOps {
   double evaluate(const ParameterTensors& params, const std::vector<Tokens>& inputs,
                   const std::vector<Tokens>& targets);
   // Σ of the per-token losses of the microbatches forwarded since begin_step (last stage; 0 on
-  // the others).
-  double loss_sum() const { return loss_sum_; }
+  // the others): added up in the kernels' memory, read to the host here, once a step.
+  double loss_sum() const;
   // The most bytes of activations and W sets held at once, and the most (mb, chunk)s held (from
   // their forward's input to their W) at once.
   int64_t peak_activation_bytes() const { return peak_bytes_; }
@@ -157,7 +157,8 @@ class ModelStage : public pipeline::StageOps {
   float dloss_ = 0.0f;
   PartDone part_done_;
   std::vector<int> weights_done_;  // per chunk, this step
-  double loss_sum_ = 0.0;
+  // In the kernels' memory: Σ of the step's per-token losses, and evaluate()'s.
+  Kokkos::View<double*, MemSpace> loss_sums_{"mpf::stage::loss_sums", 2};
   StageTimes times_;
   bool time_ops_ = true;
   std::vector<StageEvent>* events_ = nullptr;

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/profile.hpp"
+#include "core/transfer.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/llmc_checkpoint.hpp"
 #include "io/output_file.hpp"
@@ -259,6 +260,7 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
     round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
   }
   watchdog_ = std::make_unique<Watchdog>(opts.step_timeout, grid_->world_rank());
+  grad_squares_ = std::make_unique<SumOfSquares>();
   require(!opts.sequence_parallel || (int64_t(micro_batch_) * opts.seq_len) % grid_->tp_size() == 0,
           "--sequence-parallel splits the " + std::to_string(micro_batch_ * opts.seq_len) +
               " rows of a microbatch over " + std::to_string(grid_->tp_size()) +
@@ -276,13 +278,17 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
                                                std::move(in.tokenizer), grid_->tp_comm(),
                                                grid_->dp_rank() == 0, is_root());
   }
-  const int64_t mb_tokens = int64_t(micro_batch_) * opts.seq_len;
+  // A DP rank's batch is one buffer, its inputs then its targets, filled on the host and copied
+  // in one transfer; each microbatch's tokens are views into it.
+  const int64_t mb_tokens = int64_t(micro_batch_) * opts.seq_len, tokens = mb_tokens * M;
+  batch_ = Tokens("mpf::batch", 2 * tokens);
+  host_batch_ = HostTokens("mpf::host_batch", 2 * tokens);
   for (int mb = 0; mb < M; ++mb) {
-    inputs_.emplace_back("mpf::inputs", mb_tokens);
-    targets_.emplace_back("mpf::targets", mb_tokens);
+    inputs_.push_back(
+        Kokkos::subview(batch_, std::make_pair(mb * mb_tokens, (mb + 1) * mb_tokens)));
+    targets_.push_back(Kokkos::subview(
+        batch_, std::make_pair(tokens + mb * mb_tokens, tokens + (mb + 1) * mb_tokens)));
   }
-  host_inputs_ = HostTokens("mpf::host_inputs", mb_tokens * M);
-  host_targets_ = HostTokens("mpf::host_targets", mb_tokens * M);
 }
 
 TpShard TrainingRun::stage_shard(int tp_rank, int pp_rank) const {
@@ -319,15 +325,12 @@ void TrainingRun::allreduce_tied_embedding() {
 }
 
 void TrainingRun::load_batch(DataLoader& loader) {
-  loader.next_batch(grid_->dp_rank() * local_batch_, local_batch_, host_inputs_.data(),
-                    host_targets_.data());
   // Microbatch mb is rows [mb·b, (mb+1)·b) of this rank's part of the batch.
-  const int64_t n = int64_t(micro_batch_) * opts_.seq_len;
-  for (size_t mb = 0; mb < inputs_.size(); ++mb) {
-    const auto rows = std::make_pair(int64_t(mb) * n, int64_t(mb + 1) * n);
-    Kokkos::deep_copy(inputs_[mb], Kokkos::subview(host_inputs_, rows));
-    Kokkos::deep_copy(targets_[mb], Kokkos::subview(host_targets_, rows));
-  }
+  const int64_t tokens = int64_t(local_batch_) * opts_.seq_len;
+  loader.next_batch(grid_->dp_rank() * local_batch_, local_batch_, host_batch_.data(),
+                    host_batch_.data() + tokens);
+  copy_from_host(batch_.data(), host_batch_.data(), size_t(2 * tokens) * sizeof(int32_t),
+                 "h2d batch");
 }
 
 double TrainingRun::global_mean_loss(double local_sum) const {
@@ -353,13 +356,13 @@ double TrainingRun::global_grad_norm() const {
   // counted on the first stage only.
   const float* grads = dp_grads_->zero() ? dp_grads_->shard_grads() : grads_.slab.data();
   const bool wte_counted_elsewhere = !shard_.has_embedding;
-  double local = 0.0;
+  SumOfSquares& squares = *grad_squares_;
+  squares.reset();
   for (const OptimizerSegment& s : optimizer_->segments()) {
     if (s.tensor == 0 && wte_counted_elsewhere) continue;
-    if (shard_.is_split(s.tensor) || grid_->tp_rank() == 0) {
-      local += sum_of_squares(grads + s.grad, s.length);
-    }
+    if (shard_.is_split(s.tensor) || grid_->tp_rank() == 0) squares.add(grads + s.grad, s.length);
   }
+  double local = squares.read();
   if (dp_grads_->zero()) local = allreduce_sum(local, grid_->dp_comm());
   local = allreduce_sum(local, grid_->tp_comm());
   return std::sqrt(allreduce_sum(local, grid_->pp_comm()));
@@ -455,7 +458,7 @@ void TrainingRun::report_stages(const StageTimes& timed) const {
       double(stage_->peak_activation_bytes()), double(stage_->peak_held()),
       double(stage_->microbatch_bytes()),      double(stage_->weight_input_bytes()),
       mean(timed.forward, timed.forwards),     mean(timed.backward, timed.backwards),
-      mean(timed.weight, timed.weights),       0.0};
+      mean(timed.weight, timed.weights),       double(timed.forwards + timed.backwards)};
   std::vector<double> all(is_root() ? 8 * grid_->world_size() : 0);
   MPF_MPI_CHECK(MPI_Gather(mine, 8, MPI_DOUBLE, all.data(), 8, MPI_DOUBLE, 0, grid_->world_comm()));
   if (!is_root() || !opts_.verbose) return;
@@ -463,11 +466,16 @@ void TrainingRun::report_stages(const StageTimes& timed) const {
   // stage's activations (V chunks make one); the bytes include what waits for W.
   for (int p = 0; p < grid_->pp_size(); ++p) {
     const double* r = all.data() + 8 * p * grid_->tp_size() * grid_->dp_size();
+    char times[96] = "F, B and W not timed (on a GPU only with --profile)";
+    if (r[7] > 0) {
+      std::snprintf(times, sizeof times, "F %.2f ms, B %.2f ms, W %.2f ms per (microbatch, chunk)",
+                    r[4], r[5], r[6]);
+    }
     std::printf(
         "stage %d | peak in flight %g microbatches, %s (a microbatch: %s activations + %s kept "
-        "for W) | F %.2f ms, B %.2f ms, W %.2f ms per (microbatch, chunk)\n",
+        "for W) | %s\n",
         p, r[1] / shape_.virtual_stages, megabytes(int64_t(r[0])).c_str(),
-        megabytes(int64_t(r[2])).c_str(), megabytes(int64_t(r[3])).c_str(), r[4], r[5], r[6]);
+        megabytes(int64_t(r[2])).c_str(), megabytes(int64_t(r[3])).c_str(), times);
   }
 }
 
@@ -641,6 +649,13 @@ TrainResult TrainingRun::train() {
     const bool timed = step > first_step_ || opts_.steps == first_step_;
     // The last step is the one traced: caches and pools are warm by then.
     const bool traced = !opts_.trace.empty() && step == opts_.steps;
+    // The ops' own times need a wait at the end of each op. On the host that costs nothing; on a
+    // GPU it stalls the stream, so only the steps that use the times pay it: zb-auto's planning
+    // step, the traced one and profiled ones.
+    const bool zb_planning =
+        pp_schedule_ == pipeline::Schedule::kZbAuto && !auto_planned_ && step == first_step_ + 1;
+    const bool time_ops = !kDeviceMemory || opts_.profile || traced || zb_planning;
+    stage_->set_op_timing(time_ops);
     if (traced) {
       trace.begin(*grid_);
       stage_->record(trace.events(), [&trace] { return trace.now(); });
@@ -664,7 +679,7 @@ TrainResult TrainingRun::train() {
     last_loss = global_mean_loss(stage_->loss_sum());
     phases.mark(PhaseTimers::kSchedule);
     const double sync_start = trace.now();
-    if (timed) {
+    if (timed && time_ops) {
       const StageTimes& t = stage_->times();
       compute.forward += t.forward;
       compute.backward += t.backward;
@@ -675,7 +690,7 @@ TrainResult TrainingRun::train() {
     }
     // zb-auto plans from the second step's op times: the first's include the warm-up (first
     // touches of buffers, BLAS start-up) and misstate the stages' ratios.
-    if (pp_schedule_ == pipeline::Schedule::kZbAuto && !auto_planned_ && step == first_step_ + 1) {
+    if (zb_planning) {
       watchdog.phase("zb-auto planning (all-reduce of the measured op times)");
       plan_zb_auto(step);
     }

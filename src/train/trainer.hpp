@@ -14,6 +14,7 @@
 #include "model/activations.hpp"
 #include "model/parameters.hpp"
 #include "optim/adamw.hpp"
+#include "optim/grad_norm.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/grad_buckets.hpp"
 #include "parallel/grid.hpp"
@@ -109,6 +110,7 @@ class TrainingRun {
   // after every update (derived state: checkpoints hold the fp32 parameters).
   Bf16Slab weights16_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<SumOfSquares> grad_squares_;  // the gradient norm's, read once a step
   std::unique_ptr<DataParallelGrads> dp_grads_;
   std::unique_ptr<StateFiles> state_files_;
   int first_step_ = 1;             // 1, or the step after the resumed checkpoint's
@@ -126,8 +128,9 @@ class TrainingRun {
   std::vector<LayerRange> layer_ranges_;          // blocks of every virtual stage
   std::unique_ptr<ModelStage> stage_;
   std::unique_ptr<TrainingSample> sample_;  // --sample-every
-  std::vector<Tokens> inputs_, targets_;    // per microbatch
-  HostTokens host_inputs_, host_targets_;
+  Tokens batch_;                            // this DP rank's inputs, then its targets
+  HostTokens host_batch_;                   // the same, where the loader fills them
+  std::vector<Tokens> inputs_, targets_;    // per microbatch: views into batch_
 };
 
 // The threads a rank should use: `requested` if positive, else OMP_NUM_THREADS if set, else the

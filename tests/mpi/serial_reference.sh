@@ -83,7 +83,7 @@ run_layout() {  # run_layout TP DP [extra flags...]; a --pp P among them multipl
   if serial "$batch" && OMP_NUM_THREADS=1 timeout 300 "$MPIEXEC" -n "$n" "$TRAIN" "${args[@]}" \
     --batch "$batch" --tp "$tp" "$@" --save-llmc "$WORK/$name.bin" >"$WORK/$name.log" 2>&1 &&
     compare "$name" "$batch"; then
-    ok "tp $tp x dp $dp $* (batch $batch, $PRECISION) = serial"
+    ok "tp $tp x dp $dp $* (batch $batch, $PRECISION${TAG:+, $TAG}) = serial"
   else
     bad "tp $tp x dp $dp $*"; tail -5 "$WORK/$name.log"
   fi

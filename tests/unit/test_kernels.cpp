@@ -1,0 +1,303 @@
+// Every kernel against a plain loop on the host in double precision, in both kernel shapes
+// (core/parallel.hpp): the host shape (one thread per row, lanes) and the device shape (a team per
+// row, a thread per element, column sums in two passes, sorted token runs). In a CPU build both
+// run on the CPU; in a GPU build both run on the GPU and the loops here are the CPU's results.
+// Sizes are chosen to leave remainders: rows not a multiple of a block, widths not of 16 lanes or
+// of a warp, a vocabulary shard with padding, tokens repeated.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/parallel.hpp"
+#include "core/transfer.hpp"
+#include "model/layers/attention.hpp"
+#include "model/layers/cross_entropy.hpp"
+#include "model/layers/encoder.hpp"
+#include "model/layers/layernorm.hpp"
+#include "model/layers/linear.hpp"
+#include "optim/adamw.hpp"
+#include "test_helpers.hpp"
+
+namespace mpf {
+
+using test::random_slab;
+using test::to_host;
+using test::view;
+
+namespace {
+
+double gelu(double x) {
+  return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+Slab from_host(const char* name, const std::vector<float>& v) {
+  Slab s(std::string(name), v.size());
+  copy_from_host(s.data(), v.data(), v.size() * sizeof(float), "test");
+  return s;
+}
+
+Tokens tokens_from_host(const std::vector<int32_t>& v) {
+  Tokens t("tokens", v.size());
+  copy_from_host(t.data(), v.data(), v.size() * sizeof(int32_t), "test");
+  return t;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, double rtol,
+                  const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0.0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], rtol * (scale + std::fabs(want[i])) + 1e-30)
+        << what << " element " << i;
+  }
+}
+
+// Kernels run from free functions: nvcc rejects a KOKKOS_LAMBDA inside a TEST body.
+double device_sum_of_squares(const Slab& x) {
+  const float* p = x.data();
+  return sum(
+      "test::sum", int64_t(x.extent(0)), KOKKOS_LAMBDA(int64_t i) { return double(p[i]) * p[i]; });
+}
+
+}  // namespace
+
+class Kernels : public ::testing::TestWithParam<KernelShape> {
+ protected:
+  void SetUp() override {
+    before_ = kernel_shape();
+    set_kernel_shape(GetParam());
+  }
+  void TearDown() override { set_kernel_shape(before_); }
+
+ private:
+  KernelShape before_ = KernelShape::kHost;
+};
+
+TEST_P(Kernels, LayerNorm) {
+  const int N = 37, C = 200;
+  Slab inp = random_slab("inp", N * C, 2.0f), w = random_slab("w", C), b = random_slab("b", C),
+       dout = random_slab("dout", N * C), dres = random_slab("dres", N * C);
+  Slab out("out", N * C), mean("mean", N), rstd("rstd", N), dinp("dinp", N * C);
+  std::vector<float> dw0 = to_host(random_slab("dw0", C)), db0 = to_host(random_slab("db0", C));
+  Slab dw = from_host("dw", dw0), db = from_host("db", db0);
+  layernorm_forward(view(out), view(mean), view(rstd), view(inp), view(w), view(b), N, C);
+  layernorm_backward_input(view(dinp), view(dres), view(dout), view(inp), view(mean), view(rstd),
+                           view(w), N, C);
+  layernorm_backward_weight(view(dw), view(db), view(dout), view(inp), view(mean), view(rstd), N,
+                            C);
+
+  const std::vector<float> x = to_host(inp), hw = to_host(w), hb = to_host(b), dy = to_host(dout),
+                           dr = to_host(dres);
+  std::vector<double> y(N * C), m(N), s(N), dx(N * C), gw(dw0.begin(), dw0.end()),
+      gb(db0.begin(), db0.end());
+  for (int n = 0; n < N; ++n) {
+    double mu = 0, var = 0;
+    for (int c = 0; c < C; ++c) mu += x[n * C + c];
+    mu /= C;
+    for (int c = 0; c < C; ++c) var += (x[n * C + c] - mu) * (x[n * C + c] - mu);
+    const double r = 1.0 / std::sqrt(var / C + 1e-5);
+    m[n] = mu;
+    s[n] = r;
+    double a = 0, bsum = 0;  // means of w·dy and of w·dy·xhat
+    for (int c = 0; c < C; ++c) {
+      const double xhat = (x[n * C + c] - mu) * r;
+      y[n * C + c] = xhat * hw[c] + hb[c];
+      a += hw[c] * dy[n * C + c];
+      bsum += hw[c] * dy[n * C + c] * xhat;
+      gw[c] += dy[n * C + c] * xhat;
+      gb[c] += dy[n * C + c];
+    }
+    a /= C;
+    bsum /= C;
+    for (int c = 0; c < C; ++c) {
+      const double xhat = (x[n * C + c] - mu) * r;
+      dx[n * C + c] = dr[n * C + c] + r * (hw[c] * dy[n * C + c] - a - xhat * bsum);
+    }
+  }
+  expect_close(to_host(out), y, 1e-5, "out");
+  expect_close(to_host(mean), m, 1e-5, "mean");
+  expect_close(to_host(rstd), s, 1e-5, "rstd");
+  expect_close(to_host(dinp), dx, 1e-5, "dinp");
+  expect_close(to_host(dw), gw, 1e-5, "dweight");
+  expect_close(to_host(db), gb, 1e-5, "dbias");
+}
+
+TEST_P(Kernels, LinearWithBiasResidualAndGelu) {
+  const int N = 300, IC = 24, OC = 70;
+  Slab inp = random_slab("inp", N * IC), w = random_slab("w", OC * IC, 0.3f),
+       b = random_slab("b", OC), res = random_slab("res", N * OC),
+       dout = random_slab("dout", N * OC);
+  Slab out("out", N * OC), pre("pre", N * OC), act("act", N * OC), dw("dw", OC * IC);
+  std::vector<float> db0 = to_host(random_slab("db0", OC));
+  Slab db = from_host("db", db0);
+  linear_forward(view(out), view(res), view(inp), view(w), view(b), N, IC, OC);
+  linear_gelu_forward(view(pre), view(act), view(inp), view(w), view(b), N, IC, OC);
+  linear_backward_weight(view(dw), view(db), view(dout), view(inp), N, IC, OC);
+
+  const std::vector<float> x = to_host(inp), hw = to_host(w), hb = to_host(b), r = to_host(res),
+                           dy = to_host(dout);
+  std::vector<double> y(N * OC), p(N * OC), g(N * OC), gb(db0.begin(), db0.end());
+  for (int n = 0; n < N; ++n) {
+    for (int o = 0; o < OC; ++o) {
+      double acc = hb[o];
+      for (int i = 0; i < IC; ++i) acc += double(x[n * IC + i]) * hw[o * IC + i];
+      p[n * OC + o] = acc;
+      g[n * OC + o] = gelu(acc);
+      y[n * OC + o] = acc + r[n * OC + o];
+      gb[o] += dy[n * OC + o];
+    }
+  }
+  expect_close(to_host(out), y, 1e-5, "residual + inp·Wᵀ + b");
+  expect_close(to_host(pre), p, 1e-5, "inp·Wᵀ + b before GELU");
+  expect_close(to_host(act), g, 1e-5, "GELU(inp·Wᵀ + b)");
+  expect_close(to_host(db), gb, 1e-5, "dbias");
+}
+
+TEST_P(Kernels, CausalAttentionForward) {
+  const int B = 2, T = 19, C = 24, NH = 3, hs = C / NH;
+  Slab qkv = random_slab("qkv", B * T * 3 * C), out("out", B * T * C), att("att", B * NH * T * T);
+  attention_forward(view(out), view(att), view(qkv), B, T, C, NH);
+  const std::vector<float> q = to_host(qkv);
+  std::vector<double> y(B * T * C), probs(B * NH * T * T, 0.0);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> e(t + 1);
+        double mx = -1e30, total = 0;
+        for (int j = 0; j <= t; ++j) {
+          double dot = 0;
+          for (int k = 0; k < hs; ++k) {
+            dot += double(q[(b * T + t) * 3 * C + h * hs + k]) *
+                   q[(b * T + j) * 3 * C + C + h * hs + k];
+          }
+          e[j] = dot / std::sqrt(double(hs));
+          mx = std::max(mx, e[j]);
+        }
+        for (int j = 0; j <= t; ++j) total += (e[j] = std::exp(e[j] - mx));
+        for (int j = 0; j <= t; ++j) probs[((b * NH + h) * T + t) * T + j] = e[j] / total;
+        for (int k = 0; k < hs; ++k) {
+          double acc = 0;
+          for (int j = 0; j <= t; ++j) {
+            acc += e[j] / total * q[(b * T + j) * 3 * C + 2 * C + h * hs + k];
+          }
+          y[(b * T + t) * C + h * hs + k] = acc;
+        }
+      }
+    }
+  }
+  expect_close(to_host(att), probs, 1e-5, "attention probabilities");
+  expect_close(to_host(out), y, 1e-5, "attention output");
+}
+
+TEST_P(Kernels, CrossEntropyWithPaddedVocabulary) {
+  const int N = 23, V = 1000, Vl = 1024;
+  Slab logits = random_slab("logits", N * Vl, 3.0f), losses("losses", N), stats("stats", 3 * N);
+  std::vector<int32_t> t(N);
+  for (int n = 0; n < N; ++n) t[n] = (n * 397) % V;
+  const Tokens targets = tokens_from_host(t);
+  const std::vector<float> z = to_host(logits);
+  cross_entropy_forward(view(losses), view(logits), view(stats), targets, N, V, 0, Vl,
+                        MPI_COMM_SELF);
+  const std::vector<float> probs = to_host(logits);
+  const float dloss = 0.25f;
+  cross_entropy_backward_input(view(logits), view(logits), targets, dloss, N, 0, Vl);
+
+  std::vector<double> want_loss(N), want_p(N * Vl, 0.0), want_d(N * Vl, 0.0);
+  for (int n = 0; n < N; ++n) {
+    double mx = -1e30, total = 0;
+    for (int j = 0; j < V; ++j) mx = std::max(mx, double(z[n * Vl + j]));
+    for (int j = 0; j < V; ++j) total += std::exp(z[n * Vl + j] - mx);
+    want_loss[n] = mx + std::log(total) - z[n * Vl + t[n]];
+    for (int j = 0; j < V; ++j) {
+      want_p[n * Vl + j] = std::exp(z[n * Vl + j] - mx) / total;
+      want_d[n * Vl + j] = (want_p[n * Vl + j] - (j == t[n])) * dloss;
+    }
+  }
+  expect_close(to_host(losses), want_loss, 1e-5, "losses");
+  expect_close(probs, want_p, 1e-5, "probabilities (0 in the padding)");
+  expect_close(to_host(logits), want_d, 1e-5, "dlogits");
+}
+
+TEST_P(Kernels, EmbeddingOfAVocabularyShardWithRepeatedTokens) {
+  const int B = 3, T = 40, C = 33, V = 50, begin = 20, shard = 17;  // rows 20..36 held here
+  std::vector<int32_t> tok(B * T);
+  for (int i = 0; i < B * T; ++i) tok[i] = (i * 7 + i / 5) % V;  // every token several times
+  const Tokens tokens = tokens_from_host(tok);
+  Slab wte = random_slab("wte", shard * C), wpe = random_slab("wpe", T * C),
+       dout = random_slab("dout", B * T * C), out("out", B * T * C);
+  std::vector<float> dwte0 = to_host(random_slab("dwte0", shard * C)),
+                     dwpe0 = to_host(random_slab("dwpe0", T * C));
+  Slab dwte = from_host("dwte", dwte0), dwpe = from_host("dwpe", dwpe0);
+  encoder_forward(view(out), tokens, view(wte), view(wpe), B, T, C, begin, shard, true);
+  encoder_backward_weight(view(dwte), view(dwpe), view(dout), tokens, B, T, C, begin, shard);
+
+  const std::vector<float> e = to_host(wte), p = to_host(wpe), dy = to_host(dout);
+  std::vector<double> y(B * T * C), ge(dwte0.begin(), dwte0.end()), gp(dwpe0.begin(), dwpe0.end());
+  for (int bt = 0; bt < B * T; ++bt) {
+    const int row = tok[bt] - begin, t = bt % T;
+    const bool mine = row >= 0 && row < shard;
+    for (int c = 0; c < C; ++c) {
+      y[bt * C + c] = (mine ? e[row * C + c] : 0.0) + p[t * C + c];
+      if (mine) ge[row * C + c] += dy[bt * C + c];
+      gp[t * C + c] += dy[bt * C + c];
+    }
+  }
+  expect_close(to_host(out), y, 1e-6, "embedding");
+  expect_close(to_host(dwte), ge, 1e-5, "dwte (this shard's rows)");
+  expect_close(to_host(dwpe), gp, 1e-5, "dwpe");
+}
+
+TEST_P(Kernels, SumOfAMillionElements) {
+  const int64_t n = 1000003;
+  Slab x = random_slab("x", n);
+  const std::vector<float> h = to_host(x);
+  double want = 0;
+  for (float v : h) want += double(v) * v;
+  EXPECT_NEAR(device_sum_of_squares(x), want, 1e-10 * want);
+}
+
+TEST_P(Kernels, AdamWOverSegmentsOfEveryLength) {
+  // Two tensors: a matrix (weight decay) of 5000 elements, more than one 4096-element chunk of
+  // the device shape's single kernel, and a 3-element LayerNorm bias (none).
+  GPTConfig model;
+  model.layers = 1;
+  model.heads = 1;
+  model.channels = 8;
+  model.vocab = 16;
+  model.padded_vocab = 16;
+  model.max_seq_len = 8;
+  const int64_t n = 5003;
+  std::vector<OptimizerSegment> segments = {{0, 0, 0, 5000, 0}, {5000, 5000, 5000, 3, 3}};
+  AdamWConfig cfg;
+  cfg.weight_decay = 0.1f;
+  AdamW adam(cfg, model, segments, n);
+  Slab p = random_slab("p", n), g = random_slab("g", n);
+  std::vector<double> hp(n), m(n, 0.0), v(n, 0.0);
+  const std::vector<float> p0 = to_host(p), hg = to_host(g);
+  for (int64_t i = 0; i < n; ++i) hp[i] = p0[i];
+  const float lr = 1e-2f, scale = 0.5f;
+  for (int step = 1; step <= 2; ++step) {
+    adam.step(p.data(), g.data(), lr, scale);
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = double(hg[i]) * scale, wd = i < 5000 ? 0.1 : 0.0;
+      m[i] = 0.9 * m[i] + 0.1 * gi;
+      v[i] = 0.999 * v[i] + 0.001 * gi * gi;
+      const double mhat = m[i] / (1 - std::pow(0.9, step)),
+                   vhat = v[i] / (1 - std::pow(0.999, step));
+      hp[i] -= lr * (mhat / (std::sqrt(vhat) + 1e-8) + wd * hp[i]);
+    }
+  }
+  expect_close(to_host(p), hp, 1e-6, "parameters after two AdamW steps");
+}
+
+INSTANTIATE_TEST_SUITE_P(BothShapes, Kernels,
+                         ::testing::Values(KernelShape::kHost, KernelShape::kDevice),
+                         [](const ::testing::TestParamInfo<KernelShape>& info) {
+                           return info.param == KernelShape::kHost ? "HostShape" : "DeviceShape";
+                         });
+
+}  // namespace mpf
