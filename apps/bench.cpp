@@ -4,7 +4,10 @@
 // runs it row by row, alternating with PyTorch on the same model, batch and threads.
 //
 //   mpiexec -n R mpiformer-bench [--model gpt2-124M|small] [--batch B] [--seq-len T]
-//       [--steps N] [--tp T] [--precision fp32|bf16] [--gemm LIB] [--profile]
+//       [--steps N] [--tp T] [--precision fp32|bf16] [--gemm LIB] [--peak-gflops X] [--profile]
+//
+// MFU is against the best GEMM rate measured in the process, or against --peak-gflops (per rank),
+// e.g. a GPU's dense peak from its data sheet.
 #include <mpi.h>
 
 #include <algorithm>
@@ -29,6 +32,7 @@ struct Row {
   int batch = 4, seq_len = 64, steps = 8, tp = 1;
   mpf::Precision precision = mpf::Precision::fp32;
   std::string gemm;
+  double peak_gflops = 0.0;  // 0: measured
   bool profile = false;
 };
 
@@ -60,6 +64,11 @@ Row parse(int argc, char** argv) {
       {"--precision",
        [&](const std::string&, const std::string& v) { r.precision = mpf::parse_precision(v); }},
       {"--gemm", [&](const std::string&, const std::string& v) { r.gemm = v; }},
+      {"--peak-gflops",
+       [&](const std::string& f, const std::string& v) {
+         r.peak_gflops = mpf::flags::to_double(f, v);
+         mpf::require(r.peak_gflops > 0, "--peak-gflops must be positive");
+       }},
   };
   table.switches = {{"--profile", [&] { r.profile = true; }}};
   mpf::flags::parse(argc, argv, table, "mpiformer-bench");
@@ -104,13 +113,14 @@ int main(int argc, char** argv) {
     o.profile = row.profile;
     // The peak before the run and after it, the better kept: a moment of contention from another
     // tenant cannot inflate the MFU column.
-    double peak = mpf::measure_peak(row.precision).gflops;
+    o.peak_gflops = row.peak_gflops;
+    double peak = row.peak_gflops > 0 ? row.peak_gflops : mpf::measure_peak(row.precision).gflops;
     std::vector<double> ms;
     {
       mpf::TrainingRun run(mpf::load_inputs(o, rank), MPI_COMM_WORLD);
       ms = run.train().step_ms;
     }
-    peak = std::max(peak, mpf::measure_peak(row.precision).gflops);
+    if (row.peak_gflops <= 0) peak = std::max(peak, mpf::measure_peak(row.precision).gflops);
     const double peak_all = mpf::allreduce_sum(peak, MPI_COMM_WORLD);
     if (rank == 0) {
       // The first two steps fault in pages and warm caches; the median of the rest is the figure.

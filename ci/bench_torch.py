@@ -58,7 +58,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(C)
 
     def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))
         for block in self.blocks:
             x = block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # the tied head
@@ -113,28 +113,39 @@ def main():
     ap.add_argument("--steps", type=int, default=12, help="steps, the first two untimed")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: PyTorch eager on the GPU (fp32 without TF32; bf16 by autocast)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    device = torch.device(args.device)
+    if args.device == "cuda":
+        # fp32 products in fp32, as mpiformer's cuBLAS fp32 GEMMs: no TF32.
+        torch.backends.cuda.matmul.allow_tf32 = False
     m = MODELS[args.model]
-    model = GPT(m["L"], m["NH"], m["C"], args.seq_len)
+    model = GPT(m["L"], m["NH"], m["C"], args.seq_len).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
-    tokens = torch.randint(0, VOCAB, (args.batch, args.seq_len + 1))
+    tokens = torch.randint(0, VOCAB, (args.batch, args.seq_len + 1), device=device)
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     times = []
     for _ in range(args.steps):
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
             loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if args.device == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     s = statistics.median(times[2:])
-    print(f"torch | {args.model} | {args.batch} x {args.seq_len} | {args.threads}t | "
+    where = (f"{torch.cuda.get_device_name()}" if args.device == "cuda" else f"{args.threads}t")
+    used = (f"PyTorch {torch.__version__} eager, CUDA {torch.version.cuda}"
+            if args.device == "cuda" else kernels(args.precision))
+    print(f"torch | {args.model} | {args.batch} x {args.seq_len} | {where} | "
           f"{args.precision} | {s:.4f} s/step | {args.batch * args.seq_len / s:.1f} tok/s | "
-          f"kernels: {kernels(args.precision)}", flush=True)
+          f"kernels: {used}", flush=True)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ done_now() {
 jobs=$(nproc 2>/dev/null || echo 2)
 start=$SECONDS
 if cmake -S "$root" -B "$tree" -DCMAKE_BUILD_TYPE=Release -DMPIFORMER_KOKKOS_SOURCE="$KOKKOS_SOURCE" \
-  -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=OFF >"$work/configure.log" 2>&1 &&
+  -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=OFF -DMPIFORMER_UNITY_BUILD=ON \
+  >"$work/configure.log" 2>&1 &&
   cmake --build "$tree" -j "$jobs" >"$work/build.log" 2>&1; then
   pass "Kokkos $(sed -n 's/.*Kokkos \([0-9.]*\) built inline.*/\1/p' "$work/configure.log" | head -1) OpenMP (Serial off) built inline with the project in $((SECONDS - start)) s ($KOKKOS_SOURCE)"
 else

@@ -275,6 +275,11 @@ for set_name, system, conf in enabled_systems:
     plain = own.get("mpiformer", str(projections.get("all", "")))
     check(f"{where}: mpiformer+cuda gets its own module name", bool(cuda) and cuda[0] != plain,
           f"projections: {projections}")
+    # Kokkos 4's OpenMP backend warns on every rank without OMP_PROC_BIND; the module binds
+    # nothing (interactive mpiexec binds no ranks), the job scripts bind inside srun's binding.
+    env_set = (((conf.get("mpiformer") or {}).get("environment") or {}).get("set") or {})
+    check(f"{where}: the mpiformer module sets OMP_PROC_BIND (no Kokkos warning), to false",
+          str(env_set.get("OMP_PROC_BIND")).lower() == "false", f"environment.set = {env_set}")
 
 # ---- g. the recipe: cblas.h's directory, the MPI's launcher ----------------------------------
 if tree is not None:

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "io/input_file.hpp"
 
 // The formats are little-endian and are read and written with plain memcpy.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "llm.c files are little-endian");
@@ -24,38 +25,20 @@ using llmc::kHeaderInts;
 // Text is read in pieces so a large file never exists twice in memory.
 constexpr int64_t kChunkTokens = 1 << 20;
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
-
-std::string errno_text() {
-  return std::strerror(errno);
-}
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Opens a regular file for reading and returns its size in bytes.
-File open_for_reading(const std::string& path, int64_t& bytes) {
-  File f(std::fopen(path.c_str(), "rb"));
-  require(f != nullptr, "data file " + path + ": cannot open (" + errno_text() +
-                            "); check the path and its permissions");
-  struct stat st;
-  require(fstat(fileno(f.get()), &st) == 0 && S_ISREG(st.st_mode),
-          "data file " + path + ": not a regular file; pass a token shard or a text file");
-  bytes = st.st_size;
+// A data file, open for reading, and its size in bytes (not 0).
+File open_data_file(const std::string& path, int64_t& bytes) {
+  File f = open_for_reading(path, "data file " + path, "a token shard or a text file", bytes);
   require(bytes > 0, "data file " + path + ": the file is empty; pass a file that holds tokens");
   return f;
 }
 
-void read_exact(std::FILE* f, void* dst, size_t bytes, const std::string& path) {
-  require(std::fread(dst, 1, bytes, f) == bytes,
-          "data file " + path + ": read failed (" +
-              (std::ferror(f) ? errno_text() : "end of file") +
-              "); the file changed while being read or is unreadable");
+void read_data(std::FILE* f, void* dst, size_t bytes, const std::string& path) {
+  read_exact(f, dst, bytes, "data file " + path);
 }
 
 // Every token must index the model's embedding table; the message names the first bad one and
@@ -87,12 +70,12 @@ TokenStream::TokenStream(const std::string& path, int vocab) : path_(path) {
   require(vocab > 0, "data file " + path + ": vocab must be positive, got " +
                          std::to_string(vocab) + "; pass --vocab");
   int64_t bytes = 0;
-  File f = open_for_reading(path, bytes);
+  File f = open_data_file(path, bytes);
   const std::string what = "data file " + path;
 
   int32_t header[kHeaderInts] = {};
   const size_t head = static_cast<size_t>(std::min<int64_t>(bytes, kHeaderBytes));
-  read_exact(f.get(), header, head, path);
+  read_data(f.get(), header, head, path);
   const bool has_magic = head >= sizeof(int32_t) && header[0] == llmc::kShardMagic;
 
   // A .bin that cannot even hold a header is a broken shard, not text someone meant to train on.
@@ -139,7 +122,7 @@ TokenStream::TokenStream(const std::string& path, int vocab) : path_(path) {
     std::vector<unsigned char> chunk(std::min(bytes, kChunkTokens));
     for (int64_t done = static_cast<int64_t>(head); done < bytes;) {
       const int64_t count = std::min(bytes - done, kChunkTokens);
-      read_exact(f.get(), chunk.data(), count, path);
+      read_data(f.get(), chunk.data(), count, path);
       std::copy(chunk.begin(), chunk.begin() + count, owned_.begin() + done);
       done += count;
     }

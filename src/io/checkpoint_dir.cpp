@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "io/input_file.hpp"
 #include "io/output_file.hpp"
 
 namespace mpf::checkpoint {
@@ -22,10 +23,6 @@ namespace {
 constexpr const char* kPrefix = "step_";
 constexpr int kDigits = 8;
 constexpr const char* kPartial = ".partial-";
-
-std::string errno_text() {
-  return std::strerror(errno);
-}
 
 // "step_00001000" -> 1000; -1 for anything else (a partial directory, a user's file).
 int64_t parse_name(const std::string& s) {

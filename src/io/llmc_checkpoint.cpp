@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "io/checkpoint_info.hpp"
+#include "io/input_file.hpp"
 #include "io/output_file.hpp"
 
 // The format is little-endian and is read and written with plain memcpy.
@@ -23,35 +24,12 @@ namespace {
 using llmc::kHeaderBytes;
 using llmc::kHeaderInts;
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
-
-std::string errno_text() {
-  return std::strerror(errno);
-}
-
-std::string what(const std::string& path) {
+std::string checkpoint_name(const std::string& path) {
   return "checkpoint " + path;
 }
 
-// Opens a regular file for reading and returns its size in bytes.
-File open_for_reading(const std::string& path, int64_t& bytes) {
-  File f(std::fopen(path.c_str(), "rb"));
-  require(f != nullptr,
-          what(path) + ": cannot open (" + errno_text() + "); check the path and its permissions");
-  struct stat st;
-  require(fstat(fileno(f.get()), &st) == 0 && S_ISREG(st.st_mode),
-          what(path) + ": not a regular file; pass an llm.c model file");
-  bytes = st.st_size;
-  return f;
-}
-
-void read_exact(std::FILE* f, void* dst, size_t bytes, const std::string& path) {
-  require(std::fread(dst, 1, bytes, f) == bytes,
-          what(path) + ": read failed (" + (std::ferror(f) ? errno_text() : "end of file") +
-              "); the file changed while being read or is unreadable");
+File open_checkpoint(const std::string& path, int64_t& bytes) {
+  return open_for_reading(path, checkpoint_name(path), "an llm.c model file", bytes);
 }
 
 // What a file with an llm.c-style header holds: the model file, or the optimizer state of a
@@ -68,22 +46,23 @@ constexpr HeaderKind kOptimizerFile{kOptimizerMagic, kOptimizerVersion, 2,
 
 // Reads and checks the header and the file's size; leaves `f` positioned after the header.
 GPTConfig read_header(std::FILE* f, int64_t bytes, const std::string& path, const HeaderKind& k) {
-  require(bytes >= kHeaderBytes, what(path) + ": " + std::to_string(bytes) +
+  require(bytes >= kHeaderBytes, checkpoint_name(path) + ": " + std::to_string(bytes) +
                                      " bytes is too short for the 1024-byte header; the file is "
                                      "truncated or not an " +
                                      k.name);
   int32_t h[kHeaderInts];
-  read_exact(f, h, sizeof h, path);
+  read_exact(f, h, sizeof h, checkpoint_name(path));
   require(h[0] != llmc::kShardMagic,
-          what(path) + ": this is an llm.c token shard, not a model file; pass a model checkpoint");
-  require(h[0] == k.magic, what(path) + ": bad magic " + std::to_string(h[0]) + " (expected " +
-                               std::to_string(k.magic) + "); not an " + k.name);
+          checkpoint_name(path) +
+              ": this is an llm.c token shard, not a model file; pass a model checkpoint");
+  require(h[0] == k.magic, checkpoint_name(path) + ": bad magic " + std::to_string(h[0]) +
+                               " (expected " + std::to_string(k.magic) + "); not an " + k.name);
   require(k.magic != llmc::kCheckpointMagic || h[1] != llmc::kCheckpointVersionBf16,
-          what(path) +
+          checkpoint_name(path) +
               ": version 5 is llm.c's bf16 format; only fp32 (version 3) checkpoints are "
               "supported: export fp32 (llm.c train_gpt2.py writes gpt2_124M.bin in fp32)");
   require(h[1] == k.version,
-          what(path) + ": unsupported version " + std::to_string(h[1]) +
+          checkpoint_name(path) + ": unsupported version " + std::to_string(h[1]) +
               (k.magic == llmc::kCheckpointMagic
                    ? "; only fp32 (version 3) checkpoints are supported: export fp32"
                    : " of the " + std::string(k.name) + "; this mpiformer reads version " +
@@ -95,27 +74,27 @@ GPTConfig read_header(std::FILE* f, int64_t bytes, const std::string& path, cons
   cfg.heads = h[5];
   cfg.channels = h[6];
   cfg.padded_vocab = h[7];
-  validate(cfg, what(path));
+  validate(cfg, checkpoint_name(path));
   // parameter_count overflows int64 for absurd header sizes; a corrupt header must not wrap
   // around into a plausible count.
   const double C = cfg.channels;
   const double estimate = (double(cfg.padded_vocab) + cfg.max_seq_len + 2) * C +
                           double(cfg.layers) * (12 * C * C + 13 * C);
-  require(estimate < 1e15, what(path) + ": header sizes (" + describe(cfg) +
+  require(estimate < 1e15, checkpoint_name(path) + ": header sizes (" + describe(cfg) +
                                ") are implausible; the header is corrupt");
   const int64_t n = parameter_count(cfg);
   const int64_t expected = kHeaderBytes + 4 * k.floats_per_parameter * n;
-  require(bytes == expected, what(path) + ": size mismatch: expected " + std::to_string(expected) +
-                                 " bytes (1024 + " + std::to_string(4 * k.floats_per_parameter) +
-                                 " * " + std::to_string(n) + " parameters of " + describe(cfg) +
-                                 "), the file has " + std::to_string(bytes) +
-                                 "; the file is truncated or corrupt");
+  require(bytes == expected,
+          checkpoint_name(path) + ": size mismatch: expected " + std::to_string(expected) +
+              " bytes (1024 + " + std::to_string(4 * k.floats_per_parameter) + " * " +
+              std::to_string(n) + " parameters of " + describe(cfg) + "), the file has " +
+              std::to_string(bytes) + "; the file is truncated or corrupt");
   return cfg;
 }
 
 GPTConfig read_config(const std::string& path, const HeaderKind& kind) {
   int64_t bytes = 0;
-  File f = open_for_reading(path, bytes);
+  File f = open_checkpoint(path, bytes);
   return read_header(f.get(), bytes, path, kind);
 }
 
@@ -145,30 +124,30 @@ void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
 void read_checkpoint_params(const std::string& path, const GPTConfig& cfg,
                             std::vector<float>& out) {
   int64_t bytes = 0;
-  File f = open_for_reading(path, bytes);
+  File f = open_checkpoint(path, bytes);
   const GPTConfig file_cfg = read_header(f.get(), bytes, path, kModelFile);
-  require(same_shape(file_cfg, cfg), what(path) + ": holds model " + describe(file_cfg) + " but " +
-                                         describe(cfg) + " was expected; pass the " +
+  require(same_shape(file_cfg, cfg), checkpoint_name(path) + ": holds model " + describe(file_cfg) +
+                                         " but " + describe(cfg) + " was expected; pass the " +
                                          "matching checkpoint or model sizes");
   out.resize(static_cast<size_t>(parameter_count(cfg)));
-  read_exact(f.get(), out.data(), out.size() * sizeof(float), path);
+  read_exact(f.get(), out.data(), out.size() * sizeof(float), checkpoint_name(path));
 }
 
 void write_checkpoint(const std::string& path, const GPTConfig& cfg,
                       const std::vector<float>& params) {
-  validate(cfg, "the model written to " + what(path));
+  validate(cfg, "the model written to " + checkpoint_name(path));
   if (static_cast<int64_t>(params.size()) != parameter_count(cfg)) {
     MPF_FATAL("write_checkpoint: " + std::to_string(params.size()) + " parameters for a model of " +
               std::to_string(parameter_count(cfg)));
   }
   require(!path_exists(path),
-          what(path) + ": already exists; remove it or choose another output path");
+          checkpoint_name(path) + ": already exists; remove it or choose another output path");
 
   // Written beside the target (same filesystem, so rename is atomic), named by pid so concurrent
   // writers never share a temporary.
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-  require(fd >= 0, what(path) + ": cannot create " + tmp + " (" + errno_text() +
+  require(fd >= 0, checkpoint_name(path) + ": cannot create " + tmp + " (" + errno_text() +
                        "); check that the directory exists and is writable");
   File f(fdopen(fd, "wb"));
   bool ok = f != nullptr;
@@ -192,13 +171,13 @@ void write_checkpoint(const std::string& path, const GPTConfig& cfg,
   }
   if (!ok) {
     std::remove(tmp.c_str());
-    throw InputError(what(path) + ": write failed (" + reason +
+    throw InputError(checkpoint_name(path) + ": write failed (" + reason +
                      "); check free space and permissions, or choose another output path");
   }
 }
 
 void check_checkpoint_writable(const std::string& path) {
-  check_new_output(path, what(path));
+  check_new_output(path, checkpoint_name(path));
 }
 
 }  // namespace mpf

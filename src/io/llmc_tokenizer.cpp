@@ -18,7 +18,7 @@ namespace mpf {
 namespace {
 constexpr int32_t kGpt2Vocab = 50257, kGpt2Eot = 50256;
 
-std::string what(const std::string& path) {
+std::string tokenizer_name(const std::string& path) {
   return "tokenizer " + path;
 }
 
@@ -34,51 +34,55 @@ Tokenizer read_tokenizer(const std::string& path) {
     void operator()(std::FILE* f) const { std::fclose(f); }
   };
   std::unique_ptr<std::FILE, Closer> f(std::fopen(path.c_str(), "rb"));
-  require(f != nullptr, what(path) + ": cannot open (" + std::strerror(errno) +
+  require(f != nullptr, tokenizer_name(path) + ": cannot open (" + std::strerror(errno) +
                             "); pass llm.c's gpt2_tokenizer.bin (its train_gpt2.py writes it)");
   struct stat st;
   require(fstat(fileno(f.get()), &st) == 0 && S_ISREG(st.st_mode),
-          what(path) + ": not a regular file; pass llm.c's gpt2_tokenizer.bin");
+          tokenizer_name(path) + ": not a regular file; pass llm.c's gpt2_tokenizer.bin");
   // The whole file at once: 50257 tokens are about 0.3 MB.
   std::string bytes(size_t(st.st_size), '\0');
-  require(std::fread(bytes.data(), 1, bytes.size(), f.get()) == bytes.size(),
-          what(path) + ": read failed; the file changed while being read or is unreadable");
+  require(
+      std::fread(bytes.data(), 1, bytes.size(), f.get()) == bytes.size(),
+      tokenizer_name(path) + ": read failed; the file changed while being read or is unreadable");
   const std::string fix = "; the file is truncated or corrupt: fetch gpt2_tokenizer.bin again";
   require(int64_t(bytes.size()) >= llmc::kHeaderBytes,
-          what(path) + ": " + std::to_string(bytes.size()) +
+          tokenizer_name(path) + ": " + std::to_string(bytes.size()) +
               " bytes is too short for the 1024-byte header" + fix);
   int32_t h[llmc::kHeaderInts];
   std::memcpy(h, bytes.data(), sizeof h);
-  require(h[0] == llmc::kTokenizerMagic, what(path) + ": bad magic " + std::to_string(h[0]) +
-                                             " (expected " + std::to_string(llmc::kTokenizerMagic) +
-                                             "): " + magic_name(h[0]) +
-                                             "; pass llm.c's gpt2_tokenizer.bin");
-  require(h[1] == 1 || h[1] == 2, what(path) + ": unsupported version " + std::to_string(h[1]) +
+  require(h[0] == llmc::kTokenizerMagic,
+          tokenizer_name(path) + ": bad magic " + std::to_string(h[0]) + " (expected " +
+              std::to_string(llmc::kTokenizerMagic) + "): " + magic_name(h[0]) +
+              "; pass llm.c's gpt2_tokenizer.bin");
+  require(h[1] == 1 || h[1] == 2, tokenizer_name(path) + ": unsupported version " +
+                                      std::to_string(h[1]) +
                                       "; versions 1 and 2 (llm.c's) are read");
   const int32_t n = h[2];
-  require(n > 0, what(path) + ": vocabulary size " + std::to_string(n) + " is not positive" + fix);
+  require(n > 0, tokenizer_name(path) + ": vocabulary size " + std::to_string(n) +
+                     " is not positive" + fix);
   Tokenizer t;
   t.version = h[1];
   t.eot = h[1] == 2 ? h[3] : (n == kGpt2Vocab ? kGpt2Eot : -1);
   require(t.eot >= -1 && t.eot < n && (h[1] == 1 || t.eot >= 0),
-          what(path) + ": end-of-text id " + std::to_string(h[3]) +
+          tokenizer_name(path) + ": end-of-text id " + std::to_string(h[3]) +
               " is outside the vocabulary of " + std::to_string(n) + " tokens" + fix);
   // Each record takes at least 2 bytes: a corrupt size cannot make this allocate more than the
   // file could hold.
   t.pieces.reserve(std::min<size_t>(size_t(n), (bytes.size() - llmc::kHeaderBytes) / 2));
   size_t at = size_t(llmc::kHeaderBytes);
   for (int32_t id = 0; id < n; ++id) {
-    require(at < bytes.size(), what(path) + ": ends after " + std::to_string(id) + " of " +
-                                   std::to_string(n) + " tokens" + fix);
+    require(at < bytes.size(), tokenizer_name(path) + ": ends after " + std::to_string(id) +
+                                   " of " + std::to_string(n) + " tokens" + fix);
     const size_t length = static_cast<unsigned char>(bytes[at++]);
-    require(length > 0, what(path) + ": token " + std::to_string(id) + " has length 0" + fix);
-    require(at + length <= bytes.size(), what(path) + ": token " + std::to_string(id) + " (" +
-                                             std::to_string(length) +
+    require(length > 0,
+            tokenizer_name(path) + ": token " + std::to_string(id) + " has length 0" + fix);
+    require(at + length <= bytes.size(), tokenizer_name(path) + ": token " + std::to_string(id) +
+                                             " (" + std::to_string(length) +
                                              " bytes) runs past the end of the file" + fix);
     t.pieces.emplace_back(bytes.data() + at, length);
     at += length;
   }
-  require(at == bytes.size(), what(path) + ": " + std::to_string(bytes.size() - at) +
+  require(at == bytes.size(), tokenizer_name(path) + ": " + std::to_string(bytes.size() - at) +
                                   " bytes after the last of its " + std::to_string(n) +
                                   " tokens; the file is corrupt or not a tokenizer of this format");
   return t;

@@ -62,10 +62,10 @@ float* staging_buffer(int64_t n) {
   return buffer.data();
 }
 
-void to_host(float* host, const float* memory, int64_t n) {
+void stage_out(float* host, const float* memory, int64_t n) {
   copy_to_host(host, memory, size_t(n) * sizeof(float), "d2h mpi (staged)");
 }
-void from_host(float* memory, const float* host, int64_t n) {
+void stage_in(float* memory, const float* host, int64_t n) {
   copy_from_host(memory, host, size_t(n) * sizeof(float), "h2d mpi (staged)");
 }
 }  // namespace
@@ -114,7 +114,7 @@ void allreduce(float* x, int64_t n, MPI_Op op, MPI_Comm comm) {
   float* buf = x;
   if (staged()) {
     buf = staging_buffer(n);
-    to_host(buf, x, n);
+    stage_out(buf, x, n);
   } else {
     Kokkos::fence();  // the kernels that wrote x are done before MPI reads it
   }
@@ -123,7 +123,7 @@ void allreduce(float* x, int64_t n, MPI_Op op, MPI_Comm comm) {
     MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + done, count, MPI_FLOAT, op, comm));
     done += count;
   }
-  if (staged()) from_host(x, buf, n);
+  if (staged()) stage_in(x, buf, n);
 }
 
 void allgather_in_place(float* x, int64_t count, MPI_Comm comm) {
@@ -138,9 +138,9 @@ void allgather_in_place(float* x, int64_t count, MPI_Comm comm) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   float* buf = staging_buffer(int64_t(size) * count);
-  to_host(buf + int64_t(rank) * count, x + int64_t(rank) * count, count);
+  stage_out(buf + int64_t(rank) * count, x + int64_t(rank) * count, count);
   MPF_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, MPI_FLOAT, comm));
-  from_host(x, buf, int64_t(size) * count);
+  stage_in(x, buf, int64_t(size) * count);
 }
 
 void allgather(const float* send, float* recv, int64_t count, MPI_Comm comm) {
@@ -153,9 +153,9 @@ void allgather(const float* send, float* recv, int64_t count, MPI_Comm comm) {
   }
   float* buf = staging_buffer(int64_t(size + 1) * count);
   float* mine = buf + int64_t(size) * count;
-  to_host(mine, send, count);
+  stage_out(mine, send, count);
   MPF_MPI_CHECK(MPI_Allgather(mine, c, MPI_FLOAT, buf, c, MPI_FLOAT, comm));
-  from_host(recv, buf, int64_t(size) * count);
+  stage_in(recv, buf, int64_t(size) * count);
 }
 
 void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Comm comm) {
@@ -168,9 +168,9 @@ void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Com
   }
   float* buf = staging_buffer(int64_t(size + 1) * count);
   float* mine = buf + int64_t(size) * count;
-  to_host(buf, send, int64_t(size) * count);
+  stage_out(buf, send, int64_t(size) * count);
   MPF_MPI_CHECK(MPI_Reduce_scatter_block(buf, mine, c, MPI_FLOAT, MPI_SUM, comm));
-  from_host(recv, mine, count);
+  stage_in(recv, mine, count);
 }
 
 }  // namespace mpf

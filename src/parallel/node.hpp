@@ -15,4 +15,9 @@ struct NodePlacement {
 // Collective over world.
 NodePlacement node_placement(MPI_Comm world);
 
+// The CPUs this process may run on. With OpenMP binding on (OMP_PROC_BIND), the OpenMP run-time
+// has already pinned the main thread to its first place before main() runs, so the thread's
+// affinity shows one place: the CPUs of all the process's places are counted instead.
+int usable_cpus();
+
 }  // namespace mpf

@@ -1,7 +1,5 @@
 #include "train/trainer.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -81,8 +79,7 @@ int microbatch_count(const TrainOptions& o, int local_batch) {
 
 int choose_threads(int requested, const NodePlacement& place, MPI_Comm world) {
   const int ranks_on_node = place.local_size;
-  cpu_set_t set;
-  const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  const int cores = usable_cpus();
   int threads = cores / ranks_on_node > 0 ? cores / ranks_on_node : 1;
   if (requested > 0) {
     threads = requested;

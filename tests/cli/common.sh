@@ -4,7 +4,8 @@ set -u
 TRAIN=${MPIFORMER_TRAIN:?set MPIFORMER_TRAIN to the mpiformer-train binary}
 GENERATE=${MPIFORMER_GENERATE:-}
 MPIEXEC=${MPIEXEC:-mpiexec}
-PY=/usr/bin/python3
+# Debian's python3 (numpy, PyTorch); MPIFORMER_PYTHON where another holds them (a GPU machine).
+PY=${MPIFORMER_PYTHON:-/usr/bin/python3}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 passed=0

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The runbook for a bare CUDA machine: one that has a GPU, nvcc, CMake and Python with PyTorch, but
+# no MPI, no Kokkos, no BLAS and no network. From the inputs ci/gpu/prepare.sh made on a Debian
+# machine (a Kokkos release tarball and Debian's MPICH, OpenBLAS, oneDNN and GoogleTest packages)
+# it:
+#   build  unpacks the packages into a prefix with dpkg -x (nothing is installed) and builds the
+#          project twice, Kokkos inline in both: WORK/cuda (Kokkos CUDA for this GPU's
+#          architecture, cuBLAS) and WORK/cpu (Kokkos OpenMP, oneDNN/OpenBLAS), the CPU build the
+#          GPU tests compare with;
+#   test   runs the GPU tests (ctest -L gpu: tests/gpu/tests.cmake says what each checks);
+#   bench  runs GPT-2 124M against PyTorch eager on the same GPU (ci/gpu/bench.sh).
+#
+#   bash ci/gpu/run.sh [INPUTS [WORK]]     INPUTS: default gpu-inputs/, WORK: default build-gpu/
+#   STEPS="build test" bash ci/gpu/run.sh  only some of the steps (default: build test bench)
+# Environment: CUDA_ARCH (e.g. 90; default: the first GPU's, from nvidia-smi), JOBS (default: the
+# cores), OUT (a folder the logs are copied to, if set).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+inputs=$(cd "${1:-$root/gpu-inputs}" && pwd)
+work=${2:-$root/build-gpu}
+steps=${STEPS:-build test bench}
+jobs=${JOBS:-$(nproc)}
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+log="$work/run.log"
+say() { echo "== $*" | tee -a "$log"; }
+
+# ---- the dependencies, unpacked into a prefix ----------------------------------------------------
+deps="$work/deps"
+if [ ! -f "$deps/.unpacked" ]; then
+  rm -rf "$deps"
+  for deb in "$inputs"/debs/*.deb; do dpkg -x "$deb" "$deps"; done
+  touch "$deps/.unpacked"
+fi
+lib="$deps/usr/lib/x86_64-linux-gnu"
+export PATH="$deps/usr/bin:$PATH"
+export LD_LIBRARY_PATH="$lib:$lib/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export UCX_MODULE_DIR="$lib/ucx"  # UCX's transports, where dpkg -x put them
+export UCX_TLS=self,sm             # ranks on this one machine: shared memory
+kokkos=$(ls "$inputs"/kokkos-*.tar.gz | head -n 1)
+# MPI from the prefix without its compiler wrapper (mpicxx names Debian's install paths).
+mpi_args=(-DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_CXX_HEADER_DIR="$deps/usr/include/x86_64-linux-gnu/mpich"
+  -DMPI_CXX_LIB_NAMES=mpich -DMPI_mpich_LIBRARY="$lib/libmpich.so"
+  -DMPIEXEC_EXECUTABLE="$deps/usr/bin/mpiexec.hydra" -DCMAKE_PREFIX_PATH="$deps/usr")
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+
+if [ -z "${CUDA_ARCH:-}" ]; then
+  capability=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)
+  CUDA_ARCH=${capability/./}
+fi
+declare -A kokkos_arch=([70]=VOLTA70 [75]=TURING75 [80]=AMPERE80 [86]=AMPERE86 [89]=ADA89
+  [90]=HOPPER90 [100]=BLACKWELL100 [120]=BLACKWELL120)
+arch_option=${kokkos_arch[${CUDA_ARCH:-none}]:-}
+[ -n "$arch_option" ] || { say "error: no GPU architecture (set CUDA_ARCH, e.g. 90)"; exit 2; }
+
+# ---- build ---------------------------------------------------------------------------------------
+if [[ " $steps " == *" build "* ]]; then
+  say "building for sm_$CUDA_ARCH ($arch_option) with $kokkos, $jobs jobs"
+  start=$SECONDS
+  cmake -S "$root" -B "$work/cpu" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DMPIFORMER_KOKKOS_SOURCE="$kokkos" -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=OFF \
+    "${mpi_args[@]}" -DMPIFORMER_OPENBLAS_LIBRARY="$lib/openblas-openmp/libopenblas.so" \
+    -DMPIFORMER_CBLAS_INCLUDE_DIR="$deps/usr/include/x86_64-linux-gnu/openblas-openmp" \
+    -DMPIFORMER_ONEDNN_INCLUDE_DIR="$deps/usr/include" -DMPIFORMER_ONEDNN_LIBRARY="$lib/libdnnl.so" \
+    >>"$log" 2>&1
+  cmake --build "$work/cpu" -j "$jobs" >>"$log" 2>&1
+  say "CPU build done ($((SECONDS - start)) s)"
+  start=$SECONDS
+  cmake -S "$root" -B "$work/cuda" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DMPIFORMER_KOKKOS_SOURCE="$kokkos" -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_SERIAL=ON \
+    -DKokkos_ARCH_"$arch_option"=ON -DMPIFORMER_ENABLE_CUDA=ON "${mpi_args[@]}" >>"$log" 2>&1
+  cmake --build "$work/cuda" -j "$jobs" >>"$log" 2>&1
+  say "CUDA build done ($((SECONDS - start)) s)"
+fi
+
+# ---- test ----------------------------------------------------------------------------------------
+status=0
+if [[ " $steps " == *" test "* ]]; then
+  nvidia-smi -L 2>&1 | tee -a "$log" || true
+  say "GPU tests (ctest -L gpu)"
+  (cd "$work/cuda" && MPIFORMER_CPU_TRAIN="$work/cpu/mpiformer-train" MPIFORMER_PYTHON=python3 \
+    ctest -L gpu --output-on-failure -V) >"$work/gpu-tests.log" 2>&1 || status=1
+  grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|(ok|FAIL|PASS) ' "$work/gpu-tests.log" | tee -a "$log"
+fi
+
+# ---- bench ---------------------------------------------------------------------------------------
+if [[ " $steps " == *" bench "* ]]; then
+  say "GPT-2 124M against PyTorch eager on this GPU"
+  bash "$root/ci/gpu/bench.sh" "$work/cuda" 2>&1 | tee -a "$log"
+fi
+
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
+  cp "$log" "$OUT/" 2>/dev/null || true
+  cp "$work"/*.log "$OUT/" 2>/dev/null || true
+fi
+exit "$status"
