@@ -33,7 +33,10 @@ if [ ! -f "$deps/.unpacked" ]; then
   touch "$deps/.unpacked"
 fi
 lib="$deps/usr/lib/x86_64-linux-gnu"
-export PATH="$deps/usr/bin:$PATH"
+# Debian points mpiexec at MPICH's hydra through /etc/alternatives, which dpkg -x does not make.
+mkdir -p "$work/bin"
+ln -sf "$deps/usr/bin/mpiexec.hydra" "$work/bin/mpiexec"
+export PATH="$work/bin:$deps/usr/bin:$PATH"
 export LD_LIBRARY_PATH="$lib:$lib/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export UCX_MODULE_DIR="$lib/ucx"  # UCX's transports, where dpkg -x put them
 export UCX_TLS=self,sm             # ranks on this one machine: shared memory
