@@ -19,7 +19,7 @@ run() {  # run BUILD RANKS THREADS ARGS...: tokens/s of one mpiformer-bench run
   local build=$1 ranks=$2 threads=$3
   shift 3
   OMP_NUM_THREADS=$threads mpiexec -n "$ranks" "$build/mpiformer-bench" --steps "$steps" "$@" \
-    >"$work/run.log" 2>&1 || { echo "failed: $build $*" >&2; tail -5 "$work/run.log" >&2; exit 1; }
+    </dev/null >"$work/run.log" 2>&1 || { echo "failed: $build $*" >&2; tail -5 "$work/run.log" >&2; exit 1; }
   grep -m1 '^mpiformer |' "$work/run.log" | awk -F' [|] ' '{ sub(/ tok\/s/, "", $7); print $7 }'
 }
 banner() { OMP_NUM_THREADS=1 "$1/mpiformer-train" --steps 1 --val-every 0 --peak-gflops 1 2>/dev/null | head -1; }

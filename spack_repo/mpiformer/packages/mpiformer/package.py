@@ -117,6 +117,8 @@ class Mpiformer(CMakePackage, CudaPackage):
             self.define("MPIFORMER_OPENBLAS_LIBRARY", openblas_library),
             self.define("MPIFORMER_CBLAS_INCLUDE_DIR", cblas_dir),
             self.define("MPIFORMER_ENABLE_ONEDNN", spec.satisfies("+onednn ~cuda")),
+            # nvcc parses Kokkos once per compiler call: batching sources halves a CUDA build.
+            self.define("MPIFORMER_UNITY_BUILD", spec.satisfies("+cuda")),
         ]
         if spec.satisfies("+onednn ~cuda"):
             # The onednn package installs libdnnl (its name since oneDNN 1.x) and declares no libs.
