@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "backends/gemm.hpp"
-#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/host_memory.hpp"
 #include "core/parallel.hpp"
 #include "parallel/device_mpi.hpp"
 #include "parallel/node.hpp"
+#include "parallel/rank_device.hpp"
 #include "train/trainer.hpp"
 #ifdef _OPENMP
 #include <omp.h>

@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "core/bf16_bits.hpp"
+
 namespace mpf::backend {
 
 enum class Op { N, T };
 
-// A bfloat16 as its bits: the upper half of an IEEE float (sign, 8 exponent bits, 7 stored
-// mantissa bits). The library reads it; the project rounds to it (core/bf16.hpp).
-using bf16 = uint16_t;
+using mpf::bf16;
 
 void gemm(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);

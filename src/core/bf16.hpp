@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "backends/gemm.hpp"
+#include "core/bf16_bits.hpp"
 #include "core/types.hpp"
 
 namespace mpf {
@@ -21,7 +21,6 @@ const char* precision_name(Precision p);
 // "fp32" or "bf16"; InputError naming --precision otherwise.
 Precision parse_precision(const std::string& name);
 
-using backend::bf16;
 // An owning bf16 buffer (derived data: rounded copies of fp32 tensors).
 using Bf16Slab = Kokkos::View<bf16*, MemSpace>;
 

@@ -3,15 +3,15 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "checkpoint/checkpoint_dir.hpp"
+#include "checkpoint/llmc_checkpoint.hpp"
+#include "checkpoint/state_files.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/stopwatch.hpp"
 #include "generate/sampler.hpp"
 #include "generate/token_text.hpp"
-#include "io/checkpoint_dir.hpp"
-#include "io/llmc_checkpoint.hpp"
 #include "io/output_file.hpp"
-#include "train/state_files.hpp"
 
 namespace mpf {
 

@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpointing.hpp"
 #include "generate/decoder.hpp"
 #include "generate/options.hpp"
 #include "generate/sampler.hpp"
 #include "io/llmc_tokenizer.hpp"
 #include "model/config.hpp"
 #include "parallel/grid.hpp"
-#include "train/checkpointing.hpp"
 
 namespace mpf {
 

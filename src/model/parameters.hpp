@@ -6,7 +6,7 @@
 // so one block's parameters, and its gradients in the second slab laid out alike, are one
 // contiguous stretch. The backward finishes block by block, and a data-parallel bucket holding a
 // block's gradients can start its reduction as soon as that block's W is done
-// (parallel/grad_buckets.hpp), as Megatron's buckets do over its per-layer parameters.
+// (optim/grad_buckets.hpp), as Megatron's buckets do over its per-layer parameters.
 #pragma once
 
 #include <array>

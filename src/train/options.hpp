@@ -48,7 +48,7 @@ struct TrainOptions {
   bool sequence_parallel = false;  // Megatron's sequence parallelism in the TP group
   bool recompute = false;          // full block recomputation: activations for compute
   int zero = 0;
-  // Checkpoints: the whole training state (checkpointing.hpp).
+  // Checkpoints: the whole training state (checkpoint/checkpointing.hpp).
   std::string save;       // --save DIR
   int save_every = 0;     // steps between saves; 0: at the end (and on a signal) only
   int keep_last = 0;      // checkpoints kept in DIR; 0: all

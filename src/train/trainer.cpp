@@ -9,13 +9,12 @@
 #include <vector>
 
 #include "backends/gemm.hpp"
-#include "core/device.hpp"
+#include "checkpoint/checkpoint_dir.hpp"
+#include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/profile.hpp"
 #include "core/transfer.hpp"
-#include "io/checkpoint_dir.hpp"
-#include "io/llmc_checkpoint.hpp"
 #include "io/output_file.hpp"
 #include "model/gpt.hpp"
 #include "model/layers/matmul.hpp"
@@ -23,8 +22,10 @@
 #include "mpiformer/config.hpp"
 #include "optim/grad_norm.hpp"
 #include "parallel/device_mpi.hpp"
+#include "parallel/rank_device.hpp"
 #include "pipeline/stage_costs.hpp"
 #include "train/exit_status.hpp"
+#include "train/resume.hpp"
 #include "train/step_log.hpp"
 #include "train/step_trace.hpp"
 #include "train/stop_signals.hpp"
@@ -149,7 +150,7 @@ RunInputs load_inputs(const TrainOptions& given, int world_rank) {
                             " tokens): the run continues at the same file and token position");
     }
   }
-  check_save_directory(opts, in.resume ? in.resume->info.step + 1 : 1);
+  check_save_directory(opts.save, opts.load, in.resume ? in.resume->info.step + 1 : 1);
   if (opts.sample_every > 0) {
     require(opts.pp == 1,
             "--sample-every needs --pp 1: a pipeline stage holds only its blocks. "

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "io/checkpoint_dir.hpp"
-#include "io/checkpoint_info.hpp"
+#include "checkpoint/checkpoint_dir.hpp"
+#include "checkpoint/checkpoint_info.hpp"
 #include "test_helpers.hpp"
 
 namespace mpf {

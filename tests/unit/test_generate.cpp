@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpointing.hpp"
 #include "generate/decoder.hpp"
 #include "generate/kv_cache.hpp"
 #include "generate/sampler.hpp"
 #include "model/layers/attention.hpp"
 #include "model/shard.hpp"
 #include "test_helpers.hpp"
-#include "train/checkpointing.hpp"
 
 namespace mpf {
 

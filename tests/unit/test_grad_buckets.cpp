@@ -13,7 +13,7 @@
 
 #include "model/parameters.hpp"
 #include "model/shard.hpp"
-#include "parallel/grad_buckets.hpp"
+#include "optim/grad_buckets.hpp"
 
 namespace mpf {
 namespace {

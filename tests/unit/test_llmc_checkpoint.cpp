@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
-#include "io/llmc_checkpoint.hpp"
 #include "test_helpers.hpp"
 
 namespace mpf {

@@ -1,4 +1,4 @@
-#include "parallel/grad_buckets.hpp"
+#include "optim/grad_buckets.hpp"
 
 #include <algorithm>
 #include <climits>

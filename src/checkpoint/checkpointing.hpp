@@ -9,9 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "io/checkpoint_info.hpp"
-#include "train/options.hpp"
-#include "train/state_files.hpp"
+#include "checkpoint/checkpoint_info.hpp"
+#include "checkpoint/state_files.hpp"
 
 namespace mpf {
 
@@ -38,21 +37,15 @@ std::optional<ResumePoint> find_checkpoint(const std::string& dir, int64_t load_
 void require_same_checkpoint(const std::optional<ResumePoint>& chosen, const std::string& dir,
                              MPI_Comm world);
 
-// Makes `opts` the resumed run's: the model's sizes, the data and the options not given on the
-// command line come from the checkpoint; a given model size, seed or optimizer setting that
-// differs is an InputError naming the field; a different --batch or --seq-len is a warning saying
-// where in the data the run continues, and so is a different schedule length.
-void adopt_checkpoint_options(TrainOptions& opts, const CheckpointInfo& c,
-                              std::vector<std::string>& warnings);
-
 // "The newest intact checkpoint older than step `below` is DIR/step_N: resume from it with
 // --load DIR --load-step N." or "" if there is none. Intact: complete, its state file readable
 // and its binary files of the right sizes (their checksums are verified when it loads).
 std::string intact_alternative(const std::string& root, int64_t below);
 
-// Refuses (InputError) a --save directory this run would write over: checkpoints of another run
-// when not resuming from it, or the checkpoint steps this run is about to save.
-void check_save_directory(const TrainOptions& opts, int64_t first_step);
+// Refuses (InputError) a --save directory (`save`; `load`: --load's) this run would write over:
+// checkpoints of another run when not resuming from it, or the checkpoint steps this run is about
+// to save.
+void check_save_directory(const std::string& save, const std::string& load, int64_t first_step);
 
 struct SaveReport {
   std::string error;  // "" on success

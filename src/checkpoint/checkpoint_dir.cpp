@@ -1,4 +1,4 @@
-#include "io/checkpoint_dir.hpp"
+#include "checkpoint/checkpoint_dir.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "core/device.hpp"
+#include "parallel/rank_device.hpp"
 
 #include <cstdio>
 

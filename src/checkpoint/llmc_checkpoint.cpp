@@ -1,4 +1,4 @@
-#include "io/llmc_checkpoint.hpp"
+#include "checkpoint/llmc_checkpoint.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,8 +10,8 @@
 #include <cstring>
 #include <memory>
 
+#include "checkpoint/checkpoint_info.hpp"
 #include "core/error.hpp"
-#include "io/checkpoint_info.hpp"
 #include "io/input_file.hpp"
 #include "io/output_file.hpp"
 

@@ -1,9 +1,9 @@
-#include "train/state_files.hpp"
+#include "checkpoint/state_files.hpp"
 
 #include <algorithm>
 
+#include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
-#include "io/llmc_checkpoint.hpp"
 #include "io/llmc_format.hpp"
 
 namespace mpf {

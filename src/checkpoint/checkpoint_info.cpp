@@ -1,4 +1,4 @@
-#include "io/checkpoint_info.hpp"
+#include "checkpoint/checkpoint_info.hpp"
 
 #include <cerrno>
 #include <cinttypes>
