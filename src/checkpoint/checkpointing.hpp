@@ -1,4 +1,4 @@
-// Saving and resuming a training run (--save DIR, --load DIR; io/checkpoint_dir.hpp has the
+// Saving and resuming a training run (--save DIR, --load DIR; checkpoint_dir.hpp has the
 // files): which checkpoint a run resumes from and what it must agree with, and the collective
 // save and load of the whole state through StateFiles.
 #pragma once
