@@ -18,14 +18,15 @@ namespace {
 struct Hex {
   uint64_t* value;
 };
-using Ref = std::variant<int*, int64_t*, uint64_t*, float*, bool*, std::string*, Hex>;
+using Ref = std::variant<int*, int64_t*, Hex>;
 struct Field {
   std::string key;
   Ref ref;
 };
 
-// Every field, in the order written. One table serves writing and reading.
-std::vector<Field> fields(CheckpointInfo& c) {
+// The fixed fields, in the order written (the settings follow the model's sizes, then the data's
+// positions, then the checksums). One table serves writing and reading.
+std::vector<Field> head_fields(CheckpointInfo& c) {
   std::vector<Field> f = {
       {"format", &c.format},
       {"step", &c.step},
@@ -35,37 +36,19 @@ std::vector<Field> fields(CheckpointInfo& c) {
       {"model.layers", &c.model.layers},
       {"model.heads", &c.model.heads},
       {"model.channels", &c.model.channels},
-      {"run.seed", &c.seed},
-      {"run.batch", &c.batch},
-      {"run.seq_len", &c.seq_len},
-      {"run.steps", &c.steps},
-      {"optimizer.lr", &c.lr},
-      {"optimizer.lr_schedule", &c.lr_schedule},
-      {"optimizer.lr_decay_steps", &c.lr_decay_steps},
-      {"optimizer.warmup", &c.warmup},
-      {"optimizer.final_lr_frac", &c.final_lr_frac},
-      {"optimizer.beta1", &c.beta1},
-      {"optimizer.beta2", &c.beta2},
-      {"optimizer.eps", &c.eps},
-      {"optimizer.weight_decay", &c.weight_decay},
-      {"optimizer.grad_clip", &c.grad_clip},
-      {"data.train", &c.train_data},
+  };
+  return f;
+}
+
+// The data's positions, after the settings.
+std::vector<Field> position_fields(CheckpointInfo& c) {
+  std::vector<Field> f = {
       {"data.train_tokens", &c.train_data_tokens},
       {"data.train_file", &c.train_file},
       {"data.train_position", &c.train_position},
       {"data.tokens_seen", &c.tokens_seen},
-      {"data.val", &c.val_data},
       {"data.val_file", &c.val_file},
       {"data.val_position", &c.val_position},
-      {"layout.tp", &c.tp},
-      {"layout.pp", &c.pp},
-      {"layout.dp", &c.dp},
-      {"layout.virtual_stages", &c.virtual_stages},
-      {"layout.schedule", &c.schedule},
-      {"layout.microbatches", &c.microbatches},
-      {"layout.pp_layout", &c.pp_layout},
-      {"layout.zero", &c.zero},
-      {"layout.sequence_parallel", &c.sequence_parallel},
   };
   GPTConfig any;
   const auto infos = parameter_infos(any);
@@ -79,48 +62,37 @@ std::vector<Field> fields(CheckpointInfo& c) {
 }
 
 std::string format(const Ref& ref) {
-  char buf[64];
   if (auto p = std::get_if<int*>(&ref)) return std::to_string(**p);
   if (auto p = std::get_if<int64_t*>(&ref)) return std::to_string(**p);
-  if (auto p = std::get_if<uint64_t*>(&ref)) return std::to_string(**p);
-  if (auto p = std::get_if<bool*>(&ref)) return **p ? "true" : "false";
-  if (auto p = std::get_if<std::string*>(&ref)) return **p;
-  if (auto p = std::get_if<float*>(&ref)) {
-    std::snprintf(buf, sizeof buf, "%.9g", double(**p));  // 9 digits: the float back, exactly
-    return buf;
-  }
+  char buf[32];
   std::snprintf(buf, sizeof buf, "0x%016" PRIx64, *std::get<Hex>(ref).value);
   return buf;
 }
 
 // Parses `text` into the field; false if malformed.
 bool parse(const std::string& text, const Ref& ref) {
-  if (auto p = std::get_if<std::string*>(&ref)) {
-    **p = text;
-    return true;
-  }
-  if (auto p = std::get_if<bool*>(&ref)) {
-    if (text != "true" && text != "false") return false;
-    **p = text == "true";
-    return true;
-  }
   if (text.empty()) return false;
   char* end = nullptr;
   errno = 0;
-  if (auto p = std::get_if<float*>(&ref)) {
-    **p = std::strtof(text.c_str(), &end);
-  } else if (auto p = std::get_if<int*>(&ref)) {
+  if (auto p = std::get_if<int*>(&ref)) {
     const long long v = std::strtoll(text.c_str(), &end, 10);
     if (v < INT32_MIN || v > INT32_MAX) return false;
     **p = int(v);
   } else if (auto p = std::get_if<int64_t*>(&ref)) {
     **p = std::strtoll(text.c_str(), &end, 10);
-  } else if (auto p = std::get_if<uint64_t*>(&ref)) {
-    **p = std::strtoull(text.c_str(), &end, 10);
   } else {
     *std::get<Hex>(ref).value = std::strtoull(text.c_str(), &end, 16);
   }
   return errno == 0 && *end == '\0';
+}
+
+bool is_fixed(CheckpointInfo& c, const std::string& key) {
+  for (const auto& fields : {head_fields(c), position_fields(c)}) {
+    for (const Field& f : fields) {
+      if (f.key == key) return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -131,8 +103,17 @@ std::string to_text(const CheckpointInfo& info) {
       "# mpiformer checkpoint: the training state after step " + std::to_string(c.step) +
       " that is not a tensor.\n# Parameters: the llm.c model file beside this one; AdamW's m and "
       "v: the optimizer file.\n";
-  for (const Field& f : fields(c)) out += f.key + " = " + format(f.ref) + "\n";
+  for (const Field& f : head_fields(c)) out += f.key + " = " + format(f.ref) + "\n";
+  for (const auto& [key, value] : c.settings) out += key + " = " + value + "\n";
+  for (const Field& f : position_fields(c)) out += f.key + " = " + format(f.ref) + "\n";
   return out;
+}
+
+std::optional<std::string> setting(const CheckpointInfo& info, const std::string& key) {
+  for (const auto& [k, value] : info.settings) {
+    if (k == key) return value;
+  }
+  return std::nullopt;
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {
@@ -140,6 +121,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   require(bool(in),
           "checkpoint " + path +
               ": cannot open (the checkpoint is incomplete or unreadable); check the path");
+  std::vector<std::pair<std::string, std::string>> lines;  // in the file's order
   std::map<std::string, std::string> values;
   std::string line;
   while (std::getline(in, line)) {
@@ -147,7 +129,8 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
     const size_t eq = line.find(" = ");
     require(eq != std::string::npos, "checkpoint " + path + ": malformed line '" +
                                          line.substr(0, 60) + "'; the file is corrupt");
-    values[line.substr(0, eq)] = line.substr(eq + 3);
+    lines.emplace_back(line.substr(0, eq), line.substr(eq + 3));
+    values[lines.back().first] = lines.back().second;
   }
   CheckpointInfo c;
   c.format = 0;
@@ -158,19 +141,23 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
           "checkpoint " + path + ": format version " + std::to_string(c.format) +
               ", but this mpiformer reads version " + std::to_string(kCheckpointFormat) +
               "; use the mpiformer that wrote it");
-  for (const Field& f : fields(c)) {
-    const auto it = values.find(f.key);
-    require(it != values.end(), "checkpoint " + path + ": field '" + f.key +
-                                    "' is missing; the file is truncated or corrupt");
-    require(parse(it->second, f.ref), "checkpoint " + path + ": field '" + f.key + "' = '" +
-                                          it->second + "' is malformed; the file is corrupt");
+  for (const auto& fields : {head_fields(c), position_fields(c)}) {
+    for (const Field& f : fields) {
+      const auto it = values.find(f.key);
+      require(it != values.end(), "checkpoint " + path + ": field '" + f.key +
+                                      "' is missing; the file is truncated or corrupt");
+      require(parse(it->second, f.ref), "checkpoint " + path + ": field '" + f.key + "' = '" +
+                                            it->second + "' is malformed; the file is corrupt");
+    }
+  }
+  // Everything else is a setting; the trainer's table checks those it needs.
+  for (const auto& kv : lines) {
+    if (!is_fixed(c, kv.first)) c.settings.push_back(kv);
   }
   validate(c.model, "checkpoint " + path);
-  require(c.step >= 1 && c.batch >= 1 && c.seq_len >= 1 && c.train_file >= 0 &&
-              c.train_position >= 0 && c.val_file >= 0 && c.val_position >= 0,
-          "checkpoint " + path +
-              ": step, batch, sequence length or data position out of range; "
-              "the file is corrupt");
+  require(c.step >= 1 && c.train_file >= 0 && c.train_position >= 0 && c.val_file >= 0 &&
+              c.val_position >= 0,
+          "checkpoint " + path + ": step or data position out of range; the file is corrupt");
   return c;
 }
 

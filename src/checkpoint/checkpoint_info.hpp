@@ -7,7 +7,10 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "model/config.hpp"
 #include "model/parameters.hpp"
@@ -26,27 +29,22 @@ struct CheckpointInfo {
   int format = kCheckpointFormat;
   int64_t step = 0;  // optimizer steps taken; the next run starts at step + 1
   GPTConfig model;
-  // The run's options. Must match on resume: seed and the optimizer's settings. May change:
-  // batch and seq_len, steps and lr_decay_steps (each with a warning where it changes the run).
-  uint64_t seed = 0;
-  int batch = 0, seq_len = 0, steps = 0, lr_decay_steps = 0, warmup = 0;
-  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0, final_lr_frac = 0;
-  std::string lr_schedule;
+  // The run's settings, `key = value` in the order written ("optimizer.lr" = "0.00100000005"):
+  // the trainer's table of settings says which there are and what a resumed run does with each.
+  std::vector<std::pair<std::string, std::string>> settings;
   // The data: where the next training batch starts (file index in the resolved list, token in
   // that file), the tokens trained on so far, and the validation stream's position.
-  std::string train_data, val_data;
   int64_t train_data_tokens = 0;  // tokens in all training files, to notice changed data
   int64_t train_file = 0, train_position = 0, tokens_seen = 0;
   int64_t val_file = 0, val_position = 0;
-  // The layout that wrote it.
-  int tp = 1, pp = 1, dp = 1, virtual_stages = 1, zero = 0, microbatches = 1;
-  bool sequence_parallel = false;
-  std::string schedule, pp_layout;
   // Checksums of each tensor of the model file, and of m and v in the optimizer file.
   std::array<uint64_t, kNumParameterTensors> params_checksum{}, m_checksum{}, v_checksum{};
 };
 
 std::string to_text(const CheckpointInfo& info);
+
+// The saved setting `key`'s value; nullopt when the file has none.
+std::optional<std::string> setting(const CheckpointInfo& info, const std::string& key);
 
 // Reads and checks a state file. Throws InputError naming the file and the field for a missing
 // file, a format version other than kCheckpointFormat, a missing or malformed field.

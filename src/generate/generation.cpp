@@ -7,6 +7,7 @@
 #include "checkpoint/llmc_checkpoint.hpp"
 #include "checkpoint/state_files.hpp"
 #include "core/error.hpp"
+#include "core/flags.hpp"
 #include "core/parallel.hpp"
 #include "core/stopwatch.hpp"
 #include "generate/sampler.hpp"
@@ -94,9 +95,10 @@ GenerateInputs load_generate_inputs(const GenerateOptions& opts, int world_rank)
   in.prompt = prompt_of(opts, in.cfg, in.tokenizer ? &*in.tokenizer : nullptr);
   // Only the positions a run trained on have learned embeddings (a checkpoint says how many).
   const int64_t fed = int64_t(in.prompt.size()) + opts.max_new_tokens - 1;
-  if (in.checkpoint && fed > in.checkpoint->info.seq_len) {
-    in.notes.push_back("note: the model trained on sequences of " +
-                       std::to_string(in.checkpoint->info.seq_len) +
+  const std::string trained_len =
+      in.checkpoint ? setting(in.checkpoint->info, "run.seq_len").value_or("") : "";
+  if (!trained_len.empty() && fed > flags::to_int("the checkpoint's run.seq_len", trained_len)) {
+    in.notes.push_back("note: the model trained on sequences of " + trained_len +
                        " tokens: the positions past them have untrained embeddings");
   }
   if (world_rank == 0) {

@@ -1,5 +1,5 @@
-// What a resumed run takes from its checkpoint: the settings it must keep, those it may change,
-// and the warnings a change earns.
+// What a resumed run takes from its checkpoint, by the settings table's policy for each setting
+// (train/settings.hpp): those it must keep, those it may change, and the warnings a change earns.
 #pragma once
 
 #include <string>
@@ -10,10 +10,12 @@
 
 namespace mpf {
 
-// Makes `opts` the resumed run's: the model's sizes, the data and the options not given on the
-// command line come from the checkpoint; a given model size, seed or optimizer setting that
-// differs is an InputError naming the field; a different --batch or --seq-len is a warning saying
-// where in the data the run continues, and so is a different schedule length.
+// Makes `opts` the resumed run's: every saved setting not given on the command line comes from
+// the checkpoint `c` (read from `state_file`); a given setting the run must keep (the model's
+// sizes, the seed, the optimizer) that differs is an InputError naming it; a different --batch,
+// --seq-len or schedule length is a warning saying what it changes. A saved setting missing or
+// malformed is an InputError naming the file.
 void adopt_checkpoint_options(TrainOptions& opts, const CheckpointInfo& c,
-                              std::vector<std::string>& warnings);
+                              const std::string& state_file, std::vector<std::string>& warnings);
+
 }  // namespace mpf

@@ -26,6 +26,7 @@
 #include "pipeline/stage_costs.hpp"
 #include "train/exit_status.hpp"
 #include "train/resume.hpp"
+#include "train/settings.hpp"
 #include "train/step_log.hpp"
 #include "train/step_trace.hpp"
 #include "train/stop_signals.hpp"
@@ -107,7 +108,9 @@ RunInputs load_inputs(const TrainOptions& given, int world_rank) {
   in.opts = given;
   in.resume = find_checkpoint(given.load, given.load_step, in.notes);
   if (in.resume) {
-    adopt_checkpoint_options(in.opts, in.resume->info, in.warnings);
+    adopt_checkpoint_options(in.opts, in.resume->info,
+                             checkpoint::state_file(in.resume->root, in.resume->info.step),
+                             in.warnings);
     if (!given.init_from.empty()) {
       in.notes.push_back("--init-from " + given.init_from + " is not used: the run resumes from " +
                          checkpoint::path(in.resume->root, in.resume->info.step));
@@ -142,10 +145,11 @@ RunInputs load_inputs(const TrainOptions& given, int world_rank) {
     // training stream's position matters.
     const CheckpointInfo& c = in.resume->info;
     in.train_data->seek({c.train_file, c.train_position});
-    if (in.train_data->total_tokens() != c.train_data_tokens || opts.data != c.train_data) {
+    const std::string saved_data = setting(c, "data.train").value_or("");
+    if (in.train_data->total_tokens() != c.train_data_tokens || opts.data != saved_data) {
       in.warnings.push_back("--data " + opts.data + " (" +
                             std::to_string(in.train_data->total_tokens()) +
-                            " tokens) is not the checkpoint's " + c.train_data + " (" +
+                            " tokens) is not the checkpoint's " + saved_data + " (" +
                             std::to_string(c.train_data_tokens) +
                             " tokens): the run continues at the same file and token position");
     }
@@ -380,44 +384,34 @@ bool TrainingRun::save_llmc() const {
 }
 
 CheckpointInfo TrainingRun::checkpoint_info(int step) const {
+  // The settings as this run resolved them: the layout, the validation data, the schedule's length.
+  TrainOptions resolved = opts_;
+  resolved.lr_decay_steps = schedule_.steps;
+  resolved.val_data = val_name_;
+  resolved.tp = grid_->tp_size();
+  resolved.pp = grid_->pp_size();
+  resolved.dp = grid_->dp_size();
+  resolved.virtual_stages = shape_.virtual_stages;
+  resolved.schedule = pipeline::schedule_name(pp_schedule_);
+  resolved.microbatches = shape_.microbatches;
+  resolved.pp_layout.clear();
+  for (const LayerRange& r : layer_ranges_) {
+    resolved.pp_layout += (resolved.pp_layout.empty() ? "" : ",") + std::to_string(r.size());
+  }
+  resolved.zero = dp_grads_->zero() ? 1 : 0;
+
   CheckpointInfo c;
   c.step = step;
   c.model = cfg_;
-  c.seed = opts_.seed;
-  c.batch = opts_.batch;
-  c.seq_len = opts_.seq_len;
-  c.steps = opts_.steps;
-  c.lr_decay_steps = schedule_.steps;
-  c.warmup = opts_.warmup;
-  c.lr = opts_.lr;
-  c.beta1 = opts_.beta1;
-  c.beta2 = opts_.beta2;
-  c.eps = opts_.eps;
-  c.weight_decay = opts_.weight_decay;
-  c.grad_clip = opts_.grad_clip;
-  c.final_lr_frac = opts_.final_lr_frac;
-  c.lr_schedule = opts_.lr_schedule;
-  c.train_data = opts_.data;
+  c.settings = saved_settings(resolved);
   c.train_data_tokens = train_data_->total_tokens();
   c.train_file = train_data_->position().file;
   c.train_position = train_data_->position().token;
   c.tokens_seen = tokens_seen_;
-  c.val_data = val_name_;
   if (val_data_) {
     c.val_file = val_data_->position().file;
     c.val_position = val_data_->position().token;
   }
-  c.tp = grid_->tp_size();
-  c.pp = grid_->pp_size();
-  c.dp = grid_->dp_size();
-  c.virtual_stages = shape_.virtual_stages;
-  c.schedule = pipeline::schedule_name(pp_schedule_);
-  c.microbatches = shape_.microbatches;
-  for (const LayerRange& r : layer_ranges_) {
-    c.pp_layout += (c.pp_layout.empty() ? "" : ",") + std::to_string(r.size());
-  }
-  c.zero = dp_grads_->zero() ? 1 : 0;
-  c.sequence_parallel = opts_.sequence_parallel;
   return c;
 }
 
@@ -571,13 +565,16 @@ void TrainingRun::print_banner(const PeakRate& peak) const {
   if (resume_) {
     const CheckpointInfo& c = resume_->info;
     const double gb = double(state_files_->model_bytes() + state_files_->optimizer_bytes()) / 1e9;
+    auto saved = [&](const char* key) { return setting(c, key).value_or("?"); };
     std::printf(
-        "resumed: %s, step %lld of %d, %lld tokens trained on | saved by tp %d x dp %d x pp %d "
-        "(%s, V %d, ZeRO %d%s) | read %.2f GB in %.2f s = %.2f GB/s\n",
+        "resumed: %s, step %lld of %d, %lld tokens trained on | saved by tp %s x dp %s x pp %s "
+        "(%s, V %s, ZeRO %s%s) | read %.2f GB in %.2f s = %.2f GB/s\n",
         newest_checkpoint_.c_str(), static_cast<long long>(c.step), opts_.steps,
-        static_cast<long long>(c.tokens_seen), c.tp, c.dp, c.pp, c.schedule.c_str(),
-        c.virtual_stages, c.zero, c.sequence_parallel ? ", sequence parallel" : "", gb,
-        load_seconds_, load_seconds_ > 0 ? gb / load_seconds_ : 0.0);
+        static_cast<long long>(c.tokens_seen), saved("layout.tp").c_str(),
+        saved("layout.dp").c_str(), saved("layout.pp").c_str(), saved("layout.schedule").c_str(),
+        saved("layout.virtual_stages").c_str(), saved("layout.zero").c_str(),
+        saved("layout.sequence_parallel") == "true" ? ", sequence parallel" : "", gb, load_seconds_,
+        load_seconds_ > 0 ? gb / load_seconds_ : 0.0);
   }
   if (!opts_.save.empty()) {
     std::string when = "at the end";

@@ -1,0 +1,295 @@
+#include "train/settings.hpp"
+
+#include <cstdio>
+
+#include "core/error.hpp"
+#include "core/flags.hpp"
+
+namespace mpf {
+
+namespace {
+
+using O = TrainOptions;
+constexpr OnResume kKeep = OnResume::keep, kMayChange = OnResume::may_change,
+                   kWarns = OnResume::warns, kRecorded = OnResume::recorded;
+
+template <class... F>
+struct Overload : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overload(F...) -> Overload<F...>;
+
+std::vector<SettingGroup> make_groups() {
+  return {
+      {"model",
+       {
+           {"--init-from", "FILE",
+            "start from an llm.c checkpoint (fp32, version 3); the sizes come from it",
+            &O::init_from},
+           {"--layers", "L", "blocks of a fresh model", &O::layers, kNoMinimum, "model.layers",
+            kKeep},
+           {"--heads", "H", "attention heads", &O::heads, kNoMinimum, "model.heads", kKeep},
+           {"--dim", "C", "channels", &O::dim, kNoMinimum, "model.channels", kKeep},
+           {"--vocab", "V", "vocabulary, padded to a multiple of 128 as llm.c does", &O::vocab,
+            kNoMinimum, "model.vocab", kKeep},
+           {"--max-seq-len", "T", "positions the model embeds", &O::max_seq_len, kNoMinimum,
+            "model.max_seq_len", kKeep},
+       }},
+      {"data",
+       {
+           {"--data", "PATH",
+            "llm.c token shard(s) (.bin; a glob or comma list) or a text file (bytes as tokens), "
+            "or builtin:train (the default)",
+            &O::data, kNoMinimum, "data.train", kMayChange},
+           {"--val-data", "PATH",
+            "validation data; default builtin:val with builtin data, else none; \"none\": off",
+            &O::val_data, kNoMinimum, "data.val", kMayChange},
+           {"--batch", "B", "sequences per step, over all ranks", &O::batch, 1, "run.batch",
+            kWarns},
+           {"--seq-len", "T", "tokens per sequence", &O::seq_len, 1, "run.seq_len", kWarns},
+           {"--steps", "N", "optimizer steps", &O::steps, 1, "run.steps", kMayChange},
+           {"--seed", "S", "initialisation seed", &O::seed, 0, "run.seed", kKeep},
+           {"--log-every", "N", "print every Nth step", &O::log_every, 1},
+           {"--val-every", "N", "validation every N steps, 0 = never", &O::val_every, 0},
+           {"--val-steps", "N", "validation batches", &O::val_steps, 1},
+       }},
+      {"optimizer (AdamW; decay on matrices only)",
+       {
+           {"--lr", "X", "peak learning rate", &O::lr, 0, "optimizer.lr", kKeep},
+           {"--lr-schedule", "S", "cosine or constant, after warmup", &O::lr_schedule, kNoMinimum,
+            "optimizer.lr_schedule", kKeep},
+           {"--lr-decay-steps", "N",
+            "the cosine's length in steps (default: --steps), so a run may stop early (--steps) "
+            "and resume on the same schedule",
+            &O::lr_decay_steps, 0, "optimizer.lr_decay_steps", kWarns},
+           {"--warmup", "N", "linear warmup steps", &O::warmup, 0, "optimizer.warmup", kKeep},
+           {"--final-lr-frac", "X", "the cosine decays to lr*X", &O::final_lr_frac, kNoMinimum,
+            "optimizer.final_lr_frac", kKeep},
+           {"--beta1", "X", "AdamW's first-moment decay, in [0, 1)", &O::beta1, kNoMinimum,
+            "optimizer.beta1", kKeep},
+           {"--beta2", "X", "AdamW's second-moment decay, in [0, 1)", &O::beta2, kNoMinimum,
+            "optimizer.beta2", kKeep},
+           {"--eps", "X", "AdamW's epsilon, positive", &O::eps, kNoMinimum, "optimizer.eps", kKeep},
+           {"--weight-decay", "X", "decoupled weight decay of the matrices", &O::weight_decay, 0,
+            "optimizer.weight_decay", kKeep},
+           {"--grad-clip", "X", "clip the global gradient norm to X, 0 = off", &O::grad_clip, 0,
+            "optimizer.grad_clip", kKeep},
+       }},
+      {"layout (world = tp x dp x pp ranks, tp fastest-varying; any layout resumes any other's)",
+       {
+           {"--tp", "T", "tensor-parallel ranks", &O::tp, 1, "layout.tp", kRecorded},
+           {"--pp", "P", "pipeline stages", &O::pp, 1, "layout.pp", kRecorded},
+           {"--dp", "D", "data-parallel ranks (default: ranks / (tp * pp))", &O::dp, 0, "layout.dp",
+            kRecorded},
+           {"--dp-bucket-mb", "X", "gradient bucket size for the data-parallel reduction",
+            &O::dp_bucket_mb},
+           {"--overlap-grad-reduce", "",
+            "reduce each bucket as soon as its gradients are final, during the backward",
+            &O::overlap_grad_reduce},
+           {"--zero", "S", "0 or 1: ZeRO-1 shards the optimizer state over the DP ranks", &O::zero,
+            0, "layout.zero", kRecorded},
+           {"--microbatches", "M",
+            "split each DP rank's rows into M microbatches, accumulating gradients (default 1)",
+            &O::microbatches, 0, "layout.microbatches", kRecorded},
+           {"--micro-batch-size", "b", "or give the rows per microbatch: M = batch / (dp * b)",
+            &O::micro_batch_size, 0},
+           {"--schedule", "S",
+            "1f1b, afab, interleaved, or a zero-bubble schedule, which computes weight gradients "
+            "apart from the backward and moves them into the pipeline's bubbles: zb-h1 (1F1B's "
+            "memory), zb-h2 (up to 2P-1 microbatches in flight), zb-v (two chunks per rank in a "
+            "V: rank 0 holds embedding and head), zb-auto (searched from the second step's "
+            "measured F/B/W times under --max-in-flight)",
+            &O::schedule, kNoMinimum, "layout.schedule", kRecorded},
+           {"--virtual-stages", "V",
+            "model chunks per pipeline rank: interleaved (default 1), zb-v (2), zb-auto (1, or 2 "
+            "for a V)",
+            &O::virtual_stages, 1, "layout.virtual_stages", kRecorded},
+           {"--max-in-flight", "N",
+            "the most microbatches' activations a rank may hold: zb-auto's memory limit (default "
+            "P, 1F1B's peak); other schedules stop with an error if they would need more",
+            &O::max_in_flight, 1},
+           {"--pp-layout", "N,N,...",
+            "blocks of each of the pp*V chunks, in model order (default: as even as possible, the "
+            "first chunks taking one more)",
+            &O::pp_layout, kNoMinimum, "layout.pp_layout", kRecorded},
+           {"--recompute", "",
+            "keep only each block's output per microbatch and recompute the block before its "
+            "backward (Megatron's full recomputation: ~1/3 more compute, a fraction of the "
+            "activation memory)",
+            &O::recompute},
+           {"--sequence-parallel", "",
+            "shard the LayerNorm/residual regions along the batch rows over the TP ranks "
+            "(Megatron's sequence parallelism; B*T per DP rank divisible by tp)",
+            &O::sequence_parallel, kNoMinimum, "layout.sequence_parallel", kRecorded},
+       }},
+      {"checkpoints (the whole training state; docs/checkpoints.md)",
+       {
+           {"--save", "DIR",
+            "save into DIR/step_NNNNNNNN at the end, on a signal and every --save-every steps; "
+            "DIR/latest names the newest complete one",
+            &O::save},
+           {"--save-every", "N", "also save every N steps (default 0: at the end and on a signal)",
+            &O::save_every, 0},
+           {"--keep-last", "K", "keep the newest K checkpoints in DIR (default 0: all)",
+            &O::keep_last, 0},
+           {"--load", "DIR",
+            "resume from DIR/latest; starts a new run (with a note) when DIR holds no checkpoint "
+            "yet, so a job script can always pass --save DIR --load DIR",
+            &O::load},
+           {"--load-step", "N", "resume from DIR/step_N instead of the latest", &O::load_step, 0},
+       }},
+      {"output",
+       {
+           {"--save-llmc", "FILE",
+            "write the trained model as an llm.c checkpoint (never over "
+            "an existing file)",
+            &O::save_llmc},
+           {"--trace", "FILE.json",
+            "write every rank's measured timeline of the last step (forward, backward, P2P, DP "
+            "sync, optimizer) as a Chrome/Perfetto trace (never over an existing file)",
+            &O::trace},
+           {"--sample-every", "N",
+            "print a greedy sample of the model every N steps and at the end (0: never); not "
+            "with --pp",
+            &O::sample_every, 0},
+           {"--sample-tokens", "K", "tokens per sample", &O::sample_tokens, 1},
+           {"--tokenizer", "FILE",
+            "decode samples with llm.c's gpt2_tokenizer.bin (default: bytes)", &O::tokenizer},
+       }},
+      {"system",
+       {
+           {"--step-timeout", "SEC",
+            "abort the whole job, naming the rank, step and phase, when a step (or a save, or a "
+            "validation) runs longer than SEC seconds (default 0: never)",
+            &O::step_timeout, 0},
+           {"--threads", "N",
+            "threads per rank (default: OMP_NUM_THREADS, else cores / ranks per node)", &O::threads,
+            0},
+           {"--precision", "P",
+            "fp32 or bf16: matrix products with bf16 inputs and fp32 accumulation; weights, "
+            "gradients, optimizer and checkpoints stay fp32",
+            &O::precision},
+           {"--gemm", "LIB", "the GEMM library: onednn (the default where built) or openblas",
+            &O::gemm},
+           {"--gpu-aware-mpi", "M",
+            "auto: in a GPU build, ask the MPI library whether it reads GPU memory "
+            "(MPIX_Query_cuda_support) and stage messages through pinned host buffers when it "
+            "does not or cannot say; yes: hand MPI GPU memory; no: always stage (in a CPU "
+            "build: only to test that path)",
+            &O::gpu_aware_mpi, kNoMinimum, nullptr, OnResume::not_saved, "auto,yes,no"},
+           {"--peak-gflops", "X",
+            "per-rank peak for MFU (default: the best GEMM rate of any library here, in the "
+            "run's precision, measured at start-up)",
+            &O::peak_gflops, 0},
+           {"--profile", "", "print where a step's time goes, kernel by kernel, at the end",
+            &O::profile},
+       }},
+  };
+}
+
+bool among(const std::string& value, const std::string& choices) {
+  size_t start = 0;
+  while (true) {
+    const size_t comma = choices.find(',', start);
+    if (choices.compare(start, comma - start, value) == 0 &&
+        (comma == std::string::npos ? choices.size() - start : comma - start) == value.size())
+      return true;
+    if (comma == std::string::npos) return false;
+    start = comma + 1;
+  }
+}
+
+std::string spelled(const std::string& choices) {  // "auto,yes,no" -> "auto, yes or no"
+  std::string out = choices;
+  const size_t last = out.rfind(',');
+  if (last != std::string::npos) out.replace(last, 1, " or ");
+  for (size_t i = out.find(','); i != std::string::npos; i = out.find(',', i + 2)) {
+    out.replace(i, 1, ", ");
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<SettingGroup>& setting_groups() {
+  static const std::vector<SettingGroup> groups = make_groups();
+  return groups;
+}
+
+void set_setting(TrainOptions& o, const Setting& s, const std::string& flag,
+                 const std::string& value) {
+  auto at_least = [&](double v) {
+    require(v >= s.min, flag + " must be >= " + flags::number(s.min) + ", got " + value);
+  };
+  std::visit(Overload{
+                 [&](int O::*f) { at_least(o.*f = flags::to_int32(flag, value)); },
+                 [&](int64_t O::*f) { at_least(double(o.*f = flags::to_int(flag, value))); },
+                 [&](uint64_t O::*f) {
+                   const int64_t v = flags::to_int(flag, value);
+                   require(v >= 0, flag + " must be non-negative, got " + value);
+                   o.*f = uint64_t(v);
+                 },
+                 [&](float O::*f) { at_least(o.*f = float(flags::to_double(flag, value))); },
+                 [&](double O::*f) { at_least(o.*f = flags::to_double(flag, value)); },
+                 [&](bool O::*f) {
+                   require(value == "true" || value == "false",
+                           flag + " is true or false, got '" + value + "'");
+                   o.*f = value == "true";
+                 },
+                 [&](std::string O::*f) {
+                   require(!s.choices || among(value, s.choices),
+                           flag + " must be " + spelled(s.choices ? s.choices : "") + ", got '" +
+                               value + "'");
+                   o.*f = value;
+                 },
+                 [&](Precision O::*f) { o.*f = parse_precision(value); },
+             },
+             s.field);
+}
+
+std::string setting_text(const TrainOptions& o, const Setting& s) {
+  return std::visit(Overload{
+                        [&](float O::*f) {
+                          char buf[32];
+                          std::snprintf(buf, sizeof buf, "%.9g", double(o.*f));
+                          return std::string(buf);
+                        },
+                        [&](auto f) {
+                          return setting_shown(o, Setting{"", "", "", f});
+                        },
+                    },
+                    s.field);
+}
+
+std::string setting_shown(const TrainOptions& o, const Setting& s) {
+  return std::visit(Overload{
+                        [&](int O::*f) { return std::to_string(o.*f); },
+                        [&](int64_t O::*f) { return std::to_string(o.*f); },
+                        [&](uint64_t O::*f) { return std::to_string(o.*f); },
+                        [&](float O::*f) { return flags::number(o.*f); },
+                        [&](double O::*f) { return flags::number(o.*f); },
+                        [&](bool O::*f) { return std::string(o.*f ? "true" : "false"); },
+                        [&](std::string O::*f) { return o.*f; },
+                        [&](Precision O::*f) { return std::string(precision_name(o.*f)); },
+                    },
+                    s.field);
+}
+
+bool same_setting(const TrainOptions& a, const TrainOptions& b, const Setting& s) {
+  return std::visit([&](auto f) { return a.*f == b.*f; }, s.field);
+}
+
+std::vector<std::pair<std::string, std::string>> saved_settings(const TrainOptions& resolved) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const SettingGroup& g : setting_groups()) {
+    for (const Setting& s : g.rows) {
+      if (s.key && std::string(s.key).rfind("model.", 0) != 0) {
+        out.emplace_back(s.key, setting_text(resolved, s));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace mpf

@@ -1,0 +1,73 @@
+// The run's settings, one row each: the flag, its --help text, the least value it takes, where a
+// checkpoint's state file keeps it and what a resumed run does with it. Parsing (options.cpp),
+// --help, the settings a checkpoint saves and the resume policy (resume.cpp) all read this table,
+// so a new setting is a field in TrainOptions and one row here.
+#pragma once
+
+#include <limits>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "train/options.hpp"
+
+namespace mpf {
+
+// What a resumed run does with a setting its checkpoint saved.
+enum class OnResume {
+  not_saved,   // this process's business: paths, output, threads, logging
+  keep,        // defines the run (the model, the seed, the optimizer): taken from the checkpoint;
+               // given on the command line with another value, an error
+  may_change,  // taken from the checkpoint unless given
+  warns,       // may change, with a warning saying what the change does to the run
+  recorded,    // written for the record (the layout that saved it): any layout may resume
+};
+
+// The TrainOptions field a setting parses into; a bool field is a switch (a flag without value).
+using SettingField =
+    std::variant<int TrainOptions::*, int64_t TrainOptions::*, uint64_t TrainOptions::*,
+                 float TrainOptions::*, double TrainOptions::*, bool TrainOptions::*,
+                 std::string TrainOptions::*, Precision TrainOptions::*>;
+
+inline constexpr double kNoMinimum = -std::numeric_limits<double>::infinity();
+
+struct Setting {
+  const char* flag;  // "--lr"
+  const char* arg;   // the value's name in --help ("X"); "" for a switch
+  const char* help;  // --help's text; " (default V)" is added from TrainOptions{} unless it
+                     // says "default" itself
+  SettingField field;
+  double min = kNoMinimum;    // the least value a given number may take
+  const char* key = nullptr;  // in the state file ("optimizer.lr"); nullptr: not saved
+  OnResume on_resume = OnResume::not_saved;
+  const char* choices = nullptr;  // "auto,yes,no": the only values a text setting takes
+};
+
+struct SettingGroup {
+  const char* title;  // --help's heading
+  std::vector<Setting> rows;
+};
+
+// Every setting of mpiformer-train, grouped as --help shows them.
+const std::vector<SettingGroup>& setting_groups();
+
+// Parses `value` into the row's field of `o`; InputError naming `flag` for a malformed value, one
+// below the row's minimum or not among its choices. A switch takes value "true".
+void set_setting(TrainOptions& o, const Setting& s, const std::string& flag,
+                 const std::string& value);
+
+// The field's value as the state file writes it (floats with 9 digits: the same float back).
+std::string setting_text(const TrainOptions& o, const Setting& s);
+
+// The field's value as a person writes it (1e-08, 0.9): for --help and messages.
+std::string setting_shown(const TrainOptions& o, const Setting& s);
+
+bool same_setting(const TrainOptions& a, const TrainOptions& b, const Setting& s);
+
+// The saved settings of a run whose options are `resolved` (the layout, the data and the
+// schedule's length as the run resolved them), in table order; the model's sizes are left to
+// the checkpoint's own model section.
+std::vector<std::pair<std::string, std::string>> saved_settings(const TrainOptions& resolved);
+
+}  // namespace mpf

@@ -1,0 +1,165 @@
+// The table of run settings: parsing, --help, what a checkpoint saves and what a resumed run
+// takes from it all follow its rows.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <vector>
+
+#include "checkpoint/checkpoint_info.hpp"
+#include "test_helpers.hpp"
+#include "train/options.hpp"
+#include "train/resume.hpp"
+#include "train/settings.hpp"
+
+namespace mpf {
+namespace {
+
+using test::input_error;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+TrainOptions parse(std::vector<const char*> flags) {
+  flags.insert(flags.begin(), "mpiformer-train");
+  return parse_options(int(flags.size()), flags.data());
+}
+
+std::vector<const Setting*> rows() {
+  std::vector<const Setting*> out;
+  for (const SettingGroup& g : setting_groups()) {
+    for (const Setting& s : g.rows) out.push_back(&s);
+  }
+  return out;
+}
+
+TEST(Settings, FlagsAndKeysAreUniqueAndHelpListsEveryFlag) {
+  std::set<std::string> flags, keys;
+  const std::string help = usage();
+  for (const Setting* s : rows()) {
+    EXPECT_TRUE(flags.insert(s->flag).second) << s->flag;
+    if (s->key) EXPECT_TRUE(keys.insert(s->key).second) << s->key;
+    EXPECT_NE(help.find(std::string("  ") + s->flag + " "), std::string::npos) << s->flag;
+    // A setting saved in a checkpoint has a policy for the resumed run, and only then.
+    EXPECT_EQ(s->key != nullptr, s->on_resume != OnResume::not_saved) << s->flag;
+  }
+  EXPECT_GE(rows().size(), 50u);
+}
+
+TEST(Settings, EveryFlagParsesIntoItsField) {
+  // Flags that need another to mean something.
+  const std::map<std::string, std::vector<const char*>> needs = {
+      {"--tokenizer", {"--sample-every", "1"}},
+      {"--save-every", {"--save", "dir"}},
+      {"--keep-last", {"--save", "dir"}},
+      {"--load-step", {"--load", "dir"}}};
+  for (const Setting* s : rows()) {
+    const std::string flag = s->flag;
+    if (flag == "--gemm" || flag == "--init-from") continue;  // checked against this build / files
+    const bool is_switch = std::holds_alternative<bool TrainOptions::*>(s->field);
+    // A value other than the default that the row accepts.
+    std::string value = std::holds_alternative<float TrainOptions::*>(s->field) ? "0.5" : "3";
+    if (s->choices) value = std::string(s->choices).substr(std::string(s->choices).rfind(',') + 1);
+    if (std::holds_alternative<Precision TrainOptions::*>(s->field)) value = "bf16";
+    if (flag == "--zero") value = "1";
+    std::vector<const char*> args = {s->flag};
+    if (!is_switch) args.push_back(value.c_str());
+    if (needs.count(flag)) args.insert(args.end(), needs.at(flag).begin(), needs.at(flag).end());
+    const TrainOptions o = parse(args);
+    EXPECT_TRUE(o.given.count(flag)) << flag;
+    EXPECT_EQ(setting_shown(o, *s), is_switch ? "true" : value) << flag;
+  }
+}
+
+TEST(Settings, MinimumsAndChoicesAreEnforcedWithTheFlagsName) {
+  EXPECT_THAT(input_error([] {
+                parse({"--batch", "0"});
+              }),
+              HasSubstr("--batch must be >= 1, got 0"));
+  EXPECT_THAT(input_error([] {
+                parse({"--virtual-stages", "0"});
+              }),
+              HasSubstr("--virtual-stages must be >= 1"));
+  EXPECT_THAT(input_error([] {
+                parse({"--gpu-aware-mpi", "maybe"});
+              }),
+              HasSubstr("--gpu-aware-mpi must be auto, yes or no, got 'maybe'"));
+  EXPECT_THAT(input_error([] { parse({"--seed", "-1"}); }), HasSubstr("non-negative"));
+}
+
+// Options as a run resolves them before saving: the layout and the schedule's length known.
+TrainOptions resolved(TrainOptions o) {
+  o.dp = o.virtual_stages = o.microbatches = 1;
+  if (o.lr_decay_steps == 0) o.lr_decay_steps = o.steps;
+  return o;
+}
+
+// A checkpoint's settings as a run with options `o` saves them.
+CheckpointInfo saved_by(const TrainOptions& given) {
+  const TrainOptions o = resolved(given);
+  CheckpointInfo c;
+  c.step = 10;
+  c.model = {o.max_seq_len, o.vocab, 256, o.layers, o.heads, o.dim};
+  c.settings = saved_settings(o);
+  return c;
+}
+
+TEST(Settings, SavedTextReadsBackToTheSameValue) {
+  const TrainOptions o =
+      resolved(parse({"--lr", "0.0003", "--beta2", "0.95", "--seed", "12345678901",
+                      "--sequence-parallel", "--schedule", "zb-v"}));
+  for (const auto& [key, text] : saved_settings(o)) {
+    for (const Setting* s : rows()) {
+      if (!s->key || key != s->key) continue;
+      TrainOptions back;
+      set_setting(back, *s, key, text);
+      EXPECT_TRUE(same_setting(back, o, *s)) << key << " = " << text;
+    }
+  }
+}
+
+TEST(Settings, ResumeKeepsTakesAndWarnsByPolicy) {
+  const CheckpointInfo c = saved_by(parse({"--lr", "0.002", "--batch", "8", "--steps", "50"}));
+  std::vector<std::string> warnings;
+  // keep: a different value given is refused, naming the saved one.
+  TrainOptions o = parse({"--lr", "0.001"});
+  EXPECT_THAT(input_error([&] { adopt_checkpoint_options(o, c, "state.txt", warnings); }),
+              AllOf(HasSubstr("--lr 0.001 differs from the checkpoint's 0.002"),
+                    HasSubstr("pass --lr 0.002")));
+  // Not given: taken from the checkpoint, whatever the policy.
+  o = parse({});
+  adopt_checkpoint_options(o, c, "state.txt", warnings);
+  EXPECT_EQ(o.lr, 0.002f);
+  EXPECT_EQ(o.batch, 8);
+  EXPECT_EQ(o.steps, 50);
+  EXPECT_TRUE(warnings.empty());
+  // warns: a new batch is taken, with a warning.
+  o = parse({"--batch", "4"});
+  warnings.clear();
+  adopt_checkpoint_options(o, c, "state.txt", warnings);
+  EXPECT_EQ(o.batch, 4);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("differ from the checkpoint's 8 x 64"));
+  // recorded: the layout is the new run's own.
+  o = parse({"--tp", "2"});
+  adopt_checkpoint_options(o, c, "state.txt", warnings);
+  EXPECT_EQ(o.tp, 2);
+}
+
+TEST(Settings, ResumeRefusesAMissingOrMalformedSavedSetting) {
+  CheckpointInfo c = saved_by(parse({}));
+  std::vector<std::string> warnings;
+  for (auto& kv : c.settings) {
+    if (kv.first == "run.batch") kv.second = "twelve";
+  }
+  TrainOptions o = parse({});
+  EXPECT_THAT(input_error([&] { adopt_checkpoint_options(o, c, "state.txt", warnings); }),
+              AllOf(HasSubstr("state.txt"), HasSubstr("'run.batch' = 'twelve' is malformed")));
+  c.settings.erase(c.settings.begin());
+  o = parse({});
+  EXPECT_THAT(input_error([&] { adopt_checkpoint_options(o, c, "state.txt", warnings); }),
+              HasSubstr("is missing; the file is truncated or corrupt"));
+}
+
+}  // namespace
+}  // namespace mpf
