@@ -1,6 +1,6 @@
 // A training run: builds the model, data and optimizer from the options (or resumes one from a
-// checkpoint), then runs the steps. Each step reads as its phases, each timed (docs/design.md, code
-// style 9):
+// checkpoint), then runs the steps. Each step reads as its phases, each timed (docs/design.md,
+// code style 9):
 //   data -> zero grads -> forward -> backward -> DP grad sync -> grad norm / clip -> AdamW
 // and ends at a boundary where the ranks agree whether to stop (a signal), and may save.
 #pragma once
