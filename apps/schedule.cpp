@@ -33,7 +33,7 @@ trainer runs, with each op costing a fixed time. Prints every rank's timeline (a
 F<mb> forward, B<mb> backward (its input gradient), W<mb> weight gradient when it has its own cost,
 c<k> the chunk with virtual stages, "-" an op continuing, "." idle), then the bubble = idle rank-time
 / (P x makespan), and last a summary line: bubble 27.27% | peak in-flight 4 mb. A step ends with a
-synchronous optimizer step, so a bubble is counted within the step (see the README on what the
+synchronous optimizer step, so a bubble is counted within the step (docs/pipelines.md says what the
 zero-bubble paper's "zero" counts). Flags take a value as `--flag V` or `--flag=V`.
 
   --schedule S          afab, 1f1b (default), interleaved, or zero-bubble (W apart from B): zb-h1,

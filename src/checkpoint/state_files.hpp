@@ -1,9 +1,9 @@
-// A rank's part of the training state in the layout-independent files (DESIGN.md "Checkpoints"):
-// the llm.c model file (parameters) and the optimizer file (AdamW's m and v in the same order),
-// read and written collectively with MPI-IO. Each rank transfers the elements it holds at their
-// serial offsets (shard_runs): TP shards, pipeline stages and ZeRO-1 optimizer shards are cut on
-// load from whole tensors, so any layout reads what any other wrote, and no rank holds more than
-// its own part.
+// A rank's part of the training state in the layout-independent files (docs/design.md,
+// "Checkpoints"): the llm.c model file (parameters) and the optimizer file (AdamW's m and v in the
+// same order), read and written collectively with MPI-IO. Each rank transfers the elements it holds
+// at their serial offsets (shard_runs): TP shards, pipeline stages and ZeRO-1 optimizer shards are
+// cut on load from whole tensors, so any layout reads what any other wrote, and no rank holds more
+// than its own part.
 //
 // Of an element's replicas exactly one writes it, and on load the same rule picks the one rank
 // that counts it into its tensor's checksum: TP rank 0 for a tensor every TP rank holds whole; DP

@@ -22,8 +22,9 @@ bool any_rank_failed(MPI_Comm comm, const std::string& local_error) {
 }
 
 void fatal(const char* file, int line, const std::string& message) {
-  // MPI_COMM_SELF: library code never names the world (STYLE.md 5). MPICH's launcher ends the
-  // whole job when one process aborts, so ranks blocked in a collective do not hang.
+  // MPI_COMM_SELF: library code never names the world (docs/design.md, invariant 4). MPICH's
+  // launcher ends the whole job when one process aborts, so ranks blocked in a collective do not
+  // hang.
   int initialized = 0;
   MPI_Initialized(&initialized);
   char host[256] = "?";

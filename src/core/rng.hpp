@@ -1,6 +1,6 @@
 // Counter-based random numbers (Philox4x32-10, Salmon et al., SC'11): the value at a given
 // (seed, stream, index) is a pure function of those three, so any rank can materialise any
-// shard of a tensor and get exactly the numbers the serial run has (DESIGN.md invariant 1).
+// shard of a tensor and get exactly the numbers the serial run has (docs/design.md, invariant 1).
 #pragma once
 
 #include <Kokkos_Core.hpp>

@@ -1,4 +1,4 @@
-// The batch order (DESIGN.md invariant 2, and llm.c's DataLoader with shuffling off):
+// The batch order (docs/design.md, invariant 2; llm.c's DataLoader with shuffling off):
 // batch k of B rows of T tokens is the B*T + 1 consecutive tokens starting at the current
 // position; row b is the window [pos + b*T, pos + b*T + T), targets are inputs shifted by one.
 // After a batch the position advances by B*T. When the next batch would run past the end of the

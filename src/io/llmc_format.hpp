@@ -1,5 +1,6 @@
-// The constants of llm.c's file formats (../shared/notes/llmc-formats.md): every file starts with
-// a header of 256 little-endian int32 whose first slot is a magic number naming the kind of file.
+// The constants of llm.c's file formats (github.com/karpathy/llm.c; docs/file-formats.md gives
+// each file's layout): every file starts with a header of 256 little-endian int32 whose first slot
+// is a magic number naming the kind of file.
 #pragma once
 
 #include <cstdint>

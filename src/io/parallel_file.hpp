@@ -1,5 +1,5 @@
 // Collective MPI-IO of a flat file of floats whose pieces live on many ranks (the checkpoints,
-// DESIGN.md "Checkpoints"). Every rank reads or writes its own pieces at their offsets in the
+// docs/design.md, "Checkpoints"). Every rank reads or writes its own pieces at their offsets in the
 // file: no rank ever holds more than its part, and ROMIO's two-phase collective buffering turns
 // the scattered pieces into large contiguous accesses (on Lustre and GPFS too).
 //

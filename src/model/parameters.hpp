@@ -135,10 +135,10 @@ struct Parameters {
   }
 };
 
-// Fills every tensor from (seed, tensor name, element index) with a counter-based RNG (DESIGN.md
-// invariant 1). The index is the element's position in the serial, unpadded tensor (the shard
-// maps local to global), and padded token rows are zero, so no value depends on padding, on the
-// slab's layout or on which rank holds it.
+// Fills every tensor from (seed, tensor name, element index) with a counter-based RNG
+// (docs/design.md, invariant 1). The index is the element's position in the serial, unpadded tensor
+// (the shard maps local to global), and padded token rows are zero, so no value depends on padding,
+// on the slab's layout or on which rank holds it.
 void initialize(Parameters& params, const TpShard& shard, uint64_t seed);
 void initialize(Parameters& params, uint64_t seed);
 

@@ -1,4 +1,5 @@
-// Which part of the serial model a tensor-parallel rank holds (Megatron's splits, seed 003):
+// Which part of the serial model a tensor-parallel rank holds (Megatron-LM's splits,
+// Shoeybi et al. 2019):
 //   qkvw, qkvb   column-parallel by heads: rows of heads [r·NH/T, (r+1)·NH/T) of each of the Q, K
 //                and V blocks, kept as a local [Q_r | K_r | V_r]
 //   attprojw     row-parallel: input columns [r·C/T, (r+1)·C/T)
@@ -11,7 +12,8 @@
 // last, and wte on both (tied: the last stage's LM head reads it). Tensors a stage does not hold
 // have size 0.
 // global_index() maps a local element to its place in the serial tensor, which is what makes
-// initialisation, checkpoint loading and saving independent of the layout (DESIGN.md inv. 1).
+// initialisation, checkpoint loading and saving independent of the layout (docs/design.md,
+// invariant 1).
 #pragma once
 
 #include <array>

@@ -4,7 +4,7 @@
 // With --pp 1 the one chunk is the whole model, every verb is a no-op, and a schedule is gradient
 // accumulation over M microbatches.
 //
-// B and W are separate calls (DESIGN.md invariant 5): backward_input computes the input
+// B and W are separate calls (docs/design.md, invariant 5): backward_input computes the input
 // gradients and keeps what the chunk's W reads (its layers' output gradients, a WeightGradInputs
 // set) until backward_weight computes the parameter gradients, whenever the schedule runs it.
 //

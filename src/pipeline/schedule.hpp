@@ -1,4 +1,4 @@
-// Pipeline schedules, in two styles (DESIGN.md, "Schedules as explicit loops" and "as data"):
+// Pipeline schedules, in two styles (docs/design.md, "Schedules: loops and tables"):
 //
 // Loops, one per file, each talking to StageOps only (stage_ops.hpp), built from pure counts
 // unit-tested without MPI:
@@ -6,10 +6,11 @@
 //   one_f_one_b.cpp   warmup / steady 1F1B / cooldown (PipeDream-Flush; Picotron's 1f1b)
 //   interleaved.cpp   1F1B over V chunks per rank (Megatron's virtual pipeline, Narayanan et al.
 //                     2021), M not necessarily a multiple of P
-// Tables (seed 002): a function lists each rank's compute nodes, F, B, W or BW
-// (schedule_table.hpp); a pass adds the P2P verbs and one executor runs the result
-// (stage_program.hpp). The zero-bubble schedules (Qi et al., "Zero Bubble Pipeline Parallelism",
-// ICLR 2024), which move the weight gradients W into the bubbles, exist only as tables:
+// Tables (the generic runtime of the zero-bubble authors' Megatron-LM fork): a function lists each
+// rank's compute nodes, F, B, W or BW (schedule_table.hpp); a pass adds the P2P verbs and one
+// executor runs the result (stage_program.hpp). The zero-bubble schedules (Qi et al., "Zero Bubble
+// Pipeline Parallelism", ICLR 2024), which move the weight gradients W into the bubbles, exist only
+// as tables:
 //   zb_h1.cpp         1F1B's memory, bubble (P − 1)(F + B − W)
 //   zb_h2.cpp         up to 2P − 1 microbatches in flight, bubble (P − 1)(F + B − 2W) without the
 //                     optimizer's synchronisation
@@ -82,7 +83,7 @@ void validate(const PipelineShape& shape, Schedule s);
 
 // (P − 1)/(V·M + P − 1), V = 1 for AFAB and 1F1B: idle rank-time / (P × makespan) when every
 // stage costs the same and P2P is free. zb-h1: (P − 1)/(3M + P − 1) at F = B = W, M >= P. Negative
-// where there is no closed form (zb-h2, zb-v and zb-auto: see README).
+// where there is no closed form (zb-h2, zb-v and zb-auto: see docs/pipelines.md).
 double ideal_bubble_fraction(const PipelineShape& shape, Schedule s);
 
 // ---- 1F1B ----
@@ -96,26 +97,26 @@ int one_f_one_b_warmup(const PipelineShape& shape);
 // switch chunk every P steps, so a microbatch leaving the last rank finds rank 0 ready for its next
 // chunk). Backwards use the same order with chunks reversed (V − 1 first).
 //
-// M not a multiple of P (seed 001, "arrangement 2"): with M = q·P + r, groups 0 .. q − 2 hold P
-// microbatches and the LAST group holds P + r, i.e. the r extra microbatches run right behind the
-// last full round inside each chunk, instead of as a separate short group of r at the end (the
-// paper's arrangement: a group of r < P cannot fill the pipeline, so at each of its chunk
-// switches the rank waits for its own microbatches to come back round, and the bubble grows). With
-// a group of P + r >= P every chunk switch still finds its input ready, and the bubble stays (P −
-// 1)/(V·M + P − 1), the uniform case's.
+// M not a multiple of P: with M = q·P + r, groups 0 .. q − 2 hold P microbatches and the LAST
+// group holds P + r, i.e. the r extra microbatches run right behind the last full round inside
+// each chunk, instead of as a separate short group of r at the end (the paper's arrangement: a
+// group of r < P cannot fill the pipeline, so at each of its chunk switches the rank waits for its
+// own microbatches to come back round, and the bubble grows). With a group of P + r >= P every
+// chunk switch still finds its input ready, and the bubble stays (P − 1)/(V·M + P − 1), the uniform
+// case's.
 int interleaved_group_size(const PipelineShape& shape);  // of the last group: P + (M mod P)
 int interleaved_microbatch(const PipelineShape& shape, int k);
 int interleaved_forward_chunk(const PipelineShape& shape, int k);
 int interleaved_backward_chunk(const PipelineShape& shape, int k);  // V − 1 − forward chunk
 
 // Forwards before the first backward: min(2(P − rank − 1) + (V − 1)·G, M·V), G the last group's
-// size. For M a multiple of P, G = P and this is Megatron's and seed 001's formula. The first
-// backward on the last rank is (mb, chunk V − 1) of a microbatch whose V − 1 earlier chunks were
-// forwarded G steps apart, hence (V − 1)·G; 2(P − rank − 1) covers the forward's trip down to the
-// last rank and the gradient's trip back. In the steady state, forward step k is paired with
-// backward step k − warmup, so the warmup must cover the widest group: with G = P the last
-// group's backward of chunk V − 1 would come before its own forward. The price of the remainder
-// is (V − 1)·r more activations in flight, never a longer step.
+// size. For M a multiple of P, G = P and this is Megatron-LM's formula. The first backward on the
+// last rank is (mb, chunk V − 1) of a microbatch whose V − 1 earlier chunks were forwarded G steps
+// apart, hence (V − 1)·G; 2(P − rank − 1) covers the forward's trip down to the last rank and the
+// gradient's trip back. In the steady state, forward step k is paired with backward step
+// k − warmup, so the warmup must cover the widest group: with G = P the last group's backward of
+// chunk V − 1 would come before its own forward. The price of the remainder is (V − 1)·r more
+// activations in flight, never a longer step.
 int interleaved_warmup(const PipelineShape& shape);
 
 // ---- the loops: each validates the shape, then runs on `ops` ----

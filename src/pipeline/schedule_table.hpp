@@ -1,7 +1,8 @@
-// Schedules as data (seed 002; DESIGN.md "Schedules as data"): a schedule function returns, for
-// every rank, the ordered list of its compute nodes; it says nothing about communication, which
-// the P2P pass adds (stage_program.hpp). Adding a schedule is writing one such function, each in
-// its own file with its formula.
+// Schedules as data (docs/design.md, "Schedules: loops and tables"; the generic runtime of the
+// zero-bubble authors' Megatron-LM fork): a schedule function returns, for every rank, the ordered
+// list of its compute nodes; it says nothing about communication, which the P2P pass adds
+// (stage_program.hpp). Adding a schedule is writing one such function, each in its own file with
+// its formula.
 //
 // Node kinds, on (microbatch, chunk):
 //   F   forward

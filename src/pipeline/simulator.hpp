@@ -92,10 +92,10 @@ SimulationResult simulate(Schedule s, const PipelineShape& shape, const OpCosts&
 // "F3" (V = 1) or "F3c1"; W ops are "W3", B ops "B3".
 std::string event_label(const SimEvent& e, int virtual_stages);
 
-// One string per rank in the seeds' style, e.g. ".  F0 F1 B0 -- F2": a cell per `cell` time
-// units holding the op that covers its middle, its label in its first cell and "-" after, "."
-// where the rank is idle. cell is the largest of 1, 1/2, 1/4, 1/5, 1/10, ... that every event
-// boundary is a multiple of (exact at unit costs), else makespan / 200 (scaled).
+// One string per rank, as pipeline write-ups draw a schedule, e.g. ".  F0 F1 B0 -- F2": a cell per
+// `cell` time units holding the op that covers its middle, its label in its first cell and "-"
+// after, "." where the rank is idle. cell is the largest of 1, 1/2, 1/4, 1/5, 1/10, ... that every
+// event boundary is a multiple of (exact at unit costs), else makespan / 200 (scaled).
 struct Timelines {
   std::vector<std::string> ranks;
   double cell = 1.0;

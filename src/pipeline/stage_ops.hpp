@@ -1,5 +1,5 @@
-// What a pipeline schedule may do on its rank (DESIGN.md, "Schedules as explicit loops"): three
-// compute calls and Megatron's P2P verbs. The trainer implements it with tensors and MPI, the
+// What a pipeline schedule may do on its rank (docs/design.md, "Schedules: loops and tables"):
+// three compute calls and Megatron's P2P verbs. The trainer implements it with tensors and MPI, the
 // simulator (simulator.hpp) by recording events under a cost model; both run the same schedule
 // loops (schedule.hpp) and the same executor of schedule tables (stage_program.hpp).
 //

@@ -1,6 +1,6 @@
 // A rank's program: its compute nodes with the P2P verbs between them, what one executor runs
-// through StageOps on the model and in the simulator alike (seed 002's "post-processing" and
-// "runtime").
+// through StageOps on the model and in the simulator alike (the "post-processing" and "runtime"
+// of the zero-bubble authors' Megatron-LM fork).
 //
 // The pass (p2p_pass.cpp), per rank, in two steps:
 // 1. A receive right before the compute that needs it (F: its input; B, BW: its output's

@@ -1,5 +1,5 @@
-// How a simulated step is shown: one timeline string per rank in the seeds' style, and a
-// Chrome/Perfetto trace (simulator.hpp declares both).
+// How a simulated step is shown: one timeline string per rank, a character cell per time unit, and
+// a Chrome/Perfetto trace (simulator.hpp declares both).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -29,7 +29,7 @@ std::string format_step(const StepRecord& r, double tokens, double flops_per_ste
 // waiting, host code).
 std::string profile_table(double step_ms, int steps);
 
-// Seconds spent in each phase of a step, summed over the timed steps (STYLE.md 9).
+// Seconds per phase of a step, summed over the timed steps (docs/design.md, code style 9).
 class PhaseTimers {
  public:
   // kSchedule: the schedule loop, forwards and backwards of every microbatch.

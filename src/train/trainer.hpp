@@ -1,5 +1,6 @@
 // A training run: builds the model, data and optimizer from the options (or resumes one from a
-// checkpoint), then runs the steps. Each step reads as its phases, each timed (STYLE.md 9):
+// checkpoint), then runs the steps. Each step reads as its phases, each timed (docs/design.md,
+// code style 9):
 //   data -> zero grads -> forward -> backward -> DP grad sync -> grad norm / clip -> AdamW
 // and ends at a boundary where the ranks agree whether to stop (a signal), and may save.
 #pragma once
@@ -9,24 +10,24 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpointing.hpp"
+#include "checkpoint/state_files.hpp"
 #include "data/loader.hpp"
 #include "generate/training_sample.hpp"
 #include "model/activations.hpp"
 #include "model/parameters.hpp"
 #include "optim/adamw.hpp"
+#include "optim/grad_buckets.hpp"
 #include "optim/grad_norm.hpp"
 #include "optim/lr_schedule.hpp"
-#include "optim/grad_buckets.hpp"
 #include "parallel/grid.hpp"
 #include "parallel/node.hpp"
 #include "pipeline/layer_ownership.hpp"
 #include "pipeline/model_stage.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/schedule_plan.hpp"
-#include "checkpoint/checkpointing.hpp"
 #include "train/options.hpp"
 #include "train/peak.hpp"
-#include "checkpoint/state_files.hpp"
 #include "train/watchdog.hpp"
 
 namespace mpf {

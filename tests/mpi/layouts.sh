@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DESIGN.md invariant 3: every layout reproduces the serial run. For each (tp, dp) with
+# docs/design.md, invariant 3: every layout reproduces the serial run. For each (tp, dp) with
 # tp·dp <= 4, plain, with ZeRO-1, with the gradient reduction overlapped in small buckets, and both,
 # and with tp > 1 also with sequence parallelism; gradient accumulation over microbatches with
 # both schedules; and one 8-rank layout. Five steps of a tiny model from the same seed must give

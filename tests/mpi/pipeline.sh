@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline parallel reproduces the serial run (DESIGN.md invariant 3; serial_reference.sh says
+# Pipeline parallel reproduces the serial run (docs/design.md, invariant 3; serial_reference.sh says
 # within what, and why): every schedule on 2, 3 and 4 stages, interleaved with M in {P, P+1, 2P+1}
 # (M not a multiple of P included), the zero-bubble schedules with M = P, M > P and M not a
 # multiple of P, even and uneven layer splits, combined with TP, SP, DP, ZeRO and overlapped

@@ -1,4 +1,4 @@
-# Shared by the layout tests (DESIGN.md invariant 3): a serial run of a tiny model, and
+# Shared by the layout tests (docs/design.md, invariant 3): a serial run of a tiny model, and
 # run_layout, which runs the same five steps on another layout and compares.
 #
 # Tolerance, and why: a layout changes only the order of floating-point sums (row-parallel partial

@@ -1,6 +1,6 @@
-// llm.c's tokenizer file: written here byte by byte from the format (../shared/notes/
-// llmc-formats.md), read back, known ids decoded; every malformed file refused with a message
-// naming the problem.
+// llm.c's tokenizer file: written here byte by byte from the format (llm.c's llmc/tokenizer.h;
+// docs/file-formats.md), read back, known ids decoded; every malformed file refused with a
+// message naming the problem.
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -39,15 +39,15 @@ TEST(ScheduleCounts, InterleavedWarmupIsMegatronsWithTheLastGroupsSize) {
           const int G = P + M % P;
           EXPECT_EQ(interleaved_group_size(s), G);
           EXPECT_EQ(interleaved_warmup(s), std::min(2 * (P - rank - 1) + (V - 1) * G, M * V));
-          if (M % P == 0) {  // seed 001's formula, unchanged when P divides M
+          if (M % P == 0) {  // Megatron-LM's formula, unchanged when P divides M
             EXPECT_EQ(interleaved_warmup(s), std::min(2 * (P - rank - 1) + (V - 1) * P, M * V));
           }
         }
       }
     }
   }
-  // Seed 001's worked examples: P = 4, V = 2, M = 4 (GPU1 -> 3 + 3 + 4 capped at 8); P = 3,
-  // V = 3, M = 3 (GPU3 -> 6, GPU1 -> 10 capped at 9).
+  // Worked by hand: P = 4, V = 2, M = 4 (rank 0: 3 + 3 + 4 = 10, capped at M·V = 8); P = 3,
+  // V = 3, M = 3 (rank 2: 0 + 6 = 6; rank 0: 4 + 6 = 10, capped at 9).
   EXPECT_EQ(interleaved_warmup(shape_of(4, 0, 2, 4)), 8);
   EXPECT_EQ(interleaved_warmup(shape_of(3, 2, 3, 3)), 6);
   EXPECT_EQ(interleaved_warmup(shape_of(3, 0, 3, 3)), 9);
@@ -71,7 +71,7 @@ TEST(ScheduleCounts, InterleavedChunkMapIsMegatronsWhenPDividesM) {
 }
 
 TEST(ScheduleCounts, InterleavedRemainderRunsBehindTheLastFullRound) {
-  // P = 4, V = 2, M = 9: groups {0..3} and {4..8} (arrangement 2 of seed 001).
+  // P = 4, V = 2, M = 9: groups {0..3} and {4..8} (the remainder runs behind the last full round).
   const PipelineShape s = shape_of(4, 0, 2, 9);
   const std::vector<int> mb = {0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 8, 4, 5, 6, 7, 8};
   const std::vector<int> chunk = {0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
