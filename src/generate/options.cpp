@@ -107,7 +107,7 @@ std::string generate_usage() {
 Writes what a GPT-2 model (llm.c's, as mpiformer-train trains it) continues a prompt with: the
 text on stdout, streamed token by token; notes and the tokens/s summary on stderr. The prompt
 runs through the model in one pass, then each new token costs one position (a KV cache). Runs on
-T ranks with --tp T (tensor parallel), or on one.
+N ranks with --tp N (tensor parallel), or on one.
 
 model
   --init-from FILE      an llm.c model file (fp32, version 3), e.g. mpiformer-train --save-llmc
@@ -135,7 +135,7 @@ output
                         one row per token (never overwrites)
   --no-kv-cache         recompute the whole prefix for every token (a check and a baseline)
 layout and system
-  --tp T                tensor-parallel ranks (default 1; launch T ranks)
+  --tp N                tensor-parallel ranks (default 1; launch N ranks)
   --threads N           threads per rank (default: OMP_NUM_THREADS, else cores / ranks per node)
   --gpu-aware-mpi M     auto, yes or no: as mpiformer-train's (TP messages in a GPU build)
   --help

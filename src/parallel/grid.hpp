@@ -1,9 +1,10 @@
 // The process grid: world = TP × DP × PP, TP fastest-varying (Megatron's tp-dp-pp order), so a
 // tensor-parallel group is consecutive ranks and stays on a node.
 //
-//   world rank r = tp + T·(dp + D·pp)
+//   world rank r = tp + n_tp·(dp + n_dp·pp)
 //
-// Worked example, 8 ranks as T=2, D=2, P=2:
+// (n_tp, n_dp, n_pp: the group sizes; T stays the sequence length everywhere.) Worked example, 8
+// ranks as n_tp = 2, n_dp = 2, n_pp = 2:
 //
 //            pp = 0                 pp = 1
 //        tp=0    tp=1           tp=0    tp=1

@@ -29,7 +29,7 @@ void reduce_from_region_forward(float* x, int64_t n, MPI_Comm tp);
 struct SequenceSplit {
   bool on = false;         // sequence parallelism
   int64_t rows = 0;        // B·T
-  int64_t local_rows = 0;  // rows / T with sequence parallelism, else rows
+  int64_t local_rows = 0;  // rows / n_tp with sequence parallelism, else rows
   int64_t row_begin = 0;   // first row held here
 };
 

@@ -78,7 +78,7 @@ std::vector<SettingGroup> make_groups() {
        }},
       {"layout (world = tp x dp x pp ranks, tp fastest-varying; any layout resumes any other's)",
        {
-           {"--tp", "T", "tensor-parallel ranks", &O::tp, 1, "layout.tp", kRecorded},
+           {"--tp", "N", "tensor-parallel ranks", &O::tp, 1, "layout.tp", kRecorded},
            {"--pp", "P", "pipeline stages", &O::pp, 1, "layout.pp", kRecorded},
            {"--dp", "D", "data-parallel ranks (default: ranks / (tp * pp))", &O::dp, 0, "layout.dp",
             kRecorded},
