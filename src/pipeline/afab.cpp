@@ -1,8 +1,8 @@
-// AFAB, all forward then all backward (GPipe; Picotron's train_step_pipeline_afab): every
-// microbatch's forward, then every backward in the same order (FIFO). The easiest schedule to
-// follow and to debug, but all M activations are alive at once on every rank. The last forward's
-// output goes out while the first gradient comes in (paired, like every forward followed at once
-// by a backward; the table form, afab_table.cpp, yields exactly this op sequence).
+// AFAB, all forward then all backward (GPipe, Huang et al. 2019; Picotron's
+// train_step_pipeline_afab): every microbatch's forward, then every backward in the same order
+// (FIFO). The easiest schedule to follow and to debug, but all M activations are alive at once on
+// every rank. The last forward's output goes out while the first gradient comes in, paired as
+// every forward followed at once by a backward is (both halves posted before either waits).
 // Bubble: (P − 1)/(M + P − 1).
 #include "pipeline/schedule.hpp"
 

@@ -4,9 +4,10 @@
 // With --pp 1 the one chunk is the whole model, every verb is a no-op, and a schedule is gradient
 // accumulation over M microbatches.
 //
-// B and W are separate calls (docs/design.md, invariant 5): backward_input computes the input
-// gradients and keeps what the chunk's W reads (its layers' output gradients, a WeightGradInputs
-// set) until backward_weight computes the parameter gradients, whenever the schedule runs it.
+// B and W are separate calls (the zero-bubble schedules run W apart from B): backward_input
+// computes the input gradients and keeps what the chunk's W reads (its layers' output gradients, a
+// WeightGradInputs set) until backward_weight computes the parameter gradients, whenever the
+// schedule runs it.
 //
 // Memory. With --recompute a microbatch keeps only its blocks' outputs (Megatron's full
 // recomputation): each block's forward runs again in one workspace right before its B, which then

@@ -1,5 +1,5 @@
-// 1F1B (PipeDream-Flush; Picotron's train_step_pipeline_1f1b). Same bubble as AFAB,
-// (P − 1)/(M + P − 1), but a rank holds at most P − rank activations instead of M:
+// 1F1B (PipeDream-Flush, Narayanan et al. 2021; Picotron's train_step_pipeline_1f1b). Same bubble
+// as AFAB, (P − 1)/(M + P − 1), but a rank holds at most P − rank activations instead of M:
 //   Warmup:   warmup = min(P − rank − 1, M) forwards fill the pipeline below this rank.
 //   Steady:   M − warmup times, one forward then one backward; the forward's output goes out
 //             while the backward's output gradient comes in (send_forward_recv_backward), and
@@ -7,7 +7,7 @@
 //             (send_backward_recv_forward).
 //   Cooldown: the last `warmup` backwards drain the pipeline. Without a steady phase (M <= warmup)
 //             the last forward's output still goes out paired with the first gradient, as in
-//             the steady state (the table form, one_f_one_b_table.cpp, yields this op sequence).
+//             the steady state.
 // Microbatches start and finish in order: forward i in the steady state is warmup + i,
 // backward i is i.
 #include "pipeline/schedule.hpp"

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "core/error.hpp"
@@ -25,8 +23,6 @@ PipelineP2P::PipelineP2P(MPI_Comm pp, int chunks, int64_t count, pipeline::Chunk
   MPI_Comm_get_attr(pp, MPI_TAG_UB, &ub, &found);
   if (found && ub) tag_ub_ = *ub;
   staged_ = staged();
-  const char* env = std::getenv("MPIFORMER_TRACE_PP");
-  trace_ = env && std::string(env) == "1";
 }
 
 int PipelineP2P::tag(int mb, int receiving_stage, Direction d) const {
@@ -51,12 +47,10 @@ int PipelineP2P::take_host_buffer() {
   return int(host_buffers_.size()) - 1;
 }
 
-void PipelineP2P::send(const float* buf, int mb, int chunk, Direction d, const char* verb) {
+void PipelineP2P::send(const float* buf, int mb, int chunk, Direction d) {
   const int stage = stage_of(chunk);
   const int to_stage = d == kForward ? stage + 1 : stage - 1;
   const int peer = rank_of(to_stage);
-  if (trace_)
-    std::fprintf(stderr, "%s | %d -> %d | mb %d, chunk %d\n", verb, rank_, peer, mb, chunk);
   Send s{MPI_REQUEST_NULL, buf, -1};
   const float* data = buf;
   if (staged_) {
@@ -71,12 +65,9 @@ void PipelineP2P::send(const float* buf, int mb, int chunk, Direction d, const c
   sends_.push_back(s);
 }
 
-PipelineP2P::Recv PipelineP2P::post_recv(float* buf, int mb, int chunk, Direction d,
-                                         const char* verb) {
+PipelineP2P::Recv PipelineP2P::post_recv(float* buf, int mb, int chunk, Direction d) {
   const int stage = stage_of(chunk);
   const int peer = rank_of(d == kForward ? stage - 1 : stage + 1);
-  if (trace_)
-    std::fprintf(stderr, "%s | %d <- %d | mb %d, chunk %d\n", verb, rank_, peer, mb, chunk);
   Recv r{MPI_REQUEST_NULL, buf, staged_ ? take_host_buffer() : -1};
   float* data = r.host >= 0 ? host_buffers_[r.host].data() : buf;
   MPF_MPI_CHECK(MPI_Irecv(data, count_, MPI_FLOAT, peer, tag(mb, stage, d), pp_, &r.request));
@@ -91,7 +82,7 @@ void PipelineP2P::complete(Recv& r) {
   host_busy_[r.host] = false;
 }
 
-void PipelineP2P::receive(float* buf, int mb, int chunk, Direction d, const char* verb) {
+void PipelineP2P::receive(float* buf, int mb, int chunk, Direction d) {
   const auto ahead = posted_.find({mb, chunk, d});
   if (ahead != posted_.end()) {
     Recv r = ahead->second;
@@ -99,7 +90,7 @@ void PipelineP2P::receive(float* buf, int mb, int chunk, Direction d, const char
     if (r.buf != buf) MPF_FATAL("a receive posted ahead into another buffer than its verb's");
     complete(r);
   } else {
-    Recv r = post_recv(buf, mb, chunk, d, verb);
+    Recv r = post_recv(buf, mb, chunk, d);
     complete(r);
   }
 }
@@ -138,70 +129,67 @@ bool PipelineP2P::in_flight(const float* buf) {
 
 void PipelineP2P::recv_forward(float* input, int mb, int chunk) {
   if (is_first(chunk)) return;
-  receive(input, mb, chunk, kForward, "recv_forward");
+  receive(input, mb, chunk, kForward);
 }
 
 void PipelineP2P::send_forward(const float* output, int mb, int chunk) {
-  if (!is_last(chunk)) send(output, mb, chunk, kForward, "send_forward");
+  if (!is_last(chunk)) send(output, mb, chunk, kForward);
 }
 
 void PipelineP2P::recv_backward(float* output_grad, int mb, int chunk) {
   if (is_last(chunk)) return;
-  receive(output_grad, mb, chunk, kBackward, "recv_backward");
+  receive(output_grad, mb, chunk, kBackward);
 }
 
 void PipelineP2P::send_backward(const float* input_grad, int mb, int chunk) {
-  if (!is_first(chunk)) send(input_grad, mb, chunk, kBackward, "send_backward");
+  if (!is_first(chunk)) send(input_grad, mb, chunk, kBackward);
 }
 
 void PipelineP2P::post_recv_forward(float* input, int mb, int chunk) {
   if (is_first(chunk)) return;
-  posted_[{mb, chunk, kForward}] = post_recv(input, mb, chunk, kForward, "post_recv_forward");
+  posted_[{mb, chunk, kForward}] = post_recv(input, mb, chunk, kForward);
 }
 
 void PipelineP2P::post_recv_backward(float* output_grad, int mb, int chunk) {
   if (is_last(chunk)) return;
-  posted_[{mb, chunk, kBackward}] =
-      post_recv(output_grad, mb, chunk, kBackward, "post_recv_backward");
+  posted_[{mb, chunk, kBackward}] = post_recv(output_grad, mb, chunk, kBackward);
 }
 
 void PipelineP2P::send_forward_recv_backward(const float* output, int send_mb, int send_chunk,
                                              float* output_grad, int recv_mb, int recv_chunk) {
   // The send is posted before the receive is waited on, so two neighbours doing the mirror pair
   // cannot deadlock, whatever MPI does with large messages.
-  if (!is_last(send_chunk))
-    send(output, send_mb, send_chunk, kForward, "send_forward_recv_backward");
+  if (!is_last(send_chunk)) send(output, send_mb, send_chunk, kForward);
   if (!is_last(recv_chunk)) {
-    receive(output_grad, recv_mb, recv_chunk, kBackward, "send_forward_recv_backward");
+    receive(output_grad, recv_mb, recv_chunk, kBackward);
   }
 }
 
 void PipelineP2P::send_backward_recv_forward(const float* input_grad, int send_mb, int send_chunk,
                                              float* input, int recv_mb, int recv_chunk) {
   if (!is_first(send_chunk)) {
-    send(input_grad, send_mb, send_chunk, kBackward, "send_backward_recv_forward");
+    send(input_grad, send_mb, send_chunk, kBackward);
   }
   if (!is_first(recv_chunk)) {
-    receive(input, recv_mb, recv_chunk, kForward, "send_backward_recv_forward");
+    receive(input, recv_mb, recv_chunk, kForward);
   }
 }
 
 void PipelineP2P::send_forward_recv_forward(const float* output, int send_mb, int send_chunk,
                                             float* input, int recv_mb, int recv_chunk) {
-  if (!is_last(send_chunk))
-    send(output, send_mb, send_chunk, kForward, "send_forward_recv_forward");
+  if (!is_last(send_chunk)) send(output, send_mb, send_chunk, kForward);
   if (!is_first(recv_chunk)) {
-    receive(input, recv_mb, recv_chunk, kForward, "send_forward_recv_forward");
+    receive(input, recv_mb, recv_chunk, kForward);
   }
 }
 
 void PipelineP2P::send_backward_recv_backward(const float* input_grad, int send_mb, int send_chunk,
                                               float* output_grad, int recv_mb, int recv_chunk) {
   if (!is_first(send_chunk)) {
-    send(input_grad, send_mb, send_chunk, kBackward, "send_backward_recv_backward");
+    send(input_grad, send_mb, send_chunk, kBackward);
   }
   if (!is_last(recv_chunk)) {
-    receive(output_grad, recv_mb, recv_chunk, kBackward, "send_backward_recv_backward");
+    receive(output_grad, recv_mb, recv_chunk, kBackward);
   }
 }
 

@@ -14,7 +14,6 @@
 // neighbours are the ranks next to this one, or this rank itself at the V's turn. A message's tag
 // is built from (microbatch, receiving virtual stage, direction), so a receive matches exactly its
 // send. A receive may be posted ahead (post_recv_*) and completed by the verb that needs it.
-// MPIFORMER_TRACE_PP=1 prints `verb | rank -> peer | mb, chunk` to stderr for every message.
 //
 // Buffers are in the kernels' memory. A send first waits for the kernels that wrote it. With an
 // MPI that cannot read GPU memory (parallel/device_mpi.hpp, staged()), each message goes through
@@ -92,14 +91,14 @@ class PipelineP2P {
     int host = -1;
   };
   int tag(int mb, int receiving_stage, Direction d) const;
-  Recv post_recv(float* buf, int mb, int chunk, Direction d, const char* verb);
+  Recv post_recv(float* buf, int mb, int chunk, Direction d);
   // Waits for r and, staged, copies its message into place.
   void complete(Recv& r);
-  void send(const float* buf, int mb, int chunk, Direction d, const char* verb);
+  void send(const float* buf, int mb, int chunk, Direction d);
   // Staged: a free host buffer of the pool (grown when none is free), now taken.
   int take_host_buffer();
   // Waits for the receive of (mb, chunk, d), posting it first unless it was posted ahead.
-  void receive(float* buf, int mb, int chunk, Direction d, const char* verb);
+  void receive(float* buf, int mb, int chunk, Direction d);
   // The rank running virtual stage s.
   int rank_of(int s) const { return pipeline::chunk_site(placement_, stages_, s).rank; }
   // Drops the sends whose requests MPI has completed.
@@ -110,7 +109,6 @@ class PipelineP2P {
   int rank_ = 0, stages_ = 1, chunks_ = 1;
   int count_ = 0;
   int tag_ub_ = 32767;
-  bool trace_ = false;
   bool staged_ = false;
   struct Send {
     MPI_Request request;

@@ -1,23 +1,29 @@
-// Pipeline schedules, in two styles (docs/design.md, "Schedules: loops and tables"):
+// Pipeline schedules, in two styles:
 //
 // Loops, one per file, each talking to StageOps only (stage_ops.hpp), built from pure counts
-// unit-tested without MPI:
-//   afab.cpp          all forwards, then all backwards (GPipe; Picotron's train_step_pipeline_afab)
-//   one_f_one_b.cpp   warmup / steady 1F1B / cooldown (PipeDream-Flush; Picotron's 1f1b)
-//   interleaved.cpp   1F1B over V chunks per rank (Megatron's virtual pipeline, Narayanan et al.
-//                     2021), M not necessarily a multiple of P
-// Tables (the generic runtime of the zero-bubble authors' Megatron-LM fork): a function lists each
-// rank's compute nodes, F, B, W or BW (schedule_table.hpp); a pass adds the P2P verbs and one
-// executor runs the result (stage_program.hpp). The zero-bubble schedules (Qi et al., "Zero Bubble
-// Pipeline Parallelism", ICLR 2024), which move the weight gradients W into the bubbles, exist only
-// as tables:
+// unit-tested without MPI, each to be read beside its paper:
+//   afab.cpp          all forwards, then all backwards (GPipe, Huang et al. 2019; Picotron's
+//                     train_step_pipeline_afab)
+//   one_f_one_b.cpp   warmup / steady 1F1B / cooldown (PipeDream-Flush, Narayanan et al.,
+//                     "Memory-Efficient Pipeline-Parallel DNN Training", 2021; Picotron's 1f1b)
+//   interleaved.cpp   1F1B over V chunks per rank (Megatron-LM's virtual pipeline, Narayanan et
+//                     al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+//                     Megatron-LM", SC 2021), M not necessarily a multiple of P
+// The loops are what runs, and their only copy: where one is needed as data (zb-auto's
+// candidates), its table is recorded by running the loop against a recording StageOps
+// (loop_table, schedule_table.hpp). The tests hold each loop, recorded and in the simulator, to
+// its paper: every (mb, chunk) forwarded and backwarded once, after its input, with the formulas'
+// peak activations and bubble.
+//
+// Tables: a function lists each rank's compute nodes, F, B, W or BW (schedule_table.hpp); a pass
+// adds the P2P verbs and one executor runs the result (stage_program.hpp). The zero-bubble
+// schedules (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024), which move the weight
+// gradients W into the bubbles, exist only as tables:
 //   zb_h1.cpp         1F1B's memory, bubble (P − 1)(F + B − W)
 //   zb_h2.cpp         up to 2P − 1 microbatches in flight, bubble (P − 1)(F + B − 2W) without the
 //                     optimizer's synchronisation
 //   zb_v.cpp          two chunks per rank in a V (placement.hpp), 1F1B's activation memory
 //   zb_auto.cpp       a search under measured F, B, W, P2P costs and a memory limit
-// The loops have table forms too (afab_table.cpp, ...), which the pass turns into exactly the
-// loops' op sequences: the bridge between the styles, checked by the unit tests.
 //
 // Ideal bubble with equal stages and free P2P: (P − 1)/(M + P − 1) for AFAB and 1F1B, and
 // (P − 1)/(V·M + P − 1) interleaved (the loops run B and W back to back); zb-h1's is (P − 1)/(3M
@@ -83,7 +89,7 @@ void validate(const PipelineShape& shape, Schedule s);
 
 // (P − 1)/(V·M + P − 1), V = 1 for AFAB and 1F1B: idle rank-time / (P × makespan) when every
 // stage costs the same and P2P is free. zb-h1: (P − 1)/(3M + P − 1) at F = B = W, M >= P. Negative
-// where there is no closed form (zb-h2, zb-v and zb-auto: see docs/pipelines.md).
+// where there is no closed form (zb-h2, zb-v and zb-auto: see README).
 double ideal_bubble_fraction(const PipelineShape& shape, Schedule s);
 
 // ---- 1F1B ----
@@ -102,8 +108,8 @@ int one_f_one_b_warmup(const PipelineShape& shape);
 // each chunk, instead of as a separate short group of r at the end (the paper's arrangement: a
 // group of r < P cannot fill the pipeline, so at each of its chunk switches the rank waits for its
 // own microbatches to come back round, and the bubble grows). With a group of P + r >= P every
-// chunk switch still finds its input ready, and the bubble stays (P − 1)/(V·M + P − 1), the uniform
-// case's.
+// chunk switch still finds its input ready, and the bubble stays (P − 1)/(V·M + P − 1), the
+// uniform case's.
 int interleaved_group_size(const PipelineShape& shape);  // of the last group: P + (M mod P)
 int interleaved_microbatch(const PipelineShape& shape, int k);
 int interleaved_forward_chunk(const PipelineShape& shape, int k);
@@ -113,10 +119,10 @@ int interleaved_backward_chunk(const PipelineShape& shape, int k);  // V − 1 �
 // size. For M a multiple of P, G = P and this is Megatron-LM's formula. The first backward on the
 // last rank is (mb, chunk V − 1) of a microbatch whose V − 1 earlier chunks were forwarded G steps
 // apart, hence (V − 1)·G; 2(P − rank − 1) covers the forward's trip down to the last rank and the
-// gradient's trip back. In the steady state, forward step k is paired with backward step
-// k − warmup, so the warmup must cover the widest group: with G = P the last group's backward of
-// chunk V − 1 would come before its own forward. The price of the remainder is (V − 1)·r more
-// activations in flight, never a longer step.
+// gradient's trip back. In the steady state, forward step k is paired with
+// backward step k − warmup, so the warmup must cover the widest group: with G = P the last
+// group's backward of chunk V − 1 would come before its own forward. The price of the remainder
+// is (V − 1)·r more activations in flight, never a longer step.
 int interleaved_warmup(const PipelineShape& shape);
 
 // ---- the loops: each validates the shape, then runs on `ops` ----

@@ -22,10 +22,10 @@ void run_schedule(Schedule s, StageOps& ops, const PipelineShape& shape) {
 }
 
 SchedulePlan::SchedulePlan(Schedule s, const PipelineShape& shape, const OpCosts& costs,
-                           int max_in_flight, bool loops_as_tables)
+                           int max_in_flight)
     : schedule_(s), shape_(shape) {
   validate(shape, s);
-  if (!is_zero_bubble(s) && !loops_as_tables) return;
+  if (!is_zero_bubble(s)) return;
   table_ = schedule_table(s, shape, costs, max_in_flight);
   const std::string broken = check_table(table_, shape);
   if (!broken.empty()) {

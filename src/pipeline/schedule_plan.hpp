@@ -15,11 +15,9 @@ namespace mpf::pipeline {
 class SchedulePlan {
  public:
   // Validates the shape (InputError); zb-auto is planned with `costs` under max_in_flight
-  // microbatches per rank (0: P, 1F1B's peak). loops_as_tables: run afab, 1f1b and interleaved
-  // through their tables and the executor too (the trainer's MPIFORMER_TABLE_RUNTIME=1, which
-  // the tests use to check that both styles compute the same bits).
+  // microbatches per rank (0: P, 1F1B's peak).
   SchedulePlan(Schedule s, const PipelineShape& shape, const OpCosts& costs = {},
-               int max_in_flight = 0, bool loops_as_tables = false);
+               int max_in_flight = 0);
 
   Schedule schedule() const { return schedule_; }
   const PipelineShape& shape() const { return shape_; }

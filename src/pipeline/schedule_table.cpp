@@ -66,11 +66,9 @@ ScheduleTable schedule_table(Schedule s, const PipelineShape& shape, const OpCos
                              int max_in_flight) {
   switch (s) {
     case Schedule::kAfab:
-      return afab_table(shape);
     case Schedule::kOneFOneB:
-      return one_f_one_b_table(shape);
     case Schedule::kInterleaved:
-      return interleaved_table(shape);
+      return loop_table(s, shape);
     case Schedule::kZbH1:
       return zb_h1_table(shape);
     case Schedule::kZbH2:

@@ -1,8 +1,7 @@
-// Schedules as data (docs/design.md, "Schedules: loops and tables"; the generic runtime of the
-// zero-bubble authors' Megatron-LM fork): a schedule function returns, for every rank, the ordered
-// list of its compute nodes; it says nothing about communication, which the P2P pass adds
-// (stage_program.hpp). Adding a schedule is writing one such function, each in its own file with
-// its formula.
+// Schedules as data: a schedule function returns, for every rank, the ordered list of its compute
+// nodes; it says nothing about communication, which the P2P pass adds (stage_program.hpp). The
+// zero-bubble schedules are written this way, each in its own file with its formula; the loop
+// schedules are written as loops only, and their tables are recorded from them (loop_table.cpp).
 //
 // Node kinds, on (microbatch, chunk):
 //   F   forward
@@ -40,10 +39,9 @@ std::string node_label(const ComputeNode& n, int virtual_stages);
 // or what is wrong.
 std::string check_table(const ScheduleTable& table, const PipelineShape& shape);
 
-// ---- the loops' tables: their compute order, which the P2P pass turns into their op sequence ----
-ScheduleTable afab_table(const PipelineShape& shape);
-ScheduleTable one_f_one_b_table(const PipelineShape& shape);
-ScheduleTable interleaved_table(const PipelineShape& shape);
+// ---- the loop schedules (afab, 1f1b, interleaved): each rank's compute calls as its loop makes
+// them, recorded; an InputError for a schedule without a loop ----
+ScheduleTable loop_table(Schedule s, const PipelineShape& shape);
 
 // ---- the zero-bubble schedules ----
 ScheduleTable zb_h1_table(const PipelineShape& shape);
@@ -53,7 +51,8 @@ ScheduleTable zb_v_table(const PipelineShape& shape);
 // least 1; costs: the measured F, B, W per stage and the P2P time.
 ScheduleTable zb_auto_table(const PipelineShape& shape, const OpCosts& costs, int max_in_flight);
 
-// The table of any schedule (zb-auto planned with `costs` and `max_in_flight`, 0: P).
+// The table of any schedule (a loop schedule's recorded from its loop; zb-auto planned with
+// `costs` and `max_in_flight`, 0: P).
 ScheduleTable schedule_table(Schedule s, const PipelineShape& shape, const OpCosts& costs = {},
                              int max_in_flight = 0);
 

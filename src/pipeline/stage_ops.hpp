@@ -1,7 +1,7 @@
-// What a pipeline schedule may do on its rank (docs/design.md, "Schedules: loops and tables"):
-// three compute calls and Megatron's P2P verbs. The trainer implements it with tensors and MPI, the
-// simulator (simulator.hpp) by recording events under a cost model; both run the same schedule
-// loops (schedule.hpp) and the same executor of schedule tables (stage_program.hpp).
+// What a pipeline schedule may do on its rank: three compute calls and Megatron-LM's P2P verbs.
+// The trainer implements it with tensors and MPI, the simulator (simulator.hpp) by recording
+// events under a cost model, OpRecorder (stage_program.hpp) by recording the calls; all run the
+// same schedule loops (schedule.hpp) and the same executor of schedule tables.
 //
 // Naming. A rank owns V model chunks; (rank, chunk) is one virtual stage, placed as
 // placement.hpp says (looped: virtual stage chunk·P + rank; or in a V). Virtual stages run layers
@@ -25,8 +25,8 @@
 //   the zero-bubble tables run either way. A message to the rank's own next chunk (a V's turn)
 //   never waits for its receive.
 // - post_recv_* posts a receive ahead of the verb that completes it (recv_*, or a paired verb's
-//   receive half), without waiting: the table runtime's way to let a neighbour's send complete
-//   while this rank still computes.
+//   receive half), without waiting: the tables' way (stage_program.hpp) to let a neighbour's
+//   send complete while this rank still computes.
 // - A microbatch's activations are released once its W is done; what W reads is kept from B on.
 // - Per (mb, chunk): forward before backward_input before backward_weight; each exactly once.
 #pragma once

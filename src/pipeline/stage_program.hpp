@@ -1,14 +1,14 @@
 // A rank's program: its compute nodes with the P2P verbs between them, what one executor runs
-// through StageOps on the model and in the simulator alike (the "post-processing" and "runtime"
-// of the zero-bubble authors' Megatron-LM fork).
+// through StageOps on the model and in the simulator alike.
 //
 // The pass (p2p_pass.cpp), per rank, in two steps:
 // 1. A receive right before the compute that needs it (F: its input; B, BW: its output's
 //    gradient), a send right after the compute that produces it (F: the output; B: the input
 //    gradient, at once, so W does not delay it; BW: after its W). A send followed at once by a
 //    receive in the opposite direction becomes one paired verb, as in 1F1B's steady state. This
-//    is the loops' own placement: the tables of afab, 1f1b and interleaved yield exactly the
-//    loops' op sequences.
+//    is the loops' own placement: a loop's recorded table (loop_table) comes back as exactly the
+//    loop's op sequence, so a zero-bubble table placed this way talks as the loops do, and
+//    zb-auto may run 1F1B's table as one of its candidates.
 // 2. Rendezvous safety: if sends waited for their receivers, two neighbours could each sit in a
 //    send to the other while the matching receives come later in both programs. The pass plays
 //    the programs with such sends and, wherever two ranks block each other that way, posts one
@@ -69,8 +69,8 @@ std::vector<StageProgram> insert_p2p(const ScheduleTable& table, const PipelineS
 // Runs a program: each op is one StageOps call.
 void execute(const StageProgram& program, StageOps& ops);
 
-// A StageOps that only records the calls, as a program: what a loop does, for the cross-check
-// against its table.
+// A StageOps that only records the calls, as a program: what a loop does, from which its table is
+// recorded (loop_table) and against which the tests check the pass.
 class OpRecorder final : public StageOps {
  public:
   StageProgram program;

@@ -208,9 +208,7 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   // memory limit like every later step, and times the ops the next plan uses.
   pipeline::OpCosts unit;
   unit.forward = unit.backward_input = unit.backward_weight = 1.0;
-  const char* tables = std::getenv("MPIFORMER_TABLE_RUNTIME");
-  plan_ = std::make_unique<pipeline::SchedulePlan>(pp_schedule_, shape_, unit, zb_auto_limit(),
-                                                   tables && std::string(tables) == "1");
+  plan_ = std::make_unique<pipeline::SchedulePlan>(pp_schedule_, shape_, unit, zb_auto_limit());
   if (opts.max_in_flight > 0 && pp_schedule_ != pipeline::Schedule::kZbAuto) {
     pipeline::require_within_memory(*plan_, opts.max_in_flight);
   }

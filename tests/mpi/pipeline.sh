@@ -4,9 +4,9 @@
 # (M not a multiple of P included), the zero-bubble schedules with M = P, M > P and M not a
 # multiple of P, even and uneven layer splits, combined with TP, SP, DP, ZeRO and overlapped
 # gradient buckets, full recomputation, and two 8-rank layouts. An 8-block model, so 4 stages x 2
-# chunks have a block each. Then the bits that must not move (a deferred W, the table runtime,
-# recomputation), each stage's peak activations against what its schedule keeps, and random
-# (schedule, P, V, M) steps that must finish within a timeout (no deadlock).
+# chunks have a block each. Then the bits that must not move (a deferred W, recomputation), each
+# stage's peak activations against what its schedule keeps, and random (schedule, P, V, M) steps
+# that must finish within a timeout (no deadlock).
 LAYERS=8
 source "$(dirname "$0")/serial_reference.sh"
 
@@ -20,7 +20,6 @@ run_layout 1 1 --pp 2 --microbatches 4 --pp-layout 5,3
 run_layout 1 1 --pp 2 --microbatches 1
 run_layout 1 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 2
 BATCH=6 run_layout 1 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 3
-interleaved_log=$LAST_LOG
 BATCH=10 run_layout 1 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 5 \
   --pp-layout 3,1,2,2
 run_layout 1 1 --pp 2 --schedule interleaved --virtual-stages 4 --microbatches 4
@@ -91,13 +90,6 @@ same_bits() {  # same_bits LOG_A LOG_B WHAT: their final parameters are byte-ide
 # A deferred W only moves in time: each microbatch's weight gradients still add up in the same
 # order, so zb-h1 computes 1F1B's bits.
 same_bits "$f1b1_log" "$zbh1_log" "zb-h1 (W deferred) vs 1f1b"
-# The table runtime (the P2P pass and the executor) runs 1F1B's and the interleaved schedule's
-# loops op for op.
-TAG=table MPIFORMER_TABLE_RUNTIME=1 run_layout 1 1 --pp 2 --microbatches 4 --schedule 1f1b
-same_bits "$f1b1_log" "$LAST_LOG" "1f1b through the table runtime vs the loop"
-BATCH=6 TAG=table MPIFORMER_TABLE_RUNTIME=1 run_layout 1 1 --pp 2 --schedule interleaved \
-  --virtual-stages 2 --microbatches 3
-same_bits "$interleaved_log" "$LAST_LOG" "interleaved through the table runtime vs the loop"
 same_bits "$zbh1_log" "$zbh1_recompute_log" "zb-h1 --recompute (B keeps what W reads)"
 
 # ---- full recomputation: the same numbers bit for bit (a block's forward is deterministic), a

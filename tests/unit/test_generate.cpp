@@ -1,8 +1,8 @@
-// The generator's pieces (run on 1 and, under mpiexec, 2 ranks): attention over the KV cache
-// equals the training attention row by row; the cached decoder equals recomputing the whole
-// prefix through the training forward, and a TP decoder equals the serial one; the sampler picks
-// the argmax, draws from softmax(z/τ) at the right frequencies, keeps to the top k, and reaches
-// the same token on a vocabulary split over the ranks as on one rank.
+// The generator's pieces, on a TP group of every rank: attention over the KV cache equals the
+// training attention row by row; the cached decoder equals recomputing the whole prefix through
+// the training forward, and a TP decoder equals the serial one; the sampler picks the argmax,
+// draws from softmax(z/τ) at the right frequencies, keeps to the top k, and reaches the same
+// token on a vocabulary split over the ranks as on one rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -35,14 +35,15 @@ GPTConfig tiny_config(int vocab = 300) {
   return GPTConfig{32, vocab, pad_vocab(vocab), 2, 4, 32};
 }
 
-// The largest |a - b| over the largest |b|.
+// The largest |a - b| over the largest |b|; the largest |a - b| itself where b is all zeros (the
+// logits of a vocabulary shard of padding only, rank 3 of 4).
 double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0.0, scale = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
     diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
     scale = std::max(scale, std::fabs(double(b[i])));
   }
-  return diff / scale;
+  return scale > 0.0 ? diff / scale : diff;
 }
 
 std::vector<float> host_of(Tensor t) {
@@ -188,8 +189,9 @@ TEST(Sampler, DrawsFromTheSoftmax) {
   EXPECT_NE(a, c);
 }
 
-// The vocabulary split over the world's ranks (rank 1 of 2 holds ids 256..299 and padding): every
-// rank reaches the token one rank reaches with the whole vocabulary, draw after draw.
+// The vocabulary split over the world's ranks (rank 1 of 2 holds ids 256..299 and padding; rank 3
+// of 4 padding only): every rank reaches the token one rank reaches with the whole vocabulary,
+// draw after draw.
 TEST(Sampler, SameTokenOnAnyVocabularySplit) {
   const MPI_Comm tp = MPI_COMM_WORLD;
   const GPTConfig cfg = tiny_config();

@@ -2,7 +2,8 @@
 // place in the slab; a bucket starts exactly when the last part writing its elements is done, in
 // any order the schedule finishes them (several chunks per stage, a tied wte); ZeRO's segments
 // tile the slab over the DP ranks, and the reduce-scatter sums what each rank wrote.
-// Runs on 1 rank (MPI_COMM_SELF buckets) and on 2 (a real DP group for ZeRO).
+// The buckets run on MPI_COMM_SELF; ZeRO's segments on a DP group of every rank (of one: the
+// whole slab).
 #include <gtest/gtest.h>
 #include <mpi.h>
 

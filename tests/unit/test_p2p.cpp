@@ -1,5 +1,7 @@
-// The pipeline verbs on 2 and 4 ranks, with 1 and 2 chunks per rank: a value travels forward
-// through every virtual stage, each adding its stage number, and a gradient travels back.
+// The pipeline verbs along every rank, with 1 and 2 chunks per rank: a value travels forward
+// through every virtual stage, each adding its stage number, and a gradient travels back. On one
+// rank a single chunk is both ends of the pipeline, where every verb is a no-op, and two chunks
+// exchange through the rank itself.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -54,23 +56,35 @@ TEST(PipelineP2P, ForwardAndBackTwoChunksRing) {
 
 // The paired verbs in the steady state of 1F1B on two neighbouring stages: stage 0 sends
 // microbatch 1's output while receiving microbatch 0's gradient; stage 1 sends microbatch 0's
-// input gradient while receiving microbatch 1's input. Both post before waiting: no deadlock.
-// (Stages beyond 1 take no part.)
+// input gradient while receiving microbatch 1's input. Both post before waiting: no deadlock. The
+// stages are ranks 0 and 1 (the others take no part), or on one rank its two chunks.
 TEST(PipelineP2P, PairedVerbsDoNotDeadlock) {
   int rank = 0, P = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &P);
   const int n = 1 << 16;  // large enough for MPI's rendezvous protocol
-  PipelineP2P p2p(MPI_COMM_WORLD, 1, n);
-  std::vector<float> send(n, float(rank + 1)), recv(n, 0.0f);
+  PipelineP2P p2p(MPI_COMM_WORLD, P == 1 ? 2 : 1, n);
+  std::vector<float> output(n, 1.0f), input(n, 0.0f), input_grad(n, 2.0f), output_grad(n, 0.0f);
   if (rank > 1) return;  // stages 0 and 1 only
-  if (rank == 0) {
-    p2p.send_forward_recv_backward(send.data(), 1, 0, recv.data(), 0, 0);
+  if (P == 1) {
+    // One thread plays both stages and cannot wait in two verbs at once: stage 1's gradient
+    // leaves first, alone (a send never waits for its receiver), stage 0's pair completes on it,
+    // then stage 1 takes its input.
+    p2p.send_backward(input_grad.data(), 0, 1);
+    p2p.send_forward_recv_backward(output.data(), 1, 0, output_grad.data(), 0, 0);
+    p2p.recv_forward(input.data(), 1, 1);
+  } else if (rank == 0) {
+    p2p.send_forward_recv_backward(output.data(), 1, 0, output_grad.data(), 0, 0);
   } else {
-    p2p.send_backward_recv_forward(send.data(), 0, 0, recv.data(), 1, 0);
+    p2p.send_backward_recv_forward(input_grad.data(), 0, 0, input.data(), 1, 0);
   }
   p2p.wait_for_sends();
-  for (float v : recv) ASSERT_EQ(v, float(2 - rank));
+  if (rank == 0) {
+    for (float v : output_grad) ASSERT_EQ(v, 2.0f);  // stage 0 received stage 1's gradient
+  }
+  if (rank == 1 || P == 1) {
+    for (float v : input) ASSERT_EQ(v, 1.0f);  // stage 1 received stage 0's output
+  }
 }
 
 }  // namespace mpf

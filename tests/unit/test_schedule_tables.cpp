@@ -1,7 +1,7 @@
-// Schedules as data: the tables of the loop schedules against the loops themselves (the P2P pass
-// must yield each loop's exact op sequence), the zero-bubble schedules against their formulas and
-// memory bounds, zb-auto against the handcrafted schedules, and every table under rendezvous
-// sends.
+// Schedules as data: the loop schedules recorded as tables (complete, with their papers' peak
+// activations, and placed by the P2P pass back into each loop's exact op sequence), the
+// zero-bubble schedules against their formulas and memory bounds, zb-auto against the handcrafted
+// schedules, and every table under rendezvous sends.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,11 +46,55 @@ std::string show(const StageProgram& p) {
   return out;
 }
 
+// The most (mb, chunk)s a rank's row holds, forwarded and not yet through their W.
+int peak_in_flight(const std::vector<ComputeNode>& row) {
+  int held = 0, peak = 0;
+  for (const ComputeNode& n : row) {
+    if (n.kind == NodeKind::kF) peak = std::max(peak, ++held);
+    if (n.kind == NodeKind::kW || n.kind == NodeKind::kBW) --held;
+  }
+  return peak;
+}
+
 }  // namespace
 
-// ---- the bridge between the two styles ------------------------------------------------------
+// ---- the loops recorded as tables ------------------------------------------------------------
 
-TEST(ScheduleTables, TablesOfTheLoopsYieldTheLoopsOpSequences) {
+// Each loop, recorded: every (mb, chunk)'s F, B and W once and in order, every input arriving
+// (check_table), and on each rank the activations its paper keeps: AFAB all M (GPipe); 1F1B
+// min(P − rank, M) (PipeDream-Flush); interleaved its warmup plus the steady state's one,
+// min(2(P − rank − 1) + (V − 1)·G + 1, M·V) with G = P + (M mod P) (Megatron-LM's warmup).
+TEST(ScheduleTables, TheLoopsRecordedAreCompleteAndKeepThePapersActivations) {
+  for (int P = 1; P <= 6; ++P) {
+    for (int M = 1; M <= 3 * P + 2; ++M) {
+      for (Schedule s : {Schedule::kAfab, Schedule::kOneFOneB}) {
+        const PipelineShape shape = shape_for(s, P, 1, M);
+        const ScheduleTable t = loop_table(s, shape);
+        ASSERT_EQ(check_table(t, shape), "") << schedule_name(s) << " P " << P << " M " << M;
+        for (int r = 0; r < P; ++r) {
+          EXPECT_EQ(peak_in_flight(t[r]), s == Schedule::kAfab ? M : std::min(P - r, M))
+              << schedule_name(s) << " P " << P << " M " << M << " rank " << r;
+        }
+      }
+      for (int V = 1; V <= 4 && M >= P; ++V) {
+        const PipelineShape shape = shape_for(Schedule::kInterleaved, P, V, M);
+        const ScheduleTable t = loop_table(Schedule::kInterleaved, shape);
+        ASSERT_EQ(check_table(t, shape), "") << "interleaved P " << P << " V " << V << " M " << M;
+        for (int r = 0; r < P; ++r) {
+          EXPECT_EQ(peak_in_flight(t[r]),
+                    std::min(2 * (P - r - 1) + (V - 1) * (P + M % P) + 1, M * V))
+              << "interleaved P " << P << " V " << V << " M " << M << " rank " << r;
+        }
+      }
+    }
+  }
+  EXPECT_THROW(loop_table(Schedule::kZbH1, shape_for(Schedule::kZbH1, 2, 1, 2)), InputError);
+}
+
+// The pass, given a loop's recorded compute order, places the verbs where the loop does: so a
+// zero-bubble table talks as the loops do, and 1F1B's recording runs as 1F1B among zb-auto's
+// candidates.
+TEST(ScheduleTables, ThePassPlacesTheVerbsOfARecordedLoopAsTheLoopDoes) {
   int shapes = 0;
   for (int P = 1; P <= 6; ++P) {
     for (int M = 1; M <= 3 * P + 2; ++M) {
@@ -61,18 +105,19 @@ TEST(ScheduleTables, TablesOfTheLoopsYieldTheLoopsOpSequences) {
           const StageProgram loop = loop_program(s, shape, r);
           ASSERT_EQ(programs[r], loop)
               << schedule_name(s) << " P " << P << " M " << M << " rank " << r
-              << "\n table: " << show(programs[r]) << "\n loop:  " << show(loop);
+              << "\n pass: " << show(programs[r]) << "\n loop: " << show(loop);
         }
         ++shapes;
       }
       for (int V = 1; V <= 4 && M >= P; ++V) {  // M not a multiple of P included
         const PipelineShape shape = shape_for(Schedule::kInterleaved, P, V, M);
-        const std::vector<StageProgram> programs = insert_p2p(interleaved_table(shape), shape);
+        const std::vector<StageProgram> programs =
+            insert_p2p(loop_table(Schedule::kInterleaved, shape), shape);
         for (int r = 0; r < P; ++r) {
           const StageProgram loop = loop_program(Schedule::kInterleaved, shape, r);
           ASSERT_EQ(programs[r], loop)
               << "interleaved P " << P << " V " << V << " M " << M << " rank " << r
-              << "\n table: " << show(programs[r]) << "\n loop:  " << show(loop);
+              << "\n pass: " << show(programs[r]) << "\n loop: " << show(loop);
         }
         ++shapes;
       }
@@ -290,7 +335,8 @@ TEST(ZeroBubble, RandomShapesNeverDeadlockUnderRendezvousSends) {
 }
 
 TEST(ZeroBubble, ThePassPostsAheadOnlyWhereNeighboursWouldBlock) {
-  // 1F1B pairs every exchange itself (its table's program is the loop's, above): nothing ahead.
+  // 1F1B pairs every exchange itself (its recording's program is the loop's, above): nothing
+  // ahead.
   // zb-h2's deferred Ws leave sends unpaired; some receives must be posted ahead.
   auto posts = [](const std::vector<StageProgram>& programs) {
     int n = 0;
@@ -302,7 +348,7 @@ TEST(ZeroBubble, ThePassPostsAheadOnlyWhereNeighboursWouldBlock) {
     return n;
   };
   const PipelineShape f = shape_for(Schedule::kOneFOneB, 4, 1, 8);
-  EXPECT_EQ(posts(insert_p2p(one_f_one_b_table(f), f)), 0);
+  EXPECT_EQ(posts(insert_p2p(loop_table(Schedule::kOneFOneB, f), f)), 0);
   const PipelineShape h2 = shape_for(Schedule::kZbH2, 4, 1, 8);
   const ScheduleTable t = zb_h2_table(h2);
   EXPECT_GT(posts(insert_p2p(t, h2)), 0);

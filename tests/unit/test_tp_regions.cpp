@@ -1,5 +1,6 @@
-// The tensor-parallel pieces against their serial versions, rank by rank (run under mpiexec with
-// 2 and 4 ranks): every rank computes the serial result itself and checks its shard's part.
+// The tensor-parallel pieces against their serial versions, rank by rank, on a TP group of every
+// rank: every rank computes the serial result itself and checks its shard's part. A group of one
+// is the serial model, so each piece must then be the identity around it.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
