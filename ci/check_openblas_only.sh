@@ -57,7 +57,7 @@ int main() {
 }
 CPP
 blas=$(cache_value MPIFORMER_OPENBLAS_LIBRARY)
-if "$cxx" -std=c++17 -fopenmp -I"$root" "$work/check.cpp" "$work/build/libmpiformer_backend.a" \
+if "$cxx" -std=c++17 -fopenmp -I"$root" -I"$root/src" "$work/check.cpp" "$work/build/libmpiformer_backend.a" \
   "$blas" -Wl,-rpath,"$(dirname "$blas")" -o "$work/check" >"$work/link.log" 2>&1; then
   pass "a program links against the OpenBLAS-only backend"
   if "$work/check" >"$work/run.log" 2>&1; then
