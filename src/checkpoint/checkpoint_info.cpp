@@ -50,10 +50,8 @@ std::vector<Field> position_fields(CheckpointInfo& c) {
       {"data.val_file", &c.val_file},
       {"data.val_position", &c.val_position},
   };
-  GPTConfig any;
-  const auto infos = parameter_infos(any);
   for (int i = 0; i < kNumParameterTensors; ++i) {
-    const std::string t = infos[i].name;
+    const std::string t = kTensors[i].name;
     f.push_back({"checksum.model." + t, Hex{&c.params_checksum[i]}});
     f.push_back({"checksum.m." + t, Hex{&c.m_checksum[i]}});
     f.push_back({"checksum.v." + t, Hex{&c.v_checksum[i]}});

@@ -91,15 +91,14 @@ void verify(const std::vector<Digest>& digests, const std::vector<uint64_t>& exp
   const std::string bad = nonfinite(digests, files, file);
   require(bad.empty(), and_then("checkpoint " + bad + "; the checkpoint is corrupt",
                                 intact_alternative(r.root, r.info.step)));
-  const auto infos = parameter_infos(r.info.model);
   for (size_t i = 0; i < digests.size(); ++i) {
     if (digests[i].checksum == expected[i]) continue;
     char sums[80];
     std::snprintf(sums, sizeof sums, "0x%016" PRIx64 " where the state file says 0x%016" PRIx64,
                   digests[i].checksum, expected[i]);
     throw InputError(and_then("checkpoint " + file + ": tensor " + part(digests.size(), i) +
-                                  infos[i % kNumParameterTensors].name + " fails its checksum (" +
-                                  sums + "); the file is corrupt",
+                                  kTensors[i % kNumParameterTensors].name +
+                                  " fails its checksum (" + sums + "); the file is corrupt",
                               intact_alternative(r.root, r.info.step)));
   }
 }

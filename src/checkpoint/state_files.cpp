@@ -30,10 +30,11 @@ StateFiles::StateFiles(const Grid& grid, const TpShard& shard, const Parameters&
       segments_(optimizer ? optimizer->segments() : std::vector<OptimizerSegment>{}),
       m_(optimizer ? optimizer->first_moment().data() : nullptr),
       v_(optimizer ? optimizer->second_moment().data() : nullptr) {
-  const auto sizes = parameter_sizes(cfg_);
-  for (int i = 0; i < kNumParameterTensors; ++i) {
-    base_[i + 1] = base_[i] + sizes[i];
-    shard_runs_[i] = shard_runs(shard, i);
+  int64_t position = 0;  // the table's order is the file's
+  for (const TensorSpec& s : kTensors) {
+    base_[s.id] = position;
+    position += tensor_size(s.id, cfg_);
+    shard_runs_[s.id] = shard_runs(shard, s.id);
   }
 }
 
@@ -45,9 +46,9 @@ int64_t StateFiles::optimizer_bytes() const {
   return llmc::kHeaderBytes + 2 * int64_t(sizeof(float)) * count_;
 }
 
-bool StateFiles::writes(int tensor, bool moments) const {
+bool StateFiles::writes(TensorId tensor, bool moments) const {
   if (!shard_.is_split(tensor) && tp_rank_ != 0) return false;  // replicated over TP
-  if (tensor == 0 && !shard_.has_embedding) return false;       // the tied wte: first stage's
+  if (shard_.is_tied_copy(tensor)) return false;                // the tied wte: first stage's
   return (moments && zero_) || dp_rank_ == 0;                   // ZeRO shards are distinct
 }
 
@@ -55,19 +56,25 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
   std::vector<FileRun> out;
   // The padded vocabulary rows hold no parameter: world rank 0 writes their zeros, as in llm.c.
   if (writes_only && world_rank_ == 0) {
-    const int64_t first = base_[0] + int64_t(cfg_.vocab) * cfg_.channels, n = base_[1] - first;
-    if (n > 0) out.push_back({nullptr, first, n, -1});
-    if (n > 0 && moments) out.push_back({nullptr, count_ + first, n, -1});
+    for (const TensorSpec& s : kTensors) {  // the padding ends its tensor
+      const int64_t real = unpadded_size(s.id, cfg_), n = tensor_size(s.id, cfg_) - real;
+      const int64_t first = base_[s.id] + real;
+      if (n > 0) out.push_back({nullptr, first, n, -1});
+      if (n > 0 && moments) out.push_back({nullptr, count_ + first, n, -1});
+    }
   }
+  // Sections: the tensors in file order (int(t)); the optimizer file's v after m's.
   if (!moments) {
-    for (int t = 0; t < kNumParameterTensors; ++t) {
+    for (const TensorSpec& s : kTensors) {
+      const TensorId t = s.id;
       const bool mine = writes(t, false);
       if (writes_only && !mine) continue;
       // A run of the serial tensor is contiguous in the file; in the layer-major slab it may
       // cross from one block's piece to the next.
       for (const ShardRun& r : shard_runs_[t]) {
         layout_.for_each_run(t, r.local, r.length, [&](int64_t j, int64_t offset, int64_t n) {
-          out.push_back({slab_ + offset, base_[t] + r.global + (j - r.local), n, mine ? t : -1});
+          out.push_back(
+              {slab_ + offset, base_[t] + r.global + (j - r.local), n, mine ? int(t) : -1});
         });
       }
     }
@@ -77,7 +84,7 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
   // which places them in their tensor (a segment lies within one piece of the slab) and, through
   // the shard's runs, in the file.
   for (const OptimizerSegment& s : segments_) {
-    const int t = s.tensor;
+    const TensorId t = s.tensor;
     const bool mine = writes(t, true);
     if (writes_only && !mine) continue;
     const SlabPiece& piece = layout_.piece_at(s.param);
@@ -87,8 +94,9 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
       if (lo >= hi) continue;
       const int64_t file = base_[t] + r.global + (lo - r.local);
       const int64_t state = s.state + (lo - j0);
-      out.push_back({m_ + state, file, hi - lo, mine ? t : -1});
-      out.push_back({v_ + state, count_ + file, hi - lo, mine ? kNumParameterTensors + t : -1});
+      out.push_back({m_ + state, file, hi - lo, mine ? int(t) : -1});
+      out.push_back(
+          {v_ + state, count_ + file, hi - lo, mine ? kNumParameterTensors + int(t) : -1});
     }
   }
   return out;
@@ -146,11 +154,14 @@ std::string StateFiles::read_optimizer(const std::string& path,
 
 std::string StateFiles::describe_position(int64_t position) const {
   const int64_t p = position % count_;
-  const int t = int(std::upper_bound(base_.begin(), base_.end(), p) - base_.begin()) - 1;
-  const int64_t index = p - base_[t];
-  std::string where = parameter_infos(cfg_)[t].name;
-  if (is_per_layer(t)) {
-    const int64_t per = (base_[t + 1] - base_[t]) / cfg_.layers;
+  const TensorSpec* s = &kTensors[0];  // the last tensor starting at or before p
+  for (const TensorSpec& t : kTensors) {
+    if (base_[t.id] <= p) s = &t;
+  }
+  const int64_t index = p - base_[s->id];
+  std::string where = s->name;
+  if (s->per_layer()) {
+    const int64_t per = tensor_size(s->id, cfg_) / cfg_.layers;
     return where + " (layer " + std::to_string(index / per) + ") element " +
            std::to_string(index % per);
   }

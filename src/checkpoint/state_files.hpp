@@ -11,7 +11,6 @@
 // holds it); the first stage for the tied wte.
 #pragma once
 
-#include <array>
 #include <string>
 #include <vector>
 
@@ -50,7 +49,7 @@ class StateFiles {
   // The runs of this rank's parameters (moments: false) or of m and v (true); all it holds, or
   // only those it writes.
   std::vector<FileRun> runs(bool moments, bool writes_only) const;
-  bool writes(int tensor, bool moments) const;
+  bool writes(TensorId tensor, bool moments) const;
   std::string transfer(bool write, bool moments, const std::string& path,
                        std::vector<Digest>& digests) const;
   StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params,
@@ -61,11 +60,11 @@ class StateFiles {
   bool zero_;
   TpShard shard_;
   GPTConfig cfg_;
-  int64_t count_;                                         // parameters of the whole model
-  std::array<int64_t, kNumParameterTensors + 1> base_{};  // each tensor's first body position
-  float* slab_;                                           // this rank's parameters
-  SlabLayout layout_;                                     // ... where each tensor sits in them
-  std::array<std::vector<ShardRun>, kNumParameterTensors> shard_runs_;
+  int64_t count_;            // parameters of the whole model
+  PerTensor<int64_t> base_;  // each tensor's first body position
+  float* slab_;              // this rank's parameters
+  SlabLayout layout_;        // ... where each tensor sits in them
+  PerTensor<std::vector<ShardRun>> shard_runs_;
   std::vector<OptimizerSegment> segments_;
   float* m_;  // null without an optimizer
   float* v_;

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/error.hpp"
+#include "model/tensors.hpp"
 
 namespace mpf {
 
@@ -30,10 +31,9 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
 }
 
 int64_t parameter_count(const GPTConfig& cfg) {
-  const int64_t C = cfg.channels, L = cfg.layers;
-  const int64_t per_layer =
-      2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
-  return int64_t(cfg.padded_vocab) * C + int64_t(cfg.max_seq_len) * C + L * per_layer + 2 * C;
+  int64_t n = 0;
+  for (const TensorSpec& s : kTensors) n += tensor_size(s.id, cfg);
+  return n;
 }
 
 std::string describe(const GPTConfig& cfg) {

@@ -1,6 +1,6 @@
 // GPT-2's parameters (llm.c's ParameterTensors) as views into one slab. The 16 tensors keep
-// llm.c's names, shapes and order, which stay the order on disk (the checkpoint files) and of
-// initialisation; the slab itself is layer-major:
+// llm.c's names, shapes and order (model/tensors.hpp), which stay the order on disk (the
+// checkpoint files) and of initialisation; the slab itself is layer-major:
 //   wte | wpe | block 0: ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb
 //       | block 1 ... | block L-1 | lnfw | lnfb | zero padding
 // so one block's parameters, and its gradients in the second slab laid out alike, are one
@@ -9,22 +9,15 @@
 // (optim/grad_buckets.hpp), as Megatron's buckets do over its per-layer parameters.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/types.hpp"
 #include "model/config.hpp"
+#include "model/tensors.hpp"
 
 namespace mpf {
-
-inline constexpr int kNumParameterTensors = 16;
-
-// ln1w .. fcprojb (llm.c tensors 2..13) have a slice per block; wte, wpe, lnfw, lnfb do not.
-constexpr bool is_per_layer(int tensor) {
-  return tensor >= 2 && tensor < kNumParameterTensors - 2;
-}
 
 // One block's slice of each per-layer tensor (llm.c's shapes without the L).
 struct LayerParameters {
@@ -52,7 +45,7 @@ struct ParameterTensors {
 
 // A stretch of the slab holding one tensor, or one block's slice of a per-layer tensor.
 struct SlabPiece {
-  int tensor = 0;
+  TensorId tensor = TensorId::wte;
   int block = -1;      // local block of a per-layer tensor's slice; -1 for the others
   int64_t offset = 0;  // in the slab
   int64_t length = 0;
@@ -64,9 +57,9 @@ struct SlabPiece {
 class SlabLayout {
  public:
   SlabLayout() = default;
-  // sizes: the local sizes of the 16 tensors; blocks: the local blocks (per-layer tensors hold
-  // sizes[i] / blocks elements per block).
-  SlabLayout(const std::array<int64_t, kNumParameterTensors>& sizes, int blocks);
+  // sizes: the local sizes of the tensors; blocks: the local blocks (per-layer tensors hold
+  // sizes[t] / blocks elements per block).
+  SlabLayout(const PerTensor<int64_t>& sizes, int blocks);
 
   int64_t count() const { return count_; }  // without padding
   int blocks() const { return blocks_; }
@@ -77,7 +70,7 @@ class SlabLayout {
   // Local elements [j, j + n) of `tensor` as slab stretches: f(local index, slab offset, length),
   // in ascending order.
   template <class F>
-  void for_each_run(int tensor, int64_t j, int64_t n, F&& f) const {
+  void for_each_run(TensorId tensor, int64_t j, int64_t n, F&& f) const {
     const int64_t per = per_block_[tensor];
     while (n > 0) {
       const int64_t in_piece = per > 0 ? j % per : j, left = per > 0 ? per - in_piece : n;
@@ -90,34 +83,20 @@ class SlabLayout {
   }
 
  private:
-  std::array<int64_t, kNumParameterTensors> start_{};      // slab offset of element 0
-  std::array<int64_t, kNumParameterTensors> per_block_{};  // per-layer tensors: elements per block
+  PerTensor<int64_t> start_;      // slab offset of element 0
+  PerTensor<int64_t> per_block_;  // per-layer tensors: elements per block
   int64_t block_stride_ = 0, count_ = 0;
   int blocks_ = 0;
   std::vector<SlabPiece> pieces_;
 };
-
-// How a tensor is initialised and optimised (GPT-2's scheme).
-struct ParameterInfo {
-  const char* name;
-  enum class Init { Normal, Zero, One } init;
-  float std;          // for Normal
-  bool weight_decay;  // AdamW decays the matrices only
-};
-
-// Sizes (elements) of the 16 tensors, in llm.c order.
-std::array<int64_t, kNumParameterTensors> parameter_sizes(const GPTConfig& cfg);
-// Name, init and decay of each tensor, in llm.c order: normal(0, 0.02) for weights, with the
-// residual projections (attprojw, fcprojw) scaled by 1/sqrt(2L); zero biases; LayerNorm 1 / 0.
-std::array<ParameterInfo, kNumParameterTensors> parameter_infos(const GPTConfig& cfg);
 
 struct TpShard;
 
 // One slab and its named views: the whole model, or one tensor-parallel rank's (and pipeline
 // stage's) shard of it.
 struct Parameters {
-  GPTConfig cfg;                                      // the full model
-  std::array<int64_t, kNumParameterTensors> sizes{};  // local sizes of the 16 tensors
+  GPTConfig cfg;             // the full model
+  PerTensor<int64_t> sizes;  // local sizes of the tensors
   SlabLayout layout;
   Slab slab;
   ParameterTensors t;

@@ -4,36 +4,6 @@
 
 namespace mpf {
 
-namespace {
-enum class Split { Replicated, Rows, QkvRows, Columns, VocabRows };
-// The split of each tensor and the length of one of its rows (serial shape, per layer).
-struct Layout {
-  Split split;
-  int64_t row;  // elements per row of the serial tensor
-};
-
-std::array<Layout, kNumParameterTensors> layouts(const GPTConfig& cfg) {
-  const int64_t C = cfg.channels;
-  return {{{Split::VocabRows, C},
-           {Split::Replicated, C},
-           {Split::Replicated, C},
-           {Split::Replicated, C},
-           {Split::QkvRows, C},
-           {Split::QkvRows, 1},
-           {Split::Columns, C},
-           {Split::Replicated, C},
-           {Split::Replicated, C},
-           {Split::Replicated, C},
-           {Split::Rows, C},
-           {Split::Rows, 1},
-           {Split::Columns, 4 * C},
-           {Split::Replicated, C},
-           {Split::Replicated, C},
-           {Split::Replicated, C}}};
-}
-
-}  // namespace
-
 TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size) {
   const std::string layout = " over --tp " + std::to_string(size);
   require(cfg.heads % size == 0, "the model's " + std::to_string(cfg.heads) +
@@ -66,61 +36,60 @@ TpShard restrict_to_stage(TpShard shard, std::vector<int> layers, bool embedding
   return shard;
 }
 
-bool TpShard::holds(int tensor) const {
-  if (tensor == 0) return has_embedding || has_head;        // wte: embedding and LM head
-  if (tensor == 1) return has_embedding;                    // wpe
-  if (tensor >= kNumParameterTensors - 2) return has_head;  // lnfw, lnfb
-  return !layers.empty();
+bool TpShard::holds(TensorId tensor) const {
+  const TensorSpec& s = tensor_spec(tensor);
+  if (s.per_layer()) return !layers.empty();
+  return (s.in_embedding() && has_embedding) || (s.in_head() && has_head);
 }
 
-std::array<int64_t, kNumParameterTensors> TpShard::sizes() const {
-  std::array<int64_t, kNumParameterTensors> out = parameter_sizes(cfg);
-  const auto lay = layouts(cfg);
-  for (int i = 0; i < kNumParameterTensors; ++i) {
-    if (is_per_layer(i)) out[i] = out[i] / cfg.layers * local_layers();
-    if (!holds(i)) {
-      out[i] = 0;
-    } else if (lay[i].split == Split::VocabRows) {
-      out[i] = int64_t(vocab_shard) * cfg.channels;
-    } else if (lay[i].split != Split::Replicated) {
-      out[i] /= size;
+bool TpShard::is_tied_copy(TensorId tensor) const {
+  return tensor_spec(tensor).tied() && !has_embedding;
+}
+
+PerTensor<int64_t> TpShard::sizes() const {
+  PerTensor<int64_t> out;
+  for (const TensorSpec& s : kTensors) {
+    int64_t& n = out[s.id];
+    if (!holds(s.id)) continue;
+    const int64_t cols = dim_size(s.cols, cfg);
+    if (s.split == TpSplit::kVocab) {
+      n = int64_t(vocab_shard) * cols;
+    } else {
+      n = dim_size(s.rows, cfg) * cols;
+      if (s.split != TpSplit::kNone) n /= size;
     }
+    if (s.per_layer()) n *= local_layers();
   }
   return out;
 }
 
-bool TpShard::is_split(int tensor) const {
-  return layouts(cfg)[tensor].split != Split::Replicated;
+bool TpShard::is_split(TensorId tensor) const {
+  return tensor_spec(tensor).split != TpSplit::kNone;
 }
 
-int64_t TpShard::global_index(int tensor, int64_t j) const {
-  const Layout lay = layouts(cfg)[tensor];
-  const int64_t C = cfg.channels;
-  if (lay.split == Split::VocabRows) {
-    const int64_t row = vocab_begin + j / C;
-    return row < cfg.vocab ? row * C + j % C : -1;
+int64_t TpShard::global_index(TensorId tensor, int64_t j) const {
+  const TensorSpec& s = tensor_spec(tensor);
+  const int64_t row = dim_size(s.cols, cfg);  // elements per row of the serial tensor
+  if (s.split == TpSplit::kVocab) {
+    const int64_t r = vocab_begin + j / row;
+    return r < cfg.vocab ? r * row + j % row : -1;
   }
-  if (!is_per_layer(tensor)) return j;  // wpe, lnfw, lnfb: whole and replicated
-  // Per-layer tensors: split the index into (local layer, element within the layer), then map
-  // the local layer to the global one.
-  const int64_t global_layer = parameter_sizes(cfg)[tensor] / cfg.layers;
-  const int64_t local_layer = lay.split == Split::Replicated ? global_layer : global_layer / size;
-  const int64_t l = layers[j / local_layer], k = j % local_layer;
+  // Split the index into (local layer, element within the layer), map the local layer to the
+  // global one; a tensor that is not per layer is one layer.
+  const int64_t global_layer = dim_size(s.rows, cfg) * row;
+  const int64_t local_layer = s.split == TpSplit::kNone ? global_layer : global_layer / size;
+  const int64_t l = s.per_layer() ? layers[j / local_layer] : 0, k = j % local_layer;
   int64_t g = k;
-  switch (lay.split) {
-    case Split::Rows: {  // local row r of rows_per_rank
-      const int64_t rows_per_rank = local_layer / lay.row;
-      g = (rank * rows_per_rank + k / lay.row) * lay.row + k % lay.row;
+  switch (s.split) {
+    case TpSplit::kColumn: {  // each of the row blocks keeps its rows [r·n/T, (r+1)·n/T)
+      const int64_t block_rows = dim_size(s.rows, cfg) / s.parts, local_rows = block_rows / size;
+      const int64_t local_row = k / row, part = local_row / local_rows, i = local_row % local_rows;
+      g = (part * block_rows + rank * local_rows + i) * row + k % row;
       break;
     }
-    case Split::QkvRows: {  // local rows [Q_r | K_r | V_r], each `attn` rows
-      const int64_t local_row = k / lay.row, part = local_row / attn, i = local_row % attn;
-      g = (part * C + int64_t(rank) * attn + i) * lay.row + k % lay.row;
-      break;
-    }
-    case Split::Columns: {  // every row keeps columns [r·row/T, (r+1)·row/T)
-      const int64_t cols = lay.row / size;
-      g = (k / cols) * lay.row + int64_t(rank) * cols + k % cols;
+    case TpSplit::kRow: {  // every row keeps columns [r·row/T, (r+1)·row/T)
+      const int64_t cols = row / size;
+      g = (k / cols) * row + int64_t(rank) * cols + k % cols;
       break;
     }
     default:
@@ -129,19 +98,19 @@ int64_t TpShard::global_index(int tensor, int64_t j) const {
   return l * global_layer + g;
 }
 
-std::vector<ShardRun> shard_runs(const TpShard& shard, int tensor) {
+std::vector<ShardRun> shard_runs(const TpShard& shard, TensorId tensor) {
   // Walk the local tensor in granules, the longest stretches the split never cuts: a row of wte,
-  // a row's column slice, a head block of QKV rows, a layer's slice of the other per-layer
+  // a row's column slice, a block of column-split rows, a layer's slice of the other per-layer
   // tensors, the whole of a tensor that is not per layer.
-  const Layout lay = layouts(shard.cfg)[tensor];
-  const int64_t n = shard.sizes()[tensor];
+  const TensorSpec& s = tensor_spec(tensor);
+  const int64_t n = shard.sizes()[tensor], row = dim_size(s.cols, shard.cfg);
   int64_t granule = n;
-  if (lay.split == Split::VocabRows) {
-    granule = shard.cfg.channels;
-  } else if (is_per_layer(tensor) && n > 0) {
-    granule = n / shard.local_layers();  // one layer's slice
-    if (lay.split == Split::QkvRows) granule /= 3;
-    if (lay.split == Split::Columns) granule = lay.row / shard.size;
+  if (s.split == TpSplit::kVocab) {
+    granule = row;
+  } else if (n > 0) {
+    if (s.per_layer()) granule /= shard.local_layers();  // one layer's slice
+    if (s.split == TpSplit::kColumn) granule /= s.parts;
+    if (s.split == TpSplit::kRow) granule = row / shard.size;
   }
   std::vector<ShardRun> runs;
   for (int64_t j = 0; j < n; j += granule) {

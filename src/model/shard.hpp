@@ -1,5 +1,5 @@
 // Which part of the serial model a tensor-parallel rank holds (Megatron-LM's splits,
-// Shoeybi et al. 2019):
+// Shoeybi et al. 2019; the split column of model/tensors.hpp):
 //   qkvw, qkvb   column-parallel by heads: rows of heads [r·NH/T, (r+1)·NH/T) of each of the Q, K
 //                and V blocks, kept as a local [Q_r | K_r | V_r]
 //   attprojw     row-parallel: input columns [r·C/T, (r+1)·C/T)
@@ -16,12 +16,11 @@
 // invariant 1).
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "model/config.hpp"
-#include "model/parameters.hpp"
+#include "model/tensors.hpp"
 
 namespace mpf {
 
@@ -40,15 +39,18 @@ struct TpShard {
   bool has_head = true;       // lnf, and wte for the tied LM head (last stage)
 
   int local_layers() const { return int(layers.size()); }
-  bool holds(int tensor) const;  // does this stage hold any of tensor i?
+  bool holds(TensorId tensor) const;  // does this stage hold any of the tensor?
+  // A tied tensor's copy on a stage without the embedding (the LM head's): the first stage's copy
+  // is the one checkpoints write and the gradient norm counts.
+  bool is_tied_copy(TensorId tensor) const;
 
-  // Local sizes of the 16 tensors, in llm.c order.
-  std::array<int64_t, kNumParameterTensors> sizes() const;
-  // Is tensor i split over the TP ranks (or replicated on each)?
-  bool is_split(int tensor) const;
-  // The index, in the serial (unpadded for wte) tensor, of local element j of tensor i; -1 for a
-  // padded vocabulary row, which holds no parameter.
-  int64_t global_index(int tensor, int64_t j) const;
+  // Local sizes of the tensors.
+  PerTensor<int64_t> sizes() const;
+  // Is the tensor split over the TP ranks (or replicated on each)?
+  bool is_split(TensorId tensor) const;
+  // The index, in the serial (unpadded for wte) tensor, of local element j of the tensor; -1 for
+  // a padded vocabulary row, which holds no parameter.
+  int64_t global_index(TensorId tensor, int64_t j) const;
 };
 
 // Throws InputError when the heads (hence the channels and the fc width) do not divide over the
@@ -63,9 +65,9 @@ TpShard restrict_to_stage(TpShard shard, std::vector<int> layers, bool embedding
 struct ShardRun {
   int64_t local = 0, global = 0, length = 0;
 };
-// The runs of tensor i this shard holds, ascending in both indices, merged where they touch;
+// The runs of the tensor this shard holds, ascending in both indices, merged where they touch;
 // padded vocabulary rows (no serial element) are left out. Checkpoint I/O reads and writes a
 // shard through these at their serial offsets, so any layout reads what any other wrote.
-std::vector<ShardRun> shard_runs(const TpShard& shard, int tensor);
+std::vector<ShardRun> shard_runs(const TpShard& shard, TensorId tensor);
 
 }  // namespace mpf

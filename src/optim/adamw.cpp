@@ -38,14 +38,11 @@ AdamW::AdamW(const AdamWConfig& cfg, const GPTConfig& model, std::vector<Optimiz
       segments_(std::move(segments)),
       m_("mpf::adamw::m", state_size),
       v_("mpf::adamw::v", state_size) {
-  const auto infos = parameter_infos(model);
-  for (int i = 0; i < kNumParameterTensors; ++i) decay_[i] = infos[i].weight_decay;
   std::vector<AdamWChunk> chunks;
   for (const OptimizerSegment& s : segments_) {
     for (int64_t at = 0; at < s.length; at += kChunk) {
       chunks.push_back({s.param + at, s.grad + at, s.state + at,
-                        int(std::min<int64_t>(kChunk, s.length - at)),
-                        decay_[s.tensor] ? cfg_.weight_decay : 0.0f});
+                        int(std::min<int64_t>(kChunk, s.length - at)), decay_of(s)});
     }
   }
   chunks_ = Kokkos::View<AdamWChunk*, MemSpace>("mpf::adamw::chunks", chunks.size());
@@ -77,8 +74,7 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale, 
   }
   for (const OptimizerSegment& s : segments_) {
     adamw_update(params + s.param, grads + s.grad, m_.data() + s.state, v_.data() + s.state,
-                 s.length, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
-                 decay_[s.tensor] ? cfg_.weight_decay : 0.0f, grad_scale, t_,
+                 s.length, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, decay_of(s), grad_scale, t_,
                  params16 ? params16 + s.param : nullptr);
   }
 }

@@ -32,7 +32,7 @@ struct OptimizerSegment {
   int64_t grad = 0;   // offset in the gradient buffer passed to step()
   int64_t state = 0;  // offset in the moments
   int64_t length = 0;
-  int tensor = 0;  // which of the 16 tensors (weight decay, gradient-norm ownership)
+  TensorId tensor = TensorId::wte;  // its weight decay, who counts it in the gradient norm
 };
 
 // One segment per piece of the slab (a tensor, or a block's slice of one): parameters, gradients
@@ -68,9 +68,13 @@ class AdamW {
   const std::vector<OptimizerSegment>& segments() const { return segments_; }
 
  private:
+  // The segment's decay: the configured one for a tensor the table decays, else 0.
+  float decay_of(const OptimizerSegment& s) const {
+    return tensor_spec(s.tensor).weight_decay ? cfg_.weight_decay : 0.0f;
+  }
+
   AdamWConfig cfg_;
   std::vector<OptimizerSegment> segments_;
-  std::array<bool, kNumParameterTensors> decay_{};
   // The device shape updates every segment in one kernel: the segments cut into chunks of at most
   // kChunk elements (AdamWChunk), each a work item of kChunk threads.
   static constexpr int kChunk = 4096;

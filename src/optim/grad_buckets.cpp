@@ -47,15 +47,12 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
   std::vector<std::vector<int>> parts_of(pieces.size());
   for (size_t k = 0; k < pieces.size(); ++k) {
     const SlabPiece& p = pieces[k];
+    const TensorSpec& spec = tensor_spec(p.tensor);
     std::vector<int>& parts = parts_of[k];
-    if (p.block >= 0) {
-      parts.push_back(p.block);
-    } else if (p.tensor == 1 || (p.tensor == 0 && shard.has_embedding)) {
-      parts.push_back(embedding);
-    }
-    if (p.tensor >= kNumParameterTensors - 2 || (p.tensor == 0 && shard.has_head))
-      parts.push_back(head);
-    if (p.tensor == 0 && tied_wte) parts.push_back(tied_sum_index());
+    if (p.block >= 0) parts.push_back(p.block);
+    if (spec.in_embedding() && shard.has_embedding) parts.push_back(embedding);
+    if (spec.in_head() && shard.has_head) parts.push_back(head);
+    if (spec.tied() && tied_wte) parts.push_back(tied_sum_index());
   }
 
   // Cut at the pieces' boundaries where the parts change (between blocks, around the edge
@@ -84,8 +81,8 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
     const bool last = k + 1 == pieces.size();
     const bool boundary = last || parts_of[k + 1] != parts_of[k];
     const bool edge_to_blocks = !last && (p.block < 0) != (pieces[k + 1].block < 0);
-    if (boundary && (end - begin >= target || edge_to_blocks || (p.tensor == 0 && tied_wte)))
-      cut(end);
+    const bool tied_sum = tensor_spec(p.tensor).tied() && tied_wte;
+    if (boundary && (end - begin >= target || edge_to_blocks || tied_sum)) cut(end);
   }
   cut(padded);
 

@@ -355,11 +355,10 @@ double TrainingRun::global_grad_norm() const {
   // every DP rank holds all of it. Pipeline stages hold distinct blocks, except the tied wte,
   // counted on the first stage only.
   const float* grads = dp_grads_->zero() ? dp_grads_->shard_grads() : grads_.slab.data();
-  const bool wte_counted_elsewhere = !shard_.has_embedding;
   SumOfSquares& squares = *grad_squares_;
   squares.reset();
   for (const OptimizerSegment& s : optimizer_->segments()) {
-    if (s.tensor == 0 && wte_counted_elsewhere) continue;
+    if (shard_.is_tied_copy(s.tensor)) continue;
     if (shard_.is_split(s.tensor) || grid_->tp_rank() == 0) squares.add(grads + s.grad, s.length);
   }
   double local = squares.read();

@@ -32,8 +32,8 @@ GPTConfig tiny(int layers = 4) {
 
 int64_t block_elems(const Parameters& p) {
   int64_t n = 0;
-  for (int i = 0; i < kNumParameterTensors; ++i) {
-    if (is_per_layer(i)) n += p.sizes[i] / int64_t(p.t.blocks.size());
+  for (const TensorSpec& spec : kTensors) {
+    if (spec.per_layer()) n += p.sizes[spec.id] / int64_t(p.t.blocks.size());
   }
   return n;
 }
@@ -44,7 +44,8 @@ TEST(SlabLayout, EveryElementHasOnePlaceAndBlocksAreContiguous) {
     for (const TpShard& s : {whole, restrict_to_stage(whole, {1, 3}, true, false)}) {
       const Parameters p = Parameters::allocate(s, "p");
       std::vector<int> seen(size_t(p.count), 0);
-      for (int t = 0; t < kNumParameterTensors; ++t) {
+      for (const TensorSpec& spec : kTensors) {
+        const TensorId t = spec.id;
         int64_t next = 0;  // runs come in ascending local order and cover the tensor
         p.layout.for_each_run(t, 0, p.sizes[t], [&](int64_t j, int64_t offset, int64_t n) {
           ASSERT_EQ(j, next);

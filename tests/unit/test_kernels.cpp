@@ -271,7 +271,8 @@ TEST_P(Kernels, AdamWOverSegmentsOfEveryLength) {
   model.padded_vocab = 16;
   model.max_seq_len = 8;
   const int64_t n = 5003;
-  std::vector<OptimizerSegment> segments = {{0, 0, 0, 5000, 0}, {5000, 5000, 5000, 3, 3}};
+  std::vector<OptimizerSegment> segments = {{0, 0, 0, 5000, TensorId::wte},
+                                            {5000, 5000, 5000, 3, TensorId::ln1b}};
   AdamWConfig cfg;
   cfg.weight_decay = 0.1f;
   AdamW adam(cfg, model, segments, n);

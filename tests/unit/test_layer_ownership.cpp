@@ -117,8 +117,8 @@ void expect_stages_partition_the_model(pipeline::ChunkPlacement placement, int w
                       /*layers=*/5,      /*heads=*/2,
                       /*channels=*/8};
   const auto ranges = parse_layer_layout("2,1,1,1", 5, 4);  // P = 2, V = 2, uneven
-  const auto full = parameter_sizes(cfg);
-  for (int i = 0; i < kNumParameterTensors; ++i) {
+  for (const TensorSpec& spec : kTensors) {
+    const TensorId i = spec.id;
     std::map<int64_t, int> held;
     for (int tp = 0; tp < 2; ++tp) {
       for (int pp = 0; pp < 2; ++pp) {
@@ -131,10 +131,9 @@ void expect_stages_partition_the_model(pipeline::ChunkPlacement placement, int w
         }
       }
     }
-    const int64_t unpadded = i == 0 ? int64_t(cfg.vocab) * cfg.channels : full[i];
-    ASSERT_EQ(int64_t(held.size()), unpadded) << "tensor " << i;
+    ASSERT_EQ(int64_t(held.size()), unpadded_size(i, cfg)) << "tensor " << spec.name;
     for (const auto& [g, n] : held) {
-      ASSERT_EQ(n, i == 0 ? wte_holders : 1) << "tensor " << i << " at " << g;
+      ASSERT_EQ(n, spec.tied() ? wte_holders : 1) << "tensor " << spec.name << " at " << g;
     }
   }
 }

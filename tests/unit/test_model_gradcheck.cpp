@@ -22,15 +22,14 @@ struct TinyModel {
   TinyModel() {
     Slab noise = test::random_slab("noise", params.count, 0.3f);
     auto hp = Kokkos::create_mirror_view_and_copy(HostSpace(), noise);
-    const auto infos = parameter_infos(cfg);
-    const auto sizes = parameter_sizes(cfg);
     int64_t off = 0;
-    for (int i = 0; i < kNumParameterTensors; ++i) {
+    for (const TensorSpec& spec : kTensors) {
       // LayerNorm weights near 1, like a trained model; everything else O(0.3).
-      if (infos[i].init == ParameterInfo::Init::One) {
-        for (int64_t j = 0; j < sizes[i]; ++j) hp(off + j) += 1.0f;
+      const int64_t n = tensor_size(spec.id, cfg);
+      if (spec.init == TensorInit::kOne) {
+        for (int64_t j = 0; j < n; ++j) hp(off + j) += 1.0f;
       }
-      off += sizes[i];
+      off += n;
     }
     // Padded token rows are zero, as in a checkpoint.
     for (int64_t j = int64_t(cfg.vocab) * cfg.channels;
@@ -63,15 +62,14 @@ TEST(ModelGradients, EveryParameterTensorMatchesFiniteDifferences) {
   Kokkos::deep_copy(m.grads.slab, 0.0f);
   m.backward();
   const std::vector<float> g = test::to_host(m.grads.slab);
-  const auto infos = parameter_infos(m.cfg);
-  const auto sizes = parameter_sizes(m.cfg);
   int64_t off = 0;
-  for (int i = 0; i < kNumParameterTensors; ++i) {
+  for (const TensorSpec& spec : kTensors) {
+    const int64_t n = tensor_size(spec.id, m.cfg);
     std::vector<int64_t> idx;
-    for (int64_t j : test::spread(sizes[i], 24)) idx.push_back(off + j);
+    for (int64_t j : test::spread(n, 24)) idx.push_back(off + j);
     test::expect_gradient_matches(
-        m.params.slab, g, [&] { return m.mean_loss(); }, idx, infos[i].name, 1e-2f, 3e-2, 3e-3);
-    off += sizes[i];
+        m.params.slab, g, [&] { return m.mean_loss(); }, idx, spec.name, 1e-2f, 3e-2, 3e-3);
+    off += n;
   }
   // The padded rows of the tied embedding get no gradient from either use.
   for (int64_t j = int64_t(m.cfg.vocab) * m.cfg.channels;

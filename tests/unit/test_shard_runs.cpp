@@ -35,7 +35,8 @@ std::vector<TpShard> shards(int size) {
 TEST(ShardRuns, AgreeWithGlobalIndexElementByElement) {
   for (int size : {1, 2, 4}) {
     for (const TpShard& s : shards(size)) {
-      for (int t = 0; t < kNumParameterTensors; ++t) {
+      for (const TensorSpec& spec : kTensors) {
+        const TensorId t = spec.id;
         std::vector<int64_t> from_runs(s.sizes()[t], -1);
         int64_t prev_end_local = -1, prev_end_global = -1;
         for (const ShardRun& r : shard_runs(s, t)) {
@@ -43,14 +44,14 @@ TEST(ShardRuns, AgreeWithGlobalIndexElementByElement) {
           EXPECT_GT(r.local, prev_end_local - 1) << "runs ascend";
           // Maximal: a run never continues the previous one in both indices.
           EXPECT_FALSE(r.local == prev_end_local && r.global == prev_end_global)
-              << "tensor " << t << " tp " << s.rank << "/" << size;
+              << "tensor " << spec.name << " tp " << s.rank << "/" << size;
           for (int64_t k = 0; k < r.length; ++k) from_runs[r.local + k] = r.global + k;
           prev_end_local = r.local + r.length;
           prev_end_global = r.global + r.length;
         }
         for (int64_t j = 0; j < s.sizes()[t]; ++j) {
           ASSERT_EQ(from_runs[j], s.global_index(t, j))
-              << "tensor " << t << " element " << j << " tp " << s.rank << "/" << size;
+              << "tensor " << spec.name << " element " << j << " tp " << s.rank << "/" << size;
         }
       }
     }
@@ -59,10 +60,11 @@ TEST(ShardRuns, AgreeWithGlobalIndexElementByElement) {
 
 TEST(ShardRuns, TpRanksTileEverySerialTensor) {
   const GPTConfig cfg = tiny();
-  const auto serial = parameter_sizes(cfg);
   for (int size : {1, 2, 4}) {
-    for (int t = 0; t < kNumParameterTensors; ++t) {
-      std::vector<int> hits(serial[t], 0);
+    for (const TensorSpec& spec : kTensors) {
+      const TensorId t = spec.id;
+      const int64_t serial = tensor_size(t, cfg);
+      std::vector<int> hits(serial, 0);
       for (int r = 0; r < size; ++r) {
         const TpShard s = make_tp_shard(cfg, r, size);
         if (!s.is_split(t) && r > 0) continue;  // a replicated tensor: one copy counts
@@ -71,10 +73,10 @@ TEST(ShardRuns, TpRanksTileEverySerialTensor) {
         }
       }
       // Every real element exactly once; wte's padded rows (no parameter) never.
-      const int64_t real = t == 0 ? int64_t(cfg.vocab) * cfg.channels : serial[t];
-      for (int64_t g = 0; g < serial[t]; ++g) {
+      const int64_t real = unpadded_size(t, cfg);
+      for (int64_t g = 0; g < serial; ++g) {
         ASSERT_EQ(hits[g], g < real ? 1 : 0)
-            << "tensor " << t << " element " << g << " tp " << size;
+            << "tensor " << spec.name << " element " << g << " tp " << size;
       }
     }
   }

@@ -190,9 +190,9 @@ TEST(TpRegions, VocabParallelEmbeddingEqualsSerial) {
 TEST(TpShard, ShardsPartitionTheModel) {
   const int T = size_of(MPI_COMM_WORLD);
   const GPTConfig cfg{16, 50, 128, 2, 4, 8};
-  const auto full = parameter_sizes(cfg);
-  for (int i = 0; i < kNumParameterTensors; ++i) {
-    const int64_t real = i == 0 ? int64_t(cfg.vocab) * cfg.channels : full[i];
+  for (const TensorSpec& spec : kTensors) {
+    const TensorId i = spec.id;
+    const int64_t real = unpadded_size(i, cfg);
     std::vector<int> seen(real, 0);
     for (int r = 0; r < T; ++r) {
       const TpShard s = make_tp_shard(cfg, r, T);
@@ -202,7 +202,8 @@ TEST(TpShard, ShardsPartitionTheModel) {
       }
       if (!s.is_split(i)) break;  // replicated: one rank's copy covers it
     }
-    for (int64_t g = 0; g < real; ++g) ASSERT_EQ(seen[g], 1) << "tensor " << i << " element " << g;
+    for (int64_t g = 0; g < real; ++g)
+      ASSERT_EQ(seen[g], 1) << "tensor " << spec.name << " element " << g;
   }
 }
 
