@@ -21,12 +21,6 @@ namespace mpf {
 
 namespace {
 
-// The staging buffers (floats) of a rank: two of 32 MiB, or of half its largest section if
-// smaller, so a transfer holds at most one tensor's worth beyond the training state.
-constexpr int64_t kMaxStaging = int64_t(1) << 23;
-// MPI counts and block lengths are int: longer runs are cut.
-constexpr int64_t kMaxBlock = int64_t(1) << 30;
-
 // MurmurHash3's 64-bit finaliser: a bijection, so for a fixed position two different values never
 // give the same term.
 inline uint64_t fmix64(uint64_t k) {
@@ -67,6 +61,40 @@ void from_host(float* memory, const float* host, int64_t n) {
     copy_from_host(memory, host, size_t(n) * sizeof(float), "h2d checkpoint");
   }
 }
+
+// A plan's pieces through two staging buffers: a helper thread fills (write) or empties (read)
+// one while this thread, the only one calling MPI, transfers the other, so copying and
+// checksumming overlap the I/O. The pieces are walked in order, a round's worth at a time.
+class Staging {
+ public:
+  explicit Staging(const TransferPlan& plan)
+      : pieces_(plan.pieces),
+        bufs_{std::unique_ptr<float[]>(new float[plan.staging]),
+              std::unique_ptr<float[]>(new float[plan.staging])} {}
+  float* buffer(int b) { return bufs_[b].get(); }
+  // Calls f(piece, elements of it already passed, position in the buffer, length) for each
+  // stretch of the next n elements that lies in one piece.
+  template <class F>
+  void next(int64_t n, F f) {
+    for (int64_t at = 0; at < n;) {
+      const FileRun& p = pieces_[piece_];
+      const int64_t k = std::min(p.length - within_, n - at);
+      f(p, within_, at, k);
+      at += k;
+      within_ += k;
+      if (within_ == p.length) {
+        ++piece_;
+        within_ = 0;
+      }
+    }
+  }
+
+ private:
+  const std::vector<FileRun>& pieces_;
+  std::unique_ptr<float[]> bufs_[2];
+  size_t piece_ = 0;    // the piece the cursor is in
+  int64_t within_ = 0;  // elements of it already passed
+};
 
 }  // namespace
 
@@ -177,126 +205,101 @@ void ParallelFile::write_at(int64_t offset, const void* data, int64_t bytes) {
   if (rc != MPI_SUCCESS) fail("write failed", rc, /*writing=*/true);
 }
 
+int64_t ParallelFile::begin_transfer(const TransferPlan& plan) {
+  int64_t rounds = plan.rounds;
+  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rounds, 1, MPI_INT64_T, MPI_MAX, comm_));
+  // Nothing anywhere, or this file never opened (then every rank failed the open alike).
+  if (rounds == 0 || fh_ == MPI_FILE_NULL) return 0;
+  // A rank without pieces sees one float and transfers nothing.
+  MPI_Datatype view = MPI_FLOAT;
+  if (!plan.pieces.empty()) {
+    MPF_MPI_CHECK(MPI_Type_create_hindexed(int(plan.pieces.size()), plan.view_lengths.data(),
+                                           plan.view_offsets.data(), MPI_FLOAT, &view));
+    MPF_MPI_CHECK(MPI_Type_commit(&view));
+  }
+  const int rc = MPI_File_set_view(fh_, plan.body, MPI_FLOAT, view, "native", MPI_INFO_NULL);
+  if (rc != MPI_SUCCESS) fail("cannot set the file view", rc);
+  if (view != MPI_FLOAT) MPI_Type_free(&view);
+  return rounds;
+}
+
 void ParallelFile::write_runs(int64_t body, std::vector<FileRun> runs,
                               std::vector<Digest>& digests) {
-  transfer(true, body, std::move(runs), digests);
+  write_plan(plan_transfer(body, std::move(runs), digests.size()), digests);
 }
 
 void ParallelFile::read_runs(int64_t body, std::vector<FileRun> runs,
                              std::vector<Digest>& digests) {
-  transfer(false, body, std::move(runs), digests);
+  read_plan(plan_transfer(body, std::move(runs), digests.size()), digests);
 }
 
-void ParallelFile::transfer(bool write, int64_t body, std::vector<FileRun> runs,
-                            std::vector<Digest>& digests) {
-  // A file view must visit the file in ascending order; runs longer than an int are cut.
-  std::sort(runs.begin(), runs.end(),
-            [](const FileRun& a, const FileRun& b) { return a.file < b.file; });
-  std::vector<FileRun> pieces;
-  int64_t total = 0, largest_section = 0;
-  std::vector<int64_t> per_section(digests.size() + 1, 0);
-  for (const FileRun& r : runs) {
-    for (int64_t done = 0; done < r.length; done += kMaxBlock) {
-      FileRun p = r;
-      p.memory = r.memory ? r.memory + done : nullptr;
-      p.file = r.file + done;
-      p.length = std::min(kMaxBlock, r.length - done);
-      pieces.push_back(p);
-    }
-    total += r.length;
-    int64_t& s = per_section[r.section < 0 ? digests.size() : size_t(r.section)];
-    s += r.length;
-    largest_section = std::max(largest_section, s);
-  }
-  const int64_t staging = std::max<int64_t>(1, std::min(kMaxStaging, (largest_section + 1) / 2));
-  int64_t rounds = staging > 0 ? (total + staging - 1) / staging : 0;
-  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rounds, 1, MPI_INT64_T, MPI_MAX, comm_));
-  if (rounds == 0 || fh_ == MPI_FILE_NULL) {
-    // Nothing anywhere, or this file never opened (then every rank failed the open alike).
-    return;
-  }
-
-  // The view: this rank's pieces of the body, in order; a rank without any sees one float and
-  // transfers nothing.
-  MPI_Datatype view = MPI_FLOAT;
-  if (!pieces.empty()) {
-    std::vector<int> lengths(pieces.size());
-    std::vector<MPI_Aint> offsets(pieces.size());
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      lengths[i] = int(pieces[i].length);
-      offsets[i] = MPI_Aint(pieces[i].file) * MPI_Aint(sizeof(float));
-    }
-    MPF_MPI_CHECK(MPI_Type_create_hindexed(int(pieces.size()), lengths.data(), offsets.data(),
-                                           MPI_FLOAT, &view));
-    MPF_MPI_CHECK(MPI_Type_commit(&view));
-  }
-  int rc = MPI_File_set_view(fh_, body, MPI_FLOAT, view, "native", MPI_INFO_NULL);
-  if (rc != MPI_SUCCESS) fail("cannot set the file view", rc);
-  if (view != MPI_FLOAT) MPI_Type_free(&view);
-
-  // Two staging buffers: a helper thread fills (write) or empties (read) one while this thread,
-  // the only one calling MPI, transfers the other, so copying and checksumming overlap the I/O.
-  std::unique_ptr<float[]> bufs[2] = {std::unique_ptr<float[]>(new float[staging]),
-                                      std::unique_ptr<float[]>(new float[staging])};
-  size_t piece = 0;      // the piece the staging cursor is in
-  int64_t within = 0;    // elements of it already staged
+void ParallelFile::write_plan(const TransferPlan& plan, std::vector<Digest>& digests) {
+  const int64_t rounds = begin_transfer(plan);
+  if (rounds == 0) return;
+  Staging staging(plan);
   ByteRanges ranges[2];  // the file bytes each buffer's round covers (write-behind)
-  // Moves the next n elements of the pieces between memory and buffer b (to it when writing),
-  // counting them into their digests.
+  // Fills buffer b with the next n elements (zeros for a run without memory), counting them into
+  // their digests.
   auto stage = [&](int b, int64_t n) {
-    float* buf = bufs[b].get();
-    int64_t at = 0;
-    while (at < n) {
-      const FileRun& p = pieces[piece];
-      const int64_t k = std::min(p.length - within, n - at);
-      if (write) {
-        add_range(ranges[b], body + int64_t(sizeof(float)) * (p.file + within),
-                  int64_t(sizeof(float)) * k);
+    staging.next(n, [&](const FileRun& p, int64_t within, int64_t at, int64_t k) {
+      add_range(ranges[b], plan.body + int64_t(sizeof(float)) * (p.file + within),
+                int64_t(sizeof(float)) * k);
+      float* host = staging.buffer(b) + at;
+      if (p.memory) {
+        to_host(host, p.memory + within, k);
+      } else {
+        std::fill(host, host + k, 0.0f);
       }
-      float* host = buf + at;
-      if (write && p.memory) to_host(host, p.memory + within, k);
-      if (write && !p.memory) std::fill(host, host + k, 0.0f);
-      if (!write && p.memory) from_host(p.memory + within, host, k);
       if (p.section >= 0) add_to_digest(digests[p.section], host, k, p.file + within);
-      at += k;
-      within += k;
-      if (within == p.length) {
-        ++piece;
-        within = 0;
-      }
-    }
-  };
-  auto count = [&](int64_t round) {
-    return std::max<int64_t>(0, std::min(staging, total - round * staging));
+    });
   };
   std::future<void> helper;
-  if (write) stage(0, count(0));
+  stage(0, plan.count(0));
   for (int64_t round = 0; round < rounds; ++round) {
     const int b = int(round % 2);
-    float* buf = bufs[b].get();
-    const int64_t n = count(round);
+    if (helper.valid()) helper.get();              // round's buffer is staged
+    ByteRanges before = std::move(ranges[1 - b]);  // the previous round's, written
+    ranges[1 - b].clear();
+    if (round + 1 < rounds)
+      helper = std::async(std::launch::async, stage, 1 - b, plan.count(round + 1));
     MPI_Status status;
-    if (write) {
-      if (helper.valid()) helper.get();              // round's buffer is staged
-      ByteRanges before = std::move(ranges[1 - b]);  // the previous round's, written
-      ranges[1 - b].clear();
-      if (round + 1 < rounds)
-        helper = std::async(std::launch::async, stage, 1 - b, count(round + 1));
-      rc = MPI_File_write_at_all(fh_, round * staging, buf, int(n), MPI_FLOAT, &status);
-      if (rc != MPI_SUCCESS) fail("write failed", rc, /*writing=*/true);
-      write_behind(ranges[b], before);
-    } else {
-      rc = MPI_File_read_at_all(fh_, round * staging, buf, int(n), MPI_FLOAT, &status);
-      int got = 0;
-      MPI_Get_count(&status, MPI_FLOAT, &got);
-      if (rc != MPI_SUCCESS) {
-        fail("read failed", rc);
-      } else if (got != n && error_.empty()) {
-        error_ = path_ + ": short read (the file is truncated)";
-      }
-      if (helper.valid()) helper.get();  // the previous round is in memory
-      helper = std::async(std::launch::async, stage, b, n);
+    const int rc = MPI_File_write_at_all(fh_, plan.offset(round), staging.buffer(b),
+                                         plan.count(round), MPI_FLOAT, &status);
+    if (rc != MPI_SUCCESS) fail("write failed", rc, /*writing=*/true);
+    write_behind(ranges[b], before);
+  }
+  if (helper.valid()) helper.get();
+}
+
+void ParallelFile::read_plan(const TransferPlan& plan, std::vector<Digest>& digests) {
+  const int64_t rounds = begin_transfer(plan);
+  if (rounds == 0) return;
+  Staging staging(plan);
+  // Empties buffer b's n elements into memory (a run without memory takes nothing), counting
+  // them into their digests.
+  auto unstage = [&](int b, int64_t n) {
+    staging.next(n, [&](const FileRun& p, int64_t within, int64_t at, int64_t k) {
+      const float* host = staging.buffer(b) + at;
+      if (p.memory) from_host(p.memory + within, host, k);
+      if (p.section >= 0) add_to_digest(digests[p.section], host, k, p.file + within);
+    });
+  };
+  std::future<void> helper;
+  for (int64_t round = 0; round < rounds; ++round) {
+    const int b = int(round % 2);
+    const int n = plan.count(round);
+    MPI_Status status;
+    const int rc =
+        MPI_File_read_at_all(fh_, plan.offset(round), staging.buffer(b), n, MPI_FLOAT, &status);
+    int got = 0;
+    MPI_Get_count(&status, MPI_FLOAT, &got);
+    if (rc != MPI_SUCCESS) {
+      fail("read failed", rc);
+    } else if (got != n && error_.empty()) {
+      error_ = path_ + ": short read (the file is truncated)";
     }
+    if (helper.valid()) helper.get();  // the previous round is in memory
+    helper = std::async(std::launch::async, unstage, b, int64_t(n));
   }
   if (helper.valid()) helper.get();
 }

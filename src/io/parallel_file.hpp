@@ -15,18 +15,9 @@
 #include <utility>
 #include <vector>
 
-namespace mpf {
+#include "io/transfer_plan.hpp"
 
-// `length` floats of this rank's memory (in the Kokkos memory space: host or device) and floats
-// [file, file + length) of the file's body. A run without memory writes zeros (and reads nothing):
-// the padding between tensors, so the ranks' runs cover the file without holes, which spares
-// MPI-IO a read-modify-write.
-struct FileRun {
-  float* memory = nullptr;
-  int64_t file = 0;
-  int64_t length = 0;
-  int section = -1;  // the digest this run counts into; -1: transferred, not counted
-};
+namespace mpf {
 
 // What a section of a file holds, summed over the ranks that count it: an order-independent
 // checksum Σ mix(position in the body, bits) mod 2^64 (so each layout's ranks add up their parts
@@ -59,7 +50,7 @@ class ParallelFile {
 
   // Collective: the runs of the body starting at byte `body`, each rank its own (those written
   // must not overlap between ranks). Runs counted in a section add to digests[section] as they
-  // pass (in write: what is written; in read: what is read).
+  // pass (in write: what is written; in read: what is read). Each follows plan_transfer's plan.
   void write_runs(int64_t body, std::vector<FileRun> runs, std::vector<Digest>& digests);
   void read_runs(int64_t body, std::vector<FileRun> runs, std::vector<Digest>& digests);
 
@@ -71,7 +62,12 @@ class ParallelFile {
   std::string agree();
 
  private:
-  void transfer(bool write, int64_t body, std::vector<FileRun> runs, std::vector<Digest>& digests);
+  // The drivers: each moves its plan's pieces through two staging buffers, round by round.
+  void write_plan(const TransferPlan& plan, std::vector<Digest>& digests);
+  void read_plan(const TransferPlan& plan, std::vector<Digest>& digests);
+  // Collective: the rounds every rank makes (the most any rank's plan needs), with the file view
+  // set to this rank's pieces; 0 if there is nothing to move anywhere or the file is not open.
+  int64_t begin_transfer(const TransferPlan& plan);
   // Streaming writes leave the page cache: the round just written starts its writeback and the
   // one before it, on disk by then, is dropped, so the kernel recycles the same pages instead of
   // filling memory with a dirty copy of the checkpoint (evicting the cached training data, and

@@ -2,8 +2,6 @@
 
 #include <cstdio>
 
-#include <Kokkos_Core.hpp>
-
 #include "core/profile.hpp"
 
 namespace mpf {
@@ -61,33 +59,8 @@ std::string profile_table(double step_ms, int steps) {
   if (transfers.empty()) text += "  (none)\n";
   for (const profile::Transfer& t : transfers) {
     std::snprintf(line, sizeof line, "  %-44s %7.1f %9.3f %9.2f\n", t.label.c_str(),
-                  double(t.calls) / steps, double(t.bytes) / 1e6 / steps,
-                  t.seconds * 1e3 / steps);
+                  double(t.calls) / steps, double(t.bytes) / 1e6 / steps, t.seconds * 1e3 / steps);
     text += line;
-  }
-  return text;
-}
-
-void PhaseTimers::start() {
-  since_mark_.reset();
-}
-
-void PhaseTimers::mark(Phase phase) {
-  Kokkos::fence();
-  if (enabled_) seconds_[phase] += since_mark_.seconds();
-  since_mark_.reset();
-}
-
-std::string PhaseTimers::summary() const {
-  static const char* names[kCount] = {"data", "zero_grad", "fwd_bwd", "dp_comm", "optimizer"};
-  double total = 0.0;
-  for (double s : seconds_) total += s;
-  std::string text = "phases";
-  for (int i = 0; i < kCount; ++i) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, " | %s %.1f%%", names[i],
-                  total > 0 ? 100.0 * seconds_[i] / total : 0.0);
-    text += buf;
   }
   return text;
 }

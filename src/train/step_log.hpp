@@ -5,7 +5,6 @@
 
 #include <string>
 
-#include "core/stopwatch.hpp"
 #include "model/config.hpp"
 
 namespace mpf {
@@ -28,25 +27,5 @@ std::string format_step(const StepRecord& r, double tokens, double flops_per_ste
 // line per kernel or product shape, the most time first, then what no kernel accounts for (MPI,
 // waiting, host code).
 std::string profile_table(double step_ms, int steps);
-
-// Seconds per phase of a step, summed over the timed steps (docs/design.md, code style 9).
-class PhaseTimers {
- public:
-  // kSchedule: the schedule loop, forwards and backwards of every microbatch.
-  enum Phase { kData, kZeroGrad, kSchedule, kDpComm, kOptimizer, kCount };
-  // Adds the time since the previous mark (or start()) to `phase`, after a Kokkos fence so
-  // asynchronous kernels are charged to the phase that launched them.
-  void start();
-  void mark(Phase phase);
-  // Stops counting (the first step warms caches and pages and is not timed).
-  void set_enabled(bool enabled) { enabled_ = enabled; }
-  // "phases | data 0.1% | zero_grad 2.0% | forward 30.1% | ..." of the total timed.
-  std::string summary() const;
-
- private:
-  double seconds_[kCount] = {};
-  Stopwatch since_mark_;
-  bool enabled_ = true;
-};
 
 }  // namespace mpf

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <Kokkos_Core.hpp>
+
 #include "core/error.hpp"
 #include "pipeline/stage_program.hpp"
 
@@ -44,13 +46,37 @@ const char* category(int name) {
 }
 }  // namespace
 
-void StepTrace::begin(const Grid& grid) {
-  MPF_MPI_CHECK(MPI_Barrier(grid.world_comm()));
-  events_.clear();
-  clock_.reset();
+void StepTrace::entered(StepPhase phase, int step, double /*min_seconds*/) {
+  if (phase == StepPhase::kStep && traces(step)) {
+    MPF_MPI_CHECK(MPI_Barrier(grid_.world_comm()));
+    events_.clear();
+    clock_.reset();
+    stage_.record(&events_, [this] { return now(); });
+    tracing_ = true;
+  } else if (phase == StepPhase::kGradNorm && tracing_) {
+    Kokkos::fence();  // the span ends when the reductions' kernels have
+    optimizer_start_ = now();
+  }
 }
 
-void StepTrace::write(const std::string& path, const Grid& grid) const {
+void StepTrace::left(StepPhase phase) {
+  if (!tracing_) return;
+  if (phase == StepPhase::kCompute) {
+    Kokkos::fence();
+    sync_start_ = now();
+  } else if (phase == StepPhase::kUpdate) {
+    Kokkos::fence();
+    // Spans outside the schedule, named by string literals (the names() table).
+    events_.push_back({"grad sync", -1, -1, sync_start_, optimizer_start_});
+    events_.push_back({"optimizer", -1, -1, optimizer_start_, now()});
+  } else if (phase == StepPhase::kStep) {
+    stage_.record(nullptr, {});
+    tracing_ = false;
+  }
+}
+
+void StepTrace::write(const std::string& path) const {
+  const Grid& grid = grid_;
   // Five doubles per event: name index, microbatch, chunk, start, end.
   std::vector<double> mine;
   for (const StageEvent& e : events_) {

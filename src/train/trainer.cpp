@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/profile.hpp"
+#include "core/stopwatch.hpp"
 #include "core/transfer.hpp"
 #include "io/output_file.hpp"
 #include "model/gpt.hpp"
@@ -187,16 +188,29 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
       resume_(in.resume),
       notes_(in.notes),
       warnings_(in.warnings) {
-  const TrainOptions& opts = opts_;
-  require_same_checkpoint(resume_, opts.load, world);
-  grid_ = std::make_unique<Grid>(world, opts.tp, opts.pp, opts.dp);
-  require(opts.batch % grid_->dp_size() == 0,
-          "--batch " + std::to_string(opts.batch) + " does not split over " +
+  require_same_checkpoint(resume_, opts_.load, world);
+  set_up_grid(world);
+  plan_pipeline();
+  shard_model();
+  set_up_optimizer();
+  load_state();
+  set_up_stage();
+  set_up_sample(std::move(in.tokenizer));
+  set_up_batch();
+  observe_phases();
+}
+
+void TrainingRun::set_up_grid(MPI_Comm world) {
+  grid_ = std::make_unique<Grid>(world, opts_.tp, opts_.pp, opts_.dp);
+  require(opts_.batch % grid_->dp_size() == 0,
+          "--batch " + std::to_string(opts_.batch) + " does not split over " +
               std::to_string(grid_->dp_size()) + " data-parallel ranks; use a multiple of " +
               std::to_string(grid_->dp_size()));
-  local_batch_ = opts.batch / grid_->dp_size();
+  local_batch_ = opts_.batch / grid_->dp_size();
+}
 
-  // The schedule and the pipeline's shape first: they decide what this rank holds.
+void TrainingRun::plan_pipeline() {
+  const TrainOptions& opts = opts_;
   pp_schedule_ = pipeline::parse_schedule(opts.schedule);
   const int M = microbatch_count(opts, local_batch_);
   micro_batch_ = local_batch_ / M;
@@ -212,16 +226,21 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   if (opts.max_in_flight > 0 && pp_schedule_ != pipeline::Schedule::kZbAuto) {
     pipeline::require_within_memory(*plan_, opts.max_in_flight);
   }
-  const int chunks = grid_->pp_size() * V;
-  layer_ranges_ = opts.pp_layout.empty() ? distribute_layers(cfg_.layers, chunks)
-                                         : parse_layer_layout(opts.pp_layout, cfg_.layers, chunks);
-  const StageOwnership own =
-      stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
-  shard_ = stage_shard(grid_->tp_rank(), grid_->pp_rank());
+}
 
+void TrainingRun::shard_model() {
+  const int chunks = grid_->pp_size() * shape_.virtual_stages;
+  layer_ranges_ = opts_.pp_layout.empty()
+                      ? distribute_layers(cfg_.layers, chunks)
+                      : parse_layer_layout(opts_.pp_layout, cfg_.layers, chunks);
+  shard_ = stage_shard(grid_->tp_rank(), grid_->pp_rank());
   // Padded to a multiple of the DP size so ZeRO's buckets split evenly.
   params_ = Parameters::allocate(shard_, "mpf::params", grid_->dp_size());
   grads_ = Parameters::allocate(shard_, "mpf::grads", grid_->dp_size());
+}
+
+void TrainingRun::set_up_optimizer() {
+  const TrainOptions& opts = opts_;
   AdamWConfig adam;
   adam.beta1 = opts.beta1;
   adam.beta2 = opts.beta2;
@@ -239,48 +258,62 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   } else {
     optimizer_ = std::make_unique<AdamW>(adam, cfg_, piece_segments(params_), params_.count);
   }
-  // The parameters: a checkpoint's (with the optimizer state), an llm.c file's, or fresh ones.
+  grad_squares_ = std::make_unique<SumOfSquares>();
   state_files_ = std::make_unique<StateFiles>(*grid_, shard_, params_, *optimizer_, zero);
-  if (in.resume) {
+}
+
+void TrainingRun::load_state() {
+  if (resume_) {
     Stopwatch load_clock;
-    load_checkpoint(*state_files_, *in.resume);
+    load_checkpoint(*state_files_, *resume_);
     load_seconds_ = load_clock.seconds();
-    const CheckpointInfo& c = in.resume->info;
+    const CheckpointInfo& c = resume_->info;
     optimizer_->set_steps_taken(c.step);
     first_step_ = int(c.step) + 1;
     tokens_seen_ = c.tokens_seen;
-    newest_checkpoint_ = checkpoint::path(in.resume->root, c.step);
-  } else if (!opts.init_from.empty()) {
-    load_model_file(*state_files_, opts.init_from);
+    newest_checkpoint_ = checkpoint::path(resume_->root, c.step);
+  } else if (!opts_.init_from.empty()) {
+    load_model_file(*state_files_, opts_.init_from);
   } else {
-    initialize(params_, shard_, opts.seed);
+    initialize(params_, shard_, opts_.seed);
   }
-  if (opts.precision == Precision::bf16) {
+  if (opts_.precision == Precision::bf16) {
     weights16_ = Bf16Slab("mpf::weights16", params_.count);
     round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
   }
-  watchdog_ = std::make_unique<Watchdog>(opts.step_timeout, grid_->world_rank());
-  grad_squares_ = std::make_unique<SumOfSquares>();
+}
+
+void TrainingRun::set_up_stage() {
+  const TrainOptions& opts = opts_;
   require(!opts.sequence_parallel || (int64_t(micro_batch_) * opts.seq_len) % grid_->tp_size() == 0,
           "--sequence-parallel splits the " + std::to_string(micro_batch_ * opts.seq_len) +
               " rows of a microbatch over " + std::to_string(grid_->tp_size()) +
               " TP ranks, which does not divide; choose --batch/--seq-len so "
               "B*T/(dp*microbatches) divides by tp");
+  const StageOwnership own =
+      stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
   stage_ = std::make_unique<ModelStage>(shard_, own.chunks, micro_batch_, opts.seq_len,
                                         opts.sequence_parallel, grid_->tp_comm(), grid_->pp_comm(),
                                         opts.recompute, shape_.placement);
+  const int M = shape_.microbatches, chunks = grid_->pp_size() * shape_.virtual_stages;
   require(M <= stage_->max_microbatches(),
           std::to_string(M) + " microbatches x " + std::to_string(chunks) +
               " chunks need more message tags than this MPI's MPI_TAG_UB allows; use at most " +
               std::to_string(stage_->max_microbatches()) + " microbatches");
-  if (opts.sample_every > 0) {
-    sample_ = std::make_unique<TrainingSample>(shard_, params_.t, opts.sample_tokens,
-                                               std::move(in.tokenizer), grid_->tp_comm(),
-                                               grid_->dp_rank() == 0, is_root());
-  }
+}
+
+void TrainingRun::set_up_sample(std::optional<Tokenizer> tokenizer) {
+  if (opts_.sample_every <= 0) return;
+  sample_ =
+      std::make_unique<TrainingSample>(shard_, params_.t, opts_.sample_tokens, std::move(tokenizer),
+                                       grid_->tp_comm(), grid_->dp_rank() == 0, is_root());
+}
+
+void TrainingRun::set_up_batch() {
   // A DP rank's batch is one buffer, its inputs then its targets, filled on the host and copied
   // in one transfer; each microbatch's tokens are views into it.
-  const int64_t mb_tokens = int64_t(micro_batch_) * opts.seq_len, tokens = mb_tokens * M;
+  const int M = shape_.microbatches;
+  const int64_t mb_tokens = int64_t(micro_batch_) * opts_.seq_len, tokens = mb_tokens * M;
   batch_ = Tokens("mpf::batch", 2 * tokens);
   host_batch_ = HostTokens("mpf::host_batch", 2 * tokens);
   for (int mb = 0; mb < M; ++mb) {
@@ -289,6 +322,18 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
     targets_.push_back(Kokkos::subview(
         batch_, std::make_pair(tokens + mb * mb_tokens, tokens + (mb + 1) * mb_tokens)));
   }
+}
+
+void TrainingRun::observe_phases() {
+  // In this order: the trace's barrier starts the traced step before the timers' clocks do, and
+  // the timers' fences end a part before the trace reads its clock (step_phases.hpp).
+  watchdog_ = std::make_unique<Watchdog>(opts_.step_timeout, grid_->world_rank());
+  trace_ = std::make_unique<StepTrace>(*grid_, *stage_, opts_.trace.empty() ? 0 : opts_.steps);
+  timers_ = std::make_unique<PhaseTimers>(first_step_ + 1);
+  phases_.observe(*watchdog_);
+  phases_.observe(*trace_);
+  phases_.observe(*timers_);
+  stage_->on_op([this](const char* name, int mb, int chunk) { phases_.op(name, mb, chunk); });
 }
 
 TpShard TrainingRun::stage_shard(int tp_rank, int pp_rank) const {
@@ -415,7 +460,7 @@ CheckpointInfo TrainingRun::checkpoint_info(int step) const {
 bool TrainingRun::save(int step) {
   // A save may take longer than a step: the watchdog gives it at least its size at 20 MB/s.
   const double bytes = double(state_files_->model_bytes() + state_files_->optimizer_bytes());
-  watchdog_->begin("save of step", step, bytes / 20e6);
+  PhaseScope phase(phases_, StepPhase::kSave, step, bytes / 20e6);
   const SaveReport r = save_checkpoint(*state_files_, grid_->world_comm(), opts_.save,
                                        checkpoint_info(step), opts_.keep_last);
   if (is_root()) {
@@ -469,6 +514,7 @@ void TrainingRun::report_stages(const StageTimes& timed) const {
 }
 
 void TrainingRun::plan_zb_auto(int step) {
+  PhaseScope phase(phases_, StepPhase::kZbPlanning);
   const pipeline::OpCosts costs =
       stage_costs(stage_->times(), grid_->pp_rank(), grid_->pp_size(), grid_->world_comm());
   const int limit = zb_auto_limit();
@@ -602,204 +648,216 @@ TrainResult TrainingRun::train() {
   }
   const PeakRate peak = opts_.peak_gflops > 0 ? PeakRate{opts_.peak_gflops, "--peak-gflops"}
                                               : measure_peak(opts_.precision);
-  const double peak_flops = allreduce_sum(peak.gflops * 1e9, grid_->world_comm());
-  const double tokens = double(opts_.batch) * opts_.seq_len;
-  const double flops_per_step = flops_per_token(cfg_, opts_.seq_len) * tokens;
-  // Each token's loss enters the global mean with weight 1/(B·T); summing the DP ranks' gradients
-  // then gives the gradient of the global mean.
-  const float dloss = static_cast<float>(1.0 / tokens);
+  peak_flops_ = allreduce_sum(peak.gflops * 1e9, grid_->world_comm());
   if (opts_.verbose) print_banner(peak);
   // bf16: the products read weights16_ and round their other inputs (model/layers/matmul.hpp).
   std::optional<Bf16Products> bf16_products;
   if (opts_.precision == Precision::bf16) {
     bf16_products.emplace(params_.slab.data(), weights16_.data(), params_.count, largest_operand());
   }
-  Watchdog& watchdog = *watchdog_;
-  stage_->on_op(
-      [&watchdog](const char* name, int mb, int chunk) { watchdog.phase(name, mb, chunk); });
-
-  auto report_val = [&](int step) {
-    if (!val_data_) return;
-    watchdog.begin("validation after step", step);
-    const double loss = validate();
-    if (is_root() && opts_.verbose) std::printf("val step %d | loss %.6f\n", step, loss);
-  };
-  if (opts_.val_every > 0 && first_step_ == 1) report_val(0);
-
-  double time_after_first = 0.0, last_loss = 0.0;
-  StageTimes compute;  // F, B, W over the timed steps
-  PhaseTimers phases;
-  StepTrace trace;
-  int step = first_step_;
-  double slowest_ms = 0.0;
-  for (; step <= opts_.steps; ++step) {
-    watchdog.begin("step", step);
-    // A stop signal during this step must see its end within twice the slowest step so far (at
-    // least 10 s), or the rank is waiting on one that is gone (stop_signals.hpp).
-    set_stop_grace(step > first_step_ ? std::max(10, int(std::ceil(2 * slowest_ms / 1e3))) : 0);
-    // The first step of a run warms caches and pools: it is not timed.
-    const bool timed = step > first_step_ || opts_.steps == first_step_;
-    // The last step is the one traced: caches and pools are warm by then.
-    const bool traced = !opts_.trace.empty() && step == opts_.steps;
-    // The ops' own times need a wait at the end of each op. On the host that costs nothing; on a
-    // GPU it stalls the stream, so only the steps that use the times pay it: zb-auto's planning
-    // step, the traced one and profiled ones.
-    const bool zb_planning =
-        pp_schedule_ == pipeline::Schedule::kZbAuto && !auto_planned_ && step == first_step_ + 1;
-    const bool time_ops = !kDeviceMemory || opts_.profile || traced || zb_planning;
-    stage_->set_op_timing(time_ops);
-    if (traced) {
-      trace.begin(*grid_);
-      stage_->record(trace.events(), [&trace] { return trace.now(); });
-    }
-    Stopwatch sw;
-    phases.set_enabled(step > first_step_);
-    profile::set_enabled(opts_.profile && step > first_step_);
-    phases.start();
-    watchdog.phase("data");
-    load_batch(*train_data_);
-    phases.mark(PhaseTimers::kData);
-    fill(grads_.slab.data(), grads_.count, 0.0f);
-    phases.mark(PhaseTimers::kZeroGrad);
-    PartDone overlap;
-    if (opts_.overlap_grad_reduce) overlap = [this](ModelPart part) { dp_grads_->part_done(part); };
-    stage_->begin_step(&inputs_, &targets_, &params_.t, &grads_.t, dloss, overlap);
-    plan_->run(*stage_, grid_->pp_rank());
-    watchdog.phase("end of the schedule (completing sends)");
-    stage_->end_step();
-    watchdog.phase("loss all-reduce");
-    last_loss = global_mean_loss(stage_->loss_sum());
-    phases.mark(PhaseTimers::kSchedule);
-    const double sync_start = trace.now();
-    if (timed && time_ops) {
-      const StageTimes& t = stage_->times();
-      compute.forward += t.forward;
-      compute.backward += t.backward;
-      compute.weight += t.weight;
-      compute.forwards += t.forwards;
-      compute.backwards += t.backwards;
-      compute.weights += t.weights;
-    }
-    // zb-auto plans from the second step's op times: the first's include the warm-up (first
-    // touches of buffers, BLAS start-up) and misstate the stages' ratios.
-    if (zb_planning) {
-      watchdog.phase("zb-auto planning (all-reduce of the measured op times)");
-      plan_zb_auto(step);
-    }
-    watchdog.phase("tied-embedding all-reduce");
-    allreduce_tied_embedding();
-    if (opts_.overlap_grad_reduce) dp_grads_->tied_sum_done();  // wte's buckets start now
-    watchdog.phase("data-parallel gradient all-reduce");
-    dp_grads_->finish();
-    phases.mark(PhaseTimers::kDpComm);
-    const double optimizer_start = trace.now();
-    watchdog.phase("gradient norm all-reduce");
-    const double norm = global_grad_norm();
-    // Every rank holds the same loss and norm (all-reduced): they stop together, before an
-    // update that would spread the non-finite values into the parameters.
-    if (!std::isfinite(last_loss) || !std::isfinite(norm)) {
-      if (is_root()) {
-        std::fprintf(stderr,
-                     "error: step %d: loss %g, gradient norm %g: training diverged; the update was "
-                     "not applied and nothing was saved. %s\n",
-                     step, last_loss, norm,
-                     newest_checkpoint_.empty()
-                         ? "There is no checkpoint of this run (--save DIR keeps them)."
-                         : ("The newest checkpoint is " + newest_checkpoint_ +
-                            ": resume from it (with a lower --lr, say)")
-                               .c_str());
-      }
-      result.status = kExitDiverged;
-      break;
-    }
-    const float lr = learning_rate(schedule_, step - 1);
-    const float* grads = dp_grads_->zero() ? dp_grads_->shard_grads() : grads_.slab.data();
-    watchdog.phase("optimizer");
-    // bf16: the products' weight copy is written by the update itself, except under ZeRO, where
-    // the update covers this rank's shard and the all-gather brings the rest.
-    const bool fused16 = bf16_products && !dp_grads_->zero();
-    optimizer_->step(params_.slab.data(), grads, lr, clip_scale(norm, opts_.grad_clip),
-                     fused16 ? weights16_.data() : nullptr);
-    if (dp_grads_->zero()) {
-      watchdog.phase("ZeRO parameter all-gather");
-      dp_grads_->allgather_params(params_.slab.data());
-    }
-    if (bf16_products && !fused16) {
-      round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
-    }
-    phases.mark(PhaseTimers::kOptimizer);
-    tokens_seen_ += int64_t(tokens);
-    if (traced) {
-      Kokkos::fence();
-      trace.add("grad sync", sync_start, optimizer_start);
-      trace.add("optimizer", optimizer_start, trace.now());
-      stage_->record(nullptr, {});
-    }
-    const double ms = sw.seconds() * 1e3;
-    slowest_ms = std::max(slowest_ms, ms);
-    result.step_ms.push_back(ms);
-    if (timed) time_after_first += ms;
-    if (is_root() && opts_.verbose &&
-        (step % opts_.log_every == 0 || step == opts_.steps || step == first_step_)) {
-      std::printf("%s\n", format_step({step, opts_.steps, last_loss, norm, ms, lr}, tokens,
-                                      flops_per_step, peak_flops)
-                              .c_str());
-      std::fflush(stdout);
-    }
-    // The step boundary: the ranks agree whether any of them was asked to stop.
-    watchdog.phase("stop-signal agreement");
-    const int signal = agree_on_stop(grid_->world_comm());
-    if (!signal && opts_.val_every > 0 && (step % opts_.val_every == 0 || step == opts_.steps)) {
-      report_val(step);
-    }
-    if (!signal && sample_ && (step % opts_.sample_every == 0 || step == opts_.steps)) {
-      watchdog.begin("sample after step", step);
-      sample_->print(step);
-    }
-    const bool save_due =
-        !opts_.save.empty() &&
-        (signal || step == opts_.steps || (opts_.save_every > 0 && step % opts_.save_every == 0));
-    if (save_due && !save(step)) {
-      result.status = kExitSaveFailed;
-      break;
-    }
-    if (signal) {
-      if (is_root()) {
-        std::printf(
-            "%s received: stopped after step %d; %s; exit status %d\n", signal_name(signal), step,
-            opts_.save.empty()
-                ? "nothing saved (no --save)"
-                : ("saved " + newest_checkpoint_ + ", resume with --load " + opts_.save).c_str(),
-            int(kExitSignalled));
-        std::fflush(stdout);
-      }
-      result.status = kExitSignalled;
-      break;
+  int last = first_step_;
+  {
+    PhaseScope training(phases_, StepPhase::kTraining, first_step_);
+    if (opts_.val_every > 0 && first_step_ == 1) report_validation(0);
+    for (int n = first_step_; n <= opts_.steps && result.status == kExitDone; ++n) {
+      last = n;
+      const StepOutcome s = step(n);
+      if (!s.diverged) tally(s, result);
+      result.status = s.diverged ? report_divergence(s.log) : after_step(s.log);
     }
   }
-  watchdog.stop();
-  const int last = std::min(step, opts_.steps);
-  if (is_root() && opts_.verbose && result.status != kExitDiverged) {
-    const int timed = last > first_step_ ? last - first_step_ : 1;
-    const double ms = last > first_step_ ? time_after_first / timed : 0.0;
+  report_run(last, result.status);
+  profile::set_enabled(false);
+  if (result.status != kExitDone) return result;
+  report_stages(tally_.ops);
+  if (!save_llmc()) result.status = kExitSaveFailed;
+  if (!opts_.trace.empty()) trace_->write(opts_.trace);
+  return result;
+}
+
+TrainingRun::StepOutcome TrainingRun::step(int step) {
+  StepOutcome out = prepare_step(step);
+  PhaseScope in_step(phases_, StepPhase::kStep, step);
+  Stopwatch clock;
+  out.log.loss = compute();
+  // zb-auto plans from the second step's op times: the first's include the warm-up (first
+  // touches of buffers, BLAS start-up) and misstate the stages' ratios.
+  if (out.zb_planning) plan_zb_auto(step);
+  out.log.norm = sync();
+  // Every rank holds the same loss and norm (all-reduced): they stop together, before an update
+  // that would spread the non-finite values into the parameters.
+  out.diverged = !std::isfinite(out.log.loss) || !std::isfinite(out.log.norm);
+  if (out.diverged) return out;
+  out.log.lr = learning_rate(schedule_, step - 1);
+  update(out.log.lr, out.log.norm);
+  tokens_seen_ += int64_t(tokens_per_step());
+  out.log.ms = clock.seconds() * 1e3;
+  return out;
+}
+
+TrainingRun::StepOutcome TrainingRun::prepare_step(int step) {
+  StepOutcome out;
+  out.log.step = step;
+  out.log.steps = opts_.steps;
+  // A stop signal during this step must see its end within twice the slowest step so far (at
+  // least 10 s), or the rank is waiting on one that is gone (stop_signals.hpp).
+  set_stop_grace(step > first_step_ ? std::max(10, int(std::ceil(2 * tally_.slowest_ms / 1e3)))
+                                    : 0);
+  // The first step of a run warms caches and pools: it is not timed.
+  out.timed = step > first_step_ || opts_.steps == first_step_;
+  out.zb_planning =
+      pp_schedule_ == pipeline::Schedule::kZbAuto && !auto_planned_ && step == first_step_ + 1;
+  // The ops' own times need a wait at the end of each op. On the host that costs nothing; on a
+  // GPU it stalls the stream, so only the steps that use the times pay it: zb-auto's planning
+  // step, the traced one and profiled ones.
+  out.ops_timed = !kDeviceMemory || opts_.profile || trace_->traces(step) || out.zb_planning;
+  stage_->set_op_timing(out.ops_timed);
+  profile::set_enabled(opts_.profile && step > first_step_);
+  return out;
+}
+
+double TrainingRun::compute() {
+  PhaseScope in_compute(phases_, StepPhase::kCompute);
+  PhaseScope phase(phases_, StepPhase::kData);
+  load_batch(*train_data_);
+  phase.next(StepPhase::kZeroGrads);
+  fill(grads_.slab.data(), grads_.count, 0.0f);
+  phase.next(StepPhase::kSchedule);
+  PartDone overlap;
+  if (opts_.overlap_grad_reduce) overlap = [this](ModelPart part) { dp_grads_->part_done(part); };
+  // Each token's loss enters the global mean with weight 1/(B·T); summing the DP ranks' gradients
+  // then gives the gradient of the global mean.
+  const float dloss = static_cast<float>(1.0 / tokens_per_step());
+  stage_->begin_step(&inputs_, &targets_, &params_.t, &grads_.t, dloss, overlap);
+  plan_->run(*stage_, grid_->pp_rank());
+  phase.next(StepPhase::kScheduleEnd);
+  stage_->end_step();
+  phase.next(StepPhase::kLossSum);
+  return global_mean_loss(stage_->loss_sum());
+}
+
+double TrainingRun::sync() {
+  PhaseScope in_sync(phases_, StepPhase::kSync);
+  PhaseScope phase(phases_, StepPhase::kTiedSum);
+  allreduce_tied_embedding();
+  if (opts_.overlap_grad_reduce) dp_grads_->tied_sum_done();  // wte's buckets start now
+  phase.next(StepPhase::kDpReduce);
+  dp_grads_->finish();
+  phase.next(StepPhase::kGradNorm);
+  return global_grad_norm();
+}
+
+void TrainingRun::update(float lr, double norm) {
+  PhaseScope in_update(phases_, StepPhase::kUpdate);
+  PhaseScope phase(phases_, StepPhase::kOptimizer);
+  const bool zero = dp_grads_->zero(), bf16 = opts_.precision == Precision::bf16;
+  const float* grads = zero ? dp_grads_->shard_grads() : grads_.slab.data();
+  // bf16: the products' weight copy is written by the update itself, except under ZeRO, where
+  // the update covers this rank's shard and the all-gather brings the rest.
+  optimizer_->step(params_.slab.data(), grads, lr, clip_scale(norm, opts_.grad_clip),
+                   bf16 && !zero ? weights16_.data() : nullptr);
+  if (!zero) return;
+  phase.next(StepPhase::kZeroGather);
+  dp_grads_->allgather_params(params_.slab.data());
+  if (bf16) round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
+}
+
+void TrainingRun::tally(const StepOutcome& s, TrainResult& result) {
+  result.step_ms.push_back(s.log.ms);
+  tally_.slowest_ms = std::max(tally_.slowest_ms, s.log.ms);
+  if (s.timed) tally_.timed_ms += s.log.ms;
+  tally_.last_loss = s.log.loss;
+  if (!s.timed || !s.ops_timed) return;
+  const StageTimes& t = stage_->times();
+  tally_.ops.forward += t.forward;
+  tally_.ops.backward += t.backward;
+  tally_.ops.weight += t.weight;
+  tally_.ops.forwards += t.forwards;
+  tally_.ops.backwards += t.backwards;
+  tally_.ops.weights += t.weights;
+}
+
+int TrainingRun::after_step(const StepRecord& r) {
+  const int step = r.step;
+  log_step(r);
+  // The step boundary: the ranks agree whether any of them was asked to stop.
+  int signal = 0;
+  {
+    PhaseScope phase(phases_, StepPhase::kStopAgreement);
+    signal = agree_on_stop(grid_->world_comm());
+  }
+  if (!signal && opts_.val_every > 0 && (step % opts_.val_every == 0 || step == opts_.steps)) {
+    report_validation(step);
+  }
+  if (!signal && sample_ && (step % opts_.sample_every == 0 || step == opts_.steps)) {
+    PhaseScope phase(phases_, StepPhase::kSample, step);
+    sample_->print(step);
+  }
+  const bool save_due =
+      !opts_.save.empty() &&
+      (signal || step == opts_.steps || (opts_.save_every > 0 && step % opts_.save_every == 0));
+  if (save_due && !save(step)) return kExitSaveFailed;
+  if (!signal) return kExitDone;
+  if (is_root()) {
+    std::printf(
+        "%s received: stopped after step %d; %s; exit status %d\n", signal_name(signal), step,
+        opts_.save.empty()
+            ? "nothing saved (no --save)"
+            : ("saved " + newest_checkpoint_ + ", resume with --load " + opts_.save).c_str(),
+        int(kExitSignalled));
+    std::fflush(stdout);
+  }
+  return kExitSignalled;
+}
+
+int TrainingRun::report_divergence(const StepRecord& r) const {
+  if (is_root()) {
+    std::fprintf(stderr,
+                 "error: step %d: loss %g, gradient norm %g: training diverged; the update was "
+                 "not applied and nothing was saved. %s\n",
+                 r.step, r.loss, r.norm,
+                 newest_checkpoint_.empty()
+                     ? "There is no checkpoint of this run (--save DIR keeps them)."
+                     : ("The newest checkpoint is " + newest_checkpoint_ +
+                        ": resume from it (with a lower --lr, say)")
+                           .c_str());
+  }
+  return kExitDiverged;
+}
+
+void TrainingRun::log_step(const StepRecord& r) const {
+  if (!is_root() || !opts_.verbose) return;
+  if (r.step % opts_.log_every != 0 && r.step != opts_.steps && r.step != first_step_) return;
+  std::printf("%s\n", format_step(r, tokens_per_step(), flops_per_step(), peak_flops_).c_str());
+  std::fflush(stdout);
+}
+
+void TrainingRun::report_validation(int step) {
+  if (!val_data_) return;
+  PhaseScope phase(phases_, StepPhase::kValidation, step);
+  const double loss = validate();
+  if (is_root() && opts_.verbose) std::printf("val step %d | loss %.6f\n", step, loss);
+}
+
+void TrainingRun::report_run(int last, int status) const {
+  const int timed_steps = last - first_step_;
+  if (is_root() && opts_.verbose && status != kExitDiverged) {
+    const double ms = timed_steps > 0 ? tally_.timed_ms / timed_steps : 0.0;
     std::printf(
         "summary | steps %d | final loss %.6f | %.1f ms/step (steps %d..%d) | %.0f tok/s | "
         "MFU %.1f%%\n",
-        last, last_loss, ms, std::min(first_step_ + 1, last), last,
-        ms > 0 ? tokens / (ms / 1e3) : 0.0,
-        ms > 0 ? 100.0 * flops_per_step / (ms / 1e3) / peak_flops : 0.0);
-    std::printf("%s\n", phases.summary().c_str());
+        last, tally_.last_loss, ms, std::min(first_step_ + 1, last), last,
+        ms > 0 ? tokens_per_step() / (ms / 1e3) : 0.0,
+        ms > 0 ? 100.0 * flops_per_step() / (ms / 1e3) / peak_flops_ : 0.0);
+    std::printf("%s\n", timers_->summary().c_str());
   }
-  if (is_root() && opts_.profile && last > first_step_) {
-    std::printf("%s",
-                profile_table(time_after_first / (last - first_step_), last - first_step_).c_str());
+  if (is_root() && opts_.profile && timed_steps > 0) {
+    std::printf("%s", profile_table(tally_.timed_ms / timed_steps, timed_steps).c_str());
   }
-  profile::set_enabled(false);
-  if (result.status != kExitDone) return result;
-  report_stages(compute);
-  if (!save_llmc()) result.status = kExitSaveFailed;
-  if (!opts_.trace.empty()) trace.write(opts_.trace, *grid_);
-  return result;
+}
+
+double TrainingRun::flops_per_step() const {
+  return flops_per_token(cfg_, opts_.seq_len) * tokens_per_step();
 }
 
 }  // namespace mpf

@@ -1,8 +1,10 @@
 // A training run: builds the model, data and optimizer from the options (or resumes one from a
-// checkpoint), then runs the steps. Each step reads as its phases, each timed (docs/design.md,
-// code style 9):
-//   data -> zero grads -> forward -> backward -> DP grad sync -> grad norm / clip -> AdamW
-// and ends at a boundary where the ranks agree whether to stop (a signal), and may save.
+// checkpoint), then runs the steps. Each step reads as its phases (step_phases.hpp), which the
+// watchdog, the trace and the phase timers observe (docs/design.md, code style 9):
+//   compute (data, zero grads, the schedule's forwards and backwards, the loss)
+//   -> sync (tied embedding, DP gradients, the norm) -> update (AdamW, ZeRO's all-gather)
+// and ends at a boundary where the ranks agree whether to stop (a signal), and may validate,
+// sample and save.
 #pragma once
 
 #include <memory>
@@ -28,6 +30,10 @@
 #include "pipeline/schedule_plan.hpp"
 #include "train/options.hpp"
 #include "train/peak.hpp"
+#include "train/phase_timers.hpp"
+#include "train/step_log.hpp"
+#include "train/step_phases.hpp"
+#include "train/step_trace.hpp"
 #include "train/watchdog.hpp"
 
 namespace mpf {
@@ -61,6 +67,9 @@ class TrainingRun {
   // (the batch does not split over the data-parallel ranks) or a checkpoint or --init-from file
   // does not load (unreadable, corrupt, non-finite).
   TrainingRun(RunInputs inputs, MPI_Comm world);
+  // The stage's op listener points at this run.
+  TrainingRun(const TrainingRun&) = delete;
+  TrainingRun& operator=(const TrainingRun&) = delete;
 
   // Runs the steps up to opts.steps, logging on rank 0, saving as --save asks; writes
   // --save-llmc at the end. Stops early, with the status saying why, on a signal, a non-finite
@@ -73,6 +82,56 @@ class TrainingRun {
   double global_grad_norm() const;
 
  private:
+  // What one step did: its log line's figures (the same on every rank, but ms), and what it
+  // measured.
+  struct StepOutcome {
+    StepRecord log;
+    bool diverged = false;     // a non-finite loss or norm: the update was not applied
+    bool timed = false;        // counts into the run's mean step time
+    bool ops_timed = false;    // stage_->times() hold its F, B and W times
+    bool zb_planning = false;  // zb-auto plans from them
+  };
+  // The steps so far, for the summary and the stop signals' grace.
+  struct Tally {
+    double slowest_ms = 0.0, timed_ms = 0.0, last_loss = 0.0;
+    StageTimes ops;  // F, B and W over the timed steps whose ops were timed
+  };
+
+  // Set-up, in the constructor's order.
+  void set_up_grid(MPI_Comm world);
+  void plan_pipeline();  // the schedule and the pipeline's shape: they decide what a rank holds
+  void shard_model();
+  void set_up_optimizer();
+  void load_state();  // the checkpoint's, an llm.c file's, or fresh parameters
+  void set_up_stage();
+  void set_up_sample(std::optional<Tokenizer> tokenizer);
+  void set_up_batch();
+  void observe_phases();
+
+  // The step: compute -> sync -> update.
+  StepOutcome step(int step);
+  // Stop grace, op timing and the kernel profile for `step`; what it measures.
+  StepOutcome prepare_step(int step);
+  // Forward and backward of every microbatch through the schedule; the global mean loss.
+  double compute();
+  // The gradients made whole (the tied embedding's two stages summed, then the DP ranks');
+  // their global norm.
+  double sync();
+  // AdamW with the gradients clipped by `norm`; parameters and their bf16 copy updated alike.
+  void update(float lr, double norm);
+
+  // The end-of-step policy: log, agree on a stop, validate, sample and save when due. The run's
+  // exit status: kExitDone to go on.
+  int after_step(const StepRecord& r);
+  void tally(const StepOutcome& s, TrainResult& result);
+  int report_divergence(const StepRecord& r) const;
+  void log_step(const StepRecord& r) const;
+  void report_validation(int step);
+  // The mean step time, tokens/s, MFU and the phases; --profile's table.
+  void report_run(int last, int status) const;
+  double tokens_per_step() const { return double(opts_.batch) * opts_.seq_len; }
+  double flops_per_step() const;
+
   void load_batch(DataLoader& loader);
   double validate();
   // Collective: --save's checkpoint after `step`; false (rank 0 has said why) if it failed.
@@ -117,7 +176,6 @@ class TrainingRun {
   int first_step_ = 1;             // 1, or the step after the resumed checkpoint's
   int64_t tokens_seen_ = 0;        // training tokens through the model so far, over the whole run
   std::string newest_checkpoint_;  // the last saved or loaded, for messages
-  std::unique_ptr<Watchdog> watchdog_;
   std::optional<ResumePoint> resume_;
   double load_seconds_ = 0.0;  // reading the checkpoint
   std::vector<std::string> notes_, warnings_;
@@ -132,6 +190,13 @@ class TrainingRun {
   Tokens batch_;                            // this DP rank's inputs, then its targets
   HostTokens host_batch_;                   // the same, where the loader fills them
   std::vector<Tokens> inputs_, targets_;    // per microbatch: views into batch_
+  double peak_flops_ = 0.0;                 // all ranks' together, FLOP/s
+  Tally tally_;
+  // The run's phases and what observes them.
+  StepPhases phases_;
+  std::unique_ptr<Watchdog> watchdog_;
+  std::unique_ptr<StepTrace> trace_;
+  std::unique_ptr<PhaseTimers> timers_;
 };
 
 // The threads a rank should use: `requested` if positive, else OMP_NUM_THREADS if set, else the

@@ -40,6 +40,27 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
+void Watchdog::entered(StepPhase phase, int step, double min_seconds) {
+  switch (phase) {
+    case StepPhase::kTraining:
+      return;  // its steps start the clock
+    case StepPhase::kStep:
+    case StepPhase::kValidation:
+    case StepPhase::kSample:
+    case StepPhase::kSave:
+      begin(phase_name(phase), step, min_seconds);
+      return;
+    default:
+      this->phase(phase_name(phase));
+  }
+}
+
+void Watchdog::left(StepPhase phase) {
+  // The other phases' ends are the next one's start: a rank that waits between them waits in
+  // the phase it left.
+  if (phase == StepPhase::kTraining) stop();
+}
+
 void Watchdog::begin(const char* what, int step, double limit) {
   if (timeout_ <= 0) return;
   limit_ = limit > timeout_ ? limit : timeout_;

@@ -4,7 +4,7 @@
 // exits the process with kExitWatchdog; the launcher (mpiexec, srun --kill-on-bad-exit) ends the
 // other ranks. The other ranks' watchdogs fire too when they wait on a stopped one.
 //
-// The trainer marks where it is with begin() and phase(); both are a few atomic stores.
+// It observes the run's phases (step_phases.hpp); each is a few atomic stores.
 #pragma once
 
 #include <atomic>
@@ -13,16 +13,25 @@
 #include <mutex>
 #include <thread>
 
+#include "train/step_phases.hpp"
+
 namespace mpf {
 
-class Watchdog {
+class Watchdog : public PhaseObserver {
  public:
   // timeout_seconds <= 0: no thread, every call does nothing.
   Watchdog(double timeout_seconds, int world_rank);
-  ~Watchdog();
+  ~Watchdog() override;
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
+  // A step, and each piece of work at its boundary (validation, a sample, a save), is timed on
+  // its own; the phases within one say where in it this rank is; leaving the training stops it.
+  void entered(StepPhase phase, int step, double min_seconds) override;
+  void left(StepPhase phase) override;
+  void op(const char* name, int mb, int chunk) override { this->phase(name, mb, chunk); }
+
+ private:
   // A new timed unit of work restarts the clock: what ("step", "save", "validation") and its
   // step number; `limit` seconds instead of the timeout when larger. `what` and every phase name
   // must be string literals.
@@ -31,8 +40,6 @@ class Watchdog {
   void phase(const char* name, int mb = -1, int chunk = -1);
   // Stops timing (the run is done, or waits on nothing).
   void stop();
-
- private:
   void watch();
 
   double timeout_;
