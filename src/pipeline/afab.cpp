@@ -10,27 +10,9 @@ namespace mpf::pipeline {
 
 void run_afab(StageOps& ops, const PipelineShape& shape) {
   validate(shape, Schedule::kAfab);
-  const int M = shape.microbatches;
-  constexpr int chunk = 0;  // one chunk per rank
-
-  // All forward
-  for (int mb = 0; mb < M; ++mb) {
-    ops.recv_forward(mb, chunk);
-    ops.forward(mb, chunk);
-    if (mb < M - 1) ops.send_forward(mb, chunk);
-  }
-
-  // All backward, oldest microbatch first
-  for (int mb = 0; mb < M; ++mb) {
-    if (mb == 0) {
-      ops.send_forward_recv_backward(M - 1, chunk, 0, chunk);
-    } else {
-      ops.recv_backward(mb, chunk);
-    }
-    ops.backward_input(mb, chunk);
-    ops.backward_weight(mb, chunk);
-    ops.send_backward(mb, chunk);
-  }
+  // 1F1B's loop with every microbatch in its warmup: no steady phase, then the cooldown runs every
+  // backward in order, the first paired with the last forward's send.
+  run_warmup_steady_cooldown(ops, shape.microbatches, /*warmup=*/shape.microbatches);
 }
 
 }  // namespace mpf::pipeline

@@ -14,10 +14,7 @@
 
 namespace mpf::pipeline {
 
-void run_one_f_one_b(StageOps& ops, const PipelineShape& shape) {
-  validate(shape, Schedule::kOneFOneB);
-  const int M = shape.microbatches;
-  const int warmup = one_f_one_b_warmup(shape);
+void run_warmup_steady_cooldown(StageOps& ops, int M, int warmup) {
   const int steady = M - warmup;
   constexpr int chunk = 0;  // one chunk per rank
 
@@ -54,6 +51,11 @@ void run_one_f_one_b(StageOps& ops, const PipelineShape& shape) {
     ops.backward_weight(mb, chunk);
     ops.send_backward(mb, chunk);
   }
+}
+
+void run_one_f_one_b(StageOps& ops, const PipelineShape& shape) {
+  validate(shape, Schedule::kOneFOneB);
+  run_warmup_steady_cooldown(ops, shape.microbatches, one_f_one_b_warmup(shape));
 }
 
 }  // namespace mpf::pipeline

@@ -128,6 +128,9 @@ int interleaved_warmup(const PipelineShape& shape);
 // ---- the loops: each validates the shape, then runs on `ops` ----
 void run_afab(StageOps& ops, const PipelineShape& shape);
 void run_one_f_one_b(StageOps& ops, const PipelineShape& shape);
+// The one-chunk loop both share (one_f_one_b.cpp): `warmup` forwards, then one forward and one
+// backward M - warmup times, then the remaining backwards. AFAB is warmup = M.
+void run_warmup_steady_cooldown(StageOps& ops, int M, int warmup);
 void run_interleaved(StageOps& ops, const PipelineShape& shape);
 
 // The loop of a loop schedule (afab, 1f1b, interleaved); an InputError for the others, which run
