@@ -23,6 +23,8 @@ for n in 1 2; do
   expect_error "unknown flag" $n "unknown flag '--bogus'.*--help" -- --bogus 3
   expect_error "missing value" $n "--steps needs a value" -- --steps
   expect_error "malformed number" $n "--lr expects a number, got 'fast'" -- --lr fast
+  expect_error "repeated flag" $n "--lr is given twice" -- --lr 0.1 --steps 2 --lr=0.2
+  expect_error "repeated switch" $n "--recompute is given twice" -- --recompute --recompute
   expect_error "non-positive size" $n "--batch must be >= 1" -- --batch 0
   expect_error "missing data file" $n "nope.bin.*(no such file|cannot open)" -- --data "$WORK/nope.bin"
 done

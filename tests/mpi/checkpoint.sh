@@ -131,8 +131,8 @@ done
 
 # ---- 4. SIGKILL of one rank mid-step ends a 4-rank job; a resume loses only what followed the
 # last checkpoint ----
-kill_args=(--val-every 0 --pp 2 --dp 2 --microbatches 2 --steps 200 --lr-decay-steps 200)
-OMP_WAIT_POLICY=PASSIVE "$MPIEXEC" -n 4 "$TRAIN" "${kill_args[@]}" --save "$WORK/k" --save-every 2 \
+kill_args=(--val-every 0 --pp 2 --dp 2 --microbatches 2 --lr-decay-steps 200)
+OMP_WAIT_POLICY=PASSIVE "$MPIEXEC" -n 4 "$TRAIN" "${kill_args[@]}" --steps 200 --save "$WORK/k" --save-every 2 \
   >"$WORK/k1.log" 2>&1 &
 job=$!
 if wait_for "$WORK/k1.log" '^step 5/200' && pid=$(rank_pid "--save $WORK/k" 2); then
