@@ -60,8 +60,8 @@ std::vector<SettingGroup> make_groups() {
            {"--lr-schedule", "S", "cosine or constant, after warmup", &O::lr_schedule, kNoMinimum,
             "optimizer.lr_schedule", kKeep},
            {"--lr-decay-steps", "N",
-            "the cosine's length in steps (default: --steps), so a run may stop early (--steps) "
-            "and resume on the same schedule",
+            "the cosine's length in steps (default, or 0: --steps), so a run may stop early "
+            "(--steps) and resume on the same schedule",
             &O::lr_decay_steps, 0, "optimizer.lr_decay_steps", kWarns},
            {"--warmup", "N", "linear warmup steps", &O::warmup, 0, "optimizer.warmup", kKeep},
            {"--final-lr-frac", "X", "the cosine decays to lr*X", &O::final_lr_frac, kNoMinimum,
@@ -91,9 +91,9 @@ std::vector<SettingGroup> make_groups() {
             0, "layout.zero", kRecorded},
            {"--microbatches", "M",
             "split each DP rank's rows into M microbatches, accumulating gradients (default 1)",
-            &O::microbatches, 0, "layout.microbatches", kRecorded},
+            &O::microbatches, 1, "layout.microbatches", kRecorded},
            {"--micro-batch-size", "b", "or give the rows per microbatch: M = batch / (dp * b)",
-            &O::micro_batch_size, 0},
+            &O::micro_batch_size, 1},
            {"--schedule", "S",
             "1f1b, afab, interleaved, or a zero-bubble schedule, which computes weight gradients "
             "apart from the backward and moves them into the pipeline's bubbles: zb-h1 (1F1B's "
@@ -165,7 +165,7 @@ std::vector<SettingGroup> make_groups() {
             &O::step_timeout, 0},
            {"--threads", "N",
             "threads per rank (default: OMP_NUM_THREADS, else cores / ranks per node)", &O::threads,
-            0},
+            1},
            {"--precision", "P",
             "fp32 or bf16: matrix products with bf16 inputs and fp32 accumulation; weights, "
             "gradients, optimizer and checkpoints stay fp32",

@@ -25,6 +25,8 @@ for n in 1 2; do
   expect_error "malformed number" $n "--lr expects a number, got 'fast'" -- --lr fast
   expect_error "repeated flag" $n "--lr is given twice" -- --lr 0.1 --steps 2 --lr=0.2
   expect_error "repeated switch" $n "--recompute is given twice" -- --recompute --recompute
+  expect_error "zero microbatches" $n "--microbatches must be >= 1, got 0" -- --microbatches 0
+  expect_error "zero threads" $n "--threads must be >= 1, got 0" -- --threads 0
   expect_error "non-positive size" $n "--batch must be >= 1" -- --batch 0
   expect_error "missing data file" $n "nope.bin.*(no such file|cannot open)" -- --data "$WORK/nope.bin"
 done
@@ -78,4 +80,7 @@ expect_error "trace is the checkpoint" 1 "--trace and --save-llmc name the same 
 
 out=$("$TRAIN" --help 2>&1)
 [ $? -eq 0 ] && grep -q -- "--init-from" <<<"$out" && ok "--help prints the flags" || bad "--help"
+# --lr-decay-steps 0 means "follow --steps", as when not given: --help says so.
+grep -A1 -- "--lr-decay-steps" <<<"$out" | grep -q "default, or 0: --steps" && ok "--help: --lr-decay-steps 0" ||
+  bad "--help does not say what --lr-decay-steps 0 means"
 finish
