@@ -65,6 +65,12 @@ fresh && echo step_00000099 >"$C/latest"
 expect_error "latest names a missing checkpoint" 2 "latest names step_00000099, which does not exist.*newest intact checkpoint is $C/step_00000004" -- "${resume[@]}"
 fresh && echo garbage >"$C/latest"
 expect_error "latest is garbage" 1 "latest: does not name a checkpoint.*garbage" -- "${resume[@]}"
+# A `latest` of two lines is quoted on the one error line, its newline escaped.
+fresh && printf 'step_00000004\nstep_00000002\n' >"$C/latest"
+expect_error "latest of two lines" 1 'latest: does not name a checkpoint.*step_00000004\\nstep_00000002' -- "${resume[@]}"
+out=$("$TRAIN" "${resume[@]}" 2>&1 >/dev/null)
+[ "$(wc -l <<<"$out")" -eq 1 ] && ok "an error quoting two lines prints one line" ||
+  bad "an error quoting two lines prints more than one line: $out"
 fresh && rm "$C/latest" && truncate -s -4 "$M4"
 expect_error "no latest, the newest damaged" 1 "holds checkpoints \(steps 2, 4\) but no .latest.*--load-step.*$intact" -- "${resume[@]}"
 fresh
