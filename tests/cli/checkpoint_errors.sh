@@ -71,6 +71,11 @@ expect_error "latest of two lines" 1 'latest: does not name a checkpoint.*step_0
 out=$("$TRAIN" "${resume[@]}" 2>&1 >/dev/null)
 [ "$(wc -l <<<"$out")" -eq 1 ] && ok "an error quoting two lines prints one line" ||
   bad "an error quoting two lines prints more than one line: $out"
+# An incomplete step directory (empty, or its files empty) is never the one recommended.
+fresh && truncate -s -4 "$M4" && mkdir "$C/step_00000003"
+expect_error "an empty step dir is not recommended" 2 "size mismatch.*$intact" -- "${resume[@]}"
+touch "$C/step_00000003/"{state_00000003.txt,model_00000003.bin,optimizer_00000003.bin}
+expect_error "a step dir of empty files is not recommended" 1 "size mismatch.*$intact" -- "${resume[@]}"
 fresh && rm "$C/latest" && truncate -s -4 "$M4"
 expect_error "no latest, the newest damaged" 1 "holds checkpoints \(steps 2, 4\) but no .latest.*--load-step.*$intact" -- "${resume[@]}"
 fresh
