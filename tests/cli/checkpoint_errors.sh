@@ -76,6 +76,11 @@ fresh && truncate -s -4 "$M4" && mkdir "$C/step_00000003"
 expect_error "an empty step dir is not recommended" 2 "size mismatch.*$intact" -- "${resume[@]}"
 touch "$C/step_00000003/"{state_00000003.txt,model_00000003.bin,optimizer_00000003.bin}
 expect_error "a step dir of empty files is not recommended" 1 "size mismatch.*$intact" -- "${resume[@]}"
+# A `latest` the trainer did not write (none of its checkpoints beside it) is never replaced.
+mkdir "$WORK/mine" && echo "my own notes" >"$WORK/mine/latest"
+expect_error "--save over a user's latest" 1 "$WORK/mine/latest exists but .* holds no checkpoint.*move $WORK/mine/latest away" -- "${args[@]}" --steps 2 --save "$WORK/mine"
+[ "$(cat "$WORK/mine/latest")" = "my own notes" ] && ok "the user's latest is untouched" ||
+  bad "the user's latest was replaced: $(cat "$WORK/mine/latest")"
 fresh && rm "$C/latest" && truncate -s -4 "$M4"
 expect_error "no latest, the newest damaged" 1 "holds checkpoints \(steps 2, 4\) but no .latest.*--load-step.*$intact" -- "${resume[@]}"
 fresh
