@@ -197,6 +197,10 @@ void check_save_directory(const std::string& save, const std::string& load, int6
   const std::string root = without_trailing_slash(save);
   require(!path_exists(root) || is_directory(root),
           "--save " + root + ": exists and is not a directory; pass a directory for checkpoints");
+  // Found now, not at the first save after hours of training (exit 6 with nothing saved).
+  const std::string unwritable = checkpoint::probe_writable(root);
+  require(unwritable.empty(),
+          "--save " + root + ": " + unwritable + "; pass a --save directory this run can write to");
   const std::vector<int64_t> steps = checkpoint::list_steps(root);
   if (steps.empty()) {
     // This program writes `latest` only after a checkpoint directory is in place, so a `latest`

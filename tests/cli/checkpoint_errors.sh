@@ -81,6 +81,17 @@ mkdir "$WORK/mine" && echo "my own notes" >"$WORK/mine/latest"
 expect_error "--save over a user's latest" 1 "$WORK/mine/latest exists but .* holds no checkpoint.*move $WORK/mine/latest away" -- "${args[@]}" --steps 2 --save "$WORK/mine"
 [ "$(cat "$WORK/mine/latest")" = "my own notes" ] && ok "the user's latest is untouched" ||
   bad "the user's latest was replaced: $(cat "$WORK/mine/latest")"
+# --save is checked writable before training, not at the first save: a parent that is a file, a
+# file system that takes no files (/proc, even for root), a read-only directory (not as root).
+: >"$WORK/afile"
+expect_error "--save under a file" 1 "--save $WORK/afile/ck: $WORK/afile is not a directory" -- "${args[@]}" --steps 2 --save "$WORK/afile/ck"
+expect_error "--save where no file can be made" 1 "--save /proc/mpiformer-ck-$$: cannot create a file in /proc" -- "${args[@]}" --steps 2 --save "/proc/mpiformer-ck-$$"
+if [ "$(id -u)" != 0 ]; then
+  mkdir "$WORK/ro" && chmod 555 "$WORK/ro"
+  expect_error "--save read-only" 2 "--save $WORK/ro: cannot create a file in $WORK/ro .*Permission denied" -- "${args[@]}" --steps 2 --save "$WORK/ro"
+  chmod 755 "$WORK/ro"
+fi
+[ -z "$(ls -A "$WORK" | grep mpiformer-probe)" ] && ok "no probe file left behind" || bad "a probe file was left"
 fresh && rm "$C/latest" && truncate -s -4 "$M4"
 expect_error "no latest, the newest damaged" 1 "holds checkpoints \(steps 2, 4\) but no .latest.*--load-step.*$intact" -- "${resume[@]}"
 fresh
