@@ -98,7 +98,7 @@ fresh
 expect_error "--load-step of a missing step" 1 "--load-step 3: .*step_00000003 does not exist; .* holds the steps 2, 4" -- "${resume[@]}" --load-step 3
 resume_but --layers
 expect_error "model shape changed on resume" 2 "--layers 3 differs from the checkpoint's 2.*drop --layers" -- "${but[@]}" --layers 3
-expect_error "optimizer setting changed on resume" 2 "--lr 0.5 differs from the checkpoint's 0.001" -- "${resume[@]}" --lr 0.5
+expect_error "AdamW setting changed on resume" 2 "--beta2 0.9 differs from the checkpoint's 0.999.*pass --beta2 0.999" -- "${resume[@]}" --beta2 0.9
 expect_error "seed changed on resume" 1 "--seed 7 differs from the checkpoint's 1337" -- "${resume[@]}" --seed 7
 expect_error "--save over another run's checkpoints" 2 "--save $C already holds checkpoints of another run \(steps 2, 4\); pass --load $C" -- "${args[@]}" --save "$C"
 expect_error "--save would collide with newer checkpoints" 1 "holds step_00000004, newer than the checkpoint this run resumes from \(step 2\)" -- "${resume[@]}" --load-step 2 --save "$C"
@@ -151,6 +151,18 @@ if [ $? -eq 0 ] && grep -q "^warning: --batch 4 --seq-len 32 differ from the che
   ok "--batch changed on resume: a warning saying where the data continue, then training"
 else
   bad "--batch changed on resume: $(grep -E 'warning|error' <<<"$out")"
+fi
+# A run that diverged resumes with a lower --lr (the divergence message says so): the schedule and
+# the clipping may change, each with a warning naming the old and the new value.
+fresh
+out=$("$TRAIN" "${resume[@]}" --lr 0.0005 --warmup 2 --grad-clip 0.5 2>&1)
+if [ $? -eq 0 ] && grep -q "^warning: --lr 0.0005 differs from the checkpoint's 0.001: the resumed run uses 0.0005 from step 5 on" <<<"$out" &&
+  grep -q "^warning: --warmup 2 differs from the checkpoint's 0" <<<"$out" &&
+  grep -q "^warning: --grad-clip 0.5 differs from the checkpoint's 1" <<<"$out" &&
+  grep -q '^step 5/6' <<<"$out"; then
+  ok "--lr, --warmup, --grad-clip changed on resume: warnings naming old and new, then training"
+else
+  bad "--lr changed on resume: $(grep -E 'warning|error|^step 5' <<<"$out")"
 fi
 out=$("$TRAIN" "${args[@]}" --steps 2 --load "$WORK/nothing_yet" --save "$WORK/nothing_yet" 2>&1)
 if [ $? -eq 0 ] && grep -q "^note: --load $WORK/nothing_yet: no checkpoint yet" <<<"$out" &&
