@@ -131,7 +131,9 @@ std::string usage() {
       "exit with status 3; a second signal exits at once. Exit status: 0 done, 1 internal fault,\n"
       "2 bad input or checkpoint, 3 stopped by a signal, 4 diverged (non-finite loss or gradient\n"
       "norm: the update is not applied), 5 watchdog (--step-timeout), 6 a save failed (the\n"
-      "previous checkpoint stays intact)\n";
+      "previous checkpoint stays intact), 128+N a second stop signal N, or a step that did not\n"
+      "end within its grace after the first, exited at once without saving (130 SIGINT,\n"
+      "138 SIGUSR1, 143 SIGTERM)\n";
   return out;
 }
 

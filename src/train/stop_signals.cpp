@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "train/exit_status.hpp"
 
 namespace mpf {
 
@@ -39,11 +40,11 @@ void* wait_for_signals(void*) {
     if (sig == SIGALRM) {
       say("mpiformer: stop signal: this step did not end within its grace period (a rank is gone, "
           "or the job is being torn down): exiting without saving\n");
-      _exit(128 + received.load());
+      _exit(exit_status_killed_by(received.load()));
     }
     if (received.load() != 0) {
       say("mpiformer: second stop signal: exiting now, without saving\n");
-      _exit(128 + sig);
+      _exit(exit_status_killed_by(sig));
     }
     received = sig;
     if (grace.load() > 0) alarm(unsigned(grace.load()));
