@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
   try {
     o = parse(argc, argv);
   } catch (const mpf::InputError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    mpf::print_error("%s", e.what());
     return 2;
   }
   if (o.help) {
@@ -237,10 +237,10 @@ int main(int argc, char** argv) {
       require(!out.fail(), "writing --trace " + o.trace + " failed; check the disk");
     }
   } catch (const mpf::InputError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    mpf::print_error("%s", e.what());
     return 2;
   } catch (const pp::SimulationError& e) {  // a broken schedule: a bug, not the user's input
-    std::fprintf(stderr, "error: schedule %s: %s\n", pp::schedule_name(o.schedule), e.what());
+    mpf::print_error("schedule %s: %s", pp::schedule_name(o.schedule), e.what());
     return 1;
   }
 

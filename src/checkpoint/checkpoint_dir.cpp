@@ -161,6 +161,27 @@ std::string latest_partial(const std::string& root) {
   return root + "/latest" + kPartial + host_name() + "-" + std::to_string(getpid());
 }
 
+std::string probe_writable(const std::string& root) {
+  std::string dir = root;
+  while (!path_exists(dir)) {
+    const size_t slash = dir.find_last_of('/');
+    if (slash == std::string::npos) {
+      dir = ".";
+      break;
+    }
+    dir = slash == 0 ? "/" : dir.substr(0, slash);
+  }
+  if (!is_directory(dir)) return dir + " is not a directory";
+  // Unique per process, so ranks probing one directory at once do not collide.
+  const std::string probe =
+      dir + "/.mpiformer-probe-" + host_name() + "-" + std::to_string(getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return "cannot create a file in " + dir + " (" + errno_text() + ")";
+  close(fd);
+  if (unlink(probe.c_str()) != 0) return "cannot remove " + probe + " (" + errno_text() + ")";
+  return "";
+}
+
 std::string create_partial(const std::string& root, int64_t step, std::string& partial) {
   if (std::string e = make_directories(root); !e.empty()) return e;
   partial = path(root, step) + kPartial + host_name() + "-" + std::to_string(getpid());

@@ -42,6 +42,11 @@ std::string remove_partial(const std::string& partial);
 // line naming a checkpoint.
 int64_t read_latest(const std::string& root);
 
+// "" if this process can create and remove a file in root or, where root does not exist yet, in
+// the nearest existing directory above it (where create_partial would make it); else what stops
+// it. A uniquely named probe file is created and removed.
+std::string probe_writable(const std::string& root);
+
 // Rank 0's side of a save. Each returns "" on success, else what went wrong.
 // Creates root (and its parents) if missing, then the partial directory for `step`, whose path
 // goes to `partial`.

@@ -197,8 +197,23 @@ void check_save_directory(const std::string& save, const std::string& load, int6
   const std::string root = without_trailing_slash(save);
   require(!path_exists(root) || is_directory(root),
           "--save " + root + ": exists and is not a directory; pass a directory for checkpoints");
+  // Found now, not at the first save after hours of training (exit 6 with nothing saved).
+  const std::string unwritable = checkpoint::probe_writable(root);
+  require(unwritable.empty(),
+          "--save " + root + ": " + unwritable + "; pass a --save directory this run can write to");
   const std::vector<int64_t> steps = checkpoint::list_steps(root);
-  if (steps.empty()) return;
+  if (steps.empty()) {
+    // This program writes `latest` only after a checkpoint directory is in place, so a `latest`
+    // beside none is the user's own file, which the first save would silently replace.
+    struct stat st;
+    const std::string latest = root + "/latest";
+    require(lstat(latest.c_str(), &st) != 0,
+            "--save " + root + ": " + latest + " exists but " + root +
+                " holds no checkpoint, so this program did not write it and the first save would "
+                "replace it; move " +
+                latest + " away or pass another --save directory");
+    return;
+  }
   const bool same = !load.empty() && is_directory(load) && [&] {
     struct stat a, b;
     return stat(root.c_str(), &a) == 0 && stat(load.c_str(), &b) == 0 && a.st_dev == b.st_dev &&

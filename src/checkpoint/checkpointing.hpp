@@ -43,8 +43,8 @@ void require_same_checkpoint(const std::optional<ResumePoint>& chosen, const std
 std::string intact_alternative(const std::string& root, int64_t below);
 
 // Refuses (InputError) a --save directory (`save`; `load`: --load's) this run would write over:
-// checkpoints of another run when not resuming from it, or the checkpoint steps this run is about
-// to save.
+// checkpoints of another run when not resuming from it, the checkpoint steps this run is about
+// to save, or a `latest` it did not write (one beside no checkpoint).
 void check_save_directory(const std::string& save, const std::string& load, int64_t first_step);
 
 struct SaveReport {

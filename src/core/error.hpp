@@ -43,6 +43,19 @@ bool all_ranks_succeed(MPI_Comm comm, Step&& step) {
   return !any_rank_failed(comm, error);
 }
 
+// "error: <message>\n" with the message's control characters escaped (a newline as \n, others as
+// \xNN): a message may quote a user's file (a `latest` of two lines), and a log reader or a job
+// script's grep must see exactly one line per error.
+std::string error_line(const std::string& message);
+
+// Prints error_line(the printf-formatted message) to stderr and flushes it. Every "error:" the
+// apps print goes through it.
+void print_error(const char* format, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
 [[noreturn]] void fatal(const char* file, int line, const std::string& message);
 
 }  // namespace mpf

@@ -15,8 +15,10 @@ std::set<std::string> parse(int argc, const char* const* argv, const Table& tabl
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
     if (const auto sw = table.switches.find(arg); sw != table.switches.end()) {
+      // A repeated flag is an error, not "the last one wins": which of the two the user meant
+      // (a job script's defaults, then an edit appended) cannot be known, and guessing is silent.
+      require(given.insert(arg).second, arg + " is given twice; pass it once");
       sw->second();
-      given.insert(arg);
       continue;
     }
     if (!ignore_prefix.empty() && arg.rfind(ignore_prefix, 0) == 0) continue;
@@ -34,8 +36,9 @@ std::set<std::string> parse(int argc, const char* const* argv, const Table& tabl
       require(i + 1 < argc, arg + " needs a value; run " + program + " --help");
       value = argv[++i];
     }
+    require(given.insert(arg).second,
+            arg + " is given twice; pass it once (the second would silently win)");
     it->second(arg, value);
-    given.insert(arg);
   }
   return given;
 }

@@ -14,4 +14,11 @@ enum ExitStatus : int {
   kExitSaveFailed = 6,  // a checkpoint could not be written; the previous one is intact
 };
 
+// A second stop signal, or a step that did not end within its grace after the first
+// (stop_signals.hpp), exits at once with 128 + the signal's number, as a shell reports a process
+// a signal ended: 130 SIGINT, 138 SIGUSR1, 143 SIGTERM on Linux. Nothing is saved.
+constexpr int exit_status_killed_by(int signal) {
+  return 128 + signal;
+}
+
 }  // namespace mpf

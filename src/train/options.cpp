@@ -128,10 +128,12 @@ std::string usage() {
   out += help_entry("--help", "this text");
   out +=
       "SIGUSR1, SIGTERM or SIGINT (to any rank) finish the current step, save (with --save) and\n"
-      "exit with status 3; a second signal exits at once. Exit status: 0 done, 1 internal fault,\n"
-      "2 bad input or checkpoint, 3 stopped by a signal, 4 diverged (non-finite loss or gradient\n"
-      "norm: the update is not applied), 5 watchdog (--step-timeout), 6 a save failed (the\n"
-      "previous checkpoint stays intact)\n";
+      "exit with status 3 (signals within 5 s of the first are the same request); a later\n"
+      "one exits at once. Exit status: 0 done, 1 internal fault, 2 bad input or checkpoint,\n"
+      "3 stopped by a signal, 4 diverged (non-finite loss or gradient norm: the update is not\n"
+      "applied), 5 watchdog (--step-timeout), 6 a save failed (the previous checkpoint stays\n"
+      "intact), 128+N a second stop signal N, or a step that did not end within its grace\n"
+      "after the first, exited at once without saving (130 SIGINT, 138 SIGUSR1, 143 SIGTERM)\n";
   return out;
 }
 

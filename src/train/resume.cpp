@@ -32,6 +32,21 @@ void warn_about_changes(const TrainOptions& o, const TrainOptions& saved, const 
                        " tokens trained on), in batches of the new shape, so the batches are "
                        "not those the saved run would have seen");
   }
+  // The learning-rate schedule and the clipping (Megatron lets a resumed run override its
+  // scheduler): a run that diverged resumes with a lower --lr. Each change is named, old and new.
+  for (const SettingGroup& g : setting_groups()) {
+    for (const Setting& s : g.rows) {
+      const std::string flag = s.flag;
+      if (s.on_resume != OnResume::warns || flag == "--batch" || flag == "--seq-len" ||
+          flag == "--lr-decay-steps" || same_setting(o, saved, s)) {
+        continue;  // the data's shape and the schedule's length have their own warnings below
+      }
+      warnings.push_back(flag + " " + setting_shown(o, s) + " differs from the checkpoint's " +
+                         setting_shown(saved, s) + ": the resumed run uses " + setting_shown(o, s) +
+                         " from step " + std::to_string(c.step + 1) + " on; pass " + flag + " " +
+                         setting_shown(saved, s) + " to keep the saved run's");
+    }
+  }
   const int decay = o.lr_decay_steps > 0 ? o.lr_decay_steps : o.steps;
   if (decay != saved.lr_decay_steps && o.lr_schedule != "constant") {
     warnings.push_back("the learning rate now decays over " + std::to_string(decay) +

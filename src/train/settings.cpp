@@ -56,16 +56,16 @@ std::vector<SettingGroup> make_groups() {
        }},
       {"optimizer (AdamW; decay on matrices only)",
        {
-           {"--lr", "X", "peak learning rate", &O::lr, 0, "optimizer.lr", kKeep},
+           {"--lr", "X", "peak learning rate", &O::lr, 0, "optimizer.lr", kWarns},
            {"--lr-schedule", "S", "cosine or constant, after warmup", &O::lr_schedule, kNoMinimum,
-            "optimizer.lr_schedule", kKeep},
+            "optimizer.lr_schedule", kWarns},
            {"--lr-decay-steps", "N",
-            "the cosine's length in steps (default: --steps), so a run may stop early (--steps) "
-            "and resume on the same schedule",
+            "the cosine's length in steps (default, or 0: --steps), so a run may stop early "
+            "(--steps) and resume on the same schedule",
             &O::lr_decay_steps, 0, "optimizer.lr_decay_steps", kWarns},
-           {"--warmup", "N", "linear warmup steps", &O::warmup, 0, "optimizer.warmup", kKeep},
+           {"--warmup", "N", "linear warmup steps", &O::warmup, 0, "optimizer.warmup", kWarns},
            {"--final-lr-frac", "X", "the cosine decays to lr*X", &O::final_lr_frac, kNoMinimum,
-            "optimizer.final_lr_frac", kKeep},
+            "optimizer.final_lr_frac", kWarns},
            {"--beta1", "X", "AdamW's first-moment decay, in [0, 1)", &O::beta1, kNoMinimum,
             "optimizer.beta1", kKeep},
            {"--beta2", "X", "AdamW's second-moment decay, in [0, 1)", &O::beta2, kNoMinimum,
@@ -74,7 +74,7 @@ std::vector<SettingGroup> make_groups() {
            {"--weight-decay", "X", "decoupled weight decay of the matrices", &O::weight_decay, 0,
             "optimizer.weight_decay", kKeep},
            {"--grad-clip", "X", "clip the global gradient norm to X, 0 = off", &O::grad_clip, 0,
-            "optimizer.grad_clip", kKeep},
+            "optimizer.grad_clip", kWarns},
        }},
       {"layout (world = tp x dp x pp ranks, tp fastest-varying; any layout resumes any other's)",
        {
@@ -91,9 +91,9 @@ std::vector<SettingGroup> make_groups() {
             0, "layout.zero", kRecorded},
            {"--microbatches", "M",
             "split each DP rank's rows into M microbatches, accumulating gradients (default 1)",
-            &O::microbatches, 0, "layout.microbatches", kRecorded},
+            &O::microbatches, 1, "layout.microbatches", kRecorded},
            {"--micro-batch-size", "b", "or give the rows per microbatch: M = batch / (dp * b)",
-            &O::micro_batch_size, 0},
+            &O::micro_batch_size, 1},
            {"--schedule", "S",
             "1f1b, afab, interleaved, or a zero-bubble schedule, which computes weight gradients "
             "apart from the backward and moves them into the pipeline's bubbles: zb-h1 (1F1B's "
@@ -165,7 +165,7 @@ std::vector<SettingGroup> make_groups() {
             &O::step_timeout, 0},
            {"--threads", "N",
             "threads per rank (default: OMP_NUM_THREADS, else cores / ranks per node)", &O::threads,
-            0},
+            1},
            {"--precision", "P",
             "fp32 or bf16: matrix products with bf16 inputs and fp32 accumulation; weights, "
             "gradients, optimizer and checkpoints stay fp32",

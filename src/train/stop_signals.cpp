@@ -5,9 +5,12 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "core/error.hpp"
+#include "train/exit_status.hpp"
 
 namespace mpf {
 
@@ -15,6 +18,19 @@ namespace {
 
 std::atomic<int> received{0};
 std::atomic<int> grace{0};
+// Stop signals this close together are one request: scancel sends TERM and the job script, seeing
+// it, sends USR1 within a moment (ci/slurm), and neither means "exit without saving". Only a
+// signal this long after the first is a second request, which exits at once. Set at
+// install_stop_signals (MPIFORMER_STOP_SAME_REQUEST_S overrides it, for tests); read by the
+// signal thread alone, like first_at.
+double same_request_seconds = 5;
+double first_at = 0;
+
+double now_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 // write(2), not stdio: the exits below must not wait on a stream lock another thread holds.
 void say(const char* text) {
@@ -39,12 +55,17 @@ void* wait_for_signals(void*) {
     if (sig == SIGALRM) {
       say("mpiformer: stop signal: this step did not end within its grace period (a rank is gone, "
           "or the job is being torn down): exiting without saving\n");
-      _exit(128 + received.load());
+      _exit(exit_status_killed_by(received.load()));
     }
     if (received.load() != 0) {
+      if (now_seconds() - first_at < same_request_seconds) {
+        say("mpiformer: another stop signal soon after the first: the same request to stop\n");
+        continue;
+      }
       say("mpiformer: second stop signal: exiting now, without saving\n");
-      _exit(128 + sig);
+      _exit(exit_status_killed_by(sig));
     }
+    first_at = now_seconds();
     received = sig;
     if (grace.load() > 0) alarm(unsigned(grace.load()));
   }
@@ -62,6 +83,9 @@ void install_stop_signals() {
   // primitive"). Blocked in every thread, the signals interrupt no code; one thread takes them
   // with sigwait. Threads inherit the mask, so this must come before any thread exists (MPI's,
   // OpenMP's, the watchdog's).
+  if (const char* env = std::getenv("MPIFORMER_STOP_SAME_REQUEST_S")) {
+    same_request_seconds = std::atof(env);
+  }
   const sigset_t set = stop_set();
   pthread_t thread;
   if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0 ||

@@ -419,7 +419,7 @@ bool TrainingRun::save_llmc() const {
     if (error.empty()) {
       std::printf("saved %s\n", opts_.save_llmc.c_str());
     } else {
-      std::fprintf(stderr, "error: --save-llmc %s\n", error.c_str());
+      print_error("--save-llmc %s", error.c_str());
     }
   }
   return error.empty();
@@ -469,10 +469,9 @@ bool TrainingRun::save(int step) {
       std::printf("checkpoint: saved step %d to %s | %.2f GB in %.2f s = %.2f GB/s\n", step,
                   r.path.c_str(), r.bytes / 1e9, r.seconds, r.bytes / 1e9 / r.seconds);
     } else {
-      std::fprintf(
-          stderr,
-          "error: saving the checkpoint of step %d failed: %s. Nothing of it is visible; "
-          "%s\n",
+      print_error(
+          "saving the checkpoint of step %d failed: %s. Nothing of it is visible; "
+          "%s",
           step, r.error.c_str(),
           newest_checkpoint_.empty()
               ? "there is no earlier checkpoint"
@@ -812,15 +811,14 @@ int TrainingRun::after_step(const StepRecord& r) {
 
 int TrainingRun::report_divergence(const StepRecord& r) const {
   if (is_root()) {
-    std::fprintf(stderr,
-                 "error: step %d: loss %g, gradient norm %g: training diverged; the update was "
-                 "not applied and nothing was saved. %s\n",
-                 r.step, r.loss, r.norm,
-                 newest_checkpoint_.empty()
-                     ? "There is no checkpoint of this run (--save DIR keeps them)."
-                     : ("The newest checkpoint is " + newest_checkpoint_ +
-                        ": resume from it (with a lower --lr, say)")
-                           .c_str());
+    print_error(
+        "step %d: loss %g, gradient norm %g: training diverged; the update was "
+        "not applied and nothing was saved. %s",
+        r.step, r.loss, r.norm,
+        newest_checkpoint_.empty() ? "There is no checkpoint of this run (--save DIR keeps them)."
+                                   : ("The newest checkpoint is " + newest_checkpoint_ +
+                                      ": resume from it (with a lower --lr, say)")
+                                         .c_str());
   }
   return kExitDiverged;
 }

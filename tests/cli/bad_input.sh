@@ -23,6 +23,10 @@ for n in 1 2; do
   expect_error "unknown flag" $n "unknown flag '--bogus'.*--help" -- --bogus 3
   expect_error "missing value" $n "--steps needs a value" -- --steps
   expect_error "malformed number" $n "--lr expects a number, got 'fast'" -- --lr fast
+  expect_error "repeated flag" $n "--lr is given twice" -- --lr 0.1 --steps 2 --lr=0.2
+  expect_error "repeated switch" $n "--recompute is given twice" -- --recompute --recompute
+  expect_error "zero microbatches" $n "--microbatches must be >= 1, got 0" -- --microbatches 0
+  expect_error "zero threads" $n "--threads must be >= 1, got 0" -- --threads 0
   expect_error "non-positive size" $n "--batch must be >= 1" -- --batch 0
   expect_error "missing data file" $n "nope.bin.*(no such file|cannot open)" -- --data "$WORK/nope.bin"
 done
@@ -76,4 +80,20 @@ expect_error "trace is the checkpoint" 1 "--trace and --save-llmc name the same 
 
 out=$("$TRAIN" --help 2>&1)
 [ $? -eq 0 ] && grep -q -- "--init-from" <<<"$out" && ok "--help prints the flags" || bad "--help"
+# Every exit status the trainer can return (train/exit_status.hpp) is in --help's paragraph and
+# in docs/checkpoints.md's table, 128+N (a second stop signal) among them.
+src=$(cd "$(dirname "$0")/../.." && pwd)
+statuses=$(grep -oE '= [0-9]+,' "$src/src/train/exit_status.hpp" | tr -dc '0-9\n')
+grep -q 'return 128 + signal' "$src/src/train/exit_status.hpp" && statuses="$statuses 128+N 130 143"
+paragraph=" $(sed -n '/^SIGUSR1, SIGTERM or SIGINT/,$p' <<<"$out" | tr '\n(' '  ') "
+listed=yes
+for st in $statuses; do
+  grep -qF " $st " <<<"$paragraph" || { listed=no; bad "--help's exit statuses lack $st"; }
+  grep -qF "| $st |" "$src/docs/checkpoints.md" || [[ $st =~ ^1[34] ]] ||
+    { listed=no; bad "docs/checkpoints.md's exit-status table lacks $st"; }
+done
+[ $listed = yes ] && ok "--help and docs/checkpoints.md list the exit statuses $(tr '\n' ' ' <<<"$statuses")"
+# --lr-decay-steps 0 means "follow --steps", as when not given: --help says so.
+grep -A1 -- "--lr-decay-steps" <<<"$out" | grep -q "default, or 0: --steps" && ok "--help: --lr-decay-steps 0" ||
+  bad "--help does not say what --lr-decay-steps 0 means"
 finish

@@ -26,6 +26,15 @@ with open(sys.argv[1], 'r+b') as f:
     f.seek(int(sys.argv[2])); f.write(struct.pack('<f', float(sys.argv[3])))" "$@"
 }
 resume=("${args[@]}" --steps 6 --load "$C")
+# resume_but FLAG: sets `but` to the resume command line without FLAG and its value, so a test
+# can give FLAG another value (a flag is given once).
+resume_but() {
+  local i
+  but=()
+  for ((i = 0; i < ${#resume[@]}; i++)); do
+    if [ "${resume[i]}" = "$1" ]; then i=$((i + 1)); else but+=("${resume[i]}"); fi
+  done
+}
 
 fresh && truncate -s -4 "$M4"
 expect_error "truncated model file" 2 "model_00000004.bin: size mismatch.*truncated.*$intact" -- "${resume[@]}"
@@ -56,12 +65,40 @@ fresh && echo step_00000099 >"$C/latest"
 expect_error "latest names a missing checkpoint" 2 "latest names step_00000099, which does not exist.*newest intact checkpoint is $C/step_00000004" -- "${resume[@]}"
 fresh && echo garbage >"$C/latest"
 expect_error "latest is garbage" 1 "latest: does not name a checkpoint.*garbage" -- "${resume[@]}"
+# A `latest` of two lines is quoted on the one error line, its newline escaped.
+fresh && printf 'step_00000004\nstep_00000002\n' >"$C/latest"
+expect_error "latest of two lines" 1 'latest: does not name a checkpoint.*step_00000004\\nstep_00000002' -- "${resume[@]}"
+out=$("$TRAIN" "${resume[@]}" 2>&1 >/dev/null)
+[ "$(wc -l <<<"$out")" -eq 1 ] && ok "an error quoting two lines prints one line" ||
+  bad "an error quoting two lines prints more than one line: $out"
+# An incomplete step directory (empty, or its files empty) is never the one recommended.
+fresh && truncate -s -4 "$M4" && mkdir "$C/step_00000003"
+expect_error "an empty step dir is not recommended" 2 "size mismatch.*$intact" -- "${resume[@]}"
+touch "$C/step_00000003/"{state_00000003.txt,model_00000003.bin,optimizer_00000003.bin}
+expect_error "a step dir of empty files is not recommended" 1 "size mismatch.*$intact" -- "${resume[@]}"
+# A `latest` the trainer did not write (none of its checkpoints beside it) is never replaced.
+mkdir "$WORK/mine" && echo "my own notes" >"$WORK/mine/latest"
+expect_error "--save over a user's latest" 1 "$WORK/mine/latest exists but .* holds no checkpoint.*move $WORK/mine/latest away" -- "${args[@]}" --steps 2 --save "$WORK/mine"
+[ "$(cat "$WORK/mine/latest")" = "my own notes" ] && ok "the user's latest is untouched" ||
+  bad "the user's latest was replaced: $(cat "$WORK/mine/latest")"
+# --save is checked writable before training, not at the first save: a parent that is a file, a
+# file system that takes no files (/proc, even for root), a read-only directory (not as root).
+: >"$WORK/afile"
+expect_error "--save under a file" 1 "--save $WORK/afile/ck: $WORK/afile is not a directory" -- "${args[@]}" --steps 2 --save "$WORK/afile/ck"
+expect_error "--save where no file can be made" 1 "--save /proc/mpiformer-ck-$$: cannot create a file in /proc" -- "${args[@]}" --steps 2 --save "/proc/mpiformer-ck-$$"
+if [ "$(id -u)" != 0 ]; then
+  mkdir "$WORK/ro" && chmod 555 "$WORK/ro"
+  expect_error "--save read-only" 2 "--save $WORK/ro: cannot create a file in $WORK/ro .*Permission denied" -- "${args[@]}" --steps 2 --save "$WORK/ro"
+  chmod 755 "$WORK/ro"
+fi
+[ -z "$(ls -A "$WORK" | grep mpiformer-probe)" ] && ok "no probe file left behind" || bad "a probe file was left"
 fresh && rm "$C/latest" && truncate -s -4 "$M4"
 expect_error "no latest, the newest damaged" 1 "holds checkpoints \(steps 2, 4\) but no .latest.*--load-step.*$intact" -- "${resume[@]}"
 fresh
 expect_error "--load-step of a missing step" 1 "--load-step 3: .*step_00000003 does not exist; .* holds the steps 2, 4" -- "${resume[@]}" --load-step 3
-expect_error "model shape changed on resume" 2 "--layers 3 differs from the checkpoint's 2.*drop --layers" -- "${resume[@]}" --layers 3
-expect_error "optimizer setting changed on resume" 2 "--lr 0.5 differs from the checkpoint's 0.001" -- "${resume[@]}" --lr 0.5
+resume_but --layers
+expect_error "model shape changed on resume" 2 "--layers 3 differs from the checkpoint's 2.*drop --layers" -- "${but[@]}" --layers 3
+expect_error "AdamW setting changed on resume" 2 "--beta2 0.9 differs from the checkpoint's 0.999.*pass --beta2 0.999" -- "${resume[@]}" --beta2 0.9
 expect_error "seed changed on resume" 1 "--seed 7 differs from the checkpoint's 1337" -- "${resume[@]}" --seed 7
 expect_error "--save over another run's checkpoints" 2 "--save $C already holds checkpoints of another run \(steps 2, 4\); pass --load $C" -- "${args[@]}" --save "$C"
 expect_error "--save would collide with newer checkpoints" 1 "holds step_00000004, newer than the checkpoint this run resumes from \(step 2\)" -- "${resume[@]}" --load-step 2 --save "$C"
@@ -93,7 +130,7 @@ fresh
 mkdir "$C/step_00000005.partial-elsewhere-1"
 touch "$C/step_00000005.partial-elsewhere-1/model_00000005.bin" "$C/latest.partial-elsewhere-1"
 echo "my notes" >"$C/step_00000002/notes.txt"
-out=$("$TRAIN" "${resume[@]}" --steps 8 --save "$C" --save-every 1 --keep-last 2 2>&1)
+out=$("$TRAIN" "${args[@]}" --load "$C" --steps 8 --save "$C" --save-every 1 --keep-last 2 2>&1)
 if [ $? -eq 0 ] && [ "$(ls "$C" | tr '\n' ' ')" = "latest step_00000002 step_00000007 step_00000008 " ] &&
   [ "$(ls "$C/step_00000002")" = notes.txt ] &&
   grep -q "^checkpoint: removed $C/step_00000005.partial-elsewhere-1, a save that was cut off" <<<"$out" &&
@@ -107,12 +144,25 @@ fi
 
 # ---- what a resume may change, and how it says so ----
 fresh
-out=$("$TRAIN" "${resume[@]}" --batch 4 2>&1)
+resume_but --batch
+out=$("$TRAIN" "${but[@]}" --batch 4 2>&1)
 if [ $? -eq 0 ] && grep -q "^warning: --batch 4 --seq-len 32 differ from the checkpoint's 8 x 32: the data continue at token" <<<"$out" &&
   grep -q '^step 5/6' <<<"$out"; then
   ok "--batch changed on resume: a warning saying where the data continue, then training"
 else
   bad "--batch changed on resume: $(grep -E 'warning|error' <<<"$out")"
+fi
+# A run that diverged resumes with a lower --lr (the divergence message says so): the schedule and
+# the clipping may change, each with a warning naming the old and the new value.
+fresh
+out=$("$TRAIN" "${resume[@]}" --lr 0.0005 --warmup 2 --grad-clip 0.5 2>&1)
+if [ $? -eq 0 ] && grep -q "^warning: --lr 0.0005 differs from the checkpoint's 0.001: the resumed run uses 0.0005 from step 5 on" <<<"$out" &&
+  grep -q "^warning: --warmup 2 differs from the checkpoint's 0" <<<"$out" &&
+  grep -q "^warning: --grad-clip 0.5 differs from the checkpoint's 1" <<<"$out" &&
+  grep -q '^step 5/6' <<<"$out"; then
+  ok "--lr, --warmup, --grad-clip changed on resume: warnings naming old and new, then training"
+else
+  bad "--lr changed on resume: $(grep -E 'warning|error|^step 5' <<<"$out")"
 fi
 out=$("$TRAIN" "${args[@]}" --steps 2 --load "$WORK/nothing_yet" --save "$WORK/nothing_yet" 2>&1)
 if [ $? -eq 0 ] && grep -q "^note: --load $WORK/nothing_yet: no checkpoint yet" <<<"$out" &&

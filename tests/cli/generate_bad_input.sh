@@ -40,6 +40,7 @@ for n in 1 2; do
   expect "prompt too long" $n "the prompt has 300 tokens, more than the model's max_seq_len 256.*shorten it" \
     -- "${model[@]}" --prompt "$(head -c 300 /dev/zero | tr '\0' 'a')"
 done
+expect "repeated flag" 1 "--max-new-tokens is given twice" -- "${model[@]}" --max-new-tokens 3 --max-new-tokens 4
 expect "missing value" 1 "--max-new-tokens needs a value" -- "${model[@]}" --max-new-tokens
 expect "no model" 1 "no model: pass --init-from FILE.*or --load DIR" -- --prompt hi
 expect "malformed number" 1 "--temperature expects a number, got 'hot'" -- "${model[@]}" --temperature hot

@@ -50,4 +50,25 @@ for sig in USR1 TERM INT; do
     grep -vE '^step ' "$WORK/$sig.log" | tail -4
   fi
 done
+
+# scancel's TERM and the job script's USR1, back to back, are one request to stop: the run still
+# finishes its step, saves it and exits 3, not "at once" as for a second request.
+dir="$WORK/twice"
+"$MPIEXEC" -n 1 "$TRAIN" "${args[@]}" --save "$dir" >"$WORK/twice.log" 2>&1 &
+job=$!
+if wait_for "$WORK/twice.log" '^step 3/200' && pid=$(rank_pid "--save $dir" 0); then
+  kill -TERM "$pid"
+  kill -USR1 "$pid"
+fi
+wait $job
+status=$?
+# Both pending at once, sigwait takes the lower-numbered first: either may be the one named.
+stopped=$(sed -nE "s/^SIG(TERM|USR1) received: stopped after step ([0-9]+);.*/\2/p" "$WORK/twice.log")
+if [ "$status" -eq 3 ] && [ -n "$stopped" ] && ! grep -q 'exiting now' "$WORK/twice.log" &&
+  [ "$(cat "$dir/latest" 2>/dev/null)" = "$(printf 'step_%08d' "$stopped")" ]; then
+  ok "TERM then USR1 at once: one request, stopped after step $stopped, saved, exit 3"
+else
+  bad "TERM then USR1 at once: exit $status, stopped after '${stopped:-?}'"
+  grep -vE '^step ' "$WORK/twice.log" | tail -4
+fi
 finish

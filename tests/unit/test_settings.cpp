@@ -122,10 +122,13 @@ TEST(Settings, ResumeKeepsTakesAndWarnsByPolicy) {
   const CheckpointInfo c = saved_by(parse({"--lr", "0.002", "--batch", "8", "--steps", "50"}));
   std::vector<std::string> warnings;
   // keep: a different value given is refused, naming the saved one.
-  TrainOptions o = parse({"--lr", "0.001"});
+  TrainOptions o = parse({"--seed", "7"});
   EXPECT_THAT(input_error([&] { adopt_checkpoint_options(o, c, "state.txt", warnings); }),
-              AllOf(HasSubstr("--lr 0.001 differs from the checkpoint's 0.002"),
-                    HasSubstr("pass --lr 0.002")));
+              AllOf(HasSubstr("--seed 7 differs from the checkpoint's 1337"),
+                    HasSubstr("pass --seed 1337")));
+  o = parse({"--layers", "3"});
+  EXPECT_THAT(input_error([&] { adopt_checkpoint_options(o, c, "state.txt", warnings); }),
+              HasSubstr("--layers 3 differs from the checkpoint's"));
   // Not given: taken from the checkpoint, whatever the policy.
   o = parse({});
   adopt_checkpoint_options(o, c, "state.txt", warnings);
@@ -140,6 +143,26 @@ TEST(Settings, ResumeKeepsTakesAndWarnsByPolicy) {
   EXPECT_EQ(o.batch, 4);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_THAT(warnings[0], HasSubstr("differ from the checkpoint's 8 x 64"));
+  // warns: the learning-rate schedule and the clipping may change (a diverged run resumes with
+  // a lower --lr), each with a warning naming the old and the new value.
+  o = parse({"--lr", "0.001", "--warmup", "5", "--lr-schedule", "constant", "--grad-clip", "0.5",
+             "--final-lr-frac", "0.25"});
+  warnings.clear();
+  adopt_checkpoint_options(o, c, "state.txt", warnings);
+  EXPECT_EQ(o.lr, 0.001f);
+  EXPECT_EQ(o.warmup, 5);
+  EXPECT_EQ(o.lr_schedule, "constant");
+  EXPECT_EQ(o.grad_clip, 0.5f);
+  EXPECT_EQ(o.final_lr_frac, 0.25f);
+  ASSERT_EQ(warnings.size(), 5u);
+  EXPECT_THAT(warnings[0], AllOf(HasSubstr("--lr 0.001 differs from the checkpoint's 0.002"),
+                                 HasSubstr("pass --lr 0.002")));
+  for (const char* flag :
+       {"--warmup 5", "--lr-schedule constant", "--grad-clip 0.5", "--final-lr-frac 0.25"}) {
+    bool named = false;
+    for (const std::string& w : warnings) named |= w.rfind(flag, 0) == 0;
+    EXPECT_TRUE(named) << flag;
+  }
   // recorded: the layout is the new run's own.
   o = parse({"--tp", "2"});
   adopt_checkpoint_options(o, c, "state.txt", warnings);
