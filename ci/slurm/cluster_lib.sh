@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shell helpers shared by the test clusters (local_cluster.sh, multinode_cluster.sh); sourced,
 # not run. The sourcing script sets LOG_TAG (the prefix of its messages) first.
 

@@ -27,7 +27,7 @@ usage() {
   echo "usage: $0 start|stop|status DIR [NODES (2-4, default 2)]" >&2
   exit 2
 }
-[ $# -ge 2 ] && [ $# -le 3 ] || usage
+if [ $# -lt 2 ] || [ $# -gt 3 ]; then usage; fi
 cmd=$1
 DIR=$2
 NODES=${3:-2}
@@ -175,7 +175,7 @@ start() {
   # Can this process make namespaces at all (a container without CAP_SYS_ADMIN cannot)?
   timeout 10 unshare --net --uts true 2>/dev/null || skip "network/UTS namespaces refused (no CAP_SYS_ADMIN?)"
   ip link show "$BRIDGE" >/dev/null 2>&1 && die "bridge $BRIDGE exists: another cluster runs (stop it first)"
-  [ -z "$(ip -4 route show to match "$HOST_ADDR" 2>/dev/null | grep -v '^default')" ] ||
+  ! ip -4 route show to match "$HOST_ADDR" 2>/dev/null | grep -qv '^default' ||
     die "$SUBNET.0/24 is already routed on this machine: it would clash"
   [ -z "$(pid_of "$DIR/slurmctld.pid" slurmctld)" ] || die "a cluster already runs from $DIR"
   ! port_busy "$CTLD_PORT" || die "port $CTLD_PORT is in use"
