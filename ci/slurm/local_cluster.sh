@@ -27,30 +27,9 @@ CTLD_PORT=6817
 SLURMD_PORT=6818
 # Whether this script started munged (it reuses one that already answers on the default socket).
 MUNGE_PID=$DIR/munge/munged.pid
-
-die() {
-  echo "local_cluster: $*" >&2
-  exit 1
-}
-
-# pid_of FILE NAME: the PID in FILE if that process is alive and is NAME (guards against a stale
-# file whose PID was reused by something else); empty otherwise.
-pid_of() {
-  local pid
-  [ -s "$1" ] || return 0
-  pid=$(tr -dc '0-9' <"$1")
-  [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] && echo "$pid"
-  return 0
-}
-
-port_busy() {
-  if command -v ss >/dev/null; then
-    [ -n "$(ss -Htln "sport = :$1" 2>/dev/null)" ]
-  else
-    # No iproute2: something accepting on loopback is enough to make the daemon's bind fail.
-    timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
-  fi
-}
+LOG_TAG=local_cluster
+# shellcheck source=ci/slurm/cluster_lib.sh
+. "$(dirname "$0")/cluster_lib.sh"
 
 munge_works() {
   timeout 10 munge -n 2>/dev/null | timeout 10 unmunge >/dev/null 2>&1
@@ -109,18 +88,6 @@ PartitionName=debug Nodes=$host Default=YES MaxTime=30:00 State=UP
 EOF
 }
 
-# wait_for SECONDS COMMAND...: polls COMMAND every 0.2 s until it succeeds or time runs out.
-wait_for() {
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@"; do
-    [ "$SECONDS" -lt "$deadline" ] || return 1
-    sleep 0.2
-  done
-}
-
-no_jobs() { [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ]; }
-ctld_up() { [[ $(timeout 5 scontrol ping 2>/dev/null) == *"is UP"* ]]; }
 node_idle() {
   local state
   state=$(timeout 5 sinfo -h -N -n "$1" -o %T 2>/dev/null) || return 1
@@ -188,27 +155,14 @@ start() {
   timeout 10 sinfo -N -l || true
 }
 
-# SIGTERM to every daemon this directory started, all at once, then wait (SIGKILL after 20 s).
+# Every daemon this directory started: SIGTERM all at once, then wait (SIGKILL after 20 s).
 stop_daemons() {
   local pids=() p
   for p in "$(pid_of "$DIR/slurmd.pid" slurmd)" "$(pid_of "$DIR/slurmctld.pid" slurmctld)" \
     "$(pid_of "$MUNGE_PID" munged)"; do
     if [ -n "$p" ]; then pids+=("$p"); fi
   done
-  [ ${#pids[@]} -gt 0 ] || return 0
-  kill -TERM "${pids[@]}" 2>/dev/null || true
-  local deadline=$((SECONDS + 20))
-  for p in "${pids[@]}"; do
-    while kill -0 "$p" 2>/dev/null; do
-      if [ "$SECONDS" -ge "$deadline" ]; then
-        echo "local_cluster: PID $p ignored SIGTERM; killing it" >&2
-        kill -KILL "$p" 2>/dev/null || true
-        break
-      fi
-      sleep 0.1
-    done
-  done
-  return 0
+  stop_pids "${pids[@]}"
 }
 
 stop() {

@@ -82,7 +82,7 @@ while [ -n "$(timeout 10 squeue -h -j "$id" 2>/dev/null)" ]; do
 done
 info=$(timeout 10 scontrol -o show job "$id" 2>&1)
 if grep -q 'JobState=COMPLETED' <<<"$info" && grep -q ' ExitCode=0:0' <<<"$info"; then
-  ok "2-node job $id completed in $(since "$t") ($(grep -o 'NodeList=[^ ]*' <<<"$info"))"
+  ok "2-node job $id completed in $(since "$t") ($(grep -o ' NodeList=[^ ]*' <<<"$info" | tr -d ' '))"
 else
   bad "2-node job $id: $(grep -oE 'JobState=[A-Z_]+|ExitCode=[0-9:]+' <<<"$info" | tr '\n' ' ')"
 fi
@@ -91,9 +91,21 @@ if grep -q "^grid: world 4 = tp 2 x dp 2 x pp 1" "$log" 2>/dev/null; then
 else
   bad "no 4-rank tp 2 x dp 2 grid in the job log"
 fi
-# Where each rank ran, as the ranks themselves saw it (the rank lines name the host, if the
-# trainer prints it); srun's block distribution puts ranks 0,1 on node1 and 2,3 on node2.
-grep -E '^  rank [0-3]:' "$log" 2>/dev/null
+# Where each rank ran, as the ranks themselves saw it (the rank lines end in the hostname):
+# srun's block distribution keeps each TP pair inside a node, the DP pairs span the nodes.
+placement=$(grep -E '^  rank [0-3]:' "$log" 2>/dev/null | sed -E 's/^  rank ([0-3]): .* @ (.*)$/\1@\2/' | sort | tr '\n' ' ')
+if [ "$placement" = "0@node1 1@node1 2@node2 3@node2 " ]; then
+  ok "placement: TP pairs inside a node (ranks 0,1 on node1; 2,3 on node2)"
+else
+  bad "placement: '$placement'"
+fi
+# The ranks talked over the nodes' veths (TCP) and shared memory, with no complaint from UCX
+# (a device it cannot see is a warning, then a silent fallback).
+if grep -q "UCX_TLS=self,sm,tcp" "$log" && ! grep -q "UCX  WARN" "$log"; then
+  ok "UCX: self,sm,tcp on mpf0, no warnings"
+else
+  bad "UCX: $(grep -m 3 -E 'UCX_TLS=|UCX  WARN' "$log")"
+fi
 
 # 2. The same layout under plain mpiexec on one node (the host), with the flags the job used:
 #    the job log's "+ srun ... TRAINER ARGS" line, its checkpoint directory swapped for another.
