@@ -130,6 +130,8 @@ EOF
 make_network() {
   ip link add "$BRIDGE" type bridge || return 1
   ip addr add "$HOST_ADDR/24" dev "$BRIDGE" || return 1
+  # The alias names the cluster directory: a cluster left behind can be found and stopped.
+  ip link set "$BRIDGE" alias "multinode_cluster $DIR" || return 1
   ip link set "$BRIDGE" up || return 1
   local i ns
   for i in $(seq 1 "$NODES"); do
@@ -174,7 +176,10 @@ start() {
   [ -s /etc/munge/munge.key ] || skip "no /etc/munge/munge.key"
   # Can this process make namespaces at all (a container without CAP_SYS_ADMIN cannot)?
   timeout 10 unshare --net --uts true 2>/dev/null || skip "network/UTS namespaces refused (no CAP_SYS_ADMIN?)"
-  ip link show "$BRIDGE" >/dev/null 2>&1 && die "bridge $BRIDGE exists: another cluster runs (stop it first)"
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    die "bridge $BRIDGE exists: another cluster runs; stop it first:" \
+      "$0 stop $(ip -o link show "$BRIDGE" | sed -nE 's/.* alias multinode_cluster (.*)$/\1/p')"
+  fi
   ! ip -4 route show to match "$HOST_ADDR" 2>/dev/null | grep -qv '^default' ||
     die "$SUBNET.0/24 is already routed on this machine: it would clash"
   [ -z "$(pid_of "$DIR/slurmctld.pid" slurmctld)" ] || die "a cluster already runs from $DIR"

@@ -11,7 +11,7 @@ set -uo pipefail
 SRC=${MPIFORMER_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 TRAIN=${MPIFORMER_TRAIN:?set MPIFORMER_TRAIN to the mpiformer-train binary}
 CLUSTER=$SRC/ci/slurm/multinode_cluster.sh
-JOB_TIMEOUT=120
+JOB_TIMEOUT=90  # each of the two runs; with the cluster's bounded start/stop, well inside ctest's TIMEOUT
 
 skip() {
   echo "slurm_multinode: SKIP: $*"
