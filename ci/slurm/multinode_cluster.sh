@@ -214,14 +214,22 @@ start() {
 
   timeout 30 slurmctld -f "$CONF" || abort "slurmctld failed to start"
   wait_for 30 ctld_up || abort "slurmctld does not answer on $HOST_ADDR:$CTLD_PORT"
+  # The nodes resolve each other's names (MPICH's hydra, LAUNCHER=mpiexec, connects to its
+  # proxies by hostname): the host's /etc/hosts plus the nodes, bound over /etc/hosts inside
+  # the nodes' mount namespaces only; the host's file is never changed.
   local i
+  {
+    cat /etc/hosts
+    echo "# the nodes of ci/slurm/multinode_cluster.sh"
+    for i in $(seq 1 "$NODES"); do echo "$(node_addr "$i") node$i"; done
+  } >"$DIR/hosts"
   for i in $(seq 1 "$NODES"); do
     # Its own hostname (a UTS namespace that lives as long as slurmd and the jobs it starts): the
     # ranks see node<i> from gethostname(), as on a real cluster. Its own /sys too (a mount
     # namespace, like `ip netns exec` makes): UCX lists network devices from /sys/class/net, and
-    # the host's sysfs shows the host's devices, not mpf0. slurmd needs the cgroup file systems
-    # under /sys/fs/cgroup: the new sysfs gets the host's ones bound into it before it covers
-    # /sys. Propagation "slave": the host's later mounts still show inside, the node's mounts
+    # the host's sysfs shows the host's devices, not mpf0; and its own /etc/hosts (above).
+    # slurmd needs the cgroup file systems under /sys/fs/cgroup: the new sysfs gets the host's
+    # ones bound into it before it covers /sys. Propagation "slave": the host's later mounts still show inside, the node's mounts
     # stay its own (the host never sees DIR/sys-node<i> mounted). slurmd daemonises.
     mkdir -p "$DIR/sys-node$i"
     timeout 30 nsenter --net="/run/netns/$(ns_of "$i")" \
@@ -229,6 +237,7 @@ start() {
         mount -t sysfs sysfs '$DIR/sys-node$i' &&
         mount --rbind /sys/fs/cgroup '$DIR/sys-node$i/fs/cgroup' &&
         mount --rbind '$DIR/sys-node$i' /sys &&
+        mount --bind '$DIR/hosts' /etc/hosts &&
         hostname node$i && exec slurmd -f '$CONF' -N node$i" ||
       abort "slurmd of node$i failed to start"
   done

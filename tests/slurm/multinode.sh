@@ -4,7 +4,8 @@
 # and slurmd) runs `sbatch -N 2 --ntasks-per-node 2 cpu.sbatch` with a tiny model as TP 2 inside
 # a node and DP 2 across the nodes (MPICH over UCX: TCP between nodes, shared memory inside
 # one). Its step lines (loss, lr, norm) must equal those of the same layout under plain
-# `mpiexec -n 4` on one node: the same layout gives bit-identical losses.
+# `mpiexec -n 4` on one node: the same layout gives bit-identical losses. The job runs twice,
+# launched by srun (PMI2) and by MPICH's mpiexec (LAUNCHER=mpiexec: hydra over srun), alike.
 # Exit 77 (ctest SKIP_RETURN_CODE) with the reason where namespaces or Slurm are unavailable.
 # The cluster is always stopped (namespaces, veths, bridge, daemons), whatever happens.
 set -uo pipefail
@@ -60,52 +61,65 @@ unset UCX_TLS UCX_NET_DEVICES
 export MPIFORMER_TRAIN=$TRAIN TP=2 PP=1 DP=2 DATA=builtin:train VAL_DATA='' INIT_FROM='' \
   MODEL="--layers 2 --heads 2 --dim 64" STEPS BATCH=8 SEQ_LEN=32 EXTRA_ARGS="--val-every 0" \
   LAUNCHER=srun SRUN_MPI=pmi2 CPU_BIND=cores SITE_UCX_TLS=self,sm,tcp SITE_UCX_NET_DEVICES=mpf0 \
-  SAVE_DIR=$WORK/ckpt_nodes SAVE_EVERY=0 KEEP_LAST=2
+  SAVE_DIR='' SAVE_EVERY=0 KEEP_LAST=2
 
-# 1. The job across 2 nodes, 2 ranks each.
-t=$(now)
-if ! id=$(timeout 30 sbatch --parsable --chdir="$WORK" --nodes=2 --ntasks-per-node=2 --time=10 \
-  "$SRC/ci/slurm/cpu.sbatch" 2>"$WORK/sbatch.err"); then
-  cat "$WORK/sbatch.err"
-  bad "sbatch refused the 2-node job"
-  exit 1
-fi
-log=$WORK/mpiformer-$id.log
-deadline=$((SECONDS + JOB_TIMEOUT))
-while [ -n "$(timeout 10 squeue -h -j "$id" 2>/dev/null)" ]; do
-  if [ "$SECONDS" -ge "$deadline" ]; then
-    bad "job $id still in the queue after $JOB_TIMEOUT s; cancelled"
-    timeout 10 scancel "$id"
-    break
+# job LAUNCHER: cpu.sbatch across 2 nodes, 2 ranks each, started by LAUNCHER (srun, or MPICH's
+# mpiexec, whose hydra starts its proxies through srun and connects to them by hostname); checks
+# that it completed, its grid, where its ranks ran and UCX's transports. Sets `log`.
+job() {
+  export LAUNCHER=$1 SAVE_DIR=$WORK/ckpt_$1
+  local t id info placement deadline
+  t=$(now)
+  log=
+  if ! id=$(timeout 30 sbatch --parsable --chdir="$WORK" --nodes=2 --ntasks-per-node=2 --time=10 \
+    "$SRC/ci/slurm/cpu.sbatch" 2>"$WORK/sbatch.err"); then
+    cat "$WORK/sbatch.err"
+    bad "sbatch refused the 2-node job ($1)"
+    return 1
   fi
-  sleep 0.2
-done
-info=$(timeout 10 scontrol -o show job "$id" 2>&1)
-if grep -q 'JobState=COMPLETED' <<<"$info" && grep -q ' ExitCode=0:0' <<<"$info"; then
-  ok "2-node job $id completed in $(since "$t") ($(grep -o ' NodeList=[^ ]*' <<<"$info" | tr -d ' '))"
-else
-  bad "2-node job $id: $(grep -oE 'JobState=[A-Z_]+|ExitCode=[0-9:]+' <<<"$info" | tr '\n' ' ')"
-fi
-if grep -q "^grid: world 4 = tp 2 x dp 2 x pp 1" "$log" 2>/dev/null; then
-  ok "grid: one 4-rank MPI world across the nodes as tp 2 x dp 2"
-else
-  bad "no 4-rank tp 2 x dp 2 grid in the job log"
-fi
-# Where each rank ran, as the ranks themselves saw it (the rank lines end in the hostname):
-# srun's block distribution keeps each TP pair inside a node, the DP pairs span the nodes.
-placement=$(grep -E '^  rank [0-3]:' "$log" 2>/dev/null | sed -E 's/^  rank ([0-3]): .* @ (.*)$/\1@\2/' | sort | tr '\n' ' ')
-if [ "$placement" = "0@node1 1@node1 2@node2 3@node2 " ]; then
-  ok "placement: TP pairs inside a node (ranks 0,1 on node1; 2,3 on node2)"
-else
-  bad "placement: '$placement'"
-fi
-# The ranks talked over the nodes' veths (TCP) and shared memory, with no complaint from UCX
-# (a device it cannot see is a warning, then a silent fallback).
-if grep -q "UCX_TLS=self,sm,tcp" "$log" && ! grep -q "UCX  WARN" "$log"; then
-  ok "UCX: self,sm,tcp on mpf0, no warnings"
-else
-  bad "UCX: $(grep -m 3 -E 'UCX_TLS=|UCX  WARN' "$log")"
-fi
+  log=$WORK/mpiformer-$id.log
+  deadline=$((SECONDS + JOB_TIMEOUT))
+  while [ -n "$(timeout 10 squeue -h -j "$id" 2>/dev/null)" ]; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      bad "$1: job $id still in the queue after $JOB_TIMEOUT s; cancelled"
+      timeout 10 scancel "$id"
+      break
+    fi
+    sleep 0.2
+  done
+  info=$(timeout 10 scontrol -o show job "$id" 2>&1)
+  if grep -q 'JobState=COMPLETED' <<<"$info" && grep -q ' ExitCode=0:0' <<<"$info"; then
+    ok "$1: 2-node job $id completed in $(since "$t") ($(grep -o ' NodeList=[^ ]*' <<<"$info" | tr -d ' '))"
+  else
+    bad "$1: 2-node job $id: $(grep -oE 'JobState=[A-Z_]+|ExitCode=[0-9:]+' <<<"$info" | tr '\n' ' ')"
+  fi
+  if grep -q "^grid: world 4 = tp 2 x dp 2 x pp 1" "$log" 2>/dev/null; then
+    ok "$1: grid: one 4-rank MPI world across the nodes as tp 2 x dp 2"
+  else
+    bad "$1: no 4-rank tp 2 x dp 2 grid in the job log"
+  fi
+  # Where each rank ran, as the ranks themselves saw it (the rank lines end in the hostname):
+  # block placement keeps each TP pair inside a node, the DP pairs span the nodes.
+  placement=$(grep -E '^  rank [0-3]:' "$log" 2>/dev/null |
+    sed -E 's/^  rank ([0-3]): .* @ (.*)$/\1@\2/' | sort | tr '\n' ' ')
+  if [ "$placement" = "0@node1 1@node1 2@node2 3@node2 " ]; then
+    ok "$1: placement: TP pairs inside a node (ranks 0,1 on node1; 2,3 on node2)"
+  else
+    bad "$1: placement: '$placement'"
+  fi
+  # The ranks talked over the nodes' veths (TCP) and shared memory, with no complaint from UCX
+  # (a device it cannot see is a warning, then a fallback).
+  if grep -q "UCX_TLS=self,sm,tcp" "$log" && ! grep -q "UCX  WARN" "$log"; then
+    ok "$1: UCX: self,sm,tcp on mpf0, no warnings"
+  else
+    bad "$1: UCX: $(grep -m 3 -E 'UCX_TLS=|UCX  WARN' "$log")"
+  fi
+}
+
+# 1. The job under srun (PMI2), then under MPICH's mpiexec.
+job mpiexec
+mpiexec_log=$log
+job srun
 
 # 2. The same layout under plain mpiexec on one node (the host), with the flags the job used:
 #    the job log's "+ srun ... TRAINER ARGS" line, its checkpoint directory swapped for another.
@@ -137,10 +151,16 @@ fi
 numbers() { grep -E '^step [0-9]+/' "$1" 2>/dev/null | sed -E 's/ \| [0-9.]+ ms .*//'; }
 n=$(numbers "$log" | wc -l)
 if [ "$n" -eq "$STEPS" ] && [ "$(numbers "$log")" = "$(numbers "$WORK/one_node.log")" ]; then
-  ok "$STEPS step lines across 2 nodes equal those on one node: $(numbers "$log" | tail -n 1)"
+  ok "$STEPS step lines across 2 nodes (srun) equal those on one node: $(numbers "$log" | tail -n 1)"
 else
-  bad "the step lines differ ($n of $STEPS steps in the job log)"
+  bad "the step lines across 2 nodes (srun) differ from one node's ($n of $STEPS steps in the job log)"
   diff <(numbers "$log") <(numbers "$WORK/one_node.log") | head
+fi
+if [ -n "$(numbers "$log")" ] && [ "$(numbers "$mpiexec_log")" = "$(numbers "$log")" ]; then
+  ok "the 2-node job under mpiexec has the same $STEPS step lines"
+else
+  bad "the 2-node job under mpiexec has other step lines than under srun"
+  diff <(numbers "$log") <(numbers "$mpiexec_log") | head
 fi
 
 # 4. stop leaves nothing behind: no namespaces, no bridge.
@@ -154,8 +174,10 @@ else
 fi
 
 if [ "$failed" -gt 0 ]; then
-  echo "--- job log ($log)"
-  cat "$log" 2>/dev/null || echo "(none)"
+  for f in "$WORK"/mpiformer-*.log; do
+    echo "--- job log ($f)"
+    cat "$f" 2>/dev/null || echo "(none)"
+  done
   for f in slurmctld.log slurmd-node1.log slurmd-node2.log; do
     echo "--- $f (last 20 lines)"
     tail -n 20 "$WORK/cluster/$f" 2>/dev/null
