@@ -29,7 +29,7 @@ usage() {
 }
 if [ $# -lt 2 ] || [ $# -gt 3 ]; then usage; fi
 cmd=$1
-DIR=$2
+DIR=$(realpath -m "$2") # absolute: the bridge records it, and stop compares
 NODES=${3:-2}
 case $cmd in start | stop | status) ;; *) usage ;; esac
 [[ $NODES =~ ^[2-4]$ ]] || usage
@@ -252,7 +252,17 @@ node_pids() { ip netns pids "$(ns_of "$1")" 2>/dev/null || true; }
 
 # Everything start made, in reverse: processes in the namespaces, daemons, namespaces, bridge.
 teardown() {
-  local n i pids=() p
+  local n i pids=() p alias
+  # The network is another cluster's when the bridge names another directory: leave it (a stop
+  # after a start that found the bridge taken must not tear down the cluster that has it).
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    alias=$(ip -o link show "$BRIDGE" | sed -nE 's/.* alias (.*)$/\1/p')
+    if [ "$alias" != "multinode_cluster $DIR" ]; then
+      echo "$LOG_TAG: $BRIDGE belongs to '${alias:-?}', not to $DIR: left alone" >&2
+      stop_pids "$(pid_of "$DIR/slurmctld.pid" slurmctld)" "$(pid_of "$MUNGE_PID" munged)"
+      return 0
+    fi
+  fi
   n=$(cat "$NODES_FILE" 2>/dev/null || echo 4)
   [[ $n =~ ^[2-4]$ ]] || n=4
   for i in $(seq 1 "$n"); do
@@ -275,10 +285,10 @@ teardown() {
 }
 
 stop() {
-  [ -d "$DIR" ] || exit 0
   export SLURM_CONF=$CONF
-  # Cancel the jobs while slurmctld can still do it (their steps then end in order).
-  if [ -n "$(pid_of "$DIR/slurmctld.pid" slurmctld)" ]; then
+  # Cancel the jobs while slurmctld can still do it (their steps then end in order). Without
+  # DIR (removed under a running cluster) the teardown still finds the namespaces by name.
+  if [ -d "$DIR" ] && [ -n "$(pid_of "$DIR/slurmctld.pid" slurmctld)" ]; then
     local jobs
     jobs=$(timeout 5 squeue -h -o %i 2>/dev/null | tr '\n' ' ') || jobs=
     if [ -n "${jobs// /}" ]; then
