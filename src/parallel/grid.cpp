@@ -26,21 +26,14 @@ Grid::Grid(MPI_Comm world, int tp, int pp, int dp) : world_(world) {
   tp_size_ = tp;
   dp_size_ = dp;
   pp_size_ = pp;
-  tp_rank_ = world_rank_ % tp;
-  dp_rank_ = (world_rank_ / tp) % dp;
-  pp_rank_ = world_rank_ / (tp * dp);
+  const GridCoords at = grid_coords(world_rank_, tp, dp);
+  tp_rank_ = at.tp;
+  dp_rank_ = at.dp;
+  pp_rank_ = at.pp;
   // Colours name the group, keys order ranks inside it by their coordinate on that axis.
   MPF_MPI_CHECK(MPI_Comm_split(world, dp_rank_ + dp * pp_rank_, tp_rank_, &tp_comm_));
   MPF_MPI_CHECK(MPI_Comm_split(world, tp_rank_ + tp * pp_rank_, dp_rank_, &dp_comm_));
   MPF_MPI_CHECK(MPI_Comm_split(world, tp_rank_ + tp * dp_rank_, pp_rank_, &pp_comm_));
-  char name[MPI_MAX_PROCESSOR_NAME] = {};
-  int length = 0;
-  MPI_Get_processor_name(name, &length);
-  std::vector<char> all(size_t(size) * MPI_MAX_PROCESSOR_NAME);
-  MPF_MPI_CHECK(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
-                              MPI_MAX_PROCESSOR_NAME, MPI_CHAR, world));
-  for (int r = 0; r < size; ++r)
-    hosts_.emplace_back(all.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME);
   const bool holds_embedding = pp_is_first_stage() || pp_is_last_stage();
   MPF_MPI_CHECK(MPI_Comm_split(world, holds_embedding ? tp_rank_ + tp * dp_rank_ : MPI_UNDEFINED,
                                pp_rank_, &embedding_comm_));
@@ -56,13 +49,7 @@ std::string Grid::describe() const {
   char buf[128];
   std::snprintf(buf, sizeof buf, "world %d = tp %d x dp %d x pp %d (tp fastest)", world_size(),
                 tp_size_, dp_size_, pp_size_);
-  std::string text = buf;
-  for (int r = 0; r < world_size(); ++r) {
-    std::snprintf(buf, sizeof buf, "\n  rank %d: tp %d dp %d pp %d @ ", r, r % tp_size_,
-                  (r / tp_size_) % dp_size_, r / (tp_size_ * dp_size_));
-    text += buf + hosts_[r];
-  }
-  return text;
+  return buf;
 }
 
 double allreduce_sum(double value, MPI_Comm comm) {

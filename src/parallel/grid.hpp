@@ -14,7 +14,8 @@
 //   TP groups {0,1} {2,3} {4,5} {6,7}; DP groups {0,2} {1,3} {4,6} {5,7};
 //   PP groups {0,4} {1,5} {2,6} {3,7}; embedding groups (first + last stage) = PP groups here.
 //
-// The grid is built once with MPI_Comm_split and passed to whatever communicates.
+// The grid is built once with MPI_Comm_split and passed to whatever communicates. Where the ranks
+// run, and whether a TP group crosses nodes, is parallel/placement.hpp's.
 #pragma once
 
 #include <mpi.h>
@@ -23,6 +24,15 @@
 #include <vector>
 
 namespace mpf {
+
+// A rank's coordinates on the grid.
+struct GridCoords {
+  int tp = 0, dp = 0, pp = 0;
+};
+// The rank order above, inverted: the coordinates of world rank r on a grid of n_tp x n_dp x n_pp.
+inline GridCoords grid_coords(int r, int n_tp, int n_dp) {
+  return {r % n_tp, (r / n_tp) % n_dp, r / (n_tp * n_dp)};
+}
 
 class Grid {
  public:
@@ -53,14 +63,12 @@ class Grid {
   int pp_next_rank() const { return pp_rank_ + 1; }
   int pp_prev_rank() const { return pp_rank_ - 1; }
 
-  // "world 4 = tp 1 x dp 4 x pp 1", then one line per rank with its coordinates and host, so a
-  // log shows whether every TP group stayed inside a node.
+  // "world 4 = tp 1 x dp 4 x pp 1 (tp fastest)"; parallel/placement.hpp tabulates the ranks.
   std::string describe() const;
 
  private:
   MPI_Comm world_, tp_comm_ = MPI_COMM_NULL, dp_comm_ = MPI_COMM_NULL, pp_comm_ = MPI_COMM_NULL,
                    embedding_comm_ = MPI_COMM_NULL;
-  std::vector<std::string> hosts_;  // host of each world rank
   int world_rank_ = 0, tp_size_ = 1, dp_size_ = 1, pp_size_ = 1, tp_rank_ = 0, dp_rank_ = 0,
       pp_rank_ = 0;
 };

@@ -207,6 +207,15 @@ void TrainingRun::set_up_grid(MPI_Comm world) {
               std::to_string(grid_->dp_size()) + " data-parallel ranks; use a multiple of " +
               std::to_string(grid_->dp_size()));
   local_batch_ = opts_.batch / grid_->dp_size();
+  // Where the ranks run, for the banner; a TP group across nodes is slow enough to warn about.
+  const std::vector<RankPlace> places =
+      gather_places(world, node_placement(world), host_thread_count(), current_device());
+  if (is_root()) {
+    placement_ = placement_rows(places, grid_->tp_size(), grid_->dp_size(), grid_->pp_size());
+    const std::string span = tp_span_warning(tp_groups_spanning_nodes(placement_, grid_->tp_size()),
+                                             grid_->world_size() / grid_->tp_size());
+    if (!span.empty()) warnings_.push_back(span);
+  }
 }
 
 void TrainingRun::plan_pipeline() {
@@ -562,7 +571,7 @@ void TrainingRun::print_banner(const PeakRate& peak) const {
                  gemm.narrower.c_str());
   }
   std::printf("mpi: %s\n", describe_mpi_memory().c_str());
-  std::printf("grid: %s\n", grid_->describe().c_str());
+  std::printf("grid: %s", describe_placement(*grid_, placement_, false).c_str());
   std::printf("model: %s | %.2fM parameters | %s\n", describe(cfg_).c_str(), params_.count / 1e6,
               opts_.init_from.empty() ? ("init seed " + std::to_string(opts_.seed)).c_str()
                                       : ("from " + opts_.init_from).c_str());

@@ -24,6 +24,7 @@
 #include "optim/lr_schedule.hpp"
 #include "parallel/grid.hpp"
 #include "parallel/node.hpp"
+#include "parallel/placement.hpp"
 #include "pipeline/layer_ownership.hpp"
 #include "pipeline/model_stage.hpp"
 #include "pipeline/schedule.hpp"
@@ -98,7 +99,7 @@ class TrainingRun {
   };
 
   // Set-up, in the constructor's order.
-  void set_up_grid(MPI_Comm world);
+  void set_up_grid(MPI_Comm world);  // the grid and where its ranks run
   void plan_pipeline();  // the schedule and the pipeline's shape: they decide what a rank holds
   void shard_model();
   void set_up_optimizer();
@@ -160,7 +161,8 @@ class TrainingRun {
   TrainOptions opts_;
   GPTConfig cfg_;
   std::unique_ptr<Grid> grid_;
-  int local_batch_ = 0;  // rows of the global batch on this DP rank
+  std::vector<PlacementRow> placement_;  // every rank's, on rank 0
+  int local_batch_ = 0;                  // rows of the global batch on this DP rank
   LRSchedule schedule_;
   std::unique_ptr<DataLoader> train_data_, val_data_;
   std::string val_name_;

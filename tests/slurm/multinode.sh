@@ -98,10 +98,11 @@ job() {
   else
     bad "$1: no 4-rank tp 2 x dp 2 grid in the job log"
   fi
-  # Where each rank ran, as the ranks themselves saw it (the rank lines end in the hostname):
-  # block placement keeps each TP pair inside a node, the DP pairs span the nodes.
-  placement=$(grep -E '^  rank [0-3]:' "$log" 2>/dev/null |
-    sed -E 's/^  rank ([0-3]): .* @ (.*)$/\1@\2/' | sort | tr '\n' ' ')
+  # Where each rank ran, as the ranks themselves saw it (the placement table's rows: rank, host,
+  # local rank/ranks on the node, tp, pp, dp, threads): block placement keeps each TP pair inside
+  # a node, the DP pairs span the nodes.
+  placement=$(grep -E '^ +[0-3] +[^ ]+ +[0-9]+/[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+$' "$log" \
+    2>/dev/null | awk '{ print $1 "@" $2 }' | sort | tr '\n' ' ')
   if [ "$placement" = "0@node1 1@node1 2@node2 3@node2 " ]; then
     ok "$1: placement: TP pairs inside a node (ranks 0,1 on node1; 2,3 on node2)"
   else

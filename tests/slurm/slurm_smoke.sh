@@ -124,8 +124,8 @@ log=$WORK/mpiformer-$id.log
 if [ -n "$id" ]; then
   finish_job "$id"
   if grep -q "^grid: world 4 = tp 2 x dp 1 x pp 2" "$log" 2>/dev/null &&
-    [ "$(grep -cE '^  rank [0-3]: tp [01] dp 0 pp [01]( @ .*)?$' "$log")" -eq 4 ]; then
-    ok "grid: one 4-rank MPI world (PMI2) as tp 2 x pp 2, 4 rank lines"
+    [ "$(grep -cE '^ +[0-3] +[^ ]+ +[0-9]+/[0-9]+ +[01] +[01] +0 +[0-9]+$' "$log")" -eq 4 ]; then
+    ok "grid: one 4-rank MPI world (PMI2) as tp 2 x pp 2, 4 rank rows"
   else
     bad "no 4-rank grid in the job log"
   fi
