@@ -1,6 +1,7 @@
-// mpiformer-train: a driver. Parses flags, builds a TrainingRun, trains. Input errors print once
-// (from the lowest failing rank, normally rank 0) and every rank exits with status 2; the run's
-// other outcomes have their own statuses (train/exit_status.hpp).
+// mpiformer-train: a driver. Parses flags, builds a TrainingRun, trains (or, with --dry-run, says
+// what it would train). Input errors print once (from the lowest failing rank, normally rank 0)
+// and every rank exits with status 2; the run's other outcomes have their own statuses
+// (train/exit_status.hpp).
 #include <mpi.h>
 
 #include <cstdio>
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
         run = std::make_unique<mpf::TrainingRun>(std::move(inputs), MPI_COMM_WORLD);
       });
   if (!built) return mpf::kExitBadInput;
+  if (opts.dry_run) return run->dry_run();
   try {
     return run->train().status;
   } catch (const mpf::InputError& e) {

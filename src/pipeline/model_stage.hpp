@@ -91,7 +91,6 @@ class ModelStage : public pipeline::StageOps {
   // sends, parallel/device_mpi.hpp): on a GPU the trainer turns it on only for the steps whose op
   // times it uses. On by default.
   void set_op_timing(bool on) { time_ops_ = on; }
-  int64_t max_microbatches() const { return p2p_.max_microbatches(); }
   // Records every op into `events` (with times from `clock`, seconds) while set; null stops it.
   void record(std::vector<StageEvent>* events, std::function<double()> clock);
   // Tells `listener` each op as it starts (its name, microbatch and chunk): the watchdog's phase.

@@ -10,6 +10,13 @@
 
 namespace mpf {
 
+int tag_upper_bound(MPI_Comm comm) {
+  int* ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &found);
+  return found && ub ? *ub : 32767;
+}
+
 PipelineP2P::PipelineP2P(MPI_Comm pp, int chunks, int64_t count, pipeline::ChunkPlacement placement)
     : pp_(pp), placement_(placement), chunks_(chunks) {
   MPI_Comm_rank(pp, &rank_);
@@ -18,10 +25,7 @@ PipelineP2P::PipelineP2P(MPI_Comm pp, int chunks, int64_t count, pipeline::Chunk
           "a pipeline message of over 2^31 floats is not supported; use a "
           "smaller micro-batch");
   count_ = static_cast<int>(count);
-  int* ub = nullptr;
-  int found = 0;
-  MPI_Comm_get_attr(pp, MPI_TAG_UB, &ub, &found);
-  if (found && ub) tag_ub_ = *ub;
+  tag_ub_ = tag_upper_bound(pp);
   staged_ = staged();
 }
 

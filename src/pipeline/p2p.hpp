@@ -33,6 +33,15 @@
 
 namespace mpf {
 
+// The MPI_TAG_UB of comm (the standard's least, 32767, if the library does not say).
+int tag_upper_bound(MPI_Comm comm);
+// The most microbatches per step whose tags, (microbatch, receiving virtual stage, direction),
+// fit under `tag_ub` on `stages` ranks of `chunks` model chunks each; a layout is checked
+// against it before anything is allocated.
+inline int64_t pipeline_max_microbatches(int tag_ub, int stages, int chunks) {
+  return (int64_t(tag_ub) + 1) / (2 * int64_t(stages) * chunks);
+}
+
 class PipelineP2P {
  public:
   // pp: the pipeline communicator; chunks: V; count: floats in one message (a microbatch's
@@ -70,11 +79,6 @@ class PipelineP2P {
   ~PipelineP2P() { wait_for_sends(); }
   PipelineP2P(const PipelineP2P&) = delete;
   PipelineP2P& operator=(const PipelineP2P&) = delete;
-
-  // The most microbatches per step whose tags fit under this MPI's MPI_TAG_UB.
-  int64_t max_microbatches() const {
-    return (int64_t(tag_ub_) + 1) / (2 * int64_t(stages_) * chunks_);
-  }
 
   int stage_of(int chunk) const {
     return pipeline::virtual_stage(placement_, stages_, rank_, chunk);

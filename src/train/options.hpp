@@ -72,6 +72,9 @@ struct TrainOptions {
   // Whether MPI reads GPU memory: auto (ask the library), yes, no (stage through host buffers).
   std::string gpu_aware_mpi = "auto";
   bool profile = false;  // print a per-kernel time breakdown at the end
+  // Check the flags, the layout against the ranks, the data and what --load resumes from; print
+  // the placement and a summary; exit without loading, allocating or writing.
+  bool dry_run = false;
   bool help = false;
   std::set<std::string> given;  // the flags on the command line (a resume keeps the others)
   bool verbose = true;          // banner and step lines (benchmarks turn them off); not a flag

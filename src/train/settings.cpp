@@ -184,6 +184,11 @@ std::vector<SettingGroup> make_groups() {
             &O::peak_gflops, 0},
            {"--profile", "", "print where a step's time goes, kernel by kernel, at the end",
             &O::profile},
+           {"--dry-run", "",
+            "check everything a run would start from (flags, the layout against the ranks and "
+            "nodes, data files, what --load resumes from), print every rank's placement and a "
+            "summary, and exit 0 without loading, initialising or writing anything",
+            &O::dry_run},
        }},
   };
 }

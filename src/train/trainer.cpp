@@ -24,6 +24,7 @@
 #include "optim/grad_norm.hpp"
 #include "parallel/device_mpi.hpp"
 #include "parallel/rank_device.hpp"
+#include "pipeline/p2p.hpp"
 #include "pipeline/stage_costs.hpp"
 #include "train/exit_status.hpp"
 #include "train/resume.hpp"
@@ -191,6 +192,8 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   require_same_checkpoint(resume_, opts_.load, world);
   set_up_grid(world);
   plan_pipeline();
+  plan_stages();
+  if (opts_.dry_run) return;  // the layout is checked; the rest allocates, loads and initialises
   shard_model();
   set_up_optimizer();
   load_state();
@@ -237,11 +240,26 @@ void TrainingRun::plan_pipeline() {
   }
 }
 
-void TrainingRun::shard_model() {
+void TrainingRun::plan_stages() {
   const int chunks = grid_->pp_size() * shape_.virtual_stages;
   layer_ranges_ = opts_.pp_layout.empty()
                       ? distribute_layers(cfg_.layers, chunks)
                       : parse_layer_layout(opts_.pp_layout, cfg_.layers, chunks);
+  require(
+      !opts_.sequence_parallel || (int64_t(micro_batch_) * opts_.seq_len) % grid_->tp_size() == 0,
+      "--sequence-parallel splits the " + std::to_string(micro_batch_ * opts_.seq_len) +
+          " rows of a microbatch over " + std::to_string(grid_->tp_size()) +
+          " TP ranks, which does not divide; choose --batch/--seq-len so "
+          "B*T/(dp*microbatches) divides by tp");
+  const int64_t most = pipeline_max_microbatches(tag_upper_bound(grid_->pp_comm()),
+                                                 grid_->pp_size(), shape_.virtual_stages);
+  require(shape_.microbatches <= most,
+          std::to_string(shape_.microbatches) + " microbatches x " + std::to_string(chunks) +
+              " chunks need more message tags than this MPI's MPI_TAG_UB allows; use at most " +
+              std::to_string(most) + " microbatches");
+}
+
+void TrainingRun::shard_model() {
   shard_ = stage_shard(grid_->tp_rank(), grid_->pp_rank());
   // Padded to a multiple of the DP size so ZeRO's buckets split evenly.
   params_ = Parameters::allocate(shard_, "mpf::params", grid_->dp_size());
@@ -294,21 +312,11 @@ void TrainingRun::load_state() {
 
 void TrainingRun::set_up_stage() {
   const TrainOptions& opts = opts_;
-  require(!opts.sequence_parallel || (int64_t(micro_batch_) * opts.seq_len) % grid_->tp_size() == 0,
-          "--sequence-parallel splits the " + std::to_string(micro_batch_ * opts.seq_len) +
-              " rows of a microbatch over " + std::to_string(grid_->tp_size()) +
-              " TP ranks, which does not divide; choose --batch/--seq-len so "
-              "B*T/(dp*microbatches) divides by tp");
   const StageOwnership own =
       stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
   stage_ = std::make_unique<ModelStage>(shard_, own.chunks, micro_batch_, opts.seq_len,
                                         opts.sequence_parallel, grid_->tp_comm(), grid_->pp_comm(),
                                         opts.recompute, shape_.placement);
-  const int M = shape_.microbatches, chunks = grid_->pp_size() * shape_.virtual_stages;
-  require(M <= stage_->max_microbatches(),
-          std::to_string(M) + " microbatches x " + std::to_string(chunks) +
-              " chunks need more message tags than this MPI's MPI_TAG_UB allows; use at most " +
-              std::to_string(stage_->max_microbatches()) + " microbatches");
 }
 
 void TrainingRun::set_up_sample(std::optional<Tokenizer> tokenizer) {

@@ -66,7 +66,8 @@ class TrainingRun {
  public:
   // Collective over `world`. Throws InputError, on every rank alike, if the layout does not fit
   // (the batch does not split over the data-parallel ranks) or a checkpoint or --init-from file
-  // does not load (unreadable, corrupt, non-finite).
+  // does not load (unreadable, corrupt, non-finite). With --dry-run it stops once the layout is
+  // built and checked: nothing is allocated, loaded or initialised, and only dry_run() may follow.
   TrainingRun(RunInputs inputs, MPI_Comm world);
   // The stage's op listener points at this run.
   TrainingRun(const TrainingRun&) = delete;
@@ -76,6 +77,10 @@ class TrainingRun {
   // --save-llmc at the end. Stops early, with the status saying why, on a signal, a non-finite
   // loss or gradient norm (before that step's update), or a failed save.
   TrainResult train();
+
+  // --dry-run: rank 0 prints the warnings and notes, every rank's placement and a summary of the
+  // run (dry_run.cpp). Returns kExitDone.
+  int dry_run() const;
 
   // Mean per-token loss over the global batch, from this rank's sum (every rank gets it).
   double global_mean_loss(double local_sum) const;
@@ -101,6 +106,7 @@ class TrainingRun {
   // Set-up, in the constructor's order.
   void set_up_grid(MPI_Comm world);  // the grid and where its ranks run
   void plan_pipeline();  // the schedule and the pipeline's shape: they decide what a rank holds
+  void plan_stages();    // the blocks of every chunk; what a stage needs of MPI and the batch
   void shard_model();
   void set_up_optimizer();
   void load_state();  // the checkpoint's, an llm.c file's, or fresh parameters
