@@ -36,14 +36,23 @@ int main(int argc, char** argv) {
       !runtime.choose_mpi_memory(opts.gpu_aware_mpi)) {
     return mpf::kExitBadInput;
   }
-  // Files and flags first (no MPI inside), agreed on; then the layout (collective).
+  // Rank 0 alone looks at the checkpoint directories and decides, agreed on, and the others learn
+  // its decision (another node's view of a shared file system may lag). Then files and flags on
+  // every rank (no MPI inside), agreed on; then the layout (collective).
+  mpf::StartPoint start;
+  if (!mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] {
+        if (rank == 0) start = mpf::decide_start(opts);
+      })) {
+    return mpf::kExitBadInput;
+  }
+  MPF_MPI_CHECK(MPI_Bcast(&start.resume_step, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
   mpf::RunInputs inputs;
   std::unique_ptr<mpf::TrainingRun> run;
-  const bool built =
-      mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] { inputs = mpf::load_inputs(opts, rank); }) &&
-      mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] {
-        run = std::make_unique<mpf::TrainingRun>(std::move(inputs), MPI_COMM_WORLD);
-      });
+  const bool built = mpf::all_ranks_succeed(
+                         MPI_COMM_WORLD, [&] { inputs = mpf::load_inputs(opts, start, rank); }) &&
+                     mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] {
+                       run = std::make_unique<mpf::TrainingRun>(std::move(inputs), MPI_COMM_WORLD);
+                     });
   if (!built) return mpf::kExitBadInput;
   try {
     return run->train().status;

@@ -104,10 +104,18 @@ int choose_threads(int requested, const NodePlacement& place, MPI_Comm world) {
   return threads;
 }
 
-RunInputs load_inputs(const TrainOptions& given, int world_rank) {
+StartPoint decide_start(const TrainOptions& opts) {
+  StartPoint start;
+  start.resume_step = choose_checkpoint(opts.load, opts.load_step, start.notes);
+  check_save_directory(opts.save, opts.load, start.resume_step >= 0 ? start.resume_step + 1 : 1);
+  return start;
+}
+
+RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int world_rank) {
   RunInputs in;
   in.opts = given;
-  in.resume = find_checkpoint(given.load, given.load_step, in.notes);
+  in.notes = start.notes;
+  if (start.resume_step >= 0) in.resume = open_checkpoint(given.load, start.resume_step);
   if (in.resume) {
     adopt_checkpoint_options(in.opts, in.resume->info,
                              checkpoint::state_file(in.resume->root, in.resume->info.step),
@@ -155,7 +163,6 @@ RunInputs load_inputs(const TrainOptions& given, int world_rank) {
                             " tokens): the run continues at the same file and token position");
     }
   }
-  check_save_directory(opts.save, opts.load, in.resume ? in.resume->info.step + 1 : 1);
   if (opts.sample_every > 0) {
     require(opts.pp == 1,
             "--sample-every needs --pp 1: a pipeline stage holds only its blocks. "
@@ -188,7 +195,6 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
       resume_(in.resume),
       notes_(in.notes),
       warnings_(in.warnings) {
-  require_same_checkpoint(resume_, opts_.load, world);
   set_up_grid(world);
   plan_pipeline();
   shard_model();

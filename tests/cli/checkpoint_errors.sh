@@ -125,6 +125,27 @@ for case in "step_00000002" "(none)"; do
   fi
 done
 
+# ---- the checkpoint is chosen once, by rank 0, and every rank reads that one ----
+# Rank 1 runs in another directory whose copy of the checkpoints lags behind rank 0's as a node's
+# view of a shared file system may: its `latest` still names step 2 (and step 6 is damaged, so it
+# would not pick the newest itself). Rank 0 chooses step 4; rank 1 reads step 4 too.
+fresh
+echo step_00000004 >"$C/latest"
+"$TRAIN" "${args[@]}" --load "$C" --steps 6 --save "$C" --save-every 2 >/dev/null 2>&1
+echo step_00000004 >"$C/latest"
+truncate -s -4 "$C/step_00000006/model_00000006.bin"
+mkdir -p "$WORK/view0" "$WORK/view1"
+rm -rf "$WORK/view0/ck" "$WORK/view1/ck"
+cp -r "$C" "$WORK/view0/ck" && cp -r "$C" "$WORK/view1/ck"
+echo step_00000002 >"$WORK/view1/ck/latest"
+out=$("$MPIEXEC" -n 1 -wdir "$WORK/view0" "$TRAIN" "${args[@]}" --load ck --steps 7 : \
+  -n 1 -wdir "$WORK/view1" "$TRAIN" "${args[@]}" --load ck --steps 7 2>&1)
+if [ $? -eq 0 ] && grep -q "^resumed: ck/step_00000004, step 4 of 7" <<<"$out" && grep -q '^step 7/7' <<<"$out"; then
+  ok "rank 1's view of latest lags: both ranks resume the step rank 0 chose (4)"
+else
+  bad "a lagging view on rank 1: $(grep -E 'error|note|resumed' <<<"$out")"
+fi
+
 # ---- --keep-last, and what interrupted saves left behind ----
 fresh
 mkdir "$C/step_00000005.partial-elsewhere-1"
