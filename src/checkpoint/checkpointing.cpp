@@ -240,11 +240,9 @@ SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::s
   report.path = checkpoint::path(root, info.step);
   std::string error, partial;
   if (rank == 0) {
-    // A partial directory is a save that was cut off (this run saves one at a time).
-    for (const std::string& p : checkpoint::list_partial(root)) {
-      const std::string kept = checkpoint::remove_partial(p);
-      report.notes.push_back(kept.empty() ? "removed " + p + ", a save that was cut off" : kept);
-    }
+    // This run saves one at a time: a partial of its own is a save of it that was cut off. The
+    // others' were looked at at start-up (remove_dead_partials).
+    report.notes = checkpoint::remove_dead_partials(root, nullptr, /*own_only=*/true);
     error = checkpoint::create_partial(root, info.step, partial);
   }
   error = broadcast(error, 0, world);

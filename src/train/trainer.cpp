@@ -106,6 +106,15 @@ int choose_threads(int requested, const NodePlacement& place, MPI_Comm world) {
 
 StartPoint decide_start(const TrainOptions& opts) {
   StartPoint start;
+  if (!opts.save.empty()) {
+    check_save_writable(opts.save);  // a refusal as clear as at the first save, but before it
+    // What cut-off saves of gone writers left; printed now, so that an input error later does not
+    // hide that files were removed.
+    for (const std::string& n : checkpoint::remove_dead_partials(opts.save, nullptr, false)) {
+      std::printf("note: %s\n", n.c_str());
+    }
+    std::fflush(stdout);
+  }
   start.resume_step = choose_checkpoint(opts.load, opts.load_step, start.notes);
   check_save_directory(opts.save, opts.load, start.resume_step >= 0 ? start.resume_step + 1 : 1);
   return start;

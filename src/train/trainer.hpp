@@ -46,8 +46,9 @@ struct StartPoint {
 };
 
 // Rank 0's part of start-up, before anything is trained (no MPI: the app agrees on the outcome
-// and broadcasts the step): chooses the checkpoint --load resumes from and checks that --save can
-// be written and that its saves will overwrite nothing. Throws InputError.
+// and broadcasts the step): checks that --save can be written and removes what provably gone
+// writers left there, printing a note for each; chooses the checkpoint --load resumes from and
+// checks that the saves will overwrite nothing. Throws InputError.
 StartPoint decide_start(const TrainOptions& opts);
 
 // Everything a run reads from the user's files and flags, checked. Loading involves no MPI call,
