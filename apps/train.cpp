@@ -1,10 +1,11 @@
-// mpiformer-train: a driver. Parses flags, builds a TrainingRun, trains. Input errors print once
-// (from the lowest failing rank, normally rank 0) and every rank exits with status 2; the run's
-// other outcomes have their own statuses (train/exit_status.hpp).
+// mpiformer-train: a driver. Parses flags, takes --save's lock, builds a TrainingRun, trains.
+// Input errors print once (from the lowest failing rank, normally rank 0) and every rank exits
+// with status 2; the run's other outcomes have their own statuses (train/exit_status.hpp).
 #include <mpi.h>
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "backends/gemm.hpp"
 #include "core/error.hpp"
@@ -37,11 +38,13 @@ int main(int argc, char** argv) {
     return mpf::kExitBadInput;
   }
   // Rank 0 alone looks at the checkpoint directories and decides, agreed on, and the others learn
-  // its decision (another node's view of a shared file system may lag). Then files and flags on
-  // every rank (no MPI inside), agreed on; then the layout (collective).
+  // its decision (another node's view of a shared file system may lag): it takes --save's lock,
+  // held until main returns, so released on every way out of here (checkpoint/save_lock.hpp).
+  // Then files and flags on every rank (no MPI inside), agreed on; then the layout (collective).
+  std::optional<mpf::checkpoint::SaveLock> lock;
   mpf::StartPoint start;
   if (!mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] {
-        if (rank == 0) start = mpf::decide_start(opts);
+        if (rank == 0) start = mpf::decide_start(opts, lock);
       })) {
     return mpf::kExitBadInput;
   }

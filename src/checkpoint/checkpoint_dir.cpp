@@ -23,6 +23,7 @@ namespace {
 constexpr const char* kPrefix = "step_";
 constexpr int kDigits = 8;
 constexpr const char* kPartial = ".partial-";
+constexpr const char* kLock = "mpiformer.lock";
 
 // "step_00001000" -> 1000; -1 for anything else (a partial directory, a user's file).
 int64_t parse_name(const std::string& s) {
@@ -55,19 +56,6 @@ std::string sync_directory(const std::string& dir) {
   return why;
 }
 
-// mkdir -p.
-std::string make_directories(const std::string& dir) {
-  if (dir.empty() || is_directory(dir)) return "";
-  const size_t slash = dir.find_last_of('/', dir.size() - 2);
-  if (slash != std::string::npos && slash > 0) {
-    if (std::string e = make_directories(dir.substr(0, slash)); !e.empty()) return e;
-  }
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return "cannot create directory " + dir + " (" + errno_text() + ")";
-  }
-  return "";
-}
-
 std::string host_name() {
   char host[256] = "host";
   gethostname(host, sizeof host - 1);
@@ -81,6 +69,26 @@ std::string my_tag() {
 }
 
 }  // namespace
+
+std::string make_directories(const std::string& dir) {
+  if (dir.empty() || is_directory(dir)) return "";
+  const size_t slash = dir.find_last_of('/', dir.size() - 2);
+  if (slash != std::string::npos && slash > 0) {
+    if (std::string e = make_directories(dir.substr(0, slash)); !e.empty()) return e;
+  }
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return "cannot create directory " + dir + " (" + errno_text() + ")";
+  }
+  return "";
+}
+
+std::string lock_file(const std::string& root) {
+  return root + "/" + kLock;
+}
+
+std::string lock_partial(const std::string& root) {
+  return lock_file(root) + kPartial + my_tag();
+}
 
 std::string name(int64_t step) {
   char buf[32];
@@ -136,7 +144,7 @@ std::vector<std::string> list_partial(const std::string& root) {
     if (at == std::string::npos) continue;
     const std::string base = e.substr(0, at);
     if ((parse_name(base) >= 0 && is_directory(root + "/" + e)) ||
-        (base == "latest" && !is_directory(root + "/" + e))) {
+        ((base == "latest" || base == kLock) && !is_directory(root + "/" + e))) {
       out.push_back(root + "/" + e);
     }
   }

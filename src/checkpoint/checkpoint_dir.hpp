@@ -5,6 +5,7 @@
 //   DIR/step_00001000/optimizer_00001000.bin  AdamW's m and v, whole tensors in the same order
 //   DIR/step_00001000/state_00001000.txt      the rest of the state (checkpoint_info.hpp)
 //   DIR/latest                                one line naming the newest complete checkpoint
+//   DIR/mpiformer.lock                        the run writing here, while it runs (save_lock.hpp)
 //
 // A checkpoint becomes visible only when complete: it is written into
 // DIR/step_00001000.partial-<job>-<host>-<pid> (writer_tag: named by its writer, so that a save
@@ -41,7 +42,7 @@ std::string state_file_in(const std::string& dir, int64_t step);
 // not exist.
 std::vector<int64_t> list_steps(const std::string& root);
 // What interrupted saves left in root: directories step_NNNNNNNN.partial-* and temporaries
-// latest.partial-*.
+// latest.partial-* and mpiformer.lock.partial-*.
 std::vector<std::string> list_partial(const std::string& root);
 // Removes one of them (remove() for a directory).
 std::string remove_partial(const std::string& partial);
@@ -53,14 +54,20 @@ struct PartialWriter {
 };
 std::optional<PartialWriter> partial_writer(const std::string& partial);
 // Removes the partials in root (list_partial) whose writer is provably gone: this process (an
-// earlier save of it, cut off), `dead` (a writer known to be gone), or a pid on this host that no
-// longer runs. Another run's may be a save in progress: each is kept,
+// earlier save of it, cut off), `dead` (a lock holder this run found gone and took over from), or
+// a pid on this host that no longer runs. Another run's may be a save in progress: each is kept,
 // with a note. Returns the notes. With `own_only`, only this process's are looked at.
 std::vector<std::string> remove_dead_partials(const std::string& root, const Writer* dead,
                                               bool own_only);
 // The step root/latest names, or -1 if root has no `latest`. Throws InputError if it is not one
 // line naming a checkpoint.
 int64_t read_latest(const std::string& root);
+
+// root/mpiformer.lock (save_lock.hpp), and the temporary this process writes it through.
+std::string lock_file(const std::string& root);
+std::string lock_partial(const std::string& root);
+// mkdir -p: "" or what stopped it.
+std::string make_directories(const std::string& dir);
 
 // "" if this process can create and remove a file in root or, where root does not exist yet, in
 // the nearest existing directory above it (where create_partial would make it); else what stops

@@ -241,7 +241,7 @@ SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::s
   std::string error, partial;
   if (rank == 0) {
     // This run saves one at a time: a partial of its own is a save of it that was cut off. The
-    // others' were looked at at start-up (remove_dead_partials).
+    // others' were looked at when the lock was taken (checkpoint/save_lock.hpp).
     report.notes = checkpoint::remove_dead_partials(root, nullptr, /*own_only=*/true);
     error = checkpoint::create_partial(root, info.step, partial);
   }

@@ -52,7 +52,7 @@ void check_save_writable(const std::string& save);
 // Refuses (InputError) a --save directory (`save`; `load`: --load's) this run would write over:
 // checkpoints of another run when not resuming from it, the checkpoint steps this run is about
 // to save, or a `latest` it did not write (one beside no checkpoint); and what
-// check_save_writable refuses. World rank 0 checks.
+// check_save_writable refuses. World rank 0 checks, holding the directory's lock.
 void check_save_directory(const std::string& save, const std::string& load, int64_t first_step);
 
 struct SaveReport {

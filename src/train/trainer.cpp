@@ -104,15 +104,19 @@ int choose_threads(int requested, const NodePlacement& place, MPI_Comm world) {
   return threads;
 }
 
-StartPoint decide_start(const TrainOptions& opts) {
+StartPoint decide_start(const TrainOptions& opts, std::optional<checkpoint::SaveLock>& lock) {
   StartPoint start;
   if (!opts.save.empty()) {
     check_save_writable(opts.save);  // a refusal as clear as at the first save, but before it
-    // What cut-off saves of gone writers left; printed now, so that an input error later does not
-    // hide that files were removed.
-    for (const std::string& n : checkpoint::remove_dead_partials(opts.save, nullptr, false)) {
-      std::printf("note: %s\n", n.c_str());
+    std::vector<std::string> notes;
+    lock.emplace(opts.save, notes);
+    const std::optional<checkpoint::Writer>& gone = lock->taken_over();
+    for (const std::string& n :
+         checkpoint::remove_dead_partials(lock->root(), gone ? &*gone : nullptr, false)) {
+      notes.push_back(n);
     }
+    // Now: an input error later must not hide that the lock was taken over or files removed.
+    for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
     std::fflush(stdout);
   }
   start.resume_step = choose_checkpoint(opts.load, opts.load_step, start.notes);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "checkpoint/checkpointing.hpp"
+#include "checkpoint/save_lock.hpp"
 #include "checkpoint/state_files.hpp"
 #include "data/loader.hpp"
 #include "generate/training_sample.hpp"
@@ -46,10 +47,11 @@ struct StartPoint {
 };
 
 // Rank 0's part of start-up, before anything is trained (no MPI: the app agrees on the outcome
-// and broadcasts the step): checks that --save can be written and removes what provably gone
-// writers left there, printing a note for each; chooses the checkpoint --load resumes from and
-// checks that the saves will overwrite nothing. Throws InputError.
-StartPoint decide_start(const TrainOptions& opts);
+// and broadcasts the step). With --save DIR: checks that DIR can be written, takes its lock into
+// `lock` (held until the run ends; checkpoint/save_lock.hpp) and removes what provably gone
+// writers left there, printing a note for each; then chooses the checkpoint --load resumes from
+// and checks that the saves will overwrite nothing. Throws InputError.
+StartPoint decide_start(const TrainOptions& opts, std::optional<checkpoint::SaveLock>& lock);
 
 // Everything a run reads from the user's files and flags, checked. Loading involves no MPI call,
 // so a rank that fails here never leaves the others waiting in a collective: the app agrees on

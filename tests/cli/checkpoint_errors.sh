@@ -148,7 +148,7 @@ fi
 
 # ---- --keep-last, and what interrupted saves left behind ----
 # A cut-off save of a pid on this host that no longer runs is removed; one of another host may be
-# a save in progress (on a shared file system), so it stays.
+# a save in progress (on a shared file system), so it stays (tests/cli/save_lock.sh has the rest).
 fresh
 host=$(hostname | sed 's/[^A-Za-z0-9._-]/_/g')
 sh -c 'exit 0' &
