@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     double peak = row.peak_gflops > 0 ? row.peak_gflops : mpf::measure_peak(row.precision).gflops;
     std::vector<double> ms;
     {
-      mpf::TrainingRun run(mpf::load_inputs(o, rank), MPI_COMM_WORLD);
+      mpf::TrainingRun run(mpf::load_inputs(o, mpf::StartPoint{}, rank), MPI_COMM_WORLD);
       ms = run.train().step_ms;
     }
     if (row.peak_gflops <= 0) peak = std::max(peak, mpf::measure_peak(row.precision).gflops);

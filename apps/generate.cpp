@@ -3,9 +3,13 @@
 // every rank exits with status 2.
 #include <mpi.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "checkpoint/checkpointing.hpp"
 #include "core/error.hpp"
 #include "generate/generation.hpp"
 #include "generate/options.hpp"
@@ -30,13 +34,24 @@ int main(int argc, char** argv) {
       !runtime.choose_mpi_memory(opts.gpu_aware_mpi)) {
     return mpf::kExitBadInput;
   }
-  // Files and flags first (no MPI inside), agreed on; then the model's shards (collective); then
-  // the run, whose errors every rank meets alike.
+  // Rank 0 alone chooses --load's checkpoint (another node's view of a shared file system may
+  // lag), agreed on, and the others learn the step; then files and flags on every rank (no MPI
+  // inside), agreed on; then the model's shards (collective); then the run, whose errors every
+  // rank meets alike.
   const MPI_Comm world = MPI_COMM_WORLD;
+  int64_t step = -1;
+  std::vector<std::string> notes;
+  if (!mpf::all_ranks_succeed(world, [&] {
+        if (rank == 0) step = mpf::choose_checkpoint(opts.load, opts.load_step, notes);
+      })) {
+    return mpf::kExitBadInput;
+  }
+  MPF_MPI_CHECK(MPI_Bcast(&step, 1, MPI_INT64_T, 0, world));
   mpf::GenerateInputs inputs;
   std::unique_ptr<mpf::Generation> run;
   const bool ok =
-      mpf::all_ranks_succeed(world, [&] { inputs = mpf::load_generate_inputs(opts, rank); }) &&
+      mpf::all_ranks_succeed(
+          world, [&] { inputs = mpf::load_generate_inputs(opts, step, notes, rank); }) &&
       mpf::all_ranks_succeed(
           world, [&] { run = std::make_unique<mpf::Generation>(std::move(inputs), world); }) &&
       mpf::all_ranks_succeed(world, [&] { run->run(); });

@@ -1,11 +1,12 @@
-// mpiformer-train: a driver. Parses flags, builds a TrainingRun, trains (or, with --dry-run, says
-// what it would train). Input errors print once (from the lowest failing rank, normally rank 0)
-// and every rank exits with status 2; the run's other outcomes have their own statuses
-// (train/exit_status.hpp).
+// mpiformer-train: a driver. Parses flags, takes --save's lock, builds a TrainingRun, trains (or,
+// with --dry-run, says what it would train). Input errors print once (from the lowest failing
+// rank, normally rank 0) and every rank exits with status 2; the run's other outcomes have their
+// own statuses (train/exit_status.hpp).
 #include <mpi.h>
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "backends/gemm.hpp"
 #include "core/error.hpp"
@@ -37,14 +38,25 @@ int main(int argc, char** argv) {
       !runtime.choose_mpi_memory(opts.gpu_aware_mpi)) {
     return mpf::kExitBadInput;
   }
-  // Files and flags first (no MPI inside), agreed on; then the layout (collective).
+  // Rank 0 alone looks at the checkpoint directories and decides, agreed on, and the others learn
+  // its decision (another node's view of a shared file system may lag): it takes --save's lock,
+  // held until main returns, so released on every way out of here (checkpoint/save_lock.hpp).
+  // Then files and flags on every rank (no MPI inside), agreed on; then the layout (collective).
+  std::optional<mpf::checkpoint::SaveLock> lock;
+  mpf::StartPoint start;
+  if (!mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] {
+        if (rank == 0) start = mpf::decide_start(opts, lock);
+      })) {
+    return mpf::kExitBadInput;
+  }
+  MPF_MPI_CHECK(MPI_Bcast(&start.resume_step, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
   mpf::RunInputs inputs;
   std::unique_ptr<mpf::TrainingRun> run;
-  const bool built =
-      mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] { inputs = mpf::load_inputs(opts, rank); }) &&
-      mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] {
-        run = std::make_unique<mpf::TrainingRun>(std::move(inputs), MPI_COMM_WORLD);
-      });
+  const bool built = mpf::all_ranks_succeed(
+                         MPI_COMM_WORLD, [&] { inputs = mpf::load_inputs(opts, start, rank); }) &&
+                     mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] {
+                       run = std::make_unique<mpf::TrainingRun>(std::move(inputs), MPI_COMM_WORLD);
+                     });
   if (!built) return mpf::kExitBadInput;
   if (opts.dry_run) return run->dry_run();
   try {

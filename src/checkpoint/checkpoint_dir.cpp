@@ -23,6 +23,7 @@ namespace {
 constexpr const char* kPrefix = "step_";
 constexpr int kDigits = 8;
 constexpr const char* kPartial = ".partial-";
+constexpr const char* kLock = "mpiformer.lock";
 
 // "step_00001000" -> 1000; -1 for anything else (a partial directory, a user's file).
 int64_t parse_name(const std::string& s) {
@@ -55,7 +56,20 @@ std::string sync_directory(const std::string& dir) {
   return why;
 }
 
-// mkdir -p.
+std::string host_name() {
+  char host[256] = "host";
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// This process's writer_tag: looked up each time (a few small reads per save), so that a forked
+// process never names its files after its parent.
+std::string my_tag() {
+  return writer_tag(this_process());
+}
+
+}  // namespace
+
 std::string make_directories(const std::string& dir) {
   if (dir.empty() || is_directory(dir)) return "";
   const size_t slash = dir.find_last_of('/', dir.size() - 2);
@@ -68,13 +82,13 @@ std::string make_directories(const std::string& dir) {
   return "";
 }
 
-std::string host_name() {
-  char host[256] = "host";
-  gethostname(host, sizeof host - 1);
-  return host;
+std::string lock_file(const std::string& root) {
+  return root + "/" + kLock;
 }
 
-}  // namespace
+std::string lock_partial(const std::string& root) {
+  return lock_file(root) + kPartial + my_tag();
+}
 
 std::string name(int64_t step) {
   char buf[32];
@@ -130,7 +144,7 @@ std::vector<std::string> list_partial(const std::string& root) {
     if (at == std::string::npos) continue;
     const std::string base = e.substr(0, at);
     if ((parse_name(base) >= 0 && is_directory(root + "/" + e)) ||
-        (base == "latest" && !is_directory(root + "/" + e))) {
+        ((base == "latest" || base == kLock) && !is_directory(root + "/" + e))) {
       out.push_back(root + "/" + e);
     }
   }
@@ -158,7 +172,7 @@ int64_t read_latest(const std::string& root) {
 }
 
 std::string latest_partial(const std::string& root) {
-  return root + "/latest" + kPartial + host_name() + "-" + std::to_string(getpid());
+  return root + "/latest" + kPartial + my_tag();
 }
 
 std::string probe_writable(const std::string& root) {
@@ -184,7 +198,7 @@ std::string probe_writable(const std::string& root) {
 
 std::string create_partial(const std::string& root, int64_t step, std::string& partial) {
   if (std::string e = make_directories(root); !e.empty()) return e;
-  partial = path(root, step) + kPartial + host_name() + "-" + std::to_string(getpid());
+  partial = path(root, step) + kPartial + my_tag();
   if (mkdir(partial.c_str(), 0755) != 0) {
     return "cannot create " + partial + " (" + errno_text() + ")";
   }
@@ -255,6 +269,59 @@ std::string remove_partial(const std::string& partial) {
                : "cannot remove " + partial + " (" + errno_text() + ")";
   }
   return remove(partial, step);
+}
+
+std::optional<PartialWriter> partial_writer(const std::string& partial) {
+  const std::string base = partial.substr(partial.find_last_of('/') + 1);
+  const size_t at = base.find(kPartial);
+  if (at == std::string::npos) return std::nullopt;
+  const std::string tag = base.substr(at + std::strlen(kPartial));
+  const size_t last = tag.find_last_of('-');
+  if (last == std::string::npos || last + 1 == tag.size()) return std::nullopt;
+  PartialWriter w;
+  for (size_t i = last + 1; i < tag.size(); ++i) {
+    if (tag[i] < '0' || tag[i] > '9' || w.pid > 100000000) return std::nullopt;
+    w.pid = w.pid * 10 + (tag[i] - '0');
+  }
+  w.host = tag.substr(0, last);
+  // "<job>-<host>": a job tag has no '-' and reads "nojob" or "job...".
+  const size_t first = w.host.find('-');
+  const std::string job = w.host.substr(0, first);
+  if (first != std::string::npos && (job == "nojob" || job.compare(0, 3, "job") == 0)) {
+    w.job = job;
+    w.host = w.host.substr(first + 1);
+  }
+  return w;
+}
+
+std::vector<std::string> remove_dead_partials(const std::string& root, const Writer* dead,
+                                              bool own_only) {
+  const Writer me = this_process();
+  const std::string my_host = safe_name(me.host);
+  std::vector<std::string> notes;
+  for (const std::string& p : list_partial(root)) {
+    const std::optional<PartialWriter> w = partial_writer(p);
+    const bool here = w && w->host == my_host;
+    std::string why;
+    if (here && w->pid == me.pid && (w->job.empty() || w->job == job_tag(me.slurm_job))) {
+      why = "a save of this run that was cut off";
+    } else if (own_only) {
+      continue;
+    } else if (dead && w && w->host == safe_name(dead->host) && w->pid == dead->pid &&
+               (w->job.empty() || w->job == job_tag(dead->slurm_job))) {
+      why = "a save of the gone run on " + describe(*dead);
+    } else if (here && !process_running(w->pid, 0)) {
+      why = "a cut-off save: pid " + std::to_string(w->pid) + " no longer runs on " + me.host;
+    } else {
+      notes.push_back("kept " + p + ": its writer" +
+                      (w ? " (pid " + std::to_string(w->pid) + " on " + w->host + ")" : "") +
+                      " may still be saving; remove it once that run is over");
+      continue;
+    }
+    const std::string kept = remove_partial(p);
+    notes.push_back(kept.empty() ? "removed " + p + ", " + why : kept);
+  }
+  return notes;
 }
 
 std::string remove(const std::string& dir, int64_t step) {

@@ -1,22 +1,30 @@
 // The checkpoint directory of a training run (--save DIR, --load DIR):
 //
 //   DIR/step_00001000/model_00001000.bin      parameters: an llm.c model file (--init-from reads
-//   it) DIR/step_00001000/optimizer_00001000.bin  AdamW's m and v, whole tensors in the same order
+//                                             it)
+//   DIR/step_00001000/optimizer_00001000.bin  AdamW's m and v, whole tensors in the same order
 //   DIR/step_00001000/state_00001000.txt      the rest of the state (checkpoint_info.hpp)
 //   DIR/latest                                one line naming the newest complete checkpoint
+//   DIR/mpiformer.lock                        the run writing here, while it runs (save_lock.hpp)
 //
 // A checkpoint becomes visible only when complete: it is written into
-// DIR/step_00001000.partial-<host>-<pid>, its files synced, and the directory renamed into place
-// (never over an existing one); `latest` is then replaced through a synced temporary and a rename.
-// A crash at any point leaves the previous checkpoint and `latest` as they were.
+// DIR/step_00001000.partial-<job>-<host>-<pid> (writer_tag: named by its writer, so that a save
+// never mistakes another run's save in progress for its own leftover), its files synced, and the
+// directory renamed into place (never over an existing one); `latest` is then replaced through a
+// synced temporary and a rename. A crash at any point leaves the previous checkpoint and `latest`
+// as they were.
 //
-// Everything here is POSIX on one rank (world rank 0 saves the directory entries; every rank may
-// read them): the tensors themselves are written collectively by checkpointing.hpp.
+// Everything here is POSIX on one rank (world rank 0 saves the directory entries and reads the
+// listing; the others read only the files of a checkpoint rank 0 chose): the tensors themselves
+// are written collectively by checkpointing.hpp.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "checkpoint/writer.hpp"
 
 namespace mpf::checkpoint {
 
@@ -34,13 +42,32 @@ std::string state_file_in(const std::string& dir, int64_t step);
 // not exist.
 std::vector<int64_t> list_steps(const std::string& root);
 // What interrupted saves left in root: directories step_NNNNNNNN.partial-* and temporaries
-// latest.partial-*.
+// latest.partial-* and mpiformer.lock.partial-*.
 std::vector<std::string> list_partial(const std::string& root);
 // Removes one of them (remove() for a directory).
 std::string remove_partial(const std::string& partial);
+// Who wrote a partial, as its name says: "<job>-<host>-<pid>" (writer_tag), or "<host>-<pid>"
+// as earlier versions named them (job ""); nullopt if the name holds no pid.
+struct PartialWriter {
+  std::string job, host;  // job_tag() and safe_name() forms
+  long pid = 0;
+};
+std::optional<PartialWriter> partial_writer(const std::string& partial);
+// Removes the partials in root (list_partial) whose writer is provably gone: this process (an
+// earlier save of it, cut off), `dead` (a lock holder this run found gone and took over from), or
+// a pid on this host that no longer runs. Another run's may be a save in progress: each is kept,
+// with a note. Returns the notes. With `own_only`, only this process's are looked at.
+std::vector<std::string> remove_dead_partials(const std::string& root, const Writer* dead,
+                                              bool own_only);
 // The step root/latest names, or -1 if root has no `latest`. Throws InputError if it is not one
 // line naming a checkpoint.
 int64_t read_latest(const std::string& root);
+
+// root/mpiformer.lock (save_lock.hpp), and the temporary this process writes it through.
+std::string lock_file(const std::string& root);
+std::string lock_partial(const std::string& root);
+// mkdir -p: "" or what stopped it.
+std::string make_directories(const std::string& dir);
 
 // "" if this process can create and remove a file in root or, where root does not exist yet, in
 // the nearest existing directory above it (where create_partial would make it); else what stops
@@ -64,7 +91,7 @@ std::string commit(const std::string& root, int64_t step, const std::string& par
 std::string remove(const std::string& dir, int64_t step);
 // The step of a partial directory's path (list_partial), -1 if it is not one.
 int64_t partial_step(const std::string& dir);
-// The temporary `latest` is written to before its rename: root/latest.partial-<host>-<pid>.
+// The temporary `latest` is written to before its rename: root/latest.partial-<writer_tag>.
 std::string latest_partial(const std::string& root);
 
 }  // namespace mpf::checkpoint

@@ -120,9 +120,9 @@ std::string intact_alternative(const std::string& root, int64_t below) {
   return "";
 }
 
-std::optional<ResumePoint> find_checkpoint(const std::string& dir, int64_t load_step,
-                                           std::vector<std::string>& notes) {
-  if (dir.empty()) return std::nullopt;
+int64_t choose_checkpoint(const std::string& dir, int64_t load_step,
+                          std::vector<std::string>& notes) {
+  if (dir.empty()) return -1;
   const std::string root = without_trailing_slash(dir);
   if (!is_directory(root)) {
     require(!path_exists(root),
@@ -130,7 +130,7 @@ std::optional<ResumePoint> find_checkpoint(const std::string& dir, int64_t load_
     notes.push_back("--load " + root +
                     ": no checkpoint yet (the directory does not exist); "
                     "starting a new run");
-    return std::nullopt;
+    return -1;
   }
   const std::vector<int64_t> steps = checkpoint::list_steps(root);
   int64_t step = 0;
@@ -143,7 +143,7 @@ std::optional<ResumePoint> find_checkpoint(const std::string& dir, int64_t load_
     with_alternative(root, INT64_MAX, [&] { step = checkpoint::read_latest(root); });
     if (step < 0 && steps.empty()) {
       notes.push_back("--load " + root + ": no checkpoint yet; starting a new run");
-      return std::nullopt;
+      return -1;
     }
     if (step >= 0) {
       with_alternative(root, step, [&] {
@@ -175,32 +175,29 @@ std::optional<ResumePoint> find_checkpoint(const std::string& dir, int64_t load_
       }
     }
   }
-  ResumePoint r{root, {}};
-  with_alternative(root, step, [&] { r.info = read_and_check(root, step); });
+  open_checkpoint(root, step);
+  return step;
+}
+
+ResumePoint open_checkpoint(const std::string& dir, int64_t step) {
+  ResumePoint r{without_trailing_slash(dir), {}};
+  with_alternative(r.root, step, [&] { r.info = read_and_check(r.root, step); });
   return r;
 }
 
-void require_same_checkpoint(const std::optional<ResumePoint>& chosen, const std::string& dir,
-                             MPI_Comm world) {
-  // The highest step and minus the lowest, in one all-reduce; none is step 0.
-  int64_t steps[2] = {chosen ? chosen->info.step : 0, 0};
-  steps[1] = -steps[0];
-  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, steps, 2, MPI_INT64_T, MPI_MAX, world));
-  require(steps[0] == -steps[1],
-          "the ranks found different checkpoints in --load " + dir + " (steps " +
-              std::to_string(-steps[1]) + " and " + std::to_string(steps[0]) +
-              "): its file system is not coherent across nodes; pass --load-step N");
+void check_save_writable(const std::string& save) {
+  const std::string root = without_trailing_slash(save);
+  require(!path_exists(root) || is_directory(root),
+          "--save " + root + ": exists and is not a directory; pass a directory for checkpoints");
+  const std::string unwritable = checkpoint::probe_writable(root);
+  require(unwritable.empty(),
+          "--save " + root + ": " + unwritable + "; pass a --save directory this run can write to");
 }
 
 void check_save_directory(const std::string& save, const std::string& load, int64_t first_step) {
   if (save.empty()) return;
   const std::string root = without_trailing_slash(save);
-  require(!path_exists(root) || is_directory(root),
-          "--save " + root + ": exists and is not a directory; pass a directory for checkpoints");
-  // Found now, not at the first save after hours of training (exit 6 with nothing saved).
-  const std::string unwritable = checkpoint::probe_writable(root);
-  require(unwritable.empty(),
-          "--save " + root + ": " + unwritable + "; pass a --save directory this run can write to");
+  check_save_writable(root);
   const std::vector<int64_t> steps = checkpoint::list_steps(root);
   if (steps.empty()) {
     // This program writes `latest` only after a checkpoint directory is in place, so a `latest`
@@ -243,11 +240,9 @@ SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::s
   report.path = checkpoint::path(root, info.step);
   std::string error, partial;
   if (rank == 0) {
-    // A partial directory is a save that was cut off (this run saves one at a time).
-    for (const std::string& p : checkpoint::list_partial(root)) {
-      const std::string kept = checkpoint::remove_partial(p);
-      report.notes.push_back(kept.empty() ? "removed " + p + ", a save that was cut off" : kept);
-    }
+    // This run saves one at a time: a partial of its own is a save of it that was cut off. The
+    // others' were looked at when the lock was taken (checkpoint/save_lock.hpp).
+    report.notes = checkpoint::remove_dead_partials(root, nullptr, /*own_only=*/true);
     error = checkpoint::create_partial(root, info.step, partial);
   }
   error = broadcast(error, 0, world);

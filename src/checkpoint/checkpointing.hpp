@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,32 +20,39 @@ struct ResumePoint {
   CheckpointInfo info;
 };
 
-// The checkpoint --load DIR (and --load-step N) names, its state file read and its two binary
-// files' headers and sizes checked; nullopt when DIR holds no checkpoint yet (a job script may
-// always pass --load), with a note saying so. Without --load-step: the one `latest` names, or a
-// complete one newer than that (its save was cut off before `latest` was updated). No MPI: every
-// rank reads the same small files (require_same_checkpoint checks that they chose alike).
-// Throws InputError naming the file, and the newest intact checkpoint to use instead.
-// `dir` and `load_step` are --load's and --load-step's (0: none); "" finds nothing. The model
-// file of what it finds is an llm.c file (checkpoint::model_file) any reader of weights can use.
-std::optional<ResumePoint> find_checkpoint(const std::string& dir, int64_t load_step,
-                                           std::vector<std::string>& notes);
+// Which checkpoint --load DIR (and --load-step N) names: its step, or -1 when DIR holds none yet
+// (a job script may always pass --load), with a note saying so. Without --load-step: the one
+// `latest` names, or a complete one newer than that (its save was cut off before `latest` was
+// updated), with a note. The choice's state file is read and its binary files' headers and sizes
+// checked. Throws InputError naming the file, and the newest intact checkpoint to use instead.
+// `dir` and `load_step` are --load's and --load-step's (0: none); "" finds nothing.
+//
+// World rank 0 alone chooses and broadcasts the step, then every rank opens it: on a parallel
+// file system another node's view of the directory may lag behind, and ranks that chose alone
+// could choose differently and then read different checkpoints as one.
+int64_t choose_checkpoint(const std::string& dir, int64_t load_step,
+                          std::vector<std::string>& notes);
 
-// Collective over world: refuses (InputError on every rank) ranks that found different
-// checkpoints in --load `dir` (`chosen`: find_checkpoint's on this rank). Each rank looks alone,
-// and a file system not coherent across nodes could show them different ones, which they would
-// then read collectively as one.
-void require_same_checkpoint(const std::optional<ResumePoint>& chosen, const std::string& dir,
-                             MPI_Comm world);
+// The checkpoint `step` of --load `dir`, as choose_checkpoint chose it: its state file read and
+// its two binary files' headers and sizes checked. No MPI. Throws InputError as
+// choose_checkpoint does. Its model file (checkpoint::model_file) is an llm.c file any reader of
+// weights can use.
+ResumePoint open_checkpoint(const std::string& dir, int64_t step);
 
 // "The newest intact checkpoint older than step `below` is DIR/step_N: resume from it with
 // --load DIR --load-step N." or "" if there is none. Intact: complete, its state file readable
 // and its binary files of the right sizes (their checksums are verified when it loads).
 std::string intact_alternative(const std::string& root, int64_t below);
 
+// Refuses (InputError) a --save directory that is not one, or that this process cannot write in
+// (or, where it does not exist yet, in the nearest directory above it, where saving makes it):
+// found at start-up, not at the first save after hours of training.
+void check_save_writable(const std::string& save);
+
 // Refuses (InputError) a --save directory (`save`; `load`: --load's) this run would write over:
 // checkpoints of another run when not resuming from it, the checkpoint steps this run is about
-// to save, or a `latest` it did not write (one beside no checkpoint).
+// to save, or a `latest` it did not write (one beside no checkpoint); and what
+// check_save_writable refuses. World rank 0 checks, holding the directory's lock.
 void check_save_directory(const std::string& save, const std::string& load, int64_t first_step);
 
 struct SaveReport {
@@ -58,7 +66,8 @@ struct SaveReport {
 // Collective over world: writes the state after info.step into root (atomically: a partial
 // directory renamed into place, then `latest`), then keeps only the newest keep_last (0: all).
 // A failed save removes its partial directory and leaves the previous checkpoint and `latest`
-// untouched; the error is the same on every rank.
+// untouched; the error is the same on every rank. Rank 0 alone changes the directory's entries,
+// and returns only after a broadcast: no rank reads them before they are there.
 SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::string& root,
                            CheckpointInfo info, int keep_last);
 

@@ -68,17 +68,16 @@ std::string joined(const std::vector<int32_t>& ids) {
 
 }  // namespace
 
-GenerateInputs load_generate_inputs(const GenerateOptions& opts, int world_rank) {
+GenerateInputs load_generate_inputs(const GenerateOptions& opts, int64_t step,
+                                    const std::vector<std::string>& notes, int world_rank) {
   GenerateInputs in;
   in.opts = opts;
   if (!opts.load.empty()) {
-    std::vector<std::string> notes;
-    in.checkpoint = find_checkpoint(opts.load, opts.load_step, notes);
-    require(in.checkpoint.has_value(),
-            "--load " + opts.load + ": " +
-                (path_exists(opts.load) ? "holds no checkpoint" : "no such directory") +
-                "; pass the --save directory of a training run, or an llm.c model file with "
-                "--init-from");
+    require(step >= 0, "--load " + opts.load + ": " +
+                           (path_exists(opts.load) ? "holds no checkpoint" : "no such directory") +
+                           "; pass the --save directory of a training run, or an llm.c model "
+                           "file with --init-from");
+    in.checkpoint = open_checkpoint(opts.load, step);
     // Say when `latest` was passed over for a newer complete checkpoint (a save cut off).
     for (const std::string& note : notes) in.notes.push_back("note: " + note);
     in.cfg = in.checkpoint->info.model;
@@ -112,7 +111,6 @@ GenerateInputs load_generate_inputs(const GenerateOptions& opts, int world_rank)
 
 Generation::Generation(GenerateInputs in, MPI_Comm world) : in_(std::move(in)) {
   const GenerateOptions& o = in_.opts;
-  require_same_checkpoint(in_.checkpoint, o.load, world);
   grid_ = std::make_unique<Grid>(world, o.tp, /*pp=*/1, /*dp=*/1);
   shard_ = make_tp_shard(in_.cfg, grid_->tp_rank(), grid_->tp_size());
   params_ = Parameters::allocate(shard_, "mpf::params");

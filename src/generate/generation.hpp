@@ -35,8 +35,10 @@ struct GenerateInputs {
 
 // Throws InputError for a bad model file or checkpoint directory, tokenizer, prompt (ids outside
 // the vocabulary, text for a model that is not byte-level, longer than max_seq_len) or output
-// path (rank 0 checks those: they must not exist).
-GenerateInputs load_generate_inputs(const GenerateOptions& opts, int world_rank);
+// path (rank 0 checks those: they must not exist). With --load, `step` is the checkpoint world
+// rank 0 chose (choose_checkpoint, -1: none) and broadcast, `notes` rank 0's notes on it.
+GenerateInputs load_generate_inputs(const GenerateOptions& opts, int64_t step,
+                                    const std::vector<std::string>& notes, int world_rank);
 
 class Generation {
  public:

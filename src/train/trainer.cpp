@@ -105,10 +105,36 @@ int choose_threads(int requested, const NodePlacement& place, MPI_Comm world) {
   return threads;
 }
 
-RunInputs load_inputs(const TrainOptions& given, int world_rank) {
+StartPoint decide_start(const TrainOptions& opts, std::optional<checkpoint::SaveLock>& lock) {
+  StartPoint start;
+  if (!opts.save.empty() && opts.dry_run) {
+    // A dry run takes no lock and removes nothing: it says what a run would find.
+    if (std::string lock = checkpoint::inspect_lock(opts.save); !lock.empty()) {
+      start.notes.push_back("--save: " + lock);
+    }
+  } else if (!opts.save.empty()) {
+    check_save_writable(opts.save);  // a refusal as clear as at the first save, but before it
+    std::vector<std::string> notes;
+    lock.emplace(opts.save, notes);
+    const std::optional<checkpoint::Writer>& gone = lock->taken_over();
+    for (const std::string& n :
+         checkpoint::remove_dead_partials(lock->root(), gone ? &*gone : nullptr, false)) {
+      notes.push_back(n);
+    }
+    // Now: an input error later must not hide that the lock was taken over or files removed.
+    for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
+    std::fflush(stdout);
+  }
+  start.resume_step = choose_checkpoint(opts.load, opts.load_step, start.notes);
+  check_save_directory(opts.save, opts.load, start.resume_step >= 0 ? start.resume_step + 1 : 1);
+  return start;
+}
+
+RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int world_rank) {
   RunInputs in;
   in.opts = given;
-  in.resume = find_checkpoint(given.load, given.load_step, in.notes);
+  in.notes = start.notes;
+  if (start.resume_step >= 0) in.resume = open_checkpoint(given.load, start.resume_step);
   if (in.resume) {
     adopt_checkpoint_options(in.opts, in.resume->info,
                              checkpoint::state_file(in.resume->root, in.resume->info.step),
@@ -156,7 +182,6 @@ RunInputs load_inputs(const TrainOptions& given, int world_rank) {
                             " tokens): the run continues at the same file and token position");
     }
   }
-  check_save_directory(opts.save, opts.load, in.resume ? in.resume->info.step + 1 : 1);
   if (opts.sample_every > 0) {
     require(opts.pp == 1,
             "--sample-every needs --pp 1: a pipeline stage holds only its blocks. "
@@ -189,7 +214,6 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
       resume_(in.resume),
       notes_(in.notes),
       warnings_(in.warnings) {
-  require_same_checkpoint(resume_, opts_.load, world);
   set_up_grid(world);
   plan_pipeline();
   plan_stages();

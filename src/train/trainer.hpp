@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "checkpoint/checkpointing.hpp"
+#include "checkpoint/save_lock.hpp"
 #include "checkpoint/state_files.hpp"
 #include "data/loader.hpp"
 #include "generate/training_sample.hpp"
@@ -39,6 +40,20 @@
 
 namespace mpf {
 
+// What world rank 0 alone reads and decides before any other rank reads a checkpoint directory:
+// every rank then acts on rank 0's view of a shared file system, whose other nodes' views may lag.
+struct StartPoint {
+  int64_t resume_step = -1;        // the checkpoint --load resumes from; -1: none, a new run
+  std::vector<std::string> notes;  // rank 0's, for it to print
+};
+
+// Rank 0's part of start-up, before anything is trained (no MPI: the app agrees on the outcome
+// and broadcasts the step). With --save DIR: checks that DIR can be written, takes its lock into
+// `lock` (held until the run ends; checkpoint/save_lock.hpp) and removes what provably gone
+// writers left there, printing a note for each; then chooses the checkpoint --load resumes from
+// and checks that the saves will overwrite nothing. Throws InputError.
+StartPoint decide_start(const TrainOptions& opts, std::optional<checkpoint::SaveLock>& lock);
+
 // Everything a run reads from the user's files and flags, checked. Loading involves no MPI call,
 // so a rank that fails here never leaves the others waiting in a collective: the app agrees on
 // the outcome (any_rank_failed) before building the run.
@@ -53,9 +68,10 @@ struct RunInputs {
   std::optional<Tokenizer> tokenizer;        // --tokenizer, for --sample-every
 };
 
-// Throws InputError for any bad file or flag, or a checkpoint that cannot be resumed. Rank 0 also
-// checks that --save-llmc and --trace can be written.
-RunInputs load_inputs(const TrainOptions& opts, int world_rank);
+// Throws InputError for any bad file or flag, or a checkpoint that cannot be resumed. `start`:
+// rank 0's decision (decide_start), the same step on every rank. Rank 0 also checks that
+// --save-llmc and --trace can be written.
+RunInputs load_inputs(const TrainOptions& opts, const StartPoint& start, int world_rank);
 
 struct TrainResult {
   std::vector<double> step_ms;  // each step's wall time (as rank 0 measured it)

@@ -209,29 +209,4 @@ TEST(Sampler, SameTokenOnAnyVocabularySplit) {
   }
 }
 
-// --load: each rank finds its checkpoint alone (generate and train). Ranks that agree go on; ranks
-// that found different steps all stop with one InputError naming both steps.
-TEST(Checkpoint, RanksThatFoundDifferentCheckpointsAllStop) {
-  const MPI_Comm world = MPI_COMM_WORLD;
-  auto found = [](int64_t step) {
-    ResumePoint r;
-    r.root = "ckpt";
-    r.info.step = step;
-    return std::optional<ResumePoint>(r);
-  };
-  EXPECT_NO_THROW(require_same_checkpoint(found(500), "ckpt", world));
-  EXPECT_NO_THROW(require_same_checkpoint(std::nullopt, "ckpt", world));
-  if (size_of(world) < 2) return;
-  const int rank = rank_of(world);
-  try {
-    require_same_checkpoint(found(rank == 0 ? 500 : 400), "ckpt", world);
-    ADD_FAILURE() << "rank " << rank << " went on";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("steps 400 and 500"), std::string::npos) << e.what();
-  }
-  // A rank with no checkpoint against one that found step 500.
-  EXPECT_THROW(require_same_checkpoint(rank == 0 ? found(500) : std::nullopt, "ckpt", world),
-               InputError);
-}
-
 }  // namespace mpf
