@@ -71,4 +71,34 @@ else
   bad "TERM then USR1 at once: exit $status, stopped after '${stopped:-?}'"
   grep -vE '^step ' "$WORK/twice.log" | tail -4
 fi
+# The job scripts pass on one stop request per job part: scancel's TERM to the script, then
+# another signal (a second scancel, the time limit's USR1) is not passed on, since to the ranks a
+# second request after the first is acknowledged means "exit now, unsaved". The script runs
+# outside Slurm here (its variables set by hand; MPICH's mpiexec as the launcher), with steps of
+# about a second and the trainer's same-request window cut to 0.1 s, so that the second signal
+# comes after it, mid-step. The script's status is the ranks' 3 (mpiexec itself exits 0 after
+# passing a signal on).
+mkdir "$WORK/job"
+(
+  cd "$WORK/job" || exit 1
+  export SLURM_JOB_ID=4711 SLURM_NTASKS=1 LAUNCHER=mpiexec MPIFORMER_TRAIN="$TRAIN" \
+    MODEL="--layers 2 --heads 4 --dim 256" STEPS=50 BATCH=48 SEQ_LEN=256 SAVE_DIR="$WORK/job/ckpt" \
+    SAVE_EVERY=0 VAL_DATA=none EXTRA_ARGS="--val-every 0" MPIFORMER_STOP_SAME_REQUEST_S=0.1
+  bash "${MPIFORMER_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/ci/slurm/cpu.sbatch" >job.log 2>&1 &
+  script=$!
+  wait_for job.log '^step 1/50' && kill -TERM "$script" && sleep 0.3 && kill -TERM "$script"
+  wait "$script"
+  echo "status $?" >>job.log
+)
+log=$WORK/job/job.log
+stopped=$(sed -nE "s/^SIGUSR1 received: stopped after step ([0-9]+); saved.*/\1/p" "$log")
+if grep -q '^status 3$' "$log" && [ -n "$stopped" ] &&
+  [ "$(grep -c 'asking the ranks to save and stop' "$log")" -eq 1 ] &&
+  grep -q 'SIGTERM received: a stop is already asked for (SIGTERM); not passed on' "$log" &&
+  ! grep -q 'exiting now' "$log" &&
+  [ "$(cat "$WORK/job/ckpt/latest" 2>/dev/null)" = "$(printf 'step_%08d' "$stopped")" ]; then
+  ok "the job script, TERM twice: one request passed on, step $stopped saved, status 3"
+else
+  bad "the job script, TERM twice: $(grep -E '^status|job 4711|stopped|exiting' "$log" | tr '\n' ' ')"
+fi
 finish

@@ -188,7 +188,7 @@ if id=$(submit); then
   saved=$(sed -nE 's/^SIGUSR1 received: stopped after step ([0-9]+); saved .*/\1/p' "$log")
   if [ -n "$saved" ] && [ "$(cat "$SAVE_DIR/latest" 2>/dev/null)" = "$(printf 'step_%08d' "$saved")" ] &&
     grep -q 'Restarts=0' <<<"$info" && grep -q 'ExitCode=3:0' <<<"$info" &&
-    ! grep -q requeueing "$log"; then
+    ! grep -q requeueing "$log" && [ "$(grep -c 'asking the ranks to save' "$log")" -eq 1 ]; then
     ok "TERM to the job script: the ranks saved step $saved, the job ended with status 3, not requeued"
   else
     bad "TERM to the job script: saved '${saved:-nothing}', $(grep -oE 'JobState=[A-Z]+|Restarts=[0-9]+|ExitCode=[0-9:]+' <<<"$info" | tr '\n' ' ')"
