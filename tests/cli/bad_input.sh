@@ -81,7 +81,7 @@ expect_error "trace is the checkpoint" 1 "--trace and --save-llmc name the same 
 out=$("$TRAIN" --help 2>&1)
 [ $? -eq 0 ] && grep -q -- "--init-from" <<<"$out" && ok "--help prints the flags" || bad "--help"
 # Every exit status the trainer can return (train/exit_status.hpp) is in --help's paragraph and
-# in docs/checkpoints.md's table, 128+N (a second stop signal) among them.
+# in the README's table, 128+N (a second stop signal) among them.
 src=$(cd "$(dirname "$0")/../.." && pwd)
 statuses=$(grep -oE '= [0-9]+,' "$src/src/train/exit_status.hpp" | tr -dc '0-9\n')
 grep -q 'return 128 + signal' "$src/src/train/exit_status.hpp" && statuses="$statuses 128+N 130 143"
@@ -89,10 +89,10 @@ paragraph=" $(sed -n '/^SIGUSR1, SIGTERM or SIGINT/,$p' <<<"$out" | tr '\n(' '  
 listed=yes
 for st in $statuses; do
   grep -qF " $st " <<<"$paragraph" || { listed=no; bad "--help's exit statuses lack $st"; }
-  grep -qF "| $st |" "$src/docs/checkpoints.md" || [[ $st =~ ^1[34] ]] ||
-    { listed=no; bad "docs/checkpoints.md's exit-status table lacks $st"; }
+  grep -qF "| $st |" "$src/README.md" || [[ $st =~ ^1[34] ]] ||
+    { listed=no; bad "the README's exit-status table lacks $st"; }
 done
-[ $listed = yes ] && ok "--help and docs/checkpoints.md list the exit statuses $(tr '\n' ' ' <<<"$statuses")"
+[ $listed = yes ] && ok "--help and the README list the exit statuses $(tr '\n' ' ' <<<"$statuses")"
 # --lr-decay-steps 0 means "follow --steps", as when not given: --help says so.
 grep -A1 -- "--lr-decay-steps" <<<"$out" | grep -q "default, or 0: --steps" && ok "--help: --lr-decay-steps 0" ||
   bad "--help does not say what --lr-decay-steps 0 means"
