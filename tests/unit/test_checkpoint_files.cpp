@@ -5,8 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "checkpoint/checkpoint_dir.hpp"
 #include "checkpoint/checkpoint_info.hpp"
@@ -19,16 +17,8 @@ using test::input_error;
 using ::testing::HasSubstr;
 namespace ckpt = checkpoint;
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+using test::read_file;
+using test::write_file;
 
 class CheckpointDirTest : public test::ScratchDirTest {
  protected:
@@ -56,8 +46,8 @@ TEST_F(CheckpointDirTest, CommitMakesItVisibleThenLatest) {
   save(12, "twelve");
   EXPECT_EQ(ckpt::list_steps(dir_), (std::vector<int64_t>{4, 12}));
   EXPECT_EQ(ckpt::read_latest(dir_), 12);
-  EXPECT_EQ(read(dir_ + "/latest"), "step_00000012\n");
-  EXPECT_EQ(read(ckpt::model_file(dir_, 4)), "four");
+  EXPECT_EQ(read_file(dir_ + "/latest"), "step_00000012\n");
+  EXPECT_EQ(read_file(ckpt::model_file(dir_, 4)), "four");
   EXPECT_TRUE(ckpt::list_partial(dir_).empty());
 }
 
@@ -67,7 +57,7 @@ TEST_F(CheckpointDirTest, CommitNeverReplacesACheckpoint) {
   ASSERT_EQ(ckpt::create_partial(dir_, 4, partial), "");
   ASSERT_EQ(ckpt::write_text(ckpt::model_file_in(partial, 4), "second"), "");
   EXPECT_THAT(ckpt::commit(dir_, 4, partial), HasSubstr("cannot rename"));
-  EXPECT_EQ(read(ckpt::model_file(dir_, 4)), "first");
+  EXPECT_EQ(read_file(ckpt::model_file(dir_, 4)), "first");
   // The partial directory is left for the caller to remove, and is listed as such.
   ASSERT_EQ(ckpt::list_partial(dir_).size(), 1u);
   EXPECT_EQ(ckpt::partial_step(ckpt::list_partial(dir_)[0]), 4);
@@ -83,17 +73,17 @@ TEST_F(CheckpointDirTest, CreatesTheRootAndItsParents) {
 }
 
 TEST_F(CheckpointDirTest, WriteTextNeverOverwrites) {
-  write(path("mine.txt"), "user data");
+  write_file(path("mine.txt"), "user data");
   EXPECT_THAT(ckpt::write_text(path("mine.txt"), "ours"), HasSubstr("cannot create"));
-  EXPECT_EQ(read(path("mine.txt")), "user data");
+  EXPECT_EQ(read_file(path("mine.txt")), "user data");
 }
 
 TEST_F(CheckpointDirTest, RemoveKeepsAUsersFile) {
   save(4, "four");
   save(8, "eight");
-  write(ckpt::path(dir_, 4) + "/notes.txt", "keep me");
+  write_file(ckpt::path(dir_, 4) + "/notes.txt", "keep me");
   EXPECT_THAT(ckpt::remove(ckpt::path(dir_, 4), 4), HasSubstr("was kept"));
-  EXPECT_EQ(read(ckpt::path(dir_, 4) + "/notes.txt"), "keep me");
+  EXPECT_EQ(read_file(ckpt::path(dir_, 4) + "/notes.txt"), "keep me");
   EXPECT_FALSE(std::filesystem::exists(ckpt::model_file(dir_, 4)));
   EXPECT_EQ(ckpt::remove(ckpt::path(dir_, 8), 8), "");
   EXPECT_FALSE(std::filesystem::exists(ckpt::path(dir_, 8)));
@@ -103,18 +93,18 @@ TEST_F(CheckpointDirTest, ListsOnlyCheckpointDirectories) {
   save(3, "three");
   std::filesystem::create_directory(path("step_12"));        // too few digits
   std::filesystem::create_directory(path("step_0000001x"));  // not a number
-  write(path("step_00000007"), "a file, not a directory");
+  write_file(path("step_00000007"), "a file, not a directory");
   std::filesystem::create_directory(path("step_00000009.partial-host-1"));
   EXPECT_EQ(ckpt::list_steps(dir_), (std::vector<int64_t>{3}));
   EXPECT_EQ(ckpt::list_partial(dir_).size(), 1u);
 }
 
 TEST_F(CheckpointDirTest, MalformedLatest) {
-  write(path("latest"), "garbage\n");
+  write_file(path("latest"), "garbage\n");
   EXPECT_THAT(
       input_error([&] { ckpt::read_latest(dir_); }),
       ::testing::AllOf(HasSubstr("latest"), HasSubstr("garbage"), HasSubstr("--load-step")));
-  write(path("latest"), "");
+  write_file(path("latest"), "");
   EXPECT_THAT(input_error([&] { ckpt::read_latest(dir_); }), HasSubstr("does not name"));
 }
 
@@ -144,7 +134,7 @@ CheckpointInfo filled() {
 
 TEST_F(CheckpointDirTest, StateFileRoundTrip) {
   const CheckpointInfo c = filled();
-  write(path("state.txt"), to_text(c));
+  write_file(path("state.txt"), to_text(c));
   const CheckpointInfo r = read_checkpoint_info(path("state.txt"));
   // Field by field through the text form: the same text means every field came back.
   EXPECT_EQ(to_text(r), to_text(c));
@@ -161,7 +151,7 @@ TEST_F(CheckpointDirTest, StateFileRefusals) {
   auto with = [&](const std::string& from, const std::string& to) {
     std::string t = good;
     t.replace(t.find(from), from.size(), to);
-    write(path("state.txt"), t);
+    write_file(path("state.txt"), t);
     return input_error([&] { read_checkpoint_info(path("state.txt")); });
   };
   EXPECT_THAT(with("format = 1", "format = 2"),

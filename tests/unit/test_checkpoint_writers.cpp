@@ -9,8 +9,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "checkpoint/checkpoint_dir.hpp"
 #include "checkpoint/save_lock.hpp"
@@ -25,16 +23,8 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 namespace ckpt = checkpoint;
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+using test::read_file;
+using test::write_file;
 
 std::vector<std::string> names_in(const std::string& dir) {
   std::vector<std::string> out;
@@ -106,7 +96,7 @@ TEST_F(SaveLockTest, TakesAndReleases) {
     ckpt::SaveLock lock(root, notes);
     EXPECT_TRUE(notes.empty());
     EXPECT_FALSE(lock.taken_over());
-    const std::optional<ckpt::Writer> holder = ckpt::parse_lock(read(ckpt::lock_file(root)));
+    const std::optional<ckpt::Writer> holder = ckpt::parse_lock(read_file(ckpt::lock_file(root)));
     ASSERT_TRUE(holder.has_value());
     EXPECT_EQ(holder->pid, long(getpid()));
     EXPECT_EQ(names_in(root), std::vector<std::string>{"mpiformer.lock"});  // no temporary left
@@ -117,26 +107,26 @@ TEST_F(SaveLockTest, TakesAndReleases) {
 TEST_F(SaveLockTest, RefusesALiveHolder) {
   const long parent = long(getppid());
   const std::string text = ckpt::lock_text(as_pid(parent, start_time_of(parent)));
-  write(ckpt::lock_file(dir_), text);
+  write_file(ckpt::lock_file(dir_), text);
   std::vector<std::string> notes;
   EXPECT_THAT(
       input_error([&] { ckpt::SaveLock lock(dir_, notes); }),
       AllOf(HasSubstr("--save " + dir_ + " is in use by the run on host"),
             HasSubstr("(pid " + std::to_string(parent) + ")"),
             HasSubstr("since 2025-01-02T03:04:05Z"), HasSubstr("pass another --save directory")));
-  EXPECT_EQ(read(ckpt::lock_file(dir_)), text);
+  EXPECT_EQ(read_file(ckpt::lock_file(dir_)), text);
   EXPECT_EQ(names_in(dir_), std::vector<std::string>{"mpiformer.lock"});
 }
 
 TEST_F(SaveLockTest, TakesOverAGoneHolder) {
   const long gone = gone_pid();
-  write(ckpt::lock_file(dir_), ckpt::lock_text(as_pid(gone, 12345)));
+  write_file(ckpt::lock_file(dir_), ckpt::lock_text(as_pid(gone, 12345)));
   std::vector<std::string> notes;
   {
     ckpt::SaveLock lock(dir_, notes);
     ASSERT_TRUE(lock.taken_over());
     EXPECT_EQ(lock.taken_over()->pid, gone);
-    EXPECT_EQ(ckpt::parse_lock(read(ckpt::lock_file(dir_)))->pid, long(getpid()));
+    EXPECT_EQ(ckpt::parse_lock(read_file(ckpt::lock_file(dir_)))->pid, long(getpid()));
     EXPECT_EQ(names_in(dir_), std::vector<std::string>{"mpiformer.lock"});  // no marker left
   }
   ASSERT_EQ(notes.size(), 1u);
@@ -150,16 +140,16 @@ TEST_F(SaveLockTest, ReleasesOnlyItsOwnLock) {
   {
     ckpt::SaveLock lock(dir_, notes);
     // Another run has since taken it over (as one that found this run gone would).
-    write(path("other"), other);
+    write_file(path("other"), other);
     std::filesystem::rename(path("other"), ckpt::lock_file(dir_));
   }
-  EXPECT_EQ(read(ckpt::lock_file(dir_)), other);
+  EXPECT_EQ(read_file(ckpt::lock_file(dir_)), other);
 }
 
 // Several new runs find the same gone holder at the same moment: exactly one takes the lock over,
 // the others are refused (it is in use by the one that did), and nothing is left behind.
 TEST_F(SaveLockTest, OneOfManyTakesOverAtOnce) {
-  write(ckpt::lock_file(dir_), ckpt::lock_text(as_pid(gone_pid(), 12345)));
+  write_file(ckpt::lock_file(dir_), ckpt::lock_text(as_pid(gone_pid(), 12345)));
   constexpr int kRuns = 6;
   int go[2], results[2], release[2];
   ASSERT_EQ(pipe(go), 0);
@@ -199,7 +189,7 @@ TEST_F(SaveLockTest, OneOfManyTakesOverAtOnce) {
     taken += c == 'Y';
   }
   EXPECT_EQ(taken, 1);
-  const std::optional<ckpt::Writer> holder = ckpt::parse_lock(read(ckpt::lock_file(dir_)));
+  const std::optional<ckpt::Writer> holder = ckpt::parse_lock(read_file(ckpt::lock_file(dir_)));
   ASSERT_TRUE(holder.has_value());
   EXPECT_NE(std::find(runs.begin(), runs.end(), pid_t(holder->pid)), runs.end());
   close(release[1]);
@@ -271,8 +261,8 @@ TEST_F(WriterTest, CleanupRemovesOnlyAGoneWritersPartials) {
            "step_00000006.partial-job8-other-5"}) {
     std::filesystem::create_directory(path(d));
   }
-  write(path("latest.partial-nojob-" + here + "-" + gone), "step_00000002\n");
-  write(path("mpiformer.lock.partial-nojob-" + here + "-" + gone), "a lock never linked");
+  write_file(path("latest.partial-nojob-" + here + "-" + gone), "step_00000002\n");
+  write_file(path("mpiformer.lock.partial-nojob-" + here + "-" + gone), "a lock never linked");
   // A save looks at its own alone.
   std::vector<std::string> notes = ckpt::remove_dead_partials(dir_, nullptr, true);
   ASSERT_EQ(notes.size(), 1u);

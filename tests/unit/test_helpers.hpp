@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include <cmath>
@@ -122,5 +124,17 @@ class ScratchDirTest : public ::testing::Test {
 
   std::string dir_;
 };
+
+// A whole small file as text, and a file written with `text` (replacing it).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+inline void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
 
 }  // namespace mpf::test

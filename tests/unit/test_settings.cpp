@@ -38,7 +38,9 @@ TEST(Settings, FlagsAndKeysAreUniqueAndHelpListsEveryFlag) {
   const std::string help = usage();
   for (const Setting* s : rows()) {
     EXPECT_TRUE(flags.insert(s->flag).second) << s->flag;
-    if (s->key) EXPECT_TRUE(keys.insert(s->key).second) << s->key;
+    if (s->key) {
+      EXPECT_TRUE(keys.insert(s->key).second) << s->key;
+    }
     EXPECT_NE(help.find(std::string("  ") + s->flag + " "), std::string::npos) << s->flag;
     // A setting saved in a checkpoint has a policy for the resumed run, and only then.
     EXPECT_EQ(s->key != nullptr, s->on_resume != OnResume::not_saved) << s->flag;
