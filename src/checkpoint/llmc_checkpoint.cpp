@@ -28,7 +28,7 @@ std::string checkpoint_name(const std::string& path) {
   return "checkpoint " + path;
 }
 
-File open_checkpoint(const std::string& path, int64_t& bytes) {
+File open_llmc_file(const std::string& path, int64_t& bytes) {
   return open_for_reading(path, checkpoint_name(path), "an llm.c model file", bytes);
 }
 
@@ -94,7 +94,7 @@ GPTConfig read_header(std::FILE* f, int64_t bytes, const std::string& path, cons
 
 GPTConfig read_config(const std::string& path, const HeaderKind& kind) {
   int64_t bytes = 0;
-  File f = open_checkpoint(path, bytes);
+  File f = open_llmc_file(path, bytes);
   return read_header(f.get(), bytes, path, kind);
 }
 
@@ -124,7 +124,7 @@ void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
 void read_checkpoint_params(const std::string& path, const GPTConfig& cfg,
                             std::vector<float>& out) {
   int64_t bytes = 0;
-  File f = open_checkpoint(path, bytes);
+  File f = open_llmc_file(path, bytes);
   const GPTConfig file_cfg = read_header(f.get(), bytes, path, kModelFile);
   require(same_shape(file_cfg, cfg), checkpoint_name(path) + ": holds model " + describe(file_cfg) +
                                          " but " + describe(cfg) + " was expected; pass the " +
