@@ -117,6 +117,12 @@ MailProg=/bin/true
 # srun (inside a node) listens for its step's I/O on these ports of its node's address.
 SrunPortRange=60001-60999
 SlurmdParameters=config_overrides
+# A node that stops answering is DOWN after 10 s (Slurm's default: 300 s), and its jobs end or
+# requeue then: the node-loss test waits for this.
+SlurmdTimeout=10
+# A pending job is looked at every 5 s (default 60 s): a requeued job starts soon after its
+# BeginTime (cred_expire + 1 s after the requeue).
+SchedulerParameters=sched_interval=5
 EOF
   for i in $(seq 1 "$NODES"); do
     echo "NodeName=node$i NodeAddr=$(node_addr "$i") CPUs=4 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=2000 State=UNKNOWN" >>"$CONF"
