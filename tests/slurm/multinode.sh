@@ -6,10 +6,10 @@
 #   - DP 2 across the nodes, launched by srun (PMI2) and by MPICH's mpiexec (LAUNCHER=mpiexec:
 #     hydra over srun), alike;
 #   - PP 2 across the nodes with the zero-bubble schedule zb-h1 (4 microbatches).
-# MPICH talks UCX: TCP between nodes, shared memory inside one. Each layout's step lines (loss,
-# lr, norm) must equal those of the same layout under plain `mpiexec -n 4` on one node: the same
-# layout gives bit-identical losses. The faults (signals, cancel, node loss) are
-# multinode_faults.sh's. Exit 77 (ctest SKIP_RETURN_CODE) with the reason where namespaces or
+# MPICH talks UCX: TCP between nodes (the bytes are counted on node2's link), shared memory
+# inside one. Each layout's step lines (loss, lr, norm) must equal those of the same layout under
+# plain `mpiexec -n 4` on one node: the same layout gives bit-identical losses. The faults
+# (signals, cancel, node loss) are multinode_faults.sh's. Exit 77 (ctest SKIP_RETURN_CODE) with the reason where namespaces or
 # Slurm are unavailable. The cluster is always stopped (namespaces, veths, bridge, daemons).
 set -uo pipefail
 TEST=slurm_multinode
@@ -24,15 +24,17 @@ logs=()
 # job NAME GRID: cpu.sbatch across 2 nodes, 2 ranks each, with the variables exported now; checks
 # that it completed, its grid, where its ranks ran and UCX's transports. Sets `log`.
 job() {
-  local t id where
+  local t id where crossed
   export SAVE_DIR=$WORK/ckpt_$1
   t=$(now)
   log=
+  crossed=$(link_bytes)
   id=$(submit) || { refused "$1"; return 1; }
   log=$WORK/mpiformer-$id.log
   logs+=("$log")
   wait_gone "$id" "$JOB_TIMEOUT"
   completed "$id" "$1 ($(since "$t"))"
+  crossed=$(($(link_bytes) - crossed))
   if grep -q "^grid: world 4 = $2" "$log" 2>/dev/null; then
     ok "$1: grid: one 4-rank MPI world across the nodes as $2"
   else
@@ -47,12 +49,24 @@ job() {
     bad "$1: placement: '$where'"
   fi
   # The ranks talked over the nodes' veths (TCP) and shared memory, with no complaint from UCX
-  # (a device it cannot see is a warning, then a fallback).
+  # (a device it cannot see is a warning, then a fallback), and their messages crossed the
+  # network: the gradients' or the activations' bytes, well over 1 MB in both directions
+  # together; Slurm's own traffic is a few kB.
   if grep -q "UCX_TLS=self,sm,tcp" "$log" && ! grep -q "UCX  WARN" "$log"; then
     ok "$1: UCX: self,sm,tcp on mpf0, no warnings"
   else
     bad "$1: UCX: $(grep -m 3 -E 'UCX_TLS=|UCX  WARN' "$log")"
   fi
+  if [ "$crossed" -gt 1000000 ]; then
+    ok "$1: $((crossed / 1000)) kB crossed node2's link"
+  else
+    bad "$1: only $crossed bytes crossed node2's link: the ranks did not talk over the network"
+  fi
+}
+
+# The bytes node2's link has carried, both ways (its host end's counters).
+link_bytes() {
+  echo $(($(cat /sys/class/net/mpfh2/statistics/rx_bytes) + $(cat /sys/class/net/mpfh2/statistics/tx_bytes)))
 }
 
 # same_as_one_node NAME LOG: LOG's step lines equal those of its flags under mpiexec -n 4 on the host.
