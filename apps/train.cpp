@@ -14,12 +14,10 @@
 #include "train/stop_signals.hpp"
 #include "train/trainer.hpp"
 
-int main(int argc, char** argv) {
-  // Before MPI_Init: a time-limit signal that comes during start-up is then a request to stop,
-  // not the default action (the process killed, the job chain broken); and before any thread
-  // exists (MPI's, OpenMP's), so that every thread inherits the stop signals blocked.
-  mpf::install_stop_signals();
-  mpf::Runtime runtime(&argc, &argv);
+namespace {
+
+// The run, from its flags to its end: the process's exit status (train/exit_status.hpp).
+int train(mpf::Runtime& runtime, int argc, char** argv) {
   const int rank = runtime.world_rank();
 
   mpf::TrainOptions opts;
@@ -50,4 +48,16 @@ int main(int argc, char** argv) {
   } catch (const mpf::InputError& e) {
     MPF_FATAL(e.what());  // one rank alone: the others may wait in a collective
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before MPI_Init: a time-limit signal that comes during start-up is then a request to stop,
+  // not the default action (the process killed, the job chain broken); and before any thread
+  // exists (MPI's, OpenMP's), so that every thread inherits the stop signals blocked.
+  mpf::install_stop_signals();
+  mpf::Runtime runtime(&argc, &argv);
+  // The run's objects are gone before Kokkos and MPI end; MPI_Finalize gets a time limit.
+  return runtime.finish(train(runtime, argc, argv));
 }
