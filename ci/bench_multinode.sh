@@ -177,7 +177,7 @@ for rate in ${RATES:-10gbit 1gbit}; do
 done
 
 echo "CPU: $(lscpu | sed -nE 's/^Model name: *//p' | head -n 1) (family $(lscpu | sed -nE 's/^CPU family: *//p' | head -n 1)," \
-  "model $(lscpu | sed -nE 's/^Model: *//p' | head -n 1)), $(nproc) cores, shared by both nodes"
+  "model $(lscpu | sed -nE 's/^Model: *//p' | head -n 1)), $(getconf _NPROCESSORS_ONLN) cores, shared by both nodes"
 echo "GPT-2 124M shape (L$L C$C H$H V$V), batch $BATCH x $SEQ, 1 rank x 1 thread per node, steps 2..$STEPS timed"
 printf '%-20s %-30s %9s %9s %9s %7s %6s %5s\n' layout link "ms/step" "one node" predicted error \
   "sum" load
