@@ -2,7 +2,8 @@
 #   make run     the default training job (mpiexec -n $(NP), built-in corpus, no downloads)
 #   make test    the whole test suite (ctest)
 #   make bench   GPT-2 124M throughput against PyTorch, pipeline schedules vs the simulator,
-#                checkpoint I/O, generation (tokens/s, the KV cache's per-token cost)
+#                checkpoint I/O, generation (tokens/s, the KV cache's per-token cost), DP and PP
+#                across two namespaced nodes on shaped links (as root; else a SKIP line)
 #   make install PREFIX=/opt/mpiformer
 
 BUILD ?= build
@@ -46,12 +47,14 @@ test: build
 
 # GPT-2 124M against PyTorch measured in the same run (fp32 and bf16 on both cores, DP scaling at
 # 8 x 256); then the pipeline schedules against the simulator, checkpoint I/O against dd, and
-# generation. Measure as users run: env -u OPENBLAS_CORETYPE make bench.
+# generation; last DP and PP across two Slurm nodes in network namespaces, links shaped to 10 and
+# 1 Gbit/s. Measure as users run: env -u OPENBLAS_CORETYPE make bench.
 bench: build
 	bash ci/bench_throughput.sh $(BUILD)
 	bash ci/bench_pipeline.sh $(BUILD)
 	bash ci/bench_checkpoint.sh $(BUILD)
 	bash ci/bench_generate.sh $(BUILD)
+	bash ci/bench_multinode.sh $(BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

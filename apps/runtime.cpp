@@ -2,9 +2,16 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <Kokkos_Core.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/gemm.hpp"
@@ -21,6 +28,15 @@
 
 namespace mpf {
 
+namespace {
+// MPICH 4.0's MPI_Finalize over UCX 1.13's TCP transport can wait forever: each rank flushes its
+// connections, a flush waits for the peer's acknowledgement, and a peer that has finished its
+// own flushes sits in the launcher's barrier, reading nothing more (one 4-rank run in two or
+// three across two nodes here). Every rank has finished its work by then (finish() waits for
+// all of them first), and a healthy MPI_Finalize takes well under a second.
+constexpr int kFinalizeSeconds = 5;
+}  // namespace
+
 Runtime::Runtime(int* argc, char*** argv) {
   keep_freed_host_memory();
   int provided = 0;
@@ -29,8 +45,41 @@ Runtime::Runtime(int* argc, char*** argv) {
 }
 
 Runtime::~Runtime() {
+  if (finished_) return;
   if (kokkos_) Kokkos::finalize();
   MPI_Finalize();
+}
+
+int Runtime::finish(int status) {
+  if (finished_) return status;
+  finished_ = true;
+  if (kokkos_) Kokkos::finalize();
+  std::fflush(nullptr);  // all output out: the guard may end the process without flushing it
+  // No rank is cut off while another still works (a rank 0 writing a file): the time limit
+  // starts once all are here.
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::mutex mutex;
+  std::condition_variable returned;
+  bool done = false;
+  std::thread guard([&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (returned.wait_for(lock, std::chrono::seconds(kFinalizeSeconds), [&] { return done; })) {
+      return;
+    }
+    std::fprintf(stderr,
+                 "mpiformer: [rank %d] MPI_Finalize has not returned after %d s (a peer's "
+                 "transport waits on one that has left it): exiting with status %d without it\n",
+                 rank_, kFinalizeSeconds, status);
+    _exit(status);
+  });
+  MPI_Finalize();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    done = true;
+  }
+  returned.notify_one();
+  guard.join();
+  return status;
 }
 
 int Runtime::start_kernels(int requested_threads, int argc, char** argv) {

@@ -12,7 +12,7 @@ class Runtime {
   // Keeps freed host memory in the process (core/host_memory.hpp), then starts MPI, funneled:
   // only the main thread calls it (watchdog and checkpoint staging threads never do).
   Runtime(int* argc, char*** argv);
-  // Kokkos::finalize if start_kernels ran, then MPI_Finalize.
+  // Kokkos::finalize if start_kernels ran, then MPI_Finalize; nothing after finish().
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -32,9 +32,15 @@ class Runtime {
   // error) for a bad value.
   bool choose_mpi_memory(const std::string& gpu_aware_mpi);
 
+  // The destructor's work with MPI_Finalize given a time limit: a process whose MPI_Finalize has
+  // not returned by then exits with `status` all the same (runtime.cpp says why). Returns
+  // `status`, for main's `return runtime.finish(status)`.
+  int finish(int status);
+
  private:
   int rank_ = 0;
   bool kokkos_ = false;
+  bool finished_ = false;
 };
 
 }  // namespace mpf

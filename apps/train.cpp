@@ -16,12 +16,10 @@
 #include "train/stop_signals.hpp"
 #include "train/trainer.hpp"
 
-int main(int argc, char** argv) {
-  // Before MPI_Init: a time-limit signal that comes during start-up is then a request to stop,
-  // not the default action (the process killed, the job chain broken); and before any thread
-  // exists (MPI's, OpenMP's), so that every thread inherits the stop signals blocked.
-  mpf::install_stop_signals();
-  mpf::Runtime runtime(&argc, &argv);
+namespace {
+
+// The run, from its flags to its end: the process's exit status (train/exit_status.hpp).
+int train(mpf::Runtime& runtime, int argc, char** argv) {
   const int rank = runtime.world_rank();
 
   mpf::TrainOptions opts;
@@ -40,7 +38,7 @@ int main(int argc, char** argv) {
   }
   // Rank 0 alone looks at the checkpoint directories and decides, agreed on, and the others learn
   // its decision (another node's view of a shared file system may lag): it takes --save's lock,
-  // held until main returns, so released on every way out of here (checkpoint/save_lock.hpp).
+  // held until train() returns, so released on every way out of here (checkpoint/save_lock.hpp).
   // Then files and flags on every rank (no MPI inside), agreed on; then the layout (collective).
   std::optional<mpf::checkpoint::SaveLock> lock;
   mpf::StartPoint start;
@@ -64,4 +62,16 @@ int main(int argc, char** argv) {
   } catch (const mpf::InputError& e) {
     MPF_FATAL(e.what());  // one rank alone: the others may wait in a collective
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before MPI_Init: a time-limit signal that comes during start-up is then a request to stop,
+  // not the default action (the process killed, the job chain broken); and before any thread
+  // exists (MPI's, OpenMP's), so that every thread inherits the stop signals blocked.
+  mpf::install_stop_signals();
+  mpf::Runtime runtime(&argc, &argv);
+  // The run's objects are gone before Kokkos and MPI end; MPI_Finalize gets a time limit.
+  return runtime.finish(train(runtime, argc, argv));
 }

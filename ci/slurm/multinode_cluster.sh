@@ -117,6 +117,12 @@ MailProg=/bin/true
 # srun (inside a node) listens for its step's I/O on these ports of its node's address.
 SrunPortRange=60001-60999
 SlurmdParameters=config_overrides
+# A node that stops answering is DOWN after 10 s (Slurm's default: 300 s), and its jobs end or
+# requeue then: the node-loss test waits for this.
+SlurmdTimeout=10
+# A pending job is looked at every 5 s (default 60 s): a requeued job starts soon after its
+# BeginTime (cred_expire + 1 s after the requeue).
+SchedulerParameters=sched_interval=5
 EOF
   for i in $(seq 1 "$NODES"); do
     echo "NodeName=node$i NodeAddr=$(node_addr "$i") CPUs=4 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=2000 State=UNKNOWN" >>"$CONF"
@@ -227,17 +233,22 @@ start() {
     # Its own hostname (a UTS namespace that lives as long as slurmd and the jobs it starts): the
     # ranks see node<i> from gethostname(), as on a real cluster. Its own /sys too (a mount
     # namespace, like `ip netns exec` makes): UCX lists network devices from /sys/class/net, and
-    # the host's sysfs shows the host's devices, not mpf0; and its own /etc/hosts (above).
+    # the host's sysfs shows the host's devices, not mpf0; its own /etc/hosts (above); and its
+    # own boot id: UCX takes two processes with one boot id for one host and joins them through
+    # shared memory, which every namespace here shares, so without it "inter-node" messages would
+    # never touch the network.
     # slurmd needs the cgroup file systems under /sys/fs/cgroup: the new sysfs gets the host's
     # ones bound into it before it covers /sys. Propagation "slave": the host's later mounts still show inside, the node's mounts
     # stay its own (the host never sees DIR/sys-node<i> mounted). slurmd daemonises.
     mkdir -p "$DIR/sys-node$i"
+    cat /proc/sys/kernel/random/uuid >"$DIR/boot_id-node$i" # a fresh one at each read
     timeout 30 nsenter --net="/run/netns/$(ns_of "$i")" \
       unshare --uts --mount --propagation slave sh -c "
         mount -t sysfs sysfs '$DIR/sys-node$i' &&
         mount --rbind /sys/fs/cgroup '$DIR/sys-node$i/fs/cgroup' &&
         mount --rbind '$DIR/sys-node$i' /sys &&
         mount --bind '$DIR/hosts' /etc/hosts &&
+        mount --bind '$DIR/boot_id-node$i' /proc/sys/kernel/random/boot_id &&
         hostname node$i && exec slurmd -f '$CONF' -N node$i" ||
       abort "slurmd of node$i failed to start"
   done
