@@ -37,6 +37,18 @@ wait_for() {
 }
 
 no_jobs() { [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ]; }
+# Cancels every job while slurmctld (its pid file $1) can still do it, so that their steps end in
+# order rather than outliving slurmd in their slurmstepd, and gives them a few seconds to go.
+cancel_jobs() {
+  [ -n "$(pid_of "$1" slurmctld)" ] || return 0
+  local jobs
+  jobs=$(timeout 5 squeue -h -o %i 2>/dev/null | tr '\n' ' ') || jobs=
+  if [ -n "${jobs// /}" ]; then
+    # shellcheck disable=SC2086  # a list of job ids
+    timeout 5 scancel $jobs 2>/dev/null || true
+    wait_for 10 no_jobs || true
+  fi
+}
 ctld_up() { [[ $(timeout 5 scontrol ping 2>/dev/null) == *"is UP"* ]]; }
 
 # stop_pids PID...: SIGTERM to all at once, then wait; SIGKILL to any still alive after 20 s.

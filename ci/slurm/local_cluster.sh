@@ -170,15 +170,7 @@ stop() {
   export SLURM_CONF=$CONF
   # Jobs still running (a test that timed out) would outlive slurmd in their slurmstepd: cancel
   # them while slurmctld can still do it, and give them a few seconds to go.
-  if [ -n "$(pid_of "$DIR/slurmctld.pid" slurmctld)" ]; then
-    local jobs
-    jobs=$(timeout 5 squeue -h -o %i 2>/dev/null | tr '\n' ' ') || jobs=
-    if [ -n "${jobs// /}" ]; then
-      # shellcheck disable=SC2086  # a list of job ids
-      timeout 5 scancel $jobs 2>/dev/null || true
-      wait_for 10 no_jobs || true
-    fi
-  fi
+  cancel_jobs "$DIR/slurmctld.pid"
   stop_daemons
   echo "local_cluster: stopped ($DIR)"
   exit 0

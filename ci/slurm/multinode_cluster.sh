@@ -299,15 +299,7 @@ stop() {
   export SLURM_CONF=$CONF
   # Cancel the jobs while slurmctld can still do it (their steps then end in order). Without
   # DIR (removed under a running cluster) the teardown still finds the namespaces by name.
-  if [ -d "$DIR" ] && [ -n "$(pid_of "$DIR/slurmctld.pid" slurmctld)" ]; then
-    local jobs
-    jobs=$(timeout 5 squeue -h -o %i 2>/dev/null | tr '\n' ' ') || jobs=
-    if [ -n "${jobs// /}" ]; then
-      # shellcheck disable=SC2086  # a list of job ids
-      timeout 5 scancel $jobs 2>/dev/null || true
-      wait_for 10 no_jobs || true
-    fi
-  fi
+  if [ -d "$DIR" ]; then cancel_jobs "$DIR/slurmctld.pid"; fi
   teardown
   echo "$LOG_TAG: stopped ($DIR)"
   exit 0
