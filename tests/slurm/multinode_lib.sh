@@ -6,16 +6,8 @@ SRC=${MPIFORMER_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 TRAIN=${MPIFORMER_TRAIN:?set MPIFORMER_TRAIN to the mpiformer-train binary}
 CLUSTER=$SRC/ci/slurm/multinode_cluster.sh
 
-skip() {
-  echo "$TEST: SKIP: $*"
-  exit 77
-}
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
+# shellcheck source=tests/slurm/report_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/report_lib.sh"
 
 preflight() {
   [ "$(id -u)" -eq 0 ] || skip "not root (namespaces, bridge and the Slurm daemons need it)"

@@ -13,16 +13,9 @@ TRAIN=${MPIFORMER_TRAIN:?set MPIFORMER_TRAIN to the mpiformer-train binary}
 CLUSTER=$SRC/ci/slurm/local_cluster.sh
 JOB_TIMEOUT=180
 
-skip() {
-  echo "slurm_smoke: SKIP: $*"
-  exit 77
-}
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
+TEST=slurm_smoke
+# shellcheck source=tests/slurm/report_lib.sh
+. "$(dirname "$0")/report_lib.sh"
 
 [ "$(id -u)" -eq 0 ] || skip "not root (the Slurm daemons and munged need it)"
 [ -x "$TRAIN" ] || skip "no trainer at $TRAIN"
