@@ -57,6 +57,7 @@ bench: build
 	bash ci/bench_pipeline.sh $(BUILD)
 	bash ci/bench_checkpoint.sh $(BUILD)
 	bash ci/bench_generate.sh $(BUILD)
+	bash ci/bench_tokenize.sh $(BUILD)
 	bash ci/bench_multinode.sh $(BUILD)
 
 install: build

@@ -139,11 +139,13 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
       read_unit(files, units[size_t(u)], opts.text_field, [&](std::string_view text) {
         tokens.push_back(encoder.doc_token);
         const std::vector<int32_t> ids = encoder.encode(text);
-        for (int32_t id : ids) {
-          require(id >= 0 && id < encoder.vocab_size,
-                  "tokenizer " + opts.tokenizer + " gave token " + std::to_string(id) +
-                      " outside its vocabulary of " + std::to_string(encoder.vocab_size) +
-                      "; check the tokenizer file");
+        // The message is built only for a bad id: this loop sees every token.
+        const auto bad = std::find_if(
+            ids.begin(), ids.end(), [&](int32_t id) { return id < 0 || id >= encoder.vocab_size; });
+        if (bad != ids.end()) {
+          throw InputError("tokenizer " + opts.tokenizer + " gave token " + std::to_string(*bad) +
+                           " outside its vocabulary of " + std::to_string(encoder.vocab_size) +
+                           "; check the tokenizer file");
         }
         tokens.insert(tokens.end(), ids.begin(), ids.end());
         doc_ends.push_back(int64_t(tokens.size()));
