@@ -3,7 +3,8 @@
 #   make test    the whole test suite (ctest)
 #   make bench   GPT-2 124M throughput against PyTorch, pipeline schedules vs the simulator,
 #                checkpoint I/O, generation (tokens/s, the KV cache's per-token cost), DP and PP
-#                across two namespaced nodes on shaped links (as root; else a SKIP line)
+#                across two namespaced nodes on shaped links (as root; else a SKIP line),
+#                mpiformer-tokenize's MB/s of text per rank
 #   make install PREFIX=/opt/mpiformer
 
 BUILD ?= build
@@ -57,8 +58,8 @@ bench: build
 	bash ci/bench_pipeline.sh $(BUILD)
 	bash ci/bench_checkpoint.sh $(BUILD)
 	bash ci/bench_generate.sh $(BUILD)
-	bash ci/bench_tokenize.sh $(BUILD)
 	bash ci/bench_multinode.sh $(BUILD)
+	bash ci/bench_tokenize.sh $(BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
