@@ -17,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
+bool has_suffix(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -28,7 +28,7 @@ CorpusFile corpus_file(const std::string& path) {
           "input " + path + ": cannot open (" + errno_text() + "); check the path");
   require(S_ISREG(st.st_mode),
           "input " + path + ": not a regular file; pass text files, .jsonl files or directories");
-  return {path, ends_with(path, ".jsonl") ? CorpusFormat::kJsonl : CorpusFormat::kText,
+  return {path, has_suffix(path, ".jsonl") ? CorpusFormat::kJsonl : CorpusFormat::kText,
           int64_t(st.st_size)};
 }
 
@@ -38,7 +38,7 @@ std::vector<CorpusFile> directory_files(const std::string& dir) {
   std::error_code ec;
   for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string p = it->path().string();
-    if (it->is_regular_file(ec) && (ends_with(p, ".txt") || ends_with(p, ".jsonl"))) {
+    if (it->is_regular_file(ec) && (has_suffix(p, ".txt") || has_suffix(p, ".jsonl"))) {
       paths.push_back(p);
     }
   }
@@ -52,7 +52,7 @@ std::vector<CorpusFile> directory_files(const std::string& dir) {
   return files;
 }
 
-std::vector<std::string> expand_glob(const std::string& pattern) {
+std::vector<std::string> expand_input_glob(const std::string& pattern) {
   glob_t g{};
   const int rc = glob(pattern.c_str(), 0, nullptr, &g);
   std::vector<std::string> paths;
@@ -163,7 +163,7 @@ std::vector<CorpusFile> resolve_corpus(const std::vector<std::string>& inputs) {
     require(!input.empty(), "an input is empty; separate paths with single commas");
     struct stat st;
     if (input.find_first_of("*?[") != std::string::npos && stat(input.c_str(), &st) != 0) {
-      for (const auto& p : expand_glob(input)) files.push_back(corpus_file(p));
+      for (const auto& p : expand_input_glob(input)) files.push_back(corpus_file(p));
     } else if (stat(input.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
       for (auto& f : directory_files(input)) files.push_back(std::move(f));
     } else {

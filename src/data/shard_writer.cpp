@@ -10,23 +10,13 @@
 #include "io/llmc_format.hpp"
 #include "io/output_file.hpp"
 #include "io/sha256.hpp"
-#include "parallel/grid.hpp"
+#include "parallel/agreement.hpp"
 
 namespace mpf {
 namespace {
 
 // Tokens per MPI write: well inside an int count of bytes.
 constexpr int64_t kWriteTokens = int64_t(1) << 26;
-
-// "" if every rank's `mine` is empty, else the lowest failing rank's, on every rank.
-std::string agree_on(MPI_Comm comm, const std::string& mine) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  int me = mine.empty() ? size : rank, first = size;
-  MPF_MPI_CHECK(MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, comm));
-  return first == size ? std::string() : broadcast(mine, first, comm);
-}
 
 }  // namespace
 
@@ -182,7 +172,7 @@ std::vector<ShardInfo> ShardWriter::finish(int64_t total) {
       if (error.empty()) error = e.what();
     }
   }
-  check(agree_on(comm_, error));
+  check(first_error(comm_, error));
   MPF_MPI_CHECK(
       MPI_Allreduce(MPI_IN_PLACE, digests.data(), int(digests.size()), MPI_BYTE, MPI_BOR, comm_));
   for (int i = 0; i < n; ++i) closed_[size_t(i)].sha256.assign(&digests[size_t(i) * 64], 64);
@@ -199,7 +189,7 @@ std::vector<ShardInfo> ShardWriter::finish(int64_t total) {
       }
     }
   }
-  check(agree_on(comm_, error));
+  check(first_error(comm_, error));
   finished_ = true;
   return closed_;
 }

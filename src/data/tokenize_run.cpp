@@ -12,6 +12,7 @@
 #include "data/shard_writer.hpp"
 #include "io/llmc_format.hpp"
 #include "io/output_file.hpp"
+#include "parallel/agreement.hpp"
 #include "parallel/grid.hpp"
 
 namespace mpf {
@@ -21,29 +22,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr double kProgressSeconds = 5.0;
-
-// "" if every rank's `mine` is empty, else the lowest failing rank's, on every rank.
-std::string agree_on(MPI_Comm comm, const std::string& mine) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  int me = mine.empty() ? size : rank, first = size;
-  MPF_MPI_CHECK(MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, comm));
-  return first == size ? std::string() : broadcast(mine, first, comm);
-}
-
-// Runs step on this rank; the first InputError of any rank is thrown on every rank.
-template <class Step>
-void agreed(MPI_Comm comm, Step&& step) {
-  std::string error;
-  try {
-    step();
-  } catch (const InputError& e) {
-    error = e.what();
-  }
-  error = agree_on(comm, error);
-  if (!error.empty()) throw InputError(error);
-}
 
 // The output directory, created if missing; refused if it holds this --name's shards or a
 // manifest (nothing a user has is overwritten, and two data sets never mix).
@@ -91,7 +69,7 @@ std::vector<CorpusFile> unpack(const std::string& s) {
   return files;
 }
 
-double mb(int64_t bytes) {
+double megabytes(int64_t bytes) {
   return double(bytes) / 1e6;
 }
 
@@ -106,7 +84,7 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
 
   // Rank 0 alone reads the listings, so every rank works from one view of the file system.
   std::string packed;
-  agreed(comm, [&] {
+  on_every_rank(comm, [&] {
     if (rank != 0) return;
     packed = pack(resolve_corpus(opts.inputs));
     prepare_output(opts);
@@ -133,7 +111,7 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
     tokens.clear();
     doc_ends.clear();
     int64_t mine[3] = {0, 0, 0};  // tokens, documents, text bytes
-    agreed(comm, [&] {
+    on_every_rank(comm, [&] {
       const int64_t u = round * size + rank;
       if (u >= int64_t(units.size())) return;
       read_unit(files, units[size_t(u)], opts.text_field, [&](std::string_view text) {
@@ -189,9 +167,9 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
     if (rank == 0 && std::chrono::duration<double>(now - last_print).count() >= kProgressSeconds) {
       const double s = std::chrono::duration<double>(now - start).count();
       std::printf("tokenize: %.1f of %.1f MB (%.0f%%) | %lld documents | %lld tokens | %.1f MB/s\n",
-                  mb(done_bytes), mb(corpus_bytes),
+                  megabytes(done_bytes), megabytes(corpus_bytes),
                   corpus_bytes > 0 ? 100.0 * double(done_bytes) / double(corpus_bytes) : 100.0,
-                  (long long)done_docs, (long long)done_tokens, mb(done_bytes) / s);
+                  (long long)done_docs, (long long)done_tokens, megabytes(done_bytes) / s);
       std::fflush(stdout);
       last_print = now;
     }
@@ -224,7 +202,7 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
   m.tokens = done_tokens;
   m.text_bytes = done_bytes;
   m.shards = shards;
-  agreed(comm, [&] {
+  on_every_rank(comm, [&] {
     if (rank != 0) return;
     PendingFile out(opts.output_dir + "/manifest.json");
     const std::string text = manifest_json(m);
@@ -240,13 +218,13 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
   summary.shards = int64_t(shards.size());
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (rank == 0) {
-    const double rate = mb(done_bytes) / std::max(summary.seconds, 1e-9);
+    const double rate = megabytes(done_bytes) / std::max(summary.seconds, 1e-9);
     std::printf(
         "tokenize: done | %lld documents | %lld tokens (%lld in validation) | %lld shards "
         "| %.1f MB of text in %.2f s | %.1f MB/s | %.2f MB/s per rank\n",
         (long long)done_docs, (long long)done_tokens,
         (long long)(layout.validation ? writer.validation_end() : 0), (long long)summary.shards,
-        mb(done_bytes), summary.seconds, rate, rate / size);
+        megabytes(done_bytes), summary.seconds, rate, rate / size);
     std::fflush(stdout);
   }
   return summary;
