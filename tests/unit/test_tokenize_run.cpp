@@ -162,7 +162,7 @@ TEST_F(TokenizeRunTest, LargeVocabularyWritesUint32Shards) {
   TokenizeOptions o = options("wide");
   o.val_tokens = 0;
   o.shard_tokens = 1000;
-  o.unit_bytes = 5;
+  o.unit_bytes = 64;
   run_tokenize(o, byte_encoder(70000), "abc", world_);
   const Shard s = read_shard(o.output_dir + "/t_train_000000.bin", 4);
   EXPECT_EQ(s.header[0], 20240801);
@@ -180,7 +180,7 @@ TEST_F(TokenizeRunTest, BadInputIsOneErrorAndLeavesNothing) {
   MPI_Barrier(world_);
   auto fails = [&](const std::string& out, const std::vector<std::string>& inputs) {
     TokenizeOptions o = options(out);
-    o.unit_bytes = 4;
+    o.unit_bytes = 64;
     if (!inputs.empty()) o.inputs = inputs;
     return test::input_error([&] { run_tokenize(o, byte_encoder(257), "abc", world_); });
   };
