@@ -15,9 +15,9 @@ namespace mpf {
 // Pre-tokens' encodings, for the encode call that holds the mutex. Bounded: emptied when full.
 struct BpeTokenizer::Cache {
   static constexpr size_t kMaxEntries = size_t(1) << 16;
-  static constexpr size_t kMaxPieceBytes = 64;
+  static constexpr size_t kMaxPieceBytes = 256;
   std::mutex mutex;
-  std::unordered_map<std::string, std::vector<int32_t>> map;
+  PieceTable table;
 };
 
 // Reads tokenizer.json into a BpeTokenizer; every problem an InputError naming the file.
@@ -313,6 +313,12 @@ BpeTokenizer BpeTokenizerLoader::load(const std::string& path) {
   t.ignore_merges_ = bool_or(model, "ignore_merges", "model.ignore_merges", false);
   read_added_tokens(doc, t);
   read_vocab(model, t);
+  if (t.ignore_merges_) {
+    for (const auto& [bytes, id] : t.vocab_) {
+      const uint64_t h = PieceTable::hash(bytes);
+      if (t.whole_words_.find(bytes, h).size == 0) t.whole_words_.insert(bytes, h, &id, 1);
+    }
+  }
   read_merges(model, t);
   if (const json::Value* post = doc.find("post_processor"))
     read_template(*post, "post_processor", t);
@@ -327,11 +333,10 @@ BpeTokenizer BpeTokenizer::load(const std::string& tokenizer_json) {
 namespace {
 
 // The lowest-ranked pair merged first, the leftmost of equals: on a piece of n tokens, a scan of
-// the n - 1 pairs per merge (pieces are short: words, numbers).
-void merge_by_scan(const MergeTable& merges, std::vector<int32_t>& ids) {
-  constexpr size_t kMax = 64;
-  MergeTable::Merge pairs[kMax];
-  size_t n = ids.size();
+// the n - 1 pairs per merge (pieces are short: words, numbers). Returns the tokens left.
+constexpr size_t kScanMax = 64;
+size_t merge_by_scan(const MergeTable& merges, int32_t* ids, size_t n) {
+  MergeTable::Merge pairs[kScanMax];
   for (size_t p = 0; p + 1 < n; ++p) pairs[p] = merges.find(ids[p], ids[p + 1]);
   for (;;) {
     size_t best = n;
@@ -352,7 +357,7 @@ void merge_by_scan(const MergeTable& merges, std::vector<int32_t>& ids) {
     if (best > 0) pairs[best - 1] = merges.find(ids[best - 1], ids[best]);
     if (best + 1 < n) pairs[best] = merges.find(ids[best], ids[best + 1]);
   }
-  ids.resize(n);
+  return n;
 }
 
 // The same order for long pieces (a sentence of CJK letters, a run of spaces): a heap of pairs by
@@ -397,51 +402,48 @@ void merge_by_heap(const MergeTable& merges, std::vector<int32_t>& ids) {
 
 }  // namespace
 
-void BpeTokenizer::merge(std::vector<int32_t>& ids) const {
-  if (ids.size() < 2) return;
-  if (ids.size() <= 64) {
-    merge_by_scan(merges_, ids);
-  } else {
-    merge_by_heap(merges_, ids);
-  }
-}
-
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out,
                                 Cache* cache) const {
-  if (ignore_merges_ || cache) {
-    // Llama 3's rule: a pre-token in the vocabulary is that token, whatever the merges say.
-    if (ignore_merges_) {
-      const auto it = vocab_.find(std::string(piece));
-      if (it != vocab_.end()) {
-        out.push_back(it->second);
-        return;
-      }
-    }
-    if (cache && piece.size() <= Cache::kMaxPieceBytes) {
-      const auto it = cache->map.find(std::string(piece));
-      if (it != cache->map.end()) {
-        out.insert(out.end(), it->second.begin(), it->second.end());
-        return;
-      }
+  const uint64_t h = PieceTable::hash(piece);
+  if (ignore_merges_) {  // Llama 3's rule: a pre-token in the vocabulary is that token
+    const PieceTable::Ids word = whole_words_.find(piece, h);
+    if (word.size > 0) {
+      out.push_back(word.data[0]);
+      return;
     }
   }
-  std::vector<int32_t> ids(piece.size());
+  if (cache && piece.size() <= Cache::kMaxPieceBytes) {
+    const PieceTable::Ids hit = cache->table.find(piece, h);
+    if (hit.size > 0) {
+      out.insert(out.end(), hit.data, hit.data + hit.size);
+      return;
+    }
+  }
+  const size_t start = out.size();
   for (size_t i = 0; i < piece.size(); ++i) {
     const uint8_t b = static_cast<uint8_t>(piece[i]);
-    ids[i] = byte_ids_[b];
-    if (ids[i] < 0) {
+    if (byte_ids_[b] < 0) {
+      out.resize(start);
       char hex[8];
       std::snprintf(hex, sizeof hex, "0x%02X", b);
       throw InputError("tokenizer " + path_ + ": model.vocab has no token for the byte " + hex +
                        " (" + byte_alphabet::key_of(std::string(1, char(b))) +
                        "), which the text holds; a byte-level vocabulary has all 256");
     }
+    out.push_back(byte_ids_[b]);
   }
-  merge(ids);
-  out.insert(out.end(), ids.begin(), ids.end());
-  if (cache && piece.size() <= Cache::kMaxPieceBytes && piece.size() > 1) {
-    if (cache->map.size() >= Cache::kMaxEntries) cache->map.clear();
-    cache->map.emplace(std::string(piece), std::move(ids));
+  // Merged in place at the end of `out`.
+  if (piece.size() <= kScanMax) {
+    out.resize(start + merge_by_scan(merges_, out.data() + start, piece.size()));
+  } else {
+    std::vector<int32_t> ids(out.begin() + std::ptrdiff_t(start), out.end());
+    merge_by_heap(merges_, ids);
+    out.resize(start);
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+  if (cache && piece.size() > 1 && piece.size() <= Cache::kMaxPieceBytes) {
+    if (cache->table.size() >= Cache::kMaxEntries) cache->table.clear();
+    cache->table.insert(piece, h, out.data() + start, out.size() - start);
   }
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "text/merge_table.hpp"
+#include "text/piece_table.hpp"
 #include "text/pre_tokenizer.hpp"
 
 namespace mpf {
@@ -68,7 +69,6 @@ class BpeTokenizer {
   BpeTokenizer() = default;  // load() makes one
 
   void encode_piece(std::string_view piece, std::vector<int32_t>& out, Cache* cache) const;
-  void merge(std::vector<int32_t>& ids) const;
   void encode_plain(std::string_view text, std::vector<int32_t>& out, Cache* cache) const;
 
   std::string path_;
@@ -78,6 +78,7 @@ class BpeTokenizer {
   std::vector<std::string> pieces_;                 // id -> bytes (empty for an id no token has)
   std::vector<char> known_;                         // id -> whether a token has it
   std::unordered_map<std::string, int32_t> vocab_;  // bytes -> id (model.vocab)
+  PieceTable whole_words_;                          // the same, for ignore_merges' lookups
   int32_t byte_ids_[256];                           // a single byte's token, -1: none
   MergeTable merges_;
   std::vector<AddedToken> added_;  // longest first
