@@ -39,7 +39,18 @@ class BpeTokenizerLoader {
                         const std::string& otherwise) const;
   bool bool_or(const json::Value& obj, std::string_view key, const std::string& name,
                bool otherwise) const;
-  int32_t id_of(const json::Value& v, const std::string& name) const;
+  // `name()` makes the key's name for a message, only when there is one to give.
+  template <class Name>
+  int32_t id_of(const json::Value& v, Name&& name) const {
+    int64_t id = -1;
+    try {
+      id = v.integer();
+    } catch (const json::TypeError&) {
+      fail(name() + " is not an integer token id");
+    }
+    if (id < 0 || id >= INT32_MAX) fail(name() + " is " + std::to_string(id) + ", not a token id");
+    return int32_t(id);
+  }
 
   void read_pre_tokenizer(const json::Value& doc, BpeTokenizer& t) const;
   void read_model_options(const json::Value& model) const;
@@ -74,17 +85,6 @@ bool BpeTokenizerLoader::bool_or(const json::Value& obj, std::string_view key,
   if (!v || v->is_null()) return otherwise;
   if (!v->is_bool()) fail(name + " is " + json::kind_name(v->kind()) + ", not true or false");
   return v->boolean();
-}
-
-int32_t BpeTokenizerLoader::id_of(const json::Value& v, const std::string& name) const {
-  int64_t id = -1;
-  try {
-    id = v.integer();
-  } catch (const json::TypeError&) {
-    fail(name + " is not an integer token id");
-  }
-  if (id < 0 || id >= INT32_MAX) fail(name + " is " + std::to_string(id) + ", not a token id");
-  return int32_t(id);
 }
 
 void BpeTokenizerLoader::read_pre_tokenizer(const json::Value& doc, BpeTokenizer& t) const {
@@ -163,7 +163,7 @@ void BpeTokenizerLoader::read_added_tokens(const json::Value& doc, BpeTokenizer&
     if (!id) fail(name + " has no id");
     const std::string content = string_or(item, "content", name + ".content", "");
     if (content.empty()) fail(name + " has no content");
-    t.added_.push_back({content, id_of(*id, name + ".id")});
+    t.added_.push_back({content, id_of(*id, [&] { return name + ".id"; })});
   }
   std::stable_sort(t.added_.begin(), t.added_.end(), [](const auto& a, const auto& b) {
     return a.content.size() > b.content.size();
@@ -178,7 +178,7 @@ void BpeTokenizerLoader::read_vocab(const json::Value& model, BpeTokenizer& t) c
   std::vector<std::pair<std::string, int32_t>> tokens;
   tokens.reserve(vocab.object().size());
   for (const auto& [key, value] : vocab.object()) {
-    const std::string name = "model.vocab[" + quoted(key) + "]";
+    const auto name = [&key = key] { return "model.vocab[" + quoted(key) + "]"; };
     const int32_t id = id_of(value, name);
     std::optional<std::string> bytes = byte_alphabet::bytes_of(key);
     if (!bytes) {
@@ -186,7 +186,7 @@ void BpeTokenizerLoader::read_vocab(const json::Value& model, BpeTokenizer& t) c
       const bool added = std::any_of(t.added_.begin(), t.added_.end(),
                                      [&](const auto& a) { return a.content == key; });
       if (!added)
-        fail(name +
+        fail(name() +
              ": the key is not written in GPT-2's byte-level alphabet; only byte-level BPE "
              "tokenizers are supported");
       bytes = key;
@@ -196,24 +196,21 @@ void BpeTokenizerLoader::read_vocab(const json::Value& model, BpeTokenizer& t) c
   }
   t.pieces_.assign(size_t(top) + 1, std::string());
   t.known_.assign(size_t(top) + 1, 0);
-  t.vocab_.reserve(tokens.size());
   for (auto& [bytes, id] : tokens) {
     if (t.known_[size_t(id)])
       fail("model.vocab gives id " + std::to_string(id) +
            " to two tokens; each id names one token");
     t.known_[size_t(id)] = 1;
-    t.pieces_[size_t(id)] = bytes;
-    t.vocab_.emplace(std::move(bytes), id);
+    const uint64_t h = PieceTable::hash(bytes);
+    if (t.vocab_.find(bytes, h).size == 0) t.vocab_.insert(bytes, h, &id, 1);
+    t.pieces_[size_t(id)] = std::move(bytes);
   }
   // An added token's content is its text, whatever the vocabulary lists for its id.
   for (const auto& a : t.added_) {
     t.known_[size_t(a.id)] = 1;
     t.pieces_[size_t(a.id)] = a.content;
   }
-  for (int b = 0; b < 256; ++b) {
-    const auto it = t.vocab_.find(std::string(1, char(b)));
-    t.byte_ids_[b] = it == t.vocab_.end() ? -1 : it->second;
-  }
+  for (int b = 0; b < 256; ++b) t.byte_ids_[b] = t.vocab_id(std::string(1, char(b))).value_or(-1);
 }
 
 void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) const {
@@ -223,13 +220,13 @@ void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) 
   t.merges_.reserve(merges->array().size());
   for (size_t rank = 0; rank < merges->array().size(); ++rank) {
     const json::Value& m = merges->array()[rank];
-    const std::string name = "model.merges[" + std::to_string(rank) + "]";
+    const auto name = [rank] { return "model.merges[" + std::to_string(rank) + "]"; };
     std::string left, right;
     if (m.is_string()) {  // "a b"
       const std::string& s = m.string();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
-        fail(name + " " + quoted(s) + " is not two tokens separated by one space");
+        fail(name() + " " + quoted(s) + " is not two tokens separated by one space");
       left = s.substr(0, space);
       right = s.substr(space + 1);
     } else if (m.is_array() && m.array().size() == 2 && m.array()[0].is_string() &&
@@ -237,24 +234,23 @@ void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) 
       left = m.array()[0].string();
       right = m.array()[1].string();
     } else {
-      fail(name + " is neither \"a b\" nor [\"a\", \"b\"]");
+      fail(name() + " is neither \"a b\" nor [\"a\", \"b\"]");
     }
     int32_t ids[2];
     std::string bytes[2];
     for (int k = 0; k < 2; ++k) {
       const std::string& key = k == 0 ? left : right;
-      const std::optional<std::string> b = byte_alphabet::bytes_of(key);
-      const auto it = b ? t.vocab_.find(*b) : t.vocab_.end();
-      if (it == t.vocab_.end())
-        fail(name + " names " + quoted(key) + ", which is not in model.vocab");
-      ids[k] = it->second;
-      bytes[k] = *b;
+      std::optional<std::string> b = byte_alphabet::bytes_of(key);
+      const std::optional<int32_t> id = b ? t.vocab_id(*b) : std::nullopt;
+      if (!id) fail(name() + " names " + quoted(key) + ", which is not in model.vocab");
+      ids[k] = *id;
+      bytes[k] = std::move(*b);
     }
-    const auto merged = t.vocab_.find(bytes[0] + bytes[1]);
-    if (merged == t.vocab_.end())
-      fail(name + " merges " + quoted(left) + " and " + quoted(right) + " into " +
+    const std::optional<int32_t> merged = t.vocab_id(bytes[0] + bytes[1]);
+    if (!merged)
+      fail(name() + " merges " + quoted(left) + " and " + quoted(right) + " into " +
            quoted(left + right) + ", which is not in model.vocab");
-    t.merges_.add(ids[0], ids[1], {int32_t(rank), merged->second});
+    t.merges_.add(ids[0], ids[1], {int32_t(rank), *merged});
   }
 }
 
@@ -281,7 +277,8 @@ void BpeTokenizerLoader::read_template(const json::Value& processor, const std::
     const json::Value* ids = entry ? entry->find("ids") : nullptr;
     if (!ids || !ids->is_array()) fail(name + ".special_tokens has no ids for " + quoted(token));
     for (const json::Value& id : ids->array()) {
-      const int32_t v = id_of(id, name + ".special_tokens[" + quoted(token) + "].ids");
+      const int32_t v =
+          id_of(id, [&] { return name + ".special_tokens[" + quoted(token) + "].ids"; });
       if (v >= int32_t(t.pieces_.size()) || !t.known_[size_t(v)])
         fail(name + ".special_tokens[" + quoted(token) + "] names id " + std::to_string(v) +
              ", which no token has");
@@ -313,12 +310,6 @@ BpeTokenizer BpeTokenizerLoader::load(const std::string& path) {
   t.ignore_merges_ = bool_or(model, "ignore_merges", "model.ignore_merges", false);
   read_added_tokens(doc, t);
   read_vocab(model, t);
-  if (t.ignore_merges_) {
-    for (const auto& [bytes, id] : t.vocab_) {
-      const uint64_t h = PieceTable::hash(bytes);
-      if (t.whole_words_.find(bytes, h).size == 0) t.whole_words_.insert(bytes, h, &id, 1);
-    }
-  }
   read_merges(model, t);
   if (const json::Value* post = doc.find("post_processor"))
     read_template(*post, "post_processor", t);
@@ -406,7 +397,7 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
                                 Cache* cache) const {
   const uint64_t h = PieceTable::hash(piece);
   if (ignore_merges_) {  // Llama 3's rule: a pre-token in the vocabulary is that token
-    const PieceTable::Ids word = whole_words_.find(piece, h);
+    const PieceTable::Ids word = vocab_.find(piece, h);
     if (word.size > 0) {
       out.push_back(word.data[0]);
       return;
@@ -515,9 +506,7 @@ std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {
   for (const AddedToken& a : added_) {
     if (a.content == token) return a.id;
   }
-  const auto it = vocab_.find(std::string(token));
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  return vocab_id(token);
 }
 
 }  // namespace mpf
