@@ -114,9 +114,8 @@ void BpeTokenizerLoader::read_pre_tokenizer(const json::Value& doc, BpeTokenizer
   const json::Value& split = list->array()[0];
   const json::Value& level = list->array()[1];
   const json::Value& pattern = object_at(split, "pattern", "pre_tokenizer Split's pattern");
-  std::string regex = string_or(pattern, "Regex", "pre_tokenizer Split's pattern.Regex", "");
-  if (regex.empty())
-    regex = string_or(pattern, "String", "pre_tokenizer Split's pattern.String", "");
+  // {"String": ...} splits on a literal string, not a pattern: no known byte-level tokenizer's.
+  const std::string regex = string_or(pattern, "Regex", "pre_tokenizer Split's pattern.Regex", "");
   if (regex == split_pattern(PreTokenizer::kLlama3)) {
     t.pre_tokenizer_ = PreTokenizer::kLlama3;
   } else if (regex == split_pattern(PreTokenizer::kGpt2)) {
@@ -131,8 +130,9 @@ void BpeTokenizerLoader::read_pre_tokenizer(const json::Value& doc, BpeTokenizer
          " (or invert true); only Isolated, not inverted, is supported");
   if (bool_or(level, "use_regex", "pre_tokenizer ByteLevel's use_regex", true))
     fail("pre_tokenizer ByteLevel after Split has use_regex true (a second split)" + supported);
-  t.add_prefix_space_ =
-      bool_or(level, "add_prefix_space", "pre_tokenizer ByteLevel's add_prefix_space", false);
+  // There a prefix space would go before every piece of the split, which this encoder does not do.
+  if (bool_or(level, "add_prefix_space", "pre_tokenizer ByteLevel's add_prefix_space", false))
+    fail("pre_tokenizer ByteLevel after Split has add_prefix_space true; only false is supported");
 }
 
 void BpeTokenizerLoader::read_model_options(const json::Value& model) const {
