@@ -15,9 +15,9 @@ namespace mpf {
 // Pre-tokens' encodings, for the encode call that holds the mutex. Bounded: emptied when full.
 struct BpeTokenizer::Cache {
   static constexpr size_t kMaxEntries = size_t(1) << 16;
-  static constexpr size_t kMaxPieceBytes = 64;
+  static constexpr size_t kMaxPieceBytes = 256;
   std::mutex mutex;
-  std::unordered_map<std::string, std::vector<int32_t>> map;
+  PieceTable table;
 };
 
 // Reads tokenizer.json into a BpeTokenizer; every problem an InputError naming the file.
@@ -39,7 +39,18 @@ class BpeTokenizerLoader {
                         const std::string& otherwise) const;
   bool bool_or(const json::Value& obj, std::string_view key, const std::string& name,
                bool otherwise) const;
-  int32_t id_of(const json::Value& v, const std::string& name) const;
+  // `name()` makes the key's name for a message, only when there is one to give.
+  template <class Name>
+  int32_t id_of(const json::Value& v, Name&& name) const {
+    int64_t id = -1;
+    try {
+      id = v.integer();
+    } catch (const json::TypeError&) {
+      fail(name() + " is not an integer token id");
+    }
+    if (id < 0 || id >= INT32_MAX) fail(name() + " is " + std::to_string(id) + ", not a token id");
+    return int32_t(id);
+  }
 
   void read_pre_tokenizer(const json::Value& doc, BpeTokenizer& t) const;
   void read_model_options(const json::Value& model) const;
@@ -76,17 +87,6 @@ bool BpeTokenizerLoader::bool_or(const json::Value& obj, std::string_view key,
   return v->boolean();
 }
 
-int32_t BpeTokenizerLoader::id_of(const json::Value& v, const std::string& name) const {
-  int64_t id = -1;
-  try {
-    id = v.integer();
-  } catch (const json::TypeError&) {
-    fail(name + " is not an integer token id");
-  }
-  if (id < 0 || id >= INT32_MAX) fail(name + " is " + std::to_string(id) + ", not a token id");
-  return int32_t(id);
-}
-
 void BpeTokenizerLoader::read_pre_tokenizer(const json::Value& doc, BpeTokenizer& t) const {
   const std::string supported =
       ": only byte-level BPE with GPT-2's pre-tokenizer (ByteLevel) or Llama 3's (Sequence of "
@@ -114,9 +114,8 @@ void BpeTokenizerLoader::read_pre_tokenizer(const json::Value& doc, BpeTokenizer
   const json::Value& split = list->array()[0];
   const json::Value& level = list->array()[1];
   const json::Value& pattern = object_at(split, "pattern", "pre_tokenizer Split's pattern");
-  std::string regex = string_or(pattern, "Regex", "pre_tokenizer Split's pattern.Regex", "");
-  if (regex.empty())
-    regex = string_or(pattern, "String", "pre_tokenizer Split's pattern.String", "");
+  // {"String": ...} splits on a literal string, not a pattern: no known byte-level tokenizer's.
+  const std::string regex = string_or(pattern, "Regex", "pre_tokenizer Split's pattern.Regex", "");
   if (regex == split_pattern(PreTokenizer::kLlama3)) {
     t.pre_tokenizer_ = PreTokenizer::kLlama3;
   } else if (regex == split_pattern(PreTokenizer::kGpt2)) {
@@ -131,8 +130,9 @@ void BpeTokenizerLoader::read_pre_tokenizer(const json::Value& doc, BpeTokenizer
          " (or invert true); only Isolated, not inverted, is supported");
   if (bool_or(level, "use_regex", "pre_tokenizer ByteLevel's use_regex", true))
     fail("pre_tokenizer ByteLevel after Split has use_regex true (a second split)" + supported);
-  t.add_prefix_space_ =
-      bool_or(level, "add_prefix_space", "pre_tokenizer ByteLevel's add_prefix_space", false);
+  // There a prefix space would go before every piece of the split, which this encoder does not do.
+  if (bool_or(level, "add_prefix_space", "pre_tokenizer ByteLevel's add_prefix_space", false))
+    fail("pre_tokenizer ByteLevel after Split has add_prefix_space true; only false is supported");
 }
 
 void BpeTokenizerLoader::read_model_options(const json::Value& model) const {
@@ -163,7 +163,7 @@ void BpeTokenizerLoader::read_added_tokens(const json::Value& doc, BpeTokenizer&
     if (!id) fail(name + " has no id");
     const std::string content = string_or(item, "content", name + ".content", "");
     if (content.empty()) fail(name + " has no content");
-    t.added_.push_back({content, id_of(*id, name + ".id")});
+    t.added_.push_back({content, id_of(*id, [&] { return name + ".id"; })});
   }
   std::stable_sort(t.added_.begin(), t.added_.end(), [](const auto& a, const auto& b) {
     return a.content.size() > b.content.size();
@@ -178,7 +178,7 @@ void BpeTokenizerLoader::read_vocab(const json::Value& model, BpeTokenizer& t) c
   std::vector<std::pair<std::string, int32_t>> tokens;
   tokens.reserve(vocab.object().size());
   for (const auto& [key, value] : vocab.object()) {
-    const std::string name = "model.vocab[" + quoted(key) + "]";
+    const auto name = [&key = key] { return "model.vocab[" + quoted(key) + "]"; };
     const int32_t id = id_of(value, name);
     std::optional<std::string> bytes = byte_alphabet::bytes_of(key);
     if (!bytes) {
@@ -186,7 +186,7 @@ void BpeTokenizerLoader::read_vocab(const json::Value& model, BpeTokenizer& t) c
       const bool added = std::any_of(t.added_.begin(), t.added_.end(),
                                      [&](const auto& a) { return a.content == key; });
       if (!added)
-        fail(name +
+        fail(name() +
              ": the key is not written in GPT-2's byte-level alphabet; only byte-level BPE "
              "tokenizers are supported");
       bytes = key;
@@ -196,24 +196,21 @@ void BpeTokenizerLoader::read_vocab(const json::Value& model, BpeTokenizer& t) c
   }
   t.pieces_.assign(size_t(top) + 1, std::string());
   t.known_.assign(size_t(top) + 1, 0);
-  t.vocab_.reserve(tokens.size());
   for (auto& [bytes, id] : tokens) {
     if (t.known_[size_t(id)])
       fail("model.vocab gives id " + std::to_string(id) +
            " to two tokens; each id names one token");
     t.known_[size_t(id)] = 1;
-    t.pieces_[size_t(id)] = bytes;
-    t.vocab_.emplace(std::move(bytes), id);
+    const uint64_t h = PieceTable::hash(bytes);
+    if (t.vocab_.find(bytes, h).size == 0) t.vocab_.insert(bytes, h, &id, 1);
+    t.pieces_[size_t(id)] = std::move(bytes);
   }
   // An added token's content is its text, whatever the vocabulary lists for its id.
   for (const auto& a : t.added_) {
     t.known_[size_t(a.id)] = 1;
     t.pieces_[size_t(a.id)] = a.content;
   }
-  for (int b = 0; b < 256; ++b) {
-    const auto it = t.vocab_.find(std::string(1, char(b)));
-    t.byte_ids_[b] = it == t.vocab_.end() ? -1 : it->second;
-  }
+  for (int b = 0; b < 256; ++b) t.byte_ids_[b] = t.vocab_id(std::string(1, char(b))).value_or(-1);
 }
 
 void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) const {
@@ -223,13 +220,13 @@ void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) 
   t.merges_.reserve(merges->array().size());
   for (size_t rank = 0; rank < merges->array().size(); ++rank) {
     const json::Value& m = merges->array()[rank];
-    const std::string name = "model.merges[" + std::to_string(rank) + "]";
+    const auto name = [rank] { return "model.merges[" + std::to_string(rank) + "]"; };
     std::string left, right;
     if (m.is_string()) {  // "a b"
       const std::string& s = m.string();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
-        fail(name + " " + quoted(s) + " is not two tokens separated by one space");
+        fail(name() + " " + quoted(s) + " is not two tokens separated by one space");
       left = s.substr(0, space);
       right = s.substr(space + 1);
     } else if (m.is_array() && m.array().size() == 2 && m.array()[0].is_string() &&
@@ -237,24 +234,23 @@ void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) 
       left = m.array()[0].string();
       right = m.array()[1].string();
     } else {
-      fail(name + " is neither \"a b\" nor [\"a\", \"b\"]");
+      fail(name() + " is neither \"a b\" nor [\"a\", \"b\"]");
     }
     int32_t ids[2];
     std::string bytes[2];
     for (int k = 0; k < 2; ++k) {
       const std::string& key = k == 0 ? left : right;
-      const std::optional<std::string> b = byte_alphabet::bytes_of(key);
-      const auto it = b ? t.vocab_.find(*b) : t.vocab_.end();
-      if (it == t.vocab_.end())
-        fail(name + " names " + quoted(key) + ", which is not in model.vocab");
-      ids[k] = it->second;
-      bytes[k] = *b;
+      std::optional<std::string> b = byte_alphabet::bytes_of(key);
+      const std::optional<int32_t> id = b ? t.vocab_id(*b) : std::nullopt;
+      if (!id) fail(name() + " names " + quoted(key) + ", which is not in model.vocab");
+      ids[k] = *id;
+      bytes[k] = std::move(*b);
     }
-    const auto merged = t.vocab_.find(bytes[0] + bytes[1]);
-    if (merged == t.vocab_.end())
-      fail(name + " merges " + quoted(left) + " and " + quoted(right) + " into " +
+    const std::optional<int32_t> merged = t.vocab_id(bytes[0] + bytes[1]);
+    if (!merged)
+      fail(name() + " merges " + quoted(left) + " and " + quoted(right) + " into " +
            quoted(left + right) + ", which is not in model.vocab");
-    t.merges_.add(ids[0], ids[1], {int32_t(rank), merged->second});
+    t.merges_.add(ids[0], ids[1], {int32_t(rank), *merged});
   }
 }
 
@@ -281,7 +277,8 @@ void BpeTokenizerLoader::read_template(const json::Value& processor, const std::
     const json::Value* ids = entry ? entry->find("ids") : nullptr;
     if (!ids || !ids->is_array()) fail(name + ".special_tokens has no ids for " + quoted(token));
     for (const json::Value& id : ids->array()) {
-      const int32_t v = id_of(id, name + ".special_tokens[" + quoted(token) + "].ids");
+      const int32_t v =
+          id_of(id, [&] { return name + ".special_tokens[" + quoted(token) + "].ids"; });
       if (v >= int32_t(t.pieces_.size()) || !t.known_[size_t(v)])
         fail(name + ".special_tokens[" + quoted(token) + "] names id " + std::to_string(v) +
              ", which no token has");
@@ -327,11 +324,10 @@ BpeTokenizer BpeTokenizer::load(const std::string& tokenizer_json) {
 namespace {
 
 // The lowest-ranked pair merged first, the leftmost of equals: on a piece of n tokens, a scan of
-// the n - 1 pairs per merge (pieces are short: words, numbers).
-void merge_by_scan(const MergeTable& merges, std::vector<int32_t>& ids) {
-  constexpr size_t kMax = 64;
-  MergeTable::Merge pairs[kMax];
-  size_t n = ids.size();
+// the n - 1 pairs per merge (pieces are short: words, numbers). Returns the tokens left.
+constexpr size_t kScanMax = 64;
+size_t merge_by_scan(const MergeTable& merges, int32_t* ids, size_t n) {
+  MergeTable::Merge pairs[kScanMax];
   for (size_t p = 0; p + 1 < n; ++p) pairs[p] = merges.find(ids[p], ids[p + 1]);
   for (;;) {
     size_t best = n;
@@ -352,7 +348,7 @@ void merge_by_scan(const MergeTable& merges, std::vector<int32_t>& ids) {
     if (best > 0) pairs[best - 1] = merges.find(ids[best - 1], ids[best]);
     if (best + 1 < n) pairs[best] = merges.find(ids[best], ids[best + 1]);
   }
-  ids.resize(n);
+  return n;
 }
 
 // The same order for long pieces (a sentence of CJK letters, a run of spaces): a heap of pairs by
@@ -397,51 +393,48 @@ void merge_by_heap(const MergeTable& merges, std::vector<int32_t>& ids) {
 
 }  // namespace
 
-void BpeTokenizer::merge(std::vector<int32_t>& ids) const {
-  if (ids.size() < 2) return;
-  if (ids.size() <= 64) {
-    merge_by_scan(merges_, ids);
-  } else {
-    merge_by_heap(merges_, ids);
-  }
-}
-
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out,
                                 Cache* cache) const {
-  if (ignore_merges_ || cache) {
-    // Llama 3's rule: a pre-token in the vocabulary is that token, whatever the merges say.
-    if (ignore_merges_) {
-      const auto it = vocab_.find(std::string(piece));
-      if (it != vocab_.end()) {
-        out.push_back(it->second);
-        return;
-      }
-    }
-    if (cache && piece.size() <= Cache::kMaxPieceBytes) {
-      const auto it = cache->map.find(std::string(piece));
-      if (it != cache->map.end()) {
-        out.insert(out.end(), it->second.begin(), it->second.end());
-        return;
-      }
+  const uint64_t h = PieceTable::hash(piece);
+  if (ignore_merges_) {  // Llama 3's rule: a pre-token in the vocabulary is that token
+    const PieceTable::Ids word = vocab_.find(piece, h);
+    if (word.size > 0) {
+      out.push_back(word.data[0]);
+      return;
     }
   }
-  std::vector<int32_t> ids(piece.size());
+  if (cache && piece.size() <= Cache::kMaxPieceBytes) {
+    const PieceTable::Ids hit = cache->table.find(piece, h);
+    if (hit.size > 0) {
+      out.insert(out.end(), hit.data, hit.data + hit.size);
+      return;
+    }
+  }
+  const size_t start = out.size();
   for (size_t i = 0; i < piece.size(); ++i) {
     const uint8_t b = static_cast<uint8_t>(piece[i]);
-    ids[i] = byte_ids_[b];
-    if (ids[i] < 0) {
+    if (byte_ids_[b] < 0) {
+      out.resize(start);
       char hex[8];
       std::snprintf(hex, sizeof hex, "0x%02X", b);
       throw InputError("tokenizer " + path_ + ": model.vocab has no token for the byte " + hex +
                        " (" + byte_alphabet::key_of(std::string(1, char(b))) +
                        "), which the text holds; a byte-level vocabulary has all 256");
     }
+    out.push_back(byte_ids_[b]);
   }
-  merge(ids);
-  out.insert(out.end(), ids.begin(), ids.end());
-  if (cache && piece.size() <= Cache::kMaxPieceBytes && piece.size() > 1) {
-    if (cache->map.size() >= Cache::kMaxEntries) cache->map.clear();
-    cache->map.emplace(std::string(piece), std::move(ids));
+  // Merged in place at the end of `out`.
+  if (piece.size() <= kScanMax) {
+    out.resize(start + merge_by_scan(merges_, out.data() + start, piece.size()));
+  } else {
+    std::vector<int32_t> ids(out.begin() + std::ptrdiff_t(start), out.end());
+    merge_by_heap(merges_, ids);
+    out.resize(start);
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+  if (cache && piece.size() > 1 && piece.size() <= Cache::kMaxPieceBytes) {
+    if (cache->table.size() >= Cache::kMaxEntries) cache->table.clear();
+    cache->table.insert(piece, h, out.data() + start, out.size() - start);
   }
 }
 
@@ -513,9 +506,7 @@ std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {
   for (const AddedToken& a : added_) {
     if (a.content == token) return a.id;
   }
-  const auto it = vocab_.find(std::string(token));
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  return vocab_id(token);
 }
 
 }  // namespace mpf

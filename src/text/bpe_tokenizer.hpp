@@ -17,10 +17,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "text/merge_table.hpp"
+#include "text/piece_table.hpp"
 #include "text/pre_tokenizer.hpp"
 
 namespace mpf {
@@ -68,17 +68,21 @@ class BpeTokenizer {
   BpeTokenizer() = default;  // load() makes one
 
   void encode_piece(std::string_view piece, std::vector<int32_t>& out, Cache* cache) const;
-  void merge(std::vector<int32_t>& ids) const;
   void encode_plain(std::string_view text, std::vector<int32_t>& out, Cache* cache) const;
+  std::optional<int32_t> vocab_id(std::string_view bytes) const {
+    const PieceTable::Ids found = vocab_.find(bytes, PieceTable::hash(bytes));
+    if (found.size == 0) return std::nullopt;
+    return found.data[0];
+  }
 
   std::string path_;
   PreTokenizer pre_tokenizer_ = PreTokenizer::kGpt2;
   bool add_prefix_space_ = false;
   bool ignore_merges_ = false;
-  std::vector<std::string> pieces_;                 // id -> bytes (empty for an id no token has)
-  std::vector<char> known_;                         // id -> whether a token has it
-  std::unordered_map<std::string, int32_t> vocab_;  // bytes -> id (model.vocab)
-  int32_t byte_ids_[256];                           // a single byte's token, -1: none
+  std::vector<std::string> pieces_;  // id -> bytes (empty for an id no token has)
+  std::vector<char> known_;          // id -> whether a token has it
+  PieceTable vocab_;                 // bytes -> id (model.vocab)
+  int32_t byte_ids_[256];            // a single byte's token, -1: none
   MergeTable merges_;
   std::vector<AddedToken> added_;  // longest first
   bool added_starts_[256] = {};    // whether an added token starts with the byte

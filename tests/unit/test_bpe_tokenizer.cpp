@@ -249,6 +249,10 @@ TEST_F(BpeTokenizerTest, RefusesWhatItCannotEncode) {
   const std::string pattern = json::quote(split_pattern(PreTokenizer::kLlama3));
   d.pre_tokenizer.replace(d.pre_tokenizer.find(pattern), pattern.size(), R"("\\s+")");
   has(refused(d), "neither GPT-2's nor Llama 3's");
+  d.pre_tokenizer = llama3_pre_tokenizer();
+  d.pre_tokenizer.replace(d.pre_tokenizer.find("\"add_prefix_space\":false"), 24,
+                          "\"add_prefix_space\":true");
+  has(refused(d), "ByteLevel after Split has add_prefix_space true");
   d = Doc{};
   d.added = R"([{"id":-3,"content":"<x>"}])";
   has(refused(d), "added_tokens[0].id");
