@@ -45,20 +45,21 @@ void prepare_output(const TokenizeOptions& o) {
                              "; choose another --output-dir or --name, or remove the old data set");
 }
 
-// The file list, as one text for broadcasting: "format bytes path" lines.
-std::string pack(const std::vector<CorpusFile>& files) {
+// The file list, as one text for broadcasting: "format bytes path" records, each ended by a NUL
+// (the one byte no path holds).
+std::string pack_files(const std::vector<CorpusFile>& files) {
   std::string s;
   for (const auto& f : files) {
-    s += (f.format == CorpusFormat::kJsonl ? "j " : "t ") + std::to_string(f.bytes) + " " + f.path +
-         "\n";
+    s += (f.format == CorpusFormat::kJsonl ? "j " : "t ") + std::to_string(f.bytes) + " " + f.path;
+    s += '\0';
   }
   return s;
 }
 
-std::vector<CorpusFile> unpack(const std::string& s) {
+std::vector<CorpusFile> unpack_files(const std::string& s) {
   std::vector<CorpusFile> files;
   for (size_t at = 0; at < s.size();) {
-    const size_t end = s.find('\n', at);
+    const size_t end = s.find('\0', at);
     const std::string line = s.substr(at, end - at);
     const size_t space = line.find(' ', 2);
     files.push_back({line.substr(space + 1),
@@ -86,10 +87,10 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
   std::string packed;
   on_every_rank(comm, [&] {
     if (rank != 0) return;
-    packed = pack(resolve_corpus(opts.inputs));
+    packed = pack_files(resolve_corpus(opts.inputs));
     prepare_output(opts);
   });
-  const std::vector<CorpusFile> files = unpack(broadcast(packed, 0, comm));
+  const std::vector<CorpusFile> files = unpack_files(broadcast(packed, 0, comm));
   const std::vector<CorpusUnit> units = plan_units(files, opts.unit_bytes);
   int64_t corpus_bytes = 0;
   for (const auto& f : files) corpus_bytes += f.bytes;
@@ -102,7 +103,8 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
   layout.validation = opts.val_tokens > 0;
   ShardWriter writer(comm, layout);
 
-  int64_t done_tokens = 0, done_docs = 0, done_bytes = 0, val_docs = 0;
+  // Text bytes count the documents' text (the rate); file bytes the inputs read (the progress).
+  int64_t done_tokens = 0, done_docs = 0, done_bytes = 0, done_file_bytes = 0, val_docs = 0;
   auto last_print = start;
   std::vector<int32_t> tokens;
   std::vector<int64_t> doc_ends;  // each local document's end, from this rank's first token
@@ -110,10 +112,11 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
   for (int64_t round = 0; round < rounds; ++round) {
     tokens.clear();
     doc_ends.clear();
-    int64_t mine[3] = {0, 0, 0};  // tokens, documents, text bytes
+    int64_t mine[4] = {0, 0, 0, 0};  // tokens, documents, text bytes, file bytes
     on_every_rank(comm, [&] {
       const int64_t u = round * size + rank;
       if (u >= int64_t(units.size())) return;
+      for (const CorpusPiece& p : units[size_t(u)]) mine[3] += p.end - p.begin;
       read_unit(files, units[size_t(u)], opts.text_field, [&](std::string_view text) {
         tokens.push_back(encoder.doc_token);
         const std::vector<int32_t> ids = encoder.encode(text);
@@ -132,14 +135,17 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
       mine[0] = int64_t(tokens.size());
       mine[1] = int64_t(doc_ends.size());
     });
-    std::vector<int64_t> all(size_t(3) * size);
-    MPF_MPI_CHECK(MPI_Allgather(mine, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, comm));
-    int64_t base = done_tokens, round_end = done_tokens, round_docs = 0, round_bytes = 0;
+    std::vector<int64_t> all(size_t(4) * size);
+    MPF_MPI_CHECK(MPI_Allgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm));
+    int64_t base = done_tokens, round_end = done_tokens;
+    const int64_t docs_before = done_docs;
     for (int p = 0; p < size; ++p) {
-      if (p < rank) base += all[size_t(3 * p)];
-      round_end += all[size_t(3 * p)];
-      round_docs += all[size_t(3 * p + 1)];
-      round_bytes += all[size_t(3 * p + 2)];
+      const int64_t* r = &all[size_t(4 * p)];
+      if (p < rank) base += r[0];
+      round_end += r[0];
+      done_docs += r[1];
+      done_bytes += r[2];
+      done_file_bytes += r[3];
     }
     // The validation split ends with the document that holds token val_tokens - 1.
     if (!writer.validation_end_known()) {
@@ -156,27 +162,25 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
         int64_t in_val = std::count_if(doc_ends.begin(), doc_ends.end(),
                                        [&](int64_t e) { return base + e <= end; });
         MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &in_val, 1, MPI_INT64_T, MPI_SUM, comm));
-        val_docs = done_docs + in_val;
+        val_docs = docs_before + in_val;
       }
     }
     writer.write(done_tokens, round_end, base, tokens);
     done_tokens = round_end;
-    done_docs += round_docs;
-    done_bytes += round_bytes;
     const auto now = Clock::now();
     if (rank == 0 && std::chrono::duration<double>(now - last_print).count() >= kProgressSeconds) {
       const double s = std::chrono::duration<double>(now - start).count();
       std::printf("tokenize: %.1f of %.1f MB (%.0f%%) | %lld documents | %lld tokens | %.1f MB/s\n",
-                  megabytes(done_bytes), megabytes(corpus_bytes),
-                  corpus_bytes > 0 ? 100.0 * double(done_bytes) / double(corpus_bytes) : 100.0,
-                  (long long)done_docs, (long long)done_tokens, megabytes(done_bytes) / s);
+                  megabytes(done_file_bytes), megabytes(corpus_bytes),
+                  corpus_bytes > 0 ? 100.0 * double(done_file_bytes) / double(corpus_bytes) : 100.0,
+                  (long long)done_docs, (long long)done_tokens, megabytes(done_file_bytes) / s);
       std::fflush(stdout);
       last_print = now;
     }
   }
   require(done_docs > 0,
-          "the inputs hold no documents (empty .jsonl files); pass inputs that "
-          "hold text");
+          "the inputs hold no documents (only empty .jsonl files or blank lines); pass inputs "
+          "that hold text");
   // Every document in the validation split would leave nothing to train on.
   require(!layout.validation ||
               (writer.validation_end_known() && writer.validation_end() < done_tokens),
