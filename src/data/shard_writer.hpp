@@ -1,7 +1,7 @@
 // Token shards written collectively from a stream of tokens whose pieces lie on many ranks
 // (mpiformer-tokenize; docs/data.md). The stream is the corpus's tokens in order, cut in two:
-// the validation split (positions [0, V), one shard, written whole documents by the caller's
-// choice of V) and the training split ([V, total), shards of S tokens, the last one shorter).
+// the validation split (positions [0, V), one shard; the caller picks V at a document's end) and
+// the training split ([V, total), shards of S tokens, the last one shorter).
 // Every rank writes its own pieces at their offsets with MPI-IO, so no rank holds more than its
 // part and the files do not depend on the rank count.
 //
