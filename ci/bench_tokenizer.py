@@ -21,6 +21,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "text"))
+try:
+    import regex  # noqa: F401
+except ImportError:
+    print("bench_tokenizer: SKIP: Python's regex module is missing (Debian: python3-regex)")
+    sys.exit(0)
 import compare_tokenizer as ref  # noqa: E402  (the reference and its trainer)
 
 
