@@ -7,15 +7,25 @@
 
 namespace mpf {
 
+namespace {
+// x rounded to float32 on its own: the compiler may not fuse the product that made it into a
+// following add (C++ compilers contract a*b + c into an FMA by default), which PyTorch, one
+// tensor operation at a time, never does.
+float rounded(float x) {
+  volatile float v = x;
+  return v;
+}
+}  // namespace
+
 std::vector<float> rope_inverse_frequencies(int hs, double theta, const RopeScaling& scaling) {
   const int half = hs / 2;
   std::vector<float> inv(size_t(half), 0.0f);
-  // 1.0 / (base ** (arange(0, hs, 2).float() / hs)): a float32 exponent, powf, a float32
-  // reciprocal.
-  const float base = float(theta);
+  // 1.0 / (base ** (arange(0, hs, 2).float() / hs)): a float32 exponent, the power rounded to
+  // float32, a float32 reciprocal. The power is taken in double and rounded once, which matches
+  // PyTorch's float32 pow on Llama 3's head sizes and theta where glibc's powf is an ulp off.
   for (int i = 0; i < half; ++i) {
     const float e = float(2 * i) / float(hs);
-    inv[size_t(i)] = 1.0f / std::pow(base, e);
+    inv[size_t(i)] = 1.0f / float(std::pow(double(float(theta)), double(e)));
   }
   if (scaling.factor == 0) return inv;
   // Llama 3.1: wavelengths shorter than original_max_position / high_freq_factor keep their
@@ -36,8 +46,8 @@ std::vector<float> rope_inverse_frequencies(int hs, double theta, const RopeScal
       inv[size_t(i)] = scaled;
       continue;
     }
-    const float smooth = ((1.0f / wavelen) * old_len - low) / span;
-    inv[size_t(i)] = (1.0f - smooth) * scaled / factor + smooth * scaled;
+    const float smooth = (rounded((1.0f / wavelen) * old_len) - low) / span;
+    inv[size_t(i)] = rounded((1.0f - smooth) * scaled / factor) + rounded(smooth * scaled);
   }
   return inv;
 }
@@ -59,8 +69,7 @@ void rope_tables(Tensor cos_table, Tensor sin_table, const std::vector<float>& i
 
 namespace {
 // Rotates the Q and K heads of every row by its position's angle, with sin scaled by `sign`: +1
-// forward, −1 for the inverse rotation of the backward (negating sin is exact, so the backward
-// is the transpose to the bit).
+// forward, −1 for the backward, whose rotation by −angle is the transpose (and the inverse).
 void rope_rotate(const char* label, Tensor qkv, Tensor cos_table, Tensor sin_table, float sign,
                  int64_t rows, int T, int pos0, int NH, int KVH, int hs) {
   const int half = hs / 2, heads = NH + KVH;  // the Q and K heads lie side by side
