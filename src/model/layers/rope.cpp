@@ -11,7 +11,7 @@ namespace {
 // x rounded to float32 on its own: the compiler may not fuse the product that made it into a
 // following add (C++ compilers contract a*b + c into an FMA by default), which PyTorch, one
 // tensor operation at a time, never does.
-float rounded(float x) {
+float rope_float32(float x) {
   volatile float v = x;
   return v;
 }
@@ -46,8 +46,9 @@ std::vector<float> rope_inverse_frequencies(int hs, double theta, const RopeScal
       inv[size_t(i)] = scaled;
       continue;
     }
-    const float smooth = (rounded((1.0f / wavelen) * old_len) - low) / span;
-    inv[size_t(i)] = rounded((1.0f - smooth) * scaled / factor) + rounded(smooth * scaled);
+    const float smooth = (rope_float32((1.0f / wavelen) * old_len) - low) / span;
+    inv[size_t(i)] =
+        rope_float32((1.0f - smooth) * scaled / factor) + rope_float32(smooth * scaled);
   }
   return inv;
 }
