@@ -312,6 +312,9 @@ TEST_P(Kernels, SwiGLU) {
   }
   expect_close(to_host(out), y, 1e-5, "silu(gate)·up");
   expect_close(to_host(dinp), dx, 1e-5, "dgate | dup");
+  // In place over its input, the same bits.
+  swiglu_backward_input(view(inp), view(dout), view(inp), N, F);
+  EXPECT_EQ(bits_of(to_host(inp)), bits_of(to_host(dinp)));
 }
 
 TEST_P(Kernels, RotaryEmbedding) {

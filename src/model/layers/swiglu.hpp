@@ -10,7 +10,7 @@ namespace mpf {
 // out (N,F) = silu(gate) · up, from inp (N,2F) rows [gate | up]
 void swiglu_forward(Tensor out, Tensor inp, int64_t N, int F);
 
-// dinp (N,2F) = [dgate | dup] from dout (N,F) and the forward's inp (N,2F)
+// dinp (N,2F) = [dgate | dup] from dout (N,F) and the forward's inp (N,2F); dinp may alias inp
 void swiglu_backward_input(Tensor dinp, Tensor dout, Tensor inp, int64_t N, int F);
 
 }  // namespace mpf
