@@ -30,7 +30,8 @@ void kv_cache_store(const KVCache& cache, int l, Tensor qkv, int n, int pos);
 // out (n,Ca) = causal attention of n new positions [pos, pos + n), whose queries are in qkv
 // (n,3Ca), over block l's cached positions [0, pos + n) (stored first by kv_cache_store): per
 // head, S = Q·Kᵀ/√hs, P = softmax over positions <= the query's own, out = P·V. scores
-// (NHl, n, pos + n) is scratch. NHl = this rank's heads.
+// (NHl, n, pos + n) is scratch. NHl = this rank's heads. It is attention_over_cache_forward
+// (model/layers/attention.hpp) with as many KV heads as query heads.
 void cached_attention_forward(Tensor out, Tensor scores, Tensor qkv, const KVCache& cache, int l,
                               int n, int pos, int NHl);
 

@@ -22,15 +22,15 @@ std::array<char32_t, 256> make_chars() {
 const std::array<char32_t, 256> kChars = make_chars();
 
 // Every character of the alphabet is below U+0144: the reverse map is a small table.
-constexpr char32_t kEnd = 0x144;
-std::array<int16_t, kEnd> make_bytes() {
-  std::array<int16_t, kEnd> bytes;
+constexpr char32_t kAlphabetEnd = 0x144;
+std::array<int16_t, kAlphabetEnd> make_bytes() {
+  std::array<int16_t, kAlphabetEnd> bytes;
   bytes.fill(-1);
   for (int b = 0; b < 256; ++b) bytes[kChars[size_t(b)]] = int16_t(b);
   return bytes;
 }
 
-const std::array<int16_t, kEnd> kBytes = make_bytes();
+const std::array<int16_t, kAlphabetEnd> kBytes = make_bytes();
 
 }  // namespace
 
@@ -43,7 +43,7 @@ std::optional<std::string> bytes_of(std::string_view key) {
   bytes.reserve(key.size());
   for (size_t at = 0; at < key.size();) {
     const utf8::Char c = utf8::decode(key, at);
-    if (c.cp >= kEnd || kBytes[c.cp] < 0) return std::nullopt;
+    if (c.cp >= kAlphabetEnd || kBytes[c.cp] < 0) return std::nullopt;
     bytes += char(kBytes[c.cp]);
     at += size_t(c.length);
   }

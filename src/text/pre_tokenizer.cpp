@@ -31,7 +31,7 @@ struct Scanned {
   int length;
 };
 
-inline Scanned scan(std::string_view t, size_t at) {
+inline Scanned scan_char(std::string_view t, size_t at) {
   const unsigned char c = static_cast<unsigned char>(t[at]);
   if (c < 0x80) return {c, kAsciiClass[c], 1};
   const utf8::Char ch = utf8::decode(t, at);
@@ -39,9 +39,9 @@ inline Scanned scan(std::string_view t, size_t at) {
 }
 
 // The end of the run of characters of class `cls` from `at`.
-inline size_t run_end(std::string_view t, size_t at, CharClass cls) {
+inline size_t class_run_end(std::string_view t, size_t at, CharClass cls) {
   while (at < t.size()) {
-    const Scanned s = scan(t, at);
+    const Scanned s = scan_char(t, at);
     if (s.cls != cls) break;
     at += size_t(s.length);
   }
@@ -57,7 +57,7 @@ struct SpaceRun {
 inline SpaceRun space_run(std::string_view t, size_t begin) {
   SpaceRun r{begin, begin, 0};
   while (r.end < t.size()) {
-    const Scanned s = scan(t, r.end);
+    const Scanned s = scan_char(t, r.end);
     if (s.cls != CharClass::kWhitespace) break;
     r.last = r.end;
     r.end += size_t(s.length);
@@ -73,13 +73,13 @@ inline size_t trailing_space_end(std::string_view t, const SpaceRun& r, size_t b
   return r.last > begin ? r.last : r.end;
 }
 
-bool is_lower(char c, char lower) {
+bool folds_to(char c, char lower) {
   return c == lower || c == lower - 'a' + 'A';
 }
 
 size_t gpt2_end(std::string_view t, size_t i) {
   const size_t n = t.size();
-  const Scanned c = scan(t, i);
+  const Scanned c = scan_char(t, i);
   // 's|'t|'re|'ve|'m|'ll|'d (case-sensitive)
   if (c.cp == '\'' && i + 1 < n) {
     const char a = t[i + 1];
@@ -91,20 +91,20 @@ size_t gpt2_end(std::string_view t, size_t i) {
   }
   // ' ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+': a run of one class, with at most one space before.
   if (c.cp == ' ' && i + 1 < n) {
-    const Scanned d = scan(t, i + 1);
-    if (d.cls != CharClass::kWhitespace) return run_end(t, i + 1 + size_t(d.length), d.cls);
+    const Scanned d = scan_char(t, i + 1);
+    if (d.cls != CharClass::kWhitespace) return class_run_end(t, i + 1 + size_t(d.length), d.cls);
   }
-  if (c.cls != CharClass::kWhitespace) return run_end(t, i + size_t(c.length), c.cls);
+  if (c.cls != CharClass::kWhitespace) return class_run_end(t, i + size_t(c.length), c.cls);
   return trailing_space_end(t, space_run(t, i), i);
 }
 
 size_t llama3_end(std::string_view t, size_t i) {
   const size_t n = t.size();
-  const Scanned c = scan(t, i);
+  const Scanned c = scan_char(t, i);
   const size_t next = i + size_t(c.length);
   // (?i:'s|'t|'re|'ve|'m|'ll|'d): case folding also takes U+017F LATIN SMALL LETTER LONG S for s.
   if (c.cp == '\'' && next < n) {
-    const Scanned d = scan(t, next);
+    const Scanned d = scan_char(t, next);
     const char32_t a = d.cp;
     if (a == 's' || a == 'S' || a == 0x17F || a == 't' || a == 'T' || a == 'm' || a == 'M' ||
         a == 'd' || a == 'D') {
@@ -112,23 +112,24 @@ size_t llama3_end(std::string_view t, size_t i) {
     }
     if (i + 2 < n) {
       const char x = t[i + 1], y = t[i + 2];
-      if ((is_lower(x, 'r') && is_lower(y, 'e')) || (is_lower(x, 'v') && is_lower(y, 'e')) ||
-          (is_lower(x, 'l') && is_lower(y, 'l'))) {
+      if ((folds_to(x, 'r') && folds_to(y, 'e')) || (folds_to(x, 'v') && folds_to(y, 'e')) ||
+          (folds_to(x, 'l') && folds_to(y, 'l'))) {
         return i + 3;
       }
     }
   }
   // [^\r\n\p{L}\p{N}]?\p{L}+
-  if (c.cls == CharClass::kLetter) return run_end(t, next, CharClass::kLetter);
+  if (c.cls == CharClass::kLetter) return class_run_end(t, next, CharClass::kLetter);
   if (c.cls != CharClass::kNumber && c.cp != '\r' && c.cp != '\n' && next < n) {
-    const Scanned d = scan(t, next);
-    if (d.cls == CharClass::kLetter) return run_end(t, next + size_t(d.length), CharClass::kLetter);
+    const Scanned d = scan_char(t, next);
+    if (d.cls == CharClass::kLetter)
+      return class_run_end(t, next + size_t(d.length), CharClass::kLetter);
   }
   // \p{N}{1,3}
   if (c.cls == CharClass::kNumber) {
     size_t end = next;
     for (int k = 1; k < 3 && end < n; ++k) {
-      const Scanned d = scan(t, end);
+      const Scanned d = scan_char(t, end);
       if (d.cls != CharClass::kNumber) break;
       end += size_t(d.length);
     }
@@ -138,11 +139,11 @@ size_t llama3_end(std::string_view t, size_t i) {
   size_t other = n;  // where the run of "other" starts, n: none
   if (c.cls == CharClass::kOther) {
     other = i;
-  } else if (c.cp == ' ' && next < n && scan(t, next).cls == CharClass::kOther) {
+  } else if (c.cp == ' ' && next < n && scan_char(t, next).cls == CharClass::kOther) {
     other = next;
   }
   if (other < n) {
-    size_t end = run_end(t, other, CharClass::kOther);
+    size_t end = class_run_end(t, other, CharClass::kOther);
     while (end < n && (t[end] == '\r' || t[end] == '\n')) ++end;
     return end;
   }
