@@ -110,7 +110,9 @@ runs through the model in one pass, then each new token costs one position (a KV
 N ranks with --tp N (tensor parallel), or on one.
 
 model
-  --init-from FILE      an llm.c model file (fp32, version 3), e.g. mpiformer-train --save-llmc
+  --init-from FILE      an llm.c model file (fp32, version 3), e.g. mpiformer-train --save-llmc,
+                        or a Hugging Face model directory or .safetensors file with its
+                        config.json (mpiformer-train --save-hf)
   --load DIR            a training checkpoint directory (mpiformer-train --save DIR): its latest
   --load-step N         ... or its step N
 prompt

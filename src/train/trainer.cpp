@@ -10,6 +10,7 @@
 
 #include "backends/gemm.hpp"
 #include "checkpoint/checkpoint_dir.hpp"
+#include "checkpoint/hf_checkpoint.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -37,8 +38,7 @@ namespace mpf {
 
 namespace {
 
-GPTConfig model_config(const TrainOptions& o) {
-  if (!o.init_from.empty()) return read_checkpoint_config(o.init_from);
+GPTConfig flags_config(const TrainOptions& o) {
   GPTConfig cfg;
   cfg.layers = o.layers;
   cfg.heads = o.heads;
@@ -48,6 +48,25 @@ GPTConfig model_config(const TrainOptions& o) {
   cfg.padded_vocab = pad_vocab(o.vocab);
   validate(cfg, "flags");
   return cfg;
+}
+
+GPTConfig model_config(const TrainOptions& o) {
+  if (o.init_from.empty()) return flags_config(o);
+  if (is_hf_source(o.init_from)) {
+    // A config.json rules and the flags must agree with it; a bare .safetensors file takes its
+    // sizes from the flags.
+    auto given = [&](const char* flag, int value) {
+      return o.given.count(flag) ? std::optional<int>(value) : std::nullopt;
+    };
+    const ShapeFlags flags{given("--layers", o.layers), given("--heads", o.heads),
+                           given("--dim", o.dim), given("--vocab", o.vocab),
+                           given("--max-seq-len", o.max_seq_len)};
+    return read_hf_model_config(o.init_from, flags_config(o), flags);
+  }
+  require(!o.model_sizes_given,
+          "--init-from takes the model's sizes from the checkpoint; drop --layers/--heads/--dim/"
+          "--vocab/--max-seq-len, or drop --init-from to train a fresh model");
+  return read_checkpoint_config(o.init_from);
 }
 
 std::string default_val_data(const TrainOptions& o) {
@@ -196,6 +215,11 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
   const bool complete = in.resume && in.resume->info.step >= opts.steps;
   if (complete) return in;
   if (world_rank == 0 && !opts.save_llmc.empty()) check_checkpoint_writable(opts.save_llmc);
+  if (world_rank == 0 && !opts.save_hf.empty()) {
+    check_hf_output(opts.save_hf);
+    require(opts.save_hf != opts.save_llmc && opts.save_hf != opts.trace,
+            "--save-hf names the same path as --save-llmc or --trace; give each its own");
+  }
   if (world_rank == 0 && !opts.trace.empty()) {
     check_new_output(opts.trace, "--trace " + opts.trace);
     require(opts.trace != opts.save_llmc,
@@ -323,6 +347,8 @@ void TrainingRun::load_state() {
     first_step_ = int(c.step) + 1;
     tokens_seen_ = c.tokens_seen;
     newest_checkpoint_ = checkpoint::path(resume_->root, c.step);
+  } else if (!opts_.init_from.empty() && is_hf_source(opts_.init_from)) {
+    load_hf_model(opts_.init_from, cfg_, shard_, params_, grid_->world_comm());
   } else if (!opts_.init_from.empty()) {
     load_model_file(*state_files_, opts_.init_from);
   } else {
@@ -461,6 +487,20 @@ bool TrainingRun::save_llmc() const {
       std::printf("saved %s\n", opts_.save_llmc.c_str());
     } else {
       print_error("--save-llmc %s", error.c_str());
+    }
+  }
+  return error.empty();
+}
+
+bool TrainingRun::save_hf() const {
+  if (opts_.save_hf.empty()) return true;
+  const std::string error =
+      save_hf_model(opts_.save_hf, *grid_, shard_, params_, parse_hf_dtype(opts_.save_hf_dtype));
+  if (is_root()) {
+    if (error.empty()) {
+      std::printf("saved %s\n", opts_.save_hf.c_str());
+    } else {
+      print_error("--save-hf %s", error.c_str());
     }
   }
   return error.empty();
@@ -711,6 +751,7 @@ TrainResult TrainingRun::train() {
   if (result.status != kExitDone) return result;
   report_stages(tally_.ops);
   if (!save_llmc()) result.status = kExitSaveFailed;
+  if (!save_hf()) result.status = kExitSaveFailed;
   if (!opts_.trace.empty()) trace_->write(opts_.trace);
   return result;
 }
