@@ -4,17 +4,21 @@ with plain numpy (transformers is not needed): a safetensors writer and reader f
 specification (github.com/huggingface/safetensors), and GPT2LMHeadModel's tensor names, whose
 linear weights are Conv1D, stored (in, out).
 
-  hf_gpt2.py write DIR [--dtype F32|BF16|F16] [--sharded] [--bare] [--lm-head] [--no-config]
+  hf_gpt2.py write DIR [--dtype F32|BF16|F16] [--sharded] [--bare] [--lm-head|--lm-head-differs]
+                       [--no-config]
       a random tiny GPT-2 (the model of compare_with_pytorch.py's tests) as a model directory
   hf_gpt2.py loss DIR SHARD B T          the float64 PyTorch loss of the first batch
   hf_gpt2.py same DIR LLMC [--bf16]      DIR's tensors equal an llm.c model file's, bit for bit
-                                         (--bf16: the llm.c values rounded to bf16)
-  hf_gpt2.py bad KIND DIR OUT            a copy of DIR's model.safetensors with one defect
+                                         (--bf16: the llm.c values rounded to bf16), and its
+                                         config.json the file's sizes
+  hf_gpt2.py bad DIR OUT KIND...         OUT_KIND/: DIR's config.json and a copy of its
+                                         model.safetensors with one defect
   hf_gpt2.py config DIR KEY VALUE        set one key of DIR/config.json (VALUE is JSON)
 
 Run with Debian's /usr/bin/python3 (numpy; torch for `loss`)."""
 import json
 import os
+import shutil
 import struct
 import sys
 
@@ -121,6 +125,8 @@ def read_safetensors(path):
 
 
 def read_dir(d):
+    if os.path.isfile(d):
+        return read_safetensors(d)[1]
     if os.path.exists(os.path.join(d, "model.safetensors.index.json")):
         index = json.load(open(os.path.join(d, "model.safetensors.index.json")))
         tensors = {}
@@ -179,9 +185,9 @@ def cmd_write(d, opts):
     os.makedirs(d)
     m = MODEL
     tensors = to_hf(random_params(m), m, prefix="" if "--bare" in opts else "transformer.")
-    if "--lm-head" in opts:
-        tensors["lm_head.weight"] = tensors[("" if "--bare" in opts else "transformer.") +
-                                            "wte.weight"]
+    if "--lm-head" in opts or "--lm-head-differs" in opts:
+        wte = tensors[("" if "--bare" in opts else "transformer.") + "wte.weight"]
+        tensors["lm_head.weight"] = wte + (1e-3 if "--lm-head-differs" in opts else 0.0)
     if "--no-config" not in opts:
         json.dump(gpt2_config(m), open(os.path.join(d, "config.json"), "w"), indent=2)
     if "--sharded" not in opts:
@@ -219,6 +225,12 @@ def cmd_loss(d, shard, B, T):
 def cmd_same(d, llmc, bf16):
     m, params = read_llmc(llmc)
     hf = from_hf(read_dir(d), m)
+    config = os.path.join(d, "config.json")
+    if os.path.isdir(d) and os.path.exists(config):
+        cfg, want = json.load(open(config)), gpt2_config(m)
+        wrong = [k for k in want if cfg.get(k) != want[k]]
+        if wrong:
+            sys.exit(f"{config}: {wrong} differ from the model's {[want[k] for k in wrong]}")
     for name, _ in param_shapes(m):
         want = params[name]
         if bf16:
@@ -286,8 +298,12 @@ def main(argv):
         cmd_loss(positional[0], positional[1], int(positional[2]), int(positional[3]))
     elif cmd == "same":
         cmd_same(positional[0], positional[1], "--bf16" in opts)
-    elif cmd == "bad":
-        cmd_bad(*positional[:3])
+    elif cmd == "bad":  # bad DIR OUT_PREFIX KIND...: OUT_PREFIX_KIND/ with config.json
+        d, prefix = positional[:2]
+        for kind in positional[2:]:
+            os.makedirs(f"{prefix}_{kind}")
+            shutil.copy(os.path.join(d, "config.json"), f"{prefix}_{kind}")
+            cmd_bad(kind, d, os.path.join(f"{prefix}_{kind}", "model.safetensors"))
     elif cmd == "config":
         cmd_config(*positional[:3])
     else:
