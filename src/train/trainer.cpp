@@ -27,6 +27,7 @@
 #include "pipeline/p2p.hpp"
 #include "pipeline/stage_costs.hpp"
 #include "train/exit_status.hpp"
+#include "train/model_options.hpp"
 #include "train/resume.hpp"
 #include "train/settings.hpp"
 #include "train/step_log.hpp"
@@ -36,19 +37,6 @@
 namespace mpf {
 
 namespace {
-
-GPTConfig model_config(const TrainOptions& o) {
-  if (!o.init_from.empty()) return read_checkpoint_config(o.init_from);
-  GPTConfig cfg;
-  cfg.layers = o.layers;
-  cfg.heads = o.heads;
-  cfg.channels = o.dim;
-  cfg.vocab = o.vocab;
-  cfg.max_seq_len = o.max_seq_len;
-  cfg.padded_vocab = pad_vocab(o.vocab);
-  validate(cfg, "flags");
-  return cfg;
-}
 
 std::string default_val_data(const TrainOptions& o) {
   if (o.val_data == "none") return "";
@@ -389,7 +377,7 @@ int TrainingRun::zb_auto_limit() const {
 }
 
 bool TrainingRun::tied_across_stages() const {
-  return grid_->pp_size() > 1 && shape_.placement == pipeline::ChunkPlacement::kLooped;
+  return cfg_.tied && grid_->pp_size() > 1 && shape_.placement == pipeline::ChunkPlacement::kLooped;
 }
 
 int64_t TrainingRun::largest_operand() const {
@@ -398,7 +386,7 @@ int64_t TrainingRun::largest_operand() const {
   // one sequence's rows.
   const int64_t R = int64_t(micro_batch_) * opts_.seq_len;
   const int64_t width =
-      std::max<int64_t>({shard_.vocab_shard, shard_.fc, 3 * shard_.attn, int64_t(cfg_.channels)});
+      std::max<int64_t>({shard_.vocab_shard, shard_.mlp_in, shard_.qkv, int64_t(cfg_.channels)});
   return std::max(R * width, int64_t(shard_.heads) * opts_.seq_len * opts_.seq_len);
 }
 
