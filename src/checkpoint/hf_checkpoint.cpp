@@ -147,16 +147,54 @@ constexpr Gpt2Name kGpt2Names[kNumParameterTensors] = {
     {"ln_f.bias", false},
 };
 
+// LlamaForCausalLM's names; several of its tensors stack into one of ours (shared decision in
+// model/tensors.hpp): qkvw = [q_proj | k_proj | v_proj], fcw = [gate_proj | up_proj].
+struct LlamaName {
+  std::vector<const char*> names;
+};
+const LlamaName& llama_names(TensorId t) {
+  static const PerTensor<LlamaName> names = [] {
+    PerTensor<LlamaName> n;
+    n[TensorId::wte] = {{"model.embed_tokens.weight"}};
+    n[TensorId::ln1w] = {{"model.layers.%d.input_layernorm.weight"}};
+    n[TensorId::qkvw] = {{"model.layers.%d.self_attn.q_proj.weight",
+                          "model.layers.%d.self_attn.k_proj.weight",
+                          "model.layers.%d.self_attn.v_proj.weight"}};
+    n[TensorId::attprojw] = {{"model.layers.%d.self_attn.o_proj.weight"}};
+    n[TensorId::ln2w] = {{"model.layers.%d.post_attention_layernorm.weight"}};
+    n[TensorId::fcw] = {
+        {"model.layers.%d.mlp.gate_proj.weight", "model.layers.%d.mlp.up_proj.weight"}};
+    n[TensorId::fcprojw] = {{"model.layers.%d.mlp.down_proj.weight"}};
+    n[TensorId::lnfw] = {{"model.norm.weight"}};
+    n[TensorId::lmhead] = {{"lm_head.weight"}};
+    return n;
+  }();
+  return names[t];
+}
+
 class NameMap {
  public:
   NameMap(const GPTConfig& cfg, std::string prefix) : cfg_(cfg), prefix_(std::move(prefix)) {}
   // The pieces of layer `layer`'s slice of t (layer 0 for a tensor that is not per layer).
   std::vector<HfPiece> pieces(TensorId t, int layer) const {
-    const Gpt2Name& n = kGpt2Names[int(t)];
     char name[128];
-    std::snprintf(name, sizeof name, n.name, layer);
-    return {{prefix_ + name, rows_of(t, cfg_), n.conv1d}};
+    if (!cfg_.llama()) {
+      const Gpt2Name& n = kGpt2Names[int(t)];
+      std::snprintf(name, sizeof name, n.name, layer);
+      return {{prefix_ + name, rows_of(t, cfg_), n.conv1d}};
+    }
+    const std::vector<const char*>& names = llama_names(t).names;
+    // The stacked row blocks: Q, K, V (NH·hs, KVH·hs, KVH·hs); gate, up (F each).
+    const std::vector<int64_t> rows = names.size() > 1 ? row_blocks(tensor_spec(t), cfg_)
+                                                       : std::vector<int64_t>{rows_of(t, cfg_)};
+    std::vector<HfPiece> out;
+    for (size_t i = 0; i < names.size(); ++i) {
+      std::snprintf(name, sizeof name, names[i], layer);
+      out.push_back({name, rows[i], false});
+    }
+    return out;
   }
+  // A tied head stored anyway (transformers' GPT-2 files may hold it).
   std::string lm_head() const { return "lm_head.weight"; }
   // A piece's shape as stored.
   std::vector<int64_t> shape(TensorId t, const HfPiece& p) const {
@@ -165,7 +203,6 @@ class NameMap {
     if (cols == 1) return {p.rows};
     return {p.rows, cols};
   }
-  const std::string& prefix() const { return prefix_; }
 
  private:
   GPTConfig cfg_;
@@ -204,7 +241,7 @@ void check_tensors(const HfSource& source, const GPTConfig& cfg, const std::stri
       for (const HfPiece& p : names.pieces(s.id, l)) check(p.name, names.shape(s.id, p));
     }
   }
-  if (source.find(names.lm_head()).entry) {
+  if (cfg.tied && source.find(names.lm_head()).entry) {
     check(names.lm_head(), names.shape(TensorId::wte, names.pieces(TensorId::wte, 0)[0]));
   }
 }
@@ -328,7 +365,7 @@ std::string first_error(MPI_Comm comm, const std::string& local) {
 void read_shard(const HfSource& source, const GPTConfig& cfg, const TpShard& shard,
                 Parameters& params) {
   const NameMap names = name_map(source, cfg);
-  const Located lm_head = source.find(names.lm_head());
+  const Located lm_head = cfg.tied ? source.find(names.lm_head()) : Located{};
   std::vector<float> block, scratch, head;
   for (const TensorSpec& s : kTensors) {
     if (!shard.holds(s.id) || tensor_size(s.id, cfg) == 0) continue;
@@ -343,7 +380,7 @@ void read_shard(const HfSource& source, const GPTConfig& cfg, const TpShard& sha
                 where + ": element " + stored_index(b, k) +
                     " is not finite (NaN or Inf); a model cannot train from it");
       }
-      // GPT-2's head is the token embedding: a separate lm_head.weight must be the same.
+      // A tied head is the token embedding: a separate lm_head.weight must be the same.
       if (s.id == TensorId::wte && lm_head.entry) {
         head.resize(block.size());
         read_block(lm_head, b, cols, scratch, head.data());
@@ -351,7 +388,7 @@ void read_shard(const HfSource& source, const GPTConfig& cfg, const TpShard& sha
           require(std::memcmp(&head[size_t(k)], &block[size_t(k)], sizeof(float)) == 0,
                   "safetensors file " + lm_head.file->path() + ": tensor " + names.lm_head() +
                       " differs from " + b.piece->name + " at " + stored_index(b, k) +
-                      "; this trainer's GPT-2 ties them: drop lm_head.weight or make it equal");
+                      "; the model ties them: drop lm_head.weight or make it equal");
         }
       }
       params.layout.for_each_run(
@@ -420,14 +457,14 @@ bool is_hf_source(const std::string& path) {
 }
 
 GPTConfig read_hf_model_config(const std::string& path, const std::optional<GPTConfig>& flags_cfg,
-                               const ShapeFlags& given) {
+                               const std::set<std::string>& given) {
   const HfSource source(path);
   GPTConfig cfg;
   std::string origin;
   if (!source.config().empty()) {
     cfg = read_hf_config(source.config());
     origin = "config " + source.config();
-    check_shape_flags(cfg, given, origin);
+    if (flags_cfg) check_shape_flags(cfg, *flags_cfg, given, origin);
   } else {
     require(flags_cfg.has_value(), source.holder() + " has no " + kHfConfig +
                                        " beside it; put the model's config.json there");
@@ -467,7 +504,7 @@ std::string save_hf_model(const std::string& dir_in, const Grid& grid, const TpS
   const std::string dir = trimmed_path(dir_in);
   const MPI_Comm world = grid.world_comm();
   const GPTConfig& cfg = shard.cfg;
-  const NameMap names(cfg, "transformer.");
+  const NameMap names(cfg, "transformer.");  // GPT2LMHeadModel's state dict names
   const std::vector<SavedTensor> saved = saved_tensors(names, cfg);
   std::vector<safetensors::TensorLayout> tensors;
   for (const SavedTensor& t : saved) {

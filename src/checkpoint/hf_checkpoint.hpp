@@ -2,16 +2,19 @@
 // model.safetensors, or the sharded model.safetensors.index.json) or a .safetensors file, and
 // --save-hf DIR, a directory transformers' AutoModelForCausalLM.from_pretrained loads.
 //
-// The names are transformers' GPT2LMHeadModel's (with or without the "transformer." prefix; the
-// LM head is tied, so lm_head.weight is absent or equal to the token embedding). Its linear
-// layers are Conv1D, stored (in, out): transposed against this trainer's (out, in) rows, so a
-// rank reads and writes their column segments. Every rank reads and writes only the byte ranges
-// of its own shard (model/shard.hpp's runs), never the whole model.
+// The names are transformers' GPT2LMHeadModel's (with or without the "transformer." prefix) and
+// LlamaForCausalLM's. A tied LM head (GPT-2's always) is not stored, and lm_head.weight, if a file
+// has it, must equal the token embedding. GPT-2's linear layers are Conv1D, stored (in, out):
+// transposed against this trainer's (out, in) rows, so a rank reads and writes their column
+// segments; a Llama's q, k and v projections stack into qkvw and gate and up into fcw (their rows
+// in that order). Every rank reads and writes only the byte ranges of its own shard
+// (model/shard.hpp's runs), never the whole model.
 #pragma once
 
 #include <mpi.h>
 
 #include <optional>
+#include <set>
 #include <string>
 
 #include "checkpoint/hf_config.hpp"
@@ -31,7 +34,7 @@ bool is_hf_source(const std::string& path);
 // Checked against the flags the user gave and against every tensor's presence and shape. No MPI:
 // every rank reaches the same verdict. InputError naming the file and the key or tensor.
 GPTConfig read_hf_model_config(const std::string& path, const std::optional<GPTConfig>& flags_cfg,
-                               const ShapeFlags& given);
+                               const std::set<std::string>& given);
 
 // Collective over world: each rank reads its shard's elements of every tensor (TP rows or
 // column segments, its pipeline stage's blocks) into params; padded vocabulary rows stay zero.

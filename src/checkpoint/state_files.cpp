@@ -79,9 +79,11 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
       // A run of the serial tensor is contiguous in the file; in the layer-major slab it may
       // cross from one block's piece to the next.
       for (const ShardRun& r : shard_runs_[t]) {
+        const bool own = mine && !r.replica;  // a replicated kv head: its owner writes it
+        if (writes_only && !own) continue;
         layout_.for_each_run(t, r.local, r.length, [&](int64_t j, int64_t offset, int64_t n) {
           out.push_back(
-              {slab_ + offset, base_[t] + r.global + (j - r.local), n, mine ? int(t) : -1});
+              {slab_ + offset, base_[t] + r.global + (j - r.local), n, own ? int(t) : -1});
         });
       }
     }
@@ -99,11 +101,13 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
     for (const ShardRun& r : shard_runs_[t]) {
       const int64_t lo = std::max(j0, r.local), hi = std::min(j1, r.local + r.length);
       if (lo >= hi) continue;
+      const bool own = mine && !r.replica;  // a replicated kv head: its owner writes it
+      if (writes_only && !own) continue;
       const int64_t file = base_[t] + r.global + (lo - r.local);
       const int64_t state = s.state + (lo - j0);
-      out.push_back({m_ + state, file, hi - lo, mine ? int(t) : -1});
+      out.push_back({m_ + state, file, hi - lo, own ? int(t) : -1});
       out.push_back(
-          {v_ + state, count_ + file, hi - lo, mine ? kNumParameterTensors + int(t) : -1});
+          {v_ + state, count_ + file, hi - lo, own ? kNumParameterTensors + int(t) : -1});
     }
   }
   return out;

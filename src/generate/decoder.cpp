@@ -81,7 +81,7 @@ Tensor Decoder::cached_blocks(Tensor x, int n) {
   for (int l = 0; l < shard_.cfg.layers; ++l) {
     LayerActivations al = a;
     al.residual3 = out;
-    block_forward(al, in, Tensor(), params_.blocks[size_t(l)], shard_, rows, tp_,
+    block_forward(al, in, Tensor(), params_.blocks[size_t(l)], shard_, rows, tp_, RopePositions{},
                   [&](Tensor atty, Tensor qkv) {
                     kv_cache_store(cache_, l, qkv, n, pos);
                     cached_attention_forward(atty, a.att, qkv, cache_, l, n, pos, shard_.heads);

@@ -28,6 +28,7 @@
 #include "pipeline/p2p.hpp"
 #include "pipeline/stage_costs.hpp"
 #include "train/exit_status.hpp"
+#include "train/model_options.hpp"
 #include "train/resume.hpp"
 #include "train/settings.hpp"
 #include "train/step_log.hpp"
@@ -37,37 +38,6 @@
 namespace mpf {
 
 namespace {
-
-GPTConfig flags_config(const TrainOptions& o) {
-  GPTConfig cfg;
-  cfg.layers = o.layers;
-  cfg.heads = o.heads;
-  cfg.channels = o.dim;
-  cfg.vocab = o.vocab;
-  cfg.max_seq_len = o.max_seq_len;
-  cfg.padded_vocab = pad_vocab(o.vocab);
-  validate(cfg, "flags");
-  return cfg;
-}
-
-GPTConfig model_config(const TrainOptions& o) {
-  if (o.init_from.empty()) return flags_config(o);
-  if (is_hf_source(o.init_from)) {
-    // A config.json rules and the flags must agree with it; a bare .safetensors file takes its
-    // sizes from the flags.
-    auto given = [&](const char* flag, int value) {
-      return o.given.count(flag) ? std::optional<int>(value) : std::nullopt;
-    };
-    const ShapeFlags flags{given("--layers", o.layers), given("--heads", o.heads),
-                           given("--dim", o.dim), given("--vocab", o.vocab),
-                           given("--max-seq-len", o.max_seq_len)};
-    return read_hf_model_config(o.init_from, flags_config(o), flags);
-  }
-  require(!o.model_sizes_given,
-          "--init-from takes the model's sizes from the checkpoint; drop --layers/--heads/--dim/"
-          "--vocab/--max-seq-len, or drop --init-from to train a fresh model");
-  return read_checkpoint_config(o.init_from);
-}
 
 std::string default_val_data(const TrainOptions& o) {
   if (o.val_data == "none") return "";
@@ -415,7 +385,7 @@ int TrainingRun::zb_auto_limit() const {
 }
 
 bool TrainingRun::tied_across_stages() const {
-  return grid_->pp_size() > 1 && shape_.placement == pipeline::ChunkPlacement::kLooped;
+  return cfg_.tied && grid_->pp_size() > 1 && shape_.placement == pipeline::ChunkPlacement::kLooped;
 }
 
 int64_t TrainingRun::largest_operand() const {
@@ -424,7 +394,7 @@ int64_t TrainingRun::largest_operand() const {
   // one sequence's rows.
   const int64_t R = int64_t(micro_batch_) * opts_.seq_len;
   const int64_t width =
-      std::max<int64_t>({shard_.vocab_shard, shard_.fc, 3 * shard_.attn, int64_t(cfg_.channels)});
+      std::max<int64_t>({shard_.vocab_shard, shard_.mlp_in, shard_.qkv, int64_t(cfg_.channels)});
   return std::max(R * width, int64_t(shard_.heads) * opts_.seq_len * opts_.seq_len);
 }
 
