@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Hugging Face checkpoints in and out (src/checkpoint/hf_checkpoint.hpp): a GPT-2 model directory
-# written by the tests' own writer (tests/reference/hf_gpt2.py: numpy, no transformers) loads with
-# --init-from and gives the float64 PyTorch reference's loss; what every layout loads (serial,
-# TP 2, TP 2 x PP 2) is the directory's tensors bit for bit, in F32, BF16 and F16, from one file,
-# a sharded index or a bare .safetensors file; --save-hf writes what the llm.c file of the same
-# run holds (F32 bit for bit, BF16 rounded), from any layout, and loads back; and every bad file
-# stops with one error line naming the file and the tensor, exit status 2.
+# Hugging Face checkpoints in and out (src/checkpoint/hf_checkpoint.hpp): a GPT-2 and a Llama
+# model directory written by the tests' own writer (tests/reference/hf_models.py: numpy, no
+# transformers) load with --init-from and give the float64 PyTorch references' losses; what every
+# layout loads (serial, TP 2, TP 2 x PP 2) is the directory's tensors bit for bit, in F32, BF16
+# and F16, from one file, a sharded index or a bare .safetensors file; --save-hf writes what the
+# model file of the same run holds (F32 bit for bit, BF16 rounded), from any layout, and loads
+# back; and every bad file stops with one error line naming the file and the tensor, exit 2.
 source "$(dirname "$0")/common.sh"
 SOURCE_DIR=${MPIFORMER_SOURCE_DIR:?set MPIFORMER_SOURCE_DIR to the source tree}
 export OMP_NUM_THREADS=1
-hf() { "$PY" "$SOURCE_DIR/tests/reference/hf_gpt2.py" "$@"; }
+hf() { "$PY" "$SOURCE_DIR/tests/reference/hf_models.py" "$@"; }
 
 make_shard "$WORK/shard.bin" 2000 299
 # --peak-gflops: no GEMM measurement at start-up (MFU is not what this test looks at).
@@ -31,17 +31,23 @@ same() {
   if out=$(hf same "$@" 2>&1); then ok "$what: $out"; else bad "$what: $out"; fi
 }
 
+# near WHAT GOT REF: the reference is float64; the trainer's float32 sums and printed 6 decimals
+# stay within 1e-5 of it.
+near() {
+  if "$PY" -c "import sys; a, b = float('$2'), float('$3'); sys.exit(abs(a - b) > 1e-5 * b)"; then
+    ok "$1: loss from the Hugging Face directory $2, PyTorch float64 $3"
+  else
+    bad "$1: loss from the Hugging Face directory $2, PyTorch float64 $3"
+  fi
+}
+
 # 1. A directory (config.json, model.safetensors) against the PyTorch reference, then layouts.
 hf write "$WORK/gpt"
+hf write-llama "$WORK/llama"
+refs=($(hf loss "$WORK/shard.bin" 4 16 "$WORK/gpt" "$WORK/llama"))
 train serial 1 --steps 1 --lr 0 --init-from "$WORK/gpt" --save-llmc "$WORK/serial.bin"
-ref=$(hf loss "$WORK/gpt" "$WORK/shard.bin" 4 16)
 got=$(loss_of serial)
-# The reference is float64; the trainer's float32 sums and printed 6 decimals stay within 1e-5.
-if "$PY" -c "import sys; a, b = float('$got'), float('$ref'); sys.exit(abs(a - b) > 1e-5 * b)"; then
-  ok "loss from the Hugging Face directory $got, PyTorch float64 $ref"
-else
-  bad "loss from the Hugging Face directory $got, PyTorch float64 $ref"
-fi
+near "GPT-2" "$got" "${refs[0]}"
 same "serial load" "$WORK/gpt" "$WORK/serial.bin"
 train tp2 2 --steps 1 --lr 0 --init-from "$WORK/gpt" --tp 2 --save-llmc "$WORK/tp2.bin"
 same "TP 2 load" "$WORK/gpt" "$WORK/tp2.bin"
@@ -88,7 +94,20 @@ if [ -n "$GENERATE" ]; then
     bad "mpiformer-generate: logits differ between the directory and the llm.c file"
 fi
 
-# 4. Bad files and configs: one error line naming the file and the tensor (or key), exit 2.
+# 4. Llama (LlamaForCausalLM's names; GQA; llama3 rope scaling): untied on one rank against the
+# PyTorch reference, saved and compared; tied, BF16, on TP 2.
+train llama 1 --steps 1 --lr 0 --init-from "$WORK/llama" --save-llmc "$WORK/llama.bin" \
+  --save-hf "$WORK/llama_saved"
+near "Llama" "$(loss_of llama)" "${refs[1]}"
+same "Llama load" "$WORK/llama" "$WORK/llama.bin"
+same "Llama --save-hf" "$WORK/llama_saved" "$WORK/llama.bin"
+hf write-llama "$WORK/llama_tied" --tied --dtype BF16
+train llama_tied 2 --steps 1 --lr 0 --tp 2 --init-from "$WORK/llama_tied" \
+  --save-llmc "$WORK/llama_tied.bin" --save-hf "$WORK/llama_tied_saved" --save-hf-dtype bf16
+same "tied Llama, BF16, TP 2 load" "$WORK/llama_tied" "$WORK/llama_tied.bin"
+same "tied Llama, TP 2 --save-hf bf16" "$WORK/llama_tied_saved" "$WORK/llama_tied.bin" --bf16
+
+# 5. Bad files and configs: one error line naming the file and the tensor (or key), exit 2.
 hf bad "$WORK/gpt" "$WORK/bad" header_length overlap out_of_range dtype missing shape
 st="bad_[a-z_]+/model.safetensors"
 expect_error "header length past the end" 2 "$st: the header length [0-9]+ runs past the end" -- \
@@ -115,6 +134,11 @@ expect_error "flags disagree with config.json" 1 "--dim 64 disagrees with config
 hf write "$WORK/bad_head" --lm-head-differs
 expect_error "untied lm_head.weight" 2 "bad_head/model.safetensors: tensor lm_head.weight differs from transformer.wte.weight" -- \
   --init-from "$WORK/bad_head" "${ARGS[@]}"
+cp -r "$WORK/llama" "$WORK/bad_rope" && hf config "$WORK/bad_rope" rope_scaling '{"rope_type": "linear", "factor": 2.0}'
+expect_error "Llama: a rope scaling other than llama3" 1 "bad_rope/config.json: rope_scaling's rope_type is not \"llama3\"" -- \
+  --init-from "$WORK/bad_rope" "${ARGS[@]}"
+expect_error "Llama: --kv-heads disagrees with config.json" 1 "--kv-heads 4 disagrees with config .*num_key_value_heads 2" -- \
+  --init-from "$WORK/llama" --arch llama --kv-heads 4 "${ARGS[@]}"
 expect_error "--save-hf over an existing directory" 1 "--save-hf .*saved: already exists" -- \
   --init-from "$WORK/gpt" --save-hf "$WORK/saved" "${ARGS[@]}"
 if [ -n "$GENERATE" ]; then

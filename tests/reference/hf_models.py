@@ -1,19 +1,22 @@
 #!/usr/bin/python3
-"""Hugging Face GPT-2 model directories for tests/cli/hf_checkpoints.sh, written and read here
-with plain numpy (transformers is not needed): a safetensors writer and reader from the format's
-specification (github.com/huggingface/safetensors), and GPT2LMHeadModel's tensor names, whose
-linear weights are Conv1D, stored (in, out).
+"""Hugging Face model directories for tests/cli/hf_checkpoints.sh, written and read here with
+plain numpy (transformers is not needed): a safetensors writer and reader from the format's
+specification (github.com/huggingface/safetensors), GPT2LMHeadModel's tensor names, whose linear
+weights are Conv1D, stored (in, out), and LlamaForCausalLM's, whose q/k/v and gate/up projections
+this trainer stacks into one tensor each.
 
-  hf_gpt2.py write DIR [--dtype F32|BF16|F16] [--sharded] [--bare] [--lm-head|--lm-head-differs]
-                       [--no-config]
+  hf_models.py write DIR [--dtype F32|BF16|F16] [--sharded] [--bare] [--lm-head|--lm-head-differs]
+                         [--no-config]
       a random tiny GPT-2 (the model of compare_with_pytorch.py's tests) as a model directory
-  hf_gpt2.py loss DIR SHARD B T          the float64 PyTorch loss of the first batch
-  hf_gpt2.py same DIR LLMC [--bf16]      DIR's tensors equal an llm.c model file's, bit for bit
-                                         (--bf16: the llm.c values rounded to bf16), and its
-                                         config.json the file's sizes
-  hf_gpt2.py bad DIR OUT KIND...         OUT_KIND/: DIR's config.json and a copy of its
+  hf_models.py write-llama DIR [--dtype ...] [--tied]
+      a random tiny Llama (GQA, llama3 rope scaling; compare_llama_with_pytorch.py's model)
+  hf_models.py loss SHARD B T DIR...     each model's float64 PyTorch loss of the first batch
+  hf_models.py same DIR FILE [--bf16]    DIR's tensors equal an llm.c (or mpiformer Llama) model
+                                         file's, bit for bit (--bf16: the file's values rounded
+                                         to bf16), and its config.json the file's sizes
+  hf_models.py bad DIR OUT KIND...       OUT_KIND/: DIR's config.json and a copy of its
                                          model.safetensors with one defect
-  hf_gpt2.py config DIR KEY VALUE        set one key of DIR/config.json (VALUE is JSON)
+  hf_models.py config DIR KEY VALUE      set one key of DIR/config.json (VALUE is JSON)
 
 Run with Debian's /usr/bin/python3 (numpy; torch for `loss`)."""
 import json
@@ -158,7 +161,115 @@ def random_params(m, seed=1234):
     return params
 
 
-# ---- llm.c's model file -----------------------------------------------------------------------
+# ---- Llama --------------------------------------------------------------------------------------
+# compare_llama_with_pytorch.py's model with a vocabulary whose real rows straddle TP shards.
+LLAMA = dict(maxT=32, V=300, L=2, NH=4, KVH=2, C=32, F=72, eps=1e-6, theta=10000.0, factor=8.0,
+             low=1.0, high=4.0, original=64, tied=False)
+LLAMA_MAGIC = 20251125
+
+
+def llama_shapes(m):
+    L, NH, KVH, C, F = m["L"], m["NH"], m["KVH"], m["C"], m["F"]
+    hs = C // NH
+    out = [("wte", (m["V"], C)), ("ln1w", (L, C)), ("qkvw", (L, (NH + 2 * KVH) * hs, C)),
+           ("attprojw", (L, C, C)), ("ln2w", (L, C)), ("fcw", (L, 2 * F, C)),
+           ("fcprojw", (L, C, F)), ("lnfw", (C,))]
+    return out if m["tied"] else out + [("lmhead", (m["V"], C))]
+
+
+def llama_random(m, seed=4321):
+    rng = np.random.default_rng(seed)
+    return {name: ((1.0 if name in ("ln1w", "ln2w", "lnfw") else 0.0) +
+                   0.1 * rng.standard_normal(shape)).astype(np.float32)
+            for name, shape in llama_shapes(m)}
+
+
+def llama_to_hf(p, m):
+    hs = m["C"] // m["NH"]
+    q, kv = m["NH"] * hs, m["KVH"] * hs
+    out = {"model.embed_tokens.weight": p["wte"], "model.norm.weight": p["lnfw"]}
+    for l in range(m["L"]):
+        pre = f"model.layers.{l}."
+        out[pre + "input_layernorm.weight"] = p["ln1w"][l]
+        out[pre + "self_attn.q_proj.weight"] = p["qkvw"][l][:q]
+        out[pre + "self_attn.k_proj.weight"] = p["qkvw"][l][q:q + kv]
+        out[pre + "self_attn.v_proj.weight"] = p["qkvw"][l][q + kv:]
+        out[pre + "self_attn.o_proj.weight"] = p["attprojw"][l]
+        out[pre + "post_attention_layernorm.weight"] = p["ln2w"][l]
+        out[pre + "mlp.gate_proj.weight"] = p["fcw"][l][:m["F"]]
+        out[pre + "mlp.up_proj.weight"] = p["fcw"][l][m["F"]:]
+        out[pre + "mlp.down_proj.weight"] = p["fcprojw"][l]
+    if not m["tied"]:
+        out["lm_head.weight"] = p["lmhead"]
+    return out
+
+
+def llama_from_hf(t, m):
+    layer = lambda name: [t[f"model.layers.{l}.{name}"] for l in range(m["L"])]
+    stack = lambda *names: np.stack([np.concatenate(rows) for rows in zip(*map(layer, names))])
+    p = {"wte": t["model.embed_tokens.weight"], "lnfw": t["model.norm.weight"],
+         "ln1w": np.stack(layer("input_layernorm.weight")),
+         "qkvw": stack("self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                       "self_attn.v_proj.weight"),
+         "attprojw": np.stack(layer("self_attn.o_proj.weight")),
+         "ln2w": np.stack(layer("post_attention_layernorm.weight")),
+         "fcw": stack("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+         "fcprojw": np.stack(layer("mlp.down_proj.weight"))}
+    if not m["tied"]:
+        p["lmhead"] = t["lm_head.weight"]
+    return p
+
+
+def llama_config(m):
+    scaling = dict(rope_type="llama3", factor=m["factor"], low_freq_factor=m["low"],
+                   high_freq_factor=m["high"], original_max_position_embeddings=m["original"])
+    return dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=m["V"],
+                hidden_size=m["C"], intermediate_size=m["F"], num_hidden_layers=m["L"],
+                num_attention_heads=m["NH"], num_key_value_heads=m["KVH"],
+                max_position_embeddings=m["maxT"], rms_norm_eps=m["eps"],
+                rope_theta=m["theta"], rope_scaling=scaling if m["factor"] else None,
+                hidden_act="silu", tie_word_embeddings=m["tied"])
+
+
+def llama_m(cfg):
+    s = cfg.get("rope_scaling") or {}
+    return dict(maxT=cfg["max_position_embeddings"], V=cfg["vocab_size"],
+                L=cfg["num_hidden_layers"], NH=cfg["num_attention_heads"],
+                KVH=cfg["num_key_value_heads"], C=cfg["hidden_size"], F=cfg["intermediate_size"],
+                eps=cfg["rms_norm_eps"], theta=cfg["rope_theta"], factor=s.get("factor", 0.0),
+                low=s.get("low_freq_factor", 1.0), high=s.get("high_freq_factor", 4.0),
+                original=s.get("original_max_position_embeddings", 8192),
+                tied=cfg["tie_word_embeddings"])
+
+
+# ---- llm.c's model file (and mpiformer's Llama model file) --------------------------------------
+def read_model_file(path):
+    """(family, m, params) of a model file; padded vocabulary rows checked zero and dropped."""
+    raw = open(path, "rb").read()
+    h = np.frombuffer(raw[:1024], dtype="<i4")
+    if h[0] != LLAMA_MAGIC:
+        m, params = read_llmc(path)
+        return "gpt2", m, params
+    f = h[13:18].view("<f4")
+    m = dict(maxT=int(h[2]), V=int(h[3]), L=int(h[4]), NH=int(h[5]), C=int(h[6]), KVH=int(h[9]),
+             F=int(h[10]), tied=bool(h[11]), original=int(h[12]), eps=float(f[0]),
+             theta=float(f[1]), factor=float(f[2]), low=float(f[3]), high=float(f[4]))
+    Vp = int(h[7])
+    flat = np.frombuffer(raw[1024:], dtype="<f4")
+    params, off = {}, 0
+    for name, shape in llama_shapes(m):
+        if name in ("wte", "lmhead"):
+            shape = (Vp, m["C"])
+        n = int(np.prod(shape))
+        params[name] = flat[off:off + n].reshape(shape)
+        off += n
+        if name in ("wte", "lmhead"):
+            assert not params[name][m["V"]:].any(), f"{path}: padded rows of {name} not zero"
+            params[name] = params[name][:m["V"]]
+    assert off == flat.size, f"{path}: {flat.size} floats, expected {off}"
+    return "llama", m, params
+
+
 def read_llmc(path):
     raw = open(path, "rb").read()
     h = np.frombuffer(raw[:1024], dtype="<i4")
@@ -205,33 +316,63 @@ def cmd_write(d, opts):
               open(os.path.join(d, "model.safetensors.index.json"), "w"), indent=2)
 
 
-def cmd_loss(d, shard, B, T):
+def cmd_write_llama(d, opts):
+    m = dict(LLAMA, tied="--tied" in opts)
+    os.makedirs(d)
+    json.dump(llama_config(m), open(os.path.join(d, "config.json"), "w"), indent=2)
+    write_safetensors(os.path.join(d, "model.safetensors"), llama_to_hf(llama_random(m), m),
+                      opts.get("--dtype", "F32"), {"format": "pt"})
+
+
+def cmd_loss(shard, B, T, dirs):
+    for d in dirs:
+        print(f"{loss_of(d, shard, B, T):.9f}")
+
+
+def loss_of(d, shard, B, T):
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import compare_with_pytorch as ref
     cfg = json.load(open(os.path.join(d, "config.json")))
-    m = dict(maxT=cfg["n_positions"], V=cfg["vocab_size"], L=cfg["n_layer"], NH=cfg["n_head"],
-             C=cfg["n_embd"])
-    p = {k: torch.tensor(v, dtype=torch.float64) for k, v in from_hf(read_dir(d), m).items()}
     raw = open(shard, "rb").read()
     tokens = np.frombuffer(raw[1024:], dtype="<u2").astype(np.int64)
     buf = torch.as_tensor(tokens[:B * T + 1])
     inputs, targets = buf[:-1].view(B, T), buf[1:].view(B, T)
-    logits = ref.gpt2_logits(p, inputs, m)
+    if cfg["model_type"] == "llama":
+        import compare_llama_with_pytorch as ref
+        m = llama_m(cfg)
+        p = {k: torch.tensor(v, dtype=torch.float64)
+             for k, v in llama_from_hf(read_dir(d), m).items()}
+        logits = ref.llama_logits(p, inputs, m)
+    else:
+        import compare_with_pytorch as ref
+        m = dict(maxT=cfg["n_positions"], V=cfg["vocab_size"], L=cfg["n_layer"],
+                 NH=cfg["n_head"], C=cfg["n_embd"])
+        p = {k: torch.tensor(v, dtype=torch.float64) for k, v in from_hf(read_dir(d), m).items()}
+        logits = ref.gpt2_logits(p, inputs, m)
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, m["V"]), targets.reshape(-1))
-    print(f"{loss.item():.9f}")
+    return loss.item()
+
+
+def alike(a, b):
+    """Equal, floats within float32 rounding (a model file keeps them as float32)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(alike(a[k], b[k]) for k in a)
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and abs(a - b) <= 1e-6 * abs(b)
+    return a == b
 
 
 def cmd_same(d, llmc, bf16):
-    m, params = read_llmc(llmc)
-    hf = from_hf(read_dir(d), m)
+    family, m, params = read_model_file(llmc)
+    llama = family == "llama"
+    hf = (llama_from_hf if llama else from_hf)(read_dir(d), m)
     config = os.path.join(d, "config.json")
     if os.path.isdir(d) and os.path.exists(config):
-        cfg, want = json.load(open(config)), gpt2_config(m)
-        wrong = [k for k in want if cfg.get(k) != want[k]]
+        cfg, want = json.load(open(config)), (llama_config if llama else gpt2_config)(m)
+        wrong = [k for k in want if not alike(cfg.get(k), want[k])]
         if wrong:
             sys.exit(f"{config}: {wrong} differ from the model's {[want[k] for k in wrong]}")
-    for name, _ in param_shapes(m):
+    for name, _ in (llama_shapes if llama else param_shapes)(m):
         want = params[name]
         if bf16:
             want = from_bf16_bits(to_bf16_bits(want)).reshape(want.shape)
@@ -294,8 +435,10 @@ def main(argv):
         i += 1
     if cmd == "write":
         cmd_write(positional[0], opts)
+    elif cmd == "write-llama":
+        cmd_write_llama(positional[0], opts)
     elif cmd == "loss":
-        cmd_loss(positional[0], positional[1], int(positional[2]), int(positional[3]))
+        cmd_loss(positional[0], int(positional[1]), int(positional[2]), positional[3:])
     elif cmd == "same":
         cmd_same(positional[0], positional[1], "--bf16" in opts)
     elif cmd == "bad":  # bad DIR OUT_PREFIX KIND...: OUT_PREFIX_KIND/ with config.json
