@@ -78,9 +78,10 @@ HfSource::HfSource(const std::string& path_in) : origin_(trimmed_path(path_in)) 
   }
   holder_ = "model directory " + origin_;
   config_ = origin_ + "/" + kHfConfig;
-  require(path_exists(config_), holder_ + " has no " + kHfConfig +
-                                    "; pass a Hugging Face model directory (config.json and "
-                                    "model.safetensors)");
+  require(path_exists(config_),
+          holder_ + " has no " + kHfConfig +
+              "; pass a Hugging Face model directory (config.json and "
+              "model.safetensors); a training checkpoint resumes with --load");
   const std::string index = origin_ + "/" + kHfIndexFile;
   if (!path_exists(index)) {
     require(path_exists(origin_ + "/" + kHfModelFile),
@@ -374,21 +375,22 @@ void read_shard(const HfSource& source, const GPTConfig& cfg, const TpShard& sha
       const Located at = source.find(b.piece->name);
       block.resize(size_t(b.size()));
       read_block(at, b, cols, scratch, block.data());
-      const std::string where = "safetensors file " + at.file->path() + ": tensor " + b.piece->name;
       for (int64_t k = 0; k < b.size(); ++k) {
-        require(std::isfinite(block[size_t(k)]),
-                where + ": element " + stored_index(b, k) +
-                    " is not finite (NaN or Inf); a model cannot train from it");
+        if (std::isfinite(block[size_t(k)])) continue;
+        throw InputError("safetensors file " + at.file->path() + ": tensor " + b.piece->name +
+                         ": element " + stored_index(b, k) +
+                         " is not finite (NaN or Inf); a model cannot train from it");
       }
       // A tied head is the token embedding: a separate lm_head.weight must be the same.
       if (s.id == TensorId::wte && lm_head.entry) {
         head.resize(block.size());
         read_block(lm_head, b, cols, scratch, head.data());
         for (int64_t k = 0; k < b.size(); ++k) {
-          require(std::memcmp(&head[size_t(k)], &block[size_t(k)], sizeof(float)) == 0,
-                  "safetensors file " + lm_head.file->path() + ": tensor " + names.lm_head() +
-                      " differs from " + b.piece->name + " at " + stored_index(b, k) +
-                      "; the model ties them: drop lm_head.weight or make it equal");
+          if (std::memcmp(&head[size_t(k)], &block[size_t(k)], sizeof(float)) == 0) continue;
+          throw InputError("safetensors file " + lm_head.file->path() + ": tensor " +
+                           names.lm_head() + " differs from " + b.piece->name + " at " +
+                           stored_index(b, k) +
+                           "; the model ties them: drop lm_head.weight or make it equal");
         }
       }
       params.layout.for_each_run(

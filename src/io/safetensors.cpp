@@ -48,6 +48,7 @@ bool st_read_at(int fd, void* dst, int64_t bytes, int64_t offset) {
   while (bytes > 0) {
     const ssize_t n = pread(fd, p, size_t(std::min<int64_t>(bytes, 1 << 30)), offset);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = 0;  // the end of the file
     if (n <= 0) return false;
     p += n;
     bytes -= n;
@@ -250,26 +251,29 @@ const TensorEntry* Reader::find(std::string_view name) const {
 }
 
 void Reader::read(const TensorEntry& t, int64_t first, int64_t count, float* out) const {
-  require(t.dtype == "F32" || t.dtype == "BF16" || t.dtype == "F16",
-          st_tensor_name(path_, t.name) + ": dtype " + t.dtype +
-              " is not a floating-point type this program reads (F32, BF16, F16)");
+  // Called per row segment of a shard: messages are built only on failure.
+  if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16") {
+    throw InputError(st_tensor_name(path_, t.name) + ": dtype " + t.dtype +
+                     " is not a floating-point type this program reads (F32, BF16, F16)");
+  }
   if (first < 0 || count < 0 || first + count > t.elements()) {
     MPF_FATAL("safetensors read of elements [" + std::to_string(first) + ", " +
               std::to_string(first + count) + ") of " + t.name + ", which has " +
               std::to_string(t.elements()));
   }
+  auto failed = [&] {
+    return InputError(st_tensor_name(path_, t.name) + ": read failed (" +
+                      (errno ? std::strerror(errno) : "end of file") +
+                      "); the file changed while being read or is unreadable");
+  };
   if (t.element_bytes == 4) {
-    require(st_read_at(fd_, out, count * 4, t.begin + first * 4),
-            st_tensor_name(path_, t.name) + ": read failed (" + std::strerror(errno) +
-                "); the file changed while being read or is unreadable");
+    if (!st_read_at(fd_, out, count * 4, t.begin + first * 4)) throw failed();
     return;
   }
   std::vector<unsigned char> raw(size_t(std::min<int64_t>(count, 1 << 22)) * 2);
   for (int64_t done = 0; done < count;) {
     const int64_t n = std::min<int64_t>(count - done, int64_t(raw.size() / 2));
-    require(st_read_at(fd_, raw.data(), n * 2, t.begin + (first + done) * 2),
-            st_tensor_name(path_, t.name) + ": read failed (" + std::strerror(errno) +
-                "); the file changed while being read or is unreadable");
+    if (!st_read_at(fd_, raw.data(), n * 2, t.begin + (first + done) * 2)) throw failed();
     st_convert(t.dtype, raw.data(), n, out + done);
     done += n;
   }

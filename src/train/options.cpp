@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "backends/gemm.hpp"
-#include "checkpoint/hf_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/flags.hpp"
 #include "train/settings.hpp"
@@ -79,7 +78,6 @@ TrainOptions parse_options(int argc, const char* const* argv) {
             "--gemm " + o.gemm + " is not a GEMM library of this build; it has " + names);
   }
 
-  parse_hf_dtype(o.save_hf_dtype);
   require(o.given.count("--save-hf-dtype") == 0 || !o.save_hf.empty(),
           "--save-hf-dtype sets the dtype of --save-hf DIR; pass that too, or drop it");
   require(o.beta1 >= 0 && o.beta1 < 1, "--beta1 must be in [0, 1), got " + number(o.beta1));

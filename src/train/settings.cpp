@@ -168,7 +168,7 @@ std::vector<SettingGroup> make_groups() {
             "generation_config.json, model.safetensors; never over an existing path)",
             &O::save_hf},
            {"--save-hf-dtype", "T", "f32 or bf16: the dtype of --save-hf's weights",
-            &O::save_hf_dtype},
+            &O::save_hf_dtype, kNoMinimum, nullptr, OnResume::not_saved, "f32,bf16"},
            {"--trace", "FILE.json",
             "write every rank's measured timeline of the last step (forward, backward, P2P, DP "
             "sync, optimizer) as a Chrome/Perfetto trace (never over an existing file)",
