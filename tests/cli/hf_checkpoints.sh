@@ -108,7 +108,7 @@ same "tied Llama, BF16, TP 2 load" "$WORK/llama_tied" "$WORK/llama_tied.bin"
 same "tied Llama, TP 2 --save-hf bf16" "$WORK/llama_tied_saved" "$WORK/llama_tied.bin" --bf16
 
 # 5. Bad files and configs: one error line naming the file and the tensor (or key), exit 2.
-hf bad "$WORK/gpt" "$WORK/bad" header_length overlap out_of_range dtype missing shape
+hf bad "$WORK/gpt" "$WORK/bad" header_length overlap out_of_range dtype missing shape nan
 st="bad_[a-z_]+/model.safetensors"
 expect_error "header length past the end" 2 "$st: the header length [0-9]+ runs past the end" -- \
   --init-from "$WORK/bad_header_length" "${ARGS[@]}"
@@ -122,6 +122,9 @@ expect_error "tensor missing" 2 "bad_missing: tensor transformer.h.1.mlp.c_fc.bi
   --init-from "$WORK/bad_missing" "${ARGS[@]}"
 expect_error "wrong shape" 1 "$st: tensor transformer.h.0.attn.c_proj.weight has shape \(16, 64\)" -- \
   --init-from "$WORK/bad_shape" "${ARGS[@]}"
+expect_error "a NaN weight (TP 2: one rank reads it)" 2 \
+  "$st: tensor transformer.h.0.mlp.c_fc.weight: element \(0, 33\) is not finite" -- \
+  --init-from "$WORK/bad_nan" --tp 2 "${ARGS[@]}"
 cp -r "$WORK/gpt" "$WORK/bad_config" && hf config "$WORK/bad_config" n_embd 64
 expect_error "config disagrees with the tensors" 2 \
   "bad_config/model.safetensors: tensor transformer.wte.weight has shape \(300, 32\) but config .*bad_config/config.json" -- \

@@ -406,6 +406,9 @@ def cmd_bad(kind, d, out):
         header[first]["dtype"] = "F17"
     elif kind == "missing":
         del header["transformer.h.1.mlp.c_fc.bias"]
+    elif kind == "nan":  # element (0, 33) of a Conv1D weight, stored (in, out)
+        b = header["transformer.h.0.mlp.c_fc.weight"]["data_offsets"][0] + 4 * 33
+        data = data[:b] + struct.pack("<f", float("nan")) + data[b + 4:]
     elif kind == "shape":  # shape and bytes agree, but not with the model
         h = header["transformer.h.0.attn.c_proj.weight"]
         h["shape"] = [h["shape"][1] // 2, h["shape"][0] * 2]
