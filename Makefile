@@ -12,6 +12,9 @@ PREFIX ?= /usr/local
 ARGS ?=
 CMAKE_ARGS ?=
 JOBS ?= $(shell nproc)
+# Two tests at once at most, and only the pairs tests/CMakeLists.txt allows (a build check beside
+# a Slurm test, which mostly waits); every other test runs alone.
+CTEST_ARGS ?= -j 2
 
 # Debian packages the build, the tests and the benchmark need.
 DEBIAN_PACKAGES = cmake g++ make mpich libmpich-dev libopenblas-openmp-dev libdnnl-dev libtrilinos-kokkos-dev \

@@ -1,13 +1,16 @@
 #!/usr/bin/python3
-"""The PyTorch anchor of `make bench`: GPT-2 training steps in PyTorch on the same model, batch and
-thread count as a mpiformer-bench row, timed the same way (median step after two warm-up steps).
+"""The PyTorch anchor of `make bench`: GPT-2 or Llama training steps in PyTorch on the same model,
+batch and thread count as a mpiformer-bench row, timed the same way (median step after two warm-up
+steps).
 
 The model is the usual PyTorch GPT-2 (nn.Linear / nn.LayerNorm / nn.Embedding modules, causal
 attention with a mask, tanh GELU, the LM head tied to the token embedding, the vocabulary padded
 to 50304 as llm.c and mpiformer pad it); the step is zero_grad, forward, cross-entropy, backward,
 gradient clipping to 1.0 and torch.optim.AdamW, as mpiformer's. --precision bf16 runs the
 forward under torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision. PyTorch
-chooses its own kernels; the result line names them. Run it with Debian's /usr/bin/python3 and
+chooses its own kernels; the result line names them. The Llama is the same in plain torch: RMSNorm,
+rotary embeddings (half-split, as Hugging Face's LlamaAttention), grouped-query attention with its
+K/V heads repeated over their groups, a SwiGLU MLP, no biases, the head tied as for GPT-2. Run it with Debian's /usr/bin/python3 and
 the environment ci/bench_throughput.sh sets (glibc keeping freed memory, passive OpenMP waits).
 
 Prints one line:
@@ -24,7 +27,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-MODELS = {"gpt2-124M": dict(L=12, NH=12, C=768), "small": dict(L=4, NH=4, C=256)}
+MODELS = {"gpt2-124M": dict(L=12, NH=12, C=768), "small": dict(L=4, NH=4, C=256),
+          # GPT-2 124M's size as a Llama: 4 K/V heads, and an FFN of 2048 whose three matrices hold
+          # what GPT-2's two of 3072 do.
+          "llama-124M": dict(L=12, NH=12, C=768, KVH=4, F=2048)}
 VOCAB, PADDED_VOCAB, MAX_T = 50257, 50304, 1024
 
 
@@ -62,6 +68,69 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # the tied head
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(C))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate(x, cos, sin):
+    """Rotary embeddings on (B, heads, T, hs), pairs (i, i + hs/2)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, C, NH, KVH, F_dim, T, theta=500000.0):
+        super().__init__()
+        self.NH, self.KVH, self.hs = NH, KVH, C // NH
+        self.ln_1, self.ln_2 = RMSNorm(C), RMSNorm(C)
+        self.qkv = nn.Linear(C, (NH + 2 * KVH) * self.hs, bias=False)
+        self.o = nn.Linear(C, C, bias=False)
+        self.gate_up = nn.Linear(C, 2 * F_dim, bias=False)
+        self.down = nn.Linear(F_dim, C, bias=False)
+        inv = 1.0 / theta ** (torch.arange(0, self.hs, 2).float() / self.hs)
+        angles = torch.outer(torch.arange(T).float(), inv)
+        self.register_buffer("cos", torch.cat((angles, angles), -1).cos())
+        self.register_buffer("sin", torch.cat((angles, angles), -1).sin())
+        self.register_buffer("mask", torch.ones(T, T, dtype=torch.bool).tril())
+
+    def attention(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split([C, self.KVH * self.hs, self.KVH * self.hs], dim=2)
+        q = q.view(B, T, self.NH, self.hs).transpose(1, 2)
+        k, v = (t.view(B, T, self.KVH, self.hs).transpose(1, 2) for t in (k, v))
+        q, k = rotate(q, self.cos[:T], self.sin[:T]), rotate(k, self.cos[:T], self.sin[:T])
+        group = self.NH // self.KVH
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.hs))
+        att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
+        return self.o((att @ v).transpose(1, 2).reshape(B, T, C))
+
+    def forward(self, x):
+        x = x + self.attention(self.ln_1(x))
+        gate, up = self.gate_up(self.ln_2(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class Llama(nn.Module):
+    def __init__(self, L, NH, C, KVH, F, T):
+        super().__init__()
+        self.wte = nn.Embedding(PADDED_VOCAB, C)
+        self.blocks = nn.ModuleList(LlamaBlock(C, NH, KVH, F, T) for _ in range(L))
+        self.ln_f = RMSNorm(C)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx)
+        for block in self.blocks:
+            x = block(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
@@ -123,7 +192,10 @@ def main():
         # fp32 products in fp32, as mpiformer's cuBLAS fp32 GEMMs: no TF32.
         torch.backends.cuda.matmul.allow_tf32 = False
     m = MODELS[args.model]
-    model = GPT(m["L"], m["NH"], m["C"], args.seq_len).to(device)
+    if "KVH" in m:
+        model = Llama(m["L"], m["NH"], m["C"], m["KVH"], m["F"], args.seq_len).to(device)
+    else:
+        model = GPT(m["L"], m["NH"], m["C"], args.seq_len).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
     tokens = torch.randint(0, VOCAB, (args.batch, args.seq_len + 1), device=device)
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
