@@ -7,7 +7,7 @@
 #include "model/layers/encoder.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
-#include "model/layers/scratch_llama.hpp"
+#include "model/layers/rmsnorm.hpp"
 #include "parallel/tp_regions.hpp"
 
 namespace mpf {

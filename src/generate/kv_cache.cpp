@@ -1,14 +1,9 @@
 #include "generate/kv_cache.hpp"
 
-#include <cmath>
-
-#include "backends/gemm.hpp"
 #include "core/parallel.hpp"
-#include "core/vector_math.hpp"
+#include "model/layers/attention.hpp"
 
 namespace mpf {
-
-using backend::Op;
 
 KVCache KVCache::allocate(const TpShard& shard, int capacity) {
   KVCache c;
@@ -44,46 +39,9 @@ void kv_cache_store(const KVCache& cache, int l, Tensor qkv, int n, int pos) {
 
 void cached_attention_forward(Tensor out, Tensor scores, Tensor qkv, const KVCache& cache, int l,
                               int n, int pos, int NHl) {
-  const int Ca = cache.q_width, Ck = cache.width, hs = Ca / NHl, P = pos + n;  // P: attended over
-  const int W = Ca + 2 * Ck, group = Ca / Ck;  // query heads per kv head
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int64_t per_head = int64_t(n) * P;
-  // S_h (n,P) = scale · Q_h · K_gᵀ for every head h, g its kv head: GPT-2's heads (g = h) in one
-  // batch, grouped-query heads one by one (several read the same keys).
-  if (group == 1) {
-    backend::gemm_strided_batched(Op::N, Op::T, n, P, hs, scale, qkv.data(), W, hs,
-                                  cache.keys(l).data(), Ck, hs, 0.0f, scores.data(), P, per_head,
-                                  NHl);
-  } else {
-    for (int h = 0; h < NHl; ++h) {
-      backend::gemm_strided_batched(Op::N, Op::T, n, P, hs, scale, qkv.data() + h * hs, W, hs,
-                                    cache.keys(l).data() + (h / group) * hs, Ck, hs, 0.0f,
-                                    scores.data() + h * per_head, P, per_head, 1);
-    }
-  }
-  // Row i of a head is position pos + i: it sees positions 0..pos + i.
-  for_rows(
-      "mpf::cached_attention_softmax", int64_t(NHl) * n, P,
-      KOKKOS_LAMBDA(const Row& r, int64_t row) {
-        const int seen = pos + int(row % n) + 1;
-        float* p = scores.data() + row * P;
-        const float mx = r.max(seen, [p](int j) { return p[j]; });
-        r.for_each(seen, [=](int j) { p[j] = vmath::exp(p[j] - mx); });
-        const float inv = 1.0f / r.sum(seen, [p](int j) { return p[j]; });
-        r.for_each(seen, [=](int j) { p[j] *= inv; });
-        r.for_each(P - seen, [=](int j) { p[seen + j] = 0.0f; });
-      });
-  // out_h (n,hs) = P_h · V_g, into columns h·hs.. of out (n,Ca)
-  if (group == 1) {
-    backend::gemm_strided_batched(Op::N, Op::N, n, hs, P, 1.0f, scores.data(), P, per_head,
-                                  cache.values(l).data(), Ck, hs, 0.0f, out.data(), Ca, hs, NHl);
-    return;
-  }
-  for (int h = 0; h < NHl; ++h) {
-    backend::gemm_strided_batched(Op::N, Op::N, n, hs, P, 1.0f, scores.data() + h * per_head, P,
-                                  per_head, cache.values(l).data() + (h / group) * hs, Ck, hs, 0.0f,
-                                  out.data() + h * hs, Ca, hs, 1);
-  }
+  const int Ca = cache.q_width, Ck = cache.width, hs = Ca / NHl;
+  attention_over_cache_forward(out, scores, qkv, Ca + 2 * Ck, cache.keys(l), cache.values(l), Ck, n,
+                               pos, NHl, Ck / hs, hs);
 }
 
 }  // namespace mpf
