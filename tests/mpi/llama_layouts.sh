@@ -4,14 +4,14 @@
 # grouped-query attention, untied head) reproduces its serial run under TP 2 and 4 with kv heads
 # split (KVH 4 over TP 2, 2 over 2) and replicated (KVH 1 over TP 2 and 4, KVH 2 over TP 4), with
 # sequence parallelism, DP 2 with ZeRO-1 and overlapped buckets, pipelines under 1F1B,
-# interleaved, ZB-H1 and ZB-V, and recomputation. Then a checkpoint saved on one layout resumes on
-# another and ends where the uninterrupted run does.
+# interleaved, ZB-H1 and ZB-V, and recomputation; a tied Llama on TP and PP. Then a checkpoint
+# saved on one layout resumes on another and ends where the uninterrupted run does.
 LAYERS=4
 source "$(dirname "$0")/serial_reference.sh"
 base=("${args[@]}")
-llama() {  # llama KVH: the Llama flags with KVH kv heads (4 heads, hs 16, F 96)
+llama() {  # llama KVH [TIED]: the Llama flags with KVH kv heads (4 heads, hs 16, F 96), untied
   args=("${base[@]}" --arch llama --kv-heads "$1" --ffn-dim 96 --norm-eps 1e-6 --rope-theta 10000
-    --rope-scaling 8,1,4,16 --tie-embeddings 0)
+    --rope-scaling 8,1,4,16 --tie-embeddings "${2:-0}")
 }
 
 # Each KVH has its own serial run: its runs go to their own folder under the test's.
@@ -34,6 +34,14 @@ for kvh in 2 1; do
     run_layout 2 1 --pp 2 --microbatches 2 --recompute
   fi
 done
+
+# A tied Llama: wte is the head on the last stage too, its gradient summed across the stages.
+llama 2 1
+WORK=$ROOT/tied
+mkdir -p "$WORK"
+TAG=tied
+run_layout 2 1
+run_layout 1 1 --pp 2 --microbatches 2
 
 # A checkpoint of TP 2 (kv heads replicated) resumed on PP 2 x DP 2 ends where the uninterrupted
 # TP 2 run does.
