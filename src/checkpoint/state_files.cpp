@@ -106,8 +106,7 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
       const int64_t file = base_[t] + r.global + (lo - r.local);
       const int64_t state = s.state + (lo - j0);
       out.push_back({m_ + state, file, hi - lo, own ? int(t) : -1});
-      out.push_back(
-          {v_ + state, count_ + file, hi - lo, own ? kNumParameterTensors + int(t) : -1});
+      out.push_back({v_ + state, count_ + file, hi - lo, own ? kNumParameterTensors + int(t) : -1});
     }
   }
   return out;

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "model/layers/scratch_llama.hpp"
+#include "model/layers/rope.hpp"
 
 namespace mpf {
 

@@ -7,7 +7,9 @@
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
-#include "model/layers/scratch_llama.hpp"
+#include "model/layers/rmsnorm.hpp"
+#include "model/layers/rope.hpp"
+#include "model/layers/swiglu.hpp"
 #include "parallel/device_mpi.hpp"
 #include "parallel/tp_regions.hpp"
 

@@ -33,11 +33,11 @@ namespace mpf {
 
 struct TpShard {
   int rank = 0, size = 1;
-  GPTConfig cfg;         // the full model
-  int heads = 0;         // local heads, NH / T
-  int kv_heads = 0;      // local kv heads: KVH / T, or 1 when replicated (KVH < T)
-  int kv_begin = 0;      // the first kv head held here
-  int kv_replicas = 1;   // ranks holding each kv head: T / KVH when KVH < T, else 1
+  GPTConfig cfg;        // the full model
+  int heads = 0;        // local heads, NH / T
+  int kv_heads = 0;     // local kv heads: KVH / T, or 1 when replicated (KVH < T)
+  int kv_begin = 0;     // the first kv head held here
+  int kv_replicas = 1;  // ranks holding each kv head: T / KVH when KVH < T, else 1
   // With replicated kv heads: the TP ranks sharing this rank's kv head, over which the K and V
   // rows' gradients are summed (an MPI_Comm_split of the TP communicator, made and set by whoever
   // trains; MPI_COMM_NULL otherwise).

@@ -279,6 +279,7 @@ void TrainingRun::plan_stages() {
 
 void TrainingRun::shard_model() {
   shard_ = stage_shard(grid_->tp_rank(), grid_->pp_rank());
+  if (shard_.kv_replicas > 1) shard_.kv_group = grid_->kv_group(shard_.kv_replicas);
   // Padded to a multiple of the DP size so ZeRO's buckets split evenly.
   params_ = Parameters::allocate(shard_, "mpf::params", grid_->dp_size());
   grads_ = Parameters::allocate(shard_, "mpf::grads", grid_->dp_size());
@@ -441,12 +442,31 @@ double TrainingRun::global_grad_norm() const {
   squares.reset();
   for (const OptimizerSegment& s : optimizer_->segments()) {
     if (shard_.is_tied_copy(s.tensor)) continue;
-    if (shard_.is_split(s.tensor) || grid_->tp_rank() == 0) squares.add(grads + s.grad, s.length);
+    if (!shard_.is_split(s.tensor) && grid_->tp_rank() != 0) continue;
+    if (!shard_.kv_owner() && s.tensor == TensorId::qkvw) {
+      add_unreplicated(squares, grads, s);
+      continue;
+    }
+    squares.add(grads + s.grad, s.length);
   }
   double local = squares.read();
   if (dp_grads_->zero()) local = allreduce_sum(local, grid_->dp_comm());
   local = allreduce_sum(local, grid_->tp_comm());
   return std::sqrt(allreduce_sum(local, grid_->pp_comm()));
+}
+
+void TrainingRun::add_unreplicated(SumOfSquares& squares, const float* grads,
+                                   const OptimizerSegment& s) const {
+  // A segment of qkvw lies within one block's [Q | K | V] rows; a replicated kv head's K and V
+  // rows are counted by their owner only, so this rank adds the parts outside them.
+  const SlabPiece& piece = params_.layout.piece_at(s.param);
+  const int64_t C = cfg_.channels, begin = s.param - piece.offset, end = begin + s.length;
+  const int64_t kv_begin = int64_t(shard_.attn) * C, kv_end = int64_t(shard_.qkv) * C;
+  if (begin < kv_begin) squares.add(grads + s.grad, std::min(end, kv_begin) - begin);
+  if (end > kv_end) {
+    const int64_t from = std::max(begin, kv_end);
+    squares.add(grads + s.grad + (from - begin), end - from);
+  }
 }
 
 bool TrainingRun::save_llmc() const {

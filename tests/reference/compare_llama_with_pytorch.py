@@ -6,6 +6,8 @@ an untied LM head, Llama 3.1's rope scaling on) as an mpiformer Llama model file
 (docs/file-formats.md) and a token shard, trains it 5 steps with the trainer (one process) and
 with the plain PyTorch model below, then compares every step's loss and grad norm and the final
 parameters. Then the same with --precision bf16 against PyTorch's bf16 autocast: every loss.
+Then mpiformer-generate decodes the initial model greedily, with the KV cache, without it, and on
+TP 2 and 4: the same ids as PyTorch and the logits before every token.
 
 The model is written from Hugging Face's LlamaForCausalLM semantics (modeling_llama.py): RMSNorm
 x * rsqrt(mean(x^2) + eps) * w; rotary embeddings on Q and K with the half-split rotate_half,
@@ -14,7 +16,7 @@ _compute_llama3_parameters does; each group of NH/KVH query heads reads one kv h
 MLP down(silu(gate(x)) * up(x)); no biases; the head lm_head. The data order, AdamW and the
 schedule are llm.c's, shared with compare_with_pytorch.py.
 
-Run by ctest with MPIFORMER_TRAIN in the environment, with Debian's /usr/bin/python3 (torch 1.13).
+Run by ctest with MPIFORMER_TRAIN and MPIFORMER_GENERATE in the environment, with Debian's /usr/bin/python3 (torch 1.13).
 Exit status 0 when every check passes; the last line is `reference: N passed, M failed`.
 """
 import math
@@ -221,6 +223,39 @@ def run_trainer(exe, workdir, model, shard, precision):
     return [rows[k] for k in range(1, STEPS + 1)], read_model(out, MODEL)
 
 
+# Greedy decoding of the initial model: a 6-token prompt, 16 new tokens (22 <= maxT positions).
+PROMPT, NEW_TOKENS = [3, 41, 17, 5, 60, 22], 16
+LOGITS_RTOL = 1e-5  # of the largest logit; float32 rounding is ~1e-6 (generate_with_pytorch.py)
+
+
+def reference_decode(params0, m):
+    p = {k: torch.tensor(v, dtype=torch.float64) for k, v in params0.items()}
+    seq, rows = list(PROMPT), []
+    with torch.no_grad():
+        for _ in range(NEW_TOKENS):
+            z = llama_logits(p, torch.tensor([seq]), m)[0, -1, :m["V"]].numpy()
+            rows.append(z)
+            seq.append(int(np.argmax(z)))
+    return seq[len(PROMPT):], np.array(rows)
+
+
+def run_generate(exe, mpiexec, workdir, model, name, ranks, extra=()):
+    tokens, logits = (os.path.join(workdir, f"{name}.{x}") for x in ("tokens", "logits"))
+    cmd = [exe, "--init-from", model, "--prompt-tokens", ",".join(map(str, PROMPT)),
+           "--max-new-tokens", str(NEW_TOKENS), "--tokens-out", tokens, "--logits-out", logits,
+           *extra]
+    if ranks > 1:
+        cmd = [mpiexec, "-n", str(ranks)] + cmd + ["--tp", str(ranks)]
+    print("$ " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if proc.returncode != 0:
+        raise RuntimeError(f"generate exit status {proc.returncode}: {proc.stdout}{proc.stderr}")
+    ids = [int(x) for x in open(tokens).read().strip().split(",")]
+    rows = np.fromfile(logits, dtype="<f4").reshape(-1, MODEL["V"]).astype(np.float64)
+    return ids[len(PROMPT):], rows
+
+
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -276,6 +311,22 @@ def main():
                       f"[bf16] {k:>4} {t['loss']:>15} autocast {r['loss']:>10.6f} {rel:>9.1e}")
             check(any(t["loss"] != f["loss"] for t, f in zip(bf16_rows, tr_rows)),
                   "[bf16] losses differ from the fp32 run's (bf16 products in use)")
+        gen = os.environ.get("MPIFORMER_GENERATE", "")
+        if not (gen and os.access(gen, os.X_OK)):
+            raise RuntimeError(f"MPIFORMER_GENERATE={gen!r} is not an executable")
+        ref_ids, ref_rows = reference_decode(params0, MODEL)
+        mpiexec = os.environ.get("MPIEXEC", "mpiexec")
+        # The KV cache (GQA: 2 query heads per cached kv head, rotated at its position), the whole
+        # prefix recomputed per token, TP 2 (a kv head per rank) and TP 4 (kv heads replicated).
+        for name, ranks, extra in (("cached", 1, ()), ("recomputed", 1, ("--no-kv-cache",)),
+                                   ("cached tp 2", 2, ()), ("cached tp 4", 4, ())):
+            ids, rows = run_generate(gen, mpiexec, workdir, model, name.replace(" ", "_"), ranks,
+                                     extra)
+            rel = max(np.abs(rows[i] - ref_rows[i]).max() / np.abs(ref_rows[i]).max()
+                      for i in range(min(len(rows), len(ref_rows))))
+            check(ids == ref_ids and rows.shape == ref_rows.shape and rel <= LOGITS_RTOL,
+                  f"[generate {name}] {len(ids)} greedy ids equal torch's, logits within "
+                  f"{rel:.1e} of the largest")
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
         print(f"trainer run failed: {e}")
         failed += 1

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@
 #include "model/layers/encoder.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
+#include "model/layers/rmsnorm.hpp"
+#include "model/layers/rope.hpp"
+#include "model/layers/swiglu.hpp"
 #include "optim/adamw.hpp"
 #include "test_helpers.hpp"
 
@@ -61,6 +65,65 @@ double device_sum_of_squares(const Slab& x) {
   const float* p = x.data();
   return sum(
       "test::sum", int64_t(x.extent(0)), KOKKOS_LAMBDA(int64_t i) { return double(p[i]) * p[i]; });
+}
+
+// Causal grouped-query attention in double on a packed qkv (B,T,(NH + 2·KVH)·hs): the output
+// (B,T,NH·hs), the probabilities (B,NH,T,T) and, for the output gradient dy, dqkv.
+struct AttentionReference {
+  std::vector<double> y, probs, dqkv;
+};
+AttentionReference attention_reference(const std::vector<float>& qkv, const std::vector<float>& dy,
+                                       int B, int T, int NH, int KVH, int hs) {
+  const int G = NH / KVH, W = (NH + 2 * KVH) * hs, Cq = NH * hs;
+  const double scale = 1.0 / std::sqrt(double(hs));
+  AttentionReference r{std::vector<double>(size_t(B) * T * Cq),
+                       std::vector<double>(size_t(B) * NH * T * T, 0.0),
+                       std::vector<double>(size_t(B) * T * W, 0.0)};
+  auto at = [&](int b, int t, int col) { return double(qkv[(size_t(b) * T + t) * W + col]); };
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const int qc = h * hs, kc = (NH + h / G) * hs, vc = (NH + KVH + h / G) * hs;
+      for (int t = 0; t < T; ++t) {
+        double* p = &r.probs[((size_t(b) * NH + h) * T + t) * T];
+        double mx = -1e300, total = 0;
+        for (int j = 0; j <= t; ++j) {
+          double dot = 0;
+          for (int k = 0; k < hs; ++k) dot += at(b, t, qc + k) * at(b, j, kc + k);
+          p[j] = dot * scale;
+          mx = std::max(mx, p[j]);
+        }
+        for (int j = 0; j <= t; ++j) total += (p[j] = std::exp(p[j] - mx));
+        for (int j = 0; j <= t; ++j) p[j] /= total;
+        std::vector<double> dp(t + 1, 0.0);
+        double dot = 0;
+        for (int k = 0; k < hs; ++k) {
+          const double g = dy[(size_t(b) * T + t) * Cq + qc + k];
+          double acc = 0;
+          for (int j = 0; j <= t; ++j) {
+            acc += p[j] * at(b, j, vc + k);
+            dp[j] += g * at(b, j, vc + k);
+            r.dqkv[(size_t(b) * T + j) * W + vc + k] += p[j] * g;
+          }
+          r.y[(size_t(b) * T + t) * Cq + qc + k] = acc;
+        }
+        for (int j = 0; j <= t; ++j) dot += p[j] * dp[j];
+        for (int j = 0; j <= t; ++j) {
+          const double ds = scale * p[j] * (dp[j] - dot);
+          for (int k = 0; k < hs; ++k) {
+            r.dqkv[(size_t(b) * T + t) * W + qc + k] += ds * at(b, j, kc + k);
+            r.dqkv[(size_t(b) * T + j) * W + kc + k] += ds * at(b, t, qc + k);
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+std::vector<uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
 }
 
 }  // namespace
@@ -193,6 +256,192 @@ TEST_P(Kernels, CausalAttentionForward) {
   expect_close(to_host(out), y, 1e-5, "attention output");
 }
 
+TEST_P(Kernels, RMSNorm) {
+  const int N = 37, C = 200;
+  const float eps = 1e-6f;
+  Slab inp = random_slab("inp", N * C, 2.0f), w = random_slab("w", C),
+       dout = random_slab("dout", N * C), dres = random_slab("dres", N * C);
+  Slab out("out", N * C), rstd("rstd", N), dinp("dinp", N * C);
+  std::vector<float> dw0 = to_host(random_slab("dw0", C));
+  Slab dw = from_host("dw", dw0);
+  rmsnorm_forward(view(out), view(rstd), view(inp), view(w), N, C, eps);
+  rmsnorm_backward_input(view(dinp), view(dres), view(dout), view(inp), view(rstd), view(w), N, C);
+  rmsnorm_backward_weight(view(dw), view(dout), view(inp), view(rstd), N, C);
+
+  const std::vector<float> x = to_host(inp), hw = to_host(w), dy = to_host(dout),
+                           dr = to_host(dres);
+  std::vector<double> y(N * C), s(N), dx(N * C), gw(dw0.begin(), dw0.end());
+  for (int n = 0; n < N; ++n) {
+    double ms = 0;
+    for (int c = 0; c < C; ++c) ms += double(x[n * C + c]) * x[n * C + c];
+    const double r = 1.0 / std::sqrt(ms / C + eps);
+    s[n] = r;
+    double a = 0;  // mean of w·dy·xhat
+    for (int c = 0; c < C; ++c) {
+      const double xhat = x[n * C + c] * r;
+      y[n * C + c] = xhat * hw[c];
+      a += hw[c] * dy[n * C + c] * xhat;
+      gw[c] += dy[n * C + c] * xhat;
+    }
+    a /= C;
+    for (int c = 0; c < C; ++c) {
+      dx[n * C + c] = dr[n * C + c] + r * (hw[c] * dy[n * C + c] - x[n * C + c] * r * a);
+    }
+  }
+  expect_close(to_host(out), y, 1e-5, "out");
+  expect_close(to_host(rstd), s, 1e-5, "rstd");
+  expect_close(to_host(dinp), dx, 1e-5, "dinp");
+  expect_close(to_host(dw), gw, 1e-5, "dweight");
+}
+
+TEST_P(Kernels, SwiGLU) {
+  const int N = 37, F = 70;
+  Slab inp = random_slab("inp", N * 2 * F, 3.0f), dout = random_slab("dout", N * F);
+  Slab out("out", N * F), dinp("dinp", N * 2 * F);
+  swiglu_forward(view(out), view(inp), N, F);
+  swiglu_backward_input(view(dinp), view(dout), view(inp), N, F);
+  const std::vector<float> x = to_host(inp), dy = to_host(dout);
+  std::vector<double> y(N * F), dx(N * 2 * F);
+  for (int n = 0; n < N; ++n) {
+    for (int f = 0; f < F; ++f) {
+      const double g = x[n * 2 * F + f], u = x[n * 2 * F + F + f], sg = 1.0 / (1.0 + std::exp(-g));
+      y[n * F + f] = g * sg * u;
+      dx[n * 2 * F + f] = dy[n * F + f] * u * sg * (1.0 + g * (1.0 - sg));
+      dx[n * 2 * F + F + f] = dy[n * F + f] * g * sg;
+    }
+  }
+  expect_close(to_host(out), y, 1e-5, "silu(gate)·up");
+  expect_close(to_host(dinp), dx, 1e-5, "dgate | dup");
+  // In place over its input, the same bits.
+  swiglu_backward_input(view(inp), view(dout), view(inp), N, F);
+  EXPECT_EQ(bits_of(to_host(inp)), bits_of(to_host(dinp)));
+}
+
+TEST_P(Kernels, RotaryEmbedding) {
+  // 2 sequences of 19 rows from position 4; hs = 10 leaves a remainder in every vector loop.
+  const int B = 2, T = 19, pos0 = 4, NH = 3, KVH = 1, hs = 10, half = hs / 2;
+  const int W = (NH + 2 * KVH) * hs, rows = B * T, max_pos = pos0 + T;
+  const std::vector<float> inv = rope_inverse_frequencies(hs, 10000.0, RopeScaling{});
+  Slab cos_t("cos", max_pos * half), sin_t("sin", max_pos * half);
+  rope_tables(view(cos_t), view(sin_t), inv, max_pos);
+  Slab qkv = random_slab("qkv", rows * W), dqkv = random_slab("dqkv", rows * W);
+  const std::vector<float> x = to_host(qkv), dx = to_host(dqkv), c = to_host(cos_t),
+                           sn = to_host(sin_t);
+  rope_forward(view(qkv), view(cos_t), view(sin_t), rows, T, pos0, NH, KVH, hs);
+  rope_backward(view(dqkv), view(cos_t), view(sin_t), rows, T, pos0, NH, KVH, hs);
+  std::vector<double> y(x.begin(), x.end()), dy(dx.begin(), dx.end());
+  for (int n = 0; n < rows; ++n) {
+    const int p = pos0 + n % T;
+    for (int h = 0; h < NH + KVH; ++h) {
+      for (int i = 0; i < half; ++i) {
+        const size_t a = size_t(n) * W + h * hs + i, b = a + half;
+        const double co = c[p * half + i], si = sn[p * half + i];
+        y[a] = x[a] * co - x[b] * si;
+        y[b] = x[b] * co + x[a] * si;
+        dy[a] = dx[a] * co + dx[b] * si;
+        dy[b] = dx[b] * co - dx[a] * si;
+      }
+    }
+  }
+  expect_close(to_host(qkv), y, 1e-6, "rotated Q and K, V as it was");
+  expect_close(to_host(dqkv), dy, 1e-6, "dqkv rotated back");
+}
+
+TEST_P(Kernels, GroupedQueryAttention) {
+  const int B = 2, T = 19, NH = 4, KVH = 2, hs = 6, W = (NH + 2 * KVH) * hs, Cq = NH * hs;
+  Slab qkv = random_slab("qkv", B * T * W), dout = random_slab("dout", B * T * Cq);
+  Slab out("out", B * T * Cq), att("att", B * NH * T * T), dqkv("dqkv", B * T * W),
+      datt("datt", B * NH * T * T);
+  attention_forward(view(out), view(att), view(qkv), B, T, NH, KVH, hs);
+  attention_backward_input(view(dqkv), view(datt), view(dout), view(qkv), view(att), B, T, NH, KVH,
+                           hs);
+  const AttentionReference r = attention_reference(to_host(qkv), to_host(dout), B, T, NH, KVH, hs);
+  expect_close(to_host(att), r.probs, 1e-5, "attention probabilities");
+  expect_close(to_host(out), r.y, 1e-5, "attention output");
+  expect_close(to_host(dqkv), r.dqkv, 1e-5, "dqkv (dK, dV summed over each group)");
+}
+
+// With as many KV heads as query heads the grouped form is GPT-2's multi-head attention, to the
+// bit; with fewer it equals multi-head attention over K and V repeated for each query head, whose
+// K and V gradients, summed over a group, are the grouped form's.
+TEST_P(Kernels, GroupedAttentionIsMultiHeadAttentionOverRepeatedHeads) {
+  const int B = 2, T = 11, NH = 4, KVH = 2, G = NH / KVH, hs = 8, C = NH * hs;
+  const int W = (NH + 2 * KVH) * hs;
+  Slab mha_qkv = random_slab("qkv", B * T * 3 * C), dout = random_slab("dout", B * T * C);
+  Slab out1("out1", B * T * C), out2("out2", B * T * C), att("att", B * NH * T * T),
+      datt("datt", B * NH * T * T), d1("d1", B * T * 3 * C), d2("d2", B * T * 3 * C);
+  attention_forward(view(out1), view(att), view(mha_qkv), B, T, C, NH);
+  attention_backward_input(view(d1), view(datt), view(dout), view(mha_qkv), view(att), B, T, C, NH);
+  attention_forward(view(out2), view(att), view(mha_qkv), B, T, NH, NH, hs);
+  attention_backward_input(view(d2), view(datt), view(dout), view(mha_qkv), view(att), B, T, NH, NH,
+                           hs);
+  EXPECT_EQ(bits_of(to_host(out1)), bits_of(to_host(out2)));
+  EXPECT_EQ(bits_of(to_host(d1)), bits_of(to_host(d2)));
+
+  // Grouped: KV head kv is what multi-head attention sees at heads kv·G .. kv·G + G − 1.
+  const std::vector<float> gq = to_host(random_slab("gqa", B * T * W));
+  std::vector<float> mq(size_t(B) * T * 3 * C);
+  for (int bt = 0; bt < B * T; ++bt) {
+    for (int h = 0; h < NH; ++h) {
+      for (int k = 0; k < hs; ++k) {
+        mq[bt * 3 * C + h * hs + k] = gq[bt * W + h * hs + k];
+        mq[bt * 3 * C + C + h * hs + k] = gq[bt * W + (NH + h / G) * hs + k];
+        mq[bt * 3 * C + 2 * C + h * hs + k] = gq[bt * W + (NH + KVH + h / G) * hs + k];
+      }
+    }
+  }
+  Slab grouped = from_host("grouped", gq), repeated = from_host("repeated", mq),
+       dg("dg", B * T * W);
+  attention_forward(view(out1), view(att), view(repeated), B, T, C, NH);
+  attention_backward_input(view(d1), view(datt), view(dout), view(repeated), view(att), B, T, C,
+                           NH);
+  attention_forward(view(out2), view(att), view(grouped), B, T, NH, KVH, hs);
+  attention_backward_input(view(dg), view(datt), view(dout), view(grouped), view(att), B, T, NH,
+                           KVH, hs);
+  const std::vector<float> y1 = to_host(out1), dm = to_host(d1);
+  expect_close(to_host(out2), std::vector<double>(y1.begin(), y1.end()), 1e-6, "output");
+  std::vector<double> want(size_t(B) * T * W, 0.0);
+  for (int bt = 0; bt < B * T; ++bt) {
+    for (int h = 0; h < NH; ++h) {
+      for (int k = 0; k < hs; ++k) {
+        want[bt * W + h * hs + k] = dm[bt * 3 * C + h * hs + k];
+        want[bt * W + (NH + h / G) * hs + k] += dm[bt * 3 * C + C + h * hs + k];
+        want[bt * W + (NH + KVH + h / G) * hs + k] += dm[bt * 3 * C + 2 * C + h * hs + k];
+      }
+    }
+  }
+  expect_close(to_host(dg), want, 1e-6, "dqkv");
+}
+
+// The decoder's attention over a cache of KVH heads, fed 5, 1, 3 and 3 positions at a time, gives
+// the training attention's causal rows over the whole sequence.
+TEST_P(Kernels, GroupedAttentionOverACache) {
+  const int T = 12, NH = 4, KVH = 2, hs = 6, W = (NH + 2 * KVH) * hs, Cq = NH * hs, Ck = KVH * hs;
+  Slab qkv = random_slab("qkv", T * W), reference("reference", T * Cq), att("att", NH * T * T);
+  attention_forward(view(reference), view(att), view(qkv), 1, T, NH, KVH, hs);
+  const std::vector<float> x = to_host(qkv);
+  std::vector<float> k(size_t(T) * Ck), v(size_t(T) * Ck);
+  for (int t = 0; t < T; ++t) {
+    for (int c = 0; c < Ck; ++c) {
+      k[t * Ck + c] = x[t * W + NH * hs + c];
+      v[t * Ck + c] = x[t * W + (NH + KVH) * hs + c];
+    }
+  }
+  // The cache holds all T positions; a chunk attends over its prefix only.
+  Slab keys = from_host("keys", k), values = from_host("values", v), out("out", T * Cq),
+       scores("scores", NH * T * T);
+  int pos = 0;
+  for (const int n : {5, 1, 3, 3}) {
+    attention_over_cache_forward(Tensor(out.data() + pos * Cq, n * Cq), view(scores),
+                                 Tensor(qkv.data() + pos * W, n * W), W, view(keys), view(values),
+                                 Ck, n, pos, NH, KVH, hs);
+    pos += n;
+  }
+  const std::vector<float> want = to_host(reference);
+  expect_close(to_host(out), std::vector<double>(want.begin(), want.end()), 1e-6,
+               "cached attention");
+}
+
 TEST_P(Kernels, CrossEntropyWithPaddedVocabulary) {
   const int N = 23, V = 1000, Vl = 1024;
   Slab logits = random_slab("logits", N * Vl, 3.0f), losses("losses", N), stats("stats", 3 * N);
@@ -293,6 +542,69 @@ TEST_P(Kernels, AdamWOverSegmentsOfEveryLength) {
     }
   }
   expect_close(to_host(p), hp, 1e-6, "parameters after two AdamW steps");
+}
+
+// The inverse frequencies and the cos and sin tables against the formulas in double: Hugging
+// Face's default and Llama 3.1's "llama3" rope scaling (Llama 3.2's settings: factor 32).
+TEST(RopeTables, InverseFrequencies) {
+  const double theta = 500000.0;
+  const int hs = 64;
+  const std::vector<float> plain = rope_inverse_frequencies(hs, theta, RopeScaling{});
+  ASSERT_EQ(plain.size(), size_t(hs / 2));
+  for (int i = 0; i < hs / 2; ++i) {
+    EXPECT_NEAR(plain[i], std::pow(theta, -2.0 * i / hs), 1e-6 * std::pow(theta, -2.0 * i / hs))
+        << i;
+  }
+  // An exponent 2i/hs that float cannot hold exactly (hs = 10).
+  const std::vector<float> odd = rope_inverse_frequencies(10, 10000.0, RopeScaling{});
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(odd[i], std::pow(1e4, -0.2 * i), 2e-6) << i;
+
+  RopeScaling s;
+  s.factor = 32;
+  s.low_freq_factor = 1;
+  s.high_freq_factor = 4;
+  s.original_max_position = 8192;
+  const std::vector<float> scaled = rope_inverse_frequencies(hs, theta, s);
+  int kept = 0, divided = 0, smoothed = 0;
+  for (int i = 0; i < hs / 2; ++i) {
+    const double f = std::pow(theta, -2.0 * i / hs), wavelen = 2 * M_PI / f;
+    double want = f;
+    if (wavelen > 8192.0) {
+      want = f / 32;
+      ++divided;
+    } else if (wavelen >= 2048.0) {
+      const double smooth = (8192.0 / wavelen - 1.0) / 3.0;
+      want = (1 - smooth) * f / 32 + smooth * f;
+      ++smoothed;
+    } else {
+      ++kept;
+    }
+    EXPECT_NEAR(scaled[i], want, 1e-5 * want) << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(smoothed, 0);
+}
+
+TEST(RopeTables, CosAndSinOfEveryPosition) {
+  const int hs = 16, half = hs / 2, max_pos = 300;
+  for (const float factor : {0.0f, 8.0f}) {
+    RopeScaling s;
+    s.factor = factor;
+    s.original_max_position = 64;
+    const std::vector<float> inv = rope_inverse_frequencies(hs, 10000.0, s);
+    Slab c("cos", max_pos * half), sn("sin", max_pos * half);
+    rope_tables(view(c), view(sn), inv, max_pos);
+    const std::vector<float> hc = to_host(c), hsn = to_host(sn);
+    for (int p = 0; p < max_pos; ++p) {
+      for (int i = 0; i < half; ++i) {
+        // The angle is formed in float32, as PyTorch forms it: off by half an ulp of p·inv at most.
+        const double angle = double(p) * inv[i], tol = angle * 0x1p-24 + 1e-7;
+        EXPECT_NEAR(hc[p * half + i], std::cos(angle), tol) << "cos at " << p << ", " << i;
+        EXPECT_NEAR(hsn[p * half + i], std::sin(angle), tol) << "sin at " << p << ", " << i;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(BothShapes, Kernels,

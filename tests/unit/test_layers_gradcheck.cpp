@@ -2,12 +2,17 @@
 // the scalar loss Σ out·R, R random: its gradient w.r.t. out is R, so dout = R.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "model/layers/attention.hpp"
 #include "model/layers/cross_entropy.hpp"
 #include "model/layers/encoder.hpp"
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
+#include "model/layers/rmsnorm.hpp"
+#include "model/layers/rope.hpp"
+#include "model/layers/swiglu.hpp"
 #include "test_helpers.hpp"
 
 namespace mpf {
@@ -115,6 +120,107 @@ TEST(LayerGradients, CausalAttention) {
   attention_backward_input(view(dqkv), view(datt), view(dout), view(qkv), view(att), B, T, C, NH);
   expect_gradient_matches(qkv, to_host(dqkv), loss, spread(B * T * 3 * C, 240), "dqkv");
 }
+
+TEST(LayerGradients, RMSNorm) {
+  const int N = 5, C = 12;
+  Slab inp = random_slab("inp", N * C, 2.0f), w = random_slab("w", C);
+  Slab out("out", N * C), rstd("rstd", N);
+  const std::vector<float> R = to_host(random_slab("R", N * C));
+  const std::vector<float> D = to_host(random_slab("D", N * C));  // residual stream gradient
+  Slab dout("dout", N * C), dres("dres", N * C), dinp("dinp", N * C), dw("dw", C);
+  Kokkos::deep_copy(
+      dout, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(R.data(), R.size()));
+  Kokkos::deep_copy(
+      dres, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(D.data(), D.size()));
+  // loss = Σ out·R + Σ inp·D, so dinp = J_outᵀ·R + D.
+  auto loss = [&] {
+    rmsnorm_forward(view(out), view(rstd), view(inp), view(w), N, C, 1e-5f);
+    return weighted_sum(out, R) + weighted_sum(inp, D);
+  };
+  loss();
+  rmsnorm_backward_input(view(dinp), view(dres), view(dout), view(inp), view(rstd), view(w), N, C);
+  rmsnorm_backward_weight(view(dw), view(dout), view(inp), view(rstd), N, C);
+  expect_gradient_matches(inp, to_host(dinp), loss, spread(N * C), "dinp", 1e-2f);
+  expect_gradient_matches(w, to_host(dw), loss, spread(C), "dweight");
+  // Without a residual the gradient is the normalisation's alone, written in place of dout.
+  rmsnorm_backward_input(view(dout), Tensor(), view(dout), view(inp), view(rstd), view(w), N, C);
+  const std::vector<float> alone = to_host(dout), with = to_host(dinp);
+  for (int i = 0; i < N * C; ++i) EXPECT_NEAR(alone[i], with[i] - D[i], 1e-5f) << i;
+}
+
+TEST(LayerGradients, RotaryEmbeddingOfQueriesAndKeys) {
+  // Two sequences of T = 3 rows starting at position 2, NH = 4 query heads, KVH = 2 KV heads.
+  const int B = 2, T = 3, pos0 = 2, NH = 4, KVH = 2, hs = 6, W = (NH + 2 * KVH) * hs;
+  const int rows = B * T, max_pos = pos0 + T;
+  Slab cos_t("cos", max_pos * hs / 2), sin_t("sin", max_pos * hs / 2);
+  rope_tables(view(cos_t), view(sin_t), rope_inverse_frequencies(hs, 10000.0, RopeScaling{}),
+              max_pos);
+  Slab qkv = random_slab("qkv", rows * W), work("work", rows * W);
+  const std::vector<float> R = to_host(random_slab("R", rows * W));
+  auto loss = [&] {
+    Kokkos::deep_copy(work, qkv);
+    rope_forward(view(work), view(cos_t), view(sin_t), rows, T, pos0, NH, KVH, hs);
+    return weighted_sum(work, R);
+  };
+  loss();
+  // V is untouched.
+  const std::vector<float> before = to_host(qkv), after = to_host(work);
+  for (int n = 0; n < rows; ++n) {
+    for (int c = (NH + KVH) * hs; c < W; ++c) ASSERT_EQ(after[n * W + c], before[n * W + c]);
+  }
+  Slab dqkv("dqkv", rows * W);
+  Kokkos::deep_copy(
+      dqkv, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(R.data(), R.size()));
+  rope_backward(view(dqkv), view(cos_t), view(sin_t), rows, T, pos0, NH, KVH, hs);
+  expect_gradient_matches(qkv, to_host(dqkv), loss, spread(rows * W), "dqkv", 1e-2f);
+  // The backward is the inverse rotation: it undoes the forward.
+  loss();
+  rope_backward(view(work), view(cos_t), view(sin_t), rows, T, pos0, NH, KVH, hs);
+  const std::vector<float> back = to_host(work);
+  for (int i = 0; i < rows * W; ++i) EXPECT_NEAR(back[i], before[i], 1e-6f) << i;
+}
+
+TEST(LayerGradients, SwiGLU) {
+  const int N = 4, F = 9;
+  Slab inp = random_slab("inp", N * 2 * F, 2.0f), out("out", N * F);
+  const std::vector<float> R = to_host(random_slab("R", N * F));
+  Slab dout("dout", N * F), dinp("dinp", N * 2 * F);
+  Kokkos::deep_copy(
+      dout, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(R.data(), R.size()));
+  auto loss = [&] {
+    swiglu_forward(view(out), view(inp), N, F);
+    return weighted_sum(out, R);
+  };
+  loss();
+  swiglu_backward_input(view(dinp), view(dout), view(inp), N, F);
+  expect_gradient_matches(inp, to_host(dinp), loss, spread(N * 2 * F), "dinp (gate | up)", 1e-3f);
+}
+
+// Grouped-query attention: 4 query heads over 1 or 2 KV heads; the KV heads' gradients sum over
+// their group's query heads.
+class GroupedAttentionGradient : public ::testing::TestWithParam<int> {};
+
+TEST_P(GroupedAttentionGradient, MatchesFiniteDifferences) {
+  const int B = 2, T = 5, NH = 4, KVH = GetParam(), hs = 4, W = (NH + 2 * KVH) * hs, Cq = NH * hs;
+  Slab qkv = random_slab("qkv", B * T * W), out("out", B * T * Cq), att("att", B * NH * T * T);
+  const std::vector<float> R = to_host(random_slab("R", B * T * Cq));
+  Slab dout("dout", B * T * Cq), dqkv("dqkv", B * T * W), datt("datt", B * NH * T * T);
+  Kokkos::deep_copy(
+      dout, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(R.data(), R.size()));
+  auto loss = [&] {
+    attention_forward(view(out), view(att), view(qkv), B, T, NH, KVH, hs);
+    return weighted_sum(out, R);
+  };
+  loss();
+  attention_backward_input(view(dqkv), view(datt), view(dout), view(qkv), view(att), B, T, NH, KVH,
+                           hs);
+  expect_gradient_matches(qkv, to_host(dqkv), loss, spread(B * T * W, 240), "dqkv");
+}
+
+INSTANTIATE_TEST_SUITE_P(KvHeads, GroupedAttentionGradient, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "KVH" + std::to_string(info.param);
+                         });
 
 TEST(LayerGradients, CrossEntropyIgnoresPaddedColumns) {
   const int N = 4, V = 11, Vp = 16;

@@ -2,24 +2,32 @@
 
 #include <cmath>
 
+#include "backends/gemm.hpp"
 #include "core/parallel.hpp"
 #include "core/vector_math.hpp"
 #include "model/layers/matmul.hpp"
 
 namespace mpf {
 
-void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH, C3 = 3 * C;
+// Grouped heads: query head h = kv·G + g (G = NH/KVH) reads KV head kv. A product runs, for one g,
+// the KVH heads g, G + g, 2G + g, ... as one strided batch: their Q columns are G·hs apart, their
+// KV heads' hs apart, their T×T blocks of att G·T² apart. With KVH = NH (G = 1) it is one batch of
+// every head, the same call as multi-head attention's.
+void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int NH, int KVH, int hs) {
+  const int G = NH / KVH, W = (NH + 2 * KVH) * hs, Cq = NH * hs;
+  const int64_t k_col = int64_t(NH) * hs, v_col = int64_t(NH + KVH) * hs;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t TT = int64_t(T) * T;
   // Every product below reads QKV (in bf16: rounded once, not per sequence).
-  const HeldOperand qkv16(qkv.data(), int64_t(B) * T * C3);
+  const HeldOperand qkv16(qkv.data(), int64_t(B) * T * W);
   for (int b = 0; b < B; ++b) {
-    const float* q = qkv.data() + int64_t(b) * T * C3;
+    const float* q = qkv.data() + int64_t(b) * T * W;
     float* s = att.data() + int64_t(b) * NH * TT;
-    // S_h (T,T) = Q_h · K_hᵀ for every head h of row b (the scale is applied by the softmax)
-    matmul_strided_batched(Op::N, Op::T, T, T, hs, 1.0f, q, C3, hs, q + C, C3, hs, 0.0f, s, T, TT,
-                           NH);
+    // S_h (T,T) = Q_h · K_kvᵀ for every head h of row b (the scale is applied by the softmax)
+    for (int g = 0; g < G; ++g) {
+      matmul_strided_batched(Op::N, Op::T, T, T, hs, 1.0f, q + g * hs, W, int64_t(G) * hs,
+                             q + k_col, W, hs, 0.0f, s + g * TT, T, G * TT, KVH);
+    }
   }
   // Row-wise causal softmax of scale·S: row t of a head sees positions 0..t. The scale is applied
   // here, in fp32, rather than by the product, so that no product needs an alpha.
@@ -35,31 +43,40 @@ void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, 
       });
   const HeldOperand att16(att.data(), int64_t(B) * NH * TT);
   for (int b = 0; b < B; ++b) {
-    const float* v = qkv.data() + int64_t(b) * T * C3 + 2 * C;
-    // out_h (T,hs) = P_h · V_h, written into columns h*hs.. of out (B,T,C)
-    matmul_strided_batched(Op::N, Op::N, T, hs, T, 1.0f, att.data() + int64_t(b) * NH * TT, T, TT,
-                           v, C3, hs, 0.0f, out.data() + int64_t(b) * T * C, C, hs, NH);
+    const float* v = qkv.data() + int64_t(b) * T * W + v_col;
+    const float* p = att.data() + int64_t(b) * NH * TT;
+    float* y = out.data() + int64_t(b) * T * Cq;
+    // out_h (T,hs) = P_h · V_kv, written into columns h·hs.. of out (B,T,NH·hs)
+    for (int g = 0; g < G; ++g) {
+      matmul_strided_batched(Op::N, Op::N, T, hs, T, 1.0f, p + g * TT, T, G * TT, v, W, hs, 0.0f,
+                             y + g * hs, Cq, int64_t(G) * hs, KVH);
+    }
   }
 }
 
 void attention_backward_input(Tensor dqkv, Tensor datt, Tensor dout, Tensor qkv, Tensor att, int B,
-                              int T, int C, int NH) {
-  const int hs = C / NH, C3 = 3 * C;
+                              int T, int NH, int KVH, int hs) {
+  const int G = NH / KVH, W = (NH + 2 * KVH) * hs, Cq = NH * hs;
+  const int64_t k_col = int64_t(NH) * hs, v_col = int64_t(NH + KVH) * hs;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t TT = int64_t(T) * T;
-  const HeldOperand qkv16(qkv.data(), int64_t(B) * T * C3), att16(att.data(), int64_t(B) * NH * TT),
-      dout16(dout.data(), int64_t(B) * T * C);
+  const HeldOperand qkv16(qkv.data(), int64_t(B) * T * W), att16(att.data(), int64_t(B) * NH * TT),
+      dout16(dout.data(), int64_t(B) * T * Cq);
   for (int b = 0; b < B; ++b) {
-    const float* q = qkv.data() + int64_t(b) * T * C3;
-    const float* dy = dout.data() + int64_t(b) * T * C;
+    const float* q = qkv.data() + int64_t(b) * T * W;
+    const float* dy = dout.data() + int64_t(b) * T * Cq;
     const float* p = att.data() + int64_t(b) * NH * TT;
     float* dp = datt.data() + int64_t(b) * NH * TT;
-    float* dq = dqkv.data() + int64_t(b) * T * C3;
-    // dP_h = dOut_h · V_hᵀ;  dV_h = P_hᵀ · dOut_h
-    matmul_strided_batched(Op::N, Op::T, T, T, hs, 1.0f, dy, C, hs, q + 2 * C, C3, hs, 0.0f, dp, T,
-                           TT, NH);
-    matmul_strided_batched(Op::T, Op::N, T, hs, T, 1.0f, p, T, TT, dy, C, hs, 0.0f, dq + 2 * C, C3,
-                           hs, NH);
+    float* dq = dqkv.data() + int64_t(b) * T * W;
+    // dP_h = dOut_h · V_kvᵀ;  dV_kv = Σ_g P_hᵀ · dOut_h over the group, g ascending
+    for (int g = 0; g < G; ++g) {
+      matmul_strided_batched(Op::N, Op::T, T, T, hs, 1.0f, dy + g * hs, Cq, int64_t(G) * hs,
+                             q + v_col, W, hs, 0.0f, dp + g * TT, T, G * TT, KVH);
+    }
+    for (int g = 0; g < G; ++g) {
+      matmul_strided_batched(Op::T, Op::N, T, hs, T, 1.0f, p + g * TT, T, G * TT, dy + g * hs, Cq,
+                             int64_t(G) * hs, g == 0 ? 0.0f : 1.0f, dq + v_col, W, hs, KVH);
+    }
   }
   // Softmax backward in place, with the forward's scale: dS = scale · P ⊙ (dP − Σ_j P·dP), zero
   // outside the causal prefix.
@@ -75,14 +92,59 @@ void attention_backward_input(Tensor dqkv, Tensor datt, Tensor dout, Tensor qkv,
       });
   const HeldOperand ds16(datt.data(), int64_t(B) * NH * TT);
   for (int b = 0; b < B; ++b) {
-    const float* q = qkv.data() + int64_t(b) * T * C3;
+    const float* q = qkv.data() + int64_t(b) * T * W;
     const float* ds = datt.data() + int64_t(b) * NH * TT;
-    float* dq = dqkv.data() + int64_t(b) * T * C3;
-    // dQ_h = dS_h · K_h;  dK_h = dS_hᵀ · Q_h
-    matmul_strided_batched(Op::N, Op::N, T, hs, T, 1.0f, ds, T, TT, q + C, C3, hs, 0.0f, dq, C3, hs,
-                           NH);
-    matmul_strided_batched(Op::T, Op::N, T, hs, T, 1.0f, ds, T, TT, q, C3, hs, 0.0f, dq + C, C3, hs,
-                           NH);
+    float* dq = dqkv.data() + int64_t(b) * T * W;
+    // dQ_h = dS_h · K_kv;  dK_kv = Σ_g dS_hᵀ · Q_h over the group, g ascending
+    for (int g = 0; g < G; ++g) {
+      matmul_strided_batched(Op::N, Op::N, T, hs, T, 1.0f, ds + g * TT, T, G * TT, q + k_col, W, hs,
+                             0.0f, dq + g * hs, W, int64_t(G) * hs, KVH);
+    }
+    for (int g = 0; g < G; ++g) {
+      matmul_strided_batched(Op::T, Op::N, T, hs, T, 1.0f, ds + g * TT, T, G * TT, q + g * hs, W,
+                             int64_t(G) * hs, g == 0 ? 0.0f : 1.0f, dq + k_col, W, hs, KVH);
+    }
+  }
+}
+
+void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) {
+  attention_forward(out, att, qkv, B, T, NH, NH, C / NH);
+}
+
+void attention_backward_input(Tensor dqkv, Tensor datt, Tensor dout, Tensor qkv, Tensor att, int B,
+                              int T, int C, int NH) {
+  attention_backward_input(dqkv, datt, dout, qkv, att, B, T, NH, NH, C / NH);
+}
+
+void attention_over_cache_forward(Tensor out, Tensor scores, Tensor q, int ldq, Tensor keys,
+                                  Tensor values, int ldkv, int n, int pos, int NH, int KVH,
+                                  int hs) {
+  const int G = NH / KVH, P = pos + n, Cq = NH * hs;  // P: the positions attended over
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int64_t per_head = int64_t(n) * P;
+  // S_h (n,P) = scale · Q_h · K_kvᵀ for every head h, grouped as in attention_forward
+  for (int g = 0; g < G; ++g) {
+    backend::gemm_strided_batched(backend::Op::N, backend::Op::T, n, P, hs, scale,
+                                  q.data() + g * hs, ldq, int64_t(G) * hs, keys.data(), ldkv, hs,
+                                  0.0f, scores.data() + g * per_head, P, G * per_head, KVH);
+  }
+  // Row i of a head is position pos + i: it sees positions 0..pos + i.
+  for_rows(
+      "mpf::cached_attention_softmax", int64_t(NH) * n, P,
+      KOKKOS_LAMBDA(const Row& r, int64_t row) {
+        const int seen = pos + int(row % n) + 1;
+        float* p = scores.data() + row * P;
+        const float mx = r.max(seen, [p](int j) { return p[j]; });
+        r.for_each(seen, [=](int j) { p[j] = vmath::exp(p[j] - mx); });
+        const float inv = 1.0f / r.sum(seen, [p](int j) { return p[j]; });
+        r.for_each(seen, [=](int j) { p[j] *= inv; });
+        r.for_each(P - seen, [=](int j) { p[seen + j] = 0.0f; });
+      });
+  // out_h (n,hs) = P_h · V_kv, into columns h·hs.. of out (n, NH·hs)
+  for (int g = 0; g < G; ++g) {
+    backend::gemm_strided_batched(backend::Op::N, backend::Op::N, n, hs, P, 1.0f,
+                                  scores.data() + g * per_head, P, G * per_head, values.data(),
+                                  ldkv, hs, 0.0f, out.data() + g * hs, Cq, int64_t(G) * hs, KVH);
   }
 }
 

@@ -1,0 +1,45 @@
+// Rotary position embeddings (Su et al. 2021, "RoFormer") in Hugging Face's half-split form: a
+// head's element i is paired with element i + hs/2 (their `rotate_half`), which is how Hugging
+// Face stores Llama's q_proj and k_proj rows, and each pair is rotated by the angle
+// pos · inv_freq[i]:
+//   x'[i]        = x[i]·cos − x[i + hs/2]·sin
+//   x'[i + hs/2] = x[i + hs/2]·cos + x[i]·sin
+// RoPE has no parameters; its backward is the transposed rotation, which is its inverse.
+#pragma once
+
+#include <vector>
+
+#include "core/types.hpp"
+
+namespace mpf {
+
+// Llama 3.1's "rope_scaling": {"rope_type": "llama3", ...}. factor 0 means no scaling.
+struct RopeScaling {
+  float factor = 0, low_freq_factor = 1, high_freq_factor = 4;
+  int original_max_position = 8192;
+};
+
+// inv_freq[i] = theta^(−2i/hs) for i < hs/2, then Llama 3.1's per-frequency scaling, each step in
+// float32 as Hugging Face's _compute_default_rope_parameters and _compute_llama3_parameters run it
+// in PyTorch. Host function; hs even.
+std::vector<float> rope_inverse_frequencies(int hs, double theta, const RopeScaling& scaling);
+
+// cos_table and sin_table (max_pos, hs/2): cos and sin of the angle pos · inv_freq[i] for
+// positions 0..max_pos−1, the angle rounded to float32 as PyTorch forms it, its cos and sin then
+// taken in double and rounded. Computed on the host once and copied in; inv_freq has hs/2 values.
+void rope_tables(Tensor cos_table, Tensor sin_table, const std::vector<float>& inv_freq,
+                 int max_pos);
+
+// In place on qkv (rows, (NH + 2·KVH)·hs), rows [Q heads | K heads | V heads]: rotates every Q and
+// K head of row n by position pos0 + n % T; V is untouched. Training passes pos0 = 0 and the
+// sequence length T; the KV-cache decoder passes pos0 = the cache's length and T = rows. NH and
+// KVH are this rank's heads; the tables must cover position pos0 + T − 1.
+void rope_forward(Tensor qkv, Tensor cos_table, Tensor sin_table, int64_t rows, int T, int pos0,
+                  int NH, int KVH, int hs);
+
+// The backward, in place on dqkv laid out as qkv: rotates the Q and K gradients back (by −angle);
+// V's gradient is untouched.
+void rope_backward(Tensor dqkv, Tensor cos_table, Tensor sin_table, int64_t rows, int T, int pos0,
+                   int NH, int KVH, int hs);
+
+}  // namespace mpf
