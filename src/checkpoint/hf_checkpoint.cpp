@@ -258,11 +258,13 @@ struct HfRect {
 };
 
 // The shard's runs of t as rectangles, merged where a split leaves the same columns of
-// consecutive rows (a row-parallel weight's column slice).
-std::vector<HfRect> rectangles(const TpShard& shard, TensorId t) {
+// consecutive rows (a row-parallel weight's column slice). `owned`: without the K and V rows of a
+// replicated kv head another rank owns (and writes).
+std::vector<HfRect> rectangles(const TpShard& shard, TensorId t, bool owned = false) {
   const int64_t R = rows_of(t, shard.cfg), C = cols_of(t, shard.cfg), slice = R * C;
   std::vector<HfRect> out;
   for (const ShardRun& run : shard_runs(shard, t)) {
+    if (owned && run.replica) continue;
     int64_t g = run.global, j = run.local, n = run.length;
     while (n > 0) {
       const int64_t within = g % slice, r = within / C, c = within % C;
@@ -554,7 +556,7 @@ std::string save_hf_model(const std::string& dir_in, const Grid& grid, const TpS
       if (!shard.holds(s.id) || tensor_size(s.id, cfg) == 0) continue;
       if (!writes_parameter(shard, grid.dp_rank(), s.id)) continue;
       const int64_t cols = cols_of(s.id, cfg);
-      for_each_block(names, s.id, rectangles(shard, s.id), [&](const HfBlock& b) {
+      for_each_block(names, s.id, rectangles(shard, s.id, /*owned=*/true), [&](const HfBlock& b) {
         block.resize(size_t(b.size()));
         params.layout.for_each_run(
             s.id, b.local, b.size(), [&](int64_t j, int64_t offset, int64_t n) {

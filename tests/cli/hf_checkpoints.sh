@@ -95,17 +95,17 @@ if [ -n "$GENERATE" ]; then
 fi
 
 # 4. Llama (LlamaForCausalLM's names; GQA; llama3 rope scaling): untied on one rank against the
-# PyTorch reference, saved and compared; tied, BF16, on TP 2.
+# PyTorch reference, saved and compared; tied, BF16, on TP 4 (each of the 2 kv heads on 2 ranks).
 train llama 1 --steps 1 --lr 0 --init-from "$WORK/llama" --save-llmc "$WORK/llama.bin" \
   --save-hf "$WORK/llama_saved"
 near "Llama" "$(loss_of llama)" "${refs[1]}"
 same "Llama load" "$WORK/llama" "$WORK/llama.bin"
 same "Llama --save-hf" "$WORK/llama_saved" "$WORK/llama.bin"
 hf write-llama "$WORK/llama_tied" --tied --dtype BF16
-train llama_tied 2 --steps 1 --lr 0 --tp 2 --init-from "$WORK/llama_tied" \
+train llama_tied 4 --steps 1 --lr 0 --tp 4 --init-from "$WORK/llama_tied" \
   --save-llmc "$WORK/llama_tied.bin" --save-hf "$WORK/llama_tied_saved" --save-hf-dtype bf16
-same "tied Llama, BF16, TP 2 load" "$WORK/llama_tied" "$WORK/llama_tied.bin"
-same "tied Llama, TP 2 --save-hf bf16" "$WORK/llama_tied_saved" "$WORK/llama_tied.bin" --bf16
+same "tied Llama, BF16, TP 4 load (kv heads replicated)" "$WORK/llama_tied" "$WORK/llama_tied.bin"
+same "tied Llama, TP 4 --save-hf bf16" "$WORK/llama_tied_saved" "$WORK/llama_tied.bin" --bf16
 
 # 5. Bad files and configs: one error line naming the file and the tensor (or key), exit 2.
 hf bad "$WORK/gpt" "$WORK/bad" header_length overlap out_of_range dtype missing shape nan
