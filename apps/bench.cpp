@@ -1,9 +1,9 @@
-// mpiformer-bench: training throughput of one GPT-2 configuration (AdamW inside the step) on the
-// ranks it is launched with: data parallel, or tensor parallel with `--tp T`. Prints one result
-// line (and, with --profile, where the step's time goes). ci/bench_throughput.sh (make bench)
-// runs it row by row, alternating with PyTorch on the same model, batch and threads.
+// mpiformer-bench: training throughput of one GPT-2 (or Llama) configuration (AdamW inside the
+// step) on the ranks it is launched with: data parallel, or tensor parallel with `--tp T`. Prints
+// one result line (and, with --profile, where the step's time goes). ci/bench_throughput.sh (make
+// bench) runs it row by row, alternating with PyTorch on the same model, batch and threads.
 //
-//   mpiexec -n R mpiformer-bench [--model gpt2-124M|small] [--batch B] [--seq-len T]
+//   mpiexec -n R mpiformer-bench [--model gpt2-124M|llama-124M|small] [--batch B] [--seq-len T]
 //       [--steps N] [--tp T] [--precision fp32|bf16] [--gemm LIB] [--peak-gflops X] [--profile]
 //
 // MFU is against the best GEMM rate measured in the process, or against --peak-gflops (per rank),
@@ -21,6 +21,7 @@
 #include "core/parallel.hpp"
 #include "core/profile.hpp"
 #include "runtime.hpp"
+#include "train/model_options.hpp"
 #include "train/peak.hpp"
 #include "train/step_log.hpp"
 #include "train/trainer.hpp"
@@ -53,8 +54,8 @@ Row parse(int argc, char** argv) {
   table.values = {
       {"--model",
        [&](const std::string&, const std::string& v) {
-         mpf::require(v == "gpt2-124M" || v == "small",
-                      "--model " + v + " is not a bench model; use gpt2-124M or small");
+         mpf::require(v == "gpt2-124M" || v == "small" || v == "llama-124M",
+                      "--model " + v + " is not a bench model; use gpt2-124M, llama-124M or small");
          r.model = v;
        }},
       {"--batch", integer(r.batch)},
@@ -102,6 +103,12 @@ int main(int argc, char** argv) {
     o.dim = small ? 256 : 768;
     o.vocab = 50257;
     o.max_seq_len = 1024;
+    if (row.model == "llama-124M") {  // ci/bench_torch.py's: GPT-2 124M's size as a tied Llama
+      o.arch = "llama";
+      o.kv_heads = 4;
+      o.ffn_dim = 2048;
+      o.rope_theta = 500000.0f;
+    }
     o.batch = row.batch;
     o.seq_len = row.seq_len;
     o.steps = row.steps;
@@ -126,7 +133,7 @@ int main(int argc, char** argv) {
       // The first two steps fault in pages and warm caches; the median of the rest is the figure.
       const std::vector<double> timed(ms.begin() + 2, ms.end());
       const double s = median(timed) / 1e3, tokens = double(row.batch) * row.seq_len;
-      const mpf::GPTConfig cfg{1024, o.vocab, mpf::pad_vocab(o.vocab), o.layers, o.heads, o.dim};
+      const mpf::GPTConfig cfg = mpf::model_config(o);
       const double mfu = mpf::flops_per_token(cfg, row.seq_len) * tokens / s / (peak_all * 1e9);
       const mpf::backend::Kernels k = mpf::backend::kernels();
       std::printf(

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "model/tensors.hpp"
 
 namespace mpf {
 
@@ -18,7 +19,7 @@ namespace {
 struct Hex {
   uint64_t* value;
 };
-using Ref = std::variant<int*, int64_t*, Hex>;
+using Ref = std::variant<int*, int64_t*, Hex, float*, bool*>;
 struct Field {
   std::string key;
   Ref ref;
@@ -40,6 +41,22 @@ std::vector<Field> head_fields(CheckpointInfo& c) {
   return f;
 }
 
+// A Llama-family model's fields, after the sizes; a GPT-2 checkpoint has none (nor model.arch).
+std::vector<Field> llama_fields(CheckpointInfo& c) {
+  GPTConfig& m = c.model;
+  return {
+      {"model.kv_heads", &m.kv_heads},
+      {"model.ffn_dim", &m.ffn_dim},
+      {"model.norm_eps", &m.norm_eps},
+      {"model.rope_theta", &m.rope_theta},
+      {"model.rope_factor", &m.rope_factor},
+      {"model.rope_low_freq_factor", &m.rope_low_freq_factor},
+      {"model.rope_high_freq_factor", &m.rope_high_freq_factor},
+      {"model.rope_original_max_pos", &m.rope_original_max_pos},
+      {"model.tied", &m.tied},
+  };
+}
+
 // The data's positions, after the settings.
 std::vector<Field> position_fields(CheckpointInfo& c) {
   std::vector<Field> f = {
@@ -51,6 +68,7 @@ std::vector<Field> position_fields(CheckpointInfo& c) {
       {"data.val_position", &c.val_position},
   };
   for (int i = 0; i < kNumParameterTensors; ++i) {
+    if (!present(TensorId(i), c.model)) continue;  // a tensor the family does not have
     const std::string t = kTensors[i].name;
     f.push_back({"checksum.model." + t, Hex{&c.params_checksum[i]}});
     f.push_back({"checksum.m." + t, Hex{&c.m_checksum[i]}});
@@ -62,7 +80,12 @@ std::vector<Field> position_fields(CheckpointInfo& c) {
 std::string format(const Ref& ref) {
   if (auto p = std::get_if<int*>(&ref)) return std::to_string(**p);
   if (auto p = std::get_if<int64_t*>(&ref)) return std::to_string(**p);
+  if (auto p = std::get_if<bool*>(&ref)) return **p ? "1" : "0";
   char buf[32];
+  if (auto p = std::get_if<float*>(&ref)) {
+    std::snprintf(buf, sizeof buf, "%.9g", double(**p));  // 9 digits: the same float back
+    return buf;
+  }
   std::snprintf(buf, sizeof buf, "0x%016" PRIx64, *std::get<Hex>(ref).value);
   return buf;
 }
@@ -78,6 +101,12 @@ bool parse(const std::string& text, const Ref& ref) {
     **p = int(v);
   } else if (auto p = std::get_if<int64_t*>(&ref)) {
     **p = std::strtoll(text.c_str(), &end, 10);
+  } else if (auto p = std::get_if<float*>(&ref)) {
+    **p = std::strtof(text.c_str(), &end);
+  } else if (auto p = std::get_if<bool*>(&ref)) {
+    if (text != "0" && text != "1") return false;
+    **p = text == "1";
+    return true;
   } else {
     *std::get<Hex>(ref).value = std::strtoull(text.c_str(), &end, 16);
   }
@@ -85,7 +114,8 @@ bool parse(const std::string& text, const Ref& ref) {
 }
 
 bool is_fixed(CheckpointInfo& c, const std::string& key) {
-  for (const auto& fields : {head_fields(c), position_fields(c)}) {
+  if (key == "model.arch") return true;
+  for (const auto& fields : {head_fields(c), llama_fields(c), position_fields(c)}) {
     for (const Field& f : fields) {
       if (f.key == key) return true;
     }
@@ -102,6 +132,10 @@ std::string to_text(const CheckpointInfo& info) {
       " that is not a tensor.\n# Parameters: the llm.c model file beside this one; AdamW's m and "
       "v: the optimizer file.\n";
   for (const Field& f : head_fields(c)) out += f.key + " = " + format(f.ref) + "\n";
+  if (c.model.llama()) {
+    out += std::string("model.arch = ") + arch_name(c.model.arch) + "\n";
+    for (const Field& f : llama_fields(c)) out += f.key + " = " + format(f.ref) + "\n";
+  }
   for (const auto& [key, value] : c.settings) out += key + " = " + value + "\n";
   for (const Field& f : position_fields(c)) out += f.key + " = " + format(f.ref) + "\n";
   return out;
@@ -139,7 +173,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
           "checkpoint " + path + ": format version " + std::to_string(c.format) +
               ", but this mpiformer reads version " + std::to_string(kCheckpointFormat) +
               "; use the mpiformer that wrote it");
-  for (const auto& fields : {head_fields(c), position_fields(c)}) {
+  auto read_fields = [&](const std::vector<Field>& fields) {
     for (const Field& f : fields) {
       const auto it = values.find(f.key);
       require(it != values.end(), "checkpoint " + path + ": field '" + f.key +
@@ -147,7 +181,16 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
       require(parse(it->second, f.ref), "checkpoint " + path + ": field '" + f.key + "' = '" +
                                             it->second + "' is malformed; the file is corrupt");
     }
+  };
+  read_fields(head_fields(c));
+  const auto arch = values.find("model.arch");
+  if (arch != values.end()) {
+    require(arch->second == "llama", "checkpoint " + path + ": model.arch '" + arch->second +
+                                         "' is not an architecture this mpiformer knows");
+    c.model.arch = Arch::kLlama;
+    read_fields(llama_fields(c));
   }
+  read_fields(position_fields(c));  // after the model: which tensors have checksums
   // Everything else is a setting; the trainer's table checks those it needs.
   for (const auto& kv : lines) {
     if (!is_fixed(c, kv.first)) c.settings.push_back(kv);

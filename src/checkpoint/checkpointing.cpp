@@ -92,6 +92,7 @@ void verify(const std::vector<Digest>& digests, const std::vector<uint64_t>& exp
   require(bad.empty(), and_then("checkpoint " + bad + "; the checkpoint is corrupt",
                                 intact_alternative(r.root, r.info.step)));
   for (size_t i = 0; i < digests.size(); ++i) {
+    if (!present(TensorId(int(i % kNumParameterTensors)), r.info.model)) continue;
     if (digests[i].checksum == expected[i]) continue;
     char sums[80];
     std::snprintf(sums, sizeof sums, "0x%016" PRIx64 " where the state file says 0x%016" PRIx64,

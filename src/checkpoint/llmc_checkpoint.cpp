@@ -41,17 +41,61 @@ struct HeaderKind {
 };
 constexpr HeaderKind kModelFile{llmc::kCheckpointMagic, llmc::kCheckpointVersionFp32, 1,
                                 "llm.c GPT-2 model file"};
+constexpr HeaderKind kLlamaModelFile{llmc::kLlamaModelMagic, llmc::kLlamaModelVersion, 1,
+                                     "mpiformer Llama model file"};
+
+// A Llama-family model's fields in header slots 8..17 (docs/file-formats.md): GPT-2's files
+// keep them zero. Floats are stored as their bits.
+enum LlamaSlot {
+  kArch = 8,
+  kKvHeads,
+  kFfnDim,
+  kTied,
+  kRopeOriginal,
+  kNormEps,
+  kRopeTheta,
+  kRopeFactor,
+  kRopeLow,
+  kRopeHigh
+};
+int32_t float_bits(float x) {
+  int32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+float bits_float(int32_t b) {
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+void read_llama_slots(const int32_t* h, GPTConfig& cfg) {
+  cfg.arch = Arch::kLlama;
+  cfg.kv_heads = h[kKvHeads];
+  cfg.ffn_dim = h[kFfnDim];
+  cfg.tied = h[kTied] != 0;
+  cfg.rope_original_max_pos = h[kRopeOriginal];
+  cfg.norm_eps = bits_float(h[kNormEps]);
+  cfg.rope_theta = bits_float(h[kRopeTheta]);
+  cfg.rope_factor = bits_float(h[kRopeFactor]);
+  cfg.rope_low_freq_factor = bits_float(h[kRopeLow]);
+  cfg.rope_high_freq_factor = bits_float(h[kRopeHigh]);
+}
 constexpr HeaderKind kOptimizerFile{kOptimizerMagic, kOptimizerVersion, 2,
                                     "mpiformer optimizer state file"};
 
 // Reads and checks the header and the file's size; leaves `f` positioned after the header.
-GPTConfig read_header(std::FILE* f, int64_t bytes, const std::string& path, const HeaderKind& k) {
+GPTConfig read_header(std::FILE* f, int64_t bytes, const std::string& path,
+                      const HeaderKind& kind) {
   require(bytes >= kHeaderBytes, checkpoint_name(path) + ": " + std::to_string(bytes) +
                                      " bytes is too short for the 1024-byte header; the file is "
                                      "truncated or not an " +
-                                     k.name);
+                                     kind.name);
   int32_t h[kHeaderInts];
   read_exact(f, h, sizeof h, checkpoint_name(path));
+  // A model file is llm.c's GPT-2 file or our Llama file, told apart by the magic.
+  const HeaderKind& k = (kind.magic == llmc::kCheckpointMagic && h[0] == llmc::kLlamaModelMagic)
+                            ? kLlamaModelFile
+                            : kind;
   require(h[0] != llmc::kShardMagic,
           checkpoint_name(path) +
               ": this is an llm.c token shard, not a model file; pass a model checkpoint");
@@ -74,12 +118,19 @@ GPTConfig read_header(std::FILE* f, int64_t bytes, const std::string& path, cons
   cfg.heads = h[5];
   cfg.channels = h[6];
   cfg.padded_vocab = h[7];
+  if (h[0] == llmc::kLlamaModelMagic || h[kArch] == 1) read_llama_slots(h, cfg);
+  require(h[kArch] == 0 || h[kArch] == 1, checkpoint_name(path) + ": unknown architecture " +
+                                              std::to_string(h[kArch]) + "; the header is corrupt");
+  require(cfg.kv_heads < (1 << 20) && cfg.ffn_dim < (1 << 28) && cfg.heads < (1 << 20) &&
+              cfg.channels < (1 << 24),
+          checkpoint_name(path) + ": header sizes are implausible; the header is corrupt");
   validate(cfg, checkpoint_name(path));
   // parameter_count overflows int64 for absurd header sizes; a corrupt header must not wrap
   // around into a plausible count.
   const double C = cfg.channels;
-  const double estimate = (double(cfg.padded_vocab) + cfg.max_seq_len + 2) * C +
-                          double(cfg.layers) * (12 * C * C + 13 * C);
+  const double estimate = (2 * double(cfg.padded_vocab) + cfg.max_seq_len + 2) * C +
+                          double(cfg.layers) * (double(cfg.qkv_rows()) * C + C * C +
+                                                2.0 * double(cfg.mlp_in_rows()) * C + 13 * C);
   require(estimate < 1e15, checkpoint_name(path) + ": header sizes (" + describe(cfg) +
                                ") are implausible; the header is corrupt");
   const int64_t n = parameter_count(cfg);
@@ -109,7 +160,7 @@ GPTConfig read_optimizer_config(const std::string& path) {
 }
 
 void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
-  const HeaderKind& k = optimizer ? kOptimizerFile : kModelFile;
+  const HeaderKind& k = optimizer ? kOptimizerFile : cfg.llama() ? kLlamaModelFile : kModelFile;
   std::fill(h, h + kHeaderInts, 0);
   h[0] = k.magic;
   h[1] = k.version;
@@ -119,6 +170,17 @@ void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
   h[5] = cfg.heads;
   h[6] = cfg.channels;
   h[7] = cfg.padded_vocab;
+  if (!cfg.llama()) return;
+  h[kArch] = 1;
+  h[kKvHeads] = cfg.kv_head_count();
+  h[kFfnDim] = cfg.ffn_width();
+  h[kTied] = cfg.tied ? 1 : 0;
+  h[kRopeOriginal] = cfg.rope_original_max_pos;
+  h[kNormEps] = float_bits(cfg.norm_eps);
+  h[kRopeTheta] = float_bits(cfg.rope_theta);
+  h[kRopeFactor] = float_bits(cfg.rope_factor);
+  h[kRopeLow] = float_bits(cfg.rope_low_freq_factor);
+  h[kRopeHigh] = float_bits(cfg.rope_high_freq_factor);
 }
 
 void read_checkpoint_params(const std::string& path, const GPTConfig& cfg,

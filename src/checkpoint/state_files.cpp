@@ -46,10 +46,17 @@ int64_t StateFiles::optimizer_bytes() const {
   return llmc::kHeaderBytes + 2 * int64_t(sizeof(float)) * count_;
 }
 
+bool writes_parameter(const TpShard& shard, int dp_rank, TensorId tensor) {
+  if (!shard.is_split(tensor) && shard.rank != 0) return false;  // replicated over TP
+  if (shard.is_tied_copy(tensor)) return false;                  // the tied wte: first stage's
+  return dp_rank == 0;
+}
+
 bool StateFiles::writes(TensorId tensor, bool moments) const {
-  if (!shard_.is_split(tensor) && tp_rank_ != 0) return false;  // replicated over TP
-  if (shard_.is_tied_copy(tensor)) return false;                // the tied wte: first stage's
-  return (moments && zero_) || dp_rank_ == 0;                   // ZeRO shards are distinct
+  if (moments && zero_) {  // ZeRO shards are distinct over DP
+    return (shard_.is_split(tensor) || tp_rank_ == 0) && !shard_.is_tied_copy(tensor);
+  }
+  return writes_parameter(shard_, dp_rank_, tensor);
 }
 
 std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
@@ -72,9 +79,11 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
       // A run of the serial tensor is contiguous in the file; in the layer-major slab it may
       // cross from one block's piece to the next.
       for (const ShardRun& r : shard_runs_[t]) {
+        const bool own = mine && !r.replica;  // a replicated kv head: its owner writes it
+        if (writes_only && !own) continue;
         layout_.for_each_run(t, r.local, r.length, [&](int64_t j, int64_t offset, int64_t n) {
           out.push_back(
-              {slab_ + offset, base_[t] + r.global + (j - r.local), n, mine ? int(t) : -1});
+              {slab_ + offset, base_[t] + r.global + (j - r.local), n, own ? int(t) : -1});
         });
       }
     }
@@ -92,11 +101,12 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
     for (const ShardRun& r : shard_runs_[t]) {
       const int64_t lo = std::max(j0, r.local), hi = std::min(j1, r.local + r.length);
       if (lo >= hi) continue;
+      const bool own = mine && !r.replica;  // a replicated kv head: its owner writes it
+      if (writes_only && !own) continue;
       const int64_t file = base_[t] + r.global + (lo - r.local);
       const int64_t state = s.state + (lo - j0);
-      out.push_back({m_ + state, file, hi - lo, mine ? int(t) : -1});
-      out.push_back(
-          {v_ + state, count_ + file, hi - lo, mine ? kNumParameterTensors + int(t) : -1});
+      out.push_back({m_ + state, file, hi - lo, own ? int(t) : -1});
+      out.push_back({v_ + state, count_ + file, hi - lo, own ? kNumParameterTensors + int(t) : -1});
     }
   }
   return out;

@@ -7,6 +7,7 @@
 #include "model/layers/encoder.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
+#include "model/layers/rmsnorm.hpp"
 #include "parallel/tp_regions.hpp"
 
 namespace mpf {
@@ -21,15 +22,16 @@ LayerActivations first_rows(const LayerActivations& a, const TpShard& s, int64_t
   const int64_t C = s.cfg.channels;
   LayerActivations x = a;
   x.ln1 = first(a.ln1, n * C);
-  x.ln1_mean = first(a.ln1_mean, n);
+  const int64_t mean = s.cfg.llama() ? 0 : n;  // RMSNorm keeps no mean
+  x.ln1_mean = first(a.ln1_mean, mean);
   x.ln1_rstd = first(a.ln1_rstd, n);
-  x.qkv = first(a.qkv, n * 3 * s.attn);
+  x.qkv = first(a.qkv, n * s.qkv);
   x.atty = first(a.atty, n * s.attn);
   x.residual2 = first(a.residual2, n * C);
   x.ln2 = first(a.ln2, n * C);
-  x.ln2_mean = first(a.ln2_mean, n);
+  x.ln2_mean = first(a.ln2_mean, mean);
   x.ln2_rstd = first(a.ln2_rstd, n);
-  x.fch = first(a.fch, n * s.fc);
+  x.fch = first(a.fch, n * s.mlp_in);
   x.fch_gelu = first(a.fch_gelu, n * s.fc);
   x.residual3 = first(a.residual3, n * C);
   return x;
@@ -63,9 +65,12 @@ Tensor Decoder::append(const std::vector<int32_t>& tokens) {
   // The vocab-parallel embedding of the new positions (wpe from row pos on), summed over TP (g).
   const Tensor x = first(work_.input, int64_t(n) * C);
   const Tokens ids = Kokkos::subview(tokens_, std::make_pair(pos, pos + n));
-  const Tensor wpe(params_.wpe.data() + int64_t(pos) * C, int64_t(capacity_ - pos) * C);
+  const bool positions = !shard_.cfg.llama();  // Llama rotates Q and K in the blocks instead
+  const Tensor wpe =
+      positions ? Tensor(params_.wpe.data() + int64_t(pos) * C, int64_t(capacity_ - pos) * C)
+                : Tensor();
   encoder_forward(x, ids, params_.wte, wpe, 1, n, C, shard_.vocab_begin, shard_.vocab_shard,
-                  /*add_positions=*/shard_.rank == 0);
+                  /*add_positions=*/positions && shard_.rank == 0);
   tp::reduce_from_region_forward(x.data(), int64_t(n) * C, tp_);
   const Tensor out = cached_blocks(x, n);
   return head(Tensor(out.data() + int64_t(n - 1) * C, C));
@@ -78,10 +83,11 @@ Tensor Decoder::cached_blocks(Tensor x, int n) {
   const LayerActivations a = first_rows(work_.layer(0), shard_, n);
   // The residual stream ping-pongs between the workspace's input and output rows.
   Tensor in = x, out = a.residual3;
+  const RopePositions rope{work_.rope_cos, work_.rope_sin, n, pos};  // row i at pos + i
   for (int l = 0; l < shard_.cfg.layers; ++l) {
     LayerActivations al = a;
     al.residual3 = out;
-    block_forward(al, in, Tensor(), params_.blocks[size_t(l)], shard_, rows, tp_,
+    block_forward(al, in, Tensor(), params_.blocks[size_t(l)], shard_, rows, tp_, rope,
                   [&](Tensor atty, Tensor qkv) {
                     kv_cache_store(cache_, l, qkv, n, pos);
                     cached_attention_forward(atty, a.att, qkv, cache_, l, n, pos, shard_.heads);
@@ -106,9 +112,15 @@ Tensor Decoder::head(Tensor row) {
   const Tensor lnf(head_slab_.data(), C), mean(head_slab_.data() + C, 1),
       rstd(head_slab_.data() + C + 1, 1), logits(head_slab_.data() + C + 2, shard_.vocab_shard);
   const Tensor none;
-  layernorm_forward(lnf, mean, rstd, row, params_.lnfw, params_.lnfb, 1, C);
-  // The tied head: this rank's rows of wte give its vocabulary shard's logits.
-  linear_forward(logits, none, lnf, params_.wte, none, 1, C, shard_.vocab_shard);
+  const GPTConfig& cfg = shard_.cfg;
+  if (cfg.llama()) {
+    rmsnorm_forward(lnf, rstd, row, params_.lnfw, 1, C, cfg.norm_eps);
+  } else {
+    layernorm_forward(lnf, mean, rstd, row, params_.lnfw, params_.lnfb, 1, C);
+  }
+  // The head: this rank's rows of wte (tied) or lmhead give its vocabulary shard's logits.
+  linear_forward(logits, none, lnf, cfg.tied ? params_.wte : params_.lmhead, none, 1, C,
+                 shard_.vocab_shard);
   Kokkos::fence();
   return logits;
 }

@@ -9,7 +9,8 @@ KVCache KVCache::allocate(const TpShard& shard, int capacity) {
   KVCache c;
   c.layers = shard.cfg.layers;
   c.capacity = capacity;
-  c.width = shard.attn;
+  c.width = shard.kv;
+  c.q_width = shard.attn;
   c.slab = Slab("mpf::kv_cache", 2 * int64_t(c.layers) * capacity * c.width);
   return c;
 }
@@ -26,21 +27,21 @@ Tensor KVCache::values(int l) const {
 
 void kv_cache_store(const KVCache& cache, int l, Tensor qkv, int n, int pos) {
   const Tensor k = cache.keys(l), v = cache.values(l);
-  const int Ca = cache.width;
+  const int Ck = cache.width, Ca = cache.q_width;
   for_each_2d(
-      "mpf::kv_cache_store", n, Ca, KOKKOS_LAMBDA(int64_t i, int c) {
-        const float* src = qkv.data() + i * 3 * Ca;
-        const int64_t row = (pos + i) * Ca;
+      "mpf::kv_cache_store", n, Ck, KOKKOS_LAMBDA(int64_t i, int c) {
+        const float* src = qkv.data() + i * (Ca + 2 * Ck);
+        const int64_t row = (pos + i) * Ck;
         k(row + c) = src[Ca + c];
-        v(row + c) = src[2 * Ca + c];
+        v(row + c) = src[Ca + Ck + c];
       });
 }
 
 void cached_attention_forward(Tensor out, Tensor scores, Tensor qkv, const KVCache& cache, int l,
                               int n, int pos, int NHl) {
-  const int Ca = cache.width;
-  attention_over_cache_forward(out, scores, qkv, 3 * Ca, cache.keys(l), cache.values(l), Ca, n, pos,
-                               NHl, NHl, Ca / NHl);
+  const int Ca = cache.q_width, Ck = cache.width, hs = Ca / NHl;
+  attention_over_cache_forward(out, scores, qkv, Ca + 2 * Ck, cache.keys(l), cache.values(l), Ck, n,
+                               pos, NHl, Ck / hs, hs);
 }
 
 }  // namespace mpf

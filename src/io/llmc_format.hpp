@@ -22,5 +22,10 @@ inline constexpr int32_t kCheckpointMagic = 20240326;  // GPT-2 model: sizes, th
 inline constexpr int32_t kCheckpointVersionFp32 = 3;
 inline constexpr int32_t kCheckpointVersionBf16 = 5;
 inline constexpr int32_t kTokenizerMagic = 20240328;  // tokenizer (decode only)
+// mpiformer's Llama model file: llm.c's layout (header, then the tensors in the table's order),
+// its own magic, the Llama fields in header slots 8..17 (docs/file-formats.md). llm.c's own Llama
+// 3 file (magic 20240803) keeps eps and theta as ints and no rope scaling, so it is not used.
+inline constexpr int32_t kLlamaModelMagic = 20251125;
+inline constexpr int32_t kLlamaModelVersion = 1;
 
 }  // namespace mpf::llmc

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "model/layers/rope.hpp"
+
 namespace mpf {
 
 namespace {
@@ -31,24 +33,28 @@ void carve(Activations& a, SlabCarver& k) {
   // Under recomputation only residual3 (the block outputs) is kept for all L blocks.
   const int64_t B = a.B, T = a.T, C = a.cfg.channels, L = a.chunk.recompute ? 0 : a.chunk.layers;
   const int64_t R = a.seq.rows, Rl = a.seq.local_rows, H = a.chunk.head ? 1 : 0;
+  const int64_t M = a.cfg.llama() ? 0 : 1;  // RMSNorm keeps no mean
+  const int64_t rope = a.cfg.llama() ? T * s.head_size / 2 : 0;
+  a.rope_cos = k.take(rope);
+  a.rope_sin = k.take(rope);
   a.input = k.take(Rl * C);
   a.output_grad = k.take(a.chunk.head ? 0 : Rl * C);
   a.partial = k.take(a.seq.on ? R * C : 0);
   a.ln1 = k.take(L * R * C);
-  a.ln1_mean = k.take(L * Rl);
+  a.ln1_mean = k.take(M * L * Rl);
   a.ln1_rstd = k.take(L * Rl);
-  a.qkv = k.take(L * R * 3 * s.attn);
+  a.qkv = k.take(L * R * s.qkv);
   a.atty = k.take(L * R * s.attn);
   a.att = k.take(L * B * s.heads * T * T);
   a.residual2 = k.take(L * Rl * C);
   a.ln2 = k.take(L * R * C);
-  a.ln2_mean = k.take(L * Rl);
+  a.ln2_mean = k.take(M * L * Rl);
   a.ln2_rstd = k.take(L * Rl);
-  a.fch = k.take(L * R * s.fc);
+  a.fch = k.take(L * R * s.mlp_in);
   a.fch_gelu = k.take(L * R * s.fc);
   a.residual3 = k.take(int64_t(a.chunk.layers) * Rl * C);
   a.lnf = k.take(H * R * C);
-  a.lnf_mean = k.take(H * Rl);
+  a.lnf_mean = k.take(M * H * Rl);
   a.lnf_rstd = k.take(H * Rl);
   a.logits = k.take(H * R * s.vocab_shard);
   a.row_stats = k.take(H * 3 * R);
@@ -64,6 +70,7 @@ void carve(BackwardBuffers& g, SlabCarver& k, const TpShard& s, const tp::Sequen
   g.dresidual2 = k.take(SP * Rl * C);
   g.partial = k.take(SP * R * C);
   g.datty = k.take(R * s.attn);
+  g.dmlp = k.take(s.cfg.llama() ? R * s.fc : 0);
   g.datt = k.take(B * s.heads * T * T);
 }
 
@@ -71,19 +78,20 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   const TpShard& s = w.shard;
   const int64_t R = w.seq.rows, Rl = w.seq.local_rows, C = s.cfg.channels, L = w.chunk.layers;
   const int64_t K = w.chunk.recompute ? L : 0;  // blocks whose activations W must keep itself
+  const int64_t M = s.cfg.llama() ? 0 : 1;      // RMSNorm keeps no mean
   w.dout = k.take(L * R * C);
-  w.dfch = k.take(L * R * s.fc);
+  w.dfch = k.take(L * R * s.mlp_in);
   w.dln2 = k.take(L * Rl * C);
   w.dres2 = k.take(L * R * C);
-  w.dqkv = k.take(L * R * 3 * s.attn);
+  w.dqkv = k.take(L * R * s.qkv);
   w.dln1 = k.take(L * Rl * C);
   w.ln1 = k.take(K * R * C);
-  w.ln1_mean = k.take(K * Rl);
+  w.ln1_mean = k.take(M * K * Rl);
   w.ln1_rstd = k.take(K * Rl);
   w.atty = k.take(K * R * s.attn);
   w.residual2 = k.take(K * Rl * C);
   w.ln2 = k.take(K * R * C);
-  w.ln2_mean = k.take(K * Rl);
+  w.ln2_mean = k.take(M * K * Rl);
   w.ln2_rstd = k.take(K * Rl);
   w.fch_gelu = k.take(K * R * s.fc);
   w.dlnf = k.take(w.chunk.head ? Rl * C : 0);
@@ -144,6 +152,16 @@ Activations Activations::allocate(const TpShard& shard, const ChunkPieces& chunk
                                   bool sequence_parallel) {
   Activations a = describe(shard, chunk, B, T, sequence_parallel);
   bind_slab(a, "mpf::activations");
+  if (a.cfg.llama()) {
+    const GPTConfig& c = a.cfg;
+    RopeScaling scaling;
+    scaling.factor = c.rope_factor;
+    scaling.low_freq_factor = c.rope_low_freq_factor;
+    scaling.high_freq_factor = c.rope_high_freq_factor;
+    scaling.original_max_position = c.rope_original_max_pos;
+    rope_tables(a.rope_cos, a.rope_sin,
+                rope_inverse_frequencies(c.head_size(), c.rope_theta, scaling), T);
+  }
   return a;
 }
 
@@ -156,22 +174,23 @@ int64_t Activations::bytes(const TpShard& shard, const ChunkPieces& chunk, int B
 LayerActivations Activations::layer(int l) const {
   const int64_t C = cfg.channels, R = seq.rows, Rl = seq.local_rows;
   const int64_t tt = int64_t(B) * shard.heads * T * T;
+  const int64_t M = cfg.llama() ? 0 : 1;
   LayerActivations x;
   if (chunk.recompute) {  // a store of block outputs only: the rest stay empty views
     x.residual3 = slice(residual3, l * Rl * C, Rl * C);
     return x;
   }
   x.ln1 = slice(ln1, l * R * C, R * C);
-  x.ln1_mean = slice(ln1_mean, l * Rl, Rl);
+  x.ln1_mean = slice(ln1_mean, l * Rl * M, Rl * M);
   x.ln1_rstd = slice(ln1_rstd, l * Rl, Rl);
-  x.qkv = slice(qkv, l * R * 3 * shard.attn, R * 3 * shard.attn);
+  x.qkv = slice(qkv, l * R * shard.qkv, R * shard.qkv);
   x.atty = slice(atty, l * R * shard.attn, R * shard.attn);
   x.att = slice(att, l * tt, tt);
   x.residual2 = slice(residual2, l * Rl * C, Rl * C);
   x.ln2 = slice(ln2, l * R * C, R * C);
-  x.ln2_mean = slice(ln2_mean, l * Rl, Rl);
+  x.ln2_mean = slice(ln2_mean, l * Rl * M, Rl * M);
   x.ln2_rstd = slice(ln2_rstd, l * Rl, Rl);
-  x.fch = slice(fch, l * R * shard.fc, R * shard.fc);
+  x.fch = slice(fch, l * R * shard.mlp_in, R * shard.mlp_in);
   x.fch_gelu = slice(fch_gelu, l * R * shard.fc, R * shard.fc);
   x.residual3 = slice(residual3, l * Rl * C, Rl * C);
   return x;
@@ -234,22 +253,23 @@ int64_t WeightGradInputs::bytes(const TpShard& shard, const ChunkPieces& chunk, 
 
 BlockWeightInputs WeightGradInputs::block(int i) const {
   const int64_t C = shard.cfg.channels, R = seq.rows, Rl = seq.local_rows;
+  const int64_t M = shard.cfg.llama() ? 0 : 1;
   BlockWeightInputs x;
   x.dout = slice(dout, i * R * C, R * C);
-  x.dfch = slice(dfch, i * R * shard.fc, R * shard.fc);
+  x.dfch = slice(dfch, i * R * shard.mlp_in, R * shard.mlp_in);
   x.dln2 = slice(dln2, i * Rl * C, Rl * C);
   x.dres2 = slice(dres2, i * R * C, R * C);
-  x.dqkv = slice(dqkv, i * R * 3 * shard.attn, R * 3 * shard.attn);
+  x.dqkv = slice(dqkv, i * R * shard.qkv, R * shard.qkv);
   x.dln1 = slice(dln1, i * Rl * C, Rl * C);
   if (!chunk.recompute) return x;
   LayerActivations& k = x.kept;
   k.ln1 = slice(ln1, i * R * C, R * C);
-  k.ln1_mean = slice(ln1_mean, i * Rl, Rl);
+  k.ln1_mean = slice(ln1_mean, i * Rl * M, Rl * M);
   k.ln1_rstd = slice(ln1_rstd, i * Rl, Rl);
   k.atty = slice(atty, i * R * shard.attn, R * shard.attn);
   k.residual2 = slice(residual2, i * Rl * C, Rl * C);
   k.ln2 = slice(ln2, i * R * C, R * C);
-  k.ln2_mean = slice(ln2_mean, i * Rl, Rl);
+  k.ln2_mean = slice(ln2_mean, i * Rl * M, Rl * M);
   k.ln2_rstd = slice(ln2_rstd, i * Rl, Rl);
   k.fch_gelu = slice(fch_gelu, i * R * shard.fc, R * shard.fc);
   return x;

@@ -12,8 +12,10 @@
 
 namespace mpf {
 
-// Shapes are a tensor-parallel rank's: C is the full width, and Ca = C/T (attention), F = 4C/T
-// (MLP), NHl = NH/T and Vl = Vp/T (vocabulary shard) are the local ones (all full when T = 1).
+// Shapes are a tensor-parallel rank's: C is the full width, and Ca = NH·hs/T (attention), Cqkv
+// (the local [Q | K | V] width, shard.qkv), F = 4C/T or Llama's F/T (MLP), Fin (the local rows of
+// fcw: F, or 2F for Llama's [gate | up]), NHl = NH/T and Vl = Vp/T (vocabulary shard) are the
+// local ones (all full when T = 1).
 // R = B·T rows; with sequence parallelism the LayerNorm/residual regions hold only this rank's
 // Rl = R/T rows (their statistics and the residual stream), else Rl = R. LayerNorm outputs are
 // kept gathered (R rows): the column-parallel GEMMs and their weight gradients read them.
@@ -35,17 +37,17 @@ ChunkPieces whole_stage(const TpShard& shard);
 // One layer's slice of the saved activations.
 struct LayerActivations {
   Tensor ln1;        // (R,C)
-  Tensor ln1_mean;   // (Rl)
+  Tensor ln1_mean;   // (Rl) LayerNorm only; empty for RMSNorm
   Tensor ln1_rstd;   // (Rl)
-  Tensor qkv;        // (B,T,3Ca) local [Q | K | V]
+  Tensor qkv;        // (B,T,Cqkv) local [Q | K | V] (rotated, for Llama)
   Tensor atty;       // (B,T,Ca) attention output before the projection
   Tensor att;        // (B,NHl,T,T) softmax probabilities
   Tensor residual2;  // (Rl,C) residual + attention branch
   Tensor ln2;        // (R,C)
   Tensor ln2_mean;   // (Rl)
   Tensor ln2_rstd;   // (Rl)
-  Tensor fch;        // (B,T,F) fc output before GELU
-  Tensor fch_gelu;   // (B,T,F)
+  Tensor fch;        // (B,T,Fin) fc output before GELU, or Llama's [gate | up] before SwiGLU
+  Tensor fch_gelu;   // (B,T,F) GELU's or SwiGLU's output
   Tensor residual3;  // (Rl,C) block output
 };
 
@@ -56,7 +58,8 @@ struct Activations {
   ChunkPieces chunk;
   tp::SequenceSplit seq;
   Slab slab;
-  Tensor input;        // (Rl,C) the chunk's input: the embedding's output, or received
+  Tensor rope_cos, rope_sin;  // (T,hs/2) Llama's rotary tables for positions 0..T-1; else empty
+  Tensor input;               // (Rl,C) the chunk's input: the embedding's output, or received
   Tensor output_grad;  // (Rl,C) the received gradient of the output (chunks without the head)
   Tensor partial;      // (R,C) a row-parallel output before its reduce-scatter (sequence parallel)
   // Per-layer tensors, each (chunk.layers, ...) with block i of the chunk at offset i * (its
@@ -97,6 +100,7 @@ struct BackwardBuffers {
   Tensor dresidual2;  // (Rl,C) sequence parallel: gradient of residual2, this rank's rows
   Tensor partial;     // (R,C) sequence parallel: a partial input gradient before its reduce-scatter
   Tensor datty;       // (B,T,Ca)
+  Tensor dmlp;        // (B,T,F) Llama: the gradient of SwiGLU's output; else empty
   Tensor datt;        // (B,NHl,T,T)
 
   static BackwardBuffers allocate(const TpShard& shard, int B, int T,
@@ -109,10 +113,10 @@ struct BackwardBuffers {
 // recomputation rebuilds. All-row tensors are gathered under sequence parallelism.
 struct BlockWeightInputs {
   Tensor dout;   // (R,C) gradient of the block's output (the MLP projection's output)
-  Tensor dfch;   // (B,T,F) gradient of the fc output before GELU
+  Tensor dfch;   // (B,T,Fin) gradient of the fc output before GELU or SwiGLU
   Tensor dln2;   // (Rl,C) gradient of ln2's output, summed over TP
   Tensor dres2;  // (R,C) gradient of residual2 (the attention projection's output)
-  Tensor dqkv;   // (B,T,3Ca)
+  Tensor dqkv;   // (B,T,Cqkv) (before the rotation, for Llama)
   Tensor dln1;   // (Rl,C) gradient of ln1's output, summed over TP
   // --recompute only (else empty): ln1, ln1_mean, ln1_rstd, atty, residual2, ln2, ln2_mean,
   // ln2_rstd and fch_gelu of the block; the rest of `kept` stays empty.

@@ -7,6 +7,10 @@
 
 namespace mpf {
 
+const char* arch_name(Arch arch) {
+  return arch == Arch::kLlama ? "llama" : "gpt2";
+}
+
 int pad_vocab(int vocab, int multiple) {
   return (vocab + multiple - 1) / multiple * multiple;
 }
@@ -28,6 +32,29 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
   require(cfg.padded_vocab >= cfg.vocab, "padded vocabulary " + std::to_string(cfg.padded_vocab) +
                                              " is smaller than vocabulary " +
                                              std::to_string(cfg.vocab) + " (from " + origin + ")");
+  if (!cfg.llama()) {
+    require(cfg.kv_head_count() == cfg.heads && cfg.ffn_width() == 4 * cfg.channels && cfg.tied,
+            "GPT-2 has as many kv heads as heads, an MLP of 4C and tied embeddings (from " +
+                origin + "); drop --kv-heads/--ffn-dim/--tie-embeddings or pass --arch llama");
+    return;
+  }
+  positive(cfg.kv_head_count(), "the number of kv heads", "--kv-heads");
+  positive(cfg.ffn_width(), "the MLP width", "--ffn-dim");
+  require(cfg.heads % cfg.kv_head_count() == 0,
+          "the " + std::to_string(cfg.heads) + " heads do not share " +
+              std::to_string(cfg.kv_head_count()) + " kv heads evenly (from " + origin +
+              "); choose --kv-heads dividing --heads");
+  require(cfg.head_size() % 2 == 0, "the head size " + std::to_string(cfg.head_size()) +
+                                        " is odd; rotary embeddings rotate pairs (from " + origin +
+                                        "); choose --dim / --heads even");
+  require(cfg.norm_eps > 0, "--norm-eps must be positive (from " + origin + ")");
+  require(cfg.rope_theta > 0, "--rope-theta must be positive (from " + origin + ")");
+  require(cfg.rope_factor == 0 ||
+              (cfg.rope_factor >= 1 && cfg.rope_high_freq_factor > cfg.rope_low_freq_factor &&
+               cfg.rope_low_freq_factor > 0 && cfg.rope_original_max_pos > 0),
+          "rope scaling needs factor >= 1 (0: none), 0 < low_freq_factor < high_freq_factor and "
+          "a positive original context (from " +
+              origin + "); fix --rope-scaling");
 }
 
 int64_t parameter_count(const GPTConfig& cfg) {
@@ -37,15 +64,33 @@ int64_t parameter_count(const GPTConfig& cfg) {
 }
 
 std::string describe(const GPTConfig& cfg) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "L%d H%d C%d V%d (padded %d) maxT %d", cfg.layers, cfg.heads,
-                cfg.channels, cfg.vocab, cfg.padded_vocab, cfg.max_seq_len);
+  char buf[320];
+  int n = std::snprintf(buf, sizeof buf, "L%d H%d C%d V%d (padded %d) maxT %d", cfg.layers,
+                        cfg.heads, cfg.channels, cfg.vocab, cfg.padded_vocab, cfg.max_seq_len);
+  if (cfg.llama() && n > 0 && n < int(sizeof buf)) {
+    n += std::snprintf(buf + n, sizeof buf - size_t(n), " llama KVH%d F%d eps %g theta %g",
+                       cfg.kv_head_count(), cfg.ffn_width(), double(cfg.norm_eps),
+                       double(cfg.rope_theta));
+    if (cfg.rope_factor > 0 && n < int(sizeof buf)) {
+      n += std::snprintf(buf + n, sizeof buf - size_t(n), " rope-scaling %g,%g,%g,%d",
+                         double(cfg.rope_factor), double(cfg.rope_low_freq_factor),
+                         double(cfg.rope_high_freq_factor), cfg.rope_original_max_pos);
+    }
+    if (n < int(sizeof buf))
+      std::snprintf(buf + n, sizeof buf - size_t(n), cfg.tied ? " tied" : " untied");
+  }
   return buf;
 }
 
 bool same_shape(const GPTConfig& a, const GPTConfig& b) {
   return a.max_seq_len == b.max_seq_len && a.vocab == b.vocab && a.padded_vocab == b.padded_vocab &&
-         a.layers == b.layers && a.heads == b.heads && a.channels == b.channels;
+         a.layers == b.layers && a.heads == b.heads && a.channels == b.channels &&
+         a.arch == b.arch && a.kv_head_count() == b.kv_head_count() &&
+         a.ffn_width() == b.ffn_width() && a.norm_eps == b.norm_eps &&
+         a.rope_theta == b.rope_theta && a.rope_factor == b.rope_factor &&
+         a.rope_low_freq_factor == b.rope_low_freq_factor &&
+         a.rope_high_freq_factor == b.rope_high_freq_factor &&
+         a.rope_original_max_pos == b.rope_original_max_pos && a.tied == b.tied;
 }
 
 }  // namespace mpf

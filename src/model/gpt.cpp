@@ -7,6 +7,9 @@
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
+#include "model/layers/rmsnorm.hpp"
+#include "model/layers/rope.hpp"
+#include "model/layers/swiglu.hpp"
 #include "parallel/device_mpi.hpp"
 #include "parallel/tp_regions.hpp"
 
@@ -26,16 +29,54 @@ void seed_rows(Tensor out, Tensor residual, Tensor bias, const tp::SequenceSplit
                int C) {
   const int64_t first = seq.on ? seq.row_begin : 0;
   const int64_t count = seq.on ? seq.local_rows : (rank == 0 ? seq.rows : 0);
+  const bool has_bias = bias.extent(0) > 0;  // Llama's projections have none
   for_each_2d(
       "mpf::seed_rows", seq.rows, C, KOKKOS_LAMBDA(int64_t n, int c) {
         const bool mine = n >= first && n < first + count;
-        out(n * C + c) = mine ? residual((n - first) * C + c) + bias(c) : 0.0f;
+        out(n * C + c) = mine ? residual((n - first) * C + c) + (has_bias ? bias(c) : 0.0f) : 0.0f;
       });
+}
+
+// The family's normalisation: GPT-2's LayerNorm (weight and bias, mean and rstd kept) or
+// Llama's RMSNorm (weight only, rstd kept); an RMSNorm's bias and mean are empty views.
+void model_norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                        Tensor bias, int64_t N, const GPTConfig& cfg) {
+  if (cfg.llama()) {
+    rmsnorm_forward(out, rstd, inp, weight, N, cfg.channels, cfg.norm_eps);
+  } else {
+    layernorm_forward(out, mean, rstd, inp, weight, bias, N, cfg.channels);
+  }
+}
+
+void model_norm_backward_input(Tensor dinp, Tensor dresidual, Tensor dout, Tensor inp, Tensor mean,
+                               Tensor rstd, Tensor weight, int64_t N, const GPTConfig& cfg) {
+  if (cfg.llama()) {
+    rmsnorm_backward_input(dinp, dresidual, dout, inp, rstd, weight, N, cfg.channels);
+  } else {
+    layernorm_backward_input(dinp, dresidual, dout, inp, mean, rstd, weight, N, cfg.channels);
+  }
+}
+
+void model_norm_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor mean,
+                                Tensor rstd, int64_t N, const GPTConfig& cfg) {
+  if (cfg.llama()) {
+    rmsnorm_backward_weight(dweight, dout, inp, rstd, N, cfg.channels);
+  } else {
+    layernorm_backward_weight(dweight, dbias, dout, inp, mean, rstd, N, cfg.channels);
+  }
+}
+
+// The LM head's weight: wte when tied, else lmhead.
+const Tensor& head_weight(const ParameterTensors& t, const GPTConfig& cfg) {
+  return cfg.tied ? t.wte : t.lmhead;
+}
+Tensor& head_weight(ParameterTensors& t, const GPTConfig& cfg) {
+  return cfg.tied ? t.wte : t.lmhead;
 }
 
 // Under SP, LayerNorm weight gradients come from this rank's rows: sum them over TP.
 void sum_over_tp(const Tensor& grad, const tp::SequenceSplit& seq, MPI_Comm tp) {
-  if (!seq.on) return;
+  if (!seq.on || grad.extent(0) == 0) return;
   allreduce_sum(grad.data(), int64_t(grad.extent(0)), tp);
 }
 // What a block's pieces need: its parameters and activations, and the shapes.
@@ -58,10 +99,11 @@ struct BlockContext {
 
 // LayerNorm of this rank's rows into `out` (all rows' buffer), then entering the TP region (f,
 // or all-gather under SP).
-void layernorm_and_enter(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
-                         Tensor bias, const tp::SequenceSplit& seq, int C, MPI_Comm tp) {
-  layernorm_forward(rows(out, seq.row_begin, seq.local_rows, C), mean, rstd, inp, weight, bias,
-                    seq.local_rows, C);
+void norm_and_enter(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias,
+                    const tp::SequenceSplit& seq, const GPTConfig& cfg, MPI_Comm tp) {
+  const int C = cfg.channels;
+  model_norm_forward(rows(out, seq.row_begin, seq.local_rows, C), mean, rstd, inp, weight, bias,
+                     seq.local_rows, cfg);
   tp::enter_forward(out.data(), C, seq, tp);
 }
 
@@ -86,34 +128,50 @@ void embedding_forward(Activations& acts, const ParameterTensors& params, const 
   // them (g), into this rank's rows under SP.
   const Tensor partial = acts.seq.on ? acts.partial : acts.input;
   encoder_forward(partial, inputs, params.wte, params.wpe, acts.B, acts.T, C, s.vocab_begin,
-                  s.vocab_shard, /*add_positions=*/s.rank == 0);
+                  s.vocab_shard, /*add_positions=*/s.rank == 0 && !acts.cfg.llama());
   tp::leave_forward(partial.data(), acts.input.data(), C, acts.seq, tp);
 }
 
 void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI_Comm tp) {
   const BlockContext b(acts, params, l);
-  block_forward(b.a, acts.block_input(l), acts.partial, b.p, b.s, b.seq, tp,
+  const RopePositions rope{acts.rope_cos, acts.rope_sin, acts.T, 0};
+  block_forward(b.a, acts.block_input(l), acts.partial, b.p, b.s, b.seq, tp, rope,
                 [&](Tensor atty, Tensor qkv) {
-                  attention_forward(atty, b.a.att, qkv, acts.B, acts.T, b.s.attn, b.s.heads);
+                  if (b.s.cfg.llama()) {
+                    attention_forward(atty, b.a.att, qkv, acts.B, acts.T, b.s.heads, b.s.kv_heads,
+                                      b.s.head_size);
+                  } else {
+                    attention_forward(atty, b.a.att, qkv, acts.B, acts.T, b.s.attn, b.s.heads);
+                  }
                 });
 }
 
 void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const LayerParameters& p,
                    const TpShard& s, const tp::SequenceSplit& seq, MPI_Comm tp,
-                   const AttentionCore& attend) {
-  const int C = s.cfg.channels;
+                   const RopePositions& rope, const AttentionCore& attend) {
+  const GPTConfig& cfg = s.cfg;
+  const int C = cfg.channels;
   const int64_t R = seq.rows;
   const Tensor none;
-  // Attention: LayerNorm, enter (f), column-parallel QKV (this rank's heads), attention,
-  // row-parallel projection with the residual, leave (g).
-  layernorm_and_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, seq, C, tp);
-  linear_forward(a.qkv, none, a.ln1, p.qkvw, p.qkvb, R, C, 3 * s.attn);
+  // Attention: norm, enter (f), column-parallel QKV (this rank's heads; Llama rotates Q and K),
+  // attention, row-parallel projection with the residual, leave (g). Llama's tensors have no
+  // biases: their views are empty.
+  norm_and_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, seq, cfg, tp);
+  linear_forward(a.qkv, none, a.ln1, p.qkvw, p.qkvb, R, C, s.qkv);
+  if (cfg.llama()) {
+    rope_forward(a.qkv, rope.cos, rope.sin, R, rope.T, rope.pos0, s.heads, s.kv_heads, s.head_size);
+  }
   attend(a.atty, a.qkv);
   row_parallel_and_leave(a.residual2, partial, x, a.atty, p.attprojw, p.attprojb, s.attn, seq,
                          s.rank, C, tp);
-  // MLP: the same pattern with column-parallel fc, GELU and row-parallel proj.
-  layernorm_and_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, seq, C, tp);
-  linear_gelu_forward(a.fch, a.fch_gelu, a.ln2, p.fcw, p.fcb, R, C, s.fc);
+  // MLP: the same pattern with column-parallel fc, GELU (or SwiGLU) and row-parallel proj.
+  norm_and_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, seq, cfg, tp);
+  if (cfg.llama()) {
+    linear_forward(a.fch, none, a.ln2, p.fcw, none, R, C, s.mlp_in);
+    swiglu_forward(a.fch_gelu, a.fch, R, s.fc);
+  } else {
+    linear_gelu_forward(a.fch, a.fch_gelu, a.ln2, p.fcw, p.fcb, R, C, s.fc);
+  }
   row_parallel_and_leave(a.residual3, partial, a.residual2, a.fch_gelu, p.fcprojw, p.fcprojb, s.fc,
                          seq, s.rank, C, tp);
 }
@@ -125,11 +183,12 @@ void head_forward(Activations& acts, const ParameterTensors& params, const Token
   const GPTConfig& cfg = acts.cfg;
   const int C = cfg.channels;
   const Tensor none;
-  layernorm_forward(rows(acts.lnf, seq.row_begin, seq.local_rows, C), acts.lnf_mean, acts.lnf_rstd,
-                    acts.output(), params.lnfw, params.lnfb, seq.local_rows, C);
+  model_norm_forward(rows(acts.lnf, seq.row_begin, seq.local_rows, C), acts.lnf_mean, acts.lnf_rstd,
+                     acts.output(), params.lnfw, params.lnfb, seq.local_rows, cfg);
   tp::enter_forward(acts.lnf.data(), C, seq, tp);
   // The logits of this rank's vocabulary shard, for every row.
-  linear_forward(acts.logits, none, acts.lnf, params.wte, none, seq.rows, C, s.vocab_shard);
+  linear_forward(acts.logits, none, acts.lnf, head_weight(params, cfg), none, seq.rows, C,
+                 s.vocab_shard);
   cross_entropy_forward(acts.losses, acts.logits, acts.row_stats, targets, seq.rows, cfg.vocab,
                         s.vocab_begin, s.vocab_shard, tp);
 }
@@ -145,10 +204,10 @@ void head_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations&
   cross_entropy_backward_input(acts.logits, acts.logits, targets, dloss, seq.rows, s.vocab_begin,
                                s.vocab_shard);
   const Tensor partial = seq.on ? buf.partial : w.dlnf;
-  linear_backward_input(partial, acts.logits, params.wte, seq.rows, C, s.vocab_shard);
+  linear_backward_input(partial, acts.logits, head_weight(params, cfg), seq.rows, C, s.vocab_shard);
   tp::enter_backward(partial.data(), w.dlnf.data(), C, seq, tp);
-  layernorm_backward_input(dout, none, w.dlnf, acts.output(), acts.lnf_mean, acts.lnf_rstd,
-                           params.lnfw, seq.local_rows, C);
+  model_norm_backward_input(dout, none, w.dlnf, acts.output(), acts.lnf_mean, acts.lnf_rstd,
+                            params.lnfw, seq.local_rows, cfg);
 }
 
 void head_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
@@ -156,10 +215,10 @@ void head_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
   const GPTConfig& cfg = acts.cfg;
   const tp::SequenceSplit& seq = acts.seq;
   const Tensor none;
-  linear_backward_weight(grads.wte, none, acts.logits, acts.lnf, seq.rows, cfg.channels,
-                         acts.shard.vocab_shard);
-  layernorm_backward_weight(grads.lnfw, grads.lnfb, w.dlnf, acts.output(), acts.lnf_mean,
-                            acts.lnf_rstd, seq.local_rows, cfg.channels);
+  linear_backward_weight(head_weight(grads, cfg), none, acts.logits, acts.lnf, seq.rows,
+                         cfg.channels, acts.shard.vocab_shard);
+  model_norm_backward_weight(grads.lnfw, grads.lnfb, w.dlnf, acts.output(), acts.lnf_mean,
+                             acts.lnf_rstd, seq.local_rows, cfg);
   if (final_microbatch) {
     sum_over_tp(grads.lnfw, seq, tp);
     sum_over_tp(grads.lnfb, seq, tp);
@@ -174,23 +233,38 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
   // The forward, bottom-up. Leaving a region backwards: identity, or all-gather under SP;
   // entering one backwards: f's all-reduce, or reduce-scatter under SP. Every gradient a weight
   // gradient reads lands in `w`.
+  const GPTConfig& cfg = s.cfg;
   tp::leave_backward(dout.data(), w.dout.data(), C, seq, tp);
-  linear_backward_input(w.dfch, w.dout, p.fcprojw, R, s.fc, C);
-  gelu_backward_input(w.dfch, w.dfch, a.fch, R * s.fc);
+  if (cfg.llama()) {
+    linear_backward_input(buf.dmlp, w.dout, p.fcprojw, R, s.fc, C);
+    swiglu_backward_input(w.dfch, buf.dmlp, a.fch, R, s.fc);
+  } else {
+    linear_backward_input(w.dfch, w.dout, p.fcprojw, R, s.fc, C);
+    gelu_backward_input(w.dfch, w.dfch, a.fch, R * s.fc);
+  }
   const Tensor partial2 = seq.on ? buf.partial : w.dln2;
-  linear_backward_input(partial2, w.dfch, p.fcw, R, C, s.fc);
+  linear_backward_input(partial2, w.dfch, p.fcw, R, C, s.mlp_in);
   tp::enter_backward(partial2.data(), w.dln2.data(), C, seq, tp);
   const Tensor dres2 = seq.on ? buf.dresidual2 : w.dres2;  // this rank's rows
-  layernorm_backward_input(dres2, dout, w.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w, Rl, C);
+  model_norm_backward_input(dres2, dout, w.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w, Rl,
+                            cfg);
   tp::leave_backward(dres2.data(), w.dres2.data(), C, seq, tp);
   linear_backward_input(buf.datty, w.dres2, p.attprojw, R, s.attn, C);
-  attention_backward_input(w.dqkv, buf.datt, buf.datty, a.qkv, a.att, acts.B, acts.T, s.attn,
-                           s.heads);
+  if (cfg.llama()) {
+    // The gradient of the rotated Q and K, rotated back: the gradient of the projection's output.
+    attention_backward_input(w.dqkv, buf.datt, buf.datty, a.qkv, a.att, acts.B, acts.T, s.heads,
+                             s.kv_heads, s.head_size);
+    rope_backward(w.dqkv, acts.rope_cos, acts.rope_sin, R, acts.T, 0, s.heads, s.kv_heads,
+                  s.head_size);
+  } else {
+    attention_backward_input(w.dqkv, buf.datt, buf.datty, a.qkv, a.att, acts.B, acts.T, s.attn,
+                             s.heads);
+  }
   const Tensor partial1 = seq.on ? buf.partial : w.dln1;
-  linear_backward_input(partial1, w.dqkv, p.qkvw, R, C, 3 * s.attn);
+  linear_backward_input(partial1, w.dqkv, p.qkvw, R, C, s.qkv);
   tp::enter_backward(partial1.data(), w.dln1.data(), C, seq, tp);
-  layernorm_backward_input(dinp, dres2, w.dln1, acts.block_input(l), a.ln1_mean, a.ln1_rstd, p.ln1w,
-                           Rl, C);
+  model_norm_backward_input(dinp, dres2, w.dln1, acts.block_input(l), a.ln1_mean, a.ln1_rstd,
+                            p.ln1w, Rl, cfg);
 }
 
 void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
@@ -200,14 +274,20 @@ void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
   // The row-parallel layers read all rows of their output gradients (gathered by B under SP), so
   // their biases get the whole gradient on every rank.
   linear_backward_weight(g.fcprojw, g.fcprojb, w.dout, a.fch_gelu, R, s.fc, C);
-  linear_backward_weight(g.fcw, g.fcb, w.dfch, a.ln2, R, C, s.fc);
-  layernorm_backward_weight(g.ln2w, g.ln2b, w.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, Rl, C);
+  linear_backward_weight(g.fcw, g.fcb, w.dfch, a.ln2, R, C, s.mlp_in);
+  model_norm_backward_weight(g.ln2w, g.ln2b, w.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, Rl,
+                             s.cfg);
   linear_backward_weight(g.attprojw, g.attprojb, w.dres2, a.atty, R, s.attn, C);
-  linear_backward_weight(g.qkvw, g.qkvb, w.dqkv, a.ln1, R, C, 3 * s.attn);
-  layernorm_backward_weight(g.ln1w, g.ln1b, w.dln1, acts.block_input(l), a.ln1_mean, a.ln1_rstd, Rl,
-                            C);
+  linear_backward_weight(g.qkvw, g.qkvb, w.dqkv, a.ln1, R, C, s.qkv);
+  model_norm_backward_weight(g.ln1w, g.ln1b, w.dln1, acts.block_input(l), a.ln1_mean, a.ln1_rstd,
+                             Rl, s.cfg);
   if (final_microbatch) {
     for (const Tensor* t : {&g.ln1w, &g.ln1b, &g.ln2w, &g.ln2b}) sum_over_tp(*t, seq, tp);
+    // A kv head replicated on several ranks got from each only its own query heads' part of the
+    // K and V gradients: the rows [Q | K | V] past Q are summed over the ranks sharing it.
+    if (s.kv_replicas > 1) {
+      allreduce_sum(g.qkvw.data() + int64_t(s.attn) * C, int64_t(2) * s.kv * C, s.kv_group);
+    }
   }
 }
 

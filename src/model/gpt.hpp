@@ -1,5 +1,8 @@
 // GPT-2 as llm.c's train_gpt2.c defines it, in pieces a pipeline stage can own:
 //   embedding -> L pre-LN blocks -> head (final LayerNorm, logits tied to wte, cross-entropy).
+// A Llama-family model (Hugging Face's LlamaForCausalLM) is the same pieces with RMSNorm for
+// LayerNorm, no position table, rotary embeddings on Q and K, grouped-query attention, a SwiGLU
+// MLP, no biases, and its own LM head (lmhead) when untied.
 // Every piece has a forward, an input-gradient backward (B) and a weight-gradient backward (W).
 // B leaves what W reads in a WeightGradInputs, so a chunk's W may run any time after its B (the
 // zero-bubble schedules defer it); B's scratch, the BackwardBuffers, is free again once B returns.
@@ -30,10 +33,16 @@ void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI
 // within each sequence of the batch; the generator attends over its KV cache
 // (generate/decoder.hpp). `x` (Rl,C) is the block's input, a.residual3 (Rl,C) receives its
 // output, a.att is not touched; `partial` (R,C) is scratch under sequence parallelism.
+// A Llama block rotates Q and K first: row n of the R rows is at position pos0 + n % T, its
+// angles in the rotary tables `cos`, `sin` (positions, hs/2); GPT-2 ignores them.
 using AttentionCore = std::function<void(Tensor atty, Tensor qkv)>;
+struct RopePositions {
+  Tensor cos, sin;
+  int T = 1, pos0 = 0;
+};
 void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const LayerParameters& p,
                    const TpShard& s, const tp::SequenceSplit& seq, MPI_Comm tp,
-                   const AttentionCore& attend);
+                   const RopePositions& rope, const AttentionCore& attend);
 // Final LayerNorm, logits and per-token losses (acts.losses).
 void head_forward(Activations& acts, const ParameterTensors& params, const Tokens& targets,
                   MPI_Comm tp);

@@ -87,6 +87,8 @@ Tensor& view_of(ParameterTensors& t, const SlabPiece& piece) {
       return t.lnfw;
     case TensorId::lnfb:
       return t.lnfb;
+    case TensorId::lmhead:
+      return t.lmhead;
   }
   MPF_FATAL("not a parameter tensor");
 }

@@ -1,4 +1,4 @@
-// GPT-2's parameters (llm.c's ParameterTensors) as views into one slab. The 16 tensors keep
+// GPT-2's parameters (llm.c's ParameterTensors) as views into one slab. The tensors keep
 // llm.c's names, shapes and order (model/tensors.hpp), which stay the order on disk (the
 // checkpoint files) and of initialisation; the slab itself is layer-major:
 //   wte | wpe | block 0: ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb
@@ -23,15 +23,15 @@ namespace mpf {
 struct LayerParameters {
   Tensor ln1w;      // (C)
   Tensor ln1b;      // (C)
-  Tensor qkvw;      // (3C, C) rows: [Q | K | V], head h = rows h*hs..(h+1)*hs of each block
-  Tensor qkvb;      // (3C)
+  Tensor qkvw;      // ((NH+2KVH)·hs, C) rows: [Q | K | V], head h = rows h*hs..(h+1)*hs of each
+  Tensor qkvb;      // (3C) GPT-2 only
   Tensor attprojw;  // (C, C)
   Tensor attprojb;  // (C)
   Tensor ln2w;      // (C)
   Tensor ln2b;      // (C)
-  Tensor fcw;       // (4C, C)
+  Tensor fcw;       // (4C, C) GPT-2; (2F, C) Llama: rows [gate | up]
   Tensor fcb;       // (4C)
-  Tensor fcprojw;   // (C, 4C)
+  Tensor fcprojw;   // (C, F)
   Tensor fcprojb;   // (C)
 };
 
@@ -41,6 +41,7 @@ struct ParameterTensors {
   std::vector<LayerParameters> blocks;  // this rank's blocks, in model order
   Tensor lnfw;                          // (C)
   Tensor lnfb;                          // (C)
+  Tensor lmhead;                        // (Vp, C) an untied model's LM head; else empty
 };
 
 // A stretch of the slab holding one tensor, or one block's slice of a per-layer tensor.

@@ -1,5 +1,7 @@
 #include "model/shard.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace mpf {
@@ -13,9 +15,24 @@ TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size) {
   s.rank = rank;
   s.size = size;
   s.cfg = cfg;
+  const int KVH = cfg.kv_head_count();
+  require(KVH % size == 0 || size % KVH == 0,
+          "the model's " + std::to_string(KVH) + " kv heads neither split" + layout +
+              " nor are shared by whole groups of its ranks; choose a --tp that divides the kv "
+              "heads or that they divide");
+  require(cfg.ffn_width() % size == 0, "the MLP width " + std::to_string(cfg.ffn_width()) +
+                                           " does not split" + layout +
+                                           "; choose a --tp that divides --ffn-dim");
   s.heads = cfg.heads / size;
-  s.attn = cfg.channels / size;
-  s.fc = 4 * cfg.channels / size;
+  s.head_size = cfg.head_size();
+  s.kv_replicas = KVH < size ? size / KVH : 1;
+  s.kv_heads = KVH < size ? 1 : KVH / size;
+  s.kv_begin = KVH < size ? rank / s.kv_replicas : rank * s.kv_heads;
+  s.attn = s.heads * s.head_size;
+  s.kv = s.kv_heads * s.head_size;
+  s.qkv = s.attn + 2 * s.kv;
+  s.fc = cfg.ffn_width() / size;
+  s.mlp_in = cfg.llama() ? 2 * s.fc : s.fc;
   // Megatron pads the vocabulary to a multiple of 128·T so every shard tiles alike; the padded
   // rows are zero and outside the softmax, so the maths does not depend on the padding.
   s.vocab_padded = size == 1 ? cfg.padded_vocab : pad_vocab(cfg.padded_vocab, 128 * size);
@@ -37,13 +54,45 @@ TpShard restrict_to_stage(TpShard shard, std::vector<int> layers, bool embedding
 }
 
 bool TpShard::holds(TensorId tensor) const {
-  const TensorSpec& s = tensor_spec(tensor);
-  if (s.per_layer()) return !layers.empty();
-  return (s.in_embedding() && has_embedding) || (s.in_head() && has_head);
+  if (!present(tensor, cfg)) return false;
+  const TensorPlace p = place_of(tensor, cfg);
+  if (p == TensorPlace::kBlocks) return !layers.empty();
+  const bool embedding = p == TensorPlace::kEmbedding || p == TensorPlace::kTied;
+  const bool head = p == TensorPlace::kHead || p == TensorPlace::kTied;
+  return (embedding && has_embedding) || (head && has_head);
+}
+
+bool TpShard::is_tied(TensorId tensor) const {
+  return place_of(tensor, cfg) == TensorPlace::kTied;
 }
 
 bool TpShard::is_tied_copy(TensorId tensor) const {
-  return tensor_spec(tensor).tied() && !has_embedding;
+  return is_tied(tensor) && !has_embedding;
+}
+
+bool TpShard::is_kv_replica(TensorId tensor, int64_t j) const {
+  const TensorSpec& s = tensor_spec(tensor);
+  if (kv_owner() || s.blocks != RowBlocks::kQkv) return false;
+  const int64_t row = dim_size(s.cols, cfg), per_layer = int64_t(qkv) * row;
+  return (j % per_layer) / row >= attn;  // past the Q rows: K or V
+}
+
+std::vector<RowBlockSplit> row_block_splits(const TpShard& shard, const TensorSpec& spec) {
+  std::vector<RowBlockSplit> out;
+  const std::vector<int64_t> rows = row_blocks(spec, shard.cfg);
+  for (size_t b = 0; b < rows.size(); ++b) {
+    RowBlockSplit x;
+    x.rows = rows[b];
+    if (spec.blocks == RowBlocks::kQkv && b > 0) {  // K or V: this rank's kv heads
+      x.local = shard.kv;
+      x.first = int64_t(shard.kv_begin) * shard.head_size;
+    } else {
+      x.local = rows[b] / shard.size;
+      x.first = shard.rank * x.local;
+    }
+    out.push_back(x);
+  }
+  return out;
 }
 
 PerTensor<int64_t> TpShard::sizes() const {
@@ -54,6 +103,9 @@ PerTensor<int64_t> TpShard::sizes() const {
     const int64_t cols = dim_size(s.cols, cfg);
     if (s.split == TpSplit::kVocab) {
       n = int64_t(vocab_shard) * cols;
+    } else if (s.split == TpSplit::kColumn) {
+      n = 0;
+      for (const RowBlockSplit& b : row_block_splits(*this, s)) n += b.local * cols;
     } else {
       n = dim_size(s.rows, cfg) * cols;
       if (s.split != TpSplit::kNone) n /= size;
@@ -77,14 +129,26 @@ int64_t TpShard::global_index(TensorId tensor, int64_t j) const {
   // Split the index into (local layer, element within the layer), map the local layer to the
   // global one; a tensor that is not per layer is one layer.
   const int64_t global_layer = dim_size(s.rows, cfg) * row;
-  const int64_t local_layer = s.split == TpSplit::kNone ? global_layer : global_layer / size;
+  std::vector<RowBlockSplit> blocks;
+  int64_t local_layer = s.split == TpSplit::kNone ? global_layer : global_layer / size;
+  if (s.split == TpSplit::kColumn) {
+    blocks = row_block_splits(*this, s);
+    local_layer = 0;
+    for (const RowBlockSplit& b : blocks) local_layer += b.local * row;
+  }
   const int64_t l = s.per_layer() ? layers[j / local_layer] : 0, k = j % local_layer;
   int64_t g = k;
   switch (s.split) {
-    case TpSplit::kColumn: {  // each of the row blocks keeps its rows [r·n/T, (r+1)·n/T)
-      const int64_t block_rows = dim_size(s.rows, cfg) / s.parts, local_rows = block_rows / size;
-      const int64_t local_row = k / row, part = local_row / local_rows, i = local_row % local_rows;
-      g = (part * block_rows + rank * local_rows + i) * row + k % row;
+    case TpSplit::kColumn: {  // each row block keeps its local rows from its first
+      int64_t local_row = k / row, block_start = 0;
+      for (const RowBlockSplit& b : blocks) {
+        if (local_row < b.local) {
+          g = (block_start + b.first + local_row) * row + k % row;
+          break;
+        }
+        local_row -= b.local;
+        block_start += b.rows;
+      }
       break;
     }
     case TpSplit::kRow: {  // every row keeps columns [r·row/T, (r+1)·row/T)
@@ -109,18 +173,25 @@ std::vector<ShardRun> shard_runs(const TpShard& shard, TensorId tensor) {
     granule = row;
   } else if (n > 0) {
     if (s.per_layer()) granule /= shard.local_layers();  // one layer's slice
-    if (s.split == TpSplit::kColumn) granule /= s.parts;
+    if (s.split == TpSplit::kColumn) {                   // the smallest of the local row blocks
+      int64_t least = granule;
+      for (const RowBlockSplit& b : row_block_splits(shard, s))
+        least = std::min(least, b.local * row);
+      granule = least;
+    }
     if (s.split == TpSplit::kRow) granule = row / shard.size;
   }
   std::vector<ShardRun> runs;
   for (int64_t j = 0; j < n; j += granule) {
     const int64_t g = shard.global_index(tensor, j);
     if (g < 0) continue;  // a padded vocabulary row
+    const bool replica = shard.is_kv_replica(tensor, j);
     ShardRun* last = runs.empty() ? nullptr : &runs.back();
-    if (last && last->local + last->length == j && last->global + last->length == g) {
+    if (last && last->local + last->length == j && last->global + last->length == g &&
+        last->replica == replica) {
       last->length += granule;
     } else {
-      runs.push_back({j, g, granule});
+      runs.push_back({j, g, granule, replica});
     }
   }
   return runs;

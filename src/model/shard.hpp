@@ -1,20 +1,27 @@
 // Which part of the serial model a tensor-parallel rank holds (Megatron-LM's splits,
 // Shoeybi et al. 2019; the split column of model/tensors.hpp):
-//   qkvw, qkvb   column-parallel by heads: rows of heads [r·NH/T, (r+1)·NH/T) of each of the Q, K
-//                and V blocks, kept as a local [Q_r | K_r | V_r]
+//   qkvw, qkvb   column-parallel by heads: Q rows of heads [r·NH/T, (r+1)·NH/T), K and V rows of
+//                the kv heads those use, kept as a local [Q_r | K_r | V_r]. With grouped-query
+//                attention (Llama, KVH < NH) rank r holds kv heads [r·KVH/T, (r+1)·KVH/T) when
+//                KVH % T == 0; with fewer kv heads than ranks (T % KVH == 0) each kv head is
+//                replicated on the T/KVH ranks whose q heads share it (what Megatron, nanotron
+//                and Picotron refuse)
 //   attprojw     row-parallel: input columns [r·C/T, (r+1)·C/T)
-//   fcw, fcb     column-parallel: rows [r·4C/T, (r+1)·4C/T)
-//   fcprojw      row-parallel: input columns [r·4C/T, (r+1)·4C/T)
-//   wte          vocab-parallel: rows [r·Vp/T, (r+1)·Vp/T), Vp padded to a multiple of 128·T
-//   the rest     (LayerNorms, wpe, attprojb, fcprojb) replicated
+//   fcw, fcb     column-parallel: rows [r·F/T, (r+1)·F/T) of each block (GPT-2's one block of
+//                F = 4C; Llama's [gate | up])
+//   fcprojw      row-parallel: input columns [r·F/T, (r+1)·F/T)
+//   wte, lmhead  vocab-parallel: rows [r·Vp/T, (r+1)·Vp/T), Vp padded to a multiple of 128·T
+//   the rest     (LayerNorms, RMSNorms, wpe, attprojb, fcprojb) replicated
 // A pipeline stage further holds only its blocks (any set of layers, in order: with V chunks a
 // rank owns V ranges), the embeddings only on the first stage, the final LayerNorm only on the
-// last, and wte on both (tied: the last stage's LM head reads it). Tensors a stage does not hold
-// have size 0.
+// last, and wte on both when it is tied (the last stage's LM head reads it; an untied model's
+// head is lmhead). Tensors a stage does not hold have size 0.
 // global_index() maps a local element to its place in the serial tensor, which is what makes
 // initialisation, checkpoint loading and saving independent of the layout (docs/design.md,
 // invariant 1).
 #pragma once
+
+#include <mpi.h>
 
 #include <cstdint>
 #include <vector>
@@ -26,23 +33,40 @@ namespace mpf {
 
 struct TpShard {
   int rank = 0, size = 1;
-  GPTConfig cfg;         // the full model
-  int heads = 0;         // local heads, NH / T
-  int attn = 0;          // local width of Q, K and V: C / T
-  int fc = 0;            // local fc width: 4C / T
+  GPTConfig cfg;        // the full model
+  int heads = 0;        // local heads, NH / T
+  int kv_heads = 0;     // local kv heads: KVH / T, or 1 when replicated (KVH < T)
+  int kv_begin = 0;     // the first kv head held here
+  int kv_replicas = 1;  // ranks holding each kv head: T / KVH when KVH < T, else 1
+  // With replicated kv heads: the TP ranks sharing this rank's kv head, over which the K and V
+  // rows' gradients are summed (an MPI_Comm_split of the TP communicator, made and set by whoever
+  // trains; MPI_COMM_NULL otherwise).
+  MPI_Comm kv_group = MPI_COMM_NULL;
+  int head_size = 0;     // hs
+  int attn = 0;          // local width of Q (and of the attention's output): NH·hs / T
+  int kv = 0;            // local width of K and of V: kv_heads·hs
+  int qkv = 0;           // local rows of qkvw: attn + 2 kv
+  int fc = 0;            // local MLP width: F / T
+  int mlp_in = 0;        // local rows of fcw: fc (GPT-2), 2 fc (Llama's [gate | up])
   int vocab_padded = 0;  // Vp over all ranks (cfg.padded_vocab when T = 1)
   int vocab_shard = 0;   // local rows of wte: vocab_padded / T
   int vocab_begin = 0;   // first global vocabulary row held here
   // Pipeline stage (the whole model unless restrict_to_stage narrowed it):
   std::vector<int> layers;    // global index of each local block, ascending
   bool has_embedding = true;  // wte and wpe (first stage)
-  bool has_head = true;       // lnf, and wte for the tied LM head (last stage)
+  bool has_head = true;       // lnf, and wte (tied) or lmhead for the LM head (last stage)
 
   int local_layers() const { return int(layers.size()); }
-  bool holds(TensorId tensor) const;  // does this stage hold any of the tensor?
+  bool holds(TensorId tensor) const;    // does this stage hold any of the tensor?
+  bool is_tied(TensorId tensor) const;  // held by the embedding and the head both (tied wte)
   // A tied tensor's copy on a stage without the embedding (the LM head's): the first stage's copy
   // is the one checkpoints write and the gradient norm counts.
   bool is_tied_copy(TensorId tensor) const;
+  // Of the ranks sharing a replicated kv head, the first is the one that writes its K and V rows
+  // and counts them in the gradient norm.
+  bool kv_owner() const { return rank % kv_replicas == 0; }
+  // Is local element j of the tensor a replicated K or V row this rank does not own?
+  bool is_kv_replica(TensorId tensor, int64_t j) const;
 
   // Local sizes of the tensors.
   PerTensor<int64_t> sizes() const;
@@ -53,8 +77,15 @@ struct TpShard {
   int64_t global_index(TensorId tensor, int64_t j) const;
 };
 
-// Throws InputError when the heads (hence the channels and the fc width) do not divide over the
-// tp ranks.
+// A column-split tensor's row block (one layer's slice): `rows` in the serial tensor, of which
+// this rank holds `local` from row `first` on.
+struct RowBlockSplit {
+  int64_t rows = 0, local = 0, first = 0;
+};
+std::vector<RowBlockSplit> row_block_splits(const TpShard& shard, const TensorSpec& spec);
+
+// Throws InputError when the heads (hence the channels and the MLP width) do not divide over the
+// tp ranks, or the kv heads neither divide over them nor are shared by whole groups of them.
 TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size);
 // The same TP shard narrowed to one pipeline stage: `layers` (global, ascending, non-empty unless
 // the stage is only embedding or head) and the edge pieces it holds.
@@ -64,6 +95,7 @@ TpShard restrict_to_stage(TpShard shard, std::vector<int> layers, bool embedding
 // elements [local, local + length) are serial elements [global, global + length).
 struct ShardRun {
   int64_t local = 0, global = 0, length = 0;
+  bool replica = false;  // K and V rows of a kv head another rank owns (is_kv_replica)
 };
 // The runs of the tensor this shard holds, ascending in both indices, merged where they touch;
 // padded vocabulary rows (no serial element) are left out. Checkpoint I/O reads and writes a

@@ -18,13 +18,54 @@ int64_t dim_size(Dim d, const GPTConfig& cfg, bool padded) {
     case Dim::kMaxSeqLen:
       n = cfg.max_seq_len;
       break;
+    case Dim::kQkvRows:
+      n = cfg.qkv_rows();
+      break;
+    case Dim::kMlpIn:
+      n = cfg.mlp_in_rows();
+      break;
+    case Dim::kFfn:
+      n = cfg.ffn_width();
+      break;
   }
   return d.times * n;
+}
+
+bool present(TensorId t, const GPTConfig& cfg) {
+  switch (tensor_spec(t).family) {
+    case Family::kAll:
+      return true;
+    case Family::kGpt2:
+      return !cfg.llama();
+    case Family::kUntied:
+      return !cfg.tied;
+  }
+  return false;
+}
+
+TensorPlace place_of(TensorId t, const GPTConfig& cfg) {
+  const TensorPlace p = tensor_spec(t).place;
+  return p == TensorPlace::kTied && !cfg.tied ? TensorPlace::kEmbedding : p;
+}
+
+std::vector<int64_t> row_blocks(const TensorSpec& s, const GPTConfig& cfg) {
+  const int64_t hs = cfg.head_size();
+  switch (s.blocks) {
+    case RowBlocks::kQkv:
+      return {cfg.heads * hs, cfg.kv_head_count() * hs, cfg.kv_head_count() * hs};
+    case RowBlocks::kMlpIn:
+      if (cfg.llama()) return {cfg.ffn_width(), cfg.ffn_width()};
+      return {cfg.ffn_width()};
+    case RowBlocks::kOne:
+      break;
+  }
+  return {dim_size(s.rows, cfg)};
 }
 
 namespace {
 int64_t elements(TensorId t, const GPTConfig& cfg, bool padded) {
   const TensorSpec& s = tensor_spec(t);
+  if (!present(t, cfg)) return 0;
   return (s.per_layer() ? cfg.layers : 1) * dim_size(s.rows, cfg, padded) *
          dim_size(s.cols, cfg, padded);
 }
@@ -39,7 +80,7 @@ int64_t unpadded_size(TensorId t, const GPTConfig& cfg) {
 }
 
 float init_std(const TensorSpec& s, const GPTConfig& cfg) {
-  return s.residual ? 0.02f / std::sqrt(2.0f * cfg.layers) : 0.02f;
+  return s.residual && !cfg.llama() ? 0.02f / std::sqrt(2.0f * cfg.layers) : 0.02f;
 }
 
 }  // namespace mpf

@@ -1,12 +1,17 @@
 // The parameter tensors as data: one row per tensor, GPT-2's in llm.c's order, with what sharding,
 // initialisation, the optimizer, the gradient buckets and the checkpoint files need to know of
 // it. They read the row's columns rather than asking which tensor they have, so another model
-// family adds rows, not branches.
+// family adds rows, not branches. A Llama-family model reuses GPT-2's rows where the meaning
+// matches (wte = embed_tokens, ln1w = input_layernorm, qkvw = q_proj, k_proj, v_proj stacked,
+// attprojw = o_proj, ln2w = post_attention_layernorm, fcw = gate_proj, up_proj stacked, fcprojw =
+// down_proj, lnfw = model.norm) and adds lmhead (lm_head, untied models only); the rows a family
+// lacks (wpe and the biases for Llama, lmhead for GPT-2 and tied Llama) have size 0.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "model/config.hpp"
 
@@ -30,14 +35,37 @@ enum class TensorId : int {
   fcprojw,
   fcprojb,
   lnfw,
-  lnfb
+  lnfb,
+  lmhead  // last, so GPT-2's file order is llm.c's
 };
-inline constexpr int kNumParameterTensors = 16;
+inline constexpr int kNumParameterTensors = 17;
 
 // One dimension of a tensor: `times` times one of the config's sizes.
 struct Dim {
   int times;
-  enum Of { kOne, kChannels, kPaddedVocab, kMaxSeqLen } of;
+  enum Of {
+    kOne,
+    kChannels,
+    kPaddedVocab,
+    kMaxSeqLen,
+    kQkvRows,  // (NH + 2 KVH)·hs: [Q | K | V] (3C for GPT-2)
+    kMlpIn,    // the MLP's first layer: [gate | up] 2F (Llama), F = 4C (GPT-2)
+    kFfn,      // F: the MLP's hidden width
+  } of;
+};
+
+// Which models hold a tensor; elsewhere it has size 0.
+enum class Family {
+  kAll,
+  kGpt2,    // GPT-2 only: wpe, the biases, LayerNorm's shifts
+  kUntied,  // models whose LM head is not wte (untied Llama): lmhead
+};
+
+// The row blocks of a column-split tensor, each split over TP alike.
+enum class RowBlocks {
+  kOne,
+  kQkv,    // Q (NH·hs), K (KVH·hs), V (KVH·hs)
+  kMlpIn,  // [gate | up] (F each) for a gated MLP, else one block
 };
 
 // Which parts of the model use a tensor: which pipeline stages hold it, and which parts of the
@@ -52,7 +80,7 @@ enum class TensorPlace {
 // Megatron's tensor-parallel splits of a (rows, cols) = (out, in) tensor.
 enum class TpSplit {
   kNone,    // replicated: LayerNorms, wpe, and row-parallel biases (added once, after the sum)
-  kColumn,  // output rows split (each of the row blocks, `parts`)
+  kColumn,  // output rows split (each of the row blocks, `blocks`)
   kRow,     // input columns split
   kVocab,   // rows of the vocabulary, padded to a multiple of 128·T
 };
@@ -65,10 +93,11 @@ struct TensorSpec {
   TensorPlace place;
   Dim rows, cols;  // one block's slice for kBlocks; a vector is one column
   TpSplit split;
-  int parts;  // kColumn: the rows are `parts` blocks (qkv's Q, K, V), each split alike
+  RowBlocks blocks;  // kColumn: the row blocks, each split alike
   TensorInit init;
   bool residual;      // kNormal: a residual projection, its std scaled by 1/sqrt(2L) (GPT-2)
   bool weight_decay;  // AdamW decays the matrices only
+  Family family;
 
   constexpr bool per_layer() const { return place == TensorPlace::kBlocks; }
   constexpr bool in_embedding() const {
@@ -85,28 +114,31 @@ using P = TensorPlace;
 using S = TpSplit;
 using I = TensorInit;
 using T = TensorId;
-inline constexpr Dim one{1, Dim::kOne}, C{1, Dim::kChannels}, C3{3, Dim::kChannels},
-    C4{4, Dim::kChannels}, Vp{1, Dim::kPaddedVocab}, maxT{1, Dim::kMaxSeqLen};
+using F = Family;
+using B = RowBlocks;
+inline constexpr Dim one{1, Dim::kOne}, C{1, Dim::kChannels}, QKV{1, Dim::kQkvRows},
+    MLP{1, Dim::kMlpIn}, FFN{1, Dim::kFfn}, Vp{1, Dim::kPaddedVocab}, maxT{1, Dim::kMaxSeqLen};
 // Every tensor's row, in llm.c's order.
 // clang-format off
 inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
-// id           name        place          rows  cols split       parts init        residual decay
-  {T::wte,      "wte",      P::kTied,      Vp,   C,   S::kVocab,  1,    I::kNormal, false,   true},
-  {T::wpe,      "wpe",      P::kEmbedding, maxT, C,   S::kNone,   1,    I::kNormal, false,   true},
-  {T::ln1w,     "ln1w",     P::kBlocks,    C,    one, S::kNone,   1,    I::kOne,    false,   false},
-  {T::ln1b,     "ln1b",     P::kBlocks,    C,    one, S::kNone,   1,    I::kZero,   false,   false},
-  {T::qkvw,     "qkvw",     P::kBlocks,    C3,   C,   S::kColumn, 3,    I::kNormal, false,   true},
-  {T::qkvb,     "qkvb",     P::kBlocks,    C3,   one, S::kColumn, 3,    I::kZero,   false,   false},
-  {T::attprojw, "attprojw", P::kBlocks,    C,    C,   S::kRow,    1,    I::kNormal, true,    true},
-  {T::attprojb, "attprojb", P::kBlocks,    C,    one, S::kNone,   1,    I::kZero,   false,   false},
-  {T::ln2w,     "ln2w",     P::kBlocks,    C,    one, S::kNone,   1,    I::kOne,    false,   false},
-  {T::ln2b,     "ln2b",     P::kBlocks,    C,    one, S::kNone,   1,    I::kZero,   false,   false},
-  {T::fcw,      "fcw",      P::kBlocks,    C4,   C,   S::kColumn, 1,    I::kNormal, false,   true},
-  {T::fcb,      "fcb",      P::kBlocks,    C4,   one, S::kColumn, 1,    I::kZero,   false,   false},
-  {T::fcprojw,  "fcprojw",  P::kBlocks,    C,    C4,  S::kRow,    1,    I::kNormal, true,    true},
-  {T::fcprojb,  "fcprojb",  P::kBlocks,    C,    one, S::kNone,   1,    I::kZero,   false,   false},
-  {T::lnfw,     "lnfw",     P::kHead,      C,    one, S::kNone,   1,    I::kOne,    false,   false},
-  {T::lnfb,     "lnfb",     P::kHead,      C,    one, S::kNone,   1,    I::kZero,   false,   false},
+// id           name        place          rows  cols split       blocks     init        residual decay  family
+  {T::wte,      "wte",      P::kTied,      Vp,   C,   S::kVocab,  B::kOne,   I::kNormal, false,   true,  F::kAll},
+  {T::wpe,      "wpe",      P::kEmbedding, maxT, C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  F::kGpt2},
+  {T::ln1w,     "ln1w",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, F::kAll},
+  {T::ln1b,     "ln1b",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, F::kGpt2},
+  {T::qkvw,     "qkvw",     P::kBlocks,    QKV,  C,   S::kColumn, B::kQkv,   I::kNormal, false,   true,  F::kAll},
+  {T::qkvb,     "qkvb",     P::kBlocks,    QKV,  one, S::kColumn, B::kQkv,   I::kZero,   false,   false, F::kGpt2},
+  {T::attprojw, "attprojw", P::kBlocks,    C,    C,   S::kRow,    B::kOne,   I::kNormal, true,    true,  F::kAll},
+  {T::attprojb, "attprojb", P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, F::kGpt2},
+  {T::ln2w,     "ln2w",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, F::kAll},
+  {T::ln2b,     "ln2b",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, F::kGpt2},
+  {T::fcw,      "fcw",      P::kBlocks,    MLP,  C,   S::kColumn, B::kMlpIn, I::kNormal, false,   true,  F::kAll},
+  {T::fcb,      "fcb",      P::kBlocks,    MLP,  one, S::kColumn, B::kMlpIn, I::kZero,   false,   false, F::kGpt2},
+  {T::fcprojw,  "fcprojw",  P::kBlocks,    C,    FFN, S::kRow,    B::kOne,   I::kNormal, true,    true,  F::kAll},
+  {T::fcprojb,  "fcprojb",  P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, F::kGpt2},
+  {T::lnfw,     "lnfw",     P::kHead,      C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, F::kAll},
+  {T::lnfb,     "lnfb",     P::kHead,      C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, F::kGpt2},
+  {T::lmhead,   "lmhead",   P::kHead,      Vp,   C,   S::kVocab,  B::kOne,   I::kNormal, false,   true,  F::kUntied},
 }};
 // clang-format on
 
@@ -133,13 +165,22 @@ struct PerTensor {
   const T& operator[](TensorId t) const { return values[size_t(t)]; }
 };
 
+// Does a model of `cfg` hold tensor t at all?
+bool present(TensorId t, const GPTConfig& cfg);
+// Where tensor t lives in a model of `cfg`: wte is kTied only when the model ties its head.
+TensorPlace place_of(TensorId t, const GPTConfig& cfg);
+// The row counts of a column-split tensor's blocks, in the serial tensor (one block's slice for
+// a per-layer tensor); their sum is its rows.
+std::vector<int64_t> row_blocks(const TensorSpec& s, const GPTConfig& cfg);
+
 // `d` for `cfg`; with padded = false the vocabulary rows without the padding.
 int64_t dim_size(Dim d, const GPTConfig& cfg, bool padded = true);
 // Elements of tensor t in the serial model (every block; the padded vocabulary rows included).
 int64_t tensor_size(TensorId t, const GPTConfig& cfg);
 // The same without the padded vocabulary rows, which hold no parameter.
 int64_t unpadded_size(TensorId t, const GPTConfig& cfg);
-// The std of a kNormal tensor: 0.02, scaled by 1/sqrt(2L) for a residual projection.
+// The std of a kNormal tensor: 0.02, scaled by 1/sqrt(2L) for a residual projection of GPT-2
+// (Hugging Face's Llama initialises every matrix with std 0.02, unscaled).
 float init_std(const TensorSpec& s, const GPTConfig& cfg);
 
 }  // namespace mpf

@@ -47,12 +47,14 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
   std::vector<std::vector<int>> parts_of(pieces.size());
   for (size_t k = 0; k < pieces.size(); ++k) {
     const SlabPiece& p = pieces[k];
-    const TensorSpec& spec = tensor_spec(p.tensor);
+    const TensorPlace place = place_of(p.tensor, shard.cfg);  // wte is in the head when tied
     std::vector<int>& parts = parts_of[k];
     if (p.block >= 0) parts.push_back(p.block);
-    if (spec.in_embedding() && shard.has_embedding) parts.push_back(embedding);
-    if (spec.in_head() && shard.has_head) parts.push_back(head);
-    if (spec.tied() && tied_wte) parts.push_back(tied_sum_index());
+    const bool tied = place == TensorPlace::kTied;
+    if ((tied || place == TensorPlace::kEmbedding) && shard.has_embedding)
+      parts.push_back(embedding);
+    if ((tied || place == TensorPlace::kHead) && shard.has_head) parts.push_back(head);
+    if (tied && tied_wte) parts.push_back(tied_sum_index());
   }
 
   // Cut at the pieces' boundaries where the parts change (between blocks, around the edge
@@ -81,7 +83,7 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
     const bool last = k + 1 == pieces.size();
     const bool boundary = last || parts_of[k + 1] != parts_of[k];
     const bool edge_to_blocks = !last && (p.block < 0) != (pieces[k + 1].block < 0);
-    const bool tied_sum = tensor_spec(p.tensor).tied() && tied_wte;
+    const bool tied_sum = shard.is_tied(p.tensor) && tied_wte;
     if (boundary && (end - begin >= target || edge_to_blocks || tied_sum)) cut(end);
   }
   cut(padded);

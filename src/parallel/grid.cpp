@@ -40,9 +40,16 @@ Grid::Grid(MPI_Comm world, int tp, int pp, int dp) : world_(world) {
 }
 
 Grid::~Grid() {
-  for (MPI_Comm* c : {&tp_comm_, &dp_comm_, &pp_comm_, &embedding_comm_}) {
+  for (MPI_Comm* c : {&tp_comm_, &dp_comm_, &pp_comm_, &embedding_comm_, &kv_group_}) {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   }
+}
+
+MPI_Comm Grid::kv_group(int replicas) {
+  if (kv_group_ == MPI_COMM_NULL) {
+    MPF_MPI_CHECK(MPI_Comm_split(tp_comm_, tp_rank_ / replicas, tp_rank_, &kv_group_));
+  }
+  return kv_group_;
 }
 
 std::string Grid::describe() const {

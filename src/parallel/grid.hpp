@@ -48,6 +48,10 @@ class Grid {
   MPI_Comm pp_comm() const { return pp_comm_; }
   // First and last pipeline stage of the same (tp, dp); MPI_COMM_NULL on the stages between.
   MPI_Comm embedding_comm() const { return embedding_comm_; }
+  // The TP ranks that share a replicated kv head (a Llama with fewer kv heads than TP ranks):
+  // blocks of `replicas` consecutive TP ranks. Made once, collectively over the TP group, the
+  // first time it is asked for; this rank's own communicator under the tp one.
+  MPI_Comm kv_group(int replicas);
 
   int world_rank() const { return world_rank_; }
   int world_size() const { return tp_size_ * dp_size_ * pp_size_; }
@@ -68,7 +72,7 @@ class Grid {
 
  private:
   MPI_Comm world_, tp_comm_ = MPI_COMM_NULL, dp_comm_ = MPI_COMM_NULL, pp_comm_ = MPI_COMM_NULL,
-                   embedding_comm_ = MPI_COMM_NULL;
+                   embedding_comm_ = MPI_COMM_NULL, kv_group_ = MPI_COMM_NULL;
   int world_rank_ = 0, tp_size_ = 1, dp_size_ = 1, pp_size_ = 1, tp_rank_ = 0, dp_rank_ = 0,
       pp_rank_ = 0;
 };

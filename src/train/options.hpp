@@ -15,6 +15,12 @@ struct TrainOptions {
   // Model: a checkpoint, or the sizes of a fresh one.
   std::string init_from;
   int layers = 4, heads = 4, dim = 128, vocab = 256, max_seq_len = 256;
+  // The family (gpt2 or llama) and what a Llama adds; GPT-2 takes none of them.
+  std::string arch = "gpt2";
+  int kv_heads = 0, ffn_dim = 0;  // 0: the heads, 4C
+  float norm_eps = 1e-5f, rope_theta = 10000.0f;
+  std::string rope_scaling = "none";  // "none" or FACTOR,LOW,HIGH,ORIGINAL_MAX_POS (llama3)
+  int tie_embeddings = 1;
   bool model_sizes_given = false;  // any of the five flags above appeared
   // Data.
   std::string data = "builtin:train";
@@ -58,7 +64,9 @@ struct TrainOptions {
   double step_timeout = 0.0;  // seconds; 0: no watchdog
   // Output.
   std::string save_llmc;
-  std::string trace;  // Chrome trace of the measured per-rank timeline
+  std::string save_hf;                // a Hugging Face model directory
+  std::string save_hf_dtype = "f32";  // f32 or bf16
+  std::string trace;                  // Chrome trace of the measured per-rank timeline
   // A greedy sample every N steps (0: never), of K tokens, decoded with a tokenizer file or as
   // bytes (generate/training_sample.hpp).
   int sample_every = 0, sample_tokens = 64;

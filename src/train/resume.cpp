@@ -1,6 +1,9 @@
 #include "train/resume.hpp"
 
+#include <cstdio>
+
 #include "core/error.hpp"
+#include "train/model_options.hpp"
 #include "train/settings.hpp"
 
 namespace mpf {
@@ -16,6 +19,20 @@ std::optional<std::string> saved_text(const CheckpointInfo& c, const std::string
   if (key == "model.channels") return std::to_string(m.channels);
   if (key == "model.vocab") return std::to_string(m.vocab);
   if (key == "model.max_seq_len") return std::to_string(m.max_seq_len);
+  // A GPT-2 checkpoint has the Llama settings' defaults.
+  const TrainOptions defaults;
+  auto number = [](double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", x);
+    return std::string(buf);
+  };
+  if (key == "model.arch") return std::string(arch_name(m.arch));
+  if (key == "model.kv_heads") return std::to_string(m.llama() ? m.kv_head_count() : 0);
+  if (key == "model.ffn_dim") return std::to_string(m.llama() ? m.ffn_width() : 0);
+  if (key == "model.norm_eps") return number(m.llama() ? m.norm_eps : defaults.norm_eps);
+  if (key == "model.rope_theta") return number(m.llama() ? m.rope_theta : defaults.rope_theta);
+  if (key == "model.rope_scaling") return rope_scaling_text(m);
+  if (key == "model.tied") return std::to_string(m.tied ? 1 : 0);
   return setting(c, key);
 }
 

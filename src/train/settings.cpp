@@ -24,8 +24,10 @@ std::vector<SettingGroup> make_groups() {
   return {
       {"model",
        {
-           {"--init-from", "FILE",
-            "start from an llm.c checkpoint (fp32, version 3); the sizes come from it",
+           {"--init-from", "FILE|DIR",
+            "start from an llm.c checkpoint (fp32, version 3), a Hugging Face model directory "
+            "(config.json, model.safetensors or its sharded index) or a .safetensors file "
+            "(config.json beside it, or the size flags); the sizes come from it",
             &O::init_from},
            {"--layers", "L", "blocks of a fresh model", &O::layers, kNoMinimum, "model.layers",
             kKeep},
@@ -35,6 +37,22 @@ std::vector<SettingGroup> make_groups() {
             kNoMinimum, "model.vocab", kKeep},
            {"--max-seq-len", "T", "positions the model embeds", &O::max_seq_len, kNoMinimum,
             "model.max_seq_len", kKeep},
+           {"--arch", "A", "the model family: gpt2 or llama (RMSNorm, RoPE, SwiGLU, GQA)", &O::arch,
+            kNoMinimum, "model.arch", kKeep, "gpt2,llama"},
+           {"--kv-heads", "H", "llama: key/value heads, dividing --heads (default, or 0: --heads)",
+            &O::kv_heads, 0, "model.kv_heads", kKeep},
+           {"--ffn-dim", "F", "llama: the SwiGLU MLP's width (default, or 0: 4C)", &O::ffn_dim, 0,
+            "model.ffn_dim", kKeep},
+           {"--norm-eps", "X", "llama: RMSNorm's epsilon", &O::norm_eps, kNoMinimum,
+            "model.norm_eps", kKeep},
+           {"--rope-theta", "X", "llama: the rotary embeddings' base", &O::rope_theta, kNoMinimum,
+            "model.rope_theta", kKeep},
+           {"--rope-scaling", "S",
+            "llama: Llama 3.1's rope_scaling as FACTOR,LOW_FREQ,HIGH_FREQ,ORIGINAL_MAX_POS "
+            "(8,1,4,8192), or none",
+            &O::rope_scaling, kNoMinimum, "model.rope_scaling", kKeep},
+           {"--tie-embeddings", "0|1", "llama: 1: the LM head is the token embedding",
+            &O::tie_embeddings, 0, "model.tied", kKeep},
        }},
       {"data",
        {
@@ -145,6 +163,12 @@ std::vector<SettingGroup> make_groups() {
             "write the trained model as an llm.c checkpoint (never over "
             "an existing file)",
             &O::save_llmc},
+           {"--save-hf", "DIR",
+            "write the trained model as a Hugging Face model directory (config.json, "
+            "generation_config.json, model.safetensors; never over an existing path)",
+            &O::save_hf},
+           {"--save-hf-dtype", "T", "f32 or bf16: the dtype of --save-hf's weights",
+            &O::save_hf_dtype, kNoMinimum, nullptr, OnResume::not_saved, "f32,bf16"},
            {"--trace", "FILE.json",
             "write every rank's measured timeline of the last step (forward, backward, P2P, DP "
             "sync, optimizer) as a Chrome/Perfetto trace (never over an existing file)",

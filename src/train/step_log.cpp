@@ -3,12 +3,13 @@
 #include <cstdio>
 
 #include "core/profile.hpp"
+#include "model/tensors.hpp"
 
 namespace mpf {
 
 double flops_per_token(const GPTConfig& cfg, int T) {
-  const double n_prime =
-      double(parameter_count(cfg)) - double(cfg.max_seq_len) * double(cfg.channels);
+  // The position table (GPT-2's; Llama has none) is a lookup, not a product.
+  const double n_prime = double(parameter_count(cfg)) - double(tensor_size(TensorId::wpe, cfg));
   return 6.0 * n_prime + 12.0 * cfg.layers * double(T) * cfg.channels;
 }
 

@@ -10,6 +10,7 @@
 
 #include "backends/gemm.hpp"
 #include "checkpoint/checkpoint_dir.hpp"
+#include "checkpoint/hf_checkpoint.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -28,6 +29,7 @@
 #include "pipeline/p2p.hpp"
 #include "pipeline/stage_costs.hpp"
 #include "train/exit_status.hpp"
+#include "train/model_options.hpp"
 #include "train/resume.hpp"
 #include "train/settings.hpp"
 #include "train/step_log.hpp"
@@ -37,19 +39,6 @@
 namespace mpf {
 
 namespace {
-
-GPTConfig model_config(const TrainOptions& o) {
-  if (!o.init_from.empty()) return read_checkpoint_config(o.init_from);
-  GPTConfig cfg;
-  cfg.layers = o.layers;
-  cfg.heads = o.heads;
-  cfg.channels = o.dim;
-  cfg.vocab = o.vocab;
-  cfg.max_seq_len = o.max_seq_len;
-  cfg.padded_vocab = pad_vocab(o.vocab);
-  validate(cfg, "flags");
-  return cfg;
-}
 
 std::string default_val_data(const TrainOptions& o) {
   if (o.val_data == "none") return "";
@@ -197,6 +186,11 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
   const bool complete = in.resume && in.resume->info.step >= opts.steps;
   if (complete) return in;
   if (world_rank == 0 && !opts.save_llmc.empty()) check_checkpoint_writable(opts.save_llmc);
+  if (world_rank == 0 && !opts.save_hf.empty()) {
+    check_hf_output(opts.save_hf);
+    require(opts.save_hf != opts.save_llmc && opts.save_hf != opts.trace,
+            "--save-hf names the same path as --save-llmc or --trace; give each its own");
+  }
   if (world_rank == 0 && !opts.trace.empty()) {
     check_new_output(opts.trace, "--trace " + opts.trace);
     require(opts.trace != opts.save_llmc,
@@ -286,6 +280,7 @@ void TrainingRun::plan_stages() {
 
 void TrainingRun::shard_model() {
   shard_ = stage_shard(grid_->tp_rank(), grid_->pp_rank());
+  if (shard_.kv_replicas > 1) shard_.kv_group = grid_->kv_group(shard_.kv_replicas);
   // Padded to a multiple of the DP size so ZeRO's buckets split evenly.
   params_ = Parameters::allocate(shard_, "mpf::params", grid_->dp_size());
   grads_ = Parameters::allocate(shard_, "mpf::grads", grid_->dp_size());
@@ -324,6 +319,8 @@ void TrainingRun::load_state() {
     first_step_ = int(c.step) + 1;
     tokens_seen_ = c.tokens_seen;
     newest_checkpoint_ = checkpoint::path(resume_->root, c.step);
+  } else if (!opts_.init_from.empty() && is_hf_source(opts_.init_from)) {
+    load_hf_model(opts_.init_from, cfg_, shard_, params_, grid_->world_comm());
   } else if (!opts_.init_from.empty()) {
     load_model_file(*state_files_, opts_.init_from);
   } else {
@@ -390,7 +387,7 @@ int TrainingRun::zb_auto_limit() const {
 }
 
 bool TrainingRun::tied_across_stages() const {
-  return grid_->pp_size() > 1 && shape_.placement == pipeline::ChunkPlacement::kLooped;
+  return cfg_.tied && grid_->pp_size() > 1 && shape_.placement == pipeline::ChunkPlacement::kLooped;
 }
 
 int64_t TrainingRun::largest_operand() const {
@@ -399,7 +396,7 @@ int64_t TrainingRun::largest_operand() const {
   // one sequence's rows.
   const int64_t R = int64_t(micro_batch_) * opts_.seq_len;
   const int64_t width =
-      std::max<int64_t>({shard_.vocab_shard, shard_.fc, 3 * shard_.attn, int64_t(cfg_.channels)});
+      std::max<int64_t>({shard_.vocab_shard, shard_.mlp_in, shard_.qkv, int64_t(cfg_.channels)});
   return std::max(R * width, int64_t(shard_.heads) * opts_.seq_len * opts_.seq_len);
 }
 
@@ -446,12 +443,31 @@ double TrainingRun::global_grad_norm() const {
   squares.reset();
   for (const OptimizerSegment& s : optimizer_->segments()) {
     if (shard_.is_tied_copy(s.tensor)) continue;
-    if (shard_.is_split(s.tensor) || grid_->tp_rank() == 0) squares.add(grads + s.grad, s.length);
+    if (!shard_.is_split(s.tensor) && grid_->tp_rank() != 0) continue;
+    if (!shard_.kv_owner() && s.tensor == TensorId::qkvw) {
+      add_unreplicated(squares, grads, s);
+      continue;
+    }
+    squares.add(grads + s.grad, s.length);
   }
   double local = squares.read();
   if (dp_grads_->zero()) local = allreduce_sum(local, grid_->dp_comm());
   local = allreduce_sum(local, grid_->tp_comm());
   return std::sqrt(allreduce_sum(local, grid_->pp_comm()));
+}
+
+void TrainingRun::add_unreplicated(SumOfSquares& squares, const float* grads,
+                                   const OptimizerSegment& s) const {
+  // A segment of qkvw lies within one block's [Q | K | V] rows; a replicated kv head's K and V
+  // rows are counted by their owner only, so this rank adds the parts outside them.
+  const SlabPiece& piece = params_.layout.piece_at(s.param);
+  const int64_t C = cfg_.channels, begin = s.param - piece.offset, end = begin + s.length;
+  const int64_t kv_begin = int64_t(shard_.attn) * C, kv_end = int64_t(shard_.qkv) * C;
+  if (begin < kv_begin) squares.add(grads + s.grad, std::min(end, kv_begin) - begin);
+  if (end > kv_end) {
+    const int64_t from = std::max(begin, kv_end);
+    squares.add(grads + s.grad + (from - begin), end - from);
+  }
 }
 
 bool TrainingRun::save_llmc() const {
@@ -462,6 +478,20 @@ bool TrainingRun::save_llmc() const {
       std::printf("saved %s\n", opts_.save_llmc.c_str());
     } else {
       print_error("--save-llmc %s", error.c_str());
+    }
+  }
+  return error.empty();
+}
+
+bool TrainingRun::save_hf() const {
+  if (opts_.save_hf.empty()) return true;
+  const std::string error =
+      save_hf_model(opts_.save_hf, *grid_, shard_, params_, parse_hf_dtype(opts_.save_hf_dtype));
+  if (is_root()) {
+    if (error.empty()) {
+      std::printf("saved %s\n", opts_.save_hf.c_str());
+    } else {
+      print_error("--save-hf %s", error.c_str());
     }
   }
   return error.empty();
@@ -712,6 +742,7 @@ TrainResult TrainingRun::train() {
   if (result.status != kExitDone) return result;
   report_stages(tally_.ops);
   if (!save_llmc()) result.status = kExitSaveFailed;
+  if (!save_hf()) result.status = kExitSaveFailed;
   if (!opts_.trace.empty()) trace_->write(opts_.trace);
   return result;
 }

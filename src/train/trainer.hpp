@@ -162,6 +162,8 @@ class TrainingRun {
   CheckpointInfo checkpoint_info(int step) const;
   // Collective: --save-llmc; false if it failed.
   bool save_llmc() const;
+  // Collective: --save-hf; false if it failed.
+  bool save_hf() const;
   void print_banner(const PeakRate& peak) const;
   // The most elements a product's operand spans (the size of the bf16 scratch).
   int64_t largest_operand() const;
@@ -173,6 +175,8 @@ class TrainingRun {
   bool is_root() const { return grid_->world_rank() == 0; }
   // The part of the model TP rank t of pipeline stage p holds.
   TpShard stage_shard(int tp_rank, int pp_rank) const;
+  // Adds the squares of qkvw segment `s` outside the replicated K and V rows (global_grad_norm).
+  void add_unreplicated(SumOfSquares& squares, const float* grads, const OptimizerSegment& s) const;
   // Sums wte's gradient over the first and last stage (Megatron's tied-embedding all-reduce).
   void allreduce_tied_embedding();
   // Whether the embedding and the LM head, which share wte, are on different ranks.

@@ -8,6 +8,7 @@
 
 #include "checkpoint/checkpoint_dir.hpp"
 #include "checkpoint/checkpoint_info.hpp"
+#include "model/tensors.hpp"
 #include "test_helpers.hpp"
 
 namespace mpf {
@@ -125,6 +126,7 @@ CheckpointInfo filled() {
   c.val_file = 0;
   c.val_position = 4096;
   for (int i = 0; i < kNumParameterTensors; ++i) {
+    if (!present(TensorId(i), c.model)) continue;  // no checksum for a tensor GPT-2 lacks
     c.params_checksum[i] = 0x9e3779b97f4a7c15ULL * (i + 1);
     c.m_checksum[i] = ~c.params_checksum[i];
     c.v_checksum[i] = c.params_checksum[i] ^ 0xffffULL;
@@ -144,6 +146,35 @@ TEST_F(CheckpointDirTest, StateFileRoundTrip) {
   EXPECT_EQ(setting(r, "run.steps"), std::nullopt);
   EXPECT_EQ(r.train_position, c.train_position);
   EXPECT_EQ(r.m_checksum, c.m_checksum);
+}
+
+// A Llama's state file adds its architecture and fields, and checksums only the tensors it has.
+TEST_F(CheckpointDirTest, LlamaStateFileRoundTrip) {
+  CheckpointInfo c = filled();
+  c.model.arch = Arch::kLlama;
+  c.model.kv_heads = 2;
+  c.model.ffn_dim = 40;
+  c.model.norm_eps = 1e-6f;
+  c.model.rope_theta = 500000.0f;
+  c.model.rope_factor = 8.0f;
+  c.model.rope_original_max_pos = 8192;
+  c.model.tied = false;
+  for (int i = 0; i < kNumParameterTensors; ++i) {
+    const bool has = present(TensorId(i), c.model);
+    c.params_checksum[i] = has ? 0x9e3779b97f4a7c15ULL * (i + 1) : 0;
+    c.m_checksum[i] = has ? ~c.params_checksum[i] : 0;
+    c.v_checksum[i] = has ? c.params_checksum[i] ^ 0xffffULL : 0;
+  }
+  const std::string text = to_text(c);
+  EXPECT_NE(text.find("model.arch = llama\n"), std::string::npos);
+  EXPECT_NE(text.find("checksum.model.lmhead"), std::string::npos);
+  EXPECT_EQ(text.find("checksum.model.wpe"), std::string::npos);
+  write_file(path("state.txt"), text);
+  const CheckpointInfo r = read_checkpoint_info(path("state.txt"));
+  EXPECT_EQ(to_text(r), text);
+  EXPECT_TRUE(same_shape(r.model, c.model));
+  EXPECT_FALSE(r.model.tied);
+  EXPECT_EQ(r.model.rope_theta, 500000.0f);
 }
 
 TEST_F(CheckpointDirTest, StateFileRefusals) {

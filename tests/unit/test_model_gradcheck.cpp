@@ -9,8 +9,28 @@
 namespace mpf {
 
 namespace {
+GPTConfig tiny_gpt2() {
+  return {8, 13, 16, 2, 2, 8};  // maxT 8, V 13 padded to 16, L 2, NH 2, C 8
+}
+
+// A Llama: 4 heads of size 4 sharing 2 kv heads, F 24, untied, rope scaling whose original context
+// of 8 puts the two frequencies (wavelengths 6.3 and 628) in the blended and the divided band.
+GPTConfig tiny_llama() {
+  GPTConfig cfg{8, 13, 16, 2, 4, 16};
+  cfg.arch = Arch::kLlama;
+  cfg.kv_heads = 2;
+  cfg.ffn_dim = 24;
+  cfg.norm_eps = 1e-5f;
+  cfg.rope_theta = 10000.0f;
+  cfg.rope_factor = 8.0f;
+  cfg.rope_original_max_pos = 8;
+  cfg.tied = false;
+  return cfg;
+}
+
 struct TinyModel {
-  GPTConfig cfg{8, 13, 16, 2, 2, 8};  // maxT 8, V 13 padded to 16, L 2, NH 2, C 8
+  explicit TinyModel(const GPTConfig& c = tiny_gpt2()) : cfg(c) { fill(); }
+  GPTConfig cfg;
   int B = 2, T = 5;
   Parameters params = Parameters::allocate(cfg, "params");
   Parameters grads = Parameters::allocate(cfg, "grads");
@@ -19,7 +39,7 @@ struct TinyModel {
   WeightGradInputs w = WeightGradInputs::allocate(cfg, B, T);
   Tokens inputs{"inputs", 10}, targets{"targets", 10};
 
-  TinyModel() {
+  void fill() {
     Slab noise = test::random_slab("noise", params.count, 0.3f);
     auto hp = Kokkos::create_mirror_view_and_copy(HostSpace(), noise);
     int64_t off = 0;
@@ -31,10 +51,12 @@ struct TinyModel {
       }
       off += n;
     }
-    // Padded token rows are zero, as in a checkpoint.
-    for (int64_t j = int64_t(cfg.vocab) * cfg.channels;
-         j < int64_t(cfg.padded_vocab) * cfg.channels; ++j)
-      hp(j) = 0;
+    // Padded token rows (of wte and an untied lmhead) are zero, as in a checkpoint.
+    for (const SlabPiece& piece : params.layout.pieces()) {
+      if (tensor_spec(piece.tensor).split != TpSplit::kVocab) continue;
+      for (int64_t j = int64_t(cfg.vocab) * cfg.channels; j < piece.length; ++j)
+        hp(piece.offset + j) = 0;
+    }
     Kokkos::deep_copy(params.slab, hp);
     auto hi = Kokkos::create_mirror_view(inputs);
     auto ht = Kokkos::create_mirror_view(targets);
@@ -57,8 +79,7 @@ struct TinyModel {
 };
 }  // namespace
 
-TEST(ModelGradients, EveryParameterTensorMatchesFiniteDifferences) {
-  TinyModel m;
+static void check_every_tensor(TinyModel& m) {
   Kokkos::deep_copy(m.grads.slab, 0.0f);
   m.backward();
   const std::vector<float> g = test::to_host(m.grads.slab);
@@ -71,11 +92,29 @@ TEST(ModelGradients, EveryParameterTensorMatchesFiniteDifferences) {
         m.params.slab, g, [&] { return m.mean_loss(); }, idx, spec.name, 1e-2f, 3e-2, 3e-3);
     off += n;
   }
-  // The padded rows of the tied embedding get no gradient from either use.
-  for (int64_t j = int64_t(m.cfg.vocab) * m.cfg.channels;
-       j < int64_t(m.cfg.padded_vocab) * m.cfg.channels; ++j) {
-    ASSERT_EQ(g[j], 0.0f);
+  // The padded rows of the embedding (and of an untied head) get no gradient.
+  for (const SlabPiece& piece : m.params.layout.pieces()) {
+    if (tensor_spec(piece.tensor).split != TpSplit::kVocab) continue;
+    for (int64_t j = int64_t(m.cfg.vocab) * m.cfg.channels; j < piece.length; ++j)
+      ASSERT_EQ(g[piece.offset + j], 0.0f);
   }
+}
+
+TEST(ModelGradients, EveryParameterTensorMatchesFiniteDifferences) {
+  TinyModel m;
+  check_every_tensor(m);
+}
+
+// The Llama family's blocks: RMSNorm, rotary embeddings with llama3 scaling, grouped-query
+// attention, SwiGLU, no biases, an untied head.
+TEST(ModelGradients, LlamaMatchesFiniteDifferences) {
+  TinyModel m(tiny_llama());
+  EXPECT_EQ(tensor_size(TensorId::wpe, m.cfg), 0);
+  EXPECT_EQ(tensor_size(TensorId::qkvb, m.cfg), 0);
+  EXPECT_EQ(tensor_size(TensorId::qkvw, m.cfg), 2 * (16 + 2 * 8) * 16);
+  EXPECT_EQ(tensor_size(TensorId::fcw, m.cfg), 2 * 48 * 16);
+  EXPECT_EQ(tensor_size(TensorId::lmhead, m.cfg), 16 * 16);
+  check_every_tensor(m);
 }
 
 TEST(ModelGradients, BackwardAccumulatesAndIsDeterministic) {

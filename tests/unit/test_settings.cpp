@@ -9,6 +9,7 @@
 
 #include "checkpoint/checkpoint_info.hpp"
 #include "test_helpers.hpp"
+#include "train/model_options.hpp"
 #include "train/options.hpp"
 #include "train/resume.hpp"
 #include "train/settings.hpp"
@@ -54,7 +55,8 @@ TEST(Settings, EveryFlagParsesIntoItsField) {
       {"--tokenizer", {"--sample-every", "1"}},
       {"--save-every", {"--save", "dir"}},
       {"--keep-last", {"--save", "dir"}},
-      {"--load-step", {"--load", "dir"}}};
+      {"--load-step", {"--load", "dir"}},
+      {"--save-hf-dtype", {"--save-hf", "dir"}}};
   for (const Setting* s : rows()) {
     const std::string flag = s->flag;
     if (flag == "--gemm" || flag == "--init-from") continue;  // checked against this build / files
@@ -169,6 +171,46 @@ TEST(Settings, ResumeKeepsTakesAndWarnsByPolicy) {
   o = parse({"--tp", "2"});
   adopt_checkpoint_options(o, c, "state.txt", warnings);
   EXPECT_EQ(o.tp, 2);
+}
+
+// The model the flags describe: a Llama's fields, the Llama flags refused for GPT-2, a malformed
+// --rope-scaling named; resuming a Llama keeps its architecture.
+TEST(Settings, LlamaFlagsMakeTheModel) {
+  const GPTConfig cfg = model_config(parse(
+      {"--arch", "llama", "--heads", "4", "--kv-heads", "2", "--dim", "64", "--ffn-dim", "160",
+       "--rope-scaling", "8,1,4,8192", "--tie-embeddings", "0", "--rope-theta", "500000"}));
+  EXPECT_TRUE(cfg.llama());
+  EXPECT_EQ(cfg.kv_head_count(), 2);
+  EXPECT_EQ(cfg.ffn_width(), 160);
+  EXPECT_EQ(cfg.rope_factor, 8.0f);
+  EXPECT_EQ(cfg.rope_original_max_pos, 8192);
+  EXPECT_FALSE(cfg.tied);
+  EXPECT_EQ(rope_scaling_text(cfg), "8,1,4,8192");
+  EXPECT_THAT(input_error([&] {
+                model_config(parse({"--kv-heads", "2"}));
+              }),
+              HasSubstr("--kv-heads is a Llama setting; pass --arch llama"));
+  EXPECT_THAT(input_error([&] {
+                model_config(parse({"--arch", "llama", "--rope-scaling", "8"}));
+              }),
+              HasSubstr("--rope-scaling '8' is not FACTOR,LOW_FREQ_FACTOR"));
+  EXPECT_THAT(input_error([&] {
+                model_config(parse({"--arch", "llama", "--kv-heads", "3"}));
+              }),
+              HasSubstr("choose --kv-heads dividing --heads"));
+  EXPECT_THAT(input_error([&] { parse({"--arch", "bert"}); }), HasSubstr("--arch"));
+
+  CheckpointInfo c = saved_by(parse({}));
+  c.model.arch = Arch::kLlama;
+  c.model.kv_heads = 2;
+  std::vector<std::string> warnings;
+  TrainOptions o = parse({});
+  adopt_checkpoint_options(o, c, "state.txt", warnings);
+  EXPECT_EQ(o.arch, "llama");
+  EXPECT_EQ(o.kv_heads, 2);
+  o = parse({"--arch", "gpt2"});
+  EXPECT_THAT(input_error([&] { adopt_checkpoint_options(o, c, "state.txt", warnings); }),
+              HasSubstr("--arch gpt2 differs from the checkpoint's llama"));
 }
 
 TEST(Settings, ResumeRefusesAMissingOrMalformedSavedSetting) {

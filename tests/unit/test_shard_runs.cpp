@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "core/error.hpp"
 #include "model/shard.hpp"
 
 namespace mpf {
@@ -20,11 +21,26 @@ GPTConfig tiny() {
   return cfg;
 }
 
+// A Llama with KVH kv heads (of 4), an MLP of 24 and an untied head: over TP 2 and 4 its kv heads
+// are split (KVH 4) or replicated (KVH 1, and 2 over 4 ranks).
+GPTConfig tiny_llama(int kv_heads) {
+  GPTConfig cfg = tiny();
+  cfg.arch = Arch::kLlama;
+  cfg.kv_heads = kv_heads;
+  cfg.ffn_dim = 24;
+  cfg.tied = false;
+  return cfg;
+}
+
+std::vector<GPTConfig> configs() {
+  return {tiny(), tiny_llama(4), tiny_llama(2), tiny_llama(1)};
+}
+
 // Every (TP size, rank) shard of the whole model, and of two pipeline stages.
-std::vector<TpShard> shards(int size) {
+std::vector<TpShard> shards(const GPTConfig& cfg, int size) {
   std::vector<TpShard> out;
   for (int r = 0; r < size; ++r) {
-    const TpShard whole = make_tp_shard(tiny(), r, size);
+    const TpShard whole = make_tp_shard(cfg, r, size);
     out.push_back(whole);
     out.push_back(restrict_to_stage(whole, {0, 2}, /*embedding=*/true, /*head=*/false));
     out.push_back(restrict_to_stage(whole, {1}, /*embedding=*/false, /*head=*/true));
@@ -34,52 +50,81 @@ std::vector<TpShard> shards(int size) {
 
 TEST(ShardRuns, AgreeWithGlobalIndexElementByElement) {
   for (int size : {1, 2, 4}) {
-    for (const TpShard& s : shards(size)) {
-      for (const TensorSpec& spec : kTensors) {
-        const TensorId t = spec.id;
-        std::vector<int64_t> from_runs(s.sizes()[t], -1);
-        int64_t prev_end_local = -1, prev_end_global = -1;
-        for (const ShardRun& r : shard_runs(s, t)) {
-          ASSERT_GT(r.length, 0);
-          EXPECT_GT(r.local, prev_end_local - 1) << "runs ascend";
-          // Maximal: a run never continues the previous one in both indices.
-          EXPECT_FALSE(r.local == prev_end_local && r.global == prev_end_global)
-              << "tensor " << spec.name << " tp " << s.rank << "/" << size;
-          for (int64_t k = 0; k < r.length; ++k) from_runs[r.local + k] = r.global + k;
-          prev_end_local = r.local + r.length;
-          prev_end_global = r.global + r.length;
-        }
-        for (int64_t j = 0; j < s.sizes()[t]; ++j) {
-          ASSERT_EQ(from_runs[j], s.global_index(t, j))
-              << "tensor " << spec.name << " element " << j << " tp " << s.rank << "/" << size;
+    for (const GPTConfig& cfg : configs()) {
+      for (const TpShard& s : shards(cfg, size)) {
+        for (const TensorSpec& spec : kTensors) {
+          const TensorId t = spec.id;
+          std::vector<int64_t> from_runs(s.sizes()[t], -1);
+          int64_t prev_end_local = -1, prev_end_global = -1;
+          bool prev_replica = false;
+          for (const ShardRun& r : shard_runs(s, t)) {
+            ASSERT_GT(r.length, 0);
+            EXPECT_GT(r.local, prev_end_local - 1) << "runs ascend";
+            // Maximal: a run never continues the previous one in both indices.
+            EXPECT_FALSE(r.local == prev_end_local && r.global == prev_end_global &&
+                         r.replica == prev_replica)
+                << "tensor " << spec.name << " tp " << s.rank << "/" << size;
+            for (int64_t k = 0; k < r.length; ++k) from_runs[r.local + k] = r.global + k;
+            prev_end_local = r.local + r.length;
+            prev_end_global = r.global + r.length;
+            prev_replica = r.replica;
+            for (int64_t k = 0; k < r.length; ++k) {
+              ASSERT_EQ(r.replica, s.is_kv_replica(t, r.local + k)) << spec.name;
+            }
+          }
+          for (int64_t j = 0; j < s.sizes()[t]; ++j) {
+            ASSERT_EQ(from_runs[j], s.global_index(t, j))
+                << "tensor " << spec.name << " element " << j << " tp " << s.rank << "/" << size;
+          }
         }
       }
     }
   }
 }
 
+// Counting the runs a rank writes (a replicated tensor on TP rank 0, a replicated kv head's rows
+// on its owner), every serial element once.
 TEST(ShardRuns, TpRanksTileEverySerialTensor) {
-  const GPTConfig cfg = tiny();
-  for (int size : {1, 2, 4}) {
-    for (const TensorSpec& spec : kTensors) {
-      const TensorId t = spec.id;
-      const int64_t serial = tensor_size(t, cfg);
-      std::vector<int> hits(serial, 0);
-      for (int r = 0; r < size; ++r) {
-        const TpShard s = make_tp_shard(cfg, r, size);
-        if (!s.is_split(t) && r > 0) continue;  // a replicated tensor: one copy counts
-        for (const ShardRun& run : shard_runs(s, t)) {
-          for (int64_t k = 0; k < run.length; ++k) ++hits[run.global + k];
+  for (const GPTConfig& cfg : configs()) {
+    for (int size : {1, 2, 4}) {
+      for (const TensorSpec& spec : kTensors) {
+        const TensorId t = spec.id;
+        const int64_t serial = tensor_size(t, cfg);
+        std::vector<int> hits(serial, 0);
+        for (int r = 0; r < size; ++r) {
+          const TpShard s = make_tp_shard(cfg, r, size);
+          if (!s.is_split(t) && r > 0) continue;  // a replicated tensor: one copy counts
+          for (const ShardRun& run : shard_runs(s, t)) {
+            if (run.replica) continue;
+            for (int64_t k = 0; k < run.length; ++k) ++hits[run.global + k];
+          }
         }
-      }
-      // Every real element exactly once; wte's padded rows (no parameter) never.
-      const int64_t real = unpadded_size(t, cfg);
-      for (int64_t g = 0; g < serial; ++g) {
-        ASSERT_EQ(hits[g], g < real ? 1 : 0)
-            << "tensor " << spec.name << " element " << g << " tp " << size;
+        // Every real element exactly once; wte's padded rows (no parameter) never.
+        const int64_t real = unpadded_size(t, cfg);
+        for (int64_t g = 0; g < serial; ++g) {
+          ASSERT_EQ(hits[g], g < real ? 1 : 0)
+              << "tensor " << spec.name << " element " << g << " tp " << size;
+        }
       }
     }
   }
+}
+
+// A replicated kv head sits on the ranks whose query heads read it: ranks [g·T/KVH, (g+1)·T/KVH)
+// hold kv head g, and the GQA group of each of their query heads is g.
+TEST(ShardRuns, ReplicatedKvHeadsFollowTheirQueryHeads) {
+  for (int kvh : {1, 2}) {
+    const GPTConfig cfg = tiny_llama(kvh);
+    for (int r = 0; r < 4; ++r) {
+      const TpShard s = make_tp_shard(cfg, r, 4);
+      EXPECT_EQ(s.kv_heads, 1);
+      EXPECT_EQ(s.kv_replicas, 4 / kvh);
+      const int group = cfg.heads / kvh;
+      for (int h = r * s.heads; h < (r + 1) * s.heads; ++h) EXPECT_EQ(h / group, s.kv_begin);
+      EXPECT_EQ(s.kv_owner(), r % (4 / kvh) == 0);
+    }
+  }
+  EXPECT_THROW(make_tp_shard(tiny_llama(2), 0, 3), InputError);  // 3 neither divides nor is
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ Kokkos::View<int64_t*, MemSpace> sorted_keys(int64_t n) {
 void encoder_backward_weight(Tensor dwte, Tensor dwpe, Tensor dout, const Tokens& tokens, int B,
                              int T, int C, int vocab_begin, int vocab_shard) {
   const int64_t BT = int64_t(B) * T;
+  const bool positions = dwpe.extent(0) > 0;  // a model without a position table (Llama) has none
   if (!device_shaped()) {
     // One channel per iteration: a token that occurs twice is then added by one thread, in (b,t)
     // order, with no atomics and the same result for any thread count.
@@ -45,7 +46,7 @@ void encoder_backward_weight(Tensor dwte, Tensor dwpe, Tensor dout, const Tokens
             const int64_t row = int64_t(tokens(bt)) - vocab_begin;
             if (row >= 0 && row < vocab_shard) dwte(row * C + c) += dout(bt * C + c);
           }
-          for (int64_t t = 0; t < T; ++t) {
+          for (int64_t t = 0; t < (positions ? T : 0); ++t) {
             float acc = 0.0f;
             for (int64_t b = 0; b < B; ++b) acc += dout((b * T + t) * C + c);
             dwpe(t * C + c) += acc;
@@ -73,6 +74,7 @@ void encoder_backward_weight(Tensor dwte, Tensor dwpe, Tensor dout, const Tokens
           acc += dout((keys(j) % BT) * C + c);
         dwte(row * C + c) = acc;
       });
+  if (!positions) return;
   for_each_2d(
       "mpf::encoder_backward_wpe", T, C, KOKKOS_LAMBDA(int64_t t, int c) {
         float acc = 0.0f;

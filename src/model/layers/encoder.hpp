@@ -15,7 +15,8 @@ void encoder_forward(Tensor out, const Tokens& tokens, Tensor wte, Tensor wpe, i
                      int vocab_begin, int vocab_shard, bool add_positions);
 
 // dwte[tokens[b,t] − vocab_begin] += dout[b,t] for tokens in the shard; dwpe[t] += Σ_b dout[b,t]
-// (wpe is replicated: every rank takes its full gradient); dout (B,T,C)
+// (wpe is replicated: every rank takes its full gradient; an empty dwpe: no position table);
+// dout (B,T,C)
 void encoder_backward_weight(Tensor dwte, Tensor dwpe, Tensor dout, const Tokens& tokens, int B,
                              int T, int C, int vocab_begin, int vocab_shard);
 

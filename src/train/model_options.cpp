@@ -1,0 +1,81 @@
+#include "train/model_options.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "checkpoint/hf_checkpoint.hpp"
+#include "checkpoint/llmc_checkpoint.hpp"
+#include "core/error.hpp"
+
+namespace mpf {
+
+namespace {
+
+// --rope-scaling FACTOR,LOW,HIGH,ORIGINAL into cfg (Llama 3.1's rope_scaling: 8,1,4,8192).
+void parse_rope_scaling(const std::string& text, GPTConfig& cfg) {
+  if (text == "none") return;
+  float v[3];
+  int original = 0;
+  char tail = 0;
+  const int n = std::sscanf(text.c_str(), "%f,%f,%f,%d%c", &v[0], &v[1], &v[2], &original, &tail);
+  require(n == 4, "--rope-scaling '" + text +
+                      "' is not FACTOR,LOW_FREQ_FACTOR,HIGH_FREQ_FACTOR,ORIGINAL_MAX_POS; pass "
+                      "e.g. 8,1,4,8192 (Llama 3.1) or none");
+  cfg.rope_factor = v[0];
+  cfg.rope_low_freq_factor = v[1];
+  cfg.rope_high_freq_factor = v[2];
+  cfg.rope_original_max_pos = original;
+}
+
+}  // namespace
+
+std::string rope_scaling_text(const GPTConfig& cfg) {
+  if (!cfg.llama() || cfg.rope_factor == 0) return "none";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%g,%g,%g,%d", double(cfg.rope_factor),
+                double(cfg.rope_low_freq_factor), double(cfg.rope_high_freq_factor),
+                cfg.rope_original_max_pos);
+  return buf;
+}
+
+GPTConfig flags_config(const TrainOptions& o) {
+  GPTConfig cfg;
+  cfg.layers = o.layers;
+  cfg.heads = o.heads;
+  cfg.channels = o.dim;
+  cfg.vocab = o.vocab;
+  cfg.max_seq_len = o.max_seq_len;
+  cfg.padded_vocab = pad_vocab(o.vocab);
+  if (o.arch == "llama") {
+    cfg.arch = Arch::kLlama;
+    cfg.kv_heads = o.kv_heads;
+    cfg.ffn_dim = o.ffn_dim;
+    cfg.norm_eps = o.norm_eps;
+    cfg.rope_theta = o.rope_theta;
+    cfg.tied = o.tie_embeddings != 0;
+    parse_rope_scaling(o.rope_scaling, cfg);
+  } else {
+    for (const char* flag : {"--kv-heads", "--ffn-dim", "--norm-eps", "--rope-theta",
+                             "--rope-scaling", "--tie-embeddings"}) {
+      require(o.given.count(flag) == 0,
+              std::string(flag) + " is a Llama setting; pass --arch llama, or drop " + flag);
+    }
+  }
+  require(o.tie_embeddings == 0 || o.tie_embeddings == 1,
+          "--tie-embeddings is 0 or 1, got " + std::to_string(o.tie_embeddings));
+  validate(cfg, "flags");
+  return cfg;
+}
+
+GPTConfig model_config(const TrainOptions& o) {
+  if (o.init_from.empty()) return flags_config(o);
+  // A Hugging Face config.json rules and the flags given must agree with it; a bare .safetensors
+  // file takes its sizes from the flags.
+  if (is_hf_source(o.init_from)) return read_hf_model_config(o.init_from, flags_config(o), o.given);
+  require(!o.model_sizes_given,
+          "--init-from takes the model's sizes from the checkpoint; drop --layers/--heads/--dim/"
+          "--vocab/--max-seq-len, or drop --init-from to train a fresh model");
+  return read_checkpoint_config(o.init_from);
+}
+
+}  // namespace mpf
