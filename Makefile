@@ -2,8 +2,10 @@
 #   make run     the default training job (mpiexec -n $(NP), built-in corpus, no downloads)
 #   make test    the whole test suite (ctest)
 #   make bench   GPT-2 124M throughput against PyTorch, pipeline schedules vs the simulator,
-#                checkpoint I/O, generation (tokens/s, the KV cache's per-token cost), DP and PP
-#                across two namespaced nodes on shaped links (as root; else a SKIP line)
+#                checkpoint I/O, generation (tokens/s, the KV cache's per-token cost), the BPE
+#                tokenizer's MB/s against Python's, DP and PP
+#                across two namespaced nodes on shaped links (as root; else a SKIP line),
+#                mpiformer-tokenize's MB/s of text per rank
 #   make install PREFIX=/opt/mpiformer
 
 BUILD ?= build
@@ -18,7 +20,7 @@ CTEST_ARGS ?= -j 2
 
 # Debian packages the build, the tests and the benchmark need.
 DEBIAN_PACKAGES = cmake g++ make mpich libmpich-dev libopenblas-openmp-dev libdnnl-dev libtrilinos-kokkos-dev \
-                  googletest libgtest-dev libgmock-dev python3-torch python3-numpy python3-yaml \
+                  googletest libgtest-dev libgmock-dev python3-torch python3-numpy python3-yaml python3-regex \
                   clang-format
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
@@ -49,15 +51,17 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
 
 # GPT-2 124M against PyTorch measured in the same run (fp32 and bf16 on both cores, DP scaling at
-# 8 x 256); then the pipeline schedules against the simulator, checkpoint I/O against dd, and
-# generation; last DP and PP across two Slurm nodes in network namespaces, links shaped to 10 and
-# 1 Gbit/s. Measure as users run: env -u OPENBLAS_CORETYPE make bench.
+# 8 x 256); then the pipeline schedules against the simulator, checkpoint I/O against dd,
+# generation and the tokenizer; last DP and PP across two Slurm nodes in network namespaces, links
+# shaped to 10 and 1 Gbit/s. Measure as users run: env -u OPENBLAS_CORETYPE make bench.
 bench: build
 	bash ci/bench_throughput.sh $(BUILD)
 	bash ci/bench_pipeline.sh $(BUILD)
 	bash ci/bench_checkpoint.sh $(BUILD)
 	bash ci/bench_generate.sh $(BUILD)
+	/usr/bin/python3 ci/bench_tokenizer.py $(BUILD)
 	bash ci/bench_multinode.sh $(BUILD)
+	bash ci/bench_tokenize.sh $(BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

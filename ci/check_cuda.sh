@@ -68,11 +68,12 @@ for arch in "${archs[@]}"; do
   fi
   # Every program and the test binaries were made, and the objects carry code for this GPU.
   if [ "$whole" = 1 ]; then
-    programs=$(cd "$tree" && ls mpiformer-train mpiformer-generate mpiformer-bench mpiformer-schedule 2>/dev/null | wc -l)
+    programs=$(cd "$tree" && ls mpiformer-train mpiformer-generate mpiformer-bench mpiformer-schedule \
+      mpiformer-tokenize 2>/dev/null | wc -l)
     tests=$(find "$tree/tests" -maxdepth 1 -type f -executable -name 'test_*' | wc -l)
-    [ "$programs" -eq 4 ] && [ "$tests" -gt 0 ] &&
-      pass "sm_$arch: the 4 programs and $tests test binaries" ||
-      fail "sm_$arch: $programs of 4 programs, $tests test binaries"
+    [ "$programs" -eq 5 ] && [ "$tests" -gt 0 ] &&
+      pass "sm_$arch: the 5 programs and $tests test binaries" ||
+      fail "sm_$arch: $programs of 5 programs, $tests test binaries"
   fi
   dump=$(command -v cuobjdump || echo "$(dirname "$nvcc")/cuobjdump")
   if [ -x "$dump" ]; then

@@ -1,6 +1,7 @@
 # Install rules and the CMake package config (included at the end of the top-level CMakeLists.txt).
 #
-#   <prefix>/bin/mpiformer-train, mpiformer-generate, mpiformer-bench, mpiformer-schedule
+#   <prefix>/bin/mpiformer-train, mpiformer-generate, mpiformer-bench, mpiformer-schedule,
+#   mpiformer-tokenize
 #   <prefix>/include/mpiformer/{core,model,...}/*.hpp, backends/gemm.hpp, mpiformer/config.hpp
 #   <prefix>/lib/libmpiformer.a, libmpiformer_backend.a
 #   <prefix>/lib/cmake/mpiformer/mpiformerConfig.cmake (+ Version, Targets)
@@ -16,7 +17,8 @@ set(MPIFORMER_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/mpiformer)
 
 # ---- programs ------------------------------------------------------------------------------------
 # Their RPATH keeps the OpenBLAS they were linked with (CMAKE_INSTALL_RPATH_USE_LINK_PATH).
-install(TARGETS mpiformer-train mpiformer-generate mpiformer-bench mpiformer-schedule RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS mpiformer-train mpiformer-generate mpiformer-bench mpiformer-schedule
+                mpiformer-tokenize RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # ---- library and the interface targets it links ---------------------------------------------------
 # mpiformer_backend is a static library on the CPU and an interface over mpiformer_backend_cuda

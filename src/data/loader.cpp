@@ -88,10 +88,11 @@ void DataLoader::next_batch(int row_begin, int rows, int32_t* inputs, int32_t* t
     file_ = (file_ + 1) % files_.size();
     pos_ = 0;
   }
-  const uint16_t* window = files_[file_].data() + pos_ + int64_t(row_begin) * T_;
+  const TokenStream& f = files_[file_];
+  const int64_t start = pos_ + int64_t(row_begin) * T_;
   const int64_t count = int64_t(rows) * T_;
-  std::copy(window, window + count, inputs);
-  std::copy(window + 1, window + 1 + count, targets);
+  f.read(start, count, inputs);
+  f.read(start + 1, count, targets);
   pos_ += span;
 }
 

@@ -18,20 +18,26 @@ namespace mpf {
 
 namespace {
 
-constexpr const char* kNoBpe =
-    "mpiformer does not encode GPT-2 text (the tokenizer file carries no BPE merges): pass token "
-    "ids with --prompt-tokens";
-
+// The prompt's ids: --prompt-tokens as given; --prompt text through a tokenizer.json (added tokens
+// in it recognised, the template's prefix first, as Hugging Face's encode(text) gives them), or as
+// bytes for a byte-level model; neither: the template's prefix, else the end-of-text token.
 std::vector<int32_t> prompt_of(const GenerateOptions& o, const GPTConfig& cfg,
-                               const Tokenizer* tokenizer) {
+                               const Tokenizer* tokenizer, const BpeTokenizer* encoder) {
   std::vector<int32_t> ids = o.prompt_tokens;
-  if (o.prompt_given) {
+  if (o.prompt_given && encoder) {
+    ids = encoder->template_prefix();
+    const std::vector<int32_t> text = encoder->encode_with_specials(o.prompt);
+    ids.insert(ids.end(), text.begin(), text.end());
+  } else if (o.prompt_given) {
     require(cfg.vocab == 256,
-            "--prompt gives text as bytes, for byte-level models (vocabulary "
-            "256); this model's vocabulary is " +
-                std::to_string(cfg.vocab) + ": " + kNoBpe);
+            "--prompt text needs a tokenizer.json to encode it: this model's vocabulary is " +
+                std::to_string(cfg.vocab) + " tokens, not bytes (256)" +
+                (tokenizer ? ", and --tokenizer " + o.tokenizer + " (llm.c's) only decodes" : "") +
+                ": pass --tokenizer tokenizer.json (Hugging Face's, of the model's training data), "
+                "or token ids with --prompt-tokens");
     for (unsigned char c : o.prompt) ids.push_back(c);
   }
+  if (ids.empty() && encoder) ids = encoder->template_prefix();
   if (ids.empty()) {
     require(tokenizer && tokenizer->eot >= 0,
             "no prompt: pass --prompt TEXT or --prompt-tokens IDS (without a tokenizer that names "
@@ -85,13 +91,17 @@ GenerateInputs load_generate_inputs(const GenerateOptions& opts, int64_t step,
     in.cfg = read_checkpoint_config(opts.init_from);
   }
   if (!opts.tokenizer.empty()) {
-    in.tokenizer = read_tokenizer(opts.tokenizer);
+    TokenizerFile file = read_tokenizer_file(opts.tokenizer);
+    in.tokenizer = std::move(file.decoder);
+    in.encoder = std::move(file.encoder);
     require(in.tokenizer->vocab() == in.cfg.vocab,
             "tokenizer " + opts.tokenizer + " has " + std::to_string(in.tokenizer->vocab()) +
                 " tokens but the model's vocabulary is " + std::to_string(in.cfg.vocab) +
                 "; pass the tokenizer of the model's training data (none for a byte-level model)");
   }
-  in.prompt = prompt_of(opts, in.cfg, in.tokenizer ? &*in.tokenizer : nullptr);
+  in.prompt = prompt_of(opts, in.cfg, in.tokenizer ? &*in.tokenizer : nullptr,
+                        in.encoder ? &*in.encoder : nullptr);
+  if (opts.prompt_given && in.encoder) in.prompt_shown_from = in.encoder->template_prefix().size();
   // Only the positions a run trained on have learned embeddings (a checkpoint says how many).
   const int64_t fed = int64_t(in.prompt.size()) + opts.max_new_tokens - 1;
   const std::string trained_len =
@@ -149,7 +159,8 @@ void Generation::run() {
   // The prompt, unless it is only the end-of-text token generation started from (no prompt given).
   const bool implied = !o.prompt_given && o.prompt_tokens.empty();
   if (root && !implied) {
-    for (const int32_t id : in_.prompt) std::fputs(text.next(id).c_str(), stdout);
+    for (size_t i = in_.prompt_shown_from; i < in_.prompt.size(); ++i)
+      std::fputs(text.next(in_.prompt[i]).c_str(), stdout);
     std::fflush(stdout);
   }
   std::unique_ptr<PendingFile> logits_file;

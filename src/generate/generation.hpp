@@ -16,6 +16,7 @@
 #include "generate/decoder.hpp"
 #include "generate/options.hpp"
 #include "generate/sampler.hpp"
+#include "generate/tokenizer_file.hpp"
 #include "io/llmc_tokenizer.hpp"
 #include "model/config.hpp"
 #include "parallel/grid.hpp"
@@ -28,8 +29,11 @@ struct GenerateInputs {
   GenerateOptions opts;
   GPTConfig cfg;
   std::optional<ResumePoint> checkpoint;  // --load
-  std::optional<Tokenizer> tokenizer;
+  std::optional<Tokenizer> tokenizer;     // decodes (either kind of --tokenizer file)
+  std::optional<BpeTokenizer> encoder;    // encodes --prompt text (a tokenizer.json)
   std::vector<int32_t> prompt;
+  size_t prompt_shown_from =
+      0;  // the prompt's echo skips the template's prefix (<|begin_of_text|>)
   std::vector<std::string> notes;  // for rank 0 to print
 };
 

@@ -114,10 +114,13 @@ model
   --load DIR            a training checkpoint directory (mpiformer-train --save DIR): its latest
   --load-step N         ... or its step N
 prompt
-  --prompt TEXT         text, as bytes: for byte-level models (vocabulary 256, like make run's)
-  --prompt-tokens IDS   token ids, comma-separated (any model; GPT-2 text must be encoded
-                        elsewhere: the tokenizer file carries no BPE merges)
-                        neither: start from the tokenizer's end-of-text token, as llm.c does
+  --prompt TEXT         text: encoded by --tokenizer's tokenizer.json (its added tokens, such as
+                        <|endoftext|>, recognised; its template's prefix, such as Llama 3's
+                        <|begin_of_text|>, first), else as bytes for a byte-level model
+                        (vocabulary 256, like make run's)
+  --prompt-tokens IDS   token ids, comma-separated (any model)
+                        neither: start from the template's prefix, else the tokenizer's
+                        end-of-text token, as llm.c does
   --max-new-tokens N    tokens to generate (default 64); generation also stops at end-of-text
                         and at the model's max_seq_len (a note says which)
 sampling
@@ -126,9 +129,10 @@ sampling
   --seed S              the sampling noise (default 1337): the same seed, the same text, on any
                         --tp
 output
-  --tokenizer FILE      llm.c's gpt2_tokenizer.bin: decode tokens to text and stop at
-                        end-of-text. Without it a byte-level model's tokens print as bytes, any
-                        other model's as ids
+  --tokenizer FILE      a Hugging Face tokenizer.json (byte-level BPE: GPT-2's, Llama 3's), which
+                        encodes --prompt text, or llm.c's gpt2_tokenizer.bin, which only decodes:
+                        decode tokens to text and stop at end-of-text. Without it a byte-level
+                        model's tokens print as bytes, any other model's as ids
   --tokens-out FILE     write the whole sequence's ids (prompt, then generated), comma-separated
                         (never overwrites)
   --logits-out FILE     write the V logits before each generated token, float32 little-endian,

@@ -10,8 +10,14 @@ namespace mpf::llmc {
 inline constexpr int kHeaderInts = 256;
 inline constexpr int64_t kHeaderBytes = kHeaderInts * sizeof(int32_t);
 
-inline constexpr int32_t kShardMagic = 20240520;  // token shard: version, count, uint16 tokens
+inline constexpr int32_t kShardMagic =
+    20240520;  // GPT-2 token shard: version, count, uint16 tokens
 inline constexpr int32_t kShardVersion = 1;
+// Llama 3 token shard (llm.c's dev/data/data_common.py, "llama-3"): version, count, uint32 tokens.
+inline constexpr int32_t kShardMagicUint32 = 20240801;
+inline constexpr int32_t kShardVersionUint32 = 7;
+// The largest vocabulary a uint16 shard holds; larger ones need uint32 shards.
+inline constexpr int64_t kUint16Vocab = 65536;
 inline constexpr int32_t kCheckpointMagic = 20240326;  // GPT-2 model: sizes, then parameters
 inline constexpr int32_t kCheckpointVersionFp32 = 3;
 inline constexpr int32_t kCheckpointVersionBf16 = 5;

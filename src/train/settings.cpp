@@ -171,7 +171,9 @@ std::vector<SettingGroup> make_groups() {
             &O::sample_every, 0},
            {"--sample-tokens", "K", "tokens per sample", &O::sample_tokens, 1},
            {"--tokenizer", "FILE",
-            "decode samples with llm.c's gpt2_tokenizer.bin (default: bytes)", &O::tokenizer},
+            "decode samples with llm.c's gpt2_tokenizer.bin or a Hugging Face tokenizer.json "
+            "(default: bytes)",
+            &O::tokenizer},
        }},
       {"system",
        {

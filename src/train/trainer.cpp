@@ -16,6 +16,7 @@
 #include "core/profile.hpp"
 #include "core/stopwatch.hpp"
 #include "core/transfer.hpp"
+#include "generate/tokenizer_file.hpp"
 #include "io/output_file.hpp"
 #include "model/gpt.hpp"
 #include "model/layers/matmul.hpp"
@@ -174,7 +175,7 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
     require(opts.pp == 1,
             "--sample-every needs --pp 1: a pipeline stage holds only its blocks. "
             "Sample the saved model with mpiformer-generate (any layout loads it)");
-    if (!opts.tokenizer.empty()) in.tokenizer = read_tokenizer(opts.tokenizer);
+    if (!opts.tokenizer.empty()) in.tokenizer = read_tokenizer_file(opts.tokenizer).decoder;
     require(!in.tokenizer || in.tokenizer->vocab() == cfg.vocab,
             "--tokenizer " + opts.tokenizer + " has " +
                 std::to_string(in.tokenizer ? in.tokenizer->vocab() : 0) +

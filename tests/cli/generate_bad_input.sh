@@ -2,7 +2,8 @@
 # Every bad input to mpiformer-generate stops it with exit status 2 on every rank, one "error:"
 # line naming the problem and the fix, within a timeout, and without touching the user's files:
 # flags, models and checkpoint directories, prompts (ids outside the vocabulary, text for a model
-# that is not byte-level, longer than max_seq_len), tokenizer files, layouts.
+# that is not byte-level without a tokenizer.json, longer than max_seq_len), tokenizer files (llm.c's
+# and tokenizer.json), layouts.
 source "$(dirname "$0")/common.sh"
 : "${GENERATE:?set MPIFORMER_GENERATE to the mpiformer-generate binary}"
 export OMP_NUM_THREADS=1
@@ -55,8 +56,10 @@ expect "malformed ids" 1 "--prompt-tokens expects an integer, got 'x'" -- "${mod
 expect "negative id" 1 "--prompt-tokens token ids are non-negative, got -3" -- "${model[@]}" --prompt-tokens 1,-3
 expect "id >= vocab" 1 "token 256 is outside the model's vocabulary of 256 tokens" -- "${model[@]}" --prompt-tokens 5,256
 expect "no prompt, no end-of-text" 1 "no prompt: pass --prompt TEXT or --prompt-tokens IDS" -- "${model[@]}"
-expect "text for a BPE model" 1 "--prompt gives text as bytes.*vocabulary is 300.*no BPE merges.*--prompt-tokens" \
+expect "text for a BPE model" 1 "--prompt text needs a tokenizer.json.*vocabulary is 300.*--tokenizer tokenizer.json.*--prompt-tokens" \
   -- --init-from "$WORK/v300.bin" --prompt hi
+expect "text with llm.c's decoder" 1 "--prompt text needs a tokenizer.json.*tok300.bin \(llm.c's\) only decodes" \
+  -- --init-from "$WORK/v300.bin" --prompt hi --tokenizer "$WORK/tok300.bin"
 expect "negative temperature" 1 "--temperature must be >= 0 \(0 is greedy\), got -1" -- "${model[@]}" --temperature -1
 expect "negative top-k" 1 "--top-k must be >= 0" -- "${model[@]}" --top-k -2
 expect "no new tokens" 1 "--max-new-tokens must be >= 1, got 0" -- "${model[@]}" --max-new-tokens 0
@@ -114,6 +117,10 @@ expect "tokenizer end-of-text" 1 "tok_eot.bin: end-of-text id 256 is outside the
 expect "tokenizer trailing bytes" 1 "tok_trailer.bin: 4 bytes after the last of its 256 tokens" -- "${model[@]}" --prompt hi --tokenizer "$WORK/tok_trailer.bin"
 expect "tokenizer truncated" 1 "tok_cut.bin: token 255 \(1 bytes\) runs past the end" -- "${model[@]}" --prompt hi --tokenizer "$WORK/tok_cut.bin"
 expect "tokenizer vocabulary" 1 "tokenizer .*tok300.bin has 300 tokens but the model's vocabulary is 256" -- "${model[@]}" --prompt hi --tokenizer "$WORK/tok300.bin"
+printf '{"model": {"type": "BPE", "vocab": {' >"$WORK/broken.json"
+expect "tokenizer.json broken" 1 "tokenizer .*broken.json: invalid JSON at line 1" -- "${model[@]}" --prompt hi --tokenizer "$WORK/broken.json"
+printf '{"model": {"type": "Unigram", "vocab": []}}' >"$WORK/unigram.json"
+expect "tokenizer.json not BPE" 1 "tokenizer .*unigram.json: model.type is \"Unigram\"; only BPE" -- "${model[@]}" --prompt hi --tokenizer "$WORK/unigram.json"
 expect "tokenizer not a file" 2 "tokenizer .*: not a regular file" -- "${model[@]}" --prompt hi --tokenizer "$WORK/empty_dir" --tp 2
 
 # Outputs never replace a file, which stays as it was.

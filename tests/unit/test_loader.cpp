@@ -77,6 +77,20 @@ TEST_F(LoaderTest, LastTokenOfFileIsUsedAsATarget) {
   EXPECT_EQ(next(loader).inputs, (Tokens{100, 101, 102, 103, 104, 105}));
 }
 
+TEST_F(LoaderTest, Uint32ShardsMixWithUint16Ones) {
+  // A Llama 3 shard (ids above 65,535) then a GPT-2 one, B=1, T=2: each file's windows in turn.
+  write_shard_uint32(path("wide.bin"), {70000, 70001, 70002, 128255});
+  shard("narrow.bin", 7, 3);
+  DataLoader loader(path("wide.bin") + "," + path("narrow.bin"), 1, 2, 128256);
+  EXPECT_EQ(loader.total_tokens(), 7);
+  Batch b = next(loader);
+  EXPECT_EQ(b.inputs, (Tokens{70000, 70001}));
+  EXPECT_EQ(b.targets, (Tokens{70001, 70002}));
+  b = next(loader);  // 2 + 3 > 4: the next file
+  EXPECT_EQ(b.inputs, (Tokens{7, 8}));
+  EXPECT_EQ(b.targets, (Tokens{8, 9}));
+}
+
 TEST_F(LoaderTest, MultiFileAdvanceAndWrap) {
   // a: 100..109 (10 tokens), b: 200..214 (15); B=1, T=4, so B*T+1 = 5.
   // a at 0, 4; a at 8 would need 13 > 10 -> b at 0, 4, 8; b at 12 needs 17 > 15 -> a at 0.

@@ -24,6 +24,12 @@ using test::input_error;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
+std::vector<int32_t> all_tokens(const TokenStream& s) {
+  std::vector<int32_t> v(s.size());
+  s.read(0, s.size(), v.data());
+  return v;
+}
+
 class TokenStreamTest : public test::ScratchDirTest {
  protected:
   std::string write_bytes(const std::string& name, const std::string& bytes) const {
@@ -31,15 +37,16 @@ class TokenStreamTest : public test::ScratchDirTest {
     return path(name);
   }
   // A shard with an arbitrary header and payload, for the malformed cases write_shard refuses.
+  template <class T = uint16_t>
   std::string write_raw_shard(const std::string& name, int32_t magic, int32_t version, int32_t n,
-                              const std::vector<uint16_t>& tokens) const {
+                              const std::vector<T>& tokens) const {
     std::vector<int32_t> header(256, 0);
     header[0] = magic;
     header[1] = version;
     header[2] = n;
     std::ofstream out(path(name), std::ios::binary);
     out.write(reinterpret_cast<const char*>(header.data()), 1024);
-    out.write(reinterpret_cast<const char*>(tokens.data()), 2 * tokens.size());
+    out.write(reinterpret_cast<const char*>(tokens.data()), sizeof(T) * tokens.size());
     return path(name);
   }
 };
@@ -53,8 +60,7 @@ TEST_F(TokenStreamTest, ShardRoundTrip) {
   EXPECT_TRUE(s.is_shard());
   EXPECT_EQ(s.path(), path("a.bin"));
   ASSERT_EQ(s.size(), 6);
-  EXPECT_EQ(std::vector<int32_t>(s.data(), s.data() + s.size()),
-            (std::vector<int32_t>{50256, 0, 1, 65535, 464, 50256}));
+  EXPECT_EQ(all_tokens(s), (std::vector<int32_t>{50256, 0, 1, 65535, 464, 50256}));
 }
 
 TEST_F(TokenStreamTest, ShardHeaderIsLlmcLayout) {
@@ -72,6 +78,52 @@ TEST_F(TokenStreamTest, ShardHeaderIsLlmcLayout) {
   EXPECT_EQ(payload[2], 9);
 }
 
+TEST_F(TokenStreamTest, Uint32ShardRoundTrip) {
+  // Llama 3's vocabulary (128,256) needs ids above 65,535.
+  const std::vector<uint32_t> tokens = {128000, 0, 65535, 65536, 128255, 9906};
+  write_shard_uint32(path("l.bin"), tokens);
+  EXPECT_EQ(std::filesystem::file_size(path("l.bin")), 1024u + 4 * tokens.size());
+  TokenStream s(path("l.bin"), 128256);
+  EXPECT_TRUE(s.is_shard());
+  EXPECT_EQ(s.width(), 4);
+  EXPECT_EQ(all_tokens(s), (std::vector<int32_t>{128000, 0, 65535, 65536, 128255, 9906}));
+  std::vector<int32_t> middle(3);
+  s.read(2, 3, middle.data());
+  EXPECT_EQ(middle, (std::vector<int32_t>{65535, 65536, 128255}));
+  EXPECT_EQ(s.token(4), 128255);
+}
+
+TEST_F(TokenStreamTest, Uint32ShardHeaderIsLlmcLlama3Layout) {
+  write_shard_uint32(path("l.bin"), std::vector<uint32_t>{70000, 8});
+  std::ifstream in(path("l.bin"), std::ios::binary);
+  std::vector<int32_t> header(256);
+  in.read(reinterpret_cast<char*>(header.data()), 1024);
+  EXPECT_EQ(header[0], 20240801);
+  EXPECT_EQ(header[1], 7);
+  EXPECT_EQ(header[2], 2);
+  for (int i = 3; i < 256; ++i) EXPECT_EQ(header[i], 0) << "slot " << i;
+  uint32_t payload[2];
+  in.read(reinterpret_cast<char*>(payload), sizeof payload);
+  EXPECT_EQ(payload[0], 70000u);
+  EXPECT_EQ(payload[1], 8u);
+}
+
+TEST_F(TokenStreamTest, Uint32ShardChecks) {
+  write_raw_shard<uint32_t>("v1.bin", llmc::kShardMagicUint32, 1, 2, {1, 2});
+  EXPECT_THAT(input_error([&] { TokenStream(path("v1.bin"), 256); }),
+              AllOf(HasSubstr(path("v1.bin")), HasSubstr("version 1"), HasSubstr("only version 7"),
+                    HasSubstr("regenerate")));
+  // 3 uint32 tokens promised, 5 uint16-sized tokens' worth of bytes present: 1034 != 1036.
+  write_raw_shard<uint16_t>("half.bin", llmc::kShardMagicUint32, 7, 3, {1, 2, 3, 4, 5});
+  EXPECT_THAT(input_error([&] { TokenStream(path("half.bin"), 256); }),
+              AllOf(HasSubstr("3 tokens of 4 bytes"), HasSubstr("expected 1036 bytes"),
+                    HasSubstr("has 1034")));
+  write_shard_uint32(path("big.bin"), std::vector<uint32_t>{1, 128256, 4000000000u});
+  EXPECT_THAT(input_error([&] { TokenStream(path("big.bin"), 128256); }),
+              AllOf(HasSubstr(path("big.bin")), HasSubstr("token 128256 at position 1"),
+                    HasSubstr(">= vocab 128256"), HasSubstr("pass --vocab 4000000001")));
+}
+
 TEST_F(TokenStreamTest, LargeShardCrossesReadChunks) {
   // More tokens than one read chunk (2^20), so the chunked copy is exercised at its seams.
   std::vector<uint16_t> tokens((1 << 20) + 1000);
@@ -79,15 +131,14 @@ TEST_F(TokenStreamTest, LargeShardCrossesReadChunks) {
   write_shard(path("big.bin"), tokens);
   TokenStream s(path("big.bin"), 50257);
   ASSERT_EQ(s.size(), static_cast<int64_t>(tokens.size()));
-  for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(s.data()[i], tokens[i]) << "at " << i;
+  for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(s.token(i), tokens[i]) << "at " << i;
 }
 
 TEST_F(TokenStreamTest, TextFileIsOneTokenPerByte) {
   write_bytes("t.txt", std::string("Hi\n\xff\x00!", 6));
   TokenStream s(path("t.txt"), 256);
   EXPECT_FALSE(s.is_shard());
-  EXPECT_EQ(std::vector<int32_t>(s.data(), s.data() + s.size()),
-            (std::vector<int32_t>{'H', 'i', '\n', 255, 0, '!'}));
+  EXPECT_EQ(all_tokens(s), (std::vector<int32_t>{'H', 'i', '\n', 255, 0, '!'}));
 }
 
 TEST_F(TokenStreamTest, LongTextFileReadsPastTheHeaderSizedPrefix) {
@@ -96,7 +147,7 @@ TEST_F(TokenStreamTest, LongTextFileReadsPastTheHeaderSizedPrefix) {
   write_bytes("long.txt", text);
   TokenStream s(path("long.txt"), 256);
   ASSERT_EQ(s.size(), 3000);
-  for (int i = 0; i < 3000; ++i) ASSERT_EQ(s.data()[i], 'a' + i % 26) << "at " << i;
+  for (int i = 0; i < 3000; ++i) ASSERT_EQ(s.token(i), 'a' + i % 26) << "at " << i;
 }
 
 TEST_F(TokenStreamTest, ShortTextFileWithoutBinSuffixIsText) {
@@ -109,8 +160,7 @@ TEST_F(TokenStreamTest, InMemoryStream) {
   TokenStream s("builtin:test", {3, 1, 4, 1, 5}, 10);
   EXPECT_EQ(s.path(), "builtin:test");
   EXPECT_FALSE(s.is_shard());
-  EXPECT_EQ(std::vector<int32_t>(s.data(), s.data() + s.size()),
-            (std::vector<int32_t>{3, 1, 4, 1, 5}));
+  EXPECT_EQ(all_tokens(s), (std::vector<int32_t>{3, 1, 4, 1, 5}));
 }
 
 TEST_F(TokenStreamTest, MissingFile) {
@@ -228,7 +278,7 @@ TEST_F(TokenStreamTest, WriteShardRefusesToOverwrite) {
   const std::string msg = input_error([&] { write_shard(path("a.bin"), {4, 5}); });
   EXPECT_THAT(msg, AllOf(HasSubstr(path("a.bin")), HasSubstr("already exists")));
   TokenStream s(path("a.bin"), 256);  // the original is untouched
-  EXPECT_EQ(std::vector<int32_t>(s.data(), s.data() + s.size()), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(all_tokens(s), (std::vector<int32_t>{1, 2, 3}));
 }
 
 TEST_F(TokenStreamTest, WriteShardRejectsEmptyAndMissingDirectory) {

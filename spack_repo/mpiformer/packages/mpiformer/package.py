@@ -3,7 +3,8 @@
 #   spack install mpiformer +openmp                # CPU: Kokkos OpenMP + oneDNN and OpenBLAS
 #   spack install mpiformer +openmp ~onednn        # CPU, OpenBLAS only (no bf16 products)
 #   spack install mpiformer +cuda cuda_arch=80     # GPUs: Kokkos CUDA + cuBLAS
-#   module load mpiformer  (or: spack load mpiformer)  ->  mpiformer-train, mpiformer-generate on PATH
+#   module load mpiformer  (or: spack load mpiformer)  ->  mpiformer-train, mpiformer-generate,
+#   mpiformer-tokenize on PATH
 
 import os
 
@@ -159,4 +160,10 @@ class Mpiformer(CMakePackage, CudaPackage):
         """mpiformer-generate --help prints the usage"""
         generate = which(self.prefix.bin.join("mpiformer-generate"), required=True)
         out = generate("--help", output=str.split, error=str.split)
+        assert "usage:" in out
+
+    def test_tokenize_help(self):
+        """mpiformer-tokenize --help prints the usage"""
+        tokenize = which(self.prefix.bin.join("mpiformer-tokenize"), required=True)
+        out = tokenize("--help", output=str.split, error=str.split)
         assert "usage:" in out

@@ -1,0 +1,48 @@
+// A text corpus as documents in one global order: the inputs as given (a directory's .txt and
+// .jsonl files and a glob's matches sorted by path), a .jsonl file's lines in order. A .jsonl
+// file holds a document per line (a JSON object whose text field is the document; blank lines
+// are skipped); any other file is one document, its bytes as they are.
+//
+// The corpus is cut into work units of about `unit_bytes` of text, each whole documents: runs of
+// small files together, a large .jsonl file in byte ranges (a range owns the lines that start in
+// it), a large text file alone. Any rank reads any unit without reading what comes before it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mpf {
+
+enum class CorpusFormat { kText, kJsonl };
+
+struct CorpusFile {
+  std::string path;
+  CorpusFormat format = CorpusFormat::kText;
+  int64_t bytes = 0;
+};
+
+// Files, directories (their .txt and .jsonl files, recursively, sorted) and globs (matches
+// sorted), in the order given. Throws InputError naming an input that is missing, matches
+// nothing or holds no .txt/.jsonl file.
+std::vector<CorpusFile> resolve_corpus(const std::vector<std::string>& inputs);
+
+// A byte range [begin, end) of one file.
+struct CorpusPiece {
+  int file = 0;
+  int64_t begin = 0, end = 0;
+};
+using CorpusUnit = std::vector<CorpusPiece>;
+
+// The units, in corpus order; a pure function of the file list.
+std::vector<CorpusUnit> plan_units(const std::vector<CorpusFile>& files, int64_t unit_bytes);
+
+// Calls document(text) for each document of the unit, in order. Throws InputError naming
+// file:line for a .jsonl line that is not a JSON object with a string `text_field`.
+void read_unit(const std::vector<CorpusFile>& files, const CorpusUnit& unit,
+               const std::string& text_field,
+               const std::function<void(std::string_view)>& document);
+
+}  // namespace mpf

@@ -1,0 +1,31 @@
+// manifest.json beside a tokenized corpus's shards: what went in (the inputs, the tokenizer and
+// its SHA-256, the document token) and what came out (every shard's tokens and SHA-256, the
+// totals), so a data set can be checked (`sha256sum`) and its making repeated. It holds nothing
+// that depends on the run (no rank count, no time), so a repeat gives the same file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/corpus_reader.hpp"
+#include "data/shard_writer.hpp"
+
+namespace mpf {
+
+struct ShardManifest {
+  std::string tokenizer, tokenizer_sha256;
+  int64_t vocab_size = 0;
+  std::string doc_token_text;
+  int32_t doc_token = 0;
+  int width = 2;
+  int64_t shard_tokens = 0, val_tokens = 0;
+  std::string text_field;
+  std::vector<CorpusFile> inputs;
+  int64_t documents = 0, val_documents = 0, tokens = 0, text_bytes = 0;
+  std::vector<ShardInfo> shards;
+};
+
+std::string manifest_json(const ShardManifest& m);
+
+}  // namespace mpf

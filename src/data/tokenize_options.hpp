@@ -1,0 +1,27 @@
+// mpiformer-tokenize's flags (docs/data.md): what to read, which tokenizer, where the shards go.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mpf {
+
+struct TokenizeOptions {
+  std::vector<std::string> inputs;  // files, directories, globs, in the order given
+  std::string tokenizer;            // a Hugging Face tokenizer.json
+  std::string output_dir;
+  std::string name = "data";        // shard names: <name>_val_000000.bin, <name>_train_...
+  std::string text_field = "text";  // the .jsonl field holding a document
+  std::string doc_token;  // "": <|begin_of_text|> if the tokenizer has it, else <|endoftext|>
+  int64_t shard_tokens = 100000000;       // llm.c's shard size
+  int64_t val_tokens = 0;                 // 0: no validation split
+  int64_t unit_bytes = int64_t(8) << 20;  // text per work unit, dealt to the ranks in turn
+  bool help = false;
+};
+
+// Throws InputError naming the flag and the fix.
+TokenizeOptions parse_tokenize_options(int argc, const char* const* argv);
+std::string tokenize_usage();
+
+}  // namespace mpf

@@ -1,0 +1,237 @@
+#include "data/tokenize_run.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.hpp"
+#include "data/corpus_reader.hpp"
+#include "data/shard_manifest.hpp"
+#include "data/shard_writer.hpp"
+#include "io/llmc_format.hpp"
+#include "io/output_file.hpp"
+#include "parallel/agreement.hpp"
+#include "parallel/grid.hpp"
+
+namespace mpf {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr double kProgressSeconds = 5.0;
+
+// The output directory, created if missing; refused if it holds this --name's shards or a
+// manifest (nothing a user has is overwritten, and two data sets never mix).
+void prepare_output(const TokenizeOptions& o) {
+  std::error_code ec;
+  fs::create_directories(o.output_dir, ec);
+  require(!ec && is_directory(o.output_dir), "--output-dir " + o.output_dir +
+                                                 ": cannot create the directory (" + ec.message() +
+                                                 "); choose another --output-dir");
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator(o.output_dir, ec)) {
+    const std::string f = entry.path().filename().string();
+    const bool shard = (f.rfind(o.name + "_val_", 0) == 0 || f.rfind(o.name + "_train_", 0) == 0) &&
+                       (f.find(".bin") != std::string::npos);
+    if (shard || f == "manifest.json") found.push_back(f);
+  }
+  require(!ec, "--output-dir " + o.output_dir + ": cannot list (" + ec.message() + ")");
+  std::sort(found.begin(), found.end());
+  require(found.empty(), "--output-dir " + o.output_dir + " already holds " +
+                             (found.empty() ? "" : found.front()) +
+                             "; choose another --output-dir or --name, or remove the old data set");
+}
+
+// The file list, as one text for broadcasting: "format bytes path" records, each ended by a NUL
+// (the one byte no path holds).
+std::string pack_files(const std::vector<CorpusFile>& files) {
+  std::string s;
+  for (const auto& f : files) {
+    s += (f.format == CorpusFormat::kJsonl ? "j " : "t ") + std::to_string(f.bytes) + " " + f.path;
+    s += '\0';
+  }
+  return s;
+}
+
+std::vector<CorpusFile> unpack_files(const std::string& s) {
+  std::vector<CorpusFile> files;
+  for (size_t at = 0; at < s.size();) {
+    const size_t end = s.find('\0', at);
+    const std::string line = s.substr(at, end - at);
+    const size_t space = line.find(' ', 2);
+    files.push_back({line.substr(space + 1),
+                     line[0] == 'j' ? CorpusFormat::kJsonl : CorpusFormat::kText,
+                     std::stoll(line.substr(2, space - 2))});
+    at = end + 1;
+  }
+  return files;
+}
+
+double megabytes(int64_t bytes) {
+  return double(bytes) / 1e6;
+}
+
+}  // namespace
+
+TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder& encoder,
+                             const std::string& tokenizer_sha256, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const auto start = Clock::now();
+
+  // Rank 0 alone reads the listings, so every rank works from one view of the file system.
+  std::string packed;
+  on_every_rank(comm, [&] {
+    if (rank != 0) return;
+    packed = pack_files(resolve_corpus(opts.inputs));
+    prepare_output(opts);
+  });
+  const std::vector<CorpusFile> files = unpack_files(broadcast(packed, 0, comm));
+  const std::vector<CorpusUnit> units = plan_units(files, opts.unit_bytes);
+  int64_t corpus_bytes = 0;
+  for (const auto& f : files) corpus_bytes += f.bytes;
+
+  ShardLayout layout;
+  layout.dir = opts.output_dir;
+  layout.name = opts.name;
+  layout.width = encoder.vocab_size <= llmc::kUint16Vocab ? 2 : 4;
+  layout.shard_tokens = opts.shard_tokens;
+  layout.validation = opts.val_tokens > 0;
+  ShardWriter writer(comm, layout);
+
+  // Text bytes count the documents' text (the rate); file bytes the inputs read (the progress).
+  int64_t done_tokens = 0, done_docs = 0, done_bytes = 0, done_file_bytes = 0, val_docs = 0;
+  auto last_print = start;
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> doc_ends;  // each local document's end, from this rank's first token
+  const int64_t rounds = (int64_t(units.size()) + size - 1) / size;
+  for (int64_t round = 0; round < rounds; ++round) {
+    tokens.clear();
+    doc_ends.clear();
+    int64_t mine[4] = {0, 0, 0, 0};  // tokens, documents, text bytes, file bytes
+    on_every_rank(comm, [&] {
+      const int64_t u = round * size + rank;
+      if (u >= int64_t(units.size())) return;
+      for (const CorpusPiece& p : units[size_t(u)]) mine[3] += p.end - p.begin;
+      read_unit(files, units[size_t(u)], opts.text_field, [&](std::string_view text) {
+        tokens.push_back(encoder.doc_token);
+        const std::vector<int32_t> ids = encoder.encode(text);
+        // The message is built only for a bad id: this loop sees every token.
+        const auto bad = std::find_if(
+            ids.begin(), ids.end(), [&](int32_t id) { return id < 0 || id >= encoder.vocab_size; });
+        if (bad != ids.end()) {
+          throw InputError("tokenizer " + opts.tokenizer + " gave token " + std::to_string(*bad) +
+                           " outside its vocabulary of " + std::to_string(encoder.vocab_size) +
+                           "; check the tokenizer file");
+        }
+        tokens.insert(tokens.end(), ids.begin(), ids.end());
+        doc_ends.push_back(int64_t(tokens.size()));
+        mine[2] += int64_t(text.size());
+      });
+      mine[0] = int64_t(tokens.size());
+      mine[1] = int64_t(doc_ends.size());
+    });
+    std::vector<int64_t> all(size_t(4) * size);
+    MPF_MPI_CHECK(MPI_Allgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm));
+    int64_t base = done_tokens, round_end = done_tokens;
+    const int64_t docs_before = done_docs;
+    for (int p = 0; p < size; ++p) {
+      const int64_t* r = &all[size_t(4 * p)];
+      if (p < rank) base += r[0];
+      round_end += r[0];
+      done_docs += r[1];
+      done_bytes += r[2];
+      done_file_bytes += r[3];
+    }
+    // The validation split ends with the document that holds token val_tokens - 1.
+    if (!writer.validation_end_known()) {
+      int64_t end = INT64_MAX;
+      for (int64_t e : doc_ends) {
+        if (base + e >= opts.val_tokens) {
+          end = base + e;
+          break;
+        }
+      }
+      MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &end, 1, MPI_INT64_T, MPI_MIN, comm));
+      if (end != INT64_MAX) {
+        writer.set_validation_end(end);
+        int64_t in_val = std::count_if(doc_ends.begin(), doc_ends.end(),
+                                       [&](int64_t e) { return base + e <= end; });
+        MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &in_val, 1, MPI_INT64_T, MPI_SUM, comm));
+        val_docs = docs_before + in_val;
+      }
+    }
+    writer.write(done_tokens, round_end, base, tokens);
+    done_tokens = round_end;
+    const auto now = Clock::now();
+    if (rank == 0 && std::chrono::duration<double>(now - last_print).count() >= kProgressSeconds) {
+      const double s = std::chrono::duration<double>(now - start).count();
+      std::printf("tokenize: %.1f of %.1f MB (%.0f%%) | %lld documents | %lld tokens | %.1f MB/s\n",
+                  megabytes(done_file_bytes), megabytes(corpus_bytes),
+                  corpus_bytes > 0 ? 100.0 * double(done_file_bytes) / double(corpus_bytes) : 100.0,
+                  (long long)done_docs, (long long)done_tokens, megabytes(done_file_bytes) / s);
+      std::fflush(stdout);
+      last_print = now;
+    }
+  }
+  require(done_docs > 0,
+          "the inputs hold no documents (only empty .jsonl files or blank lines); pass inputs "
+          "that hold text");
+  // Every document in the validation split would leave nothing to train on.
+  require(!layout.validation ||
+              (writer.validation_end_known() && writer.validation_end() < done_tokens),
+          "--val-tokens " + std::to_string(opts.val_tokens) + " takes all " +
+              std::to_string(done_tokens) + " tokens (" + std::to_string(done_docs) +
+              " documents) into the validation split, leaving none to train on; pass a smaller "
+              "--val-tokens");
+  const std::vector<ShardInfo> shards = writer.finish(done_tokens);
+
+  ShardManifest m;
+  m.tokenizer = opts.tokenizer;
+  m.tokenizer_sha256 = tokenizer_sha256;
+  m.vocab_size = encoder.vocab_size;
+  m.doc_token_text = encoder.doc_token_text;
+  m.doc_token = encoder.doc_token;
+  m.width = layout.width;
+  m.shard_tokens = opts.shard_tokens;
+  m.val_tokens = opts.val_tokens;
+  m.text_field = opts.text_field;
+  m.inputs = files;
+  m.documents = done_docs;
+  m.val_documents = layout.validation ? val_docs : 0;
+  m.tokens = done_tokens;
+  m.text_bytes = done_bytes;
+  m.shards = shards;
+  on_every_rank(comm, [&] {
+    if (rank != 0) return;
+    PendingFile out(opts.output_dir + "/manifest.json");
+    const std::string text = manifest_json(m);
+    out.write(text.data(), text.size());
+    const std::string error = out.commit();
+    require(error.empty(), "manifest " + opts.output_dir + "/manifest.json: " + error);
+  });
+
+  TokenizeSummary summary;
+  summary.documents = done_docs;
+  summary.tokens = done_tokens;
+  summary.text_bytes = done_bytes;
+  summary.shards = int64_t(shards.size());
+  summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (rank == 0) {
+    const double rate = megabytes(done_bytes) / std::max(summary.seconds, 1e-9);
+    std::printf(
+        "tokenize: done | %lld documents | %lld tokens (%lld in validation) | %lld shards "
+        "| %.1f MB of text in %.2f s | %.1f MB/s | %.2f MB/s per rank\n",
+        (long long)done_docs, (long long)done_tokens,
+        (long long)(layout.validation ? writer.validation_end() : 0), (long long)summary.shards,
+        megabytes(done_bytes), summary.seconds, rate, rate / size);
+    std::fflush(stdout);
+  }
+  return summary;
+}
+
+}  // namespace mpf

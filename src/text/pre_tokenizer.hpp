@@ -1,0 +1,33 @@
+// The pre-tokenizers of byte-level BPE: text is split into pieces ("pre-tokens") before BPE runs on
+// each. Each is a hand-written scanner equivalent to a regular expression that needs Unicode
+// classes (\p{L}, \p{N}, \s; unicode_classes.hpp) and a lookahead, which std::regex lacks; the
+// pieces are those the pattern's successive leftmost matches give (Python's regex.findall), and
+// they tile the text.
+//
+// kGpt2 (OpenAI's GPT-2 encoder.py; Hugging Face's ByteLevel pre-tokenizer):
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// kLlama3 (Meta's Llama 3 tiktoken model; Hugging Face's Split pre-tokenizer in its
+// tokenizer.json):
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+//   \s*[\r\n]+|\s+(?!\S)|\s+
+// Bytes that are not UTF-8 are characters of class "other" (utf8.hpp).
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+namespace mpf {
+
+enum class PreTokenizer { kGpt2, kLlama3 };
+
+// The pattern `kind` is equivalent to, exactly as a tokenizer.json writes it (JSON-unescaped).
+const char* split_pattern(PreTokenizer kind);
+
+// The end of the pre-token that starts at text[begin] (begin < text.size()).
+size_t pre_token_end(PreTokenizer kind, std::string_view text, size_t begin);
+
+// Every pre-token of `text`, in order.
+std::vector<std::string_view> pre_tokenize(PreTokenizer kind, std::string_view text);
+
+}  // namespace mpf

@@ -1,0 +1,95 @@
+// What compare_tokenizer.py checks against its Python reference: for a tokenizer.json and a JSON
+// array of strings, one JSON line per string with the C++ pre-tokens (of the tokenizer's
+// pre-tokenizer), encode(), encode_with_specials() and decode() of each.
+//   tokenizer_harness TOKENIZER_JSON STRINGS_JSON
+// and, for ci/bench_tokenizer.py, encode()'s throughput on one thread: the first pass over a text
+// file (the pre-token cache empty) and the best of the next passes, in MB/s, and the token count.
+//   tokenizer_harness --bench TOKENIZER_JSON TEXT_FILE
+// A test program, not a tool: errors go to stderr with status 2.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "io/json.hpp"
+#include "text/bpe_tokenizer.hpp"
+#include "text/pre_tokenizer.hpp"
+
+namespace {
+
+std::string ids_json(const std::vector<int32_t>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+std::string read_all(const char* path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+void bench(const mpf::BpeTokenizer& tok, const std::string& text) {
+  using Clock = std::chrono::steady_clock;
+  double first = 0, best = 1e30;
+  size_t tokens = 0;
+  for (int pass = 0; pass < 6; ++pass) {
+    const auto start = Clock::now();
+    tokens = tok.encode(text).size();
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    if (pass == 0)
+      first = s;
+    else
+      best = std::min(best, s);
+  }
+  std::printf("{\"bytes\":%zu,\"tokens\":%zu,\"first_mb_s\":%.2f,\"mb_s\":%.2f}\n", text.size(),
+              tokens, text.size() / first / 1e6, text.size() / best / 1e6);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool benching = argc == 4 && std::string(argv[1]) == "--bench";
+  if (argc != 3 && !benching) {
+    std::fprintf(stderr,
+                 "usage: tokenizer_harness TOKENIZER_JSON STRINGS_JSON\n"
+                 "       tokenizer_harness --bench TOKENIZER_JSON TEXT_FILE\n");
+    return 2;
+  }
+  try {
+    if (benching) {
+      bench(mpf::BpeTokenizer::load(argv[2]), read_all(argv[3]));
+      return 0;
+    }
+    const mpf::BpeTokenizer tok = mpf::BpeTokenizer::load(argv[1]);
+    const mpf::json::Value strings = mpf::json::parse(read_all(argv[2]), argv[2]);
+    std::printf("{\"vocab_size\":%d,\"pre_tokenizer\":\"%s\",\"prefix\":%s}\n", tok.vocab_size(),
+                tok.pre_tokenizer() == mpf::PreTokenizer::kGpt2 ? "gpt2" : "llama3",
+                ids_json(tok.template_prefix()).c_str());
+    for (const mpf::json::Value& s : strings.array()) {
+      const std::string& text = s.string();
+      std::string pre = "[";
+      bool first = true;
+      for (const std::string_view piece : mpf::pre_tokenize(tok.pre_tokenizer(), text)) {
+        pre += (first ? "" : ",") + mpf::json::quote(piece);
+        first = false;
+      }
+      pre += "]";
+      const std::vector<int32_t> ids = tok.encode(text);
+      const std::vector<int32_t> special = tok.encode_with_specials(text);
+      std::printf("{\"pre\":%s,\"ids\":%s,\"special\":%s,\"decoded\":%s,\"decoded_special\":%s}\n",
+                  pre.c_str(), ids_json(ids).c_str(), ids_json(special).c_str(),
+                  mpf::json::quote(tok.decode(ids)).c_str(),
+                  mpf::json::quote(tok.decode(special)).c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", mpf::error_line(e.what()).c_str());
+    return 2;
+  }
+  return 0;
+}

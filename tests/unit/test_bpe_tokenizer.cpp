@@ -1,0 +1,261 @@
+// Byte-level BPE from tokenizer.json files written here, small enough to work out by hand: merges
+// in both of tokenizer.json's forms, the merge order, Llama 3's whole-word rule, added tokens,
+// decoding, the template's prefix, concurrent encodes, and every malformed file refused with one
+// line naming it. tests/text/compare_tokenizer.py checks larger, trained tokenizers against an
+// independent Python reference.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.hpp"
+#include "io/json.hpp"
+#include "test_helpers.hpp"
+#include "text/bpe_tokenizer.hpp"
+#include "text/byte_alphabet.hpp"
+
+namespace mpf {
+
+namespace {
+
+using Ids = std::vector<int32_t>;
+
+std::string key(const std::string& bytes) {
+  return json::quote(byte_alphabet::key_of(bytes));
+}
+
+// The tokens past the 256 bytes (id = byte value), ids 256 on, and the merges that make them.
+const std::vector<std::string> kExtra = {"ll", "he", "hell", "hello", " w", "or", " wor", "Hello"};
+const std::vector<std::pair<std::string, std::string>> kMerges = {
+    {"l", "l"}, {"h", "e"}, {"he", "ll"}, {"hell", "o"}, {" ", "w"}, {"o", "r"}, {" w", "or"}};
+constexpr int32_t kLl = 256, kHello = 259, kWor = 262, kWholeHello = 263, kEot = 300;
+
+struct Doc {
+  std::string model_type = "\"BPE\"";
+  std::string vocab;   // default: the bytes and kExtra
+  std::string merges;  // default: kMerges as "a b" strings
+  bool pair_merges = false;
+  std::string model_extra;  // more model members, each with a leading comma
+  std::string pre_tokenizer =
+      R"({"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true})";
+  std::string normalizer = "null";
+  std::string added = R"([{"id":300,"content":"<|endoftext|>","special":true}])";
+  std::string post_processor = "null";
+
+  std::string text() const {
+    std::string v = vocab, m = merges;
+    if (v.empty()) {
+      v = "{";
+      for (int b = 0; b < 256; ++b)
+        v += (b ? "," : "") + key(std::string(1, char(b))) + ":" + std::to_string(b);
+      for (size_t i = 0; i < kExtra.size(); ++i)
+        v += "," + key(kExtra[i]) + ":" + std::to_string(256 + i);
+      v += "}";
+    }
+    if (m.empty()) {
+      m = "[";
+      for (size_t i = 0; i < kMerges.size(); ++i) {
+        const auto& [a, b] = kMerges[i];
+        m += (i ? "," : "");
+        m += pair_merges ? "[" + key(a) + "," + key(b) + "]"
+                         : json::quote(byte_alphabet::key_of(a) + " " + byte_alphabet::key_of(b));
+      }
+      m += "]";
+    }
+    return R"({"version":"1.0","added_tokens":)" + added + R"(,"normalizer":)" + normalizer +
+           R"(,"pre_tokenizer":)" + pre_tokenizer + R"(,"post_processor":)" + post_processor +
+           R"(,"model":{"type":)" + model_type + R"(,"vocab":)" + v + R"(,"merges":)" + m +
+           model_extra + "}}";
+  }
+};
+
+std::string llama3_pre_tokenizer() {
+  return R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":)" +
+         json::quote(split_pattern(PreTokenizer::kLlama3)) +
+         R"(},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,)"
+         R"("trim_offsets":true,"use_regex":false}]})";
+}
+
+class BpeTokenizerTest : public test::ScratchDirTest {
+ protected:
+  BpeTokenizer load(const Doc& doc, const std::string& name = "tokenizer.json") {
+    test::write_file(path(name), doc.text());
+    return BpeTokenizer::load(path(name));
+  }
+  // The InputError loading `doc` gives; it must name the file and be one line.
+  std::string refused(const Doc& doc) {
+    test::write_file(path("bad.json"), doc.text());
+    const std::string message = test::input_error([&] { BpeTokenizer::load(path("bad.json")); });
+    EXPECT_NE(message.find(path("bad.json")), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    return message;
+  }
+};
+
+}  // namespace
+
+TEST_F(BpeTokenizerTest, MergesLowestRankFirst) {
+  const BpeTokenizer t = load(Doc{});
+  EXPECT_EQ(t.pre_tokenizer(), PreTokenizer::kGpt2);
+  EXPECT_EQ(t.vocab_size(), kEot + 1);
+  // h e l l o: ll (rank 0), then he, then he+ll, then hell+o.
+  EXPECT_EQ(t.encode("hello"), Ids{kHello});
+  // Two equal pairs: the leftmost merges first.
+  EXPECT_EQ(t.encode("lll"), (Ids{kLl, 'l'}));
+  EXPECT_EQ(t.encode("hello world"), (Ids{kHello, kWor, 'l', 'd'}));
+  // Without the whole-word rule "Hello" is built by merges only: H e ll o.
+  EXPECT_EQ(t.encode("Hello"), (Ids{'H', 'e', kLl, 'o'}));
+  // Each pre-token on its own: " " then " hello", whose space no merge takes.
+  EXPECT_EQ(t.encode("  hello"), (Ids{' ', ' ', kHello}));
+  EXPECT_EQ(t.decode(t.encode("  hello")), "  hello");
+}
+
+TEST_F(BpeTokenizerTest, MergesAsPairsEncodeAsStrings) {
+  Doc pairs;
+  pairs.pair_merges = true;
+  const BpeTokenizer a = load(Doc{}, "strings.json"), b = load(pairs, "pairs.json");
+  for (const std::string text : {"hello world", "lll", "Hello, hello!", "ll ll he or"})
+    EXPECT_EQ(a.encode(text), b.encode(text)) << text;
+}
+
+TEST_F(BpeTokenizerTest, WholeWordRuleOfLlama3) {
+  Doc doc;
+  doc.pre_tokenizer = llama3_pre_tokenizer();
+  doc.model_extra = R"(,"ignore_merges":true)";
+  const BpeTokenizer t = load(doc);
+  EXPECT_EQ(t.pre_tokenizer(), PreTokenizer::kLlama3);
+  // "Hello" is in the vocabulary, though no merge builds it: one token.
+  EXPECT_EQ(t.encode("Hello"), Ids{kWholeHello});
+  EXPECT_EQ(t.encode("Hello world"), (Ids{kWholeHello, kWor, 'l', 'd'}));
+  // Not in it: merges as before.
+  EXPECT_EQ(t.encode("Helloo"), (Ids{'H', 'e', kLl, 'o', 'o'}));
+}
+
+TEST_F(BpeTokenizerTest, AddedTokensOnlyWhenAskedFor) {
+  Doc doc;
+  doc.added = R"([{"id":300,"content":"<|endoftext|>","special":true},)"
+              R"({"id":301,"content":"<|end|>","special":true}])";
+  const BpeTokenizer t = load(doc);
+  EXPECT_EQ(t.vocab_size(), 302);
+  EXPECT_EQ(t.token_id("<|endoftext|>"), kEot);
+  EXPECT_EQ(t.token_id("<|end|>"), 301);
+  EXPECT_EQ(t.token_id("hello"), kHello);
+  EXPECT_EQ(t.token_id("nope"), std::nullopt);
+  const std::string text = "hello<|endoftext|><|end|>";
+  EXPECT_EQ(t.encode_with_specials(text), (Ids{kHello, kEot, 301}));
+  const Ids plain = t.encode(text);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), kEot), 0);
+  EXPECT_EQ(t.decode(plain), text);
+  EXPECT_EQ(t.decode(t.encode_with_specials(text)), text);
+  // The longest added token at the leftmost place.
+  EXPECT_EQ(t.encode_with_specials("<|end|>|>"), (Ids{301, '|', '>'}));
+}
+
+TEST_F(BpeTokenizerTest, DecodesBytesAndRefusesUnknownIds) {
+  const BpeTokenizer t = load(Doc{});
+  EXPECT_EQ(t.token_bytes(kWor), " wor");
+  EXPECT_EQ(t.token_bytes('\n'), "\n");
+  EXPECT_EQ(t.token_bytes(kEot), "<|endoftext|>");
+  // A character split between tokens: the bytes, as they are.
+  EXPECT_EQ(t.decode({0xE2, 0x82}), "\xE2\x82");
+  const std::string text = "\xE2\x82\xAC 5 \xF0\x9F\x98\x80 \xFF\xFE bytes";
+  EXPECT_EQ(t.decode(t.encode(text)), text);
+  for (const int32_t bad : {-1, 270, kEot + 1}) {
+    const std::string m = test::input_error([&] { t.decode({bad}); });
+    EXPECT_NE(m.find("no token has id " + std::to_string(bad)), std::string::npos) << m;
+  }
+}
+
+TEST_F(BpeTokenizerTest, TemplatePrefix) {
+  Doc doc;
+  doc.post_processor =
+      R"({"type":"Sequence","processors":[{"type":"ByteLevel"},{"type":"TemplateProcessing",)"
+      R"("single":[{"SpecialToken":{"id":"<|endoftext|>","type_id":0}},)"
+      R"({"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":"<|endoftext|>","type_id":0}}],)"
+      R"("special_tokens":{"<|endoftext|>":{"id":"<|endoftext|>","ids":[300]}}}]})";
+  EXPECT_EQ(load(doc).template_prefix(), Ids{kEot});  // the one before the text only
+  EXPECT_EQ(load(Doc{}, "plain.json").template_prefix(), Ids{});
+}
+
+TEST_F(BpeTokenizerTest, ConcurrentEncodesAgree) {
+  const BpeTokenizer t = load(Doc{});
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "hello world, Hello lll " + std::to_string(i) + "\n";
+  const Ids want = t.encode(text);
+  std::vector<Ids> got(4);
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < got.size(); ++k) {
+    threads.emplace_back([&, k] {
+      for (int r = 0; r < 20; ++r) got[k] = t.encode(text);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const Ids& g : got) EXPECT_EQ(g, want);
+}
+
+TEST_F(BpeTokenizerTest, AMissingByteIsAnErrorWhenTextNeedsIt) {
+  Doc doc;
+  doc.vocab = "{" + key("h") + ":0," + key("e") + ":1," + key("he") + ":2}";
+  doc.merges = "[\"h e\"]";
+  const BpeTokenizer t = load(doc);
+  EXPECT_EQ(t.encode("hehe"), (Ids{2, 2}));
+  const std::string m = test::input_error([&] { t.encode("hex"); });
+  EXPECT_NE(m.find("no token for the byte 0x78"), std::string::npos) << m;
+}
+
+TEST_F(BpeTokenizerTest, RefusesWhatItCannotEncode) {
+  const auto has = [](const std::string& message, const std::string& part) {
+    EXPECT_NE(message.find(part), std::string::npos) << message;
+  };
+  EXPECT_NE(test::input_error([&] { BpeTokenizer::load(path("absent.json")); }).find("cannot open"),
+            std::string::npos);
+  test::write_file(path("broken.json"), "{\"model\": [1, 2");
+  EXPECT_NE(
+      test::input_error([&] { BpeTokenizer::load(path("broken.json")); }).find("invalid JSON"),
+      std::string::npos);
+  Doc d;
+  d.model_type = "\"Unigram\"";
+  has(refused(d), "only BPE");
+  d = Doc{};
+  d.vocab = "[]";
+  has(refused(d), "model.vocab is an array, not an object");
+  d = Doc{};
+  d.merges = "{}";
+  has(refused(d), "model.merges is not an array");
+  d = Doc{};
+  d.merges = R"(["h q"])";
+  has(refused(d), "merges \"h\" and \"q\" into \"hq\", which is not in model.vocab");
+  d.vocab = "{" + key("h") + ":0," + key("e") + ":1}";
+  d.merges = R"(["h x"])";
+  has(refused(d), "model.merges[0] names \"x\", which is not in model.vocab");
+  d.merges = R"(["h e"])";
+  has(refused(d), "into \"he\", which is not in model.vocab");
+  d.merges = R"(["h e x"])";
+  has(refused(d), "not two tokens");
+  d = Doc{};
+  d.vocab = R"({"a b":0})";
+  has(refused(d), "byte-level alphabet");
+  d = Doc{};
+  d.normalizer = R"({"type":"NFC"})";
+  has(refused(d), "normalizer");
+  d = Doc{};
+  d.model_extra = R"(,"byte_fallback":true)";
+  has(refused(d), "byte_fallback");
+  d = Doc{};
+  d.pre_tokenizer = R"({"type":"Metaspace","replacement":"_"})";
+  has(refused(d), "pre_tokenizer type \"Metaspace\" is not supported");
+  d.pre_tokenizer = llama3_pre_tokenizer();
+  const std::string pattern = json::quote(split_pattern(PreTokenizer::kLlama3));
+  d.pre_tokenizer.replace(d.pre_tokenizer.find(pattern), pattern.size(), R"("\\s+")");
+  has(refused(d), "neither GPT-2's nor Llama 3's");
+  d.pre_tokenizer = llama3_pre_tokenizer();
+  d.pre_tokenizer.replace(d.pre_tokenizer.find("\"add_prefix_space\":false"), 24,
+                          "\"add_prefix_space\":true");
+  has(refused(d), "ByteLevel after Split has add_prefix_space true");
+  d = Doc{};
+  d.added = R"([{"id":-3,"content":"<x>"}])";
+  has(refused(d), "added_tokens[0].id");
+}
+
+}  // namespace mpf

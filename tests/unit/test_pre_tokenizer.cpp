@@ -1,0 +1,168 @@
+// UTF-8 as the tokenizer reads it, the Unicode class tables, GPT-2's byte alphabet and the two
+// pre-tokenizers on hand-picked edge cases, each expectation read off the split pattern
+// (pre_tokenizer.hpp). tests/text/compare_tokenizer.py checks the same scanners against Python's
+// regex module on thousands of strings.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "text/byte_alphabet.hpp"
+#include "text/pre_tokenizer.hpp"
+#include "text/unicode_classes.hpp"
+#include "text/utf8.hpp"
+
+namespace mpf {
+
+namespace {
+
+using unicode::CharClass;
+
+std::vector<std::string> pieces(PreTokenizer kind, const std::string& text) {
+  std::vector<std::string> out;
+  for (const std::string_view p : pre_tokenize(kind, text)) out.emplace_back(p);
+  return out;
+}
+
+using Pieces = std::vector<std::string>;
+
+}  // namespace
+
+TEST(Utf8, DecodesWellFormedCharacters) {
+  const std::string text = "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80";  // a é € 😀
+  EXPECT_EQ(utf8::decode(text, 0).cp, U'a');
+  EXPECT_EQ(utf8::decode(text, 1).cp, U'\u00E9');
+  EXPECT_EQ(utf8::decode(text, 1).length, 2);
+  EXPECT_EQ(utf8::decode(text, 3).cp, U'\u20AC');
+  EXPECT_EQ(utf8::decode(text, 3).length, 3);
+  EXPECT_EQ(utf8::decode(text, 6).cp, U'\U0001F600');
+  EXPECT_EQ(utf8::decode(text, 6).length, 4);
+  std::string back;
+  for (const char32_t cp : {U'a', U'\u00E9', U'\u20AC', U'\U0001F600'}) utf8::append(back, cp);
+  EXPECT_EQ(back, text);
+}
+
+TEST(Utf8, IllFormedBytesAreOneByteEach) {
+  for (const std::string bad : {"\x80", "\xC0\x80", "\xC1\xBF", "\xE0\x80\x80", "\xED\xA0\x80",
+                                "\xE2\x82", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\xFF"}) {
+    const utf8::Char c = utf8::decode(bad, 0);
+    EXPECT_EQ(c.cp, utf8::kInvalid) << bad;
+    EXPECT_EQ(c.length, 1) << bad;
+  }
+}
+
+TEST(UnicodeClasses, TablesAreSortedAndDisjoint) {
+  EXPECT_STRNE(unicode::kUnicodeVersion, "");
+  const std::pair<const unicode::CodeRange*, size_t> tables[] = {
+      {unicode::kLetterRanges, unicode::kLetterRanges_size},
+      {unicode::kNumberRanges, unicode::kNumberRanges_size},
+      {unicode::kWhitespaceRanges, unicode::kWhitespaceRanges_size}};
+  for (const auto& [ranges, n] : tables) {
+    ASSERT_GT(n, 0u);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_LE(ranges[i].first, ranges[i].last);
+      if (i > 0) {
+        EXPECT_GT(ranges[i].first, ranges[i - 1].last + 1);  // not even adjacent
+      }
+    }
+  }
+}
+
+TEST(UnicodeClasses, ClassesOfKnownCharacters) {
+  for (const char32_t cp : {U'a', U'Z', U'\u00E9', U'\u0416', U'\u03A9', U'\u4E2D', U'\u0915',
+                            U'\u01C5', U'\u02B0', U'\U00020000'}) {
+    EXPECT_EQ(unicode::char_class(cp), CharClass::kLetter) << std::hex << uint32_t(cp);
+  }
+  for (const char32_t cp : {U'0', U'9', U'\u0663', U'\u00BD', U'\u00B2', U'\u216B', U'\U0001D7CE'})
+    EXPECT_EQ(unicode::char_class(cp), CharClass::kNumber) << std::hex << uint32_t(cp);
+  for (const char32_t cp : {U'\t', U'\n', U'\v', U'\f', U'\r', U' ', U'\u0085', U'\u00A0',
+                            U'\u1680', U'\u2003', U'\u2028', U'\u2029', U'\u202F', U'\u3000'})
+    EXPECT_EQ(unicode::char_class(cp), CharClass::kWhitespace) << std::hex << uint32_t(cp);
+  // Python's str.isspace() takes the information separators; White_Space does not.
+  for (const char32_t cp : {U'\x1C', U'\x1F', U'\u200B', U'!', U'\u0301', U'\u093E', U'\U0001F600',
+                            U'\u00AD', char32_t(0x10FFFF), utf8::kInvalid})
+    EXPECT_EQ(unicode::char_class(cp), CharClass::kOther) << std::hex << uint32_t(cp);
+}
+
+TEST(ByteAlphabet, EveryByteRoundTrips) {
+  EXPECT_EQ(byte_alphabet::char_of(' '), U'\u0120');   // 'Ġ'
+  EXPECT_EQ(byte_alphabet::char_of('\n'), U'\u010A');  // 'Ċ'
+  EXPECT_EQ(byte_alphabet::char_of('a'), U'a');
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += char(b);
+  const std::string key = byte_alphabet::key_of(all);
+  EXPECT_EQ(byte_alphabet::bytes_of(key), all);
+  EXPECT_FALSE(byte_alphabet::bytes_of(" "));             // a space is written 'Ġ'
+  EXPECT_FALSE(byte_alphabet::bytes_of("\xE4\xB8\xAD"));  // a CJK character is not in it
+}
+
+TEST(PreTokenizer, Gpt2EdgeCases) {
+  const auto gpt2 = [](const std::string& t) { return pieces(PreTokenizer::kGpt2, t); };
+  EXPECT_EQ(gpt2(""), Pieces{});
+  EXPECT_EQ(gpt2("Hello world"), (Pieces{"Hello", " world"}));
+  // \s+(?!\S): a run of spaces leaves its last one to the word after it.
+  EXPECT_EQ(gpt2("  hello"), (Pieces{" ", " hello"}));
+  EXPECT_EQ(gpt2("   hello"), (Pieces{"  ", " hello"}));
+  EXPECT_EQ(gpt2("a\n\n b"), (Pieces{"a", "\n\n", " b"}));
+  EXPECT_EQ(gpt2("a\nb"), (Pieces{"a", "\n", "b"}));
+  EXPECT_EQ(gpt2("end  "), (Pieces{"end", "  "}));
+  // Contractions are case-sensitive, and an apostrophe elsewhere is punctuation.
+  EXPECT_EQ(gpt2("don't"), (Pieces{"don", "'t"}));
+  EXPECT_EQ(gpt2("'S"), (Pieces{"'", "S"}));
+  EXPECT_EQ(gpt2("we'll've"), (Pieces{"we", "'ll", "'ve"}));
+  EXPECT_EQ(gpt2("?'s"), (Pieces{"?'", "s"}));
+  // Digits in one run, letters and digits apart.
+  EXPECT_EQ(gpt2("123456"), (Pieces{"123456"}));
+  EXPECT_EQ(gpt2("x1y"), (Pieces{"x", "1", "y"}));
+  EXPECT_EQ(gpt2(" 42!!"), (Pieces{" 42", "!!"}));
+  EXPECT_EQ(gpt2("\xD0\x9F\xD1\x80\xD0\xB8 \xE4\xB8\xAD\xE6\x96\x87"),  // "При 中文"
+            (Pieces{"\xD0\x9F\xD1\x80\xD0\xB8", " \xE4\xB8\xAD\xE6\x96\x87"}));
+  // An ideographic space (U+3000) is whitespace, but only U+0020 joins the next word.
+  EXPECT_EQ(gpt2("a\xE3\x80\x80"
+                 "b"),
+            (Pieces{"a", "\xE3\x80\x80", "b"}));
+}
+
+TEST(PreTokenizer, Llama3EdgeCases) {
+  const auto llama = [](const std::string& t) { return pieces(PreTokenizer::kLlama3, t); };
+  EXPECT_EQ(llama("Hello world"), (Pieces{"Hello", " world"}));
+  EXPECT_EQ(llama("  hello"), (Pieces{" ", " hello"}));
+  // \s*[\r\n]+ takes a run through its last newline.
+  EXPECT_EQ(llama("a\n\n b"), (Pieces{"a", "\n\n", " b"}));
+  EXPECT_EQ(llama("a \n \n  b"), (Pieces{"a", " \n \n", " ", " b"}));
+  EXPECT_EQ(llama("x\r\n\r\ny"), (Pieces{"x", "\r\n\r\n", "y"}));
+  // Contractions ignore case (U+017F folds to s).
+  EXPECT_EQ(llama("'S"), (Pieces{"'S"}));
+  EXPECT_EQ(llama("DON'T"), (Pieces{"DON", "'T"}));
+  EXPECT_EQ(llama("'Re'VE'lL"), (Pieces{"'Re", "'VE", "'lL"}));
+  EXPECT_EQ(llama("'\xC5\xBF"), (Pieces{"'\xC5\xBF"}));
+  // Numbers in threes.
+  EXPECT_EQ(llama("123456"), (Pieces{"123", "456"}));
+  EXPECT_EQ(llama("1234567"), (Pieces{"123", "456", "7"}));
+  EXPECT_EQ(llama("x1y"), (Pieces{"x", "1", "y"}));
+  EXPECT_EQ(llama(" 12"), (Pieces{" ", "12"}));
+  // One character that is no letter, number or newline leads a word.
+  EXPECT_EQ(llama("!hello"), (Pieces{"!hello"}));
+  EXPECT_EQ(llama("!!hello"), (Pieces{"!!", "hello"}));
+  EXPECT_EQ(llama("\thello"), (Pieces{"\thello"}));
+  EXPECT_EQ(llama("\nhello"), (Pieces{"\n", "hello"}));
+  // Punctuation takes the newlines after it.
+  EXPECT_EQ(llama("end.\n\nNext"), (Pieces{"end", ".\n\n", "Next"}));
+  EXPECT_EQ(llama(" ...\r\n"), (Pieces{" ...\r\n"}));
+}
+
+TEST(PreTokenizer, PiecesTileAnyBytes) {
+  // Ill-formed UTF-8 is punctuation-like ("other"): split, never dropped.
+  for (const PreTokenizer kind : {PreTokenizer::kGpt2, PreTokenizer::kLlama3}) {
+    const std::string text = "ab\xFF\xFE cd \x80 \xE2\x82 1\xC0";
+    std::string joined;
+    for (const std::string_view p : pre_tokenize(kind, text)) {
+      EXPECT_FALSE(p.empty());
+      joined += p;
+    }
+    EXPECT_EQ(joined, text);
+  }
+  EXPECT_EQ(pieces(PreTokenizer::kGpt2, "ab\xFF\xFE cd"), (Pieces{"ab", "\xFF\xFE", " cd"}));
+}
+
+}  // namespace mpf
