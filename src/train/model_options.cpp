@@ -37,6 +37,13 @@ std::string rope_scaling_text(const GPTConfig& cfg) {
   return buf;
 }
 
+std::string canonical_rope_scaling(const std::string& text) {
+  GPTConfig cfg;
+  cfg.arch = Arch::kLlama;
+  parse_rope_scaling(text, cfg);
+  return rope_scaling_text(cfg);
+}
+
 GPTConfig model_config(const TrainOptions& o) {
   if (!o.init_from.empty()) return read_checkpoint_config(o.init_from);
   GPTConfig cfg;

@@ -7,6 +7,7 @@
 #include "backends/gemm.hpp"
 #include "core/error.hpp"
 #include "core/flags.hpp"
+#include "train/model_options.hpp"
 #include "train/settings.hpp"
 
 namespace mpf {
@@ -78,6 +79,9 @@ TrainOptions parse_options(int argc, const char* const* argv) {
             "--gemm " + o.gemm + " is not a GEMM library of this build; it has " + names);
   }
 
+  // One spelling per value (8,1,4,8192 for 8.0,1,4,8192), as a checkpoint saves it: a resumed
+  // run compares the text.
+  if (o.given.count("--rope-scaling")) o.rope_scaling = canonical_rope_scaling(o.rope_scaling);
   require(o.init_from.empty() || !o.model_sizes_given,
           "--init-from takes the model's sizes from the checkpoint; drop --layers/--heads/--dim/"
           "--vocab/--max-seq-len, or drop --init-from to train a fresh model");
