@@ -77,21 +77,21 @@ bool TpShard::is_kv_replica(TensorId tensor, int64_t j) const {
   return (j % per_layer) / row >= attn;  // past the Q rows: K or V
 }
 
-std::vector<RowBlockSplit> row_block_splits(const TpShard& shard, const TensorSpec& spec) {
-  std::vector<RowBlockSplit> out;
-  const std::vector<int64_t> rows = row_blocks(spec, shard.cfg);
-  for (size_t b = 0; b < rows.size(); ++b) {
-    RowBlockSplit x;
-    x.rows = rows[b];
+RowBlockSplits row_block_splits(const TpShard& shard, const TensorSpec& spec) {
+  RowBlockSplits out;
+  const RowBlockSizes rows = row_blocks(spec, shard.cfg);
+  for (int b = 0; b < rows.count; ++b) {
+    RowBlockSplit& x = out.blocks[size_t(b)];
+    x.rows = rows.rows[size_t(b)];
     if (spec.blocks == RowBlocks::kQkv && b > 0) {  // K or V: this rank's kv heads
       x.local = shard.kv;
       x.first = int64_t(shard.kv_begin) * shard.head_size;
     } else {
-      x.local = rows[b] / shard.size;
+      x.local = x.rows / shard.size;
       x.first = shard.rank * x.local;
     }
-    out.push_back(x);
   }
+  out.count = rows.count;
   return out;
 }
 
@@ -129,7 +129,7 @@ int64_t TpShard::global_index(TensorId tensor, int64_t j) const {
   // Split the index into (local layer, element within the layer), map the local layer to the
   // global one; a tensor that is not per layer is one layer.
   const int64_t global_layer = dim_size(s.rows, cfg) * row;
-  std::vector<RowBlockSplit> blocks;
+  RowBlockSplits blocks;
   int64_t local_layer = s.split == TpSplit::kNone ? global_layer : global_layer / size;
   if (s.split == TpSplit::kColumn) {
     blocks = row_block_splits(*this, s);

@@ -23,6 +23,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -82,7 +83,13 @@ struct TpShard {
 struct RowBlockSplit {
   int64_t rows = 0, local = 0, first = 0;
 };
-std::vector<RowBlockSplit> row_block_splits(const TpShard& shard, const TensorSpec& spec);
+struct RowBlockSplits {  // at most three, in place (asked for per element)
+  std::array<RowBlockSplit, 3> blocks{};
+  int count = 0;
+  const RowBlockSplit* begin() const { return blocks.data(); }
+  const RowBlockSplit* end() const { return blocks.data() + count; }
+};
+RowBlockSplits row_block_splits(const TpShard& shard, const TensorSpec& spec);
 
 // Throws InputError when the heads (hence the channels and the MLP width) do not divide over the
 // tp ranks, or the kv heads neither divide over them nor are shared by whole groups of them.

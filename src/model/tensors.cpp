@@ -48,18 +48,18 @@ TensorPlace place_of(TensorId t, const GPTConfig& cfg) {
   return p == TensorPlace::kTied && !cfg.tied ? TensorPlace::kEmbedding : p;
 }
 
-std::vector<int64_t> row_blocks(const TensorSpec& s, const GPTConfig& cfg) {
-  const int64_t hs = cfg.head_size();
+RowBlockSizes row_blocks(const TensorSpec& s, const GPTConfig& cfg) {
+  const int64_t hs = cfg.head_size(), kv = cfg.kv_head_count() * hs, F = cfg.ffn_width();
   switch (s.blocks) {
     case RowBlocks::kQkv:
-      return {cfg.heads * hs, cfg.kv_head_count() * hs, cfg.kv_head_count() * hs};
+      return {{cfg.heads * hs, kv, kv}, 3};
     case RowBlocks::kMlpIn:
-      if (cfg.llama()) return {cfg.ffn_width(), cfg.ffn_width()};
-      return {cfg.ffn_width()};
+      if (cfg.llama()) return {{F, F, 0}, 2};
+      return {{F, 0, 0}, 1};
     case RowBlocks::kOne:
       break;
   }
-  return {dim_size(s.rows, cfg)};
+  return {{dim_size(s.rows, cfg), 0, 0}, 1};
 }
 
 namespace {

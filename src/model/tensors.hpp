@@ -11,7 +11,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "model/config.hpp"
 
@@ -170,8 +169,15 @@ bool present(TensorId t, const GPTConfig& cfg);
 // Where tensor t lives in a model of `cfg`: wte is kTied only when the model ties its head.
 TensorPlace place_of(TensorId t, const GPTConfig& cfg);
 // The row counts of a column-split tensor's blocks, in the serial tensor (one block's slice for
-// a per-layer tensor); their sum is its rows.
-std::vector<int64_t> row_blocks(const TensorSpec& s, const GPTConfig& cfg);
+// a per-layer tensor); their sum is its rows. At most three ([Q | K | V]), kept in place: the
+// shard asks for them per element.
+struct RowBlockSizes {
+  std::array<int64_t, 3> rows{};
+  int count = 0;
+  const int64_t* begin() const { return rows.data(); }
+  const int64_t* end() const { return rows.data() + count; }
+};
+RowBlockSizes row_blocks(const TensorSpec& s, const GPTConfig& cfg);
 
 // `d` for `cfg`; with padded = false the vocabulary rows without the padding.
 int64_t dim_size(Dim d, const GPTConfig& cfg, bool padded = true);

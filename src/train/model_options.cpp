@@ -38,6 +38,13 @@ std::string rope_scaling_text(const GPTConfig& cfg) {
   return buf;
 }
 
+std::string canonical_rope_scaling(const std::string& text) {
+  GPTConfig cfg;
+  cfg.arch = Arch::kLlama;
+  parse_rope_scaling(text, cfg);
+  return rope_scaling_text(cfg);
+}
+
 GPTConfig flags_config(const TrainOptions& o) {
   GPTConfig cfg;
   cfg.layers = o.layers;

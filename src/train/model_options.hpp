@@ -20,4 +20,7 @@ GPTConfig flags_config(const TrainOptions& o);
 // "none", or "FACTOR,LOW,HIGH,ORIGINAL" (%g each) for a Llama with rope scaling.
 std::string rope_scaling_text(const GPTConfig& cfg);
 
+// --rope-scaling's value spelled as rope_scaling_text spells it; InputError if malformed.
+std::string canonical_rope_scaling(const std::string& text);
+
 }  // namespace mpf

@@ -66,6 +66,7 @@ TEST(Settings, EveryFlagParsesIntoItsField) {
     if (s->choices) value = std::string(s->choices).substr(std::string(s->choices).rfind(',') + 1);
     if (std::holds_alternative<Precision TrainOptions::*>(s->field)) value = "bf16";
     if (flag == "--zero") value = "1";
+    if (flag == "--rope-scaling") value = "8,1,4,8192";
     std::vector<const char*> args = {s->flag};
     if (!is_switch) args.push_back(value.c_str());
     if (needs.count(flag)) args.insert(args.end(), needs.at(flag).begin(), needs.at(flag).end());
@@ -186,6 +187,7 @@ TEST(Settings, LlamaFlagsMakeTheModel) {
   EXPECT_EQ(cfg.rope_original_max_pos, 8192);
   EXPECT_FALSE(cfg.tied);
   EXPECT_EQ(rope_scaling_text(cfg), "8,1,4,8192");
+  EXPECT_EQ(parse({"--rope-scaling", "8.0,1.00,4,8192"}).rope_scaling, "8,1,4,8192");
   EXPECT_THAT(input_error([&] {
                 model_config(parse({"--kv-heads", "2"}));
               }),
