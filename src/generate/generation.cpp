@@ -92,16 +92,27 @@ GenerateInputs load_generate_inputs(const GenerateOptions& opts, int64_t step,
     in.cfg = is_hf_source(opts.init_from) ? read_hf_model_config(opts.init_from, std::nullopt, {})
                                           : read_checkpoint_config(opts.init_from);
   }
-  if (!opts.tokenizer.empty()) {
-    TokenizerFile file = read_tokenizer_file(opts.tokenizer);
+  // A Hugging Face model directory may hold its tokenizer.json, as a model repository does: it
+  // is the default --tokenizer, as transformers' from_pretrained(dir) takes it.
+  if (opts.tokenizer.empty() && !opts.init_from.empty() && is_directory(opts.init_from)) {
+    const std::string beside =
+        opts.init_from + (opts.init_from.back() == '/' ? "" : "/") + "tokenizer.json";
+    if (path_exists(beside)) {
+      in.opts.tokenizer = beside;
+      in.notes.push_back("note: --tokenizer " + beside +
+                         " (the model directory's; pass --tokenizer FILE for another)");
+    }
+  }
+  if (!in.opts.tokenizer.empty()) {
+    TokenizerFile file = read_tokenizer_file(in.opts.tokenizer);
     in.tokenizer = std::move(file.decoder);
     in.encoder = std::move(file.encoder);
     require(in.tokenizer->vocab() == in.cfg.vocab,
-            "tokenizer " + opts.tokenizer + " has " + std::to_string(in.tokenizer->vocab()) +
+            "tokenizer " + in.opts.tokenizer + " has " + std::to_string(in.tokenizer->vocab()) +
                 " tokens but the model's vocabulary is " + std::to_string(in.cfg.vocab) +
                 "; pass the tokenizer of the model's training data (none for a byte-level model)");
   }
-  in.prompt = prompt_of(opts, in.cfg, in.tokenizer ? &*in.tokenizer : nullptr,
+  in.prompt = prompt_of(in.opts, in.cfg, in.tokenizer ? &*in.tokenizer : nullptr,
                         in.encoder ? &*in.encoder : nullptr);
   if (opts.prompt_given && in.encoder) in.prompt_shown_from = in.encoder->template_prefix().size();
   // Only the positions a run trained on have learned embeddings (a checkpoint says how many).

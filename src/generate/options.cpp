@@ -135,7 +135,8 @@ sampling
 output
   --tokenizer FILE      a Hugging Face tokenizer.json (byte-level BPE: GPT-2's, Llama 3's), which
                         encodes --prompt text, or llm.c's gpt2_tokenizer.bin, which only decodes:
-                        decode tokens to text and stop at end-of-text. Without it a byte-level
+                        decode tokens to text and stop at end-of-text. Default: the --init-from
+                        directory's tokenizer.json, if it has one; without any a byte-level
                         model's tokens print as bytes, any other model's as ids
   --tokens-out FILE     write the whole sequence's ids (prompt, then generated), comma-separated
                         (never overwrites)

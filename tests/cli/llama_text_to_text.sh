@@ -91,12 +91,15 @@ prompt="the cat"
 gen() {  # gen NAME RANKS ARGS...
   local name=$1 n=$2
   shift 2
-  "$MPIEXEC" -n "$n" "$GENERATE" "$@" --tokenizer tokenizer.json --prompt "$prompt" \
+  "$MPIEXEC" -n "$n" "$GENERATE" "$@" --prompt "$prompt" \
     --max-new-tokens 12 --tokens-out "$name.ids" >"$name.txt" 2>"$name.err" ||
     bad "generate $name: $(cat "$name.err")"
 }
-gen hf 1 --init-from hf
-gen ckpt 2 --tp 2 --load ckpt
+gen hf 1 --init-from hf --tokenizer tokenizer.json
+gen ckpt 2 --tp 2 --load ckpt --tokenizer tokenizer.json
+# The directory made whole with its tokenizer.json, as a model repository is: no --tokenizer.
+cp tokenizer.json hf/
+gen beside 1 --init-from hf
 decode='
 import json, sys
 sys.path.insert(0, sys.argv[1])
@@ -116,7 +119,7 @@ assert printed == decoded + b"\n", f"printed {printed!r}, the ids decode to {dec
 assert printed.startswith(prompt) and len(printed) > len(prompt), printed
 print(repr(printed.decode()))
 '
-for name in hf ckpt; do
+for name in hf ckpt beside; do
   if out=$("$PY" -c "$decode" "$HERE" "$name.ids" "$name.txt" "$prompt" "$vocab" 2>&1); then
     ok "generate ($name): the prompt, then valid ids: $out"
   else
@@ -125,4 +128,7 @@ for name in hf ckpt; do
 done
 cmp -s hf.ids ckpt.ids && ok "the Hugging Face directory and the checkpoint on TP 2 write the same ids" ||
   bad "hf and checkpoint ids differ: $(cat hf.ids) vs $(cat ckpt.ids)"
+cmp -s hf.ids beside.ids && grep -q "^note: --tokenizer hf/tokenizer.json" beside.err &&
+  ok "the directory's own tokenizer.json by default: $(grep '^note' beside.err)" ||
+  bad "the directory's tokenizer.json: $(cat beside.err)"
 finish
