@@ -46,10 +46,17 @@ int64_t StateFiles::optimizer_bytes() const {
   return llmc::kHeaderBytes + 2 * int64_t(sizeof(float)) * count_;
 }
 
+bool writes_parameter(const TpShard& shard, int dp_rank, TensorId tensor) {
+  if (!shard.is_split(tensor) && shard.rank != 0) return false;  // replicated over TP
+  if (shard.is_tied_copy(tensor)) return false;                  // the tied wte: first stage's
+  return dp_rank == 0;
+}
+
 bool StateFiles::writes(TensorId tensor, bool moments) const {
-  if (!shard_.is_split(tensor) && tp_rank_ != 0) return false;  // replicated over TP
-  if (shard_.is_tied_copy(tensor)) return false;                // the tied wte: first stage's
-  return (moments && zero_) || dp_rank_ == 0;                   // ZeRO shards are distinct
+  if (moments && zero_) {  // ZeRO shards are distinct over DP
+    return (shard_.is_split(tensor) || tp_rank_ == 0) && !shard_.is_tied_copy(tensor);
+  }
+  return writes_parameter(shard_, dp_rank_, tensor);
 }
 
 std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {

@@ -21,6 +21,10 @@
 
 namespace mpf {
 
+// Whether this rank is the one of a parameter's replicas that writes it (the rule above):
+// TP rank 0 for a replicated tensor, DP rank 0, the first stage for the tied wte.
+bool writes_parameter(const TpShard& shard, int dp_rank, TensorId tensor);
+
 class StateFiles {
  public:
   // zero: the optimizer's segments are ZeRO-1 shards of the DP group's moments.

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "checkpoint/checkpoint_dir.hpp"
+#include "checkpoint/hf_checkpoint.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
 #include "checkpoint/state_files.hpp"
 #include "core/error.hpp"
@@ -88,7 +89,8 @@ GenerateInputs load_generate_inputs(const GenerateOptions& opts, int64_t step,
     for (const std::string& note : notes) in.notes.push_back("note: " + note);
     in.cfg = in.checkpoint->info.model;
   } else {
-    in.cfg = read_checkpoint_config(opts.init_from);
+    in.cfg = is_hf_source(opts.init_from) ? read_hf_model_config(opts.init_from, std::nullopt, {})
+                                          : read_checkpoint_config(opts.init_from);
   }
   if (!opts.tokenizer.empty()) {
     TokenizerFile file = read_tokenizer_file(opts.tokenizer);
@@ -127,6 +129,8 @@ Generation::Generation(GenerateInputs in, MPI_Comm world) : in_(std::move(in)) {
   const StateFiles files(*grid_, shard_, params_);
   if (in_.checkpoint) {
     load_checkpoint_parameters(files, *in_.checkpoint);
+  } else if (is_hf_source(o.init_from)) {
+    load_hf_model(o.init_from, in_.cfg, shard_, params_, grid_->world_comm());
   } else {
     load_model_file(files, o.init_from);
   }

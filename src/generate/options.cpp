@@ -75,9 +75,11 @@ GenerateOptions parse_generate_options(int argc, const char* const* argv) {
   if (o.help) return o;
 
   require(o.init_from.empty() != o.load.empty(),
-          o.init_from.empty() ? "no model: pass --init-from FILE (an llm.c model file) or --load "
-                                "DIR (a training checkpoint directory)"
-                              : "--init-from and --load both name a model; pass one");
+          o.init_from.empty()
+              ? "no model: pass --init-from FILE (an llm.c model file, or a Hugging "
+                "Face model directory or .safetensors file) or --load DIR (a "
+                "training checkpoint directory)"
+              : "--init-from and --load both name a model; pass one");
   require(o.load_step >= 0, "--load-step must be >= 0, got " + std::to_string(o.load_step));
   require(o.load_step == 0 || !o.load.empty(),
           "--load-step " + std::to_string(o.load_step) + " needs --load DIR to load from");
@@ -110,7 +112,9 @@ runs through the model in one pass, then each new token costs one position (a KV
 N ranks with --tp N (tensor parallel), or on one.
 
 model
-  --init-from FILE      an llm.c model file (fp32, version 3), e.g. mpiformer-train --save-llmc
+  --init-from FILE      an llm.c model file (fp32, version 3), e.g. mpiformer-train --save-llmc,
+                        or a Hugging Face model directory or .safetensors file with its
+                        config.json (mpiformer-train --save-hf)
   --load DIR            a training checkpoint directory (mpiformer-train --save DIR): its latest
   --load-step N         ... or its step N
 prompt

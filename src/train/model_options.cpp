@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "checkpoint/hf_checkpoint.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
 
@@ -44,8 +45,7 @@ std::string canonical_rope_scaling(const std::string& text) {
   return rope_scaling_text(cfg);
 }
 
-GPTConfig model_config(const TrainOptions& o) {
-  if (!o.init_from.empty()) return read_checkpoint_config(o.init_from);
+GPTConfig flags_config(const TrainOptions& o) {
   GPTConfig cfg;
   cfg.layers = o.layers;
   cfg.heads = o.heads;
@@ -72,6 +72,17 @@ GPTConfig model_config(const TrainOptions& o) {
           "--tie-embeddings is 0 or 1, got " + std::to_string(o.tie_embeddings));
   validate(cfg, "flags");
   return cfg;
+}
+
+GPTConfig model_config(const TrainOptions& o) {
+  if (o.init_from.empty()) return flags_config(o);
+  // A Hugging Face config.json rules and the flags given must agree with it; a bare .safetensors
+  // file takes its sizes from the flags.
+  if (is_hf_source(o.init_from)) return read_hf_model_config(o.init_from, flags_config(o), o.given);
+  require(!o.model_sizes_given,
+          "--init-from takes the model's sizes from the checkpoint; drop --layers/--heads/--dim/"
+          "--vocab/--max-seq-len, or drop --init-from to train a fresh model");
+  return read_checkpoint_config(o.init_from);
 }
 
 }  // namespace mpf

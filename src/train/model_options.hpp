@@ -11,8 +11,11 @@
 namespace mpf {
 
 // Throws InputError for sizes that do not make a model, a Llama flag given with --arch gpt2, or a
-// malformed --rope-scaling.
+// malformed --rope-scaling; for a Hugging Face --init-from, a flag that disagrees with its
+// config.json (checkpoint/hf_checkpoint.hpp).
 GPTConfig model_config(const TrainOptions& o);
+// The model of the flags alone (defaults where not given).
+GPTConfig flags_config(const TrainOptions& o);
 
 // "none", or "FACTOR,LOW,HIGH,ORIGINAL" (%g each) for a Llama with rope scaling.
 std::string rope_scaling_text(const GPTConfig& cfg);

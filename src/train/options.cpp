@@ -82,9 +82,8 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   // One spelling per value (8,1,4,8192 for 8.0,1,4,8192), as a checkpoint saves it: a resumed
   // run compares the text.
   if (o.given.count("--rope-scaling")) o.rope_scaling = canonical_rope_scaling(o.rope_scaling);
-  require(o.init_from.empty() || !o.model_sizes_given,
-          "--init-from takes the model's sizes from the checkpoint; drop --layers/--heads/--dim/"
-          "--vocab/--max-seq-len, or drop --init-from to train a fresh model");
+  require(o.given.count("--save-hf-dtype") == 0 || !o.save_hf.empty(),
+          "--save-hf-dtype sets the dtype of --save-hf DIR; pass that too, or drop it");
   require(o.beta1 >= 0 && o.beta1 < 1, "--beta1 must be in [0, 1), got " + number(o.beta1));
   require(o.beta2 >= 0 && o.beta2 < 1, "--beta2 must be in [0, 1), got " + number(o.beta2));
   require(o.eps > 0, "--eps must be positive, got " + number(o.eps));

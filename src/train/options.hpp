@@ -64,7 +64,9 @@ struct TrainOptions {
   double step_timeout = 0.0;  // seconds; 0: no watchdog
   // Output.
   std::string save_llmc;
-  std::string trace;  // Chrome trace of the measured per-rank timeline
+  std::string save_hf;                // a Hugging Face model directory
+  std::string save_hf_dtype = "f32";  // f32 or bf16
+  std::string trace;                  // Chrome trace of the measured per-rank timeline
   // A greedy sample every N steps (0: never), of K tokens, decoded with a tokenizer file or as
   // bytes (generate/training_sample.hpp).
   int sample_every = 0, sample_tokens = 64;

@@ -24,8 +24,10 @@ std::vector<SettingGroup> make_groups() {
   return {
       {"model",
        {
-           {"--init-from", "FILE",
-            "start from an llm.c checkpoint (fp32, version 3); the sizes come from it",
+           {"--init-from", "FILE|DIR",
+            "start from an llm.c checkpoint (fp32, version 3), a Hugging Face model directory "
+            "(config.json, model.safetensors or its sharded index) or a .safetensors file "
+            "(config.json beside it, or the size flags); the sizes come from it",
             &O::init_from},
            {"--layers", "L", "blocks of a fresh model", &O::layers, kNoMinimum, "model.layers",
             kKeep},
@@ -161,6 +163,12 @@ std::vector<SettingGroup> make_groups() {
             "write the trained model as an llm.c checkpoint (never over "
             "an existing file)",
             &O::save_llmc},
+           {"--save-hf", "DIR",
+            "write the trained model as a Hugging Face model directory (config.json, "
+            "generation_config.json, model.safetensors; never over an existing path)",
+            &O::save_hf},
+           {"--save-hf-dtype", "T", "f32 or bf16: the dtype of --save-hf's weights",
+            &O::save_hf_dtype, kNoMinimum, nullptr, OnResume::not_saved, "f32,bf16"},
            {"--trace", "FILE.json",
             "write every rank's measured timeline of the last step (forward, backward, P2P, DP "
             "sync, optimizer) as a Chrome/Perfetto trace (never over an existing file)",

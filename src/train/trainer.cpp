@@ -10,6 +10,7 @@
 
 #include "backends/gemm.hpp"
 #include "checkpoint/checkpoint_dir.hpp"
+#include "checkpoint/hf_checkpoint.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -185,6 +186,11 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
   const bool complete = in.resume && in.resume->info.step >= opts.steps;
   if (complete) return in;
   if (world_rank == 0 && !opts.save_llmc.empty()) check_checkpoint_writable(opts.save_llmc);
+  if (world_rank == 0 && !opts.save_hf.empty()) {
+    check_hf_output(opts.save_hf);
+    require(opts.save_hf != opts.save_llmc && opts.save_hf != opts.trace,
+            "--save-hf names the same path as --save-llmc or --trace; give each its own");
+  }
   if (world_rank == 0 && !opts.trace.empty()) {
     check_new_output(opts.trace, "--trace " + opts.trace);
     require(opts.trace != opts.save_llmc,
@@ -313,6 +319,8 @@ void TrainingRun::load_state() {
     first_step_ = int(c.step) + 1;
     tokens_seen_ = c.tokens_seen;
     newest_checkpoint_ = checkpoint::path(resume_->root, c.step);
+  } else if (!opts_.init_from.empty() && is_hf_source(opts_.init_from)) {
+    load_hf_model(opts_.init_from, cfg_, shard_, params_, grid_->world_comm());
   } else if (!opts_.init_from.empty()) {
     load_model_file(*state_files_, opts_.init_from);
   } else {
@@ -470,6 +478,20 @@ bool TrainingRun::save_llmc() const {
       std::printf("saved %s\n", opts_.save_llmc.c_str());
     } else {
       print_error("--save-llmc %s", error.c_str());
+    }
+  }
+  return error.empty();
+}
+
+bool TrainingRun::save_hf() const {
+  if (opts_.save_hf.empty()) return true;
+  const std::string error =
+      save_hf_model(opts_.save_hf, *grid_, shard_, params_, parse_hf_dtype(opts_.save_hf_dtype));
+  if (is_root()) {
+    if (error.empty()) {
+      std::printf("saved %s\n", opts_.save_hf.c_str());
+    } else {
+      print_error("--save-hf %s", error.c_str());
     }
   }
   return error.empty();
@@ -720,6 +742,7 @@ TrainResult TrainingRun::train() {
   if (result.status != kExitDone) return result;
   report_stages(tally_.ops);
   if (!save_llmc()) result.status = kExitSaveFailed;
+  if (!save_hf()) result.status = kExitSaveFailed;
   if (!opts_.trace.empty()) trace_->write(opts_.trace);
   return result;
 }

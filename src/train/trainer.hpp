@@ -162,6 +162,8 @@ class TrainingRun {
   CheckpointInfo checkpoint_info(int step) const;
   // Collective: --save-llmc; false if it failed.
   bool save_llmc() const;
+  // Collective: --save-hf; false if it failed.
+  bool save_hf() const;
   void print_banner(const PeakRate& peak) const;
   // The most elements a product's operand spans (the size of the bf16 scratch).
   int64_t largest_operand() const;

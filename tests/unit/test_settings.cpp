@@ -55,7 +55,8 @@ TEST(Settings, EveryFlagParsesIntoItsField) {
       {"--tokenizer", {"--sample-every", "1"}},
       {"--save-every", {"--save", "dir"}},
       {"--keep-last", {"--save", "dir"}},
-      {"--load-step", {"--load", "dir"}}};
+      {"--load-step", {"--load", "dir"}},
+      {"--save-hf-dtype", {"--save-hf", "dir"}}};
   for (const Setting* s : rows()) {
     const std::string flag = s->flag;
     if (flag == "--gemm" || flag == "--init-from") continue;  // checked against this build / files

@@ -1,0 +1,293 @@
+#include "checkpoint/hf_config.hpp"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "io/json.hpp"
+
+namespace mpf {
+
+namespace {
+
+struct SpecialIds {
+  int bos, eos;
+};
+
+// Where the vocabulary is a known tokenizer's: GPT-2's <|endoftext|> (the last of its 50257 ids)
+// begins and ends a text; Llama 3's 128256 ids have <|begin_of_text|> 128000 and
+// <|end_of_text|> 128001.
+std::optional<SpecialIds> special_ids(const GPTConfig& cfg) {
+  if (!cfg.llama() && cfg.vocab == 50257) return SpecialIds{50256, 50256};
+  if (cfg.llama() && cfg.vocab == 128256) return SpecialIds{128000, 128001};
+  return std::nullopt;
+}
+
+std::string read_config_text(const std::string& path) {
+  struct stat st;
+  require(stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode),
+          "config " + path + ": cannot open; a Hugging Face model needs its config.json");
+  require(st.st_size < 100'000'000,
+          "config " + path + ": implausibly large for a config.json; the file is corrupt");
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  require(bool(in), "config " + path + ": read failed");
+  return s.str();
+}
+
+// The config's keys, each read with its file and key named in every error.
+class ConfigKeys {
+ public:
+  ConfigKeys(const json::Value& root, std::string path) : root_(root), path_(std::move(path)) {}
+
+  const json::Value* find(const char* key) const { return root_.find(key); }
+  std::string where(const char* key) const { return "config " + path_ + ": " + key; }
+
+  int size(const char* key) const {
+    const json::Value* v = find(key);
+    require(v != nullptr, where(key) + " is missing; the model's shape needs it");
+    int64_t n = -1;
+    try {
+      n = v->integer();
+    } catch (const json::TypeError&) {
+    }
+    require(n > 0 && n < (int64_t(1) << 31),
+            where(key) + " is not a positive integer; the config is corrupt");
+    return int(n);
+  }
+  int size_or(const char* key, int fallback) const {
+    const json::Value* v = find(key);
+    return v == nullptr || v->is_null() ? fallback : size(key);
+  }
+  double number_or(const char* key, double fallback) const {
+    const json::Value* v = find(key);
+    if (v == nullptr || v->is_null()) return fallback;
+    require(v->is_number(), where(key) + " is not a number; the config is corrupt");
+    return v->number();
+  }
+  bool bool_or(const char* key, bool fallback) const {
+    const json::Value* v = find(key);
+    if (v == nullptr || v->is_null()) return fallback;
+    require(v->is_bool(), where(key) + " is not true or false; the config is corrupt");
+    return v->boolean();
+  }
+  // The key, which may be absent, must be `expected` (a setting this trainer computes).
+  void expect_string(const char* key, std::initializer_list<const char*> allowed,
+                     const std::string& why) const {
+    const json::Value* v = find(key);
+    if (v == nullptr || v->is_null()) return;
+    require(v->is_string(), where(key) + " is not a string; the config is corrupt");
+    for (const char* a : allowed) {
+      if (v->string() == a) return;
+    }
+    throw InputError(where(key) + " is \"" + v->string() + "\"; " + why);
+  }
+  void expect_bool(const char* key, bool expected, const std::string& why) const {
+    const json::Value* v = find(key);
+    if (v == nullptr || v->is_null()) return;
+    require(v->is_bool(), where(key) + " is not true or false; the config is corrupt");
+    require(v->boolean() == expected,
+            where(key) + " is " + (v->boolean() ? "true" : "false") + "; " + why);
+  }
+  void expect_number(const char* key, double expected, const std::string& why) const {
+    const json::Value* v = find(key);
+    if (v == nullptr || v->is_null()) return;
+    require(v->is_number(), where(key) + " is not a number; the config is corrupt");
+    // A float32 of the value written as a decimal reads back within its rounding.
+    require(std::fabs(v->number() - expected) <= 1e-6 * std::fabs(expected),
+            where(key) + " is " + json::quote(std::to_string(v->number())) + "; " + why);
+  }
+
+ private:
+  const json::Value& root_;
+  std::string path_;
+};
+
+GPTConfig read_gpt2(const ConfigKeys& k) {
+  GPTConfig cfg;
+  cfg.layers = k.size("n_layer");
+  cfg.heads = k.size("n_head");
+  cfg.channels = k.size("n_embd");
+  cfg.vocab = k.size("vocab_size");
+  cfg.max_seq_len = k.size("n_positions");
+  cfg.padded_vocab = pad_vocab(cfg.vocab);
+  k.expect_string("activation_function", {"gelu_new", "gelu_pytorch_tanh"},
+                  "this trainer's GPT-2 uses GELU's tanh approximation (gelu_new)");
+  k.expect_number("layer_norm_epsilon", 1e-5, "this trainer's LayerNorm uses GPT-2's 1e-5");
+  k.expect_bool("tie_word_embeddings", true,
+                "this trainer's GPT-2 ties its LM head to the token embedding");
+  k.expect_bool("scale_attn_weights", true,
+                "this trainer scales attention scores by 1/sqrt(head size)");
+  k.expect_bool("scale_attn_by_inverse_layer_idx", false,
+                "this trainer does not scale attention by the layer index");
+  if (const json::Value* inner = k.find("n_inner"); inner && !inner->is_null()) {
+    require(inner->is_number() && inner->number() == 4.0 * cfg.channels,
+            k.where("n_inner") + " is not 4 * n_embd (" + std::to_string(4 * cfg.channels) +
+                "); this trainer's MLP is 4 times the width");
+  }
+  return cfg;
+}
+
+// transformers' LlamaConfig; absent keys take its defaults.
+GPTConfig read_llama(const ConfigKeys& k, const json::Value& root) {
+  GPTConfig cfg;
+  cfg.arch = Arch::kLlama;
+  cfg.layers = k.size("num_hidden_layers");
+  cfg.heads = k.size("num_attention_heads");
+  cfg.channels = k.size("hidden_size");
+  cfg.vocab = k.size("vocab_size");
+  cfg.max_seq_len = k.size("max_position_embeddings");
+  cfg.padded_vocab = pad_vocab(cfg.vocab);
+  cfg.kv_heads = k.size_or("num_key_value_heads", cfg.heads);
+  cfg.ffn_dim = k.size("intermediate_size");
+  cfg.norm_eps = float(k.number_or("rms_norm_eps", 1e-6));
+  cfg.rope_theta = float(k.number_or("rope_theta", 10000.0));
+  cfg.tied = k.bool_or("tie_word_embeddings", false);
+  k.expect_string("hidden_act", {"silu"}, "this trainer's Llama MLP is SwiGLU (silu)");
+  k.expect_bool("attention_bias", false, "this trainer's Llama has no attention biases");
+  k.expect_bool("mlp_bias", false, "this trainer's Llama has no MLP biases");
+  require(k.size_or("head_dim", cfg.channels / cfg.heads) == cfg.channels / cfg.heads,
+          k.where("head_dim") + " is not hidden_size / num_attention_heads (" +
+              std::to_string(cfg.channels / cfg.heads) + "); this trainer's heads split C");
+  const json::Value* scaling = root.find("rope_scaling");
+  if (scaling && !scaling->is_null()) {
+    require(scaling->is_object(), k.where("rope_scaling") + " is not an object or null");
+    const ConfigKeys r(*scaling, k.where("rope_scaling").substr(7));
+    const json::Value* type = scaling->find("rope_type");
+    if (type == nullptr) type = scaling->find("type");
+    require(type && type->is_string() && type->string() == "llama3",
+            k.where("rope_scaling") + "'s rope_type is not \"llama3\"; this trainer computes " +
+                "Llama 3.1's frequency scaling only");
+    cfg.rope_factor = float(r.number_or("factor", 0.0));
+    require(cfg.rope_factor > 0, k.where("rope_scaling") + ".factor is missing or not positive");
+    cfg.rope_low_freq_factor = float(r.number_or("low_freq_factor", 1.0));
+    cfg.rope_high_freq_factor = float(r.number_or("high_freq_factor", 4.0));
+    cfg.rope_original_max_pos = r.size_or("original_max_position_embeddings", 8192);
+  }
+  return cfg;
+}
+
+// A float as the shortest decimal that reads back as the same float.
+std::string float_text(float x) {
+  char buf[32];
+  for (int digits = 6; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, double(x));
+    if (std::strtof(buf, nullptr) == x) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace
+
+GPTConfig read_hf_config(const std::string& path) {
+  const json::Value root = json::parse(read_config_text(path), "config " + path);
+  require(root.is_object(), "config " + path + ": not a JSON object; the config is corrupt");
+  const ConfigKeys keys(root, path);
+  const json::Value* type = root.find("model_type");
+  require(type != nullptr && type->is_string(),
+          keys.where("model_type") + " is missing; pass a Hugging Face GPT-2 config.json");
+  require(type->string() == "gpt2" || type->string() == "llama",
+          keys.where("model_type") + " is \"" + type->string() +
+              "\"; this trainer runs gpt2 and llama models");
+  GPTConfig cfg = type->string() == "gpt2" ? read_gpt2(keys) : read_llama(keys, root);
+  validate(cfg, "config " + path);
+  return cfg;
+}
+
+void check_shape_flags(const GPTConfig& cfg, const GPTConfig& flags,
+                       const std::set<std::string>& given, const std::string& origin) {
+  const bool llama = cfg.llama();
+  // flag, its value, config.json's key (GPT-2's, Llama's) and value.
+  auto check = [&](const char* flag, const std::string& mine, const char* gpt2_key,
+                   const char* llama_key, const std::string& theirs) {
+    if (!given.count(flag) || mine == theirs) return;
+    throw InputError(std::string(flag) + " " + mine + " disagrees with " + origin + "'s " +
+                     (llama ? llama_key : gpt2_key) + " " + theirs + "; drop " + flag +
+                     " (the model's sizes come from " + origin + ")");
+  };
+  auto n = [](int v) { return std::to_string(v); };
+  check("--layers", n(flags.layers), "n_layer", "num_hidden_layers", n(cfg.layers));
+  check("--heads", n(flags.heads), "n_head", "num_attention_heads", n(cfg.heads));
+  check("--dim", n(flags.channels), "n_embd", "hidden_size", n(cfg.channels));
+  check("--vocab", n(flags.vocab), "vocab_size", "vocab_size", n(cfg.vocab));
+  check("--max-seq-len", n(flags.max_seq_len), "n_positions", "max_position_embeddings",
+        n(cfg.max_seq_len));
+  check("--arch", arch_name(flags.arch), "model_type", "model_type", arch_name(cfg.arch));
+  if (!llama) return;  // the Llama flags are refused with --arch gpt2 before this
+  check("--kv-heads", n(flags.kv_head_count()), "", "num_key_value_heads", n(cfg.kv_head_count()));
+  check("--ffn-dim", n(flags.ffn_width()), "", "intermediate_size", n(cfg.ffn_width()));
+  check("--norm-eps", float_text(flags.norm_eps), "", "rms_norm_eps", float_text(cfg.norm_eps));
+  check("--rope-theta", float_text(flags.rope_theta), "", "rope_theta", float_text(cfg.rope_theta));
+  check("--tie-embeddings", flags.tied ? "1" : "0", "", "tie_word_embeddings",
+        cfg.tied ? "1" : "0");
+  auto scaling = [&](const GPTConfig& c) {
+    if (c.rope_factor == 0) return std::string("none");
+    return float_text(c.rope_factor) + "," + float_text(c.rope_low_freq_factor) + "," +
+           float_text(c.rope_high_freq_factor) + "," + n(c.rope_original_max_pos);
+  };
+  check("--rope-scaling", scaling(flags), "", "rope_scaling", scaling(cfg));
+}
+
+std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
+  auto line = [](const char* key, const std::string& value) {
+    return std::string("  \"") + key + "\": " + value + ",\n";
+  };
+  auto n = [](int v) { return std::to_string(v); };
+  std::string s = "{\n";
+  if (!cfg.llama()) {
+    s += line("architectures", "[\"GPT2LMHeadModel\"]") + line("model_type", "\"gpt2\"");
+    s += line("vocab_size", n(cfg.vocab)) + line("n_positions", n(cfg.max_seq_len));
+    s += line("n_embd", n(cfg.channels)) + line("n_layer", n(cfg.layers));
+    s += line("n_head", n(cfg.heads)) + line("n_inner", "null");
+    s += line("activation_function", "\"gelu_new\"") + line("layer_norm_epsilon", "1e-05");
+    // This trainer has no dropout: the saved model behaves the same in train mode.
+    s += line("resid_pdrop", "0.0") + line("embd_pdrop", "0.0") + line("attn_pdrop", "0.0");
+    s += line("scale_attn_weights", "true");
+  } else {
+    s += line("architectures", "[\"LlamaForCausalLM\"]") + line("model_type", "\"llama\"");
+    s += line("vocab_size", n(cfg.vocab)) + line("hidden_size", n(cfg.channels));
+    s += line("intermediate_size", n(cfg.ffn_width()));
+    s += line("num_hidden_layers", n(cfg.layers)) + line("num_attention_heads", n(cfg.heads));
+    s += line("num_key_value_heads", n(cfg.kv_head_count()));
+    s += line("head_dim", n(cfg.head_size()));
+    s += line("max_position_embeddings", n(cfg.max_seq_len));
+    s += line("rms_norm_eps", float_text(cfg.norm_eps));
+    s += line("rope_theta", float_text(cfg.rope_theta));
+    s += line("rope_scaling",
+              cfg.rope_factor == 0
+                  ? std::string("null")
+                  : "{\"rope_type\": \"llama3\", \"factor\": " + float_text(cfg.rope_factor) +
+                        ", \"low_freq_factor\": " + float_text(cfg.rope_low_freq_factor) +
+                        ", \"high_freq_factor\": " + float_text(cfg.rope_high_freq_factor) +
+                        ", \"original_max_position_embeddings\": " + n(cfg.rope_original_max_pos) +
+                        "}");
+    s += line("hidden_act", "\"silu\"") + line("attention_bias", "false");
+    s += line("mlp_bias", "false") + line("attention_dropout", "0.0");
+  }
+  s += line("initializer_range", "0.02");
+  s += line("tie_word_embeddings", cfg.tied ? "true" : "false");
+  if (const std::optional<SpecialIds> ids = special_ids(cfg)) {
+    s += line("bos_token_id", n(ids->bos)) + line("eos_token_id", n(ids->eos));
+  }
+  s += line("torch_dtype", dtype == safetensors::Dtype::kF32 ? "\"float32\"" : "\"bfloat16\"");
+  return s + "  \"use_cache\": true\n}\n";
+}
+
+std::string hf_generation_config_json(const GPTConfig& cfg) {
+  std::string s = "{\n  \"_from_model_config\": true";
+  if (const std::optional<SpecialIds> ids = special_ids(cfg)) {
+    s += ",\n  \"bos_token_id\": " + std::to_string(ids->bos);
+    s += ",\n  \"eos_token_id\": " + std::to_string(ids->eos);
+  }
+  return s + "\n}\n";
+}
+
+}  // namespace mpf

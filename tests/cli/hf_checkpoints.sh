@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Hugging Face checkpoints in and out (src/checkpoint/hf_checkpoint.hpp): a GPT-2 and a Llama
+# model directory written by the tests' own writer (tests/reference/hf_models.py: numpy, no
+# transformers) load with --init-from and give the float64 PyTorch references' losses; what every
+# layout loads (serial, TP 2, TP 2 x PP 2) is the directory's tensors bit for bit, in F32, BF16
+# and F16, from one file, a sharded index or a bare .safetensors file; --save-hf writes what the
+# model file of the same run holds (F32 bit for bit, BF16 rounded), from any layout, and loads
+# back; and every bad file stops with one error line naming the file and the tensor, exit 2.
+source "$(dirname "$0")/common.sh"
+SOURCE_DIR=${MPIFORMER_SOURCE_DIR:?set MPIFORMER_SOURCE_DIR to the source tree}
+export OMP_NUM_THREADS=1
+hf() { "$PY" "$SOURCE_DIR/tests/reference/hf_models.py" "$@"; }
+
+make_shard "$WORK/shard.bin" 2000 299
+# --peak-gflops: no GEMM measurement at start-up (MFU is not what this test looks at).
+DATA=(--data "$WORK/shard.bin" --val-data none --batch 4 --seq-len 16 --peak-gflops 1)
+# One step at lr 0 leaves the parameters as loaded, so --save-llmc writes what was loaded.
+ARGS=("${DATA[@]}" --steps 1 --lr 0)
+# train NAME RANKS ARGS...: the trainer's output in NAME.log.
+train() {
+  local name=$1 ranks=$2
+  shift 2
+  timeout 120 "$MPIEXEC" -n "$ranks" "$TRAIN" "${DATA[@]}" "$@" >"$WORK/$name.log" 2>&1 ||
+    { bad "$name: exit status $?"; cat "$WORK/$name.log"; }
+}
+loss_of() { sed -nE 's/^step 1\/1 \| loss ([0-9.]+) .*/\1/p' "$WORK/$1.log"; }
+# same WHAT DIR LLMC [--bf16]: the directory's tensors are the llm.c file's.
+same() {
+  local what=$1
+  shift
+  if out=$(hf same "$@" 2>&1); then ok "$what: $out"; else bad "$what: $out"; fi
+}
+
+# near WHAT GOT REF: the reference is float64; the trainer's float32 sums and printed 6 decimals
+# stay within 1e-5 of it.
+near() {
+  if "$PY" -c "import sys; a, b = float('$2'), float('$3'); sys.exit(abs(a - b) > 1e-5 * b)"; then
+    ok "$1: loss from the Hugging Face directory $2, PyTorch float64 $3"
+  else
+    bad "$1: loss from the Hugging Face directory $2, PyTorch float64 $3"
+  fi
+}
+
+# 1. A directory (config.json, model.safetensors) against the PyTorch reference, then layouts.
+hf write "$WORK/gpt"
+hf write-llama "$WORK/llama"
+refs=($(hf loss "$WORK/shard.bin" 4 16 "$WORK/gpt" "$WORK/llama"))
+train serial 1 --steps 1 --lr 0 --init-from "$WORK/gpt" --save-llmc "$WORK/serial.bin"
+got=$(loss_of serial)
+near "GPT-2" "$got" "${refs[0]}"
+same "serial load" "$WORK/gpt" "$WORK/serial.bin"
+train tp2 2 --steps 1 --lr 0 --init-from "$WORK/gpt" --tp 2 --save-llmc "$WORK/tp2.bin"
+same "TP 2 load" "$WORK/gpt" "$WORK/tp2.bin"
+# TP 2 x PP 2 loads and saves (bf16) in one run.
+train tp2pp2 4 --steps 1 --lr 0 --init-from "$WORK/gpt" --tp 2 --pp 2 --save-llmc "$WORK/tp2pp2.bin" \
+  --save-hf "$WORK/saved_bf16" --save-hf-dtype bf16
+same "TP 2 x PP 2 load" "$WORK/gpt" "$WORK/tp2pp2.bin"
+[ "$(loss_of tp2)" = "$got" ] && [ "$(loss_of tp2pp2)" = "$got" ] &&
+  ok "TP 2 and TP 2 x PP 2 give the serial loss $got" ||
+  bad "losses differ: serial $got, TP 2 $(loss_of tp2), TP 2 x PP 2 $(loss_of tp2pp2)"
+
+# 2. Other dtypes and forms: BF16 sharded without the "transformer." prefix and with a tied
+# lm_head.weight; F16; a bare .safetensors file with its sizes given as flags.
+hf write "$WORK/bf16" --dtype BF16 --sharded --bare --lm-head
+train bf16 2 --steps 1 --lr 0 --init-from "$WORK/bf16" --tp 2 --save-llmc "$WORK/bf16.bin"
+same "BF16 sharded index, bare names, lm_head (TP 2)" "$WORK/bf16" "$WORK/bf16.bin"
+hf write "$WORK/f16" --dtype F16
+train f16 1 --steps 1 --lr 0 --init-from "$WORK/f16/model.safetensors" --save-llmc "$WORK/f16.bin"
+same "F16 .safetensors file, config.json beside it" "$WORK/f16" "$WORK/f16.bin"
+mkdir "$WORK/bare" && cp "$WORK/gpt/model.safetensors" "$WORK/bare/"
+train bare 1 --steps 1 --lr 0 --init-from "$WORK/bare/model.safetensors" --layers 2 --heads 4 --dim 32 --vocab 300 \
+  --max-seq-len 32 --save-llmc "$WORK/bare.bin"
+cmp -s "$WORK/bare.bin" "$WORK/serial.bin" && ok "a .safetensors file without config.json, sizes from flags" ||
+  bad "a .safetensors file with flags loads other values"
+
+# 3. --save-hf from TP 2 after training (F32) and from TP 2 x PP 2 (BF16, above), checked against
+# the run's llm.c file; the saved directory loads back to the same model.
+train save_tp2 2 --init-from "$WORK/gpt" --tp 2 --steps 2 --lr 1e-2 --save-llmc "$WORK/trained.bin" \
+  --save-hf "$WORK/saved"
+same "--save-hf f32 (TP 2)" "$WORK/saved" "$WORK/trained.bin"
+same "--save-hf bf16 (TP 2 x PP 2)" "$WORK/saved_bf16" "$WORK/tp2pp2.bin" --bf16
+train reload 1 --steps 1 --lr 0 --init-from "$WORK/saved" --save-llmc "$WORK/reloaded.bin"
+cmp -s "$WORK/reloaded.bin" "$WORK/trained.bin" && ok "the saved directory loads back bit for bit" ||
+  bad "the saved directory loads back other values"
+grep -q '"_from_model_config": true' "$WORK/saved/generation_config.json" &&
+  ok "generation_config.json written" || bad "generation_config.json missing"
+if [ -n "$GENERATE" ]; then
+  for src in saved trained.bin; do
+    timeout 60 "$GENERATE" --init-from "$WORK/$src" --prompt-tokens 1,2,3 --max-new-tokens 4 \
+      --logits-out "$WORK/$src.logits" >/dev/null 2>"$WORK/$src.gen" || cat "$WORK/$src.gen"
+  done
+  cmp -s "$WORK/saved.logits" "$WORK/trained.bin.logits" &&
+    ok "mpiformer-generate: the saved directory's logits are the llm.c file's" ||
+    bad "mpiformer-generate: logits differ between the directory and the llm.c file"
+fi
+
+# 4. Llama (LlamaForCausalLM's names; GQA; llama3 rope scaling): untied on one rank against the
+# PyTorch reference, saved and compared; tied, BF16, on TP 4 (each of the 2 kv heads on 2 ranks).
+train llama 1 --steps 1 --lr 0 --init-from "$WORK/llama" --save-llmc "$WORK/llama.bin" \
+  --save-hf "$WORK/llama_saved"
+near "Llama" "$(loss_of llama)" "${refs[1]}"
+same "Llama load" "$WORK/llama" "$WORK/llama.bin"
+same "Llama --save-hf" "$WORK/llama_saved" "$WORK/llama.bin"
+hf write-llama "$WORK/llama_tied" --tied --dtype BF16
+train llama_tied 4 --steps 1 --lr 0 --tp 4 --init-from "$WORK/llama_tied" \
+  --save-llmc "$WORK/llama_tied.bin" --save-hf "$WORK/llama_tied_saved" --save-hf-dtype bf16
+same "tied Llama, BF16, TP 4 load (kv heads replicated)" "$WORK/llama_tied" "$WORK/llama_tied.bin"
+same "tied Llama, TP 4 --save-hf bf16" "$WORK/llama_tied_saved" "$WORK/llama_tied.bin" --bf16
+
+# 5. Bad files and configs: one error line naming the file and the tensor (or key), exit 2.
+hf bad "$WORK/gpt" "$WORK/bad" header_length overlap out_of_range dtype missing shape nan
+st="bad_[a-z_]+/model.safetensors"
+expect_error "header length past the end" 2 "$st: the header length [0-9]+ runs past the end" -- \
+  --init-from "$WORK/bad_header_length" "${ARGS[@]}"
+expect_error "overlapping offsets" 1 "$st: tensor transformer.wpe.weight: its data_offsets overlap" -- \
+  --init-from "$WORK/bad_overlap" "${ARGS[@]}"
+expect_error "offsets past the data" 1 "$st: tensor transformer.ln_f.bias: data_offsets .* run past" -- \
+  --init-from "$WORK/bad_out_of_range" "${ARGS[@]}"
+expect_error "unknown dtype" 1 "$st: tensor transformer.wte.weight: unknown dtype \"F17\"" -- \
+  --init-from "$WORK/bad_dtype" "${ARGS[@]}"
+expect_error "tensor missing" 2 "bad_missing: tensor transformer.h.1.mlp.c_fc.bias is missing" -- \
+  --init-from "$WORK/bad_missing" "${ARGS[@]}"
+expect_error "wrong shape" 1 "$st: tensor transformer.h.0.attn.c_proj.weight has shape \(16, 64\)" -- \
+  --init-from "$WORK/bad_shape" "${ARGS[@]}"
+expect_error "a NaN weight (TP 2: one rank reads it)" 2 \
+  "$st: tensor transformer.h.0.mlp.c_fc.weight: element \(0, 33\) is not finite" -- \
+  --init-from "$WORK/bad_nan" --tp 2 "${ARGS[@]}"
+cp -r "$WORK/gpt" "$WORK/bad_config" && hf config "$WORK/bad_config" n_embd 64
+expect_error "config disagrees with the tensors" 2 \
+  "bad_config/model.safetensors: tensor transformer.wte.weight has shape \(300, 32\) but config .*bad_config/config.json" -- \
+  --init-from "$WORK/bad_config" "${ARGS[@]}"
+cp -r "$WORK/gpt" "$WORK/bad_act" && hf config "$WORK/bad_act" activation_function '"relu"'
+expect_error "config of another activation" 1 "bad_act/config.json: activation_function is \"relu\"" -- \
+  --init-from "$WORK/bad_act" "${ARGS[@]}"
+expect_error "flags disagree with config.json" 1 "--dim 64 disagrees with config .*config.json's n_embd 32" -- \
+  --init-from "$WORK/gpt" --dim 64 "${ARGS[@]}"
+hf write "$WORK/bad_head" --lm-head-differs
+expect_error "untied lm_head.weight" 2 "bad_head/model.safetensors: tensor lm_head.weight differs from transformer.wte.weight" -- \
+  --init-from "$WORK/bad_head" "${ARGS[@]}"
+cp -r "$WORK/llama" "$WORK/bad_rope" && hf config "$WORK/bad_rope" rope_scaling '{"rope_type": "linear", "factor": 2.0}'
+expect_error "Llama: a rope scaling other than llama3" 1 "bad_rope/config.json: rope_scaling's rope_type is not \"llama3\"" -- \
+  --init-from "$WORK/bad_rope" "${ARGS[@]}"
+expect_error "Llama: --kv-heads disagrees with config.json" 1 "--kv-heads 4 disagrees with config .*num_key_value_heads 2" -- \
+  --init-from "$WORK/llama" --arch llama --kv-heads 4 "${ARGS[@]}"
+expect_error "--save-hf over an existing directory" 1 "--save-hf .*saved: already exists" -- \
+  --init-from "$WORK/gpt" --save-hf "$WORK/saved" "${ARGS[@]}"
+if [ -n "$GENERATE" ]; then
+  expect_error_from "$GENERATE" "generate: a .safetensors file without config.json" 1 \
+    "bare/model.safetensors has no config.json beside it" -- --init-from "$WORK/bare/model.safetensors"
+fi
+finish

@@ -1,0 +1,460 @@
+#!/usr/bin/python3
+"""Hugging Face model directories for tests/cli/hf_checkpoints.sh, written and read here with
+plain numpy (transformers is not needed): a safetensors writer and reader from the format's
+specification (github.com/huggingface/safetensors), GPT2LMHeadModel's tensor names, whose linear
+weights are Conv1D, stored (in, out), and LlamaForCausalLM's, whose q/k/v and gate/up projections
+this trainer stacks into one tensor each.
+
+  hf_models.py write DIR [--dtype F32|BF16|F16] [--sharded] [--bare] [--lm-head|--lm-head-differs]
+                         [--no-config]
+      a random tiny GPT-2 (the model of compare_with_pytorch.py's tests) as a model directory
+  hf_models.py write-llama DIR [--dtype ...] [--tied]
+      a random tiny Llama (GQA, llama3 rope scaling; compare_llama_with_pytorch.py's model)
+  hf_models.py loss SHARD B T DIR...     each model's float64 PyTorch loss of the first batch
+  hf_models.py same DIR FILE [--bf16]    DIR's tensors equal an llm.c (or mpiformer Llama) model
+                                         file's, bit for bit (--bf16: the file's values rounded
+                                         to bf16), and its config.json the file's sizes
+  hf_models.py bad DIR OUT KIND...       OUT_KIND/: DIR's config.json and a copy of its
+                                         model.safetensors with one defect
+  hf_models.py config DIR KEY VALUE      set one key of DIR/config.json (VALUE is JSON)
+
+Run with Debian's /usr/bin/python3 (numpy; torch for `loss`)."""
+import json
+import os
+import shutil
+import struct
+import sys
+
+import numpy as np
+
+MODEL = dict(maxT=32, V=300, L=2, NH=4, C=32)
+
+
+def param_shapes(m):
+    """llm.c's tensors (unpadded wte) in file order."""
+    L, C = m["L"], m["C"]
+    return [("wte", (m["V"], C)), ("wpe", (m["maxT"], C)), ("ln1w", (L, C)), ("ln1b", (L, C)),
+            ("qkvw", (L, 3 * C, C)), ("qkvb", (L, 3 * C)), ("attprojw", (L, C, C)),
+            ("attprojb", (L, C)), ("ln2w", (L, C)), ("ln2b", (L, C)), ("fcw", (L, 4 * C, C)),
+            ("fcb", (L, 4 * C)), ("fcprojw", (L, C, 4 * C)), ("fcprojb", (L, C)),
+            ("lnfw", (C,)), ("lnfb", (C,))]
+
+
+# llm.c's per-layer tensors as GPT2LMHeadModel's; True: a Conv1D weight, stored transposed.
+LAYER_NAMES = {"ln1w": ("ln_1.weight", False), "ln1b": ("ln_1.bias", False),
+               "qkvw": ("attn.c_attn.weight", True), "qkvb": ("attn.c_attn.bias", False),
+               "attprojw": ("attn.c_proj.weight", True), "attprojb": ("attn.c_proj.bias", False),
+               "ln2w": ("ln_2.weight", False), "ln2b": ("ln_2.bias", False),
+               "fcw": ("mlp.c_fc.weight", True), "fcb": ("mlp.c_fc.bias", False),
+               "fcprojw": ("mlp.c_proj.weight", True), "fcprojb": ("mlp.c_proj.bias", False)}
+TOP_NAMES = {"wte": "wte.weight", "wpe": "wpe.weight", "lnfw": "ln_f.weight",
+             "lnfb": "ln_f.bias"}
+
+
+def to_hf(params, m, prefix="transformer."):
+    out = {}
+    for name, _ in param_shapes(m):
+        if name in TOP_NAMES:
+            out[prefix + TOP_NAMES[name]] = params[name]
+            continue
+        hf, conv1d = LAYER_NAMES[name]
+        for l in range(m["L"]):
+            out[f"{prefix}h.{l}.{hf}"] = params[name][l].T if conv1d else params[name][l]
+    return out
+
+
+def from_hf(tensors, m):
+    prefix = "transformer." if "transformer.wte.weight" in tensors else ""
+    params = {}
+    for name, _ in param_shapes(m):
+        if name in TOP_NAMES:
+            params[name] = tensors[prefix + TOP_NAMES[name]]
+            continue
+        hf, conv1d = LAYER_NAMES[name]
+        layers = [tensors[f"{prefix}h.{l}.{hf}"] for l in range(m["L"])]
+        params[name] = np.stack([t.T if conv1d else t for t in layers])
+    return params
+
+
+# ---- safetensors -------------------------------------------------------------------------------
+def to_bf16_bits(x):
+    """float32 -> bf16 bits, round to nearest, ties to even."""
+    u = np.ascontiguousarray(x, dtype="<f4").view("<u4").astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")
+
+
+def from_bf16_bits(b):
+    return (b.astype("<u4") << 16).view("<f4")
+
+
+def encode(x, dtype):
+    if dtype == "F32":
+        return np.ascontiguousarray(x, dtype="<f4").tobytes()
+    if dtype == "F16":
+        return np.ascontiguousarray(x, dtype="<f2").tobytes()
+    return to_bf16_bits(x).tobytes()
+
+
+def write_safetensors(path, tensors, dtype="F32", metadata=None):
+    header, blobs, at = {}, [], 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, x in tensors.items():
+        blob = encode(x, dtype)
+        header[name] = dict(dtype=dtype, shape=list(x.shape), data_offsets=[at, at + len(blob)])
+        blobs.append(blob)
+        at += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def read_safetensors(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, h in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = h["data_offsets"]
+        chunk = np.frombuffer(data[b:e], dtype={"F32": "<f4", "F16": "<f2", "BF16": "<u2"}[
+            h["dtype"]])
+        x = from_bf16_bits(chunk) if h["dtype"] == "BF16" else chunk.astype("<f4")
+        out[name] = x.reshape(h["shape"])
+    return header, out
+
+
+def read_dir(d):
+    if os.path.isfile(d):
+        return read_safetensors(d)[1]
+    if os.path.exists(os.path.join(d, "model.safetensors.index.json")):
+        index = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+        tensors = {}
+        for f in sorted(set(index["weight_map"].values())):
+            tensors.update(read_safetensors(os.path.join(d, f))[1])
+        return tensors
+    return read_safetensors(os.path.join(d, "model.safetensors"))[1]
+
+
+def gpt2_config(m):
+    return dict(architectures=["GPT2LMHeadModel"], model_type="gpt2", vocab_size=m["V"],
+                n_positions=m["maxT"], n_embd=m["C"], n_layer=m["L"], n_head=m["NH"],
+                n_inner=None, activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                tie_word_embeddings=True)
+
+
+def random_params(m, seed=1234):
+    """Weights large enough that attention and GELU are far from linear (as compare_with_pytorch)."""
+    rng = np.random.default_rng(seed)
+    params = {}
+    for name, shape in param_shapes(m):
+        if name in ("ln1w", "ln2w", "lnfw"):
+            p = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif name in ("wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"):
+            p = 0.1 * rng.standard_normal(shape)
+        else:
+            p = 0.05 * rng.standard_normal(shape)
+        params[name] = p.astype(np.float32)
+    return params
+
+
+# ---- Llama --------------------------------------------------------------------------------------
+# compare_llama_with_pytorch.py's model with a vocabulary whose real rows straddle TP shards.
+LLAMA = dict(maxT=32, V=300, L=2, NH=4, KVH=2, C=32, F=72, eps=1e-6, theta=10000.0, factor=8.0,
+             low=1.0, high=4.0, original=64, tied=False)
+LLAMA_MAGIC = 20251125
+
+
+def llama_shapes(m):
+    L, NH, KVH, C, F = m["L"], m["NH"], m["KVH"], m["C"], m["F"]
+    hs = C // NH
+    out = [("wte", (m["V"], C)), ("ln1w", (L, C)), ("qkvw", (L, (NH + 2 * KVH) * hs, C)),
+           ("attprojw", (L, C, C)), ("ln2w", (L, C)), ("fcw", (L, 2 * F, C)),
+           ("fcprojw", (L, C, F)), ("lnfw", (C,))]
+    return out if m["tied"] else out + [("lmhead", (m["V"], C))]
+
+
+def llama_random(m, seed=4321):
+    rng = np.random.default_rng(seed)
+    return {name: ((1.0 if name in ("ln1w", "ln2w", "lnfw") else 0.0) +
+                   0.1 * rng.standard_normal(shape)).astype(np.float32)
+            for name, shape in llama_shapes(m)}
+
+
+def llama_to_hf(p, m):
+    hs = m["C"] // m["NH"]
+    q, kv = m["NH"] * hs, m["KVH"] * hs
+    out = {"model.embed_tokens.weight": p["wte"], "model.norm.weight": p["lnfw"]}
+    for l in range(m["L"]):
+        pre = f"model.layers.{l}."
+        out[pre + "input_layernorm.weight"] = p["ln1w"][l]
+        out[pre + "self_attn.q_proj.weight"] = p["qkvw"][l][:q]
+        out[pre + "self_attn.k_proj.weight"] = p["qkvw"][l][q:q + kv]
+        out[pre + "self_attn.v_proj.weight"] = p["qkvw"][l][q + kv:]
+        out[pre + "self_attn.o_proj.weight"] = p["attprojw"][l]
+        out[pre + "post_attention_layernorm.weight"] = p["ln2w"][l]
+        out[pre + "mlp.gate_proj.weight"] = p["fcw"][l][:m["F"]]
+        out[pre + "mlp.up_proj.weight"] = p["fcw"][l][m["F"]:]
+        out[pre + "mlp.down_proj.weight"] = p["fcprojw"][l]
+    if not m["tied"]:
+        out["lm_head.weight"] = p["lmhead"]
+    return out
+
+
+def llama_from_hf(t, m):
+    layer = lambda name: [t[f"model.layers.{l}.{name}"] for l in range(m["L"])]
+    stack = lambda *names: np.stack([np.concatenate(rows) for rows in zip(*map(layer, names))])
+    p = {"wte": t["model.embed_tokens.weight"], "lnfw": t["model.norm.weight"],
+         "ln1w": np.stack(layer("input_layernorm.weight")),
+         "qkvw": stack("self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                       "self_attn.v_proj.weight"),
+         "attprojw": np.stack(layer("self_attn.o_proj.weight")),
+         "ln2w": np.stack(layer("post_attention_layernorm.weight")),
+         "fcw": stack("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+         "fcprojw": np.stack(layer("mlp.down_proj.weight"))}
+    if not m["tied"]:
+        p["lmhead"] = t["lm_head.weight"]
+    return p
+
+
+def llama_config(m):
+    scaling = dict(rope_type="llama3", factor=m["factor"], low_freq_factor=m["low"],
+                   high_freq_factor=m["high"], original_max_position_embeddings=m["original"])
+    return dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=m["V"],
+                hidden_size=m["C"], intermediate_size=m["F"], num_hidden_layers=m["L"],
+                num_attention_heads=m["NH"], num_key_value_heads=m["KVH"],
+                max_position_embeddings=m["maxT"], rms_norm_eps=m["eps"],
+                rope_theta=m["theta"], rope_scaling=scaling if m["factor"] else None,
+                hidden_act="silu", tie_word_embeddings=m["tied"])
+
+
+def llama_m(cfg):
+    s = cfg.get("rope_scaling") or {}
+    return dict(maxT=cfg["max_position_embeddings"], V=cfg["vocab_size"],
+                L=cfg["num_hidden_layers"], NH=cfg["num_attention_heads"],
+                KVH=cfg["num_key_value_heads"], C=cfg["hidden_size"], F=cfg["intermediate_size"],
+                eps=cfg["rms_norm_eps"], theta=cfg["rope_theta"], factor=s.get("factor", 0.0),
+                low=s.get("low_freq_factor", 1.0), high=s.get("high_freq_factor", 4.0),
+                original=s.get("original_max_position_embeddings", 8192),
+                tied=cfg["tie_word_embeddings"])
+
+
+# ---- llm.c's model file (and mpiformer's Llama model file) --------------------------------------
+def read_model_file(path):
+    """(family, m, params) of a model file; padded vocabulary rows checked zero and dropped."""
+    raw = open(path, "rb").read()
+    h = np.frombuffer(raw[:1024], dtype="<i4")
+    if h[0] != LLAMA_MAGIC:
+        m, params = read_llmc(path)
+        return "gpt2", m, params
+    f = h[13:18].view("<f4")
+    m = dict(maxT=int(h[2]), V=int(h[3]), L=int(h[4]), NH=int(h[5]), C=int(h[6]), KVH=int(h[9]),
+             F=int(h[10]), tied=bool(h[11]), original=int(h[12]), eps=float(f[0]),
+             theta=float(f[1]), factor=float(f[2]), low=float(f[3]), high=float(f[4]))
+    Vp = int(h[7])
+    flat = np.frombuffer(raw[1024:], dtype="<f4")
+    params, off = {}, 0
+    for name, shape in llama_shapes(m):
+        if name in ("wte", "lmhead"):
+            shape = (Vp, m["C"])
+        n = int(np.prod(shape))
+        params[name] = flat[off:off + n].reshape(shape)
+        off += n
+        if name in ("wte", "lmhead"):
+            assert not params[name][m["V"]:].any(), f"{path}: padded rows of {name} not zero"
+            params[name] = params[name][:m["V"]]
+    assert off == flat.size, f"{path}: {flat.size} floats, expected {off}"
+    return "llama", m, params
+
+
+def read_llmc(path):
+    raw = open(path, "rb").read()
+    h = np.frombuffer(raw[:1024], dtype="<i4")
+    assert h[0] == 20240326 and h[1] == 3, f"{path}: not an llm.c fp32 model file"
+    m = dict(maxT=int(h[2]), V=int(h[3]), L=int(h[4]), NH=int(h[5]), C=int(h[6]))
+    Vp = int(h[7])
+    flat = np.frombuffer(raw[1024:], dtype="<f4")
+    params, off = {}, 0
+    for name, shape in param_shapes(m):
+        if name == "wte":
+            shape = (Vp, m["C"])
+        n = int(np.prod(shape))
+        params[name] = flat[off:off + n].reshape(shape)
+        off += n
+    assert off == flat.size, f"{path}: {flat.size} floats, expected {off}"
+    assert not params["wte"][m["V"]:].any(), f"{path}: padded vocabulary rows are not zero"
+    params["wte"] = params["wte"][:m["V"]]
+    return m, params
+
+
+# ---- commands ----------------------------------------------------------------------------------
+def cmd_write(d, opts):
+    dtype = opts.get("--dtype", "F32")
+    os.makedirs(d)
+    m = MODEL
+    tensors = to_hf(random_params(m), m, prefix="" if "--bare" in opts else "transformer.")
+    if "--lm-head" in opts or "--lm-head-differs" in opts:
+        wte = tensors[("" if "--bare" in opts else "transformer.") + "wte.weight"]
+        tensors["lm_head.weight"] = wte + (1e-3 if "--lm-head-differs" in opts else 0.0)
+    if "--no-config" not in opts:
+        json.dump(gpt2_config(m), open(os.path.join(d, "config.json"), "w"), indent=2)
+    if "--sharded" not in opts:
+        write_safetensors(os.path.join(d, "model.safetensors"), tensors, dtype, {"format": "pt"})
+        return
+    names = list(tensors)
+    parts = [names[:len(names) // 2], names[len(names) // 2:]]
+    weight_map = {}
+    for i, part in enumerate(parts):
+        f = f"model-{i + 1:05d}-of-{len(parts):05d}.safetensors"
+        write_safetensors(os.path.join(d, f), {n: tensors[n] for n in part}, dtype,
+                          {"format": "pt"})
+        weight_map.update({n: f for n in part})
+    json.dump(dict(metadata=dict(total_size=0), weight_map=weight_map),
+              open(os.path.join(d, "model.safetensors.index.json"), "w"), indent=2)
+
+
+def cmd_write_llama(d, opts):
+    m = dict(LLAMA, tied="--tied" in opts)
+    os.makedirs(d)
+    json.dump(llama_config(m), open(os.path.join(d, "config.json"), "w"), indent=2)
+    write_safetensors(os.path.join(d, "model.safetensors"), llama_to_hf(llama_random(m), m),
+                      opts.get("--dtype", "F32"), {"format": "pt"})
+
+
+def cmd_loss(shard, B, T, dirs):
+    for d in dirs:
+        print(f"{loss_of(d, shard, B, T):.9f}")
+
+
+def loss_of(d, shard, B, T):
+    import torch
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    raw = open(shard, "rb").read()
+    tokens = np.frombuffer(raw[1024:], dtype="<u2").astype(np.int64)
+    buf = torch.as_tensor(tokens[:B * T + 1])
+    inputs, targets = buf[:-1].view(B, T), buf[1:].view(B, T)
+    if cfg["model_type"] == "llama":
+        import compare_llama_with_pytorch as ref
+        m = llama_m(cfg)
+        p = {k: torch.tensor(v, dtype=torch.float64)
+             for k, v in llama_from_hf(read_dir(d), m).items()}
+        logits = ref.llama_logits(p, inputs, m)
+    else:
+        import compare_with_pytorch as ref
+        m = dict(maxT=cfg["n_positions"], V=cfg["vocab_size"], L=cfg["n_layer"],
+                 NH=cfg["n_head"], C=cfg["n_embd"])
+        p = {k: torch.tensor(v, dtype=torch.float64) for k, v in from_hf(read_dir(d), m).items()}
+        logits = ref.gpt2_logits(p, inputs, m)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, m["V"]), targets.reshape(-1))
+    return loss.item()
+
+
+def alike(a, b):
+    """Equal, floats within float32 rounding (a model file keeps them as float32)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(alike(a[k], b[k]) for k in a)
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and abs(a - b) <= 1e-6 * abs(b)
+    return a == b
+
+
+def cmd_same(d, llmc, bf16):
+    family, m, params = read_model_file(llmc)
+    llama = family == "llama"
+    hf = (llama_from_hf if llama else from_hf)(read_dir(d), m)
+    config = os.path.join(d, "config.json")
+    if os.path.isdir(d) and os.path.exists(config):
+        cfg, want = json.load(open(config)), (llama_config if llama else gpt2_config)(m)
+        wrong = [k for k in want if not alike(cfg.get(k), want[k])]
+        if wrong:
+            sys.exit(f"{config}: {wrong} differ from the model's {[want[k] for k in wrong]}")
+    for name, _ in (llama_shapes if llama else param_shapes)(m):
+        want = params[name]
+        if bf16:
+            want = from_bf16_bits(to_bf16_bits(want)).reshape(want.shape)
+        got = hf[name]
+        if got.shape != want.shape or not np.array_equal(got.view("<u4"), want.view("<u4")):
+            diff = "shape" if got.shape != want.shape else f"max |diff| {np.abs(got - want).max()}"
+            sys.exit(f"{name}: {d} differs from {llmc} ({diff})")
+    print(f"{d} equals {llmc}: {len(params)} tensors, bit for bit")
+
+
+def cmd_bad(kind, d, out):
+    """A copy of DIR/model.safetensors with one defect, each one a check of the reader."""
+    raw = open(os.path.join(d, "model.safetensors"), "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    names = [k for k in header if k != "__metadata__"]
+    first = min(names, key=lambda k: header[k]["data_offsets"][0])
+    second = sorted(names, key=lambda k: header[k]["data_offsets"][0])[1]
+    if kind == "header_length":  # the length runs past the end of the file
+        open(out, "wb").write(struct.pack("<Q", len(raw)) + raw[8:])
+        return
+    if kind == "overlap":  # the second tensor starts inside the first
+        b, e = header[second]["data_offsets"]
+        header[second]["data_offsets"] = [b - 4, e - 4]
+    elif kind == "out_of_range":  # the last tensor ends past the data
+        last = max(names, key=lambda k: header[k]["data_offsets"][1])
+        b, e = header[last]["data_offsets"]
+        header[last]["data_offsets"] = [b + 8, e + 8]
+    elif kind == "dtype":
+        header[first]["dtype"] = "F17"
+    elif kind == "missing":
+        del header["transformer.h.1.mlp.c_fc.bias"]
+    elif kind == "nan":  # element (0, 33) of a Conv1D weight, stored (in, out)
+        b = header["transformer.h.0.mlp.c_fc.weight"]["data_offsets"][0] + 4 * 33
+        data = data[:b] + struct.pack("<f", float("nan")) + data[b + 4:]
+    elif kind == "shape":  # shape and bytes agree, but not with the model
+        h = header["transformer.h.0.attn.c_proj.weight"]
+        h["shape"] = [h["shape"][1] // 2, h["shape"][0] * 2]
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    open(out, "wb").write(struct.pack("<Q", len(text)) + text + data)
+
+
+def cmd_config(d, key, value):
+    path = os.path.join(d, "config.json")
+    cfg = json.load(open(path))
+    cfg[key] = json.loads(value)
+    json.dump(cfg, open(path, "w"), indent=2)
+
+
+def main(argv):
+    cmd, args = argv[1], argv[2:]
+    positional, opts, i = [], {}, 0
+    while i < len(args):
+        if args[i] == "--dtype":
+            opts["--dtype"] = args[i + 1]
+            i += 1
+        elif args[i].startswith("--"):
+            opts[args[i]] = True
+        else:
+            positional.append(args[i])
+        i += 1
+    if cmd == "write":
+        cmd_write(positional[0], opts)
+    elif cmd == "write-llama":
+        cmd_write_llama(positional[0], opts)
+    elif cmd == "loss":
+        cmd_loss(positional[0], int(positional[1]), int(positional[2]), positional[3:])
+    elif cmd == "same":
+        cmd_same(positional[0], positional[1], "--bf16" in opts)
+    elif cmd == "bad":  # bad DIR OUT_PREFIX KIND...: OUT_PREFIX_KIND/ with config.json
+        d, prefix = positional[:2]
+        for kind in positional[2:]:
+            os.makedirs(f"{prefix}_{kind}")
+            shutil.copy(os.path.join(d, "config.json"), f"{prefix}_{kind}")
+            cmd_bad(kind, d, os.path.join(f"{prefix}_{kind}", "model.safetensors"))
+    elif cmd == "config":
+        cmd_config(*positional[:3])
+    else:
+        sys.exit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
