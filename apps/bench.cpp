@@ -35,7 +35,22 @@ struct Row {
   std::string gemm;
   double peak_gflops = 0.0;  // 0: measured
   bool profile = false;
+  bool help = false;
 };
+
+const char* kUsage = R"(usage: mpiexec -n R mpiformer-bench [flags]
+Training throughput of one model on the ranks given: data parallel, or tensor parallel with --tp.
+  --model M          gpt2-124M (default), llama-124M (GPT-2 124M's size as a Llama) or small
+  --batch B          sequences per step over all ranks (default 4)
+  --seq-len T        tokens per sequence (default 64)
+  --steps N          steps, the first two untimed (default 8, at least 3)
+  --tp T             tensor-parallel ranks (default 1)
+  --precision P      fp32 (default) or bf16
+  --gemm LIB         onednn (the default where built) or openblas
+  --peak-gflops X    MFU against X GFLOP/s per rank rather than the measured GEMM rate
+  --profile          also print where a step's time goes
+  --help             this text
+)";
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -71,8 +86,9 @@ Row parse(int argc, char** argv) {
          mpf::require(r.peak_gflops > 0, "--peak-gflops must be positive");
        }},
   };
-  table.switches = {{"--profile", [&] { r.profile = true; }}};
+  table.switches = {{"--profile", [&] { r.profile = true; }}, {"--help", [&] { r.help = true; }}};
   mpf::flags::parse(argc, argv, table, "mpiformer-bench");
+  if (r.help) return r;
   mpf::require(r.tp >= 1, "--tp must be >= 1");
   mpf::require(r.steps >= 3, "--steps must be >= 3 (two warm-up steps, then the timed ones)");
   mpf::require(r.gemm.empty() || mpf::backend::select(r.gemm),
@@ -91,6 +107,10 @@ int main(int argc, char** argv) {
   const int rank = runtime.world_rank();
   Row row;
   if (!mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] { row = parse(argc, argv); })) return 2;
+  if (row.help) {
+    if (rank == 0) std::fputs(kUsage, stdout);
+    return 0;
+  }
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   const int threads = runtime.start_kernels(0, argc, argv);

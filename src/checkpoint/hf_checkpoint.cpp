@@ -186,11 +186,8 @@ class NameMap {
     }
     const std::vector<const char*>& names = llama_names(t).names;
     // The stacked row blocks: Q, K, V (NH·hs, KVH·hs, KVH·hs); gate, up (F each).
-    std::vector<int64_t> rows{rows_of(t, cfg_)};
-    if (names.size() > 1) {
-      const RowBlockSizes blocks = row_blocks(tensor_spec(t), cfg_);
-      rows.assign(blocks.begin(), blocks.end());
-    }
+    const std::vector<int64_t> rows = names.size() > 1 ? row_blocks(tensor_spec(t), cfg_)
+                                                       : std::vector<int64_t>{rows_of(t, cfg_)};
     std::vector<HfPiece> out;
     for (size_t i = 0; i < names.size(); ++i) {
       std::snprintf(name, sizeof name, names[i], layer);

@@ -79,7 +79,7 @@ bool TpShard::is_kv_replica(TensorId tensor, int64_t j) const {
 
 RowBlockSplits row_block_splits(const TpShard& shard, const TensorSpec& spec) {
   RowBlockSplits out;
-  const RowBlockSizes rows = row_blocks(spec, shard.cfg);
+  const RowBlockSizes rows = row_block_sizes(spec, shard.cfg);
   for (int b = 0; b < rows.count; ++b) {
     RowBlockSplit& x = out.blocks[size_t(b)];
     x.rows = rows.rows[size_t(b)];

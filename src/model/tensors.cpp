@@ -48,7 +48,12 @@ TensorPlace place_of(TensorId t, const GPTConfig& cfg) {
   return p == TensorPlace::kTied && !cfg.tied ? TensorPlace::kEmbedding : p;
 }
 
-RowBlockSizes row_blocks(const TensorSpec& s, const GPTConfig& cfg) {
+std::vector<int64_t> row_blocks(const TensorSpec& s, const GPTConfig& cfg) {
+  const RowBlockSizes b = row_block_sizes(s, cfg);
+  return std::vector<int64_t>(b.begin(), b.end());
+}
+
+RowBlockSizes row_block_sizes(const TensorSpec& s, const GPTConfig& cfg) {
   const int64_t hs = cfg.head_size(), kv = cfg.kv_head_count() * hs, F = cfg.ffn_width();
   switch (s.blocks) {
     case RowBlocks::kQkv:

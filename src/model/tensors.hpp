@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "model/config.hpp"
 
@@ -177,7 +178,9 @@ struct RowBlockSizes {
   const int64_t* begin() const { return rows.data(); }
   const int64_t* end() const { return rows.data() + count; }
 };
-RowBlockSizes row_blocks(const TensorSpec& s, const GPTConfig& cfg);
+RowBlockSizes row_block_sizes(const TensorSpec& s, const GPTConfig& cfg);
+// The same as a vector.
+std::vector<int64_t> row_blocks(const TensorSpec& s, const GPTConfig& cfg);
 
 // `d` for `cfg`; with padded = false the vocabulary rows without the padding.
 int64_t dim_size(Dim d, const GPTConfig& cfg, bool padded = true);

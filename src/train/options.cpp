@@ -79,11 +79,11 @@ TrainOptions parse_options(int argc, const char* const* argv) {
             "--gemm " + o.gemm + " is not a GEMM library of this build; it has " + names);
   }
 
-  require(o.given.count("--save-hf-dtype") == 0 || !o.save_hf.empty(),
-          "--save-hf-dtype sets the dtype of --save-hf DIR; pass that too, or drop it");
   // One spelling per value (8,1,4,8192 for 8.0,1,4,8192), as a checkpoint saves it: a resumed
   // run compares the text.
   if (o.given.count("--rope-scaling")) o.rope_scaling = canonical_rope_scaling(o.rope_scaling);
+  require(o.given.count("--save-hf-dtype") == 0 || !o.save_hf.empty(),
+          "--save-hf-dtype sets the dtype of --save-hf DIR; pass that too, or drop it");
   require(o.beta1 >= 0 && o.beta1 < 1, "--beta1 must be in [0, 1), got " + number(o.beta1));
   require(o.beta2 >= 0 && o.beta2 < 1, "--beta2 must be in [0, 1), got " + number(o.beta2));
   require(o.eps > 0, "--eps must be positive, got " + number(o.eps));
@@ -112,9 +112,9 @@ TrainOptions parse_options(int argc, const char* const* argv) {
 std::string usage() {
   std::string out =
       "usage: mpiexec -n N mpiformer-train [flags]\n\n"
-      "Trains GPT-2 (llm.c's model) or a Llama (--arch llama) on N ranks = tp x dp x pp\n"
-      "(tensor, data and pipeline parallel). Flags take a value as `--flag V` or `--flag=V`.\n"
-      "Defaults train a small byte-level GPT-2 on the built-in corpus.\n";
+      "Trains GPT-2 (llm.c's model) on N ranks = tp x dp x pp (tensor, data and pipeline\n"
+      "parallel). Flags take a value as `--flag V` or `--flag=V`. Defaults train a small\n"
+      "byte-level model on the built-in corpus.\n";
   const TrainOptions defaults;
   for (const SettingGroup& g : setting_groups()) {
     out += std::string(g.title) + "\n";
