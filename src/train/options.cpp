@@ -112,9 +112,9 @@ TrainOptions parse_options(int argc, const char* const* argv) {
 std::string usage() {
   std::string out =
       "usage: mpiexec -n N mpiformer-train [flags]\n\n"
-      "Trains GPT-2 (llm.c's model) on N ranks = tp x dp x pp (tensor, data and pipeline\n"
-      "parallel). Flags take a value as `--flag V` or `--flag=V`. Defaults train a small\n"
-      "byte-level model on the built-in corpus.\n";
+      "Trains GPT-2 (llm.c's model) or a Llama (--arch llama) on N ranks = tp x dp x pp\n"
+      "(tensor, data and pipeline parallel). Flags take a value as `--flag V` or `--flag=V`.\n"
+      "Defaults train a small byte-level GPT-2 on the built-in corpus.\n";
   const TrainOptions defaults;
   for (const SettingGroup& g : setting_groups()) {
     out += std::string(g.title) + "\n";
