@@ -4,6 +4,8 @@
 # Rows, each mpiformer run next to PyTorch on the same model, batch and thread count:
 #   fp32 and bf16 (PyTorch: torch.autocast bf16), B=4 T=64, on both cores: 1 rank x 2 threads and
 #   TP 2 x 1 thread, against PyTorch on 2 threads;
+#   a Llama of GPT-2 124M's size (12 layers, 768 channels, 12 heads, 4 K/V heads, FFN 2048, tied),
+#   fp32 and bf16 on 1 rank x 2 threads, against PyTorch's plain Llama and against the GPT-2 row;
 #   data-parallel scaling at B=8 T=256: DP 2 x 1 thread against one rank on 1 thread.
 # PyTorch runs as its users tune it (glibc keeps freed memory, passive OpenMP waits) and picks its
 # own kernels; each row names the kernels both sides used. PyTorch is timed before and after the
@@ -78,6 +80,7 @@ echo "CPU: $cpu (family $family, model $model), $(nproc) cores;" \
 row() { printf '%-5s %-9s %-10s %8s %7s %6s %8s %7s\n' "$@"; }
 row prec "B x T" layout "tok/s" "MFU" busy "torch" ratio
 kernels=()
+declare -A gpt2_tok
 for precision in fp32 bf16; do
   args=(--model gpt2-124M --batch 4 --seq-len 64 --precision "$precision")
   before=$(torch 2 "${args[@]}")
@@ -87,6 +90,7 @@ for precision in fp32 bf16; do
   rows+=("$line")
   after=$(torch 2 "${args[@]}")
   ref=$(faster "$before" "$after")
+  gpt2_tok[$precision]=$(tok_s "${rows[0]}")
   for r in "${rows[@]}"; do
     row "$precision" "4 x 64" "$(field "$r" 4)" "$(tok_s "$r")" "$(field "$r" 8 | sed 's/MFU //')" \
       "$(busy "$r")" "$(tok_s "$ref")" "$(ratio "$(tok_s "$r")" "$(tok_s "$ref")")"
@@ -95,6 +99,21 @@ for precision in fp32 bf16; do
             "$precision PyTorch (2t, $(tok_s "$before") then $(tok_s "$after") tok/s):"
             "    $(sed 's/.*kernels: //' <<<"$ref")")
 done
+
+# The Llama beside GPT-2: the same batch, threads and precision (ratio: against PyTorch's Llama).
+llama_vs=()
+for precision in fp32 bf16; do
+  args=(--model llama-124M --batch 4 --seq-len 64 --precision "$precision")
+  before=$(torch 2 "${args[@]}")
+  mpiformer 1 2 "${args[@]}"
+  after=$(torch 2 "${args[@]}")
+  ref=$(faster "$before" "$after")
+  row "$precision" "4 x 64" "llama $(field "$line" 4)" "$(tok_s "$line")" \
+    "$(field "$line" 8 | sed 's/MFU //')" "$(busy "$line")" "$(tok_s "$ref")" \
+    "$(ratio "$(tok_s "$line")" "$(tok_s "$ref")")"
+  llama_vs+=("$precision $(ratio "$(tok_s "$line")" "${gpt2_tok[$precision]}")")
+done
+echo "llama-124M against GPT-2 124M (1 rank x 2 threads, tok/s): ${llama_vs[*]}"
 
 # Steps of ~10 s: five (three timed) are enough.
 args=(--model gpt2-124M --batch 8 --seq-len 256)
