@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include "checkpoint/state_files.hpp"
 #include "core/error.hpp"
@@ -28,6 +29,7 @@ constexpr const char* kHfConfig = "config.json";
 constexpr const char* kHfGenerationConfig = "generation_config.json";
 constexpr const char* kHfModelFile = "model.safetensors";
 constexpr const char* kHfIndexFile = "model.safetensors.index.json";
+constexpr const char* kHfTokenizer = "tokenizer.json";
 // A block read or written at once: 4M floats (16 MB of staging).
 constexpr int64_t kHfBlockElements = int64_t(1) << 22;
 
@@ -453,8 +455,21 @@ void write_small_file(const std::string& path, const std::string& text, std::str
   if (!out) error = path + ": write failed (" + std::strerror(errno) + ")";
 }
 
+// `from`'s bytes, unchanged, into `to`.
+void copy_small_file(const std::string& from, const std::string& to, std::string& error) {
+  if (!error.empty()) return;
+  std::ifstream in(from, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (!in) {
+    error = from + ": cannot read it to copy into " + to + " (" + std::strerror(errno) + ")";
+    return;
+  }
+  write_small_file(to, bytes.str(), error);
+}
+
 void remove_directory(const std::string& dir) {
-  for (const char* f : {kHfConfig, kHfGenerationConfig, kHfModelFile}) {
+  for (const char* f : {kHfConfig, kHfGenerationConfig, kHfModelFile, kHfTokenizer}) {
     std::remove((dir + "/" + f).c_str());
   }
   rmdir(dir.c_str());
@@ -516,7 +531,8 @@ safetensors::Dtype parse_hf_dtype(const std::string& name) {
 }
 
 std::string save_hf_model(const std::string& dir_in, const Grid& grid, const TpShard& shard,
-                          const Parameters& params, safetensors::Dtype dtype) {
+                          const Parameters& params, safetensors::Dtype dtype,
+                          const std::string& tokenizer_json) {
   const std::string dir = trimmed_path(dir_in);
   const MPI_Comm world = grid.world_comm();
   const GPTConfig& cfg = shard.cfg;
@@ -530,7 +546,7 @@ std::string save_hf_model(const std::string& dir_in, const Grid& grid, const TpS
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < saved.size(); ++i) index[saved[i].piece.name] = i;
 
-  // Rank 0 makes the partial directory and the two small files; the ranks write the weights.
+  // Rank 0 makes the partial directory and the small files; the ranks write the weights.
   std::string error, partial;
   if (grid.world_rank() == 0) {
     partial = dir + ".partial-" + std::to_string(getpid());
@@ -540,6 +556,9 @@ std::string save_hf_model(const std::string& dir_in, const Grid& grid, const TpS
     }
     write_small_file(partial + "/" + kHfConfig, hf_config_json(cfg, dtype), error);
     write_small_file(partial + "/" + kHfGenerationConfig, hf_generation_config_json(cfg), error);
+    if (!tokenizer_json.empty()) {
+      copy_small_file(tokenizer_json, partial + "/" + kHfTokenizer, error);
+    }
   }
   error = broadcast(error, 0, world);
   partial = broadcast(partial, 0, world);

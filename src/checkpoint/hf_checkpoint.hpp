@@ -48,10 +48,12 @@ void load_hf_model(const std::string& path, const GPTConfig& cfg, const TpShard&
 void check_hf_output(const std::string& dir);
 
 // Collective over the grid's world: writes DIR (config.json, generation_config.json and
-// model.safetensors in `dtype`) under a partial name, each rank its own tensors' bytes, and
-// renames it into place without replacing anything. Returns the error, the same on every rank.
+// model.safetensors in `dtype`, and a copy of `tokenizer_json`'s bytes as tokenizer.json unless it
+// is "") under a partial name, each rank its own tensors' bytes, and renames it into place without
+// replacing anything. Returns the error, the same on every rank.
 std::string save_hf_model(const std::string& dir, const Grid& grid, const TpShard& shard,
-                          const Parameters& params, safetensors::Dtype dtype);
+                          const Parameters& params, safetensors::Dtype dtype,
+                          const std::string& tokenizer_json);
 
 // "f32" or "bf16" (--save-hf-dtype); InputError otherwise.
 safetensors::Dtype parse_hf_dtype(const std::string& name);

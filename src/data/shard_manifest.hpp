@@ -28,4 +28,9 @@ struct ShardManifest {
 
 std::string manifest_json(const ShardManifest& m);
 
+// The tokenizer.vocab_size of the manifest.json at `path` (what a fresh model's vocabulary must
+// hold). InputError naming the file when it cannot be read, is not JSON, or lacks a positive
+// integer tokenizer.vocab_size.
+int64_t read_manifest_vocab_size(const std::string& path);
+
 }  // namespace mpf

@@ -1,11 +1,15 @@
 #include "train/model_options.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "checkpoint/hf_checkpoint.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
+#include "data/shard_manifest.hpp"
+#include "io/output_file.hpp"
 
 namespace mpf {
 
@@ -27,7 +31,48 @@ void parse_rope_scaling(const std::string& text, GPTConfig& cfg) {
   cfg.rope_original_max_pos = original;
 }
 
+// The manifest.json beside each .bin entry of --data (a path, a glob or a comma list of them),
+// each directory once, in the order given.
+std::vector<std::string> data_manifests(const std::string& data) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= data.size()) {
+    size_t comma = data.find(',', start);
+    if (comma == std::string::npos) comma = data.size();
+    const std::string entry = data.substr(start, comma - start);
+    start = comma + 1;
+    if (entry.size() < 4 || entry.compare(entry.size() - 4, 4, ".bin") != 0) continue;
+    const size_t slash = entry.rfind('/');
+    const std::string manifest =
+        (slash == std::string::npos ? "" : entry.substr(0, slash + 1)) + "manifest.json";
+    if (std::find(out.begin(), out.end(), manifest) == out.end() && path_exists(manifest)) {
+      out.push_back(manifest);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string adopt_data_vocab(TrainOptions& o) {
+  std::string source;
+  int64_t vocab = 0;
+  for (const std::string& manifest : data_manifests(o.data)) {
+    const int64_t v = read_manifest_vocab_size(manifest);
+    if (v > vocab) vocab = v, source = manifest;
+  }
+  if (source.empty()) return "";
+  const std::string named = source + "'s tokenizer.vocab_size " + std::to_string(vocab);
+  if (o.given.count("--vocab")) {
+    require(o.vocab >= vocab, "--vocab " + std::to_string(o.vocab) + " is smaller than " + named +
+                                  ": the shards may hold ids up to " + std::to_string(vocab - 1) +
+                                  "; pass --vocab >= " + std::to_string(vocab) +
+                                  ", or drop --vocab to take the manifest's");
+    return "";
+  }
+  o.vocab = int(vocab);
+  return "--vocab " + std::to_string(vocab) + ": " + named + " (the tokenizer of --data)";
+}
 
 std::string rope_scaling_text(const GPTConfig& cfg) {
   if (!cfg.llama() || cfg.rope_factor == 0) return "none";

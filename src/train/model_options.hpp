@@ -17,6 +17,14 @@ GPTConfig model_config(const TrainOptions& o);
 // The model of the flags alone (defaults where not given).
 GPTConfig flags_config(const TrainOptions& o);
 
+// A fresh model's vocabulary from the manifest.json that mpiformer-tokenize writes beside --data's
+// .bin shards: sets o.vocab to its tokenizer.vocab_size when --vocab is not given and returns a
+// note naming the manifest; "" when no manifest is there (the flags' vocabulary, as without
+// one). InputError when --vocab is smaller than the manifest's vocabulary (the shards may hold
+// ids the model has no row for) or a manifest cannot be read. Call it only for a fresh model: a
+// resumed run or --init-from takes the vocabulary from its checkpoint.
+std::string adopt_data_vocab(TrainOptions& o);
+
 // "none", or "FACTOR,LOW,HIGH,ORIGINAL" (%g each) for a Llama with rope scaling.
 std::string rope_scaling_text(const GPTConfig& cfg);
 

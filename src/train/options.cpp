@@ -104,8 +104,9 @@ TrainOptions parse_options(int argc, const char* const* argv) {
           "--keep-last " + std::to_string(o.keep_last) + " needs --save DIR");
   require(o.load_step == 0 || !o.load.empty(),
           "--load-step " + std::to_string(o.load_step) + " needs --load DIR to load from");
-  require(o.tokenizer.empty() || o.sample_every > 0,
-          "--tokenizer decodes the samples of --sample-every N; pass that too, or drop it");
+  require(o.tokenizer.empty() || o.sample_every > 0 || !o.save_hf.empty(),
+          "--tokenizer decodes the samples of --sample-every N and goes into --save-hf DIR; "
+          "pass one of those too, or drop it");
   return o;
 }
 

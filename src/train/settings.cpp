@@ -180,7 +180,7 @@ std::vector<SettingGroup> make_groups() {
            {"--sample-tokens", "K", "tokens per sample", &O::sample_tokens, 1},
            {"--tokenizer", "FILE",
             "decode samples with llm.c's gpt2_tokenizer.bin or a Hugging Face tokenizer.json "
-            "(default: bytes)",
+            "(default: bytes); a tokenizer.json is also copied into --save-hf DIR",
             &O::tokenizer},
        }},
       {"system",

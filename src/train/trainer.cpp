@@ -141,6 +141,11 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
     require(missing.empty(), "--precision bf16 needs native bf16 products, but " + missing +
                                  "; use --precision fp32");
   }
+  if (!in.resume && opts.init_from.empty()) {
+    // A fresh model holds the ids its tokenized data may hold.
+    const std::string note = adopt_data_vocab(in.opts);
+    if (!note.empty()) in.notes.push_back(note);
+  }
   in.cfg = in.resume ? in.resume->info.model : model_config(opts);
   const GPTConfig& cfg = in.cfg;
   require(opts.seq_len <= cfg.max_seq_len,
@@ -190,6 +195,20 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
     check_hf_output(opts.save_hf);
     require(opts.save_hf != opts.save_llmc && opts.save_hf != opts.trace,
             "--save-hf names the same path as --save-llmc or --trace; give each its own");
+    if (!opts.tokenizer.empty()) {
+      // Read now, not found wanting at the end of the run: the copy must encode for the model.
+      const int vocab = in.tokenizer ? in.tokenizer->vocab()
+                                     : read_tokenizer_file(opts.tokenizer).decoder.vocab();
+      if (!is_tokenizer_json(opts.tokenizer)) {
+        in.notes.push_back("--tokenizer " + opts.tokenizer +
+                           " is llm.c's tokenizer .bin, not a tokenizer.json: " + opts.save_hf +
+                           " gets no tokenizer (pass mpiformer-generate a --tokenizer)");
+      }
+      require(!is_tokenizer_json(opts.tokenizer) || vocab <= cfg.vocab,
+              "--tokenizer " + opts.tokenizer + " has " + std::to_string(vocab) +
+                  " tokens but the model's vocabulary is " + std::to_string(cfg.vocab) +
+                  "; raise --vocab or pass the data's tokenizer");
+    }
   }
   if (world_rank == 0 && !opts.trace.empty()) {
     check_new_output(opts.trace, "--trace " + opts.trace);
@@ -486,7 +505,8 @@ bool TrainingRun::save_llmc() const {
 bool TrainingRun::save_hf() const {
   if (opts_.save_hf.empty()) return true;
   const std::string error =
-      save_hf_model(opts_.save_hf, *grid_, shard_, params_, parse_hf_dtype(opts_.save_hf_dtype));
+      save_hf_model(opts_.save_hf, *grid_, shard_, params_, parse_hf_dtype(opts_.save_hf_dtype),
+                    is_tokenizer_json(opts_.tokenizer) ? opts_.tokenizer : "");
   if (is_root()) {
     if (error.empty()) {
       std::printf("saved %s\n", opts_.save_hf.c_str());
