@@ -32,6 +32,17 @@ for n in 1 2; do
 done
 expect_error "short data file" 1 "needs at least .*B\*T\+1" -- --data "$WORK/short.bin" --batch 4 --seq-len 64
 expect_error "token >= vocab" 1 "token 2[0-9][0-9] .*>= vocab 256.*--vocab" -- --data "$WORK/bigtoken.bin"
+# The manifest.json that mpiformer-tokenize writes beside its shards gives a fresh model's
+# vocabulary: a smaller --vocab, or a manifest that cannot be read, is an error naming it.
+mkdir -p "$WORK/tok" "$WORK/tok_json" "$WORK/tok_key"
+for d in tok tok_json tok_key; do cp "$WORK/bigtoken.bin" "$WORK/$d/data_train_000001.bin"; done
+printf '{"tokenizer": {"file": "t.json", "vocab_size": 300}}\n' >"$WORK/tok/manifest.json"
+printf '{"tokenizer": {"vocab_size": 300\n' >"$WORK/tok_json/manifest.json"
+printf '{"tokenizer": {"vocab_size": "300"}}\n' >"$WORK/tok_key/manifest.json"
+expect_error "--vocab below the manifest's" 2 "--vocab 256 is smaller than .*tok/manifest.json's tokenizer.vocab_size 300.*--vocab >= 300" -- --data "$WORK/tok/data_train_*.bin" --vocab 256
+expect_error "manifest not JSON" 1 "manifest .*tok_json/manifest.json: invalid JSON" -- --data "$WORK/tok_json/data_train_000001.bin"
+expect_error "manifest vocab_size" 1 "manifest .*tok_key/manifest.json: tokenizer.vocab_size is missing or not a positive integer" -- --data "$WORK/tok_key/data_train_000001.bin"
+expect_error "--tokenizer alone" 1 "--tokenizer decodes the samples of --sample-every N and goes into --save-hf DIR" -- --tokenizer "$WORK/tok/manifest.json"
 expect_error "shard version" 1 "version 2" -- --data "$WORK/version2.bin"
 expect_error "corrupt shard" 1 "tiny.bin.*(short|corrupt)" -- --data "$WORK/tiny.bin"
 expect_error "empty data" 1 "empty" -- --data "$WORK/empty.txt"

@@ -2,9 +2,11 @@
 # The README's Llama example at tiny scale, as a user runs it: text files and a .jsonl tokenized
 # with a byte-level BPE tokenizer.json (validation split, 2 ranks), an independent reader decoding
 # the shards back into the corpus; a small Llama (GQA, untied head) trained on TP 2 x PP 2 with
-# --val-data, --save and --save-hf, its losses falling and equal to the serial run's (within the
-# layout tolerance of tests/mpi/serial_reference.sh); the Hugging Face directory and the
-# checkpoint generating from a text prompt: the text is the prompt, then the decode of valid ids.
+# --val-data, --save and --save-hf, its vocabulary taken from the tokenizer's manifest.json, its
+# losses falling and equal to the serial run's (within the layout tolerance of
+# tests/mpi/serial_reference.sh); the Hugging Face directory (holding a copy of the tokenizer.json)
+# and the checkpoint generating from a text prompt: the text is the prompt, then the decode of
+# valid ids.
 source "$(dirname "$0")/common.sh"
 TOKENIZE=${MPIFORMER_TOKENIZE:?set MPIFORMER_TOKENIZE to the mpiformer-tokenize binary}
 GENERATE=${MPIFORMER_GENERATE:?set MPIFORMER_GENERATE to the mpiformer-generate binary}
@@ -47,13 +49,13 @@ else
 fi
 vocab=$("$PY" -c "import json; print(json.load(open('data/manifest.json'))['tokenizer']['vocab_size'])")
 
-# 2. Train a small Llama on TP 2 x PP 2, and the same run on one rank.
+# 2. Train a small Llama on TP 2 x PP 2, and the same run on one rank; no --vocab: the manifest's.
 # (--peak-gflops: MFU plays no part here, and measuring the GEMM peak would be most of the time.)
 args=(--arch llama --layers 2 --heads 4 --kv-heads 2 --dim 32 --ffn-dim 64 --tie-embeddings 0
-  --vocab "$vocab" --data "data/data_train_*.bin" --val-data data/data_val_000000.bin
+  --data "data/data_train_*.bin" --val-data data/data_val_000000.bin
   --steps 8 --batch 4 --seq-len 16 --lr 1e-2 --val-every 4 --val-steps 2 --peak-gflops 100)
 if "$MPIEXEC" -n 4 "$TRAIN" "${args[@]}" --tp 2 --pp 2 --microbatches 2 --save ckpt \
-  --save-hf hf >tp2pp2.log 2>&1; then
+  --save-hf hf --tokenizer tokenizer.json >tp2pp2.log 2>&1; then
   ok "TP 2 x PP 2: $(grep '^summary' tp2pp2.log | cut -d'|' -f2-3)"
 else
   bad "TP 2 x PP 2: $(tail -5 tp2pp2.log)"
@@ -81,6 +83,10 @@ PYEOF
 else
   bad "losses: $out"
 fi
+grep -q "^note: --vocab $vocab: data/manifest.json's tokenizer.vocab_size $vocab" tp2pp2.log &&
+  grep -q "^note: --vocab $vocab" serial.log && [ "$(grep -c '^note: --vocab' tp2pp2.log)" = 1 ] &&
+  ok "the vocabulary from the manifest: $(grep '^note: --vocab' tp2pp2.log)" ||
+  bad "the manifest's vocabulary $vocab: $(grep '^note' tp2pp2.log)"
 missing=""
 for f in config.json generation_config.json model.safetensors; do [ -s "hf/$f" ] || missing+=" $f"; done
 [ -z "$missing" ] && grep -q '"model_type": "llama"' hf/config.json &&
@@ -97,9 +103,14 @@ gen() {  # gen NAME RANKS ARGS...
 }
 gen hf 1 --init-from hf --tokenizer tokenizer.json
 gen ckpt 2 --tp 2 --load ckpt --tokenizer tokenizer.json
-# The directory made whole with its tokenizer.json, as a model repository is: no --tokenizer.
-cp tokenizer.json hf/
+# The directory holds a copy of the tokenizer.json, as a model repository does: no --tokenizer.
+cmp -s tokenizer.json hf/tokenizer.json && ok "--save-hf copied --tokenizer's bytes into hf/tokenizer.json" ||
+  bad "hf/tokenizer.json is not tokenizer.json's copy: $(ls hf)"
 gen beside 1 --init-from hf
+# A tokenizer with more ids than the model: refused at start-up, not at the end of the run.
+out=$("$TRAIN" --steps 1 --save-hf hf_small --tokenizer tokenizer.json 2>&1)
+[ $? = 2 ] && [ ! -e hf_small ] && grep -q "^error: --tokenizer tokenizer.json has $vocab tokens but the model's vocabulary is 256" <<<"$out" &&
+  ok "a tokenizer larger than the model: $out" || bad "a tokenizer larger than the model: $out"
 decode='
 import json, sys
 sys.path.insert(0, sys.argv[1])
