@@ -1,5 +1,7 @@
 // The table of run settings: parsing, --help, what a checkpoint saves and what a resumed run
 // takes from it all follow its rows.
+#include <sys/stat.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -213,6 +215,48 @@ TEST(Settings, LlamaFlagsMakeTheModel) {
   o = parse({"--arch", "gpt2"});
   EXPECT_THAT(input_error([&] { adopt_checkpoint_options(o, c, "state.txt", warnings); }),
               HasSubstr("--arch gpt2 differs from the checkpoint's llama"));
+}
+
+using DataVocab = test::ScratchDirTest;
+
+// The manifest.json beside --data's shards gives a fresh model's vocabulary; --vocab may raise it,
+// never lower it; no manifest (or data that is not .bin shards) leaves the flags as they are.
+TEST_F(DataVocab, TheManifestBesideTheShardsGivesTheVocabulary) {
+  test::write_file(path("manifest.json"), R"({"tokenizer": {"vocab_size": 300}})");
+  const std::string shards = path("data_train_*.bin");
+  TrainOptions o = parse({"--data", shards.c_str()});
+  EXPECT_THAT(adopt_data_vocab(o),
+              HasSubstr(path("manifest.json") + "'s tokenizer.vocab_size 300"));
+  EXPECT_EQ(o.vocab, 300);
+  EXPECT_EQ(model_config(o).vocab, 300);
+
+  o = parse({"--data", shards.c_str(), "--vocab", "512"});
+  EXPECT_EQ(adopt_data_vocab(o), "");
+  EXPECT_EQ(o.vocab, 512);
+  o = parse({"--data", shards.c_str(), "--vocab", "299"});
+  EXPECT_THAT(input_error([&] { adopt_data_vocab(o); }),
+              AllOf(HasSubstr("--vocab 299 is smaller than " + path("manifest.json")),
+                    HasSubstr("--vocab >= 300")));
+
+  // A comma list: the largest of the manifests beside its entries.
+  ASSERT_EQ(mkdir(path("big").c_str(), 0755), 0);
+  test::write_file(path("big/manifest.json"), R"({"tokenizer": {"vocab_size": 400}})");
+  const std::string both = shards + "," + path("big/x.bin");
+  o = parse({"--data", both.c_str()});
+  EXPECT_THAT(adopt_data_vocab(o), HasSubstr("big/manifest.json"));
+  EXPECT_EQ(o.vocab, 400);
+
+  for (const std::string& data :
+       {std::string("builtin:train"), path("corpus.txt"), path("none/data.bin")}) {
+    o = parse({"--data", data.c_str()});
+    EXPECT_EQ(adopt_data_vocab(o), "") << data;
+    EXPECT_EQ(o.vocab, TrainOptions().vocab) << data;
+  }
+
+  test::write_file(path("manifest.json"), R"({"tokenizer": {"vocab_size": 2.5}})");
+  o = parse({"--data", shards.c_str()});
+  EXPECT_THAT(input_error([&] { adopt_data_vocab(o); }),
+              HasSubstr("manifest " + path("manifest.json") + ": tokenizer.vocab_size"));
 }
 
 TEST(Settings, ResumeRefusesAMissingOrMalformedSavedSetting) {
