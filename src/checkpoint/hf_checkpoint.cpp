@@ -16,6 +16,7 @@
 #include "core/transfer.hpp"
 #include "io/output_file.hpp"
 #include "io/parallel_file.hpp"
+#include "parallel/agreement.hpp"
 
 namespace mpf {
 
@@ -365,16 +366,6 @@ std::string stored_index(const HfBlock& b, int64_t k) {
   int64_t r = b.row + k / b.width(), c = b.col0 + k % b.width();
   if (b.piece->transposed) std::swap(r, c);
   return "(" + std::to_string(r) + ", " + std::to_string(c) + ")";
-}
-
-// Collective: "" if local is "" on every rank, else the lowest failing rank's message.
-std::string first_error(MPI_Comm comm, const std::string& local) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  int mine = local.empty() ? size : rank, first = size;
-  MPF_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  return first == size ? "" : broadcast(local, first, comm);
 }
 
 void read_shard(const HfSource& source, const GPTConfig& cfg, const TpShard& shard,
