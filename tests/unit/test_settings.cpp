@@ -201,6 +201,19 @@ TEST(Settings, LlamaFlagsMakeTheModel) {
               }),
               HasSubstr("choose --kv-heads dividing --heads"));
   EXPECT_THAT(input_error([&] { parse({"--arch", "bert"}); }), HasSubstr("--arch"));
+  // An infinite value and sizes past any model's stop in validate(), before any allocation.
+  EXPECT_THAT(input_error([&] {
+                model_config(parse({"--arch", "llama", "--rope-scaling", "inf,1,4,8192"}));
+              }),
+              HasSubstr("factors must be finite"));
+  EXPECT_THAT(input_error([&] {
+                model_config(parse({"--arch", "llama", "--ffn-dim", "2000000000"}));
+              }),
+              HasSubstr("the MLP width 2000000000 is implausibly large"));
+  EXPECT_THAT(input_error([&] {
+                model_config(parse({"--vocab", "2147483647"}));
+              }),
+              HasSubstr("the vocabulary size 2147483647 is implausibly large"));
 
   CheckpointInfo c = saved_by(parse({}));
   c.model.arch = Arch::kLlama;
