@@ -79,9 +79,9 @@ GPTConfig model_config(const TrainOptions& o) {
   // A Hugging Face config.json rules and the flags given must agree with it; a bare .safetensors
   // file takes its sizes from the flags.
   if (is_hf_source(o.init_from)) return read_hf_model_config(o.init_from, flags_config(o), o.given);
-  require(!o.model_sizes_given,
-          "--init-from takes the model's sizes from the checkpoint; drop --layers/--heads/--dim/"
-          "--vocab/--max-seq-len, or drop --init-from to train a fresh model");
+  require(o.model_flags_given.empty(), "--init-from takes the model from the checkpoint " +
+                                           o.init_from + "; drop " + o.model_flags_given +
+                                           ", or drop --init-from to train a fresh model");
   return read_checkpoint_config(o.init_from);
 }
 
