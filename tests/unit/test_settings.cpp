@@ -214,6 +214,11 @@ TEST(Settings, LlamaFlagsMakeTheModel) {
                 model_config(parse({"--vocab", "2147483647"}));
               }),
               HasSubstr("the vocabulary size 2147483647 is implausibly large"));
+  // An llm.c checkpoint holds the whole model: the model flags given are named.
+  EXPECT_THAT(input_error([&] {
+                model_config(parse({"--arch", "llama", "--kv-heads", "2", "--init-from", "m.bin"}));
+              }),
+              HasSubstr("drop --arch, --kv-heads, or drop --init-from"));
 
   CheckpointInfo c = saved_by(parse({}));
   c.model.arch = Arch::kLlama;
