@@ -106,8 +106,8 @@ GenerateOptions parse_generate_options(int argc, const char* const* argv) {
 std::string generate_usage() {
   return R"(usage: mpiexec -n T mpiformer-generate --init-from FILE | --load DIR [flags]
 
-Writes what a GPT-2 model (llm.c's, as mpiformer-train trains it) continues a prompt with: the
-text on stdout, streamed token by token; notes and the tokens/s summary on stderr. The prompt
+Writes what a GPT-2 or Llama model (as mpiformer-train trains it, or a Hugging Face one)
+continues a prompt with: the text on stdout, streamed token by token; notes and the tokens/s summary on stderr. The prompt
 runs through the model in one pass, then each new token costs one position (a KV cache). Runs on
 N ranks with --tp N (tensor parallel), or on one.
 
