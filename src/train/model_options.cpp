@@ -29,6 +29,14 @@ void parse_rope_scaling(const std::string& text, GPTConfig& cfg) {
 
 }  // namespace
 
+bool is_llama_flag(const std::string& flag) {
+  for (const char* f : {"--kv-heads", "--ffn-dim", "--norm-eps", "--rope-theta", "--rope-scaling",
+                        "--tie-embeddings"}) {
+    if (flag == f) return true;
+  }
+  return false;
+}
+
 std::string rope_scaling_text(const GPTConfig& cfg) {
   if (!cfg.llama() || cfg.rope_factor == 0) return "none";
   char buf[96];
@@ -62,10 +70,9 @@ GPTConfig flags_config(const TrainOptions& o) {
     cfg.tied = o.tie_embeddings != 0;
     parse_rope_scaling(o.rope_scaling, cfg);
   } else {
-    for (const char* flag : {"--kv-heads", "--ffn-dim", "--norm-eps", "--rope-theta",
-                             "--rope-scaling", "--tie-embeddings"}) {
-      require(o.given.count(flag) == 0,
-              std::string(flag) + " is a Llama setting; pass --arch llama, or drop " + flag);
+    for (const std::string& flag : o.given) {
+      require(!is_llama_flag(flag),
+              flag + " is a Llama setting; pass --arch llama, or drop " + flag);
     }
   }
   require(o.tie_embeddings == 0 || o.tie_embeddings == 1,

@@ -17,6 +17,10 @@ GPTConfig model_config(const TrainOptions& o);
 // The model of the flags alone (defaults where not given).
 GPTConfig flags_config(const TrainOptions& o);
 
+// --kv-heads, --ffn-dim, --norm-eps, --rope-theta, --rope-scaling, --tie-embeddings: what only
+// a Llama takes.
+bool is_llama_flag(const std::string& flag);
+
 // "none", or "FACTOR,LOW,HIGH,ORIGINAL" (%g each) for a Llama with rope scaling.
 std::string rope_scaling_text(const GPTConfig& cfg);
 

@@ -231,6 +231,11 @@ TEST(Settings, LlamaFlagsMakeTheModel) {
   o = parse({"--arch", "gpt2"});
   EXPECT_THAT(input_error([&] { adopt_checkpoint_options(o, c, "state.txt", warnings); }),
               HasSubstr("--arch gpt2 differs from the checkpoint's llama"));
+  // A GPT-2 checkpoint's Llama settings are defaults, not values to pass back.
+  o = parse({"--kv-heads", "1"});
+  EXPECT_THAT(
+      input_error([&] { adopt_checkpoint_options(o, saved_by(parse({})), "state.txt", warnings); }),
+      HasSubstr("--kv-heads is a Llama setting and checkpoint state.txt holds a GPT-2"));
 }
 
 TEST(Settings, ResumeRefusesAMissingOrMalformedSavedSetting) {
