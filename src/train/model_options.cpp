@@ -2,29 +2,37 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "checkpoint/hf_checkpoint.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
+#include "core/flags.hpp"
 
 namespace mpf {
 
 namespace {
 
-// --rope-scaling FACTOR,LOW,HIGH,ORIGINAL into cfg (Llama 3.1's rope_scaling: 8,1,4,8192).
+// --rope-scaling FACTOR,LOW,HIGH,ORIGINAL into cfg (Llama 3.1's rope_scaling: 8,1,4,8192). Each
+// field parsed whole and range-checked (sscanf's %d wrapped 4294967297 to 1).
 void parse_rope_scaling(const std::string& text, GPTConfig& cfg) {
   if (text == "none") return;
-  float v[3];
-  int original = 0;
-  char tail = 0;
-  const int n = std::sscanf(text.c_str(), "%f,%f,%f,%d%c", &v[0], &v[1], &v[2], &original, &tail);
-  require(n == 4, "--rope-scaling '" + text +
-                      "' is not FACTOR,LOW_FREQ_FACTOR,HIGH_FREQ_FACTOR,ORIGINAL_MAX_POS; pass "
-                      "e.g. 8,1,4,8192 (Llama 3.1) or none");
-  cfg.rope_factor = v[0];
-  cfg.rope_low_freq_factor = v[1];
-  cfg.rope_high_freq_factor = v[2];
-  cfg.rope_original_max_pos = original;
+  std::vector<std::string> fields;
+  for (size_t begin = 0;;) {
+    const size_t comma = text.find(',', begin);
+    fields.push_back(text.substr(begin, comma - begin));
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  require(fields.size() == 4,
+          "--rope-scaling '" + text +
+              "' is not FACTOR,LOW_FREQ_FACTOR,HIGH_FREQ_FACTOR,ORIGINAL_MAX_POS; "
+              "pass e.g. 8,1,4,8192 (Llama 3.1) or none");
+  const std::string flag = "--rope-scaling";
+  cfg.rope_factor = float(flags::to_double(flag, fields[0]));
+  cfg.rope_low_freq_factor = float(flags::to_double(flag, fields[1]));
+  cfg.rope_high_freq_factor = float(flags::to_double(flag, fields[2]));
+  cfg.rope_original_max_pos = flags::to_int32(flag, fields[3]);
 }
 
 }  // namespace

@@ -205,7 +205,11 @@ TEST(Settings, LlamaFlagsMakeTheModel) {
   EXPECT_THAT(input_error([&] {
                 model_config(parse({"--arch", "llama", "--rope-scaling", "inf,1,4,8192"}));
               }),
-              HasSubstr("factors must be finite"));
+              HasSubstr("--rope-scaling expects a number, got 'inf'"));
+  EXPECT_THAT(input_error([&] {
+                model_config(parse({"--arch", "llama", "--rope-scaling", "8,1,4,4294967297"}));
+              }),
+              HasSubstr("--rope-scaling value 4294967297 is out of range"));
   EXPECT_THAT(input_error([&] {
                 model_config(parse({"--arch", "llama", "--ffn-dim", "2000000000"}));
               }),
