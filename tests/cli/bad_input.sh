@@ -96,4 +96,9 @@ done
 # --lr-decay-steps 0 means "follow --steps", as when not given: --help says so.
 grep -A1 -- "--lr-decay-steps" <<<"$out" | grep -q "default, or 0: --steps" && ok "--help: --lr-decay-steps 0" ||
   bad "--help does not say what --lr-decay-steps 0 means"
+# mpiformer-bench builds its run as the trainer does: a layout the model does not take is one line.
+if [ -n "${MPIFORMER_BENCH:-}" ]; then
+  expect_error_from "$MPIFORMER_BENCH" "bench: --batch 3 over 2 ranks" 2 "--batch 3 does not split over 2" -- \
+    --model small --batch 3 --peak-gflops 1
+fi
 finish
