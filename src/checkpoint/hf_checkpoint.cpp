@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "checkpoint/state_files.hpp"
@@ -17,6 +18,7 @@
 #include "core/transfer.hpp"
 #include "io/output_file.hpp"
 #include "io/parallel_file.hpp"
+#include "parallel/agreement.hpp"
 
 namespace mpf {
 
@@ -62,6 +64,7 @@ class HfSource {
   }
   // "safetensors file X" or "model directory D" for a missing tensor.
   std::string holder() const { return holder_; }
+  const std::map<std::string, Located>& tensors() const { return where_; }
 
  private:
   std::string origin_, config_, holder_;
@@ -238,14 +241,36 @@ void check_tensors(const HfSource& source, const GPTConfig& cfg, const std::stri
             "safetensors file " + at.file->path() + ": tensor " + name + " is " + at.entry->dtype +
                 "; weights are read from F32, BF16 or F16");
   };
+  std::set<std::string> read{names.lm_head()};
   for (const TensorSpec& s : kTensors) {
     if (tensor_size(s.id, cfg) == 0) continue;
     for (int l = 0; l < layers_of(s.id, cfg); ++l) {
-      for (const HfPiece& p : names.pieces(s.id, l)) check(p.name, names.shape(s.id, p));
+      for (const HfPiece& p : names.pieces(s.id, l)) {
+        check(p.name, names.shape(s.id, p));
+        read.insert(p.name);
+      }
     }
   }
   if (cfg.tied && source.find(names.lm_head()).entry) {
     check(names.lm_head(), names.shape(TensorId::wte, names.pieces(TensorId::wte, 0)[0]));
+  }
+  // A tensor the model would not read is a model other than the config's (more layers, biases):
+  // refused, not dropped. Only the buffers transformers' files may hold are not weights: GPT-2's
+  // causal masks (attn.bias, attn.masked_bias) and an older Llama's rotary_emb.inv_freq.
+  const auto is_buffer = [](const std::string& name) {
+    for (const std::string suffix : {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"}) {
+      if (name.size() >= suffix.size() &&
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        return true;
+    }
+    return false;
+  };
+  for (const auto& [name, at] : source.tensors()) {
+    if (read.count(name) || is_buffer(name)) continue;
+    throw InputError("safetensors file " + at.file->path() + ": tensor " + name +
+                     " is not a tensor of the model of " + cfg_origin + " (" + describe(cfg) +
+                     "); the file holds another model (more layers, biases): pass its config "
+                     "or sizes");
   }
 }
 
@@ -367,16 +392,6 @@ std::string stored_index(const HfBlock& b, int64_t k) {
   int64_t r = b.row + k / b.width(), c = b.col0 + k % b.width();
   if (b.piece->transposed) std::swap(r, c);
   return "(" + std::to_string(r) + ", " + std::to_string(c) + ")";
-}
-
-// Collective: "" if local is "" on every rank, else the lowest failing rank's message.
-std::string first_error(MPI_Comm comm, const std::string& local) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  int mine = local.empty() ? size : rank, first = size;
-  MPF_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  return first == size ? "" : broadcast(local, first, comm);
 }
 
 void read_shard(const HfSource& source, const GPTConfig& cfg, const TpShard& shard,

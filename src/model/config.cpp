@@ -1,5 +1,8 @@
 #include "model/config.hpp"
 
+#include <algorithm>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 
 #include "core/error.hpp"
@@ -12,7 +15,9 @@ const char* arch_name(Arch arch) {
 }
 
 int pad_vocab(int vocab, int multiple) {
-  return (vocab + multiple - 1) / multiple * multiple;
+  // In 64 bits: a vocabulary near 2^31 (a corrupt config.json) must reach validate(), not overflow.
+  const int64_t padded = (int64_t(vocab) + multiple - 1) / multiple * multiple;
+  return int(std::min<int64_t>(padded, INT_MAX));
 }
 
 void validate(const GPTConfig& cfg, const std::string& origin) {
@@ -25,6 +30,19 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
   positive(cfg.channels, "the channel count", "--dim");
   positive(cfg.vocab, "the vocabulary size", "--vocab");
   positive(cfg.max_seq_len, "max_seq_len", "--max-seq-len");
+  // Far above any trained model's, and low enough that no size computed from them overflows
+  // (4C, (NH + 2 KVH) hs, L x F x C elements): a corrupt config.json stops here, not in malloc.
+  auto plausible = [&](int64_t value, int64_t most, const char* what, const char* flag) {
+    require(value <= most, std::string(what) + " " + std::to_string(value) +
+                               " is implausibly large (from " + origin + "; at most " +
+                               std::to_string(most) + "); set " + flag + " to a smaller value");
+  };
+  plausible(cfg.layers, 1 << 16, "the number of layers", "--layers");
+  plausible(cfg.heads, 1 << 16, "the number of heads", "--heads");
+  plausible(cfg.channels, 1 << 20, "the channel count", "--dim");
+  plausible(cfg.vocab, 1 << 24, "the vocabulary size", "--vocab");
+  plausible(cfg.max_seq_len, 1 << 24, "max_seq_len", "--max-seq-len");
+  plausible(cfg.ffn_dim, 1 << 22, "the MLP width", "--ffn-dim");
   require(cfg.channels % cfg.heads == 0, "channels " + std::to_string(cfg.channels) +
                                              " do not divide into " + std::to_string(cfg.heads) +
                                              " heads (from " + origin +
@@ -47,8 +65,13 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
   require(cfg.head_size() % 2 == 0, "the head size " + std::to_string(cfg.head_size()) +
                                         " is odd; rotary embeddings rotate pairs (from " + origin +
                                         "); choose --dim / --heads even");
-  require(cfg.norm_eps > 0, "--norm-eps must be positive (from " + origin + ")");
-  require(cfg.rope_theta > 0, "--rope-theta must be positive (from " + origin + ")");
+  // A float32 of a config.json's 1e39 is infinite; so may be --rope-scaling's "inf".
+  require(cfg.norm_eps > 0 && std::isfinite(cfg.norm_eps),
+          "--norm-eps must be positive and finite (from " + origin + ")");
+  require(cfg.rope_theta > 0 && std::isfinite(cfg.rope_theta),
+          "--rope-theta must be positive and finite (from " + origin + ")");
+  require(std::isfinite(cfg.rope_factor) && std::isfinite(cfg.rope_high_freq_factor),
+          "rope scaling's factors must be finite (from " + origin + "); fix --rope-scaling");
   require(cfg.rope_factor == 0 ||
               (cfg.rope_factor >= 1 && cfg.rope_high_freq_factor > cfg.rope_low_freq_factor &&
                cfg.rope_low_freq_factor > 0 && cfg.rope_original_max_pos > 0),

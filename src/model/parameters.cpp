@@ -1,6 +1,7 @@
 #include "model/parameters.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -100,7 +101,14 @@ Parameters Parameters::allocate(const TpShard& shard, const std::string& label, 
   p.sizes = shard.sizes();
   p.layout = SlabLayout(p.sizes, shard.local_layers());
   p.count = p.layout.count();
-  p.slab = Slab(label, (p.count + pad_to - 1) / pad_to * pad_to);
+  try {
+    p.slab = Slab(label, (p.count + pad_to - 1) / pad_to * pad_to);
+  } catch (const std::runtime_error& e) {  // Kokkos's allocation failure: the model is too large
+    throw InputError("the model's " + std::to_string(p.count) + " parameters on this rank (" +
+                     std::to_string(p.count * int64_t(sizeof(float)) >> 20) +
+                     " MiB) cannot be allocated; choose a smaller model (--layers, --dim, "
+                     "--vocab, --ffn-dim) or split it over more --tp/--pp ranks");
+  }
   p.t.blocks.resize(size_t(shard.local_layers()));
   for (const SlabPiece& piece : p.layout.pieces()) view_of(p.t, piece) = p.view(piece);
   return p;

@@ -20,6 +20,10 @@ struct BpeTokenizer::Cache {
   PieceTable table;
 };
 
+// Token ids at or above this are refused (Llama 3 has 128,256; the largest byte-level BPE
+// vocabularies a few hundred thousand).
+constexpr int64_t kMaxTokenId = int64_t(1) << 22;
+
 // Reads tokenizer.json into a BpeTokenizer; every problem an InputError naming the file.
 class BpeTokenizerLoader {
  public:
@@ -48,7 +52,12 @@ class BpeTokenizerLoader {
     } catch (const json::TypeError&) {
       fail(name() + " is not an integer token id");
     }
-    if (id < 0 || id >= INT32_MAX) fail(name() + " is " + std::to_string(id) + ", not a token id");
+    if (id < 0) fail(name() + " is " + std::to_string(id) + ", not a token id");
+    // The id table is as long as the largest id: a corrupt id in the billions would allocate
+    // gigabytes before any check could name it.
+    if (id >= kMaxTokenId)
+      fail(name() + " is " + std::to_string(id) + ", above " + std::to_string(kMaxTokenId - 1) +
+           "; no byte-level BPE vocabulary is that large (the file is corrupt)");
     return int32_t(id);
   }
 

@@ -8,6 +8,7 @@
 #include "checkpoint/hf_checkpoint.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
+#include "core/flags.hpp"
 #include "data/shard_manifest.hpp"
 #include "io/output_file.hpp"
 
@@ -15,20 +16,26 @@ namespace mpf {
 
 namespace {
 
-// --rope-scaling FACTOR,LOW,HIGH,ORIGINAL into cfg (Llama 3.1's rope_scaling: 8,1,4,8192).
+// --rope-scaling FACTOR,LOW,HIGH,ORIGINAL into cfg (Llama 3.1's rope_scaling: 8,1,4,8192). Each
+// field parsed whole and range-checked (sscanf's %d wrapped 4294967297 to 1).
 void parse_rope_scaling(const std::string& text, GPTConfig& cfg) {
   if (text == "none") return;
-  float v[3];
-  int original = 0;
-  char tail = 0;
-  const int n = std::sscanf(text.c_str(), "%f,%f,%f,%d%c", &v[0], &v[1], &v[2], &original, &tail);
-  require(n == 4, "--rope-scaling '" + text +
-                      "' is not FACTOR,LOW_FREQ_FACTOR,HIGH_FREQ_FACTOR,ORIGINAL_MAX_POS; pass "
-                      "e.g. 8,1,4,8192 (Llama 3.1) or none");
-  cfg.rope_factor = v[0];
-  cfg.rope_low_freq_factor = v[1];
-  cfg.rope_high_freq_factor = v[2];
-  cfg.rope_original_max_pos = original;
+  std::vector<std::string> fields;
+  for (size_t begin = 0;;) {
+    const size_t comma = text.find(',', begin);
+    fields.push_back(text.substr(begin, comma - begin));
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  require(fields.size() == 4,
+          "--rope-scaling '" + text +
+              "' is not FACTOR,LOW_FREQ_FACTOR,HIGH_FREQ_FACTOR,ORIGINAL_MAX_POS; "
+              "pass e.g. 8,1,4,8192 (Llama 3.1) or none");
+  const std::string flag = "--rope-scaling";
+  cfg.rope_factor = float(flags::to_double(flag, fields[0]));
+  cfg.rope_low_freq_factor = float(flags::to_double(flag, fields[1]));
+  cfg.rope_high_freq_factor = float(flags::to_double(flag, fields[2]));
+  cfg.rope_original_max_pos = flags::to_int32(flag, fields[3]);
 }
 
 // The manifest.json beside each .bin entry of --data (a path, a glob or a comma list of them),
@@ -74,6 +81,14 @@ std::string adopt_data_vocab(TrainOptions& o) {
   return "--vocab " + std::to_string(vocab) + ": " + named + " (the tokenizer of --data)";
 }
 
+bool is_llama_flag(const std::string& flag) {
+  for (const char* f : {"--kv-heads", "--ffn-dim", "--norm-eps", "--rope-theta", "--rope-scaling",
+                        "--tie-embeddings"}) {
+    if (flag == f) return true;
+  }
+  return false;
+}
+
 std::string rope_scaling_text(const GPTConfig& cfg) {
   if (!cfg.llama() || cfg.rope_factor == 0) return "none";
   char buf[96];
@@ -107,10 +122,9 @@ GPTConfig flags_config(const TrainOptions& o) {
     cfg.tied = o.tie_embeddings != 0;
     parse_rope_scaling(o.rope_scaling, cfg);
   } else {
-    for (const char* flag : {"--kv-heads", "--ffn-dim", "--norm-eps", "--rope-theta",
-                             "--rope-scaling", "--tie-embeddings"}) {
-      require(o.given.count(flag) == 0,
-              std::string(flag) + " is a Llama setting; pass --arch llama, or drop " + flag);
+    for (const std::string& flag : o.given) {
+      require(!is_llama_flag(flag),
+              flag + " is a Llama setting; pass --arch llama, or drop " + flag);
     }
   }
   require(o.tie_embeddings == 0 || o.tie_embeddings == 1,
@@ -124,9 +138,9 @@ GPTConfig model_config(const TrainOptions& o) {
   // A Hugging Face config.json rules and the flags given must agree with it; a bare .safetensors
   // file takes its sizes from the flags.
   if (is_hf_source(o.init_from)) return read_hf_model_config(o.init_from, flags_config(o), o.given);
-  require(!o.model_sizes_given,
-          "--init-from takes the model's sizes from the checkpoint; drop --layers/--heads/--dim/"
-          "--vocab/--max-seq-len, or drop --init-from to train a fresh model");
+  require(o.model_flags_given.empty(), "--init-from takes the model from the checkpoint " +
+                                           o.init_from + "; drop " + o.model_flags_given +
+                                           ", or drop --init-from to train a fresh model");
   return read_checkpoint_config(o.init_from);
 }
 

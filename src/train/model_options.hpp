@@ -25,6 +25,10 @@ GPTConfig flags_config(const TrainOptions& o);
 // resumed run or --init-from takes the vocabulary from its checkpoint.
 std::string adopt_data_vocab(TrainOptions& o);
 
+// --kv-heads, --ffn-dim, --norm-eps, --rope-theta, --rope-scaling, --tie-embeddings: what only
+// a Llama takes.
+bool is_llama_flag(const std::string& flag);
+
 // "none", or "FACTOR,LOW,HIGH,ORIGINAL" (%g each) for a Llama with rope scaling.
 std::string rope_scaling_text(const GPTConfig& cfg);
 

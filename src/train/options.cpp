@@ -67,7 +67,7 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   for (const SettingGroup& g : setting_groups()) {
     for (const Setting& s : g.rows) {
       if (s.key && std::string(s.key).rfind("model.", 0) == 0 && o.given.count(s.flag)) {
-        o.model_sizes_given = true;
+        o.model_flags_given += (o.model_flags_given.empty() ? "" : ", ") + std::string(s.flag);
       }
     }
   }

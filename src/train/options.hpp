@@ -21,7 +21,7 @@ struct TrainOptions {
   float norm_eps = 1e-5f, rope_theta = 10000.0f;
   std::string rope_scaling = "none";  // "none" or FACTOR,LOW,HIGH,ORIGINAL_MAX_POS (llama3)
   int tie_embeddings = 1;
-  bool model_sizes_given = false;  // any of the five flags above appeared
+  std::string model_flags_given;  // the model flags above on the command line ("--arch, --dim")
   // Data.
   std::string data = "builtin:train";
   std::string val_data;  // "" = builtin:val when training on builtin data, else none; "none" = off

@@ -94,6 +94,10 @@ void adopt_checkpoint_options(TrainOptions& o, const CheckpointInfo& c,
       }
       const bool given = o.given.count(s.flag) > 0;
       if (s.on_resume == OnResume::keep) {
+        // Its saved value is only a default: "pass --kv-heads 0" would be refused in turn.
+        require(!given || c.model.llama() || !is_llama_flag(s.flag),
+                std::string(s.flag) + " is a Llama setting and checkpoint " + state_file +
+                    " holds a GPT-2; drop " + s.flag);
         require(!given || same_setting(o, saved, s),
                 std::string(s.flag) + " " + setting_shown(o, s) +
                     " differs from the checkpoint's " + setting_shown(saved, s) +

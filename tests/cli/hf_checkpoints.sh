@@ -129,6 +129,11 @@ cp -r "$WORK/gpt" "$WORK/bad_config" && hf config "$WORK/bad_config" n_embd 64
 expect_error "config disagrees with the tensors" 2 \
   "bad_config/model.safetensors: tensor transformer.wte.weight has shape \(300, 32\) but config .*bad_config/config.json" -- \
   --init-from "$WORK/bad_config" "${ARGS[@]}"
+# A config of fewer layers than the file holds: refused, not loaded as the first layer alone.
+cp -r "$WORK/gpt" "$WORK/bad_layers" && hf config "$WORK/bad_layers" n_layer 1
+expect_error "config of fewer layers than the file" 1 \
+  "bad_layers/model.safetensors: tensor transformer.h.1.[a-z_.]+ is not a tensor of the model of config" -- \
+  --init-from "$WORK/bad_layers" "${ARGS[@]}"
 cp -r "$WORK/gpt" "$WORK/bad_act" && hf config "$WORK/bad_act" activation_function '"relu"'
 expect_error "config of another activation" 1 "bad_act/config.json: activation_function is \"relu\"" -- \
   --init-from "$WORK/bad_act" "${ARGS[@]}"

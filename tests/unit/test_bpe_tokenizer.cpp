@@ -256,6 +256,13 @@ TEST_F(BpeTokenizerTest, RefusesWhatItCannotEncode) {
   d = Doc{};
   d.added = R"([{"id":-3,"content":"<x>"}])";
   has(refused(d), "added_tokens[0].id");
+  // An id in the billions is refused before the id table is sized by it.
+  d.added = R"([{"id":2000000000,"content":"<x>"}])";
+  has(refused(d), "added_tokens[0].id is 2000000000, above");
+  d = Doc{};
+  d.vocab = "{" + key("h") + ":2147483646}";
+  d.merges = "[]";
+  has(refused(d), "is 2147483646, above");
 }
 
 }  // namespace mpf

@@ -203,6 +203,28 @@ TEST(Settings, LlamaFlagsMakeTheModel) {
               }),
               HasSubstr("choose --kv-heads dividing --heads"));
   EXPECT_THAT(input_error([&] { parse({"--arch", "bert"}); }), HasSubstr("--arch"));
+  // An infinite value and sizes past any model's stop in validate(), before any allocation.
+  EXPECT_THAT(input_error([&] {
+                model_config(parse({"--arch", "llama", "--rope-scaling", "inf,1,4,8192"}));
+              }),
+              HasSubstr("--rope-scaling expects a number, got 'inf'"));
+  EXPECT_THAT(input_error([&] {
+                model_config(parse({"--arch", "llama", "--rope-scaling", "8,1,4,4294967297"}));
+              }),
+              HasSubstr("--rope-scaling value 4294967297 is out of range"));
+  EXPECT_THAT(input_error([&] {
+                model_config(parse({"--arch", "llama", "--ffn-dim", "2000000000"}));
+              }),
+              HasSubstr("the MLP width 2000000000 is implausibly large"));
+  EXPECT_THAT(input_error([&] {
+                model_config(parse({"--vocab", "2147483647"}));
+              }),
+              HasSubstr("the vocabulary size 2147483647 is implausibly large"));
+  // An llm.c checkpoint holds the whole model: the model flags given are named.
+  EXPECT_THAT(input_error([&] {
+                model_config(parse({"--arch", "llama", "--kv-heads", "2", "--init-from", "m.bin"}));
+              }),
+              HasSubstr("drop --arch, --kv-heads, or drop --init-from"));
 
   CheckpointInfo c = saved_by(parse({}));
   c.model.arch = Arch::kLlama;
@@ -215,6 +237,11 @@ TEST(Settings, LlamaFlagsMakeTheModel) {
   o = parse({"--arch", "gpt2"});
   EXPECT_THAT(input_error([&] { adopt_checkpoint_options(o, c, "state.txt", warnings); }),
               HasSubstr("--arch gpt2 differs from the checkpoint's llama"));
+  // A GPT-2 checkpoint's Llama settings are defaults, not values to pass back.
+  o = parse({"--kv-heads", "1"});
+  EXPECT_THAT(
+      input_error([&] { adopt_checkpoint_options(o, saved_by(parse({})), "state.txt", warnings); }),
+      HasSubstr("--kv-heads is a Llama setting and checkpoint state.txt holds a GPT-2"));
 }
 
 using DataVocab = test::ScratchDirTest;
