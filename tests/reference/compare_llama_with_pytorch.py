@@ -32,8 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
     import torch
     import torch.nn.functional as F
-    from compare_with_pytorch import (B, T, STEPS, BETA1, BETA2, EPS, STEP_RE, batches, lr_at,
-                                      printed_ulp, write_tokens)
+    from compare_with_pytorch import (B, T, STEPS, BETA1, BETA2, EPS, STEP_RE, printed_ulp,
+                                      train_reference, write_tokens)
 except ImportError as e:
     sys.exit(f"reference: cannot import torch ({e}); run with /usr/bin/python3. 0 passed, 1 failed")
 
@@ -175,25 +175,11 @@ def llama_logits(p, inputs, m):
 
 
 def reference_run(params0, tokens, m, dtype=torch.float64, autocast_bf16=False):
-    p = {k: torch.tensor(v, dtype=dtype, requires_grad=True) for k, v in params0.items()}
-    groups = [dict(params=[p[k] for k in p if k in MATRICES], weight_decay=CFG["wd"]),
-              dict(params=[p[k] for k in p if k not in MATRICES], weight_decay=0.0)]
-    opt = torch.optim.AdamW(groups, lr=CFG["lr"], betas=(BETA1, BETA2), eps=EPS)
-    rows = []
-    for s, (inputs, targets) in enumerate(batches(tokens, STEPS)):
-        opt.zero_grad(set_to_none=False)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bf16):
-            logits = llama_logits(p, inputs, m)
-        loss = F.cross_entropy(logits[..., :m["V"]].float().to(dtype).reshape(-1, m["V"]),
+    def loss_of(p, inputs, targets):
+        logits = llama_logits(p, inputs, m)
+        return F.cross_entropy(logits[..., :m["V"]].float().to(dtype).reshape(-1, m["V"]),
                                targets.reshape(-1))
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(list(p.values()), CFG["grad_clip"])
-        lr = lr_at(s, CFG)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.step()
-        rows.append(dict(loss=loss.item(), norm=norm.item(), lr=lr))
-    return rows, {k: v.detach().double().numpy() for k, v in p.items()}
+    return train_reference(params0, tokens, CFG, MATRICES, loss_of, dtype, autocast_bf16)
 
 
 def run_trainer(exe, workdir, model, shard, precision):

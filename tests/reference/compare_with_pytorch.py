@@ -218,15 +218,23 @@ def reference_run(params0, tokens, cfg, m, dtype=torch.float64, autocast_bf16=Fa
     dtype=float32 it stands in for the trainer (--calibrate) to measure float32 rounding. With
     autocast_bf16 (float32 parameters) the forward runs under torch.autocast's bf16: PyTorch's
     mixed precision, the anchor for --precision bf16."""
+    return train_reference(params0, tokens, cfg, MATRICES, lambda p, x, y: gpt2_loss(p, x, y, m),
+                           dtype, autocast_bf16)
+
+
+def train_reference(params0, tokens, cfg, matrices, loss_of, dtype, autocast_bf16):
+    """The trainer's step in PyTorch for any model: llm.c's batches, loss_of(params, inputs,
+    targets), gradient clipping, AdamW decaying the tensors named in `matrices` and the learning
+    rate schedule. Returns each step's loss, norm and lr, and the final parameters (float64)."""
     p = {k: torch.tensor(v, dtype=dtype, requires_grad=True) for k, v in params0.items()}
-    groups = [dict(params=[p[k] for k in p if k in MATRICES], weight_decay=cfg["wd"]),
-              dict(params=[p[k] for k in p if k not in MATRICES], weight_decay=0.0)]
+    groups = [dict(params=[p[k] for k in p if k in matrices], weight_decay=cfg["wd"]),
+              dict(params=[p[k] for k in p if k not in matrices], weight_decay=0.0)]
     opt = torch.optim.AdamW(groups, lr=cfg["lr"], betas=(BETA1, BETA2), eps=EPS)
     rows = []
     for s, (inputs, targets) in enumerate(batches(tokens, STEPS)):
         opt.zero_grad(set_to_none=False)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bf16):
-            loss = gpt2_loss(p, inputs, targets, m)
+            loss = loss_of(p, inputs, targets)
         loss.backward()
         if cfg["grad_clip"] > 0:  # coef = clip / (norm + 1e-6), applied when < 1
             norm = torch.nn.utils.clip_grad_norm_(list(p.values()), cfg["grad_clip"])
