@@ -5,9 +5,7 @@
 #include "core/error.hpp"
 #include "model/gpt.hpp"
 #include "model/layers/encoder.hpp"
-#include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
-#include "model/layers/rmsnorm.hpp"
 #include "parallel/tp_regions.hpp"
 
 namespace mpf {
@@ -113,14 +111,9 @@ Tensor Decoder::head(Tensor row) {
       rstd(head_slab_.data() + C + 1, 1), logits(head_slab_.data() + C + 2, shard_.vocab_shard);
   const Tensor none;
   const GPTConfig& cfg = shard_.cfg;
-  if (cfg.llama()) {
-    rmsnorm_forward(lnf, rstd, row, params_.lnfw, 1, C, cfg.norm_eps);
-  } else {
-    layernorm_forward(lnf, mean, rstd, row, params_.lnfw, params_.lnfb, 1, C);
-  }
+  model_norm_forward(lnf, mean, rstd, row, params_.lnfw, params_.lnfb, 1, cfg);
   // The head: this rank's rows of wte (tied) or lmhead give its vocabulary shard's logits.
-  linear_forward(logits, none, lnf, cfg.tied ? params_.wte : params_.lmhead, none, 1, C,
-                 shard_.vocab_shard);
+  linear_forward(logits, none, lnf, head_weight(params_, cfg), none, 1, C, shard_.vocab_shard);
   Kokkos::fence();
   return logits;
 }

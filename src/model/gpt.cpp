@@ -37,17 +37,7 @@ void seed_rows(Tensor out, Tensor residual, Tensor bias, const tp::SequenceSplit
       });
 }
 
-// The family's normalisation: GPT-2's LayerNorm (weight and bias, mean and rstd kept) or
-// Llama's RMSNorm (weight only, rstd kept); an RMSNorm's bias and mean are empty views.
-void model_norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
-                        Tensor bias, int64_t N, const GPTConfig& cfg) {
-  if (cfg.llama()) {
-    rmsnorm_forward(out, rstd, inp, weight, N, cfg.channels, cfg.norm_eps);
-  } else {
-    layernorm_forward(out, mean, rstd, inp, weight, bias, N, cfg.channels);
-  }
-}
-
+// The backward of model_norm_forward (gpt.hpp): the family's normalisation.
 void model_norm_backward_input(Tensor dinp, Tensor dresidual, Tensor dout, Tensor inp, Tensor mean,
                                Tensor rstd, Tensor weight, int64_t N, const GPTConfig& cfg) {
   if (cfg.llama()) {
@@ -64,14 +54,6 @@ void model_norm_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tenso
   } else {
     layernorm_backward_weight(dweight, dbias, dout, inp, mean, rstd, N, cfg.channels);
   }
-}
-
-// The LM head's weight: wte when tied, else lmhead.
-const Tensor& head_weight(const ParameterTensors& t, const GPTConfig& cfg) {
-  return cfg.tied ? t.wte : t.lmhead;
-}
-Tensor& head_weight(ParameterTensors& t, const GPTConfig& cfg) {
-  return cfg.tied ? t.wte : t.lmhead;
 }
 
 // Under SP, LayerNorm weight gradients come from this rank's rows: sum them over TP.
@@ -120,6 +102,22 @@ void row_parallel_and_leave(Tensor out, Tensor partial, Tensor residual, Tensor 
 }
 }  // namespace
 
+void model_norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                        Tensor bias, int64_t N, const GPTConfig& cfg) {
+  if (cfg.llama()) {
+    rmsnorm_forward(out, rstd, inp, weight, N, cfg.channels, cfg.norm_eps);
+  } else {
+    layernorm_forward(out, mean, rstd, inp, weight, bias, N, cfg.channels);
+  }
+}
+
+const Tensor& head_weight(const ParameterTensors& t, const GPTConfig& cfg) {
+  return cfg.tied ? t.wte : t.lmhead;
+}
+Tensor& head_weight(ParameterTensors& t, const GPTConfig& cfg) {
+  return cfg.tied ? t.wte : t.lmhead;
+}
+
 void embedding_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
                        MPI_Comm tp) {
   const TpShard& s = acts.shard;
@@ -137,12 +135,9 @@ void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI
   const RopePositions rope{acts.rope_cos, acts.rope_sin, acts.T, 0};
   block_forward(b.a, acts.block_input(l), acts.partial, b.p, b.s, b.seq, tp, rope,
                 [&](Tensor atty, Tensor qkv) {
-                  if (b.s.cfg.llama()) {
-                    attention_forward(atty, b.a.att, qkv, acts.B, acts.T, b.s.heads, b.s.kv_heads,
-                                      b.s.head_size);
-                  } else {
-                    attention_forward(atty, b.a.att, qkv, acts.B, acts.T, b.s.attn, b.s.heads);
-                  }
+                  // GPT-2's multi-head attention is the kv_heads == heads case.
+                  attention_forward(atty, b.a.att, qkv, acts.B, acts.T, b.s.heads, b.s.kv_heads,
+                                    b.s.head_size);
                 });
 }
 
@@ -250,15 +245,12 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
                             cfg);
   tp::leave_backward(dres2.data(), w.dres2.data(), C, seq, tp);
   linear_backward_input(buf.datty, w.dres2, p.attprojw, R, s.attn, C);
+  attention_backward_input(w.dqkv, buf.datt, buf.datty, a.qkv, a.att, acts.B, acts.T, s.heads,
+                           s.kv_heads, s.head_size);
   if (cfg.llama()) {
     // The gradient of the rotated Q and K, rotated back: the gradient of the projection's output.
-    attention_backward_input(w.dqkv, buf.datt, buf.datty, a.qkv, a.att, acts.B, acts.T, s.heads,
-                             s.kv_heads, s.head_size);
     rope_backward(w.dqkv, acts.rope_cos, acts.rope_sin, R, acts.T, 0, s.heads, s.kv_heads,
                   s.head_size);
-  } else {
-    attention_backward_input(w.dqkv, buf.datt, buf.datty, a.qkv, a.att, acts.B, acts.T, s.attn,
-                             s.heads);
   }
   const Tensor partial1 = seq.on ? buf.partial : w.dln1;
   linear_backward_input(partial1, w.dqkv, p.qkvw, R, C, s.qkv);

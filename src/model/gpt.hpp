@@ -24,6 +24,14 @@
 
 namespace mpf {
 
+// The family's normalisation of N rows: GPT-2's LayerNorm (weight and bias; mean and rstd kept)
+// or Llama's RMSNorm (weight only; rstd kept, bias and mean empty views).
+void model_norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                        Tensor bias, int64_t N, const GPTConfig& cfg);
+// The LM head's weight: wte when tied, else lmhead.
+const Tensor& head_weight(const ParameterTensors& t, const GPTConfig& cfg);
+Tensor& head_weight(ParameterTensors& t, const GPTConfig& cfg);
+
 // ---- forward ----
 void embedding_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
                        MPI_Comm tp);
