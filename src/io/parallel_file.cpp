@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/transfer.hpp"
 #include "core/types.hpp"
+#include "parallel/agreement.hpp"
 #include "parallel/grid.hpp"
 
 namespace mpf {
@@ -332,13 +333,7 @@ void ParallelFile::close() {
 }
 
 std::string ParallelFile::agree() {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm_, &rank);
-  MPI_Comm_size(comm_, &size);
-  int mine = error_.empty() ? size : rank, first = size;
-  MPF_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm_));
-  if (first == size) return "";
-  return broadcast(error_, first, comm_);  // the failing rank's message, to everyone
+  return first_error(comm_, error_);
 }
 
 }  // namespace mpf
