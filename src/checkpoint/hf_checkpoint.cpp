@@ -35,12 +35,6 @@ constexpr const char* kHfTokenizer = "tokenizer.json";
 // A block read or written at once: 4M floats (16 MB of staging).
 constexpr int64_t kHfBlockElements = int64_t(1) << 22;
 
-std::string parent_directory(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 std::string trimmed_path(std::string p) {
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   return p;
@@ -75,7 +69,7 @@ class HfSource {
 HfSource::HfSource(const std::string& path_in) : origin_(trimmed_path(path_in)) {
   if (!is_directory(origin_)) {
     files_.push_back(std::make_unique<Reader>(origin_));
-    const std::string beside = parent_directory(origin_) + "/" + kHfConfig;
+    const std::string beside = directory_of(origin_) + "/" + kHfConfig;
     if (path_exists(beside)) config_ = beside;
     holder_ = "safetensors file " + origin_;
     for (const TensorEntry& t : files_[0]->tensors()) where_[t.name] = {files_[0].get(), &t};

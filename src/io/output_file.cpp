@@ -13,14 +13,12 @@
 
 namespace mpf {
 
-namespace {
 std::string directory_of(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
 }
-}  // namespace
 
 bool path_exists(const std::string& path) {
   struct stat st;

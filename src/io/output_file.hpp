@@ -9,6 +9,8 @@ namespace mpf {
 
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);
+// The directory holding `path`: "." for a bare name, "/" for one at the root.
+std::string directory_of(const std::string& path);
 
 // rename(2) that never replaces an existing `to` (RENAME_NOREPLACE, or a check where the file
 // system lacks it). Returns 0, or -1 with errno set (EEXIST if `to` exists).
