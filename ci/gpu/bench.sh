@@ -5,12 +5,12 @@
 # data sheet (no sparsity; fp32 without TF32, which is what both sides run); PyTorch's MFU is
 # mpiformer's times the ratio of their tokens/s (the same FLOPs per token). Then where one step's
 # time goes in mpiformer (--profile), kernel by kernel, for B = 8 in bf16.
-#   bash ci/gpu/bench.sh BUILD_DIR        (ci/gpu/run.sh calls it; STEPS=N steps a row, default 10)
+#   bash ci/gpu/bench.sh BUILD_DIR        (ci/gpu/run.sh calls it; BENCH_STEPS=N steps a row, default 10)
 # Environment: PEAK_FP32, PEAK_BF16 (GFLOP/s) for a GPU the table below does not know.
 set -u
 build=${1:?usage: bench.sh BUILD_DIR (a GPU build)}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-steps=${STEPS:-10}
+steps=${BENCH_STEPS:-10}  # not STEPS: run.sh's list of its own steps
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 # Dense peaks, GFLOP/s, from NVIDIA's data sheets: fp32 on the CUDA cores, bf16 on the tensor cores.
 case "$name" in

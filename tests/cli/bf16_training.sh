@@ -23,7 +23,7 @@ if [ "$status" -eq 0 ] && [ -n "$bf16" ] && [ -n "$fp32" ] &&
   ok "200 steps of the default job: bf16 final loss $bf16, fp32 $fp32 (within 2%)"
 else
   bad "bf16 final loss '$bf16' vs fp32 '$fp32' (bf16 status $status)"
-  tail -5 "$WORK/bf16.log" "$WORK/fp32.log"
+  tail -n 5 "$WORK/bf16.log" "$WORK/fp32.log"
 fi
 grep -q '^gemm: .* products in bf16' "$WORK/bf16.log" && ok "the bf16 run's banner says bf16" ||
   bad "the bf16 run's banner does not say bf16"

@@ -40,7 +40,7 @@ PYEOF
     ok "$precision: 20 GPU steps = the CPU build's losses within $tolerance"
   else
     bad "$precision: GPU and CPU losses (CPU exit $cpu_status)"
-    tail -5 "$WORK/gpu_$precision.log" "$WORK/cpu_$precision.log"
+    tail -n 5 "$WORK/gpu_$precision.log" "$WORK/cpu_$precision.log"
   fi
 done
 banner=$(grep -m1 '^mpiformer ' "$WORK/gpu_fp32.log")
