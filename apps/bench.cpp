@@ -4,11 +4,13 @@
 // bench) runs it row by row, alternating with PyTorch on the same model, batch and threads.
 //
 //   mpiexec -n R mpiformer-bench [--model gpt2-124M|llama-124M|small] [--batch B] [--seq-len T]
-//       [--steps N] [--tp T] [--precision fp32|bf16] [--gemm LIB] [--peak-gflops X] [--profile]
+//       [--steps N] [--tp T] [--cp N] [--recompute] [--precision fp32|bf16] [--gemm LIB]
+//       [--peak-gflops X] [--profile]
 //
 // MFU is against the best GEMM rate measured in the process, or against --peak-gflops (per rank),
 // e.g. a GPU's dense peak from its data sheet.
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -31,7 +33,8 @@ namespace {
 
 struct Row {
   std::string model = "gpt2-124M";
-  int batch = 4, seq_len = 64, steps = 8, tp = 1;
+  int batch = 4, seq_len = 64, steps = 8, tp = 1, cp = 1;
+  bool recompute = false;
   mpf::Precision precision = mpf::Precision::fp32;
   std::string gemm;
   double peak_gflops = 0.0;  // 0: measured
@@ -46,6 +49,8 @@ Training throughput of one model on the ranks given: data parallel, or tensor pa
   --seq-len T        tokens per sequence (default 64)
   --steps N          steps, the first two untimed (default 8, at least 3)
   --tp T             tensor-parallel ranks (default 1)
+  --cp N             context-parallel ranks (default 1): each sequence split over N ranks
+  --recompute        full recomputation of each block before its backward
   --precision P      fp32 (default) or bf16
   --gemm LIB         onednn (the default where built) or openblas
   --peak-gflops X    MFU against X GFLOP/s per rank rather than the measured GEMM rate
@@ -78,6 +83,7 @@ Row parse(int argc, char** argv) {
       {"--seq-len", integer(r.seq_len)},
       {"--steps", integer(r.steps)},
       {"--tp", integer(r.tp)},
+      {"--cp", integer(r.cp)},
       {"--precision",
        [&](const std::string&, const std::string& v) { r.precision = mpf::parse_precision(v); }},
       {"--gemm", [&](const std::string&, const std::string& v) { r.gemm = v; }},
@@ -87,10 +93,13 @@ Row parse(int argc, char** argv) {
          mpf::require(r.peak_gflops > 0, "--peak-gflops must be positive");
        }},
   };
-  table.switches = {{"--profile", [&] { r.profile = true; }}, {"--help", [&] { r.help = true; }}};
+  table.switches = {{"--profile", [&] { r.profile = true; }},
+                    {"--recompute", [&] { r.recompute = true; }},
+                    {"--help", [&] { r.help = true; }}};
   mpf::flags::parse(argc, argv, table, "mpiformer-bench");
   if (r.help) return r;
   mpf::require(r.tp >= 1, "--tp must be >= 1");
+  mpf::require(r.cp >= 1, "--cp must be >= 1");
   mpf::require(r.steps >= 3, "--steps must be >= 3 (two warm-up steps, then the timed ones)");
   mpf::require(r.gemm.empty() || mpf::backend::select(r.gemm),
                "--gemm " + r.gemm + " is not a GEMM library of this build");
@@ -123,7 +132,7 @@ int main(int argc, char** argv) {
     o.heads = small ? 4 : 12;
     o.dim = small ? 256 : 768;
     o.vocab = 50257;
-    o.max_seq_len = 1024;
+    o.max_seq_len = std::max(1024, row.seq_len);  // long-context rows: positions up to T
     if (row.model == "llama-124M") {  // ci/bench_torch.py's: GPT-2 124M's size as a tied Llama
       o.arch = "llama";
       o.kv_heads = 4;
@@ -136,6 +145,8 @@ int main(int argc, char** argv) {
     o.val_every = 0;
     o.verbose = false;
     o.tp = row.tp;
+    o.cp = row.cp;
+    o.recompute = row.recompute;
     o.precision = row.precision;
     o.overlap_grad_reduce = true;  // data parallel: reduce buckets during the backward
     o.profile = row.profile;
@@ -158,6 +169,11 @@ int main(int argc, char** argv) {
     run.reset();
     if (row.peak_gflops <= 0) peak = std::max(peak, mpf::measure_peak(row.precision).gflops);
     const double peak_all = mpf::allreduce_sum(peak, MPI_COMM_WORLD);
+    // The most memory any rank held: its peak resident set (Linux reports KB).
+    struct rusage usage {};
+    getrusage(RUSAGE_SELF, &usage);
+    double rss = double(usage.ru_maxrss) * 1024.0, most = 0.0;
+    MPI_Allreduce(&rss, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0) {
       // The first two steps fault in pages and warm caches; the median of the rest is the figure.
       const std::vector<double> timed(ms.begin() + 2, ms.end());
@@ -167,11 +183,12 @@ int main(int argc, char** argv) {
       const mpf::backend::Kernels k = mpf::backend::kernels();
       std::printf(
           "mpiformer | %s | %d x %d | %s%d x %dt | %s | %.4f s/step | %.1f tok/s | MFU %.1f%% | "
-          "peak %.0f GFLOP/s/rank | gemm: %s %s%s%s\n",
-          row.model.c_str(), row.batch, row.seq_len, row.tp > 1 ? "tp" : "dp", ranks, threads,
-          mpf::precision_name(row.precision), s, tokens / s, 100.0 * mfu, peak_all / ranks,
-          k.library.c_str(), k.isa.c_str(),
-          k.narrower.empty() ? "" : " | narrower: ", k.narrower.c_str());
+          "peak %.0f GFLOP/s/rank | gemm: %s %s%s%s | peak RSS %.2f GB/rank%s\n",
+          row.model.c_str(), row.batch, row.seq_len, row.tp > 1 ? "tp" : (row.cp > 1 ? "cp" : "dp"),
+          ranks, threads, mpf::precision_name(row.precision), s, tokens / s, 100.0 * mfu,
+          peak_all / ranks, k.library.c_str(), k.isa.c_str(),
+          k.narrower.empty() ? "" : " | narrower: ", k.narrower.c_str(), most / 1e9,
+          row.recompute ? " | recompute" : "");
       std::fflush(stdout);
     }
   }

@@ -496,6 +496,11 @@ bool is_hf_source(const std::string& path) {
   return n == sizeof head && head[8] == '{';
 }
 
+std::optional<int> hf_bos_token(const std::string& path) {
+  const HfSource source(path);
+  return source.config().empty() ? std::nullopt : read_hf_bos_token(source.config());
+}
+
 GPTConfig read_hf_model_config(const std::string& path, const std::optional<GPTConfig>& flags_cfg,
                                const std::set<std::string>& given) {
   const HfSource source(path);
@@ -582,7 +587,7 @@ std::string save_hf_model(const std::string& dir_in, const Grid& grid, const TpS
     const int64_t width = safetensors::dtype_bytes(dtype);
     for (const TensorSpec& s : kTensors) {
       if (!shard.holds(s.id) || tensor_size(s.id, cfg) == 0) continue;
-      if (!writes_parameter(shard, grid.dp_rank(), s.id)) continue;
+      if (!writes_parameter(shard, grid.dp_cp_rank(), s.id)) continue;
       const int64_t cols = cols_of(s.id, cfg);
       for_each_block(names, s.id, rectangles(shard, s.id, /*owned=*/true), [&](const HfBlock& b) {
         block.resize(size_t(b.size()));

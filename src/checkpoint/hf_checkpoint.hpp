@@ -36,6 +36,10 @@ bool is_hf_source(const std::string& path);
 GPTConfig read_hf_model_config(const std::string& path, const std::optional<GPTConfig>& flags_cfg,
                                const std::set<std::string>& given);
 
+// config.json's bos_token_id for --init-from `path` (in the directory, or beside the file), or
+// none when there is no config.json or it names none.
+std::optional<int> hf_bos_token(const std::string& path);
+
 // Collective over world: each rank reads its shard's elements of every tensor (TP rows or
 // column segments, its pipeline stage's blocks) into params; padded vocabulary rows stay zero.
 // InputError on every rank alike (the lowest failing rank's message) for a failed read or a

@@ -281,6 +281,29 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
   return s + "  \"use_cache\": true\n}\n";
 }
 
+std::optional<int> read_hf_bos_token(const std::string& path) {
+  const json::Value root = json::parse(read_config_text(path), "config " + path);
+  const json::Value* v = root.find("bos_token_id");
+  if (v == nullptr || v->is_null()) return std::nullopt;
+  if (v->is_array()) {
+    if (v->array().empty()) return std::nullopt;
+    v = &v->array().front();
+  }
+  int64_t id = -1;
+  try {
+    id = v->integer();
+  } catch (const json::TypeError&) {
+  }
+  require(id >= 0 && id < (int64_t(1) << 31),
+          "config " + path + ": bos_token_id is not a token id; the config is corrupt");
+  return int(id);
+}
+
+std::optional<int> known_bos_token(const GPTConfig& cfg) {
+  const std::optional<SpecialIds> ids = special_ids(cfg);
+  return ids ? std::optional<int>(ids->bos) : std::nullopt;
+}
+
 std::string hf_generation_config_json(const GPTConfig& cfg) {
   std::string s = "{\n  \"_from_model_config\": true";
   if (const std::optional<SpecialIds> ids = special_ids(cfg)) {

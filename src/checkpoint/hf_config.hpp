@@ -5,6 +5,7 @@
 // ignored.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 
@@ -21,6 +22,13 @@ GPTConfig read_hf_config(const std::string& path);
 // e.g. "--dim") disagrees with `cfg`, read from `origin`; `flags` is the model those flags make.
 void check_shape_flags(const GPTConfig& cfg, const GPTConfig& flags,
                        const std::set<std::string>& given, const std::string& origin);
+
+// config.json's bos_token_id at `path` (the first, where it lists several), or none; InputError
+// for a value that is not a token id.
+std::optional<int> read_hf_bos_token(const std::string& path);
+// The begin-of-document token of a vocabulary this trainer knows: <|endoftext|> (50256) for
+// GPT-2's, <|begin_of_text|> (128000) for Llama 3's; none otherwise.
+std::optional<int> known_bos_token(const GPTConfig& cfg);
 
 // What a saved directory holds: config.json for transformers' AutoModelForCausalLM, and
 // generation_config.json with the defaults (the begin and end ids where the vocabulary is GPT-2's

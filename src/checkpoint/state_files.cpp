@@ -20,7 +20,7 @@ StateFiles::StateFiles(const Grid& grid, const TpShard& shard, const Parameters&
     : world_(grid.world_comm()),
       world_rank_(grid.world_rank()),
       tp_rank_(grid.tp_rank()),
-      dp_rank_(grid.dp_rank()),
+      dp_rank_(grid.dp_cp_rank()),  // CP ranks hold the same parameters as DP ones do
       zero_(zero),
       shard_(shard),
       cfg_(shard.cfg),

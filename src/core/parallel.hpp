@@ -23,6 +23,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -188,6 +189,22 @@ void for_each(const char* label, int64_t n, const F& f) {
 template <class F>
 void for_each_heavy(const char* label, int64_t n, const F& f) {
   detail::launch(label, n, 2, f);
+}
+
+// f(unit, thread) for unit in [0, n): large units of unequal cost on the host threads, each
+// taken by whichever thread is free next, in ascending order (so put the costly ones first);
+// `thread` in [0, host_thread_count()) names the caller's scratch. A unit's result must not
+// depend on the thread that runs it, so the bits do not depend on the thread count. Host memory
+// only: the fused attention's host shape.
+template <class F>
+void for_each_unit_on_host(const char* label, int64_t n, const F& f) {
+  const profile::Scope timer(label);
+  std::atomic<int64_t> next{0};
+#pragma omp parallel
+  {
+    const int thread = host_thread_id();
+    for (int64_t unit = next++; unit < n; unit = next++) f(unit, thread);
+  }
 }
 
 // f(r, c) for every element of a (rows, cols) matrix, row-major. Host shape: rows cut over the

@@ -88,7 +88,7 @@ Tensor Decoder::cached_blocks(Tensor x, int n) {
     block_forward(al, in, Tensor(), params_.blocks[size_t(l)], shard_, rows, tp_, rope,
                   [&](Tensor atty, Tensor qkv) {
                     kv_cache_store(cache_, l, qkv, n, pos);
-                    cached_attention_forward(atty, a.att, qkv, cache_, l, n, pos, shard_.heads);
+                    cached_attention_forward(atty, a.lse, qkv, cache_, l, n, pos, shard_.heads);
                   });
     std::swap(in, out);
   }

@@ -37,11 +37,23 @@ void kv_cache_store(const KVCache& cache, int l, Tensor qkv, int n, int pos) {
       });
 }
 
-void cached_attention_forward(Tensor out, Tensor scores, Tensor qkv, const KVCache& cache, int l,
+void cached_attention_forward(Tensor out, Tensor lse, Tensor qkv, const KVCache& cache, int l,
                               int n, int pos, int NHl) {
   const int Ca = cache.q_width, Ck = cache.width, hs = Ca / NHl;
-  attention_over_cache_forward(out, scores, qkv, Ca + 2 * Ck, cache.keys(l), cache.values(l), Ck, n,
-                               pos, NHl, Ck / hs, hs);
+  // The training attention's kernel, its queries at positions [pos, pos + n) and its keys the
+  // cache's positions [0, pos + n).
+  AttentionInputs x;
+  x.NH = NHl;
+  x.KVH = Ck / hs;
+  x.hs = hs;
+  x.q = qkv.data();
+  x.ldq = Ca + 2 * Ck;
+  x.queries = PositionRuns::contiguous(n, pos);
+  x.k = cache.keys(l).data();
+  x.v = cache.values(l).data();
+  x.ldkv = Ck;
+  x.keys = PositionRuns::contiguous(pos + n);
+  attention_forward(out, lse, x);
 }
 
 }  // namespace mpf

@@ -32,9 +32,9 @@ void kv_cache_store(const KVCache& cache, int l, Tensor qkv, int n, int pos);
 // out (n,Ca) = causal attention of n new positions [pos, pos + n), whose queries are in qkv
 // (n,Ca+2Ck), over block l's cached positions [0, pos + n) (stored first by kv_cache_store): per
 // head, S = Q·Kᵀ/√hs, P = softmax over positions <= the query's own, out = P·V, query head h
-// reading kv head h / (NHl / KVHl). scores (NHl, n, pos + n) is scratch. NHl = this rank's heads.
-// It is attention_over_cache_forward (model/layers/attention.hpp) on the cache's kv heads.
-void cached_attention_forward(Tensor out, Tensor scores, Tensor qkv, const KVCache& cache, int l,
+// reading kv head h / (NHl / KVHl). lse (NHl, n) is scratch. NHl = this rank's heads. It is the
+// training attention's fused kernel (model/layers/attention.hpp) over the cache's kv heads.
+void cached_attention_forward(Tensor out, Tensor lse, Tensor qkv, const KVCache& cache, int l,
                               int n, int pos, int NHl);
 
 }  // namespace mpf

@@ -45,7 +45,7 @@ void carve(Activations& a, SlabCarver& k) {
   a.ln1_rstd = k.take(L * Rl);
   a.qkv = k.take(L * R * s.qkv);
   a.atty = k.take(L * R * s.attn);
-  a.att = k.take(L * B * s.heads * T * T);
+  a.lse = k.take(L * B * s.heads * T);
   a.residual2 = k.take(L * Rl * C);
   a.ln2 = k.take(L * R * C);
   a.ln2_mean = k.take(M * L * Rl);
@@ -71,7 +71,7 @@ void carve(BackwardBuffers& g, SlabCarver& k, const TpShard& s, const tp::Sequen
   g.partial = k.take(SP * R * C);
   g.datty = k.take(R * s.attn);
   g.dmlp = k.take(s.cfg.llama() ? R * s.fc : 0);
-  g.datt = k.take(B * s.heads * T * T);
+  g.delta = k.take(B * s.heads * T);
 }
 
 void carve(WeightGradInputs& w, SlabCarver& k) {
@@ -116,6 +116,7 @@ Activations describe(const TpShard& shard, const ChunkPieces& chunk, int B, int 
   a.seq = split_rows(shard, B, T, sp);
   a.B = B;
   a.T = T;
+  a.positions = PositionRuns::contiguous(T);
   return a;
 }
 
@@ -149,8 +150,9 @@ Activations Activations::allocate(const TpShard& shard, int B, int T, bool seque
 }
 
 Activations Activations::allocate(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
-                                  bool sequence_parallel) {
+                                  bool sequence_parallel, const PositionRuns* positions) {
   Activations a = describe(shard, chunk, B, T, sequence_parallel);
+  if (positions) a.positions = *positions;
   bind_slab(a, "mpf::activations");
   if (a.cfg.llama()) {
     const GPTConfig& c = a.cfg;
@@ -160,7 +162,7 @@ Activations Activations::allocate(const TpShard& shard, const ChunkPieces& chunk
     scaling.high_freq_factor = c.rope_high_freq_factor;
     scaling.original_max_position = c.rope_original_max_pos;
     rope_tables(a.rope_cos, a.rope_sin,
-                rope_inverse_frequencies(c.head_size(), c.rope_theta, scaling), T);
+                rope_inverse_frequencies(c.head_size(), c.rope_theta, scaling), a.positions);
   }
   return a;
 }
@@ -173,7 +175,7 @@ int64_t Activations::bytes(const TpShard& shard, const ChunkPieces& chunk, int B
 
 LayerActivations Activations::layer(int l) const {
   const int64_t C = cfg.channels, R = seq.rows, Rl = seq.local_rows;
-  const int64_t tt = int64_t(B) * shard.heads * T * T;
+  const int64_t bht = int64_t(B) * shard.heads * T;
   const int64_t M = cfg.llama() ? 0 : 1;
   LayerActivations x;
   if (chunk.recompute) {  // a store of block outputs only: the rest stay empty views
@@ -185,7 +187,7 @@ LayerActivations Activations::layer(int l) const {
   x.ln1_rstd = slice(ln1_rstd, l * Rl, Rl);
   x.qkv = slice(qkv, l * R * shard.qkv, R * shard.qkv);
   x.atty = slice(atty, l * R * shard.attn, R * shard.attn);
-  x.att = slice(att, l * tt, tt);
+  x.lse = slice(lse, l * bht, bht);
   x.residual2 = slice(residual2, l * Rl * C, Rl * C);
   x.ln2 = slice(ln2, l * R * C, R * C);
   x.ln2_mean = slice(ln2_mean, l * Rl * M, Rl * M);

@@ -7,6 +7,7 @@
 
 #include "core/types.hpp"
 #include "model/config.hpp"
+#include "model/positions.hpp"
 #include "model/shard.hpp"
 #include "parallel/tp_regions.hpp"
 
@@ -41,7 +42,7 @@ struct LayerActivations {
   Tensor ln1_rstd;   // (Rl)
   Tensor qkv;        // (B,T,Cqkv) local [Q | K | V] (rotated, for Llama)
   Tensor atty;       // (B,T,Ca) attention output before the projection
-  Tensor att;        // (B,NHl,T,T) softmax probabilities
+  Tensor lse;        // (B,NHl,T) each attention row's logsumexp (the fused attention's statistics)
   Tensor residual2;  // (Rl,C) residual + attention branch
   Tensor ln2;        // (R,C)
   Tensor ln2_mean;   // (Rl)
@@ -51,20 +52,28 @@ struct LayerActivations {
   Tensor residual3;  // (Rl,C) block output
 };
 
+class RingAttention;
+
 struct Activations {
-  int B = 0, T = 0;
+  int B = 0, T = 0;  // T: the rows of each sequence this rank holds (all of it without CP)
   GPTConfig cfg;
   TpShard shard;
   ChunkPieces chunk;
   tp::SequenceSplit seq;
+  // Where the T rows sit in their sequence (all of it, or context parallelism's two chunks), and
+  // the ring that attends over the other CP ranks' chunks (null without CP; the stage owns it).
+  PositionRuns positions;
+  RingAttention* ring = nullptr;
+  // (B,T) the position where each row's document starts (--doc-mask), or null: set per microbatch.
+  const int32_t* doc_start = nullptr;
   Slab slab;
-  Tensor rope_cos, rope_sin;  // (T,hs/2) Llama's rotary tables for positions 0..T-1; else empty
+  Tensor rope_cos, rope_sin;  // (T,hs/2) Llama's rotary tables for the rows' positions; else empty
   Tensor input;               // (Rl,C) the chunk's input: the embedding's output, or received
   Tensor output_grad;  // (Rl,C) the received gradient of the output (chunks without the head)
   Tensor partial;      // (R,C) a row-parallel output before its reduce-scatter (sequence parallel)
   // Per-layer tensors, each (chunk.layers, ...) with block i of the chunk at offset i * (its
   // per-layer size).
-  Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, residual2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
+  Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, lse, residual2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
       residual3;
   // The head's (empty unless chunk.head):
   Tensor lnf;        // (R,C)
@@ -74,8 +83,10 @@ struct Activations {
   Tensor row_stats;  // (3,B,T) per-row max, sum of exponentials and target logit (vocab-parallel)
   Tensor losses;     // (B,T)
 
+  // positions: where the T rows sit (default: positions 0..T-1).
   static Activations allocate(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
-                              bool sequence_parallel = false);
+                              bool sequence_parallel = false,
+                              const PositionRuns* positions = nullptr);
   // The whole stage (the whole model without pipelining).
   static Activations allocate(const TpShard& shard, int B, int T, bool sequence_parallel = false);
   static Activations allocate(const GPTConfig& cfg, int B, int T);
@@ -92,7 +103,7 @@ struct Activations {
 
 // The scratch of B, one block at a time: the activation gradients no weight gradient reads (the
 // residual stream's gradient ping-pongs between blocks under sequence parallelism, whose
-// LayerNorm regions hold this rank's rows only) and the attention's.
+// LayerNorm regions hold this rank's rows only) and the attention's row terms.
 struct BackwardBuffers {
   Slab slab;
   Tensor
@@ -101,7 +112,7 @@ struct BackwardBuffers {
   Tensor partial;     // (R,C) sequence parallel: a partial input gradient before its reduce-scatter
   Tensor datty;       // (B,T,Ca)
   Tensor dmlp;        // (B,T,F) Llama: the gradient of SwiGLU's output; else empty
-  Tensor datt;        // (B,NHl,T,T)
+  Tensor delta;       // (B,NHl,T) the attention backward's row terms
 
   static BackwardBuffers allocate(const TpShard& shard, int B, int T,
                                   bool sequence_parallel = false);

@@ -7,6 +7,7 @@
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
+#include "model/layers/ring_attention.hpp"
 #include "model/layers/rmsnorm.hpp"
 #include "model/layers/rope.hpp"
 #include "model/layers/swiglu.hpp"
@@ -126,7 +127,8 @@ void embedding_forward(Activations& acts, const ParameterTensors& params, const 
   // them (g), into this rank's rows under SP.
   const Tensor partial = acts.seq.on ? acts.partial : acts.input;
   encoder_forward(partial, inputs, params.wte, params.wpe, acts.B, acts.T, C, s.vocab_begin,
-                  s.vocab_shard, /*add_positions=*/s.rank == 0 && !acts.cfg.llama());
+                  s.vocab_shard, /*add_positions=*/s.rank == 0 && !acts.cfg.llama(),
+                  acts.positions);
   tp::leave_forward(partial.data(), acts.input.data(), C, acts.seq, tp);
 }
 
@@ -136,8 +138,14 @@ void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI
   block_forward(b.a, acts.block_input(l), acts.partial, b.p, b.s, b.seq, tp, rope,
                 [&](Tensor atty, Tensor qkv) {
                   // GPT-2's multi-head attention is the kv_heads == heads case.
-                  attention_forward(atty, b.a.att, qkv, acts.B, acts.T, b.s.heads, b.s.kv_heads,
-                                    b.s.head_size);
+                  if (acts.ring) {
+                    acts.ring->forward(atty, b.a.lse, qkv, acts.doc_start);
+                  } else {
+                    attention_forward(
+                        atty, b.a.lse,
+                        packed_attention(qkv, acts.B, b.s.heads, b.s.kv_heads, b.s.head_size,
+                                         acts.positions, acts.doc_start));
+                  }
                 });
 }
 
@@ -245,8 +253,16 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
                             cfg);
   tp::leave_backward(dres2.data(), w.dres2.data(), C, seq, tp);
   linear_backward_input(buf.datty, w.dres2, p.attprojw, R, s.attn, C);
-  attention_backward_input(w.dqkv, buf.datt, buf.datty, a.qkv, a.att, acts.B, acts.T, s.heads,
-                           s.kv_heads, s.head_size);
+  if (acts.ring) {
+    acts.ring->backward_input(w.dqkv, buf.delta, buf.datty, a.qkv, a.atty, a.lse, acts.doc_start);
+  } else {
+    const AttentionInputs x = packed_attention(a.qkv, acts.B, s.heads, s.kv_heads, s.head_size,
+                                               acts.positions, acts.doc_start);
+    attention_backward_delta(buf.delta, a.atty, buf.datty, acts.B, acts.T, s.heads, s.head_size);
+    float* dq = w.dqkv.data();
+    attention_backward(dq, x.ldq, false, dq + s.attn, dq + s.attn + s.kv, x.ldq, false, buf.datty,
+                       a.lse, buf.delta, x);
+  }
   if (cfg.llama()) {
     // The gradient of the rotated Q and K, rotated back: the gradient of the projection's output.
     rope_backward(w.dqkv, acts.rope_cos, acts.rope_sin, R, acts.T, 0, s.heads, s.kv_heads,
@@ -287,7 +303,7 @@ void embedding_backward_weight(ParameterTensors& grads, Tensor dembed, const Act
                                const Tokens& inputs) {
   const TpShard& s = acts.shard;
   encoder_backward_weight(grads.wte, grads.wpe, dembed, inputs, acts.B, acts.T, acts.cfg.channels,
-                          s.vocab_begin, s.vocab_shard);
+                          s.vocab_begin, s.vocab_shard, acts.positions);
 }
 
 namespace {
@@ -303,6 +319,7 @@ BlockSite block_site(const Activations& store, const Activations* workspace, int
                      const LayerActivations* kept = nullptr) {
   if (!workspace) return {store, i};
   Activations site = *workspace;
+  site.doc_start = store.doc_start;  // the microbatch's, which the workspace does not know
   site.input = store.block_input(i);
   site.residual3 = store.layer(i).residual3;
   site.chunk.first_layer = store.chunk.first_layer + i;

@@ -40,7 +40,7 @@ void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI
 // heads' outputs (R,Ca) from their packed (R,3Ca) [Q | K | V]. block_forward attends causally
 // within each sequence of the batch; the generator attends over its KV cache
 // (generate/decoder.hpp). `x` (Rl,C) is the block's input, a.residual3 (Rl,C) receives its
-// output, a.att is not touched; `partial` (R,C) is scratch under sequence parallelism.
+// output, a.lse is not touched; `partial` (R,C) is scratch under sequence parallelism.
 // A Llama block rotates Q and K first: row n of the R rows is at position pos0 + n % T, its
 // angles in the rotary tables `cos`, `sin` (positions, hs/2); GPT-2 ignores them.
 using AttentionCore = std::function<void(Tensor atty, Tensor qkv)>;

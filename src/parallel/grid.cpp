@@ -8,39 +8,54 @@
 
 namespace mpf {
 
-Grid::Grid(MPI_Comm world, int tp, int pp, int dp) : world_(world) {
+Grid::Grid(MPI_Comm world, int tp, int pp, int dp, int cp) : world_(world) {
   int size = 0;
   MPI_Comm_rank(world, &world_rank_);
   MPI_Comm_size(world, &size);
-  require(tp > 0 && pp > 0 && dp >= 0, "--tp and --pp must be positive and --dp non-negative");
+  require(tp > 0 && pp > 0 && cp > 0 && dp >= 0,
+          "--tp, --cp and --pp must be positive and --dp non-negative");
+  const std::string model_axes = "tp " + std::to_string(tp) +
+                                 (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) +
+                                 " x pp " + std::to_string(pp);
   if (dp == 0) {
-    require(size % (tp * pp) == 0, std::to_string(size) + " ranks do not divide into tp " +
-                                       std::to_string(tp) + " x pp " + std::to_string(pp) +
-                                       "; launch a multiple of tp*pp ranks");
-    dp = size / (tp * pp);
+    require(size % (tp * cp * pp) == 0, std::to_string(size) + " ranks do not divide into " +
+                                            model_axes + "; launch a multiple of " +
+                                            (cp > 1 ? "tp*cp*pp" : "tp*pp") + " ranks");
+    dp = size / (tp * cp * pp);
   }
-  require(tp * pp * dp == size,
-          "the layout tp " + std::to_string(tp) + " x dp " + std::to_string(dp) + " x pp " +
-              std::to_string(pp) + " needs " + std::to_string(tp * pp * dp) + " ranks, but " +
-              std::to_string(size) + " were launched; change the layout or mpiexec -n");
+  require(tp * cp * pp * dp == size,
+          "the layout tp " + std::to_string(tp) +
+              (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) + " x dp " +
+              std::to_string(dp) + " x pp " + std::to_string(pp) + " needs " +
+              std::to_string(tp * cp * pp * dp) + " ranks, but " + std::to_string(size) +
+              " were launched; change the layout or mpiexec -n");
   tp_size_ = tp;
+  cp_size_ = cp;
   dp_size_ = dp;
   pp_size_ = pp;
-  const GridCoords at = grid_coords(world_rank_, tp, dp);
+  const GridCoords at = grid_coords(world_rank_, tp, dp, cp);
   tp_rank_ = at.tp;
+  cp_rank_ = at.cp;
   dp_rank_ = at.dp;
   pp_rank_ = at.pp;
-  // Colours name the group, keys order ranks inside it by their coordinate on that axis.
-  MPF_MPI_CHECK(MPI_Comm_split(world, dp_rank_ + dp * pp_rank_, tp_rank_, &tp_comm_));
-  MPF_MPI_CHECK(MPI_Comm_split(world, tp_rank_ + tp * pp_rank_, dp_rank_, &dp_comm_));
-  MPF_MPI_CHECK(MPI_Comm_split(world, tp_rank_ + tp * dp_rank_, pp_rank_, &pp_comm_));
+  // Colours name the group (the other coordinates), keys order ranks inside it.
+  const int others_of_tp = cp_rank_ + cp * (dp_rank_ + dp * pp_rank_);
+  const int others_of_cp = tp_rank_ + tp * (dp_rank_ + dp * pp_rank_);
+  const int others_of_dp = tp_rank_ + tp * (cp_rank_ + cp * pp_rank_);
+  const int others_of_pp = tp_rank_ + tp * (cp_rank_ + cp * dp_rank_);
+  MPF_MPI_CHECK(MPI_Comm_split(world, others_of_tp, tp_rank_, &tp_comm_));
+  MPF_MPI_CHECK(MPI_Comm_split(world, others_of_cp, cp_rank_, &cp_comm_));
+  MPF_MPI_CHECK(MPI_Comm_split(world, others_of_dp, dp_rank_, &dp_comm_));
+  MPF_MPI_CHECK(MPI_Comm_split(world, tp_rank_ + tp * pp_rank_, dp_cp_rank(), &dp_cp_comm_));
+  MPF_MPI_CHECK(MPI_Comm_split(world, others_of_pp, pp_rank_, &pp_comm_));
   const bool holds_embedding = pp_is_first_stage() || pp_is_last_stage();
-  MPF_MPI_CHECK(MPI_Comm_split(world, holds_embedding ? tp_rank_ + tp * dp_rank_ : MPI_UNDEFINED,
-                               pp_rank_, &embedding_comm_));
+  MPF_MPI_CHECK(MPI_Comm_split(world, holds_embedding ? others_of_pp : MPI_UNDEFINED, pp_rank_,
+                               &embedding_comm_));
 }
 
 Grid::~Grid() {
-  for (MPI_Comm* c : {&tp_comm_, &dp_comm_, &pp_comm_, &embedding_comm_, &kv_group_}) {
+  for (MPI_Comm* c :
+       {&tp_comm_, &cp_comm_, &dp_comm_, &dp_cp_comm_, &pp_comm_, &embedding_comm_, &kv_group_}) {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   }
 }
@@ -54,8 +69,13 @@ MPI_Comm Grid::kv_group(int replicas) {
 
 std::string Grid::describe() const {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "world %d = tp %d x dp %d x pp %d (tp fastest)", world_size(),
-                tp_size_, dp_size_, pp_size_);
+  if (cp_size_ > 1) {
+    std::snprintf(buf, sizeof buf, "world %d = tp %d x cp %d x dp %d x pp %d (tp fastest)",
+                  world_size(), tp_size_, cp_size_, dp_size_, pp_size_);
+  } else {
+    std::snprintf(buf, sizeof buf, "world %d = tp %d x dp %d x pp %d (tp fastest)", world_size(),
+                  tp_size_, dp_size_, pp_size_);
+  }
   return buf;
 }
 

@@ -31,13 +31,15 @@ std::string format_columns(const std::vector<std::vector<std::string>>& lines,
 }  // namespace
 
 std::vector<PlacementRow> placement_rows(const std::vector<RankPlace>& places, int n_tp, int n_dp,
-                                         int n_pp) {
-  require(n_tp > 0 && n_dp > 0 && n_pp > 0 && int64_t(places.size()) == int64_t(n_tp) * n_dp * n_pp,
+                                         int n_pp, int n_cp) {
+  require(n_tp > 0 && n_cp > 0 && n_dp > 0 && n_pp > 0 &&
+              int64_t(places.size()) == int64_t(n_tp) * n_cp * n_dp * n_pp,
           std::to_string(places.size()) + " ranks are not a grid of tp " + std::to_string(n_tp) +
-              " x dp " + std::to_string(n_dp) + " x pp " + std::to_string(n_pp));
+              (n_cp > 1 ? " x cp " + std::to_string(n_cp) : std::string()) + " x dp " +
+              std::to_string(n_dp) + " x pp " + std::to_string(n_pp));
   std::vector<PlacementRow> rows;
   for (int r = 0; r < int(places.size()); ++r) {
-    rows.push_back({r, places[size_t(r)], grid_coords(r, n_tp, n_dp)});
+    rows.push_back({r, places[size_t(r)], grid_coords(r, n_tp, n_dp, n_cp)});
   }
   return rows;
 }
@@ -62,11 +64,12 @@ std::vector<NodeSummary> node_summaries(const std::vector<PlacementRow>& rows) {
     auto node = std::find_if(nodes.begin(), nodes.end(),
                              [&](const NodeSummary& n) { return n.host == row.place.host; });
     if (node == nodes.end()) {
-      nodes.push_back({row.place.host, {}, {}, {}, {}, {}, {}});
+      nodes.push_back({row.place.host, {}, {}, {}, {}, {}, {}, {}});
       node = nodes.end() - 1;
     }
     node->ranks.push_back(row.rank);
     node->tp.add(row.at.tp);
+    node->cp.add(row.at.cp);
     node->dp.add(row.at.dp);
     node->pp.add(row.at.pp);
     node->threads.add(row.place.threads);
@@ -135,31 +138,41 @@ std::string tp_span_warning(const std::vector<SpanningGroup>& spanning, int grou
 std::string placement_table(const std::vector<PlacementRow>& rows, bool per_node) {
   const bool gpus = std::any_of(rows.begin(), rows.end(),
                                 [](const PlacementRow& r) { return r.place.device >= 0; });
+  const bool cp =
+      std::any_of(rows.begin(), rows.end(), [](const PlacementRow& r) { return r.at.cp > 0; });
   std::vector<std::vector<std::string>> lines;
   std::vector<bool> right;
+  // The cp column goes after tp (the grid's order), where there is one.
+  auto with_cp = [&](std::vector<std::string> line, const std::string& value) {
+    if (cp) line.insert(line.begin() + 4 + (per_node ? 1 : 0), value);
+    return line;
+  };
   if (per_node) {
-    lines.push_back({"node", "host", "ranks", "local", "tp", "pp", "dp", "threads"});
+    lines.push_back(with_cp({"node", "host", "ranks", "local", "tp", "pp", "dp", "threads"}, "cp"));
     right = {true, false, false, true, false, false, false, true};
     const std::vector<NodeSummary> nodes = node_summaries(rows);
     for (size_t n = 0; n < nodes.size(); ++n) {
       const NodeSummary& s = nodes[n];
-      lines.push_back({std::to_string(n), s.host, rank_ranges(s.ranks),
-                       std::to_string(s.ranks.size()), s.tp.text(), s.pp.text(), s.dp.text(),
-                       s.threads.text()});
+      lines.push_back(
+          with_cp({std::to_string(n), s.host, rank_ranges(s.ranks), std::to_string(s.ranks.size()),
+                   s.tp.text(), s.pp.text(), s.dp.text(), s.threads.text()},
+                  s.cp.text()));
       if (gpus) lines.back().push_back(s.device.text());
     }
   } else {
-    lines.push_back({"rank", "host", "local", "tp", "pp", "dp", "threads"});
+    lines.push_back(with_cp({"rank", "host", "local", "tp", "pp", "dp", "threads"}, "cp"));
     right = {true, false, false, true, true, true, true};
     for (const PlacementRow& r : rows) {
       lines.push_back(
-          {std::to_string(r.rank), r.place.host,
-           std::to_string(r.place.local_rank) + "/" + std::to_string(r.place.local_size),
-           std::to_string(r.at.tp), std::to_string(r.at.pp), std::to_string(r.at.dp),
-           std::to_string(r.place.threads)});
+          with_cp({std::to_string(r.rank), r.place.host,
+                   std::to_string(r.place.local_rank) + "/" + std::to_string(r.place.local_size),
+                   std::to_string(r.at.tp), std::to_string(r.at.pp), std::to_string(r.at.dp),
+                   std::to_string(r.place.threads)},
+                  std::to_string(r.at.cp)));
       if (gpus) lines.back().push_back(r.place.device >= 0 ? std::to_string(r.place.device) : "-");
     }
   }
+  if (cp) right.insert(right.begin() + 4 + (per_node ? 1 : 0), !per_node);
   if (gpus) {
     lines.front().push_back(per_node ? "gpus" : "gpu");
     right.push_back(true);

@@ -38,10 +38,10 @@ struct PlacementRow {
   GridCoords at;
 };
 
-// The rows of `places` (world order) on a grid of n_tp x n_dp x n_pp. Throws InputError unless
-// the places are n_tp·n_dp·n_pp.
+// The rows of `places` (world order) on a grid of n_tp x n_cp x n_dp x n_pp. Throws InputError
+// unless the places are n_tp·n_cp·n_dp·n_pp.
 std::vector<PlacementRow> placement_rows(const std::vector<RankPlace>& places, int n_tp, int n_dp,
-                                         int n_pp);
+                                         int n_pp, int n_cp = 1);
 
 // An inclusive range of values.
 struct Span {
@@ -54,7 +54,7 @@ struct Span {
 struct NodeSummary {
   std::string host;
   std::vector<int> ranks;  // ascending
-  Span tp, dp, pp, threads, device;
+  Span tp, cp, dp, pp, threads, device;
 };
 
 // The nodes in the order of their first rank.
@@ -82,9 +82,10 @@ std::string tp_span_warning(const std::vector<SpanningGroup>& spanning, int grou
 // 1024 lines before its first step, burying the banner. --dry-run lists every rank.
 constexpr int kRowPerRankUpTo = 32;
 
-// The table, each line indented by two spaces: a row per rank ("rank host local tp pp dp threads
-// [gpu]"), or with per_node a row per node ("node host ranks local tp pp dp threads [gpus]").
-// The gpu column appears only where some rank has one.
+// The table, each line indented by two spaces: a row per rank ("rank host local tp [cp] pp dp
+// threads [gpu]"), or with per_node a row per node ("node host ranks local tp [cp] pp dp threads
+// [gpus]"). The cp column appears only with context parallelism, the gpu column only where some
+// rank has one.
 std::string placement_table(const std::vector<PlacementRow>& rows, bool per_node);
 
 // For the log: "world 4 = tp 2 x dp 2 x pp 1 (tp fastest) | 2 nodes", then the table, a row per

@@ -29,15 +29,28 @@ void add_loss(const Activations& a, double* total) {
 }
 }  // namespace
 
+namespace {
+int size_of(MPI_Comm comm) {
+  int n = 1;
+  MPI_Comm_size(comm, &n);
+  return n;
+}
+}  // namespace
+
 ModelStage::ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, int micro_batch,
                        int seq_len, bool sequence_parallel, MPI_Comm tp, MPI_Comm pp,
-                       bool recompute, pipeline::ChunkPlacement placement)
+                       bool recompute, pipeline::ChunkPlacement placement, MPI_Comm cp)
     : shard_(shard),
       chunks_(std::move(chunks)),
       micro_batch_(micro_batch),
       seq_len_(seq_len),
       sequence_parallel_(sequence_parallel),
       tp_(tp),
+      ring_(size_of(cp) > 1
+                ? std::make_unique<RingAttention>(cp, micro_batch, seq_len * size_of(cp),
+                                                  shard.heads, shard.kv_heads, shard.head_size)
+                : nullptr),
+      positions_(ring_ ? ring_->rows() : PositionRuns::contiguous(seq_len)),
       p2p_(pp, int(chunks_.size()), message_floats(shard, micro_batch, seq_len, sequence_parallel),
            placement),
       buffers_(BackwardBuffers::allocate(shard, micro_batch, seq_len, sequence_parallel)),
@@ -50,16 +63,23 @@ ModelStage::ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, in
   ChunkPieces one_block;
   one_block.layers = 1;
   one_block.embedding = one_block.head = false;
-  workspace_ = std::make_unique<Activations>(
-      Activations::allocate(shard, one_block, micro_batch, seq_len, sequence_parallel));
+  workspace_ = allocate(one_block);
+}
+
+std::unique_ptr<Activations> ModelStage::allocate(const ChunkPieces& chunk) const {
+  auto a = std::make_unique<Activations>(Activations::allocate(
+      shard_, chunk, micro_batch_, seq_len_, sequence_parallel_, &positions_));
+  a->ring = ring_.get();
+  return a;
 }
 
 void ModelStage::begin_step(const std::vector<Tokens>* inputs, const std::vector<Tokens>* targets,
                             const ParameterTensors* params, ParameterTensors* grads, float dloss,
-                            PartDone part_done) {
+                            PartDone part_done, const std::vector<Tokens>* doc_starts) {
   if (!live_.empty()) MPF_FATAL("a step began with microbatches still awaiting their backward");
   inputs_ = inputs;
   targets_ = targets;
+  doc_starts_ = doc_starts;
   params_ = params;
   grads_ = grads;
   dloss_ = dloss;
@@ -111,8 +131,7 @@ int64_t ModelStage::weight_input_bytes() const {
 
 Activations* ModelStage::acquire(int chunk) {
   if (free_[chunk].empty()) {
-    pool_[chunk].push_back(std::make_unique<Activations>(
-        Activations::allocate(shard_, chunks_[chunk], micro_batch_, seq_len_, sequence_parallel_)));
+    pool_[chunk].push_back(allocate(chunks_[chunk]));
     free_[chunk].push_back(pool_[chunk].back().get());
   }
   Activations* a = free_[chunk].back();
@@ -189,6 +208,7 @@ const float* ModelStage::sent_grad(int mb, int chunk) {
 void ModelStage::forward(int mb, int chunk) {
   Activations*& a = live_[{mb, chunk}];
   if (!a) a = acquire(chunk);
+  a->doc_start = doc_starts_ ? (*doc_starts_)[mb].data() : nullptr;
   Stopwatch sw;
   timed("F", mb, chunk, [&] {
     gpt_forward(*a, *params_, (*inputs_)[mb], (*targets_)[mb], tp_, workspace_.get());
@@ -325,7 +345,8 @@ void ModelStage::post_recv_backward(int mb, int chunk) {
 }
 
 double ModelStage::evaluate(const ParameterTensors& params, const std::vector<Tokens>& inputs,
-                            const std::vector<Tokens>& targets) {
+                            const std::vector<Tokens>& targets,
+                            const std::vector<Tokens>* doc_starts) {
   // Forward only, microbatch by microbatch through the chunks in order. A microbatch's sets are
   // held until all its chunks are done: a send may be to this very rank (one stage, several
   // chunks), and MPI completes it only once the receive is posted.
@@ -336,6 +357,7 @@ double ModelStage::evaluate(const ParameterTensors& params, const std::vector<To
     for (int c = 0; c < int(chunks_.size()); ++c) {
       Activations* a = held[c] = acquire(c);
       if (!p2p_.is_first(c)) p2p_.recv_forward(a->input.data(), int(mb), c);
+      a->doc_start = doc_starts ? (*doc_starts)[mb].data() : nullptr;
       gpt_forward(*a, params, inputs[mb], targets[mb], tp_, workspace_.get());
       if (chunks_[c].head) add_loss(*a, loss);
       if (!p2p_.is_last(c)) p2p_.send_forward(a->output().data(), int(mb), c);

@@ -29,6 +29,7 @@
 
 #include "model/activations.hpp"
 #include "model/gpt.hpp"
+#include "model/layers/ring_attention.hpp"
 #include "model/parameters.hpp"
 #include "pipeline/p2p.hpp"
 #include "pipeline/stage_ops.hpp"
@@ -53,23 +54,28 @@ class ModelStage : public pipeline::StageOps {
   // shard: this rank's stage (restrict_to_stage); chunks: its V chunks in order, as local layer
   // ranges of the shard's parameters; pp: the pipeline communicator (a 1-rank one without PP).
   // recompute: keep only block outputs per microbatch and rebuild the rest before each block's
-  // backward (--recompute). placement: where the chunks of all ranks run.
+  // backward (--recompute). placement: where the chunks of all ranks run. cp: the context-parallel
+  // ranks (a 1-rank one without CP): each holds seq_len rows of every sequence, its two chunks
+  // (ring_attention.hpp), of sequences seq_len·|cp| long.
   ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, int micro_batch, int seq_len,
              bool sequence_parallel, MPI_Comm tp, MPI_Comm pp, bool recompute = false,
-             pipeline::ChunkPlacement placement = pipeline::ChunkPlacement::kLooped);
+             pipeline::ChunkPlacement placement = pipeline::ChunkPlacement::kLooped,
+             MPI_Comm cp = MPI_COMM_SELF);
 
   // What the next step runs on: the microbatches' tokens, the parameters and their gradients,
   // dloss (d total loss / d each token's loss), and the hook told of each part (block, head,
-  // embedding) whose gradients are final: after the last W of its chunk; may be empty.
+  // embedding) whose gradients are final: after the last W of its chunk; may be empty. doc_starts:
+  // each microbatch's (B,T) document starts under --doc-mask, else null.
   void begin_step(const std::vector<Tokens>* inputs, const std::vector<Tokens>* targets,
                   const ParameterTensors* params, ParameterTensors* grads, float dloss,
-                  PartDone part_done);
+                  PartDone part_done, const std::vector<Tokens>* doc_starts = nullptr);
   // Completes the sends still in flight (their buffers become reusable).
   void end_step();
   // Validation: the forward passes alone through the pipeline, outside any step; returns the sum
   // of the per-token losses on the last stage, 0 on the others.
   double evaluate(const ParameterTensors& params, const std::vector<Tokens>& inputs,
-                  const std::vector<Tokens>& targets);
+                  const std::vector<Tokens>& targets,
+                  const std::vector<Tokens>* doc_starts = nullptr);
   // Σ of the per-token losses of the microbatches forwarded since begin_step (last stage; 0 on
   // the others): added up in the kernels' memory, read to the host here, once a step.
   double loss_sum() const;
@@ -81,10 +87,13 @@ class ModelStage : public pipeline::StageOps {
   // from a B to its W).
   int64_t microbatch_bytes() const;
   int64_t weight_input_bytes() const;
-  // The backward buffers and, under recomputation, the one-block workspace.
+  // The backward buffers, under recomputation the one-block workspace, and the ring's messages.
   int64_t buffer_bytes() const {
-    return bytes_of(buffers_.slab) + (workspace_ ? bytes_of(workspace_->slab) : 0);
+    return bytes_of(buffers_.slab) + (workspace_ ? bytes_of(workspace_->slab) : 0) +
+           (ring_ ? ring_->buffer_bytes() : 0);
   }
+  // Where this rank's rows sit in each sequence.
+  const PositionRuns& positions() const { return positions_; }
   const StageTimes& times() const { return times_; }
   // Whether each F, B and W waits for its kernels at its end, so that times() are their run
   // times and not their launch times. Nothing else needs that wait (a send waits for what it
@@ -118,6 +127,8 @@ class ModelStage : public pipeline::StageOps {
  private:
   using Key = std::pair<int, int>;  // (microbatch, chunk)
   Activations* acquire(int chunk);
+  // A new set of a chunk's activations (or the workspace), knowing its rows' positions and ring.
+  std::unique_ptr<Activations> allocate(const ChunkPieces& chunk) const;
   void release(int chunk, Activations* a);
   WeightGradInputs* acquire_weight_inputs(int chunk);
   // The buffers a receive of (mb, chunk) fills: its input, or its output's gradient.
@@ -137,6 +148,8 @@ class ModelStage : public pipeline::StageOps {
   int micro_batch_, seq_len_;
   bool sequence_parallel_;
   MPI_Comm tp_;
+  std::unique_ptr<RingAttention> ring_;  // with CP
+  PositionRuns positions_;
   PipelineP2P p2p_;
   BackwardBuffers buffers_;
   std::unique_ptr<Activations> workspace_;  // --recompute: one block's activations
@@ -152,6 +165,7 @@ class ModelStage : public pipeline::StageOps {
   int held_ = 0, peak_held_ = 0;
   const std::vector<Tokens>* inputs_ = nullptr;
   const std::vector<Tokens>* targets_ = nullptr;
+  const std::vector<Tokens>* doc_starts_ = nullptr;
   const ParameterTensors* params_ = nullptr;
   ParameterTensors* grads_ = nullptr;
   float dloss_ = 0.0f;

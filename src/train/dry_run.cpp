@@ -36,27 +36,31 @@ int TrainingRun::dry_run() const {
     const CheckpointInfo& c = resume_->info;
     auto saved = [&](const char* key) { return setting(c, key).value_or("?"); };
     start = "resumes from " + checkpoint::path(resume_->root, c.step) + " (step " +
-            std::to_string(c.step) + ", saved by tp " + saved("layout.tp") + " x dp " +
-            saved("layout.dp") + " x pp " + saved("layout.pp") + "; its state file read, its " +
-            "weights not)";
+            std::to_string(c.step) + ", saved by tp " + saved("layout.tp") +
+            (saved("layout.cp") != "?" && saved("layout.cp") != "1" ? " x cp " + saved("layout.cp")
+                                                                    : std::string()) +
+            " x dp " + saved("layout.dp") + " x pp " + saved("layout.pp") +
+            "; its state file read, its " + "weights not)";
   }
   std::printf("dry run: model %s, %.2fM parameters, %s\n", describe(cfg_).c_str(),
               parameter_count(cfg_) / 1e6, start.c_str());
 
   const int nodes = int(node_summaries(placement_).size());
   std::string layout =
-      "tp " + std::to_string(grid_->tp_size()) + " x dp " + std::to_string(grid_->dp_size()) +
-      " x pp " + std::to_string(grid_->pp_size()) + " on " +
-      plural(grid_->world_size(), "rank", "ranks") + ", " + plural(nodes, "node", "nodes") +
-      "; schedule " + pipeline::schedule_name(pp_schedule_) + ", " +
-      plural(shape_.microbatches, "microbatch", "microbatches") + " of " +
+      "tp " + std::to_string(grid_->tp_size()) +
+      (grid_->cp_size() > 1 ? " x cp " + std::to_string(grid_->cp_size()) : std::string()) +
+      " x dp " + std::to_string(grid_->dp_size()) + " x pp " + std::to_string(grid_->pp_size()) +
+      " on " + plural(grid_->world_size(), "rank", "ranks") + ", " +
+      plural(nodes, "node", "nodes") + "; schedule " + pipeline::schedule_name(pp_schedule_) +
+      ", " + plural(shape_.microbatches, "microbatch", "microbatches") + " of " +
       plural(micro_batch_, "row", "rows") + " per DP rank";
   if (grid_->pp_size() > 1 || shape_.virtual_stages > 1) {
     layout += "; " + describe_layout(layer_ranges_, grid_->pp_size(), shape_.placement);
   }
   if (opts_.sequence_parallel) layout += "; sequence parallel";
   if (opts_.recompute) layout += "; full recomputation";
-  if (opts_.zero == 1 && grid_->dp_size() > 1) layout += "; ZeRO-1";
+  if (opts_.zero == 1 && grid_->dp_cp_size() > 1) layout += "; ZeRO-1";
+  if (doc_token_ >= 0) layout += "; document masking (token " + std::to_string(doc_token_) + ")";
   std::printf("dry run: layout %s\n", layout.c_str());
 
   std::string run = first > opts_.steps

@@ -104,17 +104,36 @@ TrainOptions parse_options(int argc, const char* const* argv) {
           "--keep-last " + std::to_string(o.keep_last) + " needs --save DIR");
   require(o.load_step == 0 || !o.load.empty(),
           "--load-step " + std::to_string(o.load_step) + " needs --load DIR to load from");
+  if (o.cp > 1) {
+    const int chunks = 2 * o.cp;
+    require(o.seq_len % chunks == 0,
+            "--seq-len " + std::to_string(o.seq_len) + " does not split into 2 x --cp " +
+                std::to_string(o.cp) + " = " + std::to_string(chunks) +
+                " chunks (CP rank i holds chunks i and 2N-1-i of every sequence); use --seq-len " +
+                nearest_multiples(o.seq_len, chunks));
+  }
+  require(o.doc_token >= 0 || o.given.count("--doc-token") == 0,
+          "--doc-token " + std::to_string(o.doc_token) + " is not a token id; pass one >= 0");
+  require(o.doc_token < 0 || o.doc_mask, "--doc-token " + std::to_string(o.doc_token) +
+                                             " says where documents start for "
+                                             "--doc-mask; pass --doc-mask too, or drop it");
   require(o.tokenizer.empty() || o.sample_every > 0 || !o.save_hf.empty(),
           "--tokenizer decodes the samples of --sample-every N and goes into --save-hf DIR; "
           "pass one of those too, or drop it");
   return o;
 }
 
+std::string nearest_multiples(int n, int m) {
+  const int below = n / m * m, above = below + m;
+  return below > 0 ? std::to_string(below) + " or " + std::to_string(above) : std::to_string(above);
+}
+
 std::string usage() {
   std::string out =
       "usage: mpiexec -n N mpiformer-train [flags]\n\n"
-      "Trains GPT-2 (llm.c's model) or a Llama (--arch llama) on N ranks = tp x dp x pp\n"
-      "(tensor, data and pipeline parallel). Flags take a value as `--flag V` or `--flag=V`.\n"
+      "Trains GPT-2 (llm.c's model) or a Llama (--arch llama) on N ranks = tp x cp x dp x pp\n"
+      "(tensor, context, data and pipeline parallel). Flags take a value as `--flag V` or "
+      "`--flag=V`.\n"
       "Defaults train a small byte-level GPT-2 on the built-in corpus.\n";
   const TrainOptions defaults;
   for (const SettingGroup& g : setting_groups()) {

@@ -26,6 +26,10 @@ struct TrainOptions {
   std::string data = "builtin:train";
   std::string val_data;  // "" = builtin:val when training on builtin data, else none; "none" = off
   int batch = 16, seq_len = 64, steps = 200;
+  // Document masking: a query attends within its own document, which starts at each occurrence of
+  // doc_token (-1: the model's begin-of-document token, found from its vocabulary or config.json).
+  bool doc_mask = false;
+  int doc_token = -1;
   uint64_t seed = 1337;
   int log_every = 1, val_every = 50, val_steps = 10;
   // Optimizer and schedule.
@@ -35,8 +39,8 @@ struct TrainOptions {
   std::string lr_schedule = "cosine";
   float final_lr_frac = 0.0f;
   int lr_decay_steps = 0;  // the schedule's length (Megatron's --lr-decay-iters); 0: --steps
-  // Layout: world = tp x dp x pp (tp fastest); dp = 0 means world / (tp * pp).
-  int tp = 1, pp = 1, dp = 0;
+  // Layout: world = tp x cp x dp x pp (tp fastest); dp = 0 means world / (tp * cp * pp).
+  int tp = 1, pp = 1, dp = 0, cp = 1;
   // Microbatches per step (each DP rank's rows split evenly; or rows per microbatch) and the
   // schedule that runs them.
   int microbatches = 0, micro_batch_size = 0;  // 0: not given (one microbatch)
@@ -92,5 +96,9 @@ struct TrainOptions {
 TrainOptions parse_options(int argc, const char* const* argv);
 
 std::string usage();
+
+// "992 or 1000": the multiples of m on either side of n (only the one above when none is below),
+// for the errors that ask for a divisible size.
+std::string nearest_multiples(int n, int m);
 
 }  // namespace mpf

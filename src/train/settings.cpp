@@ -66,6 +66,14 @@ std::vector<SettingGroup> make_groups() {
            {"--batch", "B", "sequences per step, over all ranks", &O::batch, 1, "run.batch",
             kWarns},
            {"--seq-len", "T", "tokens per sequence", &O::seq_len, 1, "run.seq_len", kWarns},
+           {"--doc-mask", "",
+            "attend within documents: a document starts at each --doc-token, and a token sees "
+            "only its own document's earlier tokens (as Llama 3 was trained)",
+            &O::doc_mask, kNoMinimum, "run.doc_mask", kWarns},
+           {"--doc-token", "ID",
+            "the token that starts a document (default: config.json's bos_token_id, else "
+            "<|endoftext|> for GPT-2's vocabulary, <|begin_of_text|> for Llama 3's)",
+            &O::doc_token, kNoMinimum, "run.doc_token", kWarns},
            {"--steps", "N", "optimizer steps", &O::steps, 1, "run.steps", kMayChange},
            {"--seed", "S", "initialisation seed", &O::seed, 0, "run.seed", kKeep},
            {"--log-every", "N", "print every Nth step", &O::log_every, 1},
@@ -94,12 +102,17 @@ std::vector<SettingGroup> make_groups() {
            {"--grad-clip", "X", "clip the global gradient norm to X, 0 = off", &O::grad_clip, 0,
             "optimizer.grad_clip", kWarns},
        }},
-      {"layout (world = tp x dp x pp ranks, tp fastest-varying; any layout resumes any other's)",
+      {"layout (world = tp x cp x dp x pp ranks, tp fastest-varying; any layout resumes any "
+       "other's)",
        {
            {"--tp", "N", "tensor-parallel ranks", &O::tp, 1, "layout.tp", kRecorded},
+           {"--cp", "N",
+            "context-parallel ranks: each sequence split over N ranks (chunks i and 2N-1-i of "
+            "2N on rank i), attention as a ring of K/V blocks; --seq-len divisible by 2N",
+            &O::cp, 1, "layout.cp", kRecorded},
            {"--pp", "P", "pipeline stages", &O::pp, 1, "layout.pp", kRecorded},
-           {"--dp", "D", "data-parallel ranks (default: ranks / (tp * pp))", &O::dp, 0, "layout.dp",
-            kRecorded},
+           {"--dp", "D", "data-parallel ranks (default: ranks / (tp * cp * pp))", &O::dp, 0,
+            "layout.dp", kRecorded},
            {"--dp-bucket-mb", "X", "gradient bucket size for the data-parallel reduction",
             &O::dp_bucket_mb},
            {"--overlap-grad-reduce", "",

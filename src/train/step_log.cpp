@@ -10,7 +10,10 @@ namespace mpf {
 double flops_per_token(const GPTConfig& cfg, int T) {
   // The position table (GPT-2's; Llama has none) is a lookup, not a product.
   const double n_prime = double(parameter_count(cfg)) - double(tensor_size(TensorId::wpe, cfg));
-  return 6.0 * n_prime + 12.0 * cfg.layers * double(T) * cfg.channels;
+  // Attention: per layer and token, Q·Kᵀ and P·V over the keys a query sees, 2·2·hs FLOPs a key
+  // and head forward, twice that backward; causally a query sees T/2 keys on average.
+  const double attention = 12.0 * cfg.layers * double(cfg.heads) * cfg.head_size() * (T / 2.0);
+  return 6.0 * n_prime + attention;
 }
 
 std::string format_step(const StepRecord& r, double tokens, double flops_per_step,

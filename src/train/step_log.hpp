@@ -9,8 +9,11 @@
 
 namespace mpf {
 
-// Model FLOPs per token, forward + backward (PaLM appendix B, as llm.c and the notes use it):
-//   6·N' + 12·L·T·C, N' = parameters without the position table (the tied head counted once).
+// Model FLOPs per token, forward + backward (PaLM appendix B, with attention counted as causal
+// attention needs it, as FlashAttention counts it):
+//   6·N' + 6·L·T·C, N' = parameters without the position table (the tied head counted once), C =
+//   the query heads' width NH·hs. PaLM's 12·L·T·C counts the whole T × T matrix; a causal query
+//   sees T/2 keys on average, and the fused attention skips the rest.
 double flops_per_token(const GPTConfig& cfg, int T);
 
 struct StepRecord {

@@ -103,15 +103,15 @@ void StepTrace::write(const std::string& path) const {
                  path.c_str());
     return;
   }
-  const int T = grid.tp_size(), D = grid.dp_size();
+  const int T = grid.tp_size(), D = grid.dp_size(), CP = grid.cp_size();
   std::fprintf(f.get(), "{\"traceEvents\": [\n");
   bool first = true;
   for (int r = 0; r < world; ++r) {
     std::fprintf(
         f.get(),
         "%s  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": "
-        "{\"name\": \"rank %d (tp %d, dp %d, pp %d)\"}}",
-        first ? "" : ",\n", r, r, r % T, (r / T) % D, r / (T * D));
+        "{\"name\": \"rank %d (tp %d, cp %d, dp %d, pp %d)\"}}",
+        first ? "" : ",\n", r, r, r % T, (r / T) % CP, (r / (T * CP)) % D, r / (T * CP * D));
     first = false;
   }
   for (int r = 0; r < world; ++r) {

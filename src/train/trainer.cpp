@@ -11,12 +11,14 @@
 #include "backends/gemm.hpp"
 #include "checkpoint/checkpoint_dir.hpp"
 #include "checkpoint/hf_checkpoint.hpp"
+#include "checkpoint/hf_config.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/profile.hpp"
 #include "core/stopwatch.hpp"
 #include "core/transfer.hpp"
+#include "data/batch_layout.hpp"
 #include "generate/tokenizer_file.hpp"
 #include "io/output_file.hpp"
 #include "model/gpt.hpp"
@@ -187,6 +189,29 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
                 std::to_string(in.tokenizer ? in.tokenizer->vocab() : 0) +
                 " tokens but the model's vocabulary is " + std::to_string(cfg.vocab));
   }
+  if (opts.doc_mask) {
+    std::optional<int> token;
+    std::string from;
+    if (opts.doc_token >= 0) {
+      token = opts.doc_token;
+      from = "--doc-token";
+    } else if (!opts.init_from.empty() && is_hf_source(opts.init_from) &&
+               (token = hf_bos_token(opts.init_from))) {
+      from = "config.json's bos_token_id";
+    } else if ((token = known_bos_token(cfg))) {
+      from = "the vocabulary's begin-of-document token";
+    }
+    require(token.has_value(),
+            "--doc-mask needs the token that starts a document, and this model names none "
+            "(no bos_token_id in a config.json, not GPT-2's or Llama 3's vocabulary): pass "
+            "--doc-token ID");
+    require(*token < cfg.vocab, "--doc-token " + std::to_string(*token) +
+                                    " is outside the model's vocabulary of " +
+                                    std::to_string(cfg.vocab) + " tokens");
+    in.doc_token = *token;
+    in.notes.push_back("--doc-mask: a document starts at each token " + std::to_string(*token) +
+                       " (" + from + ")");
+  }
   // A finished run resumed again writes nothing: a job chain's later parts must end with 0.
   const bool complete = in.resume && in.resume->info.step >= opts.steps;
   if (complete) return in;
@@ -221,6 +246,7 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
 TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
     : opts_(in.opts),
       cfg_(in.cfg),
+      doc_token_(in.doc_token),
       schedule_(in.schedule),
       train_data_(std::move(in.train_data)),
       val_data_(std::move(in.val_data)),
@@ -242,17 +268,19 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
 }
 
 void TrainingRun::set_up_grid(MPI_Comm world) {
-  grid_ = std::make_unique<Grid>(world, opts_.tp, opts_.pp, opts_.dp);
+  grid_ = std::make_unique<Grid>(world, opts_.tp, opts_.pp, opts_.dp, opts_.cp);
   require(opts_.batch % grid_->dp_size() == 0,
           "--batch " + std::to_string(opts_.batch) + " does not split over " +
               std::to_string(grid_->dp_size()) + " data-parallel ranks; use a multiple of " +
               std::to_string(grid_->dp_size()));
   local_batch_ = opts_.batch / grid_->dp_size();
+  local_seq_len_ = opts_.seq_len / grid_->cp_size();  // options.cpp checked it divides
   // Where the ranks run, for the banner; a TP group across nodes is slow enough to warn about.
   const std::vector<RankPlace> places =
       gather_places(world, node_placement(world), host_thread_count(), current_device());
   if (is_root()) {
-    placement_ = placement_rows(places, grid_->tp_size(), grid_->dp_size(), grid_->pp_size());
+    placement_ = placement_rows(places, grid_->tp_size(), grid_->dp_size(), grid_->pp_size(),
+                                grid_->cp_size());
     const std::string span = tp_span_warning(tp_groups_spanning_nodes(placement_, grid_->tp_size()),
                                              grid_->world_size() / grid_->tp_size());
     if (!span.empty()) warnings_.push_back(span);
@@ -283,6 +311,12 @@ void TrainingRun::plan_stages() {
   layer_ranges_ = opts_.pp_layout.empty()
                       ? distribute_layers(cfg_.layers, chunks)
                       : parse_layer_layout(opts_.pp_layout, cfg_.layers, chunks);
+  const int cp = grid_->cp_size(), tp = grid_->tp_size();
+  require(!opts_.sequence_parallel || (int64_t(micro_batch_) * local_seq_len_) % tp == 0 || cp == 1,
+          "--sequence-parallel splits a microbatch's " + std::to_string(micro_batch_) + " x " +
+              std::to_string(local_seq_len_) + " rows of each CP rank over " + std::to_string(tp) +
+              " TP ranks, which does not divide; use --seq-len " +
+              nearest_multiples(opts_.seq_len, 2 * cp * tp) + " (a multiple of 2 x cp x tp)");
   require(
       !opts_.sequence_parallel || (int64_t(micro_batch_) * opts_.seq_len) % grid_->tp_size() == 0,
       "--sequence-parallel splits the " + std::to_string(micro_batch_ * opts_.seq_len) +
@@ -300,9 +334,9 @@ void TrainingRun::plan_stages() {
 void TrainingRun::shard_model() {
   shard_ = stage_shard(grid_->tp_rank(), grid_->pp_rank());
   if (shard_.kv_replicas > 1) shard_.kv_group = grid_->kv_group(shard_.kv_replicas);
-  // Padded to a multiple of the DP size so ZeRO's buckets split evenly.
-  params_ = Parameters::allocate(shard_, "mpf::params", grid_->dp_size());
-  grads_ = Parameters::allocate(shard_, "mpf::grads", grid_->dp_size());
+  // Padded to a multiple of the DP x CP size so ZeRO's buckets split evenly.
+  params_ = Parameters::allocate(shard_, "mpf::params", grid_->dp_cp_size());
+  grads_ = Parameters::allocate(shard_, "mpf::grads", grid_->dp_cp_size());
 }
 
 void TrainingRun::set_up_optimizer() {
@@ -312,11 +346,13 @@ void TrainingRun::set_up_optimizer() {
   adam.beta2 = opts.beta2;
   adam.eps = opts.eps;
   adam.weight_decay = opts.weight_decay;
-  const bool zero = opts.zero == 1 && grid_->dp_size() > 1;
+  // The ranks holding the same parameters are DP x CP: gradients are summed, and ZeRO shards, over
+  // them together.
+  const bool zero = opts.zero == 1 && grid_->dp_cp_size() > 1;
   const int64_t bucket_elems = static_cast<int64_t>(opts.dp_bucket_mb * 1e6 / sizeof(float));
   // Under PP the tied wte is completed over the embedding group after the schedule: its DP
   // buckets wait for that (unless one rank holds both ends, as in a V).
-  dp_grads_ = std::make_unique<DataParallelGrads>(grads_, shard_, grid_->dp_comm(), bucket_elems,
+  dp_grads_ = std::make_unique<DataParallelGrads>(grads_, shard_, grid_->dp_cp_comm(), bucket_elems,
                                                   zero, /*tied_wte=*/tied_across_stages());
   if (zero) {
     optimizer_ =
@@ -355,30 +391,39 @@ void TrainingRun::set_up_stage() {
   const TrainOptions& opts = opts_;
   const StageOwnership own =
       stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
-  stage_ = std::make_unique<ModelStage>(shard_, own.chunks, micro_batch_, opts.seq_len,
+  stage_ = std::make_unique<ModelStage>(shard_, own.chunks, micro_batch_, local_seq_len_,
                                         opts.sequence_parallel, grid_->tp_comm(), grid_->pp_comm(),
-                                        opts.recompute, shape_.placement);
+                                        opts.recompute, shape_.placement, grid_->cp_comm());
 }
 
 void TrainingRun::set_up_sample(std::optional<Tokenizer> tokenizer) {
   if (opts_.sample_every <= 0) return;
   sample_ =
       std::make_unique<TrainingSample>(shard_, params_.t, opts_.sample_tokens, std::move(tokenizer),
-                                       grid_->tp_comm(), grid_->dp_rank() == 0, is_root());
+                                       grid_->tp_comm(), grid_->dp_cp_rank() == 0, is_root());
 }
 
 void TrainingRun::set_up_batch() {
-  // A DP rank's batch is one buffer, its inputs then its targets, filled on the host and copied
-  // in one transfer; each microbatch's tokens are views into it.
+  // A rank's batch is one buffer, its inputs then its targets (then, with --doc-mask, where each
+  // position's document starts), filled on the host and copied in one transfer; each
+  // microbatch's are views into it. With CP a rank holds its chunks of each row: the loader's
+  // whole rows land in whole_rows_ first.
   const int M = shape_.microbatches;
-  const int64_t mb_tokens = int64_t(micro_batch_) * opts_.seq_len, tokens = mb_tokens * M;
-  batch_ = Tokens("mpf::batch", 2 * tokens);
-  host_batch_ = HostTokens("mpf::host_batch", 2 * tokens);
+  const int64_t mb_tokens = int64_t(micro_batch_) * local_seq_len_, tokens = mb_tokens * M;
+  const int parts = doc_token_ >= 0 ? 3 : 2;
+  batch_ = Tokens("mpf::batch", parts * tokens);
+  host_batch_ = HostTokens("mpf::host_batch", parts * tokens);
+  if (grid_->cp_size() > 1 || doc_token_ >= 0) {
+    whole_rows_ = HostTokens("mpf::whole_rows", 3 * int64_t(local_batch_) * opts_.seq_len);
+  }
+  auto part = [&](int p, int mb) {
+    return Kokkos::subview(
+        batch_, std::make_pair(p * tokens + mb * mb_tokens, p * tokens + (mb + 1) * mb_tokens));
+  };
   for (int mb = 0; mb < M; ++mb) {
-    inputs_.push_back(
-        Kokkos::subview(batch_, std::make_pair(mb * mb_tokens, (mb + 1) * mb_tokens)));
-    targets_.push_back(Kokkos::subview(
-        batch_, std::make_pair(tokens + mb * mb_tokens, tokens + (mb + 1) * mb_tokens)));
+    inputs_.push_back(part(0, mb));
+    targets_.push_back(part(1, mb));
+    if (parts == 3) doc_starts_.push_back(part(2, mb));
   }
 }
 
@@ -411,12 +456,11 @@ bool TrainingRun::tied_across_stages() const {
 
 int64_t TrainingRun::largest_operand() const {
   // A microbatch's rows times the widest activation a product reads (the logits' vocabulary
-  // shard, the MLP, QKV), or the attention probabilities; the attention products read spans of
-  // one sequence's rows.
-  const int64_t R = int64_t(micro_batch_) * opts_.seq_len;
+  // shard, the MLP, QKV); the fused attention rounds its own tiles.
+  const int64_t R = int64_t(micro_batch_) * local_seq_len_;
   const int64_t width =
       std::max<int64_t>({shard_.vocab_shard, shard_.mlp_in, shard_.qkv, int64_t(cfg_.channels)});
-  return std::max(R * width, int64_t(shard_.heads) * opts_.seq_len * opts_.seq_len);
+  return R * width;
 }
 
 void TrainingRun::allreduce_tied_embedding() {
@@ -429,16 +473,32 @@ void TrainingRun::allreduce_tied_embedding() {
 
 void TrainingRun::load_batch(DataLoader& loader) {
   // Microbatch mb is rows [mb·b, (mb+1)·b) of this rank's part of the batch.
-  const int64_t tokens = int64_t(local_batch_) * opts_.seq_len;
-  loader.next_batch(grid_->dp_rank() * local_batch_, local_batch_, host_batch_.data(),
-                    host_batch_.data() + tokens);
-  copy_from_host(batch_.data(), host_batch_.data(), size_t(2 * tokens) * sizeof(int32_t),
-                 "h2d batch");
+  const int64_t tokens = int64_t(local_batch_) * local_seq_len_;
+  const int parts = doc_token_ >= 0 ? 3 : 2;
+  int32_t* host = host_batch_.data();
+  if (whole_rows_.extent(0) == 0) {
+    loader.next_batch(grid_->dp_rank() * local_batch_, local_batch_, host, host + tokens);
+  } else {
+    // The DP rank's whole rows, their document starts, then this CP rank's positions of each.
+    const int T = opts_.seq_len;
+    const int64_t whole = int64_t(local_batch_) * T;
+    int32_t *in = whole_rows_.data(), *tg = in + whole, *docs = tg + whole;
+    loader.next_batch(grid_->dp_rank() * local_batch_, local_batch_, in, tg);
+    const PositionRuns& mine = stage_->positions();
+    take_positions(in, local_batch_, T, mine, host);
+    take_positions(tg, local_batch_, T, mine, host + tokens);
+    if (parts == 3) {
+      document_starts(in, local_batch_, T, doc_token_, docs);
+      take_positions(docs, local_batch_, T, mine, host + 2 * tokens);
+    }
+  }
+  copy_from_host(batch_.data(), host, size_t(parts * tokens) * sizeof(int32_t), "h2d batch");
 }
 
 double TrainingRun::global_mean_loss(double local_sum) const {
-  // Only the last pipeline stage computes losses (the others contribute 0).
-  const double dp_sum = allreduce_sum(local_sum, grid_->dp_comm());
+  // Only the last pipeline stage computes losses (the others contribute 0); each DP x CP rank
+  // holds its rows' tokens.
+  const double dp_sum = allreduce_sum(local_sum, grid_->dp_cp_comm());
   return allreduce_sum(dp_sum, grid_->pp_comm()) / (double(opts_.batch) * opts_.seq_len);
 }
 
@@ -447,7 +507,8 @@ double TrainingRun::validate() {
   double total = 0.0;
   for (int i = 0; i < opts_.val_steps; ++i) {
     load_batch(*val_data_);
-    total += global_mean_loss(stage_->evaluate(params_.t, inputs_, targets_));
+    total += global_mean_loss(stage_->evaluate(params_.t, inputs_, targets_,
+                                               doc_starts_.empty() ? nullptr : &doc_starts_));
   }
   return total / opts_.val_steps;
 }
@@ -470,7 +531,7 @@ double TrainingRun::global_grad_norm() const {
     squares.add(grads + s.grad, s.length);
   }
   double local = squares.read();
-  if (dp_grads_->zero()) local = allreduce_sum(local, grid_->dp_comm());
+  if (dp_grads_->zero()) local = allreduce_sum(local, grid_->dp_cp_comm());
   local = allreduce_sum(local, grid_->tp_comm());
   return std::sqrt(allreduce_sum(local, grid_->pp_comm()));
 }
@@ -525,6 +586,7 @@ CheckpointInfo TrainingRun::checkpoint_info(int step) const {
   resolved.tp = grid_->tp_size();
   resolved.pp = grid_->pp_size();
   resolved.dp = grid_->dp_size();
+  resolved.cp = grid_->cp_size();
   resolved.virtual_stages = shape_.virtual_stages;
   resolved.schedule = pipeline::schedule_name(pp_schedule_);
   resolved.microbatches = shape_.microbatches;
@@ -590,7 +652,7 @@ void TrainingRun::report_stages(const StageTimes& timed) const {
   // One line per stage, from its (tp 0, dp 0) rank: world rank T·D·p. Held microbatches count a
   // stage's activations (V chunks make one); the bytes include what waits for W.
   for (int p = 0; p < grid_->pp_size(); ++p) {
-    const double* r = all.data() + 8 * p * grid_->tp_size() * grid_->dp_size();
+    const double* r = all.data() + 8 * p * grid_->tp_size() * grid_->cp_size() * grid_->dp_size();
     char times[96] = "F, B and W not timed (on a GPU only with --profile)";
     if (r[7] > 0) {
       std::snprintf(times, sizeof times, "F %.2f ms, B %.2f ms, W %.2f ms per (microbatch, chunk)",
@@ -685,12 +747,24 @@ void TrainingRun::print_banner(const PeakRate& peak) const {
                 describe_layout(layer_ranges_, grid_->pp_size(), shape_.placement).c_str());
   }
   std::printf("\n");
-  std::printf("data parallel: %d rank(s) | %zu bucket(s) of <= %g MB | overlap %s | %s\n",
-              grid_->dp_size(), dp_grads_->buckets().size(), opts_.dp_bucket_mb,
-              opts_.overlap_grad_reduce ? "on" : "off",
-              dp_grads_->zero() ? "ZeRO-1: optimizer state sharded over DP"
-              : opts_.zero == 1 ? "ZeRO-1 requested but dp is 1: nothing to shard"
-                                : "optimizer state replicated");
+  if (grid_->cp_size() > 1) {
+    const PositionRuns& p = stage_->positions();
+    std::printf(
+        "context parallel: %d rank(s) | this rank's positions %d-%d and %d-%d of each sequence "
+        "(chunks %d and %d of %d) | ring attention, K/V of %d kv head(s) x %d per step\n",
+        grid_->cp_size(), p.run[0].pos, p.run[0].pos + p.run[0].len - 1, p.run[1].pos,
+        p.run[1].pos + p.run[1].len - 1, grid_->cp_rank(),
+        2 * grid_->cp_size() - 1 - grid_->cp_rank(), 2 * grid_->cp_size(), shard_.kv_heads,
+        shard_.head_size);
+  }
+  std::printf(
+      "data parallel: %d rank(s)%s | %zu bucket(s) of <= %g MB | overlap %s | %s\n",
+      grid_->dp_size(), grid_->cp_size() > 1 ? " (gradients summed over DP x CP)" : "",
+      dp_grads_->buckets().size(), opts_.dp_bucket_mb, opts_.overlap_grad_reduce ? "on" : "off",
+      dp_grads_->zero() ? (grid_->cp_size() > 1 ? "ZeRO-1: optimizer state sharded over DP x CP"
+                                                : "ZeRO-1: optimizer state sharded over DP")
+      : opts_.zero == 1 ? "ZeRO-1 requested but dp x cp is 1: nothing to shard"
+                        : "optimizer state replicated");
   std::printf(
       "optimizer: AdamW lr %.1e betas %g/%g eps %g wd %g (matrices) | clip %g | %s, warmup %d, "
       "final frac %g\n",
@@ -717,14 +791,16 @@ void TrainingRun::print_banner(const PeakRate& peak) const {
     if (opts_.keep_last > 0) when += ", keeping the newest " + std::to_string(opts_.keep_last);
     std::printf("checkpoints: %s, %s\n", opts_.save.c_str(), when.c_str());
   }
-  std::printf("MFU: (6N' + 12LTC) x tokens = %.2f GFLOP/step vs peak %.1f GFLOP/s/rank (%s)\n",
-              flops_per_token(cfg_, opts_.seq_len) * opts_.batch * opts_.seq_len / 1e9, peak.gflops,
-              opts_.peak_gflops > 0
-                  ? "--peak-gflops"
-                  : (std::string(precision_name(opts_.precision)) +
-                     " GEMM, measured: the best of " + std::to_string(backend::available().size()) +
-                     " librar" + (backend::available().size() > 1 ? "ies, " : "y, ") + peak.library)
-                        .c_str());
+  std::printf(
+      "MFU: (6N' + 6LTC, causal attention) x tokens = %.2f GFLOP/step vs peak %.1f GFLOP/s/rank "
+      "(%s)\n",
+      flops_per_token(cfg_, opts_.seq_len) * opts_.batch * opts_.seq_len / 1e9, peak.gflops,
+      opts_.peak_gflops > 0
+          ? "--peak-gflops"
+          : (std::string(precision_name(opts_.precision)) + " GEMM, measured: the best of " +
+             std::to_string(backend::available().size()) + " librar" +
+             (backend::available().size() > 1 ? "ies, " : "y, ") + peak.library)
+                .c_str());
   std::fflush(stdout);
 }
 
@@ -820,7 +896,8 @@ double TrainingRun::compute() {
   // Each token's loss enters the global mean with weight 1/(B·T); summing the DP ranks' gradients
   // then gives the gradient of the global mean.
   const float dloss = static_cast<float>(1.0 / tokens_per_step());
-  stage_->begin_step(&inputs_, &targets_, &params_.t, &grads_.t, dloss, overlap);
+  stage_->begin_step(&inputs_, &targets_, &params_.t, &grads_.t, dloss, overlap,
+                     doc_starts_.empty() ? nullptr : &doc_starts_);
   plan_->run(*stage_, grid_->pp_rank());
   phase.next(StepPhase::kScheduleEnd);
   stage_->end_step();

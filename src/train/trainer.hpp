@@ -66,6 +66,7 @@ struct RunInputs {
   std::optional<ResumePoint> resume;         // --load found a checkpoint
   std::vector<std::string> notes, warnings;  // for rank 0 to print
   std::optional<Tokenizer> tokenizer;        // --tokenizer, for --sample-every
+  int doc_token = -1;                        // --doc-mask: the token that starts a document
 };
 
 // Throws InputError for any bad file or flag, or a checkpoint that cannot be resumed. `start`:
@@ -189,6 +190,8 @@ class TrainingRun {
   std::unique_ptr<Grid> grid_;
   std::vector<PlacementRow> placement_;  // every rank's, on rank 0
   int local_batch_ = 0;                  // rows of the global batch on this DP rank
+  int local_seq_len_ = 0;                // positions of each row on this CP rank: T / cp
+  int doc_token_ = -1;                   // --doc-mask's document token; -1: no masking
   LRSchedule schedule_;
   std::unique_ptr<DataLoader> train_data_, val_data_;
   std::string val_name_;
@@ -215,10 +218,12 @@ class TrainingRun {
   std::vector<LayerRange> layer_ranges_;          // blocks of every virtual stage
   std::unique_ptr<ModelStage> stage_;
   std::unique_ptr<TrainingSample> sample_;  // --sample-every
-  Tokens batch_;                            // this DP rank's inputs, then its targets
-  HostTokens host_batch_;                   // the same, where the loader fills them
-  std::vector<Tokens> inputs_, targets_;    // per microbatch: views into batch_
-  double peak_flops_ = 0.0;                 // all ranks' together, FLOP/s
+  Tokens batch_;  // this rank's inputs, then its targets, then (--doc-mask) the document starts
+  HostTokens host_batch_;                 // the same, where the loader fills them
+  HostTokens whole_rows_;                 // with CP or --doc-mask: the DP rank's whole rows
+  std::vector<Tokens> inputs_, targets_;  // per microbatch: views into batch_
+  std::vector<Tokens> doc_starts_;        // per microbatch, with --doc-mask
+  double peak_flops_ = 0.0;               // all ranks' together, FLOP/s
   Tally tally_;
   // The run's phases and what observes them.
   StepPhases phases_;

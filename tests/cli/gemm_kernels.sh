@@ -82,10 +82,14 @@ else
       bad "$var=$value on $lib: status $status, gemm line '$line', warnings: $(cat "$WORK/$lib-forced.err")"
     fi
   done
+  # The peak is the best rate of every library, measured: with OpenBLAS forced narrow, oneDNN is
+  # measured too (which of them wins depends on the CPU: an older oneDNN may not know a newer one).
   if [[ " $libraries " == *" onednn "* ]]; then
+    count=$(wc -w <<<"$libraries")
     peak=$(grep -m1 '^MFU:' "$WORK/openblas-forced.out")
-    [[ "$peak" == *onednn* ]] && ok "forced OpenBLAS: MFU's peak is oneDNN's: $peak" ||
-      bad "forced OpenBLAS: MFU's peak should come from the faster oneDNN: $peak"
+    [[ "$peak" == *"measured: the best of $count libraries"* ]] &&
+      ok "forced OpenBLAS: MFU's peak is the best of the $count libraries measured: $peak" ||
+      bad "forced OpenBLAS: MFU's peak should be the best of all $count libraries: $peak"
   fi
 fi
 

@@ -100,7 +100,10 @@ if cmp -s "${afab_log%.log}.bin" "${afab_recompute_log%.log}.bin"; then
 else
   bad "--recompute changed the final parameters"
 fi
-if "$PY" -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if b < a / 3 else 1)" \
+# A GPT-2 block keeps 16 C floats a row (ln1, qkv, atty, residual2, ln2, fch, its GELU, its
+# output) and under recomputation only its output; what W waits for and the head's logits stay,
+# so the whole stage keeps under half.
+if "$PY" -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if b < a / 2 else 1)" \
   "$(mb_of "$afab_log" 0)" "$(mb_of "$afab_recompute_log" 0)"; then
   ok "--recompute: stage 0 keeps $(mb_of "$afab_recompute_log" 0) MB instead of $(mb_of "$afab_log" 0)"
 else

@@ -67,16 +67,17 @@ print(f"  losses within {worst:.1e}, parameters within {err:.1e}")
 PYEOF
 }
 
-run_layout() {  # run_layout TP DP [extra flags...]; a --pp P among them multiplies the ranks.
-  # Sets LAST_LOG to the run's log (its parameters are ${LAST_LOG%.log}.bin).
+run_layout() {  # run_layout TP DP [extra flags...]; a --pp P or --cp N among them multiplies
+  # the ranks. Sets LAST_LOG to the run's log (its parameters are ${LAST_LOG%.log}.bin).
   local tp=$1 dp=$2
   shift 2
-  local name="tp${tp}_dp${dp}${*// /}" pp=1 prev=
+  local name="tp${tp}_dp${dp}${*// /}" pp=1 cp=1 prev=
   for a in "$@"; do
     [ "$prev" = --pp ] && pp=$a
+    [ "$prev" = --cp ] && cp=$a
     prev=$a
   done
-  local n=$((tp * dp * pp)) batch=${BATCH:-8}
+  local n=$((tp * dp * pp * cp)) batch=${BATCH:-8}
   [ "$batch" = 8 ] || name="${name}_b$batch"
   [ -z "${TAG:-}" ] || name="${name}_$TAG"  # TAG tells apart runs of the same flags
   LAST_LOG="$WORK/$name.log"

@@ -14,7 +14,6 @@
 
 #include "core/parallel.hpp"
 #include "core/transfer.hpp"
-#include "model/layers/attention.hpp"
 #include "model/layers/cross_entropy.hpp"
 #include "model/layers/encoder.hpp"
 #include "model/layers/layernorm.hpp"
@@ -65,59 +64,6 @@ double device_sum_of_squares(const Slab& x) {
   const float* p = x.data();
   return sum(
       "test::sum", int64_t(x.extent(0)), KOKKOS_LAMBDA(int64_t i) { return double(p[i]) * p[i]; });
-}
-
-// Causal grouped-query attention in double on a packed qkv (B,T,(NH + 2·KVH)·hs): the output
-// (B,T,NH·hs), the probabilities (B,NH,T,T) and, for the output gradient dy, dqkv.
-struct AttentionReference {
-  std::vector<double> y, probs, dqkv;
-};
-AttentionReference attention_reference(const std::vector<float>& qkv, const std::vector<float>& dy,
-                                       int B, int T, int NH, int KVH, int hs) {
-  const int G = NH / KVH, W = (NH + 2 * KVH) * hs, Cq = NH * hs;
-  const double scale = 1.0 / std::sqrt(double(hs));
-  AttentionReference r{std::vector<double>(size_t(B) * T * Cq),
-                       std::vector<double>(size_t(B) * NH * T * T, 0.0),
-                       std::vector<double>(size_t(B) * T * W, 0.0)};
-  auto at = [&](int b, int t, int col) { return double(qkv[(size_t(b) * T + t) * W + col]); };
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      const int qc = h * hs, kc = (NH + h / G) * hs, vc = (NH + KVH + h / G) * hs;
-      for (int t = 0; t < T; ++t) {
-        double* p = &r.probs[((size_t(b) * NH + h) * T + t) * T];
-        double mx = -1e300, total = 0;
-        for (int j = 0; j <= t; ++j) {
-          double dot = 0;
-          for (int k = 0; k < hs; ++k) dot += at(b, t, qc + k) * at(b, j, kc + k);
-          p[j] = dot * scale;
-          mx = std::max(mx, p[j]);
-        }
-        for (int j = 0; j <= t; ++j) total += (p[j] = std::exp(p[j] - mx));
-        for (int j = 0; j <= t; ++j) p[j] /= total;
-        std::vector<double> dp(t + 1, 0.0);
-        double dot = 0;
-        for (int k = 0; k < hs; ++k) {
-          const double g = dy[(size_t(b) * T + t) * Cq + qc + k];
-          double acc = 0;
-          for (int j = 0; j <= t; ++j) {
-            acc += p[j] * at(b, j, vc + k);
-            dp[j] += g * at(b, j, vc + k);
-            r.dqkv[(size_t(b) * T + j) * W + vc + k] += p[j] * g;
-          }
-          r.y[(size_t(b) * T + t) * Cq + qc + k] = acc;
-        }
-        for (int j = 0; j <= t; ++j) dot += p[j] * dp[j];
-        for (int j = 0; j <= t; ++j) {
-          const double ds = scale * p[j] * (dp[j] - dot);
-          for (int k = 0; k < hs; ++k) {
-            r.dqkv[(size_t(b) * T + t) * W + qc + k] += ds * at(b, j, kc + k);
-            r.dqkv[(size_t(b) * T + j) * W + kc + k] += ds * at(b, t, qc + k);
-          }
-        }
-      }
-    }
-  }
-  return r;
 }
 
 std::vector<uint32_t> bits_of(const std::vector<float>& v) {
@@ -220,42 +166,6 @@ TEST_P(Kernels, LinearWithBiasResidualAndGelu) {
   expect_close(to_host(db), gb, 1e-5, "dbias");
 }
 
-TEST_P(Kernels, CausalAttentionForward) {
-  const int B = 2, T = 19, C = 24, NH = 3, hs = C / NH;
-  Slab qkv = random_slab("qkv", B * T * 3 * C), out("out", B * T * C), att("att", B * NH * T * T);
-  attention_forward(view(out), view(att), view(qkv), B, T, C, NH);
-  const std::vector<float> q = to_host(qkv);
-  std::vector<double> y(B * T * C), probs(B * NH * T * T, 0.0);
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      for (int t = 0; t < T; ++t) {
-        std::vector<double> e(t + 1);
-        double mx = -1e30, total = 0;
-        for (int j = 0; j <= t; ++j) {
-          double dot = 0;
-          for (int k = 0; k < hs; ++k) {
-            dot += double(q[(b * T + t) * 3 * C + h * hs + k]) *
-                   q[(b * T + j) * 3 * C + C + h * hs + k];
-          }
-          e[j] = dot / std::sqrt(double(hs));
-          mx = std::max(mx, e[j]);
-        }
-        for (int j = 0; j <= t; ++j) total += (e[j] = std::exp(e[j] - mx));
-        for (int j = 0; j <= t; ++j) probs[((b * NH + h) * T + t) * T + j] = e[j] / total;
-        for (int k = 0; k < hs; ++k) {
-          double acc = 0;
-          for (int j = 0; j <= t; ++j) {
-            acc += e[j] / total * q[(b * T + j) * 3 * C + 2 * C + h * hs + k];
-          }
-          y[(b * T + t) * C + h * hs + k] = acc;
-        }
-      }
-    }
-  }
-  expect_close(to_host(att), probs, 1e-5, "attention probabilities");
-  expect_close(to_host(out), y, 1e-5, "attention output");
-}
-
 TEST_P(Kernels, RMSNorm) {
   const int N = 37, C = 200;
   const float eps = 1e-6f;
@@ -345,101 +255,6 @@ TEST_P(Kernels, RotaryEmbedding) {
   }
   expect_close(to_host(qkv), y, 1e-6, "rotated Q and K, V as it was");
   expect_close(to_host(dqkv), dy, 1e-6, "dqkv rotated back");
-}
-
-TEST_P(Kernels, GroupedQueryAttention) {
-  const int B = 2, T = 19, NH = 4, KVH = 2, hs = 6, W = (NH + 2 * KVH) * hs, Cq = NH * hs;
-  Slab qkv = random_slab("qkv", B * T * W), dout = random_slab("dout", B * T * Cq);
-  Slab out("out", B * T * Cq), att("att", B * NH * T * T), dqkv("dqkv", B * T * W),
-      datt("datt", B * NH * T * T);
-  attention_forward(view(out), view(att), view(qkv), B, T, NH, KVH, hs);
-  attention_backward_input(view(dqkv), view(datt), view(dout), view(qkv), view(att), B, T, NH, KVH,
-                           hs);
-  const AttentionReference r = attention_reference(to_host(qkv), to_host(dout), B, T, NH, KVH, hs);
-  expect_close(to_host(att), r.probs, 1e-5, "attention probabilities");
-  expect_close(to_host(out), r.y, 1e-5, "attention output");
-  expect_close(to_host(dqkv), r.dqkv, 1e-5, "dqkv (dK, dV summed over each group)");
-}
-
-// With as many KV heads as query heads the grouped form is GPT-2's multi-head attention, to the
-// bit; with fewer it equals multi-head attention over K and V repeated for each query head, whose
-// K and V gradients, summed over a group, are the grouped form's.
-TEST_P(Kernels, GroupedAttentionIsMultiHeadAttentionOverRepeatedHeads) {
-  const int B = 2, T = 11, NH = 4, KVH = 2, G = NH / KVH, hs = 8, C = NH * hs;
-  const int W = (NH + 2 * KVH) * hs;
-  Slab mha_qkv = random_slab("qkv", B * T * 3 * C), dout = random_slab("dout", B * T * C);
-  Slab out1("out1", B * T * C), out2("out2", B * T * C), att("att", B * NH * T * T),
-      datt("datt", B * NH * T * T), d1("d1", B * T * 3 * C), d2("d2", B * T * 3 * C);
-  attention_forward(view(out1), view(att), view(mha_qkv), B, T, C, NH);
-  attention_backward_input(view(d1), view(datt), view(dout), view(mha_qkv), view(att), B, T, C, NH);
-  attention_forward(view(out2), view(att), view(mha_qkv), B, T, NH, NH, hs);
-  attention_backward_input(view(d2), view(datt), view(dout), view(mha_qkv), view(att), B, T, NH, NH,
-                           hs);
-  EXPECT_EQ(bits_of(to_host(out1)), bits_of(to_host(out2)));
-  EXPECT_EQ(bits_of(to_host(d1)), bits_of(to_host(d2)));
-
-  // Grouped: KV head kv is what multi-head attention sees at heads kv·G .. kv·G + G − 1.
-  const std::vector<float> gq = to_host(random_slab("gqa", B * T * W));
-  std::vector<float> mq(size_t(B) * T * 3 * C);
-  for (int bt = 0; bt < B * T; ++bt) {
-    for (int h = 0; h < NH; ++h) {
-      for (int k = 0; k < hs; ++k) {
-        mq[bt * 3 * C + h * hs + k] = gq[bt * W + h * hs + k];
-        mq[bt * 3 * C + C + h * hs + k] = gq[bt * W + (NH + h / G) * hs + k];
-        mq[bt * 3 * C + 2 * C + h * hs + k] = gq[bt * W + (NH + KVH + h / G) * hs + k];
-      }
-    }
-  }
-  Slab grouped = from_host("grouped", gq), repeated = from_host("repeated", mq),
-       dg("dg", B * T * W);
-  attention_forward(view(out1), view(att), view(repeated), B, T, C, NH);
-  attention_backward_input(view(d1), view(datt), view(dout), view(repeated), view(att), B, T, C,
-                           NH);
-  attention_forward(view(out2), view(att), view(grouped), B, T, NH, KVH, hs);
-  attention_backward_input(view(dg), view(datt), view(dout), view(grouped), view(att), B, T, NH,
-                           KVH, hs);
-  const std::vector<float> y1 = to_host(out1), dm = to_host(d1);
-  expect_close(to_host(out2), std::vector<double>(y1.begin(), y1.end()), 1e-6, "output");
-  std::vector<double> want(size_t(B) * T * W, 0.0);
-  for (int bt = 0; bt < B * T; ++bt) {
-    for (int h = 0; h < NH; ++h) {
-      for (int k = 0; k < hs; ++k) {
-        want[bt * W + h * hs + k] = dm[bt * 3 * C + h * hs + k];
-        want[bt * W + (NH + h / G) * hs + k] += dm[bt * 3 * C + C + h * hs + k];
-        want[bt * W + (NH + KVH + h / G) * hs + k] += dm[bt * 3 * C + 2 * C + h * hs + k];
-      }
-    }
-  }
-  expect_close(to_host(dg), want, 1e-6, "dqkv");
-}
-
-// The decoder's attention over a cache of KVH heads, fed 5, 1, 3 and 3 positions at a time, gives
-// the training attention's causal rows over the whole sequence.
-TEST_P(Kernels, GroupedAttentionOverACache) {
-  const int T = 12, NH = 4, KVH = 2, hs = 6, W = (NH + 2 * KVH) * hs, Cq = NH * hs, Ck = KVH * hs;
-  Slab qkv = random_slab("qkv", T * W), reference("reference", T * Cq), att("att", NH * T * T);
-  attention_forward(view(reference), view(att), view(qkv), 1, T, NH, KVH, hs);
-  const std::vector<float> x = to_host(qkv);
-  std::vector<float> k(size_t(T) * Ck), v(size_t(T) * Ck);
-  for (int t = 0; t < T; ++t) {
-    for (int c = 0; c < Ck; ++c) {
-      k[t * Ck + c] = x[t * W + NH * hs + c];
-      v[t * Ck + c] = x[t * W + (NH + KVH) * hs + c];
-    }
-  }
-  // The cache holds all T positions; a chunk attends over its prefix only.
-  Slab keys = from_host("keys", k), values = from_host("values", v), out("out", T * Cq),
-       scores("scores", NH * T * T);
-  int pos = 0;
-  for (const int n : {5, 1, 3, 3}) {
-    attention_over_cache_forward(Tensor(out.data() + pos * Cq, n * Cq), view(scores),
-                                 Tensor(qkv.data() + pos * W, n * W), W, view(keys), view(values),
-                                 Ck, n, pos, NH, KVH, hs);
-    pos += n;
-  }
-  const std::vector<float> want = to_host(reference);
-  expect_close(to_host(out), std::vector<double>(want.begin(), want.end()), 1e-6,
-               "cached attention");
 }
 
 TEST_P(Kernels, CrossEntropyWithPaddedVocabulary) {

@@ -93,31 +93,33 @@ TEST(LayerGradients, Gelu) {
 }
 
 TEST(LayerGradients, CausalAttention) {
-  const int B = 2, T = 5, C = 8, NH = 2;
-  Slab qkv = random_slab("qkv", B * T * 3 * C), out("out", B * T * C), att("att", B * NH * T * T);
+  const int B = 2, T = 5, C = 8, NH = 2, hs = C / NH;
+  Slab qkv = random_slab("qkv", B * T * 3 * C), out("out", B * T * C), lse("lse", B * NH * T);
   const std::vector<float> R = to_host(random_slab("R", B * T * C));
-  Slab dout("dout", B * T * C), dqkv("dqkv", B * T * 3 * C), datt("datt", B * NH * T * T);
+  Slab dout("dout", B * T * C), dqkv("dqkv", B * T * 3 * C), delta("delta", B * NH * T);
   Kokkos::deep_copy(
       dout, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(R.data(), R.size()));
   auto loss = [&] {
-    attention_forward(view(out), view(att), view(qkv), B, T, C, NH);
+    attention_forward(view(out), view(lse), view(qkv), B, T, NH, NH, hs);
     return weighted_sum(out, R);
   };
   loss();
-  // Causality: probabilities above the diagonal are exactly zero and each row sums to one.
-  const std::vector<float> p = to_host(att);
-  for (int row = 0; row < B * NH * T; ++row) {
-    const int t = row % T;
-    double s = 0;
-    for (int j = 0; j < T; ++j) {
-      if (j > t) {
-        EXPECT_EQ(p[row * T + j], 0.0f);
-      }
-      s += p[row * T + j];
-    }
-    EXPECT_NEAR(s, 1.0, 1e-6);
+  // Causality: changing the last position's q, k and v leaves every earlier output as it was.
+  const std::vector<float> before = to_host(out);
+  auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), qkv);
+  for (int b = 0; b < B; ++b) {
+    for (int c = 0; c < 3 * C; ++c) h((b * T + T - 1) * 3 * C + c) += 1.0f;
   }
-  attention_backward_input(view(dqkv), view(datt), view(dout), view(qkv), view(att), B, T, C, NH);
+  Slab moved("moved", B * T * 3 * C);
+  Kokkos::deep_copy(moved, h);
+  attention_forward(view(out), view(lse), view(moved), B, T, NH, NH, hs);
+  const std::vector<float> after = to_host(out);
+  for (int b = 0; b < B; ++b) {
+    for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(before[b * T * C + i], after[b * T * C + i]);
+  }
+  loss();
+  attention_backward_input(view(dqkv), view(delta), view(dout), view(qkv), view(out), view(lse), B,
+                           T, NH, NH, hs);
   expect_gradient_matches(qkv, to_host(dqkv), loss, spread(B * T * 3 * C, 240), "dqkv");
 }
 
@@ -202,18 +204,18 @@ class GroupedAttentionGradient : public ::testing::TestWithParam<int> {};
 
 TEST_P(GroupedAttentionGradient, MatchesFiniteDifferences) {
   const int B = 2, T = 5, NH = 4, KVH = GetParam(), hs = 4, W = (NH + 2 * KVH) * hs, Cq = NH * hs;
-  Slab qkv = random_slab("qkv", B * T * W), out("out", B * T * Cq), att("att", B * NH * T * T);
+  Slab qkv = random_slab("qkv", B * T * W), out("out", B * T * Cq), lse("lse", B * NH * T);
   const std::vector<float> R = to_host(random_slab("R", B * T * Cq));
-  Slab dout("dout", B * T * Cq), dqkv("dqkv", B * T * W), datt("datt", B * NH * T * T);
+  Slab dout("dout", B * T * Cq), dqkv("dqkv", B * T * W), delta("delta", B * NH * T);
   Kokkos::deep_copy(
       dout, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(R.data(), R.size()));
   auto loss = [&] {
-    attention_forward(view(out), view(att), view(qkv), B, T, NH, KVH, hs);
+    attention_forward(view(out), view(lse), view(qkv), B, T, NH, KVH, hs);
     return weighted_sum(out, R);
   };
   loss();
-  attention_backward_input(view(dqkv), view(datt), view(dout), view(qkv), view(att), B, T, NH, KVH,
-                           hs);
+  attention_backward_input(view(dqkv), view(delta), view(dout), view(qkv), view(out), view(lse), B,
+                           T, NH, KVH, hs);
   expect_gradient_matches(qkv, to_host(dqkv), loss, spread(B * T * W, 240), "dqkv");
 }
 

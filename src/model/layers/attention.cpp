@@ -1,151 +1,915 @@
 #include "model/layers/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <vector>
 
-#include "backends/gemm.hpp"
+#include "backends/tile_gemm.hpp"
+#include "core/bf16.hpp"
+#include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/vector_math.hpp"
 #include "model/layers/matmul.hpp"
 
 namespace mpf {
 
-// Grouped heads: query head h = kv·G + g (G = NH/KVH) reads KV head kv. A product runs, for one g,
-// the KVH heads g, G + g, 2G + g, ... as one strided batch: their Q columns are G·hs apart, their
-// KV heads' hs apart, their T×T blocks of att G·T² apart. With KVH = NH (G = 1) it is one batch of
-// every head, the same call as multi-head attention's.
-void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int NH, int KVH, int hs) {
-  const int G = NH / KVH, W = (NH + 2 * KVH) * hs, Cq = NH * hs;
-  const int64_t k_col = int64_t(NH) * hs, v_col = int64_t(NH + KVH) * hs;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int64_t TT = int64_t(T) * T;
-  // Every product below reads QKV (in bf16: rounded once, not per sequence).
-  const HeldOperand qkv16(qkv.data(), int64_t(B) * T * W);
-  for (int b = 0; b < B; ++b) {
-    const float* q = qkv.data() + int64_t(b) * T * W;
-    float* s = att.data() + int64_t(b) * NH * TT;
-    // S_h (T,T) = Q_h · K_kvᵀ for every head h of row b (the scale is applied by the softmax)
-    for (int g = 0; g < G; ++g) {
-      matmul_strided_batched(Op::N, Op::T, T, T, hs, 1.0f, q + g * hs, W, int64_t(G) * hs,
-                             q + k_col, W, hs, 0.0f, s + g * TT, T, G * TT, KVH);
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// ---- tiles and masks, shared by both shapes -----------------------------------------------------
+
+// Local rows [row, row + n) of a sequence, at positions [pos, pos + n).
+struct Tile {
+  int row = 0, pos = 0, n = 0;
+};
+
+// Tiles of `size` rows over each run in turn (a tile never spans two runs, so its positions are
+// consecutive).
+KOKKOS_INLINE_FUNCTION int tile_count(const PositionRuns& r, int size) {
+  int n = 0;
+  for (int i = 0; i < r.count; ++i) n += (r.run[i].len + size - 1) / size;
+  return n;
+}
+
+KOKKOS_INLINE_FUNCTION Tile tile_at(const PositionRuns& r, int size, int index) {
+  for (int i = 0; i < r.count; ++i) {
+    const int n = (r.run[i].len + size - 1) / size;
+    if (index < n) {
+      const int offset = index * size, left = r.run[i].len - offset;
+      return {r.run[i].row + offset, r.run[i].pos + offset, left < size ? left : size};
+    }
+    index -= n;
+  }
+  return {};
+}
+
+// What a query at qpos, whose document starts at doc, sees: keys at positions doc..qpos.
+KOKKOS_INLINE_FUNCTION bool sees(int qpos, int doc, int kpos) {
+  return kpos <= qpos && kpos >= doc;
+}
+
+// How much of a key tile a query tile sees, its rows' documents starting within [doc_lo, doc_hi].
+enum class Cover { kNone, kPart, kAll };
+KOKKOS_INLINE_FUNCTION Cover cover(const Tile& q, int doc_lo, int doc_hi, const Tile& k) {
+  const int q_last = q.pos + q.n - 1, k_last = k.pos + k.n - 1;
+  if (k.pos > q_last || k_last < doc_lo) return Cover::kNone;
+  if (k_last <= q.pos && k.pos >= doc_hi) return Cover::kAll;
+  return Cover::kPart;
+}
+
+KOKKOS_INLINE_FUNCTION float round_if(bool bf16, float x) {
+  return bf16 ? from_bf16(to_bf16(x)) : x;
+}
+
+// lse and out of two partial results merged by their logsumexps (either may be −∞: no keys).
+struct Merged {
+  float lse, w_old, w_new;
+};
+KOKKOS_INLINE_FUNCTION Merged merge_weights(float lse_old, float lse_new) {
+  if (lse_old == kNegInf) return {lse_new, 0.0f, 1.0f};
+  if (lse_new == kNegInf) return {lse_old, 1.0f, 0.0f};
+  const float mx = lse_old > lse_new ? lse_old : lse_new;
+  const float a = vmath::exp(lse_old - mx), b = vmath::exp(lse_new - mx), s = a + b;
+  return {mx + logf(s), a / s, b / s};
+}
+
+// The smallest and largest document start among a tile's rows (0, 0 without document masking:
+// positions are never negative, so every key then passes the document test).
+struct DocRange {
+  int lo = 0, hi = 0;
+};
+DocRange doc_range_host(const int32_t* doc, const Tile& t) {
+  if (!doc) return {};
+  DocRange r{doc[t.row], doc[t.row]};
+  for (int i = 1; i < t.n; ++i) {
+    r.lo = std::min(r.lo, int(doc[t.row + i]));
+    r.hi = std::max(r.hi, int(doc[t.row + i]));
+  }
+  return r;
+}
+
+int round_up(int x, int m) {
+  return (x + m - 1) / m * m;
+}
+
+// ---- the host shape -----------------------------------------------------------------------------
+// A unit per host thread, taken dynamically (core/parallel.hpp: each unit's result is independent
+// of which thread runs it). Tiles are packed into the thread's scratch, zero-padded to the
+// micro-kernel's multiples: rows to kTileRows, the head size to kTileCols (hp).
+
+constexpr int kHostTile = 64;  // queries and keys per tile: a tile's operands fit in L2
+
+// Per host thread scratch, grown when a call needs more and kept.
+class HostScratch {
+ public:
+  // Room for `floats` floats on each host thread.
+  void reserve(size_t floats) {
+    const size_t threads = size_t(host_thread_count());
+    if (buffers_.size() < threads) buffers_.resize(threads);
+    for (std::vector<float>& b : buffers_) {
+      if (b.size() < floats) b.assign(floats, 0.0f);
     }
   }
-  // Row-wise causal softmax of scale·S: row t of a head sees positions 0..t. The scale is applied
-  // here, in fp32, rather than by the product, so that no product needs an alpha.
-  for_rows(
-      "mpf::attention_softmax", int64_t(B) * NH * T, T, KOKKOS_LAMBDA(const Row& r, int64_t row) {
-        const int t = row % T;
-        float* p = att.data() + row * T;
-        const float mx = scale * r.max(t + 1, [p](int j) { return p[j]; });
-        r.for_each(t + 1, [=](int j) { p[j] = vmath::exp(scale * p[j] - mx); });
-        const float inv = 1.0f / r.sum(t + 1, [p](int j) { return p[j]; });
-        r.for_each(t + 1, [=](int j) { p[j] *= inv; });
-        r.for_each(T - t - 1, [=](int j) { p[t + 1 + j] = 0.0f; });
+  float* of(int thread) { return buffers_[size_t(thread)].data(); }
+
+ private:
+  std::vector<std::vector<float>> buffers_;
+};
+HostScratch& host_buffers() {
+  static HostScratch scratch;
+  return scratch;
+}
+
+struct HostShape {
+  const AttentionInputs& x;
+  int G, hp, nqt, nkt;
+  float scale;
+  bool bf16;
+
+  explicit HostShape(const AttentionInputs& in, bool bf16_products)
+      : x(in),
+        G(in.NH / in.KVH),
+        hp(round_up(in.hs, backend::kTileCols)),
+        nqt(tile_count(in.queries, kHostTile)),
+        nkt(tile_count(in.keys, kHostTile)),
+        scale(1.0f / std::sqrt(float(in.hs))),
+        bf16(bf16_products) {}
+
+  const float* q_row(int b, int row, int h) const {
+    return x.q + (int64_t(b) * x.queries.rows + row) * x.ldq + int64_t(h) * x.hs;
+  }
+  int64_t kv_offset(int b, int row, int kvh) const {
+    return (int64_t(b) * x.keys.rows + row) * x.ldkv + int64_t(kvh) * x.hs;
+  }
+  const int32_t* docs(int b) const {
+    return x.doc_start ? x.doc_start + int64_t(b) * x.queries.rows : nullptr;
+  }
+
+  // dst (kHostTile, hp) = rows [t.row, t.row + t.n) of `src` (row stride ld), zero-padded.
+  void pack_rows(float* dst, const float* src, int64_t ld, int n) const {
+    for (int r = 0; r < kHostTile; ++r) {
+      float* d = dst + int64_t(r) * hp;
+      if (r < n) {
+        const float* s = src + r * ld;
+        for (int c = 0; c < x.hs; ++c) d[c] = round_if(bf16, s[c]);
+        for (int c = x.hs; c < hp; ++c) d[c] = 0.0f;
+      } else {
+        for (int c = 0; c < hp; ++c) d[c] = 0.0f;
+      }
+    }
+  }
+  // dst (hs, kHostTile) = the transpose of n rows of src, zero-padded past n.
+  void pack_transposed(float* dst, const float* src, int64_t ld, int n) const {
+    for (int d = 0; d < x.hs; ++d) {
+      float* o = dst + int64_t(d) * kHostTile;
+      for (int c = 0; c < n; ++c) o[c] = round_if(bf16, src[c * ld + d]);
+      for (int c = n; c < kHostTile; ++c) o[c] = 0.0f;
+    }
+  }
+
+  // S (rows, kHostTile): −∞ where the query at row r of `qt` does not see key column c of `kt`.
+  void mask(float* S, int rows, const Tile& qt, const int32_t* doc, const Tile& kt, Cover c) const {
+    for (int r = 0; r < rows; ++r) {
+      float* s = S + r * kHostTile;
+      if (c == Cover::kPart) {
+        const int qpos = qt.pos + r, first = doc ? doc[qt.row + r] : 0;
+        for (int j = 0; j < kt.n; ++j) {
+          if (!sees(qpos, first, kt.pos + j)) s[j] = kNegInf;
+        }
+      }
+      for (int j = kt.n; j < kHostTile; ++j) s[j] = kNegInf;
+    }
+  }
+};
+
+void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, bool bf16) {
+  const HostShape h(x, bf16);
+  const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs;
+  const int64_t ldo = int64_t(x.NH) * hs, QO = int64_t(T) * hp;
+  // Per thread: Q and O of each head of the group, the running max and sum of each, Kᵀ, V, S.
+  const size_t floats = size_t(2 * G * QO + 2 * G * T + 2 * int64_t(hp) * T + T * T);
+  host_buffers().reserve(floats);
+  float* o = out.data();
+  float* L = lse.data();
+  const int64_t groups = int64_t(x.B) * x.KVH;
+  // The longest query tiles (the last, under a causal mask) first: they end the call otherwise.
+  for_each_unit_on_host("mpf::attention_forward", groups * h.nqt, [&](int64_t u, int thread) {
+    float* Q = host_buffers().of(thread);
+    float* O = Q + G * QO;
+    float* m = O + G * QO;
+    float* l = m + G * T;
+    float* Kt = l + G * T;
+    float* V = Kt + int64_t(hp) * T;
+    float* S = V + int64_t(T) * hp;
+    const int qi = h.nqt - 1 - int(u / groups), b = int(u % groups) / x.KVH,
+              kvh = int(u % groups) % x.KVH;
+    const Tile qt = tile_at(x.queries, T, qi);
+    const int32_t* doc = h.docs(b);
+    const DocRange dr = doc_range_host(doc, qt);
+    const int M = round_up(qt.n, backend::kTileRows);
+    for (int g = 0; g < G; ++g) {
+      h.pack_rows(Q + g * QO, h.q_row(b, qt.row, kvh * G + g), x.ldq, qt.n);
+      std::fill(O + g * QO, O + (g + 1) * QO, 0.0f);
+      std::fill(m + g * T, m + (g + 1) * T, kNegInf);
+      std::fill(l + g * T, l + (g + 1) * T, 0.0f);
+    }
+    for (int kj = 0; kj < h.nkt; ++kj) {
+      const Tile kt = tile_at(x.keys, T, kj);
+      const Cover c = cover(qt, dr.lo, dr.hi, kt);
+      if (c == Cover::kNone) continue;
+      const int64_t at = h.kv_offset(b, kt.row, kvh);
+      h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
+      h.pack_rows(V, x.v + at, x.ldkv, kt.n);
+      for (int g = 0; g < G; ++g) {
+        float *Og = O + g * QO, *mg = m + g * T, *lg = l + g * T;
+        backend::tile_gemm(M, T, hs, Q + g * QO, hp, 1, Kt, T, S, T, false);
+        h.mask(S, qt.n, qt, doc, kt, c);
+        for (int r = 0; r < qt.n; ++r) {
+          float* s = S + r * T;
+          const float mx = vmath::row_max(s, T);
+          if (mx == kNegInf) {  // this tile holds nothing the row sees
+            for (int j = 0; j < T; ++j) s[j] = 0.0f;
+            continue;
+          }
+          const float mnew = std::max(mg[r], h.scale * mx);
+          const float alpha = mg[r] == kNegInf ? 0.0f : vmath::exp(mg[r] - mnew);
+          for (int j = 0; j < T; ++j) {
+            s[j] = s[j] == kNegInf ? 0.0f : vmath::exp(h.scale * s[j] - mnew);
+          }
+          lg[r] = lg[r] * alpha + vmath::row_sum(s, T);
+          mg[r] = mnew;
+          if (alpha != 1.0f) {
+            float* orow = Og + r * hp;
+            for (int d = 0; d < hs; ++d) orow[d] *= alpha;
+          }
+          if (bf16) {
+            for (int j = 0; j < kt.n; ++j) s[j] = round_if(true, s[j]);
+          }
+        }
+        backend::tile_gemm(M, hp, kt.n, S, T, 1, V, hp, Og, hp, true);
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const int head = kvh * G + g;
+      for (int r = 0; r < qt.n; ++r) {
+        const float lr = l[g * T + r];
+        const float mine = lr > 0.0f ? m[g * T + r] + std::log(lr) : kNegInf;
+        const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+        float* dst = o + (int64_t(b) * x.queries.rows + qt.row + r) * ldo + int64_t(head) * hs;
+        float* lp = L + (int64_t(b) * x.NH + head) * x.queries.rows + qt.row + r;
+        const float* src = O + g * QO + r * hp;
+        if (!merge) {
+          for (int d = 0; d < hs; ++d) dst[d] = src[d] * inv;
+          *lp = mine;
+          continue;
+        }
+        const Merged w = merge_weights(*lp, mine);
+        for (int d = 0; d < hs; ++d) dst[d] = w.w_old * dst[d] + w.w_new * (src[d] * inv);
+        *lp = w.lse;
+      }
+    }
+  });
+}
+
+// P and dS of one tile pair from S = Q·Kᵀ and dP = dO·Vᵀ (both (kHostTile, kHostTile), rows r <
+// qt.n valid): S becomes P, dP becomes dS = scale·P⊙(dP − delta), each rounded for its product.
+void host_softmax_backward(const HostShape& h, float* S, float* dP, const Tile& qt,
+                           const int32_t* doc, const Tile& kt, Cover c, const float* lse,
+                           const float* delta) {
+  const int T = kHostTile;
+  h.mask(S, qt.n, qt, doc, kt, c);
+  for (int r = 0; r < qt.n; ++r) {
+    float *s = S + r * T, *dp = dP + r * T;
+    const float lr = lse[qt.row + r], dr = delta[qt.row + r];
+    for (int j = 0; j < T; ++j) {
+      const float p = s[j] == kNegInf || lr == kNegInf ? 0.0f : vmath::exp(h.scale * s[j] - lr);
+      const float ds = h.scale * p * (dp[j] - dr);
+      s[j] = round_if(h.bf16, p);
+      dp[j] = round_if(h.bf16, ds);
+    }
+  }
+}
+
+// dK and dV: a unit per (sequence, kv head, key tile), over every query tile that sees it.
+void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor dout, Tensor lse,
+                      Tensor delta, const AttentionInputs& x, bool bf16) {
+  const HostShape h(x, bf16);
+  const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs, Tq = x.queries.rows;
+  const int64_t tile = int64_t(T) * hp, ldo = int64_t(x.NH) * hs;
+  // Per thread: Kᵀ, Vᵀ, dK, dV, Q, dO, S and dP.
+  const size_t floats = size_t(6 * tile + 2 * T * T);
+  host_buffers().reserve(floats);
+  const int64_t groups = int64_t(x.B) * x.KVH;
+  for_each_unit_on_host("mpf::attention_backward_kv", groups * h.nkt, [&](int64_t u, int thread) {
+    float* Kt = host_buffers().of(thread);
+    float* Vt = Kt + tile;
+    float* dK = Vt + tile;
+    float* dV = dK + tile;
+    float* Q = dV + tile;
+    float* dO = Q + tile;
+    float* S = dO + tile;
+    float* dP = S + T * T;
+    // Causal: the first key tiles are seen by the most query tiles.
+    const int kj = int(u / groups), b = int(u % groups) / x.KVH, kvh = int(u % groups) % x.KVH;
+    const Tile kt = tile_at(x.keys, T, kj);
+    const int64_t at = h.kv_offset(b, kt.row, kvh);
+    h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
+    h.pack_transposed(Vt, x.v + at, x.ldkv, kt.n);
+    std::fill(dK, dK + 2 * tile, 0.0f);
+    const int Mk = round_up(kt.n, backend::kTileRows);
+    const int32_t* doc = h.docs(b);
+    for (int qi = 0; qi < h.nqt; ++qi) {
+      const Tile qt = tile_at(x.queries, T, qi);
+      const DocRange dr = doc_range_host(doc, qt);
+      const Cover c = cover(qt, dr.lo, dr.hi, kt);
+      if (c == Cover::kNone) continue;
+      const int M = round_up(qt.n, backend::kTileRows);
+      for (int g = 0; g < G; ++g) {
+        const int head = kvh * G + g;
+        h.pack_rows(Q, h.q_row(b, qt.row, head), x.ldq, qt.n);
+        h.pack_rows(dO, dout.data() + (int64_t(b) * Tq + qt.row) * ldo + int64_t(head) * hs, ldo,
+                    qt.n);
+        backend::tile_gemm(M, T, hs, Q, hp, 1, Kt, T, S, T, false);
+        backend::tile_gemm(M, T, hs, dO, hp, 1, Vt, T, dP, T, false);
+        const int64_t row0 = (int64_t(b) * x.NH + head) * Tq;
+        host_softmax_backward(h, S, dP, qt, doc, kt, c, lse.data() + row0, delta.data() + row0);
+        // dV += Pᵀ·dO and dK += dSᵀ·Q over the tile's query rows (transposed A: sam = 1).
+        backend::tile_gemm(Mk, hp, qt.n, S, 1, T, dO, hp, dV, hp, true);
+        backend::tile_gemm(Mk, hp, qt.n, dP, 1, T, Q, hp, dK, hp, true);
+      }
+    }
+    for (int r = 0; r < kt.n; ++r) {
+      float* k_out = dk + (int64_t(b) * x.keys.rows + kt.row + r) * ld + int64_t(kvh) * hs;
+      float* v_out = dv + (int64_t(b) * x.keys.rows + kt.row + r) * ld + int64_t(kvh) * hs;
+      const float *k_in = dK + r * hp, *v_in = dV + r * hp;
+      for (int d = 0; d < hs; ++d) {
+        k_out[d] = accumulate ? k_out[d] + k_in[d] : k_in[d];
+        v_out[d] = accumulate ? v_out[d] + v_in[d] : v_in[d];
+      }
+    }
+  });
+}
+
+// dQ: a unit per (sequence, kv head, query tile), over every key tile it sees.
+void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor lse, Tensor delta,
+                     const AttentionInputs& x, bool bf16) {
+  const HostShape h(x, bf16);
+  const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs, Tq = x.queries.rows;
+  const int64_t tile = int64_t(T) * hp, ldo = int64_t(x.NH) * hs;
+  // Per thread: Q, dO and dQ of each head of the group, Kᵀ, Vᵀ, K, S and dP.
+  const size_t floats = size_t(3 * G * tile + 3 * tile + 2 * T * T);
+  host_buffers().reserve(floats);
+  const int64_t groups = int64_t(x.B) * x.KVH;
+  for_each_unit_on_host("mpf::attention_backward_q", groups * h.nqt, [&](int64_t u, int thread) {
+    float* Q = host_buffers().of(thread);
+    float* dO = Q + G * tile;
+    float* dQ = dO + G * tile;
+    float* Kt = dQ + G * tile;
+    float* Vt = Kt + tile;
+    float* K = Vt + tile;
+    float* S = K + tile;
+    float* dP = S + T * T;
+    const int qi = h.nqt - 1 - int(u / groups), b = int(u % groups) / x.KVH,
+              kvh = int(u % groups) % x.KVH;
+    const Tile qt = tile_at(x.queries, T, qi);
+    const int32_t* doc = h.docs(b);
+    const DocRange dr = doc_range_host(doc, qt);
+    const int M = round_up(qt.n, backend::kTileRows);
+    for (int g = 0; g < G; ++g) {
+      const int head = kvh * G + g;
+      h.pack_rows(Q + g * tile, h.q_row(b, qt.row, head), x.ldq, qt.n);
+      h.pack_rows(dO + g * tile,
+                  dout.data() + (int64_t(b) * Tq + qt.row) * ldo + int64_t(head) * hs, ldo, qt.n);
+    }
+    std::fill(dQ, dQ + G * tile, 0.0f);
+    for (int kj = 0; kj < h.nkt; ++kj) {
+      const Tile kt = tile_at(x.keys, T, kj);
+      const Cover c = cover(qt, dr.lo, dr.hi, kt);
+      if (c == Cover::kNone) continue;
+      const int64_t at = h.kv_offset(b, kt.row, kvh);
+      h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
+      h.pack_transposed(Vt, x.v + at, x.ldkv, kt.n);
+      h.pack_rows(K, x.k + at, x.ldkv, kt.n);
+      for (int g = 0; g < G; ++g) {
+        const int head = kvh * G + g;
+        backend::tile_gemm(M, T, hs, Q + g * tile, hp, 1, Kt, T, S, T, false);
+        backend::tile_gemm(M, T, hs, dO + g * tile, hp, 1, Vt, T, dP, T, false);
+        const int64_t row0 = (int64_t(b) * x.NH + head) * Tq;
+        host_softmax_backward(h, S, dP, qt, doc, kt, c, lse.data() + row0, delta.data() + row0);
+        backend::tile_gemm(M, hp, kt.n, dP, T, 1, K, hp, dQ + g * tile, hp, true);
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const int head = kvh * G + g;
+      for (int r = 0; r < qt.n; ++r) {
+        float* out = dq + (int64_t(b) * Tq + qt.row + r) * ld + int64_t(head) * hs;
+        const float* in = dQ + g * tile + r * hp;
+        for (int d = 0; d < hs; ++d) out[d] = accumulate ? out[d] + in[d] : in[d];
+      }
+    }
+  });
+}
+
+// ---- the device shape ---------------------------------------------------------------------------
+// A Kokkos team per unit. A team's rows are the G query heads of its kv head times Bq positions
+// (row ρ = g·Bq + r), so a K/V tile in scratch serves the whole group; the K/V tiles hold Bk keys.
+// Every element of a tile product is one thread's dot product over the head size, read from team
+// scratch; a row's softmax statistics are one thread's.
+
+struct DeviceTiles {
+  int rows, bq, bk;  // team rows (G·bq), query positions and keys per tile
+};
+
+// The team size and the scratch a team may have: 4 warps on a GPU; on the host (the device shape
+// run in tests) as many threads as a team may have, up to 4.
+TeamPolicy team_shape(int64_t units) {
+  if constexpr (kDeviceMemory) {
+    return TeamPolicy(units, 128);
+  } else {
+    TeamPolicy probe(units, 1);
+    const int most = probe.team_size_max([](const TeamMember&) {}, Kokkos::ParallelForTag());
+    return TeamPolicy(units, std::clamp(most, 1, 4));
+  }
+}
+
+// Floats a kernel's team keeps in scratch, as the kernels below carve it.
+size_t forward_scratch(const DeviceTiles& t, int hs) {
+  return size_t(2 * t.bk * hs + 2 * t.rows * hs + t.rows * t.bk + 3 * t.rows);
+}
+size_t backward_kv_scratch(const DeviceTiles& t, int hs) {
+  return size_t(4 * t.bk * hs + 2 * t.rows * hs + 2 * t.rows * t.bk + 2 * t.rows);
+}
+size_t backward_q_scratch(const DeviceTiles& t, int hs) {
+  return size_t(2 * t.bk * hs + 3 * t.rows * hs + t.rows * t.bk + 2 * t.rows);
+}
+
+// 32 keys a tile for head sizes up to 64, fewer for larger heads, halved until every kernel's
+// scratch fits what the device gives a team (48 KB on most GPUs, 32 KB in a Serial host team).
+DeviceTiles device_tiles(int G, int hs) {
+  static const size_t limit = size_t(team_shape(1).scratch_size_max(0));
+  int bk = hs <= 64 ? 32 : (hs <= 128 ? 16 : 8);
+  for (;; bk /= 2) {
+    const int bq = std::max(1, bk / G);
+    const DeviceTiles t{G * bq, bq, bk};
+    const size_t most =
+        std::max({forward_scratch(t, hs), backward_kv_scratch(t, hs), backward_q_scratch(t, hs)}) *
+        sizeof(float);
+    if (most <= limit) return t;
+    if (bk == 1) {
+      MPF_FATAL("attention: " + std::to_string(G) + " query heads of size " + std::to_string(hs) +
+                " need " + std::to_string(most) + " bytes of team scratch; this device offers " +
+                std::to_string(limit));
+    }
+  }
+}
+
+TeamPolicy team_policy(int64_t units, size_t scratch_floats) {
+  return team_shape(units).set_scratch_size(0, Kokkos::PerTeam(scratch_floats * sizeof(float)));
+}
+
+// The lowest and highest document start among a tile's rows, over the team.
+KOKKOS_INLINE_FUNCTION DocRange doc_range_team(const TeamMember& team, const int32_t* doc,
+                                               const Tile& t) {
+  if (!doc) return {};
+  int lo = 0, hi = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, t.n),
+      [&](int i, int& acc) {
+        const int v = doc[t.row + i];
+        acc = v < acc ? v : acc;
+      },
+      Kokkos::Min<int>(lo));
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, t.n),
+      [&](int i, int& acc) {
+        const int v = doc[t.row + i];
+        acc = v > acc ? v : acc;
+      },
+      Kokkos::Max<int>(hi));
+  return {lo, hi};
+}
+
+void device_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, bool bf16) {
+  const int G = x.NH / x.KVH, hs = x.hs, NH = x.NH, KVH = x.KVH;
+  const DeviceTiles tiles = device_tiles(G, hs);
+  const int R = tiles.rows, BQ = tiles.bq, BK = tiles.bk;
+  const int nqt = tile_count(x.queries, BQ), nkt = tile_count(x.keys, BK);
+  const int Tq = x.queries.rows, Tk = x.keys.rows;
+  const int64_t ldq = x.ldq, ldkv = x.ldkv, ldo = int64_t(NH) * hs;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  const float *q = x.q, *k = x.k, *v = x.v;
+  const int32_t* doc_start = x.doc_start;
+  const PositionRuns qruns = x.queries, kruns = x.keys;
+  float* o = out.data();
+  float* L = lse.data();
+  const int64_t groups = int64_t(x.B) * KVH;
+  const profile::Scope timer("mpf::attention_forward");
+  Kokkos::parallel_for(
+      "mpf::attention_forward", team_policy(groups * nqt, forward_scratch(tiles, hs)),
+      KOKKOS_LAMBDA(const TeamMember& team) {
+        const int64_t u = team.league_rank();
+        const int qi = nqt - 1 - int(u / groups), b = int(u % groups) / KVH,
+                  kvh = int(u % groups) % KVH;
+        float* Ks = static_cast<float*>(team.team_shmem().get_shmem(
+            sizeof(float) * (2 * BK * hs + 2 * R * hs + R * BK + 3 * R)));
+        float* Vs = Ks + BK * hs;
+        float* Qs = Vs + BK * hs;
+        float* Os = Qs + R * hs;
+        float* Ss = Os + R * hs;
+        float* ms = Ss + R * BK;
+        float* ls = ms + R;
+        float* alpha = ls + R;
+        const Tile qt = tile_at(qruns, BQ, qi);
+        const int32_t* doc = doc_start ? doc_start + int64_t(b) * Tq : nullptr;
+        const DocRange dr = doc_range_team(team, doc, qt);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * hs), [&](int i) {
+          const int rho = i / hs, d = i % hs, g = rho / BQ, r = rho % BQ;
+          Qs[i] = r < qt.n
+                      ? round_if(
+                            bf16,
+                            q[(int64_t(b) * Tq + qt.row + r) * ldq + int64_t(kvh * G + g) * hs + d])
+                      : 0.0f;
+          Os[i] = 0.0f;
+        });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R), [&](int rho) {
+          ms[rho] = kNegInf;
+          ls[rho] = 0.0f;
+        });
+        team.team_barrier();
+        for (int kj = 0; kj < nkt; ++kj) {
+          const Tile kt = tile_at(kruns, BK, kj);
+          const Cover c = cover(qt, dr.lo, dr.hi, kt);
+          if (c == Cover::kNone) continue;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * hs), [&](int i) {
+            const int j = i / hs, d = i % hs;
+            const int64_t at = (int64_t(b) * Tk + kt.row + j) * ldkv + int64_t(kvh) * hs + d;
+            Ks[i] = j < kt.n ? round_if(bf16, k[at]) : 0.0f;
+            Vs[i] = j < kt.n ? round_if(bf16, v[at]) : 0.0f;
+          });
+          team.team_barrier();
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * BK), [&](int i) {
+            const int rho = i / BK, j = i % BK, r = rho % BQ;
+            bool visible = r < qt.n && j < kt.n;
+            if (visible && c == Cover::kPart) {
+              visible = sees(qt.pos + r, doc ? int(doc[qt.row + r]) : 0, kt.pos + j);
+            }
+            float dot = 0.0f;
+            for (int d = 0; d < hs; ++d) dot += Qs[rho * hs + d] * Ks[j * hs + d];
+            Ss[i] = visible ? scale * dot : kNegInf;
+          });
+          team.team_barrier();
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R), [&](int rho) {
+            float* s = Ss + rho * BK;
+            float mx = kNegInf;
+            for (int j = 0; j < BK; ++j) mx = s[j] > mx ? s[j] : mx;
+            if (mx == kNegInf) {
+              for (int j = 0; j < BK; ++j) s[j] = 0.0f;
+              alpha[rho] = 1.0f;
+              return;
+            }
+            const float mnew = ms[rho] > mx ? ms[rho] : mx;
+            alpha[rho] = ms[rho] == kNegInf ? 0.0f : vmath::exp(ms[rho] - mnew);
+            float sum = 0.0f;
+            for (int j = 0; j < BK; ++j) {
+              const float p = s[j] == kNegInf ? 0.0f : vmath::exp(s[j] - mnew);
+              sum += p;
+              s[j] = round_if(bf16, p);
+            }
+            ls[rho] = ls[rho] * alpha[rho] + sum;
+            ms[rho] = mnew;
+          });
+          team.team_barrier();
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * hs), [&](int i) {
+            const int rho = i / hs, d = i % hs;
+            float acc = Os[i] * alpha[rho];
+            for (int j = 0; j < BK; ++j) acc += Ss[rho * BK + j] * Vs[j * hs + d];
+            Os[i] = acc;
+          });
+          team.team_barrier();
+        }
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * hs), [&](int i) {
+          const int rho = i / hs, d = i % hs, g = rho / BQ, r = rho % BQ, head = kvh * G + g;
+          if (r >= qt.n) return;
+          const float lr = ls[rho];
+          const float mine = lr > 0.0f ? ms[rho] + logf(lr) : kNegInf;
+          const float value = lr > 0.0f ? Os[i] / lr : 0.0f;
+          float* dst = o + (int64_t(b) * Tq + qt.row + r) * ldo + int64_t(head) * hs + d;
+          float* lp = L + (int64_t(b) * NH + head) * Tq + qt.row + r;
+          if (!merge) {
+            *dst = value;
+          } else {
+            const Merged w = merge_weights(*lp, mine);
+            *dst = w.w_old * *dst + w.w_new * value;
+          }
+        });
+        team.team_barrier();
+        // The logsumexps last: the merge above read the old ones.
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R), [&](int rho) {
+          const int g = rho / BQ, r = rho % BQ, head = kvh * G + g;
+          if (r >= qt.n) return;
+          const float lr = ls[rho];
+          const float mine = lr > 0.0f ? ms[rho] + logf(lr) : kNegInf;
+          float* lp = L + (int64_t(b) * NH + head) * Tq + qt.row + r;
+          *lp = merge ? merge_weights(*lp, mine).lse : mine;
+        });
       });
-  const HeldOperand att16(att.data(), int64_t(B) * NH * TT);
-  for (int b = 0; b < B; ++b) {
-    const float* v = qkv.data() + int64_t(b) * T * W + v_col;
-    const float* p = att.data() + int64_t(b) * NH * TT;
-    float* y = out.data() + int64_t(b) * T * Cq;
-    // out_h (T,hs) = P_h · V_kv, written into columns h·hs.. of out (B,T,NH·hs)
-    for (int g = 0; g < G; ++g) {
-      matmul_strided_batched(Op::N, Op::N, T, hs, T, 1.0f, p + g * TT, T, G * TT, v, W, hs, 0.0f,
-                             y + g * hs, Cq, int64_t(G) * hs, KVH);
-    }
-  }
 }
 
-void attention_backward_input(Tensor dqkv, Tensor datt, Tensor dout, Tensor qkv, Tensor att, int B,
-                              int T, int NH, int KVH, int hs) {
-  const int G = NH / KVH, W = (NH + 2 * KVH) * hs, Cq = NH * hs;
-  const int64_t k_col = int64_t(NH) * hs, v_col = int64_t(NH + KVH) * hs;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int64_t TT = int64_t(T) * T;
-  const HeldOperand qkv16(qkv.data(), int64_t(B) * T * W), att16(att.data(), int64_t(B) * NH * TT),
-      dout16(dout.data(), int64_t(B) * T * Cq);
-  for (int b = 0; b < B; ++b) {
-    const float* q = qkv.data() + int64_t(b) * T * W;
-    const float* dy = dout.data() + int64_t(b) * T * Cq;
-    const float* p = att.data() + int64_t(b) * NH * TT;
-    float* dp = datt.data() + int64_t(b) * NH * TT;
-    float* dq = dqkv.data() + int64_t(b) * T * W;
-    // dP_h = dOut_h · V_kvᵀ;  dV_kv = Σ_g P_hᵀ · dOut_h over the group, g ascending
-    for (int g = 0; g < G; ++g) {
-      matmul_strided_batched(Op::N, Op::T, T, T, hs, 1.0f, dy + g * hs, Cq, int64_t(G) * hs,
-                             q + v_col, W, hs, 0.0f, dp + g * TT, T, G * TT, KVH);
-    }
-    for (int g = 0; g < G; ++g) {
-      matmul_strided_batched(Op::T, Op::N, T, hs, T, 1.0f, p + g * TT, T, G * TT, dy + g * hs, Cq,
-                             int64_t(G) * hs, g == 0 ? 0.0f : 1.0f, dq + v_col, W, hs, KVH);
-    }
+// S = Q·Kᵀ and dP = dO·Vᵀ of one tile pair into Ss and dPs (R, BK), then P and dS in place.
+struct DeviceBackwardTile {
+  const float *Qs, *dOs, *Ks, *Vs, *lse_s, *delta_s;
+  float *Ss, *dPs;
+  int R, BQ, BK, hs;
+  float scale;
+  bool bf16;
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team, const Tile& qt, const Tile& kt,
+                                         Cover c, const int32_t* doc) const {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * BK), [&](int i) {
+      const int rho = i / BK, j = i % BK, r = rho % BQ;
+      bool visible = r < qt.n && j < kt.n && lse_s[rho] != kNegInf;
+      if (visible && c == Cover::kPart) {
+        visible = sees(qt.pos + r, doc ? int(doc[qt.row + r]) : 0, kt.pos + j);
+      }
+      float s = 0.0f, dp = 0.0f;
+      for (int d = 0; d < hs; ++d) {
+        s += Qs[rho * hs + d] * Ks[j * hs + d];
+        dp += dOs[rho * hs + d] * Vs[j * hs + d];
+      }
+      const float p = visible ? vmath::exp(scale * s - lse_s[rho]) : 0.0f;
+      Ss[i] = round_if(bf16, p);
+      dPs[i] = round_if(bf16, scale * p * (dp - delta_s[rho]));
+    });
+    team.team_barrier();
   }
-  // Softmax backward in place, with the forward's scale: dS = scale · P ⊙ (dP − Σ_j P·dP), zero
-  // outside the causal prefix.
-  for_rows(
-      "mpf::attention_softmax_backward", int64_t(B) * NH * T, T,
-      KOKKOS_LAMBDA(const Row& r, int64_t row) {
-        const int t = row % T;
-        const float* p = att.data() + row * T;
-        float* d = datt.data() + row * T;
-        const float dot = r.sum(t + 1, [p, d](int j) { return p[j] * d[j]; });
-        r.for_each(t + 1, [=](int j) { d[j] = scale * p[j] * (d[j] - dot); });
-        r.for_each(T - t - 1, [=](int j) { d[t + 1 + j] = 0.0f; });
+};
+
+// Loads Q and dO of a query tile's rows (all heads of the group), with their lse and delta.
+KOKKOS_INLINE_FUNCTION void load_query_rows(const TeamMember& team, float* Qs, float* dOs,
+                                            float* lse_s, float* delta_s, const float* q,
+                                            int64_t ldq, const float* dout, const float* lse,
+                                            const float* delta, int b, int kvh, int G, int NH,
+                                            int Tq, int R, int BQ, int hs, const Tile& qt,
+                                            bool bf16) {
+  const int64_t ldo = int64_t(NH) * hs;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * hs), [&](int i) {
+    const int rho = i / hs, d = i % hs, g = rho / BQ, r = rho % BQ, head = kvh * G + g;
+    const bool valid = r < qt.n;
+    const int64_t row = int64_t(b) * Tq + qt.row + r;
+    Qs[i] = valid ? round_if(bf16, q[row * ldq + int64_t(head) * hs + d]) : 0.0f;
+    dOs[i] = valid ? round_if(bf16, dout[row * ldo + int64_t(head) * hs + d]) : 0.0f;
+  });
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R), [&](int rho) {
+    const int g = rho / BQ, r = rho % BQ, head = kvh * G + g;
+    const int64_t at = (int64_t(b) * NH + head) * Tq + qt.row + r;
+    lse_s[rho] = r < qt.n ? lse[at] : kNegInf;
+    delta_s[rho] = r < qt.n ? delta[at] : 0.0f;
+  });
+  team.team_barrier();
+}
+
+void device_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor dout, Tensor lse,
+                        Tensor delta, const AttentionInputs& x, bool bf16) {
+  const int G = x.NH / x.KVH, hs = x.hs, NH = x.NH, KVH = x.KVH;
+  const DeviceTiles tiles = device_tiles(G, hs);
+  const int R = tiles.rows, BQ = tiles.bq, BK = tiles.bk;
+  const int nqt = tile_count(x.queries, BQ), nkt = tile_count(x.keys, BK);
+  const int Tq = x.queries.rows, Tk = x.keys.rows;
+  const int64_t ldq = x.ldq, ldkv = x.ldkv;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  const float *q = x.q, *k = x.k, *v = x.v, *dO = dout.data(), *L = lse.data(), *D = delta.data();
+  const int32_t* doc_start = x.doc_start;
+  const PositionRuns qruns = x.queries, kruns = x.keys;
+  const int64_t groups = int64_t(x.B) * KVH;
+  const profile::Scope timer("mpf::attention_backward_kv");
+  Kokkos::parallel_for(
+      "mpf::attention_backward_kv", team_policy(groups * nkt, backward_kv_scratch(tiles, hs)),
+      KOKKOS_LAMBDA(const TeamMember& team) {
+        const int64_t u = team.league_rank();
+        const int kj = int(u / groups), b = int(u % groups) / KVH, kvh = int(u % groups) % KVH;
+        float* Ks = static_cast<float*>(team.team_shmem().get_shmem(
+            sizeof(float) * (4 * BK * hs + 2 * R * hs + 2 * R * BK + 2 * R)));
+        float* Vs = Ks + BK * hs;
+        float* dKs = Vs + BK * hs;
+        float* dVs = dKs + BK * hs;
+        float* Qs = dVs + BK * hs;
+        float* dOs = Qs + R * hs;
+        float* Ss = dOs + R * hs;
+        float* dPs = Ss + R * BK;
+        float* lse_s = dPs + R * BK;
+        float* delta_s = lse_s + R;
+        const Tile kt = tile_at(kruns, BK, kj);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * hs), [&](int i) {
+          const int j = i / hs, d = i % hs;
+          const int64_t at = (int64_t(b) * Tk + kt.row + j) * ldkv + int64_t(kvh) * hs + d;
+          Ks[i] = j < kt.n ? round_if(bf16, k[at]) : 0.0f;
+          Vs[i] = j < kt.n ? round_if(bf16, v[at]) : 0.0f;
+          dKs[i] = 0.0f;
+          dVs[i] = 0.0f;
+        });
+        team.team_barrier();
+        const int32_t* doc = doc_start ? doc_start + int64_t(b) * Tq : nullptr;
+        const DeviceBackwardTile pair{Qs,  dOs, Ks, Vs, lse_s, delta_s, Ss,
+                                      dPs, R,   BQ, BK, hs,    scale,   bf16};
+        for (int qi = 0; qi < nqt; ++qi) {
+          const Tile qt = tile_at(qruns, BQ, qi);
+          const DocRange dr = doc_range_team(team, doc, qt);
+          const Cover c = cover(qt, dr.lo, dr.hi, kt);
+          if (c == Cover::kNone) continue;
+          load_query_rows(team, Qs, dOs, lse_s, delta_s, q, ldq, dO, L, D, b, kvh, G, NH, Tq, R, BQ,
+                          hs, qt, bf16);
+          pair(team, qt, kt, c, doc);
+          // dV += Pᵀ·dO, dK += dSᵀ·Q, the rows (heads of the group, then positions) in order.
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * hs), [&](int i) {
+            const int j = i / hs, d = i % hs;
+            float av = 0.0f, ak = 0.0f;
+            for (int rho = 0; rho < R; ++rho) {
+              av += Ss[rho * BK + j] * dOs[rho * hs + d];
+              ak += dPs[rho * BK + j] * Qs[rho * hs + d];
+            }
+            dVs[i] += av;
+            dKs[i] += ak;
+          });
+          team.team_barrier();
+        }
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * hs), [&](int i) {
+          const int j = i / hs, d = i % hs;
+          if (j >= kt.n) return;
+          const int64_t at = (int64_t(b) * Tk + kt.row + j) * ld + int64_t(kvh) * hs + d;
+          dk[at] = accumulate ? dk[at] + dKs[i] : dKs[i];
+          dv[at] = accumulate ? dv[at] + dVs[i] : dVs[i];
+        });
       });
-  const HeldOperand ds16(datt.data(), int64_t(B) * NH * TT);
-  for (int b = 0; b < B; ++b) {
-    const float* q = qkv.data() + int64_t(b) * T * W;
-    const float* ds = datt.data() + int64_t(b) * NH * TT;
-    float* dq = dqkv.data() + int64_t(b) * T * W;
-    // dQ_h = dS_h · K_kv;  dK_kv = Σ_g dS_hᵀ · Q_h over the group, g ascending
-    for (int g = 0; g < G; ++g) {
-      matmul_strided_batched(Op::N, Op::N, T, hs, T, 1.0f, ds + g * TT, T, G * TT, q + k_col, W, hs,
-                             0.0f, dq + g * hs, W, int64_t(G) * hs, KVH);
-    }
-    for (int g = 0; g < G; ++g) {
-      matmul_strided_batched(Op::T, Op::N, T, hs, T, 1.0f, ds + g * TT, T, G * TT, q + g * hs, W,
-                             int64_t(G) * hs, g == 0 ? 0.0f : 1.0f, dq + k_col, W, hs, KVH);
-    }
-  }
 }
 
-void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) {
-  attention_forward(out, att, qkv, B, T, NH, NH, C / NH);
-}
-
-void attention_backward_input(Tensor dqkv, Tensor datt, Tensor dout, Tensor qkv, Tensor att, int B,
-                              int T, int C, int NH) {
-  attention_backward_input(dqkv, datt, dout, qkv, att, B, T, NH, NH, C / NH);
-}
-
-void attention_over_cache_forward(Tensor out, Tensor scores, Tensor q, int ldq, Tensor keys,
-                                  Tensor values, int ldkv, int n, int pos, int NH, int KVH,
-                                  int hs) {
-  const int G = NH / KVH, P = pos + n, Cq = NH * hs;  // P: the positions attended over
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int64_t per_head = int64_t(n) * P;
-  // S_h (n,P) = scale · Q_h · K_kvᵀ for every head h, grouped as in attention_forward
-  for (int g = 0; g < G; ++g) {
-    backend::gemm_strided_batched(backend::Op::N, backend::Op::T, n, P, hs, scale,
-                                  q.data() + g * hs, ldq, int64_t(G) * hs, keys.data(), ldkv, hs,
-                                  0.0f, scores.data() + g * per_head, P, G * per_head, KVH);
-  }
-  // Row i of a head is position pos + i: it sees positions 0..pos + i.
-  for_rows(
-      "mpf::cached_attention_softmax", int64_t(NH) * n, P,
-      KOKKOS_LAMBDA(const Row& r, int64_t row) {
-        const int seen = pos + int(row % n) + 1;
-        float* p = scores.data() + row * P;
-        const float mx = r.max(seen, [p](int j) { return p[j]; });
-        r.for_each(seen, [=](int j) { p[j] = vmath::exp(p[j] - mx); });
-        const float inv = 1.0f / r.sum(seen, [p](int j) { return p[j]; });
-        r.for_each(seen, [=](int j) { p[j] *= inv; });
-        r.for_each(P - seen, [=](int j) { p[seen + j] = 0.0f; });
+void device_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor lse,
+                       Tensor delta, const AttentionInputs& x, bool bf16) {
+  const int G = x.NH / x.KVH, hs = x.hs, NH = x.NH, KVH = x.KVH;
+  const DeviceTiles tiles = device_tiles(G, hs);
+  const int R = tiles.rows, BQ = tiles.bq, BK = tiles.bk;
+  const int nqt = tile_count(x.queries, BQ), nkt = tile_count(x.keys, BK);
+  const int Tq = x.queries.rows, Tk = x.keys.rows;
+  const int64_t ldq = x.ldq, ldkv = x.ldkv;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  const float *q = x.q, *k = x.k, *v = x.v, *dO = dout.data(), *L = lse.data(), *D = delta.data();
+  const int32_t* doc_start = x.doc_start;
+  const PositionRuns qruns = x.queries, kruns = x.keys;
+  const int64_t groups = int64_t(x.B) * KVH;
+  const profile::Scope timer("mpf::attention_backward_q");
+  Kokkos::parallel_for(
+      "mpf::attention_backward_q", team_policy(groups * nqt, backward_q_scratch(tiles, hs)),
+      KOKKOS_LAMBDA(const TeamMember& team) {
+        const int64_t u = team.league_rank();
+        const int qi = nqt - 1 - int(u / groups), b = int(u % groups) / KVH,
+                  kvh = int(u % groups) % KVH;
+        float* Ks = static_cast<float*>(team.team_shmem().get_shmem(
+            sizeof(float) * (2 * BK * hs + 3 * R * hs + R * BK + 2 * R)));
+        float* Vs = Ks + BK * hs;
+        float* Qs = Vs + BK * hs;
+        float* dOs = Qs + R * hs;
+        float* dQs = dOs + R * hs;
+        float* dPs = dQs + R * hs;
+        float* lse_s = dPs + R * BK;
+        float* delta_s = lse_s + R;
+        const Tile qt = tile_at(qruns, BQ, qi);
+        const int32_t* doc = doc_start ? doc_start + int64_t(b) * Tq : nullptr;
+        const DocRange dr = doc_range_team(team, doc, qt);
+        load_query_rows(team, Qs, dOs, lse_s, delta_s, q, ldq, dO, L, D, b, kvh, G, NH, Tq, R, BQ,
+                        hs, qt, bf16);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * hs), [&](int i) { dQs[i] = 0.0f; });
+        team.team_barrier();
+        for (int kj = 0; kj < nkt; ++kj) {
+          const Tile kt = tile_at(kruns, BK, kj);
+          const Cover c = cover(qt, dr.lo, dr.hi, kt);
+          if (c == Cover::kNone) continue;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * hs), [&](int i) {
+            const int j = i / hs, d = i % hs;
+            const int64_t at = (int64_t(b) * Tk + kt.row + j) * ldkv + int64_t(kvh) * hs + d;
+            Ks[i] = j < kt.n ? round_if(bf16, k[at]) : 0.0f;
+            Vs[i] = j < kt.n ? round_if(bf16, v[at]) : 0.0f;
+          });
+          team.team_barrier();
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * BK), [&](int i) {
+            const int rho = i / BK, j = i % BK, r = rho % BQ;
+            bool visible = r < qt.n && j < kt.n && lse_s[rho] != kNegInf;
+            if (visible && c == Cover::kPart) {
+              visible = sees(qt.pos + r, doc ? int(doc[qt.row + r]) : 0, kt.pos + j);
+            }
+            float s = 0.0f, dp = 0.0f;
+            for (int d = 0; d < hs; ++d) {
+              s += Qs[rho * hs + d] * Ks[j * hs + d];
+              dp += dOs[rho * hs + d] * Vs[j * hs + d];
+            }
+            const float p = visible ? vmath::exp(scale * s - lse_s[rho]) : 0.0f;
+            dPs[i] = round_if(bf16, scale * p * (dp - delta_s[rho]));
+          });
+          team.team_barrier();
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * hs), [&](int i) {
+            const int rho = i / hs, d = i % hs;
+            float acc = dQs[i];
+            for (int j = 0; j < BK; ++j) acc += dPs[rho * BK + j] * Ks[j * hs + d];
+            dQs[i] = acc;
+          });
+          team.team_barrier();
+        }
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * hs), [&](int i) {
+          const int rho = i / hs, d = i % hs, g = rho / BQ, r = rho % BQ, head = kvh * G + g;
+          if (r >= qt.n) return;
+          const int64_t at = (int64_t(b) * Tq + qt.row + r) * ld + int64_t(head) * hs + d;
+          dq[at] = accumulate ? dq[at] + dQs[i] : dQs[i];
+        });
       });
-  // out_h (n,hs) = P_h · V_kv, into columns h·hs.. of out (n, NH·hs)
-  for (int g = 0; g < G; ++g) {
-    backend::gemm_strided_batched(backend::Op::N, backend::Op::N, n, hs, P, 1.0f,
-                                  scores.data() + g * per_head, P, G * per_head, values.data(),
-                                  ldkv, hs, 0.0f, out.data() + g * hs, Cq, int64_t(G) * hs, KVH);
+}
+
+// The attention's shape: the device shape in a GPU build whatever a test asked for (the host
+// shape reads host memory), else the current kernel shape.
+bool device_shape() {
+  return kDeviceMemory || device_shaped();
+}
+
+void check(const AttentionInputs& x) {
+  if (x.KVH < 1 || x.NH % x.KVH != 0 || x.hs < 1 || x.B < 1 || x.queries.count < 1 ||
+      x.keys.count < 1) {
+    MPF_FATAL("attention: bad shape (NH a multiple of KVH, at least one row and head)");
   }
+}
+
+}  // namespace
+
+void attention_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge) {
+  check(x);
+  const bool bf16 = products_in_bf16();
+  if (device_shape()) {
+    device_forward(out, lse, x, merge, bf16);
+  } else {
+    host_forward(out, lse, x, merge, bf16);
+  }
+}
+
+void attention_backward_delta(Tensor delta, Tensor out, Tensor dout, int B, int rows, int NH,
+                              int hs) {
+  const int64_t ldo = int64_t(NH) * hs;
+  // delta is (B, NH, rows); element i is row t of head h of sequence b.
+  for_each(
+      "mpf::attention_backward_delta", int64_t(B) * NH * rows, KOKKOS_LAMBDA(int64_t i) {
+        const int64_t t = i % rows, h = (i / rows) % NH, b = i / (int64_t(rows) * NH);
+        const int64_t at = (b * rows + t) * ldo + h * hs;
+        float acc = 0.0f;
+        for (int d = 0; d < hs; ++d) acc += dout(at + d) * out(at + d);
+        delta(i) = acc;
+      });
+}
+
+void attention_backward(float* dq, int64_t lddq, bool accumulate_dq, float* dk, float* dv,
+                        int64_t lddkv, bool accumulate_dkv, Tensor dout, Tensor lse, Tensor delta,
+                        const AttentionInputs& x) {
+  check(x);
+  const bool bf16 = products_in_bf16();
+  if (device_shape()) {
+    device_backward_kv(dk, dv, lddkv, accumulate_dkv, dout, lse, delta, x, bf16);
+    device_backward_q(dq, lddq, accumulate_dq, dout, lse, delta, x, bf16);
+  } else {
+    host_backward_kv(dk, dv, lddkv, accumulate_dkv, dout, lse, delta, x, bf16);
+    host_backward_q(dq, lddq, accumulate_dq, dout, lse, delta, x, bf16);
+  }
+}
+
+AttentionInputs packed_attention(Tensor qkv, int B, int NH, int KVH, int hs,
+                                 const PositionRuns& runs, const int32_t* doc_start) {
+  AttentionInputs x;
+  x.B = B;
+  x.NH = NH;
+  x.KVH = KVH;
+  x.hs = hs;
+  x.ldq = x.ldkv = int64_t(NH + 2 * KVH) * hs;
+  x.q = qkv.data();
+  x.k = x.q + int64_t(NH) * hs;
+  x.v = x.k + int64_t(KVH) * hs;
+  x.queries = x.keys = runs;
+  x.doc_start = doc_start;
+  return x;
+}
+
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int NH, int KVH, int hs,
+                       const int32_t* doc_start) {
+  attention_forward(out, lse,
+                    packed_attention(qkv, B, NH, KVH, hs, PositionRuns::contiguous(T), doc_start));
+}
+
+void attention_backward_input(Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv, Tensor out,
+                              Tensor lse, int B, int T, int NH, int KVH, int hs,
+                              const int32_t* doc_start) {
+  const AttentionInputs x =
+      packed_attention(qkv, B, NH, KVH, hs, PositionRuns::contiguous(T), doc_start);
+  attention_backward_delta(delta, out, dout, B, T, NH, hs);
+  float* dq = dqkv.data();
+  attention_backward(dq, x.ldq, false, dq + int64_t(NH) * hs, dq + int64_t(NH + KVH) * hs, x.ldq,
+                     false, dout, lse, delta, x);
+}
+
+int attention_tile(bool device, int hs) {
+  return device ? device_tiles(1, hs).bk : kHostTile;
 }
 
 }  // namespace mpf

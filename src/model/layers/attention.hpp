@@ -1,37 +1,87 @@
-// Causal self-attention on a packed qkv, per query head h: S = Q_h·K_kvᵀ/√hs, P = softmax over
-// the causal prefix, out = P·V_kv. Rows of qkv are [Q (NH heads) | K (KVH heads) | V (KVH heads)],
-// head size hs. With KVH = NH this is GPT-2's multi-head attention on llm.c's (B,T,3C); with fewer
-// KV heads it is grouped-query attention (Ainslie et al. 2023; Llama, Qwen2, Mistral): query head
-// h reads KV head h / (NH/KVH). The per-head products go to the backend's batched GEMM straight
-// from the packed layout (row stride (NH + 2·KVH)·hs), so nothing is permuted and no K or V is
-// copied per query head. Attention has no parameters: its whole backward is an input gradient.
+// Fused causal attention, FlashAttention-2's algorithm (Dao 2023): per query head h,
+// S = Q_h·K_kvᵀ/√hs, P = softmax over the keys the query sees, out = P·V_kv, computed a tile of
+// queries at a time against a tile of keys at a time with an online softmax, so that no (T × T)
+// matrix exists anywhere. The forward saves only the output and each row's logsumexp; the
+// backward recomputes P tile by tile from the logsumexp.
+//
+// Grouped-query attention (Ainslie et al. 2023): query head h reads kv head h / (NH/KVH), and a
+// unit of work holds all G = NH/KVH query heads of one kv head, so each K/V tile is read once for
+// the group. With KVH = NH it is GPT-2's multi-head attention. A query sees a key when the key's
+// position is at most its own (causal) and, with document masking, at least the position where
+// the query's document starts. Tiles wholly outside what their queries see are skipped, so
+// causal attention does about half the work of the full matrix.
+//
+// Work is split so that every result is a sum in a fixed order, whatever runs it: the forward
+// and dQ take a unit per (sequence, kv head, query tile), dK and dV one per (sequence, kv head,
+// key tile), each recomputing P for its tiles (7 tile products in the backward, FlashAttention-2
+// has 5 with atomic additions to dQ, which would make the bits depend on timing).
+//
+// Two launch shapes (core/parallel.hpp): on the CPU a unit per host thread, taken dynamically,
+// its tile products through the register-blocked micro-kernel (backends/tile_gemm.hpp); on a GPU
+// a Kokkos team per unit, with the K/V tiles in team scratch memory.
+//
+// Precision: in bf16 (matmul.hpp's Bf16Products scope) every operand of a tile product — Q, K,
+// V, the output gradient, P and dS — is rounded to bf16 before the product, which accumulates in
+// fp32, as the bf16 GEMMs do; the softmax, its statistics and the merges stay fp32.
 #pragma once
 
+#include <cstdint>
+
 #include "core/types.hpp"
+#include "model/positions.hpp"
 
 namespace mpf {
 
-// out (B,T,NH·hs); att (B,NH,T,T) keeps P for backward (zero above the diagonal);
-// qkv (B,T,(NH + 2·KVH)·hs). KVH divides NH.
-void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int NH, int KVH, int hs);
+// What one attention call reads. Rows are (B, rows) with the given row strides: query head h in
+// columns h·hs.. of q, kv head j in columns j·hs.. of k and of v (the packed qkv's [Q | K | V]:
+// k = q + NH·hs, v = k + KVH·hs, both strides (NH + 2·KVH)·hs).
+struct AttentionInputs {
+  int B = 1, NH = 1, KVH = 1, hs = 1;
+  const float* q = nullptr;
+  int64_t ldq = 0;
+  PositionRuns queries;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t ldkv = 0;
+  PositionRuns keys;
+  // (B, queries.rows): the position where each query's document starts, or null (no document
+  // masking: a query sees every earlier key).
+  const int32_t* doc_start = nullptr;
+};
 
-// dqkv (B,T,(NH + 2·KVH)·hs) =; datt (B,NH,T,T) is scratch; dout (B,T,NH·hs); qkv and att as saved
-// by forward. A KV head's dK and dV are the sums over its group's query heads, in ascending h.
-void attention_backward_input(Tensor dqkv, Tensor datt, Tensor dout, Tensor qkv, Tensor att, int B,
-                              int T, int NH, int KVH, int hs);
+// out (B, queries.rows, NH·hs) and lse (B, NH, queries.rows), the logsumexp of each row's scaled
+// scores. A row that sees no key gets out 0 and lse −∞. With merge, the call's partial result is
+// combined with the (out, lse) already there by their logsumexps, as ring attention combines the
+// blocks it visits: lse = log(e^lse₁ + e^lse₂), out = out₁·e^(lse₁−lse) + out₂·e^(lse₂−lse).
+void attention_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge = false);
 
-// GPT-2's multi-head attention: qkv (B,T,3C), out (B,T,C), C = NH·hs; the above with KVH = NH.
-void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH);
-void attention_backward_input(Tensor dqkv, Tensor datt, Tensor dout, Tensor qkv, Tensor att, int B,
-                              int T, int C, int NH);
+// delta (B, NH, rows) = Σ_d dout·out per row and head: the softmax backward's row term,
+// FlashAttention-2's D. out and dout (B, rows, NH·hs).
+void attention_backward_delta(Tensor delta, Tensor out, Tensor dout, int B, int rows, int NH,
+                              int hs);
 
-// The KV-cache decoder's attention: out (n, NH·hs) = causal attention of n new positions
-// [pos, pos + n) over the P = pos + n positions held in a cache. q: the new rows' queries, NH
-// heads side by side in rows of stride ldq (a packed qkv's rows, whose Q comes first); keys and
-// values (P rows of stride ldkv, at least KVH·hs): KVH heads side by side; query head h reads KV
-// head h / (NH/KVH). Row i of a head sees positions 0..pos + i. scores (NH, n, P) is scratch.
-// Products in fp32 whatever the calling thread's precision.
-void attention_over_cache_forward(Tensor out, Tensor scores, Tensor q, int ldq, Tensor keys,
-                                  Tensor values, int ldkv, int n, int pos, int NH, int KVH, int hs);
+// The gradients of one call's inputs given the whole attention's lse and delta (which, under
+// ring attention, cover every block visited): dq (rows of stride ldq, like q), dk and dv (rows
+// of stride ldkv, like k and v). Each is written (=) unless its accumulate flag says add (+=).
+// A KV head's dK and dV sum its group's query heads in ascending order.
+void attention_backward(float* dq, int64_t lddq, bool accumulate_dq, float* dk, float* dv,
+                        int64_t lddkv, bool accumulate_dkv, Tensor dout, Tensor lse, Tensor delta,
+                        const AttentionInputs& x);
+
+// The training model's call on a packed qkv (B,T,(NH + 2·KVH)·hs): causal within each sequence
+// of T positions [pos0, pos0 + T) — or of `runs` — and, given doc_start (B,T), within documents.
+AttentionInputs packed_attention(Tensor qkv, int B, int NH, int KVH, int hs,
+                                 const PositionRuns& runs, const int32_t* doc_start = nullptr);
+// out (B,T,NH·hs), lse (B,NH,T).
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int NH, int KVH, int hs,
+                       const int32_t* doc_start = nullptr);
+// dqkv (B,T,(NH + 2·KVH)·hs) =; delta (B,NH,T) is scratch; dout (B,T,NH·hs); qkv, out and lse
+// as the forward saw and left them.
+void attention_backward_input(Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv, Tensor out,
+                              Tensor lse, int B, int T, int NH, int KVH, int hs,
+                              const int32_t* doc_start = nullptr);
+
+// The tile sizes the host and device shapes use (queries and keys per tile), for the tests.
+int attention_tile(bool device_shape, int hs);
 
 }  // namespace mpf

@@ -7,10 +7,12 @@
 namespace mpf {
 
 void encoder_forward(Tensor out, const Tokens& tokens, Tensor wte, Tensor wpe, int B, int T, int C,
-                     int vocab_begin, int vocab_shard, bool add_positions) {
+                     int vocab_begin, int vocab_shard, bool add_positions,
+                     const PositionRuns& given) {
+  const PositionRuns positions = given.rows > 0 ? given : PositionRuns::contiguous(T);
   for_each_2d(
       "mpf::encoder_forward", int64_t(B) * T, C, KOKKOS_LAMBDA(int64_t bt, int c) {
-        const int64_t t = bt % T, row = int64_t(tokens(bt)) - vocab_begin;
+        const int64_t t = positions.position(int(bt % T)), row = int64_t(tokens(bt)) - vocab_begin;
         const bool mine = row >= 0 && row < vocab_shard;
         out(bt * C + c) =
             (mine ? wte(row * C + c) : 0.0f) + (add_positions ? wpe(t * C + c) : 0.0f);
@@ -34,8 +36,10 @@ Kokkos::View<int64_t*, MemSpace> sorted_keys(int64_t n) {
 }  // namespace
 
 void encoder_backward_weight(Tensor dwte, Tensor dwpe, Tensor dout, const Tokens& tokens, int B,
-                             int T, int C, int vocab_begin, int vocab_shard) {
+                             int T, int C, int vocab_begin, int vocab_shard,
+                             const PositionRuns& given) {
   const int64_t BT = int64_t(B) * T;
+  const PositionRuns rows_at = given.rows > 0 ? given : PositionRuns::contiguous(T);
   const bool positions = dwpe.extent(0) > 0;  // a model without a position table (Llama) has none
   if (!device_shaped()) {
     // One channel per iteration: a token that occurs twice is then added by one thread, in (b,t)
@@ -49,7 +53,7 @@ void encoder_backward_weight(Tensor dwte, Tensor dwpe, Tensor dout, const Tokens
           for (int64_t t = 0; t < (positions ? T : 0); ++t) {
             float acc = 0.0f;
             for (int64_t b = 0; b < B; ++b) acc += dout((b * T + t) * C + c);
-            dwpe(t * C + c) += acc;
+            dwpe(int64_t(rows_at.position(int(t))) * C + c) += acc;
           }
         });
     return;
@@ -79,7 +83,7 @@ void encoder_backward_weight(Tensor dwte, Tensor dwpe, Tensor dout, const Tokens
       "mpf::encoder_backward_wpe", T, C, KOKKOS_LAMBDA(int64_t t, int c) {
         float acc = 0.0f;
         for (int64_t b = 0; b < B; ++b) acc += dout((b * T + t) * C + c);
-        dwpe(t * C + c) += acc;
+        dwpe(int64_t(rows_at.position(int(t))) * C + c) += acc;
       });
 }
 

@@ -29,6 +29,10 @@ void record(const Stopwatch& clock, Op op_a, Op op_b, int M, int N, int K, int b
 }
 }  // namespace
 
+bool products_in_bf16() {
+  return active != nullptr;
+}
+
 Bf16Products::Bf16Products(const float* weights, const bf16* weights16, int64_t n,
                            int64_t scratch_elems)
     : weights_{weights, n, weights16} {

@@ -16,6 +16,10 @@ namespace mpf {
 
 using backend::Op;
 
+// Whether this thread's products run in bf16 (a Bf16Products scope is alive): kernels that do
+// their own products (the fused attention) round their operands when it is.
+bool products_in_bf16();
+
 void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, int lda,
             const float* B, int ldb, float beta, float* C, int ldc);
 

@@ -55,13 +55,19 @@ std::vector<float> rope_inverse_frequencies(int hs, double theta, const RopeScal
 
 void rope_tables(Tensor cos_table, Tensor sin_table, const std::vector<float>& inv_freq,
                  int max_pos) {
+  rope_tables(cos_table, sin_table, inv_freq, PositionRuns::contiguous(max_pos));
+}
+
+void rope_tables(Tensor cos_table, Tensor sin_table, const std::vector<float>& inv_freq,
+                 const PositionRuns& rows) {
   const size_t half = inv_freq.size();
-  std::vector<float> c(size_t(max_pos) * half), s(size_t(max_pos) * half);
-  for (int p = 0; p < max_pos; ++p) {
+  std::vector<float> c(size_t(rows.rows) * half), s(size_t(rows.rows) * half);
+  for (int t = 0; t < rows.rows; ++t) {
+    const int p = rows.position(t);
     for (size_t i = 0; i < half; ++i) {
       const float angle = float(p) * inv_freq[i];
-      c[size_t(p) * half + i] = float(std::cos(double(angle)));
-      s[size_t(p) * half + i] = float(std::sin(double(angle)));
+      c[size_t(t) * half + i] = float(std::cos(double(angle)));
+      s[size_t(t) * half + i] = float(std::sin(double(angle)));
     }
   }
   copy_from_host(cos_table.data(), c.data(), c.size() * sizeof(float), "rope cos table");

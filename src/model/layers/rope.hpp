@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/types.hpp"
+#include "model/positions.hpp"
 
 namespace mpf {
 
@@ -29,6 +30,11 @@ std::vector<float> rope_inverse_frequencies(int hs, double theta, const RopeScal
 // taken in double and rounded. Computed on the host once and copied in; inv_freq has hs/2 values.
 void rope_tables(Tensor cos_table, Tensor sin_table, const std::vector<float>& inv_freq,
                  int max_pos);
+// The same for the rows of `rows` (model/positions.hpp): row t of the tables is position
+// rows.position(t)'s, so a context-parallel rank's tables rotate its chunks by their positions in
+// the whole sequence.
+void rope_tables(Tensor cos_table, Tensor sin_table, const std::vector<float>& inv_freq,
+                 const PositionRuns& rows);
 
 // In place on qkv (rows, (NH + 2·KVH)·hs), rows [Q heads | K heads | V heads]: rotates every Q and
 // K head of row n by position pos0 + n % T; V is untouched. Training passes pos0 = 0 and the

@@ -1,0 +1,165 @@
+// The fused attention's rate (make bench, ci/bench_attention.sh): forward and backward of one
+// layer's causal grouped-query attention at each T given, GFLOP/s as causal attention needs them
+// (forward 4·B·NH·hs·T²/2, backward twice that; step_log.hpp's count), beside the unfused path
+// it replaced (the (T × T) scores through the backend's batched GEMM) where that fits in memory;
+// then, on the CPU, the host shape's tile product against the backend's GEMM on the same
+// 64 x 64 x hs tiles, one thread.
+//
+//   attention_rate [--batch B] [--heads NH] [--kv-heads KVH] [--head-size hs] [--precision P]
+//                  [--reps N] T...
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/gemm.hpp"
+#include "backends/tile_gemm.hpp"
+#include "core/parallel.hpp"
+#include "core/rng.hpp"
+#include "core/types.hpp"
+#include "model/layers/attention.hpp"
+#include "model/layers/matmul.hpp"
+#include "unit/unfused_attention.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  Kokkos::fence();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+mpf::Slab filled(const char* name, int64_t n) {
+  mpf::Slab s(std::string(name), n);
+  auto h = Kokkos::create_mirror_view(s);
+  for (int64_t i = 0; i < n; ++i) h(i) = mpf::rng::normal(1, 7, uint64_t(i)) * 0.5f;
+  Kokkos::deep_copy(s, h);
+  return s;
+}
+
+mpf::Tensor view(const mpf::Slab& s) {
+  return mpf::Tensor(s.data(), s.extent(0));
+}
+
+// The median of `reps` timings of f (after one untimed call).
+template <class F>
+double median_seconds(int reps, const F& f) {
+  f();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    t.push_back(seconds_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void tile_rates(int hs, int reps) {
+  const int T = 64, hp = (hs + mpf::backend::kTileCols - 1) / mpf::backend::kTileCols *
+                         mpf::backend::kTileCols;
+  std::vector<float> q(size_t(T) * hp, 0.5f), kt(size_t(hp) * T, 0.25f), s(size_t(T) * T);
+  std::vector<float> v(size_t(T) * hp, 0.5f), o(size_t(T) * hp);
+  const int inner = 2000;
+  const double flops = 4.0 * T * T * hs * inner;
+  const double micro = median_seconds(reps, [&] {
+    for (int i = 0; i < inner; ++i) {
+      mpf::backend::tile_gemm(T, T, hs, q.data(), hp, 1, kt.data(), T, s.data(), T, false);
+      mpf::backend::tile_gemm(T, hp, T, s.data(), T, 1, v.data(), hp, o.data(), hp, true);
+    }
+  });
+  mpf::backend::set_num_threads(1);
+  const double library = median_seconds(reps, [&] {
+    for (int i = 0; i < inner; ++i) {
+      mpf::backend::gemm(mpf::backend::Op::N, mpf::backend::Op::N, T, T, hs, 1.0f, q.data(), hp,
+                         kt.data(), T, 0.0f, s.data(), T);
+      mpf::backend::gemm(mpf::backend::Op::N, mpf::backend::Op::N, T, hs, T, 1.0f, s.data(), T,
+                         v.data(), hp, 1.0f, o.data(), hp);
+    }
+  });
+  std::printf(
+      "tile products (64 x 64 x %d, one thread): micro-kernel %.1f GFLOP/s | %s %.1f GFLOP/s\n", hs,
+      flops / micro / 1e9, mpf::backend::selected().c_str(), flops / library / 1e9);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  Kokkos::initialize(argc, argv);
+  {
+    int B = 1, NH = 12, KVH = 4, hs = 64, reps = 3;
+    bool bf16 = false;
+    std::vector<int> lengths;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
+      if (a == "--batch")
+        B = next();
+      else if (a == "--heads")
+        NH = next();
+      else if (a == "--kv-heads")
+        KVH = next();
+      else if (a == "--head-size")
+        hs = next();
+      else if (a == "--reps")
+        reps = next();
+      else if (a == "--precision")
+        bf16 = i + 1 < argc && std::string(argv[++i]) == "bf16";
+      else
+        lengths.push_back(std::atoi(a.c_str()));
+    }
+    if (lengths.empty()) lengths = {1024, 4096};
+    std::printf("attention | B %d | %d heads, %d kv heads, head size %d | %s | %d threads | %s\n",
+                B, NH, KVH, hs, bf16 ? "bf16" : "fp32", mpf::host_thread_count(),
+                mpf::kDeviceMemory ? "device shape (GPU)" : "host shape (CPU)");
+    std::printf("%-7s %12s %12s %14s %14s\n", "T", "fused fwd", "fused bwd", "unfused fwd",
+                "unfused bwd");
+    for (const int T : lengths) {
+      const int W = (NH + 2 * KVH) * hs, Cq = NH * hs;
+      const int64_t rows = int64_t(B) * T;
+      mpf::Slab qkv = filled("qkv", rows * W), dy = filled("dy", rows * Cq),
+                out(std::string("out"), rows * Cq), lse("lse", int64_t(B) * NH * T),
+                delta("delta", int64_t(B) * NH * T), dqkv("dqkv", rows * W);
+      std::unique_ptr<mpf::Bf16Products> scope;
+      if (bf16) scope = std::make_unique<mpf::Bf16Products>(nullptr, nullptr, 0, 1);
+      const double flops = 4.0 * B * NH * hs * double(T) * T / 2.0;  // causal forward
+      const double fwd = median_seconds(reps, [&] {
+        mpf::attention_forward(view(out), view(lse), view(qkv), B, T, NH, KVH, hs);
+      });
+      const double bwd = median_seconds(reps, [&] {
+        mpf::attention_backward_input(view(dqkv), view(delta), view(dy), view(qkv), view(out),
+                                      view(lse), B, T, NH, KVH, hs);
+      });
+      char unfused[2][32] = {"-", "-"};
+      // The unfused path keeps two (B, NH, T, T) matrices: measured while they take under 4 GB.
+      if (2.0 * B * NH * double(T) * T * 4 < 4e9) {
+        mpf::Slab att("att", int64_t(B) * NH * T * T), datt("datt", int64_t(B) * NH * T * T);
+        const double uf = median_seconds(reps, [&] {
+          mpf::test::unfused_attention_forward(view(out), view(att), view(qkv), B, T, NH, KVH, hs);
+        });
+        const double ub = median_seconds(reps, [&] {
+          mpf::test::unfused_attention_backward_input(view(dqkv), view(datt), view(dy), view(qkv),
+                                                      view(att), B, T, NH, KVH, hs);
+        });
+        std::snprintf(unfused[0], sizeof unfused[0], "%.1f", flops / uf / 1e9);
+        std::snprintf(unfused[1], sizeof unfused[1], "%.1f", 2 * flops / ub / 1e9);
+      }
+      std::printf("%-7d %12.1f %12.1f %14s %14s   GFLOP/s (causal count); fused %.1f + %.1f ms\n",
+                  T, flops / fwd / 1e9, 2 * flops / bwd / 1e9, unfused[0], unfused[1], fwd * 1e3,
+                  bwd * 1e3);
+    }
+    if (!mpf::kDeviceMemory) tile_rates(hs, reps);
+  }
+  Kokkos::finalize();
+  MPI_Finalize();
+  return 0;
+}
