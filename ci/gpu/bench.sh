@@ -27,7 +27,7 @@ for precision in fp32 bf16; do
   peak=$([ "$precision" = fp32 ] && echo "$fp32" || echo "$bf16")
   peak_args=()
   [ -n "$peak" ] && peak_args=(--peak-gflops "$peak")
-  for batch in 8 16; do
+  for batch in ${BENCH_BATCHES:-8 16}; do
     ours=$("$build/mpiformer-bench" --model gpt2-124M --batch "$batch" --seq-len 1024 \
       --steps "$steps" --precision "$precision" "${peak_args[@]}" 2>&1 | grep '^mpiformer |')
     theirs=$(env -u LD_LIBRARY_PATH python3 "$root/ci/bench_torch.py" --device cuda \
@@ -49,3 +49,12 @@ done
 echo "--- where a step goes: mpiformer, B = 8 x 1024, bf16 ---"
 "$build/mpiformer-bench" --model gpt2-124M --batch 8 --seq-len 1024 --steps "$steps" \
   --precision bf16 ${bf16:+--peak-gflops "$bf16"} --profile 2>&1 | sed -n '/^profile/,$p'
+# The fused attention against PyTorch's scaled_dot_product_attention (FlashAttention's kernel in
+# bf16) on the same GPU: a Llama of GPT-2 124M's size, B = 1, long sequences.
+lengths=${ATTENTION_LENGTHS:-1024 4096 16384}
+for precision in bf16 fp32; do
+  echo "--- attention, $precision: mpiformer's fused kernel, then PyTorch's ---"
+  "$build/tests/attention_rate" --precision "$precision" $lengths 2>&1 | grep -v '^tile'
+  env -u LD_LIBRARY_PATH python3 "$root/ci/bench_attention_torch.py" --device cuda \
+    --precision "$precision" $lengths 2>&1
+done

@@ -210,6 +210,13 @@ BackwardBuffers BackwardBuffers::allocate(const GPTConfig& cfg, int B, int T) {
   return allocate(make_tp_shard(cfg, 0, 1), B, T);
 }
 
+int64_t BackwardBuffers::bytes(const TpShard& shard, int B, int T, bool sequence_parallel) {
+  BackwardBuffers g;
+  SlabCarver counter(nullptr);
+  carve(g, counter, shard, split_rows(shard, B, T, sequence_parallel), B, T);
+  return counter.used() * int64_t(sizeof(float));
+}
+
 BackwardBuffers BackwardBuffers::allocate(const TpShard& shard, int B, int T,
                                           bool sequence_parallel) {
   BackwardBuffers g;

@@ -117,6 +117,8 @@ struct BackwardBuffers {
   static BackwardBuffers allocate(const TpShard& shard, int B, int T,
                                   bool sequence_parallel = false);
   static BackwardBuffers allocate(const GPTConfig& cfg, int B, int T);
+  // The bytes allocate() would take.
+  static int64_t bytes(const TpShard& shard, int B, int T, bool sequence_parallel = false);
 };
 
 // What one block's W reads besides its parameters: the gradients of its layers' outputs, which B

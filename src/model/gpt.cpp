@@ -414,6 +414,57 @@ void gpt_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
   }
 }
 
+void gpt_backward_by_block(ParameterTensors& grads, BackwardBuffers& buf, WeightGradInputs& w2,
+                           Activations& acts, const ParameterTensors& params, const Tokens& inputs,
+                           const Tokens& targets, float dloss, MPI_Comm tp, Tensor input_grad,
+                           Activations* workspace, const PartDone& part_done,
+                           bool final_microbatch) {
+  const ChunkPieces& chunk = acts.chunk;
+  const bool sp = acts.seq.on;
+  const int L = chunk.layers;
+  using Kind = ModelPart::Kind;
+  auto done = [&](Kind kind, int block) {
+    if (part_done) part_done({kind, block});
+  };
+  auto slot = [&](int i) { return w2.block(i % 2); };
+  // dout as in gpt_backward_input, its slot the block's own.
+  Tensor dout = sp ? buf.dresidual[0] : slot(L - 1).dout;
+  int spare = 1;
+  if (chunk.head) {
+    head_backward_input(buf, w2, acts, params, targets, dloss, tp, dout);
+    head_backward_weight(grads, w2, acts, tp, final_microbatch);
+    done(Kind::kHead, -1);
+  } else if (sp) {
+    dout = acts.output_grad;
+    spare = 0;
+  } else {
+    Kokkos::deep_copy(ExecSpace(), dout, acts.output_grad);
+  }
+  for (int i = L - 1; i >= 0; --i) {
+    Tensor dinp;
+    if (i > 0) {
+      dinp = sp ? buf.dresidual[spare] : slot(i - 1).dout;  // the other slot: W of i+1 is done
+    } else if (chunk.embedding) {
+      dinp = sp ? buf.dresidual[spare] : w2.dembed;
+    } else {
+      dinp = input_grad;
+    }
+    const BlockWeightInputs wb = slot(i);
+    BlockSite b = block_site(acts, workspace, i, chunk.recompute ? &wb.kept : nullptr);
+    if (workspace) block_forward(b.acts, params, b.index, tp);
+    block_backward_input(buf, wb, dinp, dout, b.acts, params, b.index, tp);
+    block_backward_weight(grads, wb, b.acts, b.index, tp, final_microbatch);
+    done(Kind::kBlock, chunk.first_layer + i);
+    spare = 1 - spare;
+    dout = dinp;
+  }
+  if (chunk.embedding) {
+    tp::leave_backward(dout.data(), w2.dembed.data(), acts.cfg.channels, acts.seq, tp);
+    embedding_backward_weight(grads, w2.dembed, acts, inputs);
+    done(Kind::kEmbedding, -1);
+  }
+}
+
 void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, WeightGradInputs& w,
                   Activations& acts, const ParameterTensors& params, const Tokens& inputs,
                   const Tokens& targets, float dloss, MPI_Comm tp, const PartDone& part_done,

@@ -95,6 +95,11 @@ Tensor& view_of(ParameterTensors& t, const SlabPiece& piece) {
 }
 }  // namespace
 
+int64_t Parameters::slab_floats(const TpShard& shard, int pad_to) {
+  const int64_t count = SlabLayout(shard.sizes(), shard.local_layers()).count();
+  return (count + pad_to - 1) / pad_to * pad_to;
+}
+
 Parameters Parameters::allocate(const TpShard& shard, const std::string& label, int pad_to) {
   Parameters p;
   p.cfg = shard.cfg;

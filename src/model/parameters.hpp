@@ -106,6 +106,8 @@ struct Parameters {
   // Allocates a zeroed slab for `shard`'s part of the model; `label` names it ("mpf::params").
   // The slab is padded with zeros to a multiple of pad_to (the DP size, for ZeRO's even shards).
   static Parameters allocate(const TpShard& shard, const std::string& label, int pad_to = 1);
+  // The floats allocate() gives the slab: the shard's parameters padded to a multiple of pad_to.
+  static int64_t slab_floats(const TpShard& shard, int pad_to = 1);
   // The whole model (one rank, no tensor parallelism).
   static Parameters allocate(const GPTConfig& cfg, const std::string& label);
 

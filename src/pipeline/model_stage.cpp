@@ -1,5 +1,6 @@
 #include "pipeline/model_stage.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.hpp"
@@ -30,7 +31,7 @@ void add_loss(const Activations& a, double* total) {
 }  // namespace
 
 namespace {
-int size_of(MPI_Comm comm) {
+int ranks_in(MPI_Comm comm) {
   int n = 1;
   MPI_Comm_size(comm, &n);
   return n;
@@ -46,8 +47,8 @@ ModelStage::ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, in
       seq_len_(seq_len),
       sequence_parallel_(sequence_parallel),
       tp_(tp),
-      ring_(size_of(cp) > 1
-                ? std::make_unique<RingAttention>(cp, micro_batch, seq_len * size_of(cp),
+      ring_(ranks_in(cp) > 1
+                ? std::make_unique<RingAttention>(cp, micro_batch, seq_len * ranks_in(cp),
                                                   shard.heads, shard.kv_heads, shard.head_size)
                 : nullptr),
       positions_(ring_ ? ring_->rows() : PositionRuns::contiguous(seq_len)),
@@ -121,10 +122,17 @@ int64_t ModelStage::microbatch_bytes() const {
   return n;
 }
 
+ChunkPieces ModelStage::weight_pieces(int chunk) const {
+  ChunkPieces c = chunks_[size_t(chunk)];
+  if (by_block_) c.layers = std::min(c.layers, 2);
+  return c;
+}
+
 int64_t ModelStage::weight_input_bytes() const {
   int64_t n = 0;
-  for (const ChunkPieces& c : chunks_) {
-    n += WeightGradInputs::bytes(shard_, c, micro_batch_, seq_len_, sequence_parallel_);
+  for (int c = 0; c < int(chunks_.size()); ++c) {
+    n += WeightGradInputs::bytes(shard_, weight_pieces(c), micro_batch_, seq_len_,
+                                 sequence_parallel_);
   }
   return n;
 }
@@ -152,7 +160,7 @@ void ModelStage::release(int chunk, Activations* a) {
 WeightGradInputs* ModelStage::acquire_weight_inputs(int chunk) {
   if (weight_free_[chunk].empty()) {
     weight_pool_[chunk].push_back(std::make_unique<WeightGradInputs>(WeightGradInputs::allocate(
-        shard_, chunks_[chunk], micro_batch_, seq_len_, sequence_parallel_)));
+        shard_, weight_pieces(chunk), micro_batch_, seq_len_, sequence_parallel_)));
     weight_free_[chunk].push_back(weight_pool_[chunk].back().get());
   }
   WeightGradInputs* w = weight_free_[chunk].back();
@@ -231,8 +239,17 @@ void ModelStage::backward_input(int mb, int chunk) {
   if (!chunks_[chunk].embedding) input_grad = take_grad_buffer();
   Stopwatch sw;
   timed("B", mb, chunk, [&] {
-    gpt_backward_input(buffers_, *w, *a, *params_, (*targets_)[mb], dloss_, tp_, input_grad,
-                       workspace_.get());
+    if (by_block_) {
+      // W with B, block by block: the chunk's gradients are complete after its last
+      // microbatch's B, as backward_weight says below.
+      const bool chunk_done = ++weights_done_[chunk] == int(inputs_->size());
+      gpt_backward_by_block(*grads_, buffers_, *w, *a, *params_, (*inputs_)[mb], (*targets_)[mb],
+                            dloss_, tp_, input_grad, workspace_.get(),
+                            chunk_done ? part_done_ : PartDone(), chunk_done);
+    } else {
+      gpt_backward_input(buffers_, *w, *a, *params_, (*targets_)[mb], dloss_, tp_, input_grad,
+                         workspace_.get());
+    }
     if (time_ops_) Kokkos::fence();
   });
   times_.backward += sw.seconds() * 1e3;
@@ -251,9 +268,10 @@ void ModelStage::backward_weight(int mb, int chunk) {
   // The chunk's gradients are complete after its last W; that is when sequence parallelism sums
   // its LayerNorm gradients over TP, and when the data-parallel buckets hear of each part it
   // finished, block by block, whichever chunk it is.
-  const bool chunk_done = ++weights_done_[chunk] == int(inputs_->size());
   Stopwatch sw;
   timed("W", mb, chunk, [&] {
+    if (by_block_) return;  // done with B
+    const bool chunk_done = ++weights_done_[chunk] == int(inputs_->size());
     gpt_backward_weight(*grads_, *w, *a, (*inputs_)[mb], tp_, chunk_done ? part_done_ : PartDone(),
                         chunk_done, workspace_.get());
     if (time_ops_) Kokkos::fence();

@@ -100,6 +100,10 @@ class ModelStage : public pipeline::StageOps {
   // sends, parallel/device_mpi.hpp): on a GPU the trainer turns it on only for the steps whose op
   // times it uses. On by default.
   void set_op_timing(bool on) { time_ops_ = on; }
+  // The classic schedules run W right after B: then B computes each block's W as soon as its B is
+  // done (gpt_backward_by_block), W is empty, and a microbatch's W inputs take two blocks' memory
+  // rather than its chunk's. Off (the default) for the zero-bubble schedules, which defer W.
+  void set_weight_with_input(bool on) { by_block_ = on; }
   // Records every op into `events` (with times from `clock`, seconds) while set; null stops it.
   void record(std::vector<StageEvent>* events, std::function<double()> clock);
   // Tells `listener` each op as it starts (its name, microbatch and chunk): the watchdog's phase.
@@ -131,6 +135,8 @@ class ModelStage : public pipeline::StageOps {
   std::unique_ptr<Activations> allocate(const ChunkPieces& chunk) const;
   void release(int chunk, Activations* a);
   WeightGradInputs* acquire_weight_inputs(int chunk);
+  // The pieces a chunk's W set covers: the chunk, or two of its blocks when W runs with B.
+  ChunkPieces weight_pieces(int chunk) const;
   // The buffers a receive of (mb, chunk) fills: its input, or its output's gradient.
   float* grad_buffer(int mb, int chunk);
   // The activations of (mb, chunk), forward done or input received; fatal if none.
@@ -175,6 +181,7 @@ class ModelStage : public pipeline::StageOps {
   Kokkos::View<double*, MemSpace> loss_sums_{"mpf::stage::loss_sums", 2};
   StageTimes times_;
   bool time_ops_ = true;
+  bool by_block_ = false;
   std::vector<StageEvent>* events_ = nullptr;
   std::function<void(const char*, int, int)> on_op_;
   std::function<double()> clock_;

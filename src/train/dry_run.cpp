@@ -77,6 +77,7 @@ int TrainingRun::dry_run() const {
                     ? (" every " + std::to_string(opts_.save_every) + " steps and").c_str()
                     : "");
   }
+  std::printf("dry run: memory/rank (rank 0): %s\n", memory_.summary().c_str());
   std::printf("dry run: the layout fits; nothing was loaded, initialised or written\n");
   std::fflush(stdout);
   return kExitDone;

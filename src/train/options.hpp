@@ -77,7 +77,8 @@ struct TrainOptions {
   std::string tokenizer;
   // System.
   int threads = 0;  // 0: OMP_NUM_THREADS, else the cores this rank may use / ranks per node
-  double peak_gflops = 0.0;  // per rank, for MFU; 0: measure the best GEMM at start-up
+  double peak_gflops = 0.0;      // per rank, for MFU; 0: measure the best GEMM at start-up
+  double memory_per_rank = 0.0;  // GB a rank may use; 0: MemAvailable over the node's ranks
   // Speed: the precision of the matrix products, and the GEMM library ("": the build's default).
   Precision precision = Precision::fp32;
   std::string gemm;

@@ -223,6 +223,10 @@ std::vector<SettingGroup> make_groups() {
             &O::peak_gflops, 0},
            {"--profile", "", "print where a step's time goes, kernel by kernel, at the end",
             &O::profile},
+           {"--memory-per-rank", "GB",
+            "the memory a rank may use (default: the node's MemAvailable over its ranks; set it "
+            "for a GPU's memory): a layout predicted to need more is refused at start-up",
+            &O::memory_per_rank, 0},
            {"--dry-run", "",
             "check everything a run would start from (flags, the layout against the ranks and "
             "nodes, data files, what --load resumes from), print every rank's placement and a "

@@ -29,6 +29,7 @@
 #include "parallel/device_mpi.hpp"
 #include "parallel/rank_device.hpp"
 #include "pipeline/p2p.hpp"
+#include "pipeline/simulator.hpp"
 #include "pipeline/stage_costs.hpp"
 #include "train/exit_status.hpp"
 #include "train/model_options.hpp"
@@ -257,6 +258,13 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   set_up_grid(world);
   plan_pipeline();
   plan_stages();
+  if (!opts_.dry_run) {
+    // Before the memory plan reads what the process holds: the GEMM libraries' own buffers, which
+    // their first products allocate, are then part of it.
+    peak_ = opts_.peak_gflops > 0 ? PeakRate{opts_.peak_gflops, "--peak-gflops"}
+                                  : measure_peak(opts_.precision);
+  }
+  plan_memory_use();
   if (opts_.dry_run) return;  // the layout is checked; the rest allocates, loads and initialises
   shard_model();
   set_up_optimizer();
@@ -276,8 +284,10 @@ void TrainingRun::set_up_grid(MPI_Comm world) {
   local_batch_ = opts_.batch / grid_->dp_size();
   local_seq_len_ = opts_.seq_len / grid_->cp_size();  // options.cpp checked it divides
   // Where the ranks run, for the banner; a TP group across nodes is slow enough to warn about.
+  const NodePlacement node = node_placement(world);
+  node_ranks_ = node.local_size;
   const std::vector<RankPlace> places =
-      gather_places(world, node_placement(world), host_thread_count(), current_device());
+      gather_places(world, node, host_thread_count(), current_device());
   if (is_root()) {
     placement_ = placement_rows(places, grid_->tp_size(), grid_->dp_size(), grid_->pp_size(),
                                 grid_->cp_size());
@@ -329,6 +339,65 @@ void TrainingRun::plan_stages() {
           std::to_string(shape_.microbatches) + " microbatches x " + std::to_string(chunks) +
               " chunks need more message tags than this MPI's MPI_TAG_UB allows; use at most " +
               std::to_string(most) + " microbatches");
+}
+
+void TrainingRun::plan_memory_use() {
+  MemoryShape m;
+  m.shard = stage_shard(grid_->tp_rank(), grid_->pp_rank());
+  const StageOwnership own =
+      stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
+  m.chunks = own.chunks;
+  for (ChunkPieces& c : m.chunks) c.recompute = opts_.recompute;
+  m.micro_batch = micro_batch_;
+  m.seq_len = local_seq_len_;
+  m.cp = grid_->cp_size();
+  m.sequence_parallel = opts_.sequence_parallel;
+  m.recompute = opts_.recompute;
+  m.weight_with_input = !pipeline::is_zero_bubble(pp_schedule_);
+  {
+    const pipeline::SimulationResult sim = pipeline::simulate(*plan_);
+    int acts = 0, w = 0;
+    for (const pipeline::SimEvent& e : sim.events[size_t(grid_->pp_rank())]) {
+      if (e.op == pipeline::SimOp::kForward) ++acts;
+      if (e.op == pipeline::SimOp::kBackwardInput) ++w;
+      if (e.op == pipeline::SimOp::kBackwardWeight) --acts, --w;
+      m.held.push_back({acts, w});
+    }
+  }
+  m.bf16 = opts_.precision == Precision::bf16;
+  m.bf16_scratch = largest_operand(m.shard);
+  m.dp_cp = grid_->dp_cp_size();
+  m.zero = opts_.zero == 1 && grid_->dp_cp_size() > 1;
+  m.staged_mpi = staged();
+  m.pipeline_stages = grid_->pp_size();
+  m.threads = host_thread_count();
+  for (const DataLoader* d : {train_data_.get(), val_data_.get()}) {
+    if (!d) continue;
+    for (const TokenStream& f : d->files()) m.data_bytes += f.size() * f.width();
+  }
+  m.process_bytes = resident_bytes();
+  memory_ = plan_memory(m);
+  // What the rank may still take: --memory-per-rank, or this node's available memory shared by
+  // its ranks (on a GPU the model lives in device memory: only --memory-per-rank applies).
+  const int64_t held = m.process_bytes + m.data_bytes, need = memory_.total();
+  int64_t may = 0;
+  std::string whose;
+  if (opts_.memory_per_rank > 0) {
+    may = int64_t(opts_.memory_per_rank * 1e9);
+    whose = "--memory-per-rank";
+  } else if (!kDeviceMemory && available_bytes() > 0) {
+    may = held + available_bytes() / node_ranks_;
+    whose = "its share of the node's MemAvailable (" + gigabytes(available_bytes()) + " over " +
+            std::to_string(node_ranks_) + " rank(s)) with what it holds already";
+  }
+  if (may > 0 && need > may) {
+    const MemoryTerm& big = memory_.largest();
+    throw InputError("rank " + std::to_string(grid_->world_rank()) + " needs " + gigabytes(need) +
+                     " at its peak, more than the " + gigabytes(may) + " it may use (" + whose +
+                     "); the largest term is " + big.name + ", " + gigabytes(big.bytes) + " (" +
+                     big.detail + "): shrink it with " + big.shrink + " (" + memory_.summary() +
+                     ")");
+  }
 }
 
 void TrainingRun::shard_model() {
@@ -394,6 +463,9 @@ void TrainingRun::set_up_stage() {
   stage_ = std::make_unique<ModelStage>(shard_, own.chunks, micro_batch_, local_seq_len_,
                                         opts.sequence_parallel, grid_->tp_comm(), grid_->pp_comm(),
                                         opts.recompute, shape_.placement, grid_->cp_comm());
+  // The classic schedules run each W right after its B: W then goes with B, block by block, and
+  // a microbatch keeps two blocks' W inputs instead of its chunk's.
+  stage_->set_weight_with_input(!pipeline::is_zero_bubble(pp_schedule_));
 }
 
 void TrainingRun::set_up_sample(std::optional<Tokenizer> tokenizer) {
@@ -455,11 +527,15 @@ bool TrainingRun::tied_across_stages() const {
 }
 
 int64_t TrainingRun::largest_operand() const {
+  return largest_operand(shard_);
+}
+
+int64_t TrainingRun::largest_operand(const TpShard& shard) const {
   // A microbatch's rows times the widest activation a product reads (the logits' vocabulary
   // shard, the MLP, QKV); the fused attention rounds its own tiles.
   const int64_t R = int64_t(micro_batch_) * local_seq_len_;
   const int64_t width =
-      std::max<int64_t>({shard_.vocab_shard, shard_.mlp_in, shard_.qkv, int64_t(cfg_.channels)});
+      std::max<int64_t>({shard.vocab_shard, shard.mlp_in, shard.qkv, int64_t(cfg_.channels)});
   return R * width;
 }
 
@@ -728,10 +804,7 @@ void TrainingRun::print_banner(const PeakRate& peak) const {
   }
   std::printf(" | batch %d x %d = %d tokens/step, %d row(s) per DP rank\n", opts_.batch,
               opts_.seq_len, opts_.batch * opts_.seq_len, local_batch_);
-  std::printf("memory/rank: parameters %s | gradients %s | optimizer %s | activations %s\n",
-              megabytes(bytes_of(params_.slab)).c_str(), megabytes(bytes_of(grads_.slab)).c_str(),
-              megabytes(optimizer_->state_bytes()).c_str(),
-              megabytes(stage_->microbatch_bytes() + stage_->buffer_bytes()).c_str());
+  std::printf("memory/rank: %s\n", memory_.summary().c_str());
   std::printf("microbatches: %zu of %d row(s) per DP rank | schedule %s%s%s", inputs_.size(),
               micro_batch_, pipeline::schedule_name(pp_schedule_),
               pp_schedule_ == pipeline::Schedule::kZbAuto
@@ -813,8 +886,7 @@ TrainResult TrainingRun::train() {
     }
     return result;
   }
-  const PeakRate peak = opts_.peak_gflops > 0 ? PeakRate{opts_.peak_gflops, "--peak-gflops"}
-                                              : measure_peak(opts_.precision);
+  const PeakRate& peak = peak_;
   peak_flops_ = allreduce_sum(peak.gflops * 1e9, grid_->world_comm());
   if (opts_.verbose) print_banner(peak);
   // bf16: the products read weights16_ and round their other inputs (model/layers/matmul.hpp).
@@ -1019,9 +1091,28 @@ void TrainingRun::report_run(int last, int status) const {
         ms > 0 ? 100.0 * flops_per_step() / (ms / 1e3) / peak_flops_ : 0.0);
     std::printf("%s\n", timers_->summary().c_str());
   }
+  report_memory();
   if (is_root() && opts_.profile && timed_steps > 0) {
     std::printf("%s", profile_table(tally_.timed_ms / timed_steps, timed_steps).c_str());
   }
+}
+
+void TrainingRun::report_memory() const {
+  // Every rank's peak resident set against its prediction; the line names the rank whose
+  // prediction is furthest off. (In a GPU build the model lives in device memory: not shown.)
+  if (kDeviceMemory) return;
+  const double mine[2] = {double(peak_resident_bytes()), double(memory_.total())};
+  std::vector<double> all(is_root() ? 2 * grid_->world_size() : 0);
+  MPF_MPI_CHECK(MPI_Gather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, 0, grid_->world_comm()));
+  if (!is_root() || !opts_.verbose) return;
+  int worst = 0;
+  for (int r = 0; r < grid_->world_size(); ++r) {
+    const double e = std::fabs(all[2 * r + 1] / all[2 * r] - 1.0);
+    if (e > std::fabs(all[2 * worst + 1] / all[2 * worst] - 1.0)) worst = r;
+  }
+  std::printf("memory: peak resident %.2f GB on rank %d, predicted %.2f GB (%+.1f%%)\n",
+              all[2 * worst] / 1e9, worst, all[2 * worst + 1] / 1e9,
+              100.0 * (all[2 * worst + 1] / all[2 * worst] - 1.0));
 }
 
 double TrainingRun::flops_per_step() const {

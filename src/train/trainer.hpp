@@ -30,6 +30,7 @@
 #include "pipeline/model_stage.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/schedule_plan.hpp"
+#include "train/memory_plan.hpp"
 #include "train/options.hpp"
 #include "train/peak.hpp"
 #include "train/phase_timers.hpp"
@@ -124,6 +125,9 @@ class TrainingRun {
   void set_up_grid(MPI_Comm world);  // the grid and where its ranks run
   void plan_pipeline();  // the schedule and the pipeline's shape: they decide what a rank holds
   void plan_stages();    // the blocks of every chunk; what a stage needs of MPI and the batch
+  // The memory this rank will hold at its peak (memory_plan.hpp), and the refusal of a layout
+  // that exceeds what the rank may use (InputError, on every rank alike).
+  void plan_memory_use();
   void shard_model();
   void set_up_optimizer();
   void load_state();  // the checkpoint's, an llm.c file's, or fresh parameters
@@ -153,6 +157,8 @@ class TrainingRun {
   void report_validation(int step);
   // The mean step time, tokens/s, MFU and the phases; --profile's table.
   void report_run(int last, int status) const;
+  // The peak resident memory every rank measured, against its prediction (memory_).
+  void report_memory() const;
   double tokens_per_step() const { return double(opts_.batch) * opts_.seq_len; }
   double flops_per_step() const;
 
@@ -168,6 +174,7 @@ class TrainingRun {
   void print_banner(const PeakRate& peak) const;
   // The most elements a product's operand spans (the size of the bf16 scratch).
   int64_t largest_operand() const;
+  int64_t largest_operand(const TpShard& shard) const;  // of a stage not yet allocated
   // Collective: rank 0 prints each stage's peak activations and mean F/B/W times.
   void report_stages(const StageTimes& timed) const;
   // Collective: zb-auto's plan from step `step`'s measured op times (the steps before it run
@@ -192,6 +199,8 @@ class TrainingRun {
   int local_batch_ = 0;                  // rows of the global batch on this DP rank
   int local_seq_len_ = 0;                // positions of each row on this CP rank: T / cp
   int doc_token_ = -1;                   // --doc-mask's document token; -1: no masking
+  int node_ranks_ = 1;                   // ranks on this rank's node
+  MemoryPlan memory_;                    // predicted before anything was allocated
   LRSchedule schedule_;
   std::unique_ptr<DataLoader> train_data_, val_data_;
   std::string val_name_;
@@ -223,6 +232,7 @@ class TrainingRun {
   HostTokens whole_rows_;                 // with CP or --doc-mask: the DP rank's whole rows
   std::vector<Tokens> inputs_, targets_;  // per microbatch: views into batch_
   std::vector<Tokens> doc_starts_;        // per microbatch, with --doc-mask
+  PeakRate peak_;                         // this rank's, for MFU: measured before the allocations
   double peak_flops_ = 0.0;               // all ranks' together, FLOP/s
   Tally tally_;
   // The run's phases and what observes them.

@@ -4,6 +4,7 @@
 # named by MPIFORMER_CPU_TRAIN in the environment (skipped without one).
 #
 #   test_kernels      every kernel in both shapes on the GPU, against plain loops on the CPU
+#   test_attention    the fused attention on the GPU against float64 loops and the unfused path
 #   test_layers       every layer's B and W, and the model's, against finite differences
 #   test_cublas_gemm  the cuBLAS backend against a host reference
 #   gpu_training      20 steps, fp32 and bf16: the CPU build's losses within a stated tolerance
@@ -12,11 +13,11 @@
 #   gpu_checkpoint    saved on the GPU, resumed on the CPU: the CPU's serial run
 add_executable(test_cublas_gemm gpu/test_cublas_gemm.cu)
 target_link_libraries(test_cublas_gemm PRIVATE mpiformer_backend_cuda GTest::gtest_main)
-foreach(test test_kernels test_layers test_cublas_gemm)
+foreach(test test_kernels test_attention test_layers test_cublas_gemm)
   add_test(NAME ${test} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_gtest.sh
                                 $<TARGET_FILE:${test}>)
 endforeach()
-set_tests_properties(test_kernels test_layers test_cublas_gemm PROPERTIES
+set_tests_properties(test_kernels test_attention test_layers test_cublas_gemm PROPERTIES
                      TIMEOUT 600 LABELS gpu SKIP_RETURN_CODE 77
                      SKIP_REGULAR_EXPRESSION "no CUDA device")
 foreach(script training layouts checkpoint)

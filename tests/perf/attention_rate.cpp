@@ -6,7 +6,7 @@
 // 64 x 64 x hs tiles, one thread.
 //
 //   attention_rate [--batch B] [--heads NH] [--kv-heads KVH] [--head-size hs] [--precision P]
-//                  [--reps N] T...
+//                  [--reps N] [--fused-only] T...
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   Kokkos::initialize(argc, argv);
   {
     int B = 1, NH = 12, KVH = 4, hs = 64, reps = 3;
-    bool bf16 = false;
+    bool bf16 = false, fused_only = false;
     std::vector<int> lengths;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -110,6 +110,8 @@ int main(int argc, char** argv) {
         KVH = next();
       else if (a == "--head-size")
         hs = next();
+      else if (a == "--fused-only")
+        fused_only = true;
       else if (a == "--reps")
         reps = next();
       else if (a == "--precision")
@@ -141,7 +143,7 @@ int main(int argc, char** argv) {
       });
       char unfused[2][32] = {"-", "-"};
       // The unfused path keeps two (B, NH, T, T) matrices: measured while they take under 4 GB.
-      if (2.0 * B * NH * double(T) * T * 4 < 4e9) {
+      if (!fused_only && 2.0 * B * NH * double(T) * T * 4 < 4e9) {
         mpf::Slab att("att", int64_t(B) * NH * T * T), datt("datt", int64_t(B) * NH * T * T);
         const double uf = median_seconds(reps, [&] {
           mpf::test::unfused_attention_forward(view(out), view(att), view(qkv), B, T, NH, KVH, hs);

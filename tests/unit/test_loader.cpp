@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "data/batch_layout.hpp"
 #include "data/builtin_corpus.hpp"
 #include "data/loader.hpp"
 #include "test_helpers.hpp"
@@ -247,6 +248,27 @@ TEST_F(LoaderTest, NonPositiveBatchOrSequence) {
   const std::string a = shard("a.bin", 0, 20);
   EXPECT_THAT(input_error([&] { DataLoader(a, 0, 4, 256); }), HasSubstr("--batch"));
   EXPECT_THAT(input_error([&] { DataLoader(a, 2, -1, 256); }), HasSubstr("--seq-len"));
+}
+
+// A context-parallel rank's rows: chunks i and 2N-1-i of each sequence, in that order; and the
+// document starts --doc-mask reads, found on the whole row.
+TEST(BatchLayout, ContextParallelChunksAndDocumentStarts) {
+  const int rows = 2, T = 16;
+  std::vector<int32_t> full(rows * T);
+  std::iota(full.begin(), full.end(), 100);
+  const PositionRuns mine = PositionRuns::two(4, 4, 8);  // CP rank 1 of 2: chunks 1 and 2 of 4
+  std::vector<int32_t> out(rows * mine.rows);
+  take_positions(full.data(), rows, T, mine, out.data());
+  const std::vector<int32_t> want = {104, 105, 106, 107, 108, 109, 110, 111,
+                                     120, 121, 122, 123, 124, 125, 126, 127};
+  EXPECT_EQ(out, want);
+
+  const std::vector<int32_t> tokens = {7, 1, 2, 0, 3, 0, 0, 5,   // docs start at 3, 5 and 6
+                                       0, 1, 1, 1, 1, 1, 1, 1};  // one doc from position 0
+  std::vector<int32_t> starts(tokens.size());
+  document_starts(tokens.data(), 2, 8, 0, starts.data());
+  const std::vector<int32_t> expected = {0, 0, 0, 3, 3, 5, 6, 6, 0, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(starts, expected);
 }
 
 }  // namespace

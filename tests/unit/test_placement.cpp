@@ -84,6 +84,29 @@ TEST(Placement, RowsCarryTheGridCoordinatesAndTheRanksPlace) {
   EXPECT_THROW(placement_rows(places_on(block_hosts({6})), 2, 2, 2), InputError);
 }
 
+// With context parallelism: world rank = tp + n_tp·(cp + n_cp·(dp + n_dp·pp)), every coordinate
+// once; the table gains a cp column after tp.
+TEST(Placement, ContextParallelRanksComeAfterTp) {
+  const int n_tp = 2, n_cp = 2, n_dp = 2, n_pp = 2, world = 16;
+  const std::vector<PlacementRow> rows =
+      placement_rows(places_on(block_hosts({world})), n_tp, n_dp, n_pp, n_cp);
+  std::set<std::vector<int>> seen;
+  for (int r = 0; r < world; ++r) {
+    const GridCoords c = rows[size_t(r)].at;
+    EXPECT_EQ(c.tp + n_tp * (c.cp + n_cp * (c.dp + n_dp * c.pp)), r);
+    EXPECT_TRUE(seen.insert({c.tp, c.cp, c.dp, c.pp}).second) << "two ranks at one coordinate";
+  }
+  // A CP group (same tp, dp, pp) is ranks n_tp apart: {0, 2}, {1, 3}, ...
+  EXPECT_EQ(rows[2].at.cp, 1);
+  EXPECT_EQ(rows[2].at.tp, 0);
+  EXPECT_EQ(rows[4].at.dp, 1);
+  const std::string table = placement_table(rows, false);
+  EXPECT_NE(table.find("tp  cp  pp  dp"), std::string::npos) << table;
+  const std::string plain = placement_table(rows_of(block_hosts({4}), {2, 2, 1}), false);
+  EXPECT_EQ(plain.find(" cp "), std::string::npos) << plain;
+  EXPECT_THROW(placement_rows(places_on(block_hosts({12})), 2, 2, 2, 2), InputError);
+}
+
 TEST(Placement, NodeSummariesGiveEachNodesRanksAndCoordinateRanges) {
   // 2 nodes x 4 ranks as tp 2 x dp 2 x pp 2: a pipeline stage per node.
   const std::vector<NodeSummary> two = node_summaries(rows_of(block_hosts({4, 4}), {2, 2, 2}));

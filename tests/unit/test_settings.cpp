@@ -58,7 +58,9 @@ TEST(Settings, EveryFlagParsesIntoItsField) {
       {"--save-every", {"--save", "dir"}},
       {"--keep-last", {"--save", "dir"}},
       {"--load-step", {"--load", "dir"}},
-      {"--save-hf-dtype", {"--save-hf", "dir"}}};
+      {"--save-hf-dtype", {"--save-hf", "dir"}},
+      {"--doc-token", {"--doc-mask"}},
+      {"--cp", {"--seq-len", "96"}}};  // 2 x 3 chunks
   for (const Setting* s : rows()) {
     const std::string flag = s->flag;
     if (flag == "--gemm" || flag == "--init-from") continue;  // checked against this build / files

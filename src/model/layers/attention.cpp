@@ -59,6 +59,13 @@ KOKKOS_INLINE_FUNCTION Cover cover(const Tile& q, int doc_lo, int doc_hi, const 
   return Cover::kPart;
 }
 
+// e^x, and exactly 0 for the masked scores (x = −∞) and for x < −87, where e^x < 2e-38 and would
+// be a denormal: a select, not a branch, so the row loops vectorize.
+KOKKOS_INLINE_FUNCTION float exp_or_zero(float x) {
+  const float e = vmath::exp(x);
+  return x < -87.0f ? 0.0f : e;
+}
+
 KOKKOS_INLINE_FUNCTION float round_if(bool bf16, float x) {
   return bf16 ? from_bf16(to_bf16(x)) : x;
 }
@@ -100,6 +107,21 @@ int round_up(int x, int m) {
 // micro-kernel's multiples: rows to kTileRows, the head size to kTileCols (hp).
 
 constexpr int kHostTile = 64;  // queries and keys per tile: a tile's operands fit in L2
+
+// Floats of each kernel's per-thread scratch (G heads a unit, head size padded to hp), as the
+// kernels carve it.
+int64_t host_forward_floats(int64_t G, int64_t hp) {
+  const int64_t T = kHostTile;
+  return 2 * G * T * hp + 2 * G * T + 2 * hp * T + T * T;  // Q, O; max, sum; Kᵀ, V; S
+}
+int64_t host_kv_floats(int64_t hp) {
+  const int64_t T = kHostTile;
+  return 6 * T * hp + 2 * T * T;  // Kᵀ, Vᵀ, dK, dV, Q, dO; S, dP
+}
+int64_t host_q_floats(int64_t G, int64_t hp) {
+  const int64_t T = kHostTile;
+  return 3 * G * T * hp + 3 * T * hp + 2 * T * T;  // Q, dO, dQ; Kᵀ, Vᵀ, K; S, dP
+}
 
 // Per host thread scratch, grown when a call needs more and kept.
 class HostScratch {
@@ -188,9 +210,7 @@ void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, 
   const HostShape h(x, bf16);
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs;
   const int64_t ldo = int64_t(x.NH) * hs, QO = int64_t(T) * hp;
-  // Per thread: Q and O of each head of the group, the running max and sum of each, Kᵀ, V, S.
-  const size_t floats = size_t(2 * G * QO + 2 * G * T + 2 * int64_t(hp) * T + T * T);
-  host_buffers().reserve(floats);
+  host_buffers().reserve(size_t(host_forward_floats(G, hp)));
   float* o = out.data();
   float* L = lse.data();
   const int64_t groups = int64_t(x.B) * x.KVH;
@@ -226,18 +246,17 @@ void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, 
         float *Og = O + g * QO, *mg = m + g * T, *lg = l + g * T;
         backend::tile_gemm(M, T, hs, Q + g * QO, hp, 1, Kt, T, S, T, false);
         h.mask(S, qt.n, qt, doc, kt, c);
+        const float scale = h.scale;  // a local: the row loops' stores cannot alias it
         for (int r = 0; r < qt.n; ++r) {
-          float* s = S + r * T;
+          float* __restrict s = S + r * T;
           const float mx = vmath::row_max(s, T);
           if (mx == kNegInf) {  // this tile holds nothing the row sees
             for (int j = 0; j < T; ++j) s[j] = 0.0f;
             continue;
           }
-          const float mnew = std::max(mg[r], h.scale * mx);
+          const float mnew = std::max(mg[r], scale * mx);
           const float alpha = mg[r] == kNegInf ? 0.0f : vmath::exp(mg[r] - mnew);
-          for (int j = 0; j < T; ++j) {
-            s[j] = s[j] == kNegInf ? 0.0f : vmath::exp(h.scale * s[j] - mnew);
-          }
+          for (int j = 0; j < T; ++j) s[j] = exp_or_zero(scale * s[j] - mnew);
           lg[r] = lg[r] * alpha + vmath::row_sum(s, T);
           mg[r] = mnew;
           if (alpha != 1.0f) {
@@ -280,14 +299,29 @@ void host_softmax_backward(const HostShape& h, float* S, float* dP, const Tile& 
                            const float* delta) {
   const int T = kHostTile;
   h.mask(S, qt.n, qt, doc, kt, c);
+  // Locals, not h's members: a float store in the loops could alias those, and every iteration
+  // would reload them (the loops would not vectorize).
+  const float scale = h.scale;
+  const bool bf16 = h.bf16;
   for (int r = 0; r < qt.n; ++r) {
-    float *s = S + r * T, *dp = dP + r * T;
-    const float lr = lse[qt.row + r], dr = delta[qt.row + r];
-    for (int j = 0; j < T; ++j) {
-      const float p = s[j] == kNegInf || lr == kNegInf ? 0.0f : vmath::exp(h.scale * s[j] - lr);
-      const float ds = h.scale * p * (dp[j] - dr);
-      s[j] = round_if(h.bf16, p);
-      dp[j] = round_if(h.bf16, ds);
+    float* __restrict s = S + r * T;
+    float* __restrict dp = dP + r * T;
+    // A row that sees no key anywhere (lse −∞) has P = 0 and no gradient.
+    const float lr = lse[qt.row + r] == kNegInf ? -kNegInf : lse[qt.row + r];
+    const float dr = delta[qt.row + r];
+    if (bf16) {
+      for (int j = 0; j < T; ++j) {
+        const float p = exp_or_zero(scale * s[j] - lr);
+        const float ds = scale * p * (dp[j] - dr);
+        s[j] = round_if(true, p);
+        dp[j] = round_if(true, ds);
+      }
+    } else {
+      for (int j = 0; j < T; ++j) {
+        const float p = exp_or_zero(scale * s[j] - lr);
+        dp[j] = scale * p * (dp[j] - dr);
+        s[j] = p;
+      }
     }
   }
 }
@@ -298,9 +332,7 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
   const HostShape h(x, bf16);
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs, Tq = x.queries.rows;
   const int64_t tile = int64_t(T) * hp, ldo = int64_t(x.NH) * hs;
-  // Per thread: Kᵀ, Vᵀ, dK, dV, Q, dO, S and dP.
-  const size_t floats = size_t(6 * tile + 2 * T * T);
-  host_buffers().reserve(floats);
+  host_buffers().reserve(size_t(host_kv_floats(hp)));
   const int64_t groups = int64_t(x.B) * x.KVH;
   for_each_unit_on_host("mpf::attention_backward_kv", groups * h.nkt, [&](int64_t u, int thread) {
     float* Kt = host_buffers().of(thread);
@@ -358,9 +390,7 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
   const HostShape h(x, bf16);
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs, Tq = x.queries.rows;
   const int64_t tile = int64_t(T) * hp, ldo = int64_t(x.NH) * hs;
-  // Per thread: Q, dO and dQ of each head of the group, Kᵀ, Vᵀ, K, S and dP.
-  const size_t floats = size_t(3 * G * tile + 3 * tile + 2 * T * T);
-  host_buffers().reserve(floats);
+  host_buffers().reserve(size_t(host_q_floats(G, hp)));
   const int64_t groups = int64_t(x.B) * x.KVH;
   for_each_unit_on_host("mpf::attention_backward_q", groups * h.nqt, [&](int64_t u, int thread) {
     float* Q = host_buffers().of(thread);
@@ -906,6 +936,13 @@ void attention_backward_input(Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv
   float* dq = dqkv.data();
   attention_backward(dq, x.ldq, false, dq + int64_t(NH) * hs, dq + int64_t(NH + KVH) * hs, x.ldq,
                      false, dout, lse, delta, x);
+}
+
+int64_t attention_scratch_bytes(int NH, int KVH, int hs, int threads) {
+  if (kDeviceMemory) return 0;
+  const int64_t G = NH / KVH, hp = round_up(hs, backend::kTileCols);
+  return std::max({host_forward_floats(G, hp), host_kv_floats(hp), host_q_floats(G, hp)}) *
+         int64_t(sizeof(float)) * threads;
 }
 
 int attention_tile(bool device, int hs) {

@@ -83,5 +83,7 @@ void attention_backward_input(Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv
 
 // The tile sizes the host and device shapes use (queries and keys per tile), for the tests.
 int attention_tile(bool device_shape, int hs);
+// The host shape's scratch over `threads` threads (kept between calls), for the memory plan.
+int64_t attention_scratch_bytes(int NH, int KVH, int hs, int threads);
 
 }  // namespace mpf

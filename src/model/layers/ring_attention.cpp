@@ -10,6 +10,17 @@
 
 namespace mpf {
 
+namespace {
+// kv (rows, Ckv) = the columns [Cq, Cq + Ckv) of qkv (rows, W): a rank's K and V, packed to travel.
+// (A free function: nvcc takes no device lambda in a private member.)
+void pack_kv(float* kv, Tensor qkv, int64_t rows, int W, int Cq, int Ckv) {
+  const float* src = qkv.data();
+  for_each_2d(
+      "mpf::ring_attention_pack", rows, Ckv,
+      KOKKOS_LAMBDA(int64_t row, int c) { kv[row * Ckv + c] = src[row * W + Cq + c]; });
+}
+}  // namespace
+
 RingAttention::RingAttention(MPI_Comm cp, int B, int T, int NH, int KVH, int hs)
     : cp_(cp), B_(B), T_(T), NH_(NH), KVH_(KVH), hs_(hs) {
   MPI_Comm_rank(cp, &rank_);
@@ -44,6 +55,12 @@ PositionRuns RingAttention::rows_of(int rank, int ranks, int T) {
   return PositionRuns::two(chunk, rank * chunk, (2 * ranks - 1 - rank) * chunk);
 }
 
+int64_t RingAttention::bytes(int ranks, int B, int T, int KVH, int hs, bool staged) {
+  if (ranks == 1) return 0;
+  const int64_t block = int64_t(B) * (T / ranks) * 2 * KVH * hs * int64_t(sizeof(float));
+  return (4 + (staged ? 4 : 0)) * block;  // K/V and dK/dV twice each, and their host copies
+}
+
 int64_t RingAttention::buffer_bytes() const {
   int64_t floats = 0;
   for (const Slab& s : {kv_[0], kv_[1], dkv_[0], dkv_[1]}) floats += int64_t(s.extent(0));
@@ -59,14 +76,6 @@ AttentionInputs RingAttention::against(Tensor qkv, const float* kv, int owner,
   x.ldkv = int64_t(2) * KVH_ * hs_;
   x.keys = rows_of_[size_t(owner)];
   return x;
-}
-
-void RingAttention::pack_kv(float* kv, Tensor qkv) const {
-  const int W = (NH_ + 2 * KVH_) * hs_, Cq = NH_ * hs_, Ckv = 2 * KVH_ * hs_;
-  const float* src = qkv.data();
-  for_each_2d(
-      "mpf::ring_attention_pack", int64_t(B_) * Tl_, Ckv,
-      KOKKOS_LAMBDA(int64_t row, int c) { kv[row * Ckv + c] = src[row * W + Cq + c]; });
 }
 
 void RingAttention::start(Exchange& x, const float* send, float* send_host, float* recv,
@@ -100,7 +109,8 @@ void RingAttention::forward(Tensor out, Tensor lse, Tensor qkv, const int32_t* d
     attention_forward(out, lse, packed_attention(qkv, B_, NH_, KVH_, hs_, rows(), doc_start));
     return;
   }
-  pack_kv(kv_[0].data(), qkv);
+  const int W = (NH_ + 2 * KVH_) * hs_, Cq = NH_ * hs_;
+  pack_kv(kv_[0].data(), qkv, int64_t(B_) * Tl_, W, Cq, 2 * KVH_ * hs_);
   int cur = 0;
   for (int s = 0; s < ranks_; ++s) {
     // The next block is in transit while this one is attended over.
@@ -124,7 +134,7 @@ void RingAttention::backward_input(Tensor dqkv, Tensor delta, Tensor dout, Tenso
     attention_backward(dq, W, false, dq + Cq, dq + Cq + Ck, W, false, dout, lse, delta, x);
     return;
   }
-  pack_kv(kv_[0].data(), qkv);
+  pack_kv(kv_[0].data(), qkv, int64_t(B_) * Tl_, W, Cq, 2 * Ck);
   int cur = 0;
   for (int s = 0; s < ranks_; ++s) {
     Exchange kv;

@@ -49,15 +49,15 @@ class RingAttention {
   void backward_input(Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
                       const int32_t* doc_start);
 
-  // The bytes of its message buffers.
+  // The bytes of its message buffers; and what they would be for these shapes (T: the whole
+  // sequence), staged through host copies or not.
   int64_t buffer_bytes() const;
+  static int64_t bytes(int ranks, int B, int T, int KVH, int hs, bool staged);
 
  private:
   // The inputs of this rank's queries against the block that started on rank `owner`, held in
   // `kv` ((B,Tl) rows of [K | V]).
   AttentionInputs against(Tensor qkv, const float* kv, int owner, const int32_t* doc) const;
-  // This rank's K and V into kv: its packed qkv's columns past Q.
-  void pack_kv(float* kv, Tensor qkv) const;
 
   // One message each way round the ring: `send` to the next rank, `recv` from the previous.
   struct Exchange {

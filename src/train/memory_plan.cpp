@@ -1,0 +1,166 @@
+#include "train/memory_plan.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/bf16.hpp"
+#include "model/layers/attention.hpp"
+#include "model/layers/ring_attention.hpp"
+#include "model/parameters.hpp"
+
+namespace mpf {
+
+std::string gigabytes(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GB", double(bytes) / 1e9);
+  return buf;
+}
+
+namespace {
+
+// A line "Key:   N kB" of a /proc file, in bytes; 0 if absent.
+int64_t proc_kb(const char* file, const char* key) {
+  std::ifstream in(file);
+  std::string line;
+  const std::string want = std::string(key) + ":";
+  while (std::getline(in, line)) {
+    if (line.compare(0, want.size(), want) != 0) continue;
+    std::istringstream fields(line.substr(want.size()));
+    int64_t kb = 0;
+    fields >> kb;
+    return kb * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int64_t resident_bytes() {
+  return proc_kb("/proc/self/status", "VmRSS");
+}
+
+int64_t peak_resident_bytes() {
+  return proc_kb("/proc/self/status", "VmHWM");
+}
+
+int64_t available_bytes() {
+  return proc_kb("/proc/meminfo", "MemAvailable");
+}
+
+int64_t MemoryPlan::total() const {
+  int64_t n = 0;
+  for (const MemoryTerm& t : terms) n += t.bytes;
+  return n;
+}
+
+const MemoryTerm& MemoryPlan::largest() const {
+  const MemoryTerm* best = &terms.front();
+  for (const MemoryTerm& t : terms) {
+    if (!t.shrink.empty() && (best->shrink.empty() || t.bytes > best->bytes)) best = &t;
+  }
+  return *best;
+}
+
+std::string MemoryPlan::summary() const {
+  std::string s = "predicted peak " + gigabytes(total()) + "/rank =";
+  bool first = true;
+  for (const MemoryTerm& t : terms) {
+    if (t.bytes == 0) continue;
+    s += std::string(first ? " " : " + ") + t.name + " " + gigabytes(t.bytes);
+    first = false;
+  }
+  return s;
+}
+
+MemoryPlan plan_memory(const MemoryShape& s) {
+  const TpShard& shard = s.shard;
+  const int64_t f = int64_t(sizeof(float));
+  MemoryPlan plan;
+  auto add = [&](std::string name, int64_t bytes, std::string detail, std::string shrink) {
+    plan.terms.push_back({std::move(name), bytes, std::move(detail), std::move(shrink)});
+  };
+
+  // The slabs: parameters and gradients padded to a multiple of the DP x CP ranks (ZeRO's
+  // buckets), AdamW's two moments (this rank's shard under ZeRO), the bf16 copy of the weights.
+  const int64_t count = Parameters::slab_floats(shard, s.dp_cp);
+  const int64_t state = s.zero ? count / s.dp_cp : count;
+  const int64_t weights16 = s.bf16 ? count * int64_t(sizeof(bf16)) : 0;
+  add("parameters", count * f + weights16, s.bf16 ? "fp32, and their bf16 copy" : "fp32",
+      "--tp, --pp");
+  // Under ZeRO the summed gradients of this rank's shard, and staged, host copies of the slab.
+  const int64_t zero_grads = s.zero ? state * f : 0;
+  const int64_t staged = s.staged_mpi ? count * f + zero_grads : 0;
+  add("gradients", count * f + zero_grads + staged, s.zero ? "and the ZeRO shard's sum" : "",
+      "--tp, --pp");
+  add("optimizer", 2 * state * f,
+      s.zero ? "AdamW's m and v, this rank's ZeRO shard" : "AdamW's m and v",
+      s.zero ? "--tp, --pp" : "--zero 1, --tp, --pp");
+
+  // Activations: the most (microbatch, chunk) sets held at once, each its chunk's activations;
+  // W inputs: one set of two blocks when W goes with B, else one per set held.
+  int64_t largest_chunk = 0, largest_w = 0;
+  for (const ChunkPieces& c : s.chunks) {
+    largest_chunk = std::max(
+        largest_chunk, Activations::bytes(shard, c, s.micro_batch, s.seq_len, s.sequence_parallel));
+    ChunkPieces w = c;
+    if (s.weight_with_input) w.layers = std::min(w.layers, 2);
+    largest_w = std::max(largest_w, WeightGradInputs::bytes(shard, w, s.micro_batch, s.seq_len,
+                                                            s.sequence_parallel));
+  }
+  // The schedule's peak of the two together (with W deferred, the sets awaiting W are not all
+  // held when the most activations are).
+  int64_t peak = 0, activations = 0, w_sets = 0;
+  int sets = 0;
+  for (const auto& [a, w] : s.held) {
+    const int64_t bytes = a * largest_chunk + w * largest_w;
+    if (bytes <= peak) continue;
+    peak = bytes;
+    activations = a * largest_chunk;
+    w_sets = w * largest_w;
+    sets = a;
+  }
+  char held[96];
+  std::snprintf(held, sizeof held, "%d (microbatch, chunk) set(s) in flight x %s", sets,
+                gigabytes(largest_chunk).c_str());
+  add("activations", activations, held,
+      s.recompute ? "--micro-batch-size, --cp, --tp with --sequence-parallel, --pp"
+                  : "--recompute, --micro-batch-size, --cp, --tp with --sequence-parallel");
+  add("weight-gradient inputs", w_sets,
+      s.weight_with_input ? "two blocks' (W runs with B)" : "one set per microbatch awaiting W",
+      "--micro-batch-size, --cp, a classic --schedule");
+
+  // Messages: the ring's K/V blocks and their accumulators, the pipeline's input-gradient send
+  // buffers (one per set in flight), and their host copies when staged.
+  int64_t messages = RingAttention::bytes(s.cp, s.micro_batch, s.seq_len * s.cp, shard.kv_heads,
+                                          shard.head_size, s.staged_mpi);
+  if (s.pipeline_stages > 1) {
+    const bool sp = s.sequence_parallel && shard.size > 1;
+    const int64_t message =
+        int64_t(s.micro_batch) * s.seq_len / (sp ? shard.size : 1) * shard.cfg.channels * f;
+    messages += sets * message * (s.staged_mpi ? 3 : 1);
+  }
+  add("messages", messages, "ring attention's blocks, pipeline sends, staged host copies",
+      "--micro-batch-size");
+  // Workspace: the backward's buffers, recomputation's one-block workspace, bf16's operand
+  // copies, the attention's tiles.
+  ChunkPieces one_block;
+  one_block.layers = 1;
+  one_block.embedding = one_block.head = false;
+  int64_t work = BackwardBuffers::bytes(shard, s.micro_batch, s.seq_len, s.sequence_parallel);
+  if (s.recompute) {
+    work += Activations::bytes(shard, one_block, s.micro_batch, s.seq_len, s.sequence_parallel);
+  }
+  if (s.bf16) work += 2 * s.bf16_scratch * int64_t(sizeof(bf16));
+  work += attention_scratch_bytes(shard.heads, shard.kv_heads, shard.head_size, s.threads);
+  add("workspace", work, "backward buffers, recomputation, bf16 operands, attention tiles",
+      "--micro-batch-size");
+
+  add("data", s.data_bytes, "token files, mapped", "");
+  add("process", s.process_bytes, "resident before the model: MPI, Kokkos, libraries", "");
+  return plan;
+}
+
+}  // namespace mpf

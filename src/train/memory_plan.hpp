@@ -1,0 +1,70 @@
+// The memory a rank will hold at its peak, predicted from the run's shapes before anything is
+// allocated, term by term: what the banner and --dry-run print, and what a start refuses when it
+// exceeds the memory the rank may use (the node's MemAvailable over its ranks, or
+// --memory-per-rank). Each term is computed by the same size functions the allocations use
+// (Parameters, Activations, WeightGradInputs, BackwardBuffers, the ring's blocks), so the two
+// cannot drift apart; tests/cli/memory_plan.sh holds the prediction against the peak resident
+// set measured on runs of several layouts, lengths, recomputation and precisions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/activations.hpp"
+#include "model/shard.hpp"
+
+namespace mpf {
+
+struct MemoryShape {
+  TpShard shard;                    // this rank's stage
+  std::vector<ChunkPieces> chunks;  // its chunks, recompute already set in each
+  int micro_batch = 1;
+  int seq_len = 1;  // the rows of each sequence this rank holds (T / cp)
+  int cp = 1;       // context-parallel ranks (ring attention's blocks when > 1)
+  bool sequence_parallel = false;
+  bool recompute = false;
+  bool weight_with_input = true;  // the classic schedules: W with B, two blocks' W inputs
+  // After each compute op of this rank's step, in program order (the schedule simulated): the
+  // (microbatch, chunk) activation sets it holds (forward done, W not) and the W-input sets (B
+  // done, W not).
+  std::vector<std::pair<int, int>> held;
+  bool bf16 = false;
+  int64_t bf16_scratch = 0;  // elements of each of Bf16Products' two operand buffers
+  int dp_cp = 1;             // ranks whose gradients are summed (DP x CP)
+  bool zero = false;
+  bool staged_mpi = false;  // messages through pinned host copies
+  int pipeline_stages = 1;
+  int threads = 1;
+  int64_t data_bytes = 0;     // token files, mapped and read through at start-up
+  int64_t process_bytes = 0;  // resident before the model: libraries, MPI, Kokkos, the program
+};
+
+struct MemoryTerm {
+  std::string name;  // "activations"
+  int64_t bytes = 0;
+  std::string detail;  // "2 microbatches in flight x 1.2 GB"
+  std::string shrink;  // the flags that make it smaller, for a refusal
+};
+
+struct MemoryPlan {
+  std::vector<MemoryTerm> terms;
+  int64_t total() const;
+  const MemoryTerm& largest() const;  // of the terms a flag can shrink
+  // "predicted peak 6.21 GB/rank = parameters 0.50 GB + gradients 0.50 GB + ..."
+  std::string summary() const;
+};
+
+// "6.21 GB".
+std::string gigabytes(int64_t bytes);
+
+MemoryPlan plan_memory(const MemoryShape& s);
+
+// This process's resident set now, and the most it has held (Linux /proc/self/status: VmRSS,
+// VmHWM); 0 where they cannot be read.
+int64_t resident_bytes();
+int64_t peak_resident_bytes();
+// MemAvailable of /proc/meminfo (0 where unknown).
+int64_t available_bytes();
+
+}  // namespace mpf
