@@ -33,7 +33,7 @@ namespace {
 
 struct Row {
   std::string model = "gpt2-124M";
-  int batch = 4, seq_len = 64, steps = 8, tp = 1, cp = 1;
+  int batch = 4, seq_len = 64, steps = 8, tp = 1, cp = 1, warmup = 2;
   bool recompute = false;
   mpf::Precision precision = mpf::Precision::fp32;
   std::string gemm;
@@ -47,7 +47,8 @@ Training throughput of one model on the ranks given: data parallel, or tensor pa
   --model M          gpt2-124M (default), llama-124M (GPT-2 124M's size as a Llama) or small
   --batch B          sequences per step over all ranks (default 4)
   --seq-len T        tokens per sequence (default 64)
-  --steps N          steps, the first two untimed (default 8, at least 3)
+  --steps N          steps, the first --warmup untimed (default 8)
+  --warmup N         untimed steps (default 2; 1 for long sequences, whose steps take minutes)
   --tp T             tensor-parallel ranks (default 1)
   --cp N             context-parallel ranks (default 1): each sequence split over N ranks
   --recompute        full recomputation of each block before its backward
@@ -82,6 +83,7 @@ Row parse(int argc, char** argv) {
       {"--batch", integer(r.batch)},
       {"--seq-len", integer(r.seq_len)},
       {"--steps", integer(r.steps)},
+      {"--warmup", integer(r.warmup)},
       {"--tp", integer(r.tp)},
       {"--cp", integer(r.cp)},
       {"--precision",
@@ -100,7 +102,8 @@ Row parse(int argc, char** argv) {
   if (r.help) return r;
   mpf::require(r.tp >= 1, "--tp must be >= 1");
   mpf::require(r.cp >= 1, "--cp must be >= 1");
-  mpf::require(r.steps >= 3, "--steps must be >= 3 (two warm-up steps, then the timed ones)");
+  mpf::require(r.warmup >= 1 && r.steps > r.warmup,
+               "--steps must exceed --warmup (>= 1): the warm-up steps are not timed");
   mpf::require(r.gemm.empty() || mpf::backend::select(r.gemm),
                "--gemm " + r.gemm + " is not a GEMM library of this build");
   if (r.precision == mpf::Precision::bf16) {
@@ -164,8 +167,9 @@ int main(int argc, char** argv) {
           run = std::make_unique<mpf::TrainingRun>(std::move(inputs), MPI_COMM_WORLD);
         });
     if (!built) return 2;
-    double peak = row.peak_gflops > 0 ? row.peak_gflops : mpf::measure_peak(row.precision).gflops;
+    double peak = run->peak_rate().gflops;  // measured before the run's allocations
     const std::vector<double> ms = run->train().step_ms;
+    const double predicted = double(run->memory_plan().total());
     run.reset();
     if (row.peak_gflops <= 0) peak = std::max(peak, mpf::measure_peak(row.precision).gflops);
     const double peak_all = mpf::allreduce_sum(peak, MPI_COMM_WORLD);
@@ -176,19 +180,19 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&rss, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0) {
       // The first two steps fault in pages and warm caches; the median of the rest is the figure.
-      const std::vector<double> timed(ms.begin() + 2, ms.end());
+      const std::vector<double> timed(ms.begin() + row.warmup, ms.end());
       const double s = median(timed) / 1e3, tokens = double(row.batch) * row.seq_len;
       const mpf::GPTConfig cfg = mpf::model_config(o);
       const double mfu = mpf::flops_per_token(cfg, row.seq_len) * tokens / s / (peak_all * 1e9);
       const mpf::backend::Kernels k = mpf::backend::kernels();
       std::printf(
           "mpiformer | %s | %d x %d | %s%d x %dt | %s | %.4f s/step | %.1f tok/s | MFU %.1f%% | "
-          "peak %.0f GFLOP/s/rank | gemm: %s %s%s%s | peak RSS %.2f GB/rank%s\n",
+          "peak %.0f GFLOP/s/rank | gemm: %s %s%s%s | peak RSS %.2f GB/rank (predicted %.2f)%s\n",
           row.model.c_str(), row.batch, row.seq_len, row.tp > 1 ? "tp" : (row.cp > 1 ? "cp" : "dp"),
           ranks, threads, mpf::precision_name(row.precision), s, tokens / s, 100.0 * mfu,
           peak_all / ranks, k.library.c_str(), k.isa.c_str(),
           k.narrower.empty() ? "" : " | narrower: ", k.narrower.c_str(), most / 1e9,
-          row.recompute ? " | recompute" : "");
+          predicted / 1e9, row.recompute ? " | recompute" : "");
       std::fflush(stdout);
     }
   }

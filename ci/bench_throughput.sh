@@ -3,7 +3,7 @@
 #   bash ci/bench_throughput.sh [BUILD_DIR]      (BUILD_DIR defaults to <repo>/build)
 # Rows, each mpiformer run next to PyTorch on the same model, batch and thread count:
 #   fp32 and bf16 (PyTorch: torch.autocast bf16), B=4 T=64, on both cores: 1 rank x 2 threads and
-#   TP 2 x 1 thread, against PyTorch on 2 threads;
+#   TP 2 x 1 thread, against PyTorch on 2 threads; and B=4 T=1024 on 1 rank x 2 threads;
 #   a Llama of GPT-2 124M's size (12 layers, 768 channels, 12 heads, 4 K/V heads, FFN 2048, tied),
 #   fp32 and bf16 on 1 rank x 2 threads, against PyTorch's plain Llama and against the GPT-2 row;
 #   data-parallel scaling at B=8 T=256: DP 2 x 1 thread against one rank on 1 thread.
@@ -114,6 +114,19 @@ for precision in fp32 bf16; do
   llama_vs+=("$precision $(ratio "$(tok_s "$line")" "${gpt2_tok[$precision]}")")
 done
 echo "llama-124M against GPT-2 124M (1 rank x 2 threads, tok/s): ${llama_vs[*]}"
+
+# GPT-2 124M at B x T = 4 x 1024, where attention is a real share of the step: steps of ~10 s,
+# five (three timed) each side.
+for precision in fp32 bf16; do
+  args=(--model gpt2-124M --batch 4 --seq-len 1024 --precision "$precision")
+  before=$(TORCH_STEPS=5 torch 2 "${args[@]}")
+  RUN_STEPS=5 mpiformer 1 2 "${args[@]}"
+  after=$(TORCH_STEPS=5 torch 2 "${args[@]}")
+  ref=$(faster "$before" "$after")
+  row "$precision" "4 x 1024" "$(field "$line" 4)" "$(tok_s "$line")" \
+    "$(field "$line" 8 | sed 's/MFU //')" "$(busy "$line")" "$(tok_s "$ref")" \
+    "$(ratio "$(tok_s "$line")" "$(tok_s "$ref")")"
+done
 
 # Steps of ~10 s: five (three timed) are enough.
 args=(--model gpt2-124M --batch 8 --seq-len 256)

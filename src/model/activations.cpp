@@ -1,5 +1,6 @@
 #include "model/activations.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -53,11 +54,12 @@ void carve(Activations& a, SlabCarver& k) {
   a.fch = k.take(L * R * s.mlp_in);
   a.fch_gelu = k.take(L * R * s.fc);
   a.residual3 = k.take(int64_t(a.chunk.layers) * Rl * C);
+  const int64_t logit_rows = a.chunk.logit_rows > 0 ? std::min<int64_t>(a.chunk.logit_rows, R) : R;
   a.lnf = k.take(H * R * C);
   a.lnf_mean = k.take(M * H * Rl);
   a.lnf_rstd = k.take(H * Rl);
-  a.logits = k.take(H * R * s.vocab_shard);
-  a.row_stats = k.take(H * 3 * R);
+  a.logits = k.take(H * logit_rows * s.vocab_shard);
+  a.row_stats = k.take(H * 3 * logit_rows);
   a.losses = k.take(H * R);
 }
 
@@ -136,6 +138,12 @@ void bind_slab(Set& x, const char* label) {
   carve(x, binder);
 }
 }  // namespace
+
+int head_chunk_rows(int64_t R, int64_t Vl) {
+  constexpr int64_t kMostLogits = int64_t(1) << 26;  // floats: 256 MB
+  constexpr int kPiece = 2048;
+  return R * Vl > kMostLogits && R > kPiece ? kPiece : 0;
+}
 
 ChunkPieces whole_stage(const TpShard& shard) {
   return {0, shard.local_layers(), shard.has_embedding, shard.has_head};

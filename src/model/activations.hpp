@@ -31,7 +31,16 @@ struct ChunkPieces {
   // Full recomputation (--recompute): keep only each block's output, the next one's input; a
   // block's other activations are rebuilt before its backward in a one-block workspace.
   bool recompute = false;
+  // The head's logits in pieces of this many rows (0: all rows at once): the loss is computed
+  // piece by piece and the backward recomputes each piece's logits, so the (rows, vocabulary)
+  // logits never exist whole (head_chunk_rows says when).
+  int logit_rows = 0;
 };
+
+// The rows of logits the head keeps at once when its W runs with its B (gpt_backward_by_block):
+// all R rows, returned as 0, unless the logits of R rows (R x Vl floats) would take over 256 MB;
+// then pieces of 2048 rows.
+int head_chunk_rows(int64_t R, int64_t Vl);
 // All of a stage's blocks, with the edge pieces it holds.
 ChunkPieces whole_stage(const TpShard& shard);
 

@@ -38,6 +38,26 @@ void seed_rows(Tensor out, Tensor residual, Tensor bias, const tp::SequenceSplit
       });
 }
 
+// Rows [first, first + rows) of the head's R rows and where their logits live: the whole logits
+// tensor, or (chunk.logit_rows) one piece's worth of it at a time.
+struct LogitPiece {
+  int64_t first = 0, rows = 0;
+  Tensor logits, row_stats;
+  Tokens targets(const Tokens& all) const {
+    return Kokkos::subview(all, std::make_pair(first, first + rows));
+  }
+};
+template <class F>
+void for_logit_pieces(const Activations& acts, const F& f) {
+  const int64_t R = acts.seq.rows, Vl = acts.shard.vocab_shard;
+  const int64_t piece = acts.chunk.logit_rows > 0 ? std::min<int64_t>(acts.chunk.logit_rows, R) : R;
+  for (int64_t first = 0; first < R; first += piece) {
+    const int64_t n = std::min(piece, R - first);
+    f(LogitPiece{first, n, Tensor(acts.logits.data(), n * Vl),
+                 Tensor(acts.row_stats.data(), 3 * n)});
+  }
+}
+
 // The backward of model_norm_forward (gpt.hpp): the family's normalisation.
 void model_norm_backward_input(Tensor dinp, Tensor dresidual, Tensor dout, Tensor inp, Tensor mean,
                                Tensor rstd, Tensor weight, int64_t N, const GPTConfig& cfg) {
@@ -189,11 +209,48 @@ void head_forward(Activations& acts, const ParameterTensors& params, const Token
   model_norm_forward(rows(acts.lnf, seq.row_begin, seq.local_rows, C), acts.lnf_mean, acts.lnf_rstd,
                      acts.output(), params.lnfw, params.lnfb, seq.local_rows, cfg);
   tp::enter_forward(acts.lnf.data(), C, seq, tp);
-  // The logits of this rank's vocabulary shard, for every row.
-  linear_forward(acts.logits, none, acts.lnf, head_weight(params, cfg), none, seq.rows, C,
-                 s.vocab_shard);
-  cross_entropy_forward(acts.losses, acts.logits, acts.row_stats, targets, seq.rows, cfg.vocab,
-                        s.vocab_begin, s.vocab_shard, tp);
+  // The logits of this rank's vocabulary shard, for every row (in pieces: the losses only).
+  for_logit_pieces(acts, [&](const LogitPiece& p) {
+    linear_forward(p.logits, none, rows(acts.lnf, p.first, p.rows, C), head_weight(params, cfg),
+                   none, p.rows, C, s.vocab_shard);
+    cross_entropy_forward(rows(acts.losses, p.first, p.rows, 1), p.logits, p.row_stats,
+                          p.targets(targets), p.rows, cfg.vocab, s.vocab_begin, s.vocab_shard, tp);
+  });
+}
+
+void head_backward_in_pieces(ParameterTensors& grads, BackwardBuffers& buf, WeightGradInputs& w,
+                             Activations& acts, const ParameterTensors& params,
+                             const Tokens& targets, float dloss, MPI_Comm tp, Tensor dout,
+                             bool final_microbatch) {
+  const TpShard& s = acts.shard;
+  const tp::SequenceSplit& seq = acts.seq;
+  const GPTConfig& cfg = acts.cfg;
+  const int C = cfg.channels;
+  const Tensor none;
+  const Tensor partial = seq.on ? buf.partial : w.dlnf;
+  // Each piece's logits again (the forward kept only the losses), their gradient, its part of the
+  // input gradient and of the head's weight gradient (its W, here with its B: the piece's dlogits
+  // are gone once the next piece is computed).
+  for_logit_pieces(acts, [&](const LogitPiece& p) {
+    const Tensor lnf = rows(acts.lnf, p.first, p.rows, C);
+    linear_forward(p.logits, none, lnf, head_weight(params, cfg), none, p.rows, C, s.vocab_shard);
+    cross_entropy_forward(rows(acts.losses, p.first, p.rows, 1), p.logits, p.row_stats,
+                          p.targets(targets), p.rows, cfg.vocab, s.vocab_begin, s.vocab_shard, tp);
+    cross_entropy_backward_input(p.logits, p.logits, p.targets(targets), dloss, p.rows,
+                                 s.vocab_begin, s.vocab_shard);
+    linear_backward_input(rows(partial, p.first, p.rows, C), p.logits, head_weight(params, cfg),
+                          p.rows, C, s.vocab_shard);
+    linear_backward_weight(head_weight(grads, cfg), none, p.logits, lnf, p.rows, C, s.vocab_shard);
+  });
+  tp::enter_backward(partial.data(), w.dlnf.data(), C, seq, tp);
+  model_norm_backward_input(dout, none, w.dlnf, acts.output(), acts.lnf_mean, acts.lnf_rstd,
+                            params.lnfw, seq.local_rows, cfg);
+  model_norm_backward_weight(grads.lnfw, grads.lnfb, w.dlnf, acts.output(), acts.lnf_mean,
+                             acts.lnf_rstd, seq.local_rows, cfg);
+  if (final_microbatch) {
+    sum_over_tp(grads.lnfw, seq, tp);
+    sum_over_tp(grads.lnfb, seq, tp);
+  }
 }
 
 void head_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& acts,
@@ -431,8 +488,13 @@ void gpt_backward_by_block(ParameterTensors& grads, BackwardBuffers& buf, Weight
   Tensor dout = sp ? buf.dresidual[0] : slot(L - 1).dout;
   int spare = 1;
   if (chunk.head) {
-    head_backward_input(buf, w2, acts, params, targets, dloss, tp, dout);
-    head_backward_weight(grads, w2, acts, tp, final_microbatch);
+    if (chunk.logit_rows > 0) {
+      head_backward_in_pieces(grads, buf, w2, acts, params, targets, dloss, tp, dout,
+                              final_microbatch);
+    } else {
+      head_backward_input(buf, w2, acts, params, targets, dloss, tp, dout);
+      head_backward_weight(grads, w2, acts, tp, final_microbatch);
+    }
     done(Kind::kHead, -1);
   } else if (sp) {
     dout = acts.output_grad;

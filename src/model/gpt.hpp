@@ -56,6 +56,12 @@ void head_forward(Activations& acts, const ParameterTensors& params, const Token
                   MPI_Comm tp);
 
 // ---- backward ----
+// With chunk.logit_rows (logits in pieces, only under gpt_backward_by_block): the head's B and W
+// together, piece by piece, each piece's logits recomputed.
+void head_backward_in_pieces(ParameterTensors& grads, BackwardBuffers& buf, WeightGradInputs& w,
+                             Activations& acts, const ParameterTensors& params,
+                             const Tokens& targets, float dloss, MPI_Comm tp, Tensor dout,
+                             bool final_microbatch);
 // dloss = d(total loss)/d(each token's loss). Leaves dlogits in acts.logits, the final
 // LayerNorm's output gradient in w.dlnf and the gradient of the last block's output, this rank's
 // rows, in dout.

@@ -122,6 +122,14 @@ int64_t ModelStage::microbatch_bytes() const {
   return n;
 }
 
+void ModelStage::set_weight_with_input(bool on) {
+  by_block_ = on;
+  const int64_t R = int64_t(micro_batch_) * seq_len_;
+  for (ChunkPieces& c : chunks_) {
+    c.logit_rows = on && c.head ? head_chunk_rows(R, shard_.vocab_shard) : 0;
+  }
+}
+
 ChunkPieces ModelStage::weight_pieces(int chunk) const {
   ChunkPieces c = chunks_[size_t(chunk)];
   if (by_block_) c.layers = std::min(c.layers, 2);

@@ -103,7 +103,9 @@ class ModelStage : public pipeline::StageOps {
   // The classic schedules run W right after B: then B computes each block's W as soon as its B is
   // done (gpt_backward_by_block), W is empty, and a microbatch's W inputs take two blocks' memory
   // rather than its chunk's. Off (the default) for the zero-bubble schedules, which defer W.
-  void set_weight_with_input(bool on) { by_block_ = on; }
+  // With it, a chunk holding the head keeps its logits in pieces when they would take over 256 MB
+  // whole (activations.hpp's head_chunk_rows). Before the first step.
+  void set_weight_with_input(bool on);
   // Records every op into `events` (with times from `clock`, seconds) while set; null stops it.
   void record(std::vector<StageEvent>* events, std::function<double()> clock);
   // Tells `listener` each op as it starts (its name, microbatch and chunk): the watchdog's phase.

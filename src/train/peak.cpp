@@ -32,7 +32,9 @@ double best_rate(double flops, Product product) {
 }
 }  // namespace
 
-PeakRate measure_peak(Precision precision) {
+namespace {
+// measure_peak's products with every library: timed (the best rate kept), or once each.
+PeakRate products_with_every_library(Precision precision, bool timed) {
   using backend::Op;
   const int M = 512, N = 3072, K = 768;
   const double flops = 2.0 * M * N * K;
@@ -56,18 +58,33 @@ PeakRate measure_peak(Precision precision) {
   for (const std::string& library : backend::available()) {
     backend::select(library);
     if (precision == Precision::bf16 && !backend::kernels().bf16_missing.empty()) continue;
-    const double rate = best_rate(flops, [&] {
+    const auto product = [&] {
       if (precision == Precision::fp32) {
         backend::gemm(Op::N, Op::T, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
       } else {
         backend::gemm_bf16(Op::N, Op::T, M, N, K, 1.0f, a16.data(), K, b16.data(), K, 0.0f,
                            c.data(), N);
       }
-    });
+    };
+    if (!timed) {
+      product();
+      Kokkos::fence();
+      continue;
+    }
+    const double rate = best_rate(flops, product);
     if (rate > peak.gflops) peak = {rate, library};
   }
   backend::select(in_use);
   return peak;
+}
+}  // namespace
+
+PeakRate measure_peak(Precision precision) {
+  return products_with_every_library(precision, true);
+}
+
+void warm_gemm_libraries(Precision precision) {
+  products_with_every_library(precision, false);
 }
 
 }  // namespace mpf

@@ -19,4 +19,9 @@ struct PeakRate {
 // runs `precision` natively; the selected library is restored. ~0.1 s per library on 2 cores.
 PeakRate measure_peak(Precision precision);
 
+// One such product with every library, untimed: what the libraries' first products allocate
+// (their threads' buffers) is then in place, as after measure_peak; for a run given
+// --peak-gflops, before the memory plan reads what the process holds.
+void warm_gemm_libraries(Precision precision);
+
 }  // namespace mpf

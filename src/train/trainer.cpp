@@ -261,8 +261,12 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   if (!opts_.dry_run) {
     // Before the memory plan reads what the process holds: the GEMM libraries' own buffers, which
     // their first products allocate, are then part of it.
-    peak_ = opts_.peak_gflops > 0 ? PeakRate{opts_.peak_gflops, "--peak-gflops"}
-                                  : measure_peak(opts_.precision);
+    if (opts_.peak_gflops > 0) {
+      peak_ = PeakRate{opts_.peak_gflops, "--peak-gflops"};
+      warm_gemm_libraries(opts_.precision);
+    } else {
+      peak_ = measure_peak(opts_.precision);
+    }
   }
   plan_memory_use();
   if (opts_.dry_run) return;  // the layout is checked; the rest allocates, loads and initialises
@@ -347,7 +351,14 @@ void TrainingRun::plan_memory_use() {
   const StageOwnership own =
       stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
   m.chunks = own.chunks;
-  for (ChunkPieces& c : m.chunks) c.recompute = opts_.recompute;
+  const int64_t rows = int64_t(micro_batch_) * local_seq_len_;
+  for (ChunkPieces& c : m.chunks) {
+    c.recompute = opts_.recompute;
+    // As ModelStage::set_weight_with_input sets them.
+    if (!pipeline::is_zero_bubble(pp_schedule_) && c.head) {
+      c.logit_rows = head_chunk_rows(rows, m.shard.vocab_shard);
+    }
+  }
   m.micro_batch = micro_batch_;
   m.seq_len = local_seq_len_;
   m.cp = grid_->cp_size();

@@ -96,6 +96,11 @@ class TrainingRun {
   // loss or gradient norm (before that step's update), or a failed save.
   TrainResult train();
 
+  // The memory this rank was predicted to hold at its peak (memory_plan.hpp).
+  const MemoryPlan& memory_plan() const { return memory_; }
+  // The GEMM rate MFU is held against: --peak-gflops, or measured at start-up.
+  const PeakRate& peak_rate() const { return peak_; }
+
   // --dry-run: rank 0 prints the warnings and notes, every rank's placement and a summary of the
   // run (dry_run.cpp). Returns kExitDone.
   int dry_run() const;

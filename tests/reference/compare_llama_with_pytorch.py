@@ -6,8 +6,10 @@ an untied LM head, Llama 3.1's rope scaling on) as an mpiformer Llama model file
 (docs/file-formats.md) and a token shard, trains it 5 steps with the trainer (one process) and
 with the plain PyTorch model below, then compares every step's loss and grad norm and the final
 parameters. Then the same with --precision bf16 against PyTorch's bf16 autocast: every loss.
-Then mpiformer-generate decodes the initial model greedily, with the KV cache, without it, and on
-TP 2 and 4: the same ids as PyTorch and the logits before every token.
+Then document masking (--doc-mask): data where a fifth of the tokens are the document token, each
+query attending only from its document's start to itself, trained by both: every loss, norm and
+final tensor. Then mpiformer-generate decodes the initial model greedily, with the KV cache,
+without it, and on TP 2 and 4: the same ids as PyTorch and the logits before every token.
 
 The model is written from Hugging Face's LlamaForCausalLM semantics (modeling_llama.py): RMSNorm
 x * rsqrt(mean(x^2) + eps) * w; rotary embeddings on Q and K with the half-split rotate_half,
@@ -142,7 +144,17 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def llama_logits(p, inputs, m):
+def document_mask(inputs, doc_token):
+    """(B, 1, T, T): query t sees key j when j <= t and j >= the position where t's document
+    starts (the last occurrence of doc_token at or before t; 0 when none)."""
+    Bb, Tt = inputs.shape
+    pos = torch.arange(Tt)
+    starts = torch.where(inputs == doc_token, pos, torch.zeros_like(pos)).cummax(dim=1).values
+    causal = pos[None, :] <= pos[:, None]
+    return (causal[None] & (pos[None, None, :] >= starts[:, :, None]))[:, None]
+
+
+def llama_logits(p, inputs, m, doc_token=None):
     L, NH, KVH, C, F_ = m["L"], m["NH"], m["KVH"], m["C"], m["F"]
     Bb, Tt = inputs.shape
     hs = C // NH
@@ -151,7 +163,8 @@ def llama_logits(p, inputs, m):
     freqs = torch.arange(Tt, dtype=torch.float64)[:, None] * inv_freq(m, torch.float64)[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos().to(p["wte"].dtype), emb.sin().to(p["wte"].dtype)
-    causal = torch.ones(Tt, Tt, dtype=torch.bool).tril()
+    causal = (torch.ones(Tt, Tt, dtype=torch.bool).tril() if doc_token is None
+              else document_mask(inputs, doc_token))
     for l in range(L):
         h = rms_norm(x, p["ln1w"][l], m["eps"])
         qkv = h @ p["qkvw"][l].T
@@ -174,22 +187,22 @@ def llama_logits(p, inputs, m):
     return x @ (p["wte"] if m["tied"] else p["lmhead"]).T
 
 
-def reference_run(params0, tokens, m, dtype=torch.float64, autocast_bf16=False):
+def reference_run(params0, tokens, m, dtype=torch.float64, autocast_bf16=False, doc_token=None):
     def loss_of(p, inputs, targets):
-        logits = llama_logits(p, inputs, m)
+        logits = llama_logits(p, inputs, m, doc_token)
         return F.cross_entropy(logits[..., :m["V"]].float().to(dtype).reshape(-1, m["V"]),
                                targets.reshape(-1))
     return train_reference(params0, tokens, CFG, MATRICES, loss_of, dtype, autocast_bf16)
 
 
-def run_trainer(exe, workdir, model, shard, precision):
-    out = os.path.join(workdir, f"out_{precision}.bin")
+def run_trainer(exe, workdir, model, shard, precision, extra=()):
+    out = os.path.join(workdir, f"out_{precision}{'_'.join(extra)}.bin")
     cmd = [exe, "--init-from", model, "--data", shard, "--batch", str(B), "--seq-len", str(T),
            "--steps", str(STEPS), "--lr", repr(CFG["lr"]), "--beta1", repr(BETA1),
            "--beta2", repr(BETA2), "--eps", repr(EPS), "--weight-decay", repr(CFG["wd"]),
            "--grad-clip", repr(CFG["grad_clip"]), "--warmup", str(CFG["warmup"]),
            "--lr-schedule", CFG["schedule"], "--final-lr-frac", repr(CFG["final_lr_frac"]),
-           "--precision", precision, "--save-llmc", out]
+           "--precision", precision, "--save-llmc", out, *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     print("$ OMP_NUM_THREADS=1 " + " ".join(cmd), flush=True)
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
@@ -285,6 +298,29 @@ def main():
             urel = np.linalg.norm((tr - init) - u_ref) / np.linalg.norm(u_ref)
             check(prel <= PARAM_RTOL and urel <= UPDATE_L2_RTOL,
                   f"{name:>10} {prel:>10.1e} {urel:>10.1e}")
+        # Document masking: a fifth of the tokens start a document (several per row of 16).
+        doc = 0
+        doc_tokens = tokens.copy()
+        doc_tokens[np.random.default_rng(11).random(len(tokens)) < 0.2] = doc
+        doc_shard = os.path.join(workdir, "doc_tokens.bin")
+        write_tokens(doc_shard, doc_tokens)
+        ref_doc, ref_doc_final = reference_run(params0, doc_tokens, MODEL, doc_token=doc)
+        tr_doc, tr_doc_final = run_trainer(exe, workdir, model, doc_shard, "fp32",
+                                           ("--doc-mask", "--doc-token", str(doc)))
+        for k, (r, t) in enumerate(zip(ref_doc, tr_doc), start=1):
+            rel = abs(float(t["loss"]) - r["loss"]) / abs(r["loss"])
+            ok_norm = abs(float(t["norm"]) - r["norm"]) <= printed_ulp(t["norm"]) + \
+                NORM_RTOL * r["norm"]
+            check(rel <= LOSS_RTOL and ok_norm,
+                  f"[doc-mask] {k:>4} {t['loss']:>15} {r['loss']:>13.6f} {rel:>9.1e} "
+                  f"{t['norm']:>9} {r['norm']:>10.6f}")
+        worst = max(np.linalg.norm(tr_doc_final[n].astype(np.float64) - ref_doc_final[n]) /
+                    np.linalg.norm(ref_doc_final[n]) for n, _ in shapes(MODEL))
+        check(worst <= PARAM_RTOL, f"[doc-mask] final tensors within {worst:.1e}")
+        unmasked, _ = reference_run(params0, doc_tokens, MODEL)
+        check(abs(unmasked[0]["loss"] - ref_doc[0]["loss"]) > 1e-4,
+              f"[doc-mask] the mask matters: first loss {ref_doc[0]['loss']:.6f} masked, "
+              f"{unmasked[0]['loss']:.6f} not")
         bf16_rows, _ = run_trainer(exe, workdir, model, shard, "bf16")
         if bf16_rows is None:
             print("[bf16] SKIPPED, no native bf16 products here")

@@ -466,13 +466,14 @@ TeamPolicy team_shape(int64_t units) {
 
 // Floats a kernel's team keeps in scratch, as the kernels below carve it.
 size_t forward_scratch(const DeviceTiles& t, int hs) {
-  return size_t(2 * t.bk * hs + 2 * t.rows * hs + t.rows * t.bk + 3 * t.rows);
+  return size_t(2 * t.bk * (hs + 1) + 2 * t.rows * hs + t.rows * t.bk + 3 * t.rows);
 }
 size_t backward_kv_scratch(const DeviceTiles& t, int hs) {
-  return size_t(4 * t.bk * hs + 2 * t.rows * hs + 2 * t.rows * t.bk + 2 * t.rows);
+  return size_t(2 * t.bk * (hs + 1) + 2 * t.bk * hs + 2 * t.rows * hs + 2 * t.rows * t.bk +
+                2 * t.rows);
 }
 size_t backward_q_scratch(const DeviceTiles& t, int hs) {
-  return size_t(2 * t.bk * hs + 3 * t.rows * hs + t.rows * t.bk + 2 * t.rows);
+  return size_t(2 * t.bk * (hs + 1) + 3 * t.rows * hs + t.rows * t.bk + 2 * t.rows);
 }
 
 // 32 keys a tile for head sizes up to 64, fewer for larger heads, halved until every kernel's
@@ -523,6 +524,9 @@ KOKKOS_INLINE_FUNCTION DocRange doc_range_team(const TeamMember& team, const int
 
 void device_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, bool bf16) {
   const int G = x.NH / x.KVH, hs = x.hs, NH = x.NH, KVH = x.KVH;
+  // K and V tile rows are hs + 1 floats apart: the threads of a warp read one column of them at
+  // once, which rows hs apart (a multiple of 32) would put in one shared-memory bank.
+  const int KS = hs + 1;
   const DeviceTiles tiles = device_tiles(G, hs);
   const int R = tiles.rows, BQ = tiles.bq, BK = tiles.bk;
   const int nqt = tile_count(x.queries, BQ), nkt = tile_count(x.keys, BK);
@@ -543,9 +547,9 @@ void device_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge
         const int qi = nqt - 1 - int(u / groups), b = int(u % groups) / KVH,
                   kvh = int(u % groups) % KVH;
         float* Ks = static_cast<float*>(team.team_shmem().get_shmem(
-            sizeof(float) * (2 * BK * hs + 2 * R * hs + R * BK + 3 * R)));
-        float* Vs = Ks + BK * hs;
-        float* Qs = Vs + BK * hs;
+            sizeof(float) * (2 * BK * KS + 2 * R * hs + R * BK + 3 * R)));
+        float* Vs = Ks + BK * KS;
+        float* Qs = Vs + BK * KS;
         float* Os = Qs + R * hs;
         float* Ss = Os + R * hs;
         float* ms = Ss + R * BK;
@@ -575,8 +579,8 @@ void device_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * hs), [&](int i) {
             const int j = i / hs, d = i % hs;
             const int64_t at = (int64_t(b) * Tk + kt.row + j) * ldkv + int64_t(kvh) * hs + d;
-            Ks[i] = j < kt.n ? round_if(bf16, k[at]) : 0.0f;
-            Vs[i] = j < kt.n ? round_if(bf16, v[at]) : 0.0f;
+            Ks[j * KS + d] = j < kt.n ? round_if(bf16, k[at]) : 0.0f;
+            Vs[j * KS + d] = j < kt.n ? round_if(bf16, v[at]) : 0.0f;
           });
           team.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * BK), [&](int i) {
@@ -586,7 +590,7 @@ void device_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge
               visible = sees(qt.pos + r, doc ? int(doc[qt.row + r]) : 0, kt.pos + j);
             }
             float dot = 0.0f;
-            for (int d = 0; d < hs; ++d) dot += Qs[rho * hs + d] * Ks[j * hs + d];
+            for (int d = 0; d < hs; ++d) dot += Qs[rho * hs + d] * Ks[j * KS + d];
             Ss[i] = visible ? scale * dot : kNegInf;
           });
           team.team_barrier();
@@ -614,7 +618,7 @@ void device_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * hs), [&](int i) {
             const int rho = i / hs, d = i % hs;
             float acc = Os[i] * alpha[rho];
-            for (int j = 0; j < BK; ++j) acc += Ss[rho * BK + j] * Vs[j * hs + d];
+            for (int j = 0; j < BK; ++j) acc += Ss[rho * BK + j] * Vs[j * KS + d];
             Os[i] = acc;
           });
           team.team_barrier();
@@ -651,7 +655,7 @@ void device_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge
 struct DeviceBackwardTile {
   const float *Qs, *dOs, *Ks, *Vs, *lse_s, *delta_s;
   float *Ss, *dPs;
-  int R, BQ, BK, hs;
+  int R, BQ, BK, hs, KS;
   float scale;
   bool bf16;
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team, const Tile& qt, const Tile& kt,
@@ -664,8 +668,8 @@ struct DeviceBackwardTile {
       }
       float s = 0.0f, dp = 0.0f;
       for (int d = 0; d < hs; ++d) {
-        s += Qs[rho * hs + d] * Ks[j * hs + d];
-        dp += dOs[rho * hs + d] * Vs[j * hs + d];
+        s += Qs[rho * hs + d] * Ks[j * KS + d];
+        dp += dOs[rho * hs + d] * Vs[j * KS + d];
       }
       const float p = visible ? vmath::exp(scale * s - lse_s[rho]) : 0.0f;
       Ss[i] = round_if(bf16, p);
@@ -702,6 +706,9 @@ KOKKOS_INLINE_FUNCTION void load_query_rows(const TeamMember& team, float* Qs, f
 void device_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor dout, Tensor lse,
                         Tensor delta, const AttentionInputs& x, bool bf16) {
   const int G = x.NH / x.KVH, hs = x.hs, NH = x.NH, KVH = x.KVH;
+  // K and V tile rows are hs + 1 floats apart: the threads of a warp read one column of them at
+  // once, which rows hs apart (a multiple of 32) would put in one shared-memory bank.
+  const int KS = hs + 1;
   const DeviceTiles tiles = device_tiles(G, hs);
   const int R = tiles.rows, BQ = tiles.bq, BK = tiles.bk;
   const int nqt = tile_count(x.queries, BQ), nkt = tile_count(x.keys, BK);
@@ -719,9 +726,9 @@ void device_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tenso
         const int64_t u = team.league_rank();
         const int kj = int(u / groups), b = int(u % groups) / KVH, kvh = int(u % groups) % KVH;
         float* Ks = static_cast<float*>(team.team_shmem().get_shmem(
-            sizeof(float) * (4 * BK * hs + 2 * R * hs + 2 * R * BK + 2 * R)));
-        float* Vs = Ks + BK * hs;
-        float* dKs = Vs + BK * hs;
+            sizeof(float) * (2 * BK * KS + 2 * BK * hs + 2 * R * hs + 2 * R * BK + 2 * R)));
+        float* Vs = Ks + BK * KS;
+        float* dKs = Vs + BK * KS;
         float* dVs = dKs + BK * hs;
         float* Qs = dVs + BK * hs;
         float* dOs = Qs + R * hs;
@@ -733,15 +740,15 @@ void device_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tenso
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * hs), [&](int i) {
           const int j = i / hs, d = i % hs;
           const int64_t at = (int64_t(b) * Tk + kt.row + j) * ldkv + int64_t(kvh) * hs + d;
-          Ks[i] = j < kt.n ? round_if(bf16, k[at]) : 0.0f;
-          Vs[i] = j < kt.n ? round_if(bf16, v[at]) : 0.0f;
+          Ks[j * KS + d] = j < kt.n ? round_if(bf16, k[at]) : 0.0f;
+          Vs[j * KS + d] = j < kt.n ? round_if(bf16, v[at]) : 0.0f;
           dKs[i] = 0.0f;
           dVs[i] = 0.0f;
         });
         team.team_barrier();
         const int32_t* doc = doc_start ? doc_start + int64_t(b) * Tq : nullptr;
-        const DeviceBackwardTile pair{Qs,  dOs, Ks, Vs, lse_s, delta_s, Ss,
-                                      dPs, R,   BQ, BK, hs,    scale,   bf16};
+        const DeviceBackwardTile pair{Qs, dOs, Ks, Vs, lse_s, delta_s, Ss,  dPs,
+                                      R,  BQ,  BK, hs, KS,    scale,   bf16};
         for (int qi = 0; qi < nqt; ++qi) {
           const Tile qt = tile_at(qruns, BQ, qi);
           const DocRange dr = doc_range_team(team, doc, qt);
@@ -776,6 +783,9 @@ void device_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tenso
 void device_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor lse,
                        Tensor delta, const AttentionInputs& x, bool bf16) {
   const int G = x.NH / x.KVH, hs = x.hs, NH = x.NH, KVH = x.KVH;
+  // K and V tile rows are hs + 1 floats apart: the threads of a warp read one column of them at
+  // once, which rows hs apart (a multiple of 32) would put in one shared-memory bank.
+  const int KS = hs + 1;
   const DeviceTiles tiles = device_tiles(G, hs);
   const int R = tiles.rows, BQ = tiles.bq, BK = tiles.bk;
   const int nqt = tile_count(x.queries, BQ), nkt = tile_count(x.keys, BK);
@@ -794,9 +804,9 @@ void device_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tens
         const int qi = nqt - 1 - int(u / groups), b = int(u % groups) / KVH,
                   kvh = int(u % groups) % KVH;
         float* Ks = static_cast<float*>(team.team_shmem().get_shmem(
-            sizeof(float) * (2 * BK * hs + 3 * R * hs + R * BK + 2 * R)));
-        float* Vs = Ks + BK * hs;
-        float* Qs = Vs + BK * hs;
+            sizeof(float) * (2 * BK * KS + 3 * R * hs + R * BK + 2 * R)));
+        float* Vs = Ks + BK * KS;
+        float* Qs = Vs + BK * KS;
         float* dOs = Qs + R * hs;
         float* dQs = dOs + R * hs;
         float* dPs = dQs + R * hs;
@@ -816,8 +826,8 @@ void device_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tens
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * hs), [&](int i) {
             const int j = i / hs, d = i % hs;
             const int64_t at = (int64_t(b) * Tk + kt.row + j) * ldkv + int64_t(kvh) * hs + d;
-            Ks[i] = j < kt.n ? round_if(bf16, k[at]) : 0.0f;
-            Vs[i] = j < kt.n ? round_if(bf16, v[at]) : 0.0f;
+            Ks[j * KS + d] = j < kt.n ? round_if(bf16, k[at]) : 0.0f;
+            Vs[j * KS + d] = j < kt.n ? round_if(bf16, v[at]) : 0.0f;
           });
           team.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * BK), [&](int i) {
@@ -828,8 +838,8 @@ void device_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tens
             }
             float s = 0.0f, dp = 0.0f;
             for (int d = 0; d < hs; ++d) {
-              s += Qs[rho * hs + d] * Ks[j * hs + d];
-              dp += dOs[rho * hs + d] * Vs[j * hs + d];
+              s += Qs[rho * hs + d] * Ks[j * KS + d];
+              dp += dOs[rho * hs + d] * Vs[j * KS + d];
             }
             const float p = visible ? vmath::exp(scale * s - lse_s[rho]) : 0.0f;
             dPs[i] = round_if(bf16, scale * p * (dp - delta_s[rho]));
@@ -838,7 +848,7 @@ void device_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tens
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * hs), [&](int i) {
             const int rho = i / hs, d = i % hs;
             float acc = dQs[i];
-            for (int j = 0; j < BK; ++j) acc += dPs[rho * BK + j] * Ks[j * hs + d];
+            for (int j = 0; j < BK; ++j) acc += dPs[rho * BK + j] * Ks[j * KS + d];
             dQs[i] = acc;
           });
           team.team_barrier();
