@@ -25,6 +25,7 @@ row() {  # row RANKS THREADS T [FLAGS...]
   shift 3
   local steps=3 warmup=1 line
   [ "$T" -le 1024 ] && steps=4
+  [ "$T" -ge 16384 ] && steps=2  # minutes a step: one warm-up, one timed
   line=$(OMP_NUM_THREADS=$threads "$MPIEXEC" -n "$ranks" "$bench" --model llama-124M --batch 1 \
     --seq-len "$T" --steps "$steps" --warmup "$warmup" "$@" 2>&1 | grep -m1 '^mpiformer |') ||
     { echo "T $T $*: no result"; return; }
