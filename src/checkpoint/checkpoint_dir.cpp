@@ -153,16 +153,9 @@ std::vector<std::string> list_partial(const std::string& root) {
 
 int64_t read_latest(const std::string& root) {
   const std::string file = root + "/latest";
-  std::ifstream in(file);
-  if (!in) {
-    struct stat st;
-    require(lstat(file.c_str(), &st) != 0,
-            file + ": exists but cannot be read; check its permissions");
-    return -1;
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string s = text.str();
+  struct stat st;
+  if (lstat(file.c_str(), &st) != 0) return -1;
+  std::string s = read_input_text(file, file, "a file naming the newest checkpoint", 4096);
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
   const int64_t step = parse_name(s);
   require(step >= 0, file + ": does not name a checkpoint (expected one line like " + name(1000) +

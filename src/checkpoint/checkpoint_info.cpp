@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "io/input_file.hpp"
 #include "core/error.hpp"
 #include "model/tensors.hpp"
 
@@ -149,10 +150,10 @@ std::optional<std::string> setting(const CheckpointInfo& info, const std::string
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {
-  std::ifstream in(path);
-  require(bool(in),
-          "checkpoint " + path +
-              ": cannot open (the checkpoint is incomplete or unreadable); check the path");
+  // A state file is a few hundred lines; 64 MB is far past any.
+  std::istringstream in(read_input_text(path, "checkpoint " + path,
+                                        "a checkpoint's state file (the checkpoint is incomplete?)",
+                                        int64_t(64) << 20));
   std::vector<std::pair<std::string, std::string>> lines;  // in the file's order
   std::map<std::string, std::string> values;
   std::string line;

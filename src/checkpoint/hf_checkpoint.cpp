@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "io/input_file.hpp"
 #include "checkpoint/state_files.hpp"
 #include "core/error.hpp"
 #include "core/transfer.hpp"
@@ -467,14 +468,14 @@ void write_small_file(const std::string& path, const std::string& text, std::str
 // `from`'s bytes, unchanged, into `to`.
 void copy_small_file(const std::string& from, const std::string& to, std::string& error) {
   if (!error.empty()) return;
-  std::ifstream in(from, std::ios::binary);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (!in) {
-    error = from + ": cannot read it to copy into " + to + " (" + std::strerror(errno) + ")";
+  std::string bytes;
+  try {
+    bytes = read_input_text(from, from, "a tokenizer.json to copy", int64_t(1) << 30);
+  } catch (const InputError& e) {
+    error = std::string(e.what()) + " (to copy into " + to + ")";
     return;
   }
-  write_small_file(to, bytes.str(), error);
+  write_small_file(to, bytes, error);
 }
 
 void remove_directory(const std::string& dir) {
@@ -488,11 +489,15 @@ void remove_directory(const std::string& dir) {
 
 bool is_hf_source(const std::string& path) {
   if (is_directory(path)) return true;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
+  struct stat st;
+  // A missing file, or not a regular one: by its name (the reader then names the problem).
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
+  }
+  int64_t bytes = 0;
+  const File f = open_for_reading(path, "--init-from " + path, "a model file or directory", bytes);
   unsigned char head[9] = {};
-  const size_t n = std::fread(head, 1, sizeof head, f);
-  std::fclose(f);
+  const size_t n = std::fread(head, 1, sizeof head, f.get());
   return n == sizeof head && head[8] == '{';
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "io/input_file.hpp"
 #include "core/error.hpp"
 #include "io/json.hpp"
 
@@ -29,16 +30,7 @@ std::optional<SpecialIds> special_ids(const GPTConfig& cfg) {
 }
 
 std::string read_config_text(const std::string& path) {
-  struct stat st;
-  require(stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode),
-          "config " + path + ": cannot open; a Hugging Face model needs its config.json");
-  require(st.st_size < 100'000'000,
-          "config " + path + ": implausibly large for a config.json; the file is corrupt");
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  require(bool(in), "config " + path + ": read failed");
-  return s.str();
+  return read_input_text(path, "config " + path, "the model's config.json", 100'000'000);
 }
 
 // The config's keys, each read with its file and key named in every error.

@@ -27,11 +27,11 @@ constexpr int kAttempts = 50;
 
 // The whole file; false if it cannot be read (gone: released since).
 bool read_text(const std::string& path, std::string& text) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::stringstream s;
-  s << in.rdbuf();
-  text = s.str();
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return false;
+  // Anything but a small regular file (a FIFO would block the open) is refused, naming it.
+  text = read_input_text(path, "the lock " + path,
+                         "nothing there: remove it (it is not a lock this program wrote)", 1 << 20);
   return true;
 }
 

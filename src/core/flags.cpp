@@ -38,6 +38,9 @@ std::set<std::string> parse(int argc, const char* const* argv, const Table& tabl
     }
     require(given.insert(arg).second,
             arg + " is given twice; pass it once (the second would silently win)");
+    // An empty value would turn the flag off without a word (a job script's unset $OUT).
+    require(!value.empty(), arg + " is given an empty value; pass one, or drop " + arg +
+                                " (is a variable in the command line unset?)");
     it->second(arg, value);
   }
   return given;

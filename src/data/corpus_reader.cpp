@@ -107,8 +107,8 @@ struct LineBuffer {
 void read_jsonl(const CorpusFile& file, int64_t begin, int64_t end, const std::string& field,
                 const std::function<void(std::string_view)>& document) {
   const std::string what = "input " + file.path;
-  File f(std::fopen(file.path.c_str(), "rb"));
-  require(f != nullptr, what + ": cannot open (" + errno_text() + "); check the path");
+  int64_t bytes = 0;
+  File f = open_for_reading(file.path, what, "a text or .jsonl file", bytes);
   LineBuffer buf;
   // A range starting inside a line leaves that line to the range it started in.
   int64_t pos = begin;

@@ -10,6 +10,8 @@
 namespace mpf {
 namespace {
 
+constexpr const char* kBytesPrefix = "bytes:";
+
 bool has_glob_chars(const std::string& s) {
   return s.find_first_of("*?[") != std::string::npos;
 }
@@ -38,13 +40,16 @@ std::vector<std::string> resolve(const std::string& pattern) {
   size_t begin = 0;
   while (true) {
     const size_t comma = pattern.find(',', begin);
-    const std::string entry = pattern.substr(begin, comma - begin);
+    std::string entry = pattern.substr(begin, comma - begin);
     require(!entry.empty(),
             "data pattern " + pattern + ": has an empty entry; separate paths with single commas");
+    // bytes:ENTRY: the files' raw bytes as tokens, whatever they hold.
+    const std::string bytes = entry.rfind(kBytesPrefix, 0) == 0 ? kBytesPrefix : "";
+    entry = entry.substr(bytes.size());
     if (has_glob_chars(entry)) {
-      for (auto& p : expand_glob(entry)) paths.push_back(std::move(p));
+      for (auto& p : expand_glob(entry)) paths.push_back(bytes + p);
     } else {
-      paths.push_back(entry);  // a missing file is reported by TokenStream, with its reason
+      paths.push_back(bytes + entry);  // a missing file is reported by TokenStream, with why
     }
     if (comma == std::string::npos) break;
     begin = comma + 1;
@@ -65,7 +70,10 @@ DataLoader::DataLoader(const std::string& pattern, int B, int T, int vocab) : B_
                                                     "or builtin:val");
     files_.emplace_back(pattern, builtin_corpus(split), vocab);
   } else {
-    for (const auto& path : resolve(pattern)) files_.emplace_back(path, vocab);
+    for (const auto& path : resolve(pattern)) {
+      const bool raw = path.rfind(kBytesPrefix, 0) == 0;
+      files_.emplace_back(raw ? path.substr(std::string(kBytesPrefix).size()) : path, vocab, raw);
+    }
   }
   // Checked per file: a file shorter than one batch would be skipped forever (llm.c's rule).
   const int64_t needed = int64_t(B) * T + 1;

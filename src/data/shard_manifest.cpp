@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "io/input_file.hpp"
 #include "core/error.hpp"
 #include "io/json.hpp"
 #include "io/llmc_format.hpp"
@@ -54,16 +55,10 @@ std::string manifest_json(const ShardManifest& m) {
 int64_t read_manifest_vocab_size(const std::string& path) {
   const std::string what = "manifest " + path;
   const std::string fix = "; tokenize the corpus again (mpiformer-tokenize) or remove the file";
-  struct stat st;
-  require(stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode),
-          what + ": cannot open (not a regular file)" + fix);
   // A manifest lists every input and shard: large for a large corpus, never gigabytes.
-  require(st.st_size < 1'000'000'000, what + ": implausibly large for a manifest" + fix);
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  require(bool(in), what + ": read failed" + fix);
-  const json::Value root = json::parse(text.str(), what);
+  const std::string text =
+      read_input_text(path, what, "the manifest.json mpiformer-tokenize wrote", 1'000'000'000);
+  const json::Value root = json::parse(text, what);
   const json::Value* tokenizer = root.find("tokenizer");
   const json::Value* vocab = tokenizer ? tokenizer->find("vocab_size") : nullptr;
   int64_t n = -1;

@@ -67,7 +67,7 @@ struct TokenStream::Mapping {
   }
 };
 
-TokenStream::TokenStream(const std::string& path, int vocab) : path_(path) {
+TokenStream::TokenStream(const std::string& path, int vocab, bool as_bytes) : path_(path) {
   require(vocab > 0, "data file " + path + ": vocab must be positive, got " +
                          std::to_string(vocab) + "; pass --vocab");
   int64_t bytes = 0;
@@ -77,8 +77,8 @@ TokenStream::TokenStream(const std::string& path, int vocab) : path_(path) {
   int32_t header[kHeaderInts] = {};
   const size_t head = static_cast<size_t>(std::min<int64_t>(bytes, kHeaderBytes));
   read_data(f.get(), header, head, path);
-  const bool magic16 = head >= sizeof(int32_t) && header[0] == llmc::kShardMagic;
-  const bool magic32 = head >= sizeof(int32_t) && header[0] == llmc::kShardMagicUint32;
+  const bool magic16 = !as_bytes && head >= sizeof(int32_t) && header[0] == llmc::kShardMagic;
+  const bool magic32 = !as_bytes && head >= sizeof(int32_t) && header[0] == llmc::kShardMagicUint32;
   const bool has_magic = magic16 || magic32;
 
   // A .bin that cannot even hold a header is a broken shard, not text someone meant to train on.
@@ -93,6 +93,14 @@ TokenStream::TokenStream(const std::string& path, int vocab) : path_(path) {
   require(
       !(head >= sizeof(int32_t) && header[0] == llmc::kTokenizerMagic),
       what + ": this is an llm.c tokenizer file, not token data; pass a token shard or text file");
+  // A .bin without a shard's magic is a damaged shard, not text to train on as bytes (unless
+  // asked: bytes:).
+  require(as_bytes || has_magic || !ends_with(path, ".bin"),
+          what + ": not an llm.c token shard: its magic " + std::to_string(header[0]) +
+              " is neither " + std::to_string(llmc::kShardMagic) + " (uint16 tokens) nor " +
+              std::to_string(llmc::kShardMagicUint32) +
+              " (uint32); the header is damaged, regenerate the shard, or pass --data bytes:" +
+              path + " to train on the file's raw bytes");
 
   if (has_magic) {
     is_shard_ = true;

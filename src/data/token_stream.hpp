@@ -3,7 +3,8 @@
 // llm.c shards: a 256 int32 header (magic, version, token count n), then n tokens: GPT-2's
 // (magic 20240520, version 1) holds uint16 tokens, Llama 3's (magic 20240801, version 7) uint32;
 // the file size must be exactly 1024 + width·n. Any other file is read as text, one token per
-// byte. Every token is checked against the model's vocabulary when the file is opened, so a bad
+// byte, but a .bin without a shard's magic is an error: a shard whose header was damaged would
+// otherwise train as bytes; `as_bytes` (the loader's bytes:PATH) takes its bytes all the same. Every token is checked against the model's vocabulary when the file is opened, so a bad
 // id is reported with its file and position instead of indexing out of bounds later.
 //
 // Tokens are held at the shard's width. A shard is memory-mapped rather than copied, so the
@@ -23,7 +24,7 @@ class TokenStream {
  public:
   // Throws InputError (naming the file, the problem and the fix) if the file is missing,
   // unreadable, a shard whose header or size is wrong, or holds a token >= vocab.
-  TokenStream(const std::string& path, int vocab);
+  TokenStream(const std::string& path, int vocab, bool as_bytes = false);
   // An in-memory stream (the built-in corpus); `name` stands in for the path in messages.
   TokenStream(std::string name, std::vector<int32_t> tokens, int vocab);
   // Move-only: data() points into this object's own storage or mapping.

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/flags.hpp"
+#include "io/output_file.hpp"
 
 namespace mpf {
 
@@ -98,8 +99,7 @@ GenerateOptions parse_generate_options(int argc, const char* const* argv) {
                          ": mpiformer-generate runs tensor parallel only. A checkpoint loads on "
                          "any layout: drop --pp (use --tp)");
   require(o.threads >= 0, "--threads must be >= 0, got " + std::to_string(o.threads));
-  require(o.tokens_out.empty() || o.tokens_out != o.logits_out,
-          "--tokens-out and --logits-out name the same file; give each its own");
+  check_outputs_apart({{"--tokens-out", o.tokens_out}, {"--logits-out", o.logits_out}}, "");
   return o;
 }
 

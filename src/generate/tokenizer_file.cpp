@@ -3,17 +3,21 @@
 #include <cctype>
 #include <fstream>
 
+#include "io/input_file.hpp"
 #include "core/error.hpp"
 
 namespace mpf {
 
 bool is_tokenizer_json(const std::string& path) {
+  if (path.empty()) return false;
   if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) return true;
-  std::ifstream in(path, std::ios::binary);
-  char c = 0;
-  while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+  int64_t bytes = 0;
+  const File f = open_for_reading(path, "--tokenizer " + path,
+                                  "llm.c's tokenizer .bin or a Hugging Face tokenizer.json", bytes);
+  int c = 0;
+  while ((c = std::fgetc(f.get())) != EOF && std::isspace(c)) {
   }
-  return in && c == '{';  // llm.c's file starts with its magic, 20240328: '@' first
+  return c == '{';  // llm.c's file starts with its magic, 20240328: '@' first
 }
 
 TokenizerFile read_tokenizer_file(const std::string& path) {

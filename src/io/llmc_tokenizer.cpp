@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 
+#include "io/input_file.hpp"
 #include "core/error.hpp"
 #include "io/llmc_format.hpp"
 
@@ -30,17 +31,11 @@ std::string magic_name(int32_t magic) {
 }  // namespace
 
 Tokenizer read_tokenizer(const std::string& path) {
-  struct Closer {
-    void operator()(std::FILE* f) const { std::fclose(f); }
-  };
-  std::unique_ptr<std::FILE, Closer> f(std::fopen(path.c_str(), "rb"));
-  require(f != nullptr, tokenizer_name(path) + ": cannot open (" + std::strerror(errno) +
-                            "); pass llm.c's gpt2_tokenizer.bin (its train_gpt2.py writes it)");
-  struct stat st;
-  require(fstat(fileno(f.get()), &st) == 0 && S_ISREG(st.st_mode),
-          tokenizer_name(path) + ": not a regular file; pass llm.c's gpt2_tokenizer.bin");
+  int64_t size = 0;
+  const File f = open_for_reading(path, tokenizer_name(path),
+                                  "llm.c's gpt2_tokenizer.bin (its train_gpt2.py writes it)", size);
   // The whole file at once: 50257 tokens are about 0.3 MB.
-  std::string bytes(size_t(st.st_size), '\0');
+  std::string bytes(size_t(size), '\0');
   require(
       std::fread(bytes.data(), 1, bytes.size(), f.get()) == bytes.size(),
       tokenizer_name(path) + ": read failed; the file changed while being read or is unreadable");

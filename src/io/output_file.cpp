@@ -6,10 +6,14 @@
 #include <fcntl.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 
 #include "core/error.hpp"
+
+#include <vector>
 
 namespace mpf {
 
@@ -49,9 +53,74 @@ void check_new_output(const std::string& path, const std::string& label) {
   struct stat st;
   require(stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
           label + ": directory " + dir + " does not exist; create it first");
-  require(access(dir.c_str(), W_OK | X_OK) == 0, label + ": directory " + dir +
-                                                     " is not writable (" + std::strerror(errno) +
-                                                     "); choose another output path");
+  // errno read right after access(): evaluated in one call with it, it could be a stale one.
+  const bool writable = access(dir.c_str(), W_OK | X_OK) == 0;
+  const std::string why = writable ? "" : std::strerror(errno);
+  require(writable, label + ": directory " + dir + " is not writable (" + why +
+                        "); choose another output path");
+}
+
+std::string resolved_path(const std::string& path) {
+  std::string absolute = path;
+  if (absolute.empty() || absolute[0] != '/') {
+    char cwd[4096];
+    absolute = std::string(getcwd(cwd, sizeof cwd) ? cwd : ".") + "/" + absolute;
+  }
+  // Components, "." and ".." folded lexically.
+  std::vector<std::string> parts;
+  for (size_t at = 0; at <= absolute.size();) {
+    const size_t slash = absolute.find('/', at);
+    const std::string part =
+        absolute.substr(at, slash == std::string::npos ? std::string::npos : slash - at);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    if (slash == std::string::npos) break;
+    at = slash + 1;
+  }
+  // The deepest existing prefix through realpath (links), the rest as it is.
+  for (size_t keep = parts.size();; --keep) {
+    std::string prefix = "/";
+    for (size_t i = 0; i < keep; ++i) prefix += (i ? "/" : "") + parts[i];
+    char real[PATH_MAX];
+    if (realpath(prefix.c_str(), real)) {
+      std::string out = real;
+      for (size_t i = keep; i < parts.size(); ++i) out += (out == "/" ? "" : "/") + parts[i];
+      return out;
+    }
+    if (keep == 0) break;
+  }
+  std::string out;
+  for (const std::string& p : parts) out += "/" + p;
+  return out.empty() ? "/" : out;
+}
+
+bool path_within(const std::string& path, const std::string& dir) {
+  const std::string p = resolved_path(path), d = resolved_path(dir);
+  return p == d || (p.size() > d.size() && p.compare(0, d.size(), d) == 0 &&
+                    (d == "/" || p[d.size()] == '/'));
+}
+
+void check_outputs_apart(const std::vector<NamedOutput>& outputs, const std::string& save_dir) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const NamedOutput& a = outputs[i];
+    if (a.path.empty()) continue;
+    require(save_dir.empty() || !path_within(a.path, save_dir),
+            a.flag + " " + a.path + " lies inside --save " + save_dir +
+                ", whose checkpoints (step_*, latest) and lock could take its name; write it "
+                "outside the checkpoint directory");
+    for (size_t j = i + 1; j < outputs.size(); ++j) {
+      const NamedOutput& b = outputs[j];
+      if (b.path.empty()) continue;
+      const bool same = resolved_path(a.path) == resolved_path(b.path);
+      require(!same && !path_within(a.path, b.path) && !path_within(b.path, a.path),
+              a.flag + " " + a.path + " and " + b.flag + " " + b.path +
+                  (same ? " are the same path" : ": one lies inside the other") +
+                  "; give each its own");
+    }
+  }
 }
 
 PendingFile::PendingFile(std::string path)

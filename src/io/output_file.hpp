@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace mpf {
 
@@ -19,6 +20,23 @@ int rename_no_replace(const std::string& from, const std::string& to);
 // Throws InputError, naming `label` (e.g. "checkpoint out.bin", "--trace t.json"), if `path`
 // exists or its directory is missing or not writable.
 void check_new_output(const std::string& path, const std::string& label);
+
+// `path` as the file system will take it: absolute, its deepest existing ancestor resolved
+// (symbolic links, "." and ".."), the rest appended with "." and ".." folded and no trailing "/".
+// Two names of one file ("out/./x", "out/x/", a link to out) resolve alike.
+std::string resolved_path(const std::string& path);
+// Whether `path` is `dir` or lies inside it, both resolved.
+bool path_within(const std::string& path, const std::string& dir);
+
+// One output of a run: its flag and the path given.
+struct NamedOutput {
+  std::string flag, path;
+};
+// InputError at start-up, naming both flags, if two of `outputs` (empty paths skipped) are one
+// file, or one lies inside another's directory or inside `save_dir` (a --save directory, whose
+// step_*, latest and lock are the checkpoints' own names); found later, a collision would cost
+// the run's output.
+void check_outputs_apart(const std::vector<NamedOutput>& outputs, const std::string& save_dir);
 
 // A file written under a temporary name beside `path` (path.partial-<pid>) and renamed into place
 // only when complete, never over an existing file; a run that stops early leaves nothing at

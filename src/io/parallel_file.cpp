@@ -1,5 +1,7 @@
 #include "io/parallel_file.hpp"
 
+#include <sys/stat.h>
+
 #include <fcntl.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -155,8 +157,14 @@ ParallelFile::ParallelFile(MPI_Comm comm, std::string path, Mode mode)
     : comm_(comm), path_(std::move(path)), mode_(mode) {
   const int amode =
       mode == Mode::kCreate ? MPI_MODE_CREATE | MPI_MODE_EXCL | MPI_MODE_WRONLY : MPI_MODE_RDONLY;
-  const int rc = MPI_File_open(comm_, path_.c_str(), amode, MPI_INFO_NULL, &fh_);
-  if (rc != MPI_SUCCESS) {
+  // A file to read must be a regular one: MPI_File_open of a FIFO waits for a writer forever.
+  // Every rank sees the same file, so every rank skips the open alike.
+  struct stat st;
+  const bool regular = mode == Mode::kCreate || stat(path_.c_str(), &st) != 0 || S_ISREG(st.st_mode);
+  if (!regular) {
+    error_ = path_ + ": not a regular file (a FIFO, a socket, a device or a directory)";
+  } else if (const int rc = MPI_File_open(comm_, path_.c_str(), amode, MPI_INFO_NULL, &fh_);
+             rc != MPI_SUCCESS) {
     fh_ = MPI_FILE_NULL;
     fail(mode == Mode::kCreate ? "cannot create" : "cannot open", rc);
   }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 
+#include "io/input_file.hpp"
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "io/json.hpp"
@@ -175,13 +176,8 @@ float from_f16(uint16_t h) {
 
 Reader::Reader(const std::string& path) : path_(path) {
   const std::string what = st_file_name(path);
-  fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  require(fd_ >= 0, what + ": cannot open (" + std::strerror(errno) +
-                        "); check the path and its permissions");
-  struct stat st;
-  require(fstat(fd_, &st) == 0 && S_ISREG(st.st_mode),
-          what + ": not a regular file; pass a .safetensors file or a model directory");
-  const int64_t size = st.st_size;
+  int64_t size = 0;
+  fd_ = open_input(path, what, "a .safetensors file or a model directory", size);
   require(size >= 8, what + ": " + std::to_string(size) +
                          " bytes is too short for the 8-byte header length; the file is "
                          "truncated or not a safetensors file");
@@ -349,18 +345,12 @@ void write_file(const std::string& path, const Layout& layout,
 std::vector<std::pair<std::string, std::string>> read_index(const std::string& path) {
   const std::string what = "safetensors index " + path;
   int64_t size = 0;
-  {
-    struct stat st;
-    require(stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode),
-            what + ": cannot open (" + std::strerror(errno) + ")");
-    size = st.st_size;
-  }
+  const int fd = open_input(path, what, "a model.safetensors.index.json", size);
+  if (size > kMaxHeaderBytes) close(fd);
   require(size <= kMaxHeaderBytes, what + ": " + std::to_string(size) +
                                        " bytes is implausibly large for an index; the file is "
                                        "corrupt");
   std::string text(size_t(size), '\0');
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  require(fd >= 0, what + ": cannot open (" + std::strerror(errno) + ")");
   const bool ok = st_read_at(fd, text.data(), size, 0);
   close(fd);
   require(ok, what + ": read failed; the file changed while being read or is unreadable");

@@ -139,10 +139,18 @@ void bind_slab(Set& x, const char* label) {
 }
 }  // namespace
 
-int head_chunk_rows(int64_t R, int64_t Vl) {
+int head_chunk_rows(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
+                    bool sequence_parallel) {
   constexpr int64_t kMostLogits = int64_t(1) << 26;  // floats: 256 MB
   constexpr int kPiece = 2048;
-  return R * Vl > kMostLogits && R > kPiece ? kPiece : 0;
+  if (!chunk.head) return 0;
+  const int64_t R = int64_t(B) * T, Vl = shard.vocab_shard;
+  ChunkPieces blocks = chunk;
+  blocks.head = false;
+  blocks.logit_rows = 0;
+  const int64_t kept_per_row =
+      Activations::bytes(shard, blocks, B, T, sequence_parallel) / int64_t(sizeof(float)) / R;
+  return R * Vl > kMostLogits && Vl > kept_per_row && R > kPiece ? kPiece : 0;
 }
 
 ChunkPieces whole_stage(const TpShard& shard) {

@@ -37,10 +37,12 @@ struct ChunkPieces {
   int logit_rows = 0;
 };
 
-// The rows of logits the head keeps at once when its W runs with its B (gpt_backward_by_block):
-// all R rows, returned as 0, unless the logits of R rows (R x Vl floats) would take over 256 MB;
-// then pieces of 2048 rows.
-int head_chunk_rows(int64_t R, int64_t Vl);
+// The rows of logits a chunk holding the head keeps at once when its W runs with its B
+// (gpt_backward_by_block): all of them, returned as 0, unless the logits would dominate the
+// chunk's memory — more floats a row than its blocks keep a row (with recomputation, only their
+// outputs) and over 256 MB in all; then pieces of 2048 rows.
+int head_chunk_rows(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
+                    bool sequence_parallel);
 // All of a stage's blocks, with the edge pieces it holds.
 ChunkPieces whole_stage(const TpShard& shard);
 

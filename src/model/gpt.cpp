@@ -512,7 +512,9 @@ void gpt_backward_by_block(ParameterTensors& grads, BackwardBuffers& buf, Weight
       dinp = input_grad;
     }
     const BlockWeightInputs wb = slot(i);
-    BlockSite b = block_site(acts, workspace, i, chunk.recompute ? &wb.kept : nullptr);
+    // Recomputed, the block's activations stay in the workspace until its W, right after its B:
+    // the W inputs need no copy of them (their `kept` is empty).
+    BlockSite b = block_site(acts, workspace, i);
     if (workspace) block_forward(b.acts, params, b.index, tp);
     block_backward_input(buf, wb, dinp, dout, b.acts, params, b.index, tp);
     block_backward_weight(grads, wb, b.acts, b.index, tp, final_microbatch);

@@ -119,8 +119,9 @@ void gpt_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
 // B and W block by block, as the classic schedules run them (W right after B): the head's B and
 // W, then for each block from the last its B and its W, then the embedding's W. `w2` holds the W
 // inputs of two blocks (allocated for a chunk of min(2, layers) blocks with acts.chunk's head and
-// embedding): block i uses slot i % 2 and writes its input gradient into the other, so a chunk's
-// W inputs take two blocks' memory instead of all of its blocks'. The gradients and the calls to
+// embedding, and without recompute: W reads a recomputed block's activations from the workspace):
+// block i uses slot i % 2 and writes its input gradient into the other, so a chunk's W inputs
+// take two blocks' memory instead of all of its blocks'. The gradients and the calls to
 // part_done are those of gpt_backward_input then gpt_backward_weight, in the same order of sums.
 void gpt_backward_by_block(ParameterTensors& grads, BackwardBuffers& buf, WeightGradInputs& w2,
                            Activations& acts, const ParameterTensors& params, const Tokens& inputs,

@@ -124,15 +124,17 @@ int64_t ModelStage::microbatch_bytes() const {
 
 void ModelStage::set_weight_with_input(bool on) {
   by_block_ = on;
-  const int64_t R = int64_t(micro_batch_) * seq_len_;
   for (ChunkPieces& c : chunks_) {
-    c.logit_rows = on && c.head ? head_chunk_rows(R, shard_.vocab_shard) : 0;
+    c.logit_rows = on ? head_chunk_rows(shard_, c, micro_batch_, seq_len_, sequence_parallel_) : 0;
   }
 }
 
 ChunkPieces ModelStage::weight_pieces(int chunk) const {
   ChunkPieces c = chunks_[size_t(chunk)];
-  if (by_block_) c.layers = std::min(c.layers, 2);
+  if (by_block_) {
+    c.layers = std::min(c.layers, 2);
+    c.recompute = false;  // W reads the workspace: no kept copies (gpt_backward_by_block)
+  }
   return c;
 }
 

@@ -106,7 +106,10 @@ MemoryPlan plan_memory(const MemoryShape& s) {
     largest_chunk = std::max(
         largest_chunk, Activations::bytes(shard, c, s.micro_batch, s.seq_len, s.sequence_parallel));
     ChunkPieces w = c;
-    if (s.weight_with_input) w.layers = std::min(w.layers, 2);
+    if (s.weight_with_input) {  // as ModelStage::weight_pieces
+      w.layers = std::min(w.layers, 2);
+      w.recompute = false;
+    }
     largest_w = std::max(largest_w, WeightGradInputs::bytes(shard, w, s.micro_batch, s.seq_len,
                                                             s.sequence_parallel));
   }

@@ -7,6 +7,7 @@
 #include "backends/gemm.hpp"
 #include "core/error.hpp"
 #include "core/flags.hpp"
+#include "io/output_file.hpp"
 #include "train/model_options.hpp"
 #include "train/settings.hpp"
 
@@ -117,6 +118,11 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   require(o.doc_token < 0 || o.doc_mask, "--doc-token " + std::to_string(o.doc_token) +
                                              " says where documents start for "
                                              "--doc-mask; pass --doc-mask too, or drop it");
+  // The outputs apart from each other and from the checkpoint directory, by the paths the file
+  // system resolves (not as spelt), before anything is created: a collision found at the end of
+  // a run loses its output.
+  check_outputs_apart(
+      {{"--save-llmc", o.save_llmc}, {"--save-hf", o.save_hf}, {"--trace", o.trace}}, o.save);
   require(o.tokenizer.empty() || o.sample_every > 0 || !o.save_hf.empty(),
           "--tokenizer decodes the samples of --sample-every N and goes into --save-hf DIR; "
           "pass one of those too, or drop it");

@@ -219,8 +219,6 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
   if (world_rank == 0 && !opts.save_llmc.empty()) check_checkpoint_writable(opts.save_llmc);
   if (world_rank == 0 && !opts.save_hf.empty()) {
     check_hf_output(opts.save_hf);
-    require(opts.save_hf != opts.save_llmc && opts.save_hf != opts.trace,
-            "--save-hf names the same path as --save-llmc or --trace; give each its own");
     if (!opts.tokenizer.empty()) {
       // Read now, not found wanting at the end of the run: the copy must encode for the model.
       const int vocab = in.tokenizer ? in.tokenizer->vocab()
@@ -238,8 +236,6 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
   }
   if (world_rank == 0 && !opts.trace.empty()) {
     check_new_output(opts.trace, "--trace " + opts.trace);
-    require(opts.trace != opts.save_llmc,
-            "--trace and --save-llmc name the same file; give each its own");
   }
   return in;
 }
@@ -351,12 +347,12 @@ void TrainingRun::plan_memory_use() {
   const StageOwnership own =
       stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
   m.chunks = own.chunks;
-  const int64_t rows = int64_t(micro_batch_) * local_seq_len_;
   for (ChunkPieces& c : m.chunks) {
     c.recompute = opts_.recompute;
     // As ModelStage::set_weight_with_input sets them.
-    if (!pipeline::is_zero_bubble(pp_schedule_) && c.head) {
-      c.logit_rows = head_chunk_rows(rows, m.shard.vocab_shard);
+    if (!pipeline::is_zero_bubble(pp_schedule_)) {
+      c.logit_rows = head_chunk_rows(m.shard, c, micro_batch_, local_seq_len_,
+                                     opts_.sequence_parallel);
     }
   }
   m.micro_batch = micro_batch_;

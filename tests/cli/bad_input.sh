@@ -87,7 +87,7 @@ expect_error "output exists" 2 "model.bin.*already exists" -- --steps 1 --save-l
 expect_error "trace exists" 2 "--trace .*model.bin: already exists" -- --steps 1 --trace "$WORK/model.bin"
 [ "$(sha256sum "$WORK/model.bin")" = "$before" ] && ok "existing trace target untouched" || bad "--trace modified an existing file"
 expect_error "trace directory missing" 1 "--trace .*: directory .*/no/such does not exist" -- --steps 1 --trace "$WORK/no/such/t.json"
-expect_error "trace is the checkpoint" 1 "--trace and --save-llmc name the same file" -- --steps 1 --trace "$WORK/same.bin" --save-llmc "$WORK/same.bin"
+expect_error "trace is the checkpoint" 1 "--save-llmc .*same.bin and --trace .*same.bin are the same path" -- --steps 1 --trace "$WORK/same.bin" --save-llmc "$WORK/same.bin"
 
 out=$("$TRAIN" --help 2>&1)
 [ $? -eq 0 ] && grep -q -- "--init-from" <<<"$out" && ok "--help prints the flags" || bad "--help"

@@ -51,7 +51,7 @@ expect "pipeline" 1 "--pp 2: mpiformer-generate runs tensor parallel only.*drop 
 expect "two models" 1 "--init-from and --load both name a model" -- "${model[@]}" --load "$WORK/empty_dir"
 expect "load-step alone" 1 "--load-step 3 needs --load DIR" -- "${model[@]}" --load-step 3
 expect "two prompts" 1 "--prompt and --prompt-tokens both give the prompt" -- "${model[@]}" --prompt a --prompt-tokens 1
-expect "empty prompt" 1 "--prompt is empty" -- "${model[@]}" --prompt ""
+expect "empty prompt" 1 "--prompt is given an empty value" -- "${model[@]}" --prompt ""
 expect "malformed ids" 1 "--prompt-tokens expects an integer, got 'x'" -- "${model[@]}" --prompt-tokens 1,x,3
 expect "negative id" 1 "--prompt-tokens token ids are non-negative, got -3" -- "${model[@]}" --prompt-tokens 1,-3
 expect "id >= vocab" 1 "token 256 is outside the model's vocabulary of 256 tokens" -- "${model[@]}" --prompt-tokens 5,256
@@ -121,14 +121,14 @@ printf '{"model": {"type": "BPE", "vocab": {' >"$WORK/broken.json"
 expect "tokenizer.json broken" 1 "tokenizer .*broken.json: invalid JSON at line 1" -- "${model[@]}" --prompt hi --tokenizer "$WORK/broken.json"
 printf '{"model": {"type": "Unigram", "vocab": []}}' >"$WORK/unigram.json"
 expect "tokenizer.json not BPE" 1 "tokenizer .*unigram.json: model.type is \"Unigram\"; only BPE" -- "${model[@]}" --prompt hi --tokenizer "$WORK/unigram.json"
-expect "tokenizer not a file" 2 "tokenizer .*: not a regular file" -- "${model[@]}" --prompt hi --tokenizer "$WORK/empty_dir" --tp 2
+expect "tokenizer not a file" 2 "tokenizer .*: is a directory, not a regular file" -- "${model[@]}" --prompt hi --tokenizer "$WORK/empty_dir" --tp 2
 
 # Outputs never replace a file, which stays as it was.
 echo "keep me" >"$WORK/existing.txt"
 expect "tokens-out exists" 2 "--tokens-out .*existing.txt: already exists" -- "${model[@]}" --prompt hi --tp 2 --tokens-out "$WORK/existing.txt"
 expect "logits-out exists" 1 "--logits-out .*existing.txt: already exists" -- "${model[@]}" --prompt hi --logits-out "$WORK/existing.txt"
 [ "$(cat "$WORK/existing.txt")" = "keep me" ] && ok "existing output untouched" || bad "an existing output was modified"
-expect "one file for both" 1 "--tokens-out and --logits-out name the same file" -- "${model[@]}" --prompt hi --tokens-out "$WORK/x" --logits-out "$WORK/x"
+expect "one file for both" 1 "--tokens-out .*x and --logits-out .*x are the same path" -- "${model[@]}" --prompt hi --tokens-out "$WORK/x" --logits-out "$WORK/x"
 expect "output directory missing" 1 "--tokens-out .*: directory .*/no/such does not exist" -- "${model[@]}" --prompt hi --tokens-out "$WORK/no/such/ids"
 
 # The trainer's side: samples need the whole model on a rank's TP group, and a matching tokenizer.

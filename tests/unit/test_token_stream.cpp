@@ -263,7 +263,7 @@ TEST_F(TokenStreamTest, InMemoryBadInput) {
                 TokenStream("mem", {1, -1}, 256);
               }),
               AllOf(HasSubstr("mem"), HasSubstr("token -1 at position 1"), HasSubstr("negative")));
-  EXPECT_THAT(input_error([] { TokenStream("mem", {}, 256); }),
+  EXPECT_THAT(input_error([] { TokenStream("mem", std::vector<int32_t>{}, 256); }),
               AllOf(HasSubstr("mem"), HasSubstr("no tokens")));
 }
 
