@@ -13,10 +13,10 @@
 #include <set>
 #include <sstream>
 
-#include "io/input_file.hpp"
 #include "checkpoint/state_files.hpp"
 #include "core/error.hpp"
 #include "core/transfer.hpp"
+#include "io/input_file.hpp"
 #include "io/output_file.hpp"
 #include "io/parallel_file.hpp"
 #include "parallel/agreement.hpp"
@@ -489,6 +489,9 @@ void remove_directory(const std::string& dir) {
 
 bool is_hf_source(const std::string& path) {
   if (is_directory(path)) return true;
+  // By its name first: an empty or damaged .safetensors is one to report as such, not an llm.c
+  // file.
+  if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) return true;
   struct stat st;
   // A missing file, or not a regular one: by its name (the reader then names the problem).
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {

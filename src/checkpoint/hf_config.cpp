@@ -3,13 +3,14 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
 
-#include "io/input_file.hpp"
 #include "core/error.hpp"
+#include "io/input_file.hpp"
 #include "io/json.hpp"
 
 namespace mpf {
@@ -33,6 +34,13 @@ std::string read_config_text(const std::string& path) {
   return read_input_text(path, "config " + path, "the model's config.json", 100'000'000);
 }
 
+// A JSON number as written: 1000000000000, not -1 or 1e+12 cut to an int.
+std::string json_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 // The config's keys, each read with its file and key named in every error.
 class ConfigKeys {
  public:
@@ -44,13 +52,13 @@ class ConfigKeys {
   int size(const char* key) const {
     const json::Value* v = find(key);
     require(v != nullptr, where(key) + " is missing; the model's shape needs it");
-    int64_t n = -1;
-    try {
-      n = v->integer();
-    } catch (const json::TypeError&) {
-    }
-    require(n > 0 && n < (int64_t(1) << 31),
-            where(key) + " is not a positive integer; the config is corrupt");
+    require(v->is_number() && v->number() == std::floor(v->number()),
+            where(key) + " is not an integer; the config is corrupt");
+    const double n = v->number();
+    require(n > 0, where(key) + " is " + json_number(n) + ", not positive; the config is corrupt");
+    require(n < double(int64_t(1) << 31), where(key) + " is " + json_number(n) +
+                                              ", more than this trainer takes (below 2^31); the "
+                                              "config is corrupt or not a model's");
     return int(n);
   }
   int size_or(const char* key, int fallback) const {

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -101,8 +102,10 @@ std::optional<Writer> parse_lock(const std::string& text) {
       w.host = value;
       host = !value.empty();
     } else if (key == "pid") {
+      errno = 0;
       w.pid = std::strtol(value.c_str(), &end, 10);
-      pid = !value.empty() && *end == '\0' && w.pid > 0;
+      // A pid past pid_t (or past strtol's range) would become -1 or wrap: not a lock's pid.
+      pid = !value.empty() && *end == '\0' && errno != ERANGE && w.pid > 0 && w.pid <= INT_MAX;
     } else if (key == "start_time") {
       w.start_time = std::strtoull(value.c_str(), &end, 10);
       start = !value.empty() && *end == '\0';
@@ -136,14 +139,15 @@ std::string inspect_lock(const std::string& root) {
   return file + " names " + who + " (" + v.why + "): a run would be refused";
 }
 
-SaveLock::SaveLock(const std::string& root, std::vector<std::string>& notes)
-    : root_(without_trailing_slash(root)),
+SaveLock::SaveLock(const std::string& root, std::vector<std::string>& notes, std::string flag)
+    : flag_(std::move(flag)),
+      root_(without_trailing_slash(root)),
       file_(lock_file(root_)),
       me_(this_process()),
       text_(lock_text(me_)) {
-  const std::string fix = "; pass a --save directory this run can write to";
+  const std::string fix = "; pass a " + flag_ + " directory this run can write to";
   if (std::string e = make_directories(root_); !e.empty()) {
-    throw InputError("--save " + root_ + ": " + e + fix);
+    throw InputError(flag_ + " " + root_ + ": " + e + fix);
   }
   // Named after this process: a file of that name can only be a dead process's (of the same
   // pid, before), never a live one's.
@@ -151,7 +155,7 @@ SaveLock::SaveLock(const std::string& root, std::vector<std::string>& notes)
   std::remove(tmp.c_str());
   if (std::string e = write_text(tmp, text_); !e.empty()) {
     std::remove(tmp.c_str());
-    throw InputError("--save " + root_ + ": " + e + fix);
+    throw InputError(flag_ + " " + root_ + ": " + e + fix);
   }
   struct RemoveTmp {
     const std::string& path;
@@ -163,30 +167,31 @@ SaveLock::SaveLock(const std::string& root, std::vector<std::string>& notes)
       break;
     }
     require(errno == EEXIST,
-            "--save " + root_ + ": cannot create " + file_ + " (" + errno_text() + ")" + fix);
+            flag_ + " " + root_ + ": cannot create " + file_ + " (" + errno_text() + ")" + fix);
     std::string theirs;
     if (!read_text(file_, theirs)) continue;  // released since: try again
     const std::optional<Writer> holder = parse_lock(theirs);
-    require(holder.has_value(), "--save " + root_ + ": " + file_ +
-                                    " is not a lock this program wrote (it reads " +
-                                    quoted(theirs) + "): if no run writes into " + root_ +
-                                    ", remove " + file_ + "; else pass another --save directory");
+    require(holder.has_value(),
+            flag_ + " " + root_ + ": " + file_ + " is not a lock this program wrote (it reads " +
+                quoted(theirs) + "): if no run writes into " + root_ + ", remove " + file_ +
+                "; else pass another " + flag_ + " directory");
     const Verdict v = writer_gone(*holder, me_);
     const std::string who = "the run on " + describe(*holder) + " since " + holder->taken;
-    require(v.gone || !v.provable, "--save " + root_ + " is in use by " + who + " (" + v.why +
-                                       "); wait for it to end or pass another --save directory");
-    require(v.gone, "--save " + root_ + " is locked by " + who +
+    require(v.gone || !v.provable, flag_ + " " + root_ + " is in use by " + who + " (" + v.why +
+                                       "); wait for it to end or pass another " + flag_ +
+                                       " directory");
+    require(v.gone, flag_ + " " + root_ + " is locked by " + who +
                         ", which this run cannot prove has ended (" + v.why +
                         "): if that run is over, remove " + file_ +
-                        "; else wait for it to end or pass another --save directory");
+                        "; else wait for it to end or pass another " + flag_ + " directory");
     if (take_over(tmp, theirs)) {
       held_ = true;
       taken_over_ = holder;
-      notes.push_back("--save " + root_ + ": took over the lock of " + who + ", which is gone (" +
+      notes.push_back(flag_ + " " + root_ + ": took over the lock of " + who + ", which is gone (" +
                       v.why + ")");
     }
   }
-  require(held_, "--save " + root_ + ": could not take " + file_ +
+  require(held_, flag_ + " " + root_ + ": could not take " + file_ +
                      ": other runs kept taking it at the same moment; try again");
 }
 
@@ -201,16 +206,18 @@ SaveLock::SaveLock(const std::string& root, std::vector<std::string>& notes)
 bool SaveLock::take_over(const std::string& tmp, const std::string& theirs) {
   const std::string marker = file_ + ".takeover-" + hex_hash(theirs);
   if (!link_to(tmp, marker)) {
-    require(errno == EEXIST, "--save " + root_ + ": cannot create " + marker + " (" + errno_text() +
-                                 "); pass a --save directory this run can write to");
+    require(errno == EEXIST, flag_ + " " + root_ + ": cannot create " + marker + " (" +
+                                 errno_text() + "); pass a " + flag_ +
+                                 " directory this run can write to");
     std::string text;
     if (!read_text(marker, text)) return false;  // done since: look again
     const std::optional<Writer> taker = parse_lock(text);
     // A run that died while taking over leaves its marker; removing that would bring back the
     // race the marker prevents, so the user does, once no run uses the directory.
     require(taker && !writer_gone(*taker, me_).gone,
-            "--save " + root_ + ": " + marker + " is stale (left by a run that died taking over " +
-                file_ + "): if no run writes into " + root_ + ", remove both files");
+            flag_ + " " + root_ + ": " + marker +
+                " is stale (left by a run that died taking over " + file_ +
+                "): if no run writes into " + root_ + ", remove both files");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     return false;  // another run is taking it over: look again
   }

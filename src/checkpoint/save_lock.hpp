@@ -1,7 +1,8 @@
-// The lock on a --save directory: DIR/mpiformer.lock names the run that writes checkpoints there
-// (writer.hpp: host, pid and its start time, Slurm job, when), so that a second run on the same
-// directory is refused instead of interleaving its saves, `latest` and --keep-last removals with
-// the first's. World rank 0 takes it at start-up and holds it for the whole run.
+// The lock on an output directory: DIR/mpiformer.lock names the run that writes there (writer.hpp:
+// host, pid and its start time, Slurm job, when), so that a second run on the same directory is
+// refused instead of interleaving its files with the first's: a --save directory's saves, `latest`
+// and --keep-last removals, or mpiformer-tokenize's shards and manifest. World rank 0 takes it at
+// start-up and holds it for the whole run.
 //
 // Taking it is atomic, also on NFS: the holder's identity is written to a uniquely named
 // temporary, synced, and link()ed to the lock's name, which fails with EEXIST if the name exists.
@@ -30,11 +31,12 @@ std::string inspect_lock(const std::string& root);
 
 class SaveLock {
  public:
-  // Takes the lock of `root` (--save's directory, created with its parents if missing). A lock
+  // Takes the lock of `root` (the directory `flag` names, created with its parents if missing;
+  // messages name it as "<flag> <root>"). A lock
   // whose holder is provably gone is taken over, with a note naming it in `notes`. Throws
   // InputError naming the holder and what to do if a live run holds it, or one that cannot be
   // proven gone, or if root/mpiformer.lock is not a lock this program wrote.
-  SaveLock(const std::string& root, std::vector<std::string>& notes);
+  SaveLock(const std::string& root, std::vector<std::string>& notes, std::string flag = "--save");
   ~SaveLock();
   SaveLock(const SaveLock&) = delete;
   SaveLock& operator=(const SaveLock&) = delete;
@@ -49,7 +51,7 @@ class SaveLock {
   // process now holds it; false to look at the lock again.
   bool take_over(const std::string& tmp, const std::string& theirs);
 
-  std::string root_, file_;
+  std::string flag_, root_, file_;
   Writer me_;
   std::string text_;  // what this process wrote into the lock
   bool held_ = false;

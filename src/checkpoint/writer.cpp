@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -121,7 +122,9 @@ std::string writer_tag(const Writer& w) {
 }
 
 bool process_running(long pid, unsigned long long start_time) {
-  if (pid <= 0) return false;
+  // Only a real pid: kill() of 0 or of a negative one signals whole process groups, and always
+  // "finds" them.
+  if (pid <= 0 || pid > INT_MAX) return false;
   if (kill(pid_t(pid), 0) != 0 && errno == ESRCH) return false;
   if (start_time == 0) return true;
   const unsigned long long now = start_time_of(std::to_string(pid));

@@ -32,17 +32,53 @@ CorpusFile corpus_file(const std::string& path) {
           int64_t(st.st_size)};
 }
 
-// A directory's corpus files: .txt and .jsonl, at any depth, sorted by path.
-std::vector<CorpusFile> directory_files(const std::string& dir) {
-  std::vector<std::string> paths;
+// Appends the .txt and .jsonl files under `dir`, following links, to `paths`. Nothing is dropped
+// silently: a link to nothing, a link back into the directories above it (a loop), or a corpus
+// file that is not a regular one is an error naming it.
+void walk(const std::string& dir, std::vector<std::pair<dev_t, ino_t>>& above,
+          std::vector<std::string>& paths) {
+  struct stat st;
+  require(stat(dir.c_str(), &st) == 0,
+          "input " + dir + ": cannot list (" + errno_text() + "); check the directory");
+  for (const auto& [dev, ino] : above) {
+    require(dev != st.st_dev || ino != st.st_ino,
+            "input " + dir +
+                ": leads back to a directory above it (a loop of links); remove "
+                "the link or pass the directories it should hold");
+  }
+  above.push_back({st.st_dev, st.st_ino});
   std::error_code ec;
-  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string p = it->path().string();
-    if (it->is_regular_file(ec) && (has_suffix(p, ".txt") || has_suffix(p, ".jsonl"))) {
+  std::vector<std::string> entries;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    entries.push_back(it->path().string());
+  }
+  require(!ec, "input " + dir + ": cannot list (" + ec.message() + "); check the directory");
+  for (const std::string& p : entries) {
+    struct stat target;
+    if (stat(p.c_str(), &target) != 0) {
+      struct stat link;
+      const bool dangling = lstat(p.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
+      throw InputError("input " + p + ": " +
+                       (dangling ? "a link to nothing; fix or remove the link"
+                                 : "cannot open (" + errno_text() + "); check it"));
+    }
+    if (S_ISDIR(target.st_mode)) {
+      walk(p, above, paths);
+    } else if (has_suffix(p, ".txt") || has_suffix(p, ".jsonl")) {
+      require(S_ISREG(target.st_mode), "input " + p +
+                                           ": not a regular file (a FIFO, a socket or a device); "
+                                           "remove it or pass the files one by one");
       paths.push_back(p);
     }
   }
-  require(!ec, "input " + dir + ": cannot list (" + ec.message() + "); check the directory");
+  above.pop_back();
+}
+
+// A directory's corpus files: .txt and .jsonl, at any depth, sorted by path.
+std::vector<CorpusFile> directory_files(const std::string& dir) {
+  std::vector<std::string> paths;
+  std::vector<std::pair<dev_t, ino_t>> above;
+  walk(dir, above, paths);
   require(!paths.empty(), "input " + dir +
                               ": the directory holds no .txt or .jsonl file; pass the files or "
                               "a directory that holds them");
@@ -105,7 +141,7 @@ struct LineBuffer {
 };
 
 void read_jsonl(const CorpusFile& file, int64_t begin, int64_t end, const std::string& field,
-                const std::function<void(std::string_view)>& document) {
+                const DocumentChunks& document) {
   const std::string what = "input " + file.path;
   int64_t bytes = 0;
   File f = open_for_reading(file.path, what, "a text or .jsonl file", bytes);
@@ -139,19 +175,40 @@ void read_jsonl(const CorpusFile& file, int64_t begin, int64_t end, const std::s
         throw InputError(file.path + ":" + std::to_string(line_number(file.path, pos)) + ": " +
                          why);
       }
-      document(text);
+      try {
+        // A long line's text goes on in chunks, as a text file's does.
+        size_t at = 0;
+        for (; text.size() - at > size_t(kReadChunk); at += size_t(kReadChunk)) {
+          document(text.substr(at, size_t(kReadChunk)), false);
+        }
+        document(text.substr(at), true);
+      } catch (const InputError& e) {
+        throw InputError(file.path + ":" + std::to_string(line_number(file.path, pos)) + ": " +
+                         e.what());
+      }
     }
     pos += n;
   }
 }
 
-void read_text(const CorpusFile& file, const std::function<void(std::string_view)>& document) {
+// A text file is one document, read a chunk at a time.
+void read_text(const CorpusFile& file, const DocumentChunks& document) {
   const std::string what = "input " + file.path;
   int64_t bytes = 0;
   File f = open_for_reading(file.path, what, "a text file", bytes);
-  std::string text(size_t(bytes), '\0');
-  if (bytes > 0) read_exact(f.get(), text.data(), size_t(bytes), what);
-  document(text);
+  std::string chunk;
+  int64_t done = 0;
+  do {
+    const int64_t take = std::min(bytes - done, kReadChunk);
+    chunk.resize(size_t(take));
+    if (take > 0) read_exact(f.get(), chunk.data(), size_t(take), what);
+    done += take;
+    try {
+      document(chunk, done == bytes);
+    } catch (const InputError& e) {
+      throw InputError(what + ": " + e.what());
+    }
+  } while (done < bytes);
 }
 
 }  // namespace
@@ -204,8 +261,7 @@ std::vector<CorpusUnit> plan_units(const std::vector<CorpusFile>& files, int64_t
 }
 
 void read_unit(const std::vector<CorpusFile>& files, const CorpusUnit& unit,
-               const std::string& text_field,
-               const std::function<void(std::string_view)>& document) {
+               const std::string& text_field, const DocumentChunks& document) {
   for (const CorpusPiece& p : unit) {
     const CorpusFile& f = files[size_t(p.file)];
     if (f.format == CorpusFormat::kText) {

@@ -39,10 +39,15 @@ using CorpusUnit = std::vector<CorpusPiece>;
 // The units, in corpus order; a pure function of the file list.
 std::vector<CorpusUnit> plan_units(const std::vector<CorpusFile>& files, int64_t unit_bytes);
 
-// Calls document(text) for each document of the unit, in order. Throws InputError naming
-// file:line for a .jsonl line that is not a JSON object with a string `text_field`.
+// A document's text in one or more consecutive chunks: `last` marks its end (an empty document
+// is one empty chunk). A text file's document comes a chunk of kReadChunk bytes at a time.
+using DocumentChunks = std::function<void(std::string_view chunk, bool last)>;
+constexpr int64_t kReadChunk = int64_t(1) << 20;
+
+// Calls document(...) for each document of the unit, in order. Throws InputError naming
+// file:line for a .jsonl line that is not a JSON object with a string `text_field`; an
+// InputError from `document` comes back with the file (and line) put before its message.
 void read_unit(const std::vector<CorpusFile>& files, const CorpusUnit& unit,
-               const std::string& text_field,
-               const std::function<void(std::string_view)>& document);
+               const std::string& text_field, const DocumentChunks& document);
 
 }  // namespace mpf

@@ -1,10 +1,12 @@
 #include "data/document_encoder.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 
 #include "core/error.hpp"
 #include "text/bpe_tokenizer.hpp"
+#include "text/pre_tokenizer.hpp"
 
 namespace mpf {
 
@@ -12,7 +14,10 @@ DocumentEncoder load_document_encoder(const std::string& tokenizer_json,
                                       const std::string& doc_token) {
   auto tokenizer = std::make_shared<const BpeTokenizer>(BpeTokenizer::load(tokenizer_json));
   DocumentEncoder e;
-  e.encode = [tokenizer](std::string_view text) { return tokenizer->encode(text); };
+  e.encode = [tokenizer](std::string_view text, bool first, std::vector<int32_t>& out) {
+    tokenizer->encode_segment(text, first, out);
+  };
+  e.cut = [](std::string_view text, size_t from) { return last_safe_cut(text, from); };
   e.vocab_size = tokenizer->vocab_size();
   std::optional<int32_t> id;
   if (!doc_token.empty()) {
@@ -35,6 +40,37 @@ DocumentEncoder load_document_encoder(const std::string& tokenizer_json,
   }
   e.doc_token = *id;
   return e;
+}
+
+DocumentStream::DocumentStream(const DocumentEncoder& encoder, std::vector<int32_t>& out)
+    : encoder_(encoder), out_(out) {}
+
+void DocumentStream::add(std::string_view chunk) {
+  held_.append(chunk);
+  const size_t q = encoder_.cut(held_, scanned_);
+  if (q > 0) {
+    encoder_.encode(std::string_view(held_).substr(0, q), first_, out_);
+    first_ = false;
+    held_.erase(0, q);
+  }
+  // A cut is looked for up to 4 bytes before the end (the character there may be incomplete):
+  // the next look starts there.
+  scanned_ = held_.size() > 4 ? held_.size() - 4 : 0;
+  if (held_.size() > kMaxHeldBytes) {
+    throw InputError("a document holds " + std::to_string(held_.size() >> 20) +
+                     " MiB of text with no place to cut it (no letter followed by another "
+                     "character: binary data, or one enormous number or symbol run); encoded "
+                     "whole it would take some 20 times that memory: remove the document or "
+                     "split it");
+  }
+}
+
+void DocumentStream::finish() {
+  encoder_.encode(held_, first_, out_);
+  held_.clear();
+  held_.shrink_to_fit();
+  scanned_ = 0;
+  first_ = true;
 }
 
 }  // namespace mpf

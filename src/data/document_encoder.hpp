@@ -1,7 +1,9 @@
 // What mpiformer-tokenize asks of a tokenizer: a document's text to token ids, the vocabulary's
-// size (which sets the shards' width) and the token put before every document.
+// size (which sets the shards' width) and the token put before every document; and a document
+// encoded piece by piece (DocumentStream), so that a large one never has to be held whole.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -11,8 +13,12 @@
 namespace mpf {
 
 struct DocumentEncoder {
-  // Plain text: special tokens written in it are not parsed (llm.c's encode_ordinary).
-  std::function<std::vector<int32_t>(std::string_view)> encode;
+  // Appends the tokens of one segment of a document to `out`. Plain text: special tokens written
+  // in it are not parsed (llm.c's encode_ordinary). `first` marks the document's first segment.
+  std::function<void(std::string_view text, bool first, std::vector<int32_t>& out)> encode;
+  // The last position at or after `from` where the text may be cut into segments that encode as
+  // the whole does; 0 if there is none.
+  std::function<size_t(std::string_view text, size_t from)> cut;
   int64_t vocab_size = 0;
   int32_t doc_token = 0;
   std::string doc_token_text;
@@ -23,5 +29,28 @@ struct DocumentEncoder {
 // data scripts put them. Throws InputError naming the file, or the token it lacks.
 DocumentEncoder load_document_encoder(const std::string& tokenizer_json,
                                       const std::string& doc_token);
+
+// One document whose text arrives in chunks of any size, its tokens appended to `out` as they
+// are known. Only the text since the last cut is held: a byte-level BPE tokenizer can cut after
+// every letter that a non-letter follows, so ordinary text is held a chunk at a time whatever
+// the document's size. Text with no such place for kMaxHeldBytes (binary data, one enormous
+// number) is refused: encoded whole it would take some 20 times its size in memory.
+class DocumentStream {
+ public:
+  static constexpr size_t kMaxHeldBytes = size_t(64) << 20;
+
+  DocumentStream(const DocumentEncoder& encoder, std::vector<int32_t>& out);
+  // Throws InputError when the text held passes kMaxHeldBytes.
+  void add(std::string_view chunk);
+  // The document's end: encodes what is held.
+  void finish();
+
+ private:
+  const DocumentEncoder& encoder_;
+  std::vector<int32_t>& out_;
+  std::string held_;    // the text since the last cut
+  size_t scanned_ = 0;  // held_ holds no cut before this
+  bool first_ = true;   // no segment encoded yet
+};
 
 }  // namespace mpf

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "io/input_file.hpp"
 #include "core/error.hpp"
+#include "io/input_file.hpp"
 #include "io/json.hpp"
 #include "io/llmc_format.hpp"
 
@@ -71,6 +71,26 @@ int64_t read_manifest_vocab_size(const std::string& path) {
   require(n > 0 && n < (int64_t(1) << 31),
           what + ": tokenizer.vocab_size is missing or not a positive integer" + fix);
   return n;
+}
+
+std::vector<std::string> manifest_shard_files(const std::string& text) {
+  std::vector<std::string> files;
+  try {
+    const json::Value root = json::parse(text, "manifest");
+    const json::Value* shards = root.find("shards");
+    if (!shards || !shards->is_array()) return {};
+    for (const json::Value& s : shards->array()) {
+      const json::Value* f = s.find("file");
+      if (!f || !f->is_string() || f->string().empty() ||
+          f->string().find('/') != std::string::npos || f->string()[0] == '.') {
+        return {};
+      }
+      files.push_back(f->string());
+    }
+  } catch (const std::exception&) {
+    return {};
+  }
+  return files;
 }
 
 }  // namespace mpf

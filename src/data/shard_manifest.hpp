@@ -33,4 +33,8 @@ std::string manifest_json(const ShardManifest& m);
 // integer tokenizer.vocab_size.
 int64_t read_manifest_vocab_size(const std::string& path);
 
+// The shard file names a manifest's text lists (plain names, no directory); empty if the text is
+// not a whole manifest (a run cut off while writing it).
+std::vector<std::string> manifest_shard_files(const std::string& text);
+
 }  // namespace mpf

@@ -44,7 +44,7 @@ ShardWriter::ShardWriter(MPI_Comm comm, ShardLayout layout)
 }
 
 ShardWriter::~ShardWriter() {
-  if (finished_) return;
+  if (published_) return;
   for (auto& [index, f] : open_) f->close();
   open_.clear();
   if (rank_ == 0) {
@@ -176,22 +176,31 @@ std::vector<ShardInfo> ShardWriter::finish(int64_t total) {
   MPF_MPI_CHECK(
       MPI_Allreduce(MPI_IN_PLACE, digests.data(), int(digests.size()), MPI_BYTE, MPI_BOR, comm_));
   for (int i = 0; i < n; ++i) closed_[size_t(i)].sha256.assign(&digests[size_t(i) * 64], 64);
+  return closed_;
+}
+
+void ShardWriter::publish(const std::function<std::string()>& seal) {
   // Into place, never over a file that appeared meanwhile; on failure this run's shards go.
-  error.clear();
+  std::string error;
   if (rank_ == 0) {
-    for (int i = 0; i < n && error.empty(); ++i) {
-      const std::string to = layout_.dir + "/" + closed_[size_t(i)].file;
-      if (rename_no_replace(partials_[size_t(i)], to) != 0) {
+    const int n = int(closed_.size());
+    int moved = 0;
+    for (; moved < n; ++moved) {
+      const std::string to = layout_.dir + "/" + closed_[size_t(moved)].file;
+      if (rename_no_replace(partials_[size_t(moved)], to) != 0) {
         error = "shard " + to + ": cannot move into place (" + errno_text() + ")";
-        for (int j = 0; j < i; ++j) {
-          std::remove((layout_.dir + "/" + closed_[size_t(j)].file).c_str());
-        }
+        break;
+      }
+    }
+    if (error.empty()) error = seal();
+    if (!error.empty()) {
+      for (int j = 0; j < moved; ++j) {
+        std::remove((layout_.dir + "/" + closed_[size_t(j)].file).c_str());
       }
     }
   }
   check(first_error(comm_, error));
-  finished_ = true;
-  return closed_;
+  published_ = true;
 }
 
 }  // namespace mpf

@@ -8,13 +8,14 @@
 // Shards are llm.c's: GPT-2's header and uint16 tokens, or Llama 3's and uint32 (width 4).
 // Named <name>_val_000000.bin, then <name>_train_000001.bin, ... (from 000000 without a
 // validation split), as llm.c's data scripts name them. Each is written under <file>.partial
-// and renamed into place, never over an existing file, only when every shard is complete; a run
-// that fails leaves no shard behind.
+// and renamed into place (publish), never over an existing file, only when every shard is
+// complete and the caller's manifest is written; a run that fails leaves no shard behind.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -58,9 +59,15 @@ class ShardWriter {
   void write(int64_t round_begin, int64_t round_end, int64_t begin,
              const std::vector<int32_t>& tokens);
 
-  // Collective: the stream has `total` tokens. Closes the last shards, hashes every shard (the
-  // ranks share the work) and renames them into place. Returns them in order.
+  // Collective: the stream has `total` tokens. Closes the last shards and hashes every shard (the
+  // ranks share the work). Returns them in order, still under their .partial names.
   std::vector<ShardInfo> finish(int64_t total);
+
+  // Collective, after finish: rank 0 renames the shards into place, never over a file, then runs
+  // `seal` (which puts the manifest that lists them in place, and returns "" or what failed). If a
+  // rename or `seal` fails, the shards moved are removed again and every rank throws InputError:
+  // the shards appear only together with their manifest.
+  void publish(const std::function<std::string()>& seal);
 
   static std::string file_name(const ShardLayout& layout, bool val, int index);
 
@@ -79,7 +86,7 @@ class ShardWriter {
   std::map<int, std::unique_ptr<ParallelFile>> open_;  // by shard index
   std::vector<ShardInfo> closed_;                      // by shard index
   std::vector<std::string> partials_;                  // every file created, by index
-  bool finished_ = false;
+  bool published_ = false;
 };
 
 }  // namespace mpf

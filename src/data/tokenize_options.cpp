@@ -42,7 +42,8 @@ the shards are the same bytes for every rank count. Flags take a value as `--fla
                         .txt and .jsonl files (recursively) and a glob its matches, sorted
   --tokenizer FILE      a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3)
   --output-dir DIR      where the shards and manifest.json go (created if missing); existing
-                        shards of --name or a manifest there are never overwritten: an error
+                        shards of --name or a manifest there are never overwritten: an error.
+                        One run at a time writes there (DIR/mpiformer.lock, as --save's)
   --name NAME           shard names NAME_val_000000.bin, NAME_train_000001.bin, ... (default
                         data)
   --doc-token TOKEN     the token put before every document (default <|begin_of_text|> if the

@@ -1,15 +1,20 @@
 #include "data/tokenize_run.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdio>
 #include <filesystem>
+#include <new>
+#include <optional>
 
+#include "checkpoint/save_lock.hpp"
 #include "core/error.hpp"
 #include "data/corpus_reader.hpp"
 #include "data/shard_manifest.hpp"
 #include "data/shard_writer.hpp"
+#include "io/input_file.hpp"
 #include "io/llmc_format.hpp"
 #include "io/output_file.hpp"
 #include "parallel/agreement.hpp"
@@ -23,26 +28,81 @@ using Clock = std::chrono::steady_clock;
 
 constexpr double kProgressSeconds = 5.0;
 
-// The output directory, created if missing; refused if it holds this --name's shards or a
-// manifest (nothing a user has is overwritten, and two data sets never mix).
-void prepare_output(const TokenizeOptions& o) {
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The output directory, which rank 0 has locked (so no other run writes there). What an earlier
+// run cut off left is removed, with a note: its shard partials, and a manifest partial with the
+// shards it had begun to move into place (shards are published only after their manifest is
+// written whole, so a published shard always has manifest.json or a partial one listing it).
+// Then the directory is refused if it holds this --name's shards or a manifest: nothing a user
+// has is overwritten, and two data sets never mix.
+void prepare_output(const TokenizeOptions& o, std::vector<std::string>& notes) {
   std::error_code ec;
   fs::create_directories(o.output_dir, ec);
   require(!ec && is_directory(o.output_dir), "--output-dir " + o.output_dir +
                                                  ": cannot create the directory (" + ec.message() +
                                                  "); choose another --output-dir");
-  std::vector<std::string> found;
+  std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(o.output_dir, ec)) {
-    const std::string f = entry.path().filename().string();
-    const bool shard = (f.rfind(o.name + "_val_", 0) == 0 || f.rfind(o.name + "_train_", 0) == 0) &&
-                       (f.find(".bin") != std::string::npos);
-    if (shard || f == "manifest.json") found.push_back(f);
+    names.push_back(entry.path().filename().string());
   }
-  require(!ec, "--output-dir " + o.output_dir + ": cannot list (" + ec.message() + ")");
-  std::sort(found.begin(), found.end());
-  require(found.empty(), "--output-dir " + o.output_dir + " already holds " +
-                             (found.empty() ? "" : found.front()) +
-                             "; choose another --output-dir or --name, or remove the old data set");
+  require(!ec, "--output-dir " + o.output_dir + ": cannot list (" + ec.message() +
+                   "); check the directory's permissions");
+  std::sort(names.begin(), names.end());
+  const auto is_shard_partial = [](const std::string& f) {
+    return ends_with(f, ".bin.partial") &&
+           (f.find("_val_") != std::string::npos || f.find("_train_") != std::string::npos);
+  };
+  std::vector<std::string> unfinished;
+  for (const std::string& f : names) {
+    if (starts_with(f, "manifest.json.partial-")) {
+      std::string text;
+      try {
+        text = read_input_text(o.output_dir + "/" + f, "manifest partial", "", 1'000'000'000);
+      } catch (const InputError&) {
+      }
+      for (const std::string& shard : manifest_shard_files(text)) {
+        if (std::binary_search(names.begin(), names.end(), shard)) unfinished.push_back(shard);
+      }
+      unfinished.push_back(f);
+    } else if (is_shard_partial(f)) {
+      unfinished.push_back(f);
+    }
+  }
+  if (!unfinished.empty()) {
+    std::sort(unfinished.begin(), unfinished.end());
+    std::string list;
+    for (const std::string& f : unfinished) {
+      const std::string path = o.output_dir + "/" + f;
+      if (std::remove(path.c_str()) != 0 && errno != ENOENT) {
+        throw InputError("--output-dir " + o.output_dir + ": cannot remove " + path +
+                         ", left by a run that stopped before publishing its data set (" +
+                         errno_text() + "); remove it");
+      }
+      list += (list.empty() ? "" : ", ") + f;
+    }
+    notes.push_back("--output-dir " + o.output_dir + ": removed " +
+                    std::to_string(unfinished.size()) +
+                    " file(s) a run left when it stopped before publishing its data set: " + list);
+    names.erase(std::remove_if(names.begin(), names.end(),
+                               [&](const std::string& f) {
+                                 return std::binary_search(unfinished.begin(), unfinished.end(), f);
+                               }),
+                names.end());
+  }
+  for (const std::string& f : names) {
+    const bool shard = (starts_with(f, o.name + "_val_") || starts_with(f, o.name + "_train_")) &&
+                       f.find(".bin") != std::string::npos;
+    require(!shard && f != "manifest.json",
+            "--output-dir " + o.output_dir + " already holds " + f +
+                "; choose another --output-dir or --name, or remove the old data set");
+  }
 }
 
 // The file list, as one text for broadcasting: "format bytes path" records, each ended by a NUL
@@ -74,6 +134,37 @@ double megabytes(int64_t bytes) {
   return double(bytes) / 1e6;
 }
 
+// Appends the unit's documents to `tokens`, each behind the document token, and each document's
+// end to `doc_ends`; adds the text's bytes to `text_bytes`.
+void tokenize_unit(const std::vector<CorpusFile>& files, const CorpusUnit& unit,
+                   const TokenizeOptions& opts, const DocumentEncoder& encoder,
+                   std::vector<int32_t>& tokens, std::vector<int64_t>& doc_ends,
+                   int64_t& text_bytes) {
+  std::optional<DocumentStream> doc;
+  size_t doc_begin = 0;
+  read_unit(files, unit, opts.text_field, [&](std::string_view chunk, bool last) {
+    if (!doc) {
+      tokens.push_back(encoder.doc_token);
+      doc_begin = tokens.size();
+      doc.emplace(encoder, tokens);
+    }
+    doc->add(chunk);
+    text_bytes += int64_t(chunk.size());
+    if (!last) return;
+    doc->finish();
+    doc.reset();
+    // The message is built only for a bad id: this loop sees every token.
+    const auto bad = std::find_if(tokens.begin() + std::ptrdiff_t(doc_begin), tokens.end(),
+                                  [&](int32_t id) { return id < 0 || id >= encoder.vocab_size; });
+    if (bad != tokens.end()) {
+      throw InputError("tokenizer " + opts.tokenizer + " gave token " + std::to_string(*bad) +
+                       " outside its vocabulary of " + std::to_string(encoder.vocab_size) +
+                       "; check the tokenizer file");
+    }
+    doc_ends.push_back(int64_t(tokens.size()));
+  });
+}
+
 }  // namespace
 
 TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder& encoder,
@@ -85,11 +176,19 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
 
   // Rank 0 alone reads the listings, so every rank works from one view of the file system.
   std::string packed;
+  // One writer per output directory: rank 0 holds its lock until the data set is published.
+  std::optional<checkpoint::SaveLock> lock;
+  std::vector<std::string> notes;
   on_every_rank(comm, [&] {
     if (rank != 0) return;
     packed = pack_files(resolve_corpus(opts.inputs));
-    prepare_output(opts);
+    lock.emplace(opts.output_dir, notes, "--output-dir");
+    prepare_output(opts, notes);
   });
+  if (rank == 0) {
+    for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
+    std::fflush(stdout);
+  }
   const std::vector<CorpusFile> files = unpack_files(broadcast(packed, 0, comm));
   const std::vector<CorpusUnit> units = plan_units(files, opts.unit_bytes);
   int64_t corpus_bytes = 0;
@@ -117,21 +216,15 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
       const int64_t u = round * size + rank;
       if (u >= int64_t(units.size())) return;
       for (const CorpusPiece& p : units[size_t(u)]) mine[3] += p.end - p.begin;
-      read_unit(files, units[size_t(u)], opts.text_field, [&](std::string_view text) {
-        tokens.push_back(encoder.doc_token);
-        const std::vector<int32_t> ids = encoder.encode(text);
-        // The message is built only for a bad id: this loop sees every token.
-        const auto bad = std::find_if(
-            ids.begin(), ids.end(), [&](int32_t id) { return id < 0 || id >= encoder.vocab_size; });
-        if (bad != ids.end()) {
-          throw InputError("tokenizer " + opts.tokenizer + " gave token " + std::to_string(*bad) +
-                           " outside its vocabulary of " + std::to_string(encoder.vocab_size) +
-                           "; check the tokenizer file");
-        }
-        tokens.insert(tokens.end(), ids.begin(), ids.end());
-        doc_ends.push_back(int64_t(tokens.size()));
-        mine[2] += int64_t(text.size());
-      });
+      try {
+        tokenize_unit(files, units[size_t(u)], opts, encoder, tokens, doc_ends, mine[2]);
+      } catch (const std::bad_alloc&) {
+        const CorpusFile& first = files[size_t(units[size_t(u)].front().file)];
+        throw InputError("rank " + std::to_string(rank) + " ran out of memory tokenizing " +
+                         first.path + " (its work unit holds " + std::to_string(tokens.size()) +
+                         " tokens so far); give each rank more "
+                         "memory (fewer ranks per node) or split the file");
+      }
       mine[0] = int64_t(tokens.size());
       mine[1] = int64_t(doc_ends.size());
     });
@@ -206,13 +299,23 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
   m.tokens = done_tokens;
   m.text_bytes = done_bytes;
   m.shards = shards;
-  on_every_rank(comm, [&] {
-    if (rank != 0) return;
-    PendingFile out(opts.output_dir + "/manifest.json");
+  // The manifest is written whole (synced) before any shard takes its name, and put in place
+  // after the last: a cut-off run leaves a manifest partial that lists what it moved.
+  std::optional<PendingFile> manifest;
+  std::string error;
+  if (rank == 0) {
+    manifest.emplace(opts.output_dir + "/manifest.json");
     const std::string text = manifest_json(m);
-    out.write(text.data(), text.size());
-    const std::string error = out.commit();
-    require(error.empty(), "manifest " + opts.output_dir + "/manifest.json: " + error);
+    manifest->write(text.data(), text.size());
+    error = manifest->sync();
+  }
+  error = first_error(comm, error);
+  require(error.empty(), "manifest " + error +
+                             "; no shard was published: free space in the output directory or "
+                             "choose another --output-dir");
+  writer.publish([&] {
+    const std::string e = manifest->commit();
+    return e.empty() ? e : "manifest " + e;
   });
 
   TokenizeSummary summary;

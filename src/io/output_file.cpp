@@ -7,8 +7,8 @@
 
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -127,13 +127,12 @@ PendingFile::PendingFile(std::string path)
     : path_(std::move(path)), tmp_(path_ + ".partial-" + std::to_string(getpid())) {
   file_ = std::fopen(tmp_.c_str(), "wbx");
   if (!file_) fail("cannot create " + tmp_);
+  pending_ = file_ != nullptr;
 }
 
 PendingFile::~PendingFile() {
-  if (file_) {
-    std::fclose(file_);
-    std::remove(tmp_.c_str());
-  }
+  if (file_) std::fclose(file_);
+  if (pending_) std::remove(tmp_.c_str());
 }
 
 void PendingFile::fail(const std::string& what) {
@@ -144,16 +143,22 @@ void PendingFile::write(const void* data, size_t bytes) {
   if (file_ && error_.empty() && std::fwrite(data, 1, bytes, file_) != bytes) fail("write failed");
 }
 
-std::string PendingFile::commit() {
+std::string PendingFile::sync() {
   if (!file_) return error_;
   if (error_.empty() && (std::fflush(file_) != 0 || fsync(fileno(file_)) != 0)) {
     fail("write failed");
   }
   if (std::fclose(file_) != 0) fail("write failed");
   file_ = nullptr;
-  if (error_.empty() && rename_no_replace(tmp_, path_) != 0)
+  return error_;
+}
+
+std::string PendingFile::commit() {
+  sync();
+  if (pending_ && error_.empty() && rename_no_replace(tmp_, path_) != 0)
     fail("cannot rename " + tmp_ + " into place");
-  if (!error_.empty()) std::remove(tmp_.c_str());
+  if (pending_ && !error_.empty()) std::remove(tmp_.c_str());
+  pending_ = false;
   return error_;
 }
 

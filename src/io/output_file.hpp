@@ -50,7 +50,11 @@ class PendingFile {
   PendingFile& operator=(const PendingFile&) = delete;
 
   void write(const void* data, size_t bytes);
-  // Syncs, closes and renames into place; returns "" or what went wrong (the temporary removed).
+  // Syncs and closes the temporary, which stays until commit() or destruction; returns "" or what
+  // went wrong. For a file that must be complete on disk before other files move (a manifest).
+  std::string sync();
+  // Syncs (if not yet), closes and renames into place; returns "" or what went wrong (the
+  // temporary removed).
   std::string commit();
 
  private:
@@ -58,6 +62,7 @@ class PendingFile {
 
   std::string path_, tmp_;
   std::FILE* file_ = nullptr;
+  bool pending_ = false;  // the temporary exists, not yet renamed or removed
   std::string error_;
 };
 

@@ -10,9 +10,9 @@
 #include <cstring>
 #include <map>
 
-#include "io/input_file.hpp"
 #include "core/bf16.hpp"
 #include "core/error.hpp"
+#include "io/input_file.hpp"
 #include "io/json.hpp"
 #include "io/output_file.hpp"
 
@@ -101,8 +101,15 @@ TensorEntry parse_entry(const std::string& path, const std::string& name, const 
     e = offsets->array()[1].integer();
   } catch (const json::TypeError&) {
   }
-  require(b >= 0 && e >= b, where + ": data_offsets [" + std::to_string(b) + ", " +
-                                std::to_string(e) +
+  // The offsets as the header writes them (1e+30, not the -1 a failed conversion leaves).
+  auto as_written = [](const json::Value& x) {
+    if (!x.is_number()) return std::string(json::kind_name(x.kind()));
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", x.number());
+    return std::string(buf);
+  };
+  require(b >= 0 && e >= b, where + ": data_offsets [" + as_written(offsets->array()[0]) + ", " +
+                                as_written(offsets->array()[1]) +
                                 "] are not a range of byte offsets; the file is corrupt");
   require(e <= data_bytes, where + ": data_offsets [" + std::to_string(b) + ", " +
                                std::to_string(e) + "] run past the " + std::to_string(data_bytes) +

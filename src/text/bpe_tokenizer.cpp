@@ -4,6 +4,7 @@
 #include <climits>
 #include <mutex>
 #include <queue>
+#include <unordered_map>
 
 #include "core/error.hpp"
 #include "io/input_file.hpp"
@@ -186,7 +187,13 @@ void BpeTokenizerLoader::read_vocab(const json::Value& model, BpeTokenizer& t) c
   for (const auto& a : t.added_) top = std::max(top, a.id);
   std::vector<std::pair<std::string, int32_t>> tokens;
   tokens.reserve(vocab.object().size());
-  for (const auto& [key, value] : vocab.object()) {
+  // A key given twice keeps its last id, as Python's json and Hugging Face's tokenizers (a serde
+  // map) read it; the id it had first then names no token.
+  std::unordered_map<std::string_view, size_t> last;
+  for (size_t i = 0; i < vocab.object().size(); ++i) last[vocab.object()[i].first] = i;
+  for (size_t i = 0; i < vocab.object().size(); ++i) {
+    const auto& [key, value] = vocab.object()[i];
+    if (last[key] != i) continue;
     const auto name = [&key = key] { return "model.vocab[" + quoted(key) + "]"; };
     const int32_t id = id_of(value, name);
     std::optional<std::string> bytes = byte_alphabet::bytes_of(key);
@@ -447,10 +454,10 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
   }
 }
 
-void BpeTokenizer::encode_plain(std::string_view text, std::vector<int32_t>& out,
-                                Cache* cache) const {
+void BpeTokenizer::encode_plain(std::string_view text, std::vector<int32_t>& out, Cache* cache,
+                                bool first) const {
   std::string prefixed;
-  if (add_prefix_space_ && !text.empty() && text[0] != ' ') {
+  if (first && add_prefix_space_ && !text.empty() && text[0] != ' ') {
     prefixed = " " + std::string(text);
     text = prefixed;
   }
@@ -467,6 +474,12 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::unique_lock<std::mutex> lock(cache_->mutex, std::try_to_lock);
   encode_plain(text, out, lock.owns_lock() ? cache_.get() : nullptr);
   return out;
+}
+
+void BpeTokenizer::encode_segment(std::string_view text, bool first,
+                                  std::vector<int32_t>& out) const {
+  std::unique_lock<std::mutex> lock(cache_->mutex, std::try_to_lock);
+  encode_plain(text, out, lock.owns_lock() ? cache_.get() : nullptr, first);
 }
 
 std::vector<int32_t> BpeTokenizer::encode_with_specials(std::string_view text) const {

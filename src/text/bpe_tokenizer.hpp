@@ -36,6 +36,10 @@ class BpeTokenizer {
 
   // Plain text: an added token's text in it is encoded as any other text.
   std::vector<int32_t> encode(std::string_view text) const;
+  // One segment of a plain text, cut where last_safe_cut (pre_tokenizer.hpp) allows, appended to
+  // `out`: the segments' tokens, in order, are encode()'s of the whole. `first` marks the text's
+  // first segment (where a prefix space goes).
+  void encode_segment(std::string_view text, bool first, std::vector<int32_t>& out) const;
   // Added tokens in the text (leftmost, longest first) become their ids; the text between is
   // encoded as by encode().
   std::vector<int32_t> encode_with_specials(std::string_view text) const;
@@ -68,7 +72,9 @@ class BpeTokenizer {
   BpeTokenizer() = default;  // load() makes one
 
   void encode_piece(std::string_view piece, std::vector<int32_t>& out, Cache* cache) const;
-  void encode_plain(std::string_view text, std::vector<int32_t>& out, Cache* cache) const;
+  // `first`: the text starts a document (add_prefix_space applies).
+  void encode_plain(std::string_view text, std::vector<int32_t>& out, Cache* cache,
+                    bool first = true) const;
   std::optional<int32_t> vocab_id(std::string_view bytes) const {
     const PieceTable::Ids found = vocab_.find(bytes, PieceTable::hash(bytes));
     if (found.size == 0) return std::nullopt;

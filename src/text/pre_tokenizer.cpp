@@ -1,5 +1,6 @@
 #include "text/pre_tokenizer.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include "text/unicode_classes.hpp"
@@ -167,6 +168,24 @@ const char* split_pattern(PreTokenizer kind) {
 
 size_t pre_token_end(PreTokenizer kind, std::string_view text, size_t begin) {
   return kind == PreTokenizer::kGpt2 ? gpt2_end(text, begin) : llama3_end(text, begin);
+}
+
+size_t last_safe_cut(std::string_view text, size_t from) {
+  if (text.size() < 5) return 0;
+  const auto continuation = [&](size_t i) {
+    return (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80;
+  };
+  for (size_t q = text.size() - 4; q >= std::max<size_t>(from, 1); --q) {
+    // q must start a character in any decoding: a byte that no sequence before it can hold.
+    if (continuation(q) || scan_char(text, q).cls == CharClass::kLetter) continue;
+    // The character that ends at q: its first byte is the last non-continuation byte before q,
+    // and it must decode to exactly the bytes up to q (else it is ill-formed: not a letter).
+    size_t start = q - 1;
+    while (start > 0 && q - start < 4 && continuation(start)) --start;
+    const Scanned before = scan_char(text, start);
+    if (start + size_t(before.length) == q && before.cls == CharClass::kLetter) return q;
+  }
+  return 0;
 }
 
 std::vector<std::string_view> pre_tokenize(PreTokenizer kind, std::string_view text) {

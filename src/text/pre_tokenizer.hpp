@@ -27,6 +27,13 @@ const char* split_pattern(PreTokenizer kind);
 // The end of the pre-token that starts at text[begin] (begin < text.size()).
 size_t pre_token_end(PreTokenizer kind, std::string_view text, size_t begin);
 
+// The last position q in [from, text.size() - 4] (and q > 0) where a letter ends and a character
+// that is not a letter begins; 0 if there is none. Both patterns end a pre-token there, and no
+// pre-token before q looks past q, so text[0, q) and text[q, ...) give the pre-tokens the whole
+// text gives: a long document can be encoded in segments cut there. (The 4 bytes kept after q let
+// the character at q be seen whole when `text` is a prefix of the document.)
+size_t last_safe_cut(std::string_view text, size_t from);
+
 // Every pre-token of `text`, in order.
 std::vector<std::string_view> pre_tokenize(PreTokenizer kind, std::string_view text);
 

@@ -114,4 +114,38 @@ mkdir -p "$WORK/hf_dir_index/model.safetensors.index.json"
 cp "$WORK/hf/config.json" "$WORK/hf_dir_index/"
 expect_error "an index that is a directory" 1 "index.json: is a directory" -- "${base[@]}" \
   --data "$WORK/shard.bin" --init-from "$WORK/hf_dir_index"
+# A lock whose pid is past any pid (it used to become -1, and kill(-1, 0) "found it running").
+mkdir -p "$WORK/ck_pid"
+header=$(sed -n 's/^constexpr const char\* kHeader = "\(.*\)";/\1/p' \
+  "$SOURCE_DIR/src/checkpoint/save_lock.cpp")
+printf '%s\nhost = %s\npid = 99999999999999999999\nstart_time = 1\nboot_id = x\npid_namespace = x\nslurm_job = \nslurm_array = \ntaken = 2026-01-01T00:00:00Z\n' \
+  "$header" "$(hostname)" >"$WORK/ck_pid/mpiformer.lock"
+expect_error "a lock naming an impossible pid" 1 "is not a lock this program wrote" -- \
+  "${base[@]}" "${tiny[@]}" --data "$WORK/shard.bin" --save "$WORK/ck_pid"
+
+# config.json sizes and safetensors offsets as written, not as an int cut them.
+cp -r "$WORK/hf" "$WORK/hf_big"
+"$PY" - "$WORK/hf_big/config.json" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1])); c["n_layer"] = 10**12; json.dump(c, open(sys.argv[1], "w"))
+PYEOF
+expect_error "n_layer of 10^12" 1 "n_layer is 1000000000000, more than this trainer takes" -- \
+  "${base[@]}" --data "$WORK/shard.bin" --init-from "$WORK/hf_big"
+: >"$WORK/empty.safetensors"
+expect_error "an empty .safetensors" 1 "safetensors file .*empty.safetensors" -- "${base[@]}" \
+  --data "$WORK/shard.bin" --init-from "$WORK/empty.safetensors"
+
+# mpiformer-tokenize: nothing in a corpus directory is skipped without a word.
+if [ -x "$TOKENIZE" ]; then
+  mkdir -p "$WORK/corpus_link" "$WORK/corpus_loop/sub"
+  echo "text" >"$WORK/corpus_link/a.txt"
+  ln -s "$WORK/nowhere.txt" "$WORK/corpus_link/b.txt"
+  echo "text" >"$WORK/corpus_loop/sub/a.txt"
+  ln -s "$WORK/corpus_loop" "$WORK/corpus_loop/sub/back"
+  "$PY" "$SOURCE_DIR/tests/cli/make_tokenizer.py" "$WORK/tok.json" small
+  expect_error_from "$TOKENIZE" "a corpus link to nothing" 1 "b.txt: a link to nothing" -- \
+    --tokenizer "$WORK/tok.json" --input "$WORK/corpus_link" --output-dir "$WORK/t1"
+  expect_error_from "$TOKENIZE" "a corpus directory loop" 1 "leads back to a directory above it" -- \
+    --tokenizer "$WORK/tok.json" --input "$WORK/corpus_loop" --output-dir "$WORK/t2"
+fi
 finish

@@ -98,4 +98,123 @@ leftovers=$(find "$WORK"/e? -type f 2>/dev/null | head -3)
 [ -z "$leftovers" ] && ok "failed runs left no files" || bad "failed runs left: $leftovers"
 diff -r "$WORK/out1" "$WORK/out2" >/dev/null && ok "the refused run left out1 as it was" ||
   bad "out1 changed: $(diff -rq "$WORK/out1" "$WORK/out2")"
+
+# ---- one writer per directory, and shards only together with their manifest ----
+HOST=$(hostname)
+BOOT=$(cat /proc/sys/kernel/random/boot_id)
+PIDNS=$(readlink /proc/self/ns/pid)
+start_of() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $20}'; }
+header=$(sed -n 's/^constexpr const char\* kHeader = "\(.*\)";/\1/p' \
+  "$HERE/../../src/checkpoint/save_lock.cpp")
+write_lock() {  # write_lock DIR PID START: the lock a run with that identity on this host takes
+  mkdir -p "$1"
+  printf '%s\n' "$header" "host = $HOST" "pid = $2" "start_time = $3" "boot_id = $BOOT" \
+    "pid_namespace = $PIDNS" "slurm_job = " "slurm_array = " "taken = 2026-01-02T03:04:05Z" \
+    >"$1/mpiformer.lock"
+}
+sleep 600 &
+live=$!
+write_lock "$WORK/busy" "$live" "$(start_of $live)"
+expect_error_from "$TOKENIZE" "a directory a live run writes into" 2 \
+  "--output-dir $WORK/busy is in use by the run on host $HOST \(pid $live\)" -- "${ARGS[@]}" \
+  --output-dir "$WORK/busy"
+[ "$(ls "$WORK/busy")" = mpiformer.lock ] && grep -qx "pid = $live" "$WORK/busy/mpiformer.lock" &&
+  ok "the refused run left the live run's directory and lock as they were" ||
+  bad "the busy directory changed: $(ls "$WORK/busy" | tr '\n' ' ')"
+kill "$live" 2>/dev/null
+wait "$live" 2>/dev/null
+
+# Two runs into one directory at once: one writes the data set, the other is refused (the lock,
+# or the finished data set), and nothing of the second is left beside the first's.
+"$MPIEXEC" -n 1 "$TOKENIZE" "${ARGS[@]}" --output-dir "$WORK/race" >"$WORK/race1" 2>&1 &
+first=$!
+sleep 0.1
+"$MPIEXEC" -n 1 "$TOKENIZE" "${ARGS[@]}" --output-dir "$WORK/race" >"$WORK/race2" 2>&1 &
+second=$!
+wait "$first"
+rc1=$?
+wait "$second"
+rc2=$?
+if [ "$(printf '%s\n' $rc1 $rc2 | sort | tr '\n' ' ')" = "0 2 " ] &&
+  grep -qE "^error: --output-dir $WORK/race (is in use by|already holds)" "$WORK/race1" "$WORK/race2" &&
+  diff -r "$WORK/out1" "$WORK/race" >/dev/null; then
+  ok "two runs 0.1 s apart: exits $rc1 and $rc2, one data set, byte-identical to out1"
+else
+  bad "two runs at once: exits $rc1 $rc2: $(cat "$WORK/race1" "$WORK/race2" | grep -E 'error|done'); $(diff -rq "$WORK/out1" "$WORK/race")"
+fi
+
+# What a run SIGKILLed while moving its shards into place leaves: its lock, a moved shard, the
+# others' partials and the manifest partial listing them all. The next run removes exactly those,
+# with a note, takes the lock over and writes the data set.
+sh -c 'exit 0' &
+dead=$!
+wait $dead
+write_lock "$WORK/cut" "$dead" 12345
+cp "$WORK/out1/corpus_val_000000.bin" "$WORK/cut/"
+for f in "$WORK"/out1/corpus_train_*.bin; do cp "$f" "$WORK/cut/$(basename "$f").partial"; done
+cp "$WORK/out1/manifest.json" "$WORK/cut/manifest.json.partial-$dead"
+echo "kept" >"$WORK/cut/notes.txt"
+out=$("$MPIEXEC" -n 2 "$TOKENIZE" "${ARGS[@]}" --output-dir "$WORK/cut" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^note: --output-dir $WORK/cut: took over the lock of the run on host $HOST (pid $dead)" <<<"$out" &&
+  grep -qE "^note: --output-dir $WORK/cut: removed [0-9]+ file\(s\) a run left when it stopped before publishing its data set: corpus_train_000001.bin.partial, .*corpus_val_000000.bin, manifest.json.partial-$dead$" <<<"$out" &&
+  [ "$(cat "$WORK/cut/notes.txt")" = kept ] && rm "$WORK/cut/notes.txt" &&
+  diff -r "$WORK/out1" "$WORK/cut" >/dev/null; then
+  ok "a cut-off run's leftovers removed with a note; the data set written whole; other files kept"
+else
+  bad "after a cut-off run: exit $rc: $out; $(ls "$WORK/cut" | tr '\n' ' ')"
+fi
+
+# A disk with room for the shards but not the manifest (a tmpfs of that many pages): exit 2, and
+# no shard is left that looks finished.
+pages=$(($(ls "$WORK/out1" | grep -c '\.bin$') + 1))  # the shards and the lock, a page each
+mkdir -p "$WORK/full"
+if mount -t tmpfs -o size=$((pages * 4096)) tmpfs "$WORK/full" 2>/dev/null; then
+  expect_error_from "$TOKENIZE" "no room for the manifest" 2 \
+    "manifest .*manifest.json: write failed \(No space left on device\); no shard was published" \
+    -- "${ARGS[@]}" --output-dir "$WORK/full/out"
+  [ -z "$(ls -A "$WORK/full/out")" ] && ok "the full disk holds nothing afterwards" ||
+    bad "the full disk holds: $(ls -A "$WORK/full/out" | tr '\n' ' ')"
+  umount "$WORK/full"
+else
+  echo "skip a disk too small for the manifest: cannot mount a tmpfs here (needs root)"
+fi
+
+# A large document is read and encoded a chunk at a time: its memory is its tokens, not some 20
+# times its text. A document with no place to cut (one run of digits) is refused with one error
+# line once the bound (64 MiB) is passed, not encoded whole.
+"$PY" - "$WORK/big" <<'PYEOF'
+import os, random, sys
+os.makedirs(sys.argv[1])
+rng = random.Random(5)
+words = ["the", "quick", "brown", "fox", "hello", "world", "then", "end", "xxxxxxxx", "\u00e9t\u00e9"]
+with open(sys.argv[1] + "/large.txt", "w", encoding="utf-8") as f:
+    for _ in range(96):  # 96 blocks of ~0.5 MB
+        f.write(" ".join(rng.choice(words) for _ in range(90000)) + ".\n")
+with open(sys.argv[1] + "/digits.txt", "w") as f:
+    f.write("7" * (70 << 20))
+PYEOF
+big_mb=$(($(stat -c %s "$WORK/big/large.txt") >> 20))
+# peak_rss_mb CMD...: runs CMD; prints its exit status and the largest resident set of its
+# processes, in MB.
+peak_rss_mb() {
+  "$PY" -c 'import resource, subprocess, sys
+rc = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)' "$@"
+}
+read -r rc rss < <(peak_rss_mb "$MPIEXEC" -n 1 "$TOKENIZE" --input "$WORK/big/large.txt" \
+  --tokenizer "$WORK/small.json" --output-dir "$WORK/bigout")
+tokens=$("$PY" -c "import json; print(json.load(open('$WORK/bigout/manifest.json'))['tokens'])" 2>/dev/null || echo 0)
+# Bound: the tokens as int32, twice over (a vector's growth), and 150 MB for the program.
+bound=$((tokens * 8 / 1000000 + 150))
+if [ "$rc" -eq 0 ] && [ "$rss" -le "$bound" ]; then
+  ok "a ${big_mb} MB document ($tokens tokens): peak resident ${rss} MB (bound ${bound} MB)"
+else
+  bad "a ${big_mb} MB document: exit $rc, peak resident ${rss} MB, bound ${bound} MB"
+fi
+expect_error_from "$TOKENIZE" "70 MB of digits, no place to cut" 1 \
+  "input $WORK/big/digits.txt: a document holds 65 MiB of text with no place to cut it" -- \
+  --input "$WORK/big/digits.txt" --tokenizer "$WORK/small.json" --output-dir "$WORK/digits"
+[ -z "$(ls -A "$WORK/digits" 2>/dev/null)" ] && ok "the refused document left nothing" ||
+  bad "the refused document left: $(ls -A "$WORK/digits")"
 finish

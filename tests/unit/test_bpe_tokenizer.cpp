@@ -3,13 +3,16 @@
 // decoding, the template's prefix, concurrent encodes, and every malformed file refused with one
 // line naming it. tests/text/compare_tokenizer.py checks larger, trained tokenizers against an
 // independent Python reference.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/error.hpp"
+#include "data/document_encoder.hpp"
 #include "io/json.hpp"
 #include "test_helpers.hpp"
 #include "text/bpe_tokenizer.hpp"
@@ -20,6 +23,7 @@ namespace mpf {
 namespace {
 
 using Ids = std::vector<int32_t>;
+using ::testing::HasSubstr;
 
 std::string key(const std::string& bytes) {
   return json::quote(byte_alphabet::key_of(bytes));
@@ -109,6 +113,21 @@ TEST_F(BpeTokenizerTest, MergesLowestRankFirst) {
   // Each pre-token on its own: " " then " hello", whose space no merge takes.
   EXPECT_EQ(t.encode("  hello"), (Ids{' ', ' ', kHello}));
   EXPECT_EQ(t.decode(t.encode("  hello")), "  hello");
+}
+
+// A vocabulary key given twice keeps its last id, as Hugging Face's tokenizers (a serde map) and
+// Python's json read it; the id it had first then names no token.
+TEST_F(BpeTokenizerTest, ADuplicateVocabularyKeyKeepsItsLastId) {
+  Doc doc;
+  doc.vocab = "{";
+  for (int b = 0; b < 256; ++b)
+    doc.vocab += (b ? "," : "") + key(std::string(1, char(b))) + ":" + std::to_string(b);
+  for (size_t i = 0; i < kExtra.size(); ++i)
+    doc.vocab += "," + key(kExtra[i]) + ":" + std::to_string(256 + i);
+  doc.vocab += "," + key("hello") + ":299}";  // hello again, past its first id (259)
+  const BpeTokenizer t = load(doc);
+  EXPECT_EQ(t.encode("hello"), Ids{299});
+  EXPECT_THAT(test::input_error([&] { t.decode(Ids{kHello}); }), HasSubstr("259"));
 }
 
 TEST_F(BpeTokenizerTest, MergesAsPairsEncodeAsStrings) {
@@ -263,6 +282,62 @@ TEST_F(BpeTokenizerTest, RefusesWhatItCannotEncode) {
   d.vocab = "{" + key("h") + ":2147483646}";
   d.merges = "[]";
   has(refused(d), "is 2147483646, above");
+}
+
+// mpiformer-tokenize reads a large document in chunks and encodes it in segments cut where the
+// pre-tokenizer allows: the tokens are those of the whole text, for either pattern, with a
+// prefix space or without, whatever the chunk sizes.
+TEST_F(BpeTokenizerTest, ADocumentInChunksEncodesAsTheWholeText) {
+  const std::vector<std::string> words = {"hello", " world",       " wor", "ld",     "Hello",
+                                          "lll",   "  ",           "\n",   "'ll",    "42",
+                                          "!",     "\xE4\xB8\xAD", "\xFF", " \n\n ", "he"};
+  std::mt19937 rng(3);
+  for (int variant = 0; variant < 3; ++variant) {
+    Doc doc;
+    if (variant == 1) doc.pre_tokenizer = llama3_pre_tokenizer();
+    if (variant == 2) {
+      doc.pre_tokenizer =
+          R"({"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true})";
+    }
+    const std::string file = path("t" + std::to_string(variant) + ".json");
+    test::write_file(file, doc.text());
+    const BpeTokenizer t = BpeTokenizer::load(file);
+    const DocumentEncoder e = load_document_encoder(file, "<|endoftext|>");
+    for (int trial = 0; trial < 200; ++trial) {
+      std::string text;
+      const int n = int(rng() % 300);
+      for (int i = 0; i < n; ++i) text += words[rng() % words.size()];
+      Ids streamed;
+      DocumentStream stream(e, streamed);
+      for (size_t at = 0; at < text.size();) {
+        const size_t take = std::min(text.size() - at, size_t(1 + rng() % 9));
+        stream.add(std::string_view(text).substr(at, take));
+        at += take;
+      }
+      stream.finish();
+      ASSERT_EQ(streamed, t.encode(text)) << "variant " << variant << ": " << text;
+    }
+  }
+}
+
+// Text with no place to cut is refused once more than DocumentStream::kMaxHeldBytes of it is
+// held, not encoded whole (at some 20 times its size in memory).
+TEST_F(BpeTokenizerTest, ADocumentThatCannotBeCutIsRefusedPastItsBound) {
+  test::write_file(path("t.json"), Doc{}.text());
+  const DocumentEncoder e = load_document_encoder(path("t.json"), "<|endoftext|>");
+  Ids out;
+  DocumentStream stream(e, out);
+  const std::string digits(1 << 20, '7');
+  std::string message;
+  size_t added = 0;
+  try {
+    for (; added <= DocumentStream::kMaxHeldBytes; added += digits.size()) stream.add(digits);
+  } catch (const InputError& error) {
+    message = error.what();
+  }
+  EXPECT_THAT(message, HasSubstr("MiB of text with no place to cut it"));
+  EXPECT_EQ(added, DocumentStream::kMaxHeldBytes) << "refused as soon as the bound was passed";
+  EXPECT_TRUE(out.empty());
 }
 
 }  // namespace mpf

@@ -27,7 +27,12 @@ class CorpusReaderTest : public test::ScratchDirTest {
       for (const CorpusPiece& p : u) bytes += p.end - p.begin;
       // Only a text file (one document, never cut) overfills a unit.
       EXPECT_TRUE(bytes <= unit || files[size_t(u.back().file)].format == CorpusFormat::kText);
-      read_unit(files, u, "text", [&](std::string_view d) { docs.emplace_back(d); });
+      std::string doc;
+      read_unit(files, u, "text", [&](std::string_view chunk, bool last) {
+        doc += chunk;
+        if (last) docs.push_back(std::move(doc)), doc.clear();
+      });
+      EXPECT_TRUE(doc.empty()) << "a document without its last chunk";
     }
     return docs;
   }

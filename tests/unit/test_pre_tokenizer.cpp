@@ -4,6 +4,7 @@
 // regex module on thousands of strings.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,66 @@ TEST(PreTokenizer, PiecesTileAnyBytes) {
     EXPECT_EQ(joined, text);
   }
   EXPECT_EQ(pieces(PreTokenizer::kGpt2, "ab\xFF\xFE cd"), (Pieces{"ab", "\xFF\xFE", " cd"}));
+}
+
+// A long document is encoded in segments cut by last_safe_cut, each found on a prefix of the text
+// (the chunks read so far). Every such cut must give the whole text's pre-tokens.
+TEST(PreTokenizer, SafeCutsFoundOnAPrefixKeepThePieces) {
+  const std::vector<std::string> fragments = {"a",
+                                              "Z",
+                                              "hello",
+                                              "\xC3\xA9",
+                                              "\xE4\xB8\xAD",
+                                              "\xC5\xBF",
+                                              " ",
+                                              "  ",
+                                              "\n",
+                                              "\r\n",
+                                              "\t",
+                                              " \n ",
+                                              "'s",
+                                              "'ll",
+                                              "'S",
+                                              "'",
+                                              "1",
+                                              "234",
+                                              "!",
+                                              ".",
+                                              "?'",
+                                              "\xFF",
+                                              "\x80",
+                                              "\xE2\x82",
+                                              "\xE3\x80\x80",
+                                              "\xCC\x81",
+                                              "\xF0\x9F\x98\x80"};
+  std::mt19937 rng(7);
+  int cuts = 0;
+  for (int trial = 0; trial < 1500; ++trial) {
+    std::string text;
+    const int n = 1 + int(rng() % 40);
+    for (int i = 0; i < n; ++i) text += fragments[rng() % fragments.size()];
+    for (const PreTokenizer kind : {PreTokenizer::kGpt2, PreTokenizer::kLlama3}) {
+      const Pieces whole = pieces(kind, text);
+      for (size_t k = 0; k <= text.size(); ++k) {
+        const size_t from = k ? rng() % k : 0;
+        const size_t q = last_safe_cut(std::string_view(text).substr(0, k), from);
+        if (q == 0) continue;
+        ++cuts;
+        ASSERT_GE(q, from);
+        ASSERT_LE(q + 4, k);
+        Pieces split = pieces(kind, text.substr(0, q));
+        const Pieces rest = pieces(kind, text.substr(q));
+        split.insert(split.end(), rest.begin(), rest.end());
+        ASSERT_EQ(split, whole) << "cut at " << q << " of " << testing::PrintToString(text);
+      }
+    }
+  }
+  EXPECT_GT(cuts, 10000);
+  // Ordinary text has a cut after nearly every word; a run of one class has none.
+  EXPECT_EQ(last_safe_cut("hello world, and more", 0), 16u);  // after "and"
+  EXPECT_EQ(last_safe_cut(std::string(100, '7'), 0), 0u);
+  EXPECT_EQ(last_safe_cut(std::string(100, 'x'), 0), 0u);
+  EXPECT_EQ(last_safe_cut("\xE4\xB8\xAD\xE6\x96\x87\xE3\x80\x82\xE4\xB8\xAD", 0), 6u);  // 中文。中
 }
 
 }  // namespace mpf

@@ -29,10 +29,11 @@ using ::testing::HasSubstr;
 // Token = byte; the document token is the last id.
 DocumentEncoder byte_encoder(int64_t vocab) {
   DocumentEncoder e;
-  e.encode = [](std::string_view text) {
-    return std::vector<int32_t>(reinterpret_cast<const unsigned char*>(text.data()),
-                                reinterpret_cast<const unsigned char*>(text.data()) + text.size());
+  e.encode = [](std::string_view text, bool, std::vector<int32_t>& out) {
+    out.insert(out.end(), reinterpret_cast<const unsigned char*>(text.data()),
+               reinterpret_cast<const unsigned char*>(text.data()) + text.size());
   };
+  e.cut = [](std::string_view text, size_t) { return text.size(); };  // any byte is a cut
   e.vocab_size = vocab;
   e.doc_token = int32_t(vocab - 1);
   e.doc_token_text = "<|endoftext|>";
