@@ -3,9 +3,9 @@
 # Serial off), beside the Debian build (Kokkos 3.4, Serial, kernels split over OpenMP threads):
 #   1. Kokkos built inline from its source (MPIFORMER_KOKKOS_SOURCE), with the project, in
 #      BUILD_DIR/kokkos4-openmp (kept there: a later run builds incrementally);
-#   2. its unit tests, the PyTorch references and the layout, pipeline, checkpoint and GPU-path
-#      parity tests pass (the bf16 repeats of the layout tests are left to the Debian build: the
-#      same code, twice as long);
+#   2. its unit tests, the PyTorch references and the layout, context-parallel, checkpoint and
+#      GPU-path parity tests pass (the bf16 repeats and the pipeline schedules are left to the
+#      Debian build: the same code, and most of the time);
 #   3. training runs give the Debian build's losses and gradient norms, bit for bit: 2 ranks x 1
 #      thread, 1 rank x 2 threads, and TP 2 with sequence parallelism;
 #   4. no Kokkos warning on a run with the OpenMP placement the job scripts set, and the banner
@@ -50,10 +50,12 @@ else
 fi
 
 # 2. The tests of that build. OMP_PROC_BIND=false, Kokkos' advice for tests (no binding, no
-# warning); the test environment sets the thread counts.
+# warning); the test environment sets the thread counts. mpi_pipeline is left to the Debian build
+# too: its schedules are host loops, the same in both, over the kernels and P2P paths the layout,
+# checkpoint (pipeline resumes) and GPU-path tests run here; it would add 3 minutes.
 if (cd "$tree" && OMP_PROC_BIND=false ctest --output-on-failure -LE 'cli|slurm|delivery|config' \
-  -E '_bf16$' >"$work/ctest.log" 2>&1); then
-  pass "its tests: $(grep -E '^[0-9]+% tests passed' "$work/ctest.log") ($(grep -cE 'Test +#' "$work/ctest.log") tests: unit, reference, layouts, pipeline, checkpoint, GPU paths)"
+  -E '_bf16$|^mpi_pipeline$' >"$work/ctest.log" 2>&1); then
+  pass "its tests: $(grep -E '^[0-9]+% tests passed' "$work/ctest.log") ($(grep -cE 'Test +#' "$work/ctest.log") tests: unit, reference, layouts, context parallel, checkpoint, GPU paths)"
 else
   fail "its tests" "$work/ctest.log"
 fi

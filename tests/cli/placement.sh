@@ -27,7 +27,7 @@ check_rows() {
 # 1. --dry-run on 1, 2 and 4 ranks, over layouts; OMP_NUM_THREADS unset, so each rank takes the
 #    node's cores over the ranks on it.
 cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # the CPUs this process may use
-tiny=(--layers 4 --heads 2 --dim 32 --batch 8 --seq-len 16)
+tiny=(--layers 4 --heads 4 --dim 32 --batch 8 --seq-len 16)
 for layout in "1 1 1 1" "2 2 1 1" "2 1 1 2" "4 2 1 2" "4 2 2 1" "4 1 2 2" "4 4 1 1"; do
   read -r n T D P <<<"$layout"
   threads=$((cores / n > 0 ? cores / n : 1))
