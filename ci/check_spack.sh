@@ -16,6 +16,8 @@
 #      module, puts the MPI's launcher on PATH itself (setup_run_environment);
 #   h. .gitignore ignores the build-<platform>-<os>-<target>-<hash> link Spack leaves in a
 #      develop checkout (a link to a directory: a pattern ending in / does not match it).
+#   i. every documented way to load it works: `spack -e . load` only as eval "$(... --sh)", and
+#      `spack load mpiformer` only after a `spack repo add` (else "Unknown namespace");
 #   bash ci/check_spack.sh       (ctest: spack_static)
 # Prints one line per check and `check_spack: N passed, N failed`; exits 1 if any failed.
 set -u
@@ -275,11 +277,11 @@ for set_name, system, conf in enabled_systems:
     plain = own.get("mpiformer", str(projections.get("all", "")))
     check(f"{where}: mpiformer+cuda gets its own module name", bool(cuda) and cuda[0] != plain,
           f"projections: {projections}")
-    # Kokkos 4's OpenMP backend warns on every rank without OMP_PROC_BIND; the module binds
-    # nothing (interactive mpiexec binds no ranks), the job scripts bind inside srun's binding.
+    # The OpenMP settings belong to the recipe (g), where `spack load` gets them too: a second
+    # copy in the module configuration could only disagree with it.
     env_set = (((conf.get("mpiformer") or {}).get("environment") or {}).get("set") or {})
-    check(f"{where}: the mpiformer module sets OMP_PROC_BIND (no Kokkos warning), to false",
-          str(env_set.get("OMP_PROC_BIND")).lower() == "false", f"environment.set = {env_set}")
+    check(f"{where}: the module sets no OMP_* of its own (the recipe's run environment does)",
+          not any(str(k).startswith("OMP_") for k in env_set), f"environment.set = {env_set}")
 
 # ---- g. the recipe: cblas.h's directory, the MPI's launcher ----------------------------------
 if tree is not None:
@@ -298,6 +300,43 @@ if tree is not None:
                 and n.args and isinstance(n.args[0], ast.Constant) and n.args[0].value == "PATH"]
     check("recipe's setup_run_environment puts the MPI's bin/ on PATH (the module loads no MPI module)",
           bool(prepends))
+    # Kokkos 4's OpenMP backend warns on every rank without OMP_PROC_BIND: the module and
+    # `spack load` both set it, unbound (interactive mpiexec binds no ranks).
+    sets = {n.args[0].value: n.args[1].value for f in run_env for n in ast.walk(f)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "set"
+            and len(n.args) == 2 and all(isinstance(a, ast.Constant) for a in n.args)}
+    check("recipe's run environment sets OMP_PROC_BIND=false and OMP_PLACES (module and spack load)",
+          sets.get("OMP_PROC_BIND") == "false" and "OMP_PLACES" in sets, f"env.set: {sets}")
+
+# ---- i. the documented ways to load it -------------------------------------------------------
+# Under Spack's shell function `spack -e DIR load` (no --sh) fails ("requires Spack's shell
+# support"), and `spack load mpiformer` fails ("Unknown namespace") unless `spack repo add`
+# registered the recipe first. Every command line that loads mpiformer must be a form that works.
+for doc in ("README.md", "docs/install.md", "spack.yaml", "spack_repo/mpiformer/packages/mpiformer/package.py"):
+    path = os.path.join(root, doc)
+    if not os.path.exists(path):
+        continue
+    text = read(path)
+    bad = []
+    fenced = False
+    for number, line in enumerate(text.splitlines(), 1):
+        # Commands only: a Markdown code block's lines, a file header's indented usage lines.
+        if doc.endswith(".md"):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            if not fenced:
+                continue
+        elif not re.match(r"#\s{3}", line):
+            continue
+        for m in re.finditer(r"spack\s+(-e\s*\S+\s+)?load\b([^\n`#]*)", line):
+            env_form, rest = m.group(1), m.group(2)
+            if env_form and not re.search(r"--(sh|csh|fish)\b", rest):
+                bad.append(f"{doc}:{number}: '{m.group(0).strip()}' needs --sh inside eval \"$(...)\"")
+            elif not env_form and "spack repo add" not in text[:text.find(line)] + line \
+                    and "repo add" not in line:
+                bad.append(f"{doc}:{number}: '{m.group(0).strip()}' before any `spack repo add`")
+    check(f"{doc}: every way to load mpiformer it gives works (eval with --sh, or after spack repo add)",
+          not bad, "; ".join(bad))
 
 # ---- h. .gitignore and the develop checkout's build-* link -----------------------------------
 link = "build-linux-ubuntu24.04-zen3-abcdefg"

@@ -3,8 +3,8 @@
 #   spack install mpiformer +openmp                # CPU: Kokkos OpenMP + oneDNN and OpenBLAS
 #   spack install mpiformer +openmp ~onednn        # CPU, OpenBLAS only (no bf16 products)
 #   spack install mpiformer +cuda cuda_arch=80     # GPUs: Kokkos CUDA + cuBLAS
-#   module load mpiformer  (or: spack load mpiformer)  ->  mpiformer-train, mpiformer-generate,
-#   mpiformer-tokenize on PATH
+#   module load mpiformer, or spack load mpiformer once `spack repo add` registered this
+#   repository  ->  mpiformer-train, mpiformer-generate, mpiformer-tokenize on PATH
 
 import os
 
@@ -140,6 +140,12 @@ class Mpiformer(CMakePackage, CudaPackage):
         mpi = self.spec["mpi"]
         if os.path.normpath(mpi.prefix) not in ("/", "/usr", "/usr/local"):
             env.prepend_path("PATH", mpi.prefix.bin)
+        # Kokkos 4's OpenMP backend warns on every rank when OMP_PROC_BIND is unset. This is also
+        # the interactive environment, where mpiexec binds no ranks and OpenMP binding would put
+        # every rank's threads on the same first cores: bind nothing here. The job scripts
+        # (ci/slurm) bind threads inside the cores srun gives each rank, setting both again.
+        env.set("OMP_PROC_BIND", "false")
+        env.set("OMP_PLACES", "cores")
 
     def check(self):
         """Build-time tests (spack install --test=root): everything but the PyTorch cross-check
