@@ -44,6 +44,8 @@ check "bin/mpiformer-generate --help" "$prefix/bin/mpiformer-generate" --help
 grep -q "usage:" "$work/out" || fail "bin/mpiformer-generate --help prints the usage"
 check "bin/mpiformer-tokenize --help" "$prefix/bin/mpiformer-tokenize" --help
 grep -q "usage:" "$work/out" || fail "bin/mpiformer-tokenize --help prints the usage"
+check "bin/mpiformer-plot --help" "$prefix/bin/mpiformer-plot" --help
+grep -q "usage:" "$work/out" || fail "bin/mpiformer-plot --help prints the usage"
 check "installed mpiformer-train trains 2 steps" \
   "$prefix/bin/mpiformer-train" --steps 2 --val-every 0 --batch 4 --seq-len 32
 

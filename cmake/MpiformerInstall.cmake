@@ -19,6 +19,8 @@ set(MPIFORMER_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/mpiformer)
 # Their RPATH keeps the OpenBLAS they were linked with (CMAKE_INSTALL_RPATH_USE_LINK_PATH).
 install(TARGETS mpiformer-train mpiformer-generate mpiformer-bench mpiformer-schedule
                 mpiformer-tokenize RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# mpiformer-plot runs on /usr/bin/python3, which needs matplotlib (Debian: python3-matplotlib).
+install(PROGRAMS ${PROJECT_BINARY_DIR}/mpiformer-plot DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # ---- library and the interface targets it links ---------------------------------------------------
 # mpiformer_backend is a static library on the CPU and an interface over mpiformer_backend_cuda

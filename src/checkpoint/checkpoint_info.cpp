@@ -1,5 +1,6 @@
 #include "checkpoint/checkpoint_info.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -9,8 +10,8 @@
 #include <variant>
 #include <vector>
 
-#include "io/input_file.hpp"
 #include "core/error.hpp"
+#include "io/input_file.hpp"
 #include "model/tensors.hpp"
 
 namespace mpf {
@@ -114,8 +115,41 @@ bool parse(const std::string& text, const Ref& ref) {
   return errno == 0 && *end == '\0';
 }
 
+// outliers.loss = 5.1,5.0,...: every value as the double it was (17 digits).
+std::string format_list(const std::vector<double>& values) {
+  std::string out;
+  char buf[32];
+  for (const double v : values) {
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    out += (out.empty() ? "" : ",") + std::string(buf);
+  }
+  return out;
+}
+
+bool parse_list(const std::string& text, std::vector<double>& values) {
+  values.clear();
+  if (text.empty()) return true;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || errno != 0 || *end != '\0') return false;
+    values.push_back(v);
+    at = comma + 1;
+  }
+  return true;
+}
+
+const char* const kOutlierKeys[] = {"outliers.loss", "outliers.norm", "outliers.skipped"};
+
 bool is_fixed(CheckpointInfo& c, const std::string& key) {
   if (key == "model.arch") return true;
+  for (const char* k : kOutlierKeys) {
+    if (key == k) return true;
+  }
   for (const auto& fields : {head_fields(c), llama_fields(c), position_fields(c)}) {
     for (const Field& f : fields) {
       if (f.key == key) return true;
@@ -139,6 +173,9 @@ std::string to_text(const CheckpointInfo& info) {
   }
   for (const auto& [key, value] : c.settings) out += key + " = " + value + "\n";
   for (const Field& f : position_fields(c)) out += f.key + " = " + format(f.ref) + "\n";
+  out += "outliers.loss = " + format_list(c.loss_window) + "\n";
+  out += "outliers.norm = " + format_list(c.norm_window) + "\n";
+  out += "outliers.skipped = " + std::to_string(c.skipped_updates) + "\n";
   return out;
 }
 
@@ -192,6 +229,18 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
     read_fields(llama_fields(c));
   }
   read_fields(position_fields(c));  // after the model: which tensors have checksums
+  // The outlier windows: absent from checkpoints written before them (empty windows then).
+  const auto window = [&](const char* key, std::vector<double>& into) {
+    const auto it = values.find(key);
+    require(it == values.end() || parse_list(it->second, into),
+            "checkpoint " + path + ": field '" + key + "' is malformed; the file is corrupt");
+  };
+  window("outliers.loss", c.loss_window);
+  window("outliers.norm", c.norm_window);
+  const auto skipped = values.find("outliers.skipped");
+  require(skipped == values.end() ||
+              (parse(skipped->second, &c.skipped_updates) && c.skipped_updates >= 0),
+          "checkpoint " + path + ": field 'outliers.skipped' is malformed; the file is corrupt");
   // Everything else is a setting; the trainer's table checks those it needs.
   for (const auto& kv : lines) {
     if (!is_fixed(c, kv.first)) c.settings.push_back(kv);

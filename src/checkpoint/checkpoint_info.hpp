@@ -37,6 +37,10 @@ struct CheckpointInfo {
   int64_t train_data_tokens = 0;  // tokens in all training files, to notice changed data
   int64_t train_file = 0, train_position = 0, tokens_seen = 0;
   int64_t val_file = 0, val_position = 0;
+  // The outlier windows (the trainer's OutlierWindow: the last losses and gradient norms, oldest
+  // first) and the updates skipped so far; empty in a checkpoint written before there were any.
+  std::vector<double> loss_window, norm_window;
+  int64_t skipped_updates = 0;
   // Checksums of each tensor of the model file, and of m and v in the optimizer file.
   std::array<uint64_t, kNumParameterTensors> params_checksum{}, m_checksum{}, v_checksum{};
 };

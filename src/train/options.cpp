@@ -121,8 +121,11 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   // The outputs apart from each other and from the checkpoint directory, by the paths the file
   // system resolves (not as spelt), before anything is created: a collision found at the end of
   // a run loses its output.
-  check_outputs_apart(
-      {{"--save-llmc", o.save_llmc}, {"--save-hf", o.save_hf}, {"--trace", o.trace}}, o.save);
+  check_outputs_apart({{"--save-llmc", o.save_llmc},
+                       {"--save-hf", o.save_hf},
+                       {"--trace", o.trace},
+                       {"--metrics", o.metrics}},
+                      o.save);
   require(o.tokenizer.empty() || o.sample_every > 0 || !o.save_hf.empty(),
           "--tokenizer decodes the samples of --sample-every N and goes into --save-hf DIR; "
           "pass one of those too, or drop it");

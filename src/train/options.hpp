@@ -36,6 +36,10 @@ struct TrainOptions {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.1f,
         grad_clip = 1.0f;
   int warmup = 0;
+  // --skip-outliers Z: no update for a step whose loss or gradient norm is more than Z standard
+  // deviations above the last outlier_window steps' (0: off).
+  double skip_outliers = 0.0;
+  int outlier_window = 128;
   std::string lr_schedule = "cosine";
   float final_lr_frac = 0.0f;
   int lr_decay_steps = 0;  // the schedule's length (Megatron's --lr-decay-iters); 0: --steps
@@ -71,6 +75,7 @@ struct TrainOptions {
   std::string save_hf;                // a Hugging Face model directory
   std::string save_hf_dtype = "f32";  // f32 or bf16
   std::string trace;                  // Chrome trace of the measured per-rank timeline
+  std::string metrics;                // --metrics FILE.jsonl: a JSON object per step and event
   // A greedy sample every N steps (0: never), of K tokens, decoded with a tokenizer file or as
   // bytes (generate/training_sample.hpp).
   int sample_every = 0, sample_tokens = 64;

@@ -101,6 +101,12 @@ std::vector<SettingGroup> make_groups() {
             "optimizer.weight_decay", kKeep},
            {"--grad-clip", "X", "clip the global gradient norm to X, 0 = off", &O::grad_clip, 0,
             "optimizer.grad_clip", kWarns},
+           {"--skip-outliers", "Z",
+            "apply no update in a step whose loss or gradient norm is more than Z standard "
+            "deviations above the last --outlier-window steps' (llm.c's detector); 0 = off",
+            &O::skip_outliers, 0, "optimizer.skip_outliers", kWarns},
+           {"--outlier-window", "N", "the steps --skip-outliers compares with (default 128)",
+            &O::outlier_window, 2, "optimizer.outlier_window", kWarns},
        }},
       {"layout (world = tp x cp x dp x pp ranks, tp fastest-varying; any layout resumes any "
        "other's)",
@@ -186,6 +192,11 @@ std::vector<SettingGroup> make_groups() {
             "write every rank's measured timeline of the last step (forward, backward, P2P, DP "
             "sync, optimizer) as a Chrome/Perfetto trace (never over an existing file)",
             &O::trace},
+           {"--metrics", "FILE.jsonl",
+            "append a JSON object per step (step, loss, lr, norm, ms, tok_s, mfu) and per "
+            "validation, peak, memory and summary event; a resumed run continues the file after "
+            "its checkpoint's step",
+            &O::metrics},
            {"--sample-every", "N",
             "print a greedy sample of the model every N steps and at the end (0: never); not "
             "with --pp",

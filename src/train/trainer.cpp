@@ -237,6 +237,11 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
   if (world_rank == 0 && !opts.trace.empty()) {
     check_new_output(opts.trace, "--trace " + opts.trace);
   }
+  if (world_rank == 0 && !opts.metrics.empty()) {
+    in.metrics =
+        plan_metrics(opts.metrics, in.resume ? int(in.resume->info.step) + 1 : 1, opts.save);
+    if (!in.metrics->note.empty()) in.notes.push_back(in.metrics->note);
+  }
   return in;
 }
 
@@ -250,7 +255,11 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
       val_name_(in.val_name),
       resume_(in.resume),
       notes_(in.notes),
-      warnings_(in.warnings) {
+      warnings_(in.warnings),
+      metrics_start_(std::move(in.metrics)) {
+  loss_window_ = OutlierWindow(opts_.outlier_window);
+  norm_window_ = OutlierWindow(opts_.outlier_window);
+  test_fault_ = test_fault_from_environment();
   set_up_grid(world);
   plan_pipeline();
   plan_stages();
@@ -261,7 +270,7 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
       peak_ = PeakRate{opts_.peak_gflops, "--peak-gflops"};
       warm_gemm_libraries(opts_.precision);
     } else {
-      peak_ = measure_peak(opts_.precision);
+      peak_ = measure_startup_peak(opts_.precision);
     }
   }
   plan_memory_use();
@@ -273,6 +282,12 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   set_up_sample(std::move(in.tokenizer));
   set_up_batch();
   observe_phases();
+  // Last, after every collective here: an error on rank 0 alone is then agreed on by the caller.
+  if (metrics_start_) metrics_ = std::make_unique<MetricsLog>(opts_.metrics, *metrics_start_);
+}
+
+void TrainingRun::record(const MetricsRecord& r) const {
+  if (metrics_) metrics_->write(r);
 }
 
 void TrainingRun::set_up_grid(MPI_Comm world) {
@@ -351,8 +366,8 @@ void TrainingRun::plan_memory_use() {
     c.recompute = opts_.recompute;
     // As ModelStage::set_weight_with_input sets them.
     if (!pipeline::is_zero_bubble(pp_schedule_)) {
-      c.logit_rows = head_chunk_rows(m.shard, c, micro_batch_, local_seq_len_,
-                                     opts_.sequence_parallel);
+      c.logit_rows =
+          head_chunk_rows(m.shard, c, micro_batch_, local_seq_len_, opts_.sequence_parallel);
     }
   }
   m.micro_batch = micro_batch_;
@@ -449,6 +464,9 @@ void TrainingRun::load_state() {
     optimizer_->set_steps_taken(c.step);
     first_step_ = int(c.step) + 1;
     tokens_seen_ = c.tokens_seen;
+    loss_window_.restore(c.loss_window);
+    norm_window_.restore(c.norm_window);
+    skipped_updates_ = c.skipped_updates;
     newest_checkpoint_ = checkpoint::path(resume_->root, c.step);
   } else if (!opts_.init_from.empty() && is_hf_source(opts_.init_from)) {
     load_hf_model(opts_.init_from, cfg_, shard_, params_, grid_->world_comm());
@@ -687,6 +705,9 @@ CheckpointInfo TrainingRun::checkpoint_info(int step) const {
   c.train_file = train_data_->position().file;
   c.train_position = train_data_->position().token;
   c.tokens_seen = tokens_seen_;
+  c.loss_window = loss_window_.values();
+  c.norm_window = norm_window_.values();
+  c.skipped_updates = skipped_updates_;
   if (val_data_) {
     c.val_file = val_data_->position().file;
     c.val_position = val_data_->position().token;
@@ -894,8 +915,23 @@ TrainResult TrainingRun::train() {
     return result;
   }
   const PeakRate& peak = peak_;
-  peak_flops_ = allreduce_sum(peak.gflops * 1e9, grid_->world_comm());
+  peak_flops_.emplace(peak, opts_.peak_gflops > 0, opts_.precision, grid_->world_comm());
   if (opts_.verbose) print_banner(peak);
+  record(MetricsRecord("run")
+             .integer("step", first_step_ - 1)
+             .text("save", opts_.save.empty() ? "" : resolved_path(opts_.save))
+             .text("arch", cfg_.llama() ? "llama" : "gpt2")
+             .integer("layers", cfg_.layers)
+             .integer("dim", cfg_.channels)
+             .integer("heads", cfg_.heads)
+             .integer("batch", opts_.batch)
+             .integer("seq_len", opts_.seq_len)
+             .integer("tp", grid_->tp_size())
+             .integer("cp", grid_->cp_size())
+             .integer("dp", grid_->dp_size())
+             .integer("pp", grid_->pp_size())
+             .text("precision", precision_name(opts_.precision))
+             .number("peak_gflops", peak_flops_->flops() / 1e9));
   // bf16: the products read weights16_ and round their other inputs (model/layers/matmul.hpp).
   std::optional<Bf16Products> bf16_products;
   if (opts_.precision == Precision::bf16) {
@@ -909,6 +945,7 @@ TrainResult TrainingRun::train() {
       last = n;
       const StepOutcome s = step(n);
       if (!s.diverged) tally(s, result);
+      if (s.skipped) report_skip(s);
       result.status = s.diverged ? report_divergence(s.log) : after_step(s.log);
     }
   }
@@ -927,6 +964,7 @@ TrainingRun::StepOutcome TrainingRun::step(int step) {
   PhaseScope in_step(phases_, StepPhase::kStep, step);
   Stopwatch clock;
   out.log.loss = compute();
+  apply_test_fault(test_fault_, step, grid_->world_rank(), grads_.slab.data(), grads_.count);
   // zb-auto plans from the second step's op times: the first's include the warm-up (first
   // touches of buffers, BLAS start-up) and misstate the stages' ratios.
   if (out.zb_planning) plan_zb_auto(step);
@@ -936,7 +974,19 @@ TrainingRun::StepOutcome TrainingRun::step(int step) {
   out.diverged = !std::isfinite(out.log.loss) || !std::isfinite(out.log.norm);
   if (out.diverged) return out;
   out.log.lr = learning_rate(schedule_, step - 1);
-  update(out.log.lr, out.log.norm);
+  // The same loss and norm on every rank: every rank decides alike.
+  out.loss_z = loss_window_.push(out.log.loss);
+  out.norm_z = norm_window_.push(out.log.norm);
+  const double z = opts_.skip_outliers;
+  out.skipped = z > 0 && (out.loss_z > z || out.norm_z > z);
+  if (out.skipped) {
+    // As llm.c: no update, but AdamW's step count moves on, so that the bias corrections of
+    // later steps (and a resumed run's, which takes it from the step) are those of no skip.
+    ++skipped_updates_;
+    optimizer_->set_steps_taken(optimizer_->steps_taken() + 1);
+  } else {
+    update(out.log.lr, out.log.norm);
+  }
   tokens_seen_ += int64_t(tokens_per_step());
   out.log.ms = clock.seconds() * 1e3;
   return out;
@@ -1027,6 +1077,26 @@ void TrainingRun::tally(const StepOutcome& s, TrainResult& result) {
 
 int TrainingRun::after_step(const StepRecord& r) {
   const int step = r.step;
+  // A step faster than the peak allows: the peak is measured again, or the line gets a warning.
+  const PeakCheck peak = peak_flops_->check(step, flops_per_step(), r.ms / 1e3);
+  if (is_root() && opts_.verbose) {
+    if (!peak.note.empty()) std::printf("%s\n", peak.note.c_str());
+    if (!peak.warning.empty()) std::fprintf(stderr, "warning: %s\n", peak.warning.c_str());
+  }
+  if (!peak.note.empty()) {
+    record(
+        MetricsRecord("peak").integer("step", step).number("gflops", peak_flops_->flops() / 1e9));
+  }
+  const double s = r.ms / 1e3;
+  record(MetricsRecord("step")
+             .integer("step", step)
+             .number("loss", r.loss)
+             .number("lr", r.lr)
+             .number("norm", r.norm)
+             .number("ms", r.ms)
+             .number("tok_s", tokens_per_step() / s)
+             .number("mfu", 100.0 * flops_per_step() / s / peak_flops_->flops())
+             .integer("tokens", tokens_seen_));
   log_step(r);
   // The step boundary: the ranks agree whether any of them was asked to stop.
   int signal = 0;
@@ -1058,7 +1128,29 @@ int TrainingRun::after_step(const StepRecord& r) {
   return kExitSignalled;
 }
 
+void TrainingRun::report_skip(const StepOutcome& s) const {
+  const bool loss = s.loss_z > opts_.skip_outliers;
+  record(MetricsRecord("outlier")
+             .integer("step", s.log.step)
+             .number("loss", s.log.loss)
+             .number("norm", s.log.norm)
+             .number("loss_z", s.loss_z)
+             .number("norm_z", s.norm_z)
+             .integer("skipped", skipped_updates_));
+  if (!is_root() || !opts_.verbose) return;
+  std::printf(
+      "step %d: update skipped: its %s %.6g is %.1f standard deviations above the last %d steps' "
+      "(--skip-outliers %g; %lld skipped so far)\n",
+      s.log.step, loss ? "loss" : "gradient norm", loss ? s.log.loss : s.log.norm,
+      loss ? s.loss_z : s.norm_z, opts_.outlier_window, opts_.skip_outliers,
+      static_cast<long long>(skipped_updates_));
+}
+
 int TrainingRun::report_divergence(const StepRecord& r) const {
+  record(MetricsRecord("diverged")
+             .integer("step", r.step)
+             .number("loss", r.loss)
+             .number("norm", r.norm));
   if (is_root()) {
     print_error(
         "step %d: loss %g, gradient norm %g: training diverged; the update was "
@@ -1075,7 +1167,8 @@ int TrainingRun::report_divergence(const StepRecord& r) const {
 void TrainingRun::log_step(const StepRecord& r) const {
   if (!is_root() || !opts_.verbose) return;
   if (r.step % opts_.log_every != 0 && r.step != opts_.steps && r.step != first_step_) return;
-  std::printf("%s\n", format_step(r, tokens_per_step(), flops_per_step(), peak_flops_).c_str());
+  std::printf("%s\n",
+              format_step(r, tokens_per_step(), flops_per_step(), peak_flops_->flops()).c_str());
   std::fflush(stdout);
 }
 
@@ -1084,6 +1177,7 @@ void TrainingRun::report_validation(int step) {
   PhaseScope phase(phases_, StepPhase::kValidation, step);
   const double loss = validate();
   if (is_root() && opts_.verbose) std::printf("val step %d | loss %.6f\n", step, loss);
+  record(MetricsRecord("val").integer("step", step).number("loss", loss));
 }
 
 void TrainingRun::report_run(int last, int status) const {
@@ -1092,19 +1186,39 @@ void TrainingRun::report_run(int last, int status) const {
     const double ms = timed_steps > 0 ? tally_.timed_ms / timed_steps : 0.0;
     std::printf(
         "summary | steps %d | final loss %.6f | %.1f ms/step (steps %d..%d) | %.0f tok/s | "
-        "MFU %.1f%%\n",
+        "MFU %.1f%% | %s\n",
         last, tally_.last_loss, ms, std::min(first_step_ + 1, last), last,
         ms > 0 ? tokens_per_step() / (ms / 1e3) : 0.0,
-        ms > 0 ? 100.0 * flops_per_step() / (ms / 1e3) / peak_flops_ : 0.0);
+        ms > 0 ? 100.0 * flops_per_step() / (ms / 1e3) / peak_flops_->flops() : 0.0,
+        peak_flops_->describe().c_str());
     std::printf("%s\n", timers_->summary().c_str());
   }
-  report_memory();
+  if (status != kExitDiverged) {
+    const double ms = timed_steps > 0 ? tally_.timed_ms / timed_steps : 0.0;
+    record(MetricsRecord("summary")
+               .integer("step", last)
+               .integer("status", status)
+               .number("loss", tally_.last_loss)
+               .number("ms_per_step", ms)
+               .number("tok_s", ms > 0 ? tokens_per_step() / (ms / 1e3) : 0.0)
+               .number("mfu",
+                       ms > 0 ? 100.0 * flops_per_step() / (ms / 1e3) / peak_flops_->flops() : 0.0)
+               .text("peak", peak_flops_->describe())
+               .integer("skipped", skipped_updates_));
+  }
+  if (is_root() && opts_.verbose && opts_.skip_outliers > 0) {
+    std::printf(
+        "outliers: %lld update(s) skipped in the run so far (--skip-outliers %g over %d "
+        "steps)\n",
+        static_cast<long long>(skipped_updates_), opts_.skip_outliers, opts_.outlier_window);
+  }
+  report_memory(last);
   if (is_root() && opts_.profile && timed_steps > 0) {
     std::printf("%s", profile_table(tally_.timed_ms / timed_steps, timed_steps).c_str());
   }
 }
 
-void TrainingRun::report_memory() const {
+void TrainingRun::report_memory(int last) const {
   // Every rank's peak resident set against its prediction; the line names the rank whose
   // prediction is furthest off. (In a GPU build the model lives in device memory: not shown.)
   if (kDeviceMemory) return;
@@ -1120,6 +1234,11 @@ void TrainingRun::report_memory() const {
   std::printf("memory: peak resident %.2f GB on rank %d, predicted %.2f GB (%+.1f%%)\n",
               all[2 * worst] / 1e9, worst, all[2 * worst + 1] / 1e9,
               100.0 * (all[2 * worst + 1] / all[2 * worst] - 1.0));
+  record(MetricsRecord("memory")
+             .integer("step", last)
+             .integer("rank", worst)
+             .number("peak_gb", all[2 * worst] / 1e9)
+             .number("predicted_gb", all[2 * worst + 1] / 1e9));
 }
 
 double TrainingRun::flops_per_step() const {

@@ -31,12 +31,16 @@
 #include "pipeline/schedule.hpp"
 #include "pipeline/schedule_plan.hpp"
 #include "train/memory_plan.hpp"
+#include "train/metrics_log.hpp"
 #include "train/options.hpp"
+#include "train/outlier_window.hpp"
 #include "train/peak.hpp"
+#include "train/peak_tracker.hpp"
 #include "train/phase_timers.hpp"
 #include "train/step_log.hpp"
 #include "train/step_phases.hpp"
 #include "train/step_trace.hpp"
+#include "train/test_fault.hpp"
 #include "train/watchdog.hpp"
 
 namespace mpf {
@@ -68,6 +72,7 @@ struct RunInputs {
   std::vector<std::string> notes, warnings;  // for rank 0 to print
   std::optional<Tokenizer> tokenizer;        // --tokenizer, for --sample-every
   int doc_token = -1;                        // --doc-mask: the token that starts a document
+  std::optional<MetricsStart> metrics;       // rank 0, with --metrics: what its file keeps
 };
 
 // Throws InputError for any bad file or flag, or a checkpoint that cannot be resumed. `start`:
@@ -119,6 +124,10 @@ class TrainingRun {
     bool timed = false;        // counts into the run's mean step time
     bool ops_timed = false;    // stage_->times() hold its F, B and W times
     bool zb_planning = false;  // zb-auto plans from them
+    // Against the outlier windows: the z-scores (NaN while a window fills), and whether
+    // --skip-outliers skipped the update.
+    double loss_z = 0.0, norm_z = 0.0;
+    bool skipped = false;
   };
   // The steps so far, for the summary and the stop signals' grace.
   struct Tally {
@@ -163,7 +172,7 @@ class TrainingRun {
   // The mean step time, tokens/s, MFU and the phases; --profile's table.
   void report_run(int last, int status) const;
   // The peak resident memory every rank measured, against its prediction (memory_).
-  void report_memory() const;
+  void report_memory(int last) const;
   double tokens_per_step() const { return double(opts_.batch) * opts_.seq_len; }
   double flops_per_step() const;
 
@@ -233,17 +242,27 @@ class TrainingRun {
   std::unique_ptr<ModelStage> stage_;
   std::unique_ptr<TrainingSample> sample_;  // --sample-every
   Tokens batch_;  // this rank's inputs, then its targets, then (--doc-mask) the document starts
-  HostTokens host_batch_;                 // the same, where the loader fills them
-  HostTokens whole_rows_;                 // with CP or --doc-mask: the DP rank's whole rows
-  std::vector<Tokens> inputs_, targets_;  // per microbatch: views into batch_
-  std::vector<Tokens> doc_starts_;        // per microbatch, with --doc-mask
-  PeakRate peak_;                         // this rank's, for MFU: measured before the allocations
-  double peak_flops_ = 0.0;               // all ranks' together, FLOP/s
+  HostTokens host_batch_;                  // the same, where the loader fills them
+  HostTokens whole_rows_;                  // with CP or --doc-mask: the DP rank's whole rows
+  std::vector<Tokens> inputs_, targets_;   // per microbatch: views into batch_
+  std::vector<Tokens> doc_starts_;         // per microbatch, with --doc-mask
+  PeakRate peak_;                          // this rank's, for MFU: measured before the allocations
+  std::optional<PeakTracker> peak_flops_;  // all ranks' together over the run, from peak_
   Tally tally_;
   // The run's phases and what observes them.
   StepPhases phases_;
   std::unique_ptr<Watchdog> watchdog_;
   std::unique_ptr<StepTrace> trace_;
+  std::optional<MetricsStart> metrics_start_;  // rank 0, with --metrics
+  // The last --outlier-window losses and gradient norms (kept whether or not --skip-outliers is
+  // on, so it may be turned on at a resume), and the updates skipped so far.
+  OutlierWindow loss_window_{128}, norm_window_{128};
+  int64_t skipped_updates_ = 0;
+  TestFault test_fault_;  // MPIFORMER_TEST_FAULT, for the tests
+  // Logs a skipped update (rank 0), into the log and --metrics.
+  void report_skip(const StepOutcome& s) const;
+  std::unique_ptr<MetricsLog> metrics_;       // rank 0, with --metrics; opened last
+  void record(const MetricsRecord& r) const;  // into --metrics, if any
   std::unique_ptr<PhaseTimers> timers_;
 };
 

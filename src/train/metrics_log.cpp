@@ -1,0 +1,169 @@
+#include "train/metrics_log.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "io/input_file.hpp"
+#include "io/json.hpp"
+#include "io/output_file.hpp"
+
+namespace mpf {
+
+MetricsRecord::MetricsRecord(const char* kind) {
+  text("kind", kind);
+}
+
+MetricsRecord& MetricsRecord::number(const char* key, double value) {
+  char buf[32] = "null";
+  if (std::isfinite(value)) std::snprintf(buf, sizeof buf, "%.9g", value);
+  body_ += (body_.empty() ? "" : ",") + json::quote(key) + ":" + buf;
+  return *this;
+}
+
+MetricsRecord& MetricsRecord::integer(const char* key, long long value) {
+  body_ += (body_.empty() ? "" : ",") + json::quote(key) + ":" + std::to_string(value);
+  return *this;
+}
+
+MetricsRecord& MetricsRecord::text(const char* key, const std::string& value) {
+  body_ += (body_.empty() ? "" : ",") + json::quote(key) + ":" + json::quote(value);
+  return *this;
+}
+
+std::string MetricsRecord::line() const {
+  return "{" + body_ + "}\n";
+}
+
+namespace {
+// The record's step, or -1 where the line is not a record of this program's.
+long long record_step(const std::string& line, const std::string& origin) {
+  try {
+    const json::Value v = json::parse(line, origin);
+    const json::Value* kind = v.find("kind");
+    const json::Value* step = v.find("step");
+    if (!kind || !kind->is_string() || !step || !step->is_number()) return -1;
+    return step->integer();
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+}  // namespace
+
+MetricsStart plan_metrics(const std::string& path, int first_step, const std::string& save_dir) {
+  MetricsStart start;
+  if (!path_exists(path)) return start;
+  start.exists = true;
+  // A week at a step a second is ~600,000 lines of ~200 bytes.
+  const std::string text = read_input_text(
+      path, "--metrics " + path, "pass a .jsonl file this program wrote", int64_t(1) << 32);
+  const std::string save = save_dir.empty() ? "" : resolved_path(save_dir);
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    lines.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  // Whole lines end with a newline; one a crash cut short does not.
+  const bool torn_end = !text.empty() && text.back() != '\n';
+  bool other_run = false;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string origin = "--metrics " + path + " line " + std::to_string(i + 1);
+    const long long step = record_step(lines[i], origin);
+    if (step < 0) {
+      require(i + 1 == lines.size() && torn_end,
+              origin +
+                  " is not a metrics record (a JSON object with a kind and a step): not a "
+                  "--metrics file of this program; choose another file");
+      start.note = "--metrics " + path +
+                   ": its last line was cut short (a run stopped while "
+                   "writing it): dropped";
+      break;
+    }
+    if (first_step == 1) {
+      // A new run: only an earlier attempt of this job (same --save, no checkpoint) may be
+      // started over.
+      const json::Value v = json::parse(lines[i], origin);
+      const json::Value* kind = v.find("kind");
+      const json::Value* run_save = v.find("save");
+      if (kind->string() == "run" &&
+          (save.empty() || !run_save || !run_save->is_string() || run_save->string() != save)) {
+        other_run = true;
+      }
+      ++start.dropped;
+      continue;
+    }
+    if (step < first_step) {
+      start.kept.push_back(lines[i] + "\n");
+    } else {
+      ++start.dropped;
+    }
+  }
+  require(!other_run,
+          "--metrics " + path +
+              " holds another run's records, and a new run never appends to another run's file; "
+              "choose another file, or resume that run with --load");
+  start.keep_through = first_step - 1;
+  std::string dropped;
+  if (first_step == 1 && start.dropped > 0) {
+    dropped = "--metrics " + path + ": an earlier attempt of this job (--save " + save_dir +
+              ") saved no checkpoint; its " + std::to_string(start.dropped) +
+              " records are replaced by this run's";
+  } else if (start.dropped > 0) {
+    dropped = "--metrics " + path + ": continues after step " + std::to_string(first_step - 1) +
+              ", dropping " + std::to_string(start.dropped) +
+              " records of steps the checkpoint does not hold (this run does them again)";
+  }
+  if (!dropped.empty()) start.note += (start.note.empty() ? "" : "; ") + dropped;
+  return start;
+}
+
+MetricsLog::MetricsLog(std::string path, const MetricsStart& start) : path_(std::move(path)) {
+  if (start.exists && (start.dropped > 0 || !start.note.empty())) {
+    // The kept records under a temporary name, renamed over the file: a crash leaves the old
+    // file or the new one, never a mix.
+    const std::string tmp = path_ + ".partial-" + std::to_string(::getpid());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    require(fd >= 0, "--metrics " + path_ + ": cannot write " + tmp + " (" + std::strerror(errno) +
+                         "); check the directory's permissions");
+    std::string text;
+    for (const std::string& line : start.kept) text += line;
+    const bool written =
+        ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+    const int error = errno;
+    ::close(fd);
+    if (!written || std::rename(tmp.c_str(), path_.c_str()) != 0) {
+      const int e = written ? errno : error;
+      ::unlink(tmp.c_str());
+      throw InputError("--metrics " + path_ + ": cannot rewrite it (" + std::strerror(e) +
+                       "); free space or choose another file");
+    }
+  }
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  require(fd_ >= 0, "--metrics " + path_ + ": cannot open it to append (" + std::strerror(errno) +
+                        "); check the path and its permissions");
+}
+
+MetricsLog::~MetricsLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MetricsLog::write(const MetricsRecord& record) {
+  if (failed_) return;
+  const std::string line = record.line();
+  const ssize_t n = ::write(fd_, line.data(), line.size());
+  if (n == ssize_t(line.size())) return;
+  failed_ = true;
+  std::fprintf(stderr,
+               "warning: --metrics %s: a record could not be written (%s); the file stops here, "
+               "the run goes on\n",
+               path_.c_str(), n < 0 ? std::strerror(errno) : "short write");
+}
+
+}  // namespace mpf

@@ -1,0 +1,31 @@
+#include "train/test_fault.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+
+namespace mpf {
+
+TestFault test_fault_from_environment() {
+  TestFault fault;
+  const char* text = std::getenv("MPIFORMER_TEST_FAULT");
+  if (!text || !*text) return fault;
+  char tail = 0;
+  const int n = std::sscanf(text, "%d:%d:%f%c", &fault.step, &fault.rank, &fault.scale, &tail);
+  require(n == 3 && fault.step >= 1 && fault.rank >= 0,
+          std::string("MPIFORMER_TEST_FAULT=") + text +
+              " is not STEP:RANK:SCALE (a step from 1, a rank from 0, a factor); it is for tests");
+  return fault;
+}
+
+void apply_test_fault(const TestFault& fault, int step, int world_rank, float* grads, int64_t n) {
+  if (step != fault.step || world_rank != fault.rank) return;
+  const float s = fault.scale;
+  for_each(
+      "mpf::test_fault", n, KOKKOS_LAMBDA(int64_t i) { grads[i] *= s; });
+}
+
+}  // namespace mpf

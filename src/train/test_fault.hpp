@@ -1,0 +1,21 @@
+// For tests only: MPIFORMER_TEST_FAULT=STEP:RANK:SCALE multiplies one rank's gradients by SCALE in
+// one step, after its backward and before any reduction: a loss-free spike in the gradient norm,
+// on purpose and the same in every run, for the outlier tests. Unset, nothing happens.
+#pragma once
+
+#include <cstdint>
+
+namespace mpf {
+
+struct TestFault {
+  int step = 0, rank = -1;
+  float scale = 1.0f;
+};
+
+// Parsed once; a malformed value is an InputError naming it.
+TestFault test_fault_from_environment();
+
+// Applies `fault` to `grads` (n floats) when this is its step and rank.
+void apply_test_fault(const TestFault& fault, int step, int world_rank, float* grads, int64_t n);
+
+}  // namespace mpf

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# --metrics FILE.jsonl, the record a long run is watched and plotted from: every step once with
+# the step line's values, validation, memory and summary records; a SIGUSR1 save and the same
+# command again (a requeued Slurm job) continue one file; a SIGKILL after the last checkpoint and
+# a line cut short, requeued, drop the steps done again; a new run refuses another run's file;
+# --dry-run writes nothing. Each chain's steps are the uninterrupted run's, bit for bit.
+source "$(dirname "$0")/common.sh"
+
+export OMP_NUM_THREADS=1
+args=(--val-every 50 --layers 2 --dim 64 --heads 4 --seq-len 32 --batch 8 --steps 200 --threads 1)
+
+# check FILE REFERENCE|- LOG|-: the file's records as this test expects them (python below).
+check() { "$PY" - "$@" <<'PYEOF'
+import json, re, sys
+path, ref, log = sys.argv[1:4]
+def records(p):
+    out = []
+    with open(p) as f:
+        for n, line in enumerate(f, 1):
+            assert line.endswith("\n"), f"{p}:{n}: no newline"
+            r = json.loads(line)
+            assert isinstance(r, dict) and "kind" in r and isinstance(r.get("step"), int), f"{p}:{n}: {line!r}"
+            out.append(r)
+    return out
+recs = records(path)
+steps = [r for r in recs if r["kind"] == "step"]
+numbers = [r["step"] for r in steps]
+assert numbers == list(range(1, 201)), f"step records: {numbers[:5]}...{numbers[-5:]} ({len(numbers)})"
+for r in steps:
+    for key in ("loss", "lr", "norm", "ms", "tok_s", "mfu", "tokens"):
+        assert isinstance(r.get(key), (int, float)), f"step {r['step']}: {key} = {r.get(key)!r}"
+    assert r["tokens"] == r["step"] * 8 * 32, f"step {r['step']}: tokens {r['tokens']}"
+vals = [r["step"] for r in recs if r["kind"] == "val"]
+assert sorted(set(vals)) == [0, 50, 100, 150, 200], f"val records at {vals}"
+kinds = {r["kind"] for r in recs}
+assert {"run", "summary", "memory"} <= kinds, f"kinds {sorted(kinds)}"
+assert recs[0]["kind"] == "run" and recs[0]["step"] == 0, recs[0]
+if log != "-":  # the log's step lines print the same values
+    printed = {}
+    for line in open(log):
+        m = re.match(r"step (\d+)/\d+ \| loss ([0-9.]+) \| lr ([0-9.e+-]+) \| norm ([0-9.]+)", line)
+        if m:
+            printed[int(m.group(1))] = (m.group(2), m.group(3), m.group(4))
+    assert printed, "no step lines in the log"
+    def near(value, printed):  # the line rounds: within half its last digit (and a hair)
+        mantissa = printed.lower().split("e")[0]
+        digits = len(mantissa.split(".")[1]) if "." in mantissa else 0
+        exponent = int(printed.lower().split("e")[1]) if "e" in printed.lower() else 0
+        return abs(value - float(printed)) <= 0.5001 * 10.0 ** (exponent - digits)
+    for r in steps:
+        if r["step"] in printed:
+            loss, lr, norm = printed[r["step"]]
+            assert near(r["loss"], loss) and near(r["lr"], lr) and near(r["norm"], norm), \
+                f"step {r['step']}: metrics {r['loss']}, {r['lr']}, {r['norm']} vs line {printed[r['step']]}"
+if ref != "-":  # bit for bit the uninterrupted run's
+    want = {r["step"]: (r["loss"], r["norm"]) for r in records(ref) if r["kind"] == "step"}
+    got = {r["step"]: (r["loss"], r["norm"]) for r in steps}
+    diff = [s for s in want if want[s] != got.get(s)]
+    assert not diff, f"steps {diff[:5]} differ from the uninterrupted run's"
+    runs = [r["step"] for r in recs if r["kind"] == "run"]
+    print(f"{len(steps)} steps once each, as uninterrupted; runs starting after steps {runs}")
+else:
+    print(f"{len(steps)} steps once each, {len(vals)} validations, kinds {sorted(kinds)}")
+PYEOF
+}
+
+# 1. An uninterrupted run on 2 ranks: the reference.
+timeout 300 "$MPIEXEC" -n 2 "$TRAIN" "${args[@]}" --metrics "$WORK/ref.jsonl" >"$WORK/ref.log" 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && out=$(check "$WORK/ref.jsonl" - "$WORK/ref.log" 2>&1); then
+  ok "uninterrupted: $out; the step lines' values"
+else
+  bad "uninterrupted (exit $rc): $out"; tail -5 "$WORK/ref.log"
+fi
+
+# 2. SIGUSR1 mid-run (saved, exit 3), then the same command again.
+chain=(--save "$WORK/ck1" --load "$WORK/ck1" --metrics "$WORK/usr1.jsonl")
+timeout 300 "$MPIEXEC" -n 2 "$TRAIN" "${args[@]}" "${chain[@]}" >"$WORK/usr1a.log" 2>&1 &
+job=$!
+wait_for "$WORK/usr1a.log" '^step 20/' && pid=$(rank_pid "$WORK/usr1.jsonl" 0) && kill -USR1 "$pid"
+wait $job
+first=$?
+timeout 300 "$MPIEXEC" -n 2 "$TRAIN" "${args[@]}" "${chain[@]}" >"$WORK/usr1b.log" 2>&1
+second=$?
+if [ "$first" -eq 3 ] && [ "$second" -eq 0 ] && out=$(check "$WORK/usr1.jsonl" "$WORK/ref.jsonl" - 2>&1); then
+  ok "SIGUSR1, requeued: exits $first then $second; $out"
+else
+  bad "SIGUSR1, requeued: exits $first then $second: $out"; tail -3 "$WORK/usr1a.log" "$WORK/usr1b.log"
+fi
+
+# 3. SIGKILL past the last checkpoint (--save-every 20), a line cut short, then the same command.
+chain=(--save "$WORK/ck2" --load "$WORK/ck2" --save-every 20 --metrics "$WORK/kill.jsonl")
+timeout 300 "$MPIEXEC" -n 2 "$TRAIN" "${args[@]}" "${chain[@]}" >"$WORK/killa.log" 2>&1 &
+job=$!
+# Rank 0 (the writer of the file and the holder of --save's lock) killed: mpiexec ends the job.
+wait_for "$WORK/killa.log" '^step 50/' && pid=$(rank_pid "$WORK/kill.jsonl" 0) && kill -KILL "$pid"
+wait $job 2>/dev/null
+saved=$(sed -n 's/^step_0*//p' "$WORK/ck2/latest" 2>/dev/null)
+printf '{"kind":"step","step":%d,"lo' "$((saved + 1))" >>"$WORK/kill.jsonl"
+timeout 300 "$MPIEXEC" -n 2 "$TRAIN" "${args[@]}" "${chain[@]}" >"$WORK/killb.log" 2>&1
+rc=$?
+out=
+note=$(grep -c -e "--metrics .*kill.jsonl: its last line was cut short" "$WORK/killb.log")
+if [ "$rc" -eq 0 ] && [ -n "$saved" ] && [ "$note" -eq 1 ] &&
+  out=$(check "$WORK/kill.jsonl" "$WORK/ref.jsonl" - 2>&1); then
+  ok "SIGKILL after the checkpoint of step $saved and a torn line, requeued: noted; $out"
+else
+  bad "SIGKILL, requeued: exit $rc, checkpoint '${saved}', $note note(s): $out"; tail -3 "$WORK/killb.log"
+fi
+
+# 4. A new run never appends to another run's file, and a dry run writes nothing.
+cp "$WORK/ref.jsonl" "$WORK/before.jsonl"
+expect_error "a new run on another run's file" 1 \
+  "^error: --metrics .*ref.jsonl holds another run's records, and a new run never appends to another run's file; choose another file, or resume that run with --load$" \
+  -- "${args[@]}" --metrics "$WORK/ref.jsonl"
+cmp -s "$WORK/ref.jsonl" "$WORK/before.jsonl" && ok "the other run's file is as it was" || bad "ref.jsonl changed"
+timeout 60 "$TRAIN" "${args[@]}" --dry-run --metrics "$WORK/new.jsonl" >"$WORK/dry.log" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] && [ ! -e "$WORK/new.jsonl" ] && ok "--dry-run: exit 0, no metrics file" ||
+  { bad "--dry-run: exit $rc, file: $(ls "$WORK"/new.jsonl* 2>&1)"; tail -3 "$WORK/dry.log"; }
+finish
