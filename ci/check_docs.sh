@@ -8,7 +8,9 @@
 #   b. every relative link in a tracked Markdown file (README.md, docs/, ci/, tests/) names a file
 #      or directory that exists, and a link to a heading (file.md#anchor) names a heading there;
 #   c. the README still gives the two commands a newcomer starts with (CI runs exactly its test
-#      command).
+#      command);
+#   d. every repository file a Markdown file names in backticks (src/x/y.cpp, or a bare y.cpp)
+#      exists: a rename leaves no stale name behind.
 #   bash ci/check_docs.sh       (ctest: docs_references)
 # Prints one line per check and `check_docs: N passed, N failed`; exits 1 if any failed, 77
 # (skipped) outside a git checkout, where the tracked files are unknown.
@@ -69,6 +71,43 @@ if [ -z "$broken" ]; then
 else
   bad "broken links:"
   printf '%s' "$broken"
+fi
+
+# ---- d. file names in backticks ----
+# A path under one of the repository's top-level directories must exist (from the root or from
+# the Markdown file's directory), and a bare source or script name (x.cpp, x.hpp, x.sh, x.cmake)
+# must be some tracked file's name, or the name configure makes of a tracked x.in. Names of other
+# projects' files are spelled with their project's path, or listed here.
+# setup-env.sh: Spack's shell set-up; mpiformerConfigVersion.cmake: written at install by CMake's
+# write_basic_package_version_file.
+elsewhere="setup-env.sh mpiformerConfigVersion.cmake"
+tracked=$(git -C "$root" ls-files)
+names=$(sed 's|.*/||; s|[.]in$||' <<<"$tracked" | sort -u)
+tops=$(sed -n 's|/.*||p' <<<"$tracked" | sort -u | tr '\n' '|')
+tops=${tops%|}
+stale="" named=0
+while IFS= read -r md; do
+  dir=$(dirname "$md")
+  while IFS= read -r name; do
+    case "$name" in *'*'* | *'<'* | *'$'* | *'{'* | *...* | http*) continue ;; esac
+    name=${name%%:*}  # file:line
+    if [[ "$name" == */* ]]; then
+      [[ "${name%%/*}" =~ ^($tops)$ ]] || continue
+      [[ "$name" =~ [.](cpp|hpp|h|cu|sh|py|cmake|md|yaml|txt|in)$ || "$name" == */ ]] || continue
+      named=$((named + 1))
+      [ -e "$root/$name" ] || [ -e "$root/$dir/$name" ] || stale+="      $md: \`$name\`: no such path"$'\n'
+    elif [[ "$name" =~ ^[A-Za-z0-9_.-]+[.](cpp|hpp|sh|cmake)$ ]]; then
+      named=$((named + 1))
+      grep -qxF -- "$name" <<<"$names" || [[ " $elsewhere " == *" $name "* ]] ||
+        stale+="      $md: \`$name\`: no tracked file of that name"$'\n'
+    fi
+  done < <(prose "$root/$md" | grep -oE '`[^` ]+`' | tr -d '`' | sort -u)
+done < <(git -C "$root" ls-files '*.md')
+if [ -z "$stale" ]; then
+  ok "every file named in backticks exists ($named names)"
+else
+  bad "files named in backticks that do not exist (renamed or deleted?):"
+  printf '%s' "$stale"
 fi
 
 # ---- c. the README's two commands ----

@@ -4,9 +4,19 @@
 source "$(dirname "$0")/common.sh"
 
 losses() { grep -E '^step ' "$1" | sed -E 's/.*\| loss ([0-9.]+) .*/\1/'; }
+# run LOG CMD...: CMD's output into LOG; an exit other than 0 fails on its own, so no comparison
+# below can pass on a run that crashed (an empty loss list differs from any other, for one).
+run() {
+  local log=$1 rc
+  shift
+  "$@" >"$log" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || { bad "$(basename "$log"): exit $rc"; tail -n 5 "$log"; }
+  return "$rc"
+}
 
 # 1. The default job on 2 ranks: loss falls well below the uniform ln(256) = 5.545.
-timeout 300 "$MPIEXEC" -n 2 "$TRAIN" --steps 60 --val-every 30 >"$WORK/default.log" 2>&1
+run "$WORK/default.log" timeout 300 "$MPIEXEC" -n 2 "$TRAIN" --steps 60 --val-every 30
 first=$(losses "$WORK/default.log" | head -1)
 last=$(losses "$WORK/default.log" | tail -1)
 if "$PY" -c "import sys; sys.exit(0 if $last < $first - 1.5 else 1)"; then
@@ -20,22 +30,26 @@ grep -qE '^step 60/60 \| loss [0-9.]+ \| lr [0-9.e+-]+ \| norm [0-9.]+ \| [0-9.]
 
 # 2. Same seed and layout: bitwise identical losses (and thread count does not matter).
 args=(--steps 6 --val-every 0 --layers 2 --dim 64 --heads 2)
-OMP_NUM_THREADS=2 "$TRAIN" "${args[@]}" >"$WORK/a.log" 2>&1
-OMP_NUM_THREADS=1 "$TRAIN" "${args[@]}" --threads 1 >"$WORK/b.log" 2>&1
-OMP_NUM_THREADS=2 "$TRAIN" "${args[@]}" --seed 7 >"$WORK/c.log" 2>&1
+run "$WORK/a.log" env OMP_NUM_THREADS=2 "$TRAIN" "${args[@]}"
+run "$WORK/b.log" env OMP_NUM_THREADS=1 "$TRAIN" "${args[@]}" --threads 1
+run "$WORK/c.log" env OMP_NUM_THREADS=2 "$TRAIN" "${args[@]}" --seed 7
 if [ -n "$(losses "$WORK/a.log")" ] && [ "$(losses "$WORK/a.log")" = "$(losses "$WORK/b.log")" ]; then
   ok "same seed: identical losses across runs and thread counts"
 else
   bad "same seed gave different losses"; paste <(losses "$WORK/a.log") <(losses "$WORK/b.log")
 fi
-[ "$(losses "$WORK/a.log")" != "$(losses "$WORK/c.log")" ] && ok "another seed differs" || bad "seed ignored"
+if [ "$(losses "$WORK/c.log" | wc -l)" -eq 6 ] && [ "$(losses "$WORK/a.log")" != "$(losses "$WORK/c.log")" ]; then
+  ok "another seed differs"
+else
+  bad "seed 7: $(losses "$WORK/c.log" | wc -l) of 6 steps, or the same losses as the default seed"
+fi
 
 # 3. A model to resume from (the layouts' equivalence to this serial run is tests/mpi/layouts.sh).
 args=(--steps 5 --val-every 0 --layers 2 --dim 64 --heads 4 --batch 8 --seq-len 32)
-OMP_NUM_THREADS=1 "$TRAIN" "${args[@]}" --save-llmc "$WORK/serial.bin" >"$WORK/serial.log" 2>&1
+run "$WORK/serial.log" env OMP_NUM_THREADS=1 "$TRAIN" "${args[@]}" --save-llmc "$WORK/serial.bin"
 
 # 4. A saved model resumes: its first loss is the saved run's level, not a fresh model's.
-OMP_NUM_THREADS=2 "$TRAIN" --init-from "$WORK/serial.bin" --steps 2 --val-every 0 --batch 8 --seq-len 32 >"$WORK/resume.log" 2>&1
+run "$WORK/resume.log" env OMP_NUM_THREADS=2 "$TRAIN" --init-from "$WORK/serial.bin" --steps 2 --val-every 0 --batch 8 --seq-len 32
 r=$(losses "$WORK/resume.log" | head -1)
 s=$(losses "$WORK/serial.log" | tail -1)
 if [ -n "$r" ] && "$PY" -c "import sys; sys.exit(0 if $r < 5.3 and abs($r - $s) < 0.5 else 1)"; then
@@ -48,8 +62,8 @@ fi
 #    activations at a time, AFAB all M.
 peak() { sed -nE 's/^stage 0 \| peak in flight ([0-9.]+) microbatches.*/\1/p' "$1"; }
 for sched in 1f1b afab; do
-  OMP_NUM_THREADS=1 "$TRAIN" --steps 1 --val-every 0 --batch 8 --microbatches 4 --schedule "$sched" \
-    >"$WORK/$sched.log" 2>&1
+  run "$WORK/$sched.log" env OMP_NUM_THREADS=1 "$TRAIN" --steps 1 --val-every 0 --batch 8 \
+    --microbatches 4 --schedule "$sched"
 done
 if [ "$(peak "$WORK/1f1b.log")" = 1 ] && [ "$(peak "$WORK/afab.log")" = 4 ]; then
   ok "peak activations: 1f1b 1 microbatch, afab 4"
@@ -59,7 +73,7 @@ fi
 
 # 6. A plain text file trains byte-level.
 yes "the quick brown fox jumps over the lazy dog." | head -c 200000 >"$WORK/text.txt"
-OMP_NUM_THREADS=2 "$TRAIN" --data "$WORK/text.txt" --steps 30 --layers 2 --dim 64 --heads 2 >"$WORK/text.log" 2>&1
+run "$WORK/text.log" env OMP_NUM_THREADS=2 "$TRAIN" --data "$WORK/text.txt" --steps 30 --layers 2 --dim 64 --heads 2
 first=$(losses "$WORK/text.log" | head -1)
 last=$(losses "$WORK/text.log" | tail -1)
 if [ -n "$last" ] && "$PY" -c "import sys; sys.exit(0 if $last < $first - 1.0 else 1)"; then
