@@ -124,7 +124,8 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   check_outputs_apart({{"--save-llmc", o.save_llmc},
                        {"--save-hf", o.save_hf},
                        {"--trace", o.trace},
-                       {"--metrics", o.metrics}},
+                       {"--metrics", o.metrics},
+                       {"--tensorboard", o.tensorboard}},
                       o.save);
   require(o.tokenizer.empty() || o.sample_every > 0 || !o.save_hf.empty(),
           "--tokenizer decodes the samples of --sample-every N and goes into --save-hf DIR; "

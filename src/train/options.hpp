@@ -76,6 +76,7 @@ struct TrainOptions {
   std::string save_hf_dtype = "f32";  // f32 or bf16
   std::string trace;                  // Chrome trace of the measured per-rank timeline
   std::string metrics;                // --metrics FILE.jsonl: a JSON object per step and event
+  std::string tensorboard;            // --tensorboard DIR: TensorBoard event files
   // A greedy sample every N steps (0: never), of K tokens, decoded with a tokenizer file or as
   // bytes (generate/training_sample.hpp).
   int sample_every = 0, sample_tokens = 64;

@@ -197,6 +197,10 @@ std::vector<SettingGroup> make_groups() {
             "validation, peak, memory and summary event; a resumed run continues the file after "
             "its checkpoint's step",
             &O::metrics},
+           {"--tensorboard", "DIR",
+            "write TensorBoard event files into DIR (a new file per run; a resumed run's steps "
+            "replace those a stopped one logged past its checkpoint)",
+            &O::tensorboard},
            {"--sample-every", "N",
             "print a greedy sample of the model every N steps and at the end (0: never); not "
             "with --pp",

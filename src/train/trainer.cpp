@@ -284,6 +284,15 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   observe_phases();
   // Last, after every collective here: an error on rank 0 alone is then agreed on by the caller.
   if (metrics_start_) metrics_ = std::make_unique<MetricsLog>(opts_.metrics, *metrics_start_);
+  if (is_root() && !opts_.tensorboard.empty()) {
+    events_ = std::make_unique<EventFile>(opts_.tensorboard);
+    if (first_step_ > 1) events_->restart(first_step_);
+  }
+}
+
+void TrainingRun::record_scalars(int64_t step,
+                                 const std::vector<std::pair<std::string, double>>& v) const {
+  if (events_) events_->scalars(step, v);
 }
 
 void TrainingRun::record(const MetricsRecord& r) const {
@@ -1097,6 +1106,11 @@ int TrainingRun::after_step(const StepRecord& r) {
              .number("tok_s", tokens_per_step() / s)
              .number("mfu", 100.0 * flops_per_step() / s / peak_flops_->flops())
              .integer("tokens", tokens_seen_));
+  record_scalars(step, {{"train/loss", r.loss},
+                        {"train/lr", r.lr},
+                        {"train/grad_norm", r.norm},
+                        {"train/tok_s", tokens_per_step() / s},
+                        {"train/mfu", 100.0 * flops_per_step() / s / peak_flops_->flops()}});
   log_step(r);
   // The step boundary: the ranks agree whether any of them was asked to stop.
   int signal = 0;
@@ -1137,6 +1151,7 @@ void TrainingRun::report_skip(const StepOutcome& s) const {
              .number("loss_z", s.loss_z)
              .number("norm_z", s.norm_z)
              .integer("skipped", skipped_updates_));
+  record_scalars(s.log.step, {{"train/skipped_updates", double(skipped_updates_)}});
   if (!is_root() || !opts_.verbose) return;
   std::printf(
       "step %d: update skipped: its %s %.6g is %.1f standard deviations above the last %d steps' "
@@ -1178,6 +1193,7 @@ void TrainingRun::report_validation(int step) {
   const double loss = validate();
   if (is_root() && opts_.verbose) std::printf("val step %d | loss %.6f\n", step, loss);
   record(MetricsRecord("val").integer("step", step).number("loss", loss));
+  record_scalars(step, {{"val/loss", loss}});
 }
 
 void TrainingRun::report_run(int last, int status) const {

@@ -17,6 +17,7 @@
 #include "checkpoint/state_files.hpp"
 #include "data/loader.hpp"
 #include "generate/training_sample.hpp"
+#include "io/event_file.hpp"
 #include "model/activations.hpp"
 #include "model/parameters.hpp"
 #include "optim/adamw.hpp"
@@ -261,7 +262,10 @@ class TrainingRun {
   TestFault test_fault_;  // MPIFORMER_TEST_FAULT, for the tests
   // Logs a skipped update (rank 0), into the log and --metrics.
   void report_skip(const StepOutcome& s) const;
-  std::unique_ptr<MetricsLog> metrics_;       // rank 0, with --metrics; opened last
+  std::unique_ptr<MetricsLog> metrics_;  // rank 0, with --metrics; opened last
+  std::unique_ptr<EventFile> events_;    // rank 0, with --tensorboard; opened last
+  // Scalars at `step` into --tensorboard, if any.
+  void record_scalars(int64_t step, const std::vector<std::pair<std::string, double>>& v) const;
   void record(const MetricsRecord& r) const;  // into --metrics, if any
   std::unique_ptr<PhaseTimers> timers_;
 };
