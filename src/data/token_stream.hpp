@@ -4,8 +4,9 @@
 // (magic 20240520, version 1) holds uint16 tokens, Llama 3's (magic 20240801, version 7) uint32;
 // the file size must be exactly 1024 + width·n. Any other file is read as text, one token per
 // byte, but a .bin without a shard's magic is an error: a shard whose header was damaged would
-// otherwise train as bytes; `as_bytes` (the loader's bytes:PATH) takes its bytes all the same. Every token is checked against the model's vocabulary when the file is opened, so a bad
-// id is reported with its file and position instead of indexing out of bounds later.
+// otherwise train as bytes; `as_bytes` (the loader's bytes:PATH) takes its bytes all the same.
+// Every token is checked against the model's vocabulary when the file is opened, so a bad id is
+// reported with its file and position instead of indexing out of bounds later.
 //
 // Tokens are held at the shard's width. A shard is memory-mapped rather than copied, so the
 // ranks on a node share one copy in the page cache however large the data is.

@@ -3,8 +3,8 @@
 #include <cctype>
 #include <fstream>
 
-#include "io/input_file.hpp"
 #include "core/error.hpp"
+#include "io/input_file.hpp"
 
 namespace mpf {
 

@@ -25,8 +25,8 @@ const char* kind_of(mode_t mode) {
 }
 
 void require_regular(const struct stat& st, const std::string& what, const std::string& instead) {
-  require(S_ISREG(st.st_mode), what + ": is " + kind_of(st.st_mode) + ", not a regular file; pass " +
-                                   instead);
+  require(S_ISREG(st.st_mode),
+          what + ": is " + kind_of(st.st_mode) + ", not a regular file; pass " + instead);
 }
 }  // namespace
 
@@ -80,9 +80,9 @@ std::string read_input_text(const std::string& path, const std::string& what,
                             const std::string& instead, int64_t limit) {
   int64_t bytes = 0;
   const File f = open_for_reading(path, what, instead, bytes);
-  require(bytes <= limit, what + ": " + std::to_string(bytes) + " bytes, implausibly large (at most " +
-                              std::to_string(limit) + " expected); the file is corrupt or not " +
-                              instead);
+  require(bytes <= limit, what + ": " + std::to_string(bytes) +
+                              " bytes, implausibly large (at most " + std::to_string(limit) +
+                              " expected); the file is corrupt or not " + instead);
   std::string text(size_t(bytes), '\0');
   read_exact(f.get(), text.data(), text.size(), what);
   return text;

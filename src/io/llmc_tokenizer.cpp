@@ -8,8 +8,8 @@
 #include <cstring>
 #include <memory>
 
-#include "io/input_file.hpp"
 #include "core/error.hpp"
+#include "io/input_file.hpp"
 #include "io/llmc_format.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "llm.c files are little-endian");

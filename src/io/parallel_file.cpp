@@ -160,7 +160,8 @@ ParallelFile::ParallelFile(MPI_Comm comm, std::string path, Mode mode)
   // A file to read must be a regular one: MPI_File_open of a FIFO waits for a writer forever.
   // Every rank sees the same file, so every rank skips the open alike.
   struct stat st;
-  const bool regular = mode == Mode::kCreate || stat(path_.c_str(), &st) != 0 || S_ISREG(st.st_mode);
+  const bool regular =
+      mode == Mode::kCreate || stat(path_.c_str(), &st) != 0 || S_ISREG(st.st_mode);
   if (!regular) {
     error_ = path_ + ": not a regular file (a FIFO, a socket, a device or a directory)";
   } else if (const int rc = MPI_File_open(comm_, path_.c_str(), amode, MPI_INFO_NULL, &fh_);
