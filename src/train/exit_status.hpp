@@ -12,6 +12,7 @@ enum ExitStatus : int {
   kExitDiverged = 4,    // a non-finite loss or gradient norm: that step's update was not applied
   kExitWatchdog = 5,    // a step ran longer than --step-timeout: the job was aborted
   kExitSaveFailed = 6,  // a checkpoint could not be written; the previous one is intact
+  kExitSuspect = 7,     // --rerun-suspect: a step computed again gave a rank other gradients
 };
 
 // A second stop signal, or a step that did not end within its grace after the first

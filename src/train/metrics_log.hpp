@@ -6,6 +6,8 @@
 //   val      a validation: step, loss;
 //   peak     MFU's peak measured again (peak_tracker.hpp): step, gflops (all ranks);
 //   outlier  an update --skip-outliers skipped: step, loss, norm, their z-scores, skipped so far;
+//   rerun    --rerun-suspect computed a step again to the same bits: step, loss;
+//   suspect  ... to other bits on some rank: step, verdict (the ranks and hosts);
 //   diverged the step that stopped the run: step, loss, norm (null where not finite);
 //   memory   the end: the measured peak resident set and the prediction, GB, of the rank whose
 //            prediction was furthest off;

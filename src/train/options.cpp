@@ -127,6 +127,9 @@ TrainOptions parse_options(int argc, const char* const* argv) {
                        {"--metrics", o.metrics},
                        {"--tensorboard", o.tensorboard}},
                       o.save);
+  require(!o.rerun_suspect || !o.overlap_grad_reduce,
+          "--rerun-suspect compares each rank's gradients before they are reduced, and "
+          "--overlap-grad-reduce reduces them during the backward; drop one of the two");
   require(o.tokenizer.empty() || o.sample_every > 0 || !o.save_hf.empty(),
           "--tokenizer decodes the samples of --sample-every N and goes into --save-hf DIR; "
           "pass one of those too, or drop it");
@@ -165,7 +168,8 @@ std::string usage() {
       "one exits at once. Exit status: 0 done, 1 internal fault, 2 bad input or checkpoint,\n"
       "3 stopped by a signal, 4 diverged (non-finite loss or gradient norm: the update is not\n"
       "applied), 5 watchdog (--step-timeout), 6 a save failed (the previous checkpoint stays\n"
-      "intact), 128+N a second stop signal N, or a step that did not end within its grace\n"
+      "intact), 7 a step computed again gave a rank other gradients (--rerun-suspect),\n"
+      "128+N a second stop signal N, or a step that did not end within its grace\n"
       "after the first, exited at once without saving (130 SIGINT, 138 SIGUSR1, 143 SIGTERM)\n";
   return out;
 }

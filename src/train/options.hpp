@@ -40,6 +40,7 @@ struct TrainOptions {
   // deviations above the last outlier_window steps' (0: off).
   double skip_outliers = 0.0;
   int outlier_window = 128;
+  bool rerun_suspect = false;  // compute such a step (or a non-finite one) again and compare
   std::string lr_schedule = "cosine";
   float final_lr_frac = 0.0f;
   int lr_decay_steps = 0;  // the schedule's length (Megatron's --lr-decay-iters); 0: --steps

@@ -17,6 +17,8 @@ class OutlierWindow {
   // x's z-score against the values before it (NaN while there are fewer than the window's size;
   // ±inf where they are all equal and x is not); then x joins, the oldest leaving.
   double push(double x);
+  // The same z-score, without x joining.
+  double z(double x) const;
 
   std::vector<double> values() const { return {values_.begin(), values_.end()}; }  // oldest first
   // From a checkpoint (oldest first); only the newest `size` are kept (--outlier-window changed).

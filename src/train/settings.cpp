@@ -107,6 +107,11 @@ std::vector<SettingGroup> make_groups() {
             &O::skip_outliers, 0, "optimizer.skip_outliers", kWarns},
            {"--outlier-window", "N", "the steps --skip-outliers compares with (default 128)",
             &O::outlier_window, 2, "optimizer.outlier_window", kWarns},
+           {"--rerun-suspect", "",
+            "compute a step --skip-outliers flags, or one whose loss or norm is not finite, "
+            "again from the same state: if a rank's gradients come out different, stop naming "
+            "it and its host (exit 7); if not, the spike is the data's",
+            &O::rerun_suspect},
        }},
       {"layout (world = tp x cp x dp x pp ranks, tp fastest-varying; any layout resumes any "
        "other's)",

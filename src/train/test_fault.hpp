@@ -1,6 +1,7 @@
 // For tests only: MPIFORMER_TEST_FAULT=STEP:RANK:SCALE multiplies one rank's gradients by SCALE in
 // one step, after its backward and before any reduction: a loss-free spike in the gradient norm,
-// on purpose and the same in every run, for the outlier tests. Unset, nothing happens.
+// on purpose and the same in every run, for the outlier tests (without --overlap-grad-reduce,
+// whose buckets are reduced during the backward). Unset, nothing happens.
 #pragma once
 
 #include <cstdint>

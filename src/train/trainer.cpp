@@ -953,6 +953,11 @@ TrainResult TrainingRun::train() {
     for (int n = first_step_; n <= opts_.steps && result.status == kExitDone; ++n) {
       last = n;
       const StepOutcome s = step(n);
+      if (!s.suspect.empty()) {
+        result.status = report_suspect(s);
+        break;
+      }
+      if (s.rerun) report_rerun(s);
       if (!s.diverged) tally(s, result);
       if (s.skipped) report_skip(s);
       result.status = s.diverged ? report_divergence(s.log) : after_step(s.log);
@@ -972,12 +977,25 @@ TrainingRun::StepOutcome TrainingRun::step(int step) {
   StepOutcome out = prepare_step(step);
   PhaseScope in_step(phases_, StepPhase::kStep, step);
   Stopwatch clock;
+  const DataPosition batch_at = train_data_->position();
   out.log.loss = compute();
   apply_test_fault(test_fault_, step, grid_->world_rank(), grads_.slab.data(), grads_.count);
+  // This rank's gradients before any reduction, for a second computation to be held against.
+  const uint64_t first = opts_.rerun_suspect ? bits_checksum(grads_.slab.data(), grads_.count) : 0;
   // zb-auto plans from the second step's op times: the first's include the warm-up (first
   // touches of buffers, BLAS start-up) and misstate the stages' ratios.
   if (out.zb_planning) plan_zb_auto(step);
   out.log.norm = sync();
+  if (opts_.rerun_suspect && suspect_values(out.log.loss, out.log.norm)) {
+    // The same parameters and the same batch again: the same bits, unless hardware erred.
+    train_data_->seek(batch_at);
+    out.log.loss = compute();
+    out.suspect = rerun_verdict(grid_->world_comm(), first,
+                                bits_checksum(grads_.slab.data(), grads_.count), step);
+    if (!out.suspect.empty()) return out;
+    out.rerun = true;
+    out.log.norm = sync();
+  }
   // Every rank holds the same loss and norm (all-reduced): they stop together, before an update
   // that would spread the non-finite values into the parameters.
   out.diverged = !std::isfinite(out.log.loss) || !std::isfinite(out.log.norm);
@@ -1140,6 +1158,27 @@ int TrainingRun::after_step(const StepRecord& r) {
     std::fflush(stdout);
   }
   return kExitSignalled;
+}
+
+bool TrainingRun::suspect_values(double loss, double norm) const {
+  if (!std::isfinite(loss) || !std::isfinite(norm)) return true;
+  const double z = opts_.skip_outliers;
+  return z > 0 && (loss_window_.z(loss) > z || norm_window_.z(norm) > z);
+}
+
+int TrainingRun::report_suspect(const StepOutcome& s) const {
+  record(MetricsRecord("suspect").integer("step", s.log.step).text("verdict", s.suspect));
+  if (is_root()) print_error("%s", s.suspect.c_str());
+  return kExitSuspect;
+}
+
+void TrainingRun::report_rerun(const StepOutcome& s) const {
+  record(MetricsRecord("rerun").integer("step", s.log.step).number("loss", s.log.loss));
+  if (!is_root() || !opts_.verbose) return;
+  std::printf(
+      "step %d: computed again from the same state: the same bits on every rank, so its "
+      "loss %.6f and gradient norm %.6g are the data's\n",
+      s.log.step, s.log.loss, s.log.norm);
 }
 
 void TrainingRun::report_skip(const StepOutcome& s) const {

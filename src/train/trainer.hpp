@@ -40,6 +40,7 @@
 #include "train/phase_timers.hpp"
 #include "train/step_log.hpp"
 #include "train/step_phases.hpp"
+#include "train/step_rerun.hpp"
 #include "train/step_trace.hpp"
 #include "train/test_fault.hpp"
 #include "train/watchdog.hpp"
@@ -129,6 +130,10 @@ class TrainingRun {
     // --skip-outliers skipped the update.
     double loss_z = 0.0, norm_z = 0.0;
     bool skipped = false;
+    // --rerun-suspect: the step was computed again; `suspect` names the ranks whose gradients
+    // changed (the run stops), else the two computations agreed.
+    bool rerun = false;
+    std::string suspect;
   };
   // The steps so far, for the summary and the stop signals' grace.
   struct Tally {
@@ -262,6 +267,10 @@ class TrainingRun {
   TestFault test_fault_;  // MPIFORMER_TEST_FAULT, for the tests
   // Logs a skipped update (rank 0), into the log and --metrics.
   void report_skip(const StepOutcome& s) const;
+  // --rerun-suspect: whether this step's values call for a second computation.
+  bool suspect_values(double loss, double norm) const;
+  int report_suspect(const StepOutcome& s) const;
+  void report_rerun(const StepOutcome& s) const;
   std::unique_ptr<MetricsLog> metrics_;  // rank 0, with --metrics; opened last
   std::unique_ptr<EventFile> events_;    // rank 0, with --tensorboard; opened last
   // Scalars at `step` into --tensorboard, if any.

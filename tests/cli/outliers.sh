@@ -4,7 +4,8 @@
 # line says so, --metrics records it, the model and AdamW's moments after it are those before it
 # (the checkpoints of steps 29 and 30), and every step until then is the unfaulted run's. A run
 # resumed from step 20 keeps the window and skips step 30 alike; without --skip-outliers the spike
-# is applied.
+# is applied. --rerun-suspect computes the spike again: the fault, gone the second time, names
+# rank 1 (exit 7); spikes of the data's own compute again to the same bits.
 source "$(dirname "$0")/common.sh"
 
 export OMP_NUM_THREADS=1
@@ -61,4 +62,37 @@ MPIFORMER_TEST_FAULT=$fault timeout 300 "$MPIEXEC" -n 2 "$TRAIN" "${args[@]}" --
   --save "$WORK/applied" --save-every 29 >"$WORK/applied.log" 2>&1 || bad "the run without the flag"
 ! grep -q "update skipped" "$WORK/applied.log" && ! same_bits "$WORK/applied" model &&
   ok "without --skip-outliers: the spike's update applied" || bad "without --skip-outliers"
+
+# 5. --rerun-suspect: the spike computed again without the fault (a transient one, as hardware's)
+#    gives rank 1 other gradients: exit 7, one error line naming rank 1 and its host.
+MPIFORMER_TEST_FAULT=$fault timeout 300 "$MPIEXEC" -n 2 "$TRAIN" "${args[@]}" --steps 30 \
+  --skip-outliers 6 --rerun-suspect --metrics "$WORK/suspect.jsonl" >"$WORK/suspect.log" 2>&1
+rc=$?
+errors=$(grep -c '^error:' "$WORK/suspect.log")
+if [ "$rc" -eq 7 ] && [ "$errors" -eq 1 ] &&
+  grep -qE "^error: step 30: computed again from the same state, the gradients of rank 1 on $(hostname) came out different" "$WORK/suspect.log" &&
+  grep -q '"kind":"suspect","step":30,' "$WORK/suspect.jsonl"; then
+  ok "a transient fault: exit 7, $(grep '^error:' "$WORK/suspect.log" | cut -c1-110)..."
+else
+  bad "a transient fault: exit $rc, $errors error line(s)"; grep -E '^error|skipped' "$WORK/suspect.log"
+fi
+
+# 6. Spikes of the data's own (over a window of 2 steps, --skip-outliers 0.5 flags ordinary steps):
+#    each computed again agrees, and the run is bit for bit the one without --rerun-suspect.
+low=(--val-every 0 --layers 2 --dim 64 --heads 4 --seq-len 32 --batch 8 --threads 1
+  --lr-decay-steps 30 --outlier-window 2 --skip-outliers 0.5 --steps 30)
+timeout 300 "$MPIEXEC" -n 2 "$TRAIN" "${low[@]}" >"$WORK/low.log" 2>&1 || bad "--skip-outliers 0.5"
+timeout 300 "$MPIEXEC" -n 2 "$TRAIN" "${low[@]}" --rerun-suspect >"$WORK/low_rerun.log" 2>&1
+rc=$?
+reruns=$(grep -c '^step [0-9]*: computed again from the same state: the same bits on every rank' "$WORK/low_rerun.log")
+skipped=$(grep -c 'update skipped' "$WORK/low.log")
+if [ "$rc" -eq 0 ] && [ "$reruns" -ge 1 ] && [ "$reruns" -eq "$skipped" ] &&
+  [ "$(numbers "$WORK/low_rerun.log")" = "$(numbers "$WORK/low.log")" ]; then
+  ok "the data's spikes: $reruns step(s) computed again, the same bits; the run as without --rerun-suspect"
+else
+  bad "the data's spikes: exit $rc, $reruns re-run(s) for $skipped flagged step(s)"
+fi
+expect_error "--rerun-suspect with --overlap-grad-reduce" 2 \
+  "^error: --rerun-suspect compares each rank's gradients before they are reduced, and --overlap-grad-reduce reduces them during the backward; drop one of the two$" \
+  -- "${args[@]}" --steps 2 --rerun-suspect --overlap-grad-reduce
 finish
