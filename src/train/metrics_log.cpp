@@ -121,11 +121,12 @@ MetricsStart plan_metrics(const std::string& path, int first_step, const std::st
               " records of steps the checkpoint does not hold (this run does them again)";
   }
   if (!dropped.empty()) start.note += (start.note.empty() ? "" : "; ") + dropped;
+  start.rewrite = start.dropped > 0 || torn_end;
   return start;
 }
 
 MetricsLog::MetricsLog(std::string path, const MetricsStart& start) : path_(std::move(path)) {
-  if (start.exists && (start.dropped > 0 || !start.note.empty())) {
+  if (start.exists && start.rewrite) {
     // The kept records under a temporary name, renamed over the file: a crash leaves the old
     // file or the new one, never a mix.
     const std::string tmp = path_ + ".partial-" + std::to_string(::getpid());

@@ -43,6 +43,9 @@ struct MetricsStart {
   int keep_through = 0;           // records of later steps are dropped (0: none kept)
   std::vector<std::string> kept;  // the lines kept, each with its "\n"
   int dropped = 0;
+  // The file is written anew (atomically) before appending: records dropped, or a last line
+  // that lacks its newline (a crash between a record's last byte and its newline, or a full disk).
+  bool rewrite = false;
   std::string note;  // for rank 0 to print, or ""
 };
 
