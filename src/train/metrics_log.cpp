@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "core/error.hpp"
 #include "io/input_file.hpp"
@@ -42,16 +43,18 @@ std::string MetricsRecord::line() const {
 }
 
 namespace {
-// The record's step, or -1 where the line is not a record of this program's.
-long long record_step(const std::string& line, const std::string& origin) {
+// The line as a record of this program's (a JSON object with a string "kind" and an integer
+// "step"), or nullopt.
+std::optional<json::Value> parse_record(const std::string& line, const std::string& origin) {
   try {
-    const json::Value v = json::parse(line, origin);
+    json::Value v = json::parse(line, origin);
     const json::Value* kind = v.find("kind");
     const json::Value* step = v.find("step");
-    if (!kind || !kind->is_string() || !step || !step->is_number()) return -1;
-    return step->integer();
+    if (!kind || !kind->is_string() || !step || !step->is_number()) return std::nullopt;
+    step->integer();  // integral, or TypeError
+    return v;
   } catch (const std::exception&) {
-    return -1;
+    return std::nullopt;
   }
 }
 }  // namespace
@@ -75,8 +78,8 @@ MetricsStart plan_metrics(const std::string& path, int first_step, const std::st
   bool other_run = false;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string origin = "--metrics " + path + " line " + std::to_string(i + 1);
-    const long long step = record_step(lines[i], origin);
-    if (step < 0) {
+    const std::optional<json::Value> record = parse_record(lines[i], origin);
+    if (!record) {
       require(i + 1 == lines.size() && torn_end,
               origin +
                   " is not a metrics record (a JSON object with a kind and a step): not a "
@@ -89,17 +92,15 @@ MetricsStart plan_metrics(const std::string& path, int first_step, const std::st
     if (first_step == 1) {
       // A new run: only an earlier attempt of this job (same --save, no checkpoint) may be
       // started over.
-      const json::Value v = json::parse(lines[i], origin);
-      const json::Value* kind = v.find("kind");
-      const json::Value* run_save = v.find("save");
-      if (kind->string() == "run" &&
+      const json::Value* run_save = record->find("save");
+      if (record->find("kind")->string() == "run" &&
           (save.empty() || !run_save || !run_save->is_string() || run_save->string() != save)) {
         other_run = true;
       }
       ++start.dropped;
       continue;
     }
-    if (step < first_step) {
+    if (record->find("step")->integer() < first_step) {
       start.kept.push_back(lines[i] + "\n");
     } else {
       ++start.dropped;

@@ -1,9 +1,6 @@
 #include "train/step_rerun.hpp"
 
-#include <unistd.h>
-
 #include <Kokkos_Core.hpp>
-#include <cstring>
 #include <vector>
 
 #include "core/error.hpp"
@@ -28,25 +25,25 @@ uint64_t bits_checksum(const float* x, int64_t n) {
   return sum;
 }
 
-std::string rerun_verdict(MPI_Comm world, uint64_t first, uint64_t second, int step) {
-  int size = 1, rank = 0;
+std::vector<int> ranks_whose_bits_changed(MPI_Comm world, uint64_t first, uint64_t second) {
+  int size = 1;
   MPI_Comm_size(world, &size);
-  MPI_Comm_rank(world, &rank);
-  char host[64] = {};
-  gethostname(host, sizeof host - 1);
   const int mine = first != second ? 1 : 0;
-  std::vector<int> changed(size);
-  std::vector<char> hosts(size_t(size) * sizeof host);
+  std::vector<int> changed(size), ranks;
   MPF_MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT, changed.data(), 1, MPI_INT, world));
-  MPF_MPI_CHECK(
-      MPI_Allgather(host, sizeof host, MPI_CHAR, hosts.data(), sizeof host, MPI_CHAR, world));
-  std::string named;
   for (int r = 0; r < size; ++r) {
-    if (!changed[r]) continue;
-    named += (named.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " on " +
-             std::string(&hosts[size_t(r) * sizeof host]);
+    if (changed[r]) ranks.push_back(r);
   }
-  if (named.empty()) return "";
+  return ranks;
+}
+
+std::string suspect_line(int step, const std::vector<int>& ranks,
+                         const std::vector<PlacementRow>& placement) {
+  std::string named;
+  for (const int r : ranks) {
+    const std::string host = r < int(placement.size()) ? placement[r].place.host : "?";
+    named += (named.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " on " + host;
+  }
   return "step " + std::to_string(step) +
          ": computed again from the same state, the gradients of " + named +
          " came out different (the training is bit-reproducible, so that hardware gave two "

@@ -11,6 +11,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "parallel/placement.hpp"
 
 namespace mpf {
 
@@ -18,8 +21,12 @@ namespace mpf {
 // 2^64 (an order-free sum: the same on any thread count); any one changed element changes it.
 uint64_t bits_checksum(const float* x, int64_t n);
 
-// Collective over `world`: "" when every rank's two checksums agree, else one line naming each
-// rank whose gradients changed and its host, for rank 0 to print.
-std::string rerun_verdict(MPI_Comm world, uint64_t first, uint64_t second, int step);
+// Collective over `world`: the ranks (every rank gets them) whose two checksums differ.
+std::vector<int> ranks_whose_bits_changed(MPI_Comm world, uint64_t first, uint64_t second);
+
+// The error line for rank 0: the step, and each such rank with its host from the start-up
+// placement table (world order).
+std::string suspect_line(int step, const std::vector<int>& ranks,
+                         const std::vector<PlacementRow>& placement);
 
 }  // namespace mpf

@@ -990,8 +990,8 @@ TrainingRun::StepOutcome TrainingRun::step(int step) {
     // The same parameters and the same batch again: the same bits, unless hardware erred.
     train_data_->seek(batch_at);
     out.log.loss = compute();
-    out.suspect = rerun_verdict(grid_->world_comm(), first,
-                                bits_checksum(grads_.slab.data(), grads_.count), step);
+    out.suspect = ranks_whose_bits_changed(grid_->world_comm(), first,
+                                           bits_checksum(grads_.slab.data(), grads_.count));
     if (!out.suspect.empty()) return out;
     out.rerun = true;
     out.log.norm = sync();
@@ -1115,20 +1115,22 @@ int TrainingRun::after_step(const StepRecord& r) {
         MetricsRecord("peak").integer("step", step).number("gflops", peak_flops_->flops() / 1e9));
   }
   const double s = r.ms / 1e3;
+  const double tok_s = tokens_per_step() / s,
+               mfu = 100.0 * flops_per_step() / s / peak_flops_->flops();
   record(MetricsRecord("step")
              .integer("step", step)
              .number("loss", r.loss)
              .number("lr", r.lr)
              .number("norm", r.norm)
              .number("ms", r.ms)
-             .number("tok_s", tokens_per_step() / s)
-             .number("mfu", 100.0 * flops_per_step() / s / peak_flops_->flops())
+             .number("tok_s", tok_s)
+             .number("mfu", mfu)
              .integer("tokens", tokens_seen_));
   record_scalars(step, {{"train/loss", r.loss},
                         {"train/lr", r.lr},
                         {"train/grad_norm", r.norm},
-                        {"train/tok_s", tokens_per_step() / s},
-                        {"train/mfu", 100.0 * flops_per_step() / s / peak_flops_->flops()}});
+                        {"train/tok_s", tok_s},
+                        {"train/mfu", mfu}});
   log_step(r);
   // The step boundary: the ranks agree whether any of them was asked to stop.
   int signal = 0;
@@ -1167,8 +1169,10 @@ bool TrainingRun::suspect_values(double loss, double norm) const {
 }
 
 int TrainingRun::report_suspect(const StepOutcome& s) const {
-  record(MetricsRecord("suspect").integer("step", s.log.step).text("verdict", s.suspect));
-  if (is_root()) print_error("%s", s.suspect.c_str());
+  if (!is_root()) return kExitSuspect;  // the placement table, the log and --metrics are rank 0's
+  const std::string line = suspect_line(s.log.step, s.suspect, placement_);
+  record(MetricsRecord("suspect").integer("step", s.log.step).text("verdict", line));
+  print_error("%s", line.c_str());
   return kExitSuspect;
 }
 

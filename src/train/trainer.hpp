@@ -130,10 +130,10 @@ class TrainingRun {
     // --skip-outliers skipped the update.
     double loss_z = 0.0, norm_z = 0.0;
     bool skipped = false;
-    // --rerun-suspect: the step was computed again; `suspect` names the ranks whose gradients
+    // --rerun-suspect: the step was computed again; `suspect` holds the ranks whose gradients
     // changed (the run stops), else the two computations agreed.
     bool rerun = false;
-    std::string suspect;
+    std::vector<int> suspect;
   };
   // The steps so far, for the summary and the stop signals' grace.
   struct Tally {

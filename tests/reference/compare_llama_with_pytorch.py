@@ -271,6 +271,16 @@ def main():
         print(f"{text}  {'PASS' if ok else 'FAIL'}")
         passed, failed = passed + bool(ok), failed + (not ok)
 
+    def check_steps(ref, trainer, label=""):
+        """Each step's loss within LOSS_RTOL and its norm within NORM_RTOL (plus the print's ulp)."""
+        for k, (r, t) in enumerate(zip(ref, trainer), start=1):
+            rel = abs(float(t["loss"]) - r["loss"]) / abs(r["loss"])
+            ok_norm = abs(float(t["norm"]) - r["norm"]) <= printed_ulp(t["norm"]) + \
+                NORM_RTOL * r["norm"]
+            check(rel <= LOSS_RTOL and ok_norm,
+                  f"{label}{k:>4} {t['loss']:>15} {r['loss']:>13.6f} {rel:>9.1e} "
+                  f"{t['norm']:>9} {r['norm']:>10.6f}")
+
     try:
         params0 = random_model(MODEL)
         model = os.path.join(workdir, "llama.bin")
@@ -282,13 +292,7 @@ def main():
         tr_rows, tr_final = run_trainer(exe, workdir, model, shard, "fp32")
         print(f"{'step':>4} {'loss (trainer)':>15} {'loss (torch)':>13} {'rel diff':>9} "
               f"{'norm tr':>9} {'norm torch':>10}")
-        for k, (r, t) in enumerate(zip(ref_rows, tr_rows), start=1):
-            rel = abs(float(t["loss"]) - r["loss"]) / abs(r["loss"])
-            ok_norm = abs(float(t["norm"]) - r["norm"]) <= printed_ulp(t["norm"]) + \
-                NORM_RTOL * r["norm"]
-            check(rel <= LOSS_RTOL and ok_norm,
-                  f"{k:>4} {t['loss']:>15} {r['loss']:>13.6f} {rel:>9.1e} {t['norm']:>9} "
-                  f"{r['norm']:>10.6f}")
+        check_steps(ref_rows, tr_rows)
         print(f"{'tensor':>10} {'param rel':>10} {'update rel':>10}")
         for name, _ in shapes(MODEL):
             init = params0[name].astype(np.float64)
@@ -307,13 +311,7 @@ def main():
         ref_doc, ref_doc_final = reference_run(params0, doc_tokens, MODEL, doc_token=doc)
         tr_doc, tr_doc_final = run_trainer(exe, workdir, model, doc_shard, "fp32",
                                            ("--doc-mask", "--doc-token", str(doc)))
-        for k, (r, t) in enumerate(zip(ref_doc, tr_doc), start=1):
-            rel = abs(float(t["loss"]) - r["loss"]) / abs(r["loss"])
-            ok_norm = abs(float(t["norm"]) - r["norm"]) <= printed_ulp(t["norm"]) + \
-                NORM_RTOL * r["norm"]
-            check(rel <= LOSS_RTOL and ok_norm,
-                  f"[doc-mask] {k:>4} {t['loss']:>15} {r['loss']:>13.6f} {rel:>9.1e} "
-                  f"{t['norm']:>9} {r['norm']:>10.6f}")
+        check_steps(ref_doc, tr_doc, "[doc-mask] ")
         worst = max(np.linalg.norm(tr_doc_final[n].astype(np.float64) - ref_doc_final[n]) /
                     np.linalg.norm(ref_doc_final[n]) for n, _ in shapes(MODEL))
         check(worst <= PARAM_RTOL, f"[doc-mask] final tensors within {worst:.1e}")
