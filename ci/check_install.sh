@@ -42,6 +42,8 @@ grep -q "usage:" "$work/out" || fail "bin/mpiformer-train --help prints the usag
 check "bin/mpiformer-bench is installed and executable" test -x "$prefix/bin/mpiformer-bench"
 check "bin/mpiformer-generate --help" "$prefix/bin/mpiformer-generate" --help
 grep -q "usage:" "$work/out" || fail "bin/mpiformer-generate --help prints the usage"
+check "bin/mpiformer-eval --help" "$prefix/bin/mpiformer-eval" --help
+grep -q "usage:" "$work/out" || fail "bin/mpiformer-eval --help prints the usage"
 check "bin/mpiformer-tokenize --help" "$prefix/bin/mpiformer-tokenize" --help
 grep -q "usage:" "$work/out" || fail "bin/mpiformer-tokenize --help prints the usage"
 check "bin/mpiformer-plot --help" "$prefix/bin/mpiformer-plot" --help

@@ -374,7 +374,7 @@ void ModelStage::post_recv_backward(int mb, int chunk) {
 
 double ModelStage::evaluate(const ParameterTensors& params, const std::vector<Tokens>& inputs,
                             const std::vector<Tokens>& targets,
-                            const std::vector<Tokens>* doc_starts) {
+                            const std::vector<Tokens>* doc_starts, const LossesSeen& losses) {
   // Forward only, microbatch by microbatch through the chunks in order. A microbatch's sets are
   // held until all its chunks are done: a send may be to this very rank (one stage, several
   // chunks), and MPI completes it only once the receive is posted.
@@ -388,6 +388,7 @@ double ModelStage::evaluate(const ParameterTensors& params, const std::vector<To
       a->doc_start = doc_starts ? (*doc_starts)[mb].data() : nullptr;
       gpt_forward(*a, params, inputs[mb], targets[mb], tp_, workspace_.get());
       if (chunks_[c].head) add_loss(*a, loss);
+      if (chunks_[c].head && losses) losses(int(mb), a->losses);
       if (!p2p_.is_last(c)) p2p_.send_forward(a->output().data(), int(mb), c);
     }
     p2p_.wait_for_sends();

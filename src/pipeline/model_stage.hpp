@@ -72,10 +72,12 @@ class ModelStage : public pipeline::StageOps {
   // Completes the sends still in flight (their buffers become reusable).
   void end_step();
   // Validation: the forward passes alone through the pipeline, outside any step; returns the sum
-  // of the per-token losses on the last stage, 0 on the others.
+  // of the per-token losses on the last stage, 0 on the others. On the last stage `losses`, if
+  // given, is told each microbatch's per-token losses (B,T) while they are valid.
+  using LossesSeen = std::function<void(int mb, const Tensor& losses)>;
   double evaluate(const ParameterTensors& params, const std::vector<Tokens>& inputs,
                   const std::vector<Tokens>& targets,
-                  const std::vector<Tokens>* doc_starts = nullptr);
+                  const std::vector<Tokens>* doc_starts = nullptr, const LossesSeen& losses = {});
   // Σ of the per-token losses of the microbatches forwarded since begin_step (last stage; 0 on
   // the others): added up in the kernels' memory, read to the host here, once a step.
   double loss_sum() const;

@@ -75,14 +75,20 @@ std::string MemoryPlan::summary() const {
   return s;
 }
 
-MemoryPlan plan_memory(const MemoryShape& s) {
-  const TpShard& shard = s.shard;
-  const int64_t f = int64_t(sizeof(float));
-  MemoryPlan plan;
-  auto add = [&](std::string name, int64_t bytes, std::string detail, std::string shrink) {
-    plan.terms.push_back({std::move(name), bytes, std::move(detail), std::move(shrink)});
-  };
+namespace {
 
+constexpr int64_t f = int64_t(sizeof(float));
+
+// Appends a term to a plan.
+struct Terms {
+  MemoryPlan& plan;
+  void operator()(std::string name, int64_t bytes, std::string detail, std::string shrink) const {
+    plan.terms.push_back({std::move(name), bytes, std::move(detail), std::move(shrink)});
+  }
+};
+
+void add_state_terms(const MemoryShape& s, const Terms& add) {
+  const TpShard& shard = s.shard;
   // The slabs: parameters and gradients padded to a multiple of the DP x CP ranks (ZeRO's
   // buckets), AdamW's two moments (this rank's shard under ZeRO), the bf16 copy of the weights.
   const int64_t count = Parameters::slab_floats(shard, s.dp_cp);
@@ -98,7 +104,11 @@ MemoryPlan plan_memory(const MemoryShape& s) {
   add("optimizer", 2 * state * f,
       s.zero ? "AdamW's m and v, this rank's ZeRO shard" : "AdamW's m and v",
       s.zero ? "--tp, --pp" : "--zero 1, --tp, --pp");
+}
 
+// Returns the (microbatch, chunk) sets held at the peak.
+int add_activation_terms(const MemoryShape& s, const Terms& add) {
+  const TpShard& shard = s.shard;
   // Activations: the most (microbatch, chunk) sets held at once, each its chunk's activations;
   // W inputs: one set of two blocks when W goes with B, else one per set held.
   int64_t largest_chunk = 0, largest_w = 0;
@@ -134,7 +144,11 @@ MemoryPlan plan_memory(const MemoryShape& s) {
   add("weight-gradient inputs", w_sets,
       s.weight_with_input ? "two blocks' (W runs with B)" : "one set per microbatch awaiting W",
       "--micro-batch-size, --cp, a classic --schedule");
+  return sets;
+}
 
+void add_buffer_terms(const MemoryShape& s, int sets, const Terms& add) {
+  const TpShard& shard = s.shard;
   // Messages: the ring's K/V blocks and their accumulators, the pipeline's input-gradient send
   // buffers (one per set in flight), and their host copies when staged.
   int64_t messages = RingAttention::bytes(s.cp, s.micro_batch, s.seq_len * s.cp, shard.kv_heads,
@@ -160,7 +174,16 @@ MemoryPlan plan_memory(const MemoryShape& s) {
   work += attention_scratch_bytes(shard.heads, shard.kv_heads, shard.head_size, s.threads);
   add("workspace", work, "backward buffers, recomputation, bf16 operands, attention tiles",
       "--micro-batch-size");
+}
 
+}  // namespace
+
+MemoryPlan plan_memory(const MemoryShape& s) {
+  MemoryPlan plan;
+  const Terms add{plan};
+  add_state_terms(s, add);
+  const int sets = add_activation_terms(s, add);
+  add_buffer_terms(s, sets, add);
   add("data", s.data_bytes, "token files, mapped", "");
   add("process", s.process_bytes, "resident before the model: MPI, Kokkos, libraries", "");
   return plan;

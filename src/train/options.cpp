@@ -13,11 +13,9 @@
 
 namespace mpf {
 
-namespace {
-
 using flags::number;
 
-// "  --flag ARG   text" with the text wrapped at 100 columns under a 24-column indent.
+// The text wrapped at 100 columns under a 24-column indent.
 std::string help_entry(const std::string& left, const std::string& text) {
   constexpr size_t kIndent = 24, kWidth = 100;
   std::string out = "  " + left;
@@ -46,13 +44,11 @@ std::string help_entry(const std::string& left, const std::string& text) {
   return out + "\n";
 }
 
-}  // namespace
-
-TrainOptions parse_options(int argc, const char* const* argv) {
-  TrainOptions o;
+flags::Table settings_table(TrainOptions& o, const std::set<std::string>* only) {
   flags::Table table;
   for (const SettingGroup& g : setting_groups()) {
     for (const Setting& s : g.rows) {
+      if (only && !only->count(s.flag)) continue;
       if (std::holds_alternative<bool TrainOptions::*>(s.field)) {
         table.switches[s.flag] = [&o, &s] { set_setting(o, s, s.flag, "true"); };
       } else {
@@ -63,8 +59,18 @@ TrainOptions parse_options(int argc, const char* const* argv) {
     }
   }
   table.switches["--help"] = table.switches["-h"] = [&] { o.help = true; };
+  return table;
+}
+
+TrainOptions parse_options(int argc, const char* const* argv) {
+  TrainOptions o;
   // Kokkos consumes its own --kokkos-* flags in Kokkos::initialize.
-  o.given = flags::parse(argc, argv, table, "mpiformer-train", "--kokkos-");
+  o.given = flags::parse(argc, argv, settings_table(o, nullptr), "mpiformer-train", "--kokkos-");
+  check_options(o);
+  return o;
+}
+
+void check_options(TrainOptions& o) {
   for (const SettingGroup& g : setting_groups()) {
     for (const Setting& s : g.rows) {
       if (s.key && std::string(s.key).rfind("model.", 0) == 0 && o.given.count(s.flag)) {
@@ -130,15 +136,38 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   require(!o.rerun_suspect || !o.overlap_grad_reduce,
           "--rerun-suspect compares each rank's gradients before they are reduced, and "
           "--overlap-grad-reduce reduces them during the backward; drop one of the two");
-  require(o.tokenizer.empty() || o.sample_every > 0 || !o.save_hf.empty(),
-          "--tokenizer decodes the samples of --sample-every N and goes into --save-hf DIR; "
-          "pass one of those too, or drop it");
-  return o;
+  require(o.tokenizer.empty() || o.sample_every > 0 || !o.save_hf.empty() || !o.eval_data.empty(),
+          "--tokenizer decodes the samples of --sample-every N, encodes a JSONL --eval-data and "
+          "goes into --save-hf DIR; pass one of those too, or drop it");
+  for (const char* flag : {"--eval-every", "--eval-examples"}) {
+    require(!o.given.count(flag) || !o.eval_data.empty(),
+            std::string(flag) + " applies to --eval-data FILE; pass that too, or drop it");
+  }
 }
 
 std::string nearest_multiples(int n, int m) {
   const int below = n / m * m, above = below + m;
   return below > 0 ? std::to_string(below) + " or " + std::to_string(above) : std::to_string(above);
+}
+
+std::string settings_help(const std::set<std::string>* only) {
+  std::string out;
+  const TrainOptions defaults;
+  for (const SettingGroup& g : setting_groups()) {
+    std::string rows;
+    for (const Setting& s : g.rows) {
+      if (only && !only->count(s.flag)) continue;
+      std::string text = s.help;
+      const std::string shown = setting_shown(defaults, s);
+      const bool is_switch = std::holds_alternative<bool TrainOptions::*>(s.field);
+      if (text.find("default") == std::string::npos && !is_switch && !shown.empty()) {
+        text += " (default " + shown + ")";
+      }
+      rows += help_entry(std::string(s.flag) + (*s.arg ? " " : "") + s.arg, text);
+    }
+    if (!rows.empty()) out += std::string(g.title) + "\n" + rows;
+  }
+  return out;
 }
 
 std::string usage() {
@@ -148,19 +177,7 @@ std::string usage() {
       "(tensor, context, data and pipeline parallel). Flags take a value as `--flag V` or "
       "`--flag=V`.\n"
       "Defaults train a small byte-level GPT-2 on the built-in corpus.\n";
-  const TrainOptions defaults;
-  for (const SettingGroup& g : setting_groups()) {
-    out += std::string(g.title) + "\n";
-    for (const Setting& s : g.rows) {
-      std::string text = s.help;
-      const std::string shown = setting_shown(defaults, s);
-      const bool is_switch = std::holds_alternative<bool TrainOptions::*>(s.field);
-      if (text.find("default") == std::string::npos && !is_switch && !shown.empty()) {
-        text += " (default " + shown + ")";
-      }
-      out += help_entry(std::string(s.flag) + (*s.arg ? " " : "") + s.arg, text);
-    }
-  }
+  out += settings_help(nullptr);
   out += help_entry("--help", "this text");
   out +=
       "SIGUSR1, SIGTERM or SIGINT (to any rank) finish the current step, save (with --save) and\n"

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/bf16.hpp"
+#include "core/flags.hpp"
 
 namespace mpf {
 
@@ -32,6 +33,9 @@ struct TrainOptions {
   int doc_token = -1;
   uint64_t seed = 1337;
   int log_every = 1, val_every = 50, val_steps = 10;
+  // A multiple-choice task scored every eval_every steps and after the last (eval/task_eval.hpp).
+  std::string eval_data;
+  int eval_every = 0, eval_examples = 0;
   // Optimizer and schedule.
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.1f,
         grad_clip = 1.0f;
@@ -102,6 +106,15 @@ struct TrainOptions {
 
 // Throws InputError for an unknown flag, a missing or malformed value, or a value out of range.
 TrainOptions parse_options(int argc, const char* const* argv);
+
+// The settings' flags (settings.hpp), all or those in `only`, parsing into `o`; with --help.
+flags::Table settings_table(TrainOptions& o, const std::set<std::string>* only);
+// The checks of flags against each other, after parsing (InputError).
+void check_options(TrainOptions& o);
+// --help's lines of the settings, all or those in `only`, under their groups' titles.
+std::string settings_help(const std::set<std::string>* only);
+// "  --flag ARG   text", wrapped at 100 columns.
+std::string help_entry(const std::string& left, const std::string& text);
 
 std::string usage();
 

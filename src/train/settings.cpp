@@ -20,240 +20,278 @@ struct Overload : F... {
 template <class... F>
 Overload(F...) -> Overload<F...>;
 
-std::vector<SettingGroup> make_groups() {
+SettingGroup model_settings() {
   return {
-      {"model",
-       {
-           {"--init-from", "FILE|DIR",
-            "start from an llm.c checkpoint (fp32, version 3), a Hugging Face model directory "
-            "(config.json, model.safetensors or its sharded index) or a .safetensors file "
-            "(config.json beside it, or the size flags); the sizes come from it",
-            &O::init_from},
-           {"--layers", "L", "blocks of a fresh model", &O::layers, kNoMinimum, "model.layers",
-            kKeep},
-           {"--heads", "H", "attention heads", &O::heads, kNoMinimum, "model.heads", kKeep},
-           {"--dim", "C", "channels", &O::dim, kNoMinimum, "model.channels", kKeep},
-           {"--vocab", "V", "vocabulary, padded to a multiple of 128 as llm.c does", &O::vocab,
-            kNoMinimum, "model.vocab", kKeep},
-           {"--max-seq-len", "T", "positions the model embeds", &O::max_seq_len, kNoMinimum,
-            "model.max_seq_len", kKeep},
-           {"--arch", "A", "the model family: gpt2 or llama (RMSNorm, RoPE, SwiGLU, GQA)", &O::arch,
-            kNoMinimum, "model.arch", kKeep, "gpt2,llama"},
-           {"--kv-heads", "H", "llama: key/value heads, dividing --heads (default, or 0: --heads)",
-            &O::kv_heads, 0, "model.kv_heads", kKeep},
-           {"--ffn-dim", "F", "llama: the SwiGLU MLP's width (default, or 0: 4C)", &O::ffn_dim, 0,
-            "model.ffn_dim", kKeep},
-           {"--norm-eps", "X", "llama: RMSNorm's epsilon", &O::norm_eps, kNoMinimum,
-            "model.norm_eps", kKeep},
-           {"--rope-theta", "X", "llama: the rotary embeddings' base", &O::rope_theta, kNoMinimum,
-            "model.rope_theta", kKeep},
-           {"--rope-scaling", "S",
-            "llama: Llama 3.1's rope_scaling as FACTOR,LOW_FREQ,HIGH_FREQ,ORIGINAL_MAX_POS "
-            "(8,1,4,8192), or none",
-            &O::rope_scaling, kNoMinimum, "model.rope_scaling", kKeep},
-           {"--tie-embeddings", "0|1", "llama: 1: the LM head is the token embedding",
-            &O::tie_embeddings, 0, "model.tied", kKeep},
-       }},
-      {"data",
-       {
-           {"--data", "PATH",
-            "llm.c token shard(s) (.bin; a glob or comma list) or a text file (bytes as tokens), "
-            "or builtin:train (the default)",
-            &O::data, kNoMinimum, "data.train", kMayChange},
-           {"--val-data", "PATH",
-            "validation data; default builtin:val with builtin data, else none; \"none\": off",
-            &O::val_data, kNoMinimum, "data.val", kMayChange},
-           {"--batch", "B", "sequences per step, over all ranks", &O::batch, 1, "run.batch",
-            kWarns},
-           {"--seq-len", "T", "tokens per sequence", &O::seq_len, 1, "run.seq_len", kWarns},
-           {"--doc-mask", "",
-            "attend within documents: a document starts at each --doc-token, and a token sees "
-            "only its own document's earlier tokens (as Llama 3 was trained)",
-            &O::doc_mask, kNoMinimum, "run.doc_mask", kWarns},
-           {"--doc-token", "ID",
-            "the token that starts a document (default: config.json's bos_token_id, else "
-            "<|endoftext|> for GPT-2's vocabulary, <|begin_of_text|> for Llama 3's)",
-            &O::doc_token, kNoMinimum, "run.doc_token", kWarns},
-           {"--steps", "N", "optimizer steps", &O::steps, 1, "run.steps", kMayChange},
-           {"--seed", "S", "initialisation seed", &O::seed, 0, "run.seed", kKeep},
-           {"--log-every", "N", "print every Nth step", &O::log_every, 1},
-           {"--val-every", "N", "validation every N steps, 0 = never", &O::val_every, 0},
-           {"--val-steps", "N", "validation batches", &O::val_steps, 1},
-       }},
-      {"optimizer (AdamW; decay on matrices only)",
-       {
-           {"--lr", "X", "peak learning rate", &O::lr, 0, "optimizer.lr", kWarns},
-           {"--lr-schedule", "S", "cosine or constant, after warmup", &O::lr_schedule, kNoMinimum,
-            "optimizer.lr_schedule", kWarns},
-           {"--lr-decay-steps", "N",
-            "the cosine's length in steps (default, or 0: --steps), so a run may stop early "
-            "(--steps) and resume on the same schedule",
-            &O::lr_decay_steps, 0, "optimizer.lr_decay_steps", kWarns},
-           {"--warmup", "N", "linear warmup steps", &O::warmup, 0, "optimizer.warmup", kWarns},
-           {"--final-lr-frac", "X", "the cosine decays to lr*X", &O::final_lr_frac, kNoMinimum,
-            "optimizer.final_lr_frac", kWarns},
-           {"--beta1", "X", "AdamW's first-moment decay, in [0, 1)", &O::beta1, kNoMinimum,
-            "optimizer.beta1", kKeep},
-           {"--beta2", "X", "AdamW's second-moment decay, in [0, 1)", &O::beta2, kNoMinimum,
-            "optimizer.beta2", kKeep},
-           {"--eps", "X", "AdamW's epsilon, positive", &O::eps, kNoMinimum, "optimizer.eps", kKeep},
-           {"--weight-decay", "X", "decoupled weight decay of the matrices", &O::weight_decay, 0,
-            "optimizer.weight_decay", kKeep},
-           {"--grad-clip", "X", "clip the global gradient norm to X, 0 = off", &O::grad_clip, 0,
-            "optimizer.grad_clip", kWarns},
-           {"--skip-outliers", "Z",
-            "apply no update in a step whose loss or gradient norm is more than Z standard "
-            "deviations above the last --outlier-window steps' (llm.c's detector); 0 = off",
-            &O::skip_outliers, 0, "optimizer.skip_outliers", kWarns},
-           {"--outlier-window", "N", "the steps --skip-outliers compares with (default 128)",
-            &O::outlier_window, 2, "optimizer.outlier_window", kWarns},
-           {"--rerun-suspect", "",
-            "compute a step --skip-outliers flags, or one whose loss or norm is not finite, "
-            "again from the same state: if a rank's gradients come out different, stop naming "
-            "it and its host (exit 7); if not, the spike is the data's",
-            &O::rerun_suspect},
-       }},
-      {"layout (world = tp x cp x dp x pp ranks, tp fastest-varying; any layout resumes any "
-       "other's)",
-       {
-           {"--tp", "N", "tensor-parallel ranks", &O::tp, 1, "layout.tp", kRecorded},
-           {"--cp", "N",
-            "context-parallel ranks: each sequence split over N ranks (chunks i and 2N-1-i of "
-            "2N on rank i), attention as a ring of K/V blocks; --seq-len divisible by 2N",
-            &O::cp, 1, "layout.cp", kRecorded},
-           {"--pp", "P", "pipeline stages", &O::pp, 1, "layout.pp", kRecorded},
-           {"--dp", "D", "data-parallel ranks (default: ranks / (tp * cp * pp))", &O::dp, 0,
-            "layout.dp", kRecorded},
-           {"--dp-bucket-mb", "X", "gradient bucket size for the data-parallel reduction",
-            &O::dp_bucket_mb},
-           {"--overlap-grad-reduce", "",
-            "reduce each bucket as soon as its gradients are final, during the backward",
-            &O::overlap_grad_reduce},
-           {"--zero", "S", "0 or 1: ZeRO-1 shards the optimizer state over the DP ranks", &O::zero,
-            0, "layout.zero", kRecorded},
-           {"--microbatches", "M",
-            "split each DP rank's rows into M microbatches, accumulating gradients (default 1)",
-            &O::microbatches, 1, "layout.microbatches", kRecorded},
-           {"--micro-batch-size", "b", "or give the rows per microbatch: M = batch / (dp * b)",
-            &O::micro_batch_size, 1},
-           {"--schedule", "S",
-            "1f1b, afab, interleaved, or a zero-bubble schedule, which computes weight gradients "
-            "apart from the backward and moves them into the pipeline's bubbles: zb-h1 (1F1B's "
-            "memory), zb-h2 (up to 2P-1 microbatches in flight), zb-v (two chunks per rank in a "
-            "V: rank 0 holds embedding and head), zb-auto (searched from the second step's "
-            "measured F/B/W times under --max-in-flight)",
-            &O::schedule, kNoMinimum, "layout.schedule", kRecorded},
-           {"--virtual-stages", "V",
-            "model chunks per pipeline rank: interleaved (default 1), zb-v (2), zb-auto (1, or 2 "
-            "for a V)",
-            &O::virtual_stages, 1, "layout.virtual_stages", kRecorded},
-           {"--max-in-flight", "N",
-            "the most microbatches' activations a rank may hold: zb-auto's memory limit (default "
-            "P, 1F1B's peak); other schedules stop with an error if they would need more",
-            &O::max_in_flight, 1},
-           {"--pp-layout", "N,N,...",
-            "blocks of each of the pp*V chunks, in model order (default: as even as possible, the "
-            "first chunks taking one more)",
-            &O::pp_layout, kNoMinimum, "layout.pp_layout", kRecorded},
-           {"--recompute", "",
-            "keep only each block's output per microbatch and recompute the block before its "
-            "backward (Megatron's full recomputation: ~1/3 more compute, a fraction of the "
-            "activation memory)",
-            &O::recompute},
-           {"--sequence-parallel", "",
-            "shard the LayerNorm/residual regions along the batch rows over the TP ranks "
-            "(Megatron's sequence parallelism; B*T per DP rank divisible by tp)",
-            &O::sequence_parallel, kNoMinimum, "layout.sequence_parallel", kRecorded},
-       }},
-      {"checkpoints (the whole training state; docs/checkpoints.md)",
-       {
-           {"--save", "DIR",
-            "save into DIR/step_NNNNNNNN at the end, on a signal and every --save-every steps; "
-            "DIR/latest names the newest complete one",
-            &O::save},
-           {"--save-every", "N", "also save every N steps (default 0: at the end and on a signal)",
-            &O::save_every, 0},
-           {"--keep-last", "K", "keep the newest K checkpoints in DIR (default 0: all)",
-            &O::keep_last, 0},
-           {"--load", "DIR",
-            "resume from DIR/latest; starts a new run (with a note) when DIR holds no checkpoint "
-            "yet, so a job script can always pass --save DIR --load DIR",
-            &O::load},
-           {"--load-step", "N", "resume from DIR/step_N instead of the latest", &O::load_step, 0},
-       }},
-      {"output",
-       {
-           {"--save-llmc", "FILE",
-            "write the trained model as an llm.c checkpoint (never over "
-            "an existing file)",
-            &O::save_llmc},
-           {"--save-hf", "DIR",
-            "write the trained model as a Hugging Face model directory (config.json, "
-            "generation_config.json, model.safetensors; never over an existing path)",
-            &O::save_hf},
-           {"--save-hf-dtype", "T", "f32 or bf16: the dtype of --save-hf's weights",
-            &O::save_hf_dtype, kNoMinimum, nullptr, OnResume::not_saved, "f32,bf16"},
-           {"--trace", "FILE.json",
-            "write every rank's measured timeline of the last step (forward, backward, P2P, DP "
-            "sync, optimizer) as a Chrome/Perfetto trace (never over an existing file)",
-            &O::trace},
-           {"--metrics", "FILE.jsonl",
-            "append a JSON object per step (step, loss, lr, norm, ms, tok_s, mfu) and per "
-            "validation, peak, memory and summary event; a resumed run continues the file after "
-            "its checkpoint's step",
-            &O::metrics},
-           {"--tensorboard", "DIR",
-            "write TensorBoard event files into DIR (a new file per run; a resumed run's steps "
-            "replace those a stopped one logged past its checkpoint)",
-            &O::tensorboard},
-           {"--sample-every", "N",
-            "print a greedy sample of the model every N steps and at the end (0: never); not "
-            "with --pp",
-            &O::sample_every, 0},
-           {"--sample-tokens", "K", "tokens per sample", &O::sample_tokens, 1},
-           {"--tokenizer", "FILE",
-            "decode samples with llm.c's gpt2_tokenizer.bin or a Hugging Face tokenizer.json "
-            "(default: bytes); a tokenizer.json is also copied into --save-hf DIR",
-            &O::tokenizer},
-       }},
-      {"system",
-       {
-           {"--step-timeout", "SEC",
-            "abort the whole job, naming the rank, step and phase, when a step (or a save, or a "
-            "validation) runs longer than SEC seconds (default 0: never)",
-            &O::step_timeout, 0},
-           {"--threads", "N",
-            "threads per rank (default: OMP_NUM_THREADS, else cores / ranks per node)", &O::threads,
-            1},
-           {"--precision", "P",
-            "fp32 or bf16: matrix products with bf16 inputs and fp32 accumulation; weights, "
-            "gradients, optimizer and checkpoints stay fp32",
-            &O::precision},
-           {"--gemm", "LIB", "the GEMM library: onednn (the default where built) or openblas",
-            &O::gemm},
-           {"--gpu-aware-mpi", "M",
-            "auto: in a GPU build, ask the MPI library whether it reads GPU memory "
-            "(MPIX_Query_cuda_support) and stage messages through pinned host buffers when it "
-            "does not or cannot say; yes: hand MPI GPU memory; no: always stage (in a CPU "
-            "build: only to test that path)",
-            &O::gpu_aware_mpi, kNoMinimum, nullptr, OnResume::not_saved, "auto,yes,no"},
-           {"--peak-gflops", "X",
-            "per-rank peak for MFU (default: the best GEMM rate of any library here, in the "
-            "run's precision, measured at start-up)",
-            &O::peak_gflops, 0},
-           {"--profile", "", "print where a step's time goes, kernel by kernel, at the end",
-            &O::profile},
-           {"--memory-per-rank", "GB",
-            "the memory a rank may use (default: the node's MemAvailable over its ranks; set it "
-            "for a GPU's memory): a layout predicted to need more is refused at start-up",
-            &O::memory_per_rank, 0},
-           {"--dry-run", "",
-            "check everything a run would start from (flags, the layout against the ranks and "
-            "nodes, data files, what --load resumes from), print every rank's placement and a "
-            "summary, and exit 0 without loading, initialising or writing anything",
-            &O::dry_run},
-       }},
-  };
+      "model",
+      {
+          {"--init-from", "FILE|DIR",
+           "start from an llm.c checkpoint (fp32, version 3), a Hugging Face model directory "
+           "(config.json, model.safetensors or its sharded index) or a .safetensors file "
+           "(config.json beside it, or the size flags); the sizes come from it",
+           &O::init_from},
+          {"--layers", "L", "blocks of a fresh model", &O::layers, kNoMinimum, "model.layers",
+           kKeep},
+          {"--heads", "H", "attention heads", &O::heads, kNoMinimum, "model.heads", kKeep},
+          {"--dim", "C", "channels", &O::dim, kNoMinimum, "model.channels", kKeep},
+          {"--vocab", "V", "vocabulary, padded to a multiple of 128 as llm.c does", &O::vocab,
+           kNoMinimum, "model.vocab", kKeep},
+          {"--max-seq-len", "T", "positions the model embeds", &O::max_seq_len, kNoMinimum,
+           "model.max_seq_len", kKeep},
+          {"--arch", "A", "the model family: gpt2 or llama (RMSNorm, RoPE, SwiGLU, GQA)", &O::arch,
+           kNoMinimum, "model.arch", kKeep, "gpt2,llama"},
+          {"--kv-heads", "H", "llama: key/value heads, dividing --heads (default, or 0: --heads)",
+           &O::kv_heads, 0, "model.kv_heads", kKeep},
+          {"--ffn-dim", "F", "llama: the SwiGLU MLP's width (default, or 0: 4C)", &O::ffn_dim, 0,
+           "model.ffn_dim", kKeep},
+          {"--norm-eps", "X", "llama: RMSNorm's epsilon", &O::norm_eps, kNoMinimum,
+           "model.norm_eps", kKeep},
+          {"--rope-theta", "X", "llama: the rotary embeddings' base", &O::rope_theta, kNoMinimum,
+           "model.rope_theta", kKeep},
+          {"--rope-scaling", "S",
+           "llama: Llama 3.1's rope_scaling as FACTOR,LOW_FREQ,HIGH_FREQ,ORIGINAL_MAX_POS "
+           "(8,1,4,8192), or none",
+           &O::rope_scaling, kNoMinimum, "model.rope_scaling", kKeep},
+          {"--tie-embeddings", "0|1", "llama: 1: the LM head is the token embedding",
+           &O::tie_embeddings, 0, "model.tied", kKeep},
+      }};
+}
+
+SettingGroup data_settings() {
+  return {
+      "data",
+      {
+          {"--data", "PATH",
+           "llm.c token shard(s) (.bin; a glob or comma list) or a text file (bytes as tokens), "
+           "or builtin:train (the default)",
+           &O::data, kNoMinimum, "data.train", kMayChange},
+          {"--val-data", "PATH",
+           "validation data; default builtin:val with builtin data, else none; \"none\": off",
+           &O::val_data, kNoMinimum, "data.val", kMayChange},
+          {"--batch", "B", "sequences per step, over all ranks", &O::batch, 1, "run.batch", kWarns},
+          {"--seq-len", "T", "tokens per sequence", &O::seq_len, 1, "run.seq_len", kWarns},
+          {"--doc-mask", "",
+           "attend within documents: a document starts at each --doc-token, and a token sees "
+           "only its own document's earlier tokens (as Llama 3 was trained)",
+           &O::doc_mask, kNoMinimum, "run.doc_mask", kWarns},
+          {"--doc-token", "ID",
+           "the token that starts a document (default: config.json's bos_token_id, else "
+           "<|endoftext|> for GPT-2's vocabulary, <|begin_of_text|> for Llama 3's)",
+           &O::doc_token, kNoMinimum, "run.doc_token", kWarns},
+          {"--steps", "N", "optimizer steps", &O::steps, 1, "run.steps", kMayChange},
+          {"--seed", "S", "initialisation seed", &O::seed, 0, "run.seed", kKeep},
+          {"--log-every", "N", "print every Nth step", &O::log_every, 1},
+          {"--val-every", "N", "validation every N steps, 0 = never", &O::val_every, 0},
+          {"--val-steps", "N", "validation batches", &O::val_steps, 1},
+          {"--eval-data", "FILE",
+           "a multiple-choice task to score (acc, acc_norm): llm.c's eval file (HellaSwag, MMLU "
+           "as its dev/data scripts write them) or JSONL of {\"ctx\", \"endings\", \"label\"} "
+           "(encoded with --tokenizer)",
+           &O::eval_data},
+          {"--eval-every", "N",
+           "score --eval-data every N steps and after the last; 0 = after "
+           "the last only",
+           &O::eval_every, 0},
+          {"--eval-examples", "N", "score the first N examples of --eval-data; 0 = all",
+           &O::eval_examples, 0},
+      }};
+}
+
+SettingGroup optimizer_settings() {
+  return {
+      "optimizer (AdamW; decay on matrices only)",
+      {
+          {"--lr", "X", "peak learning rate", &O::lr, 0, "optimizer.lr", kWarns},
+          {"--lr-schedule", "S", "cosine or constant, after warmup", &O::lr_schedule, kNoMinimum,
+           "optimizer.lr_schedule", kWarns},
+          {"--lr-decay-steps", "N",
+           "the cosine's length in steps (default, or 0: --steps), so a run may stop early "
+           "(--steps) and resume on the same schedule",
+           &O::lr_decay_steps, 0, "optimizer.lr_decay_steps", kWarns},
+          {"--warmup", "N", "linear warmup steps", &O::warmup, 0, "optimizer.warmup", kWarns},
+          {"--final-lr-frac", "X", "the cosine decays to lr*X", &O::final_lr_frac, kNoMinimum,
+           "optimizer.final_lr_frac", kWarns},
+          {"--beta1", "X", "AdamW's first-moment decay, in [0, 1)", &O::beta1, kNoMinimum,
+           "optimizer.beta1", kKeep},
+          {"--beta2", "X", "AdamW's second-moment decay, in [0, 1)", &O::beta2, kNoMinimum,
+           "optimizer.beta2", kKeep},
+          {"--eps", "X", "AdamW's epsilon, positive", &O::eps, kNoMinimum, "optimizer.eps", kKeep},
+          {"--weight-decay", "X", "decoupled weight decay of the matrices", &O::weight_decay, 0,
+           "optimizer.weight_decay", kKeep},
+          {"--grad-clip", "X", "clip the global gradient norm to X, 0 = off", &O::grad_clip, 0,
+           "optimizer.grad_clip", kWarns},
+          {"--skip-outliers", "Z",
+           "apply no update in a step whose loss or gradient norm is more than Z standard "
+           "deviations above the last --outlier-window steps' (llm.c's detector); 0 = off",
+           &O::skip_outliers, 0, "optimizer.skip_outliers", kWarns},
+          {"--outlier-window", "N", "the steps --skip-outliers compares with (default 128)",
+           &O::outlier_window, 2, "optimizer.outlier_window", kWarns},
+          {"--rerun-suspect", "",
+           "compute a step --skip-outliers flags, or one whose loss or norm is not finite, "
+           "again from the same state: if a rank's gradients come out different, stop naming "
+           "it and its host (exit 7); if not, the spike is the data's",
+           &O::rerun_suspect},
+      }};
+}
+
+SettingGroup layout_settings() {
+  return {
+      "layout (world = tp x cp x dp x pp ranks, tp fastest-varying; any layout resumes any "
+      "other's)",
+      {
+          {"--tp", "N", "tensor-parallel ranks", &O::tp, 1, "layout.tp", kRecorded},
+          {"--cp", "N",
+           "context-parallel ranks: each sequence split over N ranks (chunks i and 2N-1-i of "
+           "2N on rank i), attention as a ring of K/V blocks; --seq-len divisible by 2N",
+           &O::cp, 1, "layout.cp", kRecorded},
+          {"--pp", "P", "pipeline stages", &O::pp, 1, "layout.pp", kRecorded},
+          {"--dp", "D", "data-parallel ranks (default: ranks / (tp * cp * pp))", &O::dp, 0,
+           "layout.dp", kRecorded},
+          {"--dp-bucket-mb", "X", "gradient bucket size for the data-parallel reduction",
+           &O::dp_bucket_mb},
+          {"--overlap-grad-reduce", "",
+           "reduce each bucket as soon as its gradients are final, during the backward",
+           &O::overlap_grad_reduce},
+          {"--zero", "S", "0 or 1: ZeRO-1 shards the optimizer state over the DP ranks", &O::zero,
+           0, "layout.zero", kRecorded},
+          {"--microbatches", "M",
+           "split each DP rank's rows into M microbatches, accumulating gradients (default 1)",
+           &O::microbatches, 1, "layout.microbatches", kRecorded},
+          {"--micro-batch-size", "b", "or give the rows per microbatch: M = batch / (dp * b)",
+           &O::micro_batch_size, 1},
+          {"--schedule", "S",
+           "1f1b, afab, interleaved, or a zero-bubble schedule, which computes weight gradients "
+           "apart from the backward and moves them into the pipeline's bubbles: zb-h1 (1F1B's "
+           "memory), zb-h2 (up to 2P-1 microbatches in flight), zb-v (two chunks per rank in a "
+           "V: rank 0 holds embedding and head), zb-auto (searched from the second step's "
+           "measured F/B/W times under --max-in-flight)",
+           &O::schedule, kNoMinimum, "layout.schedule", kRecorded},
+          {"--virtual-stages", "V",
+           "model chunks per pipeline rank: interleaved (default 1), zb-v (2), zb-auto (1, or 2 "
+           "for a V)",
+           &O::virtual_stages, 1, "layout.virtual_stages", kRecorded},
+          {"--max-in-flight", "N",
+           "the most microbatches' activations a rank may hold: zb-auto's memory limit (default "
+           "P, 1F1B's peak); other schedules stop with an error if they would need more",
+           &O::max_in_flight, 1},
+          {"--pp-layout", "N,N,...",
+           "blocks of each of the pp*V chunks, in model order (default: as even as possible, the "
+           "first chunks taking one more)",
+           &O::pp_layout, kNoMinimum, "layout.pp_layout", kRecorded},
+          {"--recompute", "",
+           "keep only each block's output per microbatch and recompute the block before its "
+           "backward (Megatron's full recomputation: ~1/3 more compute, a fraction of the "
+           "activation memory)",
+           &O::recompute},
+          {"--sequence-parallel", "",
+           "shard the LayerNorm/residual regions along the batch rows over the TP ranks "
+           "(Megatron's sequence parallelism; B*T per DP rank divisible by tp)",
+           &O::sequence_parallel, kNoMinimum, "layout.sequence_parallel", kRecorded},
+      }};
+}
+
+SettingGroup checkpoint_settings() {
+  return {
+      "checkpoints (the whole training state; docs/checkpoints.md)",
+      {
+          {"--save", "DIR",
+           "save into DIR/step_NNNNNNNN at the end, on a signal and every --save-every steps; "
+           "DIR/latest names the newest complete one",
+           &O::save},
+          {"--save-every", "N", "also save every N steps (default 0: at the end and on a signal)",
+           &O::save_every, 0},
+          {"--keep-last", "K", "keep the newest K checkpoints in DIR (default 0: all)",
+           &O::keep_last, 0},
+          {"--load", "DIR",
+           "resume from DIR/latest; starts a new run (with a note) when DIR holds no checkpoint "
+           "yet, so a job script can always pass --save DIR --load DIR",
+           &O::load},
+          {"--load-step", "N", "resume from DIR/step_N instead of the latest", &O::load_step, 0},
+      }};
+}
+
+SettingGroup output_settings() {
+  return {
+      "output",
+      {
+          {"--save-llmc", "FILE",
+           "write the trained model as an llm.c checkpoint (never over "
+           "an existing file)",
+           &O::save_llmc},
+          {"--save-hf", "DIR",
+           "write the trained model as a Hugging Face model directory (config.json, "
+           "generation_config.json, model.safetensors; never over an existing path)",
+           &O::save_hf},
+          {"--save-hf-dtype", "T", "f32 or bf16: the dtype of --save-hf's weights",
+           &O::save_hf_dtype, kNoMinimum, nullptr, OnResume::not_saved, "f32,bf16"},
+          {"--trace", "FILE.json",
+           "write every rank's measured timeline of the last step (forward, backward, P2P, DP "
+           "sync, optimizer) as a Chrome/Perfetto trace (never over an existing file)",
+           &O::trace},
+          {"--metrics", "FILE.jsonl",
+           "append a JSON object per step (step, loss, lr, norm, ms, tok_s, mfu) and per "
+           "validation, peak, memory and summary event; a resumed run continues the file after "
+           "its checkpoint's step",
+           &O::metrics},
+          {"--tensorboard", "DIR",
+           "write TensorBoard event files into DIR (a new file per run; a resumed run's steps "
+           "replace those a stopped one logged past its checkpoint)",
+           &O::tensorboard},
+          {"--sample-every", "N",
+           "print a greedy sample of the model every N steps and at the end (0: never); not "
+           "with --pp",
+           &O::sample_every, 0},
+          {"--sample-tokens", "K", "tokens per sample", &O::sample_tokens, 1},
+          {"--tokenizer", "FILE",
+           "decode samples with llm.c's gpt2_tokenizer.bin or a Hugging Face tokenizer.json "
+           "(default: bytes); a tokenizer.json also encodes a JSONL --eval-data and is copied into "
+           "--save-hf DIR",
+           &O::tokenizer},
+      }};
+}
+
+SettingGroup system_settings() {
+  return {"system",
+          {
+              {"--step-timeout", "SEC",
+               "abort the whole job, naming the rank, step and phase, when a step (or a save, or a "
+               "validation) runs longer than SEC seconds (default 0: never)",
+               &O::step_timeout, 0},
+              {"--threads", "N",
+               "threads per rank (default: OMP_NUM_THREADS, else cores / ranks per node)",
+               &O::threads, 1},
+              {"--precision", "P",
+               "fp32 or bf16: matrix products with bf16 inputs and fp32 accumulation; weights, "
+               "gradients, optimizer and checkpoints stay fp32",
+               &O::precision},
+              {"--gemm", "LIB", "the GEMM library: onednn (the default where built) or openblas",
+               &O::gemm},
+              {"--gpu-aware-mpi", "M",
+               "auto: in a GPU build, ask the MPI library whether it reads GPU memory "
+               "(MPIX_Query_cuda_support) and stage messages through pinned host buffers when it "
+               "does not or cannot say; yes: hand MPI GPU memory; no: always stage (in a CPU "
+               "build: only to test that path)",
+               &O::gpu_aware_mpi, kNoMinimum, nullptr, OnResume::not_saved, "auto,yes,no"},
+              {"--peak-gflops", "X",
+               "per-rank peak for MFU (default: the best GEMM rate of any library here, in the "
+               "run's precision, measured at start-up)",
+               &O::peak_gflops, 0},
+              {"--profile", "", "print where a step's time goes, kernel by kernel, at the end",
+               &O::profile},
+              {"--memory-per-rank", "GB",
+               "the memory a rank may use (default: the node's MemAvailable over its ranks; set it "
+               "for a GPU's memory): a layout predicted to need more is refused at start-up",
+               &O::memory_per_rank, 0},
+              {"--dry-run", "",
+               "check everything a run would start from (flags, the layout against the ranks and "
+               "nodes, data files, what --load resumes from), print every rank's placement and a "
+               "summary, and exit 0 without loading, initialising or writing anything",
+               &O::dry_run},
+          }};
+}
+
+std::vector<SettingGroup> make_groups() {
+  return {model_settings(),      data_settings(),   optimizer_settings(), layout_settings(),
+          checkpoint_settings(), output_settings(), system_settings()};
 }
 
 bool among(const std::string& value, const std::string& choices) {

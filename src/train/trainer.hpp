@@ -4,7 +4,10 @@
 //   compute (data, zero grads, the schedule's forwards and backwards, the loss)
 //   -> sync (tied embedding, DP gradients, the norm) -> update (AdamW, ZeRO's all-gather)
 // and ends at a boundary where the ranks agree whether to stop (a signal), and may validate,
-// sample and save.
+// score a task, sample and save. The run is in parts, as a molecular-dynamics code splits its time
+// step: its inputs are resolved before it (run_inputs.hpp); it is built (run_setup.cpp) and runs
+// its step loop (trainer.cpp) and its evaluations (evaluation.cpp); a reporter says what it does
+// (run_reporter.hpp) and a saver writes it (run_saver.hpp). The two read the run's state.
 #pragma once
 
 #include <memory>
@@ -12,10 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpointing.hpp"
-#include "checkpoint/save_lock.hpp"
 #include "checkpoint/state_files.hpp"
 #include "data/loader.hpp"
+#include "eval/task_eval.hpp"
 #include "generate/training_sample.hpp"
 #include "io/event_file.hpp"
 #include "model/activations.hpp"
@@ -31,6 +33,7 @@
 #include "pipeline/model_stage.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/schedule_plan.hpp"
+#include "train/batch_buffers.hpp"
 #include "train/memory_plan.hpp"
 #include "train/metrics_log.hpp"
 #include "train/options.hpp"
@@ -38,7 +41,11 @@
 #include "train/peak.hpp"
 #include "train/peak_tracker.hpp"
 #include "train/phase_timers.hpp"
+#include "train/run_inputs.hpp"
+#include "train/run_reporter.hpp"
+#include "train/run_saver.hpp"
 #include "train/step_log.hpp"
+#include "train/step_outcome.hpp"
 #include "train/step_phases.hpp"
 #include "train/step_rerun.hpp"
 #include "train/step_trace.hpp"
@@ -46,41 +53,6 @@
 #include "train/watchdog.hpp"
 
 namespace mpf {
-
-// What world rank 0 alone reads and decides before any other rank reads a checkpoint directory:
-// every rank then acts on rank 0's view of a shared file system, whose other nodes' views may lag.
-struct StartPoint {
-  int64_t resume_step = -1;        // the checkpoint --load resumes from; -1: none, a new run
-  std::vector<std::string> notes;  // rank 0's, for it to print
-};
-
-// Rank 0's part of start-up, before anything is trained (no MPI: the app agrees on the outcome
-// and broadcasts the step). With --save DIR: checks that DIR can be written, takes its lock into
-// `lock` (held until the run ends; checkpoint/save_lock.hpp) and removes what provably gone
-// writers left there, printing a note for each; then chooses the checkpoint --load resumes from
-// and checks that the saves will overwrite nothing. Throws InputError.
-StartPoint decide_start(const TrainOptions& opts, std::optional<checkpoint::SaveLock>& lock);
-
-// Everything a run reads from the user's files and flags, checked. Loading involves no MPI call,
-// so a rank that fails here never leaves the others waiting in a collective: the app agrees on
-// the outcome (any_rank_failed) before building the run.
-struct RunInputs {
-  TrainOptions opts;  // as given, with a resumed run's settings taken from its checkpoint
-  GPTConfig cfg;
-  LRSchedule schedule;
-  std::unique_ptr<DataLoader> train_data, val_data;
-  std::string val_name;
-  std::optional<ResumePoint> resume;         // --load found a checkpoint
-  std::vector<std::string> notes, warnings;  // for rank 0 to print
-  std::optional<Tokenizer> tokenizer;        // --tokenizer, for --sample-every
-  int doc_token = -1;                        // --doc-mask: the token that starts a document
-  std::optional<MetricsStart> metrics;       // rank 0, with --metrics: what its file keeps
-};
-
-// Throws InputError for any bad file or flag, or a checkpoint that cannot be resumed. `start`:
-// rank 0's decision (decide_start), the same step on every rank. Rank 0 also checks that
-// --save-llmc and --trace can be written.
-RunInputs load_inputs(const TrainOptions& opts, const StartPoint& start, int world_rank);
 
 struct TrainResult {
   std::vector<double> step_ms;  // each step's wall time (as rank 0 measured it)
@@ -97,11 +69,18 @@ class TrainingRun {
   // The stage's op listener points at this run.
   TrainingRun(const TrainingRun&) = delete;
   TrainingRun& operator=(const TrainingRun&) = delete;
+  ~TrainingRun();
 
   // Runs the steps up to opts.steps, logging on rank 0, saving as --save asks; writes
   // --save-llmc at the end. Stops early, with the status saying why, on a signal, a non-finite
   // loss or gradient norm (before that step's update), or a failed save.
   TrainResult train();
+
+  // Collective: --eval-data scored by the model as it is (evaluation.cpp); every rank gets the
+  // result, with each example's scores when `details`.
+  TaskResult score_task(bool details);
+  // The step the model has been trained to: 0, or the resumed checkpoint's.
+  int trained_steps() const { return first_step_ - 1; }
 
   // The memory this rank was predicted to hold at its peak (memory_plan.hpp).
   const MemoryPlan& memory_plan() const { return memory_; }
@@ -118,42 +97,28 @@ class TrainingRun {
   double global_grad_norm() const;
 
  private:
-  // What one step did: its log line's figures (the same on every rank, but ms), and what it
-  // measured.
-  struct StepOutcome {
-    StepRecord log;
-    bool diverged = false;     // a non-finite loss or norm: the update was not applied
-    bool timed = false;        // counts into the run's mean step time
-    bool ops_timed = false;    // stage_->times() hold its F, B and W times
-    bool zb_planning = false;  // zb-auto plans from them
-    // Against the outlier windows: the z-scores (NaN while a window fills), and whether
-    // --skip-outliers skipped the update.
-    double loss_z = 0.0, norm_z = 0.0;
-    bool skipped = false;
-    // --rerun-suspect: the step was computed again; `suspect` holds the ranks whose gradients
-    // changed (the run stops), else the two computations agreed.
-    bool rerun = false;
-    std::vector<int> suspect;
-  };
+  friend class RunReporter;
+  friend class RunSaver;
+
   // The steps so far, for the summary and the stop signals' grace.
   struct Tally {
     double slowest_ms = 0.0, timed_ms = 0.0, last_loss = 0.0;
     StageTimes ops;  // F, B and W over the timed steps whose ops were timed
   };
 
-  // Set-up, in the constructor's order.
+  // Set-up, in the constructor's order (run_setup.cpp).
   void set_up_grid(MPI_Comm world);  // the grid and where its ranks run
   void plan_pipeline();  // the schedule and the pipeline's shape: they decide what a rank holds
   void plan_stages();    // the blocks of every chunk; what a stage needs of MPI and the batch
   // The memory this rank will hold at its peak (memory_plan.hpp), and the refusal of a layout
   // that exceeds what the rank may use (InputError, on every rank alike).
   void plan_memory_use();
+  MemoryShape memory_shape() const;
   void shard_model();
   void set_up_optimizer();
   void load_state();  // the checkpoint's, an llm.c file's, or fresh parameters
   void set_up_stage();
   void set_up_sample(std::optional<Tokenizer> tokenizer);
-  void set_up_batch();
   void observe_phases();
 
   // The step: compute -> sync -> update.
@@ -167,36 +132,28 @@ class TrainingRun {
   double sync();
   // AdamW with the gradients clipped by `norm`; parameters and their bf16 copy updated alike.
   void update(float lr, double norm);
+  // The z-scores against the outlier windows; --skip-outliers' decision.
+  void judge_outlier(StepOutcome& out);
 
-  // The end-of-step policy: log, agree on a stop, validate, sample and save when due. The run's
-  // exit status: kExitDone to go on.
+  // The end-of-step policy: log, agree on a stop, validate, score, sample and save when due. The
+  // run's exit status: kExitDone to go on.
   int after_step(const StepRecord& r);
+  // What a signal's stop prints and returns.
+  int stop_after(int signal, int step) const;
   void tally(const StepOutcome& s, TrainResult& result);
-  int report_divergence(const StepRecord& r) const;
-  void log_step(const StepRecord& r) const;
-  void report_validation(int step);
-  // The mean step time, tokens/s, MFU and the phases; --profile's table.
-  void report_run(int last, int status) const;
-  // The peak resident memory every rank measured, against its prediction (memory_).
-  void report_memory(int last) const;
   double tokens_per_step() const { return double(opts_.batch) * opts_.seq_len; }
   double flops_per_step() const;
 
-  void load_batch(DataLoader& loader);
+  // Evaluation (evaluation.cpp): the validation loss, and --eval-data's scores, when due.
   double validate();
-  // Collective: --save's checkpoint after `step`; false (rank 0 has said why) if it failed.
-  bool save(int step);
-  CheckpointInfo checkpoint_info(int step) const;
-  // Collective: --save-llmc; false if it failed.
-  bool save_llmc() const;
-  // Collective: --save-hf; false if it failed.
-  bool save_hf() const;
-  void print_banner(const PeakRate& peak) const;
+  void validate_at(int step);
+  void score_task_at(int step);
+  // The model's per-token losses of B whole rows (task_eval.hpp's RowLosses), on every rank.
+  void row_losses(const int32_t* inputs, const int32_t* targets, float* losses);
+
   // The most elements a product's operand spans (the size of the bf16 scratch).
   int64_t largest_operand() const;
   int64_t largest_operand(const TpShard& shard) const;  // of a stage not yet allocated
-  // Collective: rank 0 prints each stage's peak activations and mean F/B/W times.
-  void report_stages(const StageTimes& timed) const;
   // Collective: zb-auto's plan from step `step`'s measured op times (the steps before it run
   // zb-auto planned for F = B = W).
   void plan_zb_auto(int step);
@@ -211,6 +168,8 @@ class TrainingRun {
   bool tied_across_stages() const;
   // zb-auto's memory limit: --max-in-flight, else P (1F1B's peak).
   int zb_auto_limit() const;
+  // --rerun-suspect: whether this step's values call for a second computation.
+  bool suspect_values(double loss, double norm) const;
 
   TrainOptions opts_;
   GPTConfig cfg_;
@@ -224,6 +183,7 @@ class TrainingRun {
   LRSchedule schedule_;
   std::unique_ptr<DataLoader> train_data_, val_data_;
   std::string val_name_;
+  std::optional<EvalTask> eval_task_;  // --eval-data
   TpShard shard_;
   Parameters params_, grads_;
   // --precision bf16: the parameters rounded to bf16, what the products read as weights; refreshed
@@ -233,9 +193,8 @@ class TrainingRun {
   std::unique_ptr<SumOfSquares> grad_squares_;  // the gradient norm's, read once a step
   std::unique_ptr<DataParallelGrads> dp_grads_;
   std::unique_ptr<StateFiles> state_files_;
-  int first_step_ = 1;             // 1, or the step after the resumed checkpoint's
-  int64_t tokens_seen_ = 0;        // training tokens through the model so far, over the whole run
-  std::string newest_checkpoint_;  // the last saved or loaded, for messages
+  int first_step_ = 1;       // 1, or the step after the resumed checkpoint's
+  int64_t tokens_seen_ = 0;  // training tokens through the model so far, over the whole run
   std::optional<ResumePoint> resume_;
   double load_seconds_ = 0.0;  // reading the checkpoint
   std::vector<std::string> notes_, warnings_;
@@ -247,36 +206,23 @@ class TrainingRun {
   std::vector<LayerRange> layer_ranges_;          // blocks of every virtual stage
   std::unique_ptr<ModelStage> stage_;
   std::unique_ptr<TrainingSample> sample_;  // --sample-every
-  Tokens batch_;  // this rank's inputs, then its targets, then (--doc-mask) the document starts
-  HostTokens host_batch_;                  // the same, where the loader fills them
-  HostTokens whole_rows_;                  // with CP or --doc-mask: the DP rank's whole rows
-  std::vector<Tokens> inputs_, targets_;   // per microbatch: views into batch_
-  std::vector<Tokens> doc_starts_;         // per microbatch, with --doc-mask
-  PeakRate peak_;                          // this rank's, for MFU: measured before the allocations
-  std::optional<PeakTracker> peak_flops_;  // all ranks' together over the run, from peak_
+  BatchBuffers batch_;                      // this rank's share of the batch
+  PeakRate peak_;                           // this rank's, for MFU: measured before the allocations
+  std::optional<PeakTracker> peak_flops_;   // all ranks' together over the run, from peak_
   Tally tally_;
   // The run's phases and what observes them.
   StepPhases phases_;
   std::unique_ptr<Watchdog> watchdog_;
   std::unique_ptr<StepTrace> trace_;
+  std::unique_ptr<PhaseTimers> timers_;
   std::optional<MetricsStart> metrics_start_;  // rank 0, with --metrics
   // The last --outlier-window losses and gradient norms (kept whether or not --skip-outliers is
   // on, so it may be turned on at a resume), and the updates skipped so far.
   OutlierWindow loss_window_{128}, norm_window_{128};
   int64_t skipped_updates_ = 0;
   TestFault test_fault_;  // MPIFORMER_TEST_FAULT, for the tests
-  // Logs a skipped update (rank 0), into the log and --metrics.
-  void report_skip(const StepOutcome& s) const;
-  // --rerun-suspect: whether this step's values call for a second computation.
-  bool suspect_values(double loss, double norm) const;
-  int report_suspect(const StepOutcome& s) const;
-  void report_rerun(const StepOutcome& s) const;
-  std::unique_ptr<MetricsLog> metrics_;  // rank 0, with --metrics; opened last
-  std::unique_ptr<EventFile> events_;    // rank 0, with --tensorboard; opened last
-  // Scalars at `step` into --tensorboard, if any.
-  void record_scalars(int64_t step, const std::vector<std::pair<std::string, double>>& v) const;
-  void record(const MetricsRecord& r) const;  // into --metrics, if any
-  std::unique_ptr<PhaseTimers> timers_;
+  std::unique_ptr<RunSaver> saver_;
+  std::unique_ptr<RunReporter> reporter_;  // made last: it opens --metrics and --tensorboard
 };
 
 // The threads a rank should use: `requested` if positive, else OMP_NUM_THREADS if set, else the

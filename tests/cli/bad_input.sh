@@ -42,7 +42,7 @@ printf '{"tokenizer": {"vocab_size": "300"}}\n' >"$WORK/tok_key/manifest.json"
 expect_error "--vocab below the manifest's" 2 "--vocab 256 is smaller than .*tok/manifest.json's tokenizer.vocab_size 300.*--vocab >= 300" -- --data "$WORK/tok/data_train_*.bin" --vocab 256
 expect_error "manifest not JSON" 1 "manifest .*tok_json/manifest.json: invalid JSON" -- --data "$WORK/tok_json/data_train_000001.bin"
 expect_error "manifest vocab_size" 1 "manifest .*tok_key/manifest.json: tokenizer.vocab_size is missing or not a positive integer" -- --data "$WORK/tok_key/data_train_000001.bin"
-expect_error "--tokenizer alone" 1 "--tokenizer decodes the samples of --sample-every N and goes into --save-hf DIR" -- --tokenizer "$WORK/tok/manifest.json"
+expect_error "--tokenizer alone" 1 "--tokenizer decodes the samples of --sample-every N, encodes a JSONL --eval-data and goes into --save-hf DIR" -- --tokenizer "$WORK/tok/manifest.json"
 expect_error "shard version" 1 "version 2" -- --data "$WORK/version2.bin"
 expect_error "corrupt shard" 1 "tiny.bin.*(short|corrupt)" -- --data "$WORK/tiny.bin"
 expect_error "empty data" 1 "empty" -- --data "$WORK/empty.txt"

@@ -60,6 +60,8 @@ TEST(Settings, EveryFlagParsesIntoItsField) {
       {"--load-step", {"--load", "dir"}},
       {"--save-hf-dtype", {"--save-hf", "dir"}},
       {"--doc-token", {"--doc-mask"}},
+      {"--eval-every", {"--eval-data", "tasks.bin"}},
+      {"--eval-examples", {"--eval-data", "tasks.bin"}},
       {"--cp", {"--seq-len", "96"}}};  // 2 x 3 chunks
   for (const Setting* s : rows()) {
     const std::string flag = s->flag;

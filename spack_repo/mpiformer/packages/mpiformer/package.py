@@ -4,7 +4,7 @@
 #   spack install mpiformer +openmp ~onednn        # CPU, OpenBLAS only (no bf16 products)
 #   spack install mpiformer +cuda cuda_arch=80     # GPUs: Kokkos CUDA + cuBLAS
 #   module load mpiformer, or spack load mpiformer once `spack repo add` registered this
-#   repository  ->  mpiformer-train, mpiformer-generate, mpiformer-tokenize on PATH
+#   repository  ->  mpiformer-train, mpiformer-generate, mpiformer-eval, mpiformer-tokenize on PATH
 
 import os
 
@@ -166,6 +166,12 @@ class Mpiformer(CMakePackage, CudaPackage):
         """mpiformer-generate --help prints the usage"""
         generate = which(self.prefix.bin.join("mpiformer-generate"), required=True)
         out = generate("--help", output=str.split, error=str.split)
+        assert "usage:" in out
+
+    def test_eval_help(self):
+        """mpiformer-eval --help prints the usage"""
+        evaluate = which(self.prefix.bin.join("mpiformer-eval"), required=True)
+        out = evaluate("--help", output=str.split, error=str.split)
         assert "usage:" in out
 
     def test_tokenize_help(self):

@@ -1,0 +1,379 @@
+// Building a training run: the constructor and its set-up steps, in order (trainer.hpp).
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "backends/gemm.hpp"
+#include "checkpoint/checkpoint_dir.hpp"
+#include "checkpoint/hf_checkpoint.hpp"
+#include "checkpoint/llmc_checkpoint.hpp"
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+#include "core/stopwatch.hpp"
+#include "model/gpt.hpp"
+#include "model/layers/matmul.hpp"
+#include "model/shard.hpp"
+#include "parallel/device_mpi.hpp"
+#include "parallel/rank_device.hpp"
+#include "pipeline/p2p.hpp"
+#include "pipeline/simulator.hpp"
+#include "train/trainer.hpp"
+
+namespace mpf {
+
+namespace {
+// M, from --microbatches or --micro-batch-size; InputError unless it splits the DP rank's rows.
+int microbatch_count(const TrainOptions& o, int local_batch) {
+  if (o.micro_batch_size > 0) {
+    require(local_batch % o.micro_batch_size == 0,
+            "--micro-batch-size " + std::to_string(o.micro_batch_size) + " does not divide the " +
+                std::to_string(local_batch) + " rows of a DP rank's batch; use a divisor of " +
+                std::to_string(local_batch));
+    return local_batch / o.micro_batch_size;
+  }
+  const int M = o.microbatches > 0 ? o.microbatches : 1;
+  require(local_batch % M == 0, "the " + std::to_string(local_batch) +
+                                    " rows of a DP rank's batch do not split into --microbatches " +
+                                    std::to_string(M) +
+                                    "; use a --batch that is a multiple of dp x microbatches");
+  return M;
+}
+
+}  // namespace
+
+int choose_threads(int requested, const NodePlacement& place, MPI_Comm world) {
+  const int ranks_on_node = place.local_size;
+  const int cores = usable_cpus();
+  int threads = cores / ranks_on_node > 0 ? cores / ranks_on_node : 1;
+  if (requested > 0) {
+    threads = requested;
+  } else if (const char* env = std::getenv("OMP_NUM_THREADS"); env && std::atoi(env) > 0) {
+    threads = std::atoi(env);
+  }
+  // More busy threads than cores makes every step wait on preempted threads (measured 40x here);
+  // say so once, with the fix.
+  int world_rank = 0;
+  MPI_Comm_rank(world, &world_rank);
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const bool passive = policy && (policy[0] == 'p' || policy[0] == 'P');
+  if (world_rank == 0 && ranks_on_node * threads > cores && !passive) {
+    std::fprintf(stderr,
+                 "warning: %d ranks x %d threads on a node where this process may use %d cores: "
+                 "use fewer threads (--threads) or set OMP_WAIT_POLICY=PASSIVE\n",
+                 ranks_on_node, threads, cores);
+  }
+  return threads;
+}
+
+TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
+    : opts_(in.opts),
+      cfg_(in.cfg),
+      doc_token_(in.doc_token),
+      schedule_(in.schedule),
+      train_data_(std::move(in.train_data)),
+      val_data_(std::move(in.val_data)),
+      val_name_(in.val_name),
+      eval_task_(std::move(in.eval_task)),
+      resume_(in.resume),
+      notes_(in.notes),
+      warnings_(in.warnings),
+      metrics_start_(std::move(in.metrics)) {
+  loss_window_ = OutlierWindow(opts_.outlier_window);
+  norm_window_ = OutlierWindow(opts_.outlier_window);
+  test_fault_ = test_fault_from_environment();
+  set_up_grid(world);
+  plan_pipeline();
+  plan_stages();
+  if (!opts_.dry_run) {
+    // Before the memory plan reads what the process holds: the GEMM libraries' own buffers, which
+    // their first products allocate, are then part of it.
+    if (opts_.peak_gflops > 0) {
+      peak_ = PeakRate{opts_.peak_gflops, "--peak-gflops"};
+      warm_gemm_libraries(opts_.precision);
+    } else {
+      peak_ = measure_startup_peak(opts_.precision);
+    }
+  }
+  plan_memory_use();
+  if (opts_.dry_run) return;  // the layout is checked; the rest allocates, loads and initialises
+  shard_model();
+  set_up_optimizer();
+  load_state();
+  set_up_stage();
+  set_up_sample(std::move(in.tokenizer));
+  batch_ = BatchBuffers(local_batch_, opts_.seq_len, stage_->positions(), shape_.microbatches,
+                        doc_token_);
+  observe_phases();
+  saver_ = std::make_unique<RunSaver>(
+      *this, resume_ ? checkpoint::path(resume_->root, resume_->info.step) : "");
+  // Last, after every collective here: an error on rank 0 alone is then agreed on by the caller.
+  reporter_ = std::make_unique<RunReporter>(*this);
+}
+
+TrainingRun::~TrainingRun() = default;
+
+void TrainingRun::set_up_grid(MPI_Comm world) {
+  grid_ = std::make_unique<Grid>(world, opts_.tp, opts_.pp, opts_.dp, opts_.cp);
+  require(opts_.batch % grid_->dp_size() == 0,
+          "--batch " + std::to_string(opts_.batch) + " does not split over " +
+              std::to_string(grid_->dp_size()) + " data-parallel ranks; use a multiple of " +
+              std::to_string(grid_->dp_size()));
+  local_batch_ = opts_.batch / grid_->dp_size();
+  local_seq_len_ = opts_.seq_len / grid_->cp_size();  // options.cpp checked it divides
+  // Where the ranks run, for the banner; a TP group across nodes is slow enough to warn about.
+  const NodePlacement node = node_placement(world);
+  node_ranks_ = node.local_size;
+  const std::vector<RankPlace> places =
+      gather_places(world, node, host_thread_count(), current_device());
+  if (is_root()) {
+    placement_ = placement_rows(places, grid_->tp_size(), grid_->dp_size(), grid_->pp_size(),
+                                grid_->cp_size());
+    const std::string span = tp_span_warning(tp_groups_spanning_nodes(placement_, grid_->tp_size()),
+                                             grid_->world_size() / grid_->tp_size());
+    if (!span.empty()) warnings_.push_back(span);
+  }
+}
+
+void TrainingRun::plan_pipeline() {
+  const TrainOptions& opts = opts_;
+  pp_schedule_ = pipeline::parse_schedule(opts.schedule);
+  const int M = microbatch_count(opts, local_batch_);
+  micro_batch_ = local_batch_ / M;
+  const int V = opts.virtual_stages > 0 ? opts.virtual_stages
+                                        : pipeline::default_virtual_stages(pp_schedule_);
+  shape_ = {grid_->pp_size(), grid_->pp_rank(), V, M, pipeline::placement_of(pp_schedule_, V)};
+  pipeline::validate(shape_, pp_schedule_);
+  // zb-auto's first step runs its search under F = B = W (the paper's assumption), within the
+  // memory limit like every later step, and times the ops the next plan uses.
+  pipeline::OpCosts unit;
+  unit.forward = unit.backward_input = unit.backward_weight = 1.0;
+  plan_ = std::make_unique<pipeline::SchedulePlan>(pp_schedule_, shape_, unit, zb_auto_limit());
+  if (opts.max_in_flight > 0 && pp_schedule_ != pipeline::Schedule::kZbAuto) {
+    pipeline::require_within_memory(*plan_, opts.max_in_flight);
+  }
+}
+
+void TrainingRun::plan_stages() {
+  const int chunks = grid_->pp_size() * shape_.virtual_stages;
+  layer_ranges_ = opts_.pp_layout.empty()
+                      ? distribute_layers(cfg_.layers, chunks)
+                      : parse_layer_layout(opts_.pp_layout, cfg_.layers, chunks);
+  const int cp = grid_->cp_size(), tp = grid_->tp_size();
+  require(!opts_.sequence_parallel || (int64_t(micro_batch_) * local_seq_len_) % tp == 0 || cp == 1,
+          "--sequence-parallel splits a microbatch's " + std::to_string(micro_batch_) + " x " +
+              std::to_string(local_seq_len_) + " rows of each CP rank over " + std::to_string(tp) +
+              " TP ranks, which does not divide; use --seq-len " +
+              nearest_multiples(opts_.seq_len, 2 * cp * tp) + " (a multiple of 2 x cp x tp)");
+  require(
+      !opts_.sequence_parallel || (int64_t(micro_batch_) * opts_.seq_len) % grid_->tp_size() == 0,
+      "--sequence-parallel splits the " + std::to_string(micro_batch_ * opts_.seq_len) +
+          " rows of a microbatch over " + std::to_string(grid_->tp_size()) +
+          " TP ranks, which does not divide; choose --batch/--seq-len so "
+          "B*T/(dp*microbatches) divides by tp");
+  const int64_t most = pipeline_max_microbatches(tag_upper_bound(grid_->pp_comm()),
+                                                 grid_->pp_size(), shape_.virtual_stages);
+  require(shape_.microbatches <= most,
+          std::to_string(shape_.microbatches) + " microbatches x " + std::to_string(chunks) +
+              " chunks need more message tags than this MPI's MPI_TAG_UB allows; use at most " +
+              std::to_string(most) + " microbatches");
+}
+
+MemoryShape TrainingRun::memory_shape() const {
+  MemoryShape m;
+  m.shard = stage_shard(grid_->tp_rank(), grid_->pp_rank());
+  const StageOwnership own =
+      stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
+  m.chunks = own.chunks;
+  for (ChunkPieces& c : m.chunks) {
+    c.recompute = opts_.recompute;
+    // As ModelStage::set_weight_with_input sets them.
+    if (!pipeline::is_zero_bubble(pp_schedule_)) {
+      c.logit_rows =
+          head_chunk_rows(m.shard, c, micro_batch_, local_seq_len_, opts_.sequence_parallel);
+    }
+  }
+  m.micro_batch = micro_batch_;
+  m.seq_len = local_seq_len_;
+  m.cp = grid_->cp_size();
+  m.sequence_parallel = opts_.sequence_parallel;
+  m.recompute = opts_.recompute;
+  m.weight_with_input = !pipeline::is_zero_bubble(pp_schedule_);
+  {
+    const pipeline::SimulationResult sim = pipeline::simulate(*plan_);
+    int acts = 0, w = 0;
+    for (const pipeline::SimEvent& e : sim.events[size_t(grid_->pp_rank())]) {
+      if (e.op == pipeline::SimOp::kForward) ++acts;
+      if (e.op == pipeline::SimOp::kBackwardInput) ++w;
+      if (e.op == pipeline::SimOp::kBackwardWeight) --acts, --w;
+      m.held.push_back({acts, w});
+    }
+  }
+  m.bf16 = opts_.precision == Precision::bf16;
+  m.bf16_scratch = largest_operand(m.shard);
+  m.dp_cp = grid_->dp_cp_size();
+  m.zero = opts_.zero == 1 && grid_->dp_cp_size() > 1;
+  m.staged_mpi = staged();
+  m.pipeline_stages = grid_->pp_size();
+  m.threads = host_thread_count();
+  for (const DataLoader* d : {train_data_.get(), val_data_.get()}) {
+    if (!d) continue;
+    for (const TokenStream& f : d->files()) m.data_bytes += f.size() * f.width();
+  }
+  return m;
+}
+
+void TrainingRun::plan_memory_use() {
+  MemoryShape m = memory_shape();
+  m.process_bytes = resident_bytes();
+  memory_ = plan_memory(m);
+  // What the rank may still take: --memory-per-rank, or this node's available memory shared by
+  // its ranks (on a GPU the model lives in device memory: only --memory-per-rank applies).
+  const int64_t held = m.process_bytes + m.data_bytes, need = memory_.total();
+  int64_t may = 0;
+  std::string whose;
+  if (opts_.memory_per_rank > 0) {
+    may = int64_t(opts_.memory_per_rank * 1e9);
+    whose = "--memory-per-rank";
+  } else if (!kDeviceMemory && available_bytes() > 0) {
+    may = held + available_bytes() / node_ranks_;
+    whose = "its share of the node's MemAvailable (" + gigabytes(available_bytes()) + " over " +
+            std::to_string(node_ranks_) + " rank(s)) with what it holds already";
+  }
+  if (may > 0 && need > may) {
+    const MemoryTerm& big = memory_.largest();
+    throw InputError("rank " + std::to_string(grid_->world_rank()) + " needs " + gigabytes(need) +
+                     " at its peak, more than the " + gigabytes(may) + " it may use (" + whose +
+                     "); the largest term is " + big.name + ", " + gigabytes(big.bytes) + " (" +
+                     big.detail + "): shrink it with " + big.shrink + " (" + memory_.summary() +
+                     ")");
+  }
+}
+
+void TrainingRun::shard_model() {
+  shard_ = stage_shard(grid_->tp_rank(), grid_->pp_rank());
+  if (shard_.kv_replicas > 1) shard_.kv_group = grid_->kv_group(shard_.kv_replicas);
+  // Padded to a multiple of the DP x CP size so ZeRO's buckets split evenly.
+  params_ = Parameters::allocate(shard_, "mpf::params", grid_->dp_cp_size());
+  grads_ = Parameters::allocate(shard_, "mpf::grads", grid_->dp_cp_size());
+}
+
+void TrainingRun::set_up_optimizer() {
+  const TrainOptions& opts = opts_;
+  AdamWConfig adam;
+  adam.beta1 = opts.beta1;
+  adam.beta2 = opts.beta2;
+  adam.eps = opts.eps;
+  adam.weight_decay = opts.weight_decay;
+  // The ranks holding the same parameters are DP x CP: gradients are summed, and ZeRO shards, over
+  // them together.
+  const bool zero = opts.zero == 1 && grid_->dp_cp_size() > 1;
+  const int64_t bucket_elems = static_cast<int64_t>(opts.dp_bucket_mb * 1e6 / sizeof(float));
+  // Under PP the tied wte is completed over the embedding group after the schedule: its DP
+  // buckets wait for that (unless one rank holds both ends, as in a V).
+  dp_grads_ = std::make_unique<DataParallelGrads>(grads_, shard_, grid_->dp_cp_comm(), bucket_elems,
+                                                  zero, /*tied_wte=*/tied_across_stages());
+  if (zero) {
+    optimizer_ =
+        std::make_unique<AdamW>(adam, cfg_, dp_grads_->zero_segments(), dp_grads_->shard_size());
+  } else {
+    optimizer_ = std::make_unique<AdamW>(adam, cfg_, piece_segments(params_), params_.count);
+  }
+  grad_squares_ = std::make_unique<SumOfSquares>();
+  state_files_ = std::make_unique<StateFiles>(*grid_, shard_, params_, *optimizer_, zero);
+}
+
+void TrainingRun::load_state() {
+  if (resume_) {
+    Stopwatch load_clock;
+    load_checkpoint(*state_files_, *resume_);
+    load_seconds_ = load_clock.seconds();
+    const CheckpointInfo& c = resume_->info;
+    optimizer_->set_steps_taken(c.step);
+    first_step_ = int(c.step) + 1;
+    tokens_seen_ = c.tokens_seen;
+    loss_window_.restore(c.loss_window);
+    norm_window_.restore(c.norm_window);
+    skipped_updates_ = c.skipped_updates;
+  } else if (!opts_.init_from.empty() && is_hf_source(opts_.init_from)) {
+    load_hf_model(opts_.init_from, cfg_, shard_, params_, grid_->world_comm());
+  } else if (!opts_.init_from.empty()) {
+    load_model_file(*state_files_, opts_.init_from);
+  } else {
+    initialize(params_, shard_, opts_.seed);
+  }
+  if (opts_.precision == Precision::bf16) {
+    weights16_ = Bf16Slab("mpf::weights16", params_.count);
+    round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
+  }
+}
+
+void TrainingRun::set_up_stage() {
+  const TrainOptions& opts = opts_;
+  const StageOwnership own =
+      stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
+  stage_ = std::make_unique<ModelStage>(shard_, own.chunks, micro_batch_, local_seq_len_,
+                                        opts.sequence_parallel, grid_->tp_comm(), grid_->pp_comm(),
+                                        opts.recompute, shape_.placement, grid_->cp_comm());
+  // The classic schedules run each W right after its B: W then goes with B, block by block, and
+  // a microbatch keeps two blocks' W inputs instead of its chunk's.
+  stage_->set_weight_with_input(!pipeline::is_zero_bubble(pp_schedule_));
+}
+
+void TrainingRun::set_up_sample(std::optional<Tokenizer> tokenizer) {
+  if (opts_.sample_every <= 0) return;
+  sample_ =
+      std::make_unique<TrainingSample>(shard_, params_.t, opts_.sample_tokens, std::move(tokenizer),
+                                       grid_->tp_comm(), grid_->dp_cp_rank() == 0, is_root());
+}
+
+void TrainingRun::observe_phases() {
+  // In this order: the trace's barrier starts the traced step before the timers' clocks do, and
+  // the timers' fences end a part before the trace reads its clock (step_phases.hpp).
+  watchdog_ = std::make_unique<Watchdog>(opts_.step_timeout, grid_->world_rank());
+  trace_ = std::make_unique<StepTrace>(*grid_, *stage_, opts_.trace.empty() ? 0 : opts_.steps);
+  timers_ = std::make_unique<PhaseTimers>(first_step_ + 1);
+  phases_.observe(*watchdog_);
+  phases_.observe(*trace_);
+  phases_.observe(*timers_);
+  stage_->on_op([this](const char* name, int mb, int chunk) { phases_.op(name, mb, chunk); });
+}
+
+TpShard TrainingRun::stage_shard(int tp_rank, int pp_rank) const {
+  const StageOwnership own =
+      stage_ownership(layer_ranges_, pp_rank, grid_->pp_size(), shape_.placement);
+  return restrict_to_stage(make_tp_shard(cfg_, tp_rank, grid_->tp_size()), own.layers,
+                           own.embedding, own.head);
+}
+
+int TrainingRun::zb_auto_limit() const {
+  return opts_.max_in_flight > 0 ? opts_.max_in_flight : grid_->pp_size();
+}
+
+bool TrainingRun::tied_across_stages() const {
+  return cfg_.tied && grid_->pp_size() > 1 && shape_.placement == pipeline::ChunkPlacement::kLooped;
+}
+
+int64_t TrainingRun::largest_operand() const {
+  return largest_operand(shard_);
+}
+
+int64_t TrainingRun::largest_operand(const TpShard& shard) const {
+  // A microbatch's rows times the widest activation a product reads (the logits' vocabulary
+  // shard, the MLP, QKV); the fused attention rounds its own tiles.
+  const int64_t R = int64_t(micro_batch_) * local_seq_len_;
+  const int64_t width =
+      std::max<int64_t>({shard.vocab_shard, shard.mlp_in, shard.qkv, int64_t(cfg_.channels)});
+  return R * width;
+}
+
+void TrainingRun::allreduce_tied_embedding() {
+  // The first stage's wte gradient comes from the embedding, the last stage's from the LM head;
+  // the serial model's is their sum, and both copies must take the same update. In a V, rank 0
+  // holds both and has the sum already.
+  if (grid_->embedding_comm() == MPI_COMM_NULL || !tied_across_stages()) return;
+  allreduce_sum(grads_.t.wte.data(), int64_t(grads_.t.wte.extent(0)), grid_->embedding_comm());
+}
+
+}  // namespace mpf
