@@ -2,340 +2,14 @@
 
 #include <algorithm>
 #include <climits>
-#include <mutex>
 #include <queue>
-#include <unordered_map>
 
 #include "core/error.hpp"
-#include "io/input_file.hpp"
-#include "io/json.hpp"
 #include "text/byte_alphabet.hpp"
+#include "text/unicode_classes.hpp"
+#include "text/utf8.hpp"
 
 namespace mpf {
-
-// Pre-tokens' encodings, for the encode call that holds the mutex. Bounded: emptied when full.
-struct BpeTokenizer::Cache {
-  static constexpr size_t kMaxEntries = size_t(1) << 16;
-  static constexpr size_t kMaxPieceBytes = 256;
-  std::mutex mutex;
-  PieceTable table;
-};
-
-// Token ids at or above this are refused (Llama 3 has 128,256; the largest byte-level BPE
-// vocabularies a few hundred thousand).
-constexpr int64_t kMaxTokenId = int64_t(1) << 22;
-
-// Reads tokenizer.json into a BpeTokenizer; every problem an InputError naming the file.
-class BpeTokenizerLoader {
- public:
-  explicit BpeTokenizerLoader(const std::string& path) : what_("tokenizer " + path) {}
-
-  BpeTokenizer load(const std::string& path);
-
- private:
-  [[noreturn]] void fail(const std::string& problem) const {
-    throw InputError(what_ + ": " + problem);
-  }
-  static std::string quoted(std::string_view s) { return json::quote(s); }
-
-  const json::Value& object_at(const json::Value& parent, std::string_view key,
-                               const std::string& name) const;
-  std::string string_or(const json::Value& obj, std::string_view key, const std::string& name,
-                        const std::string& otherwise) const;
-  bool bool_or(const json::Value& obj, std::string_view key, const std::string& name,
-               bool otherwise) const;
-  // `name()` makes the key's name for a message, only when there is one to give.
-  template <class Name>
-  int32_t id_of(const json::Value& v, Name&& name) const {
-    int64_t id = -1;
-    try {
-      id = v.integer();
-    } catch (const json::TypeError&) {
-      fail(name() + " is not an integer token id");
-    }
-    if (id < 0) fail(name() + " is " + std::to_string(id) + ", not a token id");
-    // The id table is as long as the largest id: a corrupt id in the billions would allocate
-    // gigabytes before any check could name it.
-    if (id >= kMaxTokenId)
-      fail(name() + " is " + std::to_string(id) + ", above " + std::to_string(kMaxTokenId - 1) +
-           "; no byte-level BPE vocabulary is that large (the file is corrupt)");
-    return int32_t(id);
-  }
-
-  void read_pre_tokenizer(const json::Value& doc, BpeTokenizer& t) const;
-  void read_model_options(const json::Value& model) const;
-  void read_added_tokens(const json::Value& doc, BpeTokenizer& t) const;
-  void read_vocab(const json::Value& model, BpeTokenizer& t) const;
-  void read_merges(const json::Value& model, BpeTokenizer& t) const;
-  void read_template(const json::Value& processor, const std::string& name, BpeTokenizer& t) const;
-
-  std::string what_;
-};
-
-const json::Value& BpeTokenizerLoader::object_at(const json::Value& parent, std::string_view key,
-                                                 const std::string& name) const {
-  const json::Value* v = parent.find(key);
-  if (!v || v->is_null()) fail("has no " + name + "; " + "is this a Hugging Face tokenizer.json?");
-  if (!v->is_object()) fail(name + " is " + json::kind_name(v->kind()) + ", not an object");
-  return *v;
-}
-
-std::string BpeTokenizerLoader::string_or(const json::Value& obj, std::string_view key,
-                                          const std::string& name,
-                                          const std::string& otherwise) const {
-  const json::Value* v = obj.find(key);
-  if (!v || v->is_null()) return otherwise;
-  if (!v->is_string()) fail(name + " is " + json::kind_name(v->kind()) + ", not a string");
-  return v->string();
-}
-
-bool BpeTokenizerLoader::bool_or(const json::Value& obj, std::string_view key,
-                                 const std::string& name, bool otherwise) const {
-  const json::Value* v = obj.find(key);
-  if (!v || v->is_null()) return otherwise;
-  if (!v->is_bool()) fail(name + " is " + json::kind_name(v->kind()) + ", not true or false");
-  return v->boolean();
-}
-
-void BpeTokenizerLoader::read_pre_tokenizer(const json::Value& doc, BpeTokenizer& t) const {
-  const std::string supported =
-      ": only byte-level BPE with GPT-2's pre-tokenizer (ByteLevel) or Llama 3's (Sequence of "
-      "Split and ByteLevel) is supported";
-  const json::Value& pre = object_at(doc, "pre_tokenizer", "pre_tokenizer");
-  const std::string type = string_or(pre, "type", "pre_tokenizer.type", "");
-  if (type == "ByteLevel") {
-    if (!bool_or(pre, "use_regex", "pre_tokenizer.use_regex", true))
-      fail("pre_tokenizer ByteLevel has use_regex false and nothing else splits the text" +
-           supported);
-    t.pre_tokenizer_ = PreTokenizer::kGpt2;
-    t.add_prefix_space_ = bool_or(pre, "add_prefix_space", "pre_tokenizer.add_prefix_space", false);
-    return;
-  }
-  if (type != "Sequence")
-    fail("pre_tokenizer type " + quoted(type) + " is not supported" + supported);
-  const json::Value* list = pre.find("pretokenizers");
-  if (!list || !list->is_array() || list->array().size() != 2 || !list->array()[0].is_object() ||
-      !list->array()[1].is_object() ||
-      string_or(list->array()[0], "type", "pre_tokenizer.pretokenizers[0].type", "") != "Split" ||
-      string_or(list->array()[1], "type", "pre_tokenizer.pretokenizers[1].type", "") !=
-          "ByteLevel") {
-    fail("pre_tokenizer Sequence is not [Split, ByteLevel]" + supported);
-  }
-  const json::Value& split = list->array()[0];
-  const json::Value& level = list->array()[1];
-  const json::Value& pattern = object_at(split, "pattern", "pre_tokenizer Split's pattern");
-  // {"String": ...} splits on a literal string, not a pattern: no known byte-level tokenizer's.
-  const std::string regex = string_or(pattern, "Regex", "pre_tokenizer Split's pattern.Regex", "");
-  if (regex == split_pattern(PreTokenizer::kLlama3)) {
-    t.pre_tokenizer_ = PreTokenizer::kLlama3;
-  } else if (regex == split_pattern(PreTokenizer::kGpt2)) {
-    t.pre_tokenizer_ = PreTokenizer::kGpt2;
-  } else {
-    fail("pre_tokenizer Split's pattern " + quoted(regex) +
-         " is neither GPT-2's nor Llama 3's; those are the two split rules implemented");
-  }
-  const std::string behavior = string_or(split, "behavior", "pre_tokenizer Split's behavior", "");
-  if (behavior != "Isolated" || bool_or(split, "invert", "pre_tokenizer Split's invert", false))
-    fail("pre_tokenizer Split has behavior " + quoted(behavior) +
-         " (or invert true); only Isolated, not inverted, is supported");
-  if (bool_or(level, "use_regex", "pre_tokenizer ByteLevel's use_regex", true))
-    fail("pre_tokenizer ByteLevel after Split has use_regex true (a second split)" + supported);
-  // There a prefix space would go before every piece of the split, which this encoder does not do.
-  if (bool_or(level, "add_prefix_space", "pre_tokenizer ByteLevel's add_prefix_space", false))
-    fail("pre_tokenizer ByteLevel after Split has add_prefix_space true; only false is supported");
-}
-
-void BpeTokenizerLoader::read_model_options(const json::Value& model) const {
-  const std::string type = string_or(model, "type", "model.type", "BPE");
-  if (type != "BPE") fail("model.type is " + quoted(type) + "; only BPE models are supported");
-  if (bool_or(model, "byte_fallback", "model.byte_fallback", false))
-    fail(
-        "model.byte_fallback is true (a SentencePiece-style BPE); only byte-level BPE is "
-        "supported");
-  const json::Value* dropout = model.find("dropout");
-  if (dropout && !dropout->is_null() && !(dropout->is_number() && dropout->number() == 0))
-    fail("model.dropout is set (BPE-dropout is for training); set it to null");
-  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (!string_or(model, key, std::string("model.") + key, "").empty())
-      fail(std::string("model.") + key + " is set; byte-level BPE has none");
-  }
-}
-
-void BpeTokenizerLoader::read_added_tokens(const json::Value& doc, BpeTokenizer& t) const {
-  const json::Value* list = doc.find("added_tokens");
-  if (!list || list->is_null()) return;
-  if (!list->is_array()) fail("added_tokens is not an array");
-  for (size_t i = 0; i < list->array().size(); ++i) {
-    const json::Value& item = list->array()[i];
-    const std::string name = "added_tokens[" + std::to_string(i) + "]";
-    if (!item.is_object()) fail(name + " is not an object");
-    const json::Value* id = item.find("id");
-    if (!id) fail(name + " has no id");
-    const std::string content = string_or(item, "content", name + ".content", "");
-    if (content.empty()) fail(name + " has no content");
-    t.added_.push_back({content, id_of(*id, [&] { return name + ".id"; })});
-  }
-  std::stable_sort(t.added_.begin(), t.added_.end(), [](const auto& a, const auto& b) {
-    return a.content.size() > b.content.size();
-  });
-  for (const auto& a : t.added_) t.added_starts_[static_cast<uint8_t>(a.content[0])] = true;
-}
-
-void BpeTokenizerLoader::read_vocab(const json::Value& model, BpeTokenizer& t) const {
-  const json::Value& vocab = object_at(model, "vocab", "model.vocab");
-  int32_t top = -1;
-  for (const auto& a : t.added_) top = std::max(top, a.id);
-  std::vector<std::pair<std::string, int32_t>> tokens;
-  tokens.reserve(vocab.object().size());
-  // A key given twice keeps its last id, as Python's json and Hugging Face's tokenizers (a serde
-  // map) read it; the id it had first then names no token.
-  std::unordered_map<std::string_view, size_t> last;
-  for (size_t i = 0; i < vocab.object().size(); ++i) last[vocab.object()[i].first] = i;
-  for (size_t i = 0; i < vocab.object().size(); ++i) {
-    const auto& [key, value] = vocab.object()[i];
-    if (last[key] != i) continue;
-    const auto name = [&key = key] { return "model.vocab[" + quoted(key) + "]"; };
-    const int32_t id = id_of(value, name);
-    std::optional<std::string> bytes = byte_alphabet::bytes_of(key);
-    if (!bytes) {
-      // A special token some tokenizers also list in the vocabulary, in plain text.
-      const bool added = std::any_of(t.added_.begin(), t.added_.end(),
-                                     [&](const auto& a) { return a.content == key; });
-      if (!added)
-        fail(name() +
-             ": the key is not written in GPT-2's byte-level alphabet; only byte-level BPE "
-             "tokenizers are supported");
-      bytes = key;
-    }
-    tokens.emplace_back(std::move(*bytes), id);
-    top = std::max(top, id);
-  }
-  t.pieces_.assign(size_t(top) + 1, std::string());
-  t.known_.assign(size_t(top) + 1, 0);
-  for (auto& [bytes, id] : tokens) {
-    if (t.known_[size_t(id)])
-      fail("model.vocab gives id " + std::to_string(id) +
-           " to two tokens; each id names one token");
-    t.known_[size_t(id)] = 1;
-    const uint64_t h = PieceTable::hash(bytes);
-    if (t.vocab_.find(bytes, h).size == 0) t.vocab_.insert(bytes, h, &id, 1);
-    t.pieces_[size_t(id)] = std::move(bytes);
-  }
-  // An added token's content is its text, whatever the vocabulary lists for its id.
-  for (const auto& a : t.added_) {
-    t.known_[size_t(a.id)] = 1;
-    t.pieces_[size_t(a.id)] = a.content;
-  }
-  for (int b = 0; b < 256; ++b) t.byte_ids_[b] = t.vocab_id(std::string(1, char(b))).value_or(-1);
-}
-
-void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) const {
-  const json::Value* merges = model.find("merges");
-  if (!merges || !merges->is_array())
-    fail(merges ? "model.merges is not an array" : "has no model.merges");
-  t.merges_.reserve(merges->array().size());
-  for (size_t rank = 0; rank < merges->array().size(); ++rank) {
-    const json::Value& m = merges->array()[rank];
-    const auto name = [rank] { return "model.merges[" + std::to_string(rank) + "]"; };
-    std::string left, right;
-    if (m.is_string()) {  // "a b"
-      const std::string& s = m.string();
-      const size_t space = s.find(' ');
-      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
-        fail(name() + " " + quoted(s) + " is not two tokens separated by one space");
-      left = s.substr(0, space);
-      right = s.substr(space + 1);
-    } else if (m.is_array() && m.array().size() == 2 && m.array()[0].is_string() &&
-               m.array()[1].is_string()) {  // ["a", "b"]
-      left = m.array()[0].string();
-      right = m.array()[1].string();
-    } else {
-      fail(name() + " is neither \"a b\" nor [\"a\", \"b\"]");
-    }
-    int32_t ids[2];
-    std::string bytes[2];
-    for (int k = 0; k < 2; ++k) {
-      const std::string& key = k == 0 ? left : right;
-      std::optional<std::string> b = byte_alphabet::bytes_of(key);
-      const std::optional<int32_t> id = b ? t.vocab_id(*b) : std::nullopt;
-      if (!id) fail(name() + " names " + quoted(key) + ", which is not in model.vocab");
-      ids[k] = *id;
-      bytes[k] = std::move(*b);
-    }
-    const std::optional<int32_t> merged = t.vocab_id(bytes[0] + bytes[1]);
-    if (!merged)
-      fail(name() + " merges " + quoted(left) + " and " + quoted(right) + " into " +
-           quoted(left + right) + ", which is not in model.vocab");
-    t.merges_.add(ids[0], ids[1], {int32_t(rank), *merged});
-  }
-}
-
-void BpeTokenizerLoader::read_template(const json::Value& processor, const std::string& name,
-                                       BpeTokenizer& t) const {
-  if (!processor.is_object()) return;
-  const std::string type = string_or(processor, "type", name + ".type", "");
-  if (type == "Sequence") {
-    const json::Value* list = processor.find("processors");
-    if (!list || !list->is_array()) return;
-    for (size_t i = 0; i < list->array().size(); ++i)
-      read_template(list->array()[i], name + ".processors[" + std::to_string(i) + "]", t);
-    return;
-  }
-  if (type != "TemplateProcessing") return;
-  const json::Value* single = processor.find("single");
-  const json::Value* specials = processor.find("special_tokens");
-  if (!single || !single->is_array()) fail(name + ".single is not an array");
-  for (const json::Value& item : single->array()) {
-    const json::Value* special = item.find("SpecialToken");
-    if (!special) break;  // the text ("Sequence"): what follows it is not a prefix
-    const std::string token = string_or(*special, "id", name + ".single SpecialToken.id", "");
-    const json::Value* entry = specials ? specials->find(token) : nullptr;
-    const json::Value* ids = entry ? entry->find("ids") : nullptr;
-    if (!ids || !ids->is_array()) fail(name + ".special_tokens has no ids for " + quoted(token));
-    for (const json::Value& id : ids->array()) {
-      const int32_t v =
-          id_of(id, [&] { return name + ".special_tokens[" + quoted(token) + "].ids"; });
-      if (v >= int32_t(t.pieces_.size()) || !t.known_[size_t(v)])
-        fail(name + ".special_tokens[" + quoted(token) + "] names id " + std::to_string(v) +
-             ", which no token has");
-      t.template_prefix_.push_back(v);
-    }
-  }
-}
-
-BpeTokenizer BpeTokenizerLoader::load(const std::string& path) {
-  int64_t bytes = 0;
-  File file = open_for_reading(path, what_, "a Hugging Face tokenizer.json", bytes);
-  std::string text(size_t(bytes), '\0');
-  read_exact(file.get(), text.data(), text.size(), what_);
-  const json::Value doc = json::parse(text, what_);
-  text.clear();
-  text.shrink_to_fit();
-  if (!doc.is_object()) fail("is not a JSON object; pass a Hugging Face tokenizer.json");
-
-  BpeTokenizer t;
-  t.path_ = path;
-  const json::Value* normalizer = doc.find("normalizer");
-  if (normalizer && !normalizer->is_null())
-    fail(
-        "has a normalizer; byte-level BPE tokenizers (GPT-2, Llama 3) have none, and this "
-        "encoder implements none");
-  const json::Value& model = object_at(doc, "model", "model");
-  read_model_options(model);
-  read_pre_tokenizer(doc, t);
-  t.ignore_merges_ = bool_or(model, "ignore_merges", "model.ignore_merges", false);
-  read_added_tokens(doc, t);
-  read_vocab(model, t);
-  read_merges(model, t);
-  if (const json::Value* post = doc.find("post_processor"))
-    read_template(*post, "post_processor", t);
-  t.cache_ = std::make_shared<BpeTokenizer::Cache>();
-  return t;
-}
-
-BpeTokenizer BpeTokenizer::load(const std::string& tokenizer_json) {
-  return BpeTokenizerLoader(tokenizer_json).load(tokenizer_json);
-}
 
 namespace {
 
@@ -367,9 +41,9 @@ size_t merge_by_scan(const MergeTable& merges, int32_t* ids, size_t n) {
   return n;
 }
 
-// The same order for long pieces (a sentence of CJK letters, a run of spaces): a heap of pairs by
-// (rank, position) over a linked list of tokens; a pair whose tokens changed since it was pushed
-// is skipped when it comes up.
+// The same order for long pieces (a sentence of CJK letters, a run of spaces, a whole document
+// when nothing splits it): a heap of pairs by (rank, position) over a linked list of tokens; a
+// pair whose tokens changed since it was pushed is skipped when it comes up.
 void merge_by_heap(const MergeTable& merges, std::vector<int32_t>& ids) {
   const int32_t n = int32_t(ids.size());
   struct Node {
@@ -407,10 +81,97 @@ void merge_by_heap(const MergeTable& merges, std::vector<int32_t>& ids) {
   for (int32_t i = 0; i >= 0; i = nodes[size_t(i)].next) ids.push_back(nodes[size_t(i)].id);
 }
 
+// The length of the well-formed UTF-8 that starts `text` (all of it when it is well formed).
+size_t well_formed_prefix(std::string_view text) {
+  size_t at = 0;
+  while (at < text.size()) {
+    if (static_cast<unsigned char>(text[at]) < 0x80) {
+      ++at;
+      continue;
+    }
+    const utf8::Char c = utf8::decode(text, at);
+    if (c.cp == utf8::kInvalid) break;
+    at += size_t(c.length);
+  }
+  return at;
+}
+
 }  // namespace
+
+// Symbols for bytes the model has no token for, as Hugging Face's merge_word gives them: their
+// <0xNN> tokens (byte_fallback), else the unknown token.
+void BpeTokenizer::unknown_bytes(std::string_view bytes, std::vector<int32_t>& out) const {
+  bool all = byte_fallback_ && !bytes.empty();
+  for (size_t i = 0; all && i < bytes.size(); ++i)
+    all = fallback_ids_[static_cast<uint8_t>(bytes[i])] >= 0;
+  if (all) {
+    for (const char b : bytes) out.push_back(fallback_ids_[static_cast<uint8_t>(b)]);
+    return;
+  }
+  if (unk_token_.empty()) return;  // no unknown token: the symbol is dropped
+  if (unk_id_ < 0)
+    throw InputError("tokenizer " + path_ + ": model.unk_token " + json::quote(unk_token_) +
+                     " is not in model.vocab, and the text holds a character the vocabulary " +
+                     "lacks; add the token to the vocabulary");
+  out.push_back(unk_id_);
+}
+
+void BpeTokenizer::initial_symbols(std::string_view piece, std::vector<int32_t>& out) const {
+  if (byte_level_ && prefix_.empty() && suffix_.empty()) {
+    const size_t start = out.size();
+    for (const char ch : piece) {
+      const int32_t id = byte_ids_[static_cast<uint8_t>(ch)];
+      if (id < 0) break;
+      out.push_back(id);
+    }
+    if (out.size() - start == piece.size()) return;
+    const uint8_t b = static_cast<uint8_t>(piece[out.size() - start]);
+    out.resize(start);
+    if (!byte_fallback_ && unk_token_.empty()) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      throw InputError("tokenizer " + path_ + ": model.vocab has no token for the byte " + hex +
+                       " (" + byte_alphabet::key_of(std::string(1, char(b))) +
+                       "), which the text holds; a byte-level vocabulary has all 256");
+    }
+  }
+  // Hugging Face's merge_word: a symbol per character (per byte at byte level), marked with the
+  // prefix when not first and the suffix when last; one not in the vocabulary becomes its bytes'
+  // <0xNN> tokens, else the unknown token (consecutive ones fused with fuse_unk), else nothing.
+  std::string key;
+  bool pending_unk = false;  // an unknown symbol not yet written
+  for (size_t at = 0; at < piece.size();) {
+    const size_t length = byte_level_ ? 1 : size_t(utf8::decode(piece, at).length);
+    key.clear();
+    if (at > 0) key += prefix_;
+    key.append(piece.substr(at, length));
+    at += length;
+    if (at == piece.size()) key += suffix_;
+    if (const std::optional<int32_t> id = vocab_id(key)) {
+      if (pending_unk) out.push_back(unk_id_);
+      pending_unk = false;
+      out.push_back(*id);
+      continue;
+    }
+    if (byte_fallback_) {
+      bool all = true;
+      for (const char b : key) all = all && fallback_ids_[static_cast<uint8_t>(b)] >= 0;
+      if (all) {  // written before an unknown still pending, as there
+        for (const char b : key) out.push_back(fallback_ids_[static_cast<uint8_t>(b)]);
+        continue;
+      }
+    }
+    if (unk_token_.empty()) continue;
+    if (unk_id_ < 0) unknown_bytes(std::string_view(), out);  // throws: no such token
+    if (pending_unk && !fuse_unk_) out.push_back(unk_id_);
+    pending_unk = true;
+  }
+  if (pending_unk) out.push_back(unk_id_);
+}
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out,
                                 Cache* cache) const {
+  if (piece.empty()) return;
   const uint64_t h = PieceTable::hash(piece);
   if (ignore_merges_) {  // Llama 3's rule: a pre-token in the vocabulary is that token
     const PieceTable::Ids word = vocab_.find(piece, h);
@@ -427,44 +188,103 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
     }
   }
   const size_t start = out.size();
-  for (size_t i = 0; i < piece.size(); ++i) {
-    const uint8_t b = static_cast<uint8_t>(piece[i]);
-    if (byte_ids_[b] < 0) {
-      out.resize(start);
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", b);
-      throw InputError("tokenizer " + path_ + ": model.vocab has no token for the byte " + hex +
-                       " (" + byte_alphabet::key_of(std::string(1, char(b))) +
-                       "), which the text holds; a byte-level vocabulary has all 256");
-    }
-    out.push_back(byte_ids_[b]);
-  }
+  initial_symbols(piece, out);
+  const size_t n = out.size() - start;
   // Merged in place at the end of `out`.
-  if (piece.size() <= kScanMax) {
-    out.resize(start + merge_by_scan(merges_, out.data() + start, piece.size()));
+  if (n <= kScanMax) {
+    out.resize(start + merge_by_scan(merges_, out.data() + start, n));
   } else {
     std::vector<int32_t> ids(out.begin() + std::ptrdiff_t(start), out.end());
     merge_by_heap(merges_, ids);
     out.resize(start);
     out.insert(out.end(), ids.begin(), ids.end());
   }
-  if (cache && piece.size() > 1 && piece.size() <= Cache::kMaxPieceBytes) {
+  if (cache && out.size() > start && piece.size() > 1 && piece.size() <= Cache::kMaxPieceBytes) {
     if (cache->table.size() >= Cache::kMaxEntries) cache->table.clear();
     cache->table.insert(piece, h, out.data() + start, out.size() - start);
   }
 }
 
-void BpeTokenizer::encode_plain(std::string_view text, std::vector<int32_t>& out, Cache* cache,
-                                bool first) const {
+// Well-formed text after the normalizer and the normalized added tokens: pre-tokens, then BPE.
+void BpeTokenizer::encode_normalized(std::string_view text, bool part_start, bool text_start,
+                                     std::vector<int32_t>& out, Cache* cache) const {
+  if (!scanner_) {
+    thread_local std::vector<std::string> pieces;
+    pieces.clear();
+    pre_.run(text, text_start, pieces);
+    for (const std::string& p : pieces) encode_piece(p, out, cache);
+    return;
+  }
   std::string prefixed;
-  if (first && add_prefix_space_ && !text.empty() && text[0] != ' ') {
+  // (A later segment of a part is no part's start: no prefix space.)
+  if (scanner_prefix_space_ && part_start && !text.empty() && text[0] != ' ') {
     prefixed = " " + std::string(text);
     text = prefixed;
   }
   for (size_t at = 0; at < text.size();) {
-    const size_t end = pre_token_end(pre_tokenizer_, text, at);
+    const size_t end = pre_token_end(*scanner_, text, at);
     encode_piece(text.substr(at, end - at), out, cache);
     at = end;
+  }
+}
+
+// One part of a text between added tokens matched in the raw text.
+void BpeTokenizer::encode_part(std::string_view text, bool part_start, bool text_start,
+                               bool parse_special, std::vector<int32_t>& out, Cache* cache) const {
+  // Ill-formed bytes are pre-tokens of their own; the well-formed runs between go through the
+  // pipeline as parts.
+  for (size_t at = 0; at < text.size() || (at == 0 && text.empty());) {
+    const size_t good = at + well_formed_prefix(text.substr(at));
+    const std::string_view run = text.substr(at, good - at);
+    const bool run_start = part_start && at == 0;
+    if (!run.empty()) {
+      std::string normalized;
+      std::string_view n = run;
+      if (!normalizer_.empty()) {
+        normalized = normalizer_.apply(run, run_start);
+        n = normalized;
+      }
+      if (!has_normalized_added_) {
+        encode_normalized(n, run_start, text_start && at == 0, out, cache);
+      } else {
+        std::vector<AddedTokens::Part> parts;
+        added_.split(n, true, parse_special, parts);
+        for (const AddedTokens::Part& p : parts) {
+          if (p.id >= 0)
+            out.push_back(p.id);
+          else
+            encode_normalized(n.substr(p.begin, p.end - p.begin), run_start || p.begin > 0,
+                              text_start && at == 0 && p.begin == 0, out, cache);
+        }
+      }
+    }
+    if (good == text.size()) break;
+    const std::string_view byte = text.substr(good, 1);
+    if (byte_level_) {
+      encode_piece(byte, out, nullptr);
+    } else {
+      unknown_bytes(byte, out);
+    }
+    at = good + 1;
+  }
+}
+
+void BpeTokenizer::encode_text(std::string_view text, bool parse_special, bool first,
+                               std::vector<int32_t>& out, Cache* cache) const {
+  if (added_.empty()) {
+    encode_part(text, first, first, parse_special, out, cache);
+    return;
+  }
+  std::vector<AddedTokens::Part> parts;
+  added_.split(text, false, parse_special, parts);
+  for (const AddedTokens::Part& p : parts) {
+    if (p.id >= 0) {
+      out.push_back(p.id);
+      continue;
+    }
+    const bool start = first || p.begin > 0;
+    encode_part(text.substr(p.begin, p.end - p.begin), start, first && p.begin == 0, parse_special,
+                out, cache);
   }
 }
 
@@ -472,63 +292,99 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 1);
   std::unique_lock<std::mutex> lock(cache_->mutex, std::try_to_lock);
-  encode_plain(text, out, lock.owns_lock() ? cache_.get() : nullptr);
+  encode_text(text, false, true, out, lock.owns_lock() ? cache_.get() : nullptr);
   return out;
 }
 
 void BpeTokenizer::encode_segment(std::string_view text, bool first,
                                   std::vector<int32_t>& out) const {
   std::unique_lock<std::mutex> lock(cache_->mutex, std::try_to_lock);
-  encode_plain(text, out, lock.owns_lock() ? cache_.get() : nullptr, first);
+  encode_text(text, false, first, out, lock.owns_lock() ? cache_.get() : nullptr);
 }
 
 std::vector<int32_t> BpeTokenizer::encode_with_specials(std::string_view text) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 1);
   std::unique_lock<std::mutex> lock(cache_->mutex, std::try_to_lock);
-  Cache* cache = lock.owns_lock() ? cache_.get() : nullptr;
-  size_t plain = 0;  // where the text not yet encoded starts
-  for (size_t at = 0; at < text.size();) {
-    const AddedToken* found = nullptr;
-    if (added_starts_[static_cast<uint8_t>(text[at])]) {
-      for (const AddedToken& a : added_) {  // longest first
-        if (text.compare(at, a.content.size(), a.content) == 0) {
-          found = &a;
-          break;
-        }
-      }
-    }
-    if (!found) {
-      ++at;
-      continue;
-    }
-    encode_plain(text.substr(plain, at - plain), out, cache);
-    out.push_back(found->id);
-    at += found->content.size();
-    plain = at;
-  }
-  encode_plain(text.substr(plain), out, cache);
+  encode_text(text, true, true, out, lock.owns_lock() ? cache_.get() : nullptr);
   return out;
 }
 
-std::string BpeTokenizer::token_bytes(int32_t id) const {
+size_t BpeTokenizer::cut(std::string_view text, size_t from) const {
+  if (!cuttable_) return 0;
+  if (letter_cut_) return last_safe_cut(text, from);
+  if (text.size() < 5) return 0;
+  // Before an ASCII space whose character before is a letter (the 4 bytes kept at the end let a
+  // character there be seen whole when `text` is a prefix).
+  for (size_t q = text.size() - 4; q >= std::max<size_t>(from, 1); --q) {
+    if (text[q] != ' ') continue;
+    size_t start = q - 1;
+    while (start > 0 && q - start < 4 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80)
+      --start;
+    const utf8::Char before = utf8::decode(text, start);
+    if (start + size_t(before.length) == q &&
+        unicode::char_class(before.cp) == unicode::CharClass::kLetter)
+      return q;
+  }
+  return 0;
+}
+
+void BpeTokenizer::check_id(int32_t id) const {
   require(id >= 0 && id < vocab_size() && known_[size_t(id)],
           "tokenizer " + path_ + ": no token has id " + std::to_string(id) +
               " (its vocabulary has " + std::to_string(vocab_size()) + " ids)");
-  return pieces_[size_t(id)];
+}
+
+std::string BpeTokenizer::key_text(int32_t id) const {
+  check_id(id);
+  const std::string& key = keys_[size_t(id)];
+  return byte_level_ && !is_added_[size_t(id)] ? byte_alphabet::key_of(key) : key;
+}
+
+std::string BpeTokenizer::token_bytes(int32_t id) const {
+  check_id(id);
+  // A byte-level key is its bytes already: the ByteLevel decoder's work.
+  if (decoder_.empty() || (byte_level_ && decoder_.byte_level_only())) return keys_[size_t(id)];
+  return decoder_.token_bytes(key_text(id));
 }
 
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
-  std::string text;
-  for (const int32_t id : ids) text += token_bytes(id);
-  return text;
+  if (byte_level_ && decoder_.empty()) {  // no decoder: the bytes, not the keys joined by spaces
+    std::string text;
+    for (const int32_t id : ids) text += token_bytes(id);
+    return text;
+  }
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (const int32_t id : ids) tokens.push_back(key_text(id));
+  return decoder_.decode(std::move(tokens));
 }
 
 std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {
-  for (const AddedToken& a : added_) {
+  for (const AddedToken& a : added_.tokens()) {
     if (a.content == token) return a.id;
   }
   return vocab_id(token);
+}
+
+BpeTokenizer BpeTokenizer::without_scanner() const {
+  BpeTokenizer t = *this;
+  t.scanner_.reset();
+  t.cache_ = std::make_shared<Cache>();
+  return t;
+}
+
+std::vector<std::string> BpeTokenizer::pre_tokens(std::string_view text) const {
+  std::vector<std::string> pieces;
+  const std::string n = normalizer_.empty() ? std::string(text) : normalizer_.apply(text);
+  if (!scanner_) {
+    pre_.run(n, true, pieces);
+    return pieces;
+  }
+  std::string s = n;
+  if (scanner_prefix_space_ && !s.empty() && s[0] != ' ') s.insert(0, " ");
+  for (const std::string_view p : pre_tokenize(*scanner_, s)) pieces.emplace_back(p);
+  return pieces;
 }
 
 }  // namespace mpf

@@ -1,12 +1,18 @@
-// Byte-level BPE (Sennrich et al. 2016, as OpenAI's GPT-2 applies it to bytes) from a Hugging Face
-// `tokenizer.json`: its model.vocab and model.merges (as "a b" strings or ["a", "b"] pairs), its
-// added tokens, and its pre-tokenizer, recognised as GPT-2's or Llama 3's (pre_tokenizer.hpp).
+// A Hugging Face `tokenizer.json` with a BPE model (Sennrich et al. 2016), its whole pipeline:
+// added tokens (added_tokens.hpp), the normalizer (normalizer.hpp), the pre-tokenizer
+// (pre_tokenizer_steps.hpp, or the hand-written scanner it is equivalent to: pre_tokenizer.hpp),
+// the model, the decoder (decoder_steps.hpp) and the post-processor's template. A component it
+// does not implement (a Unigram or WordPiece model, a BertNormalizer, ...) is refused by name.
 //
-// Text is bytes: a pre-token's bytes are merged by rank, lowest first (leftmost among equals),
-// starting from one token per byte; vocabulary keys are written in GPT-2's byte-to-character
-// alphabet (byte_alphabet.hpp) and read back into bytes. With model.ignore_merges (Llama 3) a
-// pre-token that is itself in the vocabulary is that one token. Decoding concatenates the tokens'
-// bytes, which need not be whole UTF-8 characters token by token.
+// The model: a pre-token's symbols are merged by rank, lowest first (leftmost among equals). With
+// a ByteLevel pre-tokenizer the symbols are bytes and vocabulary keys are read through GPT-2's
+// byte alphabet (byte_alphabet.hpp); else they are characters, one not in the vocabulary becoming
+// its bytes' <0xNN> tokens (byte_fallback) or the unknown token (unk_token, fuse_unk).
+// continuing_subword_prefix and end_of_word_suffix mark a symbol not first and last; with
+// ignore_merges (Llama 3) a pre-token that is itself in the vocabulary is that one token.
+//
+// Text is bytes: a byte that is not part of well-formed UTF-8 (which Hugging Face's strings
+// cannot hold) is a pre-token of its own, encoded as the model encodes that byte.
 //
 // The methods are const and may be called from several threads: a cache of pre-tokens' encodings
 // serves one encode call at a time, the others run without it.
@@ -14,85 +20,121 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "text/added_tokens.hpp"
+#include "text/decoder_steps.hpp"
 #include "text/merge_table.hpp"
+#include "text/normalizer.hpp"
 #include "text/piece_table.hpp"
-#include "text/pre_tokenizer.hpp"
+#include "text/pre_tokenizer_steps.hpp"
 
 namespace mpf {
 
 class BpeTokenizer {
  public:
-  // Reads a tokenizer.json. Throws InputError naming the file for: a missing or unreadable file,
-  // invalid JSON, a model that is not BPE, a missing or malformed model.vocab or model.merges, a
-  // merge naming a token not in the vocabulary, a vocabulary key outside the byte-level alphabet,
-  // an id repeated or negative, and a normalizer, pre-tokenizer or BPE option this encoder does not
-  // implement (a Split pattern other than GPT-2's or Llama 3's, byte fallback, dropout, ...).
+  // Reads a tokenizer.json. Throws InputError naming the file and the field for: a missing or
+  // unreadable file, invalid JSON, a component not implemented (by name), a missing or malformed
+  // model.vocab or model.merges, a merge naming a token not in the vocabulary, an id repeated or
+  // negative, a pattern that does not compile.
   static BpeTokenizer load(const std::string& tokenizer_json);
 
-  // Plain text: an added token's text in it is encoded as any other text.
+  // Hugging Face's encode(text, add_special_tokens=False) with its special tokens' text read as
+  // text (encode_special_tokens): the added tokens not special are still matched.
   std::vector<int32_t> encode(std::string_view text) const;
-  // One segment of a plain text, cut where last_safe_cut (pre_tokenizer.hpp) allows, appended to
-  // `out`: the segments' tokens, in order, are encode()'s of the whole. `first` marks the text's
-  // first segment (where a prefix space goes).
+  // One segment of such a text, cut where cut() allows, appended to `out`: the segments' tokens,
+  // in order, are encode()'s of the whole. `first` marks the text's first segment.
   void encode_segment(std::string_view text, bool first, std::vector<int32_t>& out) const;
-  // Added tokens in the text (leftmost, longest first) become their ids; the text between is
-  // encoded as by encode().
+  // Hugging Face's encode(text, add_special_tokens=False): every added token is matched.
   std::vector<int32_t> encode_with_specials(std::string_view text) const;
-  // The tokens' bytes, concatenated (an added token's are its content). Throws InputError for an
-  // id outside the vocabulary.
+  // The last place q >= from (q > 0) where `text`, a prefix of a longer text, may be cut so that
+  // text[0, q) and the rest encode as the whole (encode_segment); 0 if there is none, or if this
+  // tokenizer's pipeline has no such places (then a text is encoded whole).
+  size_t cut(std::string_view text, size_t from) const;
+
+  // The text of `ids` as Hugging Face's decode(ids) gives it (through the decoder). Throws
+  // InputError for an id outside the vocabulary.
   std::string decode(const std::vector<int32_t>& ids) const;
+  // One token's bytes as it prints inside a stream of tokens (decoder_steps.hpp).
   std::string token_bytes(int32_t id) const;
   // The largest id + 1, added tokens included.
-  int vocab_size() const { return int(pieces_.size()); }
-  // An added token by its content ("<|endoftext|>", "<|begin_of_text|>"), else a vocabulary
-  // token by its bytes.
+  int vocab_size() const { return int(keys_.size()); }
+  // An added token by its content ("<|endoftext|>", "<s>"), else a vocabulary token by its key.
   std::optional<int32_t> token_id(std::string_view token) const;
-  PreTokenizer pre_tokenizer() const { return pre_tokenizer_; }
 
-  // The ids tokenizer.json's post-processor puts before a single text (its TemplateProcessing's
-  // leading special tokens: Llama 3's <|begin_of_text|>; none for GPT-2), as Hugging Face's
+  // The scanner the pre-tokenizer is, if it is one (the fast path).
+  std::optional<PreTokenizer> pre_tokenizer() const { return scanner_; }
+  // The same tokenizer on the general path: Oniguruma even where a scanner would do (for tests).
+  BpeTokenizer without_scanner() const;
+  // The pre-tokens of a plain text (one part, no added tokens), in the model's terms.
+  std::vector<std::string> pre_tokens(std::string_view text) const;
+
+  // The ids the post-processor's template puts before and after a single text (Llama 3's
+  // <|begin_of_text|>, Llama 2's <s>; an end-of-sequence token after), as Hugging Face's
   // encode(text) adds them. encode() never does.
   const std::vector<int32_t>& template_prefix() const { return template_prefix_; }
+  const std::vector<int32_t>& template_suffix() const { return template_suffix_; }
   // The file it was loaded from, for messages.
   const std::string& path() const { return path_; }
 
  private:
-  struct AddedToken {
-    std::string content;
-    int32_t id;
+  // Pre-tokens' encodings, for the encode call that holds the mutex. Bounded: emptied when full.
+  struct Cache {
+    static constexpr size_t kMaxEntries = size_t(1) << 16;
+    static constexpr size_t kMaxPieceBytes = 256;
+    std::mutex mutex;
+    PieceTable table;
   };
-  struct Cache;
   friend class BpeTokenizerLoader;
 
   BpeTokenizer() = default;  // load() makes one
 
+  void encode_text(std::string_view text, bool parse_special, bool first, std::vector<int32_t>& out,
+                   Cache* cache) const;
+  void encode_part(std::string_view text, bool part_start, bool text_start, bool parse_special,
+                   std::vector<int32_t>& out, Cache* cache) const;
+  void encode_normalized(std::string_view text, bool part_start, bool text_start,
+                         std::vector<int32_t>& out, Cache* cache) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out, Cache* cache) const;
-  // `first`: the text starts a document (add_prefix_space applies).
-  void encode_plain(std::string_view text, std::vector<int32_t>& out, Cache* cache,
-                    bool first = true) const;
-  std::optional<int32_t> vocab_id(std::string_view bytes) const {
-    const PieceTable::Ids found = vocab_.find(bytes, PieceTable::hash(bytes));
+  void initial_symbols(std::string_view piece, std::vector<int32_t>& out) const;
+  void unknown_bytes(std::string_view bytes, std::vector<int32_t>& out) const;
+  std::optional<int32_t> vocab_id(std::string_view key) const {
+    const PieceTable::Ids found = vocab_.find(key, PieceTable::hash(key));
     if (found.size == 0) return std::nullopt;
     return found.data[0];
   }
+  // A token's string as the decoder reads it (a vocabulary key, an added token's content).
+  std::string key_text(int32_t id) const;
+  void check_id(int32_t id) const;
 
   std::string path_;
-  PreTokenizer pre_tokenizer_ = PreTokenizer::kGpt2;
-  bool add_prefix_space_ = false;
-  bool ignore_merges_ = false;
-  std::vector<std::string> pieces_;  // id -> bytes (empty for an id no token has)
-  std::vector<char> known_;          // id -> whether a token has it
-  PieceTable vocab_;                 // bytes -> id (model.vocab)
-  int32_t byte_ids_[256];            // a single byte's token, -1: none
+  Normalizer normalizer_;
+  PreTokenizerSteps pre_;
+  std::optional<PreTokenizer> scanner_;
+  bool scanner_prefix_space_ = false;
+  DecoderSteps decoder_;
+  AddedTokens added_;
+  bool has_normalized_added_ = false;
+
+  // The model.
+  bool byte_level_ = false;  // symbols are bytes, keys in GPT-2's byte alphabet
+  bool ignore_merges_ = false, byte_fallback_ = false, fuse_unk_ = false;
+  std::string prefix_, suffix_;  // continuing_subword_prefix, end_of_word_suffix (model terms)
+  std::string unk_token_;
+  int32_t unk_id_ = -1;
+  std::vector<std::string> keys_;  // id -> key in the model's terms (bytes for byte level)
+  std::vector<char> known_;        // id -> whether a token has it
+  std::vector<char> is_added_;     // id -> an added token's (keys_ holds its content)
+  PieceTable vocab_;               // key -> id (model.vocab)
+  int32_t byte_ids_[256];          // byte level: a single byte's token, -1: none
+  int32_t fallback_ids_[256];      // byte_fallback: <0xNN>'s id, -1: none
   MergeTable merges_;
-  std::vector<AddedToken> added_;  // longest first
-  bool added_starts_[256] = {};    // whether an added token starts with the byte
-  std::vector<int32_t> template_prefix_;
+  std::vector<int32_t> template_prefix_, template_suffix_;
+  bool cuttable_ = false, letter_cut_ = false;
   std::shared_ptr<Cache> cache_;
 };
 

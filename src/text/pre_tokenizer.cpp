@@ -99,7 +99,8 @@ size_t gpt2_end(std::string_view t, size_t i) {
   return trailing_space_end(t, space_run(t, i), i);
 }
 
-size_t llama3_end(std::string_view t, size_t i) {
+// Llama 3's rule, numbers in groups of at most `digits`.
+size_t llama3_end(std::string_view t, size_t i, int digits) {
   const size_t n = t.size();
   const Scanned c = scan_char(t, i);
   const size_t next = i + size_t(c.length);
@@ -129,7 +130,7 @@ size_t llama3_end(std::string_view t, size_t i) {
   // \p{N}{1,3}
   if (c.cls == CharClass::kNumber) {
     size_t end = next;
-    for (int k = 1; k < 3 && end < n; ++k) {
+    for (int k = 1; k < digits && end < n; ++k) {
       const Scanned d = scan_char(t, end);
       if (d.cls != CharClass::kNumber) break;
       end += size_t(d.length);
@@ -162,12 +163,22 @@ const char* split_pattern(PreTokenizer kind) {
       return R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
     case PreTokenizer::kLlama3:
       return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    case PreTokenizer::kQwen2:
+      return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   }
   return "";
 }
 
 size_t pre_token_end(PreTokenizer kind, std::string_view text, size_t begin) {
-  return kind == PreTokenizer::kGpt2 ? gpt2_end(text, begin) : llama3_end(text, begin);
+  switch (kind) {
+    case PreTokenizer::kGpt2:
+      return gpt2_end(text, begin);
+    case PreTokenizer::kLlama3:
+      return llama3_end(text, begin, 3);
+    case PreTokenizer::kQwen2:
+      return llama3_end(text, begin, 1);
+  }
+  return text.size();
 }
 
 size_t last_safe_cut(std::string_view text, size_t from) {

@@ -10,6 +10,7 @@
 // tokenizer.json):
 //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
 //   \s*[\r\n]+|\s+(?!\S)|\s+
+// kQwen2 (Qwen2's and Qwen2.5's Split): Llama 3's with \p{N} for \p{N}{1,3} (digits one by one).
 // Bytes that are not UTF-8 are characters of class "other" (utf8.hpp).
 #pragma once
 
@@ -19,7 +20,7 @@
 
 namespace mpf {
 
-enum class PreTokenizer { kGpt2, kLlama3 };
+enum class PreTokenizer { kGpt2, kLlama3, kQwen2 };
 
 // The pattern `kind` is equivalent to, exactly as a tokenizer.json writes it (JSON-unescaped).
 const char* split_pattern(PreTokenizer kind);

@@ -122,11 +122,14 @@ class Reference:
         self.ignore_merges = ignore_merges
         self.prefix_space = prefix_space
         self.added = dict(added)  # content -> id
+        self.plain_added = {c for c in self.added if not c.startswith("<|")}  # not special
         self.bytes_of = {i: from_key(k) for k, i in vocab.items()}
         for content, i in added:
             self.bytes_of[i] = content.encode()
         alternation = "|".join(regex.escape(c) for c in sorted(self.added, key=len, reverse=True))
         self.added_re = regex.compile("(" + alternation + ")") if self.added else None
+        plain = "|".join(regex.escape(c) for c in sorted(self.plain_added, key=len, reverse=True))
+        self.plain_re = regex.compile("(" + plain + ")") if plain else None
 
     def bpe(self, piece):
         word = [BYTE_CHAR[b] for b in piece.encode()]
@@ -141,21 +144,25 @@ class Reference:
             word = word[:i] + [word[i] + word[i + 1]] + word[i + 2:]
         return [self.vocab[t] for t in word]
 
-    def encode(self, text):
+    def encode_plain(self, text):
         if self.prefix_space and text and not text.startswith(" "):
             text = " " + text
         return [i for piece in pretokenize(self.pattern, text) for i in self.bpe(piece)]
 
-    def encode_with_specials(self, text):
-        if not self.added_re:
-            return self.encode(text)
+    def encode_with_specials(self, text, specials=True):
+        """Added tokens split out (every part then gets the prefix space); special ones only when
+        `specials`, as Hugging Face's encode with encode_special_tokens off."""
         ids = []
-        for k, part in enumerate(self.added_re.split(text)):
+        pattern = self.added_re if specials else self.plain_re
+        for k, part in enumerate(pattern.split(text) if pattern else [text]):
             if k % 2:
                 ids.append(self.added[part])
             elif part:
-                ids.extend(self.encode(part))
+                ids.extend(self.encode_plain(part))
         return ids
+
+    def encode(self, text):
+        return self.encode_with_specials(text, specials=False)
 
     def decode(self, ids):
         return b"".join(self.bytes_of[i] for i in ids).decode("utf-8", errors="surrogateescape")
@@ -246,7 +253,7 @@ TRICKY = [
     "café naïve coöperate", "ﬁ ligature", "ǅ titlecase",
     "<|endoftext|>", "a<|endoftext|>b", "<|begin_of_text|>Hello<|end_of_text|>",
     "<|end|><|end_of_text|><|end", "<tool> use <tool>", "<|eot_id|>\n\n",
-    "tokenizer tokenization Hello ſtraße",
+    "tokenizer tokenization Hello ſtraße", " \U00011F50", "x\U00011F50\U00011F51 9",
     "a" * 300, "ab" * 150, " " * 200 + "x", "\n" * 100, "9" * 150,
     "漢字" * 60, "😀" * 40, "Привет" * 30, "!?" * 80, "Hello world " * 30,
 ]
@@ -317,9 +324,14 @@ def compare(name, harness, tokenizer, ref, strings, work, kind, prefix, round_tr
     if head["pre_tokenizer"] != kind or head["prefix"] != prefix:
         bad.append(f"header {head}, expected pre_tokenizer {kind} and prefix {prefix}")
     for text, got in zip(strings, rows):
-        want_pre = pretokenize(ref.pattern, text)
+        want_pre = pretokenize(ref.pattern, " " + text if ref.prefix_space and text and
+                               not text.startswith(" ") else text)
         if got["pre"] != want_pre:
             bad.append(f"pre-tokens of {text!r}:\n   C++    {got['pre']}\n   Python {want_pre}")
+        # The hand-written scanner against the general path (Oniguruma), and segments.
+        for key, same in (("general_pre", "pre"), ("general_ids", "ids"), ("segmented", "ids")):
+            if got[key] != got[same]:
+                bad.append(f"{key} of {text!r}:\n   {got[key]}\n   {same} {got[same]}")
         for key, want in (("ids", ref.encode(text)), ("special", ref.encode_with_specials(text))):
             if got[key] != want:
                 bad.append(f"{key} of {text!r}:\n   C++    {got[key]}\n   Python {want}")

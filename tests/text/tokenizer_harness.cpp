@@ -1,6 +1,7 @@
 // What compare_tokenizer.py checks against its Python reference: for a tokenizer.json and a JSON
-// array of strings, one JSON line per string with the C++ pre-tokens (of the tokenizer's
-// pre-tokenizer), encode(), encode_with_specials() and decode() of each.
+// array of strings, one JSON line per string with the C++ pre-tokens of a plain text (on the fast
+// path and on the general one), encode() (both paths, and a segment at a time where cut() allows),
+// encode_with_specials() and decode() of each.
 //   tokenizer_harness TOKENIZER_JSON STRINGS_JSON
 // and, for ci/bench_tokenizer.py, encode()'s throughput on one thread: the first pass over a text
 // file (the pre-token cache empty) and the best of the next passes, in MB/s, and the token count.
@@ -17,7 +18,6 @@
 #include "core/error.hpp"
 #include "io/json.hpp"
 #include "text/bpe_tokenizer.hpp"
-#include "text/pre_tokenizer.hpp"
 
 namespace {
 
@@ -67,25 +67,47 @@ int main(int argc, char** argv) {
       return 0;
     }
     const mpf::BpeTokenizer tok = mpf::BpeTokenizer::load(argv[1]);
+    const mpf::BpeTokenizer general = tok.without_scanner();
     const mpf::json::Value strings = mpf::json::parse(read_all(argv[2]), argv[2]);
-    std::printf("{\"vocab_size\":%d,\"pre_tokenizer\":\"%s\",\"prefix\":%s}\n", tok.vocab_size(),
-                tok.pre_tokenizer() == mpf::PreTokenizer::kGpt2 ? "gpt2" : "llama3",
-                ids_json(tok.template_prefix()).c_str());
+    const char* scanner = !tok.pre_tokenizer()                                 ? "none"
+                          : *tok.pre_tokenizer() == mpf::PreTokenizer::kGpt2   ? "gpt2"
+                          : *tok.pre_tokenizer() == mpf::PreTokenizer::kLlama3 ? "llama3"
+                                                                               : "qwen2";
+    std::printf("{\"vocab_size\":%d,\"pre_tokenizer\":\"%s\",\"prefix\":%s,\"suffix\":%s}\n",
+                tok.vocab_size(), scanner, ids_json(tok.template_prefix()).c_str(),
+                ids_json(tok.template_suffix()).c_str());
+    const auto pieces_json = [](const std::vector<std::string>& pieces) {
+      std::string pre = "[";
+      for (size_t i = 0; i < pieces.size(); ++i)
+        pre += (i ? "," : "") + mpf::json::quote(pieces[i]);
+      return pre + "]";
+    };
     for (const mpf::json::Value& s : strings.array()) {
       const std::string& text = s.string();
-      std::string pre = "[";
-      bool first = true;
-      for (const std::string_view piece : mpf::pre_tokenize(tok.pre_tokenizer(), text)) {
-        pre += (first ? "" : ",") + mpf::json::quote(piece);
-        first = false;
-      }
-      pre += "]";
       const std::vector<int32_t> ids = tok.encode(text);
       const std::vector<int32_t> special = tok.encode_with_specials(text);
-      std::printf("{\"pre\":%s,\"ids\":%s,\"special\":%s,\"decoded\":%s,\"decoded_special\":%s}\n",
-                  pre.c_str(), ids_json(ids).c_str(), ids_json(special).c_str(),
-                  mpf::json::quote(tok.decode(ids)).c_str(),
-                  mpf::json::quote(tok.decode(special)).c_str());
+      // The same text cut where cut() allows, encoded a segment at a time.
+      std::vector<int32_t> segmented;
+      size_t done = 0;
+      for (size_t step = 7; done < text.size();) {
+        const std::string_view rest = std::string_view(text).substr(done);
+        const size_t q = rest.size() > step ? tok.cut(rest.substr(0, step), 1) : 0;
+        const size_t take = q > 0 ? q : rest.size() > step ? 0 : rest.size();
+        if (take == 0) {
+          step += 7;
+          continue;
+        }
+        tok.encode_segment(rest.substr(0, take), done == 0, segmented);
+        done += take;
+        step = 7;
+      }
+      std::printf(
+          "{\"pre\":%s,\"general_pre\":%s,\"ids\":%s,\"general_ids\":%s,\"segmented\":%s,"
+          "\"special\":%s,\"decoded\":%s,\"decoded_special\":%s}\n",
+          pieces_json(tok.pre_tokens(text)).c_str(), pieces_json(general.pre_tokens(text)).c_str(),
+          ids_json(ids).c_str(), ids_json(general.encode(text)).c_str(),
+          ids_json(segmented).c_str(), ids_json(special).c_str(),
+          mpf::json::quote(tok.decode(ids)).c_str(), mpf::json::quote(tok.decode(special)).c_str());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", mpf::error_line(e.what()).c_str());

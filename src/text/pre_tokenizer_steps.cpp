@@ -1,0 +1,390 @@
+#include "text/pre_tokenizer_steps.hpp"
+
+#include <algorithm>
+#include <functional>
+
+#include "text/byte_alphabet.hpp"
+#include "text/unicode_text.hpp"
+#include "text/utf8.hpp"
+
+namespace mpf {
+
+namespace {
+
+struct Piece {
+  std::string text;
+  bool text_start;  // begins at the input's first character
+};
+
+// A piece covered by ranges, each a match of the step's pattern or not (Hugging Face's
+// Pattern::find_matches).
+struct Range {
+  size_t begin, end;
+  bool is_match;
+};
+
+std::vector<Range> regex_ranges(const Regex& regex, std::string_view s) {
+  if (s.empty()) return {{0, 0, false}};
+  std::vector<Range> out;
+  size_t prev = 0;
+  regex.for_each_match(s, [&](size_t begin, size_t end) {
+    if (prev != begin) out.push_back({prev, begin, false});
+    out.push_back({begin, end, true});
+    prev = end;
+  });
+  if (prev != s.size()) out.push_back({prev, s.size(), false});
+  return out;
+}
+
+std::vector<Range> literal_ranges(const std::string& literal, std::string_view s) {
+  if (s.empty()) return {{0, 0, false}};
+  std::vector<Range> out;
+  size_t prev = 0;
+  for (size_t at = s.find(literal); at != std::string_view::npos; at = s.find(literal, prev)) {
+    if (prev != at) out.push_back({prev, at, false});
+    out.push_back({at, at + literal.size(), true});
+    prev = at + literal.size();
+  }
+  if (prev != s.size()) out.push_back({prev, s.size(), false});
+  return out;
+}
+
+template <class Pred>
+std::vector<Range> char_ranges(Pred is_delimiter, std::string_view s) {
+  if (s.empty()) return {{0, 0, false}};
+  std::vector<Range> out;
+  size_t last = 0;
+  for (size_t at = 0; at < s.size();) {
+    const utf8::Char c = utf8::decode(s, at);
+    const size_t next = at + size_t(c.length);
+    if (is_delimiter(c.cp)) {
+      if (last < at) out.push_back({last, at, false});
+      out.push_back({at, next, true});
+      last = next;
+    }
+    at = next;
+  }
+  if (s.size() > last) out.push_back({last, s.size(), false});
+  return out;
+}
+
+// The ranges grouped by `behavior` into the pieces to keep (NormalizedString::split).
+std::vector<std::pair<size_t, size_t>> apply_behavior(const std::vector<Range>& ranges,
+                                                      SplitBehavior behavior) {
+  std::vector<std::pair<size_t, size_t>> kept;
+  bool previous = false;
+  switch (behavior) {
+    case SplitBehavior::kIsolated:
+      for (const Range& r : ranges) kept.emplace_back(r.begin, r.end);
+      break;
+    case SplitBehavior::kRemoved:
+      for (const Range& r : ranges)
+        if (!r.is_match) kept.emplace_back(r.begin, r.end);
+      break;
+    case SplitBehavior::kContiguous:
+      for (const Range& r : ranges) {
+        if (r.is_match == previous && !kept.empty())
+          kept.back().second = r.end;
+        else
+          kept.emplace_back(r.begin, r.end);
+        previous = r.is_match;
+      }
+      break;
+    case SplitBehavior::kMergedWithPrevious:
+      for (const Range& r : ranges) {
+        if (r.is_match && !previous && !kept.empty())
+          kept.back().second = r.end;
+        else
+          kept.emplace_back(r.begin, r.end);
+        previous = r.is_match;
+      }
+      break;
+    case SplitBehavior::kMergedWithNext:
+      for (auto r = ranges.rbegin(); r != ranges.rend(); ++r) {
+        if (r->is_match && !previous && !kept.empty())
+          kept.back().first = r->begin;
+        else
+          kept.emplace_back(r->begin, r->end);
+        previous = r->is_match;
+      }
+      std::reverse(kept.begin(), kept.end());
+      break;
+  }
+  return kept;
+}
+
+void emit(const Piece& p, const std::vector<Range>& ranges, SplitBehavior behavior,
+          std::vector<Piece>& out) {
+  for (const auto& [begin, end] : apply_behavior(ranges, behavior)) {
+    if (begin == end) continue;  // empty pieces are dropped
+    out.push_back({p.text.substr(begin, end - begin), p.text_start && begin == 0});
+  }
+}
+
+const char kByteLevelPattern[] =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// Hugging Face's Whitespace: the runs of \w+|[^\w\s]+, whitespace dropped.
+void whitespace_runs(const Piece& p, std::vector<Piece>& out) {
+  const std::string& s = p.text;
+  int run = 0;  // 0: none, 1: word, 2: other
+  size_t start = 0;
+  for (size_t at = 0; at <= s.size();) {
+    int kind = 0;
+    size_t next = at + 1;
+    if (at < s.size()) {
+      const utf8::Char c = utf8::decode(s, at);
+      next = at + size_t(c.length);
+      kind = unicode::is_word(c.cp) ? 1 : unicode::is_whitespace(c.cp) ? 0 : 2;
+    }
+    if (kind != run) {
+      if (run != 0) out.push_back({s.substr(start, at - start), p.text_start && start == 0});
+      start = at;
+      run = kind;
+    }
+    at = next;
+  }
+}
+
+}  // namespace
+
+struct PreTokenizerSteps::Step {
+  enum class Kind {
+    kByteLevel,
+    kSplit,
+    kDigits,
+    kPunctuation,
+    kWhitespace,
+    kWhitespaceSplit,
+    kCharDelimiter,
+    kMetaspace
+  } kind;
+  SplitBehavior behavior = SplitBehavior::kIsolated;
+  bool invert = false, flag = false;  // flag: add_prefix_space, individual_digits, Metaspace split
+  bool use_regex = true;
+  std::string literal;  // Split's String pattern; Metaspace's replacement; the delimiter
+  std::string pattern;  // Split's Regex pattern
+  std::shared_ptr<const Regex> regex;
+  enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
+
+  void run(const Piece& p, std::vector<Piece>& out) const;
+};
+
+void PreTokenizerSteps::Step::run(const Piece& p, std::vector<Piece>& out) const {
+  switch (kind) {
+    case Kind::kByteLevel: {
+      Piece q = p;
+      if (flag && (q.text.empty() || q.text[0] != ' ')) q.text.insert(0, " ");
+      if (use_regex)
+        emit(q, regex_ranges(*regex, q.text), SplitBehavior::kIsolated, out);
+      else if (!q.text.empty())
+        out.push_back(std::move(q));
+      return;
+    }
+    case Kind::kSplit: {
+      std::vector<Range> ranges =
+          regex ? regex_ranges(*regex, p.text) : literal_ranges(literal, p.text);
+      if (invert)
+        for (Range& r : ranges) r.is_match = !r.is_match;
+      emit(p, ranges, behavior, out);
+      return;
+    }
+    case Kind::kDigits:
+      emit(p, char_ranges(unicode::is_numeric, p.text),
+           flag ? SplitBehavior::kIsolated : SplitBehavior::kContiguous, out);
+      return;
+    case Kind::kPunctuation:
+      emit(p, char_ranges(unicode::is_punctuation, p.text), behavior, out);
+      return;
+    case Kind::kWhitespace:
+      whitespace_runs(p, out);
+      return;
+    case Kind::kWhitespaceSplit:
+      emit(p, char_ranges(unicode::is_whitespace, p.text), SplitBehavior::kRemoved, out);
+      return;
+    case Kind::kCharDelimiter: {
+      const char32_t d = utf8::decode(literal, 0).cp;
+      emit(p, char_ranges([d](char32_t c) { return c == d; }, p.text), SplitBehavior::kRemoved,
+           out);
+      return;
+    }
+    case Kind::kMetaspace: {
+      Piece q{std::string(), p.text_start};
+      q.text.reserve(p.text.size() + literal.size());
+      for (const char c : p.text) {
+        if (c == ' ')
+          q.text += literal;
+        else
+          q.text += c;
+      }
+      const bool starts = q.text.compare(0, literal.size(), literal) == 0;
+      if (!starts && (prepend == Prepend::kAlways || (prepend == Prepend::kFirst && q.text_start)))
+        q.text.insert(0, literal);
+      if (!flag) {
+        if (!q.text.empty()) out.push_back(std::move(q));
+        return;
+      }
+      emit(q, literal_ranges(literal, q.text), SplitBehavior::kMergedWithNext, out);
+      return;
+    }
+  }
+}
+
+namespace {
+
+SplitBehavior behavior_of(const json::Value& v, const std::string& name, const JsonReader& r,
+                          const char* otherwise) {
+  const std::string b = r.string_or(v, "behavior", name + ".behavior", otherwise);
+  if (b == "Removed") return SplitBehavior::kRemoved;
+  if (b == "Isolated") return SplitBehavior::kIsolated;
+  if (b == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
+  if (b == "MergedWithNext") return SplitBehavior::kMergedWithNext;
+  if (b == "Contiguous") return SplitBehavior::kContiguous;
+  r.fail(name + ".behavior " + json::quote(b) +
+         " is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
+}
+
+std::shared_ptr<const Regex> compile(const std::string& pattern, const std::string& name,
+                                     const JsonReader& r) {
+  try {
+    return std::make_shared<const Regex>(pattern);
+  } catch (const std::invalid_argument& e) {
+    r.fail(name + " " + json::quote(pattern) + " does not compile: " + e.what());
+  }
+}
+
+}  // namespace
+
+void PreTokenizerSteps::read_step(const json::Value& v, const std::string& name,
+                                  const JsonReader& r) {
+  const std::string type = r.type_of(v, name);
+  if (type == "Sequence") {
+    const json::Value& list = r.array_at(v, "pretokenizers", name + ".pretokenizers");
+    for (size_t i = 0; i < list.array().size(); ++i)
+      read_step(list.array()[i], name + ".pretokenizers[" + std::to_string(i) + "]", r);
+    return;
+  }
+  auto s = std::make_shared<Step>();
+  using K = Step::Kind;
+  if (type == "ByteLevel") {
+    s->kind = K::kByteLevel;
+    s->flag = r.bool_or(v, "add_prefix_space", name + ".add_prefix_space", true);
+    s->use_regex = r.bool_or(v, "use_regex", name + ".use_regex", true);
+    if (s->use_regex) s->regex = compile(kByteLevelPattern, name + "'s pattern", r);
+    byte_level_ = true;
+  } else if (type == "Split") {
+    s->kind = K::kSplit;
+    const json::Value& pattern = r.object_at(v, "pattern", name + ".pattern");
+    if (const json::Value* lit = pattern.find("String"); lit && lit->is_string()) {
+      s->literal = lit->string();
+      if (s->literal.empty()) s->regex = compile("", name + ".pattern.String", r);
+    } else if (const json::Value* re = pattern.find("Regex"); re && re->is_string()) {
+      s->pattern = re->string();
+      s->regex = compile(s->pattern, name + ".pattern.Regex", r);
+    } else {
+      r.fail(name + ".pattern is neither {\"String\": ...} nor {\"Regex\": ...}");
+    }
+    s->behavior = behavior_of(v, name, r, "");
+    s->invert = r.bool_or(v, "invert", name + ".invert", false);
+  } else if (type == "Digits") {
+    s->kind = K::kDigits;
+    s->flag = r.bool_or(v, "individual_digits", name + ".individual_digits", false);
+  } else if (type == "Punctuation") {
+    s->kind = K::kPunctuation;
+    s->behavior = behavior_of(v, name, r, "Isolated");
+  } else if (type == "Whitespace") {
+    s->kind = K::kWhitespace;
+  } else if (type == "WhitespaceSplit") {
+    s->kind = K::kWhitespaceSplit;
+  } else if (type == "CharDelimiterSplit") {
+    s->kind = K::kCharDelimiter;
+    s->literal = r.string_or(v, "delimiter", name + ".delimiter", "");
+    if (s->literal.empty() || size_t(utf8::decode(s->literal, 0).length) != s->literal.size())
+      r.fail(name + ".delimiter must be one character");
+  } else if (type == "Metaspace") {
+    s->kind = K::kMetaspace;
+    s->literal = r.string_or(v, "replacement", name + ".replacement", "\xE2\x96\x81");
+    if (s->literal.empty() || size_t(utf8::decode(s->literal, 0).length) != s->literal.size())
+      r.fail(name + ".replacement must be one character");
+    s->flag = r.bool_or(v, "split", name + ".split", true);
+    // Files older than prepend_scheme say add_prefix_space instead: true is "always".
+    const bool legacy = r.bool_or(v, "add_prefix_space", name + ".add_prefix_space", true);
+    const std::string scheme =
+        r.string_or(v, "prepend_scheme", name + ".prepend_scheme", legacy ? "always" : "never");
+    if (scheme == "always")
+      s->prepend = Step::Prepend::kAlways;
+    else if (scheme == "first")
+      s->prepend = Step::Prepend::kFirst;
+    else if (scheme == "never")
+      s->prepend = Step::Prepend::kNever;
+    else
+      r.fail(name + ".prepend_scheme " + json::quote(scheme) +
+             " is not one of first, always, never");
+  } else {
+    r.unsupported(name, type);
+  }
+  steps_.push_back(std::move(s));
+}
+
+PreTokenizerSteps PreTokenizerSteps::read(const json::Value* pre_tokenizer, const JsonReader& r) {
+  PreTokenizerSteps p;
+  if (pre_tokenizer && !pre_tokenizer->is_null()) p.read_step(*pre_tokenizer, "pre_tokenizer", r);
+  using K = Step::Kind;
+  const auto& st = p.steps_;
+  // The chains a hand-written scanner computes: ByteLevel's own split, or a Split whose pieces are
+  // the pattern's matches (they tile the text) before a ByteLevel that only maps bytes.
+  if (st.size() == 1 && st[0]->kind == K::kByteLevel && st[0]->use_regex) {
+    p.scanner_ = PreTokenizer::kGpt2;
+    p.scanner_prefix_space_ = st[0]->flag;
+  } else if (st.size() == 2 && st[0]->kind == K::kSplit && st[0]->regex &&
+             ((st[0]->behavior == SplitBehavior::kIsolated && !st[0]->invert) ||
+              (st[0]->behavior == SplitBehavior::kRemoved && st[0]->invert)) &&
+             st[1]->kind == K::kByteLevel && !st[1]->use_regex && !st[1]->flag) {
+    for (const PreTokenizer kind :
+         {PreTokenizer::kGpt2, PreTokenizer::kLlama3, PreTokenizer::kQwen2}) {
+      if (st[0]->pattern == split_pattern(kind)) p.scanner_ = kind;
+    }
+  }
+  // Cuttable: a step that always splits before a space following a letter, after only
+  // character-local splits.
+  for (const auto& s : st) {
+    const bool known_split = s->kind == K::kSplit && s->regex &&
+                             (s->pattern == split_pattern(PreTokenizer::kGpt2) ||
+                              s->pattern == split_pattern(PreTokenizer::kLlama3) ||
+                              s->pattern == split_pattern(PreTokenizer::kQwen2)) &&
+                             ((s->behavior == SplitBehavior::kIsolated) ||
+                              (s->behavior == SplitBehavior::kRemoved && s->invert));
+    if ((s->kind == K::kByteLevel && s->use_regex) || known_split || s->kind == K::kWhitespace ||
+        s->kind == K::kWhitespaceSplit || (s->kind == K::kMetaspace && s->flag)) {
+      p.cuttable_ = true;
+      break;
+    }
+    if (s->kind != K::kDigits && s->kind != K::kPunctuation) break;
+  }
+  return p;
+}
+
+void PreTokenizerSteps::run(std::string_view text, bool text_start,
+                            std::vector<std::string>& out) const {
+  std::vector<Piece> pieces, next;
+  if (!text.empty()) pieces.push_back({std::string(text), text_start});
+  bool bytes = false;  // pieces hold bytes that a ByteLevel step wrote as characters
+  for (const auto& step : steps_) {
+    next.clear();
+    for (Piece& p : pieces) {
+      // A step after ByteLevel sees its characters, and leaves bytes again.
+      if (bytes) p.text = byte_alphabet::key_of(p.text);
+      const size_t first = next.size();
+      step->run(p, next);
+      if (bytes && step->kind != Step::Kind::kByteLevel) {
+        for (size_t i = first; i < next.size(); ++i)
+          next[i].text = byte_alphabet::bytes_of(next[i].text).value_or(next[i].text);
+      }
+    }
+    if (step->kind == Step::Kind::kByteLevel) bytes = true;
+    pieces.swap(next);
+  }
+  for (Piece& p : pieces) out.push_back(std::move(p.text));
+}
+
+}  // namespace mpf

@@ -1,0 +1,61 @@
+// Hugging Face's pre-tokenizers, in general: ByteLevel (with or without its split, with
+// add_prefix_space), Split (a literal or an Oniguruma pattern; Removed, Isolated,
+// MergedWithPrevious, MergedWithNext, Contiguous; invert), Digits, Metaspace, Punctuation,
+// Whitespace, WhitespaceSplit, CharDelimiterSplit and Sequence. Each step splits every piece the
+// steps before it left, never joining two.
+//
+// Pieces come out in the model's terms: after a ByteLevel step they are the text's bytes (the
+// characters of GPT-2's byte alphabet that ByteLevel writes, read back as bytes:
+// byte_alphabet.hpp), else UTF-8 text. A chain that one hand-written scanner computes
+// (pre_tokenizer.hpp) says so in scanner(); tests prove the two the same.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "text/json_reader.hpp"
+#include "text/pre_tokenizer.hpp"
+#include "text/regex.hpp"
+
+namespace mpf {
+
+enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
+class PreTokenizerSteps {
+ public:
+  // tokenizer.json's "pre_tokenizer" (null or absent: the whole text is one piece). Refuses by
+  // name a pre-tokenizer this encoder does not implement.
+  static PreTokenizerSteps read(const json::Value* pre_tokenizer, const JsonReader& r);
+
+  // Whether a ByteLevel step runs: the model's vocabulary is in GPT-2's byte alphabet.
+  bool byte_level() const { return byte_level_; }
+  // The hand-written scanner the whole chain is (with ByteLevel's add_prefix_space when
+  // scanner_prefix_space()), if it is one.
+  std::optional<PreTokenizer> scanner() const { return scanner_; }
+  bool scanner_prefix_space() const { return scanner_prefix_space_; }
+
+  // Appends the pieces of `text` (well-formed UTF-8, one part of a text between added tokens, or
+  // a segment of one) to `out`. `text_start`: the text begins the whole input (where Metaspace's
+  // prepend_scheme "first" adds its replacement).
+  void run(std::string_view text, bool text_start, std::vector<std::string>& out) const;
+
+  // Whether text cut just before an ASCII space that follows a letter gives, piece by piece, the
+  // pieces of the whole: some step splits there whatever came before, and only character-local
+  // steps (Digits, Punctuation) run before it.
+  bool cuttable() const { return cuttable_; }
+
+  struct Step;
+
+ private:
+  void read_step(const json::Value& v, const std::string& name, const JsonReader& r);
+
+  std::vector<std::shared_ptr<const Step>> steps_;
+  bool byte_level_ = false, cuttable_ = false;
+  std::optional<PreTokenizer> scanner_;
+  bool scanner_prefix_space_ = false;
+};
+
+}  // namespace mpf

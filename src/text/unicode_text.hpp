@@ -1,0 +1,27 @@
+// The Unicode 15 data Hugging Face's tokenizers read (through utf8proc): normalization forms,
+// lowercase, and the properties its normalizers and pre-tokenizers test a character for. Text
+// given here is well-formed UTF-8 (the pipeline routes ill-formed bytes around it).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace mpf::unicode {
+
+enum class Form { kNFC, kNFD, kNFKC, kNFKD };
+
+std::string normalize(std::string_view text, Form form);
+// Rust's char::to_lowercase, a character at a time (no context: a final sigma stays σ).
+std::string lowercase(std::string_view text);
+
+bool is_whitespace(char32_t cp);   // the White_Space property (Rust's char::is_whitespace)
+bool is_mark(char32_t cp);         // general category M* (combining marks)
+bool is_numeric(char32_t cp);      // N* (Rust's char::is_numeric)
+bool is_punctuation(char32_t cp);  // P*, or ASCII punctuation (symbols such as $ + < = > ^ ` | ~)
+bool is_letter(char32_t cp);       // L*
+bool is_word(char32_t cp);         // \w of Rust's regex: alphabetic, marks, Nd, Pc, joiners
+
+// The Unicode version of the data.
+const char* version();
+
+}  // namespace mpf::unicode
