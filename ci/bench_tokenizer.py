@@ -27,6 +27,7 @@ except ImportError:
     print("bench_tokenizer: SKIP: Python's regex module is missing (Debian: python3-regex)")
     sys.exit(0)
 import compare_tokenizer as ref  # noqa: E402  (the reference and its trainer)
+import compare_pipelines as shapes  # noqa: E402  (files in the families' shapes)
 
 
 def python_mb_s(reference, text):
@@ -76,7 +77,8 @@ def main():
                    [os.path.join(ROOT, "README.md")])
     text = (docs * (2_000_000 // len(docs.encode()) + 1))[:2_000_000]
     print(f"mpiformer bench_tokenizer | encode on one thread | {len(text.encode()) / 1e6:.1f} MB of "
-          f"English (docs/) | BPE of 1000 merges trained on part of it")
+          f"English (docs/) | BPE of 1000 merges trained on part of it (the families' shapes: 300 on a "
+          f"small mixed corpus)")
     with tempfile.TemporaryDirectory(prefix="mpf-bench-tok-") as work:
         corpus = os.path.join(work, "corpus.txt")
         with open(corpus, "w", encoding="utf-8") as f:
@@ -104,6 +106,59 @@ def main():
                   f"{cpp['first_mb_s']:.1f}) | Python regex + BPE {py:5.2f} MB/s | "
                   f"{cpp['mb_s'] / py:5.1f}x | {cpp['bytes'] / cpp['tokens']:.2f} bytes/token | "
                   + " | ".join(others(path, text)))
+    # Every other family's shape (compare_pipelines.py's files, trained on its small corpus), and
+    # the time to load a vocabulary of Llama 3's size.
+    with tempfile.TemporaryDirectory(prefix="mpf-bench-tok-") as work:
+        corpus = os.path.join(work, "corpus.txt")
+        with open(corpus, "w", encoding="utf-8") as f:
+            f.write(text)
+        for name, doc in shapes.families():
+            if name.startswith("components"):
+                continue
+            path = os.path.join(work, name + ".json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(doc, f, ensure_ascii=False)
+            cpp = run_harness(harness, path, corpus)
+            print(f"tokenizer {name:16} | mpiformer {cpp['mb_s']:6.1f} MB/s (first pass "
+                  f"{cpp['first_mb_s']:.1f}) | {cpp['bytes'] / cpp['tokens']:.2f} bytes/token")
+        path = os.path.join(work, "vocab128k.json")
+        write_large_vocabulary(path, 128256)
+        cpp = run_harness(harness, path, corpus)
+        print(f"tokenizer load       | 128,256-token byte-level file ({os.path.getsize(path) / 1e6:.1f}"
+              f" MB, 128,000 merges) loads in {cpp['load_s']:.3f} s")
+
+
+def run_harness(harness, path, corpus):
+    proc = subprocess.run([harness, "--bench", path, corpus], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"bench_tokenizer: the harness failed on {path}: {proc.stderr.strip()}")
+        sys.exit(1)
+    return json.loads(proc.stdout)
+
+
+def write_large_vocabulary(path, size):
+    """A byte-level BPE of `size` tokens whose merges build random words letter by letter."""
+    import random
+    rng = random.Random(5)
+    alphabet = ref.BYTE_CHAR
+    vocab = {alphabet[b]: b for b in range(256)}
+    merges = []
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    while len(vocab) < size:
+        word = alphabet[0x20] + "".join(rng.choice(letters) for _ in range(rng.randrange(2, 12)))
+        for k in range(2, len(word) + 1):
+            if word[:k] not in vocab and len(vocab) < size:
+                vocab[word[:k]] = len(vocab)
+                merges.append([word[:k - 1], word[k - 1]])
+    doc = {"version": "1.0", "added_tokens": [], "normalizer": None,
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Split", "pattern": {"Regex": ref.LLAMA3_PATTERN}, "behavior": "Isolated",
+                "invert": False},
+               {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]},
+           "post_processor": None, "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "ignore_merges": True, "vocab": vocab, "merges": merges}}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
 
 
 if __name__ == "__main__":

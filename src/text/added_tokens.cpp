@@ -30,6 +30,9 @@ void AddedTokens::add(const AddedToken& token, std::string match) {
   const uint32_t index = uint32_t(tokens_.size());
   tokens_.push_back(token);
   std::vector<uint32_t>& list = by_byte_[token.normalized][static_cast<uint8_t>(match[0])];
+  starts_[token.normalized][static_cast<uint8_t>(match[0])] = true;
+  matchable_[token.normalized][1] = true;
+  if (!token.special) matchable_[token.normalized][0] = true;
   match_.push_back(std::move(match));
   list.push_back(index);
   std::stable_sort(list.begin(), list.end(),
@@ -40,7 +43,12 @@ void AddedTokens::split(std::string_view text, bool normalized, bool parse_speci
                         std::vector<Part>& parts) const {
   const std::vector<std::vector<uint32_t>>& table = by_byte_[normalized];
   size_t done = 0;  // the end of the last token taken
+  const bool* starts = starts_[normalized];
   for (size_t at = 0; !table.empty() && at < text.size();) {
+    if (!starts[static_cast<uint8_t>(text[at])]) {
+      ++at;
+      continue;
+    }
     const uint32_t* found = nullptr;
     for (const uint32_t& i : table[static_cast<uint8_t>(text[at])]) {
       if (text.compare(at, match_[i].size(), match_[i]) == 0) {

@@ -35,6 +35,10 @@ class AddedTokens {
   // only when `parse_special` (else their text is text, as with encode_special_tokens).
   void split(std::string_view text, bool normalized, bool parse_special,
              std::vector<Part>& parts) const;
+  // Whether split() may match any token: when not, a text has no need of it.
+  bool matchable(bool normalized, bool parse_special) const {
+    return matchable_[normalized][parse_special];
+  }
   // Whether a token that split() may match could match across, or take in, a space that follows
   // a letter (the place where a long document is cut: pre_tokenizer_steps.hpp).
   bool may_span_cut(bool parse_special) const;
@@ -42,8 +46,10 @@ class AddedTokens {
  private:
   std::vector<AddedToken> tokens_;
   std::vector<std::string> match_;  // what each token is matched as
-  std::vector<std::vector<uint32_t>>
-      by_byte_[2];  // [normalized][first byte]: indices, longest first
+  // [normalized][first byte]: the tokens' indices, longest first.
+  std::vector<std::vector<uint32_t>> by_byte_[2];
+  bool starts_[2][256] = {};   // [normalized][byte]: a token starts with it
+  bool matchable_[2][2] = {};  // [normalized][parse_special]: split() may match a token
 };
 
 }  // namespace mpf

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <queue>
 
 #include "core/error.hpp"
@@ -85,6 +86,13 @@ void merge_by_heap(const MergeTable& merges, std::vector<int32_t>& ids) {
 size_t well_formed_prefix(std::string_view text) {
   size_t at = 0;
   while (at < text.size()) {
+    // Eight ASCII bytes at a time.
+    uint64_t word;
+    if (at + 8 <= text.size() &&
+        (std::memcpy(&word, text.data() + at, 8), (word & 0x8080808080808080ull) == 0)) {
+      at += 8;
+      continue;
+    }
     if (static_cast<unsigned char>(text[at]) < 0x80) {
       ++at;
       continue;
@@ -244,7 +252,7 @@ void BpeTokenizer::encode_part(std::string_view text, bool part_start, bool text
         normalized = normalizer_.apply(run, run_start);
         n = normalized;
       }
-      if (!has_normalized_added_) {
+      if (!added_.matchable(true, parse_special)) {
         encode_normalized(n, run_start, text_start && at == 0, out, cache);
       } else {
         std::vector<AddedTokens::Part> parts;
@@ -271,7 +279,7 @@ void BpeTokenizer::encode_part(std::string_view text, bool part_start, bool text
 
 void BpeTokenizer::encode_text(std::string_view text, bool parse_special, bool first,
                                std::vector<int32_t>& out, Cache* cache) const {
-  if (added_.empty()) {
+  if (!added_.matchable(false, parse_special)) {
     encode_part(text, first, first, parse_special, out, cache);
     return;
   }

@@ -118,7 +118,6 @@ class BpeTokenizer {
   bool scanner_prefix_space_ = false;
   DecoderSteps decoder_;
   AddedTokens added_;
-  bool has_normalized_added_ = false;
 
   // The model.
   bool byte_level_ = false;  // symbols are bytes, keys in GPT-2's byte alphabet

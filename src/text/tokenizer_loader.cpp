@@ -269,7 +269,6 @@ BpeTokenizer BpeTokenizerLoader::load(const std::string& path) {
     // A normalized token is looked for as the normalizer writes it.
     const bool normalize = a.normalized && !t.normalizer_.empty();
     t.added_.add(a, normalize ? t.normalizer_.apply(a.content) : a.content);
-    t.has_normalized_added_ |= a.normalized;
   }
   if (const json::Value* post = doc.find("post_processor"))
     read_post_processor(*post, "post_processor", t);

@@ -19,7 +19,9 @@ utf8proc_propval_t category(char32_t cp) {
 
 }  // namespace
 
-std::string normalize(std::string_view text, Form form) {
+namespace {
+
+std::string normalize_run(std::string_view text, Form form) {
   int options = UTF8PROC_STABLE;
   switch (form) {
     case Form::kNFC:
@@ -44,10 +46,41 @@ std::string normalize(std::string_view text, Form form) {
   return std::string(reinterpret_cast<const char*>(out), size_t(n));
 }
 
+}  // namespace
+
+// ASCII is its own normal form in every form, and no ASCII character composes with the one before
+// it (none is the second of a composition) or reorders past it (all are starters): the text is
+// normalized a run at a time, a run being the non-ASCII characters with the ASCII one before them.
+std::string normalize(std::string_view text, Form form) {
+  std::string out;
+  out.reserve(text.size());
+  size_t done = 0;
+  for (size_t at = 0; at < text.size();) {
+    if (static_cast<unsigned char>(text[at]) < 0x80) {
+      ++at;
+      continue;
+    }
+    const size_t begin = at > done ? at - 1 : at;  // the ASCII character it may compose with
+    size_t end = at;
+    while (end < text.size() && static_cast<unsigned char>(text[end]) >= 0x80) ++end;
+    out.append(text.substr(done, begin - done));
+    out += normalize_run(text.substr(begin, end - begin), form);
+    done = at = end;
+  }
+  out.append(text.substr(done));
+  return out;
+}
+
 std::string lowercase(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (size_t at = 0; at < text.size();) {
+    const unsigned char b = static_cast<unsigned char>(text[at]);
+    if (b < 0x80) {
+      out += char(b >= 'A' && b <= 'Z' ? b + 32 : b);
+      ++at;
+      continue;
+    }
     const utf8::Char c = utf8::decode(text, at);
     at += size_t(c.length);
     // The one unconditional lowercase mapping to two characters (SpecialCasing.txt), which
