@@ -6,39 +6,48 @@
 
 #include "core/error.hpp"
 #include "text/bpe_tokenizer.hpp"
-#include "text/pre_tokenizer.hpp"
+#include "text/document_token.hpp"
 
 namespace mpf {
 
 DocumentEncoder load_document_encoder(const std::string& tokenizer_json,
-                                      const std::string& doc_token) {
+                                      const std::string& doc_token, bool parse_special) {
   auto tokenizer = std::make_shared<const BpeTokenizer>(BpeTokenizer::load(tokenizer_json));
   DocumentEncoder e;
-  e.encode = [tokenizer](std::string_view text, bool first, std::vector<int32_t>& out) {
-    tokenizer->encode_segment(text, first, out);
-  };
-  e.cut = [](std::string_view text, size_t from) { return last_safe_cut(text, from); };
+  if (parse_special) {
+    e.encode = [tokenizer](std::string_view text, bool, std::vector<int32_t>& out) {
+      const std::vector<int32_t> ids = tokenizer->encode_with_specials(text);
+      out.insert(out.end(), ids.begin(), ids.end());
+    };
+    // A special token may stand anywhere: the document is encoded whole.
+    e.cut = [](std::string_view, size_t) { return size_t(0); };
+  } else {
+    e.encode = [tokenizer](std::string_view text, bool first, std::vector<int32_t>& out) {
+      tokenizer->encode_segment(text, first, out);
+    };
+    e.cut = [tokenizer](std::string_view text, size_t from) { return tokenizer->cut(text, from); };
+  }
   e.vocab_size = tokenizer->vocab_size();
-  std::optional<int32_t> id;
   if (!doc_token.empty()) {
-    id = tokenizer->token_id(doc_token);
+    const std::optional<int32_t> id = tokenizer->token_id(doc_token);
     require(id.has_value(), "--doc-token " + doc_token + ": tokenizer " + tokenizer_json +
                                 " has no such token; pass one of its tokens, e.g. "
                                 "<|endoftext|> or <|begin_of_text|>");
+    e.before = {*id};
+    e.doc_token = *id;
     e.doc_token_text = doc_token;
-  } else {
-    for (const char* candidate : {"<|begin_of_text|>", "<|endoftext|>"}) {
-      id = tokenizer->token_id(candidate);
-      if (id) {
-        e.doc_token_text = candidate;
-        break;
-      }
-    }
-    require(id.has_value(), "tokenizer " + tokenizer_json +
-                                " has neither <|begin_of_text|> nor <|endoftext|>; pass "
-                                "--doc-token with the token to put before each document");
+    return e;
   }
-  e.doc_token = *id;
+  const std::optional<DocumentTokens> d = document_tokens(*tokenizer);
+  require(d.has_value(), "tokenizer " + tokenizer_json +
+                             " puts no token around a text (its post_processor) and has neither "
+                             "<|begin_of_text|> nor <|endoftext|>; pass --doc-token with the "
+                             "token to put before each document");
+  e.before = d->before;
+  e.after = d->after;
+  e.doc_token = d->boundary;
+  e.doc_token_after = d->boundary_after;
+  e.doc_token_text = d->boundary_text;
   return e;
 }
 

@@ -1,5 +1,5 @@
 // What mpiformer-tokenize asks of a tokenizer: a document's text to token ids, the vocabulary's
-// size (which sets the shards' width) and the token put before every document; and a document
+// size (which sets the shards' width) and the tokens put around every document; and a document
 // encoded piece by piece (DocumentStream), so that a large one never has to be held whole.
 #pragma once
 
@@ -13,28 +13,34 @@
 namespace mpf {
 
 struct DocumentEncoder {
-  // Appends the tokens of one segment of a document to `out`. Plain text: special tokens written
-  // in it are not parsed (llm.c's encode_ordinary). `first` marks the document's first segment.
+  // Appends the tokens of one segment of a document to `out`. Special tokens written in it are
+  // text (llm.c's encode_ordinary) unless parse_special; added tokens not special are matched, as
+  // Hugging Face's encode does. `first` marks the document's first segment.
   std::function<void(std::string_view text, bool first, std::vector<int32_t>& out)> encode;
   // The last position at or after `from` where the text may be cut into segments that encode as
   // the whole does; 0 if there is none.
   std::function<size_t(std::string_view text, size_t from)> cut;
   int64_t vocab_size = 0;
-  int32_t doc_token = 0;
+  std::vector<int32_t> before, after;  // the tokens put before and after every document
+  int32_t doc_token = 0;               // the one of them that marks a document (--doc-mask's)
+  bool doc_token_after = false;        // it ends a document instead of starting one
   std::string doc_token_text;
 };
 
-// A Hugging Face tokenizer.json's encoder. The document token is `doc_token` if given, else
-// <|begin_of_text|> (Llama 3) if the tokenizer has it, else <|endoftext|> (GPT-2), as llm.c's
-// data scripts put them. Throws InputError naming the file, or the token it lacks.
+// A Hugging Face tokenizer.json's encoder. The document tokens are `doc_token` before each
+// document if given, else what the file's post-processor puts around a text, else
+// <|begin_of_text|> or <|endoftext|> before (text/document_token.hpp). Throws InputError naming
+// the file, or the token it lacks.
 DocumentEncoder load_document_encoder(const std::string& tokenizer_json,
-                                      const std::string& doc_token);
+                                      const std::string& doc_token, bool parse_special = false);
 
 // One document whose text arrives in chunks of any size, its tokens appended to `out` as they
-// are known. Only the text since the last cut is held: a byte-level BPE tokenizer can cut after
-// every letter that a non-letter follows, so ordinary text is held a chunk at a time whatever
-// the document's size. Text with no such place for kMaxHeldBytes (binary data, one enormous
-// number) is refused: encoded whole it would take some 20 times its size in memory.
+// are known. Only the text since the last cut is held: most tokenizers can cut after a letter
+// that a space (GPT-2's and Llama 3's: any non-letter) follows (BpeTokenizer::cut), so ordinary
+// text is held a chunk at a time whatever the document's size; a tokenizer whose pipeline has no
+// such places (no pre-tokenizer: Llama 2, Gemma) holds each document whole. Text with no place to
+// cut for kMaxHeldBytes (binary data, one enormous number, or any document of such a tokenizer)
+// is refused: encoded whole it would take some 20 times its size in memory.
 class DocumentStream {
  public:
   static constexpr size_t kMaxHeldBytes = size_t(64) << 20;

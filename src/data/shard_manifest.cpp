@@ -26,7 +26,7 @@ std::string manifest_json(const ShardManifest& m) {
        ", \"sha256\": " + quote(m.tokenizer_sha256) + ", \"vocab_size\": " + n(m.vocab_size) +
        "},\n";
   s += "  \"doc_token\": {\"text\": " + quote(m.doc_token_text) + ", \"id\": " + n(m.doc_token) +
-       ", \"placement\": \"before every document\"},\n";
+       ", \"placement\": \"" + (m.doc_token_after ? "after" : "before") + " every document\"},\n";
   s += "  \"text_field\": " + quote(m.text_field) + ",\n";
   s += "  \"shard_tokens\": " + n(m.shard_tokens) + ",\n";
   s += "  \"val_tokens\": " + n(m.val_tokens) + ",\n";

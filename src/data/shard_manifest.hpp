@@ -18,6 +18,7 @@ struct ShardManifest {
   int64_t vocab_size = 0;
   std::string doc_token_text;
   int32_t doc_token = 0;
+  bool doc_token_after = false;  // it ends every document (an end-of-sequence token)
   int width = 2;
   int64_t shard_tokens = 0, val_tokens = 0;
   std::string text_field;

@@ -40,14 +40,18 @@ the shards are the same bytes for every rank count. Flags take a value as `--fla
                         file holds a document per line (a JSON object, see --text-field; blank
                         lines skipped), any other file is one document; a directory gives its
                         .txt and .jsonl files (recursively) and a glob its matches, sorted
-  --tokenizer FILE      a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3)
+  --tokenizer FILE      a Hugging Face tokenizer.json with a BPE model (GPT-2, Llama 2 and 3,
+                        Qwen2.5, Mistral, Gemma, ...; README.md lists the components)
   --output-dir DIR      where the shards and manifest.json go (created if missing); existing
                         shards of --name or a manifest there are never overwritten: an error.
                         One run at a time writes there (DIR/mpiformer.lock, as --save's)
   --name NAME           shard names NAME_val_000000.bin, NAME_train_000001.bin, ... (default
                         data)
-  --doc-token TOKEN     the token put before every document (default <|begin_of_text|> if the
-                        tokenizer has it, else <|endoftext|>), as llm.c's data scripts do
+  --doc-token TOKEN     the token put before every document (default: the tokens the file's
+                        post_processor puts around a text, its BOS and/or EOS; with none,
+                        <|begin_of_text|> or <|endoftext|> before, as llm.c's data scripts do)
+  --parse-special       special tokens written in a document are their ids (default: text, as
+                        llm.c's encode_ordinary; added tokens not special are always matched)
   --text-field NAME     the .jsonl field that holds the document (default text)
   --shard-tokens N      tokens per training shard (default 100000000, at most 2147483647)
   --val-tokens N        a validation split: the documents holding the first N tokens go to
@@ -77,7 +81,8 @@ TokenizeOptions parse_tokenize_options(int argc, const char* const* argv) {
       {"--val-tokens", [&](auto& f, auto& v) { o.val_tokens = at_least(f, v, 0, 2147483647); }},
       {"--unit-bytes", [&](auto& f, auto& v) { o.unit_bytes = at_least(f, v, 1, INT64_MAX); }},
   };
-  table.switches = {{"--help", [&] { o.help = true; }}};
+  table.switches = {{"--help", [&] { o.help = true; }},
+                    {"--parse-special", [&] { o.parse_special = true; }}};
   flags::parse(argc, argv, table, "mpiformer-tokenize");
   if (o.help) return o;
   require(!o.inputs.empty(), "no --input given; pass text files, .jsonl files or directories");

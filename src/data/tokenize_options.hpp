@@ -13,6 +13,7 @@ struct TokenizeOptions {
   std::string output_dir;
   std::string name = "data";        // shard names: <name>_val_000000.bin, <name>_train_...
   std::string text_field = "text";  // the .jsonl field holding a document
+  bool parse_special = false;       // special tokens' text in a document becomes their ids
   std::string doc_token;  // "": <|begin_of_text|> if the tokenizer has it, else <|endoftext|>
   int64_t shard_tokens = 100000000;       // llm.c's shard size
   int64_t val_tokens = 0;                 // 0: no validation split

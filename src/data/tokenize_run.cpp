@@ -134,7 +134,7 @@ double megabytes(int64_t bytes) {
   return double(bytes) / 1e6;
 }
 
-// Appends the unit's documents to `tokens`, each behind the document token, and each document's
+// Appends the unit's documents to `tokens`, each between its document tokens, and each document's
 // end to `doc_ends`; adds the text's bytes to `text_bytes`.
 void tokenize_unit(const std::vector<CorpusFile>& files, const CorpusUnit& unit,
                    const TokenizeOptions& opts, const DocumentEncoder& encoder,
@@ -144,7 +144,7 @@ void tokenize_unit(const std::vector<CorpusFile>& files, const CorpusUnit& unit,
   size_t doc_begin = 0;
   read_unit(files, unit, opts.text_field, [&](std::string_view chunk, bool last) {
     if (!doc) {
-      tokens.push_back(encoder.doc_token);
+      tokens.insert(tokens.end(), encoder.before.begin(), encoder.before.end());
       doc_begin = tokens.size();
       doc.emplace(encoder, tokens);
     }
@@ -153,6 +153,7 @@ void tokenize_unit(const std::vector<CorpusFile>& files, const CorpusUnit& unit,
     if (!last) return;
     doc->finish();
     doc.reset();
+    tokens.insert(tokens.end(), encoder.after.begin(), encoder.after.end());
     // The message is built only for a bad id: this loop sees every token.
     const auto bad = std::find_if(tokens.begin() + std::ptrdiff_t(doc_begin), tokens.end(),
                                   [&](int32_t id) { return id < 0 || id >= encoder.vocab_size; });
@@ -289,6 +290,7 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts, const DocumentEncoder&
   m.vocab_size = encoder.vocab_size;
   m.doc_token_text = encoder.doc_token_text;
   m.doc_token = encoder.doc_token;
+  m.doc_token_after = encoder.doc_token_after;
   m.width = layout.width;
   m.shard_tokens = opts.shard_tokens;
   m.val_tokens = opts.val_tokens;

@@ -36,6 +36,7 @@ DocumentEncoder byte_encoder(int64_t vocab) {
   e.cut = [](std::string_view text, size_t) { return text.size(); };  // any byte is a cut
   e.vocab_size = vocab;
   e.doc_token = int32_t(vocab - 1);
+  e.before = {e.doc_token};
   e.doc_token_text = "<|endoftext|>";
   return e;
 }
