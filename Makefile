@@ -21,6 +21,7 @@ CTEST_ARGS ?= -j 2
 
 # Debian packages the build, the tests and the benchmark need.
 DEBIAN_PACKAGES = cmake g++ make mpich libmpich-dev libopenblas-openmp-dev libdnnl-dev libtrilinos-kokkos-dev \
+                  pkg-config libonig-dev libutf8proc-dev \
                   googletest libgtest-dev libgmock-dev python3-torch python3-numpy python3-yaml python3-regex python3-matplotlib \
                   clang-format
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)

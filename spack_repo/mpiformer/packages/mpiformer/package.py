@@ -65,6 +65,11 @@ class Mpiformer(CMakePackage, CudaPackage):
         depends_on(f"kokkos cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
     conflicts("+cuda", when="cuda_arch=none", msg="+cuda needs a GPU architecture: cuda_arch=80")
 
+    # The tokenizer: Oniguruma (Hugging Face's regex engine) and utf8proc (Unicode 15 data).
+    depends_on("pkgconfig", type="build")
+    depends_on("oniguruma")
+    depends_on("utf8proc")
+
     depends_on("googletest+gmock", when="+tests")
 
     def _openblas_paths(self):
