@@ -11,25 +11,11 @@ import unicodedata
 
 import regex
 
+from compare_tokenizer import BYTE_CHAR, CHAR_BYTE  # GPT-2's byte alphabet
+
 WHITE_SPACE = set("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") | {
     chr(c) for c in range(0x2000, 0x200B)}
 GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-
-
-def byte_chars():
-    keep = set(range(0x21, 0x7F)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(0x100 + extra)
-            extra += 1
-    return table
-
-
-BYTE_CHAR = byte_chars()
-CHAR_BYTE = {c: b for b, c in BYTE_CHAR.items()}
 
 
 def is_ws(c):
