@@ -61,7 +61,7 @@ void for_logit_pieces(const Activations& acts, const F& f) {
 // The backward of model_norm_forward (gpt.hpp): the family's normalisation.
 void model_norm_backward_input(Tensor dinp, Tensor dresidual, Tensor dout, Tensor inp, Tensor mean,
                                Tensor rstd, Tensor weight, int64_t N, const GPTConfig& cfg) {
-  if (cfg.llama()) {
+  if (cfg.rms_norm()) {
     rmsnorm_backward_input(dinp, dresidual, dout, inp, rstd, weight, N, cfg.channels);
   } else {
     layernorm_backward_input(dinp, dresidual, dout, inp, mean, rstd, weight, N, cfg.channels);
@@ -70,7 +70,7 @@ void model_norm_backward_input(Tensor dinp, Tensor dresidual, Tensor dout, Tenso
 
 void model_norm_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor mean,
                                 Tensor rstd, int64_t N, const GPTConfig& cfg) {
-  if (cfg.llama()) {
+  if (cfg.rms_norm()) {
     rmsnorm_backward_weight(dweight, dout, inp, rstd, N, cfg.channels);
   } else {
     layernorm_backward_weight(dweight, dbias, dout, inp, mean, rstd, N, cfg.channels);
@@ -125,7 +125,7 @@ void row_parallel_and_leave(Tensor out, Tensor partial, Tensor residual, Tensor 
 
 void model_norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
                         Tensor bias, int64_t N, const GPTConfig& cfg) {
-  if (cfg.llama()) {
+  if (cfg.rms_norm()) {
     rmsnorm_forward(out, rstd, inp, weight, N, cfg.channels, cfg.norm_eps);
   } else {
     layernorm_forward(out, mean, rstd, inp, weight, bias, N, cfg.channels);
@@ -147,8 +147,7 @@ void embedding_forward(Activations& acts, const ParameterTensors& params, const 
   // them (g), into this rank's rows under SP.
   const Tensor partial = acts.seq.on ? acts.partial : acts.input;
   encoder_forward(partial, inputs, params.wte, params.wpe, acts.B, acts.T, C, s.vocab_begin,
-                  s.vocab_shard, /*add_positions=*/s.rank == 0 && !acts.cfg.llama(),
-                  acts.positions);
+                  s.vocab_shard, /*add_positions=*/s.rank == 0 && !acts.cfg.rope(), acts.positions);
   tp::leave_forward(partial.data(), acts.input.data(), C, acts.seq, tp);
 }
 
@@ -164,7 +163,7 @@ void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI
                     attention_forward(
                         atty, b.a.lse,
                         packed_attention(qkv, acts.B, b.s.heads, b.s.kv_heads, b.s.head_size,
-                                         acts.positions, acts.doc_start));
+                                         acts.positions, acts.doc_start, b.s.cfg.sliding_window));
                   }
                 });
 }
@@ -181,7 +180,7 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
   // biases: their views are empty.
   norm_and_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, seq, cfg, tp);
   linear_forward(a.qkv, none, a.ln1, p.qkvw, p.qkvb, R, C, s.qkv);
-  if (cfg.llama()) {
+  if (cfg.rope()) {
     rope_forward(a.qkv, rope.cos, rope.sin, R, rope.T, rope.pos0, s.heads, s.kv_heads, s.head_size);
   }
   attend(a.atty, a.qkv);
@@ -189,8 +188,8 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
                          s.rank, C, tp);
   // MLP: the same pattern with column-parallel fc, GELU (or SwiGLU) and row-parallel proj.
   norm_and_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, seq, cfg, tp);
-  if (cfg.llama()) {
-    linear_forward(a.fch, none, a.ln2, p.fcw, none, R, C, s.mlp_in);
+  if (cfg.swiglu()) {
+    linear_forward(a.fch, none, a.ln2, p.fcw, p.fcb, R, C, s.mlp_in);
     swiglu_forward(a.fch_gelu, a.fch, R, s.fc);
   } else {
     linear_gelu_forward(a.fch, a.fch_gelu, a.ln2, p.fcw, p.fcb, R, C, s.fc);
@@ -295,7 +294,7 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
   // gradient reads lands in `w`.
   const GPTConfig& cfg = s.cfg;
   tp::leave_backward(dout.data(), w.dout.data(), C, seq, tp);
-  if (cfg.llama()) {
+  if (cfg.swiglu()) {
     linear_backward_input(buf.dmlp, w.dout, p.fcprojw, R, s.fc, C);
     swiglu_backward_input(w.dfch, buf.dmlp, a.fch, R, s.fc);
   } else {
@@ -314,13 +313,13 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
     acts.ring->backward_input(w.dqkv, buf.delta, buf.datty, a.qkv, a.atty, a.lse, acts.doc_start);
   } else {
     const AttentionInputs x = packed_attention(a.qkv, acts.B, s.heads, s.kv_heads, s.head_size,
-                                               acts.positions, acts.doc_start);
+                                               acts.positions, acts.doc_start, cfg.sliding_window);
     attention_backward_delta(buf.delta, a.atty, buf.datty, acts.B, acts.T, s.heads, s.head_size);
     float* dq = w.dqkv.data();
     attention_backward(dq, x.ldq, false, dq + s.attn, dq + s.attn + s.kv, x.ldq, false, buf.datty,
                        a.lse, buf.delta, x);
   }
-  if (cfg.llama()) {
+  if (cfg.rope()) {
     // The gradient of the rotated Q and K, rotated back: the gradient of the projection's output.
     rope_backward(w.dqkv, acts.rope_cos, acts.rope_sin, R, acts.T, 0, s.heads, s.kv_heads,
                   s.head_size);
@@ -352,6 +351,8 @@ void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
     // K and V gradients: the rows [Q | K | V] past Q are summed over the ranks sharing it.
     if (s.kv_replicas > 1) {
       allreduce_sum(g.qkvw.data() + int64_t(s.attn) * C, int64_t(2) * s.kv * C, s.kv_group);
+      if (g.qkvb.extent(0) > 0)
+        allreduce_sum(g.qkvb.data() + s.attn, int64_t(2) * s.kv, s.kv_group);
     }
   }
 }
