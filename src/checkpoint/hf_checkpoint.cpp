@@ -146,6 +146,9 @@ constexpr Gpt2Name kGpt2Names[kNumParameterTensors] = {
     {"h.%d.mlp.c_proj.bias", false},
     {"ln_f.weight", false},
     {"ln_f.bias", false},
+    {"", false},  // lmhead, q_normw, k_normw: GPT-2 has none
+    {"", false},
+    {"", false},
 };
 
 // The names of the families of Llama blocks (LlamaForCausalLM's; Qwen2's adds the Q, K, V
@@ -178,6 +181,10 @@ std::vector<const char*> llama_names(TensorId t, const ModelFeatures& f) {
       return {"model.norm.weight"};
     case TensorId::lmhead:
       return {"lm_head.weight"};
+    case TensorId::q_normw:
+      return {"model.layers.%d.self_attn.q_norm.weight"};
+    case TensorId::k_normw:
+      return {"model.layers.%d.self_attn.k_norm.weight"};
     default:
       return {};  // a tensor these families do not hold
   }

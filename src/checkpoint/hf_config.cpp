@@ -176,20 +176,23 @@ GPTConfig read_llama(const ConfigKeys& k, const json::Value& root, Arch arch) {
   cfg.rope_theta = float(k.number_or("rope_theta", 10000.0));
   cfg.tied = k.bool_or("tie_word_embeddings", false);
   refuse_unimplemented(k);
-  if (arch != Arch::kQwen2) {
+  if (arch != Arch::kQwen2 && arch != Arch::kQwen3) {
     k.expect_bool("attention_bias", false,
                   "this trainer's " + std::string(arch_name(arch)) + " has no attention biases");
   }
-  if (arch == Arch::kQwen2) {
-    // Qwen2's window applies to the layers past max_window_layers only when turned on.
+  if (arch == Arch::kQwen3) {
+    k.expect_bool("attention_bias", false, "this trainer's Qwen3 has no attention biases");
+  }
+  if (arch == Arch::kQwen2 || arch == Arch::kQwen3) {
+    // Qwen's window applies to the layers past max_window_layers only when turned on.
     k.expect_bool("use_sliding_window", false,
-                  "this trainer's Qwen2 attends to the whole context in every layer");
+                  "this trainer's Qwen attends to the whole context in every layer");
   } else if (arch == Arch::kMistral || arch == Arch::kPhi3) {
     cfg.sliding_window = read_window(k, cfg.max_seq_len);
   }
-  require(k.size_or("head_dim", cfg.channels / cfg.heads) == cfg.channels / cfg.heads,
-          k.where("head_dim") + " is not hidden_size / num_attention_heads (" +
-              std::to_string(cfg.channels / cfg.heads) + "); this trainer's heads split C");
+  // An explicit head size (Qwen3's, Mistral Nemo's) may differ from hidden_size / heads.
+  const int head_dim = k.size_or("head_dim", 0);
+  if (head_dim > 0 && head_dim * cfg.heads != cfg.channels) cfg.head_dim = head_dim;
   const json::Value* scaling = root.find("rope_scaling");
   if (scaling && !scaling->is_null()) {
     require(scaling->is_object(), k.where("rope_scaling") + " is not an object or null");
@@ -218,7 +221,8 @@ struct HfFamily {
 constexpr HfFamily kHfFamilies[] = {{Arch::kLlama, "llama", "LlamaForCausalLM"},
                                     {Arch::kQwen2, "qwen2", "Qwen2ForCausalLM"},
                                     {Arch::kMistral, "mistral", "MistralForCausalLM"},
-                                    {Arch::kPhi3, "phi3", "Phi3ForCausalLM"}};
+                                    {Arch::kPhi3, "phi3", "Phi3ForCausalLM"},
+                                    {Arch::kQwen3, "qwen3", "Qwen3ForCausalLM"}};
 const HfFamily* hf_family(Arch arch) {
   for (const HfFamily& f : kHfFamilies) {
     if (f.arch == arch) return &f;
@@ -257,8 +261,8 @@ GPTConfig read_hf_config(const std::string& path) {
     if (type->string() == f.model_type) family = &f;
   }
   require(family != nullptr, keys.where("model_type") + " is \"" + type->string() +
-                                 "\"; this trainer runs gpt2, llama, qwen2, mistral and phi3 "
-                                 "models");
+                                 "\"; this trainer runs gpt2, llama, qwen2, qwen3, mistral and "
+                                 "phi3 models");
   GPTConfig cfg = read_llama(keys, root, family->arch);
   validate(cfg, "config " + path);
   return cfg;
@@ -297,6 +301,7 @@ void check_shape_flags(const GPTConfig& cfg, const GPTConfig& flags,
   };
   check("--rope-scaling", scaling(flags), "", "rope_scaling", scaling(cfg));
   check("--sliding-window", n(flags.sliding_window), "", "sliding_window", n(cfg.sliding_window));
+  check("--head-dim", n(flags.head_size()), "", "head_dim", n(cfg.head_size()));
 }
 
 std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
@@ -337,7 +342,9 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
     if (cfg.arch == Arch::kMistral || cfg.arch == Arch::kPhi3) {
       s += line("sliding_window", cfg.sliding_window > 0 ? n(cfg.sliding_window) : "null");
     }
-    if (cfg.arch == Arch::kQwen2) s += line("use_sliding_window", "false");
+    if (cfg.arch == Arch::kQwen2 || cfg.arch == Arch::kQwen3) {
+      s += line("use_sliding_window", "false");
+    }
     s += line("hidden_act", "\"silu\"");
     if (cfg.arch != Arch::kQwen2) s += line("attention_bias", "false");
     s += line("mlp_bias", "false") + line("attention_dropout", "0.0");

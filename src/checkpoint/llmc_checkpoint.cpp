@@ -44,9 +44,10 @@ constexpr HeaderKind kModelFile{llmc::kCheckpointMagic, llmc::kCheckpointVersion
 constexpr HeaderKind kLlamaModelFile{llmc::kLlamaModelMagic, llmc::kLlamaModelVersion, 1,
                                      "mpiformer Llama model file"};
 
-// A Llama-family model's fields in header slots 8..18 (docs/file-formats.md): GPT-2's files
-// keep them zero. Slot 8 is the family (Arch's value: 1 llama, 2 qwen2, 3 mistral, 4 phi3);
-// floats are stored as their bits; slot 18, the sliding window, is 0 in files written before it.
+// A Llama-family model's fields in header slots 8..19 (docs/file-formats.md): GPT-2's files
+// keep them zero. Slot 8 is the family (Arch's value: 1 llama, 2 qwen2, 3 mistral, 4 phi3,
+// 5 qwen3); floats are stored as their bits; slots 18 (the sliding window) and 19 (a head size
+// apart from C/NH) are 0 in files written before them.
 enum LlamaSlot {
   kArch = 8,
   kKvHeads,
@@ -58,9 +59,10 @@ enum LlamaSlot {
   kRopeFactor,
   kRopeLow,
   kRopeHigh,
-  kSlidingWindow
+  kSlidingWindow,
+  kHeadDim
 };
-constexpr int kLastArch = int(Arch::kPhi3);
+constexpr int kLastArch = int(Arch::kQwen3);
 int32_t float_bits(float x) {
   int32_t b;
   std::memcpy(&b, &x, sizeof b);
@@ -74,6 +76,7 @@ float bits_float(int32_t b) {
 void read_llama_slots(const int32_t* h, GPTConfig& cfg) {
   cfg.arch = h[kArch] >= 1 && h[kArch] <= kLastArch ? Arch(h[kArch]) : Arch::kLlama;
   cfg.sliding_window = h[kSlidingWindow];
+  cfg.head_dim = h[kHeadDim];
   cfg.kv_heads = h[kKvHeads];
   cfg.ffn_dim = h[kFfnDim];
   cfg.tied = h[kTied] != 0;
@@ -178,6 +181,7 @@ void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
   if (!cfg.llama()) return;
   h[kArch] = int32_t(cfg.arch);
   h[kSlidingWindow] = cfg.sliding_window;
+  h[kHeadDim] = cfg.head_dim;
   h[kKvHeads] = cfg.kv_head_count();
   h[kFfnDim] = cfg.ffn_width();
   h[kTied] = cfg.tied ? 1 : 0;

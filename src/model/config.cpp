@@ -15,11 +15,9 @@ struct Family {
   Arch arch;
   const char* name;
 };
-constexpr Family kFamilies[] = {{Arch::kGpt2, "gpt2"},
-                                {Arch::kLlama, "llama"},
-                                {Arch::kQwen2, "qwen2"},
-                                {Arch::kMistral, "mistral"},
-                                {Arch::kPhi3, "phi3"}};
+constexpr Family kFamilies[] = {{Arch::kGpt2, "gpt2"},   {Arch::kLlama, "llama"},
+                                {Arch::kQwen2, "qwen2"}, {Arch::kMistral, "mistral"},
+                                {Arch::kPhi3, "phi3"},   {Arch::kQwen3, "qwen3"}};
 }  // namespace
 
 ModelFeatures features_of(Arch arch) {
@@ -34,6 +32,7 @@ ModelFeatures features_of(Arch arch) {
   f.llama_fields = true;
   if (arch == Arch::kQwen2) f.qkv_bias = true;
   if (arch == Arch::kPhi3) f.fused_hf_projections = true;
+  if (arch == Arch::kQwen3) f.qk_norm = QkNorm::kPerHead;
   return f;
 }
 
@@ -55,7 +54,7 @@ bool parse_arch(const std::string& name, Arch& arch) {
 }
 
 const char* arch_names() {
-  return "gpt2,llama,qwen2,mistral,phi3";
+  return "gpt2,llama,qwen2,mistral,phi3,qwen3";
 }
 
 int pad_vocab(int vocab, int multiple) {
@@ -87,10 +86,11 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
   plausible(cfg.vocab, 1 << 24, "the vocabulary size", "--vocab");
   plausible(cfg.max_seq_len, 1 << 24, "max_seq_len", "--max-seq-len");
   plausible(cfg.ffn_dim, 1 << 22, "the MLP width", "--ffn-dim");
-  require(cfg.channels % cfg.heads == 0, "channels " + std::to_string(cfg.channels) +
-                                             " do not divide into " + std::to_string(cfg.heads) +
-                                             " heads (from " + origin +
-                                             "); choose --dim a multiple of --heads");
+  plausible(cfg.head_dim, 1 << 16, "the head size", "--head-dim");
+  require(cfg.head_dim > 0 || cfg.channels % cfg.heads == 0,
+          "channels " + std::to_string(cfg.channels) + " do not divide into " +
+              std::to_string(cfg.heads) + " heads (from " + origin +
+              "); choose --dim a multiple of --heads");
   require(cfg.padded_vocab >= cfg.vocab, "padded vocabulary " + std::to_string(cfg.padded_vocab) +
                                              " is smaller than vocabulary " +
                                              std::to_string(cfg.vocab) + " (from " + origin + ")");
@@ -99,7 +99,7 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
                                        "); pass --sliding-window 0 (none) or a positive size");
   if (!cfg.llama()) {
     require(cfg.kv_head_count() == cfg.heads && cfg.ffn_width() == 4 * cfg.channels && cfg.tied &&
-                cfg.sliding_window == 0,
+                cfg.sliding_window == 0 && cfg.head_dim == 0,
             "GPT-2 has as many kv heads as heads, an MLP of 4C, tied embeddings and no sliding "
             "window (from " +
                 origin +
@@ -145,6 +145,9 @@ std::string describe(const GPTConfig& cfg) {
     n += std::snprintf(buf + n, sizeof buf - size_t(n), " %s KVH%d F%d eps %g theta %g",
                        arch_name(cfg.arch), cfg.kv_head_count(), cfg.ffn_width(),
                        double(cfg.norm_eps), double(cfg.rope_theta));
+    if (cfg.head_dim > 0 && n < int(sizeof buf)) {
+      n += std::snprintf(buf + n, sizeof buf - size_t(n), " head_dim %d", cfg.head_dim);
+    }
     if (cfg.sliding_window > 0 && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " window %d", cfg.sliding_window);
     }
@@ -168,7 +171,7 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
          a.rope_low_freq_factor == b.rope_low_freq_factor &&
          a.rope_high_freq_factor == b.rope_high_freq_factor &&
          a.rope_original_max_pos == b.rope_original_max_pos && a.tied == b.tied &&
-         a.sliding_window == b.sliding_window;
+         a.sliding_window == b.sliding_window && a.head_size() == b.head_size();
 }
 
 }  // namespace mpf

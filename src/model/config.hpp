@@ -15,11 +15,14 @@
 
 namespace mpf {
 
-enum class Arch { kGpt2, kLlama, kQwen2, kMistral, kPhi3 };
+enum class Arch { kGpt2, kLlama, kQwen2, kMistral, kPhi3, kQwen3 };
 
 enum class NormKind { kLayerNorm, kRmsNorm };  // LayerNorm with its shift; RMSNorm scale only
 enum class MlpKind { kGelu, kSwiGlu };         // GELU (tanh) on F = 4C; SwiGLU's [gate | up]
 enum class PositionKind { kLearned, kRope };   // a position table (wpe); rotary Q and K
+// RMSNorm of each query and key head before the rotation, one weight vector of the head size for
+// Q and one for K shared by the heads (Qwen3's q_norm, k_norm).
+enum class QkNorm { kNone, kPerHead };
 
 struct ModelFeatures {
   NormKind norm = NormKind::kLayerNorm;
@@ -27,6 +30,7 @@ struct ModelFeatures {
   PositionKind positions = PositionKind::kLearned;
   bool linear_bias = true;  // the output projection and the MLP's layers have biases (GPT-2)
   bool qkv_bias = true;     // the Q, K and V projections have biases (GPT-2, Qwen2)
+  QkNorm qk_norm = QkNorm::kNone;
   // GPT-2's initialisation: a residual projection's std scaled by 1/sqrt(2L).
   bool scaled_residual_init = true;
   // Hugging Face stores Q, K, V as one qkv_proj and gate, up as one gate_up_proj (Phi-3).
@@ -57,6 +61,8 @@ struct GPTConfig {
   // A query sees the last `sliding_window` positions, itself included (Mistral v0.1, Phi-3);
   // 0: every earlier position.
   int sliding_window = 0;
+  // The head size when it is not C / NH (Qwen3's head_dim); 0: C / NH.
+  int head_dim = 0;
 
   ModelFeatures features() const { return features_of(arch); }
   // The families with the Llama fields (GQA, SwiGLU width, RMSNorm eps, rotary embeddings).
@@ -64,7 +70,9 @@ struct GPTConfig {
   bool rms_norm() const { return features().norm == NormKind::kRmsNorm; }
   bool swiglu() const { return features().mlp == MlpKind::kSwiGlu; }
   bool rope() const { return features().positions == PositionKind::kRope; }
-  int head_size() const { return channels / heads; }
+  int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
+  // The attention's width, the output projection's input: NH·hs (C unless head_dim says not).
+  int attention_width() const { return heads * head_size(); }
   int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   int ffn_width() const { return ffn_dim > 0 ? ffn_dim : 4 * channels; }
   // Rows of the packed [Q | K | V] projection: (NH + 2 KVH) · hs (3C for GPT-2).
@@ -73,7 +81,7 @@ struct GPTConfig {
   int mlp_in_rows() const { return swiglu() ? 2 * ffn_width() : ffn_width(); }
 };
 
-const char* arch_name(Arch arch);  // "gpt2", "llama", "qwen2", "mistral", "phi3"
+const char* arch_name(Arch arch);  // "gpt2", "llama", "qwen2", "mistral", "phi3", "qwen3"
 // The family named `name` (arch_name's); false if none is.
 bool parse_arch(const std::string& name, Arch& arch);
 // Every family's name, comma-separated, for messages and --help.

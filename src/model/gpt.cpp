@@ -5,6 +5,7 @@
 #include "model/layers/cross_entropy.hpp"
 #include "model/layers/encoder.hpp"
 #include "model/layers/gelu.hpp"
+#include "model/layers/head_norm.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
 #include "model/layers/ring_attention.hpp"
@@ -17,6 +18,17 @@
 namespace mpf {
 
 namespace {
+
+// y (n) += x (n).
+void add_into(Tensor y, const float* x, int64_t n) {
+  for_each(
+      "mpf::add_into", n, KOKKOS_LAMBDA(int64_t i) { y(i) += x[i]; });
+}
+
+// The per-head q/k norms over a block's R packed [Q | K | V] rows.
+HeadNormShape head_norm_shape(const TpShard& s, int64_t R) {
+  return {R, s.qkv, s.heads, s.kv_heads, s.head_size};
+}
 // Rows [first, first + count) of a (rows, C) tensor.
 Tensor rows(const Tensor& t, int64_t first, int64_t count, int C) {
   return Tensor(t.data() + first * C, count * C);
@@ -180,6 +192,10 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
   // biases: their views are empty.
   norm_and_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, seq, cfg, tp);
   linear_forward(a.qkv, none, a.ln1, p.qkvw, p.qkvb, R, C, s.qkv);
+  if (cfg.features().qk_norm == QkNorm::kPerHead) {
+    head_rmsnorm_forward(a.qkv, a.qk_raw, a.qk_rstd, p.q_normw, p.k_normw, head_norm_shape(s, R),
+                         cfg.norm_eps);
+  }
   if (cfg.rope()) {
     rope_forward(a.qkv, rope.cos, rope.sin, R, rope.T, rope.pos0, s.heads, s.kv_heads, s.head_size);
   }
@@ -324,6 +340,13 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
     rope_backward(w.dqkv, acts.rope_cos, acts.rope_sin, R, acts.T, 0, s.heads, s.kv_heads,
                   s.head_size);
   }
+  if (cfg.features().qk_norm == QkNorm::kPerHead) {
+    // The norms' weight gradients while dqkv is still the normalised heads' gradient; then the
+    // raw heads' gradient, what the projection's gradients read.
+    head_rmsnorm_backward_weight(w.dqk_normw, w.dqkv, a.qk_raw, a.qk_rstd, head_norm_shape(s, R));
+    head_rmsnorm_backward_input(w.dqkv, a.qk_raw, a.qk_rstd, p.q_normw, p.k_normw,
+                                head_norm_shape(s, R));
+  }
   const Tensor partial1 = seq.on ? buf.partial : w.dln1;
   linear_backward_input(partial1, w.dqkv, p.qkvw, R, C, s.qkv);
   tp::enter_backward(partial1.data(), w.dln1.data(), C, seq, tp);
@@ -343,10 +366,19 @@ void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
                              s.cfg);
   linear_backward_weight(g.attprojw, g.attprojb, w.dres2, a.atty, R, s.attn, C);
   linear_backward_weight(g.qkvw, g.qkvb, w.dqkv, a.ln1, R, C, s.qkv);
+  if (w.dqk_normw.extent(0) > 0) {
+    const int hs = s.head_size;
+    add_into(g.q_normw, w.dqk_normw.data(), hs);
+    add_into(g.k_normw, w.dqk_normw.data() + hs, hs);
+  }
   model_norm_backward_weight(g.ln1w, g.ln1b, w.dln1, acts.block_input(l), a.ln1_mean, a.ln1_rstd,
                              Rl, s.cfg);
   if (final_microbatch) {
     for (const Tensor* t : {&g.ln1w, &g.ln1b, &g.ln2w, &g.ln2b}) sum_over_tp(*t, seq, tp);
+    // Each TP rank normalised its own heads: the q/k norms' gradients are summed over them all.
+    for (const Tensor* t : {&g.q_normw, &g.k_normw}) {
+      if (t->extent(0) > 0) allreduce_sum(t->data(), int64_t(t->extent(0)), tp);
+    }
     // A kv head replicated on several ranks got from each only its own query heads' part of the
     // K and V gradients: the rows [Q | K | V] past Q are summed over the ranks sharing it.
     if (s.kv_replicas > 1) {

@@ -27,6 +27,12 @@ int64_t dim_size(Dim d, const GPTConfig& cfg, bool padded) {
     case Dim::kFfn:
       n = cfg.ffn_width();
       break;
+    case Dim::kAttn:
+      n = cfg.attention_width();
+      break;
+    case Dim::kHead:
+      n = cfg.head_size();
+      break;
   }
   return d.times * n;
 }
@@ -46,6 +52,8 @@ bool present(TensorId t, const GPTConfig& cfg) {
       return f.linear_bias;
     case Needs::kUntied:
       return !cfg.tied;
+    case Needs::kQkNorm:
+      return f.qk_norm == QkNorm::kPerHead;
   }
   return false;
 }

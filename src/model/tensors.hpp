@@ -36,9 +36,11 @@ enum class TensorId : int {
   fcprojb,
   lnfw,
   lnfb,
-  lmhead  // last, so GPT-2's file order is llm.c's
+  lmhead,   // after GPT-2's, so its file order is llm.c's
+  q_normw,  // then the features' own tensors: Qwen3's per-head q and k norms
+  k_normw
 };
-inline constexpr int kNumParameterTensors = 17;
+inline constexpr int kNumParameterTensors = 19;
 
 // One dimension of a tensor: `times` times one of the config's sizes.
 struct Dim {
@@ -51,6 +53,8 @@ struct Dim {
     kQkvRows,  // (NH + 2 KVH)·hs: [Q | K | V] (3C for GPT-2)
     kMlpIn,    // the MLP's first layer: [gate | up] 2F (Llama), F = 4C (GPT-2)
     kFfn,      // F: the MLP's hidden width
+    kAttn,     // NH·hs: the attention's width (C unless the head size is not C/NH)
+    kHead,     // hs: one head
   } of;
 };
 
@@ -62,6 +66,7 @@ enum class Needs {
   kQkvBias,           // biases on Q, K and V
   kLinearBias,        // biases on the output projection and the MLP's layers
   kUntied,            // an LM head that is not wte: lmhead
+  kQkNorm,            // per-head q/k norms: q_normw, k_normw
 };
 
 // The row blocks of a column-split tensor, each split over TP alike.
@@ -120,7 +125,8 @@ using T = TensorId;
 using N = Needs;
 using B = RowBlocks;
 inline constexpr Dim one{1, Dim::kOne}, C{1, Dim::kChannels}, QKV{1, Dim::kQkvRows},
-    MLP{1, Dim::kMlpIn}, FFN{1, Dim::kFfn}, Vp{1, Dim::kPaddedVocab}, maxT{1, Dim::kMaxSeqLen};
+    MLP{1, Dim::kMlpIn}, FFN{1, Dim::kFfn}, Vp{1, Dim::kPaddedVocab}, maxT{1, Dim::kMaxSeqLen},
+    ATT{1, Dim::kAttn}, HS{1, Dim::kHead};
 // Every tensor's row, in llm.c's order.
 // clang-format off
 inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
@@ -131,7 +137,7 @@ inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
   {T::ln1b,     "ln1b",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kNormShift},
   {T::qkvw,     "qkvw",     P::kBlocks,    QKV,  C,   S::kColumn, B::kQkv,   I::kNormal, false,   true,  N::kAll},
   {T::qkvb,     "qkvb",     P::kBlocks,    QKV,  one, S::kColumn, B::kQkv,   I::kZero,   false,   false, N::kQkvBias},
-  {T::attprojw, "attprojw", P::kBlocks,    C,    C,   S::kRow,    B::kOne,   I::kNormal, true,    true,  N::kAll},
+  {T::attprojw, "attprojw", P::kBlocks,    C,    ATT, S::kRow,    B::kOne,   I::kNormal, true,    true,  N::kAll},
   {T::attprojb, "attprojb", P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kLinearBias},
   {T::ln2w,     "ln2w",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kAll},
   {T::ln2b,     "ln2b",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kNormShift},
@@ -142,6 +148,8 @@ inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
   {T::lnfw,     "lnfw",     P::kHead,      C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kAll},
   {T::lnfb,     "lnfb",     P::kHead,      C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kNormShift},
   {T::lmhead,   "lmhead",   P::kHead,      Vp,   C,   S::kVocab,  B::kOne,   I::kNormal, false,   true,  N::kUntied},
+  {T::q_normw,  "q_normw",  P::kBlocks,    HS,   one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kQkNorm},
+  {T::k_normw,  "k_normw",  P::kBlocks,    HS,   one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kQkNorm},
 }};
 // clang-format on
 

@@ -83,7 +83,7 @@ std::string adopt_data_vocab(TrainOptions& o) {
 
 bool is_llama_flag(const std::string& flag) {
   for (const char* f : {"--kv-heads", "--ffn-dim", "--norm-eps", "--rope-theta", "--rope-scaling",
-                        "--tie-embeddings", "--sliding-window"}) {
+                        "--tie-embeddings", "--sliding-window", "--head-dim"}) {
     if (flag == f) return true;
   }
   return false;
@@ -122,6 +122,7 @@ GPTConfig flags_config(const TrainOptions& o) {
     cfg.rope_theta = o.rope_theta;
     cfg.tied = o.tie_embeddings != 0;
     cfg.sliding_window = o.sliding_window;
+    if (o.head_dim > 0 && o.head_dim * o.heads != o.dim) cfg.head_dim = o.head_dim;
     parse_rope_scaling(o.rope_scaling, cfg);
   } else {
     for (const std::string& flag : o.given) {

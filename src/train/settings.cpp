@@ -39,8 +39,8 @@ SettingGroup model_settings() {
            "model.max_seq_len", kKeep},
           {"--arch", "A",
            "the model family: gpt2, or Llama blocks (RMSNorm, RoPE, SwiGLU, GQA): llama, qwen2 "
-           "(with Q, K, V biases), mistral, phi3",
-           &O::arch, kNoMinimum, "model.arch", kKeep, "gpt2,llama,qwen2,mistral,phi3"},
+           "(with Q, K, V biases), mistral, phi3, qwen3 (per-head q/k norms)",
+           &O::arch, kNoMinimum, "model.arch", kKeep, "gpt2,llama,qwen2,mistral,phi3,qwen3"},
           {"--kv-heads", "H", "llama: key/value heads, dividing --heads (default, or 0: --heads)",
            &O::kv_heads, 0, "model.kv_heads", kKeep},
           {"--ffn-dim", "F", "llama: the SwiGLU MLP's width (default, or 0: 4C)", &O::ffn_dim, 0,
@@ -59,6 +59,10 @@ SettingGroup model_settings() {
            "llama family: a query attends to the last N positions, itself included (Mistral "
            "v0.1's 4096); 0 = all",
            &O::sliding_window, 0, "model.sliding_window", kKeep},
+          {"--head-dim", "N",
+           "llama family: the head size, when not --dim / --heads (Qwen3's head_dim); 0 = --dim / "
+           "--heads",
+           &O::head_dim, 0, "model.head_dim", kKeep},
       }};
 }
 

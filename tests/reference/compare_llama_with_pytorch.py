@@ -59,16 +59,23 @@ LOSS_RTOL, NORM_RTOL, PARAM_RTOL, UPDATE_L2_RTOL = 1e-5, 1e-4, 1e-5, 2e-3
 BF16_LOSS_RTOL = 1e-3  # see compare_with_pytorch.py: ~10 stages of bf16 rounding, 5x margin
 
 
+def head_size(m):
+    """Qwen3's head_dim when given, else C / NH."""
+    return m.get("hd") or m["C"] // m["NH"]
+
+
 def shapes(m):
     L, NH, KVH, C, F_, Vp = m["L"], m["NH"], m["KVH"], m["C"], m["F"], m["Vp"]
-    hs = C // NH
+    hs = head_size(m)
     out = [("wte", (Vp, C)), ("ln1w", (L, C)), ("qkvw", (L, (NH + 2 * KVH) * hs, C))]
     if m.get("qkv_bias"):  # Qwen2: biases on Q, K and V, in the file after qkvw
         out.append(("qkvb", (L, (NH + 2 * KVH) * hs)))
-    out += [("attprojw", (L, C, C)), ("ln2w", (L, C)), ("fcw", (L, 2 * F_, C)),
+    out += [("attprojw", (L, C, NH * hs)), ("ln2w", (L, C)), ("fcw", (L, 2 * F_, C)),
             ("fcprojw", (L, C, F_)), ("lnfw", (C,))]
     if not m["tied"]:
         out.append(("lmhead", (Vp, C)))
+    if m.get("qk_norm"):  # Qwen3: the per-head q and k norms, after the GPT-2 and Llama tensors
+        out += [("q_normw", (L, hs)), ("k_normw", (L, hs))]
     return out
 
 
@@ -77,10 +84,12 @@ MATRICES = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead"}
 
 def header(m):
     h = np.zeros(256, dtype="<i4")
-    # Slot 8: the family (1 llama, 2 qwen2, 3 mistral, 4 phi3); slot 18: the sliding window.
+    # Slot 8: the family (1 llama, 2 qwen2, 3 mistral, 4 phi3, 5 qwen3); slot 18: the sliding
+    # window; slot 19: a head size apart from C / NH.
     h[:13] = [LLAMA_MAGIC, LLAMA_VERSION, m["maxT"], m["V"], m["L"], m["NH"], m["C"], m["Vp"],
               m.get("arch", 1), m["KVH"], m["F"], int(m["tied"]), m["original"]]
     h[18] = m.get("window", 0)
+    h[19] = m["hd"] if m.get("hd") and m["hd"] * m["NH"] != m["C"] else 0
     floats = np.array([m["eps"], m["theta"], m["factor"], m["low"], m["high"]], dtype="<f4")
     h[13:18] = floats.view("<i4")
     return h
@@ -126,7 +135,7 @@ def random_model(m, seed=4321):
 
 # ---- the reference Llama -----------------------------------------------------------------------
 def inv_freq(m, dtype):
-    hs = m["C"] // m["NH"]
+    hs = head_size(m)
     inv = 1.0 / (m["theta"] ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
     if m["factor"] > 0:  # Llama 3.1: keep high frequencies, divide low ones, blend in between
         low_wavelen, high_wavelen = m["original"] / m["low"], m["original"] / m["high"]
@@ -161,7 +170,7 @@ def document_mask(inputs, doc_token):
 def llama_logits(p, inputs, m, doc_token=None):
     L, NH, KVH, C, F_ = m["L"], m["NH"], m["KVH"], m["C"], m["F"]
     Bb, Tt = inputs.shape
-    hs = C // NH
+    hs = head_size(m)
     x = p["wte"][inputs]
     dtype = x.dtype if x.dtype != torch.bfloat16 else torch.float32
     freqs = torch.arange(Tt, dtype=torch.float64)[:, None] * inv_freq(m, torch.float64)[None, :]
@@ -181,6 +190,9 @@ def llama_logits(p, inputs, m, doc_token=None):
         q = q.view(Bb, Tt, NH, hs).transpose(1, 2)
         k = k.view(Bb, Tt, KVH, hs).transpose(1, 2)
         v = v.view(Bb, Tt, KVH, hs).transpose(1, 2)
+        if "q_normw" in p:  # Qwen3: each head RMS-normalised before the rotation
+            q = rms_norm(q, p["q_normw"][l], m["eps"])
+            k = rms_norm(k, p["k_normw"][l], m["eps"])
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(NH // KVH, dim=1)  # repeat_kv: query head h reads kv head h // g

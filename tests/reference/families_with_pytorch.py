@@ -10,7 +10,9 @@ compare_llama_with_pytorch.py, extended by the family's features:
 - mistral: a sliding window of 5 positions (MistralConfig.sliding_window: a query sees itself and
   the 4 positions before it), rows of 16;
 - phi3: a sliding window of 7 and multi-head attention; its Hugging Face files fuse
-  qkv_proj and gate_up_proj, which --save-hf must write and --init-from read back.
+  qkv_proj and gate_up_proj, which --save-hf must write and --init-from read back;
+- qwen3: per-head RMSNorms of Q and K before the rotation (q_norm, k_norm) and a head size of 12
+  apart from C / NH = 8 (head_dim), one kv head.
 Every step's loss within 1e-5 (relative) of the float64 reference on every layout; greedy
 decoding with the KV cache gives the reference's ids; the model saved with --save-hf has the
 family's config.json and tensor names and loads back to the same losses.
@@ -48,6 +50,8 @@ FAMILIES = [
      "MistralForCausalLM", "model.layers.0.self_attn.k_proj.weight"),
     ("phi3", dict(BASE, arch=4, KVH=4, window=7, tied=False),
      "Phi3ForCausalLM", "model.layers.0.self_attn.qkv_proj.weight"),
+    ("qwen3", dict(BASE, arch=5, KVH=1, hd=12, qk_norm=True, tied=True),
+     "Qwen3ForCausalLM", "model.layers.0.self_attn.k_norm.weight"),
 ]
 # The printed norm has 5 significant digits (half a unit: 2.5e-5 relative at 2.1); a gradient
 # counted twice (a replicated kv head's bias rows) moves it by 1e-2.
