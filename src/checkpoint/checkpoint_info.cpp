@@ -170,6 +170,10 @@ std::string to_text(const CheckpointInfo& info) {
   if (c.model.llama()) {
     out += std::string("model.arch = ") + arch_name(c.model.arch) + "\n";
     for (const Field& f : llama_fields(c)) out += f.key + " = " + format(f.ref) + "\n";
+    if (c.model.sliding_window > 0) {
+      out += "model.sliding_window = " + std::to_string(c.model.sliding_window) + "\n";
+    }
+    if (c.model.head_dim > 0) out += "model.head_dim = " + std::to_string(c.model.head_dim) + "\n";
   }
   for (const auto& [key, value] : c.settings) out += key + " = " + value + "\n";
   for (const Field& f : position_fields(c)) out += f.key + " = " + format(f.ref) + "\n";
@@ -223,10 +227,18 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   read_fields(head_fields(c));
   const auto arch = values.find("model.arch");
   if (arch != values.end()) {
-    require(arch->second == "llama", "checkpoint " + path + ": model.arch '" + arch->second +
-                                         "' is not an architecture this mpiformer knows");
-    c.model.arch = Arch::kLlama;
+    require(parse_arch(arch->second, c.model.arch) && c.model.arch != Arch::kGpt2,
+            "checkpoint " + path + ": model.arch '" + arch->second +
+                "' is not an architecture this mpiformer knows");
     read_fields(llama_fields(c));
+    // Absent from checkpoints written before them, and from models without them.
+    for (const auto& [key, field] :
+         {std::pair<const char*, int*>{"model.sliding_window", &c.model.sliding_window},
+          {"model.head_dim", &c.model.head_dim}}) {
+      const auto it = values.find(key);
+      require(it == values.end() || parse(it->second, field),
+              "checkpoint " + path + ": field '" + key + "' is malformed; the file is corrupt");
+    }
   }
   read_fields(position_fields(c));  // after the model: which tensors have checksums
   // The outlier windows: absent from checkpoints written before them (empty windows then).

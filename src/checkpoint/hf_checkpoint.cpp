@@ -146,31 +146,48 @@ constexpr Gpt2Name kGpt2Names[kNumParameterTensors] = {
     {"h.%d.mlp.c_proj.bias", false},
     {"ln_f.weight", false},
     {"ln_f.bias", false},
+    {"", false},  // lmhead, q_normw, k_normw: GPT-2 has none
+    {"", false},
+    {"", false},
 };
 
-// LlamaForCausalLM's names; several of its tensors stack into one of ours (shared decision in
-// model/tensors.hpp): qkvw = [q_proj | k_proj | v_proj], fcw = [gate_proj | up_proj].
-struct LlamaName {
-  std::vector<const char*> names;
-};
-const LlamaName& llama_names(TensorId t) {
-  static const PerTensor<LlamaName> names = [] {
-    PerTensor<LlamaName> n;
-    n[TensorId::wte] = {{"model.embed_tokens.weight"}};
-    n[TensorId::ln1w] = {{"model.layers.%d.input_layernorm.weight"}};
-    n[TensorId::qkvw] = {{"model.layers.%d.self_attn.q_proj.weight",
-                          "model.layers.%d.self_attn.k_proj.weight",
-                          "model.layers.%d.self_attn.v_proj.weight"}};
-    n[TensorId::attprojw] = {{"model.layers.%d.self_attn.o_proj.weight"}};
-    n[TensorId::ln2w] = {{"model.layers.%d.post_attention_layernorm.weight"}};
-    n[TensorId::fcw] = {
-        {"model.layers.%d.mlp.gate_proj.weight", "model.layers.%d.mlp.up_proj.weight"}};
-    n[TensorId::fcprojw] = {{"model.layers.%d.mlp.down_proj.weight"}};
-    n[TensorId::lnfw] = {{"model.norm.weight"}};
-    n[TensorId::lmhead] = {{"lm_head.weight"}};
-    return n;
-  }();
-  return names[t];
+// The names of the families of Llama blocks (LlamaForCausalLM's; Qwen2's adds the Q, K, V
+// biases). Several of their tensors stack into one of ours (shared decision in model/tensors.hpp):
+// qkvw = [q_proj | k_proj | v_proj], fcw = [gate_proj | up_proj], which Phi-3 stores fused as
+// qkv_proj and gate_up_proj, in the same row order.
+std::vector<const char*> llama_names(TensorId t, const ModelFeatures& f) {
+  switch (t) {
+    case TensorId::wte:
+      return {"model.embed_tokens.weight"};
+    case TensorId::ln1w:
+      return {"model.layers.%d.input_layernorm.weight"};
+    case TensorId::qkvw:
+      if (f.fused_hf_projections) return {"model.layers.%d.self_attn.qkv_proj.weight"};
+      return {"model.layers.%d.self_attn.q_proj.weight", "model.layers.%d.self_attn.k_proj.weight",
+              "model.layers.%d.self_attn.v_proj.weight"};
+    case TensorId::qkvb:
+      return {"model.layers.%d.self_attn.q_proj.bias", "model.layers.%d.self_attn.k_proj.bias",
+              "model.layers.%d.self_attn.v_proj.bias"};
+    case TensorId::attprojw:
+      return {"model.layers.%d.self_attn.o_proj.weight"};
+    case TensorId::ln2w:
+      return {"model.layers.%d.post_attention_layernorm.weight"};
+    case TensorId::fcw:
+      if (f.fused_hf_projections) return {"model.layers.%d.mlp.gate_up_proj.weight"};
+      return {"model.layers.%d.mlp.gate_proj.weight", "model.layers.%d.mlp.up_proj.weight"};
+    case TensorId::fcprojw:
+      return {"model.layers.%d.mlp.down_proj.weight"};
+    case TensorId::lnfw:
+      return {"model.norm.weight"};
+    case TensorId::lmhead:
+      return {"lm_head.weight"};
+    case TensorId::q_normw:
+      return {"model.layers.%d.self_attn.q_norm.weight"};
+    case TensorId::k_normw:
+      return {"model.layers.%d.self_attn.k_norm.weight"};
+    default:
+      return {};  // a tensor these families do not hold
+  }
 }
 
 class NameMap {
@@ -184,7 +201,7 @@ class NameMap {
       std::snprintf(name, sizeof name, n.name, layer);
       return {{prefix_ + name, rows_of(t, cfg_), n.conv1d}};
     }
-    const std::vector<const char*>& names = llama_names(t).names;
+    const std::vector<const char*> names = llama_names(t, cfg_.features());
     // The stacked row blocks: Q, K, V (NH·hs, KVH·hs, KVH·hs); gate, up (F each).
     const std::vector<int64_t> rows = names.size() > 1 ? row_blocks(tensor_spec(t), cfg_)
                                                        : std::vector<int64_t>{rows_of(t, cfg_)};

@@ -134,10 +134,36 @@ GPTConfig read_gpt2(const ConfigKeys& k) {
   return cfg;
 }
 
-// transformers' LlamaConfig; absent keys take its defaults.
-GPTConfig read_llama(const ConfigKeys& k, const json::Value& root) {
+// A key this trainer does not compute must be absent, null or the value that changes nothing;
+// anything else is refused by name rather than silently trained as another model.
+void refuse_unimplemented(const ConfigKeys& k) {
+  k.expect_string("hidden_act", {"silu"}, "this trainer's MLP is SwiGLU (silu)");
+  k.expect_bool("mlp_bias", false, "this trainer's Llama-family MLPs have no biases");
+  k.expect_bool("use_qk_norm", false, "this trainer has no q/k norms yet");
+  k.expect_bool("qk_layernorm", false, "this trainer has no q/k norms yet");
+  k.expect_number("partial_rotary_factor", 1.0, "this trainer rotates the whole head");
+  for (const char* key :
+       {"final_logit_softcapping", "attn_logit_softcapping", "embedding_multiplier",
+        "logits_scaling", "residual_multiplier", "attention_multiplier", "query_pre_attn_scalar"}) {
+    const json::Value* v = k.find(key);
+    require(v == nullptr || v->is_null(),
+            k.where(key) +
+                " is set; this trainer does not compute it, so the model would not be "
+                "the config's");
+  }
+}
+
+// The sliding window: null (none), or a size (a window as long as the context is none).
+int read_window(const ConfigKeys& k, int max_seq_len) {
+  const int window = k.size_or("sliding_window", 0);
+  return window >= max_seq_len ? 0 : window;
+}
+
+// transformers' LlamaConfig and the configs of the families of Llama blocks (Qwen2Config,
+// MistralConfig, Phi3Config); absent keys take their defaults.
+GPTConfig read_llama(const ConfigKeys& k, const json::Value& root, Arch arch) {
   GPTConfig cfg;
-  cfg.arch = Arch::kLlama;
+  cfg.arch = arch;
   cfg.layers = k.size("num_hidden_layers");
   cfg.heads = k.size("num_attention_heads");
   cfg.channels = k.size("hidden_size");
@@ -149,12 +175,24 @@ GPTConfig read_llama(const ConfigKeys& k, const json::Value& root) {
   cfg.norm_eps = float(k.number_or("rms_norm_eps", 1e-6));
   cfg.rope_theta = float(k.number_or("rope_theta", 10000.0));
   cfg.tied = k.bool_or("tie_word_embeddings", false);
-  k.expect_string("hidden_act", {"silu"}, "this trainer's Llama MLP is SwiGLU (silu)");
-  k.expect_bool("attention_bias", false, "this trainer's Llama has no attention biases");
-  k.expect_bool("mlp_bias", false, "this trainer's Llama has no MLP biases");
-  require(k.size_or("head_dim", cfg.channels / cfg.heads) == cfg.channels / cfg.heads,
-          k.where("head_dim") + " is not hidden_size / num_attention_heads (" +
-              std::to_string(cfg.channels / cfg.heads) + "); this trainer's heads split C");
+  refuse_unimplemented(k);
+  if (arch != Arch::kQwen2 && arch != Arch::kQwen3) {
+    k.expect_bool("attention_bias", false,
+                  "this trainer's " + std::string(arch_name(arch)) + " has no attention biases");
+  }
+  if (arch == Arch::kQwen3) {
+    k.expect_bool("attention_bias", false, "this trainer's Qwen3 has no attention biases");
+  }
+  if (arch == Arch::kQwen2 || arch == Arch::kQwen3) {
+    // Qwen's window applies to the layers past max_window_layers only when turned on.
+    k.expect_bool("use_sliding_window", false,
+                  "this trainer's Qwen attends to the whole context in every layer");
+  } else if (arch == Arch::kMistral || arch == Arch::kPhi3) {
+    cfg.sliding_window = read_window(k, cfg.max_seq_len);
+  }
+  // An explicit head size (Qwen3's, Mistral Nemo's) may differ from hidden_size / heads.
+  const int head_dim = k.size_or("head_dim", 0);
+  if (head_dim > 0 && head_dim * cfg.heads != cfg.channels) cfg.head_dim = head_dim;
   const json::Value* scaling = root.find("rope_scaling");
   if (scaling && !scaling->is_null()) {
     require(scaling->is_object(), k.where("rope_scaling") + " is not an object or null");
@@ -162,8 +200,9 @@ GPTConfig read_llama(const ConfigKeys& k, const json::Value& root) {
     const json::Value* type = scaling->find("rope_type");
     if (type == nullptr) type = scaling->find("type");
     require(type && type->is_string() && type->string() == "llama3",
-            k.where("rope_scaling") + "'s rope_type is not \"llama3\"; this trainer computes " +
-                "Llama 3.1's frequency scaling only");
+            k.where("rope_scaling") + "'s rope_type is \"" +
+                (type && type->is_string() ? type->string() : std::string("?")) +
+                "\"; this trainer computes Llama 3.1's frequency scaling (\"llama3\") only");
     cfg.rope_factor = float(r.number_or("factor", 0.0));
     require(cfg.rope_factor > 0, k.where("rope_scaling") + ".factor is missing or not positive");
     cfg.rope_low_freq_factor = float(r.number_or("low_freq_factor", 1.0));
@@ -171,6 +210,24 @@ GPTConfig read_llama(const ConfigKeys& k, const json::Value& root) {
     cfg.rope_original_max_pos = r.size_or("original_max_position_embeddings", 8192);
   }
   return cfg;
+}
+
+// config.json's model_type and architectures for each family of Llama blocks.
+struct HfFamily {
+  Arch arch;
+  const char* model_type;
+  const char* architecture;
+};
+constexpr HfFamily kHfFamilies[] = {{Arch::kLlama, "llama", "LlamaForCausalLM"},
+                                    {Arch::kQwen2, "qwen2", "Qwen2ForCausalLM"},
+                                    {Arch::kMistral, "mistral", "MistralForCausalLM"},
+                                    {Arch::kPhi3, "phi3", "Phi3ForCausalLM"},
+                                    {Arch::kQwen3, "qwen3", "Qwen3ForCausalLM"}};
+const HfFamily* hf_family(Arch arch) {
+  for (const HfFamily& f : kHfFamilies) {
+    if (f.arch == arch) return &f;
+  }
+  return nullptr;
 }
 
 // A float as the shortest decimal that reads back as the same float.
@@ -194,10 +251,19 @@ GPTConfig read_hf_config(const std::string& path) {
   const json::Value* type = root.find("model_type");
   require(type != nullptr && type->is_string(),
           keys.where("model_type") + " is missing; pass a Hugging Face GPT-2 config.json");
-  require(type->string() == "gpt2" || type->string() == "llama",
-          keys.where("model_type") + " is \"" + type->string() +
-              "\"; this trainer runs gpt2 and llama models");
-  GPTConfig cfg = type->string() == "gpt2" ? read_gpt2(keys) : read_llama(keys, root);
+  if (type->string() == "gpt2") {
+    GPTConfig cfg = read_gpt2(keys);
+    validate(cfg, "config " + path);
+    return cfg;
+  }
+  const HfFamily* family = nullptr;
+  for (const HfFamily& f : kHfFamilies) {
+    if (type->string() == f.model_type) family = &f;
+  }
+  require(family != nullptr, keys.where("model_type") + " is \"" + type->string() +
+                                 "\"; this trainer runs gpt2, llama, qwen2, qwen3, mistral and "
+                                 "phi3 models");
+  GPTConfig cfg = read_llama(keys, root, family->arch);
   validate(cfg, "config " + path);
   return cfg;
 }
@@ -234,6 +300,8 @@ void check_shape_flags(const GPTConfig& cfg, const GPTConfig& flags,
            float_text(c.rope_high_freq_factor) + "," + n(c.rope_original_max_pos);
   };
   check("--rope-scaling", scaling(flags), "", "rope_scaling", scaling(cfg));
+  check("--sliding-window", n(flags.sliding_window), "", "sliding_window", n(cfg.sliding_window));
+  check("--head-dim", n(flags.head_size()), "", "head_dim", n(cfg.head_size()));
 }
 
 std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
@@ -252,7 +320,9 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
     s += line("resid_pdrop", "0.0") + line("embd_pdrop", "0.0") + line("attn_pdrop", "0.0");
     s += line("scale_attn_weights", "true");
   } else {
-    s += line("architectures", "[\"LlamaForCausalLM\"]") + line("model_type", "\"llama\"");
+    const HfFamily& family = *hf_family(cfg.arch);
+    s += line("architectures", std::string("[\"") + family.architecture + "\"]");
+    s += line("model_type", std::string("\"") + family.model_type + "\"");
     s += line("vocab_size", n(cfg.vocab)) + line("hidden_size", n(cfg.channels));
     s += line("intermediate_size", n(cfg.ffn_width()));
     s += line("num_hidden_layers", n(cfg.layers)) + line("num_attention_heads", n(cfg.heads));
@@ -269,7 +339,14 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
                         ", \"high_freq_factor\": " + float_text(cfg.rope_high_freq_factor) +
                         ", \"original_max_position_embeddings\": " + n(cfg.rope_original_max_pos) +
                         "}");
-    s += line("hidden_act", "\"silu\"") + line("attention_bias", "false");
+    if (cfg.arch == Arch::kMistral || cfg.arch == Arch::kPhi3) {
+      s += line("sliding_window", cfg.sliding_window > 0 ? n(cfg.sliding_window) : "null");
+    }
+    if (cfg.arch == Arch::kQwen2 || cfg.arch == Arch::kQwen3) {
+      s += line("use_sliding_window", "false");
+    }
+    s += line("hidden_act", "\"silu\"");
+    if (cfg.arch != Arch::kQwen2) s += line("attention_bias", "false");
     s += line("mlp_bias", "false") + line("attention_dropout", "0.0");
   }
   s += line("initializer_range", "0.02");

@@ -44,8 +44,10 @@ constexpr HeaderKind kModelFile{llmc::kCheckpointMagic, llmc::kCheckpointVersion
 constexpr HeaderKind kLlamaModelFile{llmc::kLlamaModelMagic, llmc::kLlamaModelVersion, 1,
                                      "mpiformer Llama model file"};
 
-// A Llama-family model's fields in header slots 8..17 (docs/file-formats.md): GPT-2's files
-// keep them zero. Floats are stored as their bits.
+// A Llama-family model's fields in header slots 8..19 (docs/file-formats.md): GPT-2's files
+// keep them zero. Slot 8 is the family (Arch's value: 1 llama, 2 qwen2, 3 mistral, 4 phi3,
+// 5 qwen3); floats are stored as their bits; slots 18 (the sliding window) and 19 (a head size
+// apart from C/NH) are 0 in files written before them.
 enum LlamaSlot {
   kArch = 8,
   kKvHeads,
@@ -56,8 +58,11 @@ enum LlamaSlot {
   kRopeTheta,
   kRopeFactor,
   kRopeLow,
-  kRopeHigh
+  kRopeHigh,
+  kSlidingWindow,
+  kHeadDim
 };
+constexpr int kLastArch = int(Arch::kQwen3);
 int32_t float_bits(float x) {
   int32_t b;
   std::memcpy(&b, &x, sizeof b);
@@ -69,7 +74,9 @@ float bits_float(int32_t b) {
   return x;
 }
 void read_llama_slots(const int32_t* h, GPTConfig& cfg) {
-  cfg.arch = Arch::kLlama;
+  cfg.arch = h[kArch] >= 1 && h[kArch] <= kLastArch ? Arch(h[kArch]) : Arch::kLlama;
+  cfg.sliding_window = h[kSlidingWindow];
+  cfg.head_dim = h[kHeadDim];
   cfg.kv_heads = h[kKvHeads];
   cfg.ffn_dim = h[kFfnDim];
   cfg.tied = h[kTied] != 0;
@@ -118,9 +125,10 @@ GPTConfig read_header(std::FILE* f, int64_t bytes, const std::string& path,
   cfg.heads = h[5];
   cfg.channels = h[6];
   cfg.padded_vocab = h[7];
-  if (h[0] == llmc::kLlamaModelMagic || h[kArch] == 1) read_llama_slots(h, cfg);
-  require(h[kArch] == 0 || h[kArch] == 1, checkpoint_name(path) + ": unknown architecture " +
-                                              std::to_string(h[kArch]) + "; the header is corrupt");
+  require(h[kArch] >= 0 && h[kArch] <= kLastArch,
+          checkpoint_name(path) + ": unknown architecture " + std::to_string(h[kArch]) +
+              "; the header is corrupt, or a newer mpiformer wrote it");
+  if (h[0] == llmc::kLlamaModelMagic || h[kArch] >= 1) read_llama_slots(h, cfg);
   require(cfg.kv_heads < (1 << 20) && cfg.ffn_dim < (1 << 28) && cfg.heads < (1 << 20) &&
               cfg.channels < (1 << 24),
           checkpoint_name(path) + ": header sizes are implausible; the header is corrupt");
@@ -171,7 +179,9 @@ void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
   h[6] = cfg.channels;
   h[7] = cfg.padded_vocab;
   if (!cfg.llama()) return;
-  h[kArch] = 1;
+  h[kArch] = int32_t(cfg.arch);
+  h[kSlidingWindow] = cfg.sliding_window;
+  h[kHeadDim] = cfg.head_dim;
   h[kKvHeads] = cfg.kv_head_count();
   h[kFfnDim] = cfg.ffn_width();
   h[kTied] = cfg.tied ? 1 : 0;

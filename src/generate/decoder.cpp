@@ -20,10 +20,13 @@ LayerActivations first_rows(const LayerActivations& a, const TpShard& s, int64_t
   const int64_t C = s.cfg.channels;
   LayerActivations x = a;
   x.ln1 = first(a.ln1, n * C);
-  const int64_t mean = s.cfg.llama() ? 0 : n;  // RMSNorm keeps no mean
+  const int64_t mean = s.cfg.rms_norm() ? 0 : n;  // RMSNorm keeps no mean
   x.ln1_mean = first(a.ln1_mean, mean);
   x.ln1_rstd = first(a.ln1_rstd, n);
   x.qkv = first(a.qkv, n * s.qkv);
+  const int64_t qk = s.cfg.features().qk_norm == QkNorm::kPerHead ? s.heads + s.kv_heads : 0;
+  x.qk_raw = first(a.qk_raw, n * qk * s.head_size);
+  x.qk_rstd = first(a.qk_rstd, n * qk);
   x.atty = first(a.atty, n * s.attn);
   x.residual2 = first(a.residual2, n * C);
   x.ln2 = first(a.ln2, n * C);
@@ -63,7 +66,7 @@ Tensor Decoder::append(const std::vector<int32_t>& tokens) {
   // The vocab-parallel embedding of the new positions (wpe from row pos on), summed over TP (g).
   const Tensor x = first(work_.input, int64_t(n) * C);
   const Tokens ids = Kokkos::subview(tokens_, std::make_pair(pos, pos + n));
-  const bool positions = !shard_.cfg.llama();  // Llama rotates Q and K in the blocks instead
+  const bool positions = !shard_.cfg.rope();  // rotary models rotate Q and K in the blocks
   const Tensor wpe =
       positions ? Tensor(params_.wpe.data() + int64_t(pos) * C, int64_t(capacity_ - pos) * C)
                 : Tensor();
@@ -88,7 +91,8 @@ Tensor Decoder::cached_blocks(Tensor x, int n) {
     block_forward(al, in, Tensor(), params_.blocks[size_t(l)], shard_, rows, tp_, rope,
                   [&](Tensor atty, Tensor qkv) {
                     kv_cache_store(cache_, l, qkv, n, pos);
-                    cached_attention_forward(atty, a.lse, qkv, cache_, l, n, pos, shard_.heads);
+                    cached_attention_forward(atty, a.lse, qkv, cache_, l, n, pos, shard_.heads,
+                                             shard_.cfg.sliding_window);
                   });
     std::swap(in, out);
   }

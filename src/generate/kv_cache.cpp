@@ -38,7 +38,7 @@ void kv_cache_store(const KVCache& cache, int l, Tensor qkv, int n, int pos) {
 }
 
 void cached_attention_forward(Tensor out, Tensor lse, Tensor qkv, const KVCache& cache, int l,
-                              int n, int pos, int NHl) {
+                              int n, int pos, int NHl, int window) {
   const int Ca = cache.q_width, Ck = cache.width, hs = Ca / NHl;
   // The training attention's kernel, its queries at positions [pos, pos + n) and its keys the
   // cache's positions [0, pos + n).
@@ -53,6 +53,7 @@ void cached_attention_forward(Tensor out, Tensor lse, Tensor qkv, const KVCache&
   x.v = cache.values(l).data();
   x.ldkv = Ck;
   x.keys = PositionRuns::contiguous(pos + n);
+  x.window = window;
   attention_forward(out, lse, x);
 }
 

@@ -33,8 +33,9 @@ void kv_cache_store(const KVCache& cache, int l, Tensor qkv, int n, int pos);
 // (n,Ca+2Ck), over block l's cached positions [0, pos + n) (stored first by kv_cache_store): per
 // head, S = Q·Kᵀ/√hs, P = softmax over positions <= the query's own, out = P·V, query head h
 // reading kv head h / (NHl / KVHl). lse (NHl, n) is scratch. NHl = this rank's heads. It is the
-// training attention's fused kernel (model/layers/attention.hpp) over the cache's kv heads.
+// training attention's fused kernel (model/layers/attention.hpp) over the cache's kv heads;
+// window > 0: a query sees only the last `window` positions (the model's sliding window).
 void cached_attention_forward(Tensor out, Tensor lse, Tensor qkv, const KVCache& cache, int l,
-                              int n, int pos, int NHl);
+                              int n, int pos, int NHl, int window);
 
 }  // namespace mpf

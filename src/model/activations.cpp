@@ -34,8 +34,8 @@ void carve(Activations& a, SlabCarver& k) {
   // Under recomputation only residual3 (the block outputs) is kept for all L blocks.
   const int64_t B = a.B, T = a.T, C = a.cfg.channels, L = a.chunk.recompute ? 0 : a.chunk.layers;
   const int64_t R = a.seq.rows, Rl = a.seq.local_rows, H = a.chunk.head ? 1 : 0;
-  const int64_t M = a.cfg.llama() ? 0 : 1;  // RMSNorm keeps no mean
-  const int64_t rope = a.cfg.llama() ? T * s.head_size / 2 : 0;
+  const int64_t M = a.cfg.rms_norm() ? 0 : 1;  // RMSNorm keeps no mean
+  const int64_t rope = a.cfg.rope() ? T * s.head_size / 2 : 0;
   a.rope_cos = k.take(rope);
   a.rope_sin = k.take(rope);
   a.input = k.take(Rl * C);
@@ -45,6 +45,10 @@ void carve(Activations& a, SlabCarver& k) {
   a.ln1_mean = k.take(M * L * Rl);
   a.ln1_rstd = k.take(L * Rl);
   a.qkv = k.take(L * R * s.qkv);
+  // Qwen3's per-head q/k norms keep each Q and K head's raw values and 1/rms.
+  const int64_t QK = a.cfg.features().qk_norm == QkNorm::kPerHead ? s.heads + s.kv_heads : 0;
+  a.qk_raw = k.take(L * R * QK * s.head_size);
+  a.qk_rstd = k.take(L * R * QK);
   a.atty = k.take(L * R * s.attn);
   a.lse = k.take(L * B * s.heads * T);
   a.residual2 = k.take(L * Rl * C);
@@ -72,7 +76,7 @@ void carve(BackwardBuffers& g, SlabCarver& k, const TpShard& s, const tp::Sequen
   g.dresidual2 = k.take(SP * Rl * C);
   g.partial = k.take(SP * R * C);
   g.datty = k.take(R * s.attn);
-  g.dmlp = k.take(s.cfg.llama() ? R * s.fc : 0);
+  g.dmlp = k.take(s.cfg.swiglu() ? R * s.fc : 0);
   g.delta = k.take(B * s.heads * T);
 }
 
@@ -80,13 +84,14 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   const TpShard& s = w.shard;
   const int64_t R = w.seq.rows, Rl = w.seq.local_rows, C = s.cfg.channels, L = w.chunk.layers;
   const int64_t K = w.chunk.recompute ? L : 0;  // blocks whose activations W must keep itself
-  const int64_t M = s.cfg.llama() ? 0 : 1;      // RMSNorm keeps no mean
+  const int64_t M = s.cfg.rms_norm() ? 0 : 1;   // RMSNorm keeps no mean
   w.dout = k.take(L * R * C);
   w.dfch = k.take(L * R * s.mlp_in);
   w.dln2 = k.take(L * Rl * C);
   w.dres2 = k.take(L * R * C);
   w.dqkv = k.take(L * R * s.qkv);
   w.dln1 = k.take(L * Rl * C);
+  w.dqk_normw = k.take(s.cfg.features().qk_norm == QkNorm::kPerHead ? L * 2 * s.head_size : 0);
   w.ln1 = k.take(K * R * C);
   w.ln1_mean = k.take(M * K * Rl);
   w.ln1_rstd = k.take(K * Rl);
@@ -170,7 +175,7 @@ Activations Activations::allocate(const TpShard& shard, const ChunkPieces& chunk
   Activations a = describe(shard, chunk, B, T, sequence_parallel);
   if (positions) a.positions = *positions;
   bind_slab(a, "mpf::activations");
-  if (a.cfg.llama()) {
+  if (a.cfg.rope()) {
     const GPTConfig& c = a.cfg;
     RopeScaling scaling;
     scaling.factor = c.rope_factor;
@@ -192,7 +197,7 @@ int64_t Activations::bytes(const TpShard& shard, const ChunkPieces& chunk, int B
 LayerActivations Activations::layer(int l) const {
   const int64_t C = cfg.channels, R = seq.rows, Rl = seq.local_rows;
   const int64_t bht = int64_t(B) * shard.heads * T;
-  const int64_t M = cfg.llama() ? 0 : 1;
+  const int64_t M = cfg.rms_norm() ? 0 : 1;
   LayerActivations x;
   if (chunk.recompute) {  // a store of block outputs only: the rest stay empty views
     x.residual3 = slice(residual3, l * Rl * C, Rl * C);
@@ -202,6 +207,9 @@ LayerActivations Activations::layer(int l) const {
   x.ln1_mean = slice(ln1_mean, l * Rl * M, Rl * M);
   x.ln1_rstd = slice(ln1_rstd, l * Rl, Rl);
   x.qkv = slice(qkv, l * R * shard.qkv, R * shard.qkv);
+  const int64_t qk = cfg.features().qk_norm == QkNorm::kPerHead ? shard.heads + shard.kv_heads : 0;
+  x.qk_raw = slice(qk_raw, l * R * qk * shard.head_size, R * qk * shard.head_size);
+  x.qk_rstd = slice(qk_rstd, l * R * qk, R * qk);
   x.atty = slice(atty, l * R * shard.attn, R * shard.attn);
   x.lse = slice(lse, l * bht, bht);
   x.residual2 = slice(residual2, l * Rl * C, Rl * C);
@@ -278,7 +286,7 @@ int64_t WeightGradInputs::bytes(const TpShard& shard, const ChunkPieces& chunk, 
 
 BlockWeightInputs WeightGradInputs::block(int i) const {
   const int64_t C = shard.cfg.channels, R = seq.rows, Rl = seq.local_rows;
-  const int64_t M = shard.cfg.llama() ? 0 : 1;
+  const int64_t M = shard.cfg.rms_norm() ? 0 : 1;
   BlockWeightInputs x;
   x.dout = slice(dout, i * R * C, R * C);
   x.dfch = slice(dfch, i * R * shard.mlp_in, R * shard.mlp_in);
@@ -286,6 +294,8 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   x.dres2 = slice(dres2, i * R * C, R * C);
   x.dqkv = slice(dqkv, i * R * shard.qkv, R * shard.qkv);
   x.dln1 = slice(dln1, i * Rl * C, Rl * C);
+  const int64_t nw = shard.cfg.features().qk_norm == QkNorm::kPerHead ? 2 * shard.head_size : 0;
+  x.dqk_normw = slice(dqk_normw, i * nw, nw);
   if (!chunk.recompute) return x;
   LayerActivations& k = x.kept;
   k.ln1 = slice(ln1, i * R * C, R * C);

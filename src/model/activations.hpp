@@ -52,6 +52,8 @@ struct LayerActivations {
   Tensor ln1_mean;   // (Rl) LayerNorm only; empty for RMSNorm
   Tensor ln1_rstd;   // (Rl)
   Tensor qkv;        // (B,T,Cqkv) local [Q | K | V] (rotated, for Llama)
+  Tensor qk_raw;     // (R,(NHl+KVHl)·hs) Q and K before their per-head norms (Qwen3), else empty
+  Tensor qk_rstd;    // (R·(NHl+KVHl)) each head's 1/rms
   Tensor atty;       // (B,T,Ca) attention output before the projection
   Tensor lse;        // (B,NHl,T) each attention row's logsumexp (the fused attention's statistics)
   Tensor residual2;  // (Rl,C) residual + attention branch
@@ -84,8 +86,8 @@ struct Activations {
   Tensor partial;      // (R,C) a row-parallel output before its reduce-scatter (sequence parallel)
   // Per-layer tensors, each (chunk.layers, ...) with block i of the chunk at offset i * (its
   // per-layer size).
-  Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, lse, residual2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
-      residual3;
+  Tensor ln1, ln1_mean, ln1_rstd, qkv, qk_raw, qk_rstd, atty, lse, residual2, ln2, ln2_mean,
+      ln2_rstd, fch, fch_gelu, residual3;
   // The head's (empty unless chunk.head):
   Tensor lnf;        // (R,C)
   Tensor lnf_mean;   // (Rl)
@@ -141,7 +143,10 @@ struct BlockWeightInputs {
   Tensor dln2;   // (Rl,C) gradient of ln2's output, summed over TP
   Tensor dres2;  // (R,C) gradient of residual2 (the attention projection's output)
   Tensor dqkv;   // (B,T,Cqkv) (before the rotation, for Llama)
-  Tensor dln1;   // (Rl,C) gradient of ln1's output, summed over TP
+  // (2·hs) the per-head q/k norms' weight gradients, which B computes while it still has the
+  // normalised heads' gradient (Qwen3); else empty.
+  Tensor dqk_normw;
+  Tensor dln1;  // (Rl,C) gradient of ln1's output, summed over TP
   // --recompute only (else empty): ln1, ln1_mean, ln1_rstd, atty, residual2, ln2, ln2_mean,
   // ln2_rstd and fch_gelu of the block; the rest of `kept` stays empty.
   LayerActivations kept;
@@ -157,7 +162,7 @@ struct WeightGradInputs {
   TpShard shard;
   int B = 0, T = 0;
   Slab slab;
-  Tensor dout, dfch, dln2, dres2, dqkv, dln1;  // per block, as in BlockWeightInputs
+  Tensor dout, dfch, dln2, dres2, dqkv, dln1, dqk_normw;  // per block, as in BlockWeightInputs
   // --recompute: the per-block activations W reads (empty otherwise).
   Tensor ln1, ln1_mean, ln1_rstd, atty, residual2, ln2, ln2_mean, ln2_rstd, fch_gelu;
   Tensor dlnf;    // (Rl,C) the head's: gradient of the final LayerNorm's output, summed over TP

@@ -10,8 +10,51 @@
 
 namespace mpf {
 
+namespace {
+struct Family {
+  Arch arch;
+  const char* name;
+};
+constexpr Family kFamilies[] = {{Arch::kGpt2, "gpt2"},   {Arch::kLlama, "llama"},
+                                {Arch::kQwen2, "qwen2"}, {Arch::kMistral, "mistral"},
+                                {Arch::kPhi3, "phi3"},   {Arch::kQwen3, "qwen3"}};
+}  // namespace
+
+ModelFeatures features_of(Arch arch) {
+  ModelFeatures f;  // GPT-2's
+  if (arch == Arch::kGpt2) return f;
+  // The Llama blocks: RMSNorm, rotary embeddings, SwiGLU, no biases, Hugging Face's init.
+  f.norm = NormKind::kRmsNorm;
+  f.mlp = MlpKind::kSwiGlu;
+  f.positions = PositionKind::kRope;
+  f.linear_bias = f.qkv_bias = false;
+  f.scaled_residual_init = false;
+  f.llama_fields = true;
+  if (arch == Arch::kQwen2) f.qkv_bias = true;
+  if (arch == Arch::kPhi3) f.fused_hf_projections = true;
+  if (arch == Arch::kQwen3) f.qk_norm = QkNorm::kPerHead;
+  return f;
+}
+
 const char* arch_name(Arch arch) {
-  return arch == Arch::kLlama ? "llama" : "gpt2";
+  for (const Family& f : kFamilies) {
+    if (f.arch == arch) return f.name;
+  }
+  return "?";
+}
+
+bool parse_arch(const std::string& name, Arch& arch) {
+  for (const Family& f : kFamilies) {
+    if (name == f.name) {
+      arch = f.arch;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* arch_names() {
+  return "gpt2,llama,qwen2,mistral,phi3,qwen3";
 }
 
 int pad_vocab(int vocab, int multiple) {
@@ -43,17 +86,25 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
   plausible(cfg.vocab, 1 << 24, "the vocabulary size", "--vocab");
   plausible(cfg.max_seq_len, 1 << 24, "max_seq_len", "--max-seq-len");
   plausible(cfg.ffn_dim, 1 << 22, "the MLP width", "--ffn-dim");
-  require(cfg.channels % cfg.heads == 0, "channels " + std::to_string(cfg.channels) +
-                                             " do not divide into " + std::to_string(cfg.heads) +
-                                             " heads (from " + origin +
-                                             "); choose --dim a multiple of --heads");
+  plausible(cfg.head_dim, 1 << 16, "the head size", "--head-dim");
+  require(cfg.head_dim > 0 || cfg.channels % cfg.heads == 0,
+          "channels " + std::to_string(cfg.channels) + " do not divide into " +
+              std::to_string(cfg.heads) + " heads (from " + origin +
+              "); choose --dim a multiple of --heads");
   require(cfg.padded_vocab >= cfg.vocab, "padded vocabulary " + std::to_string(cfg.padded_vocab) +
                                              " is smaller than vocabulary " +
                                              std::to_string(cfg.vocab) + " (from " + origin + ")");
+  require(cfg.sliding_window >= 0, "the sliding window " + std::to_string(cfg.sliding_window) +
+                                       " is negative (from " + origin +
+                                       "); pass --sliding-window 0 (none) or a positive size");
   if (!cfg.llama()) {
-    require(cfg.kv_head_count() == cfg.heads && cfg.ffn_width() == 4 * cfg.channels && cfg.tied,
-            "GPT-2 has as many kv heads as heads, an MLP of 4C and tied embeddings (from " +
-                origin + "); drop --kv-heads/--ffn-dim/--tie-embeddings or pass --arch llama");
+    require(cfg.kv_head_count() == cfg.heads && cfg.ffn_width() == 4 * cfg.channels && cfg.tied &&
+                cfg.sliding_window == 0 && cfg.head_dim == 0,
+            "GPT-2 has as many kv heads as heads, an MLP of 4C, tied embeddings and no sliding "
+            "window (from " +
+                origin +
+                "); drop --kv-heads/--ffn-dim/--tie-embeddings/--sliding-window or pass --arch "
+                "llama");
     return;
   }
   positive(cfg.kv_head_count(), "the number of kv heads", "--kv-heads");
@@ -91,9 +142,15 @@ std::string describe(const GPTConfig& cfg) {
   int n = std::snprintf(buf, sizeof buf, "L%d H%d C%d V%d (padded %d) maxT %d", cfg.layers,
                         cfg.heads, cfg.channels, cfg.vocab, cfg.padded_vocab, cfg.max_seq_len);
   if (cfg.llama() && n > 0 && n < int(sizeof buf)) {
-    n += std::snprintf(buf + n, sizeof buf - size_t(n), " llama KVH%d F%d eps %g theta %g",
-                       cfg.kv_head_count(), cfg.ffn_width(), double(cfg.norm_eps),
-                       double(cfg.rope_theta));
+    n += std::snprintf(buf + n, sizeof buf - size_t(n), " %s KVH%d F%d eps %g theta %g",
+                       arch_name(cfg.arch), cfg.kv_head_count(), cfg.ffn_width(),
+                       double(cfg.norm_eps), double(cfg.rope_theta));
+    if (cfg.head_dim > 0 && n < int(sizeof buf)) {
+      n += std::snprintf(buf + n, sizeof buf - size_t(n), " head_dim %d", cfg.head_dim);
+    }
+    if (cfg.sliding_window > 0 && n < int(sizeof buf)) {
+      n += std::snprintf(buf + n, sizeof buf - size_t(n), " window %d", cfg.sliding_window);
+    }
     if (cfg.rope_factor > 0 && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " rope-scaling %g,%g,%g,%d",
                          double(cfg.rope_factor), double(cfg.rope_low_freq_factor),
@@ -113,7 +170,8 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
          a.rope_theta == b.rope_theta && a.rope_factor == b.rope_factor &&
          a.rope_low_freq_factor == b.rope_low_freq_factor &&
          a.rope_high_freq_factor == b.rope_high_freq_factor &&
-         a.rope_original_max_pos == b.rope_original_max_pos && a.tied == b.tied;
+         a.rope_original_max_pos == b.rope_original_max_pos && a.tied == b.tied &&
+         a.sliding_window == b.sliding_window && a.head_size() == b.head_size();
 }
 
 }  // namespace mpf

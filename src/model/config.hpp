@@ -1,7 +1,13 @@
-// The shape of a model: llm.c's GPT2Config plus the padded vocabulary, and what a Llama-family
-// model adds (Hugging Face's LlamaConfig: grouped-query attention, the SwiGLU width, RMSNorm's
-// eps, rotary embeddings with Llama 3.1's frequency scaling, tied or untied embeddings). The
-// defaults are GPT-2's, so a GPT-2 config never names the Llama fields.
+// The shape of a model: llm.c's GPT2Config plus the padded vocabulary, what the Llama family adds
+// (Hugging Face's LlamaConfig: grouped-query attention, the SwiGLU width, RMSNorm's eps, rotary
+// embeddings with Llama 3.1's frequency scaling, tied or untied embeddings), a sliding attention
+// window, and the family's features. The defaults are GPT-2's, so a GPT-2 config never names the
+// Llama fields.
+//
+// A family is a set of features (ModelFeatures), fixed once per family (features_of) from
+// config.json's model_type or --arch. Everything past the config (the tensor table, the kernels,
+// the checkpoint name maps) reads the features, never the family; the family's name only labels
+// files (docs/design.md, "Adding a family").
 #pragma once
 
 #include <cstdint>
@@ -9,7 +15,32 @@
 
 namespace mpf {
 
-enum class Arch { kGpt2, kLlama };
+enum class Arch { kGpt2, kLlama, kQwen2, kMistral, kPhi3, kQwen3 };
+
+enum class NormKind { kLayerNorm, kRmsNorm };  // LayerNorm with its shift; RMSNorm scale only
+enum class MlpKind { kGelu, kSwiGlu };         // GELU (tanh) on F = 4C; SwiGLU's [gate | up]
+enum class PositionKind { kLearned, kRope };   // a position table (wpe); rotary Q and K
+// RMSNorm of each query and key head before the rotation, one weight vector of the head size for
+// Q and one for K shared by the heads (Qwen3's q_norm, k_norm).
+enum class QkNorm { kNone, kPerHead };
+
+struct ModelFeatures {
+  NormKind norm = NormKind::kLayerNorm;
+  MlpKind mlp = MlpKind::kGelu;
+  PositionKind positions = PositionKind::kLearned;
+  bool linear_bias = true;  // the output projection and the MLP's layers have biases (GPT-2)
+  bool qkv_bias = true;     // the Q, K and V projections have biases (GPT-2, Qwen2)
+  QkNorm qk_norm = QkNorm::kNone;
+  // GPT-2's initialisation: a residual projection's std scaled by 1/sqrt(2L).
+  bool scaled_residual_init = true;
+  // Hugging Face stores Q, K, V as one qkv_proj and gate, up as one gate_up_proj (Phi-3).
+  bool fused_hf_projections = false;
+  // The GQA, FFN width, eps and rope fields below are the family's own (all but GPT-2).
+  bool llama_fields = false;
+};
+
+// The family's features.
+ModelFeatures features_of(Arch arch);
 
 struct GPTConfig {
   int max_seq_len = 0;   // maxT: rows of the position table (GPT-2), the longest context
@@ -27,18 +58,34 @@ struct GPTConfig {
   float rope_factor = 0.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
   int rope_original_max_pos = 8192;
   bool tied = true;  // the LM head is wte (GPT-2 always; Llama when --tie-embeddings 1)
+  // A query sees the last `sliding_window` positions, itself included (Mistral v0.1, Phi-3);
+  // 0: every earlier position.
+  int sliding_window = 0;
+  // The head size when it is not C / NH (Qwen3's head_dim); 0: C / NH.
+  int head_dim = 0;
 
-  bool llama() const { return arch == Arch::kLlama; }
-  int head_size() const { return channels / heads; }
+  ModelFeatures features() const { return features_of(arch); }
+  // The families with the Llama fields (GQA, SwiGLU width, RMSNorm eps, rotary embeddings).
+  bool llama() const { return features().llama_fields; }
+  bool rms_norm() const { return features().norm == NormKind::kRmsNorm; }
+  bool swiglu() const { return features().mlp == MlpKind::kSwiGlu; }
+  bool rope() const { return features().positions == PositionKind::kRope; }
+  int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
+  // The attention's width, the output projection's input: NH·hs (C unless head_dim says not).
+  int attention_width() const { return heads * head_size(); }
   int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   int ffn_width() const { return ffn_dim > 0 ? ffn_dim : 4 * channels; }
   // Rows of the packed [Q | K | V] projection: (NH + 2 KVH) · hs (3C for GPT-2).
   int qkv_rows() const { return (heads + 2 * kv_head_count()) * head_size(); }
   // Rows of the MLP's first layer: [gate | up] (2F) for SwiGLU, F for GPT-2's GELU MLP.
-  int mlp_in_rows() const { return llama() ? 2 * ffn_width() : ffn_width(); }
+  int mlp_in_rows() const { return swiglu() ? 2 * ffn_width() : ffn_width(); }
 };
 
-const char* arch_name(Arch arch);  // "gpt2", "llama"
+const char* arch_name(Arch arch);  // "gpt2", "llama", "qwen2", "mistral", "phi3", "qwen3"
+// The family named `name` (arch_name's); false if none is.
+bool parse_arch(const std::string& name, Arch& arch);
+// Every family's name, comma-separated, for messages and --help.
+const char* arch_names();
 
 // llm.c pads the vocabulary to a multiple of 128 (50257 -> 50304) so the head GEMM tiles well.
 int pad_vocab(int vocab, int multiple = 128);

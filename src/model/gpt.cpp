@@ -5,6 +5,7 @@
 #include "model/layers/cross_entropy.hpp"
 #include "model/layers/encoder.hpp"
 #include "model/layers/gelu.hpp"
+#include "model/layers/head_norm.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
 #include "model/layers/ring_attention.hpp"
@@ -17,6 +18,17 @@
 namespace mpf {
 
 namespace {
+
+// y (n) += x (n).
+void add_into(Tensor y, const float* x, int64_t n) {
+  for_each(
+      "mpf::add_into", n, KOKKOS_LAMBDA(int64_t i) { y(i) += x[i]; });
+}
+
+// The per-head q/k norms over a block's R packed [Q | K | V] rows.
+HeadNormShape head_norm_shape(const TpShard& s, int64_t R) {
+  return {R, s.qkv, s.heads, s.kv_heads, s.head_size};
+}
 // Rows [first, first + count) of a (rows, C) tensor.
 Tensor rows(const Tensor& t, int64_t first, int64_t count, int C) {
   return Tensor(t.data() + first * C, count * C);
@@ -61,7 +73,7 @@ void for_logit_pieces(const Activations& acts, const F& f) {
 // The backward of model_norm_forward (gpt.hpp): the family's normalisation.
 void model_norm_backward_input(Tensor dinp, Tensor dresidual, Tensor dout, Tensor inp, Tensor mean,
                                Tensor rstd, Tensor weight, int64_t N, const GPTConfig& cfg) {
-  if (cfg.llama()) {
+  if (cfg.rms_norm()) {
     rmsnorm_backward_input(dinp, dresidual, dout, inp, rstd, weight, N, cfg.channels);
   } else {
     layernorm_backward_input(dinp, dresidual, dout, inp, mean, rstd, weight, N, cfg.channels);
@@ -70,7 +82,7 @@ void model_norm_backward_input(Tensor dinp, Tensor dresidual, Tensor dout, Tenso
 
 void model_norm_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor mean,
                                 Tensor rstd, int64_t N, const GPTConfig& cfg) {
-  if (cfg.llama()) {
+  if (cfg.rms_norm()) {
     rmsnorm_backward_weight(dweight, dout, inp, rstd, N, cfg.channels);
   } else {
     layernorm_backward_weight(dweight, dbias, dout, inp, mean, rstd, N, cfg.channels);
@@ -125,7 +137,7 @@ void row_parallel_and_leave(Tensor out, Tensor partial, Tensor residual, Tensor 
 
 void model_norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
                         Tensor bias, int64_t N, const GPTConfig& cfg) {
-  if (cfg.llama()) {
+  if (cfg.rms_norm()) {
     rmsnorm_forward(out, rstd, inp, weight, N, cfg.channels, cfg.norm_eps);
   } else {
     layernorm_forward(out, mean, rstd, inp, weight, bias, N, cfg.channels);
@@ -147,8 +159,7 @@ void embedding_forward(Activations& acts, const ParameterTensors& params, const 
   // them (g), into this rank's rows under SP.
   const Tensor partial = acts.seq.on ? acts.partial : acts.input;
   encoder_forward(partial, inputs, params.wte, params.wpe, acts.B, acts.T, C, s.vocab_begin,
-                  s.vocab_shard, /*add_positions=*/s.rank == 0 && !acts.cfg.llama(),
-                  acts.positions);
+                  s.vocab_shard, /*add_positions=*/s.rank == 0 && !acts.cfg.rope(), acts.positions);
   tp::leave_forward(partial.data(), acts.input.data(), C, acts.seq, tp);
 }
 
@@ -164,7 +175,7 @@ void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI
                     attention_forward(
                         atty, b.a.lse,
                         packed_attention(qkv, acts.B, b.s.heads, b.s.kv_heads, b.s.head_size,
-                                         acts.positions, acts.doc_start));
+                                         acts.positions, acts.doc_start, b.s.cfg.sliding_window));
                   }
                 });
 }
@@ -181,7 +192,11 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
   // biases: their views are empty.
   norm_and_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, seq, cfg, tp);
   linear_forward(a.qkv, none, a.ln1, p.qkvw, p.qkvb, R, C, s.qkv);
-  if (cfg.llama()) {
+  if (cfg.features().qk_norm == QkNorm::kPerHead) {
+    head_rmsnorm_forward(a.qkv, a.qk_raw, a.qk_rstd, p.q_normw, p.k_normw, head_norm_shape(s, R),
+                         cfg.norm_eps);
+  }
+  if (cfg.rope()) {
     rope_forward(a.qkv, rope.cos, rope.sin, R, rope.T, rope.pos0, s.heads, s.kv_heads, s.head_size);
   }
   attend(a.atty, a.qkv);
@@ -189,8 +204,8 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
                          s.rank, C, tp);
   // MLP: the same pattern with column-parallel fc, GELU (or SwiGLU) and row-parallel proj.
   norm_and_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, seq, cfg, tp);
-  if (cfg.llama()) {
-    linear_forward(a.fch, none, a.ln2, p.fcw, none, R, C, s.mlp_in);
+  if (cfg.swiglu()) {
+    linear_forward(a.fch, none, a.ln2, p.fcw, p.fcb, R, C, s.mlp_in);
     swiglu_forward(a.fch_gelu, a.fch, R, s.fc);
   } else {
     linear_gelu_forward(a.fch, a.fch_gelu, a.ln2, p.fcw, p.fcb, R, C, s.fc);
@@ -295,7 +310,7 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
   // gradient reads lands in `w`.
   const GPTConfig& cfg = s.cfg;
   tp::leave_backward(dout.data(), w.dout.data(), C, seq, tp);
-  if (cfg.llama()) {
+  if (cfg.swiglu()) {
     linear_backward_input(buf.dmlp, w.dout, p.fcprojw, R, s.fc, C);
     swiglu_backward_input(w.dfch, buf.dmlp, a.fch, R, s.fc);
   } else {
@@ -314,16 +329,23 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
     acts.ring->backward_input(w.dqkv, buf.delta, buf.datty, a.qkv, a.atty, a.lse, acts.doc_start);
   } else {
     const AttentionInputs x = packed_attention(a.qkv, acts.B, s.heads, s.kv_heads, s.head_size,
-                                               acts.positions, acts.doc_start);
+                                               acts.positions, acts.doc_start, cfg.sliding_window);
     attention_backward_delta(buf.delta, a.atty, buf.datty, acts.B, acts.T, s.heads, s.head_size);
     float* dq = w.dqkv.data();
     attention_backward(dq, x.ldq, false, dq + s.attn, dq + s.attn + s.kv, x.ldq, false, buf.datty,
                        a.lse, buf.delta, x);
   }
-  if (cfg.llama()) {
+  if (cfg.rope()) {
     // The gradient of the rotated Q and K, rotated back: the gradient of the projection's output.
     rope_backward(w.dqkv, acts.rope_cos, acts.rope_sin, R, acts.T, 0, s.heads, s.kv_heads,
                   s.head_size);
+  }
+  if (cfg.features().qk_norm == QkNorm::kPerHead) {
+    // The norms' weight gradients while dqkv is still the normalised heads' gradient; then the
+    // raw heads' gradient, what the projection's gradients read.
+    head_rmsnorm_backward_weight(w.dqk_normw, w.dqkv, a.qk_raw, a.qk_rstd, head_norm_shape(s, R));
+    head_rmsnorm_backward_input(w.dqkv, a.qk_raw, a.qk_rstd, p.q_normw, p.k_normw,
+                                head_norm_shape(s, R));
   }
   const Tensor partial1 = seq.on ? buf.partial : w.dln1;
   linear_backward_input(partial1, w.dqkv, p.qkvw, R, C, s.qkv);
@@ -344,14 +366,25 @@ void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
                              s.cfg);
   linear_backward_weight(g.attprojw, g.attprojb, w.dres2, a.atty, R, s.attn, C);
   linear_backward_weight(g.qkvw, g.qkvb, w.dqkv, a.ln1, R, C, s.qkv);
+  if (w.dqk_normw.extent(0) > 0) {
+    const int hs = s.head_size;
+    add_into(g.q_normw, w.dqk_normw.data(), hs);
+    add_into(g.k_normw, w.dqk_normw.data() + hs, hs);
+  }
   model_norm_backward_weight(g.ln1w, g.ln1b, w.dln1, acts.block_input(l), a.ln1_mean, a.ln1_rstd,
                              Rl, s.cfg);
   if (final_microbatch) {
     for (const Tensor* t : {&g.ln1w, &g.ln1b, &g.ln2w, &g.ln2b}) sum_over_tp(*t, seq, tp);
+    // Each TP rank normalised its own heads: the q/k norms' gradients are summed over them all.
+    for (const Tensor* t : {&g.q_normw, &g.k_normw}) {
+      if (t->extent(0) > 0) allreduce_sum(t->data(), int64_t(t->extent(0)), tp);
+    }
     // A kv head replicated on several ranks got from each only its own query heads' part of the
     // K and V gradients: the rows [Q | K | V] past Q are summed over the ranks sharing it.
     if (s.kv_replicas > 1) {
       allreduce_sum(g.qkvw.data() + int64_t(s.attn) * C, int64_t(2) * s.kv * C, s.kv_group);
+      if (g.qkvb.extent(0) > 0)
+        allreduce_sum(g.qkvb.data() + s.attn, int64_t(2) * s.kv, s.kv_group);
     }
   }
 }

@@ -90,6 +90,10 @@ Tensor& view_of(ParameterTensors& t, const SlabPiece& piece) {
       return t.lnfb;
     case TensorId::lmhead:
       return t.lmhead;
+    case TensorId::q_normw:
+      return block().q_normw;
+    case TensorId::k_normw:
+      return block().k_normw;
   }
   MPF_FATAL("not a parameter tensor");
 }

@@ -25,7 +25,7 @@ struct LayerParameters {
   Tensor ln1b;      // (C)
   Tensor qkvw;      // ((NH+2KVH)·hs, C) rows: [Q | K | V], head h = rows h*hs..(h+1)*hs of each
   Tensor qkvb;      // (3C) GPT-2 only
-  Tensor attprojw;  // (C, C)
+  Tensor attprojw;  // (C, NH·hs)
   Tensor attprojb;  // (C)
   Tensor ln2w;      // (C)
   Tensor ln2b;      // (C)
@@ -33,6 +33,8 @@ struct LayerParameters {
   Tensor fcb;       // (4C)
   Tensor fcprojw;   // (C, F)
   Tensor fcprojb;   // (C)
+  Tensor q_normw;   // (hs) Qwen3's per-head RMSNorm of Q (shared by the heads)
+  Tensor k_normw;   // (hs) and of K
 };
 
 struct ParameterTensors {

@@ -32,7 +32,7 @@ TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size) {
   s.kv = s.kv_heads * s.head_size;
   s.qkv = s.attn + 2 * s.kv;
   s.fc = cfg.ffn_width() / size;
-  s.mlp_in = cfg.llama() ? 2 * s.fc : s.fc;
+  s.mlp_in = cfg.swiglu() ? 2 * s.fc : s.fc;
   // Megatron pads the vocabulary to a multiple of 128·T so every shard tiles alike; the padded
   // rows are zero and outside the softmax, so the maths does not depend on the padding.
   s.vocab_padded = size == 1 ? cfg.padded_vocab : pad_vocab(cfg.padded_vocab, 128 * size);

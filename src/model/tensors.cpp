@@ -27,18 +27,33 @@ int64_t dim_size(Dim d, const GPTConfig& cfg, bool padded) {
     case Dim::kFfn:
       n = cfg.ffn_width();
       break;
+    case Dim::kAttn:
+      n = cfg.attention_width();
+      break;
+    case Dim::kHead:
+      n = cfg.head_size();
+      break;
   }
   return d.times * n;
 }
 
 bool present(TensorId t, const GPTConfig& cfg) {
-  switch (tensor_spec(t).family) {
-    case Family::kAll:
+  const ModelFeatures f = cfg.features();
+  switch (tensor_spec(t).needs) {
+    case Needs::kAll:
       return true;
-    case Family::kGpt2:
-      return !cfg.llama();
-    case Family::kUntied:
+    case Needs::kLearnedPositions:
+      return f.positions == PositionKind::kLearned;
+    case Needs::kNormShift:
+      return f.norm == NormKind::kLayerNorm;
+    case Needs::kQkvBias:
+      return f.qkv_bias;
+    case Needs::kLinearBias:
+      return f.linear_bias;
+    case Needs::kUntied:
       return !cfg.tied;
+    case Needs::kQkNorm:
+      return f.qk_norm == QkNorm::kPerHead;
   }
   return false;
 }
@@ -59,7 +74,7 @@ RowBlockSizes row_block_sizes(const TensorSpec& s, const GPTConfig& cfg) {
     case RowBlocks::kQkv:
       return {{cfg.heads * hs, kv, kv}, 3};
     case RowBlocks::kMlpIn:
-      if (cfg.llama()) return {{F, F, 0}, 2};
+      if (cfg.swiglu()) return {{F, F, 0}, 2};
       return {{F, 0, 0}, 1};
     case RowBlocks::kOne:
       break;
@@ -85,7 +100,8 @@ int64_t unpadded_size(TensorId t, const GPTConfig& cfg) {
 }
 
 float init_std(const TensorSpec& s, const GPTConfig& cfg) {
-  return s.residual && !cfg.llama() ? 0.02f / std::sqrt(2.0f * cfg.layers) : 0.02f;
+  return s.residual && cfg.features().scaled_residual_init ? 0.02f / std::sqrt(2.0f * cfg.layers)
+                                                           : 0.02f;
 }
 
 }  // namespace mpf

@@ -4,8 +4,8 @@
 // family adds rows, not branches. A Llama-family model reuses GPT-2's rows where the meaning
 // matches (wte = embed_tokens, ln1w = input_layernorm, qkvw = q_proj, k_proj, v_proj stacked,
 // attprojw = o_proj, ln2w = post_attention_layernorm, fcw = gate_proj, up_proj stacked, fcprojw =
-// down_proj, lnfw = model.norm) and adds lmhead (lm_head, untied models only); the rows a family
-// lacks (wpe and the biases for Llama, lmhead for GPT-2 and tied Llama) have size 0.
+// down_proj, lnfw = model.norm) and adds lmhead (lm_head, untied models only); the rows a model's
+// features lack (wpe and the biases for Llama, lmhead for GPT-2 and tied Llama) have size 0.
 #pragma once
 
 #include <array>
@@ -36,9 +36,11 @@ enum class TensorId : int {
   fcprojb,
   lnfw,
   lnfb,
-  lmhead  // last, so GPT-2's file order is llm.c's
+  lmhead,   // after GPT-2's, so its file order is llm.c's
+  q_normw,  // then the features' own tensors: Qwen3's per-head q and k norms
+  k_normw
 };
-inline constexpr int kNumParameterTensors = 17;
+inline constexpr int kNumParameterTensors = 19;
 
 // One dimension of a tensor: `times` times one of the config's sizes.
 struct Dim {
@@ -51,14 +53,20 @@ struct Dim {
     kQkvRows,  // (NH + 2 KVH)·hs: [Q | K | V] (3C for GPT-2)
     kMlpIn,    // the MLP's first layer: [gate | up] 2F (Llama), F = 4C (GPT-2)
     kFfn,      // F: the MLP's hidden width
+    kAttn,     // NH·hs: the attention's width (C unless the head size is not C/NH)
+    kHead,     // hs: one head
   } of;
 };
 
-// Which models hold a tensor; elsewhere it has size 0.
-enum class Family {
+// The feature a model needs to hold a tensor (model/config.hpp); without it the tensor has size 0.
+enum class Needs {
   kAll,
-  kGpt2,    // GPT-2 only: wpe, the biases, LayerNorm's shifts
-  kUntied,  // models whose LM head is not wte (untied Llama): lmhead
+  kLearnedPositions,  // a position table: wpe
+  kNormShift,         // LayerNorm: its shift (bias)
+  kQkvBias,           // biases on Q, K and V
+  kLinearBias,        // biases on the output projection and the MLP's layers
+  kUntied,            // an LM head that is not wte: lmhead
+  kQkNorm,            // per-head q/k norms: q_normw, k_normw
 };
 
 // The row blocks of a column-split tensor, each split over TP alike.
@@ -97,7 +105,7 @@ struct TensorSpec {
   TensorInit init;
   bool residual;      // kNormal: a residual projection, its std scaled by 1/sqrt(2L) (GPT-2)
   bool weight_decay;  // AdamW decays the matrices only
-  Family family;
+  Needs needs;
 
   constexpr bool per_layer() const { return place == TensorPlace::kBlocks; }
   constexpr bool in_embedding() const {
@@ -114,31 +122,34 @@ using P = TensorPlace;
 using S = TpSplit;
 using I = TensorInit;
 using T = TensorId;
-using F = Family;
+using N = Needs;
 using B = RowBlocks;
 inline constexpr Dim one{1, Dim::kOne}, C{1, Dim::kChannels}, QKV{1, Dim::kQkvRows},
-    MLP{1, Dim::kMlpIn}, FFN{1, Dim::kFfn}, Vp{1, Dim::kPaddedVocab}, maxT{1, Dim::kMaxSeqLen};
+    MLP{1, Dim::kMlpIn}, FFN{1, Dim::kFfn}, Vp{1, Dim::kPaddedVocab}, maxT{1, Dim::kMaxSeqLen},
+    ATT{1, Dim::kAttn}, HS{1, Dim::kHead};
 // Every tensor's row, in llm.c's order.
 // clang-format off
 inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
-// id           name        place          rows  cols split       blocks     init        residual decay  family
-  {T::wte,      "wte",      P::kTied,      Vp,   C,   S::kVocab,  B::kOne,   I::kNormal, false,   true,  F::kAll},
-  {T::wpe,      "wpe",      P::kEmbedding, maxT, C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  F::kGpt2},
-  {T::ln1w,     "ln1w",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, F::kAll},
-  {T::ln1b,     "ln1b",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, F::kGpt2},
-  {T::qkvw,     "qkvw",     P::kBlocks,    QKV,  C,   S::kColumn, B::kQkv,   I::kNormal, false,   true,  F::kAll},
-  {T::qkvb,     "qkvb",     P::kBlocks,    QKV,  one, S::kColumn, B::kQkv,   I::kZero,   false,   false, F::kGpt2},
-  {T::attprojw, "attprojw", P::kBlocks,    C,    C,   S::kRow,    B::kOne,   I::kNormal, true,    true,  F::kAll},
-  {T::attprojb, "attprojb", P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, F::kGpt2},
-  {T::ln2w,     "ln2w",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, F::kAll},
-  {T::ln2b,     "ln2b",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, F::kGpt2},
-  {T::fcw,      "fcw",      P::kBlocks,    MLP,  C,   S::kColumn, B::kMlpIn, I::kNormal, false,   true,  F::kAll},
-  {T::fcb,      "fcb",      P::kBlocks,    MLP,  one, S::kColumn, B::kMlpIn, I::kZero,   false,   false, F::kGpt2},
-  {T::fcprojw,  "fcprojw",  P::kBlocks,    C,    FFN, S::kRow,    B::kOne,   I::kNormal, true,    true,  F::kAll},
-  {T::fcprojb,  "fcprojb",  P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, F::kGpt2},
-  {T::lnfw,     "lnfw",     P::kHead,      C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, F::kAll},
-  {T::lnfb,     "lnfb",     P::kHead,      C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, F::kGpt2},
-  {T::lmhead,   "lmhead",   P::kHead,      Vp,   C,   S::kVocab,  B::kOne,   I::kNormal, false,   true,  F::kUntied},
+// id           name        place          rows  cols split       blocks     init        residual decay  needs
+  {T::wte,      "wte",      P::kTied,      Vp,   C,   S::kVocab,  B::kOne,   I::kNormal, false,   true,  N::kAll},
+  {T::wpe,      "wpe",      P::kEmbedding, maxT, C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kLearnedPositions},
+  {T::ln1w,     "ln1w",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kAll},
+  {T::ln1b,     "ln1b",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kNormShift},
+  {T::qkvw,     "qkvw",     P::kBlocks,    QKV,  C,   S::kColumn, B::kQkv,   I::kNormal, false,   true,  N::kAll},
+  {T::qkvb,     "qkvb",     P::kBlocks,    QKV,  one, S::kColumn, B::kQkv,   I::kZero,   false,   false, N::kQkvBias},
+  {T::attprojw, "attprojw", P::kBlocks,    C,    ATT, S::kRow,    B::kOne,   I::kNormal, true,    true,  N::kAll},
+  {T::attprojb, "attprojb", P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kLinearBias},
+  {T::ln2w,     "ln2w",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kAll},
+  {T::ln2b,     "ln2b",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kNormShift},
+  {T::fcw,      "fcw",      P::kBlocks,    MLP,  C,   S::kColumn, B::kMlpIn, I::kNormal, false,   true,  N::kAll},
+  {T::fcb,      "fcb",      P::kBlocks,    MLP,  one, S::kColumn, B::kMlpIn, I::kZero,   false,   false, N::kLinearBias},
+  {T::fcprojw,  "fcprojw",  P::kBlocks,    C,    FFN, S::kRow,    B::kOne,   I::kNormal, true,    true,  N::kAll},
+  {T::fcprojb,  "fcprojb",  P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kLinearBias},
+  {T::lnfw,     "lnfw",     P::kHead,      C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kAll},
+  {T::lnfb,     "lnfb",     P::kHead,      C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kNormShift},
+  {T::lmhead,   "lmhead",   P::kHead,      Vp,   C,   S::kVocab,  B::kOne,   I::kNormal, false,   true,  N::kUntied},
+  {T::q_normw,  "q_normw",  P::kBlocks,    HS,   one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kQkNorm},
+  {T::k_normw,  "k_normw",  P::kBlocks,    HS,   one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kQkNorm},
 }};
 // clang-format on
 

@@ -47,10 +47,10 @@ ModelStage::ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, in
       seq_len_(seq_len),
       sequence_parallel_(sequence_parallel),
       tp_(tp),
-      ring_(ranks_in(cp) > 1
-                ? std::make_unique<RingAttention>(cp, micro_batch, seq_len * ranks_in(cp),
-                                                  shard.heads, shard.kv_heads, shard.head_size)
-                : nullptr),
+      ring_(ranks_in(cp) > 1 ? std::make_unique<RingAttention>(
+                                   cp, micro_batch, seq_len * ranks_in(cp), shard.heads,
+                                   shard.kv_heads, shard.head_size, shard.cfg.sliding_window)
+                             : nullptr),
       positions_(ring_ ? ring_->rows() : PositionRuns::contiguous(seq_len)),
       p2p_(pp, int(chunks_.size()), message_floats(shard, micro_batch, seq_len, sequence_parallel),
            placement),

@@ -83,7 +83,7 @@ std::string adopt_data_vocab(TrainOptions& o) {
 
 bool is_llama_flag(const std::string& flag) {
   for (const char* f : {"--kv-heads", "--ffn-dim", "--norm-eps", "--rope-theta", "--rope-scaling",
-                        "--tie-embeddings"}) {
+                        "--tie-embeddings", "--sliding-window", "--head-dim"}) {
     if (flag == f) return true;
   }
   return false;
@@ -113,18 +113,22 @@ GPTConfig flags_config(const TrainOptions& o) {
   cfg.vocab = o.vocab;
   cfg.max_seq_len = o.max_seq_len;
   cfg.padded_vocab = pad_vocab(o.vocab);
-  if (o.arch == "llama") {
-    cfg.arch = Arch::kLlama;
+  require(parse_arch(o.arch, cfg.arch),
+          "--arch " + o.arch + " is not a family this trainer runs; use one of " + arch_names());
+  if (cfg.llama()) {
     cfg.kv_heads = o.kv_heads;
     cfg.ffn_dim = o.ffn_dim;
     cfg.norm_eps = o.norm_eps;
     cfg.rope_theta = o.rope_theta;
     cfg.tied = o.tie_embeddings != 0;
+    cfg.sliding_window = o.sliding_window;
+    if (o.head_dim > 0 && o.head_dim * o.heads != o.dim) cfg.head_dim = o.head_dim;
     parse_rope_scaling(o.rope_scaling, cfg);
   } else {
     for (const std::string& flag : o.given) {
       require(!is_llama_flag(flag),
-              flag + " is a Llama setting; pass --arch llama, or drop " + flag);
+              flag + " is a Llama-family setting; pass --arch llama (or another family of " +
+                  "Llama blocks), or drop " + flag);
     }
   }
   require(o.tie_embeddings == 0 || o.tie_embeddings == 1,

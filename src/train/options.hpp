@@ -16,12 +16,15 @@ struct TrainOptions {
   // Model: a checkpoint, or the sizes of a fresh one.
   std::string init_from;
   int layers = 4, heads = 4, dim = 128, vocab = 256, max_seq_len = 256;
-  // The family (gpt2 or llama) and what a Llama adds; GPT-2 takes none of them.
+  // The family (model/config.hpp: gpt2, llama, qwen2, mistral, phi3, qwen3) and what the families
+  // of Llama blocks add; GPT-2 takes none of them.
   std::string arch = "gpt2";
   int kv_heads = 0, ffn_dim = 0;  // 0: the heads, 4C
   float norm_eps = 1e-5f, rope_theta = 10000.0f;
   std::string rope_scaling = "none";  // "none" or FACTOR,LOW,HIGH,ORIGINAL_MAX_POS (llama3)
   int tie_embeddings = 1;
+  int sliding_window = 0;  // a query sees the last N positions; 0: all (Mistral v0.1, Phi-3)
+  int head_dim = 0;        // the head size when not --dim / --heads (Qwen3); 0: --dim / --heads
   std::string model_flags_given;  // the model flags above on the command line ("--arch, --dim")
   // Data.
   std::string data = "builtin:train";

@@ -33,6 +33,8 @@ std::optional<std::string> saved_text(const CheckpointInfo& c, const std::string
   if (key == "model.rope_theta") return number(m.llama() ? m.rope_theta : defaults.rope_theta);
   if (key == "model.rope_scaling") return rope_scaling_text(m);
   if (key == "model.tied") return std::to_string(m.tied ? 1 : 0);
+  if (key == "model.sliding_window") return std::to_string(m.sliding_window);
+  if (key == "model.head_dim") return std::to_string(m.head_dim);
   return setting(c, key);
 }
 

@@ -63,7 +63,7 @@ void RunReporter::start() const {
   record(MetricsRecord("run")
              .integer("step", r.first_step_ - 1)
              .text("save", r.opts_.save.empty() ? "" : resolved_path(r.opts_.save))
-             .text("arch", r.cfg_.llama() ? "llama" : "gpt2")
+             .text("arch", arch_name(r.cfg_.arch))
              .integer("layers", r.cfg_.layers)
              .integer("dim", r.cfg_.channels)
              .integer("heads", r.cfg_.heads)

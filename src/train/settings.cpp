@@ -37,8 +37,10 @@ SettingGroup model_settings() {
            kNoMinimum, "model.vocab", kKeep},
           {"--max-seq-len", "T", "positions the model embeds", &O::max_seq_len, kNoMinimum,
            "model.max_seq_len", kKeep},
-          {"--arch", "A", "the model family: gpt2 or llama (RMSNorm, RoPE, SwiGLU, GQA)", &O::arch,
-           kNoMinimum, "model.arch", kKeep, "gpt2,llama"},
+          {"--arch", "A",
+           "the model family: gpt2, or Llama blocks (RMSNorm, RoPE, SwiGLU, GQA): llama, qwen2 "
+           "(with Q, K, V biases), mistral, phi3, qwen3 (per-head q/k norms)",
+           &O::arch, kNoMinimum, "model.arch", kKeep, "gpt2,llama,qwen2,mistral,phi3,qwen3"},
           {"--kv-heads", "H", "llama: key/value heads, dividing --heads (default, or 0: --heads)",
            &O::kv_heads, 0, "model.kv_heads", kKeep},
           {"--ffn-dim", "F", "llama: the SwiGLU MLP's width (default, or 0: 4C)", &O::ffn_dim, 0,
@@ -53,6 +55,14 @@ SettingGroup model_settings() {
            &O::rope_scaling, kNoMinimum, "model.rope_scaling", kKeep},
           {"--tie-embeddings", "0|1", "llama: 1: the LM head is the token embedding",
            &O::tie_embeddings, 0, "model.tied", kKeep},
+          {"--sliding-window", "N",
+           "llama family: a query attends to the last N positions, itself included (Mistral "
+           "v0.1's 4096); 0 = all",
+           &O::sliding_window, 0, "model.sliding_window", kKeep},
+          {"--head-dim", "N",
+           "llama family: the head size, when not --dim / --heads (Qwen3's head_dim); 0 = --dim / "
+           "--heads",
+           &O::head_dim, 0, "model.head_dim", kKeep},
       }};
 }
 

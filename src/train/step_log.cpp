@@ -11,8 +11,11 @@ double flops_per_token(const GPTConfig& cfg, int T) {
   // The position table (GPT-2's; Llama has none) is a lookup, not a product.
   const double n_prime = double(parameter_count(cfg)) - double(tensor_size(TensorId::wpe, cfg));
   // Attention: per layer and token, Q·Kᵀ and P·V over the keys a query sees, 2·2·hs FLOPs a key
-  // and head forward, twice that backward; causally a query sees T/2 keys on average.
-  const double attention = 12.0 * cfg.layers * double(cfg.heads) * cfg.head_size() * (T / 2.0);
+  // and head forward, twice that backward; causally a query sees T/2 keys on average, within a
+  // sliding window of W < T positions W − W²/(2T).
+  const double W = cfg.sliding_window;
+  const double keys = W > 0 && W < T ? W - W * W / (2.0 * T) : T / 2.0;
+  const double attention = 12.0 * cfg.layers * double(cfg.heads) * cfg.head_size() * keys;
   return 6.0 * n_prime + attention;
 }
 

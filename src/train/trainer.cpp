@@ -258,7 +258,7 @@ double TrainingRun::global_grad_norm() const {
   for (const OptimizerSegment& s : optimizer_->segments()) {
     if (shard_.is_tied_copy(s.tensor)) continue;
     if (!shard_.is_split(s.tensor) && grid_->tp_rank() != 0) continue;
-    if (!shard_.kv_owner() && s.tensor == TensorId::qkvw) {
+    if (!shard_.kv_owner() && tensor_spec(s.tensor).blocks == RowBlocks::kQkv) {
       add_unreplicated(squares, grads, s);
       continue;
     }
@@ -272,11 +272,12 @@ double TrainingRun::global_grad_norm() const {
 
 void TrainingRun::add_unreplicated(SumOfSquares& squares, const float* grads,
                                    const OptimizerSegment& s) const {
-  // A segment of qkvw lies within one block's [Q | K | V] rows; a replicated kv head's K and V
-  // rows are counted by their owner only, so this rank adds the parts outside them.
+  // A segment of qkvw (or qkvb) lies within one block's [Q | K | V] rows; a replicated kv head's
+  // K and V rows are counted by their owner only, so this rank adds the parts outside them.
   const SlabPiece& piece = params_.layout.piece_at(s.param);
-  const int64_t C = cfg_.channels, begin = s.param - piece.offset, end = begin + s.length;
-  const int64_t kv_begin = int64_t(shard_.attn) * C, kv_end = int64_t(shard_.qkv) * C;
+  const int64_t width = dim_size(tensor_spec(s.tensor).cols, cfg_);  // C, or 1 for the bias
+  const int64_t begin = s.param - piece.offset, end = begin + s.length;
+  const int64_t kv_begin = int64_t(shard_.attn) * width, kv_end = int64_t(shard_.qkv) * width;
   if (begin < kv_begin) squares.add(grads + s.grad, std::min(end, kv_begin) - begin);
   if (end > kv_end) {
     const int64_t from = std::max(begin, kv_end);

@@ -143,8 +143,19 @@ hf write "$WORK/bad_head" --lm-head-differs
 expect_error "untied lm_head.weight" 2 "bad_head/model.safetensors: tensor lm_head.weight differs from transformer.wte.weight" -- \
   --init-from "$WORK/bad_head" "${ARGS[@]}"
 cp -r "$WORK/llama" "$WORK/bad_rope" && hf config "$WORK/bad_rope" rope_scaling '{"rope_type": "linear", "factor": 2.0}'
-expect_error "Llama: a rope scaling other than llama3" 1 "bad_rope/config.json: rope_scaling's rope_type is not \"llama3\"" -- \
+expect_error "Llama: a rope scaling other than llama3" 1 "bad_rope/config.json: rope_scaling's rope_type is \"linear\"; this trainer computes" -- \
   --init-from "$WORK/bad_rope" "${ARGS[@]}"
+# Keys that change the maths and are not computed here are refused by name.
+cp -r "$WORK/llama" "$WORK/softcap" && hf config "$WORK/softcap" final_logit_softcapping 30.0
+expect_error "a config key this trainer does not compute" 1 "softcap/config.json: final_logit_softcapping is set; this trainer does not compute it" -- \
+  --init-from "$WORK/softcap" "${ARGS[@]}"
+cp -r "$WORK/llama" "$WORK/qwen_window" && hf config "$WORK/qwen_window" model_type '"qwen2"' &&
+  hf config "$WORK/qwen_window" use_sliding_window true
+expect_error "Qwen2 with its sliding window on" 1 "qwen_window/config.json: use_sliding_window is true" -- \
+  --init-from "$WORK/qwen_window" "${ARGS[@]}"
+cp -r "$WORK/llama" "$WORK/gemma" && hf config "$WORK/gemma" model_type '"gemma"'
+expect_error "a family this trainer does not run" 1 "gemma/config.json: model_type is \"gemma\"; this trainer runs gpt2, llama, qwen2, mistral and phi3" -- \
+  --init-from "$WORK/gemma" "${ARGS[@]}"
 expect_error "Llama: --kv-heads disagrees with config.json" 1 "--kv-heads 4 disagrees with config .*num_key_value_heads 2" -- \
   --init-from "$WORK/llama" --arch llama --kv-heads 4 "${ARGS[@]}"
 expect_error "--save-hf over an existing directory" 1 "--save-hf .*saved: already exists" -- \

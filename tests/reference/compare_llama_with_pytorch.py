@@ -59,14 +59,23 @@ LOSS_RTOL, NORM_RTOL, PARAM_RTOL, UPDATE_L2_RTOL = 1e-5, 1e-4, 1e-5, 2e-3
 BF16_LOSS_RTOL = 1e-3  # see compare_with_pytorch.py: ~10 stages of bf16 rounding, 5x margin
 
 
+def head_size(m):
+    """Qwen3's head_dim when given, else C / NH."""
+    return m.get("hd") or m["C"] // m["NH"]
+
+
 def shapes(m):
     L, NH, KVH, C, F_, Vp = m["L"], m["NH"], m["KVH"], m["C"], m["F"], m["Vp"]
-    hs = C // NH
-    out = [("wte", (Vp, C)), ("ln1w", (L, C)), ("qkvw", (L, (NH + 2 * KVH) * hs, C)),
-           ("attprojw", (L, C, C)), ("ln2w", (L, C)), ("fcw", (L, 2 * F_, C)),
-           ("fcprojw", (L, C, F_)), ("lnfw", (C,))]
+    hs = head_size(m)
+    out = [("wte", (Vp, C)), ("ln1w", (L, C)), ("qkvw", (L, (NH + 2 * KVH) * hs, C))]
+    if m.get("qkv_bias"):  # Qwen2: biases on Q, K and V, in the file after qkvw
+        out.append(("qkvb", (L, (NH + 2 * KVH) * hs)))
+    out += [("attprojw", (L, C, NH * hs)), ("ln2w", (L, C)), ("fcw", (L, 2 * F_, C)),
+            ("fcprojw", (L, C, F_)), ("lnfw", (C,))]
     if not m["tied"]:
         out.append(("lmhead", (Vp, C)))
+    if m.get("qk_norm"):  # Qwen3: the per-head q and k norms, after the GPT-2 and Llama tensors
+        out += [("q_normw", (L, hs)), ("k_normw", (L, hs))]
     return out
 
 
@@ -75,8 +84,12 @@ MATRICES = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead"}
 
 def header(m):
     h = np.zeros(256, dtype="<i4")
-    h[:13] = [LLAMA_MAGIC, LLAMA_VERSION, m["maxT"], m["V"], m["L"], m["NH"], m["C"], m["Vp"], 1,
-              m["KVH"], m["F"], int(m["tied"]), m["original"]]
+    # Slot 8: the family (1 llama, 2 qwen2, 3 mistral, 4 phi3, 5 qwen3); slot 18: the sliding
+    # window; slot 19: a head size apart from C / NH.
+    h[:13] = [LLAMA_MAGIC, LLAMA_VERSION, m["maxT"], m["V"], m["L"], m["NH"], m["C"], m["Vp"],
+              m.get("arch", 1), m["KVH"], m["F"], int(m["tied"]), m["original"]]
+    h[18] = m.get("window", 0)
+    h[19] = m["hd"] if m.get("hd") and m["hd"] * m["NH"] != m["C"] else 0
     floats = np.array([m["eps"], m["theta"], m["factor"], m["low"], m["high"]], dtype="<f4")
     h[13:18] = floats.view("<i4")
     return h
@@ -109,7 +122,7 @@ def random_model(m, seed=4321):
     rng = np.random.default_rng(seed)
     params = {}
     for name, shape in shapes(m):
-        if name in MATRICES:
+        if name in MATRICES or name == "qkvb":
             p = 0.1 * rng.standard_normal(shape)
         else:  # RMSNorm gains
             p = 1.0 + 0.1 * rng.standard_normal(shape)
@@ -122,7 +135,7 @@ def random_model(m, seed=4321):
 
 # ---- the reference Llama -----------------------------------------------------------------------
 def inv_freq(m, dtype):
-    hs = m["C"] // m["NH"]
+    hs = head_size(m)
     inv = 1.0 / (m["theta"] ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
     if m["factor"] > 0:  # Llama 3.1: keep high frequencies, divide low ones, blend in between
         low_wavelen, high_wavelen = m["original"] / m["low"], m["original"] / m["high"]
@@ -157,7 +170,7 @@ def document_mask(inputs, doc_token):
 def llama_logits(p, inputs, m, doc_token=None):
     L, NH, KVH, C, F_ = m["L"], m["NH"], m["KVH"], m["C"], m["F"]
     Bb, Tt = inputs.shape
-    hs = C // NH
+    hs = head_size(m)
     x = p["wte"][inputs]
     dtype = x.dtype if x.dtype != torch.bfloat16 else torch.float32
     freqs = torch.arange(Tt, dtype=torch.float64)[:, None] * inv_freq(m, torch.float64)[None, :]
@@ -165,13 +178,21 @@ def llama_logits(p, inputs, m, doc_token=None):
     cos, sin = emb.cos().to(p["wte"].dtype), emb.sin().to(p["wte"].dtype)
     causal = (torch.ones(Tt, Tt, dtype=torch.bool).tril() if doc_token is None
               else document_mask(inputs, doc_token))
+    if m.get("window", 0) > 0:  # a query sees the last `window` positions, itself included
+        pos = torch.arange(Tt)
+        causal = causal & (pos[:, None] - pos[None, :] < m["window"])
     for l in range(L):
         h = rms_norm(x, p["ln1w"][l], m["eps"])
         qkv = h @ p["qkvw"][l].T
+        if "qkvb" in p:
+            qkv = qkv + p["qkvb"][l]
         q, k, v = qkv.split([NH * hs, KVH * hs, KVH * hs], dim=-1)
         q = q.view(Bb, Tt, NH, hs).transpose(1, 2)
         k = k.view(Bb, Tt, KVH, hs).transpose(1, 2)
         v = v.view(Bb, Tt, KVH, hs).transpose(1, 2)
+        if "q_normw" in p:  # Qwen3: each head RMS-normalised before the rotation
+            q = rms_norm(q, p["q_normw"][l], m["eps"])
+            k = rms_norm(k, p["k_normw"][l], m["eps"])
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(NH // KVH, dim=1)  # repeat_kv: query head h reads kv head h // g
@@ -195,14 +216,20 @@ def reference_run(params0, tokens, m, dtype=torch.float64, autocast_bf16=False, 
     return train_reference(params0, tokens, CFG, MATRICES, loss_of, dtype, autocast_bf16)
 
 
-def run_trainer(exe, workdir, model, shard, precision, extra=()):
-    out = os.path.join(workdir, f"out_{precision}{'_'.join(extra)}.bin")
+RUNS = [0]  # a new output file per run
+
+
+def run_trainer(exe, workdir, model, shard, precision, extra=(), m=MODEL, ranks=1):
+    RUNS[0] += 1
+    out = os.path.join(workdir, f"out_{precision}_{RUNS[0]}.bin")
     cmd = [exe, "--init-from", model, "--data", shard, "--batch", str(B), "--seq-len", str(T),
            "--steps", str(STEPS), "--lr", repr(CFG["lr"]), "--beta1", repr(BETA1),
            "--beta2", repr(BETA2), "--eps", repr(EPS), "--weight-decay", repr(CFG["wd"]),
            "--grad-clip", repr(CFG["grad_clip"]), "--warmup", str(CFG["warmup"]),
            "--lr-schedule", CFG["schedule"], "--final-lr-frac", repr(CFG["final_lr_frac"]),
            "--precision", precision, "--save-llmc", out, *extra]
+    if ranks > 1:
+        cmd = [os.environ.get("MPIEXEC", "mpiexec"), "-n", str(ranks)] + cmd
     env = dict(os.environ, OMP_NUM_THREADS="1")
     print("$ OMP_NUM_THREADS=1 " + " ".join(cmd), flush=True)
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
@@ -219,7 +246,7 @@ def run_trainer(exe, workdir, model, shard, precision, extra=()):
     if sorted(rows) != list(range(1, STEPS + 1)):
         print(proc.stdout + proc.stderr)
         raise RuntimeError(f"expected step lines 1..{STEPS}, parsed {sorted(rows)}")
-    return [rows[k] for k in range(1, STEPS + 1)], read_model(out, MODEL)
+    return [rows[k] for k in range(1, STEPS + 1)], read_model(out, m)
 
 
 # Greedy decoding of the initial model: a 6-token prompt, 16 new tokens (22 <= maxT positions).

@@ -73,7 +73,8 @@ struct Reference {
   std::vector<double> y, lse, dqkv;
 };
 Reference reference(std::vector<float> qkv, std::vector<float> dy, int B, int NH, int KVH, int hs,
-                    const PositionRuns& runs, const std::vector<int32_t>& doc, bool bf16 = false) {
+                    const PositionRuns& runs, const std::vector<int32_t>& doc, bool bf16 = false,
+                    int window = 0) {
   const int T = runs.rows, G = NH / KVH, W = (NH + 2 * KVH) * hs, Cq = NH * hs;
   if (bf16) {
     for (float& x : qkv) x = float(round_bf16(x));
@@ -88,7 +89,8 @@ Reference reference(std::vector<float> qkv, std::vector<float> dy, int B, int NH
     for (int h = 0; h < NH; ++h) {
       const int qc = h * hs, kc = (NH + h / G) * hs, vc = (NH + KVH + h / G) * hs;
       for (int t = 0; t < T; ++t) {
-        const int qpos = runs.position(t), first = doc.empty() ? 0 : doc[size_t(b) * T + t];
+        const int qpos = runs.position(t), doc_first = doc.empty() ? 0 : doc[size_t(b) * T + t];
+        const int first = window > 0 ? std::max(doc_first, qpos - window + 1) : doc_first;
         std::vector<double> p(T, 0.0);
         std::vector<bool> seen(T, false);
         double mx = -INFINITY, total = 0;
@@ -149,14 +151,14 @@ struct Result {
 
 // The fused kernel's forward and backward on qkv with output gradient dy.
 Result fused(const Slab& qkv, const Slab& dy, int B, int NH, int KVH, int hs,
-             const PositionRuns& runs, const std::vector<int32_t>& doc) {
+             const PositionRuns& runs, const std::vector<int32_t>& doc, int window = 0) {
   const int T = runs.rows, W = (NH + 2 * KVH) * hs;
   Slab out("out", int64_t(B) * T * NH * hs), lse("lse", int64_t(B) * NH * T),
       delta("delta", int64_t(B) * NH * T), dqkv("dqkv", int64_t(B) * T * W);
   Kokkos::View<int32_t*, MemSpace> starts;
   if (!doc.empty()) starts = ints_from_host(doc);
-  const AttentionInputs x =
-      packed_attention(view(qkv), B, NH, KVH, hs, runs, doc.empty() ? nullptr : starts.data());
+  const AttentionInputs x = packed_attention(view(qkv), B, NH, KVH, hs, runs,
+                                             doc.empty() ? nullptr : starts.data(), window);
   attention_forward(view(out), view(lse), x);
   attention_backward_delta(view(delta), view(out), view(dy), B, T, NH, hs);
   float* dq = dqkv.data();
@@ -232,6 +234,32 @@ TEST_P(Attention, DocumentMask) {
     EXPECT_LT(relative_error(got.out, want.y), 1e-5) << "KVH " << KVH;
     expect_lse(got.lse, want.lse, 1e-5);
     EXPECT_LT(relative_error(got.dqkv, want.dqkv), 1e-5) << "KVH " << KVH;
+  }
+}
+
+// A sliding window (Mistral v0.1): a query sees the last `window` positions, itself included, and
+// with documents the later of its document's start and the window's; windows of one position,
+// within a tile, across tiles and wider than the sequence.
+TEST_P(Attention, SlidingWindow) {
+  for (const int KVH : {4, 1}) {
+    for (const int window : {1, 7, 64, 100, 500}) {
+      for (const bool documents : {false, true}) {
+        SCOPED_TRACE("KVH " + std::to_string(KVH) + " window " + std::to_string(window) +
+                     (documents ? " documents" : ""));
+        const int B = 2, T = 140, NH = 4, hs = 16, W = (NH + 2 * KVH) * hs;
+        const Slab qkv = random_slab("qkv", int64_t(B) * T * W),
+                   dy = random_slab("dy", int64_t(B) * T * NH * hs);
+        const std::vector<int32_t> doc =
+            documents ? random_documents(B, T, 3) : std::vector<int32_t>{};
+        const PositionRuns runs = PositionRuns::contiguous(T);
+        const Result got = fused(qkv, dy, B, NH, KVH, hs, runs, doc, window);
+        const Reference want =
+            reference(to_host(qkv), to_host(dy), B, NH, KVH, hs, runs, doc, false, window);
+        EXPECT_LT(relative_error(got.out, want.y), 1e-5);
+        expect_lse(got.lse, want.lse, 1e-5);
+        EXPECT_LT(relative_error(got.dqkv, want.dqkv), 1e-5);
+      }
+    }
   }
 }
 

@@ -88,7 +88,7 @@ TEST(KVCache, CachedAttentionEqualsTrainingAttention) {
     const Tensor rows(qkv.data() + pos * 3 * Ca, n * 3 * Ca);
     kv_cache_store(cache, 0, rows, n, pos);
     cached_attention_forward(Tensor(out.data() + pos * Ca, n * Ca), view(scores), rows, cache, 0, n,
-                             pos, NH);
+                             pos, NH, 0);
     pos += n;
   }
   EXPECT_LT(relative_difference(to_host(out), to_host(reference)), 1e-6);

@@ -117,6 +117,27 @@ TEST(ModelGradients, LlamaMatchesFiniteDifferences) {
   check_every_tensor(m);
 }
 
+// The features the families of Llama blocks add: Qwen2's Q, K, V biases; Qwen3's per-head q/k
+// norms with a head size (6) apart from C / NH (4) and no biases; Mistral's sliding window of 2.
+TEST(ModelGradients, FamilyFeaturesMatchFiniteDifferences) {
+  GPTConfig qwen2 = tiny_llama();
+  qwen2.arch = Arch::kQwen2;
+  GPTConfig qwen3 = tiny_llama();
+  qwen3.arch = Arch::kQwen3;
+  qwen3.head_dim = 6;
+  GPTConfig mistral = tiny_llama();
+  mistral.arch = Arch::kMistral;
+  mistral.sliding_window = 2;
+  for (const GPTConfig& cfg : {qwen2, qwen3, mistral}) {
+    SCOPED_TRACE(arch_name(cfg.arch));
+    TinyModel m(cfg);
+    check_every_tensor(m);
+  }
+  EXPECT_EQ(tensor_size(TensorId::qkvb, qwen2), 2 * (16 + 2 * 8));
+  EXPECT_EQ(tensor_size(TensorId::q_normw, qwen3), 2 * 6);
+  EXPECT_EQ(tensor_size(TensorId::attprojw, qwen3), 2 * 16 * 4 * 6);
+}
+
 TEST(ModelGradients, BackwardAccumulatesAndIsDeterministic) {
   TinyModel m;
   Kokkos::deep_copy(m.grads.slab, 0.0f);

@@ -197,7 +197,7 @@ TEST(Settings, LlamaFlagsMakeTheModel) {
   EXPECT_THAT(input_error([&] {
                 model_config(parse({"--kv-heads", "2"}));
               }),
-              HasSubstr("--kv-heads is a Llama setting; pass --arch llama"));
+              HasSubstr("--kv-heads is a Llama-family setting; pass --arch llama"));
   EXPECT_THAT(input_error([&] {
                 model_config(parse({"--arch", "llama", "--rope-scaling", "8"}));
               }),

@@ -45,12 +45,21 @@ KOKKOS_INLINE_FUNCTION Tile tile_at(const PositionRuns& r, int size, int index) 
   return {};
 }
 
-// What a query at qpos, whose document starts at doc, sees: keys at positions doc..qpos.
-KOKKOS_INLINE_FUNCTION bool sees(int qpos, int doc, int kpos) {
-  return kpos <= qpos && kpos >= doc;
+// What a query at qpos, whose first visible key is at `first`, sees: keys at first..qpos.
+KOKKOS_INLINE_FUNCTION bool sees(int qpos, int first, int kpos) {
+  return kpos <= qpos && kpos >= first;
 }
 
-// How much of a key tile a query tile sees, its rows' documents starting within [doc_lo, doc_hi].
+// The first key the query at `row` (position qpos) sees: its document's start (0 without
+// document masking), or within a sliding window of `window` positions (0: none) the key
+// window − 1 before it, whichever is later.
+KOKKOS_INLINE_FUNCTION int first_key(const int32_t* doc, int row, int qpos, int window) {
+  const int start = doc ? int(doc[row]) : 0, oldest = qpos - window + 1;
+  return window > 0 && oldest > start ? oldest : start;
+}
+
+// How much of a key tile a query tile sees, its rows' first keys (first_key) within
+// [doc_lo, doc_hi].
 enum class Cover { kNone, kPart, kAll };
 KOKKOS_INLINE_FUNCTION Cover cover(const Tile& q, int doc_lo, int doc_hi, const Tile& k) {
   const int q_last = q.pos + q.n - 1, k_last = k.pos + k.n - 1;
@@ -82,17 +91,19 @@ KOKKOS_INLINE_FUNCTION Merged merge_weights(float lse_old, float lse_new) {
   return {mx + logf(s), a / s, b / s};
 }
 
-// The smallest and largest document start among a tile's rows (0, 0 without document masking:
-// positions are never negative, so every key then passes the document test).
+// The smallest and largest first key (first_key) among a tile's rows (0, 0 without document
+// masking or a window: positions are never negative, so every key then passes the test).
 struct DocRange {
   int lo = 0, hi = 0;
 };
-DocRange doc_range_host(const int32_t* doc, const Tile& t) {
-  if (!doc) return {};
-  DocRange r{doc[t.row], doc[t.row]};
+DocRange doc_range_host(const int32_t* doc, const Tile& t, int window) {
+  if (!doc && window == 0) return {};
+  const int f0 = first_key(doc, t.row, t.pos, window);
+  DocRange r{f0, f0};
   for (int i = 1; i < t.n; ++i) {
-    r.lo = std::min(r.lo, int(doc[t.row + i]));
-    r.hi = std::max(r.hi, int(doc[t.row + i]));
+    const int f = first_key(doc, t.row + i, t.pos + i, window);
+    r.lo = std::min(r.lo, f);
+    r.hi = std::max(r.hi, f);
   }
   return r;
 }
@@ -196,7 +207,7 @@ struct HostShape {
     for (int r = 0; r < rows; ++r) {
       float* s = S + r * kHostTile;
       if (c == Cover::kPart) {
-        const int qpos = qt.pos + r, first = doc ? doc[qt.row + r] : 0;
+        const int qpos = qt.pos + r, first = first_key(doc, qt.row + r, qpos, x.window);
         for (int j = 0; j < kt.n; ++j) {
           if (!sees(qpos, first, kt.pos + j)) s[j] = kNegInf;
         }
@@ -227,7 +238,7 @@ void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, 
               kvh = int(u % groups) % x.KVH;
     const Tile qt = tile_at(x.queries, T, qi);
     const int32_t* doc = h.docs(b);
-    const DocRange dr = doc_range_host(doc, qt);
+    const DocRange dr = doc_range_host(doc, qt, h.x.window);
     const int M = round_up(qt.n, backend::kTileRows);
     for (int g = 0; g < G; ++g) {
       h.pack_rows(Q + g * QO, h.q_row(b, qt.row, kvh * G + g), x.ldq, qt.n);
@@ -354,7 +365,7 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
     const int32_t* doc = h.docs(b);
     for (int qi = 0; qi < h.nqt; ++qi) {
       const Tile qt = tile_at(x.queries, T, qi);
-      const DocRange dr = doc_range_host(doc, qt);
+      const DocRange dr = doc_range_host(doc, qt, h.x.window);
       const Cover c = cover(qt, dr.lo, dr.hi, kt);
       if (c == Cover::kNone) continue;
       const int M = round_up(qt.n, backend::kTileRows);
@@ -405,7 +416,7 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
               kvh = int(u % groups) % x.KVH;
     const Tile qt = tile_at(x.queries, T, qi);
     const int32_t* doc = h.docs(b);
-    const DocRange dr = doc_range_host(doc, qt);
+    const DocRange dr = doc_range_host(doc, qt, h.x.window);
     const int M = round_up(qt.n, backend::kTileRows);
     for (int g = 0; g < G; ++g) {
       const int head = kvh * G + g;
@@ -502,20 +513,20 @@ TeamPolicy team_policy(int64_t units, size_t scratch_floats) {
 
 // The lowest and highest document start among a tile's rows, over the team.
 KOKKOS_INLINE_FUNCTION DocRange doc_range_team(const TeamMember& team, const int32_t* doc,
-                                               const Tile& t) {
-  if (!doc) return {};
+                                               const Tile& t, int window) {
+  if (!doc && window == 0) return {};
   int lo = 0, hi = 0;
   Kokkos::parallel_reduce(
       Kokkos::TeamThreadRange(team, t.n),
       [&](int i, int& acc) {
-        const int v = doc[t.row + i];
+        const int v = first_key(doc, t.row + i, t.pos + i, window);
         acc = v < acc ? v : acc;
       },
       Kokkos::Min<int>(lo));
   Kokkos::parallel_reduce(
       Kokkos::TeamThreadRange(team, t.n),
       [&](int i, int& acc) {
-        const int v = doc[t.row + i];
+        const int v = first_key(doc, t.row + i, t.pos + i, window);
         acc = v > acc ? v : acc;
       },
       Kokkos::Max<int>(hi));
@@ -535,6 +546,7 @@ void device_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge
   const float scale = 1.0f / std::sqrt(float(hs));
   const float *q = x.q, *k = x.k, *v = x.v;
   const int32_t* doc_start = x.doc_start;
+  const int window = x.window;
   const PositionRuns qruns = x.queries, kruns = x.keys;
   float* o = out.data();
   float* L = lse.data();
@@ -557,7 +569,7 @@ void device_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge
         float* alpha = ls + R;
         const Tile qt = tile_at(qruns, BQ, qi);
         const int32_t* doc = doc_start ? doc_start + int64_t(b) * Tq : nullptr;
-        const DocRange dr = doc_range_team(team, doc, qt);
+        const DocRange dr = doc_range_team(team, doc, qt, window);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * hs), [&](int i) {
           const int rho = i / hs, d = i % hs, g = rho / BQ, r = rho % BQ;
           Qs[i] = r < qt.n
@@ -587,7 +599,8 @@ void device_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge
             const int rho = i / BK, j = i % BK, r = rho % BQ;
             bool visible = r < qt.n && j < kt.n;
             if (visible && c == Cover::kPart) {
-              visible = sees(qt.pos + r, doc ? int(doc[qt.row + r]) : 0, kt.pos + j);
+              visible =
+                  sees(qt.pos + r, first_key(doc, qt.row + r, qt.pos + r, window), kt.pos + j);
             }
             float dot = 0.0f;
             for (int d = 0; d < hs; ++d) dot += Qs[rho * hs + d] * Ks[j * KS + d];
@@ -658,13 +671,14 @@ struct DeviceBackwardTile {
   int R, BQ, BK, hs, KS;
   float scale;
   bool bf16;
+  int window;
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team, const Tile& qt, const Tile& kt,
                                          Cover c, const int32_t* doc) const {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * BK), [&](int i) {
       const int rho = i / BK, j = i % BK, r = rho % BQ;
       bool visible = r < qt.n && j < kt.n && lse_s[rho] != kNegInf;
       if (visible && c == Cover::kPart) {
-        visible = sees(qt.pos + r, doc ? int(doc[qt.row + r]) : 0, kt.pos + j);
+        visible = sees(qt.pos + r, first_key(doc, qt.row + r, qt.pos + r, window), kt.pos + j);
       }
       float s = 0.0f, dp = 0.0f;
       for (int d = 0; d < hs; ++d) {
@@ -717,6 +731,7 @@ void device_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tenso
   const float scale = 1.0f / std::sqrt(float(hs));
   const float *q = x.q, *k = x.k, *v = x.v, *dO = dout.data(), *L = lse.data(), *D = delta.data();
   const int32_t* doc_start = x.doc_start;
+  const int window = x.window;
   const PositionRuns qruns = x.queries, kruns = x.keys;
   const int64_t groups = int64_t(x.B) * KVH;
   const profile::Scope timer("mpf::attention_backward_kv");
@@ -747,11 +762,11 @@ void device_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tenso
         });
         team.team_barrier();
         const int32_t* doc = doc_start ? doc_start + int64_t(b) * Tq : nullptr;
-        const DeviceBackwardTile pair{Qs, dOs, Ks, Vs, lse_s, delta_s, Ss,  dPs,
-                                      R,  BQ,  BK, hs, KS,    scale,   bf16};
+        const DeviceBackwardTile pair{Qs, dOs, Ks, Vs, lse_s, delta_s, Ss,   dPs,
+                                      R,  BQ,  BK, hs, KS,    scale,   bf16, window};
         for (int qi = 0; qi < nqt; ++qi) {
           const Tile qt = tile_at(qruns, BQ, qi);
-          const DocRange dr = doc_range_team(team, doc, qt);
+          const DocRange dr = doc_range_team(team, doc, qt, window);
           const Cover c = cover(qt, dr.lo, dr.hi, kt);
           if (c == Cover::kNone) continue;
           load_query_rows(team, Qs, dOs, lse_s, delta_s, q, ldq, dO, L, D, b, kvh, G, NH, Tq, R, BQ,
@@ -794,6 +809,7 @@ void device_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tens
   const float scale = 1.0f / std::sqrt(float(hs));
   const float *q = x.q, *k = x.k, *v = x.v, *dO = dout.data(), *L = lse.data(), *D = delta.data();
   const int32_t* doc_start = x.doc_start;
+  const int window = x.window;
   const PositionRuns qruns = x.queries, kruns = x.keys;
   const int64_t groups = int64_t(x.B) * KVH;
   const profile::Scope timer("mpf::attention_backward_q");
@@ -814,7 +830,7 @@ void device_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tens
         float* delta_s = lse_s + R;
         const Tile qt = tile_at(qruns, BQ, qi);
         const int32_t* doc = doc_start ? doc_start + int64_t(b) * Tq : nullptr;
-        const DocRange dr = doc_range_team(team, doc, qt);
+        const DocRange dr = doc_range_team(team, doc, qt, window);
         load_query_rows(team, Qs, dOs, lse_s, delta_s, q, ldq, dO, L, D, b, kvh, G, NH, Tq, R, BQ,
                         hs, qt, bf16);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * hs), [&](int i) { dQs[i] = 0.0f; });
@@ -834,7 +850,8 @@ void device_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tens
             const int rho = i / BK, j = i % BK, r = rho % BQ;
             bool visible = r < qt.n && j < kt.n && lse_s[rho] != kNegInf;
             if (visible && c == Cover::kPart) {
-              visible = sees(qt.pos + r, doc ? int(doc[qt.row + r]) : 0, kt.pos + j);
+              visible =
+                  sees(qt.pos + r, first_key(doc, qt.row + r, qt.pos + r, window), kt.pos + j);
             }
             float s = 0.0f, dp = 0.0f;
             for (int d = 0; d < hs; ++d) {
@@ -916,7 +933,7 @@ void attention_backward(float* dq, int64_t lddq, bool accumulate_dq, float* dk, 
 }
 
 AttentionInputs packed_attention(Tensor qkv, int B, int NH, int KVH, int hs,
-                                 const PositionRuns& runs, const int32_t* doc_start) {
+                                 const PositionRuns& runs, const int32_t* doc_start, int window) {
   AttentionInputs x;
   x.B = B;
   x.NH = NH;
@@ -928,6 +945,7 @@ AttentionInputs packed_attention(Tensor qkv, int B, int NH, int KVH, int hs,
   x.v = x.k + int64_t(KVH) * hs;
   x.queries = x.keys = runs;
   x.doc_start = doc_start;
+  x.window = window;
   return x;
 }
 

@@ -47,6 +47,9 @@ struct AttentionInputs {
   // (B, queries.rows): the position where each query's document starts, or null (no document
   // masking: a query sees every earlier key).
   const int32_t* doc_start = nullptr;
+  // A sliding window: a query sees at most the last `window` positions, itself included (Mistral
+  // v0.1); 0: no window. Tiles wholly outside it are skipped as the causal mask's are.
+  int window = 0;
 };
 
 // out (B, queries.rows, NH·hs) and lse (B, NH, queries.rows), the logsumexp of each row's scaled
@@ -71,7 +74,8 @@ void attention_backward(float* dq, int64_t lddq, bool accumulate_dq, float* dk, 
 // The training model's call on a packed qkv (B,T,(NH + 2·KVH)·hs): causal within each sequence
 // of T positions [pos0, pos0 + T) — or of `runs` — and, given doc_start (B,T), within documents.
 AttentionInputs packed_attention(Tensor qkv, int B, int NH, int KVH, int hs,
-                                 const PositionRuns& runs, const int32_t* doc_start = nullptr);
+                                 const PositionRuns& runs, const int32_t* doc_start = nullptr,
+                                 int window = 0);
 // out (B,T,NH·hs), lse (B,NH,T).
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int NH, int KVH, int hs,
                        const int32_t* doc_start = nullptr);

@@ -21,8 +21,8 @@ void pack_kv(float* kv, Tensor qkv, int64_t rows, int W, int Cq, int Ckv) {
 }
 }  // namespace
 
-RingAttention::RingAttention(MPI_Comm cp, int B, int T, int NH, int KVH, int hs)
-    : cp_(cp), B_(B), T_(T), NH_(NH), KVH_(KVH), hs_(hs) {
+RingAttention::RingAttention(MPI_Comm cp, int B, int T, int NH, int KVH, int hs, int window)
+    : cp_(cp), B_(B), T_(T), NH_(NH), KVH_(KVH), hs_(hs), window_(window) {
   MPI_Comm_rank(cp, &rank_);
   MPI_Comm_size(cp, &ranks_);
   if (T % (2 * ranks_) != 0 && ranks_ > 1) {
@@ -70,7 +70,7 @@ int64_t RingAttention::buffer_bytes() const {
 
 AttentionInputs RingAttention::against(Tensor qkv, const float* kv, int owner,
                                        const int32_t* doc) const {
-  AttentionInputs x = packed_attention(qkv, B_, NH_, KVH_, hs_, rows(), doc);
+  AttentionInputs x = packed_attention(qkv, B_, NH_, KVH_, hs_, rows(), doc, window_);
   x.k = kv;
   x.v = kv + int64_t(KVH_) * hs_;
   x.ldkv = int64_t(2) * KVH_ * hs_;
@@ -106,7 +106,8 @@ void RingAttention::finish(Exchange& x) {
 
 void RingAttention::forward(Tensor out, Tensor lse, Tensor qkv, const int32_t* doc_start) {
   if (ranks_ == 1) {
-    attention_forward(out, lse, packed_attention(qkv, B_, NH_, KVH_, hs_, rows(), doc_start));
+    attention_forward(out, lse,
+                      packed_attention(qkv, B_, NH_, KVH_, hs_, rows(), doc_start, window_));
     return;
   }
   const int W = (NH_ + 2 * KVH_) * hs_, Cq = NH_ * hs_;
@@ -130,7 +131,7 @@ void RingAttention::backward_input(Tensor dqkv, Tensor delta, Tensor dout, Tenso
   attention_backward_delta(delta, out, dout, B_, Tl_, NH_, hs_);
   float* dq = dqkv.data();
   if (ranks_ == 1) {
-    const AttentionInputs x = packed_attention(qkv, B_, NH_, KVH_, hs_, rows(), doc_start);
+    const AttentionInputs x = packed_attention(qkv, B_, NH_, KVH_, hs_, rows(), doc_start, window_);
     attention_backward(dq, W, false, dq + Cq, dq + Cq + Ck, W, false, dout, lse, delta, x);
     return;
   }

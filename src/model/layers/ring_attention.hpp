@@ -33,8 +33,9 @@ namespace mpf {
 class RingAttention {
  public:
   // cp: the CP ranks, in ring order; B sequences whose rows this rank holds T/N of (of T
-  // positions each); NH query heads, KVH kv heads of size hs (this rank's, after TP).
-  RingAttention(MPI_Comm cp, int B, int T, int NH, int KVH, int hs);
+  // positions each); NH query heads, KVH kv heads of size hs (this rank's, after TP); window: a
+  // sliding window's positions (attention.hpp), 0 for none.
+  RingAttention(MPI_Comm cp, int B, int T, int NH, int KVH, int hs, int window = 0);
 
   // The rows CP rank `rank` of `ranks` holds of a sequence of T positions.
   static PositionRuns rows_of(int rank, int ranks, int T);
@@ -71,7 +72,7 @@ class RingAttention {
 
   MPI_Comm cp_;
   int rank_ = 0, ranks_ = 1;
-  int B_, T_, Tl_, NH_, KVH_, hs_;
+  int B_, T_, Tl_, NH_, KVH_, hs_, window_;
   int64_t count_;  // floats in one block: B·Tl·2·KVH·hs
   std::vector<PositionRuns> rows_of_;
   Slab kv_[2], dkv_[2];

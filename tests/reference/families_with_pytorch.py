@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""External reference test: the families of Llama blocks against an independent PyTorch model.
+
+For each family this trainer adds to Llama, a tiny random model in mpiformer's Llama model file
+(docs/file-formats.md: the family in header slot 8, the sliding window in slot 18), trained 5
+steps by mpiformer-train on one rank, TP 2, PP 2, DP 2 and CP 2 and by the PyTorch model of
+compare_llama_with_pytorch.py, extended by the family's features:
+- qwen2: biases on Q, K and V (Qwen2Attention's q_proj/k_proj/v_proj with bias=True), one kv
+  head, so TP 2 replicates it;
+- mistral: a sliding window of 5 positions (MistralConfig.sliding_window: a query sees itself and
+  the 4 positions before it), rows of 16;
+- phi3: a sliding window of 7 and multi-head attention; its Hugging Face files fuse
+  qkv_proj and gate_up_proj, which --save-hf must write and --init-from read back;
+- qwen3: per-head RMSNorms of Q and K before the rotation (q_norm, k_norm) and a head size of 12
+  apart from C / NH = 8 (head_dim), one kv head.
+Every step's loss within 1e-5 (relative) of the float64 reference on every layout; greedy
+decoding with the KV cache gives the reference's ids; the model saved with --save-hf has the
+family's config.json and tensor names and loads back to the same losses.
+
+Run by ctest with MPIFORMER_TRAIN, MPIFORMER_GENERATE and MPIEXEC in the environment, with
+Debian's /usr/bin/python3 (torch 1.13). The last line is `reference_families: N passed, M failed`.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:
+    import torch
+    from compare_llama_with_pytorch import (MODEL, LOSS_RTOL, random_model, reference_decode,
+                                            reference_run, run_generate, run_trainer, write_model)
+    from compare_with_pytorch import write_tokens
+except ImportError as e:
+    sys.exit(f"reference_families: cannot import torch ({e}); run with /usr/bin/python3. "
+             "0 passed, 1 failed")
+
+# No rope scaling (the families' own configs have none), so the original context is the default a
+# config.json without rope_scaling reads back.
+BASE = dict(MODEL, factor=0.0, original=8192)
+FAMILIES = [
+    ("qwen2", dict(BASE, arch=2, KVH=1, qkv_bias=True, tied=True),
+     "Qwen2ForCausalLM", "model.layers.0.self_attn.q_proj.bias"),
+    ("mistral", dict(BASE, arch=3, KVH=2, window=5, tied=False),
+     "MistralForCausalLM", "model.layers.0.self_attn.k_proj.weight"),
+    ("phi3", dict(BASE, arch=4, KVH=4, window=7, tied=False),
+     "Phi3ForCausalLM", "model.layers.0.self_attn.qkv_proj.weight"),
+    ("qwen3", dict(BASE, arch=5, KVH=1, hd=12, qk_norm=True, tied=True),
+     "Qwen3ForCausalLM", "model.layers.0.self_attn.k_norm.weight"),
+]
+# The printed norm has 5 significant digits (half a unit: 2.5e-5 relative at 2.1); a gradient
+# counted twice (a replicated kv head's bias rows) moves it by 1e-2.
+NORM_CHECK = 5e-5
+LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")), ("pp 2", 2, ("--pp", "2")),
+           ("dp 2", 2, ("--dp", "2")), ("cp 2", 2, ("--cp", "2"))]
+
+
+def safetensors_names(path):
+    """The tensor names in a .safetensors file's header."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return set(json.loads(f.read(n))) - {"__metadata__"}
+
+
+def main():
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    exe, gen = os.environ.get("MPIFORMER_TRAIN", ""), os.environ.get("MPIFORMER_GENERATE", "")
+    if not (exe and os.access(exe, os.X_OK) and gen and os.access(gen, os.X_OK)):
+        print(f"reference_families: MPIFORMER_TRAIN={exe!r} / MPIFORMER_GENERATE={gen!r} are not "
+              "executables\nreference_families: 0 passed, 1 failed")
+        return 1
+    mpiexec = os.environ.get("MPIEXEC", "mpiexec")
+    workdir = tempfile.mkdtemp(prefix="mpiformer_families_ref_")
+    passed = failed = 0
+
+    def check(ok, text):
+        nonlocal passed, failed
+        print(f"{text}  {'PASS' if ok else 'FAIL'}")
+        passed, failed = passed + bool(ok), failed + (not ok)
+
+    def worst_loss(ref, rows):
+        return max(abs(float(t["loss"]) - r["loss"]) / abs(r["loss"]) for r, t in zip(ref, rows))
+
+    tokens = np.random.default_rng(7).integers(0, BASE["V"], 2000)
+    shard = os.path.join(workdir, "tokens.bin")
+    write_tokens(shard, tokens)
+    for index, (name, m, architecture, hf_tensor) in enumerate(FAMILIES):
+        try:
+            params0 = random_model(m, seed=100 + index)
+            model = os.path.join(workdir, f"{name}.bin")
+            write_model(model, m, params0)
+            ref, _ = reference_run(params0, tokens, m)
+            for layout, ranks, extra in LAYOUTS:
+                rows, _ = run_trainer(exe, workdir, model, shard, "fp32", extra, m, ranks)
+                rel = worst_loss(ref, rows)
+                norm = max(abs(float(t["norm"]) - r["norm"]) / r["norm"] for r, t in zip(ref, rows))
+                check(rel <= LOSS_RTOL and norm <= NORM_CHECK,
+                      f"[{name} {layout}] 5 losses within {rel:.1e} of torch's, norms within "
+                      f"{norm:.1e} (first loss {rows[0]['loss']} vs {ref[0]['loss']:.6f})")
+            if m.get("window"):
+                plain, _ = reference_run(params0, tokens, dict(m, window=0))
+                check(abs(plain[0]["loss"] - ref[0]["loss"]) > 1e-4,
+                      f"[{name}] the window matters: first loss {ref[0]['loss']:.6f} with it, "
+                      f"{plain[0]['loss']:.6f} without")
+            ref_ids, _ = reference_decode(params0, m)
+            ids, _ = run_generate(gen, mpiexec, workdir, model, name, 1)
+            check(ids == ref_ids, f"[{name} generate] {len(ids)} greedy ids with the KV cache "
+                                  f"equal torch's")
+            # The trained model through a Hugging Face directory: its config.json and names, then
+            # 5 more steps from it against the reference from the same parameters.
+            hf = os.path.join(workdir, f"{name}_hf")
+            _, trained = run_trainer(exe, workdir, model, shard, "fp32", ("--save-hf", hf), m)
+            config = json.load(open(os.path.join(hf, "config.json")))
+            names = safetensors_names(os.path.join(hf, "model.safetensors"))
+            check(config.get("architectures") == [architecture] and hf_tensor in names,
+                  f"[{name} save-hf] config.json {config.get('architectures')}, "
+                  f"{hf_tensor} among its {len(names)} tensors")
+            again, _ = reference_run(trained, tokens, m)
+            back, _ = run_trainer(exe, workdir, hf, shard, "fp32", (), m)
+            rel = worst_loss(again, back)
+            check(rel <= LOSS_RTOL, f"[{name} init-from its HF directory] 5 losses within "
+                                    f"{rel:.1e} of torch's from the saved parameters")
+        except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
+            print(f"[{name}] run failed: {e}")
+            failed += 1
+    shutil.rmtree(workdir, ignore_errors=True)
+    print(f"reference_families: {passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
