@@ -10,11 +10,13 @@ void take_positions(const int32_t* full, int rows, int T, const PositionRuns& mi
   }
 }
 
-void document_starts(const int32_t* tokens, int rows, int T, int32_t doc_token, int32_t* starts) {
+void document_starts(const int32_t* tokens, int rows, int T, int32_t doc_token, int32_t* starts,
+                     bool after) {
   for (int r = 0; r < rows; ++r) {
     int32_t start = 0;
     for (int t = 0; t < T; ++t) {
-      if (tokens[int64_t(r) * T + t] == doc_token) start = t;
+      if (!after && tokens[int64_t(r) * T + t] == doc_token) start = t;
+      if (after && t > 0 && tokens[int64_t(r) * T + t - 1] == doc_token) start = t;
       starts[int64_t(r) * T + t] = start;
     }
   }

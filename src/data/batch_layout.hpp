@@ -15,6 +15,9 @@ void take_positions(const int32_t* full, int rows, int T, const PositionRuns& mi
 // starts (rows, T): for each position t of each row of tokens (rows, T), the last position p <= t
 // holding `doc_token` (a document starts at each occurrence of it), or 0 when none does: the
 // first document of a row began before the row.
-void document_starts(const int32_t* tokens, int rows, int T, int32_t doc_token, int32_t* starts);
+// With `after`, doc_token ends a document instead (an end-of-sequence token, as Llama 2's and
+// Mistral's files mark documents): a document starts right after each occurrence.
+void document_starts(const int32_t* tokens, int rows, int T, int32_t doc_token, int32_t* starts,
+                     bool after = false);
 
 }  // namespace mpf

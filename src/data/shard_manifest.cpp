@@ -73,6 +73,31 @@ int64_t read_manifest_vocab_size(const std::string& path) {
   return n;
 }
 
+std::optional<ManifestDocToken> read_manifest_doc_token(const std::string& path) {
+  const std::string what = "manifest " + path;
+  const std::string text =
+      read_input_text(path, what, "the manifest.json mpiformer-tokenize wrote", 1'000'000'000);
+  const json::Value root = json::parse(text, what);
+  const json::Value* doc = root.find("doc_token");
+  if (doc == nullptr || !doc->is_object()) return std::nullopt;
+  const json::Value* id = doc->find("id");
+  const json::Value* placement = doc->find("placement");
+  const json::Value* content = doc->find("text");
+  ManifestDocToken t;
+  int64_t n = -1;
+  try {
+    n = id && id->is_number() ? id->integer() : -1;
+  } catch (const json::TypeError&) {
+  }
+  require(
+      n >= 0 && n < (int64_t(1) << 31),
+      what + ": doc_token.id is not a token id; tokenize the corpus again (mpiformer-tokenize)");
+  t.id = int32_t(n);
+  t.after = placement && placement->is_string() && placement->string().rfind("after", 0) == 0;
+  if (content && content->is_string()) t.text = content->string();
+  return t;
+}
+
 std::vector<std::string> manifest_shard_files(const std::string& text) {
   std::vector<std::string> files;
   try {

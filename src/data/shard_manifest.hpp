@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,16 @@ std::string manifest_json(const ShardManifest& m);
 // hold). InputError naming the file when it cannot be read, is not JSON, or lacks a positive
 // integer tokenizer.vocab_size.
 int64_t read_manifest_vocab_size(const std::string& path);
+
+// The document token a manifest records (mpiformer-tokenize's "doc_token": its id and whether it
+// comes before or after every document); nullopt for a manifest without one. InputError as above
+// for an unreadable or malformed file.
+struct ManifestDocToken {
+  int32_t id = 0;
+  bool after = false;
+  std::string text;
+};
+std::optional<ManifestDocToken> read_manifest_doc_token(const std::string& path);
 
 // The shard file names a manifest's text lists (plain names, no directory); empty if the text is
 // not a whole manifest (a run cut off while writing it).

@@ -36,12 +36,15 @@ TokenizerFile read_tokenizer_file(const std::string& path) {
       // An id no token has (a gap in the vocabulary): decodes to nothing.
     }
   }
-  for (const char* eot : {"<|endoftext|>", "<|end_of_text|>"}) {
+  // GPT-2's and Llama 3's end of text, then SentencePiece-style files' (Llama 2 and Mistral's
+  // </s>, Gemma's <eos>), then the EOS the file's template puts after a text.
+  for (const char* eot : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"}) {
     if (const auto id = bpe.token_id(eot)) {
       file.decoder.eot = *id;
-      break;
+      return file;
     }
   }
+  if (!bpe.template_suffix().empty()) file.decoder.eot = bpe.template_suffix().back();
   return file;
 }
 

@@ -20,7 +20,8 @@ struct TokenizerFile {
 bool is_tokenizer_json(const std::string& path);
 
 // Reads either kind; InputError naming the file for anything wrong with it. A tokenizer.json's
-// end-of-text is its "<|endoftext|>" (GPT-2), else its "<|end_of_text|>" (Llama 3), else none.
+// end-of-text is its "<|endoftext|>" (GPT-2, Qwen), else "<|end_of_text|>" (Llama 3), else "</s>"
+// (Llama 2, Mistral), else "<eos>" (Gemma), else the EOS its template appends, else none.
 TokenizerFile read_tokenizer_file(const std::string& path);
 
 }  // namespace mpf

@@ -8,8 +8,12 @@
 namespace mpf {
 
 BatchBuffers::BatchBuffers(int rows, int seq_len, const PositionRuns& mine, int microbatches,
-                           int doc_token)
-    : rows_(rows), seq_len_(seq_len), doc_token_(doc_token), mine_(mine) {
+                           int doc_token, bool doc_token_after)
+    : rows_(rows),
+      seq_len_(seq_len),
+      doc_token_(doc_token),
+      doc_token_after_(doc_token_after),
+      mine_(mine) {
   const int M = microbatches;
   const int64_t tokens = int64_t(rows) * mine.rows, mb_tokens = tokens / M;
   const int parts = doc_token >= 0 ? 3 : 2;
@@ -40,7 +44,7 @@ void BatchBuffers::load(DataLoader& loader, int row_begin) {
   const int64_t whole = int64_t(rows_) * seq_len_;
   int32_t *in = whole_rows_.data(), *tg = in + whole, *docs = tg + whole;
   loader.next_batch(row_begin, rows_, in, tg);
-  if (doc_token_ >= 0) document_starts(in, rows_, seq_len_, doc_token_, docs);
+  if (doc_token_ >= 0) document_starts(in, rows_, seq_len_, doc_token_, docs, doc_token_after_);
   send(in, tg, doc_token_ >= 0);
 }
 

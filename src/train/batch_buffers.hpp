@@ -17,8 +17,10 @@ class BatchBuffers {
  public:
   BatchBuffers() = default;
   // rows: the DP rank's rows; seq_len: a whole row's positions; mine: this rank's positions of
-  // each row; microbatches: M, dividing rows; doc_token >= 0: --doc-mask's document token.
-  BatchBuffers(int rows, int seq_len, const PositionRuns& mine, int microbatches, int doc_token);
+  // each row; microbatches: M, dividing rows; doc_token >= 0: --doc-mask's document token, which
+  // ends each document when doc_token_after (an end-of-sequence token), else starts it.
+  BatchBuffers(int rows, int seq_len, const PositionRuns& mine, int microbatches, int doc_token,
+               bool doc_token_after = false);
 
   // The DP rank's rows [row_begin, row_begin + rows) of the loader's next batch.
   void load(DataLoader& loader, int row_begin);
@@ -39,6 +41,7 @@ class BatchBuffers {
   void send(const int32_t* in, const int32_t* tg, bool docs);
 
   int rows_ = 0, seq_len_ = 0, doc_token_ = -1;
+  bool doc_token_after_ = false;
   PositionRuns mine_;
   Tokens batch_;
   HostTokens host_;        // the same, where the loader fills it

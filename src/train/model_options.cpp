@@ -38,6 +38,8 @@ void parse_rope_scaling(const std::string& text, GPTConfig& cfg) {
   cfg.rope_original_max_pos = flags::to_int32(flag, fields[3]);
 }
 
+}  // namespace
+
 // The manifest.json beside each .bin entry of --data (a path, a glob or a comma list of them),
 // each directory once, in the order given.
 std::vector<std::string> data_manifests(const std::string& data) {
@@ -58,8 +60,6 @@ std::vector<std::string> data_manifests(const std::string& data) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string adopt_data_vocab(TrainOptions& o) {
   std::string source;

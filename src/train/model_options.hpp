@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "model/config.hpp"
 #include "train/options.hpp"
@@ -24,6 +25,10 @@ GPTConfig flags_config(const TrainOptions& o);
 // ids the model has no row for) or a manifest cannot be read. Call it only for a fresh model: a
 // resumed run or --init-from takes the vocabulary from its checkpoint.
 std::string adopt_data_vocab(TrainOptions& o);
+
+// The manifest.json beside each .bin entry of --data (a path, a glob or a comma list of them),
+// each directory once, in the order given; those that exist.
+std::vector<std::string> data_manifests(const std::string& data);
 
 // --kv-heads, --ffn-dim, --norm-eps, --rope-theta, --rope-scaling, --tie-embeddings: what only
 // a Llama takes.

@@ -8,8 +8,10 @@
 #include "checkpoint/hf_config.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
+#include "data/shard_manifest.hpp"
 #include "eval/task_eval.hpp"
 #include "generate/tokenizer_file.hpp"
+#include "io/json.hpp"
 #include "io/output_file.hpp"
 #include "train/model_options.hpp"
 #include "train/resume.hpp"
@@ -83,9 +85,21 @@ void find_doc_token(RunInputs& in) {
   if (!opts.doc_mask) return;
   std::optional<int> token;
   std::string from;
+  // The data's own marking first (mpiformer-tokenize's manifest: before or after each document).
+  std::optional<ManifestDocToken> marked;
+  for (const std::string& manifest :
+       opts.doc_token < 0 ? data_manifests(opts.data) : std::vector<std::string>{}) {
+    if ((marked = read_manifest_doc_token(manifest))) {
+      from = manifest + "'s doc_token " + json::quote(marked->text);
+      break;
+    }
+  }
   if (opts.doc_token >= 0) {
     token = opts.doc_token;
     from = "--doc-token";
+  } else if (marked) {
+    token = marked->id;
+    in.doc_token_after = marked->after;
   } else if (!opts.init_from.empty() && is_hf_source(opts.init_from) &&
              (token = hf_bos_token(opts.init_from))) {
     from = "config.json's bos_token_id";
@@ -100,8 +114,9 @@ void find_doc_token(RunInputs& in) {
                                      " is outside the model's vocabulary of " +
                                      std::to_string(in.cfg.vocab) + " tokens");
   in.doc_token = *token;
-  in.notes.push_back("--doc-mask: a document starts at each token " + std::to_string(*token) +
-                     " (" + from + ")");
+  in.notes.push_back("--doc-mask: a document " +
+                     std::string(in.doc_token_after ? "ends at" : "starts at") + " each token " +
+                     std::to_string(*token) + " (" + from + ")");
 }
 
 void read_eval_data(RunInputs& in) {

@@ -45,7 +45,8 @@ struct RunInputs {
   std::optional<ResumePoint> resume;         // --load found a checkpoint
   std::vector<std::string> notes, warnings;  // for rank 0 to print
   std::optional<Tokenizer> tokenizer;        // --tokenizer, for --sample-every
-  int doc_token = -1;                        // --doc-mask: the token that starts a document
+  int doc_token = -1;                        // --doc-mask: the token that marks documents
+  bool doc_token_after = false;              // it ends each document (EOS) instead of starting it
   std::optional<MetricsStart> metrics;       // rank 0, with --metrics: what its file keeps
   std::optional<EvalTask> eval_task;         // --eval-data
 };

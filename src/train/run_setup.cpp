@@ -71,6 +71,7 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
     : opts_(in.opts),
       cfg_(in.cfg),
       doc_token_(in.doc_token),
+      doc_token_after_(in.doc_token_after),
       schedule_(in.schedule),
       train_data_(std::move(in.train_data)),
       val_data_(std::move(in.val_data)),
@@ -104,7 +105,7 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   set_up_stage();
   set_up_sample(std::move(in.tokenizer));
   batch_ = BatchBuffers(local_batch_, opts_.seq_len, stage_->positions(), shape_.microbatches,
-                        doc_token_);
+                        doc_token_, doc_token_after_);
   observe_phases();
   saver_ = std::make_unique<RunSaver>(
       *this, resume_ ? checkpoint::path(resume_->root, resume_->info.step) : "");

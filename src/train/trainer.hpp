@@ -178,6 +178,7 @@ class TrainingRun {
   int local_batch_ = 0;                  // rows of the global batch on this DP rank
   int local_seq_len_ = 0;                // positions of each row on this CP rank: T / cp
   int doc_token_ = -1;                   // --doc-mask's document token; -1: no masking
+  bool doc_token_after_ = false;         // it ends documents (EOS) instead of starting them
   int node_ranks_ = 1;                   // ranks on this rank's node
   MemoryPlan memory_;                    // predicted before anything was allocated
   LRSchedule schedule_;

@@ -81,4 +81,24 @@ if [ -n "$last" ] && "$PY" -c "import sys; sys.exit(0 if $last < $first - 1.0 el
 else
   bad "text file: loss $first -> $last"; cat "$WORK/text.log"
 fi
+# --doc-mask takes the document token from mpiformer-tokenize's manifest beside --data: one that
+# ends each document (an end-of-sequence token) masks otherwise than one that starts it.
+mkdir -p "$WORK/eos"
+make_shard "$WORK/eos/data_train_000000.bin" 4000 255
+first_loss() { grep -m1 '^step 1/' "$1" | sed -E 's/.*loss ([0-9.]+).*/\1/'; }
+for placement in before after; do
+  printf '{"tokenizer": {"vocab_size": 256}, "doc_token": {"text": "</s>", "id": 2, "placement": "%s every document"}}\n' \
+    "$placement" >"$WORK/eos/manifest.json"
+  "$TRAIN" --data "$WORK/eos/data_train_000000.bin" --doc-mask --steps 1 --layers 2 --dim 64 \
+    --heads 4 --seq-len 32 --batch 4 --val-data none --threads 1 >"$WORK/eos_$placement.log" 2>&1
+done
+verb() { grep -oE "a document (starts|ends) at each token 2" "$WORK/eos_$1.log"; }
+if [ "$(verb before)" = "a document starts at each token 2" ] &&
+  [ "$(verb after)" = "a document ends at each token 2" ] &&
+  [ -n "$(first_loss "$WORK/eos_after.log")" ] &&
+  [ "$(first_loss "$WORK/eos_before.log")" != "$(first_loss "$WORK/eos_after.log")" ]; then
+  ok "--doc-mask from the manifest: a token before or after each document ($(first_loss "$WORK/eos_before.log") vs $(first_loss "$WORK/eos_after.log"))"
+else
+  bad "--doc-mask from the manifest: $(verb before) / $(verb after); losses $(first_loss "$WORK/eos_before.log") $(first_loss "$WORK/eos_after.log")"
+fi
 finish

@@ -269,6 +269,10 @@ TEST(BatchLayout, ContextParallelChunksAndDocumentStarts) {
   document_starts(tokens.data(), 2, 8, 0, starts.data());
   const std::vector<int32_t> expected = {0, 0, 0, 3, 3, 5, 6, 6, 0, 0, 0, 0, 0, 0, 0, 0};
   EXPECT_EQ(starts, expected);
+  // An end-of-sequence token ends its document: the next starts after it.
+  document_starts(tokens.data(), 2, 8, 0, starts.data(), /*after=*/true);
+  const std::vector<int32_t> after = {0, 0, 0, 0, 4, 4, 6, 7, 0, 1, 1, 1, 1, 1, 1, 1};
+  EXPECT_EQ(starts, after);
 }
 
 }  // namespace
