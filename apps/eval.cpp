@@ -60,7 +60,7 @@ int evaluate(mpf::Runtime& runtime, int argc, char** argv) {
       mpf::all_ranks_succeed(world, [&] { inputs = mpf::load_inputs(opts.run, start, rank); }) &&
       mpf::all_ranks_succeed(
           world, [&] { run = std::make_unique<mpf::TrainingRun>(std::move(inputs), world); }) &&
-      mpf::all_ranks_succeed(world, [&] { result = run->score_task(!opts.details.empty()); });
+      mpf::all_ranks_succeed(world, [&] { result = run->evaluate(!opts.details.empty()); });
   if (!ok) return mpf::kExitBadInput;
   if (rank == 0) {
     std::printf("%s\n", result.line(run->trained_steps()).c_str());

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/transfer.hpp"
+#include "model/layers/matmul.hpp"
 #include "parallel/device_mpi.hpp"
 #include "train/trainer.hpp"
 
@@ -32,6 +33,15 @@ void TrainingRun::score_task_at(int step) {
   reporter_->task(step, score_task(false));
 }
 
+TaskResult TrainingRun::evaluate(bool details) {
+  // As train() runs its steps: with --precision bf16 the products read the weights' bf16 copy.
+  std::optional<Bf16Products> bf16_products;
+  if (opts_.precision == Precision::bf16) {
+    bf16_products.emplace(params_.slab.data(), weights16_.data(), params_.count, largest_operand());
+  }
+  return score_task(details);
+}
+
 TaskResult TrainingRun::score_task(bool details) {
   return evaluate_task(
       *eval_task_, opts_.batch, opts_.seq_len,
@@ -53,9 +63,9 @@ void TrainingRun::row_losses(const int32_t* inputs, const int32_t* targets, floa
       params_.t, batch_.inputs(), batch_.targets(), batch_.doc_starts(),
       [&](int mb, const Tensor& l) {
         if (!writer) return;
-        require(l.extent(0) == piece.size(), "eval: the head's losses are " +
-                                                 std::to_string(l.extent(0)) +
-                                                 " floats, not a microbatch's");
+        // An internal fault if not (one rank alone would leave the others in the all-reduce).
+        if (l.extent(0) != piece.size())
+          MPF_FATAL("eval: the head's losses are not a microbatch's");
         copy_to_host(piece.data(), l.data(), piece.size() * sizeof(float), "d2h eval losses");
         for (int r = 0; r < micro_batch_; ++r) {
           const int64_t row = first + int64_t(mb) * micro_batch_ + r;

@@ -76,9 +76,10 @@ class TrainingRun {
   // loss or gradient norm (before that step's update), or a failed save.
   TrainResult train();
 
-  // Collective: --eval-data scored by the model as it is (evaluation.cpp); every rank gets the
-  // result, with each example's scores when `details`.
-  TaskResult score_task(bool details);
+  // Collective: --eval-data scored by the model as it was loaded, outside any training
+  // (evaluation.cpp; mpiformer-eval); every rank gets the result, with each example's scores when
+  // `details`.
+  TaskResult evaluate(bool details);
   // The step the model has been trained to: 0, or the resumed checkpoint's.
   int trained_steps() const { return first_step_ - 1; }
 
@@ -148,6 +149,8 @@ class TrainingRun {
   double validate();
   void validate_at(int step);
   void score_task_at(int step);
+  // --eval-data's scores, inside the caller's bf16 scope if any.
+  TaskResult score_task(bool details);
   // The model's per-token losses of B whole rows (task_eval.hpp's RowLosses), on every rank.
   void row_losses(const int32_t* inputs, const int32_t* targets, float* losses);
 

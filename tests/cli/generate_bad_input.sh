@@ -120,7 +120,7 @@ expect "tokenizer vocabulary" 1 "tokenizer .*tok300.bin has 300 tokens but the m
 printf '{"model": {"type": "BPE", "vocab": {' >"$WORK/broken.json"
 expect "tokenizer.json broken" 1 "tokenizer .*broken.json: invalid JSON at line 1" -- "${model[@]}" --prompt hi --tokenizer "$WORK/broken.json"
 printf '{"model": {"type": "Unigram", "vocab": []}}' >"$WORK/unigram.json"
-expect "tokenizer.json not BPE" 1 "tokenizer .*unigram.json: model.type is \"Unigram\"; only BPE" -- "${model[@]}" --prompt hi --tokenizer "$WORK/unigram.json"
+expect "tokenizer.json not BPE" 1 "tokenizer .*unigram.json: model.type \"Unigram\" is not supported; only BPE" -- "${model[@]}" --prompt hi --tokenizer "$WORK/unigram.json"
 expect "tokenizer not a file" 2 "tokenizer .*: is a directory, not a regular file" -- "${model[@]}" --prompt hi --tokenizer "$WORK/empty_dir" --tp 2
 
 # Outputs never replace a file, which stays as it was.
