@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Evaluation in the loop (--eval-data, --eval-every) and mpiformer-eval: the eval lines at step 0,
 # every N steps and after the last, in the log and --metrics; the trained model's scores the same
-# when mpiformer-eval reads the saved file, on one rank, TP 2 and PP 2, and in a PP 2 training run;
-# and every bad eval input refused with one error line.
+# when mpiformer-eval reads the saved file, on one rank, TP 2, PP 2, CP 2 and DP 2, and in a PP 2
+# training run; and every bad eval input refused with one error line.
 source "$(dirname "$0")/common.sh"
 EVAL=${MPIFORMER_EVAL:?set MPIFORMER_EVAL to the mpiformer-eval binary}
 export OMP_NUM_THREADS=1
@@ -31,7 +31,7 @@ print(" ".join("%d:%d:%.4f:%.4f" % (x["step"], x["examples"], x["acc"], x["acc_n
 
 # The saved model scores as the run's last eval did, on every layout.
 want=$(counts "$WORK/train.log" 4)
-for layout in "1" "2 --tp 2" "2 --pp 2"; do
+for layout in "1" "2 --tp 2" "2 --pp 2" "2 --cp 2" "2 --dp 2"; do
   read -r ranks extra <<<"$layout"
   # shellcheck disable=SC2086
   out=$(timeout 120 "$MPIEXEC" -n "$ranks" "$EVAL" --init-from "$WORK/model.bin" --batch 8 \
