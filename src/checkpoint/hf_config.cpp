@@ -212,22 +212,24 @@ GPTConfig read_llama(const ConfigKeys& k, const json::Value& root, Arch arch) {
   return cfg;
 }
 
-// config.json's model_type and architectures for each family of Llama blocks.
-struct HfFamily {
-  Arch arch;
-  const char* model_type;
-  const char* architecture;
-};
-constexpr HfFamily kHfFamilies[] = {{Arch::kLlama, "llama", "LlamaForCausalLM"},
-                                    {Arch::kQwen2, "qwen2", "Qwen2ForCausalLM"},
-                                    {Arch::kMistral, "mistral", "MistralForCausalLM"},
-                                    {Arch::kPhi3, "phi3", "Phi3ForCausalLM"},
-                                    {Arch::kQwen3, "qwen3", "Qwen3ForCausalLM"}};
-const HfFamily* hf_family(Arch arch) {
-  for (const HfFamily& f : kHfFamilies) {
-    if (f.arch == arch) return &f;
+// config.json's architectures for each family of Llama blocks; its model_type is the family's
+// name (arch_name).
+const char* hf_architecture(Arch arch) {
+  switch (arch) {
+    case Arch::kGpt2:
+      return "GPT2LMHeadModel";
+    case Arch::kLlama:
+      return "LlamaForCausalLM";
+    case Arch::kQwen2:
+      return "Qwen2ForCausalLM";
+    case Arch::kMistral:
+      return "MistralForCausalLM";
+    case Arch::kPhi3:
+      return "Phi3ForCausalLM";
+    case Arch::kQwen3:
+      return "Qwen3ForCausalLM";
   }
-  return nullptr;
+  return "?";
 }
 
 // A float as the shortest decimal that reads back as the same float.
@@ -256,14 +258,11 @@ GPTConfig read_hf_config(const std::string& path) {
     validate(cfg, "config " + path);
     return cfg;
   }
-  const HfFamily* family = nullptr;
-  for (const HfFamily& f : kHfFamilies) {
-    if (type->string() == f.model_type) family = &f;
-  }
-  require(family != nullptr, keys.where("model_type") + " is \"" + type->string() +
-                                 "\"; this trainer runs gpt2, llama, qwen2, qwen3, mistral and "
-                                 "phi3 models");
-  GPTConfig cfg = read_llama(keys, root, family->arch);
+  Arch arch = Arch::kGpt2;
+  require(parse_arch(type->string(), arch), keys.where("model_type") + " is \"" + type->string() +
+                                                "\"; this trainer runs gpt2, llama, qwen2, qwen3, "
+                                                "mistral and phi3 models");
+  GPTConfig cfg = read_llama(keys, root, arch);
   validate(cfg, "config " + path);
   return cfg;
 }
@@ -311,7 +310,8 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
   auto n = [](int v) { return std::to_string(v); };
   std::string s = "{\n";
   if (!cfg.llama()) {
-    s += line("architectures", "[\"GPT2LMHeadModel\"]") + line("model_type", "\"gpt2\"");
+    s += line("architectures", std::string("[\"") + hf_architecture(cfg.arch) + "\"]");
+    s += line("model_type", "\"gpt2\"");
     s += line("vocab_size", n(cfg.vocab)) + line("n_positions", n(cfg.max_seq_len));
     s += line("n_embd", n(cfg.channels)) + line("n_layer", n(cfg.layers));
     s += line("n_head", n(cfg.heads)) + line("n_inner", "null");
@@ -320,9 +320,8 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
     s += line("resid_pdrop", "0.0") + line("embd_pdrop", "0.0") + line("attn_pdrop", "0.0");
     s += line("scale_attn_weights", "true");
   } else {
-    const HfFamily& family = *hf_family(cfg.arch);
-    s += line("architectures", std::string("[\"") + family.architecture + "\"]");
-    s += line("model_type", std::string("\"") + family.model_type + "\"");
+    s += line("architectures", std::string("[\"") + hf_architecture(cfg.arch) + "\"]");
+    s += line("model_type", std::string("\"") + arch_name(cfg.arch) + "\"");
     s += line("vocab_size", n(cfg.vocab)) + line("hidden_size", n(cfg.channels));
     s += line("intermediate_size", n(cfg.ffn_width()));
     s += line("num_hidden_layers", n(cfg.layers)) + line("num_attention_heads", n(cfg.heads));

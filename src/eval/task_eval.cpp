@@ -111,13 +111,12 @@ TaskResult evaluate_task(const EvalTask& task, int batch, int seq_len, const Row
 }
 
 std::string TaskResult::line(int step) const {
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "eval step %d | %s | %d examples | acc %.4f (%d/%d) | acc_norm %.4f (%d/%d) | "
-                "%.1f s",
-                step, name.c_str(), examples, acc(), correct, examples, acc_norm(), correct_norm,
-                examples, seconds);
-  return buf;
+  // The name outside the fixed buffer: a long file name is never cut.
+  char figures[160];
+  std::snprintf(figures, sizeof figures,
+                " | %d examples | acc %.4f (%d/%d) | acc_norm %.4f (%d/%d) | %.1f s", examples,
+                acc(), correct, examples, acc_norm(), correct_norm, examples, seconds);
+  return "eval step " + std::to_string(step) + " | " + name + figures;
 }
 
 std::string details_json(const ExampleScore& s) {

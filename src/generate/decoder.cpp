@@ -24,7 +24,7 @@ LayerActivations first_rows(const LayerActivations& a, const TpShard& s, int64_t
   x.ln1_mean = first(a.ln1_mean, mean);
   x.ln1_rstd = first(a.ln1_rstd, n);
   x.qkv = first(a.qkv, n * s.qkv);
-  const int64_t qk = s.cfg.features().qk_norm == QkNorm::kPerHead ? s.heads + s.kv_heads : 0;
+  const int64_t qk = s.qk_norm_heads();
   x.qk_raw = first(a.qk_raw, n * qk * s.head_size);
   x.qk_rstd = first(a.qk_rstd, n * qk);
   x.atty = first(a.atty, n * s.attn);

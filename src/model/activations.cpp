@@ -46,7 +46,7 @@ void carve(Activations& a, SlabCarver& k) {
   a.ln1_rstd = k.take(L * Rl);
   a.qkv = k.take(L * R * s.qkv);
   // Qwen3's per-head q/k norms keep each Q and K head's raw values and 1/rms.
-  const int64_t QK = a.cfg.features().qk_norm == QkNorm::kPerHead ? s.heads + s.kv_heads : 0;
+  const int64_t QK = s.qk_norm_heads();
   a.qk_raw = k.take(L * R * QK * s.head_size);
   a.qk_rstd = k.take(L * R * QK);
   a.atty = k.take(L * R * s.attn);
@@ -91,7 +91,7 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.dres2 = k.take(L * R * C);
   w.dqkv = k.take(L * R * s.qkv);
   w.dln1 = k.take(L * Rl * C);
-  w.dqk_normw = k.take(s.cfg.features().qk_norm == QkNorm::kPerHead ? L * 2 * s.head_size : 0);
+  w.dqk_normw = k.take(s.cfg.qk_norm() ? L * 2 * s.head_size : 0);
   w.ln1 = k.take(K * R * C);
   w.ln1_mean = k.take(M * K * Rl);
   w.ln1_rstd = k.take(K * Rl);
@@ -207,7 +207,7 @@ LayerActivations Activations::layer(int l) const {
   x.ln1_mean = slice(ln1_mean, l * Rl * M, Rl * M);
   x.ln1_rstd = slice(ln1_rstd, l * Rl, Rl);
   x.qkv = slice(qkv, l * R * shard.qkv, R * shard.qkv);
-  const int64_t qk = cfg.features().qk_norm == QkNorm::kPerHead ? shard.heads + shard.kv_heads : 0;
+  const int64_t qk = shard.qk_norm_heads();
   x.qk_raw = slice(qk_raw, l * R * qk * shard.head_size, R * qk * shard.head_size);
   x.qk_rstd = slice(qk_rstd, l * R * qk, R * qk);
   x.atty = slice(atty, l * R * shard.attn, R * shard.attn);
@@ -294,7 +294,7 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   x.dres2 = slice(dres2, i * R * C, R * C);
   x.dqkv = slice(dqkv, i * R * shard.qkv, R * shard.qkv);
   x.dln1 = slice(dln1, i * Rl * C, Rl * C);
-  const int64_t nw = shard.cfg.features().qk_norm == QkNorm::kPerHead ? 2 * shard.head_size : 0;
+  const int64_t nw = shard.cfg.qk_norm() ? 2 * shard.head_size : 0;
   x.dqk_normw = slice(dqk_normw, i * nw, nw);
   if (!chunk.recompute) return x;
   LayerActivations& k = x.kept;

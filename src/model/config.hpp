@@ -70,6 +70,7 @@ struct GPTConfig {
   bool rms_norm() const { return features().norm == NormKind::kRmsNorm; }
   bool swiglu() const { return features().mlp == MlpKind::kSwiGlu; }
   bool rope() const { return features().positions == PositionKind::kRope; }
+  bool qk_norm() const { return features().qk_norm == QkNorm::kPerHead; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
   // The attention's width, the output projection's input: NH·hs (C unless head_dim says not).
   int attention_width() const { return heads * head_size(); }

@@ -192,7 +192,7 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
   // biases: their views are empty.
   norm_and_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, seq, cfg, tp);
   linear_forward(a.qkv, none, a.ln1, p.qkvw, p.qkvb, R, C, s.qkv);
-  if (cfg.features().qk_norm == QkNorm::kPerHead) {
+  if (cfg.qk_norm()) {
     head_rmsnorm_forward(a.qkv, a.qk_raw, a.qk_rstd, p.q_normw, p.k_normw, head_norm_shape(s, R),
                          cfg.norm_eps);
   }
@@ -340,7 +340,7 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
     rope_backward(w.dqkv, acts.rope_cos, acts.rope_sin, R, acts.T, 0, s.heads, s.kv_heads,
                   s.head_size);
   }
-  if (cfg.features().qk_norm == QkNorm::kPerHead) {
+  if (cfg.qk_norm()) {
     // The norms' weight gradients while dqkv is still the normalised heads' gradient; then the
     // raw heads' gradient, what the projection's gradients read.
     head_rmsnorm_backward_weight(w.dqk_normw, w.dqkv, a.qk_raw, a.qk_rstd, head_norm_shape(s, R));

@@ -58,6 +58,8 @@ struct TpShard {
   bool has_head = true;       // lnf, and wte (tied) or lmhead for the LM head (last stage)
 
   int local_layers() const { return int(layers.size()); }
+  // The heads a row's per-head q/k norms normalise here (Qwen3's): its Q and K heads; else 0.
+  int qk_norm_heads() const { return cfg.qk_norm() ? heads + kv_heads : 0; }
   bool holds(TensorId tensor) const;    // does this stage hold any of the tensor?
   bool is_tied(TensorId tensor) const;  // held by the embedding and the head both (tied wte)
   // A tied tensor's copy on a stage without the embedding (the LM head's): the first stage's copy

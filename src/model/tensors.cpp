@@ -53,7 +53,7 @@ bool present(TensorId t, const GPTConfig& cfg) {
     case Needs::kUntied:
       return !cfg.tied;
     case Needs::kQkNorm:
-      return f.qk_norm == QkNorm::kPerHead;
+      return cfg.qk_norm();
   }
   return false;
 }

@@ -4,7 +4,6 @@
 
 #include "core/error.hpp"
 #include "core/transfer.hpp"
-#include "model/layers/matmul.hpp"
 #include "parallel/device_mpi.hpp"
 #include "train/trainer.hpp"
 
@@ -36,9 +35,7 @@ void TrainingRun::score_task_at(int step) {
 TaskResult TrainingRun::evaluate(bool details) {
   // As train() runs its steps: with --precision bf16 the products read the weights' bf16 copy.
   std::optional<Bf16Products> bf16_products;
-  if (opts_.precision == Precision::bf16) {
-    bf16_products.emplace(params_.slab.data(), weights16_.data(), params_.count, largest_operand());
-  }
+  open_bf16_products(bf16_products);
   return score_task(details);
 }
 

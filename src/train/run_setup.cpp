@@ -360,6 +360,11 @@ int64_t TrainingRun::largest_operand() const {
   return largest_operand(shard_);
 }
 
+void TrainingRun::open_bf16_products(std::optional<Bf16Products>& scope) const {
+  if (opts_.precision != Precision::bf16) return;
+  scope.emplace(params_.slab.data(), weights16_.data(), params_.count, largest_operand());
+}
+
 int64_t TrainingRun::largest_operand(const TpShard& shard) const {
   // A microbatch's rows times the widest activation a product reads (the logits' vocabulary
   // shard, the MLP, QKV); the fused attention rounds its own tiles.

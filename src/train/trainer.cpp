@@ -31,9 +31,7 @@ TrainResult TrainingRun::train() {
   reporter_->start();
   // bf16: the products read weights16_ and round their other inputs (model/layers/matmul.hpp).
   std::optional<Bf16Products> bf16_products;
-  if (opts_.precision == Precision::bf16) {
-    bf16_products.emplace(params_.slab.data(), weights16_.data(), params_.count, largest_operand());
-  }
+  open_bf16_products(bf16_products);
   int last = first_step_;
   {
     PhaseScope training(phases_, StepPhase::kTraining, first_step_);

@@ -21,6 +21,7 @@
 #include "generate/training_sample.hpp"
 #include "io/event_file.hpp"
 #include "model/activations.hpp"
+#include "model/layers/matmul.hpp"
 #include "model/parameters.hpp"
 #include "optim/adamw.hpp"
 #include "optim/grad_buckets.hpp"
@@ -151,6 +152,9 @@ class TrainingRun {
   void score_task_at(int step);
   // --eval-data's scores, inside the caller's bf16 scope if any.
   TaskResult score_task(bool details);
+  // With --precision bf16, opens `scope`: while it lives the products read the weights' bf16 copy
+  // (model/layers/matmul.hpp). A scope for train() and one for evaluate(), never nested.
+  void open_bf16_products(std::optional<Bf16Products>& scope) const;
   // The model's per-token losses of B whole rows (task_eval.hpp's RowLosses), on every rank.
   void row_losses(const int32_t* inputs, const int32_t* targets, float* losses);
 

@@ -16,7 +16,7 @@ struct HeadNormShape {
   int64_t rows = 0;  // R
   int64_t ld = 0;    // the packed row's width
   int NQ = 0, NK = 0, hs = 0;
-  int heads() const { return NQ + NK; }
+  KOKKOS_INLINE_FUNCTION int heads() const { return NQ + NK; }
 };
 
 // In place on qkv's Q and K heads; raw (R, (NQ+NK)·hs) keeps the values before, rstd (R·(NQ+NK))
