@@ -159,7 +159,9 @@ std::vector<const char*> llama_names(TensorId t, const ModelFeatures& f) {
   switch (t) {
     case TensorId::wte:
       return {"model.embed_tokens.weight"};
-    case TensorId::ln1w:
+    case TensorId::ln1w:  // the attention's norm, before it or after it (OLMo-2)
+      if (f.norm_placement == NormPlacement::kPost)
+        return {"model.layers.%d.post_attention_layernorm.weight"};
       return {"model.layers.%d.input_layernorm.weight"};
     case TensorId::qkvw:
       if (f.fused_hf_projections) return {"model.layers.%d.self_attn.qkv_proj.weight"};
@@ -170,7 +172,9 @@ std::vector<const char*> llama_names(TensorId t, const ModelFeatures& f) {
               "model.layers.%d.self_attn.v_proj.bias"};
     case TensorId::attprojw:
       return {"model.layers.%d.self_attn.o_proj.weight"};
-    case TensorId::ln2w:
+    case TensorId::ln2w:  // the MLP's
+      if (f.norm_placement == NormPlacement::kPost)
+        return {"model.layers.%d.post_feedforward_layernorm.weight"};
       return {"model.layers.%d.post_attention_layernorm.weight"};
     case TensorId::fcw:
       if (f.fused_hf_projections) return {"model.layers.%d.mlp.gate_up_proj.weight"};

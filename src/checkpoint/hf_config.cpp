@@ -228,6 +228,8 @@ const char* hf_architecture(Arch arch) {
       return "Phi3ForCausalLM";
     case Arch::kQwen3:
       return "Qwen3ForCausalLM";
+    case Arch::kOlmo2:
+      return "Olmo2ForCausalLM";
   }
   return "?";
 }
@@ -259,9 +261,9 @@ GPTConfig read_hf_config(const std::string& path) {
     return cfg;
   }
   Arch arch = Arch::kGpt2;
-  require(parse_arch(type->string(), arch), keys.where("model_type") + " is \"" + type->string() +
-                                                "\"; this trainer runs gpt2, llama, qwen2, qwen3, "
-                                                "mistral and phi3 models");
+  require(parse_arch(type->string(), arch),
+          keys.where("model_type") + " is \"" + type->string() +
+              "\"; this trainer runs these model_types: " + arch_names());
   GPTConfig cfg = read_llama(keys, root, arch);
   validate(cfg, "config " + path);
   return cfg;

@@ -62,7 +62,7 @@ enum LlamaSlot {
   kSlidingWindow,
   kHeadDim
 };
-constexpr int kLastArch = int(Arch::kQwen3);
+constexpr int kLastArch = int(Arch::kOlmo2);
 int32_t float_bits(float x) {
   int32_t b;
   std::memcpy(&b, &x, sizeof b);

@@ -24,16 +24,18 @@ LayerActivations first_rows(const LayerActivations& a, const TpShard& s, int64_t
   x.ln1_mean = first(a.ln1_mean, mean);
   x.ln1_rstd = first(a.ln1_rstd, n);
   x.qkv = first(a.qkv, n * s.qkv);
-  const int64_t qk = s.qk_norm_heads();
-  x.qk_raw = first(a.qk_raw, n * qk * s.head_size);
-  x.qk_rstd = first(a.qk_rstd, n * qk);
+  x.qk_raw = first(a.qk_raw, n * s.qk_norm_width());
+  x.qk_rstd = first(a.qk_rstd, n * s.qk_norm_stats());
   x.atty = first(a.atty, n * s.attn);
+  const int64_t post = s.cfg.post_norm() ? n * C : 0;
+  x.attn_out = first(a.attn_out, post);
   x.residual2 = first(a.residual2, n * C);
   x.ln2 = first(a.ln2, n * C);
   x.ln2_mean = first(a.ln2_mean, mean);
   x.ln2_rstd = first(a.ln2_rstd, n);
   x.fch = first(a.fch, n * s.mlp_in);
   x.fch_gelu = first(a.fch_gelu, n * s.fc);
+  x.mlp_out = first(a.mlp_out, post);
   x.residual3 = first(a.residual3, n * C);
   return x;
 }

@@ -45,18 +45,20 @@ void carve(Activations& a, SlabCarver& k) {
   a.ln1_mean = k.take(M * L * Rl);
   a.ln1_rstd = k.take(L * Rl);
   a.qkv = k.take(L * R * s.qkv);
-  // Qwen3's per-head q/k norms keep each Q and K head's raw values and 1/rms.
-  const int64_t QK = s.qk_norm_heads();
-  a.qk_raw = k.take(L * R * QK * s.head_size);
-  a.qk_rstd = k.take(L * R * QK);
+  // The q/k norms keep Q's and K's raw values and their 1/rms.
+  a.qk_raw = k.take(L * R * s.qk_norm_width());
+  a.qk_rstd = k.take(L * R * s.qk_norm_stats());
   a.atty = k.take(L * R * s.attn);
   a.lse = k.take(L * B * s.heads * T);
+  const int64_t post = a.cfg.post_norm() ? 1 : 0;
+  a.attn_out = k.take(post * L * Rl * C);
   a.residual2 = k.take(L * Rl * C);
   a.ln2 = k.take(L * R * C);
   a.ln2_mean = k.take(M * L * Rl);
   a.ln2_rstd = k.take(L * Rl);
   a.fch = k.take(L * R * s.mlp_in);
   a.fch_gelu = k.take(L * R * s.fc);
+  a.mlp_out = k.take(post * L * Rl * C);
   a.residual3 = k.take(int64_t(a.chunk.layers) * Rl * C);
   const int64_t logit_rows = a.chunk.logit_rows > 0 ? std::min<int64_t>(a.chunk.logit_rows, R) : R;
   a.lnf = k.take(H * R * C);
@@ -78,6 +80,7 @@ void carve(BackwardBuffers& g, SlabCarver& k, const TpShard& s, const tp::Sequen
   g.datty = k.take(R * s.attn);
   g.dmlp = k.take(s.cfg.swiglu() ? R * s.fc : 0);
   g.delta = k.take(B * s.heads * T);
+  g.qk_sums = k.take(s.cfg.qk_norm_kind() == QkNorm::kWhole ? 2 * R : 0);
 }
 
 void carve(WeightGradInputs& w, SlabCarver& k) {
@@ -91,16 +94,19 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.dres2 = k.take(L * R * C);
   w.dqkv = k.take(L * R * s.qkv);
   w.dln1 = k.take(L * Rl * C);
-  w.dqk_normw = k.take(s.cfg.qk_norm() ? L * 2 * s.head_size : 0);
+  w.dqk_normw = k.take(L * s.qk_norm_weight_grad());
   w.ln1 = k.take(K * R * C);
   w.ln1_mean = k.take(M * K * Rl);
   w.ln1_rstd = k.take(K * Rl);
+  const int64_t post = s.cfg.post_norm() ? 1 : 0;
   w.atty = k.take(K * R * s.attn);
+  w.attn_out = k.take(post * K * Rl * C);
   w.residual2 = k.take(K * Rl * C);
   w.ln2 = k.take(K * R * C);
   w.ln2_mean = k.take(M * K * Rl);
   w.ln2_rstd = k.take(K * Rl);
   w.fch_gelu = k.take(K * R * s.fc);
+  w.mlp_out = k.take(post * K * Rl * C);
   w.dlnf = k.take(w.chunk.head ? Rl * C : 0);
   w.dembed = k.take(w.chunk.embedding ? R * C : 0);
 }
@@ -207,17 +213,20 @@ LayerActivations Activations::layer(int l) const {
   x.ln1_mean = slice(ln1_mean, l * Rl * M, Rl * M);
   x.ln1_rstd = slice(ln1_rstd, l * Rl, Rl);
   x.qkv = slice(qkv, l * R * shard.qkv, R * shard.qkv);
-  const int64_t qk = shard.qk_norm_heads();
-  x.qk_raw = slice(qk_raw, l * R * qk * shard.head_size, R * qk * shard.head_size);
-  x.qk_rstd = slice(qk_rstd, l * R * qk, R * qk);
+  const int64_t qk = shard.qk_norm_width(), stats = shard.qk_norm_stats();
+  x.qk_raw = slice(qk_raw, l * R * qk, R * qk);
+  x.qk_rstd = slice(qk_rstd, l * R * stats, R * stats);
   x.atty = slice(atty, l * R * shard.attn, R * shard.attn);
   x.lse = slice(lse, l * bht, bht);
+  const int64_t P = cfg.post_norm() ? Rl * C : 0;
+  x.attn_out = slice(attn_out, l * P, P);
   x.residual2 = slice(residual2, l * Rl * C, Rl * C);
   x.ln2 = slice(ln2, l * R * C, R * C);
   x.ln2_mean = slice(ln2_mean, l * Rl * M, Rl * M);
   x.ln2_rstd = slice(ln2_rstd, l * Rl, Rl);
   x.fch = slice(fch, l * R * shard.mlp_in, R * shard.mlp_in);
   x.fch_gelu = slice(fch_gelu, l * R * shard.fc, R * shard.fc);
+  x.mlp_out = slice(mlp_out, l * P, P);
   x.residual3 = slice(residual3, l * Rl * C, Rl * C);
   return x;
 }
@@ -294,19 +303,22 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   x.dres2 = slice(dres2, i * R * C, R * C);
   x.dqkv = slice(dqkv, i * R * shard.qkv, R * shard.qkv);
   x.dln1 = slice(dln1, i * Rl * C, Rl * C);
-  const int64_t nw = shard.cfg.qk_norm() ? 2 * shard.head_size : 0;
+  const int64_t nw = shard.qk_norm_weight_grad();
   x.dqk_normw = slice(dqk_normw, i * nw, nw);
   if (!chunk.recompute) return x;
   LayerActivations& k = x.kept;
   k.ln1 = slice(ln1, i * R * C, R * C);
   k.ln1_mean = slice(ln1_mean, i * Rl * M, Rl * M);
   k.ln1_rstd = slice(ln1_rstd, i * Rl, Rl);
+  const int64_t P = shard.cfg.post_norm() ? Rl * C : 0;
   k.atty = slice(atty, i * R * shard.attn, R * shard.attn);
+  k.attn_out = slice(attn_out, i * P, P);
   k.residual2 = slice(residual2, i * Rl * C, Rl * C);
   k.ln2 = slice(ln2, i * R * C, R * C);
   k.ln2_mean = slice(ln2_mean, i * Rl * M, Rl * M);
   k.ln2_rstd = slice(ln2_rstd, i * Rl, Rl);
   k.fch_gelu = slice(fch_gelu, i * R * shard.fc, R * shard.fc);
+  k.mlp_out = slice(mlp_out, i * P, P);
   return x;
 }
 

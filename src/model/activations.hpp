@@ -56,14 +56,19 @@ struct LayerActivations {
   Tensor qk_rstd;    // (R·(NHl+KVHl)) each head's 1/rms
   Tensor atty;       // (B,T,Ca) attention output before the projection
   Tensor lse;        // (B,NHl,T) each attention row's logsumexp (the fused attention's statistics)
+  Tensor attn_out;   // (Rl,C) post-norm blocks (OLMo-2): the attention's output before its norm
   Tensor residual2;  // (Rl,C) residual + attention branch
   Tensor ln2;        // (R,C)
   Tensor ln2_mean;   // (Rl)
   Tensor ln2_rstd;   // (Rl)
   Tensor fch;        // (B,T,Fin) fc output before GELU, or Llama's [gate | up] before SwiGLU
   Tensor fch_gelu;   // (B,T,F) GELU's or SwiGLU's output
+  Tensor mlp_out;    // (Rl,C) post-norm blocks: the MLP's output before its norm
   Tensor residual3;  // (Rl,C) block output
 };
+// A post-norm block (OLMo-2) keeps the same tensors with these meanings: ln1 and ln2 hold the
+// sublayers' gathered inputs (the block input and residual2, what the column-parallel GEMMs
+// read), and ln1_* and ln2_* the statistics of the norms of attn_out and mlp_out.
 
 class RingAttention;
 
@@ -86,8 +91,8 @@ struct Activations {
   Tensor partial;      // (R,C) a row-parallel output before its reduce-scatter (sequence parallel)
   // Per-layer tensors, each (chunk.layers, ...) with block i of the chunk at offset i * (its
   // per-layer size).
-  Tensor ln1, ln1_mean, ln1_rstd, qkv, qk_raw, qk_rstd, atty, lse, residual2, ln2, ln2_mean,
-      ln2_rstd, fch, fch_gelu, residual3;
+  Tensor ln1, ln1_mean, ln1_rstd, qkv, qk_raw, qk_rstd, atty, lse, attn_out, residual2, ln2,
+      ln2_mean, ln2_rstd, fch, fch_gelu, mlp_out, residual3;
   // The head's (empty unless chunk.head):
   Tensor lnf;        // (R,C)
   Tensor lnf_mean;   // (Rl)
@@ -126,6 +131,7 @@ struct BackwardBuffers {
   Tensor datty;       // (B,T,Ca)
   Tensor dmlp;        // (B,T,F) Llama: the gradient of SwiGLU's output; else empty
   Tensor delta;       // (B,NHl,T) the attention backward's row terms
+  Tensor qk_sums;     // (R,2) q/k norms over the whole projection: each row's sums over TP
 
   static BackwardBuffers allocate(const TpShard& shard, int B, int T,
                                   bool sequence_parallel = false);
@@ -138,17 +144,20 @@ struct BackwardBuffers {
 // computes (Zero Bubble's ∇zL), and, under full recomputation, the activations W reads, which B's
 // recomputation rebuilds. All-row tensors are gathered under sequence parallelism.
 struct BlockWeightInputs {
+  // A post-norm block's (OLMo-2) with the same shapes: dout and dres2 hold the gradients of
+  // mlp_out and attn_out (the projections' outputs), dln2 and dln1 those of the norms' outputs
+  // (the block output's and residual2's).
   Tensor dout;   // (R,C) gradient of the block's output (the MLP projection's output)
   Tensor dfch;   // (B,T,Fin) gradient of the fc output before GELU or SwiGLU
   Tensor dln2;   // (Rl,C) gradient of ln2's output, summed over TP
   Tensor dres2;  // (R,C) gradient of residual2 (the attention projection's output)
   Tensor dqkv;   // (B,T,Cqkv) (before the rotation, for Llama)
-  // (2·hs) the per-head q/k norms' weight gradients, which B computes while it still has the
-  // normalised heads' gradient (Qwen3); else empty.
+  // The q/k norms' weight gradients (TpShard::qk_norm_weight_grad), which B computes while it
+  // still has the normalised values' gradient; else empty.
   Tensor dqk_normw;
   Tensor dln1;  // (Rl,C) gradient of ln1's output, summed over TP
-  // --recompute only (else empty): ln1, ln1_mean, ln1_rstd, atty, residual2, ln2, ln2_mean,
-  // ln2_rstd and fch_gelu of the block; the rest of `kept` stays empty.
+  // --recompute only (else empty): ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2,
+  // ln2_mean, ln2_rstd, fch_gelu and mlp_out of the block; the rest of `kept` stays empty.
   LayerActivations kept;
 };
 
@@ -164,7 +173,8 @@ struct WeightGradInputs {
   Slab slab;
   Tensor dout, dfch, dln2, dres2, dqkv, dln1, dqk_normw;  // per block, as in BlockWeightInputs
   // --recompute: the per-block activations W reads (empty otherwise).
-  Tensor ln1, ln1_mean, ln1_rstd, atty, residual2, ln2, ln2_mean, ln2_rstd, fch_gelu;
+  Tensor ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2, ln2_mean, ln2_rstd, fch_gelu,
+      mlp_out;
   Tensor dlnf;    // (Rl,C) the head's: gradient of the final LayerNorm's output, summed over TP
   Tensor dembed;  // (R,C) the embedding's: gradient of its output (block 0's input gradient)
 

@@ -17,7 +17,8 @@ struct Family {
 };
 constexpr Family kFamilies[] = {{Arch::kGpt2, "gpt2"},   {Arch::kLlama, "llama"},
                                 {Arch::kQwen2, "qwen2"}, {Arch::kMistral, "mistral"},
-                                {Arch::kPhi3, "phi3"},   {Arch::kQwen3, "qwen3"}};
+                                {Arch::kPhi3, "phi3"},   {Arch::kQwen3, "qwen3"},
+                                {Arch::kOlmo2, "olmo2"}};
 }  // namespace
 
 ModelFeatures features_of(Arch arch) {
@@ -33,6 +34,10 @@ ModelFeatures features_of(Arch arch) {
   if (arch == Arch::kQwen2) f.qkv_bias = true;
   if (arch == Arch::kPhi3) f.fused_hf_projections = true;
   if (arch == Arch::kQwen3) f.qk_norm = QkNorm::kPerHead;
+  if (arch == Arch::kOlmo2) {
+    f.norm_placement = NormPlacement::kPost;
+    f.qk_norm = QkNorm::kWhole;
+  }
   return f;
 }
 
@@ -54,7 +59,7 @@ bool parse_arch(const std::string& name, Arch& arch) {
 }
 
 const char* arch_names() {
-  return "gpt2,llama,qwen2,mistral,phi3,qwen3";
+  return "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2";
 }
 
 int pad_vocab(int vocab, int multiple) {

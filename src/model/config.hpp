@@ -15,17 +15,22 @@
 
 namespace mpf {
 
-enum class Arch { kGpt2, kLlama, kQwen2, kMistral, kPhi3, kQwen3 };
+enum class Arch { kGpt2, kLlama, kQwen2, kMistral, kPhi3, kQwen3, kOlmo2 };
 
 enum class NormKind { kLayerNorm, kRmsNorm };  // LayerNorm with its shift; RMSNorm scale only
 enum class MlpKind { kGelu, kSwiGlu };         // GELU (tanh) on F = 4C; SwiGLU's [gate | up]
 enum class PositionKind { kLearned, kRope };   // a position table (wpe); rotary Q and K
-// RMSNorm of each query and key head before the rotation, one weight vector of the head size for
-// Q and one for K shared by the heads (Qwen3's q_norm, k_norm).
-enum class QkNorm { kNone, kPerHead };
+// Where a block normalises: the input of each sublayer (GPT-2, Llama), or each sublayer's output
+// before it joins the residual stream (OLMo-2: x + norm(attn(x)), then h + norm(mlp(h))).
+enum class NormPlacement { kPre, kPost };
+// RMSNorms of Q and K before the rotation: of each head, one weight vector of the head size for Q
+// and one for K shared by the heads (Qwen3's q_norm, k_norm); or of the whole projection, Q's
+// NH·hs values and K's KVH·hs with a weight each (OLMo-2's).
+enum class QkNorm { kNone, kPerHead, kWhole };
 
 struct ModelFeatures {
   NormKind norm = NormKind::kLayerNorm;
+  NormPlacement norm_placement = NormPlacement::kPre;
   MlpKind mlp = MlpKind::kGelu;
   PositionKind positions = PositionKind::kLearned;
   bool linear_bias = true;  // the output projection and the MLP's layers have biases (GPT-2)
@@ -70,7 +75,9 @@ struct GPTConfig {
   bool rms_norm() const { return features().norm == NormKind::kRmsNorm; }
   bool swiglu() const { return features().mlp == MlpKind::kSwiGlu; }
   bool rope() const { return features().positions == PositionKind::kRope; }
-  bool qk_norm() const { return features().qk_norm == QkNorm::kPerHead; }
+  bool post_norm() const { return features().norm_placement == NormPlacement::kPost; }
+  QkNorm qk_norm_kind() const { return features().qk_norm; }
+  bool qk_norm() const { return qk_norm_kind() != QkNorm::kNone; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
   // The attention's width, the output projection's input: NH·hs (C unless head_dim says not).
   int attention_width() const { return heads * head_size(); }
@@ -82,7 +89,7 @@ struct GPTConfig {
   int mlp_in_rows() const { return swiglu() ? 2 * ffn_width() : ffn_width(); }
 };
 
-const char* arch_name(Arch arch);  // "gpt2", "llama", "qwen2", "mistral", "phi3", "qwen3"
+const char* arch_name(Arch arch);  // "gpt2", "llama", "qwen2", "mistral", "phi3", "qwen3", "olmo2"
 // The family named `name` (arch_name's); false if none is.
 bool parse_arch(const std::string& name, Arch& arch);
 // Every family's name, comma-separated, for messages and --help.

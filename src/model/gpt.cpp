@@ -8,6 +8,7 @@
 #include "model/layers/head_norm.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
+#include "model/layers/projection_norm.hpp"
 #include "model/layers/ring_attention.hpp"
 #include "model/layers/rmsnorm.hpp"
 #include "model/layers/rope.hpp"
@@ -29,6 +30,19 @@ void add_into(Tensor y, const float* x, int64_t n) {
 HeadNormShape head_norm_shape(const TpShard& s, int64_t R) {
   return {R, s.qkv, s.heads, s.kv_heads, s.head_size};
 }
+// The q/k norms over the whole projections: this rank's heads of them.
+ProjectionNormShape projection_norm_shape(const TpShard& s, int64_t R) {
+  const GPTConfig& cfg = s.cfg;
+  return {R,
+          s.qkv,
+          s.attn,
+          s.kv,
+          cfg.attention_width(),
+          int64_t(cfg.kv_head_count()) * s.head_size,
+          int64_t(s.rank) * s.attn,
+          int64_t(s.kv_begin) * s.head_size,
+          s.kv_replicas};
+}
 // Rows [first, first + count) of a (rows, C) tensor.
 Tensor rows(const Tensor& t, int64_t first, int64_t count, int C) {
   return Tensor(t.data() + first * C, count * C);
@@ -37,17 +51,26 @@ Tensor rows(const Tensor& t, int64_t first, int64_t count, int C) {
 // Seeds the output (R,C) of a row-parallel layer before the GEMM adds this rank's partial
 // product: the rows this rank contributes the residual for get residual + bias, all others zero,
 // so leaving the region (all-reduce, or reduce-scatter under SP) adds them exactly once. Without
-// SP rank 0 seeds every row; with SP each rank seeds its own rows.
+// SP rank 0 seeds every row; with SP each rank seeds its own rows. An empty residual (a post-norm
+// block's sublayer) seeds the bias only.
 void seed_rows(Tensor out, Tensor residual, Tensor bias, const tp::SequenceSplit& seq, int rank,
                int C) {
   const int64_t first = seq.on ? seq.row_begin : 0;
   const int64_t count = seq.on ? seq.local_rows : (rank == 0 ? seq.rows : 0);
   const bool has_bias = bias.extent(0) > 0;  // Llama's projections have none
+  const bool has_residual = residual.extent(0) > 0;
   for_each_2d(
       "mpf::seed_rows", seq.rows, C, KOKKOS_LAMBDA(int64_t n, int c) {
         const bool mine = n >= first && n < first + count;
-        out(n * C + c) = mine ? residual((n - first) * C + c) + (has_bias ? bias(c) : 0.0f) : 0.0f;
+        const float r = has_residual && mine ? residual((n - first) * C + c) : 0.0f;
+        out(n * C + c) = mine ? r + (has_bias ? bias(c) : 0.0f) : 0.0f;
       });
+}
+
+// y (n) = x (n).
+void copy_into(Tensor y, const float* x, int64_t n) {
+  for_each(
+      "mpf::copy_into", n, KOKKOS_LAMBDA(int64_t i) { y(i) = x[i]; });
 }
 
 // Rows [first, first + rows) of the head's R rows and where their logits live: the whole logits
@@ -112,13 +135,18 @@ struct BlockContext {
         a(acts.layer(l)) {}
 };
 
-// LayerNorm of this rank's rows into `out` (all rows' buffer), then entering the TP region (f,
-// or all-gather under SP).
+// A sublayer's input from this rank's rows of the residual stream into `out` (all rows' buffer):
+// their norm (pre-norm blocks) or themselves (post-norm), then entering the TP region (f, or
+// all-gather under SP).
 void norm_and_enter(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias,
                     const tp::SequenceSplit& seq, const GPTConfig& cfg, MPI_Comm tp) {
   const int C = cfg.channels;
-  model_norm_forward(rows(out, seq.row_begin, seq.local_rows, C), mean, rstd, inp, weight, bias,
-                     seq.local_rows, cfg);
+  const Tensor mine = rows(out, seq.row_begin, seq.local_rows, C);
+  if (cfg.post_norm()) {
+    copy_into(mine, inp.data(), seq.local_rows * C);
+  } else {
+    model_norm_forward(mine, mean, rstd, inp, weight, bias, seq.local_rows, cfg);
+  }
   tp::enter_forward(out.data(), C, seq, tp);
 }
 
@@ -132,6 +160,76 @@ void row_parallel_and_leave(Tensor out, Tensor partial, Tensor residual, Tensor 
   seed_rows(sum, residual, bias, seq, rank, C);
   linear_forward_accumulate(sum, inp, weight, seq.rows, width, C);
   tp::leave_forward(sum.data(), out.data(), C, seq, tp);
+}
+
+// A sublayer's row-parallel projection joining the residual stream: out = residual + its output
+// (pre-norm), or residual + norm(its output) with the output kept in `sub` (post-norm).
+struct SublayerNorm {
+  Tensor sub, mean, rstd, weight, bias;
+};
+void project_and_join(Tensor out, const SublayerNorm& n, Tensor partial, Tensor residual,
+                      Tensor inp, Tensor weight, Tensor bias, int width,
+                      const tp::SequenceSplit& seq, const TpShard& s, MPI_Comm tp) {
+  const GPTConfig& cfg = s.cfg;
+  const int C = cfg.channels;
+  if (!cfg.post_norm()) {
+    row_parallel_and_leave(out, partial, residual, inp, weight, bias, width, seq, s.rank, C, tp);
+    return;
+  }
+  row_parallel_and_leave(n.sub, partial, Tensor(), inp, weight, bias, width, seq, s.rank, C, tp);
+  model_norm_forward(out, n.mean, n.rstd, n.sub, n.weight, n.bias, seq.local_rows, cfg);
+  add_into(out, residual.data(), seq.local_rows * C);
+}
+
+// The q/k norms of the projection's output, before the rotation.
+void qk_norm_forward(const LayerActivations& a, const LayerParameters& p, const TpShard& s,
+                     int64_t R, MPI_Comm tp) {
+  switch (s.cfg.qk_norm_kind()) {
+    case QkNorm::kNone:
+      break;
+    case QkNorm::kPerHead:
+      head_rmsnorm_forward(a.qkv, a.qk_raw, a.qk_rstd, p.q_normw, p.k_normw, head_norm_shape(s, R),
+                           s.cfg.norm_eps);
+      break;
+    case QkNorm::kWhole:
+      projection_rmsnorm_forward(a.qkv, a.qk_raw, a.qk_rstd, p.q_normw, p.k_normw,
+                                 projection_norm_shape(s, R), s.cfg.norm_eps, tp);
+      break;
+  }
+}
+
+// Their backward: the weights' gradients into dnormw while dqkv is still the normalised values'
+// gradient, then (in place) the raw values' gradient, what the projection's gradients read.
+void qk_norm_backward(Tensor dqkv, Tensor dnormw, Tensor sums, const LayerActivations& a,
+                      const LayerParameters& p, const TpShard& s, int64_t R, MPI_Comm tp) {
+  switch (s.cfg.qk_norm_kind()) {
+    case QkNorm::kNone:
+      break;
+    case QkNorm::kPerHead:
+      head_rmsnorm_backward_weight(dnormw, dqkv, a.qk_raw, a.qk_rstd, head_norm_shape(s, R));
+      head_rmsnorm_backward_input(dqkv, a.qk_raw, a.qk_rstd, p.q_normw, p.k_normw,
+                                  head_norm_shape(s, R));
+      break;
+    case QkNorm::kWhole: {
+      const ProjectionNormShape shape = projection_norm_shape(s, R);
+      projection_rmsnorm_backward_weight(dnormw, dqkv, a.qk_raw, a.qk_rstd, shape);
+      projection_rmsnorm_backward_input(dqkv, sums, a.qk_raw, a.qk_rstd, p.q_normw, p.k_normw,
+                                        shape, tp);
+      break;
+    }
+  }
+}
+
+// W's share of the q/k norms: B's gradient of this rank's part added into the weights' gradients
+// (the shared per-head weights, or this rank's heads' slices of the whole-projection weights).
+void add_qk_norm_grads(const LayerParameters& g, Tensor dnormw, const TpShard& s) {
+  if (dnormw.extent(0) == 0) return;
+  const bool per_head = s.cfg.qk_norm_kind() == QkNorm::kPerHead;
+  const int64_t q_first = per_head ? 0 : int64_t(s.rank) * s.attn;
+  const int64_t k_first = per_head ? 0 : int64_t(s.kv_begin) * s.head_size;
+  const int64_t q = per_head ? s.head_size : s.attn, k = per_head ? s.head_size : s.kv;
+  add_into(Tensor(g.q_normw.data() + q_first, q), dnormw.data(), q);
+  add_into(Tensor(g.k_normw.data() + k_first, k), dnormw.data() + q, k);
 }
 }  // namespace
 
@@ -187,21 +285,19 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
   const int C = cfg.channels;
   const int64_t R = seq.rows;
   const Tensor none;
-  // Attention: norm, enter (f), column-parallel QKV (this rank's heads; Llama rotates Q and K),
-  // attention, row-parallel projection with the residual, leave (g). Llama's tensors have no
-  // biases: their views are empty.
+  // Attention: norm (pre-norm blocks), enter (f), column-parallel QKV (this rank's heads; the
+  // q/k norms, Llama's rotation of Q and K), attention, row-parallel projection with the
+  // residual (after its norm in post-norm blocks), leave (g). Llama's tensors have no biases:
+  // their views are empty.
   norm_and_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, seq, cfg, tp);
   linear_forward(a.qkv, none, a.ln1, p.qkvw, p.qkvb, R, C, s.qkv);
-  if (cfg.qk_norm()) {
-    head_rmsnorm_forward(a.qkv, a.qk_raw, a.qk_rstd, p.q_normw, p.k_normw, head_norm_shape(s, R),
-                         cfg.norm_eps);
-  }
+  qk_norm_forward(a, p, s, R, tp);
   if (cfg.rope()) {
     rope_forward(a.qkv, rope.cos, rope.sin, R, rope.T, rope.pos0, s.heads, s.kv_heads, s.head_size);
   }
   attend(a.atty, a.qkv);
-  row_parallel_and_leave(a.residual2, partial, x, a.atty, p.attprojw, p.attprojb, s.attn, seq,
-                         s.rank, C, tp);
+  project_and_join(a.residual2, {a.attn_out, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b}, partial, x,
+                   a.atty, p.attprojw, p.attprojb, s.attn, seq, s, tp);
   // MLP: the same pattern with column-parallel fc, GELU (or SwiGLU) and row-parallel proj.
   norm_and_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, seq, cfg, tp);
   if (cfg.swiglu()) {
@@ -210,8 +306,8 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
   } else {
     linear_gelu_forward(a.fch, a.fch_gelu, a.ln2, p.fcw, p.fcb, R, C, s.fc);
   }
-  row_parallel_and_leave(a.residual3, partial, a.residual2, a.fch_gelu, p.fcprojw, p.fcprojb, s.fc,
-                         seq, s.rank, C, tp);
+  project_and_join(a.residual3, {a.mlp_out, a.ln2_mean, a.ln2_rstd, p.ln2w, p.ln2b}, partial,
+                   a.residual2, a.fch_gelu, p.fcprojw, p.fcprojb, s.fc, seq, s, tp);
 }
 
 void head_forward(Activations& acts, const ParameterTensors& params, const Tokens& targets,
@@ -309,7 +405,19 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
   // entering one backwards: f's all-reduce, or reduce-scatter under SP. Every gradient a weight
   // gradient reads lands in `w`.
   const GPTConfig& cfg = s.cfg;
-  tp::leave_backward(dout.data(), w.dout.data(), C, seq, tp);
+  const Tensor none;
+  const int64_t local = Rl * C;
+  if (cfg.post_norm()) {
+    // The MLP's norm: dout, its output's gradient, kept for W in dln2; the MLP output's gradient
+    // in dout, gathered (under SP through the scratch dresidual2, free until the attention's).
+    copy_into(w.dln2, dout.data(), local);
+    const Tensor dsub = seq.on ? buf.dresidual2 : w.dout;
+    model_norm_backward_input(dsub, none, w.dln2, a.mlp_out, a.ln2_mean, a.ln2_rstd, p.ln2w, Rl,
+                              cfg);
+    tp::leave_backward(dsub.data(), w.dout.data(), C, seq, tp);
+  } else {
+    tp::leave_backward(dout.data(), w.dout.data(), C, seq, tp);
+  }
   if (cfg.swiglu()) {
     linear_backward_input(buf.dmlp, w.dout, p.fcprojw, R, s.fc, C);
     swiglu_backward_input(w.dfch, buf.dmlp, a.fch, R, s.fc);
@@ -317,13 +425,26 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
     linear_backward_input(w.dfch, w.dout, p.fcprojw, R, s.fc, C);
     gelu_backward_input(w.dfch, w.dfch, a.fch, R * s.fc);
   }
-  const Tensor partial2 = seq.on ? buf.partial : w.dln2;
+  // residual2's gradient, this rank's rows: through the MLP's input norm plus dout (pre-norm),
+  // or the MLP's input gradient plus dout, in dln1 for the attention's norm's W (post-norm).
+  const Tensor dmlp_in = cfg.post_norm() ? w.dln1 : w.dln2;
+  const Tensor partial2 = seq.on ? buf.partial : dmlp_in;
   linear_backward_input(partial2, w.dfch, p.fcw, R, C, s.mlp_in);
-  tp::enter_backward(partial2.data(), w.dln2.data(), C, seq, tp);
-  const Tensor dres2 = seq.on ? buf.dresidual2 : w.dres2;  // this rank's rows
-  model_norm_backward_input(dres2, dout, w.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w, Rl,
-                            cfg);
-  tp::leave_backward(dres2.data(), w.dres2.data(), C, seq, tp);
+  tp::enter_backward(partial2.data(), dmlp_in.data(), C, seq, tp);
+  Tensor dres2 = seq.on ? buf.dresidual2 : w.dres2;
+  if (cfg.post_norm()) {
+    add_into(w.dln1, w.dln2.data(), local);
+    dres2 = w.dln1;
+    // The attention's norm, as the MLP's: its output's gradient gathered in w.dres2.
+    const Tensor dsub = seq.on ? buf.dresidual2 : w.dres2;
+    model_norm_backward_input(dsub, none, w.dln1, a.attn_out, a.ln1_mean, a.ln1_rstd, p.ln1w, Rl,
+                              cfg);
+    tp::leave_backward(dsub.data(), w.dres2.data(), C, seq, tp);
+  } else {
+    model_norm_backward_input(dres2, dout, w.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w, Rl,
+                              cfg);
+    tp::leave_backward(dres2.data(), w.dres2.data(), C, seq, tp);
+  }
   linear_backward_input(buf.datty, w.dres2, p.attprojw, R, s.attn, C);
   if (acts.ring) {
     acts.ring->backward_input(w.dqkv, buf.delta, buf.datty, a.qkv, a.atty, a.lse, acts.doc_start);
@@ -340,18 +461,19 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
     rope_backward(w.dqkv, acts.rope_cos, acts.rope_sin, R, acts.T, 0, s.heads, s.kv_heads,
                   s.head_size);
   }
-  if (cfg.qk_norm()) {
-    // The norms' weight gradients while dqkv is still the normalised heads' gradient; then the
-    // raw heads' gradient, what the projection's gradients read.
-    head_rmsnorm_backward_weight(w.dqk_normw, w.dqkv, a.qk_raw, a.qk_rstd, head_norm_shape(s, R));
-    head_rmsnorm_backward_input(w.dqkv, a.qk_raw, a.qk_rstd, p.q_normw, p.k_normw,
-                                head_norm_shape(s, R));
-  }
-  const Tensor partial1 = seq.on ? buf.partial : w.dln1;
+  qk_norm_backward(w.dqkv, w.dqk_normw, buf.qk_sums, a, p, s, R, tp);
+  // The block input's gradient: through the attention's input norm plus residual2's (pre-norm),
+  // or the attention's input gradient plus residual2's (post-norm).
+  const Tensor dattn_in = cfg.post_norm() ? dinp : w.dln1;
+  const Tensor partial1 = seq.on ? buf.partial : dattn_in;
   linear_backward_input(partial1, w.dqkv, p.qkvw, R, C, s.qkv);
-  tp::enter_backward(partial1.data(), w.dln1.data(), C, seq, tp);
-  model_norm_backward_input(dinp, dres2, w.dln1, acts.block_input(l), a.ln1_mean, a.ln1_rstd,
-                            p.ln1w, Rl, cfg);
+  tp::enter_backward(partial1.data(), dattn_in.data(), C, seq, tp);
+  if (cfg.post_norm()) {
+    add_into(dinp, dres2.data(), local);
+  } else {
+    model_norm_backward_input(dinp, dres2, w.dln1, acts.block_input(l), a.ln1_mean, a.ln1_rstd,
+                              p.ln1w, Rl, cfg);
+  }
 }
 
 void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
@@ -361,21 +483,20 @@ void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
   // The row-parallel layers read all rows of their output gradients (gathered by B under SP), so
   // their biases get the whole gradient on every rank.
   linear_backward_weight(g.fcprojw, g.fcprojb, w.dout, a.fch_gelu, R, s.fc, C);
+  // A norm's input: the sublayer's (pre-norm) or its output (post-norm).
+  const bool post = s.cfg.post_norm();
   linear_backward_weight(g.fcw, g.fcb, w.dfch, a.ln2, R, C, s.mlp_in);
-  model_norm_backward_weight(g.ln2w, g.ln2b, w.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, Rl,
-                             s.cfg);
+  model_norm_backward_weight(g.ln2w, g.ln2b, w.dln2, post ? a.mlp_out : a.residual2, a.ln2_mean,
+                             a.ln2_rstd, Rl, s.cfg);
   linear_backward_weight(g.attprojw, g.attprojb, w.dres2, a.atty, R, s.attn, C);
   linear_backward_weight(g.qkvw, g.qkvb, w.dqkv, a.ln1, R, C, s.qkv);
-  if (w.dqk_normw.extent(0) > 0) {
-    const int hs = s.head_size;
-    add_into(g.q_normw, w.dqk_normw.data(), hs);
-    add_into(g.k_normw, w.dqk_normw.data() + hs, hs);
-  }
-  model_norm_backward_weight(g.ln1w, g.ln1b, w.dln1, acts.block_input(l), a.ln1_mean, a.ln1_rstd,
-                             Rl, s.cfg);
+  add_qk_norm_grads(g, w.dqk_normw, s);
+  model_norm_backward_weight(g.ln1w, g.ln1b, w.dln1, post ? a.attn_out : acts.block_input(l),
+                             a.ln1_mean, a.ln1_rstd, Rl, s.cfg);
   if (final_microbatch) {
     for (const Tensor* t : {&g.ln1w, &g.ln1b, &g.ln2w, &g.ln2b}) sum_over_tp(*t, seq, tp);
-    // Each TP rank normalised its own heads: the q/k norms' gradients are summed over them all.
+    // Each TP rank normalised its own heads: the q/k norms' gradients are summed over them all
+    // (a replicated kv head's from each of its ranks' query heads).
     for (const Tensor* t : {&g.q_normw, &g.k_normw}) {
       if (t->extent(0) > 0) allreduce_sum(t->data(), int64_t(t->extent(0)), tp);
     }
@@ -418,11 +539,13 @@ BlockSite block_site(const Activations& store, const Activations* workspace, int
     site.ln1_mean = kept->ln1_mean;
     site.ln1_rstd = kept->ln1_rstd;
     site.atty = kept->atty;
+    site.attn_out = kept->attn_out;
     site.residual2 = kept->residual2;
     site.ln2 = kept->ln2;
     site.ln2_mean = kept->ln2_mean;
     site.ln2_rstd = kept->ln2_rstd;
     site.fch_gelu = kept->fch_gelu;
+    site.mlp_out = kept->mlp_out;
   }
   return {site, 0};
 }

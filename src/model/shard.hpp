@@ -58,8 +58,18 @@ struct TpShard {
   bool has_head = true;       // lnf, and wte (tied) or lmhead for the LM head (last stage)
 
   int local_layers() const { return int(layers.size()); }
-  // The heads a row's per-head q/k norms normalise here (Qwen3's): its Q and K heads; else 0.
-  int qk_norm_heads() const { return cfg.qk_norm() ? heads + kv_heads : 0; }
+  // A row's values the q/k norms normalise here (its Q and K, attn + kv; 0 without the norms),
+  // the 1/rms each keeps (one per head, or Q's and K's over the whole projection) and the weight
+  // gradient B computes for W (2·hs shared by the heads, or this rank's slices of both weights).
+  int qk_norm_width() const { return cfg.qk_norm() ? attn + kv : 0; }
+  int qk_norm_stats() const {
+    if (!cfg.qk_norm()) return 0;
+    return cfg.qk_norm_kind() == QkNorm::kPerHead ? heads + kv_heads : 2;
+  }
+  int qk_norm_weight_grad() const {
+    if (!cfg.qk_norm()) return 0;
+    return cfg.qk_norm_kind() == QkNorm::kPerHead ? 2 * head_size : attn + kv;
+  }
   bool holds(TensorId tensor) const;    // does this stage hold any of the tensor?
   bool is_tied(TensorId tensor) const;  // held by the embedding and the head both (tied wte)
   // A tied tensor's copy on a stage without the embedding (the LM head's): the first stage's copy

@@ -30,8 +30,11 @@ int64_t dim_size(Dim d, const GPTConfig& cfg, bool padded) {
     case Dim::kAttn:
       n = cfg.attention_width();
       break;
-    case Dim::kHead:
-      n = cfg.head_size();
+    case Dim::kQNorm:  // replicated over TP either way: a rank reads its heads' slice
+      n = cfg.qk_norm_kind() == QkNorm::kWhole ? cfg.attention_width() : cfg.head_size();
+      break;
+    case Dim::kKNorm:
+      n = cfg.head_size() * (cfg.qk_norm_kind() == QkNorm::kWhole ? cfg.kv_head_count() : 1);
       break;
   }
   return d.times * n;

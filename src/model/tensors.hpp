@@ -37,7 +37,7 @@ enum class TensorId : int {
   lnfw,
   lnfb,
   lmhead,   // after GPT-2's, so its file order is llm.c's
-  q_normw,  // then the features' own tensors: Qwen3's per-head q and k norms
+  q_normw,  // then the features' own tensors: the q and k norms (Qwen3's, OLMo-2's)
   k_normw
 };
 inline constexpr int kNumParameterTensors = 19;
@@ -54,7 +54,8 @@ struct Dim {
     kMlpIn,    // the MLP's first layer: [gate | up] 2F (Llama), F = 4C (GPT-2)
     kFfn,      // F: the MLP's hidden width
     kAttn,     // NH·hs: the attention's width (C unless the head size is not C/NH)
-    kHead,     // hs: one head
+    kQNorm,    // Q's norm weight: hs (one per head, shared) or NH·hs (the whole projection)
+    kKNorm,    // K's: hs or KVH·hs
   } of;
 };
 
@@ -66,7 +67,7 @@ enum class Needs {
   kQkvBias,           // biases on Q, K and V
   kLinearBias,        // biases on the output projection and the MLP's layers
   kUntied,            // an LM head that is not wte: lmhead
-  kQkNorm,            // per-head q/k norms: q_normw, k_normw
+  kQkNorm,            // q/k norms: q_normw, k_normw
 };
 
 // The row blocks of a column-split tensor, each split over TP alike.
@@ -126,7 +127,7 @@ using N = Needs;
 using B = RowBlocks;
 inline constexpr Dim one{1, Dim::kOne}, C{1, Dim::kChannels}, QKV{1, Dim::kQkvRows},
     MLP{1, Dim::kMlpIn}, FFN{1, Dim::kFfn}, Vp{1, Dim::kPaddedVocab}, maxT{1, Dim::kMaxSeqLen},
-    ATT{1, Dim::kAttn}, HS{1, Dim::kHead};
+    ATT{1, Dim::kAttn}, QN{1, Dim::kQNorm}, KN{1, Dim::kKNorm};
 // Every tensor's row, in llm.c's order.
 // clang-format off
 inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
@@ -148,8 +149,8 @@ inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
   {T::lnfw,     "lnfw",     P::kHead,      C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kAll},
   {T::lnfb,     "lnfb",     P::kHead,      C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kNormShift},
   {T::lmhead,   "lmhead",   P::kHead,      Vp,   C,   S::kVocab,  B::kOne,   I::kNormal, false,   true,  N::kUntied},
-  {T::q_normw,  "q_normw",  P::kBlocks,    HS,   one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kQkNorm},
-  {T::k_normw,  "k_normw",  P::kBlocks,    HS,   one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kQkNorm},
+  {T::q_normw,  "q_normw",  P::kBlocks,    QN,   one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kQkNorm},
+  {T::k_normw,  "k_normw",  P::kBlocks,    KN,   one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kQkNorm},
 }};
 // clang-format on
 

@@ -16,7 +16,7 @@ struct TrainOptions {
   // Model: a checkpoint, or the sizes of a fresh one.
   std::string init_from;
   int layers = 4, heads = 4, dim = 128, vocab = 256, max_seq_len = 256;
-  // The family (model/config.hpp: gpt2, llama, qwen2, mistral, phi3, qwen3) and what the families
+  // The family (model/config.hpp: gpt2, llama, qwen2, mistral, phi3, qwen3, olmo2) and what the families
   // of Llama blocks add; GPT-2 takes none of them.
   std::string arch = "gpt2";
   int kv_heads = 0, ffn_dim = 0;  // 0: the heads, 4C

@@ -39,8 +39,10 @@ SettingGroup model_settings() {
            "model.max_seq_len", kKeep},
           {"--arch", "A",
            "the model family: gpt2, or Llama blocks (RMSNorm, RoPE, SwiGLU, GQA): llama, qwen2 "
-           "(with Q, K, V biases), mistral, phi3, qwen3 (per-head q/k norms)",
-           &O::arch, kNoMinimum, "model.arch", kKeep, "gpt2,llama,qwen2,mistral,phi3,qwen3"},
+           "(with Q, K, V biases), mistral, phi3, qwen3 (per-head q/k norms), olmo2 (norms after "
+           "the "
+           "sublayers, q/k norms over the whole projection)",
+           &O::arch, kNoMinimum, "model.arch", kKeep, "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2"},
           {"--kv-heads", "H", "llama: key/value heads, dividing --heads (default, or 0: --heads)",
            &O::kv_heads, 0, "model.kv_heads", kKeep},
           {"--ffn-dim", "F", "llama: the SwiGLU MLP's width (default, or 0: 4C)", &O::ffn_dim, 0,

@@ -154,7 +154,7 @@ cp -r "$WORK/llama" "$WORK/qwen_window" && hf config "$WORK/qwen_window" model_t
 expect_error "Qwen2 with its sliding window on" 1 "qwen_window/config.json: use_sliding_window is true" -- \
   --init-from "$WORK/qwen_window" "${ARGS[@]}"
 cp -r "$WORK/llama" "$WORK/gemma" && hf config "$WORK/gemma" model_type '"gemma"'
-expect_error "a family this trainer does not run" 1 "gemma/config.json: model_type is \"gemma\"; this trainer runs gpt2, llama, qwen2, qwen3, mistral and phi3" -- \
+expect_error "a family this trainer does not run" 1 "gemma/config.json: model_type is \"gemma\"; this trainer runs these model_types: gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2" -- \
   --init-from "$WORK/gemma" "${ARGS[@]}"
 expect_error "Llama: --kv-heads disagrees with config.json" 1 "--kv-heads 4 disagrees with config .*num_key_value_heads 2" -- \
   --init-from "$WORK/llama" --arch llama --kv-heads 4 "${ARGS[@]}"

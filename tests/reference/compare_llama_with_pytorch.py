@@ -74,7 +74,9 @@ def shapes(m):
             ("fcprojw", (L, C, F_)), ("lnfw", (C,))]
     if not m["tied"]:
         out.append(("lmhead", (Vp, C)))
-    if m.get("qk_norm"):  # Qwen3: the per-head q and k norms, after the GPT-2 and Llama tensors
+    if m.get("qk_norm") == "whole":  # OLMo-2: norms of the whole Q and K projections
+        out += [("q_normw", (L, NH * hs)), ("k_normw", (L, KVH * hs))]
+    elif m.get("qk_norm"):  # Qwen3: the per-head q and k norms, after the GPT-2 and Llama tensors
         out += [("q_normw", (L, hs)), ("k_normw", (L, hs))]
     return out
 
@@ -84,7 +86,7 @@ MATRICES = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead"}
 
 def header(m):
     h = np.zeros(256, dtype="<i4")
-    # Slot 8: the family (1 llama, 2 qwen2, 3 mistral, 4 phi3, 5 qwen3); slot 18: the sliding
+    # Slot 8: the family (1 llama, 2 qwen2, 3 mistral, 4 phi3, 5 qwen3, 6 olmo2); slot 18: the sliding
     # window; slot 19: a head size apart from C / NH.
     h[:13] = [LLAMA_MAGIC, LLAMA_VERSION, m["maxT"], m["V"], m["L"], m["NH"], m["C"], m["Vp"],
               m.get("arch", 1), m["KVH"], m["F"], int(m["tied"]), m["original"]]
@@ -181,16 +183,20 @@ def llama_logits(p, inputs, m, doc_token=None):
     if m.get("window", 0) > 0:  # a query sees the last `window` positions, itself included
         pos = torch.arange(Tt)
         causal = causal & (pos[:, None] - pos[None, :] < m["window"])
+    post = m.get("post_norm")  # OLMo-2: x + norm(attn(x)), then h + norm(mlp(h))
     for l in range(L):
-        h = rms_norm(x, p["ln1w"][l], m["eps"])
+        h = x if post else rms_norm(x, p["ln1w"][l], m["eps"])
         qkv = h @ p["qkvw"][l].T
         if "qkvb" in p:
             qkv = qkv + p["qkvb"][l]
         q, k, v = qkv.split([NH * hs, KVH * hs, KVH * hs], dim=-1)
+        if m.get("qk_norm") == "whole":  # OLMo-2: over all of Q's and all of K's values
+            q = rms_norm(q, p["q_normw"][l], m["eps"])
+            k = rms_norm(k, p["k_normw"][l], m["eps"])
         q = q.view(Bb, Tt, NH, hs).transpose(1, 2)
         k = k.view(Bb, Tt, KVH, hs).transpose(1, 2)
         v = v.view(Bb, Tt, KVH, hs).transpose(1, 2)
-        if "q_normw" in p:  # Qwen3: each head RMS-normalised before the rotation
+        if m.get("qk_norm") is True:  # Qwen3: each head RMS-normalised before the rotation
             q = rms_norm(q, p["q_normw"][l], m["eps"])
             k = rms_norm(k, p["k_normw"][l], m["eps"])
         q = q * cos + rotate_half(q) * sin
@@ -200,10 +206,12 @@ def llama_logits(p, inputs, m, doc_token=None):
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         att = att.masked_fill(~causal, float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(Bb, Tt, NH * hs)
-        x = x + y @ p["attprojw"][l].T
-        h = rms_norm(x, p["ln2w"][l], m["eps"])
+        out = y @ p["attprojw"][l].T
+        x = x + (rms_norm(out, p["ln1w"][l], m["eps"]) if post else out)
+        h = x if post else rms_norm(x, p["ln2w"][l], m["eps"])
         gate, up = (h @ p["fcw"][l].T).split(F_, dim=-1)
-        x = x + (F.silu(gate) * up) @ p["fcprojw"][l].T
+        out = (F.silu(gate) * up) @ p["fcprojw"][l].T
+        x = x + (rms_norm(out, p["ln2w"][l], m["eps"]) if post else out)
     x = rms_norm(x, p["lnfw"], m["eps"])
     return x @ (p["wte"] if m["tied"] else p["lmhead"]).T
 

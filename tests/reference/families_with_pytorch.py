@@ -12,7 +12,11 @@ compare_llama_with_pytorch.py, extended by the family's features:
 - phi3: a sliding window of 7 and multi-head attention; its Hugging Face files fuse
   qkv_proj and gate_up_proj, which --save-hf must write and --init-from read back;
 - qwen3: per-head RMSNorms of Q and K before the rotation (q_norm, k_norm) and a head size of 12
-  apart from C / NH = 8 (head_dim), one kv head.
+  apart from C / NH = 8 (head_dim), one kv head;
+- olmo2: norms after the sublayers (x + norm(attn(x)), h + norm(mlp(h))) and RMSNorms over the
+  whole Q and K projections, one kv head: under TP 2 each rank holds half of Q's values and the
+  replicated kv head, so both norms' sums cross the ranks; also TP 2 with sequence parallelism,
+  full recomputation, and generation on TP 2.
 Every step's loss within 1e-5 (relative) of the float64 reference on every layout; greedy
 decoding with the KV cache gives the reference's ids; the model saved with --save-hf has the
 family's config.json and tensor names and loads back to the same losses.
@@ -52,7 +56,14 @@ FAMILIES = [
      "Phi3ForCausalLM", "model.layers.0.self_attn.qkv_proj.weight"),
     ("qwen3", dict(BASE, arch=5, KVH=1, hd=12, qk_norm=True, tied=True),
      "Qwen3ForCausalLM", "model.layers.0.self_attn.k_norm.weight"),
+    ("olmo2", dict(BASE, arch=6, KVH=1, qk_norm="whole", post_norm=True, tied=False),
+     "Olmo2ForCausalLM", "model.layers.0.post_feedforward_layernorm.weight"),
 ]
+# The layouts only a family's own code paths need (OLMo-2's post-norm blocks under sequence
+# parallelism and recomputation), and the TP sizes its generation runs on.
+EXTRA_LAYOUTS = {"olmo2": [("tp 2 + sp", 2, ("--tp", "2", "--sequence-parallel")),
+                           ("recompute", 1, ("--recompute",))]}
+GENERATE_RANKS = {"olmo2": (1, 2)}
 # The printed norm has 5 significant digits (half a unit: 2.5e-5 relative at 2.1); a gradient
 # counted twice (a replicated kv head's bias rows) moves it by 1e-2.
 NORM_CHECK = 5e-5
@@ -96,7 +107,7 @@ def main():
             model = os.path.join(workdir, f"{name}.bin")
             write_model(model, m, params0)
             ref, _ = reference_run(params0, tokens, m)
-            for layout, ranks, extra in LAYOUTS:
+            for layout, ranks, extra in LAYOUTS + EXTRA_LAYOUTS.get(name, []):
                 rows, _ = run_trainer(exe, workdir, model, shard, "fp32", extra, m, ranks)
                 rel = worst_loss(ref, rows)
                 norm = max(abs(float(t["norm"]) - r["norm"]) / r["norm"] for r, t in zip(ref, rows))
@@ -109,9 +120,10 @@ def main():
                       f"[{name}] the window matters: first loss {ref[0]['loss']:.6f} with it, "
                       f"{plain[0]['loss']:.6f} without")
             ref_ids, _ = reference_decode(params0, m)
-            ids, _ = run_generate(gen, mpiexec, workdir, model, name, 1)
-            check(ids == ref_ids, f"[{name} generate] {len(ids)} greedy ids with the KV cache "
-                                  f"equal torch's")
+            for tp in GENERATE_RANKS.get(name, (1,)):
+                ids, _ = run_generate(gen, mpiexec, workdir, model, f"{name}_tp{tp}", tp)
+                check(ids == ref_ids, f"[{name} generate tp {tp}] {len(ids)} greedy ids with the "
+                                      f"KV cache equal torch's")
             # The trained model through a Hugging Face directory: its config.json and names, then
             # 5 more steps from it against the reference from the same parameters.
             hf = os.path.join(workdir, f"{name}_hf")

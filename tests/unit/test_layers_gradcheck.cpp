@@ -10,6 +10,7 @@
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
+#include "model/layers/projection_norm.hpp"
 #include "model/layers/rmsnorm.hpp"
 #include "model/layers/rope.hpp"
 #include "model/layers/swiglu.hpp"
@@ -148,6 +149,35 @@ TEST(LayerGradients, RMSNorm) {
   rmsnorm_backward_input(view(dout), Tensor(), view(dout), view(inp), view(rstd), view(w), N, C);
   const std::vector<float> alone = to_host(dout), with = to_host(dinp);
   for (int i = 0; i < N * C; ++i) EXPECT_NEAR(alone[i], with[i] - D[i], 1e-5f) << i;
+}
+
+// OLMo-2's norms of the whole Q and K projections, on one rank: each row's 12 Q values and 6 K
+// values of a packed [Q | K | V] row of 24 normalised apart, V untouched.
+TEST(LayerGradients, ProjectionRMSNorm) {
+  const int N = 5, Q = 12, K = 6, LD = Q + 2 * K;
+  const ProjectionNormShape shape{N, LD, Q, K, Q, K, 0, 0, 1};
+  Slab inp = random_slab("inp", N * LD, 2.0f), qw = random_slab("qw", Q), kw = random_slab("kw", K);
+  Slab qkv("qkv", N * LD), raw("raw", N * (Q + K)), rstd("rstd", 2 * N), sums("sums", 2 * N);
+  Slab dqkv("dqkv", N * LD), dw("dw", Q + K);
+  const std::vector<float> R = to_host(random_slab("R", N * LD));
+  auto loss = [&] {
+    Kokkos::deep_copy(qkv, inp);
+    projection_rmsnorm_forward(view(qkv), view(raw), view(rstd), view(qw), view(kw), shape, 1e-5f,
+                               MPI_COMM_SELF);
+    return weighted_sum(qkv, R);
+  };
+  loss();
+  Kokkos::deep_copy(
+      dqkv, Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(R.data(), R.size()));
+  projection_rmsnorm_backward_weight(view(dw), view(dqkv), view(raw), view(rstd), shape);
+  projection_rmsnorm_backward_input(view(dqkv), view(sums), view(raw), view(rstd), view(qw),
+                                    view(kw), shape, MPI_COMM_SELF);
+  expect_gradient_matches(inp, to_host(dqkv), loss, spread(N * LD), "dqkv", 1e-2f);
+  const std::vector<float> dweights = to_host(dw);
+  expect_gradient_matches(qw, std::vector<float>(dweights.begin(), dweights.begin() + Q), loss,
+                          spread(Q), "dq_weight");
+  expect_gradient_matches(kw, std::vector<float>(dweights.begin() + Q, dweights.end()), loss,
+                          spread(K), "dk_weight");
 }
 
 TEST(LayerGradients, RotaryEmbeddingOfQueriesAndKeys) {

@@ -118,7 +118,8 @@ TEST(ModelGradients, LlamaMatchesFiniteDifferences) {
 }
 
 // The features the families of Llama blocks add: Qwen2's Q, K, V biases; Qwen3's per-head q/k
-// norms with a head size (6) apart from C / NH (4) and no biases; Mistral's sliding window of 2.
+// norms with a head size (6) apart from C / NH (4) and no biases; Mistral's sliding window of 2;
+// OLMo-2's norms after the sublayers and over the whole Q and K projections.
 TEST(ModelGradients, FamilyFeaturesMatchFiniteDifferences) {
   GPTConfig qwen2 = tiny_llama();
   qwen2.arch = Arch::kQwen2;
@@ -128,7 +129,9 @@ TEST(ModelGradients, FamilyFeaturesMatchFiniteDifferences) {
   GPTConfig mistral = tiny_llama();
   mistral.arch = Arch::kMistral;
   mistral.sliding_window = 2;
-  for (const GPTConfig& cfg : {qwen2, qwen3, mistral}) {
+  GPTConfig olmo2 = tiny_llama();
+  olmo2.arch = Arch::kOlmo2;
+  for (const GPTConfig& cfg : {qwen2, qwen3, mistral, olmo2}) {
     SCOPED_TRACE(arch_name(cfg.arch));
     TinyModel m(cfg);
     check_every_tensor(m);
@@ -136,6 +139,8 @@ TEST(ModelGradients, FamilyFeaturesMatchFiniteDifferences) {
   EXPECT_EQ(tensor_size(TensorId::qkvb, qwen2), 2 * (16 + 2 * 8));
   EXPECT_EQ(tensor_size(TensorId::q_normw, qwen3), 2 * 6);
   EXPECT_EQ(tensor_size(TensorId::attprojw, qwen3), 2 * 16 * 4 * 6);
+  EXPECT_EQ(tensor_size(TensorId::q_normw, olmo2), 2 * 16);
+  EXPECT_EQ(tensor_size(TensorId::k_normw, olmo2), 2 * 8);
 }
 
 TEST(ModelGradients, BackwardAccumulatesAndIsDeterministic) {
