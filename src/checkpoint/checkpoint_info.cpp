@@ -59,6 +59,22 @@ std::vector<Field> llama_fields(CheckpointInfo& c) {
   };
 }
 
+// The fields only some models have, absent from checkpoints written before them: a sliding
+// window, a head size apart from C/NH, the experts. `held`: only those the model has.
+std::vector<Field> optional_model_fields(CheckpointInfo& c, bool held) {
+  GPTConfig& m = c.model;
+  std::vector<Field> out;
+  if (!held || m.sliding_window > 0) out.push_back({"model.sliding_window", &m.sliding_window});
+  if (!held || m.head_dim > 0) out.push_back({"model.head_dim", &m.head_dim});
+  if (!held || m.moe()) {
+    out.push_back({"model.experts", &m.experts});
+    out.push_back({"model.experts_per_token", &m.experts_per_token});
+    out.push_back({"model.moe_renormalize", &m.moe_renormalize});
+    out.push_back({"model.moe_aux_coef", &m.moe_aux_coef});
+  }
+  return out;
+}
+
 // The data's positions, after the settings.
 std::vector<Field> position_fields(CheckpointInfo& c) {
   std::vector<Field> f = {
@@ -150,7 +166,8 @@ bool is_fixed(CheckpointInfo& c, const std::string& key) {
   for (const char* k : kOutlierKeys) {
     if (key == k) return true;
   }
-  for (const auto& fields : {head_fields(c), llama_fields(c), position_fields(c)}) {
+  for (const auto& fields :
+       {head_fields(c), llama_fields(c), optional_model_fields(c, false), position_fields(c)}) {
     for (const Field& f : fields) {
       if (f.key == key) return true;
     }
@@ -170,10 +187,8 @@ std::string to_text(const CheckpointInfo& info) {
   if (c.model.llama()) {
     out += std::string("model.arch = ") + arch_name(c.model.arch) + "\n";
     for (const Field& f : llama_fields(c)) out += f.key + " = " + format(f.ref) + "\n";
-    if (c.model.sliding_window > 0) {
-      out += "model.sliding_window = " + std::to_string(c.model.sliding_window) + "\n";
-    }
-    if (c.model.head_dim > 0) out += "model.head_dim = " + std::to_string(c.model.head_dim) + "\n";
+    for (const Field& f : optional_model_fields(c, true))
+      out += f.key + " = " + format(f.ref) + "\n";
   }
   for (const auto& [key, value] : c.settings) out += key + " = " + value + "\n";
   for (const Field& f : position_fields(c)) out += f.key + " = " + format(f.ref) + "\n";
@@ -232,12 +247,11 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
                 "' is not an architecture this mpiformer knows");
     read_fields(llama_fields(c));
     // Absent from checkpoints written before them, and from models without them.
-    for (const auto& [key, field] :
-         {std::pair<const char*, int*>{"model.sliding_window", &c.model.sliding_window},
-          {"model.head_dim", &c.model.head_dim}}) {
-      const auto it = values.find(key);
-      require(it == values.end() || parse(it->second, field),
-              "checkpoint " + path + ": field '" + key + "' is malformed; the file is corrupt");
+    for (const Field& f : optional_model_fields(c, false)) {
+      const auto it = values.find(f.key);
+      if (it == values.end()) continue;
+      require(parse(it->second, f.ref),
+              "checkpoint " + path + ": field '" + f.key + "' is malformed; the file is corrupt");
     }
   }
   read_fields(position_fields(c));  // after the model: which tensors have checksums

@@ -146,7 +146,8 @@ constexpr Gpt2Name kGpt2Names[kNumParameterTensors] = {
     {"h.%d.mlp.c_proj.bias", false},
     {"ln_f.weight", false},
     {"ln_f.bias", false},
-    {"", false},  // lmhead, q_normw, k_normw: GPT-2 has none
+    {"", false},  // lmhead, q_normw, k_normw, routerw: GPT-2 has none
+    {"", false},
     {"", false},
     {"", false},
 };
@@ -189,9 +190,27 @@ std::vector<const char*> llama_names(TensorId t, const ModelFeatures& f) {
       return {"model.layers.%d.self_attn.q_norm.weight"};
     case TensorId::k_normw:
       return {"model.layers.%d.self_attn.k_norm.weight"};
+    case TensorId::routerw:
+      if (f.hf_block_sparse_moe) return {"model.layers.%d.block_sparse_moe.gate.weight"};
+      return {"model.layers.%d.mlp.gate.weight"};
     default:
       return {};  // a tensor these families do not hold
   }
+}
+
+// A mixture of experts' MLP tensors, one name per expert (layer, expert): fcw = each expert's
+// [gate | up], fcprojw each one's down projection, stacked expert by expert.
+std::vector<const char*> expert_names(TensorId t, const ModelFeatures& f) {
+  const bool mixtral = f.hf_block_sparse_moe;
+  if (t == TensorId::fcw) {
+    if (mixtral)
+      return {"model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
+              "model.layers.%d.block_sparse_moe.experts.%d.w3.weight"};
+    return {"model.layers.%d.mlp.experts.%d.gate_proj.weight",
+            "model.layers.%d.mlp.experts.%d.up_proj.weight"};
+  }
+  if (mixtral) return {"model.layers.%d.block_sparse_moe.experts.%d.w2.weight"};
+  return {"model.layers.%d.mlp.experts.%d.down_proj.weight"};
 }
 
 class NameMap {
@@ -204,6 +223,18 @@ class NameMap {
       const Gpt2Name& n = kGpt2Names[int(t)];
       std::snprintf(name, sizeof name, n.name, layer);
       return {{prefix_ + name, rows_of(t, cfg_), n.conv1d}};
+    }
+    if (cfg_.moe() && (t == TensorId::fcw || t == TensorId::fcprojw)) {
+      const std::vector<const char*> names = expert_names(t, cfg_.features());
+      const int64_t rows = t == TensorId::fcw ? cfg_.ffn_width() : cfg_.channels;
+      std::vector<HfPiece> out;
+      for (int e = 0; e < cfg_.experts; ++e) {
+        for (const char* n : names) {
+          std::snprintf(name, sizeof name, n, layer, e);
+          out.push_back({name, rows, false});
+        }
+      }
+      return out;
     }
     const std::vector<const char*> names = llama_names(t, cfg_.features());
     // The stacked row blocks: Q, K, V (NH·hs, KVH·hs, KVH·hs); gate, up (F each).

@@ -159,6 +159,31 @@ int read_window(const ConfigKeys& k, int max_seq_len) {
   return window >= max_seq_len ? 0 : window;
 }
 
+// A mixture of experts' keys: MixtralConfig's num_local_experts, Qwen3MoeConfig's and
+// OlmoeConfig's num_experts, the expert width (Qwen3-MoE's moe_intermediate_size), top-k, the
+// gates' renormalisation (Mixtral always; the others' norm_topk_prob) and the balance loss's
+// coefficient; what would make some layers dense or the router noisy is refused.
+void read_experts(const ConfigKeys& k, GPTConfig& cfg) {
+  const bool mixtral = cfg.arch == Arch::kMixtral;
+  cfg.experts = k.size(mixtral ? "num_local_experts" : "num_experts");
+  cfg.experts_per_token = k.size("num_experts_per_tok");
+  if (cfg.arch == Arch::kQwen3Moe) {
+    cfg.ffn_dim = k.size("moe_intermediate_size");
+    k.expect_number("decoder_sparse_step", 1.0, "this trainer's every block is a mixture");
+    const json::Value* dense = k.find("mlp_only_layers");
+    require(dense == nullptr || dense->is_null() || (dense->is_array() && dense->array().empty()),
+            k.where("mlp_only_layers") +
+                " names dense layers; this trainer's every block is a "
+                "mixture of experts");
+  }
+  cfg.moe_renormalize = mixtral || k.bool_or("norm_topk_prob", false);
+  cfg.moe_aux_coef = float(k.number_or("router_aux_loss_coef", 0.01));
+  k.expect_number("router_jitter_noise", 0.0, "this trainer's router has no noise");
+  const json::Value* clip = k.find("clip_qkv");
+  require(clip == nullptr || clip->is_null(),
+          k.where("clip_qkv") + " is set; this trainer does not clip Q, K and V");
+}
+
 // transformers' LlamaConfig and the configs of the families of Llama blocks (Qwen2Config,
 // MistralConfig, Phi3Config); absent keys take their defaults.
 GPTConfig read_llama(const ConfigKeys& k, const json::Value& root, Arch arch) {
@@ -176,20 +201,22 @@ GPTConfig read_llama(const ConfigKeys& k, const json::Value& root, Arch arch) {
   cfg.rope_theta = float(k.number_or("rope_theta", 10000.0));
   cfg.tied = k.bool_or("tie_word_embeddings", false);
   refuse_unimplemented(k);
-  if (arch != Arch::kQwen2 && arch != Arch::kQwen3) {
+  const bool qwen = arch == Arch::kQwen2 || arch == Arch::kQwen3 || arch == Arch::kQwen3Moe;
+  if (!qwen) {
     k.expect_bool("attention_bias", false,
                   "this trainer's " + std::string(arch_name(arch)) + " has no attention biases");
   }
-  if (arch == Arch::kQwen3) {
+  if (arch == Arch::kQwen3 || arch == Arch::kQwen3Moe) {
     k.expect_bool("attention_bias", false, "this trainer's Qwen3 has no attention biases");
   }
-  if (arch == Arch::kQwen2 || arch == Arch::kQwen3) {
+  if (qwen) {
     // Qwen's window applies to the layers past max_window_layers only when turned on.
     k.expect_bool("use_sliding_window", false,
                   "this trainer's Qwen attends to the whole context in every layer");
-  } else if (arch == Arch::kMistral || arch == Arch::kPhi3) {
+  } else if (arch == Arch::kMistral || arch == Arch::kPhi3 || arch == Arch::kMixtral) {
     cfg.sliding_window = read_window(k, cfg.max_seq_len);
   }
+  if (cfg.features().moe) read_experts(k, cfg);
   // An explicit head size (Qwen3's, Mistral Nemo's) may differ from hidden_size / heads.
   const int head_dim = k.size_or("head_dim", 0);
   if (head_dim > 0 && head_dim * cfg.heads != cfg.channels) cfg.head_dim = head_dim;
@@ -230,6 +257,12 @@ const char* hf_architecture(Arch arch) {
       return "Qwen3ForCausalLM";
     case Arch::kOlmo2:
       return "Olmo2ForCausalLM";
+    case Arch::kMixtral:
+      return "MixtralForCausalLM";
+    case Arch::kQwen3Moe:
+      return "Qwen3MoeForCausalLM";
+    case Arch::kOlmoe:
+      return "OlmoeForCausalLM";
   }
   return "?";
 }
@@ -303,6 +336,14 @@ void check_shape_flags(const GPTConfig& cfg, const GPTConfig& flags,
   check("--rope-scaling", scaling(flags), "", "rope_scaling", scaling(cfg));
   check("--sliding-window", n(flags.sliding_window), "", "sliding_window", n(cfg.sliding_window));
   check("--head-dim", n(flags.head_size()), "", "head_dim", n(cfg.head_size()));
+  if (!cfg.moe()) return;
+  check("--experts", n(flags.experts), "", "num_experts", n(cfg.experts));
+  check("--experts-per-token", n(flags.experts_per_token), "", "num_experts_per_tok",
+        n(cfg.experts_per_token));
+  check("--moe-renormalize", flags.moe_renormalize ? "1" : "0", "", "norm_topk_prob",
+        cfg.moe_renormalize ? "1" : "0");
+  check("--moe-aux-coef", float_text(flags.moe_aux_coef), "", "router_aux_loss_coef",
+        float_text(cfg.moe_aux_coef));
 }
 
 std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
@@ -340,14 +381,27 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
                         ", \"high_freq_factor\": " + float_text(cfg.rope_high_freq_factor) +
                         ", \"original_max_position_embeddings\": " + n(cfg.rope_original_max_pos) +
                         "}");
-    if (cfg.arch == Arch::kMistral || cfg.arch == Arch::kPhi3) {
+    if (cfg.moe()) {
+      const bool mixtral = cfg.arch == Arch::kMixtral;
+      s += line(mixtral ? "num_local_experts" : "num_experts", n(cfg.experts));
+      s += line("num_experts_per_tok", n(cfg.experts_per_token));
+      if (!mixtral) s += line("norm_topk_prob", cfg.moe_renormalize ? "true" : "false");
+      if (cfg.arch == Arch::kQwen3Moe) {
+        s += line("moe_intermediate_size", n(cfg.ffn_width()));
+        s += line("decoder_sparse_step", "1") + line("mlp_only_layers", "[]");
+      }
+      s += line("router_aux_loss_coef", float_text(cfg.moe_aux_coef));
+      s += line("output_router_logits", "false");
+    }
+    if (cfg.arch == Arch::kMistral || cfg.arch == Arch::kPhi3 || cfg.arch == Arch::kMixtral) {
       s += line("sliding_window", cfg.sliding_window > 0 ? n(cfg.sliding_window) : "null");
     }
-    if (cfg.arch == Arch::kQwen2 || cfg.arch == Arch::kQwen3) {
+    if (cfg.arch == Arch::kQwen2 || cfg.arch == Arch::kQwen3 || cfg.arch == Arch::kQwen3Moe) {
       s += line("use_sliding_window", "false");
     }
     s += line("hidden_act", "\"silu\"");
     if (cfg.arch != Arch::kQwen2) s += line("attention_bias", "false");
+    if (cfg.arch == Arch::kOlmoe) s += line("clip_qkv", "null");
     s += line("mlp_bias", "false") + line("attention_dropout", "0.0");
   }
   s += line("initializer_range", "0.02");

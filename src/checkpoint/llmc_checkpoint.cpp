@@ -44,10 +44,10 @@ constexpr HeaderKind kModelFile{llmc::kCheckpointMagic, llmc::kCheckpointVersion
 constexpr HeaderKind kLlamaModelFile{llmc::kLlamaModelMagic, llmc::kLlamaModelVersion, 1,
                                      "mpiformer Llama model file"};
 
-// A Llama-family model's fields in header slots 8..19 (docs/file-formats.md): GPT-2's files
-// keep them zero. Slot 8 is the family (Arch's value: 1 llama, 2 qwen2, 3 mistral, 4 phi3,
-// 5 qwen3); floats are stored as their bits; slots 18 (the sliding window) and 19 (a head size
-// apart from C/NH) are 0 in files written before them.
+// A Llama-family model's fields in header slots 8..23 (docs/file-formats.md): GPT-2's files
+// keep them zero. Slot 8 is the family (Arch's value); floats are stored as their bits; slots 18
+// (the sliding window), 19 (a head size apart from C/NH) and 20..23 (the experts) are 0 in files
+// written before them.
 enum LlamaSlot {
   kArch = 8,
   kKvHeads,
@@ -60,9 +60,13 @@ enum LlamaSlot {
   kRopeLow,
   kRopeHigh,
   kSlidingWindow,
-  kHeadDim
+  kHeadDim,
+  kExperts,
+  kExpertsPerToken,
+  kMoeRenormalize,
+  kMoeAuxCoef
 };
-constexpr int kLastArch = int(Arch::kOlmo2);
+constexpr int kLastArch = int(Arch::kOlmoe);
 int32_t float_bits(float x) {
   int32_t b;
   std::memcpy(&b, &x, sizeof b);
@@ -77,6 +81,10 @@ void read_llama_slots(const int32_t* h, GPTConfig& cfg) {
   cfg.arch = h[kArch] >= 1 && h[kArch] <= kLastArch ? Arch(h[kArch]) : Arch::kLlama;
   cfg.sliding_window = h[kSlidingWindow];
   cfg.head_dim = h[kHeadDim];
+  cfg.experts = h[kExperts];
+  cfg.experts_per_token = h[kExpertsPerToken];
+  cfg.moe_renormalize = h[kMoeRenormalize] != 0;
+  cfg.moe_aux_coef = bits_float(h[kMoeAuxCoef]);
   cfg.kv_heads = h[kKvHeads];
   cfg.ffn_dim = h[kFfnDim];
   cfg.tied = h[kTied] != 0;
@@ -182,6 +190,10 @@ void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
   h[kArch] = int32_t(cfg.arch);
   h[kSlidingWindow] = cfg.sliding_window;
   h[kHeadDim] = cfg.head_dim;
+  h[kExperts] = cfg.experts;
+  h[kExpertsPerToken] = cfg.experts_per_token;
+  h[kMoeRenormalize] = cfg.moe() && cfg.moe_renormalize ? 1 : 0;
+  h[kMoeAuxCoef] = float_bits(cfg.moe_aux_coef);
   h[kKvHeads] = cfg.kv_head_count();
   h[kFfnDim] = cfg.ffn_width();
   h[kTied] = cfg.tied ? 1 : 0;

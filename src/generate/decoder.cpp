@@ -33,8 +33,13 @@ LayerActivations first_rows(const LayerActivations& a, const TpShard& s, int64_t
   x.ln2 = first(a.ln2, n * C);
   x.ln2_mean = first(a.ln2_mean, mean);
   x.ln2_rstd = first(a.ln2_rstd, n);
-  x.fch = first(a.fch, n * s.mlp_in);
-  x.fch_gelu = first(a.fch_gelu, n * s.fc);
+  // A mixture of experts' expert-ordered tensors hold k rows a token.
+  const int64_t k = s.cfg.moe() ? s.cfg.experts_per_token : 1, E = s.cfg.experts;
+  x.fch = first(a.fch, n * k * s.mlp_in);
+  x.fch_gelu = first(a.fch_gelu, n * k * s.fc);
+  x.router_probs = first(a.router_probs, n * E);
+  x.gates = first(a.gates, s.cfg.moe() ? n * k : 0);
+  x.moe_in = first(a.moe_in, s.cfg.moe() ? n * k * C : 0);
   x.mlp_out = first(a.mlp_out, post);
   x.residual3 = first(a.residual3, n * C);
   return x;

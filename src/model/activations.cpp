@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "model/layers/ring_attention.hpp"
 #include "model/layers/rope.hpp"
 
 namespace mpf {
@@ -28,6 +29,26 @@ class SlabCarver {
 Tensor slice(const Tensor& t, int64_t offset, int64_t n) {
   return Tensor(t.data() + offset, n);
 }
+
+// int32 values stored in float slots of a slab (the same 4 bytes each).
+int32_t* ints(const Tensor& t, int64_t offset) {
+  static_assert(sizeof(int32_t) == sizeof(float), "an int32 in a float's slot");
+  return t.data() ? reinterpret_cast<int32_t*>(t.data() + offset) : nullptr;
+}
+
+// A mixture of experts' sizes: E, k and the rows of the expert-ordered tensors (R·k), all 0 for
+// a dense MLP, whose fch rows are R.
+struct MoeSizes {
+  int64_t E = 0, k = 0, slots = 0, mlp_rows = 0;
+  MoeSizes(const GPTConfig& cfg, int64_t R) {
+    mlp_rows = R;
+    if (!cfg.moe()) return;
+    E = cfg.experts;
+    k = cfg.experts_per_token;
+    slots = mlp_rows = R * k;
+  }
+  int64_t ints() const { return E > 0 ? 3 * slots + E : 0; }  // choice, order, where, counts
+};
 
 void carve(Activations& a, SlabCarver& k) {
   const TpShard& s = a.shard;
@@ -56,9 +77,16 @@ void carve(Activations& a, SlabCarver& k) {
   a.ln2 = k.take(L * R * C);
   a.ln2_mean = k.take(M * L * Rl);
   a.ln2_rstd = k.take(L * Rl);
-  a.fch = k.take(L * R * s.mlp_in);
-  a.fch_gelu = k.take(L * R * s.fc);
+  const MoeSizes moe(a.cfg, R);
+  a.fch = k.take(L * moe.mlp_rows * s.mlp_in);
+  a.fch_gelu = k.take(L * moe.mlp_rows * s.fc);
   a.mlp_out = k.take(post * L * Rl * C);
+  a.router_probs = k.take(L * R * moe.E);
+  a.gates = k.take(L * moe.slots);
+  a.moe_stats = k.take(L * 2 * B * moe.E);
+  a.moe_in = k.take(L * moe.slots * C);
+  a.moe_out = k.take(L > 0 ? moe.slots * C : 0);
+  a.moe_ints = k.take(L * moe.ints());
   a.residual3 = k.take(int64_t(a.chunk.layers) * Rl * C);
   const int64_t logit_rows = a.chunk.logit_rows > 0 ? std::min<int64_t>(a.chunk.logit_rows, R) : R;
   a.lnf = k.take(H * R * C);
@@ -78,9 +106,13 @@ void carve(BackwardBuffers& g, SlabCarver& k, const TpShard& s, const tp::Sequen
   g.dresidual2 = k.take(SP * Rl * C);
   g.partial = k.take(SP * R * C);
   g.datty = k.take(R * s.attn);
-  g.dmlp = k.take(s.cfg.swiglu() ? R * s.fc : 0);
+  g.dmlp = k.take(s.cfg.swiglu() ? MoeSizes(s.cfg, R).mlp_rows * s.fc : 0);
   g.delta = k.take(B * s.heads * T);
   g.qk_sums = k.take(s.cfg.qk_norm_kind() == QkNorm::kWhole ? 2 * R : 0);
+  const MoeSizes moe(s.cfg, R);
+  g.moe_dout = k.take(moe.E > 0 ? R * C : 0);
+  g.moe_dy = k.take(moe.slots * C);
+  g.dgates = k.take(moe.slots);
 }
 
 void carve(WeightGradInputs& w, SlabCarver& k) {
@@ -88,8 +120,11 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   const int64_t R = w.seq.rows, Rl = w.seq.local_rows, C = s.cfg.channels, L = w.chunk.layers;
   const int64_t K = w.chunk.recompute ? L : 0;  // blocks whose activations W must keep itself
   const int64_t M = s.cfg.rms_norm() ? 0 : 1;   // RMSNorm keeps no mean
-  w.dout = k.take(L * R * C);
-  w.dfch = k.take(L * R * s.mlp_in);
+  const MoeSizes moe(s.cfg, R);
+  w.dout = k.take(L * std::max(R, moe.slots) * C);
+  w.dfch = k.take(L * moe.mlp_rows * s.mlp_in);
+  w.drouter = k.take(L * R * moe.E);
+  w.counts = k.take(L * moe.E);
   w.dln2 = k.take(L * Rl * C);
   w.dres2 = k.take(L * R * C);
   w.dqkv = k.take(L * R * s.qkv);
@@ -105,8 +140,9 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.ln2 = k.take(K * R * C);
   w.ln2_mean = k.take(M * K * Rl);
   w.ln2_rstd = k.take(K * Rl);
-  w.fch_gelu = k.take(K * R * s.fc);
+  w.fch_gelu = k.take(K * moe.mlp_rows * s.fc);
   w.mlp_out = k.take(post * K * Rl * C);
+  w.moe_in = k.take(K * moe.slots * C);
   w.dlnf = k.take(w.chunk.head ? Rl * C : 0);
   w.dembed = k.take(w.chunk.embedding ? R * C : 0);
 }
@@ -224,9 +260,29 @@ LayerActivations Activations::layer(int l) const {
   x.ln2 = slice(ln2, l * R * C, R * C);
   x.ln2_mean = slice(ln2_mean, l * Rl * M, Rl * M);
   x.ln2_rstd = slice(ln2_rstd, l * Rl, Rl);
-  x.fch = slice(fch, l * R * shard.mlp_in, R * shard.mlp_in);
-  x.fch_gelu = slice(fch_gelu, l * R * shard.fc, R * shard.fc);
+  const MoeSizes moe(cfg, R);
+  const int64_t MR = moe.mlp_rows;
+  x.fch = slice(fch, l * MR * shard.mlp_in, MR * shard.mlp_in);
+  x.fch_gelu = slice(fch_gelu, l * MR * shard.fc, MR * shard.fc);
   x.mlp_out = slice(mlp_out, l * P, P);
+  x.router_probs = slice(router_probs, l * R * moe.E, R * moe.E);
+  x.gates = slice(gates, l * moe.slots, moe.slots);
+  x.moe_stats = slice(moe_stats, l * 2 * B * moe.E, 2 * B * moe.E);
+  x.moe_in = slice(moe_in, l * moe.slots * C, moe.slots * C);
+  x.moe_out = moe_out;
+  if (moe.E > 0) {
+    const int64_t base = l * moe.ints();
+    x.moe.choice = ints(moe_ints, base);
+    x.moe.order = ints(moe_ints, base + moe.slots);
+    x.moe.where = ints(moe_ints, base + 2 * moe.slots);
+    x.moe.counts = ints(moe_ints, base + 3 * moe.slots);
+  }
+  x.moe.seqs = B;
+  x.moe.seq_len = int64_t(T) * (ring ? ring->ranks() : 1);
+  x.moe.cp = ring ? ring->comm() : MPI_COMM_NULL;
+  x.moe.aux = moe_aux;
+  x.moe.adds_aux = shard.rank == 0 && (!ring || ring->rank() == 0);
+  x.moe.dloss = dloss;
   x.residual3 = slice(residual3, l * Rl * C, Rl * C);
   return x;
 }
@@ -297,8 +353,12 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   const int64_t C = shard.cfg.channels, R = seq.rows, Rl = seq.local_rows;
   const int64_t M = shard.cfg.rms_norm() ? 0 : 1;
   BlockWeightInputs x;
-  x.dout = slice(dout, i * R * C, R * C);
-  x.dfch = slice(dfch, i * R * shard.mlp_in, R * shard.mlp_in);
+  const MoeSizes moe(shard.cfg, R);
+  const int64_t out_rows = std::max(R, moe.slots);
+  x.dout = slice(dout, i * out_rows * C, out_rows * C);
+  x.dfch = slice(dfch, i * moe.mlp_rows * shard.mlp_in, moe.mlp_rows * shard.mlp_in);
+  x.drouter = slice(drouter, i * R * moe.E, R * moe.E);
+  x.counts = ints(counts, i * moe.E);
   x.dln2 = slice(dln2, i * Rl * C, Rl * C);
   x.dres2 = slice(dres2, i * R * C, R * C);
   x.dqkv = slice(dqkv, i * R * shard.qkv, R * shard.qkv);
@@ -317,8 +377,9 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   k.ln2 = slice(ln2, i * R * C, R * C);
   k.ln2_mean = slice(ln2_mean, i * Rl * M, Rl * M);
   k.ln2_rstd = slice(ln2_rstd, i * Rl, Rl);
-  k.fch_gelu = slice(fch_gelu, i * R * shard.fc, R * shard.fc);
+  k.fch_gelu = slice(fch_gelu, i * moe.mlp_rows * shard.fc, moe.mlp_rows * shard.fc);
   k.mlp_out = slice(mlp_out, i * P, P);
+  k.moe_in = slice(moe_in, i * moe.slots * C, moe.slots * C);
   return x;
 }
 

@@ -46,6 +46,23 @@ int head_chunk_rows(const TpShard& shard, const ChunkPieces& chunk, int B, int T
 // All of a stage's blocks, with the edge pieces it holds.
 ChunkPieces whole_stage(const TpShard& shard);
 
+// What a mixture of experts' block needs beyond its tensors: its routing's integers (views into
+// an int32 slab, null for a dense MLP) and the run around it.
+struct MoeLayer {
+  int32_t* choice = nullptr;    // (R·k) each token's experts
+  int32_t* order = nullptr;     // (R·k) the slots sorted by expert
+  int32_t* where = nullptr;     // (R·k) each slot's place in `order`
+  int32_t* counts = nullptr;    // (E) slots per expert
+  int seqs = 1;                 // the sequence rows the R tokens make (B)
+  int64_t seq_len = 0;          // a whole sequence's tokens (T times the CP ranks)
+  MPI_Comm cp = MPI_COMM_NULL;  // the ranks holding the rest of each sequence; null: none
+  // Where the forward adds its balance losses (null: it does not, as in a recomputation or an
+  // evaluation), and whether this rank is the one of its TP and CP ranks that adds them.
+  double* aux = nullptr;
+  bool adds_aux = true;
+  float dloss = 0.0f;  // d(objective)/d(a token's loss), which scales the balance loss's gradient
+};
+
 // One layer's slice of the saved activations.
 struct LayerActivations {
   Tensor ln1;        // (R,C)
@@ -65,6 +82,14 @@ struct LayerActivations {
   Tensor fch_gelu;   // (B,T,F) GELU's or SwiGLU's output
   Tensor mlp_out;    // (Rl,C) post-norm blocks: the MLP's output before its norm
   Tensor residual3;  // (Rl,C) block output
+  // A mixture of experts (else empty): fch and fch_gelu then hold R·k rows, the (token, slot)
+  // pairs in expert order.
+  Tensor router_probs;  // (R,E) the router's probabilities
+  Tensor gates;         // (R·k)
+  Tensor moe_stats;     // (2,B,E) each sequence row's expert counts and probability sums
+  Tensor moe_in;        // (R·k,C) the experts' inputs, in expert order
+  Tensor moe_out;       // (R·k,C) their outputs (scratch shared by the layers)
+  MoeLayer moe;
 };
 // A post-norm block (OLMo-2) keeps the same tensors with these meanings: ln1 and ln2 hold the
 // sublayers' gathered inputs (the block input and residual2, what the column-parallel GEMMs
@@ -93,6 +118,13 @@ struct Activations {
   // per-layer size).
   Tensor ln1, ln1_mean, ln1_rstd, qkv, qk_raw, qk_rstd, atty, lse, attn_out, residual2, ln2,
       ln2_mean, ln2_rstd, fch, fch_gelu, mlp_out, residual3;
+  // A mixture of experts' (per layer like the above, but moe_out one scratch), and its integers.
+  Tensor router_probs, gates, moe_stats, moe_in, moe_out;
+  // The routing's int32 values (MoeLayer's), each 4 bytes of the float slab: the slab's other
+  // views never touch them.
+  Tensor moe_ints;
+  double* moe_aux = nullptr;  // MoeLayer::aux of every layer (ModelStage sets it)
+  float dloss = 0.0f;         // MoeLayer::dloss (the backward sets it)
   // The head's (empty unless chunk.head):
   Tensor lnf;        // (R,C)
   Tensor lnf_mean;   // (Rl)
@@ -132,6 +164,9 @@ struct BackwardBuffers {
   Tensor dmlp;        // (B,T,F) Llama: the gradient of SwiGLU's output; else empty
   Tensor delta;       // (B,NHl,T) the attention backward's row terms
   Tensor qk_sums;     // (R,2) q/k norms over the whole projection: each row's sums over TP
+  // A mixture of experts: the block output's gradient gathered (R,C), the experts' output
+  // gradients and then their input gradients (R·k,C), the gates' gradients (R·k).
+  Tensor moe_dout, moe_dy, dgates;
 
   static BackwardBuffers allocate(const TpShard& shard, int B, int T,
                                   bool sequence_parallel = false);
@@ -156,8 +191,13 @@ struct BlockWeightInputs {
   // still has the normalised values' gradient; else empty.
   Tensor dqk_normw;
   Tensor dln1;  // (Rl,C) gradient of ln1's output, summed over TP
+  // A mixture of experts: dout and dfch hold R·k rows in expert order (dout the experts' output
+  // gradients, gated), drouter the router logits' gradient (R,E) and counts B's expert counts.
+  Tensor drouter;
+  int32_t* counts = nullptr;
   // --recompute only (else empty): ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2,
-  // ln2_mean, ln2_rstd, fch_gelu and mlp_out of the block; the rest of `kept` stays empty.
+  // ln2_mean, ln2_rstd, fch_gelu, mlp_out and moe_in of the block; the rest of `kept` stays
+  // empty.
   LayerActivations kept;
 };
 
@@ -171,10 +211,12 @@ struct WeightGradInputs {
   TpShard shard;
   int B = 0, T = 0;
   Slab slab;
-  Tensor dout, dfch, dln2, dres2, dqkv, dln1, dqk_normw;  // per block, as in BlockWeightInputs
+  Tensor dout, dfch, dln2, dres2, dqkv, dln1, dqk_normw, drouter;  // per block, as in
+                                                                   // BlockWeightInputs
+  Tensor counts;  // (L,E) int32 values in the float slab, as Activations::moe_ints
   // --recompute: the per-block activations W reads (empty otherwise).
   Tensor ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2, ln2_mean, ln2_rstd, fch_gelu,
-      mlp_out;
+      mlp_out, moe_in;
   Tensor dlnf;    // (Rl,C) the head's: gradient of the final LayerNorm's output, summed over TP
   Tensor dembed;  // (R,C) the embedding's: gradient of its output (block 0's input gradient)
 

@@ -15,10 +15,11 @@ struct Family {
   Arch arch;
   const char* name;
 };
-constexpr Family kFamilies[] = {{Arch::kGpt2, "gpt2"},   {Arch::kLlama, "llama"},
-                                {Arch::kQwen2, "qwen2"}, {Arch::kMistral, "mistral"},
-                                {Arch::kPhi3, "phi3"},   {Arch::kQwen3, "qwen3"},
-                                {Arch::kOlmo2, "olmo2"}};
+constexpr Family kFamilies[] = {{Arch::kGpt2, "gpt2"},          {Arch::kLlama, "llama"},
+                                {Arch::kQwen2, "qwen2"},        {Arch::kMistral, "mistral"},
+                                {Arch::kPhi3, "phi3"},          {Arch::kQwen3, "qwen3"},
+                                {Arch::kOlmo2, "olmo2"},        {Arch::kMixtral, "mixtral"},
+                                {Arch::kQwen3Moe, "qwen3_moe"}, {Arch::kOlmoe, "olmoe"}};
 }  // namespace
 
 ModelFeatures features_of(Arch arch) {
@@ -33,11 +34,14 @@ ModelFeatures features_of(Arch arch) {
   f.llama_fields = true;
   if (arch == Arch::kQwen2) f.qkv_bias = true;
   if (arch == Arch::kPhi3) f.fused_hf_projections = true;
-  if (arch == Arch::kQwen3) f.qk_norm = QkNorm::kPerHead;
+  if (arch == Arch::kQwen3 || arch == Arch::kQwen3Moe) f.qk_norm = QkNorm::kPerHead;
   if (arch == Arch::kOlmo2) {
     f.norm_placement = NormPlacement::kPost;
     f.qk_norm = QkNorm::kWhole;
   }
+  if (arch == Arch::kOlmoe) f.qk_norm = QkNorm::kWhole;
+  f.moe = arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kOlmoe;
+  f.hf_block_sparse_moe = arch == Arch::kMixtral;
   return f;
 }
 
@@ -59,7 +63,7 @@ bool parse_arch(const std::string& name, Arch& arch) {
 }
 
 const char* arch_names() {
-  return "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2";
+  return "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2,mixtral,qwen3_moe,olmoe";
 }
 
 int pad_vocab(int vocab, int multiple) {
@@ -110,9 +114,27 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
                 origin +
                 "); drop --kv-heads/--ffn-dim/--tie-embeddings/--sliding-window or pass --arch "
                 "llama");
+    require(cfg.experts == 0 && cfg.experts_per_token == 0,
+            "GPT-2 has a dense MLP (from " + origin +
+                "); drop --experts/--experts-per-token or pass --arch mixtral, qwen3_moe or olmoe");
     return;
   }
   positive(cfg.kv_head_count(), "the number of kv heads", "--kv-heads");
+  if (cfg.features().moe) {
+    positive(cfg.experts, "the number of experts", "--experts");
+    plausible(cfg.experts, 1 << 12, "the number of experts", "--experts");
+    require(cfg.experts_per_token >= 1 && cfg.experts_per_token <= cfg.experts,
+            "each token's " + std::to_string(cfg.experts_per_token) + " experts are not 1 to the " +
+                std::to_string(cfg.experts) + " experts (from " + origin +
+                "); choose --experts-per-token between 1 and --experts");
+    require(cfg.moe_aux_coef >= 0 && std::isfinite(cfg.moe_aux_coef),
+            "the balance loss's coefficient must be finite and not negative (from " + origin +
+                "); fix --moe-aux-coef");
+  } else {
+    require(cfg.experts == 0 && cfg.experts_per_token == 0,
+            std::string("the ") + arch_name(cfg.arch) + " family has a dense MLP (from " + origin +
+                "); drop --experts/--experts-per-token or pass --arch mixtral, qwen3_moe or olmoe");
+  }
   positive(cfg.ffn_width(), "the MLP width", "--ffn-dim");
   require(cfg.heads % cfg.kv_head_count() == 0,
           "the " + std::to_string(cfg.heads) + " heads do not share " +
@@ -153,6 +175,10 @@ std::string describe(const GPTConfig& cfg) {
     if (cfg.head_dim > 0 && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " head_dim %d", cfg.head_dim);
     }
+    if (cfg.moe() && n < int(sizeof buf)) {
+      n += std::snprintf(buf + n, sizeof buf - size_t(n), " experts %d top-%d%s", cfg.experts,
+                         cfg.experts_per_token, cfg.moe_renormalize ? " renormalised" : "");
+    }
     if (cfg.sliding_window > 0 && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " window %d", cfg.sliding_window);
     }
@@ -176,7 +202,9 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
          a.rope_low_freq_factor == b.rope_low_freq_factor &&
          a.rope_high_freq_factor == b.rope_high_freq_factor &&
          a.rope_original_max_pos == b.rope_original_max_pos && a.tied == b.tied &&
-         a.sliding_window == b.sliding_window && a.head_size() == b.head_size();
+         a.sliding_window == b.sliding_window && a.head_size() == b.head_size() &&
+         a.experts == b.experts && a.experts_per_token == b.experts_per_token &&
+         (!a.moe() || a.moe_renormalize == b.moe_renormalize);
 }
 
 }  // namespace mpf

@@ -15,7 +15,18 @@
 
 namespace mpf {
 
-enum class Arch { kGpt2, kLlama, kQwen2, kMistral, kPhi3, kQwen3, kOlmo2 };
+enum class Arch {
+  kGpt2,
+  kLlama,
+  kQwen2,
+  kMistral,
+  kPhi3,
+  kQwen3,
+  kOlmo2,
+  kMixtral,
+  kQwen3Moe,
+  kOlmoe
+};
 
 enum class NormKind { kLayerNorm, kRmsNorm };  // LayerNorm with its shift; RMSNorm scale only
 enum class MlpKind { kGelu, kSwiGlu };         // GELU (tanh) on F = 4C; SwiGLU's [gate | up]
@@ -40,6 +51,11 @@ struct ModelFeatures {
   bool scaled_residual_init = true;
   // Hugging Face stores Q, K, V as one qkv_proj and gate, up as one gate_up_proj (Phi-3).
   bool fused_hf_projections = false;
+  // The MLP is a mixture of experts (GPTConfig's experts): Mixtral, Qwen3-MoE, OLMoE; Hugging
+  // Face names Mixtral's block_sparse_moe.gate and experts.{j}.w1/w3/w2, the others' mlp.gate and
+  // mlp.experts.{j}.gate_proj/up_proj/down_proj.
+  bool moe = false;
+  bool hf_block_sparse_moe = false;
   // The GQA, FFN width, eps and rope fields below are the family's own (all but GPT-2).
   bool llama_fields = false;
 };
@@ -68,6 +84,13 @@ struct GPTConfig {
   int sliding_window = 0;
   // The head size when it is not C / NH (Qwen3's head_dim); 0: C / NH.
   int head_dim = 0;
+  // A mixture of experts in every block (the MoE families): E SwiGLU experts of width F each, a
+  // router choosing k of them per token, their gates p renormalised over the k (Mixtral,
+  // Qwen3-MoE's norm_topk_prob) or p itself (OLMoE), and the balance loss's coefficient. 0
+  // experts: a dense MLP.
+  int experts = 0, experts_per_token = 0;
+  bool moe_renormalize = false;
+  float moe_aux_coef = 0.0f;
 
   ModelFeatures features() const { return features_of(arch); }
   // The families with the Llama fields (GQA, SwiGLU width, RMSNorm eps, rotary embeddings).
@@ -83,13 +106,16 @@ struct GPTConfig {
   int attention_width() const { return heads * head_size(); }
   int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   int ffn_width() const { return ffn_dim > 0 ? ffn_dim : 4 * channels; }
+  bool moe() const { return experts > 0; }
+  // Copies of the MLP's tensors a block holds: E experts, or the one dense MLP.
+  int expert_count() const { return experts > 0 ? experts : 1; }
   // Rows of the packed [Q | K | V] projection: (NH + 2 KVH) · hs (3C for GPT-2).
   int qkv_rows() const { return (heads + 2 * kv_head_count()) * head_size(); }
   // Rows of the MLP's first layer: [gate | up] (2F) for SwiGLU, F for GPT-2's GELU MLP.
   int mlp_in_rows() const { return swiglu() ? 2 * ffn_width() : ffn_width(); }
 };
 
-const char* arch_name(Arch arch);  // "gpt2", "llama", "qwen2", "mistral", "phi3", "qwen3", "olmo2"
+const char* arch_name(Arch arch);  // "gpt2", "llama", ..., "olmoe"
 // The family named `name` (arch_name's); false if none is.
 bool parse_arch(const std::string& name, Arch& arch);
 // Every family's name, comma-separated, for messages and --help.

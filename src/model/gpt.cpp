@@ -1,6 +1,7 @@
 #include "model/gpt.hpp"
 
 #include "core/parallel.hpp"
+#include "model/block_parts.hpp"
 #include "model/layers/attention.hpp"
 #include "model/layers/cross_entropy.hpp"
 #include "model/layers/encoder.hpp"
@@ -13,18 +14,13 @@
 #include "model/layers/rmsnorm.hpp"
 #include "model/layers/rope.hpp"
 #include "model/layers/swiglu.hpp"
+#include "model/moe_block.hpp"
 #include "parallel/device_mpi.hpp"
 #include "parallel/tp_regions.hpp"
 
 namespace mpf {
 
 namespace {
-
-// y (n) += x (n).
-void add_into(Tensor y, const float* x, int64_t n) {
-  for_each(
-      "mpf::add_into", n, KOKKOS_LAMBDA(int64_t i) { y(i) += x[i]; });
-}
 
 // The per-head q/k norms over a block's R packed [Q | K | V] rows.
 HeadNormShape head_norm_shape(const TpShard& s, int64_t R) {
@@ -46,31 +42,6 @@ ProjectionNormShape projection_norm_shape(const TpShard& s, int64_t R) {
 // Rows [first, first + count) of a (rows, C) tensor.
 Tensor rows(const Tensor& t, int64_t first, int64_t count, int C) {
   return Tensor(t.data() + first * C, count * C);
-}
-
-// Seeds the output (R,C) of a row-parallel layer before the GEMM adds this rank's partial
-// product: the rows this rank contributes the residual for get residual + bias, all others zero,
-// so leaving the region (all-reduce, or reduce-scatter under SP) adds them exactly once. Without
-// SP rank 0 seeds every row; with SP each rank seeds its own rows. An empty residual (a post-norm
-// block's sublayer) seeds the bias only.
-void seed_rows(Tensor out, Tensor residual, Tensor bias, const tp::SequenceSplit& seq, int rank,
-               int C) {
-  const int64_t first = seq.on ? seq.row_begin : 0;
-  const int64_t count = seq.on ? seq.local_rows : (rank == 0 ? seq.rows : 0);
-  const bool has_bias = bias.extent(0) > 0;  // Llama's projections have none
-  const bool has_residual = residual.extent(0) > 0;
-  for_each_2d(
-      "mpf::seed_rows", seq.rows, C, KOKKOS_LAMBDA(int64_t n, int c) {
-        const bool mine = n >= first && n < first + count;
-        const float r = has_residual && mine ? residual((n - first) * C + c) : 0.0f;
-        out(n * C + c) = mine ? r + (has_bias ? bias(c) : 0.0f) : 0.0f;
-      });
-}
-
-// y (n) = x (n).
-void copy_into(Tensor y, const float* x, int64_t n) {
-  for_each(
-      "mpf::copy_into", n, KOKKOS_LAMBDA(int64_t i) { y(i) = x[i]; });
 }
 
 // Rows [first, first + rows) of the head's R rows and where their logits live: the whole logits
@@ -300,6 +271,10 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
                    a.atty, p.attprojw, p.attprojb, s.attn, seq, s, tp);
   // MLP: the same pattern with column-parallel fc, GELU (or SwiGLU) and row-parallel proj.
   norm_and_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, seq, cfg, tp);
+  if (cfg.moe()) {  // a mixture of experts in place of the one MLP (pre-norm families only)
+    moe_mlp_forward(a, a.residual3, partial, a.residual2, p, s, seq, tp);
+    return;
+  }
   if (cfg.swiglu()) {
     linear_forward(a.fch, none, a.ln2, p.fcw, p.fcb, R, C, s.mlp_in);
     swiglu_forward(a.fch_gelu, a.fch, R, s.fc);
@@ -396,23 +371,22 @@ void head_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
   }
 }
 
-void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tensor dinp,
-                          Tensor dout, const Activations& acts, const ParameterTensors& params,
-                          int l, MPI_Comm tp) {
-  const BlockContext b(acts, params, l);
-  const auto& [s, seq, C, R, Rl, p, a] = b;
-  // The forward, bottom-up. Leaving a region backwards: identity, or all-gather under SP;
-  // entering one backwards: f's all-reduce, or reduce-scatter under SP. Every gradient a weight
-  // gradient reads lands in `w`.
+namespace {
+// The dense MLP's backward, from dout (this rank's rows of the block output's gradient) to its
+// input's partial gradient (R,C) in `dmlp_in`; a post-norm block's MLP norm first, keeping dout
+// in w.dln2 for its W.
+void dense_mlp_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tensor dmlp_in,
+                              Tensor dout, const LayerActivations& a, const LayerParameters& p,
+                              const TpShard& s, const tp::SequenceSplit& seq, MPI_Comm tp) {
   const GPTConfig& cfg = s.cfg;
-  const Tensor none;
-  const int64_t local = Rl * C;
+  const int C = cfg.channels;
+  const int64_t R = seq.rows, Rl = seq.local_rows;
   if (cfg.post_norm()) {
-    // The MLP's norm: dout, its output's gradient, kept for W in dln2; the MLP output's gradient
-    // in dout, gathered (under SP through the scratch dresidual2, free until the attention's).
-    copy_into(w.dln2, dout.data(), local);
+    // dout, the norm's output gradient, kept for W in dln2; the MLP output's gradient in w.dout,
+    // gathered (under SP through the scratch dresidual2, free until the attention's).
+    copy_into(w.dln2, dout.data(), Rl * C);
     const Tensor dsub = seq.on ? buf.dresidual2 : w.dout;
-    model_norm_backward_input(dsub, none, w.dln2, a.mlp_out, a.ln2_mean, a.ln2_rstd, p.ln2w, Rl,
+    model_norm_backward_input(dsub, Tensor(), w.dln2, a.mlp_out, a.ln2_mean, a.ln2_rstd, p.ln2w, Rl,
                               cfg);
     tp::leave_backward(dsub.data(), w.dout.data(), C, seq, tp);
   } else {
@@ -425,11 +399,34 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
     linear_backward_input(w.dfch, w.dout, p.fcprojw, R, s.fc, C);
     gelu_backward_input(w.dfch, w.dfch, a.fch, R * s.fc);
   }
-  // residual2's gradient, this rank's rows: through the MLP's input norm plus dout (pre-norm),
-  // or the MLP's input gradient plus dout, in dln1 for the attention's norm's W (post-norm).
+  linear_backward_input(dmlp_in, w.dfch, p.fcw, R, C, s.mlp_in);
+}
+}  // namespace
+
+void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tensor dinp,
+                          Tensor dout, const Activations& acts, const ParameterTensors& params,
+                          int l, MPI_Comm tp) {
+  const BlockContext b(acts, params, l);
+  const auto& [s, seq, C, R, Rl, p, a] = b;
+  // The forward, bottom-up. Leaving a region backwards: identity, or all-gather under SP;
+  // entering one backwards: f's all-reduce, or reduce-scatter under SP. Every gradient a weight
+  // gradient reads lands in `w`.
+  const GPTConfig& cfg = s.cfg;
+  const Tensor none;
+  const int64_t local = Rl * C;
+  // The MLP's input gradient: this rank's partial of every row, then summed entering the region
+  // backwards. residual2's gradient, this rank's rows: through the MLP's input norm plus dout
+  // (pre-norm), or the MLP's input gradient plus dout, in dln1 for the attention's norm's W
+  // (post-norm).
   const Tensor dmlp_in = cfg.post_norm() ? w.dln1 : w.dln2;
   const Tensor partial2 = seq.on ? buf.partial : dmlp_in;
-  linear_backward_input(partial2, w.dfch, p.fcw, R, C, s.mlp_in);
+  Tensor dresidual = dout;
+  if (cfg.moe()) {
+    moe_mlp_backward_input(buf, w, partial2, dout, a, p, s, seq, tp);
+    if (!seq.on) dresidual = buf.moe_dout;  // dout's slot now holds the experts' gradients
+  } else {
+    dense_mlp_backward_input(buf, w, partial2, dout, a, p, s, seq, tp);
+  }
   tp::enter_backward(partial2.data(), dmlp_in.data(), C, seq, tp);
   Tensor dres2 = seq.on ? buf.dresidual2 : w.dres2;
   if (cfg.post_norm()) {
@@ -441,8 +438,8 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
                               cfg);
     tp::leave_backward(dsub.data(), w.dres2.data(), C, seq, tp);
   } else {
-    model_norm_backward_input(dres2, dout, w.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w, Rl,
-                              cfg);
+    model_norm_backward_input(dres2, dresidual, w.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w,
+                              Rl, cfg);
     tp::leave_backward(dres2.data(), w.dres2.data(), C, seq, tp);
   }
   linear_backward_input(buf.datty, w.dres2, p.attprojw, R, s.attn, C);
@@ -482,10 +479,14 @@ void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
   const auto& [s, seq, C, R, Rl, g, a] = b;
   // The row-parallel layers read all rows of their output gradients (gathered by B under SP), so
   // their biases get the whole gradient on every rank.
-  linear_backward_weight(g.fcprojw, g.fcprojb, w.dout, a.fch_gelu, R, s.fc, C);
   // A norm's input: the sublayer's (pre-norm) or its output (post-norm).
   const bool post = s.cfg.post_norm();
-  linear_backward_weight(g.fcw, g.fcb, w.dfch, a.ln2, R, C, s.mlp_in);
+  if (s.cfg.moe()) {
+    moe_mlp_backward_weight(g, w, a, s, seq);
+  } else {
+    linear_backward_weight(g.fcprojw, g.fcprojb, w.dout, a.fch_gelu, R, s.fc, C);
+    linear_backward_weight(g.fcw, g.fcb, w.dfch, a.ln2, R, C, s.mlp_in);
+  }
   model_norm_backward_weight(g.ln2w, g.ln2b, w.dln2, post ? a.mlp_out : a.residual2, a.ln2_mean,
                              a.ln2_rstd, Rl, s.cfg);
   linear_backward_weight(g.attprojw, g.attprojb, w.dres2, a.atty, R, s.attn, C);
@@ -527,9 +528,12 @@ struct BlockSite {
   int index;
 };
 BlockSite block_site(const Activations& store, const Activations* workspace, int i,
-                     const LayerActivations* kept = nullptr) {
+                     const LayerActivations* kept = nullptr, bool forward = false) {
   if (!workspace) return {store, i};
   Activations site = *workspace;
+  // The forward adds its balance losses; a recomputation, the same again, does not.
+  site.moe_aux = forward ? store.moe_aux : nullptr;
+  site.dloss = store.dloss;
   site.doc_start = store.doc_start;  // the microbatch's, which the workspace does not know
   site.input = store.block_input(i);
   site.residual3 = store.layer(i).residual3;
@@ -546,6 +550,7 @@ BlockSite block_site(const Activations& store, const Activations* workspace, int
     site.ln2_rstd = kept->ln2_rstd;
     site.fch_gelu = kept->fch_gelu;
     site.mlp_out = kept->mlp_out;
+    site.moe_in = kept->moe_in;
   }
   return {site, 0};
 }
@@ -555,15 +560,24 @@ void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens
                  const Tokens& targets, MPI_Comm tp, Activations* workspace) {
   if (acts.chunk.embedding) embedding_forward(acts, params, inputs, tp);
   for (int i = 0; i < acts.chunk.layers; ++i) {
-    BlockSite b = block_site(acts, workspace, i);
+    BlockSite b = block_site(acts, workspace, i, nullptr, /*forward=*/true);
     block_forward(b.acts, params, b.index, tp);
   }
   if (acts.chunk.head) head_forward(acts, params, targets, tp);
 }
 
+namespace {
+// Without SP a block's output gradient (R,C) lives in its W inputs' dout, whose first R rows it
+// takes (a mixture of experts' dout holds R·k rows, B rewrites them after reading it).
+Tensor output_grad_slot(const BlockWeightInputs& w, const Activations& acts) {
+  return Tensor(w.dout.data(), acts.seq.rows * acts.cfg.channels);
+}
+}  // namespace
+
 void gpt_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& acts,
                         const ParameterTensors& params, const Tokens& targets, float dloss,
                         MPI_Comm tp, Tensor input_grad, Activations* workspace) {
+  acts.dloss = dloss;  // the balance losses' gradients scale with it
   const ChunkPieces& chunk = acts.chunk;
   const bool sp = acts.seq.on;
   const int L = chunk.layers;  // >= 1: every chunk holds a block
@@ -572,7 +586,7 @@ void gpt_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& 
   // gradient is written straight into the slot of the block below); with SP the blocks' input
   // gradients ping-pong between the two dresidual buffers (`spare` is the one not holding dout)
   // and each block's B gathers its dout into its slot.
-  Tensor dout = sp ? buf.dresidual[0] : w.block(L - 1).dout;
+  Tensor dout = sp ? buf.dresidual[0] : output_grad_slot(w.block(L - 1), acts);
   int spare = 1;
   if (chunk.head) {
     head_backward_input(buf, w, acts, params, targets, dloss, tp, dout);
@@ -586,7 +600,7 @@ void gpt_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& 
   for (int i = L - 1; i >= 0; --i) {
     Tensor dinp;
     if (i > 0) {
-      dinp = sp ? buf.dresidual[spare] : w.block(i - 1).dout;
+      dinp = sp ? buf.dresidual[spare] : output_grad_slot(w.block(i - 1), acts);
     } else if (chunk.embedding) {
       dinp = sp ? buf.dresidual[spare] : w.dembed;
     } else {
@@ -632,6 +646,7 @@ void gpt_backward_by_block(ParameterTensors& grads, BackwardBuffers& buf, Weight
                            const Tokens& targets, float dloss, MPI_Comm tp, Tensor input_grad,
                            Activations* workspace, const PartDone& part_done,
                            bool final_microbatch) {
+  acts.dloss = dloss;
   const ChunkPieces& chunk = acts.chunk;
   const bool sp = acts.seq.on;
   const int L = chunk.layers;
@@ -641,7 +656,7 @@ void gpt_backward_by_block(ParameterTensors& grads, BackwardBuffers& buf, Weight
   };
   auto slot = [&](int i) { return w2.block(i % 2); };
   // dout as in gpt_backward_input, its slot the block's own.
-  Tensor dout = sp ? buf.dresidual[0] : slot(L - 1).dout;
+  Tensor dout = sp ? buf.dresidual[0] : output_grad_slot(slot(L - 1), acts);
   int spare = 1;
   if (chunk.head) {
     if (chunk.logit_rows > 0) {
@@ -661,7 +676,7 @@ void gpt_backward_by_block(ParameterTensors& grads, BackwardBuffers& buf, Weight
   for (int i = L - 1; i >= 0; --i) {
     Tensor dinp;
     if (i > 0) {
-      dinp = sp ? buf.dresidual[spare] : slot(i - 1).dout;  // the other slot: W of i+1 is done
+      dinp = sp ? buf.dresidual[spare] : output_grad_slot(slot(i - 1), acts);  // W of i+1 done
     } else if (chunk.embedding) {
       dinp = sp ? buf.dresidual[spare] : w2.dembed;
     } else {

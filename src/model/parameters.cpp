@@ -94,6 +94,8 @@ Tensor& view_of(ParameterTensors& t, const SlabPiece& piece) {
       return block().q_normw;
     case TensorId::k_normw:
       return block().k_normw;
+    case TensorId::routerw:
+      return block().routerw;
   }
   MPF_FATAL("not a parameter tensor");
 }

@@ -29,12 +29,13 @@ struct LayerParameters {
   Tensor attprojb;  // (C)
   Tensor ln2w;      // (C)
   Tensor ln2b;      // (C)
-  Tensor fcw;       // (4C, C) GPT-2; (2F, C) Llama: rows [gate | up]
+  Tensor fcw;       // (4C, C) GPT-2; (2F, C) Llama: rows [gate | up]; (E, 2F, C) experts
   Tensor fcb;       // (4C)
-  Tensor fcprojw;   // (C, F)
+  Tensor fcprojw;   // (C, F); (E, C, F) experts
   Tensor fcprojb;   // (C)
   Tensor q_normw;   // (hs) Qwen3's per-head RMSNorm of Q (shared by the heads)
   Tensor k_normw;   // (hs) and of K
+  Tensor routerw;   // (E, C) a mixture of experts' router
 };
 
 struct ParameterTensors {

@@ -92,7 +92,20 @@ RowBlockSplits row_block_splits(const TpShard& shard, const TensorSpec& spec) {
     }
   }
   out.count = rows.count;
+  out.repeat = rows.repeat;
   return out;
+}
+
+int64_t RowBlockSplits::pattern_rows() const {
+  int64_t n = 0;
+  for (const RowBlockSplit& b : *this) n += b.rows;
+  return n;
+}
+
+int64_t RowBlockSplits::pattern_local() const {
+  int64_t n = 0;
+  for (const RowBlockSplit& b : *this) n += b.local;
+  return n;
 }
 
 PerTensor<int64_t> TpShard::sizes() const {
@@ -104,8 +117,8 @@ PerTensor<int64_t> TpShard::sizes() const {
     if (s.split == TpSplit::kVocab) {
       n = int64_t(vocab_shard) * cols;
     } else if (s.split == TpSplit::kColumn) {
-      n = 0;
-      for (const RowBlockSplit& b : row_block_splits(*this, s)) n += b.local * cols;
+      const RowBlockSplits b = row_block_splits(*this, s);
+      n = b.pattern_local() * b.repeat * cols;
     } else {
       n = dim_size(s.rows, cfg) * cols;
       if (s.split != TpSplit::kNone) n /= size;
@@ -133,14 +146,16 @@ int64_t TpShard::global_index(TensorId tensor, int64_t j) const {
   int64_t local_layer = s.split == TpSplit::kNone ? global_layer : global_layer / size;
   if (s.split == TpSplit::kColumn) {
     blocks = row_block_splits(*this, s);
-    local_layer = 0;
-    for (const RowBlockSplit& b : blocks) local_layer += b.local * row;
+    local_layer = blocks.pattern_local() * blocks.repeat * row;
   }
   const int64_t l = s.per_layer() ? layers[j / local_layer] : 0, k = j % local_layer;
   int64_t g = k;
   switch (s.split) {
     case TpSplit::kColumn: {  // each row block keeps its local rows from its first
-      int64_t local_row = k / row, block_start = 0;
+      int64_t local_row = k / row;
+      // Which repeat of the pattern (an expert's [gate | up]), then which block within it.
+      int64_t block_start = local_row / blocks.pattern_local() * blocks.pattern_rows();
+      local_row %= blocks.pattern_local();
       for (const RowBlockSplit& b : blocks) {
         if (local_row < b.local) {
           g = (block_start + b.first + local_row) * row + k % row;

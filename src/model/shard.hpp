@@ -8,10 +8,10 @@
 //                and Picotron refuse)
 //   attprojw     row-parallel: input columns [r·C/T, (r+1)·C/T)
 //   fcw, fcb     column-parallel: rows [r·F/T, (r+1)·F/T) of each block (GPT-2's one block of
-//                F = 4C; Llama's [gate | up])
-//   fcprojw      row-parallel: input columns [r·F/T, (r+1)·F/T)
+//                F = 4C; Llama's [gate | up]; each expert's of a mixture of experts)
+//   fcprojw      row-parallel: input columns [r·F/T, (r+1)·F/T) (of each expert's C rows)
 //   wte, lmhead  vocab-parallel: rows [r·Vp/T, (r+1)·Vp/T), Vp padded to a multiple of 128·T
-//   the rest     (LayerNorms, RMSNorms, wpe, attprojb, fcprojb) replicated
+//   the rest     (LayerNorms, RMSNorms, wpe, attprojb, fcprojb, the router) replicated
 // A pipeline stage further holds only its blocks (any set of layers, in order: with V chunks a
 // rank owns V ranges), the embeddings only on the first stage, the final LayerNorm only on the
 // last, and wte on both when it is tied (the last stage's LM head reads it; an untied model's
@@ -95,9 +95,13 @@ struct TpShard {
 struct RowBlockSplit {
   int64_t rows = 0, local = 0, first = 0;
 };
-struct RowBlockSplits {  // at most three, in place (asked for per element)
+struct RowBlockSplits {  // at most three, in place (asked for per element), repeated per expert
   std::array<RowBlockSplit, 3> blocks{};
   int count = 0;
+  int repeat = 1;
+  // Rows of one repeat: in the serial tensor, and held here.
+  int64_t pattern_rows() const;
+  int64_t pattern_local() const;
   const RowBlockSplit* begin() const { return blocks.data(); }
   const RowBlockSplit* end() const { return blocks.data() + count; }
 };

@@ -22,7 +22,13 @@ int64_t dim_size(Dim d, const GPTConfig& cfg, bool padded) {
       n = cfg.qkv_rows();
       break;
     case Dim::kMlpIn:
-      n = cfg.mlp_in_rows();
+      n = int64_t(cfg.mlp_in_rows()) * cfg.expert_count();
+      break;
+    case Dim::kMlpOut:
+      n = int64_t(cfg.channels) * cfg.expert_count();
+      break;
+    case Dim::kExperts:
+      n = cfg.experts;
       break;
     case Dim::kFfn:
       n = cfg.ffn_width();
@@ -57,6 +63,8 @@ bool present(TensorId t, const GPTConfig& cfg) {
       return !cfg.tied;
     case Needs::kQkNorm:
       return cfg.qk_norm();
+    case Needs::kMoe:
+      return f.moe;
   }
   return false;
 }
@@ -68,7 +76,9 @@ TensorPlace place_of(TensorId t, const GPTConfig& cfg) {
 
 std::vector<int64_t> row_blocks(const TensorSpec& s, const GPTConfig& cfg) {
   const RowBlockSizes b = row_block_sizes(s, cfg);
-  return std::vector<int64_t>(b.begin(), b.end());
+  std::vector<int64_t> out;
+  for (int r = 0; r < b.repeat; ++r) out.insert(out.end(), b.begin(), b.end());
+  return out;
 }
 
 RowBlockSizes row_block_sizes(const TensorSpec& s, const GPTConfig& cfg) {
@@ -77,8 +87,8 @@ RowBlockSizes row_block_sizes(const TensorSpec& s, const GPTConfig& cfg) {
     case RowBlocks::kQkv:
       return {{cfg.heads * hs, kv, kv}, 3};
     case RowBlocks::kMlpIn:
-      if (cfg.swiglu()) return {{F, F, 0}, 2};
-      return {{F, 0, 0}, 1};
+      if (cfg.swiglu()) return {{F, F, 0}, 2, cfg.expert_count()};
+      return {{F, 0, 0}, 1, cfg.expert_count()};
     case RowBlocks::kOne:
       break;
   }

@@ -38,9 +38,10 @@ enum class TensorId : int {
   lnfb,
   lmhead,   // after GPT-2's, so its file order is llm.c's
   q_normw,  // then the features' own tensors: the q and k norms (Qwen3's, OLMo-2's)
-  k_normw
+  k_normw,
+  routerw  // a mixture of experts' router
 };
-inline constexpr int kNumParameterTensors = 19;
+inline constexpr int kNumParameterTensors = 20;
 
 // One dimension of a tensor: `times` times one of the config's sizes.
 struct Dim {
@@ -51,7 +52,9 @@ struct Dim {
     kPaddedVocab,
     kMaxSeqLen,
     kQkvRows,  // (NH + 2 KVH)·hs: [Q | K | V] (3C for GPT-2)
-    kMlpIn,    // the MLP's first layer: [gate | up] 2F (Llama), F = 4C (GPT-2)
+    kMlpIn,    // the MLP's first layer: [gate | up] 2F (Llama), F = 4C (GPT-2), for each expert
+    kMlpOut,   // the MLP's projection: C for each expert
+    kExperts,  // E
     kFfn,      // F: the MLP's hidden width
     kAttn,     // NH·hs: the attention's width (C unless the head size is not C/NH)
     kQNorm,    // Q's norm weight: hs (one per head, shared) or NH·hs (the whole projection)
@@ -68,13 +71,14 @@ enum class Needs {
   kLinearBias,        // biases on the output projection and the MLP's layers
   kUntied,            // an LM head that is not wte: lmhead
   kQkNorm,            // q/k norms: q_normw, k_normw
+  kMoe,               // a mixture of experts: routerw
 };
 
 // The row blocks of a column-split tensor, each split over TP alike.
 enum class RowBlocks {
   kOne,
   kQkv,    // Q (NH·hs), K (KVH·hs), V (KVH·hs)
-  kMlpIn,  // [gate | up] (F each) for a gated MLP, else one block
+  kMlpIn,  // [gate | up] (F each) for a gated MLP, else one block; for each expert
 };
 
 // Which parts of the model use a tensor: which pipeline stages hold it, and which parts of the
@@ -127,7 +131,8 @@ using N = Needs;
 using B = RowBlocks;
 inline constexpr Dim one{1, Dim::kOne}, C{1, Dim::kChannels}, QKV{1, Dim::kQkvRows},
     MLP{1, Dim::kMlpIn}, FFN{1, Dim::kFfn}, Vp{1, Dim::kPaddedVocab}, maxT{1, Dim::kMaxSeqLen},
-    ATT{1, Dim::kAttn}, QN{1, Dim::kQNorm}, KN{1, Dim::kKNorm};
+    ATT{1, Dim::kAttn}, QN{1, Dim::kQNorm}, KN{1, Dim::kKNorm}, MLPO{1, Dim::kMlpOut},
+    E{1, Dim::kExperts};
 // Every tensor's row, in llm.c's order.
 // clang-format off
 inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
@@ -144,13 +149,14 @@ inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
   {T::ln2b,     "ln2b",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kNormShift},
   {T::fcw,      "fcw",      P::kBlocks,    MLP,  C,   S::kColumn, B::kMlpIn, I::kNormal, false,   true,  N::kAll},
   {T::fcb,      "fcb",      P::kBlocks,    MLP,  one, S::kColumn, B::kMlpIn, I::kZero,   false,   false, N::kLinearBias},
-  {T::fcprojw,  "fcprojw",  P::kBlocks,    C,    FFN, S::kRow,    B::kOne,   I::kNormal, true,    true,  N::kAll},
+  {T::fcprojw,  "fcprojw",  P::kBlocks,    MLPO, FFN, S::kRow,    B::kOne,   I::kNormal, true,    true,  N::kAll},
   {T::fcprojb,  "fcprojb",  P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kLinearBias},
   {T::lnfw,     "lnfw",     P::kHead,      C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kAll},
   {T::lnfb,     "lnfb",     P::kHead,      C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kNormShift},
   {T::lmhead,   "lmhead",   P::kHead,      Vp,   C,   S::kVocab,  B::kOne,   I::kNormal, false,   true,  N::kUntied},
   {T::q_normw,  "q_normw",  P::kBlocks,    QN,   one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kQkNorm},
   {T::k_normw,  "k_normw",  P::kBlocks,    KN,   one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kQkNorm},
+  {T::routerw,  "routerw",  P::kBlocks,    E,    C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kMoe},
 }};
 // clang-format on
 
@@ -182,16 +188,18 @@ bool present(TensorId t, const GPTConfig& cfg);
 // Where tensor t lives in a model of `cfg`: wte is kTied only when the model ties its head.
 TensorPlace place_of(TensorId t, const GPTConfig& cfg);
 // The row counts of a column-split tensor's blocks, in the serial tensor (one block's slice for
-// a per-layer tensor); their sum is its rows. At most three ([Q | K | V]), kept in place: the
-// shard asks for them per element.
+// a per-layer tensor): at most three ([Q | K | V]), kept in place (the shard asks for them per
+// element), the pattern repeated `repeat` times (an MLP's [gate | up] once per expert); the sum
+// of all is its rows.
 struct RowBlockSizes {
   std::array<int64_t, 3> rows{};
   int count = 0;
+  int repeat = 1;
   const int64_t* begin() const { return rows.data(); }
   const int64_t* end() const { return rows.data() + count; }
 };
 RowBlockSizes row_block_sizes(const TensorSpec& s, const GPTConfig& cfg);
-// The same as a vector.
+// The same as a vector, the repeats written out.
 std::vector<int64_t> row_blocks(const TensorSpec& s, const GPTConfig& cfg);
 
 // `d` for `cfg`; with padded = false the vocabulary rows without the padding.

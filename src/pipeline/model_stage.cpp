@@ -87,6 +87,7 @@ void ModelStage::begin_step(const std::vector<Tokens>* inputs, const std::vector
   part_done_ = std::move(part_done);
   weights_done_.assign(chunks_.size(), 0);
   Kokkos::deep_copy(ExecSpace(), Kokkos::subview(loss_sums_, 0), 0.0);
+  Kokkos::deep_copy(ExecSpace(), Kokkos::subview(loss_sums_, 2), 0.0);
   times_ = {};
 }
 
@@ -112,6 +113,10 @@ void ModelStage::timed(const char* name, int mb, int chunk, Op op) {
 
 double ModelStage::loss_sum() const {
   return read_to_host(loss_sums_.data(), "d2h loss");
+}
+
+double ModelStage::aux_sum() const {
+  return read_to_host(loss_sums_.data() + 2, "d2h balance loss");
 }
 
 int64_t ModelStage::microbatch_bytes() const {
@@ -227,6 +232,7 @@ void ModelStage::forward(int mb, int chunk) {
   Activations*& a = live_[{mb, chunk}];
   if (!a) a = acquire(chunk);
   a->doc_start = doc_starts_ ? (*doc_starts_)[mb].data() : nullptr;
+  a->moe_aux = loss_sums_.data() + 2;
   Stopwatch sw;
   timed("F", mb, chunk, [&] {
     gpt_forward(*a, *params_, (*inputs_)[mb], (*targets_)[mb], tp_, workspace_.get());
@@ -386,6 +392,7 @@ double ModelStage::evaluate(const ParameterTensors& params, const std::vector<To
       Activations* a = held[c] = acquire(c);
       if (!p2p_.is_first(c)) p2p_.recv_forward(a->input.data(), int(mb), c);
       a->doc_start = doc_starts ? (*doc_starts)[mb].data() : nullptr;
+      a->moe_aux = nullptr;  // an evaluation's balance losses are not the step's
       gpt_forward(*a, params, inputs[mb], targets[mb], tp_, workspace_.get());
       if (chunks_[c].head) add_loss(*a, loss);
       if (chunks_[c].head && losses) losses(int(mb), a->losses);

@@ -81,6 +81,9 @@ class ModelStage : public pipeline::StageOps {
   // Σ of the per-token losses of the microbatches forwarded since begin_step (last stage; 0 on
   // the others): added up in the kernels' memory, read to the host here, once a step.
   double loss_sum() const;
+  // The step's balance losses so far (mixtures of experts): the sum over this rank's rows and
+  // blocks, each counted on one of its TP and CP ranks.
+  double aux_sum() const;
   // The most bytes of activations and W sets held at once, and the most (mb, chunk)s held (from
   // their forward's input to their W) at once.
   int64_t peak_activation_bytes() const { return peak_bytes_; }
@@ -182,7 +185,8 @@ class ModelStage : public pipeline::StageOps {
   PartDone part_done_;
   std::vector<int> weights_done_;  // per chunk, this step
   // In the kernels' memory: Σ of the step's per-token losses, and evaluate()'s.
-  Kokkos::View<double*, MemSpace> loss_sums_{"mpf::stage::loss_sums", 2};
+  // The step's loss, an evaluation's, and the step's balance losses.
+  Kokkos::View<double*, MemSpace> loss_sums_{"mpf::stage::loss_sums", 3};
   StageTimes times_;
   bool time_ops_ = true;
   bool by_block_ = false;

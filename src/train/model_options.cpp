@@ -83,7 +83,8 @@ std::string adopt_data_vocab(TrainOptions& o) {
 
 bool is_llama_flag(const std::string& flag) {
   for (const char* f : {"--kv-heads", "--ffn-dim", "--norm-eps", "--rope-theta", "--rope-scaling",
-                        "--tie-embeddings", "--sliding-window", "--head-dim"}) {
+                        "--tie-embeddings", "--sliding-window", "--head-dim", "--experts",
+                        "--experts-per-token", "--moe-renormalize", "--moe-aux-coef"}) {
     if (flag == f) return true;
   }
   return false;
@@ -105,6 +106,29 @@ std::string canonical_rope_scaling(const std::string& text) {
   return rope_scaling_text(cfg);
 }
 
+// The experts of a mixture-of-experts family: the flags' sizes, the family's gates (OLMoE's are the
+// router's probabilities, Mixtral's and Qwen3-MoE's renormalised) unless --moe-renormalize says.
+void set_experts(const TrainOptions& o, GPTConfig& cfg) {
+  cfg.experts = o.experts;
+  cfg.experts_per_token = o.experts_per_token;
+  const bool moe = cfg.features().moe;
+  for (const char* flag : {"--moe-renormalize", "--moe-aux-coef"}) {
+    require(moe || !o.given.count(flag),
+            std::string(flag) +
+                " sets a mixture of experts; pass --arch mixtral, qwen3_moe or "
+                "olmoe, or drop " +
+                flag);
+  }
+  require(!o.given.count("--moe-aux-coef") || o.moe_aux_coef >= 0,
+          "--moe-aux-coef must not be negative, got " + std::to_string(o.moe_aux_coef) +
+              "; pass 0 for no balance loss");
+  require(o.moe_renormalize >= -1 && o.moe_renormalize <= 1,
+          "--moe-renormalize is 0 or 1, got " + std::to_string(o.moe_renormalize));
+  cfg.moe_renormalize =
+      moe && (o.moe_renormalize >= 0 ? o.moe_renormalize == 1 : cfg.arch != Arch::kOlmoe);
+  cfg.moe_aux_coef = moe ? (o.moe_aux_coef >= 0 ? o.moe_aux_coef : 0.01f) : 0.0f;
+}
+
 GPTConfig flags_config(const TrainOptions& o) {
   GPTConfig cfg;
   cfg.layers = o.layers;
@@ -124,6 +148,7 @@ GPTConfig flags_config(const TrainOptions& o) {
     cfg.sliding_window = o.sliding_window;
     if (o.head_dim > 0 && o.head_dim * o.heads != o.dim) cfg.head_dim = o.head_dim;
     parse_rope_scaling(o.rope_scaling, cfg);
+    set_experts(o, cfg);
   } else {
     for (const std::string& flag : o.given) {
       require(!is_llama_flag(flag),

@@ -16,7 +16,7 @@ struct TrainOptions {
   // Model: a checkpoint, or the sizes of a fresh one.
   std::string init_from;
   int layers = 4, heads = 4, dim = 128, vocab = 256, max_seq_len = 256;
-  // The family (model/config.hpp: gpt2, llama, qwen2, mistral, phi3, qwen3, olmo2) and what the families
+  // The family (model/config.hpp: gpt2, llama, ..., olmoe) and what the families
   // of Llama blocks add; GPT-2 takes none of them.
   std::string arch = "gpt2";
   int kv_heads = 0, ffn_dim = 0;  // 0: the heads, 4C
@@ -25,6 +25,10 @@ struct TrainOptions {
   int tie_embeddings = 1;
   int sliding_window = 0;  // a query sees the last N positions; 0: all (Mistral v0.1, Phi-3)
   int head_dim = 0;        // the head size when not --dim / --heads (Qwen3); 0: --dim / --heads
+  // A mixture of experts (the MoE families): E experts, k per token, the gates renormalised over
+  // the k (-1: the family's way) and the balance loss's coefficient (-1: the model's, or 0.01).
+  int experts = 0, experts_per_token = 0, moe_renormalize = -1;
+  float moe_aux_coef = -1.0f;
   std::string model_flags_given;  // the model flags above on the command line ("--arch, --dim")
   // Data.
   std::string data = "builtin:train";

@@ -214,10 +214,9 @@ void RunReporter::step(const StepRecord& s, const PeakCheck& peak) const {
   const double seconds = s.ms / 1e3;
   const double tok_s = r.tokens_per_step() / seconds,
                mfu = 100.0 * r.flops_per_step() / seconds / r.peak_flops_->flops();
-  record(MetricsRecord("step")
-             .integer("step", s.step)
-             .number("loss", s.loss)
-             .number("lr", s.lr)
+  MetricsRecord step = MetricsRecord("step").integer("step", s.step).number("loss", s.loss);
+  if (!std::isnan(s.aux)) step.number("aux", s.aux);
+  record(step.number("lr", s.lr)
              .number("norm", s.norm)
              .number("ms", s.ms)
              .number("tok_s", tok_s)

@@ -40,9 +40,10 @@ SettingGroup model_settings() {
           {"--arch", "A",
            "the model family: gpt2, or Llama blocks (RMSNorm, RoPE, SwiGLU, GQA): llama, qwen2 "
            "(with Q, K, V biases), mistral, phi3, qwen3 (per-head q/k norms), olmo2 (norms after "
-           "the "
-           "sublayers, q/k norms over the whole projection)",
-           &O::arch, kNoMinimum, "model.arch", kKeep, "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2"},
+           "the sublayers, q/k norms over the whole projection); mixtures of experts: mixtral, "
+           "qwen3_moe, olmoe",
+           &O::arch, kNoMinimum, "model.arch", kKeep,
+           "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2,mixtral,qwen3_moe,olmoe"},
           {"--kv-heads", "H", "llama: key/value heads, dividing --heads (default, or 0: --heads)",
            &O::kv_heads, 0, "model.kv_heads", kKeep},
           {"--ffn-dim", "F", "llama: the SwiGLU MLP's width (default, or 0: 4C)", &O::ffn_dim, 0,
@@ -65,6 +66,17 @@ SettingGroup model_settings() {
            "llama family: the head size, when not --dim / --heads (Qwen3's head_dim); 0 = --dim / "
            "--heads",
            &O::head_dim, 0, "model.head_dim", kKeep},
+          {"--experts", "E", "mixtral, qwen3_moe, olmoe: the experts in each block's MLP",
+           &O::experts, 0, "model.experts", kKeep},
+          {"--experts-per-token", "K", "the experts each token's router chooses (top-k)",
+           &O::experts_per_token, 0, "model.experts_per_token", kKeep},
+          {"--moe-renormalize", "0|1",
+           "1: the chosen experts' gates are renormalised to sum to 1 (Mixtral, Qwen3-MoE's "
+           "norm_topk_prob); 0: the router's probabilities (OLMoE); default: the family's",
+           &O::moe_renormalize, -1, "model.moe_renormalize", kKeep},
+          {"--moe-aux-coef", "X",
+           "the balance loss's coefficient (router_aux_loss_coef); default: the model's, or 0.01",
+           &O::moe_aux_coef, -1, "model.moe_aux_coef", kKeep},
       }};
 }
 

@@ -1,5 +1,6 @@
 #include "train/step_log.hpp"
 
+#include <cmath>
 #include <cstdio>
 
 #include "core/profile.hpp"
@@ -9,7 +10,13 @@ namespace mpf {
 
 double flops_per_token(const GPTConfig& cfg, int T) {
   // The position table (GPT-2's; Llama has none) is a lookup, not a product.
-  const double n_prime = double(parameter_count(cfg)) - double(tensor_size(TensorId::wpe, cfg));
+  double n_prime = double(parameter_count(cfg)) - double(tensor_size(TensorId::wpe, cfg));
+  // A token goes through k of the E experts: only their share of the MLP's weights is active.
+  if (cfg.moe()) {
+    const double experts =
+        double(tensor_size(TensorId::fcw, cfg) + tensor_size(TensorId::fcprojw, cfg));
+    n_prime -= experts * (1.0 - double(cfg.experts_per_token) / cfg.experts);
+  }
   // Attention: per layer and token, Q·Kᵀ and P·V over the keys a query sees, 2·2·hs FLOPs a key
   // and head forward, twice that backward; causally a query sees T/2 keys on average, within a
   // sliding window of W < T positions W − W²/(2T).
@@ -21,12 +28,14 @@ double flops_per_token(const GPTConfig& cfg, int T) {
 
 std::string format_step(const StepRecord& r, double tokens, double flops_per_step,
                         double peak_flops) {
-  char buf[256];
+  char buf[256], aux[32] = "";
   const double s = r.ms / 1e3;
-  std::snprintf(buf, sizeof buf,
-                "step %d/%d | loss %.6f | lr %.1e | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%",
-                r.step, r.steps, r.loss, r.lr, r.norm, r.ms, tokens / s,
-                100.0 * flops_per_step / s / peak_flops);
+  if (!std::isnan(r.aux)) std::snprintf(aux, sizeof aux, " | aux %.6f", r.aux);
+  std::snprintf(
+      buf, sizeof buf,
+      "step %d/%d | loss %.6f%s | lr %.1e | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%", r.step,
+      r.steps, r.loss, aux, r.lr, r.norm, r.ms, tokens / s,
+      100.0 * flops_per_step / s / peak_flops);
   return buf;
 }
 

@@ -3,6 +3,7 @@
 // and what it needs: the FLOP count of a step and a peak to hold it against.
 #pragma once
 
+#include <limits>
 #include <string>
 
 #include "model/config.hpp"
@@ -20,6 +21,9 @@ struct StepRecord {
   int step = 0, steps = 0;  // 1-based
   double loss = 0, norm = 0, ms = 0;
   float lr = 0;
+  // A mixture of experts' balance loss, added to the objective (loss stays the cross-entropy);
+  // NaN for a dense model, whose line has none.
+  double aux = std::numeric_limits<double>::quiet_NaN();
 };
 
 // `tokens` per step over all ranks; `peak_flops` of all ranks together (FLOP/s).

@@ -69,6 +69,7 @@ StepOutcome TrainingRun::step(int step) {
   Stopwatch clock;
   const DataPosition batch_at = train_data_->position();
   out.log.loss = compute();
+  if (cfg_.moe()) out.log.aux = global_aux_loss();
   apply_test_fault(test_fault_, step, grid_->world_rank(), grads_.slab.data(), grads_.count);
   // This rank's gradients before any reduction, for a second computation to be held against.
   const uint64_t first = opts_.rerun_suspect ? bits_checksum(grads_.slab.data(), grads_.count) : 0;
@@ -243,6 +244,13 @@ double TrainingRun::global_mean_loss(double local_sum) const {
   // holds its rows' tokens.
   const double dp_sum = allreduce_sum(local_sum, grid_->dp_cp_comm());
   return allreduce_sum(dp_sum, grid_->pp_comm()) / (double(opts_.batch) * opts_.seq_len);
+}
+
+double TrainingRun::global_aux_loss() const {
+  // The balance losses of every block (pipeline stages hold distinct ones) and every sequence
+  // row (DP), each row's counted once over its TP and CP ranks: their mean over the batch's rows.
+  const double dp_sum = allreduce_sum(stage_->aux_sum(), grid_->dp_cp_comm());
+  return allreduce_sum(dp_sum, grid_->pp_comm()) / double(opts_.batch);
 }
 
 double TrainingRun::global_grad_norm() const {

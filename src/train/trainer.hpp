@@ -129,6 +129,7 @@ class TrainingRun {
   StepOutcome prepare_step(int step);
   // Forward and backward of every microbatch through the schedule; the global mean loss.
   double compute();
+  double global_aux_loss() const;  // the step's balance loss (mixtures of experts)
   // The gradients made whole (the tied embedding's two stages summed, then the DP ranks');
   // their global norm.
   double sync();

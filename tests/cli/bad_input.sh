@@ -107,6 +107,20 @@ done
 # --lr-decay-steps 0 means "follow --steps", as when not given: --help says so.
 grep -A1 -- "--lr-decay-steps" <<<"$out" | grep -q "default, or 0: --steps" && ok "--help: --lr-decay-steps 0" ||
   bad "--help does not say what --lr-decay-steps 0 means"
+# A mixture of experts' sizes and settings (model/config.cpp's validate, the flags).
+moe=(--arch mixtral --layers 2 --heads 4 --kv-heads 2 --dim 32 --ffn-dim 48 --steps 1)
+expect_error "top-k above the experts" 1 "each token's 5 experts are not 1 to the 4 experts" -- \
+  "${moe[@]}" --experts 4 --experts-per-token 5
+expect_error "an MoE family without experts" 1 "the number of experts must be positive" -- "${moe[@]}"
+expect_error "experts in a dense family" 1 "the llama family has a dense MLP" -- \
+  --arch llama --layers 2 --experts 4 --experts-per-token 2
+expect_error "experts on GPT-2" 1 "--experts is a Llama-family setting" -- --experts 4
+expect_error "--moe-renormalize 2" 1 "--moe-renormalize is 0 or 1, got 2" -- \
+  "${moe[@]}" --experts 4 --experts-per-token 2 --moe-renormalize 2
+expect_error "a negative balance coefficient" 1 "--moe-aux-coef must not be negative" -- \
+  "${moe[@]}" --experts 4 --experts-per-token 2 --moe-aux-coef -0.5
+expect_error "--moe-aux-coef on a dense family" 1 "--moe-aux-coef sets a mixture of experts" -- \
+  --arch llama --layers 2 --moe-aux-coef 0.1
 # mpiformer-bench builds its run as the trainer does: a layout the model does not take is one line.
 if [ -n "${MPIFORMER_BENCH:-}" ]; then
   expect_error_from "$MPIFORMER_BENCH" "bench: --batch 3 over 2 ranks" 2 "--batch 3 does not split over 2" -- \

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
     import torch
     import torch.nn.functional as F
-    from compare_with_pytorch import (B, T, STEPS, BETA1, BETA2, EPS, STEP_RE, printed_ulp,
+    from compare_with_pytorch import (B, T, STEPS, BETA1, BETA2, EPS, STEP_RE, AUX_RE, printed_ulp,
                                       train_reference, write_tokens)
 except ImportError as e:
     sys.exit(f"reference: cannot import torch ({e}); run with /usr/bin/python3. 0 passed, 1 failed")
@@ -70,18 +70,21 @@ def shapes(m):
     out = [("wte", (Vp, C)), ("ln1w", (L, C)), ("qkvw", (L, (NH + 2 * KVH) * hs, C))]
     if m.get("qkv_bias"):  # Qwen2: biases on Q, K and V, in the file after qkvw
         out.append(("qkvb", (L, (NH + 2 * KVH) * hs)))
-    out += [("attprojw", (L, C, NH * hs)), ("ln2w", (L, C)), ("fcw", (L, 2 * F_, C)),
-            ("fcprojw", (L, C, F_)), ("lnfw", (C,))]
+    E = m.get("E", 0)  # a mixture of experts: E experts' MLPs stacked, and a router
+    out += [("attprojw", (L, C, NH * hs)), ("ln2w", (L, C)), ("fcw", (L, max(E, 1) * 2 * F_, C)),
+            ("fcprojw", (L, max(E, 1) * C, F_)), ("lnfw", (C,))]
     if not m["tied"]:
         out.append(("lmhead", (Vp, C)))
     if m.get("qk_norm") == "whole":  # OLMo-2: norms of the whole Q and K projections
         out += [("q_normw", (L, NH * hs)), ("k_normw", (L, KVH * hs))]
     elif m.get("qk_norm"):  # Qwen3: the per-head q and k norms, after the GPT-2 and Llama tensors
         out += [("q_normw", (L, hs)), ("k_normw", (L, hs))]
+    if E:
+        out.append(("routerw", (L, E, C)))
     return out
 
 
-MATRICES = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead"}
+MATRICES = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead", "routerw"}
 
 
 def header(m):
@@ -92,6 +95,10 @@ def header(m):
               m.get("arch", 1), m["KVH"], m["F"], int(m["tied"]), m["original"]]
     h[18] = m.get("window", 0)
     h[19] = m["hd"] if m.get("hd") and m["hd"] * m["NH"] != m["C"] else 0
+    # Slots 20..23: experts, experts per token, renormalised gates, the balance loss's coefficient.
+    if m.get("E"):
+        h[20], h[21], h[22] = m["E"], m["k"], int(m["renorm"])
+        h[23] = np.array([m["aux_coef"]], dtype="<f4").view("<i4")[0]
     floats = np.array([m["eps"], m["theta"], m["factor"], m["low"], m["high"]], dtype="<f4")
     h[13:18] = floats.view("<i4")
     return h
@@ -169,7 +176,29 @@ def document_mask(inputs, doc_token):
     return (causal[None] & (pos[None, None, :] >= starts[:, :, None]))[:, None]
 
 
-def llama_logits(p, inputs, m, doc_token=None):
+def moe_mlp(p, l, h, m, aux):
+    """A mixture of experts, densely: every expert on every token, masked by the router's choice;
+    the sequence-wise balance loss of each row appended to `aux`."""
+    E, k, F_, C = m["E"], m["k"], m["F"], m["C"]
+    probs = (h @ p["routerw"][l].T).softmax(-1)
+    # The k most probable, ties to the lower index (a stable sort of -p).
+    top = torch.sort(-probs.detach(), dim=-1, stable=True).indices[..., :k]
+    chosen = probs.gather(-1, top)
+    gates = chosen / chosen.sum(-1, keepdim=True) if m["renorm"] else chosen
+    out = torch.zeros_like(h)
+    for e in range(E):
+        w1 = p["fcw"][l][e * 2 * F_:(e + 1) * 2 * F_]
+        w2 = p["fcprojw"][l][e * C:(e + 1) * C]
+        gate, up = (h @ w1.T).split(F_, dim=-1)
+        y = (F.silu(gate) * up) @ w2.T
+        out = out + (gates * (top == e)).sum(-1, keepdim=True) * y
+    counts = F.one_hot(top, E).sum(-2).sum(1).to(probs.dtype)  # (B, E): c_e of each row
+    T_ = h.shape[1]
+    aux.append((m["aux_coef"] * E / (k * T_ * T_) * (probs.sum(1) * counts).sum(-1)).mean())
+    return out
+
+
+def llama_logits(p, inputs, m, doc_token=None, aux=None):
     L, NH, KVH, C, F_ = m["L"], m["NH"], m["KVH"], m["C"], m["F"]
     Bb, Tt = inputs.shape
     hs = head_size(m)
@@ -209,8 +238,11 @@ def llama_logits(p, inputs, m, doc_token=None):
         out = y @ p["attprojw"][l].T
         x = x + (rms_norm(out, p["ln1w"][l], m["eps"]) if post else out)
         h = x if post else rms_norm(x, p["ln2w"][l], m["eps"])
-        gate, up = (h @ p["fcw"][l].T).split(F_, dim=-1)
-        out = (F.silu(gate) * up) @ p["fcprojw"][l].T
+        if m.get("E"):
+            out = moe_mlp(p, l, h, m, aux if aux is not None else [])
+        else:
+            gate, up = (h @ p["fcw"][l].T).split(F_, dim=-1)
+            out = (F.silu(gate) * up) @ p["fcprojw"][l].T
         x = x + (rms_norm(out, p["ln2w"][l], m["eps"]) if post else out)
     x = rms_norm(x, p["lnfw"], m["eps"])
     return x @ (p["wte"] if m["tied"] else p["lmhead"]).T
@@ -218,9 +250,11 @@ def llama_logits(p, inputs, m, doc_token=None):
 
 def reference_run(params0, tokens, m, dtype=torch.float64, autocast_bf16=False, doc_token=None):
     def loss_of(p, inputs, targets):
-        logits = llama_logits(p, inputs, m, doc_token)
-        return F.cross_entropy(logits[..., :m["V"]].float().to(dtype).reshape(-1, m["V"]),
-                               targets.reshape(-1))
+        aux = []
+        logits = llama_logits(p, inputs, m, doc_token, aux)
+        ce = F.cross_entropy(logits[..., :m["V"]].float().to(dtype).reshape(-1, m["V"]),
+                             targets.reshape(-1))
+        return (ce, sum(aux).to(ce.dtype)) if m.get("E") else ce
     return train_reference(params0, tokens, CFG, MATRICES, loss_of, dtype, autocast_bf16)
 
 
@@ -251,6 +285,9 @@ def run_trainer(exe, workdir, model, shard, precision, extra=(), m=MODEL, ranks=
         mt = STEP_RE.match(line.strip())
         if mt:
             rows[int(mt.group(1))] = dict(loss=mt.group(3), lr=mt.group(4), norm=mt.group(5))
+            aux = AUX_RE.search(line)
+            if aux:
+                rows[int(mt.group(1))]["aux"] = aux.group(1)
     if sorted(rows) != list(range(1, STEPS + 1)):
         print(proc.stdout + proc.stderr)
         raise RuntimeError(f"expected step lines 1..{STEPS}, parsed {sorted(rows)}")

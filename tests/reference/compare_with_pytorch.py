@@ -235,7 +235,14 @@ def train_reference(params0, tokens, cfg, matrices, loss_of, dtype, autocast_bf1
         opt.zero_grad(set_to_none=False)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bf16):
             loss = loss_of(p, inputs, targets)
-        loss.backward()
+        # A mixture of experts' loss_of gives (cross-entropy, balance loss): the objective is
+        # their sum, the loss reported the cross-entropy.
+        aux = None
+        if isinstance(loss, tuple):
+            loss, aux = loss
+            (loss + aux).backward()
+        else:
+            loss.backward()
         if cfg["grad_clip"] > 0:  # coef = clip / (norm + 1e-6), applied when < 1
             norm = torch.nn.utils.clip_grad_norm_(list(p.values()), cfg["grad_clip"])
         else:
@@ -245,11 +252,16 @@ def train_reference(params0, tokens, cfg, matrices, loss_of, dtype, autocast_bf1
             g["lr"] = lr
         opt.step()
         rows.append(dict(loss=loss.item(), norm=norm.item(), lr=lr))
+        if aux is not None:
+            rows[-1]["aux"] = aux.item()
     return rows, {k: v.detach().double().numpy() for k, v in p.items()}
 
 
 # ---- the trainer -------------------------------------------------------------------------------
-STEP_RE = re.compile(r"^step\s+(\d+)/(\d+)\s*\|\s*loss\s+(\S+)\s*\|\s*lr\s+(\S+)\s*\|\s*norm\s+(\S+)")
+# A mixture of experts' line has its balance loss after the loss: `| aux X`, group 6.
+STEP_RE = re.compile(r"^step\s+(\d+)/(\d+)\s*\|\s*loss\s+(\S+)(?:\s*\|\s*aux\s+\S+)?\s*\|\s*lr\s+(\S+)"
+                     r"\s*\|\s*norm\s+(\S+)")
+AUX_RE = re.compile(r"\|\s*aux\s+(\S+)")
 
 
 class NoNativeBf16(Exception):

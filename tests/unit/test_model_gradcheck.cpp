@@ -119,7 +119,7 @@ TEST(ModelGradients, LlamaMatchesFiniteDifferences) {
 
 // The features the families of Llama blocks add: Qwen2's Q, K, V biases; Qwen3's per-head q/k
 // norms with a head size (6) apart from C / NH (4) and no biases; Mistral's sliding window of 2;
-// OLMo-2's norms after the sublayers and over the whole Q and K projections.
+// OLMo-2's norms after the sublayers and over the whole Q and K projections; Mixtral's experts.
 TEST(ModelGradients, FamilyFeaturesMatchFiniteDifferences) {
   GPTConfig qwen2 = tiny_llama();
   qwen2.arch = Arch::kQwen2;
@@ -131,7 +131,14 @@ TEST(ModelGradients, FamilyFeaturesMatchFiniteDifferences) {
   mistral.sliding_window = 2;
   GPTConfig olmo2 = tiny_llama();
   olmo2.arch = Arch::kOlmo2;
-  for (const GPTConfig& cfg : {qwen2, qwen3, mistral, olmo2}) {
+  // Two experts, both a token's, gated by the router's probabilities: a choice among more would
+  // flip under the finite differences' steps (the routing is piecewise). No balance loss: the
+  // differences see the cross-entropy. reference_moe checks top-2 of 4 against PyTorch.
+  GPTConfig mixtral = tiny_llama();
+  mixtral.arch = Arch::kMixtral;
+  mixtral.experts = 2;
+  mixtral.experts_per_token = 2;
+  for (const GPTConfig& cfg : {qwen2, qwen3, mistral, olmo2, mixtral}) {
     SCOPED_TRACE(arch_name(cfg.arch));
     TinyModel m(cfg);
     check_every_tensor(m);
@@ -141,6 +148,8 @@ TEST(ModelGradients, FamilyFeaturesMatchFiniteDifferences) {
   EXPECT_EQ(tensor_size(TensorId::attprojw, qwen3), 2 * 16 * 4 * 6);
   EXPECT_EQ(tensor_size(TensorId::q_normw, olmo2), 2 * 16);
   EXPECT_EQ(tensor_size(TensorId::k_normw, olmo2), 2 * 8);
+  EXPECT_EQ(tensor_size(TensorId::fcw, mixtral), 2 * tensor_size(TensorId::fcw, qwen3));
+  EXPECT_EQ(tensor_size(TensorId::routerw, mixtral), 2 * 2 * 16);
 }
 
 TEST(ModelGradients, BackwardAccumulatesAndIsDeterministic) {

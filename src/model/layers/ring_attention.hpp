@@ -41,6 +41,8 @@ class RingAttention {
   static PositionRuns rows_of(int rank, int ranks, int T);
   const PositionRuns& rows() const { return rows_of_[size_t(rank_)]; }
   int ranks() const { return ranks_; }
+  int rank() const { return rank_; }
+  MPI_Comm comm() const { return cp_; }
 
   // out (B,Tl,NH·hs), lse (B,NH,Tl) from this rank's packed qkv (B,Tl,(NH + 2·KVH)·hs), Tl = T/N;
   // doc_start (B,Tl) or null as in attention.hpp.

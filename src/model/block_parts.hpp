@@ -1,0 +1,25 @@
+// Pieces a transformer block's layers share (model/gpt.cpp, model/moe_block.cpp): element-wise
+// copies and sums, and the seeding of a row-parallel layer's output.
+#pragma once
+
+#include <cstdint>
+
+#include "core/types.hpp"
+#include "parallel/tp_regions.hpp"
+
+namespace mpf {
+
+// y (n) += x (n).
+void add_into(Tensor y, const float* x, int64_t n);
+// y (n) = x (n).
+void copy_into(Tensor y, const float* x, int64_t n);
+
+// Seeds the output (R,C) of a row-parallel layer before the GEMM adds this rank's partial
+// product: the rows this rank contributes the residual for get residual + bias, all others zero,
+// so leaving the region (all-reduce, or reduce-scatter under SP) adds them exactly once. Without
+// SP rank 0 seeds every row; with SP each rank seeds its own rows. An empty residual (a post-norm
+// block's sublayer) seeds the bias only, an empty bias nothing more.
+void seed_rows(Tensor out, Tensor residual, Tensor bias, const tp::SequenceSplit& seq, int rank,
+               int C);
+
+}  // namespace mpf

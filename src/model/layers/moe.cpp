@@ -1,0 +1,166 @@
+#include "model/layers/moe.hpp"
+
+#include <cmath>
+
+#include "core/parallel.hpp"
+#include "core/transfer.hpp"
+
+namespace mpf {
+
+void moe_route(Tensor probs, int32_t* choice, Tensor gates, const MoeShape& s) {
+  const int E = s.E, k = s.k;
+  const bool renormalize = s.renormalize;
+  for_each(
+      "mpf::moe_route", s.rows, KOKKOS_LAMBDA(int64_t n) {
+        float* p = probs.data() + n * E;
+        float m = p[0];
+        for (int e = 1; e < E; ++e) m = p[e] > m ? p[e] : m;
+        float z = 0.0f;
+        for (int e = 0; e < E; ++e) z += p[e] = expf(p[e] - m);
+        for (int e = 0; e < E; ++e) p[e] /= z;
+        // The k largest, each the first of its value among those not yet taken.
+        float chosen = 0.0f;
+        for (int j = 0; j < k; ++j) {
+          int best = -1;
+          for (int e = 0; e < E; ++e) {
+            bool taken = false;
+            for (int i = 0; i < j; ++i) taken = taken || choice[n * k + i] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+          }
+          choice[n * k + j] = best;
+          chosen += p[best];
+        }
+        for (int j = 0; j < k; ++j) {
+          const float g = p[choice[n * k + j]];
+          gates(n * k + j) = renormalize ? g / chosen : g;
+        }
+      });
+}
+
+std::vector<int64_t> moe_counts(const int32_t* counts, int E) {
+  std::vector<int32_t> host(size_t(E), 0);
+  copy_to_host(host.data(), counts, size_t(E) * sizeof(int32_t), "d2h expert counts");
+  return std::vector<int64_t>(host.begin(), host.end());
+}
+
+std::vector<int64_t> moe_sort(int32_t* counts, int32_t* order, int32_t* where,
+                              const int32_t* choice, const MoeShape& s) {
+  const int64_t slots = s.slots();
+  // An expert's thread walks every slot in order: its rows keep the slots' order. (E threads of
+  // a few thousand steps each: not worth a fork on the host.)
+  for_each(
+      "mpf::moe_count", s.E, KOKKOS_LAMBDA(int64_t e) {
+        int32_t c = 0;
+        for (int64_t i = 0; i < slots; ++i) c += choice[i] == e ? 1 : 0;
+        counts[e] = c;
+      });
+  for_each(
+      "mpf::moe_sort", s.E, KOKKOS_LAMBDA(int64_t e) {
+        int64_t at = 0;
+        for (int64_t f = 0; f < e; ++f) at += counts[f];
+        for (int64_t i = 0; i < slots; ++i) {
+          if (choice[i] != e) continue;
+          order[at] = int32_t(i);
+          where[i] = int32_t(at);
+          ++at;
+        }
+      });
+  return moe_counts(counts, s.E);
+}
+
+void moe_balance_stats(Tensor stats, Tensor probs, const int32_t* choice, const MoeShape& s) {
+  const int E = s.E, k = s.k;
+  const int64_t T = s.seq_rows(), cells = int64_t(s.seqs) * E;
+  for_each(
+      "mpf::moe_balance_stats", cells, KOKKOS_LAMBDA(int64_t cell) {
+        const int64_t b = cell / E;
+        const int e = int(cell % E);
+        float count = 0.0f, p = 0.0f;
+        for (int64_t t = b * T; t < (b + 1) * T; ++t) {
+          p += probs(t * E + e);
+          for (int j = 0; j < k; ++j) count += choice[t * k + j] == e ? 1.0f : 0.0f;
+        }
+        stats(cell) = count;
+        stats(cells + cell) = p;
+      });
+}
+
+void moe_balance_loss(double* total, Tensor stats, float coef, int64_t T, const MoeShape& s) {
+  const int E = s.E;
+  const int64_t cells = int64_t(s.seqs) * E;
+  const double scale = double(coef) * E / (double(s.k) * double(T) * double(T));
+  sum_into(
+      "mpf::moe_balance_loss", cells,
+      KOKKOS_LAMBDA(int64_t cell) { return scale * double(stats(cell)) * stats(cells + cell); },
+      total);
+}
+
+void moe_gather(Tensor out, Tensor x, const int32_t* order, int C, const MoeShape& s) {
+  const int k = s.k;
+  for_each_2d(
+      "mpf::moe_gather", s.slots(), C,
+      KOKKOS_LAMBDA(int64_t p, int c) { out(p * C + c) = x(int64_t(order[p] / k) * C + c); });
+}
+
+void moe_combine(Tensor out, Tensor y, Tensor gates, const int32_t* where, int C,
+                 const MoeShape& s) {
+  const int k = s.k;
+  const bool gated = gates.extent(0) > 0;
+  for_each_2d(
+      "mpf::moe_combine", s.rows, C, KOKKOS_LAMBDA(int64_t n, int c) {
+        float acc = out(n * C + c);
+        for (int j = 0; j < k; ++j) {
+          const float w = gated ? gates(n * k + j) : 1.0f;
+          acc += w * y(int64_t(where[n * k + j]) * C + c);
+        }
+        out(n * C + c) = acc;
+      });
+}
+
+void moe_gate_grads(Tensor dgates, Tensor dh, Tensor h, const int32_t* order, int F,
+                    const MoeShape& s) {
+  for_rows(
+      "mpf::moe_gate_grads", s.slots(), F, KOKKOS_LAMBDA(const Row& r, int64_t p) {
+        const float* a = dh.data() + p * F;
+        const float* b = h.data() + p * F;
+        const float dot = r.sum(F, [a, b](int f) { return a[f] * b[f]; });
+        r.once([=] { dgates(order[p]) = dot; });
+      });
+}
+
+void moe_scale_rows(Tensor x, Tensor gates, const int32_t* order, int width, const MoeShape& s) {
+  for_each_2d(
+      "mpf::moe_scale_rows", s.slots(), width,
+      KOKKOS_LAMBDA(int64_t p, int c) { x(p * width + c) *= gates(order[p]); });
+}
+
+void moe_route_backward(Tensor dlogits, Tensor dgates, Tensor probs, const int32_t* choice,
+                        Tensor gates, Tensor stats, float aux_scale, const MoeShape& s) {
+  const int E = s.E, k = s.k;
+  const bool renormalize = s.renormalize;
+  const int64_t T = s.seq_rows();
+  for_each(
+      "mpf::moe_route_backward", s.rows, KOKKOS_LAMBDA(int64_t n) {
+        const float* p = probs.data() + n * E;
+        const float* load = stats.data() + (n / T) * E;  // c_e of the token's row
+        float* dp = dlogits.data() + n * E;
+        for (int e = 0; e < E; ++e) dp[e] = aux_scale * load[e];
+        // gate_j = p_j / S (S the chosen probabilities' sum): ∂/∂p_j = (dgate_j − Σ_i dgate_i ·
+        // gate_i) / S; without renormalisation gate_j = p_j.
+        float dot = 0.0f, chosen = 0.0f;
+        for (int j = 0; j < k; ++j) {
+          dot += dgates(n * k + j) * gates(n * k + j);
+          chosen += p[choice[n * k + j]];
+        }
+        for (int j = 0; j < k; ++j) {
+          const float g = dgates(n * k + j);
+          dp[choice[n * k + j]] += renormalize ? (g - dot) / chosen : g;
+        }
+        // Softmax: ∂/∂z_e = p_e · (dp_e − Σ_e' p_e' · dp_e').
+        float mean = 0.0f;
+        for (int e = 0; e < E; ++e) mean += p[e] * dp[e];
+        for (int e = 0; e < E; ++e) dp[e] = p[e] * (dp[e] - mean);
+      });
+}
+
+}  // namespace mpf

@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""External reference test: mixtures of experts against an independent PyTorch model.
+
+The PyTorch model of compare_llama_with_pytorch.py with its MLP replaced by a dense loop over the
+experts, each masked by the router's choice (moe_mlp there): p = softmax of the router's logits,
+the k most probable experts (ties to the lower index), gates renormalised over them or not, and
+the sequence-wise balance loss coef · E / (k · T²) · Σ_e (Σ_t p_te) · c_e of each row, averaged
+over the rows, summed over the blocks and added to the objective. Three families, each a tiny
+random model in mpiformer's Llama model file (docs/file-formats.md, slots 20..23):
+- mixtral: 4 experts, top-2, renormalised; also TP 2 with sequence parallelism, recomputation,
+  PP 2 under 1F1B and ZB-H1 with 2 microbatches, and a router of zeros (every token's experts
+  are 0 and 1 by the tie rule, experts 2 and 3 get no token);
+- qwen3_moe: per-head q/k norms, a head size of 12, renormalised;
+- olmoe: q/k norms over the whole projections, gates not renormalised, 1 kv head.
+Trained 5 steps by mpiformer-train on 1 rank, TP 2, PP 2, DP 2 and CP 2: every step's loss and
+balance loss within 1e-5 (relative) of the float64 reference; greedy decoding with the KV cache
+gives the reference's ids; --save-hf writes the family's names and loads back to the same losses.
+
+Run by ctest with MPIFORMER_TRAIN, MPIFORMER_GENERATE and MPIEXEC in the environment, with
+Debian's /usr/bin/python3 (torch 1.13). The last line is `reference_moe: N passed, M failed`.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:
+    import torch
+    from compare_llama_with_pytorch import (MODEL, LOSS_RTOL, random_model, reference_decode,
+                                            reference_run, run_generate, run_trainer, write_model)
+    from compare_with_pytorch import write_tokens
+    from families_with_pytorch import safetensors_names
+except ImportError as e:
+    sys.exit(f"reference_moe: cannot import torch ({e}); run with /usr/bin/python3. "
+             "0 passed, 1 failed")
+
+BASE = dict(MODEL, factor=0.0, original=8192, E=4, k=2, renorm=True, aux_coef=0.05, F=24)
+FAMILIES = [
+    ("mixtral", dict(BASE, arch=7, tied=False), "MixtralForCausalLM",
+     "model.layers.0.block_sparse_moe.experts.3.w2.weight"),
+    ("qwen3_moe", dict(BASE, arch=8, hd=12, qk_norm=True, tied=True), "Qwen3MoeForCausalLM",
+     "model.layers.1.mlp.experts.2.up_proj.weight"),
+    ("olmoe", dict(BASE, arch=9, KVH=1, qk_norm="whole", renorm=False, tied=False),
+     "OlmoeForCausalLM", "model.layers.0.mlp.gate.weight"),
+]
+LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")), ("pp 2", 2, ("--pp", "2")),
+           ("dp 2", 2, ("--dp", "2")), ("cp 2", 2, ("--cp", "2"))]
+EXTRA_LAYOUTS = {"mixtral": [
+    ("tp 2 + sp", 2, ("--tp", "2", "--sequence-parallel")),
+    ("recompute", 1, ("--recompute",)),
+    ("pp 2 1f1b", 2, ("--pp", "2", "--microbatches", "2", "--schedule", "1f1b")),
+    ("pp 2 zb-h1", 2, ("--pp", "2", "--microbatches", "2", "--schedule", "zb-h1")),
+]}
+NORM_CHECK = 5e-5  # the printed norm's 5 significant digits
+AUX_CHECK = 2e-5   # the printed balance loss's 6 decimals, relative to ~0.1
+
+
+def main():
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    exe, gen = os.environ.get("MPIFORMER_TRAIN", ""), os.environ.get("MPIFORMER_GENERATE", "")
+    if not (exe and os.access(exe, os.X_OK) and gen and os.access(gen, os.X_OK)):
+        print(f"reference_moe: MPIFORMER_TRAIN={exe!r} / MPIFORMER_GENERATE={gen!r} are not "
+              "executables\nreference_moe: 0 passed, 1 failed")
+        return 1
+    mpiexec = os.environ.get("MPIEXEC", "mpiexec")
+    workdir = tempfile.mkdtemp(prefix="mpiformer_moe_ref_")
+    passed = failed = 0
+
+    def check(ok, text):
+        nonlocal passed, failed
+        print(f"{text}  {'PASS' if ok else 'FAIL'}")
+        passed, failed = passed + bool(ok), failed + (not ok)
+
+    def compare(name, layout, ref, rows):
+        loss = max(abs(float(t["loss"]) - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
+        norm = max(abs(float(t["norm"]) - r["norm"]) / r["norm"] for r, t in zip(ref, rows))
+        aux = max(abs(float(t["aux"]) - r["aux"]) / r["aux"] for r, t in zip(ref, rows))
+        check(loss <= LOSS_RTOL and norm <= NORM_CHECK and aux <= AUX_CHECK,
+              f"[{name} {layout}] 5 losses within {loss:.1e} of torch's, balance losses within "
+              f"{aux:.1e}, norms within {norm:.1e} (first aux {rows[0]['aux']} vs "
+              f"{ref[0]['aux']:.6f})")
+
+    tokens = np.random.default_rng(11).integers(0, BASE["V"], 2000)
+    shard = os.path.join(workdir, "tokens.bin")
+    write_tokens(shard, tokens)
+    for index, (name, m, architecture, hf_tensor) in enumerate(FAMILIES):
+        try:
+            params0 = random_model(m, seed=200 + index)
+            model = os.path.join(workdir, f"{name}.bin")
+            write_model(model, m, params0)
+            ref, _ = reference_run(params0, tokens, m)
+            for layout, ranks, extra in LAYOUTS + EXTRA_LAYOUTS.get(name, []):
+                rows, _ = run_trainer(exe, workdir, model, shard, "fp32", extra, m, ranks)
+                compare(name, layout, ref, rows)
+            if name == "mixtral":  # a router of zeros: experts 0 and 1 for every token at step 1
+                zeros = dict(params0, routerw=np.zeros_like(params0["routerw"]))
+                tied = os.path.join(workdir, f"{name}_tied.bin")
+                write_model(tied, m, zeros)
+                ref_zero, _ = reference_run(zeros, tokens, m)
+                for layout, ranks, extra in LAYOUTS[:2]:
+                    rows, _ = run_trainer(exe, workdir, tied, shard, "fp32", extra, m, ranks)
+                    compare(name, f"router of zeros, {layout}", ref_zero, rows)
+            ref_ids, _ = reference_decode(params0, m)
+            for tp in (1, 2):
+                ids, _ = run_generate(gen, mpiexec, workdir, model, f"{name}_tp{tp}", tp)
+                check(ids == ref_ids, f"[{name} generate tp {tp}] {len(ids)} greedy ids with the "
+                                      f"KV cache equal torch's")
+            hf = os.path.join(workdir, f"{name}_hf")
+            _, trained = run_trainer(exe, workdir, model, shard, "fp32", ("--save-hf", hf), m)
+            config = json.load(open(os.path.join(hf, "config.json")))
+            names = safetensors_names(os.path.join(hf, "model.safetensors"))
+            check(config.get("architectures") == [architecture] and hf_tensor in names,
+                  f"[{name} save-hf] config.json {config.get('architectures')}, "
+                  f"{hf_tensor} among its {len(names)} tensors")
+            again, _ = reference_run(trained, tokens, m)
+            back, _ = run_trainer(exe, workdir, hf, shard, "fp32", (), m)
+            compare(name, "init-from its HF directory", again, back)
+        except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
+            print(f"[{name}] run failed: {e}")
+            failed += 1
+    shutil.rmtree(workdir, ignore_errors=True)
+    print(f"reference_moe: {passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
