@@ -217,10 +217,9 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
 void BpeTokenizer::encode_normalized(std::string_view text, bool part_start, bool text_start,
                                      std::vector<int32_t>& out, Cache* cache) const {
   if (!scanner_) {
-    thread_local std::vector<std::string> pieces;
-    pieces.clear();
+    thread_local PreTokens pieces;
     pre_.run(text, text_start, pieces);
-    for (const std::string& p : pieces) encode_piece(p, out, cache);
+    for (size_t i = 0; i < pieces.size(); ++i) encode_piece(pieces[i], out, cache);
     return;
   }
   std::string prefixed;
@@ -378,6 +377,7 @@ std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {
 BpeTokenizer BpeTokenizer::without_scanner() const {
   BpeTokenizer t = *this;
   t.scanner_.reset();
+  t.pre_ = pre_.without_scanners();
   t.cache_ = std::make_shared<Cache>();
   return t;
 }
@@ -386,7 +386,9 @@ std::vector<std::string> BpeTokenizer::pre_tokens(std::string_view text) const {
   std::vector<std::string> pieces;
   const std::string n = normalizer_.empty() ? std::string(text) : normalizer_.apply(text);
   if (!scanner_) {
-    pre_.run(n, true, pieces);
+    PreTokens p;
+    pre_.run(n, true, p);
+    for (size_t i = 0; i < p.size(); ++i) pieces.emplace_back(p[i]);
     return pieces;
   }
   std::string s = n;
