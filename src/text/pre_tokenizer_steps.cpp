@@ -68,8 +68,15 @@ void literal_ranges(const std::string& literal, std::string_view s, Scratch& w) 
   if (prev != s.size()) w.ranges.push_back({prev, s.size(), false});
 }
 
+// The character at s[at]: UTF-8, or where `bytes`, the character of GPT-2's alphabet that the
+// byte stands for (a step after ByteLevel sees those).
+inline utf8::Char char_at(std::string_view s, size_t at, bool bytes) {
+  if (bytes) return {byte_alphabet::char_of(static_cast<uint8_t>(s[at])), 1};
+  return utf8::decode(s, at);
+}
+
 template <class Pred>
-void char_ranges(Pred is_delimiter, std::string_view s, Scratch& w) {
+void char_ranges(Pred is_delimiter, std::string_view s, bool bytes, Scratch& w) {
   w.ranges.clear();
   if (s.empty()) {
     w.ranges.push_back({0, 0, false});
@@ -77,7 +84,7 @@ void char_ranges(Pred is_delimiter, std::string_view s, Scratch& w) {
   }
   size_t last = 0;
   for (size_t at = 0; at < s.size();) {
-    const utf8::Char c = utf8::decode(s, at);
+    const utf8::Char c = char_at(s, at, bytes);
     const size_t next = at + size_t(c.length);
     if (is_delimiter(c.cp)) {
       if (last < at) w.ranges.push_back({last, at, false});
@@ -136,6 +143,12 @@ void apply_behavior(const std::vector<Range>& ranges, SplitBehavior behavior,
 // The pieces of `text` that w.ranges and `behavior` keep, appended to `out`.
 void emit(std::string_view text, bool text_start, SplitBehavior behavior, Scratch& w,
           PreTokens& out) {
+  if (behavior == SplitBehavior::kIsolated) {  // every range a piece
+    for (const Range& r : w.ranges)
+      if (r.begin != r.end)
+        out.add(text.substr(r.begin, r.end - r.begin), text_start && r.begin == 0);
+    return;
+  }
   apply_behavior(w.ranges, behavior, w.kept);
   for (const auto& [begin, end] : w.kept) {
     if (begin == end) continue;  // empty pieces are dropped
@@ -144,14 +157,14 @@ void emit(std::string_view text, bool text_start, SplitBehavior behavior, Scratc
 }
 
 // Hugging Face's Whitespace: the runs of \w+|[^\w\s]+, whitespace dropped.
-void whitespace_runs(std::string_view s, bool text_start, PreTokens& out) {
+void whitespace_runs(std::string_view s, bool text_start, bool bytes, PreTokens& out) {
   int run = 0;  // 0: none, 1: word, 2: other
   size_t start = 0;
   for (size_t at = 0; at <= s.size();) {
     int kind = 0;
     size_t next = at + 1;
     if (at < s.size()) {
-      const utf8::Char c = utf8::decode(s, at);
+      const utf8::Char c = char_at(s, at, bytes);
       next = at + size_t(c.length);
       kind = unicode::is_word(c.cp) ? 1 : unicode::is_whitespace(c.cp) ? 0 : 2;
     }
@@ -186,10 +199,16 @@ struct PreTokenizerSteps::Step {
   std::optional<PreTokenizer> scanner;  // the scanner equal to `regex`, run in its place
   enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
 
-  void run(std::string_view text, bool text_start, Scratch& w, PreTokens& out) const;
+  // Whether the step looks at one character at a time (it splits bytes as their characters).
+  bool char_local() const {
+    return kind == Kind::kDigits || kind == Kind::kPunctuation || kind == Kind::kWhitespace ||
+           kind == Kind::kWhitespaceSplit || kind == Kind::kCharDelimiter;
+  }
+  // `bytes`: text is bytes, seen as their characters (char_local() steps only).
+  void run(std::string_view text, bool text_start, bool bytes, Scratch& w, PreTokens& out) const;
 };
 
-void PreTokenizerSteps::Step::run(std::string_view text, bool text_start, Scratch& w,
+void PreTokenizerSteps::Step::run(std::string_view text, bool text_start, bool bytes, Scratch& w,
                                   PreTokens& out) const {
   switch (kind) {
     case Kind::kByteLevel: {
@@ -222,23 +241,23 @@ void PreTokenizerSteps::Step::run(std::string_view text, bool text_start, Scratc
       return;
     }
     case Kind::kDigits:
-      char_ranges(unicode::is_numeric, text, w);
+      char_ranges(unicode::is_numeric, text, bytes, w);
       emit(text, text_start, flag ? SplitBehavior::kIsolated : SplitBehavior::kContiguous, w, out);
       return;
     case Kind::kPunctuation:
-      char_ranges(unicode::is_punctuation, text, w);
+      char_ranges(unicode::is_punctuation, text, bytes, w);
       emit(text, text_start, behavior, w, out);
       return;
     case Kind::kWhitespace:
-      whitespace_runs(text, text_start, out);
+      whitespace_runs(text, text_start, bytes, out);
       return;
     case Kind::kWhitespaceSplit:
-      char_ranges(unicode::is_whitespace, text, w);
+      char_ranges(unicode::is_whitespace, text, bytes, w);
       emit(text, text_start, SplitBehavior::kRemoved, w, out);
       return;
     case Kind::kCharDelimiter: {
       const char32_t d = utf8::decode(literal, 0).cp;
-      char_ranges([d](char32_t c) { return c == d; }, text, w);
+      char_ranges([d](char32_t c) { return c == d; }, text, bytes, w);
       emit(text, text_start, SplitBehavior::kRemoved, w, out);
       return;
     }
@@ -428,9 +447,12 @@ void PreTokenizerSteps::run(std::string_view text, bool text_start, PreTokens& o
   pieces->add(text, text_start);
   bool bytes = false;  // pieces hold bytes that a ByteLevel step wrote as characters
   for (const auto& step : steps_) {
-    // A step after ByteLevel sees its characters, and leaves bytes again.
+    // A step after ByteLevel sees its characters, and leaves bytes again: one that looks at a
+    // character at a time reads the bytes as characters, the others are given the characters.
+    const bool as_bytes = bytes && step->char_local();
+    const bool as_keys = bytes && !step->char_local();
     const PreTokens* given = pieces;
-    if (bytes) {
+    if (as_keys) {
       keys.clear();
       for (size_t i = 0; i < pieces->size(); ++i) {
         const size_t begin = keys.buffer().size();
@@ -440,8 +462,9 @@ void PreTokenizerSteps::run(std::string_view text, bool text_start, PreTokens& o
       given = &keys;
     }
     out.clear();
-    for (size_t i = 0; i < given->size(); ++i) step->run((*given)[i], given->text_start(i), w, out);
-    if (bytes && step->kind != Step::Kind::kByteLevel) {
+    for (size_t i = 0; i < given->size(); ++i)
+      step->run((*given)[i], given->text_start(i), as_bytes, w, out);
+    if (as_keys && step->kind != Step::Kind::kByteLevel) {
       pieces->clear();
       for (size_t i = 0; i < out.size(); ++i) {
         const size_t begin = pieces->buffer().size();
