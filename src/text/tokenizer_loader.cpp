@@ -9,6 +9,7 @@
 #include "text/bpe_tokenizer.hpp"
 #include "text/byte_alphabet.hpp"
 #include "text/json_reader.hpp"
+#include "text/utf8.hpp"
 
 namespace mpf {
 
@@ -152,6 +153,16 @@ void BpeTokenizerLoader::read_vocab(const json::Value& model, const std::vector<
     t.fallback_ids_[b] = t.byte_fallback_ ? t.vocab_id(model_key(t, hex)).value_or(-1) : -1;
   }
   if (!t.unk_token_.empty()) t.unk_id_ = t.vocab_id(model_key(t, t.unk_token_)).value_or(-1);
+  if (!t.byte_level_ && t.prefix_.empty() && t.suffix_.empty()) {
+    t.char_ids_.assign(BpeTokenizer::kCharIds, -1);
+    std::string key;
+    for (char32_t cp = 0; cp < BpeTokenizer::kCharIds; ++cp) {
+      if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+      key.clear();
+      utf8::append(key, cp);
+      t.char_ids_[cp] = t.vocab_id(key).value_or(-1);
+    }
+  }
 }
 
 void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) const {

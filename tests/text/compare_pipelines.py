@@ -291,6 +291,10 @@ def main():
     agree = unicode_agrees()
     strings = [s for s in base.TRICKY + EXTRA if "\udc80" not in s]
     strings += base.random_strings(rng, 400)
+    # Long pieces (a whole text is one where nothing splits it), which BPE merges in segments:
+    # random strings run together, and English.
+    strings += ["".join(base.random_strings(rng, 15)) for _ in range(20)]
+    strings += [base.CORPUS * 3, base.CORPUS.replace(" ", "  ")]
     # Planes 4 to 13 are unassigned in every Unicode version; Kawi's digits are checked by name.
     skipped = [s for s in strings if not all(agree(c) or ord(c) < 0x80 or 0x40000 <= ord(c) < 0xE0000
                                              or c in "\U00011F50\U00011F51" for c in s)]
