@@ -1,7 +1,6 @@
 // Reads a tokenizer.json into a BpeTokenizer (bpe_tokenizer.hpp); every problem an InputError
 // naming the file and the field.
 #include <algorithm>
-#include <unordered_map>
 
 #include "core/error.hpp"
 #include "io/input_file.hpp"
@@ -118,12 +117,25 @@ void BpeTokenizerLoader::read_vocab(const json::Value& model, const std::vector<
   tokens.reserve(vocab.object().size());
   // A key given twice keeps its last id, as Python's json and Hugging Face's tokenizers (a serde
   // map) read it; the id it had first then names no token.
-  std::unordered_map<std::string_view, size_t> last;
-  last.reserve(vocab.object().size());
-  for (size_t i = 0; i < vocab.object().size(); ++i) last[vocab.object()[i].first] = i;
-  for (size_t i = 0; i < vocab.object().size(); ++i) {
+  const size_t count = vocab.object().size();
+  std::vector<char> repeated(count, 0);  // a later member has the same key
+  {
+    PieceTable later;  // the keys after i, walking back
+    later.reserve(count);
+    for (size_t i = count; i-- > 0;) {
+      const std::string& key = vocab.object()[i].first;
+      const uint64_t h = PieceTable::hash(key);
+      const int32_t none = 0;
+      if (later.find(key, h).size > 0)
+        repeated[i] = 1;
+      else
+        later.insert(key, h, &none, 1);
+    }
+  }
+  t.vocab_.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
     const auto& [key, value] = vocab.object()[i];
-    if (last[key] != i) continue;
+    if (repeated[i]) continue;
     const int32_t id = id_of(value, [&key = key] { return "model.vocab[" + quoted(key) + "]"; });
     tokens.emplace_back(model_key(t, key), id);
     top = std::max(top, id);
