@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "text/byte_alphabet.hpp"
+#include "text/split_matchers.hpp"
 #include "text/unicode_text.hpp"
 #include "text/utf8.hpp"
 
@@ -51,6 +52,23 @@ void scanner_ranges(PreTokenizer kind, std::string_view s, Scratch& w) {
     w.ranges.push_back({at, end, true});
     at = end;
   }
+}
+
+// A hand-written matcher's matches and the text between them.
+void matcher_ranges(SplitMatcher m, std::string_view s, Scratch& w) {
+  w.ranges.clear();
+  if (s.empty()) {
+    w.ranges.push_back({0, 0, false});
+    return;
+  }
+  size_t prev = 0;
+  for (Match found = next_match(m, s, 0); found.begin < s.size();
+       found = next_match(m, s, found.end)) {
+    if (prev != found.begin) w.ranges.push_back({prev, found.begin, false});
+    w.ranges.push_back({found.begin, found.end, true});
+    prev = found.end;
+  }
+  if (prev != s.size()) w.ranges.push_back({prev, s.size(), false});
 }
 
 void literal_ranges(const std::string& literal, std::string_view s, Scratch& w) {
@@ -197,6 +215,7 @@ struct PreTokenizerSteps::Step {
   std::string pattern;  // Split's Regex pattern
   std::shared_ptr<const Regex> regex;
   std::optional<PreTokenizer> scanner;  // the scanner equal to `regex`, run in its place
+  std::optional<SplitMatcher> matcher;  // else the matcher equal to it
   enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
 
   // Whether the step looks at one character at a time (it splits bytes as their characters).
@@ -231,6 +250,8 @@ void PreTokenizerSteps::Step::run(std::string_view text, bool text_start, bool b
     case Kind::kSplit: {
       if (scanner)
         scanner_ranges(*scanner, text, w);
+      else if (matcher)
+        matcher_ranges(*matcher, text, w);
       else if (regex)
         regex_ranges(*regex, text, w);
       else
@@ -344,6 +365,7 @@ void PreTokenizerSteps::read_step(const json::Value& v, const std::string& name,
            {PreTokenizer::kGpt2, PreTokenizer::kLlama3, PreTokenizer::kQwen2}) {
         if (s->pattern == split_pattern(kind)) s->scanner = kind;
       }
+      if (!s->scanner) s->matcher = split_matcher(s->pattern);
     } else {
       r.fail(name + ".pattern is neither {\"String\": ...} nor {\"Regex\": ...}");
     }
@@ -432,6 +454,7 @@ PreTokenizerSteps PreTokenizerSteps::without_scanners() const {
   for (auto& s : p.steps_) {
     auto general = std::make_shared<Step>(*s);
     general->scanner.reset();
+    general->matcher.reset();
     s = std::move(general);
   }
   return p;

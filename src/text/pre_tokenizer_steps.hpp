@@ -69,8 +69,9 @@ class PreTokenizerSteps {
   // scanner_prefix_space()), if it is one.
   std::optional<PreTokenizer> scanner() const { return scanner_; }
   bool scanner_prefix_space() const { return scanner_prefix_space_; }
-  // The same steps with every pattern run by Oniguruma, none by the scanner it is equal to (for
-  // tests: a ByteLevel or Split step whose pattern is a scanner's runs the scanner).
+  // The same steps with every pattern run by Oniguruma, none by the scanner or matcher it is equal
+  // to (for tests: a ByteLevel or Split step whose pattern is a scanner's runs the scanner, a
+  // Split whose pattern is a matcher's, split_matchers.hpp, the matcher).
   PreTokenizerSteps without_scanners() const;
 
   // The pieces of `text` (well-formed UTF-8, one part of a text between added tokens, or a

@@ -143,6 +143,11 @@ bool is_word(char32_t cp) {
          (cp >= 0x1F170 && cp <= 0x1F189);
 }
 
+Category general_category(char32_t cp) {
+  if (cp >= 0x110000) return Category::kCn;
+  return Category(category(cp));
+}
+
 const char* version() {
   return utf8proc_unicode_version();
 }
