@@ -218,10 +218,12 @@ struct PreTokenizerSteps::Step {
   std::optional<SplitMatcher> matcher;  // else the matcher equal to it
   enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
 
-  // Whether the step looks at one character at a time (it splits bytes as their characters).
+  // Whether the step can split bytes as their characters: it looks at one character at a time,
+  // or only at ASCII digits (a byte and its character are the same digit, or both none).
   bool char_local() const {
     return kind == Kind::kDigits || kind == Kind::kPunctuation || kind == Kind::kWhitespace ||
-           kind == Kind::kWhitespaceSplit || kind == Kind::kCharDelimiter;
+           kind == Kind::kWhitespaceSplit || kind == Kind::kCharDelimiter ||
+           (kind == Kind::kSplit && matcher == SplitMatcher::kDigits3);
   }
   // `bytes`: text is bytes, seen as their characters (char_local() steps only).
   void run(std::string_view text, bool text_start, bool bytes, Scratch& w, PreTokens& out) const;

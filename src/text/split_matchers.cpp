@@ -204,6 +204,7 @@ std::string canonical(const std::string& pattern) {
 
 std::optional<SplitMatcher> split_matcher(const std::string& pattern) {
   const std::string p = canonical(pattern);
+  if (p == "[0-9][0-9][0-9]") return SplitMatcher::kDigits3;
   if (p == R"(\p{N}{1,3})") return SplitMatcher::kNumbers3;
   if (p == "[\xE4\xB8\x80-\xE9\xBE\xA5\xE3\x81\x80-\xE3\x82\x9F\xE3\x82\xA0-\xE3\x83\xBF]+")
     return SplitMatcher::kKana;
@@ -218,9 +219,17 @@ std::optional<SplitMatcher> split_matcher(const std::string& pattern) {
 
 Match next_match(SplitMatcher m, std::string_view text, size_t from) {
   const size_t n = text.size();
+  if (m == SplitMatcher::kDigits3) {  // a byte at a time: a match starts at an ASCII digit
+    const auto digit = [&](size_t i) { return text[i] >= '0' && text[i] <= '9'; };
+    for (size_t i = from; i + 3 <= n; ++i)
+      if (digit(i) && digit(i + 1) && digit(i + 2)) return {i, i + 3};
+    return {n, n};
+  }
   for (size_t i = from; i < n;) {
     const Ch c = char_at(text, i);
     switch (m) {
+      case SplitMatcher::kDigits3:
+        break;  // above
       case SplitMatcher::kNumbers3:
         if (is_n(c)) {
           size_t e = i + c.length;

@@ -5,6 +5,9 @@
 // White_Space property. tests/text/compare_pipelines.py checks them against Oniguruma (the
 // general path) and Python's regex module.
 //
+// kDigits3:   [0-9][0-9][0-9] (Falcon's; it reads only ASCII bytes, so it may run on the bytes
+//             of a ByteLevel step's characters: a byte and its character are the same digit or
+//             both no digit)
 // kNumbers3:  \p{N}{1,3}
 // kKana:      [一-龥぀-ゟ゠-ヿ]+
 // kDeepSeek:  [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|
@@ -21,7 +24,7 @@
 
 namespace mpf {
 
-enum class SplitMatcher { kNumbers3, kKana, kDeepSeek, kTekken };
+enum class SplitMatcher { kDigits3, kNumbers3, kKana, kDeepSeek, kTekken };
 
 // The matcher equal to `pattern` (a Split's Regex as a tokenizer.json writes it, JSON-unescaped;
 // \r and \n may be written as the characters themselves, " as \"), if there is one.
