@@ -182,7 +182,7 @@ void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) 
   if (!merges || !merges->is_array())
     r_.fail(merges ? "model.merges is not an array" : "has no model.merges");
   t.merges_.reserve(merges->array().size());
-  std::string bytes[2];
+  std::string bytes[2], joined;
   for (size_t rank = 0; rank < merges->array().size(); ++rank) {
     const json::Value& m = merges->array()[rank];
     const auto name = [rank] { return "model.merges[" + std::to_string(rank) + "]"; };
@@ -203,8 +203,10 @@ void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) 
     }
     int32_t ids[2];
     for (int k = 0; k < 2; ++k) {
-      const std::string key(k == 0 ? left : right);
-      bytes[k] = model_key(t, key);
+      const std::string_view key = k == 0 ? left : right;
+      // model_key() into a buffer reused from merge to merge.
+      bytes[k].clear();
+      if (!t.byte_level_ || !byte_alphabet::append_bytes(bytes[k], key)) bytes[k].assign(key);
       const std::optional<int32_t> id = t.vocab_id(bytes[k]);
       if (!id) r_.fail(name() + " names " + quoted(key) + ", which is not in model.vocab");
       ids[k] = *id;
@@ -212,7 +214,8 @@ void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) 
     // The right side loses its continuing_subword_prefix in the merged token.
     if (bytes[1].size() < t.prefix_.size())
       r_.fail(name() + "'s right token is shorter than model.continuing_subword_prefix");
-    const std::optional<int32_t> merged = t.vocab_id(bytes[0] + bytes[1].substr(t.prefix_.size()));
+    joined.assign(bytes[0]).append(bytes[1], t.prefix_.size());
+    const std::optional<int32_t> merged = t.vocab_id(joined);
     if (!merged)
       r_.fail(name() + " merges " + quoted(left) + " and " + quoted(right) +
               " into a token that is not in model.vocab");
