@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <queue>
+#include <functional>
 
 #include "core/error.hpp"
 #include "text/byte_alphabet.hpp"
@@ -42,11 +42,11 @@ size_t merge_by_scan(const MergeTable& merges, int32_t* ids, size_t n) {
   return n;
 }
 
-// The same order for long pieces (a sentence of CJK letters, a run of spaces, a whole document
-// when nothing splits it): a heap of pairs by (rank, position) over a linked list of tokens; a
-// pair whose tokens changed since it was pushed is skipped when it comes up.
-void merge_by_heap(const MergeTable& merges, std::vector<int32_t>& ids) {
-  const int32_t n = int32_t(ids.size());
+// The same order for long pieces (a sentence of CJK letters, a run of spaces, a segment of a
+// whole document when nothing splits it): a heap of pairs by (rank, position) over a linked list
+// of tokens; a pair whose tokens changed since it was pushed is skipped when it comes up. Merges
+// ids[0, n) in place; returns the tokens left.
+size_t merge_by_heap(const MergeTable& merges, int32_t* ids, size_t n) {
   struct Node {
     int32_t id, prev, next;
   };
@@ -54,19 +54,27 @@ void merge_by_heap(const MergeTable& merges, std::vector<int32_t>& ids) {
     int32_t rank, left, right, left_id, right_id, merged;
     bool operator>(const Pair& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
   };
-  std::vector<Node> nodes(ids.size());
-  for (int32_t i = 0; i < n; ++i)
-    nodes[size_t(i)] = {ids[size_t(i)], i - 1, i + 1 < n ? i + 1 : -1};
-  std::priority_queue<Pair, std::vector<Pair>, std::greater<Pair>> heap;
+  // Reused from piece to piece: no allocation once grown.
+  thread_local std::vector<Node> nodes;
+  thread_local std::vector<Pair> heap;
+  nodes.resize(n);
+  heap.clear();
+  const int32_t count = int32_t(n);
+  for (int32_t i = 0; i < count; ++i)
+    nodes[size_t(i)] = {ids[size_t(i)], i - 1, i + 1 < count ? i + 1 : -1};
+  const std::greater<Pair> later;
   const auto push = [&](int32_t left, int32_t right) {
     const int32_t a = nodes[size_t(left)].id, b = nodes[size_t(right)].id;
     const MergeTable::Merge m = merges.find(a, b);
-    if (m.rank >= 0) heap.push({m.rank, left, right, a, b, m.merged});
+    if (m.rank < 0) return;
+    heap.push_back({m.rank, left, right, a, b, m.merged});
+    std::push_heap(heap.begin(), heap.end(), later);
   };
-  for (int32_t i = 0; i + 1 < n; ++i) push(i, i + 1);
+  for (int32_t i = 0; i + 1 < count; ++i) push(i, i + 1);
   while (!heap.empty()) {
-    const Pair p = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const Pair p = heap.back();
+    heap.pop_back();
     Node& left = nodes[size_t(p.left)];
     if (left.id != p.left_id || left.next != p.right || nodes[size_t(p.right)].id != p.right_id)
       continue;
@@ -78,8 +86,9 @@ void merge_by_heap(const MergeTable& merges, std::vector<int32_t>& ids) {
     if (left.prev >= 0) push(left.prev, p.left);
     if (left.next >= 0) push(p.left, left.next);
   }
-  ids.clear();
-  for (int32_t i = 0; i >= 0; i = nodes[size_t(i)].next) ids.push_back(nodes[size_t(i)].id);
+  size_t k = 0;
+  for (int32_t i = 0; i >= 0; i = nodes[size_t(i)].next) ids[k++] = nodes[size_t(i)].id;
+  return k;
 }
 
 // The length of the well-formed UTF-8 that starts `text` (all of it when it is well formed).
@@ -149,7 +158,15 @@ void BpeTokenizer::initial_symbols(std::string_view piece, std::vector<int32_t>&
   std::string key;
   bool pending_unk = false;  // an unknown symbol not yet written
   for (size_t at = 0; at < piece.size();) {
-    const size_t length = byte_level_ ? 1 : size_t(utf8::decode(piece, at).length);
+    const utf8::Char c = byte_level_ ? utf8::Char{0, 1} : utf8::decode(piece, at);
+    const size_t length = size_t(c.length);
+    if (!char_ids_.empty() && c.cp < kCharIds && char_ids_[c.cp] >= 0) {  // the common case
+      if (pending_unk) out.push_back(unk_id_);
+      pending_unk = false;
+      out.push_back(char_ids_[c.cp]);
+      at += length;
+      continue;
+    }
     key.clear();
     if (at > 0) key += prefix_;
     key.append(piece.substr(at, length));
@@ -177,6 +194,50 @@ void BpeTokenizer::initial_symbols(std::string_view piece, std::vector<int32_t>&
   if (pending_unk) out.push_back(unk_id_);
 }
 
+const MergeCuts& BpeTokenizer::cuts() const {
+  std::call_once(cuts_->once, [this] {
+    // The ids initial_symbols() may give: a key that is one character (one byte at byte level),
+    // with or without the prefix and the suffix; a <0xNN> token; the unknown token.
+    std::vector<char> initial(keys_.size(), 0);
+    for (size_t id = 0; id < keys_.size(); ++id) {
+      const std::string_view key = keys_[id];
+      for (const std::string_view pre : {std::string_view(), std::string_view(prefix_)}) {
+        for (const std::string_view suf : {std::string_view(), std::string_view(suffix_)}) {
+          if (key.size() < pre.size() + suf.size() || key.substr(0, pre.size()) != pre ||
+              key.substr(key.size() - suf.size()) != suf)
+            continue;
+          const std::string_view c = key.substr(pre.size(), key.size() - pre.size() - suf.size());
+          if (!c.empty() && (c.size() == 1 || size_t(utf8::decode(c, 0).length) == c.size()))
+            initial[id] = 1;
+        }
+      }
+    }
+    for (const int32_t id : fallback_ids_)
+      if (id >= 0) initial[size_t(id)] = 1;
+    if (unk_id_ >= 0) initial[size_t(unk_id_)] = 1;
+    cuts_->cuts = MergeCuts::build(merges_, initial);
+  });
+  return cuts_->cuts;
+}
+
+// A long piece's symbols ids[0, n), merged in place: segment by segment between neighbours no
+// merge can join (merge_cuts.hpp), each as if it were the whole. Returns the tokens left.
+size_t BpeTokenizer::merge_long(int32_t* ids, size_t n) const {
+  if (!cut_long_pieces_) return merge_by_heap(merges_, ids, n);
+  const MergeCuts& c = cuts();
+  size_t kept = 0;
+  for (size_t begin = 0; begin < n;) {
+    size_t end = begin + 1;
+    while (end < n && c.joinable(ids[end - 1], ids[end])) ++end;
+    const size_t left = end - begin <= kScanMax ? merge_by_scan(merges_, ids + begin, end - begin)
+                                                : merge_by_heap(merges_, ids + begin, end - begin);
+    std::memmove(ids + kept, ids + begin, left * sizeof(int32_t));
+    kept += left;
+    begin = end;
+  }
+  return kept;
+}
+
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out,
                                 Cache* cache) const {
   if (piece.empty()) return;
@@ -196,16 +257,16 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
     }
   }
   const size_t start = out.size();
+  // At most a symbol per byte; grown geometrically, as push_back would.
+  if (out.capacity() < start + piece.size())
+    out.reserve(std::max(start + piece.size(), 2 * out.capacity()));
   initial_symbols(piece, out);
   const size_t n = out.size() - start;
   // Merged in place at the end of `out`.
   if (n <= kScanMax) {
     out.resize(start + merge_by_scan(merges_, out.data() + start, n));
   } else {
-    std::vector<int32_t> ids(out.begin() + std::ptrdiff_t(start), out.end());
-    merge_by_heap(merges_, ids);
-    out.resize(start);
-    out.insert(out.end(), ids.begin(), ids.end());
+    out.resize(start + merge_long(out.data() + start, n));
   }
   if (cache && out.size() > start && piece.size() > 1 && piece.size() <= Cache::kMaxPieceBytes) {
     if (cache->table.size() >= Cache::kMaxEntries) cache->table.clear();
@@ -217,10 +278,9 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
 void BpeTokenizer::encode_normalized(std::string_view text, bool part_start, bool text_start,
                                      std::vector<int32_t>& out, Cache* cache) const {
   if (!scanner_) {
-    thread_local std::vector<std::string> pieces;
-    pieces.clear();
+    thread_local PreTokens pieces;
     pre_.run(text, text_start, pieces);
-    for (const std::string& p : pieces) encode_piece(p, out, cache);
+    for (size_t i = 0; i < pieces.size(); ++i) encode_piece(pieces[i], out, cache);
     return;
   }
   std::string prefixed;
@@ -378,6 +438,8 @@ std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {
 BpeTokenizer BpeTokenizer::without_scanner() const {
   BpeTokenizer t = *this;
   t.scanner_.reset();
+  t.pre_ = pre_.without_scanners();
+  t.cut_long_pieces_ = false;
   t.cache_ = std::make_shared<Cache>();
   return t;
 }
@@ -386,7 +448,9 @@ std::vector<std::string> BpeTokenizer::pre_tokens(std::string_view text) const {
   std::vector<std::string> pieces;
   const std::string n = normalizer_.empty() ? std::string(text) : normalizer_.apply(text);
   if (!scanner_) {
-    pre_.run(n, true, pieces);
+    PreTokens p;
+    pre_.run(n, true, p);
+    for (size_t i = 0; i < p.size(); ++i) pieces.emplace_back(p[i]);
     return pieces;
   }
   std::string s = n;

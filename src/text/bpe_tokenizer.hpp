@@ -28,6 +28,7 @@
 
 #include "text/added_tokens.hpp"
 #include "text/decoder_steps.hpp"
+#include "text/merge_cuts.hpp"
 #include "text/merge_table.hpp"
 #include "text/normalizer.hpp"
 #include "text/piece_table.hpp"
@@ -68,7 +69,8 @@ class BpeTokenizer {
 
   // The scanner the pre-tokenizer is, if it is one (the fast path).
   std::optional<PreTokenizer> pre_tokenizer() const { return scanner_; }
-  // The same tokenizer on the general path: Oniguruma even where a scanner would do (for tests).
+  // The same tokenizer on the general path (for tests): Oniguruma even where a scanner would do,
+  // and a long piece merged whole, not cut where no merge can join (merge_cuts.hpp).
   BpeTokenizer without_scanner() const;
   // The pre-tokens of a plain text (one part, no added tokens), in the model's terms.
   std::vector<std::string> pre_tokens(std::string_view text) const;
@@ -89,6 +91,12 @@ class BpeTokenizer {
     std::mutex mutex;
     PieceTable table;
   };
+  // Where a long piece's symbols can never be joined (merge_cuts.hpp), worked out when a piece
+  // first needs it.
+  struct LazyCuts {
+    std::once_flag once;
+    MergeCuts cuts;
+  };
   friend class BpeTokenizerLoader;
 
   BpeTokenizer() = default;  // load() makes one
@@ -101,6 +109,8 @@ class BpeTokenizer {
                          std::vector<int32_t>& out, Cache* cache) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out, Cache* cache) const;
   void initial_symbols(std::string_view piece, std::vector<int32_t>& out) const;
+  size_t merge_long(int32_t* ids, size_t n) const;
+  const MergeCuts& cuts() const;
   void unknown_bytes(std::string_view bytes, std::vector<int32_t>& out) const;
   std::optional<int32_t> vocab_id(std::string_view key) const {
     const PieceTable::Ids found = vocab_.find(key, PieceTable::hash(key));
@@ -131,10 +141,16 @@ class BpeTokenizer {
   PieceTable vocab_;               // key -> id (model.vocab)
   int32_t byte_ids_[256];          // byte level: a single byte's token, -1: none
   int32_t fallback_ids_[256];      // byte_fallback: <0xNN>'s id, -1: none
+  // Not byte level, no prefix nor suffix: the id of the key that is code point cp alone, for
+  // cp < kCharIds (ASCII, Latin, Greek, Cyrillic, ..., SentencePiece's U+2581); -1: none.
+  static constexpr char32_t kCharIds = 0x3000;
+  std::vector<int32_t> char_ids_;
   MergeTable merges_;
   std::vector<int32_t> template_prefix_, template_suffix_;
   bool cuttable_ = false, letter_cut_ = false;
   std::shared_ptr<Cache> cache_;
+  std::shared_ptr<LazyCuts> cuts_ = std::make_shared<LazyCuts>();
+  bool cut_long_pieces_ = true;
 };
 
 }  // namespace mpf

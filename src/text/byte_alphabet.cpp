@@ -41,19 +41,32 @@ char32_t char_of(uint8_t b) {
 std::optional<std::string> bytes_of(std::string_view key) {
   std::string bytes;
   bytes.reserve(key.size());
-  for (size_t at = 0; at < key.size();) {
-    const utf8::Char c = utf8::decode(key, at);
-    if (c.cp >= kAlphabetEnd || kBytes[c.cp] < 0) return std::nullopt;
-    bytes += char(kBytes[c.cp]);
-    at += size_t(c.length);
-  }
+  if (!append_bytes(bytes, key)) return std::nullopt;
   return bytes;
 }
 
 std::string key_of(std::string_view bytes) {
   std::string key;
-  for (const char c : bytes) utf8::append(key, kChars[static_cast<uint8_t>(c)]);
+  append_key(key, bytes);
   return key;
+}
+
+void append_key(std::string& out, std::string_view bytes) {
+  for (const char c : bytes) utf8::append(out, kChars[static_cast<uint8_t>(c)]);
+}
+
+bool append_bytes(std::string& out, std::string_view key) {
+  const size_t start = out.size();
+  for (size_t at = 0; at < key.size();) {
+    const utf8::Char c = utf8::decode(key, at);
+    if (c.cp >= kAlphabetEnd || kBytes[c.cp] < 0) {
+      out.resize(start);
+      return false;
+    }
+    out += char(kBytes[c.cp]);
+    at += size_t(c.length);
+  }
+  return true;
 }
 
 }  // namespace mpf::byte_alphabet

@@ -22,4 +22,9 @@ std::optional<std::string> bytes_of(std::string_view key);
 // The key a token's bytes are written as (UTF-8).
 std::string key_of(std::string_view bytes);
 
+// key_of and bytes_of appending to `out` (no string of their own). append_bytes returns false,
+// `out` unchanged, where bytes_of gives nullopt.
+void append_key(std::string& out, std::string_view bytes);
+bool append_bytes(std::string& out, std::string_view key);
+
 }  // namespace mpf::byte_alphabet

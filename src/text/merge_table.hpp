@@ -21,6 +21,12 @@ class MergeTable {
   // was added.
   bool add(int32_t left, int32_t right, Merge merge);
   size_t size() const { return size_; }
+  // Calls f(left, right, merge) for every merge, in no particular order.
+  template <class F>
+  void for_each(F&& f) const {
+    for (const Slot& s : slots_)
+      if (s.key != kEmpty) f(int32_t(s.key >> 32), int32_t(uint32_t(s.key)), s.merge);
+  }
 
   // The pair's merge; rank < 0 when there is none.
   Merge find(int32_t left, int32_t right) const {

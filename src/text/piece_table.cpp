@@ -45,8 +45,17 @@ void PieceTable::insert(std::string_view piece, uint64_t h, const int32_t* ids, 
 }
 
 void PieceTable::grow() {
+  rehash(slots_.empty() ? 1024 : 2 * slots_.size());
+}
+
+void PieceTable::reserve(size_t count) {
+  size_t capacity = 1024;
+  while (capacity < 2 * count) capacity *= 2;  // a load of at most one half, as insert keeps
+  if (capacity > slots_.size()) rehash(capacity);
+}
+
+void PieceTable::rehash(size_t capacity) {
   std::vector<Slot> old = std::move(slots_);
-  const size_t capacity = old.empty() ? 1024 : 2 * old.size();
   slots_.assign(capacity, Slot{0, 0, 0, 0, 0});
   mask_ = capacity - 1;
   for (const Slot& s : old) {

@@ -35,6 +35,8 @@ class PieceTable {
   // Stores `piece` (not present yet) with ids[0..n), n >= 1.
   void insert(std::string_view piece, uint64_t h, const int32_t* ids, size_t n);
   size_t size() const { return size_; }
+  // Room for `count` pieces without growing.
+  void reserve(size_t count);
   void clear();
 
  private:
@@ -44,6 +46,7 @@ class PieceTable {
   };
   size_t index(uint64_t h) const { return size_t(h >> 32) & mask_; }
   void grow();
+  void rehash(size_t capacity);
 
   std::vector<Slot> slots_;
   std::string keys_;

@@ -4,17 +4,13 @@
 #include <functional>
 
 #include "text/byte_alphabet.hpp"
+#include "text/split_matchers.hpp"
 #include "text/unicode_text.hpp"
 #include "text/utf8.hpp"
 
 namespace mpf {
 
 namespace {
-
-struct Piece {
-  std::string text;
-  bool text_start;  // begins at the input's first character
-};
 
 // A piece covered by ranges, each a match of the step's pattern or not (Hugging Face's
 // Pattern::find_matches).
@@ -23,55 +19,105 @@ struct Range {
   bool is_match;
 };
 
-std::vector<Range> regex_ranges(const Regex& regex, std::string_view s) {
-  if (s.empty()) return {{0, 0, false}};
-  std::vector<Range> out;
+// Buffers a thread reuses from text to text: a step allocates nothing once they have grown.
+struct Scratch {
+  std::vector<std::pair<size_t, size_t>> matches, kept;
+  std::vector<Range> ranges;
+  std::string text;
+};
+
+void regex_ranges(const Regex& regex, std::string_view s, Scratch& w) {
+  w.ranges.clear();
+  if (s.empty()) {
+    w.ranges.push_back({0, 0, false});
+    return;
+  }
+  w.matches.clear();
+  regex.append_matches(s, w.matches);
   size_t prev = 0;
-  regex.for_each_match(s, [&](size_t begin, size_t end) {
-    if (prev != begin) out.push_back({prev, begin, false});
-    out.push_back({begin, end, true});
+  for (const auto& [begin, end] : w.matches) {
+    if (prev != begin) w.ranges.push_back({prev, begin, false});
+    w.ranges.push_back({begin, end, true});
     prev = end;
-  });
-  if (prev != s.size()) out.push_back({prev, s.size(), false});
-  return out;
+  }
+  if (prev != s.size()) w.ranges.push_back({prev, s.size(), false});
 }
 
-std::vector<Range> literal_ranges(const std::string& literal, std::string_view s) {
-  if (s.empty()) return {{0, 0, false}};
-  std::vector<Range> out;
+// A scanner's pieces: the pattern's matches, which tile the text.
+void scanner_ranges(PreTokenizer kind, std::string_view s, Scratch& w) {
+  w.ranges.clear();
+  if (s.empty()) w.ranges.push_back({0, 0, false});
+  for (size_t at = 0; at < s.size();) {
+    const size_t end = pre_token_end(kind, s, at);
+    w.ranges.push_back({at, end, true});
+    at = end;
+  }
+}
+
+// A hand-written matcher's matches and the text between them.
+void matcher_ranges(SplitMatcher m, std::string_view s, Scratch& w) {
+  w.ranges.clear();
+  if (s.empty()) {
+    w.ranges.push_back({0, 0, false});
+    return;
+  }
+  size_t prev = 0;
+  for (Match found = next_match(m, s, 0); found.begin < s.size();
+       found = next_match(m, s, found.end)) {
+    if (prev != found.begin) w.ranges.push_back({prev, found.begin, false});
+    w.ranges.push_back({found.begin, found.end, true});
+    prev = found.end;
+  }
+  if (prev != s.size()) w.ranges.push_back({prev, s.size(), false});
+}
+
+void literal_ranges(const std::string& literal, std::string_view s, Scratch& w) {
+  w.ranges.clear();
+  if (s.empty()) {
+    w.ranges.push_back({0, 0, false});
+    return;
+  }
   size_t prev = 0;
   for (size_t at = s.find(literal); at != std::string_view::npos; at = s.find(literal, prev)) {
-    if (prev != at) out.push_back({prev, at, false});
-    out.push_back({at, at + literal.size(), true});
+    if (prev != at) w.ranges.push_back({prev, at, false});
+    w.ranges.push_back({at, at + literal.size(), true});
     prev = at + literal.size();
   }
-  if (prev != s.size()) out.push_back({prev, s.size(), false});
-  return out;
+  if (prev != s.size()) w.ranges.push_back({prev, s.size(), false});
+}
+
+// The character at s[at]: UTF-8, or where `bytes`, the character of GPT-2's alphabet that the
+// byte stands for (a step after ByteLevel sees those).
+inline utf8::Char char_at(std::string_view s, size_t at, bool bytes) {
+  if (bytes) return {byte_alphabet::char_of(static_cast<uint8_t>(s[at])), 1};
+  return utf8::decode(s, at);
 }
 
 template <class Pred>
-std::vector<Range> char_ranges(Pred is_delimiter, std::string_view s) {
-  if (s.empty()) return {{0, 0, false}};
-  std::vector<Range> out;
+void char_ranges(Pred is_delimiter, std::string_view s, bool bytes, Scratch& w) {
+  w.ranges.clear();
+  if (s.empty()) {
+    w.ranges.push_back({0, 0, false});
+    return;
+  }
   size_t last = 0;
   for (size_t at = 0; at < s.size();) {
-    const utf8::Char c = utf8::decode(s, at);
+    const utf8::Char c = char_at(s, at, bytes);
     const size_t next = at + size_t(c.length);
     if (is_delimiter(c.cp)) {
-      if (last < at) out.push_back({last, at, false});
-      out.push_back({at, next, true});
+      if (last < at) w.ranges.push_back({last, at, false});
+      w.ranges.push_back({at, next, true});
       last = next;
     }
     at = next;
   }
-  if (s.size() > last) out.push_back({last, s.size(), false});
-  return out;
+  if (s.size() > last) w.ranges.push_back({last, s.size(), false});
 }
 
 // The ranges grouped by `behavior` into the pieces to keep (NormalizedString::split).
-std::vector<std::pair<size_t, size_t>> apply_behavior(const std::vector<Range>& ranges,
-                                                      SplitBehavior behavior) {
-  std::vector<std::pair<size_t, size_t>> kept;
+void apply_behavior(const std::vector<Range>& ranges, SplitBehavior behavior,
+                    std::vector<std::pair<size_t, size_t>>& kept) {
+  kept.clear();
   bool previous = false;
   switch (behavior) {
     case SplitBehavior::kIsolated:
@@ -110,35 +156,38 @@ std::vector<std::pair<size_t, size_t>> apply_behavior(const std::vector<Range>& 
       std::reverse(kept.begin(), kept.end());
       break;
   }
-  return kept;
 }
 
-void emit(const Piece& p, const std::vector<Range>& ranges, SplitBehavior behavior,
-          std::vector<Piece>& out) {
-  for (const auto& [begin, end] : apply_behavior(ranges, behavior)) {
+// The pieces of `text` that w.ranges and `behavior` keep, appended to `out`.
+void emit(std::string_view text, bool text_start, SplitBehavior behavior, Scratch& w,
+          PreTokens& out) {
+  if (behavior == SplitBehavior::kIsolated) {  // every range a piece
+    for (const Range& r : w.ranges)
+      if (r.begin != r.end)
+        out.add(text.substr(r.begin, r.end - r.begin), text_start && r.begin == 0);
+    return;
+  }
+  apply_behavior(w.ranges, behavior, w.kept);
+  for (const auto& [begin, end] : w.kept) {
     if (begin == end) continue;  // empty pieces are dropped
-    out.push_back({p.text.substr(begin, end - begin), p.text_start && begin == 0});
+    out.add(text.substr(begin, end - begin), text_start && begin == 0);
   }
 }
 
-const char kByteLevelPattern[] =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
 // Hugging Face's Whitespace: the runs of \w+|[^\w\s]+, whitespace dropped.
-void whitespace_runs(const Piece& p, std::vector<Piece>& out) {
-  const std::string& s = p.text;
+void whitespace_runs(std::string_view s, bool text_start, bool bytes, PreTokens& out) {
   int run = 0;  // 0: none, 1: word, 2: other
   size_t start = 0;
   for (size_t at = 0; at <= s.size();) {
     int kind = 0;
     size_t next = at + 1;
     if (at < s.size()) {
-      const utf8::Char c = utf8::decode(s, at);
+      const utf8::Char c = char_at(s, at, bytes);
       next = at + size_t(c.length);
       kind = unicode::is_word(c.cp) ? 1 : unicode::is_whitespace(c.cp) ? 0 : 2;
     }
     if (kind != run) {
-      if (run != 0) out.push_back({s.substr(start, at - start), p.text_start && start == 0});
+      if (run != 0) out.add(s.substr(start, at - start), text_start && start == 0);
       start = at;
       run = kind;
     }
@@ -165,66 +214,95 @@ struct PreTokenizerSteps::Step {
   std::string literal;  // Split's String pattern; Metaspace's replacement; the delimiter
   std::string pattern;  // Split's Regex pattern
   std::shared_ptr<const Regex> regex;
+  std::optional<PreTokenizer> scanner;  // the scanner equal to `regex`, run in its place
+  std::optional<SplitMatcher> matcher;  // else the matcher equal to it
   enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
 
-  void run(const Piece& p, std::vector<Piece>& out) const;
+  // Whether the step can split bytes as their characters: it looks at one character at a time,
+  // or only at ASCII digits (a byte and its character are the same digit, or both none).
+  bool char_local() const {
+    return kind == Kind::kDigits || kind == Kind::kPunctuation || kind == Kind::kWhitespace ||
+           kind == Kind::kWhitespaceSplit || kind == Kind::kCharDelimiter ||
+           (kind == Kind::kSplit && matcher == SplitMatcher::kDigits3);
+  }
+  // `bytes`: text is bytes, seen as their characters (char_local() steps only).
+  void run(std::string_view text, bool text_start, bool bytes, Scratch& w, PreTokens& out) const;
 };
 
-void PreTokenizerSteps::Step::run(const Piece& p, std::vector<Piece>& out) const {
+void PreTokenizerSteps::Step::run(std::string_view text, bool text_start, bool bytes, Scratch& w,
+                                  PreTokens& out) const {
   switch (kind) {
     case Kind::kByteLevel: {
-      Piece q = p;
-      if (flag && (q.text.empty() || q.text[0] != ' ')) q.text.insert(0, " ");
-      if (use_regex)
-        emit(q, regex_ranges(*regex, q.text), SplitBehavior::kIsolated, out);
-      else if (!q.text.empty())
-        out.push_back(std::move(q));
+      if (flag && (text.empty() || text[0] != ' ')) {
+        w.text.assign(1, ' ');
+        w.text.append(text);
+        text = w.text;
+      }
+      if (use_regex) {
+        if (scanner)
+          scanner_ranges(*scanner, text, w);
+        else
+          regex_ranges(*regex, text, w);
+        emit(text, text_start, SplitBehavior::kIsolated, w, out);
+      } else if (!text.empty()) {
+        out.add(text, text_start);
+      }
       return;
     }
     case Kind::kSplit: {
-      std::vector<Range> ranges =
-          regex ? regex_ranges(*regex, p.text) : literal_ranges(literal, p.text);
+      if (scanner)
+        scanner_ranges(*scanner, text, w);
+      else if (matcher)
+        matcher_ranges(*matcher, text, w);
+      else if (regex)
+        regex_ranges(*regex, text, w);
+      else
+        literal_ranges(literal, text, w);
       if (invert)
-        for (Range& r : ranges) r.is_match = !r.is_match;
-      emit(p, ranges, behavior, out);
+        for (Range& r : w.ranges) r.is_match = !r.is_match;
+      emit(text, text_start, behavior, w, out);
       return;
     }
     case Kind::kDigits:
-      emit(p, char_ranges(unicode::is_numeric, p.text),
-           flag ? SplitBehavior::kIsolated : SplitBehavior::kContiguous, out);
+      char_ranges(unicode::is_numeric, text, bytes, w);
+      emit(text, text_start, flag ? SplitBehavior::kIsolated : SplitBehavior::kContiguous, w, out);
       return;
     case Kind::kPunctuation:
-      emit(p, char_ranges(unicode::is_punctuation, p.text), behavior, out);
+      char_ranges(unicode::is_punctuation, text, bytes, w);
+      emit(text, text_start, behavior, w, out);
       return;
     case Kind::kWhitespace:
-      whitespace_runs(p, out);
+      whitespace_runs(text, text_start, bytes, out);
       return;
     case Kind::kWhitespaceSplit:
-      emit(p, char_ranges(unicode::is_whitespace, p.text), SplitBehavior::kRemoved, out);
+      char_ranges(unicode::is_whitespace, text, bytes, w);
+      emit(text, text_start, SplitBehavior::kRemoved, w, out);
       return;
     case Kind::kCharDelimiter: {
       const char32_t d = utf8::decode(literal, 0).cp;
-      emit(p, char_ranges([d](char32_t c) { return c == d; }, p.text), SplitBehavior::kRemoved,
-           out);
+      char_ranges([d](char32_t c) { return c == d; }, text, bytes, w);
+      emit(text, text_start, SplitBehavior::kRemoved, w, out);
       return;
     }
     case Kind::kMetaspace: {
-      Piece q{std::string(), p.text_start};
-      q.text.reserve(p.text.size() + literal.size());
-      for (const char c : p.text) {
+      std::string& q = w.text;
+      q.clear();
+      q.reserve(text.size() + literal.size());
+      for (const char c : text) {
         if (c == ' ')
-          q.text += literal;
+          q += literal;
         else
-          q.text += c;
+          q += c;
       }
-      const bool starts = q.text.compare(0, literal.size(), literal) == 0;
-      if (!starts && (prepend == Prepend::kAlways || (prepend == Prepend::kFirst && q.text_start)))
-        q.text.insert(0, literal);
+      const bool starts = q.compare(0, literal.size(), literal) == 0;
+      if (!starts && (prepend == Prepend::kAlways || (prepend == Prepend::kFirst && text_start)))
+        q.insert(0, literal);
       if (!flag) {
-        if (!q.text.empty()) out.push_back(std::move(q));
+        if (!q.empty()) out.add(q, text_start);
         return;
       }
-      emit(q, literal_ranges(literal, q.text), SplitBehavior::kMergedWithNext, out);
+      literal_ranges(literal, q, w);
+      emit(q, text_start, SplitBehavior::kMergedWithNext, w, out);
       return;
     }
   }
@@ -270,7 +348,11 @@ void PreTokenizerSteps::read_step(const json::Value& v, const std::string& name,
     s->kind = K::kByteLevel;
     s->flag = r.bool_or(v, "add_prefix_space", name + ".add_prefix_space", true);
     s->use_regex = r.bool_or(v, "use_regex", name + ".use_regex", true);
-    if (s->use_regex) s->regex = compile(kByteLevelPattern, name + "'s pattern", r);
+    if (s->use_regex) {
+      // ByteLevel's own split is GPT-2's pattern.
+      s->regex = compile(split_pattern(PreTokenizer::kGpt2), name + "'s pattern", r);
+      s->scanner = PreTokenizer::kGpt2;
+    }
     byte_level_ = true;
   } else if (type == "Split") {
     s->kind = K::kSplit;
@@ -281,6 +363,11 @@ void PreTokenizerSteps::read_step(const json::Value& v, const std::string& name,
     } else if (const json::Value* re = pattern.find("Regex"); re && re->is_string()) {
       s->pattern = re->string();
       s->regex = compile(s->pattern, name + ".pattern.Regex", r);
+      for (const PreTokenizer kind :
+           {PreTokenizer::kGpt2, PreTokenizer::kLlama3, PreTokenizer::kQwen2}) {
+        if (s->pattern == split_pattern(kind)) s->scanner = kind;
+      }
+      if (!s->scanner) s->matcher = split_matcher(s->pattern);
     } else {
       r.fail(name + ".pattern is neither {\"String\": ...} nor {\"Regex\": ...}");
     }
@@ -364,27 +451,57 @@ PreTokenizerSteps PreTokenizerSteps::read(const json::Value* pre_tokenizer, cons
   return p;
 }
 
-void PreTokenizerSteps::run(std::string_view text, bool text_start,
-                            std::vector<std::string>& out) const {
-  std::vector<Piece> pieces, next;
-  if (!text.empty()) pieces.push_back({std::string(text), text_start});
+PreTokenizerSteps PreTokenizerSteps::without_scanners() const {
+  PreTokenizerSteps p = *this;
+  for (auto& s : p.steps_) {
+    auto general = std::make_shared<Step>(*s);
+    general->scanner.reset();
+    general->matcher.reset();
+    s = std::move(general);
+  }
+  return p;
+}
+
+void PreTokenizerSteps::run(std::string_view text, bool text_start, PreTokens& out) const {
+  out.clear();
+  if (text.empty()) return;
+  thread_local Scratch w;
+  thread_local PreTokens in, keys;
+  PreTokens* pieces = &in;  // the pieces the steps so far left
+  pieces->clear();
+  pieces->add(text, text_start);
   bool bytes = false;  // pieces hold bytes that a ByteLevel step wrote as characters
   for (const auto& step : steps_) {
-    next.clear();
-    for (Piece& p : pieces) {
-      // A step after ByteLevel sees its characters, and leaves bytes again.
-      if (bytes) p.text = byte_alphabet::key_of(p.text);
-      const size_t first = next.size();
-      step->run(p, next);
-      if (bytes && step->kind != Step::Kind::kByteLevel) {
-        for (size_t i = first; i < next.size(); ++i)
-          next[i].text = byte_alphabet::bytes_of(next[i].text).value_or(next[i].text);
+    // A step after ByteLevel sees its characters, and leaves bytes again: one that looks at a
+    // character at a time reads the bytes as characters, the others are given the characters.
+    const bool as_bytes = bytes && step->char_local();
+    const bool as_keys = bytes && !step->char_local();
+    const PreTokens* given = pieces;
+    if (as_keys) {
+      keys.clear();
+      for (size_t i = 0; i < pieces->size(); ++i) {
+        const size_t begin = keys.buffer().size();
+        byte_alphabet::append_key(keys.buffer(), (*pieces)[i]);
+        keys.add_written(begin, pieces->text_start(i));
       }
+      given = &keys;
+    }
+    out.clear();
+    for (size_t i = 0; i < given->size(); ++i)
+      step->run((*given)[i], given->text_start(i), as_bytes, w, out);
+    if (as_keys && step->kind != Step::Kind::kByteLevel) {
+      pieces->clear();
+      for (size_t i = 0; i < out.size(); ++i) {
+        const size_t begin = pieces->buffer().size();
+        if (!byte_alphabet::append_bytes(pieces->buffer(), out[i])) pieces->buffer().append(out[i]);
+        pieces->add_written(begin, out.text_start(i));
+      }
+    } else {
+      std::swap(*pieces, out);
     }
     if (step->kind == Step::Kind::kByteLevel) bytes = true;
-    pieces.swap(next);
   }
-  for (Piece& p : pieces) out.push_back(std::move(p.text));
+  std::swap(*pieces, out);
 }
 
 }  // namespace mpf

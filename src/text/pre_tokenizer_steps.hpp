@@ -22,6 +22,39 @@
 
 namespace mpf {
 
+// Pieces as spans of one buffer: a step's output without a string per piece.
+class PreTokens {
+ public:
+  void clear() {
+    text_.clear();
+    spans_.clear();
+  }
+  // Appends a piece (`piece` must not view this object's own buffer).
+  void add(std::string_view piece, bool text_start) {
+    spans_.push_back({text_.size(), text_.size() + piece.size(), text_start});
+    text_.append(piece);
+  }
+  // Appends a piece that the caller writes at the end of buffer() first.
+  void add_written(size_t begin, bool text_start) {
+    spans_.push_back({begin, text_.size(), text_start});
+  }
+  std::string& buffer() { return text_; }
+  size_t size() const { return spans_.size(); }
+  std::string_view operator[](size_t i) const {
+    return std::string_view(text_).substr(spans_[i].begin, spans_[i].end - spans_[i].begin);
+  }
+  // Whether piece i begins at the input's first character.
+  bool text_start(size_t i) const { return spans_[i].text_start; }
+
+ private:
+  struct Span {
+    size_t begin, end;
+    bool text_start;
+  };
+  std::string text_;
+  std::vector<Span> spans_;
+};
+
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
 class PreTokenizerSteps {
@@ -36,11 +69,15 @@ class PreTokenizerSteps {
   // scanner_prefix_space()), if it is one.
   std::optional<PreTokenizer> scanner() const { return scanner_; }
   bool scanner_prefix_space() const { return scanner_prefix_space_; }
+  // The same steps with every pattern run by Oniguruma, none by the scanner or matcher it is equal
+  // to (for tests: a ByteLevel or Split step whose pattern is a scanner's runs the scanner, a
+  // Split whose pattern is a matcher's, split_matchers.hpp, the matcher).
+  PreTokenizerSteps without_scanners() const;
 
-  // Appends the pieces of `text` (well-formed UTF-8, one part of a text between added tokens, or
-  // a segment of one) to `out`. `text_start`: the text begins the whole input (where Metaspace's
-  // prepend_scheme "first" adds its replacement).
-  void run(std::string_view text, bool text_start, std::vector<std::string>& out) const;
+  // The pieces of `text` (well-formed UTF-8, one part of a text between added tokens, or a
+  // segment of one), replacing `out`'s. `text_start`: the text begins the whole input (where
+  // Metaspace's prepend_scheme "first" adds its replacement).
+  void run(std::string_view text, bool text_start, PreTokens& out) const;
 
   // Whether text cut just before an ASCII space that follows a letter gives, piece by piece, the
   // pieces of the whole: some step splits there whatever came before, and only character-local

@@ -133,8 +133,10 @@ Regex::Regex(const std::string& given) {
   compiled_ = std::move(compiled);
 }
 
-void Regex::for_each_match(std::string_view text,
-                           const std::function<void(size_t, size_t)>& found) const {
+namespace {
+
+template <class Found>
+void each_match(const regex_t* regex, std::string_view text, Found&& found) {
   // One region per thread, reused: a search allocates nothing.
   thread_local std::unique_ptr<OnigRegion, RegionDeleter> region(onig_region_new());
   const auto* begin = reinterpret_cast<const OnigUChar*>(text.data());
@@ -143,9 +145,8 @@ void Regex::for_each_match(std::string_view text,
   bool matched_before = false;
   size_t last_match_end = 0;
   while (from <= text.size()) {
-    onig_region_clear(region.get());
-    const int r = onig_search(compiled_->regex, begin, end, begin + from, end, region.get(),
-                              ONIG_OPTION_NONE);
+    const int r = onig_search(const_cast<regex_t*>(regex), begin, end, begin + from, end,
+                              region.get(), ONIG_OPTION_NONE);
     if (r == ONIG_MISMATCH) return;
     if (r < 0) throw std::runtime_error("Oniguruma search failed: " + message_of(r, nullptr));
     const size_t s = size_t(region->beg[0]), e = size_t(region->end[0]);
@@ -158,6 +159,18 @@ void Regex::for_each_match(std::string_view text,
     last_match_end = e;
     found(s, e);
   }
+}
+
+}  // namespace
+
+void Regex::for_each_match(std::string_view text,
+                           const std::function<void(size_t, size_t)>& found) const {
+  each_match(compiled_->regex, text, found);
+}
+
+void Regex::append_matches(std::string_view text,
+                           std::vector<std::pair<size_t, size_t>>& out) const {
+  each_match(compiled_->regex, text, [&out](size_t s, size_t e) { out.emplace_back(s, e); });
 }
 
 }  // namespace mpf

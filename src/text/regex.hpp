@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace mpf {
 
@@ -20,6 +22,8 @@ class Regex {
   // Calls found(begin, end) for each match in `text` (well-formed UTF-8), in order.
   void for_each_match(std::string_view text,
                       const std::function<void(size_t, size_t)>& found) const;
+  // The same matches as (begin, end) pairs appended to `out`: no call per match.
+  void append_matches(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const;
 
  private:
   struct Compiled;

@@ -1,7 +1,6 @@
 // Reads a tokenizer.json into a BpeTokenizer (bpe_tokenizer.hpp); every problem an InputError
 // naming the file and the field.
 #include <algorithm>
-#include <unordered_map>
 
 #include "core/error.hpp"
 #include "io/input_file.hpp"
@@ -9,6 +8,7 @@
 #include "text/bpe_tokenizer.hpp"
 #include "text/byte_alphabet.hpp"
 #include "text/json_reader.hpp"
+#include "text/utf8.hpp"
 
 namespace mpf {
 
@@ -117,12 +117,25 @@ void BpeTokenizerLoader::read_vocab(const json::Value& model, const std::vector<
   tokens.reserve(vocab.object().size());
   // A key given twice keeps its last id, as Python's json and Hugging Face's tokenizers (a serde
   // map) read it; the id it had first then names no token.
-  std::unordered_map<std::string_view, size_t> last;
-  last.reserve(vocab.object().size());
-  for (size_t i = 0; i < vocab.object().size(); ++i) last[vocab.object()[i].first] = i;
-  for (size_t i = 0; i < vocab.object().size(); ++i) {
+  const size_t count = vocab.object().size();
+  std::vector<char> repeated(count, 0);  // a later member has the same key
+  {
+    PieceTable later;  // the keys after i, walking back
+    later.reserve(count);
+    for (size_t i = count; i-- > 0;) {
+      const std::string& key = vocab.object()[i].first;
+      const uint64_t h = PieceTable::hash(key);
+      const int32_t none = 0;
+      if (later.find(key, h).size > 0)
+        repeated[i] = 1;
+      else
+        later.insert(key, h, &none, 1);
+    }
+  }
+  t.vocab_.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
     const auto& [key, value] = vocab.object()[i];
-    if (last[key] != i) continue;
+    if (repeated[i]) continue;
     const int32_t id = id_of(value, [&key = key] { return "model.vocab[" + quoted(key) + "]"; });
     tokens.emplace_back(model_key(t, key), id);
     top = std::max(top, id);
@@ -152,6 +165,16 @@ void BpeTokenizerLoader::read_vocab(const json::Value& model, const std::vector<
     t.fallback_ids_[b] = t.byte_fallback_ ? t.vocab_id(model_key(t, hex)).value_or(-1) : -1;
   }
   if (!t.unk_token_.empty()) t.unk_id_ = t.vocab_id(model_key(t, t.unk_token_)).value_or(-1);
+  if (!t.byte_level_ && t.prefix_.empty() && t.suffix_.empty()) {
+    t.char_ids_.assign(BpeTokenizer::kCharIds, -1);
+    std::string key;
+    for (char32_t cp = 0; cp < BpeTokenizer::kCharIds; ++cp) {
+      if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+      key.clear();
+      utf8::append(key, cp);
+      t.char_ids_[cp] = t.vocab_id(key).value_or(-1);
+    }
+  }
 }
 
 void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) const {
@@ -159,7 +182,7 @@ void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) 
   if (!merges || !merges->is_array())
     r_.fail(merges ? "model.merges is not an array" : "has no model.merges");
   t.merges_.reserve(merges->array().size());
-  std::string bytes[2];
+  std::string bytes[2], joined;
   for (size_t rank = 0; rank < merges->array().size(); ++rank) {
     const json::Value& m = merges->array()[rank];
     const auto name = [rank] { return "model.merges[" + std::to_string(rank) + "]"; };
@@ -180,8 +203,10 @@ void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) 
     }
     int32_t ids[2];
     for (int k = 0; k < 2; ++k) {
-      const std::string key(k == 0 ? left : right);
-      bytes[k] = model_key(t, key);
+      const std::string_view key = k == 0 ? left : right;
+      // model_key() into a buffer reused from merge to merge.
+      bytes[k].clear();
+      if (!t.byte_level_ || !byte_alphabet::append_bytes(bytes[k], key)) bytes[k].assign(key);
       const std::optional<int32_t> id = t.vocab_id(bytes[k]);
       if (!id) r_.fail(name() + " names " + quoted(key) + ", which is not in model.vocab");
       ids[k] = *id;
@@ -189,7 +214,8 @@ void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) 
     // The right side loses its continuing_subword_prefix in the merged token.
     if (bytes[1].size() < t.prefix_.size())
       r_.fail(name() + "'s right token is shorter than model.continuing_subword_prefix");
-    const std::optional<int32_t> merged = t.vocab_id(bytes[0] + bytes[1].substr(t.prefix_.size()));
+    joined.assign(bytes[0]).append(bytes[1], t.prefix_.size());
+    const std::optional<int32_t> merged = t.vocab_id(joined);
     if (!merged)
       r_.fail(name() + " merges " + quoted(left) + " and " + quoted(right) +
               " into a token that is not in model.vocab");

@@ -2,7 +2,6 @@
 
 #include <utf8proc.h>
 
-#include <cctype>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
@@ -94,6 +93,15 @@ std::string lowercase(std::string_view text) {
   return out;
 }
 
+namespace {
+
+// [0-9A-Za-z]: std::isalnum in the C locale, without its call and its locale.
+bool ascii_alnum(char32_t cp) {
+  return (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
+}
+
+}  // namespace
+
 bool is_whitespace(char32_t cp) {
   if (cp < 0x80) return cp == ' ' || (cp >= '\t' && cp <= '\r');
   if (cp == 0x85) return true;
@@ -107,6 +115,7 @@ bool is_mark(char32_t cp) {
 }
 
 bool is_numeric(char32_t cp) {
+  if (cp < 0x80) return cp >= '0' && cp <= '9';
   const auto c = category(cp);
   return c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO;
 }
@@ -117,13 +126,13 @@ bool is_letter(char32_t cp) {
 }
 
 bool is_punctuation(char32_t cp) {
-  if (cp < 0x80) return cp > ' ' && cp < 0x7F && !std::isalnum(int(cp));
+  if (cp < 0x80) return cp > ' ' && cp < 0x7F && !ascii_alnum(cp);
   const auto c = category(cp);
   return c >= UTF8PROC_CATEGORY_PC && c <= UTF8PROC_CATEGORY_PO;
 }
 
 bool is_word(char32_t cp) {
-  if (cp < 0x80) return std::isalnum(int(cp)) || cp == '_';
+  if (cp < 0x80) return ascii_alnum(cp) || cp == '_';
   const auto c = category(cp);
   if ((c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_ME) || c == UTF8PROC_CATEGORY_ND ||
       c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_PC)
@@ -132,6 +141,11 @@ bool is_word(char32_t cp) {
   return cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9) ||
          (cp >= 0x1F130 && cp <= 0x1F149) || (cp >= 0x1F150 && cp <= 0x1F169) ||
          (cp >= 0x1F170 && cp <= 0x1F189);
+}
+
+Category general_category(char32_t cp) {
+  if (cp >= 0x110000) return Category::kCn;
+  return Category(category(cp));
 }
 
 const char* version() {

@@ -3,6 +3,7 @@
 // given here is well-formed UTF-8 (the pipeline routes ill-formed bytes around it).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -20,6 +21,41 @@ bool is_numeric(char32_t cp);      // N* (Rust's char::is_numeric)
 bool is_punctuation(char32_t cp);  // P*, or ASCII punctuation (symbols such as $ + < = > ^ ` | ~)
 bool is_letter(char32_t cp);       // L*
 bool is_word(char32_t cp);         // \w of Rust's regex: alphabetic, marks, Nd, Pc, joiners
+
+// General categories, in utf8proc's order (Cn first).
+enum class Category : uint8_t {
+  kCn,
+  kLu,
+  kLl,
+  kLt,
+  kLm,
+  kLo,
+  kMn,
+  kMc,
+  kMe,
+  kNd,
+  kNl,
+  kNo,
+  kPc,
+  kPd,
+  kPs,
+  kPe,
+  kPi,
+  kPf,
+  kPo,
+  kSm,
+  kSc,
+  kSk,
+  kSo,
+  kZs,
+  kZl,
+  kZp,
+  kCc,
+  kCf,
+  kCs,
+  kCo
+};
+Category general_category(char32_t cp);  // above U+10FFFF: kCn
 
 // The Unicode version of the data.
 const char* version();

@@ -237,7 +237,13 @@ def families():
 EXTRA = ["  two  spaces\t\ttabs    four        eight", " \U00011F50", "x \U00011F50\U00011F51 y",
          "Ünïcödé ÀÉÎ ﬁ ① ｆｕｌｌ", "-a-b--c- 123-456", "<think>why</think>", ">>TITLE<<x",
          "<｜begin▁of▁sentence｜>hi", "[tok] a[tok] [tok]b x [tok] ", "a <l>   b<l>c",
-         "<s>Hello</s> <unk>", "  leading and trailing  ", "ΑΣ ΣΑΣ İstanbul"]
+         "<s>Hello</s> <unk>", "  leading and trailing  ", "ΑΣ ΣΑΣ İstanbul",
+         # Where the matchers of split_matchers.hpp backtrack: upper runs, titlecase, modifier
+         # letters and marks in both of Tekken's classes, ASCII punctuation before letters.
+         "HELLO world HELLOworld ABCdef", "ǅungla ǅ Ǆ", "A\u0301B\u0301c \u0301x", "\u02b0\u02b0A",
+         "Ab\u0300\u0300CD\u0300", "5abc 12345 ٣٤٥٦", "'s 'S \"quoted\" (x) ,y", "a/b//c\n/\r\n/ x",
+         "!\n/x ! \n", "日本語のテキスト、カタカナ。\u3040\u30ff\u9fa5\u9fa6", "x\u200dy \u00ad z",
+         "ＡＢＣ ａｂｃ", "\tX\u2003y\u00a0Z"]
 
 
 def unicode_agrees():
@@ -291,6 +297,10 @@ def main():
     agree = unicode_agrees()
     strings = [s for s in base.TRICKY + EXTRA if "\udc80" not in s]
     strings += base.random_strings(rng, 400)
+    # Long pieces (a whole text is one where nothing splits it), which BPE merges in segments:
+    # random strings run together, and English.
+    strings += ["".join(base.random_strings(rng, 15)) for _ in range(20)]
+    strings += [base.CORPUS * 3, base.CORPUS.replace(" ", "  ")]
     # Planes 4 to 13 are unassigned in every Unicode version; Kawi's digits are checked by name.
     skipped = [s for s in strings if not all(agree(c) or ord(c) < 0x80 or 0x40000 <= ord(c) < 0xE0000
                                              or c in "\U00011F50\U00011F51" for c in s)]
