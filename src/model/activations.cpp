@@ -281,6 +281,7 @@ LayerActivations Activations::layer(int l) const {
   x.moe.seq_len = int64_t(T) * (ring ? ring->ranks() : 1);
   x.moe.cp = ring ? ring->comm() : MPI_COMM_NULL;
   x.moe.aux = moe_aux;
+  x.moe.load = moe_aux && moe_load ? moe_load + (chunk.first_layer + l) * moe.E : nullptr;
   x.moe.adds_aux = shard.rank == 0 && (!ring || ring->rank() == 0);
   x.moe.dloss = dloss;
   x.residual3 = slice(residual3, l * Rl * C, Rl * C);

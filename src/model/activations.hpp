@@ -60,6 +60,8 @@ struct MoeLayer {
   // evaluation), and whether this rank is the one of its TP and CP ranks that adds them.
   double* aux = nullptr;
   bool adds_aux = true;
+  // (E) where the forward adds its slots per expert over the step (with aux; null: it does not).
+  float* load = nullptr;
   float dloss = 0.0f;  // d(objective)/d(a token's loss), which scales the balance loss's gradient
 };
 
@@ -124,6 +126,7 @@ struct Activations {
   // views never touch them.
   Tensor moe_ints;
   double* moe_aux = nullptr;  // MoeLayer::aux of every layer (ModelStage sets it)
+  float* moe_load = nullptr;  // (the stage's blocks, E): MoeLayer::load of its block at its index
   float dloss = 0.0f;         // MoeLayer::dloss (the backward sets it)
   // The head's (empty unless chunk.head):
   Tensor lnf;        // (R,C)

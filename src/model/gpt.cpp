@@ -533,6 +533,7 @@ BlockSite block_site(const Activations& store, const Activations* workspace, int
   Activations site = *workspace;
   // The forward adds its balance losses; a recomputation, the same again, does not.
   site.moe_aux = forward ? store.moe_aux : nullptr;
+  site.moe_load = store.moe_load;
   site.dloss = store.dloss;
   site.doc_start = store.doc_start;  // the microbatch's, which the workspace does not know
   site.input = store.block_input(i);

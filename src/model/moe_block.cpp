@@ -63,6 +63,12 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
   }
   if (a.moe.aux && a.moe.adds_aux) {
     moe_balance_loss(a.moe.aux, a.moe_stats, cfg.moe_aux_coef, a.moe.seq_len, shape);
+    if (a.moe.load) {
+      float* load = a.moe.load;
+      const int32_t* c = a.moe.counts;
+      for_each(
+          "mpf::moe_load", E, KOKKOS_LAMBDA(int64_t e) { load[e] += float(c[e]); });
+    }
   }
   // Each expert's SwiGLU MLP on its rows, this rank's share of the width.
   moe_gather(a.moe_in, a.ln2, a.moe.order, C, shape);

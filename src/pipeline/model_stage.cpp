@@ -59,6 +59,10 @@ ModelStage::ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, in
       free_(chunks_.size()),
       weight_pool_(chunks_.size()),
       weight_free_(chunks_.size()) {
+  if (shard.cfg.moe()) {
+    expert_load_ =
+        Slab("mpf::stage::expert_load", int64_t(shard.local_layers()) * shard.cfg.experts);
+  }
   if (!recompute) return;
   for (ChunkPieces& c : chunks_) c.recompute = true;
   ChunkPieces one_block;
@@ -88,6 +92,7 @@ void ModelStage::begin_step(const std::vector<Tokens>* inputs, const std::vector
   weights_done_.assign(chunks_.size(), 0);
   Kokkos::deep_copy(ExecSpace(), Kokkos::subview(loss_sums_, 0), 0.0);
   Kokkos::deep_copy(ExecSpace(), Kokkos::subview(loss_sums_, 2), 0.0);
+  if (expert_load_.extent(0) > 0) fill(expert_load_.data(), int64_t(expert_load_.extent(0)), 0.0f);
   times_ = {};
 }
 
@@ -117,6 +122,12 @@ double ModelStage::loss_sum() const {
 
 double ModelStage::aux_sum() const {
   return read_to_host(loss_sums_.data() + 2, "d2h balance loss");
+}
+
+std::vector<float> ModelStage::expert_load() const {
+  std::vector<float> out(expert_load_.extent(0));
+  copy_to_host(out.data(), expert_load_.data(), out.size() * sizeof(float), "d2h expert load");
+  return out;
 }
 
 int64_t ModelStage::microbatch_bytes() const {
@@ -233,6 +244,7 @@ void ModelStage::forward(int mb, int chunk) {
   if (!a) a = acquire(chunk);
   a->doc_start = doc_starts_ ? (*doc_starts_)[mb].data() : nullptr;
   a->moe_aux = loss_sums_.data() + 2;
+  a->moe_load = expert_load_.data();
   Stopwatch sw;
   timed("F", mb, chunk, [&] {
     gpt_forward(*a, *params_, (*inputs_)[mb], (*targets_)[mb], tp_, workspace_.get());

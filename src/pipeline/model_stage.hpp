@@ -84,6 +84,9 @@ class ModelStage : public pipeline::StageOps {
   // The step's balance losses so far (mixtures of experts): the sum over this rank's rows and
   // blocks, each counted on one of its TP and CP ranks.
   double aux_sum() const;
+  // The step's (token, slot) choices of each expert in each of this stage's blocks (local block
+  // index, expert), counted on one of each TP and CP group's ranks; empty for a dense model.
+  std::vector<float> expert_load() const;
   // The most bytes of activations and W sets held at once, and the most (mb, chunk)s held (from
   // their forward's input to their W) at once.
   int64_t peak_activation_bytes() const { return peak_bytes_; }
@@ -187,6 +190,7 @@ class ModelStage : public pipeline::StageOps {
   // In the kernels' memory: Σ of the step's per-token losses, and evaluate()'s.
   // The step's loss, an evaluation's, and the step's balance losses.
   Kokkos::View<double*, MemSpace> loss_sums_{"mpf::stage::loss_sums", 3};
+  Slab expert_load_;  // (local blocks, E), zeroed at each step's start
   StageTimes times_;
   bool time_ops_ = true;
   bool by_block_ = false;

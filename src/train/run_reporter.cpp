@@ -106,6 +106,18 @@ void RunReporter::print_environment() const {
               r.params_.count / 1e6,
               o.init_from.empty() ? ("init seed " + std::to_string(o.seed)).c_str()
                                   : ("from " + o.init_from).c_str());
+  if (r.cfg_.moe()) {
+    // The experts' weights on this rank (its blocks, its TP share of each expert's width), and
+    // the share of a token's MLP FLOPs they stand for.
+    const double bytes =
+        double(r.params_.sizes[TensorId::fcw] + r.params_.sizes[TensorId::fcprojw]) * sizeof(float);
+    std::printf(
+        "experts: %d per block, top-%d, gates %s, balance coefficient %g | %.1f MB of "
+        "expert weights on this rank, %d of %d active per token\n",
+        r.cfg_.experts, r.cfg_.experts_per_token,
+        r.cfg_.moe_renormalize ? "renormalised" : "the router's probabilities",
+        double(r.cfg_.moe_aux_coef), bytes / 1e6, r.cfg_.experts_per_token, r.cfg_.experts);
+  }
   std::printf("data: %s (%lld tokens)", o.data.c_str(),
               static_cast<long long>(r.train_data_->total_tokens()));
   if (r.val_data_) {
@@ -227,12 +239,39 @@ void RunReporter::step(const StepRecord& s, const PeakCheck& peak) const {
                    {"train/grad_norm", s.norm},
                    {"train/tok_s", tok_s},
                    {"train/mfu", mfu}});
-  if (!speaks()) return;
-  const TrainOptions& o = r.opts_;
-  if (s.step % o.log_every != 0 && s.step != o.steps && s.step != r.first_step_) return;
+  if (!speaks() || !logs_step(s.step)) return;
   std::printf(
       "%s\n",
       format_step(s, r.tokens_per_step(), r.flops_per_step(), r.peak_flops_->flops()).c_str());
+  std::fflush(stdout);
+}
+
+bool RunReporter::logs_step(int s) const {
+  const TrainOptions& o = run_.opts_;
+  return s % o.log_every == 0 || s == o.steps || s == run_.first_step_;
+}
+
+void RunReporter::expert_load(int step, const std::vector<double>& load) const {
+  // Balanced, each of E experts takes the mean of the choices: 1.00; a collapsed router, up to E.
+  const int E = run_.cfg_.experts, L = run_.cfg_.layers;
+  std::string text;
+  double worst = 0.0;
+  for (int l = 0; l < L; ++l) {
+    double most = 0.0, sum = 0.0;
+    for (int e = 0; e < E; ++e) {
+      most = std::max(most, load[size_t(l) * E + e]);
+      sum += load[size_t(l) * E + e];
+    }
+    const double ratio = sum > 0 ? most / (sum / E) : 0.0;
+    worst = std::max(worst, ratio);
+    char one[16];
+    std::snprintf(one, sizeof one, " %.2f", ratio);
+    text += one;
+  }
+  record(MetricsRecord("experts").integer("step", step).number("load_max", worst));
+  scalars(step, {{"train/expert_load_max", worst}});
+  if (!speaks()) return;
+  std::printf("experts step %d | load (busiest expert / mean) by block:%s\n", step, text.c_str());
   std::fflush(stdout);
 }
 

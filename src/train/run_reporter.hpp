@@ -32,6 +32,10 @@ class RunReporter {
   // A finished step: its line every --log-every steps, and its figures; `peak`: the MFU peak's
   // check of the step.
   void step(const StepRecord& s, const PeakCheck& peak) const;
+  // Whether step s's line is printed (--log-every, the first and the last).
+  bool logs_step(int s) const;
+  // A mixture of experts' load: per block, the busiest expert's choices over the mean.
+  void expert_load(int step, const std::vector<double>& load) const;
   void skip(const StepOutcome& s) const;
   void rerun(const StepOutcome& s) const;
   // The run stops: the status it stops with.

@@ -201,6 +201,7 @@ int TrainingRun::after_step(const StepRecord& r) {
   const int step = r.step;
   // A step faster than the peak allows: the peak is measured again, or the line gets a warning.
   reporter_->step(r, peak_flops_->check(step, flops_per_step(), r.ms / 1e3));
+  if (cfg_.moe() && reporter_->logs_step(step)) reporter_->expert_load(step, global_expert_load());
   // The step boundary: the ranks agree whether any of them was asked to stop.
   int signal = 0;
   {
@@ -251,6 +252,23 @@ double TrainingRun::global_aux_loss() const {
   // row (DP), each row's counted once over its TP and CP ranks: their mean over the batch's rows.
   const double dp_sum = allreduce_sum(stage_->aux_sum(), grid_->dp_cp_comm());
   return allreduce_sum(dp_sum, grid_->pp_comm()) / double(opts_.batch);
+}
+
+std::vector<double> TrainingRun::global_expert_load() const {
+  // Each stage's blocks into their places among all L, summed over the DP and CP ranks (each
+  // row's choices counted on one of its CP ranks) and the stages.
+  const int E = cfg_.experts;
+  std::vector<double> all(size_t(cfg_.layers) * E, 0.0);
+  const std::vector<float> mine = stage_->expert_load();
+  for (int i = 0; i < shard_.local_layers(); ++i) {
+    for (int e = 0; e < E; ++e) {
+      all[size_t(shard_.layers[size_t(i)]) * E + e] = mine[size_t(i) * E + e];
+    }
+  }
+  for (MPI_Comm c : {grid_->dp_cp_comm(), grid_->pp_comm()}) {
+    MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, all.data(), int(all.size()), MPI_DOUBLE, MPI_SUM, c));
+  }
+  return all;
 }
 
 double TrainingRun::global_grad_norm() const {

@@ -130,6 +130,8 @@ class TrainingRun {
   // Forward and backward of every microbatch through the schedule; the global mean loss.
   double compute();
   double global_aux_loss() const;  // the step's balance loss (mixtures of experts)
+  // The step's (token, slot) choices of each expert, (L, E) over all ranks.
+  std::vector<double> global_expert_load() const;
   // The gradients made whole (the tied embedding's two stages summed, then the DP ranks');
   // their global norm.
   double sync();

@@ -9,7 +9,8 @@ over the rows, summed over the blocks and added to the objective. Three families
 random model in mpiformer's Llama model file (docs/file-formats.md, slots 20..23):
 - mixtral: 4 experts, top-2, renormalised; also TP 2 with sequence parallelism, recomputation,
   PP 2 under 1F1B and ZB-H1 with 2 microbatches, and a router of zeros (every token's experts
-  are 0 and 1 by the tie rule, experts 2 and 3 get no token);
+  are 0 and 1 by the tie rule, experts 2 and 3 get no token, and the step's expert load line
+  says each block's busiest expert took twice the mean);
 - qwen3_moe: per-head q/k norms, a head size of 12, renormalised;
 - olmoe: q/k norms over the whole projections, gates not renormalised, 1 kv head.
 Trained 5 steps by mpiformer-train on 1 rank, TP 2, PP 2, DP 2 and CP 2: every step's loss and
@@ -106,6 +107,13 @@ def main():
                 for layout, ranks, extra in LAYOUTS[:2]:
                     rows, _ = run_trainer(exe, workdir, tied, shard, "fp32", extra, m, ranks)
                     compare(name, f"router of zeros, {layout}", ref_zero, rows)
+                # Every token's choices at step 1 are experts 0 and 1: each takes twice the mean.
+                out = subprocess.run([exe, "--init-from", tied, "--data", shard, "--steps", "1",
+                                      "--batch", "4", "--seq-len", "16"], capture_output=True,
+                                     text=True, timeout=120).stdout
+                load = [ln for ln in out.splitlines() if ln.startswith("experts step 1 |")]
+                check(load and load[0].endswith("by block: 2.00 2.00"),
+                      f"[{name} router of zeros] the expert load line: {load}")
             ref_ids, _ = reference_decode(params0, m)
             for tp in (1, 2):
                 ids, _ = run_generate(gen, mpiexec, workdir, model, f"{name}_tp{tp}", tp)
