@@ -5,6 +5,7 @@
 #include "core/parallel.hpp"
 #include "model/block_parts.hpp"
 #include "model/layers/linear.hpp"
+#include "model/layers/matmul.hpp"
 #include "model/layers/moe.hpp"
 #include "model/layers/swiglu.hpp"
 #include "parallel/device_mpi.hpp"
@@ -53,7 +54,10 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
   const Tensor none;
   // Route every row (identically on every TP rank), then the balance loss's statistics, whole
   // sequences' under CP.
-  linear_forward(a.router_probs, none, a.ln2, p.routerw, none, R, C, E);
+  {
+    const Fp32Products fp32;  // the choices must not hang on a rounding
+    linear_forward(a.router_probs, none, a.ln2, p.routerw, none, R, C, E);
+  }
   moe_route(a.router_probs, a.moe.choice, a.gates, shape);
   const std::vector<int64_t> counts =
       moe_sort(a.moe.counts, a.moe.order, a.moe.where, a.moe.choice, shape);
@@ -134,6 +138,7 @@ void moe_mlp_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Te
   moe_route_backward(w.drouter, buf.dgates, a.router_probs, a.moe.choice, a.gates, a.moe_stats,
                      aux_scale, shape);
   if (s.rank == 0) {
+    const Fp32Products fp32;
     linear_backward_input(dln2, w.drouter, p.routerw, R, C, E);
   } else {
     fill(dln2.data(), R * C, 0.0f);
@@ -153,6 +158,7 @@ void moe_mlp_backward_weight(const LayerParameters& g, const BlockWeightInputs& 
     linear_backward_weight(expert_fcw(g, s, e), none, rows_of(w.dfch, first, n, s.mlp_in),
                            rows_of(a.moe_in, first, n, C), n, C, s.mlp_in);
   });
+  const Fp32Products fp32;  // the router's products all in fp32, as its forward
   linear_backward_weight(g.routerw, none, w.drouter, a.ln2, seq.rows, C, cfg.experts);
 }
 

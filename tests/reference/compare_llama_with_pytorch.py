@@ -180,7 +180,9 @@ def moe_mlp(p, l, h, m, aux):
     """A mixture of experts, densely: every expert on every token, masked by the router's choice;
     the sequence-wise balance loss of each row appended to `aux`."""
     E, k, F_, C = m["E"], m["k"], m["F"], m["C"]
-    probs = (h @ p["routerw"][l].T).softmax(-1)
+    dt = torch.float64 if h.dtype == torch.float64 else torch.float32
+    with torch.autocast("cpu", enabled=False):  # the router in fp32 under bf16, as the trainer's
+        probs = (h.to(dt) @ p["routerw"][l].to(dt).T).softmax(-1)
     # The k most probable, ties to the lower index (a stable sort of -p).
     top = torch.sort(-probs.detach(), dim=-1, stable=True).indices[..., :k]
     chosen = probs.gather(-1, top)

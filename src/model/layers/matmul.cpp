@@ -63,6 +63,14 @@ const bf16* Bf16Products::operand(const float* p, int64_t n, int which) {
   return s.data();
 }
 
+Fp32Products::Fp32Products() : suspended_(active) {
+  active = nullptr;
+}
+
+Fp32Products::~Fp32Products() {
+  active = suspended_;
+}
+
 HeldOperand::HeldOperand(const float* p, int64_t n) {
   if (!active) return;
   Bf16Products& scope = *active;

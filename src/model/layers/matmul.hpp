@@ -61,6 +61,20 @@ class Bf16Products {
   int holding_ = 0;
 };
 
+// While alive, this thread's products run in fp32 even inside a Bf16Products scope, which resumes
+// after it: a mixture of experts' router, whose logits choose the experts (Megatron-LM keeps it
+// in fp32, --moe-router-dtype fp32, since a rounding can flip a choice). Not nested in itself.
+class Fp32Products {
+ public:
+  Fp32Products();
+  ~Fp32Products();
+  Fp32Products(const Fp32Products&) = delete;
+  Fp32Products& operator=(const Fp32Products&) = delete;
+
+ private:
+  Bf16Products* suspended_;
+};
+
 // For as long as it lives, products in bf16 read `n` floats from `p` (an input several products
 // read, such as attention's packed QKV) from one rounding made here, instead of rounding them
 // per product. The tensor must not change meanwhile. In fp32 it does nothing.
