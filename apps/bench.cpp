@@ -3,7 +3,8 @@
 // one result line (and, with --profile, where the step's time goes). ci/bench_throughput.sh (make
 // bench) runs it row by row, alternating with PyTorch on the same model, batch and threads.
 //
-//   mpiexec -n R mpiformer-bench [--model gpt2-124M|llama-124M|small] [--batch B] [--seq-len T]
+//   mpiexec -n R mpiformer-bench [--model gpt2-124M|llama-124M|mixtral-124M|small] [--batch B]
+//   [--seq-len T]
 //       [--steps N] [--tp T] [--cp N] [--recompute] [--precision fp32|bf16] [--gemm LIB]
 //       [--peak-gflops X] [--profile]
 //
@@ -44,7 +45,9 @@ struct Row {
 
 const char* kUsage = R"(usage: mpiexec -n R mpiformer-bench [flags]
 Training throughput of one model on the ranks given: data parallel, or tensor parallel with --tp.
-  --model M          gpt2-124M (default), llama-124M (GPT-2 124M's size as a Llama) or small
+  --model M          gpt2-124M (default), llama-124M (GPT-2 124M's size as a Llama),
+                     mixtral-124M (llama-124M with 8 experts of F 1024, top-2: the same active
+                     parameters per token) or small
   --batch B          sequences per step over all ranks (default 4)
   --seq-len T        tokens per sequence (default 64)
   --steps N          steps, the first --warmup untimed (default 8)
@@ -76,8 +79,10 @@ Row parse(int argc, char** argv) {
   table.values = {
       {"--model",
        [&](const std::string&, const std::string& v) {
-         mpf::require(v == "gpt2-124M" || v == "small" || v == "llama-124M",
-                      "--model " + v + " is not a bench model; use gpt2-124M, llama-124M or small");
+         mpf::require(
+             v == "gpt2-124M" || v == "small" || v == "llama-124M" || v == "mixtral-124M",
+             "--model " + v +
+                 " is not a bench model; use gpt2-124M, llama-124M, mixtral-124M or small");
          r.model = v;
        }},
       {"--batch", integer(r.batch)},
@@ -141,6 +146,16 @@ int main(int argc, char** argv) {
       o.kv_heads = 4;
       o.ffn_dim = 2048;
       o.rope_theta = 500000.0f;
+    }
+    if (row.model == "mixtral-124M") {  // llama-124M's active parameters: 2 of 8 experts of F/2
+      o.arch = "mixtral";
+      o.kv_heads = 4;
+      o.ffn_dim = 1024;
+      o.rope_theta = 500000.0f;
+      o.experts = 8;
+      o.experts_per_token = 2;
+      o.moe_renormalize = 1;
+      o.moe_aux_coef = 0.01f;
     }
     o.batch = row.batch;
     o.seq_len = row.seq_len;

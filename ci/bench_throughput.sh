@@ -115,6 +115,21 @@ for precision in fp32 bf16; do
 done
 echo "llama-124M against GPT-2 124M (1 rank x 2 threads, tok/s): ${llama_vs[*]}"
 
+# A mixture of experts beside the dense Llama with the same active parameters per token
+# (mixtral-124M: 8 experts of F 1024, top-2; llama-124M: F 2048), 4 x 256, dense then MoE then
+# dense again, the faster dense run kept. Their active FLOPs per token are equal but for the
+# router's (C x E), so the tok/s ratio is the ratio per active FLOP (target >= 0.8).
+args=(--batch 4 --seq-len 256 --precision fp32)
+mpiformer 1 2 --model llama-124M "${args[@]}"
+dense1=$line
+mpiformer 1 2 --model mixtral-124M "${args[@]}"
+moe=$line
+mpiformer 1 2 --model llama-124M "${args[@]}"
+dense=$(awk -v a="$(tok_s "$dense1")" -v b="$(tok_s "$line")" 'BEGIN { print (a > b ? a : b) }')
+row fp32 "4 x 256" "moe 8/top2" "$(tok_s "$moe")" "$(field "$moe" 8 | sed 's/MFU //')" \
+  "$(busy "$moe")" "-" "-"
+echo "mixtral-124M against llama-124M (1 rank x 2 threads, tok/s per active FLOP): $(ratio "$(tok_s "$moe")" "$dense") (dense $dense tok/s)"
+
 # GPT-2 124M at B x T = 4 x 1024, where attention is a real share of the step: steps of ~10 s,
 # five (three timed) each side.
 for precision in fp32 bf16; do
