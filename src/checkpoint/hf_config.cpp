@@ -139,8 +139,9 @@ GPTConfig read_gpt2(const ConfigKeys& k) {
 void refuse_unimplemented(const ConfigKeys& k) {
   k.expect_string("hidden_act", {"silu"}, "this trainer's MLP is SwiGLU (silu)");
   k.expect_bool("mlp_bias", false, "this trainer's Llama-family MLPs have no biases");
-  k.expect_bool("use_qk_norm", false, "this trainer has no q/k norms yet");
-  k.expect_bool("qk_layernorm", false, "this trainer has no q/k norms yet");
+  // Other families' switches for q/k norms: this trainer's come with the family (qwen3, olmo2).
+  k.expect_bool("use_qk_norm", false, "this family has no q/k norms here; qwen3, olmo2, olmoe do");
+  k.expect_bool("qk_layernorm", false, "this family has no q/k norms here; qwen3, olmo2, olmoe do");
   k.expect_number("partial_rotary_factor", 1.0, "this trainer rotates the whole head");
   for (const char* key :
        {"final_logit_softcapping", "attn_logit_softcapping", "embedding_multiplier",
@@ -177,7 +178,7 @@ void read_experts(const ConfigKeys& k, GPTConfig& cfg) {
                 "mixture of experts");
   }
   cfg.moe_renormalize = mixtral || k.bool_or("norm_topk_prob", false);
-  cfg.moe_aux_coef = float(k.number_or("router_aux_loss_coef", 0.01));
+  cfg.moe_aux_coef = float(k.number_or("router_aux_loss_coef", default_moe_aux_coef(cfg.arch)));
   k.expect_number("router_jitter_noise", 0.0, "this trainer's router has no noise");
   const json::Value* clip = k.find("clip_qkv");
   require(clip == nullptr || clip->is_null(),
@@ -342,8 +343,6 @@ void check_shape_flags(const GPTConfig& cfg, const GPTConfig& flags,
         n(cfg.experts_per_token));
   check("--moe-renormalize", flags.moe_renormalize ? "1" : "0", "", "norm_topk_prob",
         cfg.moe_renormalize ? "1" : "0");
-  check("--moe-aux-coef", float_text(flags.moe_aux_coef), "", "router_aux_loss_coef",
-        float_text(cfg.moe_aux_coef));
 }
 
 std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {

@@ -66,6 +66,10 @@ const char* arch_names() {
   return "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2,mixtral,qwen3_moe,olmoe";
 }
 
+float default_moe_aux_coef(Arch arch) {
+  return arch == Arch::kOlmoe ? 0.01f : 0.001f;
+}
+
 int pad_vocab(int vocab, int multiple) {
   // In 64 bits: a vocabulary near 2^31 (a corrupt config.json) must reach validate(), not overflow.
   const int64_t padded = (int64_t(vocab) + multiple - 1) / multiple * multiple;

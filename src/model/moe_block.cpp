@@ -67,11 +67,16 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
   }
   if (a.moe.aux && a.moe.adds_aux) {
     moe_balance_loss(a.moe.aux, a.moe_stats, cfg.moe_aux_coef, a.moe.seq_len, shape);
-    if (a.moe.load) {
+    if (a.moe.load) {  // the rows' counts, whole sequences' under CP (the stats' first half)
       float* load = a.moe.load;
-      const int32_t* c = a.moe.counts;
+      const Tensor stats = a.moe_stats;
+      const int seqs = shape.seqs;
       for_each(
-          "mpf::moe_load", E, KOKKOS_LAMBDA(int64_t e) { load[e] += float(c[e]); });
+          "mpf::moe_load", E, KOKKOS_LAMBDA(int64_t e) {
+            float n = 0.0f;
+            for (int b = 0; b < seqs; ++b) n += stats(int64_t(b) * E + e);
+            load[e] += n;
+          });
     }
   }
   // Each expert's SwiGLU MLP on its rows, this rank's share of the width.

@@ -1,6 +1,7 @@
 #include "train/model_options.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -107,26 +108,24 @@ std::string canonical_rope_scaling(const std::string& text) {
 }
 
 // The experts of a mixture-of-experts family: the flags' sizes, the family's gates (OLMoE's are the
-// router's probabilities, Mixtral's and Qwen3-MoE's renormalised) unless --moe-renormalize says.
+// router's probabilities, Mixtral's and Qwen3-MoE's renormalised) unless --moe-renormalize says,
+// and the family's balance coefficient (apply_moe_aux_coef: unless --moe-aux-coef says).
 void set_experts(const TrainOptions& o, GPTConfig& cfg) {
   cfg.experts = o.experts;
   cfg.experts_per_token = o.experts_per_token;
   const bool moe = cfg.features().moe;
-  for (const char* flag : {"--moe-renormalize", "--moe-aux-coef"}) {
-    require(moe || !o.given.count(flag),
-            std::string(flag) +
-                " sets a mixture of experts; pass --arch mixtral, qwen3_moe or "
-                "olmoe, or drop " +
-                flag);
-  }
-  require(!o.given.count("--moe-aux-coef") || o.moe_aux_coef >= 0,
-          "--moe-aux-coef must not be negative, got " + std::to_string(o.moe_aux_coef) +
-              "; pass 0 for no balance loss");
+  require(moe || !o.given.count("--moe-renormalize"),
+          "--moe-renormalize sets a mixture of experts; pass --arch mixtral, qwen3_moe or olmoe, "
+          "or drop --moe-renormalize");
   require(o.moe_renormalize >= -1 && o.moe_renormalize <= 1,
           "--moe-renormalize is 0 or 1, got " + std::to_string(o.moe_renormalize));
+  // Hugging Face's Mixtral always renormalises: a model that did not could not be saved as one.
+  require(cfg.arch != Arch::kMixtral || o.moe_renormalize != 0,
+          "Mixtral's gates are always renormalised (MixtralForCausalLM); drop --moe-renormalize 0 "
+          "or pass --arch qwen3_moe or olmoe, whose norm_topk_prob says");
   cfg.moe_renormalize =
       moe && (o.moe_renormalize >= 0 ? o.moe_renormalize == 1 : cfg.arch != Arch::kOlmoe);
-  cfg.moe_aux_coef = moe ? (o.moe_aux_coef >= 0 ? o.moe_aux_coef : 0.01f) : 0.0f;
+  cfg.moe_aux_coef = moe ? default_moe_aux_coef(cfg.arch) : 0.0f;
 }
 
 GPTConfig flags_config(const TrainOptions& o) {
@@ -160,6 +159,16 @@ GPTConfig flags_config(const TrainOptions& o) {
           "--tie-embeddings is 0 or 1, got " + std::to_string(o.tie_embeddings));
   validate(cfg, "flags");
   return cfg;
+}
+
+void apply_moe_aux_coef(const TrainOptions& o, GPTConfig& cfg) {
+  if (!o.given.count("--moe-aux-coef") && o.moe_aux_coef < 0) return;  // the model's own
+  require(cfg.moe(), "--moe-aux-coef sets a mixture of experts' balance loss; the model (" +
+                         std::string(arch_name(cfg.arch)) + ") has none: drop --moe-aux-coef");
+  require(o.moe_aux_coef >= 0 && std::isfinite(o.moe_aux_coef),
+          "--moe-aux-coef must not be negative, got " + std::to_string(o.moe_aux_coef) +
+              "; pass 0 for no balance loss");
+  cfg.moe_aux_coef = o.moe_aux_coef;
 }
 
 GPTConfig model_config(const TrainOptions& o) {

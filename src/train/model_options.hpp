@@ -15,6 +15,9 @@ namespace mpf {
 // malformed --rope-scaling; for a Hugging Face --init-from, a flag that disagrees with its
 // config.json (checkpoint/hf_checkpoint.hpp).
 GPTConfig model_config(const TrainOptions& o);
+// --moe-aux-coef, given or saved with the run, over the model's coefficient; InputError for a
+// dense model or a negative value.
+void apply_moe_aux_coef(const TrainOptions& o, GPTConfig& cfg);
 // The model of the flags alone (defaults where not given).
 GPTConfig flags_config(const TrainOptions& o);
 

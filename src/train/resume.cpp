@@ -38,7 +38,6 @@ std::optional<std::string> saved_text(const CheckpointInfo& c, const std::string
   if (key == "model.experts") return std::to_string(m.experts);
   if (key == "model.experts_per_token") return std::to_string(m.experts_per_token);
   if (key == "model.moe_renormalize") return std::to_string(m.moe() ? int(m.moe_renormalize) : -1);
-  if (key == "model.moe_aux_coef") return number(m.moe() ? m.moe_aux_coef : -1.0);
   return setting(c, key);
 }
 

@@ -200,6 +200,7 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
     if (!note.empty()) in.notes.push_back(note);
   }
   in.cfg = in.resume ? in.resume->info.model : model_config(opts);
+  apply_moe_aux_coef(opts, in.cfg);
   require(opts.seq_len <= in.cfg.max_seq_len,
           "--seq-len " + std::to_string(opts.seq_len) + " exceeds the model's max_seq_len " +
               std::to_string(in.cfg.max_seq_len) +

@@ -74,9 +74,6 @@ SettingGroup model_settings() {
            "1: the chosen experts' gates are renormalised to sum to 1 (Mixtral, Qwen3-MoE's "
            "norm_topk_prob); 0: the router's probabilities (OLMoE); default: the family's",
            &O::moe_renormalize, -1, "model.moe_renormalize", kKeep},
-          {"--moe-aux-coef", "X",
-           "the balance loss's coefficient (router_aux_loss_coef); default: the model's, or 0.01",
-           &O::moe_aux_coef, -1, "model.moe_aux_coef", kKeep},
       }};
 }
 
@@ -132,6 +129,11 @@ SettingGroup optimizer_settings() {
            "(--steps) and resume on the same schedule",
            &O::lr_decay_steps, 0, "optimizer.lr_decay_steps", kWarns},
           {"--warmup", "N", "linear warmup steps", &O::warmup, 0, "optimizer.warmup", kWarns},
+          {"--moe-aux-coef", "X",
+           "a mixture of experts' balance loss coefficient (its sequence-wise form: "
+           "docs/design.md); default: the model's (config.json's router_aux_loss_coef), or the "
+           "family's",
+           &O::moe_aux_coef, -1, "optimizer.moe_aux_coef", kWarns},
           {"--final-lr-frac", "X", "the cosine decays to lr*X", &O::final_lr_frac, kNoMinimum,
            "optimizer.final_lr_frac", kWarns},
           {"--beta1", "X", "AdamW's first-moment decay, in [0, 1)", &O::beta1, kNoMinimum,

@@ -117,6 +117,8 @@ expect_error "experts in a dense family" 1 "the llama family has a dense MLP" --
 expect_error "experts on GPT-2" 1 "--experts is a Llama-family setting" -- --experts 4
 expect_error "--moe-renormalize 2" 1 "--moe-renormalize is 0 or 1, got 2" -- \
   "${moe[@]}" --experts 4 --experts-per-token 2 --moe-renormalize 2
+expect_error "Mixtral not renormalised" 1 "Mixtral's gates are always renormalised" -- \
+  "${moe[@]}" --experts 4 --experts-per-token 2 --moe-renormalize 0
 expect_error "a negative balance coefficient" 1 "--moe-aux-coef must not be negative" -- \
   "${moe[@]}" --experts 4 --experts-per-token 2 --moe-aux-coef -0.5
 expect_error "--moe-aux-coef on a dense family" 1 "--moe-aux-coef sets a mixture of experts" -- \
