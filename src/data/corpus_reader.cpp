@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "core/text_affixes.hpp"
 #include "io/input_file.hpp"
 #include "io/json.hpp"
 
@@ -17,18 +18,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool has_suffix(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 CorpusFile corpus_file(const std::string& path) {
   struct stat st;
   require(stat(path.c_str(), &st) == 0,
           "input " + path + ": cannot open (" + errno_text() + "); check the path");
   require(S_ISREG(st.st_mode),
           "input " + path + ": not a regular file; pass text files, .jsonl files or directories");
-  return {path, has_suffix(path, ".jsonl") ? CorpusFormat::kJsonl : CorpusFormat::kText,
+  return {path, ends_with(path, ".jsonl") ? CorpusFormat::kJsonl : CorpusFormat::kText,
           int64_t(st.st_size)};
 }
 
@@ -64,7 +60,7 @@ void walk(const std::string& dir, std::vector<std::pair<dev_t, ino_t>>& above,
     }
     if (S_ISDIR(target.st_mode)) {
       walk(p, above, paths);
-    } else if (has_suffix(p, ".txt") || has_suffix(p, ".jsonl")) {
+    } else if (ends_with(p, ".txt") || ends_with(p, ".jsonl")) {
       require(S_ISREG(target.st_mode), "input " + p +
                                            ": not a regular file (a FIFO, a socket or a device); "
                                            "remove it or pass the files one by one");

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "core/text_affixes.hpp"
 #include "io/input_file.hpp"
 
 // The formats are little-endian and are read and written with plain memcpy.
@@ -24,11 +25,6 @@ using llmc::kHeaderBytes;
 using llmc::kHeaderInts;
 // Text is read in pieces so a large file never exists twice in memory.
 constexpr int64_t kChunkTokens = 1 << 20;
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // A data file, open for reading, and its size in bytes (not 0).
 File open_data_file(const std::string& path, int64_t& bytes) {

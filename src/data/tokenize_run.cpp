@@ -11,6 +11,7 @@
 
 #include "checkpoint/save_lock.hpp"
 #include "core/error.hpp"
+#include "core/text_affixes.hpp"
 #include "data/corpus_reader.hpp"
 #include "data/shard_manifest.hpp"
 #include "data/shard_writer.hpp"
@@ -27,14 +28,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr double kProgressSeconds = 5.0;
-
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The output directory, which rank 0 has locked (so no other run writes there). What an earlier
 // run cut off left is removed, with a note: its shard partials, and a manifest partial with the

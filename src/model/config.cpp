@@ -127,6 +127,8 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
   if (cfg.features().moe) {
     positive(cfg.experts, "the number of experts", "--experts");
     plausible(cfg.experts, 1 << 12, "the number of experts", "--experts");
+    // The router picks a token's experts one by one (k passes over E): real models take 1 to 8.
+    plausible(cfg.experts_per_token, 64, "the experts per token", "--experts-per-token");
     require(cfg.experts_per_token >= 1 && cfg.experts_per_token <= cfg.experts,
             "each token's " + std::to_string(cfg.experts_per_token) + " experts are not 1 to the " +
                 std::to_string(cfg.experts) + " experts (from " + origin +
