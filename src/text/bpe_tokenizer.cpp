@@ -278,9 +278,8 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
 void BpeTokenizer::encode_normalized(std::string_view text, bool part_start, bool text_start,
                                      std::vector<int32_t>& out, Cache* cache) const {
   if (!scanner_) {
-    thread_local PreTokens pieces;
-    pre_.run(text, text_start, pieces);
-    for (size_t i = 0; i < pieces.size(); ++i) encode_piece(pieces[i], out, cache);
+    pre_.each(text, text_start,
+              [&](std::string_view piece, bool) { encode_piece(piece, out, cache); });
     return;
   }
   std::string prefixed;
