@@ -251,7 +251,11 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
   }
   if (cache && piece.size() <= Cache::kMaxPieceBytes) {
     const PieceTable::Ids hit = cache->table.find(piece, h);
-    if (hit.size > 0) {
+    if (hit.size == 1) {  // most pieces: one token, without a call to memmove
+      out.push_back(hit.data[0]);
+      return;
+    }
+    if (hit.size > 1) {
       out.insert(out.end(), hit.data, hit.data + hit.size);
       return;
     }

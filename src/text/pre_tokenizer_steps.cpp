@@ -247,7 +247,33 @@ struct PreTokenizerSteps::Step {
   // The pieces of `text` into w.source and w.kept. `bytes`: text is bytes, seen as their
   // characters (char_local() steps only).
   void run(std::string_view text, bool text_start, bool bytes, Scratch& w) const;
+  // Whether the step certainly leaves `text` (not empty) whole: a character-local split that finds
+  // no delimiter in it (most pieces, for Digits after a ByteLevel split), found without ranges.
+  bool intact(std::string_view text, bool bytes) const;
 };
+
+bool PreTokenizerSteps::Step::intact(std::string_view text, bool bytes) const {
+  if (kind == Kind::kSplit && matcher == SplitMatcher::kDigits3) {
+    // Without a match the one range is a match when inverted, which Removed drops.
+    if (invert && behavior == SplitBehavior::kRemoved) return false;
+    return next_match(*matcher, text, 0).begin == text.size();
+  }
+  if (kind != Kind::kDigits && kind != Kind::kPunctuation && kind != Kind::kWhitespaceSplit &&
+      kind != Kind::kCharDelimiter)
+    return false;
+  for (size_t at = 0; at < text.size();) {
+    const uint8_t b = static_cast<uint8_t>(text[at]);
+    if (bytes || b < 0x80) {
+      if (bytes ? delimiters.byte[b] : delimiters.ascii[b]) return false;
+      ++at;
+      continue;
+    }
+    const utf8::Char c = utf8::decode(text, at);
+    if (delimiters(c.cp)) return false;
+    at += size_t(c.length);
+  }
+  return true;
+}
 
 void PreTokenizerSteps::Step::run(std::string_view text, bool text_start, bool bytes,
                                   Scratch& w) const {
@@ -258,11 +284,16 @@ void PreTokenizerSteps::Step::run(std::string_view text, bool text_start, bool b
         w.text.append(text);
         text = w.text;
       }
-      if (use_regex) {
-        if (scanner)
-          scanner_ranges(*scanner, text, w);
-        else
-          regex_ranges(*regex, text, w);
+      if (use_regex && scanner) {  // the scanner's pieces, kept as they are
+        w.source = text;
+        w.kept.clear();
+        for (size_t at = 0; at < text.size();) {
+          const size_t end = pre_token_end(*scanner, text, at);
+          w.kept.emplace_back(at, end);
+          at = end;
+        }
+      } else if (use_regex) {
+        regex_ranges(*regex, text, w);
         keep(text, SplitBehavior::kIsolated, w);
       } else {
         w.source = text;
@@ -522,9 +553,13 @@ void PreTokenizerSteps::descend(size_t k, std::string_view text, bool text_start
     byte_alphabet::append_key(level.keys, text);
     text = level.keys;
   }
-  step.run(text, text_start, bytes && !as_keys, level.w);
   const bool back = as_keys && step.kind != Step::Kind::kByteLevel;
   const bool next_bytes = bytes || step.kind == Step::Kind::kByteLevel;
+  if (!as_keys && step.intact(text, bytes)) {
+    descend(k + 1, text, text_start, next_bytes, fn, sink);
+    return;
+  }
+  step.run(text, text_start, bytes && !as_keys, level.w);
   for (const auto& [begin, end] : level.w.kept) {
     if (begin == end) continue;  // empty pieces are dropped
     std::string_view piece = level.w.source.substr(begin, end - begin);
