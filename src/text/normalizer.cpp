@@ -7,6 +7,13 @@ namespace mpf {
 std::string replace_all(std::string_view text, const std::string& literal, const Regex* regex,
                         const std::string& content) {
   std::string out;
+  replace_all(text, literal, regex, content, out);
+  return out;
+}
+
+void replace_all(std::string_view text, const std::string& literal, const Regex* regex,
+                 const std::string& content, std::string& out) {
+  out.clear();
   out.reserve(text.size());
   size_t done = 0;
   if (regex) {
@@ -24,7 +31,6 @@ std::string replace_all(std::string_view text, const std::string& literal, const
     }
   }
   out.append(text.substr(done));
-  return out;
 }
 
 namespace {
@@ -124,7 +130,14 @@ void Normalizer::read_step(const json::Value& v, const std::string& name, const 
 }
 
 std::string Normalizer::apply(std::string_view text, bool part_start) const {
-  std::string s(text);
+  std::string s, spare;
+  apply(text, part_start, s, spare);
+  return s;
+}
+
+void Normalizer::apply(std::string_view text, bool part_start, std::string& s,
+                       std::string& spare) const {
+  s.assign(text.data(), text.size());
   for (const Step& step : steps_) {
     switch (step.kind) {
       case Kind::kForm:
@@ -140,14 +153,14 @@ std::string Normalizer::apply(std::string_view text, bool part_start) const {
         s = strip(s, step.left && part_start, step.right);
         break;
       case Kind::kReplace:
-        s = replace_all(s, step.pattern, step.regex.get(), step.content);
+        replace_all(s, step.pattern, step.regex.get(), step.content, spare);
+        s.swap(spare);
         break;
       case Kind::kPrepend:
         if (part_start && !s.empty()) s.insert(0, step.content);
         break;
     }
   }
-  return s;
 }
 
 bool Normalizer::cuttable() const {
