@@ -229,6 +229,11 @@ size_t BpeTokenizer::merge_long(int32_t* ids, size_t n) const {
   for (size_t begin = 0; begin < n;) {
     size_t end = begin + 1;
     while (end < n && c.joinable(ids[end - 1], ids[end])) ++end;
+    if (end - begin == 1) {  // a symbol alone (most of them, with few merges): no call
+      ids[kept++] = ids[begin];
+      begin = end;
+      continue;
+    }
     const size_t left = end - begin <= kScanMax ? merge_by_scan(merges_, ids + begin, end - begin)
                                                 : merge_by_heap(merges_, ids + begin, end - begin);
     std::memmove(ids + kept, ids + begin, left * sizeof(int32_t));
