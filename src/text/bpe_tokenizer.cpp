@@ -229,6 +229,11 @@ size_t BpeTokenizer::merge_long(int32_t* ids, size_t n) const {
   for (size_t begin = 0; begin < n;) {
     size_t end = begin + 1;
     while (end < n && c.joinable(ids[end - 1], ids[end])) ++end;
+    if (end - begin == 1) {  // a symbol alone (most of them, with few merges): no call
+      ids[kept++] = ids[begin];
+      begin = end;
+      continue;
+    }
     const size_t left = end - begin <= kScanMax ? merge_by_scan(merges_, ids + begin, end - begin)
                                                 : merge_by_heap(merges_, ids + begin, end - begin);
     std::memmove(ids + kept, ids + begin, left * sizeof(int32_t));
@@ -251,7 +256,11 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
   }
   if (cache && piece.size() <= Cache::kMaxPieceBytes) {
     const PieceTable::Ids hit = cache->table.find(piece, h);
-    if (hit.size > 0) {
+    if (hit.size == 1) {  // most pieces: one token, without a call to memmove
+      out.push_back(hit.data[0]);
+      return;
+    }
+    if (hit.size > 1) {
       out.insert(out.end(), hit.data, hit.data + hit.size);
       return;
     }
@@ -278,15 +287,16 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
 void BpeTokenizer::encode_normalized(std::string_view text, bool part_start, bool text_start,
                                      std::vector<int32_t>& out, Cache* cache) const {
   if (!scanner_) {
-    thread_local PreTokens pieces;
-    pre_.run(text, text_start, pieces);
-    for (size_t i = 0; i < pieces.size(); ++i) encode_piece(pieces[i], out, cache);
+    pre_.each(text, text_start,
+              [&](std::string_view piece, bool) { encode_piece(piece, out, cache); });
     return;
   }
-  std::string prefixed;
+  std::string local;
+  std::string& prefixed = cache ? cache->prefixed : local;
   // (A later segment of a part is no part's start: no prefix space.)
   if (scanner_prefix_space_ && part_start && !text.empty() && text[0] != ' ') {
-    prefixed = " " + std::string(text);
+    prefixed.assign(1, ' ');
+    prefixed.append(text);
     text = prefixed;
   }
   for (size_t at = 0; at < text.size();) {
@@ -306,10 +316,11 @@ void BpeTokenizer::encode_part(std::string_view text, bool part_start, bool text
     const std::string_view run = text.substr(at, good - at);
     const bool run_start = part_start && at == 0;
     if (!run.empty()) {
-      std::string normalized;
+      std::string local, local_spare;
+      std::string& normalized = cache ? cache->normalized : local;
       std::string_view n = run;
       if (!normalizer_.empty()) {
-        normalized = normalizer_.apply(run, run_start);
+        normalizer_.apply(run, run_start, normalized, cache ? cache->spare : local_spare);
         n = normalized;
       }
       if (!added_.matchable(true, parse_special)) {
@@ -356,12 +367,32 @@ void BpeTokenizer::encode_text(std::string_view text, bool parse_special, bool f
   }
 }
 
-std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
-  std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 1);
+void BpeTokenizer::Cache::release_large() {
+  if (ids.capacity() * sizeof(int32_t) > kMaxKeptBytes) std::vector<int32_t>().swap(ids);
+  for (std::string* s : {&normalized, &spare, &prefixed})
+    if (s->capacity() > kMaxKeptBytes) std::string().swap(*s);
+}
+
+std::vector<int32_t> BpeTokenizer::encode_whole(std::string_view text, bool parse_special) const {
   std::unique_lock<std::mutex> lock(cache_->mutex, std::try_to_lock);
-  encode_text(text, false, true, out, lock.owns_lock() ? cache_.get() : nullptr);
+  if (!lock.owns_lock()) {  // another thread's call holds the buffers
+    std::vector<int32_t> out;
+    out.reserve(text.size() / 3 + 1);
+    encode_text(text, parse_special, true, out, nullptr);
+    return out;
+  }
+  Cache& cache = *cache_;
+  cache.ids.clear();
+  cache.ids.reserve(text.size() / 3 + 1);
+  encode_text(text, parse_special, true, cache.ids, &cache);
+  // The one allocation of the call, of the size it needs, written once.
+  std::vector<int32_t> out(cache.ids.begin(), cache.ids.end());
+  cache.release_large();
   return out;
+}
+
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
+  return encode_whole(text, false);
 }
 
 void BpeTokenizer::encode_segment(std::string_view text, bool first,
@@ -371,11 +402,7 @@ void BpeTokenizer::encode_segment(std::string_view text, bool first,
 }
 
 std::vector<int32_t> BpeTokenizer::encode_with_specials(std::string_view text) const {
-  std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 1);
-  std::unique_lock<std::mutex> lock(cache_->mutex, std::try_to_lock);
-  encode_text(text, true, true, out, lock.owns_lock() ? cache_.get() : nullptr);
-  return out;
+  return encode_whole(text, true);
 }
 
 size_t BpeTokenizer::cut(std::string_view text, size_t from) const {

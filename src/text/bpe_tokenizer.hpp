@@ -85,11 +85,18 @@ class BpeTokenizer {
 
  private:
   // Pre-tokens' encodings, for the encode call that holds the mutex. Bounded: emptied when full.
+  // With them, that call's working buffers, kept from call to call: a text's ids and normalized
+  // text are megabytes, and fresh buffers of that size are fresh pages (glibc maps them or trims
+  // them back), faulted in on every call.
   struct Cache {
     static constexpr size_t kMaxEntries = size_t(1) << 16;
     static constexpr size_t kMaxPieceBytes = 256;
+    static constexpr size_t kMaxKeptBytes = size_t(64) << 20;  // larger buffers are let go
     std::mutex mutex;
     PieceTable table;
+    std::vector<int32_t> ids;
+    std::string normalized, spare, prefixed;
+    void release_large();
   };
   // Where a long piece's symbols can never be joined (merge_cuts.hpp), worked out when a piece
   // first needs it.
@@ -103,6 +110,7 @@ class BpeTokenizer {
 
   void encode_text(std::string_view text, bool parse_special, bool first, std::vector<int32_t>& out,
                    Cache* cache) const;
+  std::vector<int32_t> encode_whole(std::string_view text, bool parse_special) const;
   void encode_part(std::string_view text, bool part_start, bool text_start, bool parse_special,
                    std::vector<int32_t>& out, Cache* cache) const;
   void encode_normalized(std::string_view text, bool part_start, bool text_start,

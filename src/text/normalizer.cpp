@@ -1,5 +1,7 @@
 #include "text/normalizer.hpp"
 
+#include <cstring>
+
 #include "text/utf8.hpp"
 
 namespace mpf {
@@ -7,24 +9,42 @@ namespace mpf {
 std::string replace_all(std::string_view text, const std::string& literal, const Regex* regex,
                         const std::string& content) {
   std::string out;
-  out.reserve(text.size());
-  size_t done = 0;
+  replace_all(text, literal, regex, content, out);
+  return out;
+}
+
+void replace_all(std::string_view text, const std::string& literal, const Regex* regex,
+                 const std::string& content, std::string& out) {
+  out.clear();
   if (regex) {
+    out.reserve(text.size());
+    size_t done = 0;
     regex->for_each_match(text, [&](size_t begin, size_t end) {
       out.append(text.substr(done, begin - done));
       out += content;
       done = end;
     });
-  } else {
-    for (size_t at = text.find(literal); at != std::string_view::npos;
-         at = text.find(literal, done)) {
-      out.append(text.substr(done, at - done));
-      out += content;
-      done = at + literal.size();
-    }
+    out.append(text.substr(done));
+    return;
   }
-  out.append(text.substr(done));
-  return out;
+  // A literal: the matches counted first, so that the text is written once into a string of its
+  // final size, not appended to per match. One byte (the usual case) is found by memchr alone.
+  const auto next = [&](size_t from) {
+    return literal.size() == 1 ? text.find(literal[0], from) : text.find(literal, from);
+  };
+  size_t matches = 0;
+  for (size_t at = next(0); at != std::string_view::npos; at = next(at + literal.size())) ++matches;
+  out.resize(text.size() - matches * literal.size() + matches * content.size());
+  char* w = out.data();
+  size_t done = 0;
+  for (size_t at = next(0); at != std::string_view::npos; at = next(done)) {
+    std::memcpy(w, text.data() + done, at - done);
+    w += at - done;
+    std::memcpy(w, content.data(), content.size());
+    w += content.size();
+    done = at + literal.size();
+  }
+  std::memcpy(w, text.data() + done, text.size() - done);
 }
 
 namespace {
@@ -124,30 +144,52 @@ void Normalizer::read_step(const json::Value& v, const std::string& name, const 
 }
 
 std::string Normalizer::apply(std::string_view text, bool part_start) const {
-  std::string s(text);
+  std::string s, spare;
+  apply(text, part_start, s, spare);
+  return s;
+}
+
+void Normalizer::apply(std::string_view text, bool part_start, std::string& s,
+                       std::string& spare) const {
+  // The text is read where it lies until a step writes it: no copy of it for the first step.
+  std::string_view cur = text;
+  const auto written = [&] { cur = s; };
   for (const Step& step : steps_) {
     switch (step.kind) {
       case Kind::kForm:
-        s = unicode::normalize(s, step.form);
+        s = unicode::normalize(cur, step.form);
+        written();
         break;
       case Kind::kLowercase:
-        s = unicode::lowercase(s);
+        s = unicode::lowercase(cur);
+        written();
         break;
       case Kind::kStripAccents:
-        s = strip_accents(s);
+        s = strip_accents(cur);
+        written();
         break;
       case Kind::kStrip:
-        s = strip(s, step.left && part_start, step.right);
+        s = strip(cur, step.left && part_start, step.right);
+        written();
         break;
       case Kind::kReplace:
-        s = replace_all(s, step.pattern, step.regex.get(), step.content);
+        replace_all(cur, step.pattern, step.regex.get(), step.content, spare);
+        s.swap(spare);
+        written();
         break;
       case Kind::kPrepend:
-        if (part_start && !s.empty()) s.insert(0, step.content);
+        if (!part_start || cur.empty()) break;
+        if (cur.data() == s.data()) {
+          s.insert(0, step.content);
+        } else {
+          s.assign(step.content);
+          s.append(cur);
+        }
+        written();
         break;
     }
   }
-  return s;
+  if (cur.data() != s.data()) s.assign(cur.data(), cur.size());
 }
 
 bool Normalizer::cuttable() const {

@@ -24,6 +24,9 @@ class Normalizer {
   // `text` (well-formed UTF-8) normalized. `part_start`: the text starts a part (what Prepend and
   // a left Strip act on); false for a later segment of a part cut in pieces.
   std::string apply(std::string_view text, bool part_start = true) const;
+  // The same into `out`, with `spare` for the steps that rewrite the text (neither may hold
+  // `text`): both keep their capacity, so a caller reusing them allocates nothing once grown.
+  void apply(std::string_view text, bool part_start, std::string& out, std::string& spare) const;
   // Whether text cut just before an ASCII space that follows a letter normalizes, piece by piece,
   // to the whole's normalization (no step looks across such a place or at the part's end).
   bool cuttable() const;
@@ -46,5 +49,8 @@ class Normalizer {
 // `content`, as Hugging Face's Replace does.
 std::string replace_all(std::string_view text, const std::string& literal, const Regex* regex,
                         const std::string& content);
+// The same into `out` (its text replaced, its capacity kept).
+void replace_all(std::string_view text, const std::string& literal, const Regex* regex,
+                 const std::string& content, std::string& out);
 
 }  // namespace mpf

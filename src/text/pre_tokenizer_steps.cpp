@@ -19,11 +19,27 @@ struct Range {
   bool is_match;
 };
 
-// Buffers a thread reuses from text to text: a step allocates nothing once they have grown.
+// Buffers a thread reuses from text to text: a step allocates nothing once they have grown. A
+// step leaves its pieces in `kept`, as spans of `source` (its text, or `text` where it rewrote it).
 struct Scratch {
   std::vector<std::pair<size_t, size_t>> matches, kept;
   std::vector<Range> ranges;
   std::string text;
+  std::string_view source;
+};
+
+// The characters a character-local step splits at, looked up by byte where it can be.
+struct Delimiters {
+  bool (*is)(char32_t) = nullptr;  // else the one character `only`
+  char32_t only = 0;
+  bool ascii[128] = {};  // the ASCII character is one
+  bool byte[256] = {};   // the character of GPT-2's alphabet that the byte stands for is one
+
+  bool operator()(char32_t c) const { return is ? is(c) : c == only; }
+  void fill() {
+    for (int b = 0; b < 128; ++b) ascii[b] = (*this)(char32_t(b));
+    for (int b = 0; b < 256; ++b) byte[b] = (*this)(byte_alphabet::char_of(uint8_t(b)));
+  }
 };
 
 void regex_ranges(const Regex& regex, std::string_view s, Scratch& w) {
@@ -93,8 +109,8 @@ inline utf8::Char char_at(std::string_view s, size_t at, bool bytes) {
   return utf8::decode(s, at);
 }
 
-template <class Pred>
-void char_ranges(Pred is_delimiter, std::string_view s, bool bytes, Scratch& w) {
+// Each delimiter a range of its own, and the runs between them.
+void char_ranges(const Delimiters& d, std::string_view s, bool bytes, Scratch& w) {
   w.ranges.clear();
   if (s.empty()) {
     w.ranges.push_back({0, 0, false});
@@ -102,9 +118,19 @@ void char_ranges(Pred is_delimiter, std::string_view s, bool bytes, Scratch& w) 
   }
   size_t last = 0;
   for (size_t at = 0; at < s.size();) {
-    const utf8::Char c = char_at(s, at, bytes);
-    const size_t next = at + size_t(c.length);
-    if (is_delimiter(c.cp)) {
+    const uint8_t b = static_cast<uint8_t>(s[at]);
+    size_t next = at + 1;
+    bool delimiter;
+    if (bytes) {
+      delimiter = d.byte[b];
+    } else if (b < 0x80) {
+      delimiter = d.ascii[b];
+    } else {
+      const utf8::Char c = utf8::decode(s, at);
+      next = at + size_t(c.length);
+      delimiter = d(c.cp);
+    }
+    if (delimiter) {
       if (last < at) w.ranges.push_back({last, at, false});
       w.ranges.push_back({at, next, true});
       last = next;
@@ -158,24 +184,16 @@ void apply_behavior(const std::vector<Range>& ranges, SplitBehavior behavior,
   }
 }
 
-// The pieces of `text` that w.ranges and `behavior` keep, appended to `out`.
-void emit(std::string_view text, bool text_start, SplitBehavior behavior, Scratch& w,
-          PreTokens& out) {
-  if (behavior == SplitBehavior::kIsolated) {  // every range a piece
-    for (const Range& r : w.ranges)
-      if (r.begin != r.end)
-        out.add(text.substr(r.begin, r.end - r.begin), text_start && r.begin == 0);
-    return;
-  }
+// The pieces of `text` that w.ranges and `behavior` keep, into w.kept (empty ones too).
+void keep(std::string_view text, SplitBehavior behavior, Scratch& w) {
+  w.source = text;
   apply_behavior(w.ranges, behavior, w.kept);
-  for (const auto& [begin, end] : w.kept) {
-    if (begin == end) continue;  // empty pieces are dropped
-    out.add(text.substr(begin, end - begin), text_start && begin == 0);
-  }
 }
 
 // Hugging Face's Whitespace: the runs of \w+|[^\w\s]+, whitespace dropped.
-void whitespace_runs(std::string_view s, bool text_start, bool bytes, PreTokens& out) {
+void whitespace_runs(std::string_view s, bool bytes, Scratch& w) {
+  w.source = s;
+  w.kept.clear();
   int run = 0;  // 0: none, 1: word, 2: other
   size_t start = 0;
   for (size_t at = 0; at <= s.size();) {
@@ -187,7 +205,7 @@ void whitespace_runs(std::string_view s, bool text_start, bool bytes, PreTokens&
       kind = unicode::is_word(c.cp) ? 1 : unicode::is_whitespace(c.cp) ? 0 : 2;
     }
     if (kind != run) {
-      if (run != 0) out.add(s.substr(start, at - start), text_start && start == 0);
+      if (run != 0) w.kept.emplace_back(start, at);
       start = at;
       run = kind;
     }
@@ -217,6 +235,7 @@ struct PreTokenizerSteps::Step {
   std::optional<PreTokenizer> scanner;  // the scanner equal to `regex`, run in its place
   std::optional<SplitMatcher> matcher;  // else the matcher equal to it
   enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
+  Delimiters delimiters;  // a character-local step's
 
   // Whether the step can split bytes as their characters: it looks at one character at a time,
   // or only at ASCII digits (a byte and its character are the same digit, or both none).
@@ -225,12 +244,39 @@ struct PreTokenizerSteps::Step {
            kind == Kind::kWhitespaceSplit || kind == Kind::kCharDelimiter ||
            (kind == Kind::kSplit && matcher == SplitMatcher::kDigits3);
   }
-  // `bytes`: text is bytes, seen as their characters (char_local() steps only).
-  void run(std::string_view text, bool text_start, bool bytes, Scratch& w, PreTokens& out) const;
+  // The pieces of `text` into w.source and w.kept. `bytes`: text is bytes, seen as their
+  // characters (char_local() steps only).
+  void run(std::string_view text, bool text_start, bool bytes, Scratch& w) const;
+  // Whether the step certainly leaves `text` (not empty) whole: a character-local split that finds
+  // no delimiter in it (most pieces, for Digits after a ByteLevel split), found without ranges.
+  bool intact(std::string_view text, bool bytes) const;
 };
 
-void PreTokenizerSteps::Step::run(std::string_view text, bool text_start, bool bytes, Scratch& w,
-                                  PreTokens& out) const {
+bool PreTokenizerSteps::Step::intact(std::string_view text, bool bytes) const {
+  if (kind == Kind::kSplit && matcher == SplitMatcher::kDigits3) {
+    // Without a match the one range is a match when inverted, which Removed drops.
+    if (invert && behavior == SplitBehavior::kRemoved) return false;
+    return next_match(*matcher, text, 0).begin == text.size();
+  }
+  if (kind != Kind::kDigits && kind != Kind::kPunctuation && kind != Kind::kWhitespaceSplit &&
+      kind != Kind::kCharDelimiter)
+    return false;
+  for (size_t at = 0; at < text.size();) {
+    const uint8_t b = static_cast<uint8_t>(text[at]);
+    if (bytes || b < 0x80) {
+      if (bytes ? delimiters.byte[b] : delimiters.ascii[b]) return false;
+      ++at;
+      continue;
+    }
+    const utf8::Char c = utf8::decode(text, at);
+    if (delimiters(c.cp)) return false;
+    at += size_t(c.length);
+  }
+  return true;
+}
+
+void PreTokenizerSteps::Step::run(std::string_view text, bool text_start, bool bytes,
+                                  Scratch& w) const {
   switch (kind) {
     case Kind::kByteLevel: {
       if (flag && (text.empty() || text[0] != ' ')) {
@@ -238,14 +284,20 @@ void PreTokenizerSteps::Step::run(std::string_view text, bool text_start, bool b
         w.text.append(text);
         text = w.text;
       }
-      if (use_regex) {
-        if (scanner)
-          scanner_ranges(*scanner, text, w);
-        else
-          regex_ranges(*regex, text, w);
-        emit(text, text_start, SplitBehavior::kIsolated, w, out);
-      } else if (!text.empty()) {
-        out.add(text, text_start);
+      if (use_regex && scanner) {  // the scanner's pieces, kept as they are
+        w.source = text;
+        w.kept.clear();
+        for (size_t at = 0; at < text.size();) {
+          const size_t end = pre_token_end(*scanner, text, at);
+          w.kept.emplace_back(at, end);
+          at = end;
+        }
+      } else if (use_regex) {
+        regex_ranges(*regex, text, w);
+        keep(text, SplitBehavior::kIsolated, w);
+      } else {
+        w.source = text;
+        w.kept.assign(1, {0, text.size()});
       }
       return;
     }
@@ -260,30 +312,25 @@ void PreTokenizerSteps::Step::run(std::string_view text, bool text_start, bool b
         literal_ranges(literal, text, w);
       if (invert)
         for (Range& r : w.ranges) r.is_match = !r.is_match;
-      emit(text, text_start, behavior, w, out);
+      keep(text, behavior, w);
       return;
     }
     case Kind::kDigits:
-      char_ranges(unicode::is_numeric, text, bytes, w);
-      emit(text, text_start, flag ? SplitBehavior::kIsolated : SplitBehavior::kContiguous, w, out);
+      char_ranges(delimiters, text, bytes, w);
+      keep(text, flag ? SplitBehavior::kIsolated : SplitBehavior::kContiguous, w);
       return;
     case Kind::kPunctuation:
-      char_ranges(unicode::is_punctuation, text, bytes, w);
-      emit(text, text_start, behavior, w, out);
+      char_ranges(delimiters, text, bytes, w);
+      keep(text, behavior, w);
       return;
     case Kind::kWhitespace:
-      whitespace_runs(text, text_start, bytes, out);
+      whitespace_runs(text, bytes, w);
       return;
     case Kind::kWhitespaceSplit:
-      char_ranges(unicode::is_whitespace, text, bytes, w);
-      emit(text, text_start, SplitBehavior::kRemoved, w, out);
+    case Kind::kCharDelimiter:
+      char_ranges(delimiters, text, bytes, w);
+      keep(text, SplitBehavior::kRemoved, w);
       return;
-    case Kind::kCharDelimiter: {
-      const char32_t d = utf8::decode(literal, 0).cp;
-      char_ranges([d](char32_t c) { return c == d; }, text, bytes, w);
-      emit(text, text_start, SplitBehavior::kRemoved, w, out);
-      return;
-    }
     case Kind::kMetaspace: {
       std::string& q = w.text;
       q.clear();
@@ -298,11 +345,12 @@ void PreTokenizerSteps::Step::run(std::string_view text, bool text_start, bool b
       if (!starts && (prepend == Prepend::kAlways || (prepend == Prepend::kFirst && text_start)))
         q.insert(0, literal);
       if (!flag) {
-        if (!q.empty()) out.add(q, text_start);
+        w.source = q;
+        w.kept.assign(1, {0, q.size()});
         return;
       }
       literal_ranges(literal, q, w);
-      emit(q, text_start, SplitBehavior::kMergedWithNext, w, out);
+      keep(q, SplitBehavior::kMergedWithNext, w);
       return;
     }
   }
@@ -376,18 +424,22 @@ void PreTokenizerSteps::read_step(const json::Value& v, const std::string& name,
   } else if (type == "Digits") {
     s->kind = K::kDigits;
     s->flag = r.bool_or(v, "individual_digits", name + ".individual_digits", false);
+    s->delimiters.is = unicode::is_numeric;
   } else if (type == "Punctuation") {
     s->kind = K::kPunctuation;
     s->behavior = behavior_of(v, name, r, "Isolated");
+    s->delimiters.is = unicode::is_punctuation;
   } else if (type == "Whitespace") {
     s->kind = K::kWhitespace;
   } else if (type == "WhitespaceSplit") {
     s->kind = K::kWhitespaceSplit;
+    s->delimiters.is = unicode::is_whitespace;
   } else if (type == "CharDelimiterSplit") {
     s->kind = K::kCharDelimiter;
     s->literal = r.string_or(v, "delimiter", name + ".delimiter", "");
     if (s->literal.empty() || size_t(utf8::decode(s->literal, 0).length) != s->literal.size())
       r.fail(name + ".delimiter must be one character");
+    s->delimiters.only = utf8::decode(s->literal, 0).cp;
   } else if (type == "Metaspace") {
     s->kind = K::kMetaspace;
     s->literal = r.string_or(v, "replacement", name + ".replacement", "\xE2\x96\x81");
@@ -410,6 +462,7 @@ void PreTokenizerSteps::read_step(const json::Value& v, const std::string& name,
   } else {
     r.unsupported(name, type);
   }
+  s->delimiters.fill();
   steps_.push_back(std::move(s));
 }
 
@@ -464,44 +517,59 @@ PreTokenizerSteps PreTokenizerSteps::without_scanners() const {
 
 void PreTokenizerSteps::run(std::string_view text, bool text_start, PreTokens& out) const {
   out.clear();
+  each(text, text_start, [&out](std::string_view piece, bool start) { out.add(piece, start); });
+}
+
+namespace {
+// A step's buffers, one set per step of the chain: the steps run depth first, each on one piece
+// of the step before it at a time, so the pieces of a whole text are never all held at once.
+struct Level {
+  Scratch w;
+  std::string keys, bytes;  // the piece as keys for a step after ByteLevel; a piece back as bytes
+};
+thread_local std::vector<Level> levels;
+}  // namespace
+
+void PreTokenizerSteps::each_piece(std::string_view text, bool text_start, PieceFn fn,
+                                   const void* sink) const {
   if (text.empty()) return;
-  thread_local Scratch w;
-  thread_local PreTokens in, keys;
-  PreTokens* pieces = &in;  // the pieces the steps so far left
-  pieces->clear();
-  pieces->add(text, text_start);
-  bool bytes = false;  // pieces hold bytes that a ByteLevel step wrote as characters
-  for (const auto& step : steps_) {
-    // A step after ByteLevel sees its characters, and leaves bytes again: one that looks at a
-    // character at a time reads the bytes as characters, the others are given the characters.
-    const bool as_bytes = bytes && step->char_local();
-    const bool as_keys = bytes && !step->char_local();
-    const PreTokens* given = pieces;
-    if (as_keys) {
-      keys.clear();
-      for (size_t i = 0; i < pieces->size(); ++i) {
-        const size_t begin = keys.buffer().size();
-        byte_alphabet::append_key(keys.buffer(), (*pieces)[i]);
-        keys.add_written(begin, pieces->text_start(i));
-      }
-      given = &keys;
-    }
-    out.clear();
-    for (size_t i = 0; i < given->size(); ++i)
-      step->run((*given)[i], given->text_start(i), as_bytes, w, out);
-    if (as_keys && step->kind != Step::Kind::kByteLevel) {
-      pieces->clear();
-      for (size_t i = 0; i < out.size(); ++i) {
-        const size_t begin = pieces->buffer().size();
-        if (!byte_alphabet::append_bytes(pieces->buffer(), out[i])) pieces->buffer().append(out[i]);
-        pieces->add_written(begin, out.text_start(i));
-      }
-    } else {
-      std::swap(*pieces, out);
-    }
-    if (step->kind == Step::Kind::kByteLevel) bytes = true;
+  if (levels.size() < steps_.size()) levels.resize(steps_.size());
+  descend(0, text, text_start, false, fn, sink);
+}
+
+void PreTokenizerSteps::descend(size_t k, std::string_view text, bool text_start, bool bytes,
+                                PieceFn fn, const void* sink) const {
+  if (k == steps_.size()) {
+    fn(sink, text, text_start);
+    return;
   }
-  std::swap(*pieces, out);
+  const Step& step = *steps_[k];
+  Level& level = levels[k];
+  // A step after ByteLevel sees its characters, and leaves bytes again: one that looks at a
+  // character at a time reads the bytes as characters, the others are given the characters.
+  const bool as_keys = bytes && !step.char_local();
+  if (as_keys) {
+    level.keys.clear();
+    byte_alphabet::append_key(level.keys, text);
+    text = level.keys;
+  }
+  const bool back = as_keys && step.kind != Step::Kind::kByteLevel;
+  const bool next_bytes = bytes || step.kind == Step::Kind::kByteLevel;
+  if (!as_keys && step.intact(text, bytes)) {
+    descend(k + 1, text, text_start, next_bytes, fn, sink);
+    return;
+  }
+  step.run(text, text_start, bytes && !as_keys, level.w);
+  for (const auto& [begin, end] : level.w.kept) {
+    if (begin == end) continue;  // empty pieces are dropped
+    std::string_view piece = level.w.source.substr(begin, end - begin);
+    if (back) {
+      level.bytes.clear();
+      if (!byte_alphabet::append_bytes(level.bytes, piece)) level.bytes.assign(piece);
+      piece = level.bytes;
+    }
+    descend(k + 1, piece, text_start && begin == 0, next_bytes, fn, sink);
+  }
 }
 
 }  // namespace mpf

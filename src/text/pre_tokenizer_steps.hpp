@@ -78,6 +78,17 @@ class PreTokenizerSteps {
   // segment of one), replacing `out`'s. `text_start`: the text begins the whole input (where
   // Metaspace's prepend_scheme "first" adds its replacement).
   void run(std::string_view text, bool text_start, PreTokens& out) const;
+  // The same pieces passed one at a time to sink(piece, piece_text_start), which must not run
+  // this object's steps itself; `piece` is valid during the call.
+  template <class Sink>
+  void each(std::string_view text, bool text_start, const Sink& sink) const {
+    each_piece(
+        text, text_start,
+        [](const void* s, std::string_view piece, bool start) {
+          (*static_cast<const Sink*>(s))(piece, start);
+        },
+        &sink);
+  }
 
   // Whether text cut just before an ASCII space that follows a letter gives, piece by piece, the
   // pieces of the whole: some step splits there whatever came before, and only character-local
@@ -88,6 +99,11 @@ class PreTokenizerSteps {
 
  private:
   void read_step(const json::Value& v, const std::string& name, const JsonReader& r);
+  using PieceFn = void (*)(const void* sink, std::string_view piece, bool text_start);
+  void each_piece(std::string_view text, bool text_start, PieceFn fn, const void* sink) const;
+  // Runs steps k on over `text`, a piece the steps before k left (in bytes when `bytes`).
+  void descend(size_t k, std::string_view text, bool text_start, bool bytes, PieceFn fn,
+               const void* sink) const;
 
   std::vector<std::shared_ptr<const Step>> steps_;
   bool byte_level_ = false, cuttable_ = false;

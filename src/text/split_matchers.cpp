@@ -225,7 +225,14 @@ Match next_match(SplitMatcher m, std::string_view text, size_t from) {
       if (digit(i) && digit(i + 1) && digit(i + 2)) return {i, i + 3};
     return {n, n};
   }
+  // ASCII holds no kana, and no number but 0-9: those bytes are passed over without a lookup.
+  const bool ascii_digits_only = m == SplitMatcher::kKana || m == SplitMatcher::kNumbers3;
   for (size_t i = from; i < n;) {
+    const unsigned char b = static_cast<unsigned char>(text[i]);
+    if (ascii_digits_only && b < 0x80 && (m == SplitMatcher::kKana || b < '0' || b > '9')) {
+      ++i;
+      continue;
+    }
     const Ch c = char_at(text, i);
     switch (m) {
       case SplitMatcher::kDigits3:

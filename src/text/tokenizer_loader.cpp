@@ -8,6 +8,7 @@
 #include "text/bpe_tokenizer.hpp"
 #include "text/byte_alphabet.hpp"
 #include "text/json_reader.hpp"
+#include "text/tokenizer_document.hpp"
 #include "text/utf8.hpp"
 
 namespace mpf {
@@ -50,9 +51,9 @@ class BpeTokenizerLoader {
 
   void read_model_options(const json::Value& model, BpeTokenizer& t) const;
   std::vector<AddedToken> read_added_tokens(const json::Value& doc) const;
-  void read_vocab(const json::Value& model, const std::vector<AddedToken>& added,
-                  BpeTokenizer& t) const;
-  void read_merges(const json::Value& model, BpeTokenizer& t) const;
+  void read_vocab(const TokenizerDocument& d, const json::Value& model,
+                  const std::vector<AddedToken>& added, BpeTokenizer& t) const;
+  void read_merges(const TokenizerDocument& d, const json::Value& model, BpeTokenizer& t) const;
   void read_post_processor(const json::Value& processor, const std::string& name,
                            BpeTokenizer& t) const;
   void read_template(const json::Value& processor, const std::string& name, BpeTokenizer& t) const;
@@ -108,49 +109,53 @@ std::vector<AddedToken> BpeTokenizerLoader::read_added_tokens(const json::Value&
   return added;
 }
 
-void BpeTokenizerLoader::read_vocab(const json::Value& model, const std::vector<AddedToken>& added,
-                                    BpeTokenizer& t) const {
-  const json::Value& vocab = r_.object_at(model, "vocab", "model.vocab");
+void BpeTokenizerLoader::read_vocab(const TokenizerDocument& d, const json::Value& model,
+                                    const std::vector<AddedToken>& added, BpeTokenizer& t) const {
+  if (!d.has_vocab) {  // absent or not an object: object_at() says which
+    r_.object_at(model, "vocab", "model.vocab");
+    r_.fail("model.vocab is not an object");
+  }
   int32_t top = -1;
   for (const auto& a : added) top = std::max(top, a.id);
-  std::vector<std::pair<std::string, int32_t>> tokens;
-  tokens.reserve(vocab.object().size());
   // A key given twice keeps its last id, as Python's json and Hugging Face's tokenizers (a serde
   // map) read it; the id it had first then names no token.
-  const size_t count = vocab.object().size();
-  std::vector<char> repeated(count, 0);  // a later member has the same key
-  {
-    PieceTable later;  // the keys after i, walking back
-    later.reserve(count);
-    for (size_t i = count; i-- > 0;) {
-      const std::string& key = vocab.object()[i].first;
-      const uint64_t h = PieceTable::hash(key);
-      const int32_t none = 0;
-      if (later.find(key, h).size > 0)
-        repeated[i] = 1;
-      else
-        later.insert(key, h, &none, 1);
-    }
-  }
+  const size_t count = d.vocab.size();
+  const std::vector<char> repeated = d.repeated_vocab_keys();
+  // The model keys one after another in `keys`, not a string each.
+  struct Token {
+    size_t at, size;
+    int32_t id;
+  };
+  std::vector<Token> tokens;
+  tokens.reserve(count);
+  std::string keys;
+  keys.reserve(d.text.size());
   t.vocab_.reserve(count);
   for (size_t i = 0; i < count; ++i) {
-    const auto& [key, value] = vocab.object()[i];
+    const TokenizerDocument::VocabMember& m = d.vocab[i];
     if (repeated[i]) continue;
-    const int32_t id = id_of(value, [&key = key] { return "model.vocab[" + quoted(key) + "]"; });
-    tokens.emplace_back(model_key(t, key), id);
+    const std::string_view key = d.at(m.key_at, m.key_size);
+    const auto name = [key] { return "model.vocab[" + quoted(key) + "]"; };
+    const int32_t id = m.other >= 0 ? id_of(d.others[size_t(m.other)], name)
+                                    : id_of(json::Value::number_value(m.number), name);
+    const size_t at = keys.size();
+    if (!t.byte_level_ || !byte_alphabet::append_bytes(keys, key)) keys.append(key);
+    tokens.push_back({at, keys.size() - at, id});
     top = std::max(top, id);
   }
   t.keys_.assign(size_t(top) + 1, std::string());
   t.known_.assign(size_t(top) + 1, 0);
   t.is_added_.assign(size_t(top) + 1, 0);
-  for (auto& [key, id] : tokens) {
+  for (const Token& token : tokens) {
+    const std::string_view key = std::string_view(keys).substr(token.at, token.size);
+    const int32_t id = token.id;
     if (t.known_[size_t(id)])
       r_.fail("model.vocab gives id " + std::to_string(id) +
               " to two tokens; each id names one token");
     t.known_[size_t(id)] = 1;
     const uint64_t h = PieceTable::hash(key);
     if (t.vocab_.find(key, h).size == 0) t.vocab_.insert(key, h, &id, 1);
-    t.keys_[size_t(id)] = std::move(key);
+    t.keys_[size_t(id)].assign(key);
   }
   // An added token's content is its text, whatever the vocabulary lists for its id.
   for (const auto& a : added) {
@@ -177,29 +182,28 @@ void BpeTokenizerLoader::read_vocab(const json::Value& model, const std::vector<
   }
 }
 
-void BpeTokenizerLoader::read_merges(const json::Value& model, BpeTokenizer& t) const {
-  const json::Value* merges = model.find("merges");
-  if (!merges || !merges->is_array())
-    r_.fail(merges ? "model.merges is not an array" : "has no model.merges");
-  t.merges_.reserve(merges->array().size());
+void BpeTokenizerLoader::read_merges(const TokenizerDocument& d, const json::Value& model,
+                                     BpeTokenizer& t) const {
+  if (!d.has_merges)
+    r_.fail(model.find("merges") ? "model.merges is not an array" : "has no model.merges");
+  t.merges_.reserve(d.merges.size());
   std::string bytes[2], joined;
-  for (size_t rank = 0; rank < merges->array().size(); ++rank) {
-    const json::Value& m = merges->array()[rank];
+  for (size_t rank = 0; rank < d.merges.size(); ++rank) {
+    const TokenizerDocument::MergeItem& m = d.merges[rank];
     const auto name = [rank] { return "model.merges[" + std::to_string(rank) + "]"; };
-    std::string_view left, right;
-    if (m.is_string()) {  // "a b"
-      const std::string& s = m.string();
+    using Form = TokenizerDocument::MergeItem::Form;
+    if (m.form == Form::kOther)  // a value of another kind: a pair would have been read as one
+      r_.fail(name() + " is neither \"a b\" nor [\"a\", \"b\"]");
+    std::string_view left = d.at(m.left_at, m.left_size), right;
+    if (m.form == Form::kString) {  // "a b"
+      const std::string_view s = left;
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
         r_.fail(name() + " " + quoted(s) + " is not two tokens separated by one space");
-      left = std::string_view(s).substr(0, space);
-      right = std::string_view(s).substr(space + 1);
-    } else if (m.is_array() && m.array().size() == 2 && m.array()[0].is_string() &&
-               m.array()[1].is_string()) {  // ["a", "b"]
-      left = m.array()[0].string();
-      right = m.array()[1].string();
-    } else {
-      r_.fail(name() + " is neither \"a b\" nor [\"a\", \"b\"]");
+      left = s.substr(0, space);
+      right = s.substr(space + 1);
+    } else {  // ["a", "b"]
+      right = d.at(m.right_at, m.right_size);
     }
     int32_t ids[2];
     for (int k = 0; k < 2; ++k) {
@@ -273,9 +277,10 @@ BpeTokenizer BpeTokenizerLoader::load(const std::string& path) {
   File file = open_for_reading(path, what, "a Hugging Face tokenizer.json", bytes);
   std::string text(size_t(bytes), '\0');
   read_exact(file.get(), text.data(), text.size(), what);
-  const json::Value doc = json::parse(text, what);
+  const TokenizerDocument d = TokenizerDocument::parse(text, what);
   text.clear();
   text.shrink_to_fit();
+  const json::Value& doc = d.doc;
   if (!doc.is_object()) r_.fail("is not a JSON object; pass a Hugging Face tokenizer.json");
 
   BpeTokenizer t;
@@ -289,8 +294,8 @@ BpeTokenizer BpeTokenizerLoader::load(const std::string& path) {
   t.decoder_ = DecoderSteps::read(doc.find("decoder"), r_);
   read_model_options(model, t);
   const std::vector<AddedToken> added = read_added_tokens(doc);
-  read_vocab(model, added, t);
-  read_merges(model, t);
+  read_vocab(d, model, added, t);
+  read_merges(d, model, t);
   for (const AddedToken& a : added) {
     // A normalized token is looked for as the normalizer writes it.
     const bool normalize = a.normalized && !t.normalizer_.empty();

@@ -130,6 +130,68 @@ TEST_F(BpeTokenizerTest, ADuplicateVocabularyKeyKeepsItsLastId) {
   EXPECT_THAT(test::input_error([&] { t.decode(Ids{kHello}); }), HasSubstr("259"));
 }
 
+// model.vocab and model.merges are read from the text without a json::Value each: they still
+// read as any JSON does (escapes, a member given twice keeps its last value) and give the same
+// errors.
+TEST_F(BpeTokenizerTest, TheVocabularyAndMergesReadAsAnyJson) {
+  const auto has = [](const std::string& message, const std::string& part) {
+    EXPECT_NE(message.find(part), std::string::npos) << message;
+  };
+  // Escaped keys, and merges written both ways in one list.
+  std::string text = Doc{}.text();
+  text.replace(text.find("\"h\":104"), 7, R"("\u0068":104)");
+  text.replace(text.find("\"l l\""), 5, R"(["\u006c", "l"])");
+  test::write_file(path("escaped.json"), text);
+  EXPECT_EQ(BpeTokenizer::load(path("escaped.json")).encode("hello"), Ids{kHello});
+  // The whole model given twice: the last is read.
+  text = Doc{}.text();
+  test::write_file(path("twice.json"),
+                   "{\"model\":{\"vocab\":{},\"merges\":[1]}," + text.substr(1));
+  EXPECT_EQ(BpeTokenizer::load(path("twice.json")).encode("hello"), Ids{kHello});
+  test::write_file(path("bad.json"), text.substr(0, text.size() - 1) + ",\"model\":null}");
+  has(test::input_error([&] { BpeTokenizer::load(path("bad.json")); }), "has no model");
+  // A member of the model given twice: the last, whatever its kind.
+  Doc d;
+  d.model_extra = R"(,"vocab":[])";
+  has(refused(d), "model.vocab is an array, not an object");
+  d.model_extra = R"(,"merges":{})";
+  has(refused(d), "model.merges is not an array");
+  d.model_extra = R"(,"merges":["h e x"])";
+  has(refused(d), "model.merges[0] \"h e x\" is not two tokens");
+  d.model_extra = R"(,"vocab":null,"vocab":{"h":0,"e":1,"he":2},"merges":null,"merges":["h e"])";
+  EXPECT_EQ(load(d).encode("he"), Ids{2});
+  // Values of other kinds where ids and merges belong.
+  d = Doc{};
+  d.vocab = R"({"h":0,"e":"1"})";
+  has(refused(d), "model.vocab[\"e\"] is not an integer token id");
+  d.vocab = R"({"h":0,"e":1.5})";
+  has(refused(d), "model.vocab[\"e\"] is not an integer token id");
+  d.vocab = R"({"h":0,"e":1,"he":2})";
+  for (const char* merges : {R"(["h e",["h","e","x"]])", R"(["h e",["h",1]])", R"(["h e",1])",
+                             R"(["h e",["h"]])", R"(["h e",[]])", R"(["h e",{"h":"e"}])"}) {
+    d.merges = merges;
+    has(refused(d), "model.merges[1] is neither \"a b\" nor [\"a\", \"b\"]");
+  }
+  // A syntax error inside them is json::parse()'s, at the same line and column.
+  for (const char* vocab : {"{\"h\":0,\n\"e\":}", "{\"h\":0 \"e\":1}", "{\"h\":-}", "{\"h\":0,}",
+                            "{\"h\\x\":0}", "{\"h\":0", "{\"h\":[1,}"}) {
+    d = Doc{};
+    d.vocab = vocab;
+    const std::string want =
+        test::input_error([&] { json::parse(d.text(), "tokenizer " + path("bad.json")); });
+    EXPECT_EQ(refused(d), want);
+  }
+  for (const char* merges :
+       {R"(["h e",["h" "e"]])", R"(["h e",["h",]])", R"(["h e" ["h"]])", R"(["h e",["h","e",]])",
+        R"(["h e",["h","e"})", "[\"h e\",\n\"h\te\"]"}) {
+    d = Doc{};
+    d.merges = merges;
+    const std::string want =
+        test::input_error([&] { json::parse(d.text(), "tokenizer " + path("bad.json")); });
+    EXPECT_EQ(refused(d), want);
+  }
+}
+
 TEST_F(BpeTokenizerTest, MergesAsPairsEncodeAsStrings) {
   Doc pairs;
   pairs.pair_merges = true;
