@@ -246,7 +246,9 @@ size_t BpeTokenizer::merge_long(int32_t* ids, size_t n) const {
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out,
                                 Cache* cache) const {
   if (piece.empty()) return;
-  const uint64_t h = PieceTable::hash(piece);
+  const bool cached = cache && piece.size() <= Cache::kMaxPieceBytes;
+  // (A long piece, a whole text at times, is hashed only where a lookup needs it.)
+  const uint64_t h = cached || ignore_merges_ ? PieceTable::hash(piece) : 0;
   if (ignore_merges_) {  // Llama 3's rule: a pre-token in the vocabulary is that token
     const PieceTable::Ids word = vocab_.find(piece, h);
     if (word.size > 0) {
@@ -254,7 +256,7 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
       return;
     }
   }
-  if (cache && piece.size() <= Cache::kMaxPieceBytes) {
+  if (cached) {
     const PieceTable::Ids hit = cache->table.find(piece, h);
     if (hit.size == 1) {  // most pieces: one token, without a call to memmove
       out.push_back(hit.data[0]);
@@ -277,7 +279,7 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
   } else {
     out.resize(start + merge_long(out.data() + start, n));
   }
-  if (cache && out.size() > start && piece.size() > 1 && piece.size() <= Cache::kMaxPieceBytes) {
+  if (cached && out.size() > start && piece.size() > 1) {
     if (cache->table.size() >= Cache::kMaxEntries) cache->table.clear();
     cache->table.insert(piece, h, out.data() + start, out.size() - start);
   }
