@@ -89,6 +89,9 @@ void DecoderSteps::read_step(const json::Value& v, const std::string& name, cons
   } else if (type == "Metaspace") {
     s->kind = K::kMetaspace;
     s->literal = r.string_or(v, "replacement", name + ".replacement", "\xE2\x96\x81");
+    // Hugging Face's replacement is one char; an empty one would match everywhere, forever.
+    if (s->literal.empty() || size_t(utf8::decode(s->literal, 0).length) != s->literal.size())
+      r.fail(name + ".replacement must be one character");
     const bool legacy = r.bool_or(v, "add_prefix_space", name + ".add_prefix_space", true);
     s->prepend = r.string_or(v, "prepend_scheme", name + ".prepend_scheme",
                              legacy ? "always" : "never") != "never";

@@ -204,6 +204,11 @@ TEST_F(TokenizerPipelineTest, DecodersAndTemplate) {
   const std::string message = test::input_error(
       [&] { load("null", "null", keys, "[]", "", "[]", R"({"type":"WordPiece","prefix":"##"})"); });
   EXPECT_NE(message.find("decoder \"WordPiece\" is not supported"), std::string::npos) << message;
+  // A Metaspace decoder without its character is refused (replacing "" would never end).
+  const std::string empty = test::input_error([&] {
+    load("null", "null", keys, "[]", "", "[]", R"({"type":"Metaspace","replacement":""})");
+  });
+  EXPECT_NE(empty.find("replacement must be one character"), std::string::npos) << empty;
 }
 
 }  // namespace mpf
