@@ -78,22 +78,46 @@ def safetensors_names(path):
         return set(json.loads(f.read(n))) - {"__metadata__"}
 
 
+class Tally:
+    """The PASS/FAIL lines of a reference test and its last line, `NAME: N passed, M failed`."""
+
+    def __init__(self, name):
+        self.name, self.passed, self.failed = name, 0, 0
+
+    def check(self, ok, text):
+        print(f"{text}  {'PASS' if ok else 'FAIL'}")
+        self.passed, self.failed = self.passed + bool(ok), self.failed + (not ok)
+
+    def fail(self, text):
+        print(text)
+        self.failed += 1
+
+    def finish(self):
+        print(f"{self.name}: {self.passed} passed, {self.failed} failed")
+        return 0 if self.failed == 0 else 1
+
+
+def programs(name):
+    """mpiformer-train and mpiformer-generate from the environment, and mpiexec; None (after the
+    test's failing last line) when they are not executables."""
+    exe, gen = os.environ.get("MPIFORMER_TRAIN", ""), os.environ.get("MPIFORMER_GENERATE", "")
+    if not (exe and os.access(exe, os.X_OK) and gen and os.access(gen, os.X_OK)):
+        print(f"{name}: MPIFORMER_TRAIN={exe!r} / MPIFORMER_GENERATE={gen!r} are not executables\n"
+              f"{name}: 0 passed, 1 failed")
+        return None
+    return exe, gen, os.environ.get("MPIEXEC", "mpiexec")
+
+
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    exe, gen = os.environ.get("MPIFORMER_TRAIN", ""), os.environ.get("MPIFORMER_GENERATE", "")
-    if not (exe and os.access(exe, os.X_OK) and gen and os.access(gen, os.X_OK)):
-        print(f"reference_families: MPIFORMER_TRAIN={exe!r} / MPIFORMER_GENERATE={gen!r} are not "
-              "executables\nreference_families: 0 passed, 1 failed")
+    found = programs("reference_families")
+    if found is None:
         return 1
-    mpiexec = os.environ.get("MPIEXEC", "mpiexec")
+    exe, gen, mpiexec = found
     workdir = tempfile.mkdtemp(prefix="mpiformer_families_ref_")
-    passed = failed = 0
-
-    def check(ok, text):
-        nonlocal passed, failed
-        print(f"{text}  {'PASS' if ok else 'FAIL'}")
-        passed, failed = passed + bool(ok), failed + (not ok)
+    tally = Tally("reference_families")
+    check = tally.check
 
     def worst_loss(ref, rows):
         return max(abs(float(t["loss"]) - r["loss"]) / abs(r["loss"]) for r, t in zip(ref, rows))
@@ -139,11 +163,9 @@ def main():
             check(rel <= LOSS_RTOL, f"[{name} init-from its HF directory] 5 losses within "
                                     f"{rel:.1e} of torch's from the saved parameters")
         except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
-            print(f"[{name}] run failed: {e}")
-            failed += 1
+            tally.fail(f"[{name}] run failed: {e}")
     shutil.rmtree(workdir, ignore_errors=True)
-    print(f"reference_families: {passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    return tally.finish()
 
 
 if __name__ == "__main__":

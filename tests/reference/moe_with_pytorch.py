@@ -37,7 +37,7 @@ try:
                                             reference_decode,
                                             reference_run, run_generate, run_trainer, write_model)
     from compare_with_pytorch import write_tokens
-    from families_with_pytorch import safetensors_names
+    from families_with_pytorch import Tally, programs, safetensors_names
 except ImportError as e:
     sys.exit(f"reference_moe: cannot import torch ({e}); run with /usr/bin/python3. "
              "0 passed, 1 failed")
@@ -66,19 +66,13 @@ AUX_CHECK = 2e-5   # the printed balance loss's 6 decimals, relative to ~0.1
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    exe, gen = os.environ.get("MPIFORMER_TRAIN", ""), os.environ.get("MPIFORMER_GENERATE", "")
-    if not (exe and os.access(exe, os.X_OK) and gen and os.access(gen, os.X_OK)):
-        print(f"reference_moe: MPIFORMER_TRAIN={exe!r} / MPIFORMER_GENERATE={gen!r} are not "
-              "executables\nreference_moe: 0 passed, 1 failed")
+    found = programs("reference_moe")
+    if found is None:
         return 1
-    mpiexec = os.environ.get("MPIEXEC", "mpiexec")
+    exe, gen, mpiexec = found
     workdir = tempfile.mkdtemp(prefix="mpiformer_moe_ref_")
-    passed = failed = 0
-
-    def check(ok, text):
-        nonlocal passed, failed
-        print(f"{text}  {'PASS' if ok else 'FAIL'}")
-        passed, failed = passed + bool(ok), failed + (not ok)
+    tally = Tally("reference_moe")
+    check = tally.check
 
     def compare(name, layout, ref, rows):
         loss = max(abs(float(t["loss"]) - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
@@ -143,11 +137,9 @@ def main():
             back, _ = run_trainer(exe, workdir, hf, shard, "fp32", (), m)
             compare(name, "init-from its HF directory", again, back)
         except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
-            print(f"[{name}] run failed: {e}")
-            failed += 1
+            tally.fail(f"[{name}] run failed: {e}")
     shutil.rmtree(workdir, ignore_errors=True)
-    print(f"reference_moe: {passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    return tally.finish()
 
 
 if __name__ == "__main__":
