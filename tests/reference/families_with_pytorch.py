@@ -78,6 +78,31 @@ def safetensors_names(path):
         return set(json.loads(f.read(n))) - {"__metadata__"}
 
 
+def check_decoding(tally, gen, mpiexec, workdir, model, name, m, params0, tp_sizes):
+    """Greedy decoding with the KV cache on each TP size gives the reference's ids."""
+    ref_ids, _ = reference_decode(params0, m)
+    for tp in tp_sizes:
+        ids, _ = run_generate(gen, mpiexec, workdir, model, f"{name}_tp{tp}", tp)
+        tally.check(ids == ref_ids, f"[{name} generate tp {tp}] {len(ids)} greedy ids with the "
+                                    f"KV cache equal torch's")
+
+
+def hf_round_trip(tally, exe, workdir, model, shard, tokens, name, m, architecture, hf_tensor):
+    """The trained model through a Hugging Face directory: its config.json's architectures and a
+    tensor name checked, then 5 more steps from it. Returns (the reference's rows from the saved
+    parameters, the trainer's from the directory)."""
+    hf = os.path.join(workdir, f"{name}_hf")
+    _, trained = run_trainer(exe, workdir, model, shard, "fp32", ("--save-hf", hf), m)
+    config = json.load(open(os.path.join(hf, "config.json")))
+    names = safetensors_names(os.path.join(hf, "model.safetensors"))
+    tally.check(config.get("architectures") == [architecture] and hf_tensor in names,
+                f"[{name} save-hf] config.json {config.get('architectures')}, "
+                f"{hf_tensor} among its {len(names)} tensors")
+    again, _ = reference_run(trained, tokens, m)
+    back, _ = run_trainer(exe, workdir, hf, shard, "fp32", (), m)
+    return again, back
+
+
 class Tally:
     """The PASS/FAIL lines of a reference test and its last line, `NAME: N passed, M failed`."""
 
@@ -143,22 +168,10 @@ def main():
                 check(abs(plain[0]["loss"] - ref[0]["loss"]) > 1e-4,
                       f"[{name}] the window matters: first loss {ref[0]['loss']:.6f} with it, "
                       f"{plain[0]['loss']:.6f} without")
-            ref_ids, _ = reference_decode(params0, m)
-            for tp in GENERATE_RANKS.get(name, (1,)):
-                ids, _ = run_generate(gen, mpiexec, workdir, model, f"{name}_tp{tp}", tp)
-                check(ids == ref_ids, f"[{name} generate tp {tp}] {len(ids)} greedy ids with the "
-                                      f"KV cache equal torch's")
-            # The trained model through a Hugging Face directory: its config.json and names, then
-            # 5 more steps from it against the reference from the same parameters.
-            hf = os.path.join(workdir, f"{name}_hf")
-            _, trained = run_trainer(exe, workdir, model, shard, "fp32", ("--save-hf", hf), m)
-            config = json.load(open(os.path.join(hf, "config.json")))
-            names = safetensors_names(os.path.join(hf, "model.safetensors"))
-            check(config.get("architectures") == [architecture] and hf_tensor in names,
-                  f"[{name} save-hf] config.json {config.get('architectures')}, "
-                  f"{hf_tensor} among its {len(names)} tensors")
-            again, _ = reference_run(trained, tokens, m)
-            back, _ = run_trainer(exe, workdir, hf, shard, "fp32", (), m)
+            check_decoding(tally, gen, mpiexec, workdir, model, name, m, params0,
+                           GENERATE_RANKS.get(name, (1,)))
+            again, back = hf_round_trip(tally, exe, workdir, model, shard, tokens, name, m,
+                                        architecture, hf_tensor)
             rel = worst_loss(again, back)
             check(rel <= LOSS_RTOL, f"[{name} init-from its HF directory] 5 losses within "
                                     f"{rel:.1e} of torch's from the saved parameters")

@@ -21,7 +21,6 @@ gives the reference's ids; --save-hf writes the family's names and loads back to
 Run by ctest with MPIFORMER_TRAIN, MPIFORMER_GENERATE and MPIEXEC in the environment, with
 Debian's /usr/bin/python3 (torch 1.13). The last line is `reference_moe: N passed, M failed`.
 """
-import json
 import os
 import shutil
 import subprocess
@@ -34,10 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
     import torch
     from compare_llama_with_pytorch import (MODEL, LOSS_RTOL, BF16_LOSS_RTOL, random_model,
-                                            reference_decode,
-                                            reference_run, run_generate, run_trainer, write_model)
+                                            reference_run, run_trainer, write_model)
     from compare_with_pytorch import write_tokens
-    from families_with_pytorch import Tally, programs, safetensors_names
+    from families_with_pytorch import Tally, check_decoding, hf_round_trip, programs
 except ImportError as e:
     sys.exit(f"reference_moe: cannot import torch ({e}); run with /usr/bin/python3. "
              "0 passed, 1 failed")
@@ -121,20 +119,9 @@ def main():
                               for r, t in zip(auto, rows))
                     check(rel <= BF16_LOSS_RTOL, f"[{name} bf16] 5 losses within {rel:.1e} of "
                                                  f"torch's autocast")
-            ref_ids, _ = reference_decode(params0, m)
-            for tp in (1, 2):
-                ids, _ = run_generate(gen, mpiexec, workdir, model, f"{name}_tp{tp}", tp)
-                check(ids == ref_ids, f"[{name} generate tp {tp}] {len(ids)} greedy ids with the "
-                                      f"KV cache equal torch's")
-            hf = os.path.join(workdir, f"{name}_hf")
-            _, trained = run_trainer(exe, workdir, model, shard, "fp32", ("--save-hf", hf), m)
-            config = json.load(open(os.path.join(hf, "config.json")))
-            names = safetensors_names(os.path.join(hf, "model.safetensors"))
-            check(config.get("architectures") == [architecture] and hf_tensor in names,
-                  f"[{name} save-hf] config.json {config.get('architectures')}, "
-                  f"{hf_tensor} among its {len(names)} tensors")
-            again, _ = reference_run(trained, tokens, m)
-            back, _ = run_trainer(exe, workdir, hf, shard, "fp32", (), m)
+            check_decoding(tally, gen, mpiexec, workdir, model, name, m, params0, (1, 2))
+            again, back = hf_round_trip(tally, exe, workdir, model, shard, tokens, name, m,
+                                        architecture, hf_tensor)
             compare(name, "init-from its HF directory", again, back)
         except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
             tally.fail(f"[{name}] run failed: {e}")
