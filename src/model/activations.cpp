@@ -124,7 +124,6 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.dout = k.take(L * std::max(R, moe.slots) * C);
   w.dfch = k.take(L * moe.mlp_rows * s.mlp_in);
   w.drouter = k.take(L * R * moe.E);
-  w.counts = k.take(L * moe.E);
   w.dln2 = k.take(L * Rl * C);
   w.dres2 = k.take(L * R * C);
   w.dqkv = k.take(L * R * s.qkv);
@@ -217,6 +216,10 @@ Activations Activations::allocate(const TpShard& shard, const ChunkPieces& chunk
   Activations a = describe(shard, chunk, B, T, sequence_parallel);
   if (positions) a.positions = *positions;
   bind_slab(a, "mpf::activations");
+  if (a.cfg.moe() && !chunk.recompute) {
+    a.moe_host_counts = Kokkos::View<int64_t*, HostSpace>("mpf::moe_host_counts",
+                                                          int64_t(chunk.layers) * a.cfg.experts);
+  }
   if (a.cfg.rope()) {
     const GPTConfig& c = a.cfg;
     RopeScaling scaling;
@@ -276,6 +279,7 @@ LayerActivations Activations::layer(int l) const {
     x.moe.order = ints(moe_ints, base + moe.slots);
     x.moe.where = ints(moe_ints, base + 2 * moe.slots);
     x.moe.counts = ints(moe_ints, base + 3 * moe.slots);
+    x.moe.host_counts = moe_host_counts.data() ? moe_host_counts.data() + l * moe.E : nullptr;
   }
   x.moe.seqs = B;
   x.moe.seq_len = int64_t(T) * (ring ? ring->ranks() : 1);
@@ -336,6 +340,10 @@ WeightGradInputs WeightGradInputs::allocate(const TpShard& shard, const ChunkPie
                                             int T, bool sequence_parallel) {
   WeightGradInputs w = describe_weight_inputs(shard, chunk, B, T, sequence_parallel);
   bind_slab(w, "mpf::weight_grad_inputs");
+  if (shard.cfg.moe()) {
+    w.counts = Kokkos::View<int64_t*, HostSpace>("mpf::moe_kept_counts",
+                                                 int64_t(chunk.layers) * shard.cfg.experts);
+  }
   return w;
 }
 
@@ -359,7 +367,7 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   x.dout = slice(dout, i * out_rows * C, out_rows * C);
   x.dfch = slice(dfch, i * moe.mlp_rows * shard.mlp_in, moe.mlp_rows * shard.mlp_in);
   x.drouter = slice(drouter, i * R * moe.E, R * moe.E);
-  x.counts = ints(counts, i * moe.E);
+  x.counts = counts.data() ? counts.data() + i * moe.E : nullptr;
   x.dln2 = slice(dln2, i * Rl * C, Rl * C);
   x.dres2 = slice(dres2, i * R * C, R * C);
   x.dqkv = slice(dqkv, i * R * shard.qkv, R * shard.qkv);

@@ -49,10 +49,13 @@ ChunkPieces whole_stage(const TpShard& shard);
 // What a mixture of experts' block needs beyond its tensors: its routing's integers (views into
 // an int32 slab, null for a dense MLP) and the run around it.
 struct MoeLayer {
-  int32_t* choice = nullptr;    // (R·k) each token's experts
-  int32_t* order = nullptr;     // (R·k) the slots sorted by expert
-  int32_t* where = nullptr;     // (R·k) each slot's place in `order`
-  int32_t* counts = nullptr;    // (E) slots per expert
+  int32_t* choice = nullptr;  // (R·k) each token's experts
+  int32_t* order = nullptr;   // (R·k) the slots sorted by expert
+  int32_t* where = nullptr;   // (R·k) each slot's place in `order`
+  int32_t* counts = nullptr;  // (E) slots per expert
+  // (E) the same counts on the host, where the experts' products are launched from: the forward
+  // writes them, B reads them (no copy back from the device per block and pass).
+  int64_t* host_counts = nullptr;
   int seqs = 1;                 // the sequence rows the R tokens make (B)
   int64_t seq_len = 0;          // a whole sequence's tokens (T times the CP ranks)
   MPI_Comm cp = MPI_COMM_NULL;  // the ranks holding the rest of each sequence; null: none
@@ -125,6 +128,7 @@ struct Activations {
   // The routing's int32 values (MoeLayer's), each 4 bytes of the float slab: the slab's other
   // views never touch them.
   Tensor moe_ints;
+  Kokkos::View<int64_t*, HostSpace> moe_host_counts;  // (L,E) MoeLayer::host_counts
   double* moe_aux = nullptr;  // MoeLayer::aux of every layer (ModelStage sets it)
   float* moe_load = nullptr;  // (the stage's blocks, E): MoeLayer::load of its block at its index
   float dloss = 0.0f;         // MoeLayer::dloss (the backward sets it)
@@ -195,9 +199,10 @@ struct BlockWeightInputs {
   Tensor dqk_normw;
   Tensor dln1;  // (Rl,C) gradient of ln1's output, summed over TP
   // A mixture of experts: dout and dfch hold R·k rows in expert order (dout the experts' output
-  // gradients, gated), drouter the router logits' gradient (R,E) and counts B's expert counts.
+  // gradients, gated), drouter the router logits' gradient (R,E) and counts (E, on the host) B's
+  // expert counts, kept for W (a recomputation may reroute the block's activations meanwhile).
   Tensor drouter;
-  int32_t* counts = nullptr;
+  int64_t* counts = nullptr;
   // --recompute only (else empty): ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2,
   // ln2_mean, ln2_rstd, fch_gelu, mlp_out and moe_in of the block; the rest of `kept` stays
   // empty.
@@ -216,7 +221,7 @@ struct WeightGradInputs {
   Slab slab;
   Tensor dout, dfch, dln2, dres2, dqkv, dln1, dqk_normw, drouter;  // per block, as in
                                                                    // BlockWeightInputs
-  Tensor counts;  // (L,E) int32 values in the float slab, as Activations::moe_ints
+  Kokkos::View<int64_t*, HostSpace> counts;                        // (L,E)
   // --recompute: the per-block activations W reads (empty otherwise).
   Tensor ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2, ln2_mean, ln2_rstd, fch_gelu,
       mlp_out, moe_in;

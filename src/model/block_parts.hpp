@@ -9,6 +9,11 @@
 
 namespace mpf {
 
+// Rows [first, first + count) of a (rows, width) tensor.
+inline Tensor rows(const Tensor& t, int64_t first, int64_t count, int64_t width) {
+  return Tensor(t.data() + first * width, count * width);
+}
+
 // y (n) += x (n).
 void add_into(Tensor y, const float* x, int64_t n);
 // y (n) = x (n).

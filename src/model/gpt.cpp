@@ -39,10 +39,6 @@ ProjectionNormShape projection_norm_shape(const TpShard& s, int64_t R) {
           int64_t(s.kv_begin) * s.head_size,
           s.kv_replicas};
 }
-// Rows [first, first + count) of a (rows, C) tensor.
-Tensor rows(const Tensor& t, int64_t first, int64_t count, int C) {
-  return Tensor(t.data() + first * C, count * C);
-}
 
 // Rows [first, first + rows) of the head's R rows and where their logits live: the whole logits
 // tensor, or (chunk.logit_rows) one piece's worth of it at a time.

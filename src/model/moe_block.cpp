@@ -1,5 +1,6 @@
 #include "model/moe_block.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/parallel.hpp"
@@ -18,18 +19,13 @@ MoeShape moe_shape(const LayerActivations& a, const TpShard& s, int64_t R) {
   return {R, a.moe.seqs, cfg.experts, cfg.experts_per_token, cfg.moe_renormalize};
 }
 
-// Rows [first, first + n) of a (rows, width) tensor.
-Tensor rows_of(const Tensor& t, int64_t first, int64_t n, int64_t width) {
-  return Tensor(t.data() + first * width, n * width);
-}
-
-// f(e, first, n) for each expert with rows: its n rows from `first` in expert order.
+// f(e, first, n) for each of the E experts with rows: its n rows from `first` in expert order.
 template <class F>
-void for_each_expert(const std::vector<int64_t>& counts, F&& f) {
+void for_each_expert(const int64_t* counts, int E, F&& f) {
   int64_t first = 0;
-  for (int e = 0; e < int(counts.size()); ++e) {
-    if (counts[size_t(e)] > 0) f(e, first, counts[size_t(e)]);
-    first += counts[size_t(e)];
+  for (int e = 0; e < E; ++e) {
+    if (counts[e] > 0) f(e, first, counts[e]);
+    first += counts[e];
   }
 }
 
@@ -61,6 +57,7 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
   moe_route(a.router_probs, a.moe.choice, a.gates, shape);
   const std::vector<int64_t> counts =
       moe_sort(a.moe.counts, a.moe.order, a.moe.where, a.moe.choice, shape);
+  std::copy(counts.begin(), counts.end(), a.moe.host_counts);
   moe_balance_stats(a.moe_stats, a.router_probs, a.moe.choice, shape);
   if (a.moe.cp != MPI_COMM_NULL) {
     allreduce_sum(a.moe_stats.data(), int64_t(a.moe_stats.extent(0)), a.moe.cp);
@@ -81,13 +78,13 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
   }
   // Each expert's SwiGLU MLP on its rows, this rank's share of the width.
   moe_gather(a.moe_in, a.ln2, a.moe.order, C, shape);
-  for_each_expert(counts, [&](int e, int64_t first, int64_t n) {
-    const Tensor fch = rows_of(a.fch, first, n, s.mlp_in);
-    const Tensor h = rows_of(a.fch_gelu, first, n, s.fc);
-    linear_forward(fch, none, rows_of(a.moe_in, first, n, C), expert_fcw(p, s, e), none, n, C,
+  for_each_expert(counts.data(), E, [&](int e, int64_t first, int64_t n) {
+    const Tensor fch = rows(a.fch, first, n, s.mlp_in);
+    const Tensor h = rows(a.fch_gelu, first, n, s.fc);
+    linear_forward(fch, none, rows(a.moe_in, first, n, C), expert_fcw(p, s, e), none, n, C,
                    s.mlp_in);
     swiglu_forward(h, fch, n, s.fc);
-    linear_forward(rows_of(a.moe_out, first, n, C), none, h, expert_fcprojw(p, s, e), none, n, s.fc,
+    linear_forward(rows(a.moe_out, first, n, C), none, h, expert_fcprojw(p, s, e), none, n, s.fc,
                    C);
   });
   // The gated outputs, a token's slots in order, join the residual leaving the region.
@@ -112,18 +109,14 @@ void moe_mlp_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Te
   } else {
     copy_into(g, dout.data(), R * C);
   }
-  const std::vector<int64_t> counts = moe_counts(a.moe.counts, E);
-  // W reads the counts from its own inputs: a recomputation may have rerouted a.moe since.
-  int32_t* kept = w.counts;
-  const int32_t* now = a.moe.counts;
-  for_each(
-      "mpf::moe_keep_counts", E, KOKKOS_LAMBDA(int64_t e) { kept[e] = now[e]; });
+  const int64_t* counts = a.moe.host_counts;
+  std::copy(counts, counts + E, w.counts);  // for W: a recomputation may reroute a.moe meanwhile
   // Each slot's output gradient, ungated; the gates' gradients Σ_f dh·h (summed over TP: h is
   // split); then the gated gradients the experts see.
   const Tensor dy = buf.moe_dy;
   moe_gather(dy, g, a.moe.order, C, shape);
-  for_each_expert(counts, [&](int e, int64_t first, int64_t n) {
-    linear_backward_input(rows_of(buf.dmlp, first, n, s.fc), rows_of(dy, first, n, C),
+  for_each_expert(counts, E, [&](int e, int64_t first, int64_t n) {
+    linear_backward_input(rows(buf.dmlp, first, n, s.fc), rows(dy, first, n, C),
                           expert_fcprojw(p, s, e), n, s.fc, C);
   });
   moe_gate_grads(buf.dgates, buf.dmlp, a.fch_gelu, a.moe.order, s.fc, shape);
@@ -133,8 +126,8 @@ void moe_mlp_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Te
   moe_scale_rows(w.dout, a.gates, a.moe.order, C, shape);
   swiglu_backward_input(w.dfch, buf.dmlp, a.fch, shape.slots(), s.fc);
   // The experts' input gradients (into dy, free now), and the router's.
-  for_each_expert(counts, [&](int e, int64_t first, int64_t n) {
-    linear_backward_input(rows_of(dy, first, n, C), rows_of(w.dfch, first, n, s.mlp_in),
+  for_each_expert(counts, E, [&](int e, int64_t first, int64_t n) {
+    linear_backward_input(rows(dy, first, n, C), rows(w.dfch, first, n, s.mlp_in),
                           expert_fcw(p, s, e), n, C, s.mlp_in);
   });
   // ∂J/∂p_te of the balance loss: (1/B_global) coef E / (k T²) c_e = dloss coef E c_e / (k T).
@@ -157,11 +150,11 @@ void moe_mlp_backward_weight(const LayerParameters& g, const BlockWeightInputs& 
   const GPTConfig& cfg = s.cfg;
   const int C = cfg.channels;
   const Tensor none;
-  for_each_expert(moe_counts(w.counts, cfg.experts), [&](int e, int64_t first, int64_t n) {
-    linear_backward_weight(expert_fcprojw(g, s, e), none, rows_of(w.dout, first, n, C),
-                           rows_of(a.fch_gelu, first, n, s.fc), n, s.fc, C);
-    linear_backward_weight(expert_fcw(g, s, e), none, rows_of(w.dfch, first, n, s.mlp_in),
-                           rows_of(a.moe_in, first, n, C), n, C, s.mlp_in);
+  for_each_expert(w.counts, cfg.experts, [&](int e, int64_t first, int64_t n) {
+    linear_backward_weight(expert_fcprojw(g, s, e), none, rows(w.dout, first, n, C),
+                           rows(a.fch_gelu, first, n, s.fc), n, s.fc, C);
+    linear_backward_weight(expert_fcw(g, s, e), none, rows(w.dfch, first, n, s.mlp_in),
+                           rows(a.moe_in, first, n, C), n, C, s.mlp_in);
   });
   const Fp32Products fp32;  // the router's products all in fp32, as its forward
   linear_backward_weight(g.routerw, none, w.drouter, a.ln2, seq.rows, C, cfg.experts);

@@ -37,11 +37,13 @@ void moe_route(Tensor probs, int32_t* choice, Tensor gates, const MoeShape& s) {
       });
 }
 
+namespace {
 std::vector<int64_t> moe_counts(const int32_t* counts, int E) {
   std::vector<int32_t> host(size_t(E), 0);
   copy_to_host(host.data(), counts, size_t(E) * sizeof(int32_t), "d2h expert counts");
   return std::vector<int64_t>(host.begin(), host.end());
 }
+}  // namespace
 
 std::vector<int64_t> moe_sort(int32_t* counts, int32_t* order, int32_t* where,
                               const int32_t* choice, const MoeShape& s) {

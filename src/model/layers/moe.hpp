@@ -33,8 +33,6 @@ void moe_route(Tensor probs, int32_t* choice, Tensor gates, const MoeShape& s);
 // sorted by expert, then by slot; where (R·k): each slot's place in that order.
 std::vector<int64_t> moe_sort(int32_t* counts, int32_t* order, int32_t* where,
                               const int32_t* choice, const MoeShape& s);
-// The counts moe_sort left, read to the host.
-std::vector<int64_t> moe_counts(const int32_t* counts, int E);
 
 // stats (2, seqs, E): [c_e | Σ_t p_te] of each sequence row (this rank's tokens of it).
 void moe_balance_stats(Tensor stats, Tensor probs, const int32_t* choice, const MoeShape& s);

@@ -18,15 +18,30 @@ void sum_over_tp(Tensor sums, const ProjectionNormShape& s, MPI_Comm tp) {
       KOKKOS_LAMBDA(int64_t n) { sums(2 * n + 1) *= inv; });
 }
 
-// Row n of the launch is part (m % 2) of packed row m / 2: its values' column and count.
+// Row m of a launch is part m % 2 (Q, then K) of packed row m / 2: its values' first column and
+// count here, the whole projection's width (the mean's divisor), and where its weights start.
 struct Part {
   int64_t row;
   int first, width;
   bool query;
+  float full;
+  int64_t weight_first;
+  KOKKOS_INLINE_FUNCTION const float* weight(const Tensor& q, const Tensor& k) const {
+    return (query ? q.data() : k.data()) + weight_first;
+  }
 };
 KOKKOS_INLINE_FUNCTION Part part_of(int64_t m, const ProjectionNormShape& s) {
   const bool query = m % 2 == 0;
-  return {m / 2, query ? 0 : s.q, query ? s.q : s.k, query};
+  return {m / 2,
+          query ? 0 : s.q,
+          query ? s.q : s.k,
+          query,
+          float(query ? s.q_full : s.k_full),
+          query ? s.q_first : s.k_first};
+}
+// A launch's row width: the wider part's.
+int widest(const ProjectionNormShape& s) {
+  return s.q > s.k ? s.q : s.k;
 }
 }  // namespace
 
@@ -35,7 +50,7 @@ void projection_rmsnorm_forward(Tensor qkv, Tensor raw, Tensor rstd, Tensor q_we
                                 MPI_Comm tp) {
   const int width = s.q + s.k;
   for_rows(
-      "mpf::projection_rmsnorm_sums", 2 * s.rows, s.q > s.k ? s.q : s.k,
+      "mpf::projection_rmsnorm_sums", 2 * s.rows, widest(s),
       KOKKOS_LAMBDA(const Row& r, int64_t m) {
         const Part p = part_of(m, s);
         const float* y = qkv.data() + p.row * s.ld + p.first;
@@ -44,13 +59,13 @@ void projection_rmsnorm_forward(Tensor qkv, Tensor raw, Tensor rstd, Tensor q_we
       });
   sum_over_tp(rstd, s, tp);
   for_rows(
-      "mpf::projection_rmsnorm_forward", 2 * s.rows, s.q > s.k ? s.q : s.k,
+      "mpf::projection_rmsnorm_forward", 2 * s.rows, widest(s),
       KOKKOS_LAMBDA(const Row& r, int64_t m) {
         const Part p = part_of(m, s);
         float* y = qkv.data() + p.row * s.ld + p.first;
         float* x = raw.data() + p.row * width + p.first;
-        const float* w = p.query ? q_weight.data() + s.q_first : k_weight.data() + s.k_first;
-        const float inv = 1.0f / sqrtf(rstd(m) / float(p.query ? s.q_full : s.k_full) + eps);
+        const float* w = p.weight(q_weight, k_weight);
+        const float inv = 1.0f / sqrtf(rstd(m) / p.full + eps);
         r.for_each(p.width, [=](int c) {
           const float v = y[c];
           x[c] = v;
@@ -82,26 +97,26 @@ void projection_rmsnorm_backward_input(Tensor dqkv, Tensor sums, Tensor raw, Ten
                                        const ProjectionNormShape& s, MPI_Comm tp) {
   const int width = s.q + s.k;
   for_rows(
-      "mpf::projection_rmsnorm_backward_sums", 2 * s.rows, s.q > s.k ? s.q : s.k,
+      "mpf::projection_rmsnorm_backward_sums", 2 * s.rows, widest(s),
       KOKKOS_LAMBDA(const Row& r, int64_t m) {
         const Part p = part_of(m, s);
         const float* dy = dqkv.data() + p.row * s.ld + p.first;
         const float* x = raw.data() + p.row * width + p.first;
-        const float* w = p.query ? q_weight.data() + s.q_first : k_weight.data() + s.k_first;
+        const float* w = p.weight(q_weight, k_weight);
         const float sum = r.sum(p.width, [=](int c) { return w[c] * dy[c] * x[c]; });
         r.once([=] { sums(m) = sum; });
       });
   sum_over_tp(sums, s, tp);
   for_rows(
-      "mpf::projection_rmsnorm_backward_input", 2 * s.rows, s.q > s.k ? s.q : s.k,
+      "mpf::projection_rmsnorm_backward_input", 2 * s.rows, widest(s),
       KOKKOS_LAMBDA(const Row& r, int64_t m) {
         const Part p = part_of(m, s);
         float* dy = dqkv.data() + p.row * s.ld + p.first;
         const float* x = raw.data() + p.row * width + p.first;
-        const float* w = p.query ? q_weight.data() + s.q_first : k_weight.data() + s.k_first;
+        const float* w = p.weight(q_weight, k_weight);
         const float inv = rstd(m);
         // dx = inv·w·dy − x·inv³·Σ(w·dy·x)/N, N the whole projection's width.
-        const float coef = inv * inv * inv * sums(m) / float(p.query ? s.q_full : s.k_full);
+        const float coef = inv * inv * inv * sums(m) / p.full;
         r.for_each(p.width, [=](int c) { dy[c] = inv * w[c] * dy[c] - x[c] * coef; });
       });
 }
