@@ -243,15 +243,17 @@ bool TrainingRun::suspect_values(double loss, double norm) const {
 double TrainingRun::global_mean_loss(double local_sum) const {
   // Only the last pipeline stage computes losses (the others contribute 0); each DP x CP rank
   // holds its rows' tokens.
-  const double dp_sum = allreduce_sum(local_sum, grid_->dp_cp_comm());
-  return allreduce_sum(dp_sum, grid_->pp_comm()) / (double(opts_.batch) * opts_.seq_len);
+  return sum_over_data_and_stages(local_sum) / (double(opts_.batch) * opts_.seq_len);
 }
 
 double TrainingRun::global_aux_loss() const {
   // The balance losses of every block (pipeline stages hold distinct ones) and every sequence
   // row (DP), each row's counted once over its TP and CP ranks: their mean over the batch's rows.
-  const double dp_sum = allreduce_sum(stage_->aux_sum(), grid_->dp_cp_comm());
-  return allreduce_sum(dp_sum, grid_->pp_comm()) / double(opts_.batch);
+  return sum_over_data_and_stages(stage_->aux_sum()) / double(opts_.batch);
+}
+
+double TrainingRun::sum_over_data_and_stages(double local) const {
+  return allreduce_sum(allreduce_sum(local, grid_->dp_cp_comm()), grid_->pp_comm());
 }
 
 std::vector<double> TrainingRun::global_expert_load() const {

@@ -130,6 +130,8 @@ class TrainingRun {
   // Forward and backward of every microbatch through the schedule; the global mean loss.
   double compute();
   double global_aux_loss() const;  // the step's balance loss (mixtures of experts)
+  // A value summed over the DP x CP ranks and the pipeline stages (TP ranks hold the same).
+  double sum_over_data_and_stages(double local) const;
   // The step's (token, slot) choices of each expert, (L, E) over all ranks.
   std::vector<double> global_expert_load() const;
   // The gradients made whole (the tied embedding's two stages summed, then the DP ranks');
