@@ -26,6 +26,7 @@ packages=(
   libopenblas0-openmp libopenblas-openmp-dev    # the CPU build's BLAS and cblas.h
   libdnnl2 libdnnl-dev ocl-icd-libopencl1       # oneDNN (its library loads libOpenCL)
   libgtest-dev libgmock-dev                     # GoogleTest, prebuilt, with its CMake package
+  libonig5 libonig-dev libutf8proc2 libutf8proc-dev  # the tokenizer's regex engine and Unicode tables
 )
 # Part of glibc and of GCC's run-time: on every machine with a compiler, never shipped (a second
 # copy on the library path could shadow the system's newer one).

@@ -27,10 +27,12 @@ say() { echo "== $*" | tee -a "$log"; }
 
 # ---- the dependencies, unpacked into a prefix ----------------------------------------------------
 deps="$work/deps"
-if [ ! -f "$deps/.unpacked" ]; then
+# Unpacked again when the prepared packages change (the marker holds their list).
+packages=$(cd "$inputs/debs" && ls *.deb)
+if [ "$(cat "$deps/.unpacked" 2>/dev/null)" != "$packages" ]; then
   rm -rf "$deps"
   for deb in "$inputs"/debs/*.deb; do dpkg -x "$deb" "$deps"; done
-  touch "$deps/.unpacked"
+  echo "$packages" >"$deps/.unpacked"
 fi
 lib="$deps/usr/lib/x86_64-linux-gnu"
 # Debian points mpiexec at MPICH's hydra through /etc/alternatives, which dpkg -x does not make.
@@ -51,6 +53,8 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 # MPI of its own (Ubuntu's Open MPI on the CUDA images) would link that one, and hydra would then
 # start every rank as a one-rank job: pkg-config sees only the prefix.
 export PKG_CONFIG_LIBDIR="$lib/pkgconfig:$deps/usr/share/pkgconfig"
+# Its .pc files name /usr; the sysroot makes their -I and -L paths the prefix's (Oniguruma, utf8proc).
+export PKG_CONFIG_SYSROOT_DIR="$deps"
 
 if [ -z "${CUDA_ARCH:-}" ]; then
   capability=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)

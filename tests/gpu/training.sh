@@ -43,6 +43,31 @@ PYEOF
     tail -n 5 "$WORK/gpu_$precision.log" "$WORK/cpu_$precision.log"
   fi
 done
+# The other families' kernels (RMSNorm, RoPE, SwiGLU, GQA, OLMo-2's post-norms and whole-projection
+# q/k norms, the experts' routing, sort and balance statistics), 10 fp32 steps each against the CPU.
+for family in "llama --kv-heads 2" "olmo2 --kv-heads 2" "mixtral --experts 4 --experts-per-token 2" \
+  "olmoe --experts 4 --experts-per-token 2"; do
+  name=${family%% *}
+  family_args=(--steps 10 --val-every 0 --layers 2 --dim 128 --heads 4 --batch 8 --seq-len 64
+    --peak-gflops 1 --arch $family)
+  OMP_NUM_THREADS=4 timeout 300 "$TRAIN" "${family_args[@]}" >"$WORK/gpu_$name.log" 2>&1
+  OMP_NUM_THREADS=4 timeout 300 "$CPU_TRAIN" "${family_args[@]}" >"$WORK/cpu_$name.log" 2>&1
+  if "$PY" - "$WORK/gpu_$name.log" "$WORK/cpu_$name.log" <<'PYEOF'; then
+import re, sys
+def values(path, key):
+    return [float(x) for x in re.findall(r"^step \d+/\d+ \| " + key + r" ([0-9.]+)", open(path).read(), re.M)]
+gpu, cpu = values(sys.argv[1], "loss"), values(sys.argv[2], "loss")
+assert len(gpu) == 10 and len(cpu) == 10, f"expected 10 losses each, got {len(gpu)} and {len(cpu)}"
+worst = max(abs(g - c) / c for g, c in zip(gpu, cpu))
+print(f"  worst step {worst:.2e} relative; final GPU {gpu[-1]:.6f}, CPU {cpu[-1]:.6f}")
+assert worst <= 1e-4, f"losses differ by {worst:.2e} relative (tolerance 1e-4)"
+PYEOF
+    ok "$name: 10 GPU steps = the CPU build's losses within 1e-4"
+  else
+    bad "$name: GPU and CPU losses"
+    tail -n 5 "$WORK/gpu_$name.log" "$WORK/cpu_$name.log"
+  fi
+done
 banner=$(grep -m1 '^mpiformer ' "$WORK/gpu_fp32.log")
 [[ "$banner" == *"Cuda, GPU 0 of "* ]] && ok "banner: $banner" || bad "banner: $banner"
 reads=$(sed -n '/host <-> kernels/,$p' "$WORK/gpu_fp32.log" | grep -E '^  d2h (loss|gradient norm) ')
