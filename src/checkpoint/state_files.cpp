@@ -49,6 +49,8 @@ int64_t StateFiles::optimizer_bytes() const {
 bool writes_parameter(const TpShard& shard, int dp_rank, TensorId tensor) {
   if (!shard.is_split(tensor) && shard.rank != 0) return false;  // replicated over TP
   if (shard.is_tied_copy(tensor)) return false;                  // the tied wte: first stage's
+  // EP ranks hold different experts: the first of the ranks holding the same ones writes them.
+  if (shard.is_expert(tensor) && shard.ep_size > 1) return shard.expert_dp_rank == 0;
   return dp_rank == 0;
 }
 

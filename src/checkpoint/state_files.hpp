@@ -8,7 +8,8 @@
 // Of an element's replicas exactly one writes it, and on load the same rule picks the one rank
 // that counts it into its tensor's checksum: TP rank 0 for a tensor every TP rank holds whole; DP
 // rank 0 for parameters, and for m and v without ZeRO (under ZeRO-1 the DP rank whose shard
-// holds it); the first stage for the tied wte.
+// holds it); for the experts under EP, expert-DP rank 0 of each EP rank; the first stage for the
+// tied wte.
 #pragma once
 
 #include <string>

@@ -36,18 +36,23 @@ int32_t* ints(const Tensor& t, int64_t offset) {
   return t.data() ? reinterpret_cast<int32_t*>(t.data() + offset) : nullptr;
 }
 
-// A mixture of experts' sizes: E, k and the rows of the expert-ordered tensors (R·k), all 0 for
-// a dense MLP, whose fch rows are R.
+// A mixture of experts' sizes: E, k, this rank's (token, slot) pairs (R·k) and the rows its
+// experts may receive (R·k from each EP rank: dropless, the worst case is every slot of the EP
+// group on this rank's experts), all 0 for a dense MLP, whose fch rows are R.
 struct MoeSizes {
-  int64_t E = 0, k = 0, slots = 0, mlp_rows = 0;
-  MoeSizes(const GPTConfig& cfg, int64_t R) {
+  int64_t E = 0, k = 0, slots = 0, mlp_rows = 0, ep = 1;
+  MoeSizes(const TpShard& s, int64_t R) {
     mlp_rows = R;
-    if (!cfg.moe()) return;
-    E = cfg.experts;
-    k = cfg.experts_per_token;
-    slots = mlp_rows = R * k;
+    if (!s.cfg.moe()) return;
+    E = s.cfg.experts;
+    k = s.cfg.experts_per_token;
+    ep = s.ep_size;
+    slots = R * k;
+    mlp_rows = slots * ep;
   }
   int64_t ints() const { return E > 0 ? 3 * slots + E : 0; }  // choice, order, where, counts
+  // The dispatch's buffers (the rows as sent and as received), without EP none.
+  int64_t scratch_rows() const { return ep > 1 ? 2 * mlp_rows : 0; }
 };
 
 void carve(Activations& a, SlabCarver& k) {
@@ -77,15 +82,16 @@ void carve(Activations& a, SlabCarver& k) {
   a.ln2 = k.take(L * R * C);
   a.ln2_mean = k.take(M * L * Rl);
   a.ln2_rstd = k.take(L * Rl);
-  const MoeSizes moe(a.cfg, R);
+  const MoeSizes moe(s, R);
   a.fch = k.take(L * moe.mlp_rows * s.mlp_in);
   a.fch_gelu = k.take(L * moe.mlp_rows * s.fc);
   a.mlp_out = k.take(post * L * Rl * C);
   a.router_probs = k.take(L * R * moe.E);
   a.gates = k.take(L * moe.slots);
   a.moe_stats = k.take(L * 2 * B * moe.E);
-  a.moe_in = k.take(L * moe.slots * C);
-  a.moe_out = k.take(L > 0 ? moe.slots * C : 0);
+  a.moe_in = k.take(L * moe.mlp_rows * C);
+  a.moe_out = k.take(L * moe.slots * C);
+  a.moe_scratch = k.take(L > 0 ? moe.scratch_rows() * C : 0);
   a.moe_ints = k.take(L * moe.ints());
   a.residual3 = k.take(int64_t(a.chunk.layers) * Rl * C);
   const int64_t logit_rows = a.chunk.logit_rows > 0 ? std::min<int64_t>(a.chunk.logit_rows, R) : R;
@@ -106,10 +112,10 @@ void carve(BackwardBuffers& g, SlabCarver& k, const TpShard& s, const tp::Sequen
   g.dresidual2 = k.take(SP * Rl * C);
   g.partial = k.take(SP * R * C);
   g.datty = k.take(R * s.attn);
-  g.dmlp = k.take(s.cfg.swiglu() ? MoeSizes(s.cfg, R).mlp_rows * s.fc : 0);
+  g.dmlp = k.take(s.cfg.swiglu() ? MoeSizes(s, R).mlp_rows * s.fc : 0);
   g.delta = k.take(B * s.heads * T);
   g.qk_sums = k.take(s.cfg.qk_norm_kind() == QkNorm::kWhole ? 2 * R : 0);
-  const MoeSizes moe(s.cfg, R);
+  const MoeSizes moe(s, R);
   g.moe_dout = k.take(moe.E > 0 ? R * C : 0);
   g.moe_dy = k.take(moe.slots * C);
   g.dgates = k.take(moe.slots);
@@ -120,8 +126,8 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   const int64_t R = w.seq.rows, Rl = w.seq.local_rows, C = s.cfg.channels, L = w.chunk.layers;
   const int64_t K = w.chunk.recompute ? L : 0;  // blocks whose activations W must keep itself
   const int64_t M = s.cfg.rms_norm() ? 0 : 1;   // RMSNorm keeps no mean
-  const MoeSizes moe(s.cfg, R);
-  w.dout = k.take(L * std::max(R, moe.slots) * C);
+  const MoeSizes moe(s, R);
+  w.dout = k.take(L * std::max(R, moe.mlp_rows) * C);
   w.dfch = k.take(L * moe.mlp_rows * s.mlp_in);
   w.drouter = k.take(L * R * moe.E);
   w.dln2 = k.take(L * Rl * C);
@@ -141,7 +147,7 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.ln2_rstd = k.take(K * Rl);
   w.fch_gelu = k.take(K * moe.mlp_rows * s.fc);
   w.mlp_out = k.take(post * K * Rl * C);
-  w.moe_in = k.take(K * moe.slots * C);
+  w.moe_in = k.take(K * moe.mlp_rows * C);
   w.dlnf = k.take(w.chunk.head ? Rl * C : 0);
   w.dembed = k.take(w.chunk.embedding ? R * C : 0);
 }
@@ -217,8 +223,8 @@ Activations Activations::allocate(const TpShard& shard, const ChunkPieces& chunk
   if (positions) a.positions = *positions;
   bind_slab(a, "mpf::activations");
   if (a.cfg.moe() && !chunk.recompute) {
-    a.moe_host_counts = Kokkos::View<int64_t*, HostSpace>("mpf::moe_host_counts",
-                                                          int64_t(chunk.layers) * a.cfg.experts);
+    a.moe_host_counts = Kokkos::View<int64_t*, HostSpace>(
+        "mpf::moe_host_counts", int64_t(chunk.layers) * 2 * a.cfg.experts);
   }
   if (a.cfg.rope()) {
     const GPTConfig& c = a.cfg;
@@ -263,7 +269,7 @@ LayerActivations Activations::layer(int l) const {
   x.ln2 = slice(ln2, l * R * C, R * C);
   x.ln2_mean = slice(ln2_mean, l * Rl * M, Rl * M);
   x.ln2_rstd = slice(ln2_rstd, l * Rl, Rl);
-  const MoeSizes moe(cfg, R);
+  const MoeSizes moe(shard, R);
   const int64_t MR = moe.mlp_rows;
   x.fch = slice(fch, l * MR * shard.mlp_in, MR * shard.mlp_in);
   x.fch_gelu = slice(fch_gelu, l * MR * shard.fc, MR * shard.fc);
@@ -271,15 +277,19 @@ LayerActivations Activations::layer(int l) const {
   x.router_probs = slice(router_probs, l * R * moe.E, R * moe.E);
   x.gates = slice(gates, l * moe.slots, moe.slots);
   x.moe_stats = slice(moe_stats, l * 2 * B * moe.E, 2 * B * moe.E);
-  x.moe_in = slice(moe_in, l * moe.slots * C, moe.slots * C);
-  x.moe_out = moe_out;
+  x.moe_in = slice(moe_in, l * MR * C, MR * C);
+  x.moe_out = slice(moe_out, l * moe.slots * C, moe.slots * C);
+  x.moe_scratch = moe_scratch;
   if (moe.E > 0) {
     const int64_t base = l * moe.ints();
     x.moe.choice = ints(moe_ints, base);
     x.moe.order = ints(moe_ints, base + moe.slots);
     x.moe.where = ints(moe_ints, base + 2 * moe.slots);
     x.moe.counts = ints(moe_ints, base + 3 * moe.slots);
-    x.moe.host_counts = moe_host_counts.data() ? moe_host_counts.data() + l * moe.E : nullptr;
+    if (moe_host_counts.data()) {
+      x.moe.host_counts = moe_host_counts.data() + l * 2 * moe.E;
+      x.moe.host_received = x.moe.host_counts + moe.E;
+    }
   }
   x.moe.seqs = B;
   x.moe.seq_len = int64_t(T) * (ring ? ring->ranks() : 1);
@@ -362,8 +372,8 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   const int64_t C = shard.cfg.channels, R = seq.rows, Rl = seq.local_rows;
   const int64_t M = shard.cfg.rms_norm() ? 0 : 1;
   BlockWeightInputs x;
-  const MoeSizes moe(shard.cfg, R);
-  const int64_t out_rows = std::max(R, moe.slots);
+  const MoeSizes moe(shard, R);
+  const int64_t out_rows = std::max(R, moe.mlp_rows);
   x.dout = slice(dout, i * out_rows * C, out_rows * C);
   x.dfch = slice(dfch, i * moe.mlp_rows * shard.mlp_in, moe.mlp_rows * shard.mlp_in);
   x.drouter = slice(drouter, i * R * moe.E, R * moe.E);
@@ -388,7 +398,7 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   k.ln2_rstd = slice(ln2_rstd, i * Rl, Rl);
   k.fch_gelu = slice(fch_gelu, i * moe.mlp_rows * shard.fc, moe.mlp_rows * shard.fc);
   k.mlp_out = slice(mlp_out, i * P, P);
-  k.moe_in = slice(moe_in, i * moe.slots * C, moe.slots * C);
+  k.moe_in = slice(moe_in, i * moe.mlp_rows * C, moe.mlp_rows * C);
   return x;
 }
 

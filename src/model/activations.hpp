@@ -56,6 +56,9 @@ struct MoeLayer {
   // (E) the same counts on the host, where the experts' products are launched from: the forward
   // writes them, B reads them (no copy back from the device per block and pass).
   int64_t* host_counts = nullptr;
+  // (EP ranks, local experts) the rows this rank's experts received from each EP rank (with one
+  // EP rank: host_counts).
+  int64_t* host_received = nullptr;
   int seqs = 1;                 // the sequence rows the R tokens make (B)
   int64_t seq_len = 0;          // a whole sequence's tokens (T times the CP ranks)
   MPI_Comm cp = MPI_COMM_NULL;  // the ranks holding the rest of each sequence; null: none
@@ -87,13 +90,16 @@ struct LayerActivations {
   Tensor fch_gelu;   // (B,T,F) GELU's or SwiGLU's output
   Tensor mlp_out;    // (Rl,C) post-norm blocks: the MLP's output before its norm
   Tensor residual3;  // (Rl,C) block output
-  // A mixture of experts (else empty): fch and fch_gelu then hold R·k rows, the (token, slot)
-  // pairs in expert order.
+  // A mixture of experts (else empty). The token side: this rank's R tokens and their R·k
+  // (token, slot) pairs; the expert side: the rows this rank's experts receive, R·k·EP at most
+  // (R·k without EP), by local expert, then by sending EP rank, then in its order. fch and
+  // fch_gelu hold the expert side's rows.
   Tensor router_probs;  // (R,E) the router's probabilities
   Tensor gates;         // (R·k)
   Tensor moe_stats;     // (2,B,E) each sequence row's expert counts and probability sums
-  Tensor moe_in;        // (R·k,C) the experts' inputs, in expert order
-  Tensor moe_out;       // (R·k,C) their outputs (scratch shared by the layers)
+  Tensor moe_in;        // (R·k·EP,C) the experts' inputs
+  Tensor moe_out;       // (R·k,C) the experts' outputs, back on the token side, in expert order
+  Tensor moe_scratch;   // (2·R·k·EP,C) EP only: the dispatch's buffers (shared by the layers)
   MoeLayer moe;
 };
 // A post-norm block (OLMo-2) keeps the same tensors with these meanings: ln1 and ln2 hold the
@@ -124,11 +130,12 @@ struct Activations {
   Tensor ln1, ln1_mean, ln1_rstd, qkv, qk_raw, qk_rstd, atty, lse, attn_out, residual2, ln2,
       ln2_mean, ln2_rstd, fch, fch_gelu, mlp_out, residual3;
   // A mixture of experts' (per layer like the above, but moe_out one scratch), and its integers.
-  Tensor router_probs, gates, moe_stats, moe_in, moe_out;
+  Tensor router_probs, gates, moe_stats, moe_in, moe_out, moe_scratch;
   // The routing's int32 values (MoeLayer's), each 4 bytes of the float slab: the slab's other
   // views never touch them.
   Tensor moe_ints;
-  Kokkos::View<int64_t*, HostSpace> moe_host_counts;  // (L,E) MoeLayer::host_counts
+  // (L,2E) MoeLayer::host_counts and host_received
+  Kokkos::View<int64_t*, HostSpace> moe_host_counts;
   double* moe_aux = nullptr;  // MoeLayer::aux of every layer (ModelStage sets it)
   float* moe_load = nullptr;  // (the stage's blocks, E): MoeLayer::load of its block at its index
   float dloss = 0.0f;         // MoeLayer::dloss (the backward sets it)
@@ -171,8 +178,8 @@ struct BackwardBuffers {
   Tensor dmlp;        // (B,T,F) Llama: the gradient of SwiGLU's output; else empty
   Tensor delta;       // (B,NHl,T) the attention backward's row terms
   Tensor qk_sums;     // (R,2) q/k norms over the whole projection: each row's sums over TP
-  // A mixture of experts: the block output's gradient gathered (R,C), the experts' output
-  // gradients and then their input gradients (R·k,C), the gates' gradients (R·k).
+  // A mixture of experts: the block output's gradient gathered (R,C), the slots' output
+  // gradients and then their input gradients (R·k,C, token side), the gates' gradients (R·k).
   Tensor moe_dout, moe_dy, dgates;
 
   static BackwardBuffers allocate(const TpShard& shard, int B, int T,
@@ -198,9 +205,10 @@ struct BlockWeightInputs {
   // still has the normalised values' gradient; else empty.
   Tensor dqk_normw;
   Tensor dln1;  // (Rl,C) gradient of ln1's output, summed over TP
-  // A mixture of experts: dout and dfch hold R·k rows in expert order (dout the experts' output
-  // gradients, gated), drouter the router logits' gradient (R,E) and counts (E, on the host) B's
-  // expert counts, kept for W (a recomputation may reroute the block's activations meanwhile).
+  // A mixture of experts: dout and dfch hold the expert side's rows (dout the experts' output
+  // gradients, gated), drouter the router logits' gradient (R,E) and counts (local experts, on
+  // the host) the rows of each of this rank's experts in B, kept for W (a recomputation may
+  // reroute the block's activations meanwhile).
   Tensor drouter;
   int64_t* counts = nullptr;
   // --recompute only (else empty): ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2,

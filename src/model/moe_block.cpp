@@ -1,8 +1,10 @@
 #include "model/moe_block.hpp"
 
+#include <mpi.h>
 #include <algorithm>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "model/block_parts.hpp"
 #include "model/layers/linear.hpp"
@@ -19,17 +21,17 @@ MoeShape moe_shape(const LayerActivations& a, const TpShard& s, int64_t R) {
   return {R, a.moe.seqs, cfg.experts, cfg.experts_per_token, cfg.moe_renormalize};
 }
 
-// f(e, first, n) for each of the E experts with rows: its n rows from `first` in expert order.
+// f(e, first, n) for each of n_experts experts with rows: its n rows from `first` in order.
 template <class F>
-void for_each_expert(const int64_t* counts, int E, F&& f) {
+void for_each_expert(const int64_t* counts, int n_experts, F&& f) {
   int64_t first = 0;
-  for (int e = 0; e < E; ++e) {
+  for (int e = 0; e < n_experts; ++e) {
     if (counts[e] > 0) f(e, first, counts[e]);
     first += counts[e];
   }
 }
 
-// Expert e's slices of the (E, 2F_l, C) and (E, C, F_l) weights (or their gradients).
+// Local expert e's slices of the (El, 2F_l, C) and (El, C, F_l) weights (or their gradients).
 Tensor expert_fcw(const LayerParameters& p, const TpShard& s, int e) {
   const int64_t n = int64_t(s.mlp_in) * s.cfg.channels;
   return Tensor(p.fcw.data() + e * n, n);
@@ -37,6 +39,104 @@ Tensor expert_fcw(const LayerParameters& p, const TpShard& s, int e) {
 Tensor expert_fcprojw(const LayerParameters& p, const TpShard& s, int e) {
   const int64_t n = int64_t(s.cfg.channels) * s.fc;
   return Tensor(p.fcprojw.data() + e * n, n);
+}
+
+// The expert-parallel dispatch (Megatron-LM's all-to-all token dispatcher in MPI terms): the
+// token side holds its slots sorted by expert, so the rows for EP rank r (experts
+// [r·El, (r+1)·El)) are one stretch; MPI_Alltoallv delivers them by sending rank, and the expert
+// side reorders them by (local expert, sending rank, its order), which fixes each expert's
+// product and sums whatever the timing. The way back mirrors it.
+struct Dispatch {
+  int ranks = 1, local = 0;           // EP ranks, experts per rank
+  const int64_t* sent = nullptr;      // (E) slots per expert on the token side
+  const int64_t* received = nullptr;  // (ranks, local) rows from each rank for each local expert
+  MPI_Comm comm = MPI_COMM_NULL;
+
+  int64_t sent_to(int r) const {
+    int64_t n = 0;
+    for (int j = 0; j < local; ++j) n += sent[r * local + j];
+    return n;
+  }
+  int64_t received_from(int r) const {
+    int64_t n = 0;
+    for (int j = 0; j < local; ++j) n += received[r * local + j];
+    return n;
+  }
+  // Rows of each local expert over all sending ranks.
+  std::vector<int64_t> expert_rows() const {
+    std::vector<int64_t> n(size_t(local), 0);
+    for (int r = 0; r < ranks; ++r)
+      for (int j = 0; j < local; ++j) n[size_t(j)] += received[r * local + j];
+    return n;
+  }
+  int64_t total_received() const {
+    int64_t n = 0;
+    for (int r = 0; r < ranks; ++r) n += received_from(r);
+    return n;
+  }
+  // Token side to expert side (`out`: the rows as they arrive, by sending rank) or back
+  // (`back`: the token side receives what it sent, in its order).
+  void exchange(Tensor from, Tensor to, int C, bool back) const {
+    std::vector<int64_t> send(static_cast<size_t>(ranks)), recv(static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) {
+      send[size_t(r)] = (back ? received_from(r) : sent_to(r)) * C;
+      recv[size_t(r)] = (back ? sent_to(r) : received_from(r)) * C;
+    }
+    alltoallv(from.data(), send.data(), to.data(), recv.data(), comm);
+  }
+  // Rows by sending rank to rows by local expert (to_experts), or the reverse.
+  void reorder(Tensor to, Tensor from, int C, bool to_experts) const {
+    const std::vector<int64_t> per_expert = expert_rows();
+    std::vector<int64_t> expert_first(size_t(local), 0);
+    for (int j = 1; j < local; ++j)
+      expert_first[size_t(j)] = expert_first[size_t(j - 1)] + per_expert[size_t(j - 1)];
+    int64_t by_rank = 0;
+    for (int r = 0; r < ranks; ++r) {
+      for (int j = 0; j < local; ++j) {
+        const int64_t n = received[r * local + j];
+        if (n > 0) {
+          const int64_t by_expert = expert_first[size_t(j)];
+          const int64_t dst = to_experts ? by_expert : by_rank,
+                        src = to_experts ? by_rank : by_expert;
+          copy_into(rows(to, dst, n, C), from.data() + src * C, n * C);
+        }
+        expert_first[size_t(j)] += n;
+        by_rank += n;
+      }
+    }
+  }
+};
+
+// A block's dispatch from the counts its forward sorted and exchanged.
+Dispatch dispatch_of(const MoeLayer& m, const TpShard& s) {
+  Dispatch d;
+  d.ranks = s.ep_size;
+  d.local = s.experts;
+  d.sent = m.host_counts;
+  d.received = m.host_received;
+  d.comm = s.ep_group;
+  return d;
+}
+
+// The dispatch of a block whose token side has just sorted its slots: with EP, each EP rank
+// learns how many rows each other sends to each of its experts (MPI_Alltoall on the host).
+Dispatch plan_dispatch(const MoeLayer& m, const TpShard& s) {
+  const Dispatch d = dispatch_of(m, s);
+  if (d.ranks == 1) {
+    std::copy(m.host_counts, m.host_counts + s.cfg.experts, m.host_received);
+  } else {
+    MPF_MPI_CHECK(MPI_Alltoall(m.host_counts, d.local, MPI_INT64_T, m.host_received, d.local,
+                               MPI_INT64_T, d.comm));
+  }
+  return d;
+}
+
+// Where a dispatch's rows sit: the rows as sent and as received (EP only).
+Tensor sent_rows(const LayerActivations& a, int64_t n, int C) {
+  return rows(a.moe_scratch, 0, n, C);
+}
+Tensor received_rows(const LayerActivations& a, int64_t n, int C) {
+  return Tensor(a.moe_scratch.data() + a.moe_scratch.extent(0) / 2, n * C);
 }
 }  // namespace
 
@@ -76,17 +176,34 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
           });
     }
   }
-  // Each expert's SwiGLU MLP on its rows, this rank's share of the width.
-  moe_gather(a.moe_in, a.ln2, a.moe.order, C, shape);
-  for_each_expert(counts.data(), E, [&](int e, int64_t first, int64_t n) {
+  // To the experts' ranks (EP), each local expert's SwiGLU MLP on its rows, this rank's share
+  // of the width, and back: moe_out holds each slot's output on the token side, in expert order.
+  const Dispatch d = plan_dispatch(a.moe, s);
+  const bool ep = d.ranks > 1;
+  const int64_t received = d.total_received();
+  if (ep) {
+    const Tensor sent = sent_rows(a, shape.slots(), C), arrived = received_rows(a, received, C);
+    moe_gather(sent, a.ln2, a.moe.order, C, shape);
+    d.exchange(sent, arrived, C, /*back=*/false);
+    d.reorder(a.moe_in, arrived, C, /*to_experts=*/true);
+  } else {
+    moe_gather(a.moe_in, a.ln2, a.moe.order, C, shape);
+  }
+  const Tensor y = ep ? sent_rows(a, received, C) : a.moe_out;
+  const std::vector<int64_t> per_expert = d.expert_rows();
+  for_each_expert(per_expert.data(), d.local, [&](int e, int64_t first, int64_t n) {
     const Tensor fch = rows(a.fch, first, n, s.mlp_in);
     const Tensor h = rows(a.fch_gelu, first, n, s.fc);
     linear_forward(fch, none, rows(a.moe_in, first, n, C), expert_fcw(p, s, e), none, n, C,
                    s.mlp_in);
     swiglu_forward(h, fch, n, s.fc);
-    linear_forward(rows(a.moe_out, first, n, C), none, h, expert_fcprojw(p, s, e), none, n, s.fc,
-                   C);
+    linear_forward(rows(y, first, n, C), none, h, expert_fcprojw(p, s, e), none, n, s.fc, C);
   });
+  if (ep) {
+    const Tensor arrived = received_rows(a, received, C);
+    d.reorder(arrived, y, C, /*to_experts=*/false);
+    d.exchange(arrived, a.moe_out, C, /*back=*/true);
+  }
   // The gated outputs, a token's slots in order, join the residual leaving the region.
   const Tensor sum = seq.on ? partial : out;
   seed_rows(sum, residual, none, seq, s.rank, C);
@@ -109,27 +226,43 @@ void moe_mlp_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Te
   } else {
     copy_into(g, dout.data(), R * C);
   }
-  const int64_t* counts = a.moe.host_counts;
-  std::copy(counts, counts + E, w.counts);  // for W: a recomputation may reroute a.moe meanwhile
-  // Each slot's output gradient, ungated; the gates' gradients Σ_f dh·h (summed over TP: h is
-  // split); then the gated gradients the experts see.
+  // The experts' rows as the forward dispatched them (its counts; no new exchange of counts).
+  const Dispatch d = dispatch_of(a.moe, s);
+  const bool ep = d.ranks > 1;
+  const int64_t received = d.total_received();
+  const std::vector<int64_t> per_expert = d.expert_rows();
+  std::copy(per_expert.begin(), per_expert.end(), w.counts);  // for W: a recomputation may
+                                                              // reroute a.moe meanwhile
+  // Each slot's output gradient; the gates' gradients, dy · y (summed over TP: y is a partial
+  // sum over the expert width); the gated gradients go to the experts.
   const Tensor dy = buf.moe_dy;
   moe_gather(dy, g, a.moe.order, C, shape);
-  for_each_expert(counts, E, [&](int e, int64_t first, int64_t n) {
-    linear_backward_input(rows(buf.dmlp, first, n, s.fc), rows(dy, first, n, C),
+  moe_gate_grads(buf.dgates, dy, a.moe_out, a.moe.order, C, shape);
+  allreduce_sum(buf.dgates.data(), shape.slots(), tp);
+  moe_scale_rows(dy, a.gates, a.moe.order, C, shape);
+  if (ep) {
+    const Tensor arrived = received_rows(a, received, C);
+    d.exchange(dy, arrived, C, /*back=*/false);
+    d.reorder(w.dout, arrived, C, /*to_experts=*/true);
+  } else {
+    copy_into(w.dout, dy.data(), shape.slots() * C);
+  }
+  for_each_expert(per_expert.data(), d.local, [&](int e, int64_t first, int64_t n) {
+    linear_backward_input(rows(buf.dmlp, first, n, s.fc), rows(w.dout, first, n, C),
                           expert_fcprojw(p, s, e), n, s.fc, C);
   });
-  moe_gate_grads(buf.dgates, buf.dmlp, a.fch_gelu, a.moe.order, s.fc, shape);
-  allreduce_sum(buf.dgates.data(), shape.slots(), tp);
-  moe_scale_rows(buf.dmlp, a.gates, a.moe.order, s.fc, shape);
-  copy_into(w.dout, dy.data(), shape.slots() * C);
-  moe_scale_rows(w.dout, a.gates, a.moe.order, C, shape);
-  swiglu_backward_input(w.dfch, buf.dmlp, a.fch, shape.slots(), s.fc);
-  // The experts' input gradients (into dy, free now), and the router's.
-  for_each_expert(counts, E, [&](int e, int64_t first, int64_t n) {
-    linear_backward_input(rows(dy, first, n, C), rows(w.dfch, first, n, s.mlp_in),
+  swiglu_backward_input(w.dfch, buf.dmlp, a.fch, received, s.fc);
+  // The experts' input gradients, back on the token side in dy (free now), then the router's.
+  const Tensor dx = ep ? sent_rows(a, received, C) : dy;
+  for_each_expert(per_expert.data(), d.local, [&](int e, int64_t first, int64_t n) {
+    linear_backward_input(rows(dx, first, n, C), rows(w.dfch, first, n, s.mlp_in),
                           expert_fcw(p, s, e), n, C, s.mlp_in);
   });
+  if (ep) {
+    const Tensor arrived = received_rows(a, received, C);
+    d.reorder(arrived, dx, C, /*to_experts=*/false);
+    d.exchange(arrived, dy, C, /*back=*/true);
+  }
   // ∂J/∂p_te of the balance loss: (1/B_global) coef E / (k T²) c_e = dloss coef E c_e / (k T).
   const float aux_scale = float(double(a.moe.dloss) * cfg.moe_aux_coef * E /
                                 (double(cfg.experts_per_token) * double(a.moe.seq_len)));
@@ -150,7 +283,7 @@ void moe_mlp_backward_weight(const LayerParameters& g, const BlockWeightInputs& 
   const GPTConfig& cfg = s.cfg;
   const int C = cfg.channels;
   const Tensor none;
-  for_each_expert(w.counts, cfg.experts, [&](int e, int64_t first, int64_t n) {
+  for_each_expert(w.counts, s.experts, [&](int e, int64_t first, int64_t n) {
     linear_backward_weight(expert_fcprojw(g, s, e), none, rows(w.dout, first, n, C),
                            rows(a.fch_gelu, first, n, s.fc), n, s.fc, C);
     linear_backward_weight(expert_fcw(g, s, e), none, rows(w.dfch, first, n, s.mlp_in),

@@ -38,8 +38,25 @@ TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size) {
   s.vocab_padded = size == 1 ? cfg.padded_vocab : pad_vocab(cfg.padded_vocab, 128 * size);
   s.vocab_shard = s.vocab_padded / size;
   s.vocab_begin = rank * s.vocab_shard;
+  s.experts = cfg.experts;
   for (int l = 0; l < cfg.layers; ++l) s.layers.push_back(l);
   return s;
+}
+
+TpShard split_experts(TpShard shard, int rank, int size) {
+  if (size == 1) return shard;
+  const int E = shard.cfg.experts;
+  require(E > 0, "--ep " + std::to_string(size) +
+                     " splits a mixture of experts' experts, and this model has none; use --dp "
+                     "for data parallelism, or a family with experts (--arch mixtral, qwen3_moe, "
+                     "olmoe)");
+  require(E % size == 0, "the model's " + std::to_string(E) + " experts do not split over --ep " +
+                             std::to_string(size) + "; choose an --ep that divides them");
+  shard.ep_rank = rank;
+  shard.ep_size = size;
+  shard.experts = E / size;
+  shard.expert_begin = rank * shard.experts;
+  return shard;
 }
 
 TpShard restrict_to_stage(TpShard shard, std::vector<int> layers, bool embedding, bool head) {
@@ -60,6 +77,11 @@ bool TpShard::holds(TensorId tensor) const {
   const bool embedding = p == TensorPlace::kEmbedding || p == TensorPlace::kTied;
   const bool head = p == TensorPlace::kHead || p == TensorPlace::kTied;
   return (embedding && has_embedding) || (head && has_head);
+}
+
+bool TpShard::is_expert(TensorId tensor) const {
+  return cfg.moe() &&
+         (tensor == TensorId::fcw || tensor == TensorId::fcb || tensor == TensorId::fcprojw);
 }
 
 bool TpShard::is_tied(TensorId tensor) const {
@@ -92,7 +114,7 @@ RowBlockSplits row_block_splits(const TpShard& shard, const TensorSpec& spec) {
     }
   }
   out.count = rows.count;
-  out.repeat = rows.repeat;
+  out.repeat = shard.is_expert(spec.id) ? shard.experts : rows.repeat;  // the experts held here
   return out;
 }
 
@@ -122,6 +144,7 @@ PerTensor<int64_t> TpShard::sizes() const {
     } else {
       n = dim_size(s.rows, cfg) * cols;
       if (s.split != TpSplit::kNone) n /= size;
+      if (is_expert(s.id)) n = n / cfg.experts * experts;
     }
     if (s.per_layer()) n *= local_layers();
   }
@@ -144,6 +167,10 @@ int64_t TpShard::global_index(TensorId tensor, int64_t j) const {
   const int64_t global_layer = dim_size(s.rows, cfg) * row;
   RowBlockSplits blocks;
   int64_t local_layer = s.split == TpSplit::kNone ? global_layer : global_layer / size;
+  // The experts held here start at expert_begin's rows.
+  const bool expert = is_expert(tensor);
+  if (expert) local_layer = local_layer / cfg.experts * experts;
+  const int64_t expert_rows = expert ? dim_size(s.rows, cfg) / cfg.experts * expert_begin : 0;
   if (s.split == TpSplit::kColumn) {
     blocks = row_block_splits(*this, s);
     local_layer = blocks.pattern_local() * blocks.repeat * row;
@@ -154,7 +181,8 @@ int64_t TpShard::global_index(TensorId tensor, int64_t j) const {
     case TpSplit::kColumn: {  // each row block keeps its local rows from its first
       int64_t local_row = k / row;
       // Which repeat of the pattern (an expert's [gate | up]), then which block within it.
-      int64_t block_start = local_row / blocks.pattern_local() * blocks.pattern_rows();
+      int64_t block_start =
+          expert_rows + local_row / blocks.pattern_local() * blocks.pattern_rows();
       local_row %= blocks.pattern_local();
       for (const RowBlockSplit& b : blocks) {
         if (local_row < b.local) {
@@ -168,7 +196,7 @@ int64_t TpShard::global_index(TensorId tensor, int64_t j) const {
     }
     case TpSplit::kRow: {  // every row keeps columns [r·row/T, (r+1)·row/T)
       const int64_t cols = row / size;
-      g = (k / cols) * row + int64_t(rank) * cols + k % cols;
+      g = (expert_rows + k / cols) * row + int64_t(rank) * cols + k % cols;
       break;
     }
     default:

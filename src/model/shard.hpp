@@ -12,6 +12,8 @@
 //   fcprojw      row-parallel: input columns [r·F/T, (r+1)·F/T) (of each expert's C rows)
 //   wte, lmhead  vocab-parallel: rows [r·Vp/T, (r+1)·Vp/T), Vp padded to a multiple of 128·T
 //   the rest     (LayerNorms, RMSNorms, wpe, attprojb, fcprojb, the router) replicated
+// Expert parallelism further splits a mixture of experts' experts (fcw, fcprojw) over the EP
+// ranks, each holding E / EP whole experts (each still split over TP as above).
 // A pipeline stage further holds only its blocks (any set of layers, in order: with V chunks a
 // rank owns V ranges), the embeddings only on the first stage, the final LayerNorm only on the
 // last, and wte on both when it is tied (the last stage's LM head reads it; an untied model's
@@ -52,6 +54,15 @@ struct TpShard {
   int vocab_padded = 0;  // Vp over all ranks (cfg.padded_vocab when T = 1)
   int vocab_shard = 0;   // local rows of wte: vocab_padded / T
   int vocab_begin = 0;   // first global vocabulary row held here
+  // A mixture of experts' experts held here: [expert_begin, expert_begin + experts) of the
+  // cfg.experts (all unless split_experts narrowed them), and this rank's place among the ranks
+  // holding the same experts (its expert-data-parallel rank, 0 for the one that writes them;
+  // set by whoever trains).
+  int ep_rank = 0, ep_size = 1;
+  int experts = 0, expert_begin = 0;
+  int expert_dp_rank = 0;
+  // The EP ranks, which exchange tokens (set by whoever trains; MPI_COMM_NULL without EP).
+  MPI_Comm ep_group = MPI_COMM_NULL;
   // Pipeline stage (the whole model unless restrict_to_stage narrowed it):
   std::vector<int> layers;    // global index of each local block, ascending
   bool has_embedding = true;  // wte and wpe (first stage)
@@ -70,7 +81,9 @@ struct TpShard {
     if (!cfg.qk_norm()) return 0;
     return cfg.qk_norm_kind() == QkNorm::kPerHead ? 2 * head_size : attn + kv;
   }
-  bool holds(TensorId tensor) const;    // does this stage hold any of the tensor?
+  bool holds(TensorId tensor) const;  // does this stage hold any of the tensor?
+  // Is the tensor one of the experts' (split over EP; its gradients summed over expert DP)?
+  bool is_expert(TensorId tensor) const;
   bool is_tied(TensorId tensor) const;  // held by the embedding and the head both (tied wte)
   // A tied tensor's copy on a stage without the embedding (the LM head's): the first stage's copy
   // is the one checkpoints write and the gradient norm counts.
@@ -110,6 +123,9 @@ RowBlockSplits row_block_splits(const TpShard& shard, const TensorSpec& spec);
 // Throws InputError when the heads (hence the channels and the MLP width) do not divide over the
 // tp ranks, or the kv heads neither divide over them nor are shared by whole groups of them.
 TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size);
+// The same shard with its experts split over `size` EP ranks (this one `rank`); throws InputError
+// when they do not divide.
+TpShard split_experts(TpShard shard, int rank, int size);
 // The same TP shard narrowed to one pipeline stage: `layers` (global, ascending, non-empty unless
 // the stage is only embedding or head) and the edge pieces it holds.
 TpShard restrict_to_stage(TpShard shard, std::vector<int> layers, bool embedding, bool head);

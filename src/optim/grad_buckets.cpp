@@ -29,14 +29,19 @@ int DataParallelGrads::part_index(ModelPart part) const {
 }
 
 DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& shard, MPI_Comm dp,
-                                     int64_t bucket_elems, bool zero, bool tied_wte)
+                                     int64_t bucket_elems, bool zero, bool tied_wte,
+                                     MPI_Comm expert_dp)
     : dp_(dp),
+      expert_dp_(expert_dp == MPI_COMM_NULL ? dp : expert_dp),
       blocks_(shard.local_layers()),
       zero_(zero),
       grads_(grads.slab.data()),
       layout_(grads.layout) {
   MPI_Comm_size(dp, &ranks_);
   MPI_Comm_rank(dp, &rank_);
+  MPI_Comm_size(expert_dp_, &expert_ranks_);
+  MPI_Comm_rank(expert_dp_, &expert_rank_);
+  const bool split_experts = expert_dp != MPI_COMM_NULL;
   const int64_t padded = int64_t(grads.slab.extent(0));
   if (padded % ranks_ != 0) MPF_FATAL("gradient slab not padded to a multiple of the DP size");
   const int head = part_index({ModelPart::Kind::kHead}),
@@ -64,29 +69,54 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
   // elements it takes from the next piece only make this bucket wait for that piece's part too, and
   // the next piece in slab order is a later block, whose W runs earlier. At most INT_MAX / 2
   // elements per collective.
+  // Under EP a bucket never crosses between the experts' pieces and the rest: it ends exactly
+  // where the kind changes (kind_end, the end of the run of pieces of one kind; the padding is
+  // the last run's).
+  auto is_experts = [&](size_t k) { return split_experts && shard.is_expert(pieces[k].tensor); };
+  std::vector<int64_t> kind_end(pieces.size(), padded);
+  for (size_t k = pieces.size(); k-- > 0;) {
+    if (k + 1 < pieces.size() && is_experts(k) == is_experts(k + 1)) {
+      kind_end[k] = kind_end[k + 1];
+    } else if (k + 1 < pieces.size()) {
+      kind_end[k] = pieces[k].offset + pieces[k].length;
+    }
+  }
   const int64_t max_len = (INT_MAX / 2) / ranks_ * ranks_;
   const int64_t target = std::max<int64_t>(bucket_elems, 1);
   int64_t begin = 0;
-  auto cut = [&](int64_t end) {
-    end = std::min(round_up(end, ranks_), padded);
+  auto cut = [&](int64_t end, int64_t limit, bool experts) {
+    end = std::min(round_up(end, ranks_), limit);
     if (end <= begin) return;
     GradBucket b;
     b.begin = begin;
     b.end = end;
+    b.experts = experts;
     buckets_.push_back(b);
     begin = end;
   };
   for (size_t k = 0; k < pieces.size(); ++k) {
     const SlabPiece& p = pieces[k];
     const int64_t end = p.offset + p.length;
-    while (end - begin > max_len) cut(begin + max_len);
+    while (end - begin > max_len) cut(begin + max_len, kind_end[k], is_experts(k));
     const bool last = k + 1 == pieces.size();
     const bool boundary = last || parts_of[k + 1] != parts_of[k];
     const bool edge_to_blocks = !last && (p.block < 0) != (pieces[k + 1].block < 0);
     const bool tied_sum = shard.is_tied(p.tensor) && tied_wte;
-    if (boundary && (end - begin >= target || edge_to_blocks || tied_sum)) cut(end);
+    const bool kind_changes = !last && is_experts(k) != is_experts(k + 1);
+    if (kind_changes || (boundary && (end - begin >= target || edge_to_blocks || tied_sum)))
+      cut(end, kind_end[k], is_experts(k));
   }
-  cut(padded);
+  cut(padded, padded, false);
+  // Each rank's part of each bucket: even when it divides, else one more on the first ranks.
+  for (GradBucket& b : buckets_) {
+    const int ranks = b.experts ? expert_ranks_ : ranks_;
+    const int64_t n = b.end - b.begin;
+    for (int r = 0, at = 0; r < ranks; ++r) {
+      b.counts.push_back(int(n / ranks + (r < n % ranks ? 1 : 0)));
+      b.displs.push_back(at);
+      at += b.counts.back();
+    }
+  }
 
   // Each bucket's parts, the buckets each part releases, and the ZeRO shard offsets.
   buckets_of_part_.resize(size_t(tied_sum_index() + 1));
@@ -95,7 +125,7 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
   for (size_t i = 0; i < buckets_.size(); ++i) {
     GradBucket& b = buckets_[i];
     b.shard_offset = shard_elems;
-    shard_elems += (b.end - b.begin) / ranks_;
+    shard_elems += b.counts[size_t(rank_in(b))];
     while (first_piece < pieces.size() &&
            pieces[first_piece].offset + pieces[first_piece].length <= b.begin)
       ++first_piece;
@@ -113,7 +143,7 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
   requests_.assign(buckets_.size(), MPI_REQUEST_NULL);
   started_.assign(buckets_.size(), false);
   if (zero_) shard_ = Slab("mpf::zero::grad_shard", shard_elems);
-  if (staged() && (ranks_ > 1 || zero_)) {
+  if (staged() && (ranks_ > 1 || expert_ranks_ > 1 || zero_)) {
     host_slab_ = Kokkos::View<float*, PinnedSpace>("mpf::dp::host_slab", padded);
     if (zero_) host_shard_ = Kokkos::View<float*, PinnedSpace>("mpf::dp::host_shard", shard_elems);
   }
@@ -129,7 +159,8 @@ void DataParallelGrads::start(size_t i) {
   const GradBucket& b = buckets_[i];
   const int n = static_cast<int>(b.end - b.begin);
   started_[i] = true;
-  if (ranks_ == 1 && !zero_) return;  // nothing to sum
+  const int ranks = int(b.counts.size());
+  if (ranks == 1 && !zero_) return;  // nothing to sum
   float* grads = grads_;
   float* shard = shard_.data();
   if (host_slab_.data()) {
@@ -138,12 +169,15 @@ void DataParallelGrads::start(size_t i) {
     copy_to_host(grads + b.begin, grads_ + b.begin, size_t(n) * sizeof(float),
                  "d2h dp gradients (staged)");
   }
-  if (zero_) {
-    MPF_MPI_CHECK(MPI_Ireduce_scatter_block(grads + b.begin, shard + b.shard_offset, n / ranks_,
-                                            MPI_FLOAT, MPI_SUM, dp_, &requests_[i]));
+  if (zero_ && n % ranks == 0) {
+    MPF_MPI_CHECK(MPI_Ireduce_scatter_block(grads + b.begin, shard + b.shard_offset, n / ranks,
+                                            MPI_FLOAT, MPI_SUM, comm(b), &requests_[i]));
+  } else if (zero_) {
+    MPF_MPI_CHECK(MPI_Ireduce_scatter(grads + b.begin, shard + b.shard_offset, b.counts.data(),
+                                      MPI_FLOAT, MPI_SUM, comm(b), &requests_[i]));
   } else {
-    MPF_MPI_CHECK(
-        MPI_Iallreduce(MPI_IN_PLACE, grads + b.begin, n, MPI_FLOAT, MPI_SUM, dp_, &requests_[i]));
+    MPF_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, grads + b.begin, n, MPI_FLOAT, MPI_SUM, comm(b),
+                                 &requests_[i]));
   }
 }
 
@@ -179,8 +213,18 @@ void DataParallelGrads::finish() {
     copy_from_host(shard_.data(), host_shard_.data(), host_shard_.extent(0) * sizeof(float),
                    "h2d dp gradients (staged)");
   } else if (host_slab_.data()) {
-    copy_from_host(grads_, host_slab_.data(), host_slab_.extent(0) * sizeof(float),
-                   "h2d dp gradients (staged)");
+    // The summed buckets come back, as one copy per stretch of them: under EP a bucket whose
+    // group is one rank was never sent.
+    for (size_t i = 0; i < buckets_.size();) {
+      size_t j = i;
+      while (j < buckets_.size() && buckets_[j].counts.size() > 1) ++j;
+      if (j > i) {
+        const int64_t begin = buckets_[i].begin, end = buckets_[j - 1].end;
+        copy_from_host(grads_ + begin, host_slab_.data() + begin,
+                       size_t(end - begin) * sizeof(float), "h2d dp gradients (staged)");
+      }
+      i = j + 1;
+    }
   }
   std::fill(started_.begin(), started_.end(), false);
   for (size_t i = 0; i < buckets_.size(); ++i) waiting_[i] = int(buckets_[i].parts.size());
@@ -191,8 +235,8 @@ std::vector<OptimizerSegment> DataParallelGrads::zero_segments() const {
   // (a segment lies in one tensor); the padding after the last piece holds no parameter.
   std::vector<OptimizerSegment> out;
   for (const GradBucket& b : buckets_) {
-    const int64_t part = (b.end - b.begin) / ranks_;
-    const int64_t p0 = b.begin + rank_ * part, p1 = std::min(p0 + part, layout_.count());
+    const size_t r = size_t(rank_in(b));
+    const int64_t p0 = b.begin + b.displs[r], p1 = std::min(p0 + b.counts[r], layout_.count());
     for (int64_t lo = p0; lo < p1;) {
       const SlabPiece& piece = layout_.piece_at(lo);
       const int64_t hi = std::min(p1, piece.offset + piece.length);
@@ -212,14 +256,15 @@ void DataParallelGrads::allgather_params(float* params) {
   std::vector<MPI_Request> gathers(buckets_.size(), MPI_REQUEST_NULL);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const GradBucket& b = buckets_[i];
-    const int part = static_cast<int>((b.end - b.begin) / ranks_);
+    const size_t r = size_t(rank_in(b));
     if (host_slab_.data()) {
-      const int64_t mine = b.begin + int64_t(rank_) * part;
-      copy_to_host(gathered + mine, params + mine, size_t(part) * sizeof(float),
+      const int64_t mine = b.begin + b.displs[r];
+      copy_to_host(gathered + mine, params + mine, size_t(b.counts[r]) * sizeof(float),
                    "d2h zero parameters (staged)");
     }
-    MPF_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gathered + b.begin, part,
-                                 MPI_FLOAT, dp_, &gathers[i]));
+    MPF_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gathered + b.begin,
+                                  b.counts.data(), b.displs.data(), MPI_FLOAT, comm(b),
+                                  &gathers[i]));
   }
   MPF_MPI_CHECK(MPI_Waitall(int(gathers.size()), gathers.data(), MPI_STATUSES_IGNORE));
   if (host_slab_.data()) {

@@ -14,7 +14,12 @@
 // ZeRO-1:   MPI_Ireduce_scatter_block: rank d keeps the sum of the d-th 1/D of every bucket in a
 //           shard buffer, updates only those parameters (optimizer state 1/D), and the buckets'
 //           parameters are then all-gathered.
-// Bucket lengths are multiples of D (the slabs are padded to a multiple of D for that).
+// Bucket lengths are multiples of D (the slabs are padded to a multiple of D for that), except
+// under expert parallelism: the experts' gradients are summed (and ZeRO-sharded) over the
+// expert-data-parallel group instead, so buckets are cut exactly where the slab passes between
+// experts' pieces and the rest, each bucket reduced over its own group, and a bucket that does
+// not divide evenly gives its first ranks one element more (MPI_Ireduce_scatter and
+// MPI_Iallgatherv with counts).
 //
 // The ranks of a DP group run the same stage program, so they finish parts in the same order and
 // start the buckets' collectives in the same order, as MPI requires.
@@ -36,9 +41,12 @@
 namespace mpf {
 
 struct GradBucket {
-  int64_t begin = 0, end = 0;  // slab range; end - begin is a multiple of D
+  int64_t begin = 0, end = 0;  // slab range
   std::vector<int> parts;      // the parts (DataParallelGrads::part_index) writing its elements
   int64_t shard_offset = 0;    // ZeRO: where this rank's part of the bucket sits in the shard
+  bool experts = false;        // the experts' gradients: reduced over the expert-DP group
+  // The bucket's part on each rank of its group (ZeRO's shards, in rank order).
+  std::vector<int> counts, displs;
 };
 
 class DataParallelGrads {
@@ -46,8 +54,11 @@ class DataParallelGrads {
   // grads: the gradient slab (padded to a multiple of dp size) of `shard`'s parameters;
   // bucket_elems: target bucket size; tied_wte: wte's gradient is completed over the embedding
   // group after the schedule (pipeline stages), tied_sum_done() says when.
+  // expert_dp: the group the experts' gradients are summed over under EP (MPI_COMM_NULL: dp,
+  // like the rest).
   DataParallelGrads(const Parameters& grads, const TpShard& shard, MPI_Comm dp,
-                    int64_t bucket_elems, bool zero, bool tied_wte = false);
+                    int64_t bucket_elems, bool zero, bool tied_wte = false,
+                    MPI_Comm expert_dp = MPI_COMM_NULL);
   ~DataParallelGrads();
   DataParallelGrads(const DataParallelGrads&) = delete;
   DataParallelGrads& operator=(const DataParallelGrads&) = delete;
@@ -78,9 +89,12 @@ class DataParallelGrads {
  private:
   void part_done(int part);
   void start(size_t b);
+  // A bucket's group, its size and this rank's place in it.
+  MPI_Comm comm(const GradBucket& b) const { return b.experts ? expert_dp_ : dp_; }
+  int rank_in(const GradBucket& b) const { return b.experts ? expert_rank_ : rank_; }
 
-  MPI_Comm dp_;
-  int ranks_ = 1, rank_ = 0, blocks_ = 0;
+  MPI_Comm dp_, expert_dp_;
+  int ranks_ = 1, rank_ = 0, expert_ranks_ = 1, expert_rank_ = 0, blocks_ = 0;
   bool zero_ = false;
   float* grads_ = nullptr;
   SlabLayout layout_;

@@ -5,20 +5,26 @@
 
 namespace mpf {
 
-SumOfSquares::SumOfSquares() : total_("mpf::grad_norm::total", 1) {}
+SumOfSquares::SumOfSquares(int sums) : total_("mpf::grad_norm::total", sums) {}
 
 void SumOfSquares::reset() {
   Kokkos::deep_copy(ExecSpace(), total_, 0.0);
 }
 
-void SumOfSquares::add(const float* g, int64_t n) {
+void SumOfSquares::add(const float* g, int64_t n, int sum) {
   sum_into(
       "mpf::sum_of_squares", n, KOKKOS_LAMBDA(int64_t i) { return double(g[i]) * double(g[i]); },
-      total_.data());
+      total_.data() + sum);
 }
 
 double SumOfSquares::read() const {
-  return read_to_host(total_.data(), "d2h gradient norm");
+  return read_all()[0];
+}
+
+std::vector<double> SumOfSquares::read_all() const {
+  std::vector<double> out(total_.extent(0));
+  copy_to_host(out.data(), total_.data(), out.size() * sizeof(double), "d2h gradient norm");
+  return out;
 }
 
 double sum_of_squares(const float* g, int64_t n) {

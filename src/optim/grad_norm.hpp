@@ -3,6 +3,8 @@
 // scaled by clip/(norm + 1e-6) when that is below 1. The scale is applied inside AdamW.
 #pragma once
 
+#include <vector>
+
 #include "core/types.hpp"
 
 namespace mpf {
@@ -12,12 +14,16 @@ namespace mpf {
 // one read a step, however many pieces.
 class SumOfSquares {
  public:
-  SumOfSquares();
-  // Starts a new sum (0).
+  // sums: separate sums kept side by side (a mixture of experts' experts and the rest), read
+  // together.
+  explicit SumOfSquares(int sums = 1);
+  // Starts new sums (0).
   void reset();
-  void add(const float* g, int64_t n);
-  // The sum so far, on the host (counted by --profile as "d2h gradient norm").
+  void add(const float* g, int64_t n, int sum = 0);
+  // The first sum so far, on the host (counted by --profile as "d2h gradient norm").
   double read() const;
+  // Every sum, in one read.
+  std::vector<double> read_all() const;
 
  private:
   Kokkos::View<double*, MemSpace> total_;  // one element

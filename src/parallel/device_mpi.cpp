@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <sstream>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/transfer.hpp"
@@ -171,6 +172,33 @@ void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Com
   stage_out(buf, send, int64_t(size) * count);
   MPF_MPI_CHECK(MPI_Reduce_scatter_block(buf, mine, c, MPI_FLOAT, MPI_SUM, comm));
   stage_in(recv, mine, count);
+}
+
+void alltoallv(const float* send, const int64_t* send_counts, float* recv,
+               const int64_t* recv_counts, MPI_Comm comm) {
+  const int size = size_of(comm);
+  const size_t n = static_cast<size_t>(size);
+  std::vector<int> sc(n), sd(n), rc(n), rd(n);
+  int64_t sent = 0, received = 0;
+  for (int r = 0; r < size; ++r) {
+    sc[size_t(r)] = count_of(send_counts[r]);
+    rc[size_t(r)] = count_of(recv_counts[r]);
+    sd[size_t(r)] = count_of(sent);
+    rd[size_t(r)] = count_of(received);
+    sent += send_counts[r];
+    received += recv_counts[r];
+  }
+  if (!staged()) {
+    Kokkos::fence();
+    MPF_MPI_CHECK(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(),
+                                MPI_FLOAT, comm));
+    return;
+  }
+  float* buf = staging_buffer(sent + received);
+  stage_out(buf, send, sent);
+  MPF_MPI_CHECK(MPI_Alltoallv(buf, sc.data(), sd.data(), MPI_FLOAT, buf + sent, rc.data(),
+                              rd.data(), MPI_FLOAT, comm));
+  stage_in(recv, buf + sent, received);
 }
 
 }  // namespace mpf

@@ -51,4 +51,9 @@ void allgather(const float* send, float* recv, int64_t count, MPI_Comm comm);
 // recv (count) = the sum over ranks of their send[rank · count, (rank + 1) · count).
 void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Comm comm);
 
+// Every rank sends send_counts[r] floats to rank r, from consecutive stretches of `send`, and
+// receives recv_counts[r] from rank r into consecutive stretches of `recv` (MPI_Alltoallv).
+void alltoallv(const float* send, const int64_t* send_counts, float* recv,
+               const int64_t* recv_counts, MPI_Comm comm);
+
 }  // namespace mpf

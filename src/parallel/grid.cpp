@@ -8,12 +8,12 @@
 
 namespace mpf {
 
-Grid::Grid(MPI_Comm world, int tp, int pp, int dp, int cp) : world_(world) {
+Grid::Grid(MPI_Comm world, int tp, int pp, int dp, int cp, int ep) : world_(world) {
   int size = 0;
   MPI_Comm_rank(world, &world_rank_);
   MPI_Comm_size(world, &size);
-  require(tp > 0 && pp > 0 && cp > 0 && dp >= 0,
-          "--tp, --cp and --pp must be positive and --dp non-negative");
+  require(tp > 0 && pp > 0 && cp > 0 && ep > 0 && dp >= 0,
+          "--tp, --cp, --ep and --pp must be positive and --dp non-negative");
   const std::string model_axes = "tp " + std::to_string(tp) +
                                  (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) +
                                  " x pp " + std::to_string(pp);
@@ -29,6 +29,11 @@ Grid::Grid(MPI_Comm world, int tp, int pp, int dp, int cp) : world_(world) {
               std::to_string(dp) + " x pp " + std::to_string(pp) + " needs " +
               std::to_string(tp * cp * pp * dp) + " ranks, but " + std::to_string(size) +
               " were launched; change the layout or mpiexec -n");
+  require(dp % ep == 0, "--ep " + std::to_string(ep) + " does not divide the " +
+                            std::to_string(dp) +
+                            " data-parallel ranks it is carved out of; choose an --ep that "
+                            "divides dp (world / (tp*cp*pp))");
+  ep_size_ = ep;
   tp_size_ = tp;
   cp_size_ = cp;
   dp_size_ = dp;
@@ -48,14 +53,21 @@ Grid::Grid(MPI_Comm world, int tp, int pp, int dp, int cp) : world_(world) {
   MPF_MPI_CHECK(MPI_Comm_split(world, others_of_dp, dp_rank_, &dp_comm_));
   MPF_MPI_CHECK(MPI_Comm_split(world, tp_rank_ + tp * pp_rank_, dp_cp_rank(), &dp_cp_comm_));
   MPF_MPI_CHECK(MPI_Comm_split(world, others_of_pp, pp_rank_, &pp_comm_));
+  // EP: the consecutive DP ranks dp / ep of one (tp, cp, pp); expert DP: the same ep rank.
+  const int ep_rank = dp_rank_ % ep, ep_group = dp_rank_ / ep;
+  MPF_MPI_CHECK(MPI_Comm_split(world,
+                               tp_rank_ + tp * (cp_rank_ + cp * (ep_group + (dp / ep) * pp_rank_)),
+                               ep_rank, &ep_comm_));
+  MPF_MPI_CHECK(MPI_Comm_split(world, tp_rank_ + tp * (ep_rank + ep * pp_rank_),
+                               expert_dp_cp_rank(), &expert_dp_cp_comm_));
   const bool holds_embedding = pp_is_first_stage() || pp_is_last_stage();
   MPF_MPI_CHECK(MPI_Comm_split(world, holds_embedding ? others_of_pp : MPI_UNDEFINED, pp_rank_,
                                &embedding_comm_));
 }
 
 Grid::~Grid() {
-  for (MPI_Comm* c :
-       {&tp_comm_, &cp_comm_, &dp_comm_, &dp_cp_comm_, &pp_comm_, &embedding_comm_, &kv_group_}) {
+  for (MPI_Comm* c : {&tp_comm_, &cp_comm_, &dp_comm_, &dp_cp_comm_, &pp_comm_, &embedding_comm_,
+                      &kv_group_, &ep_comm_, &expert_dp_cp_comm_}) {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   }
 }
@@ -69,12 +81,14 @@ MPI_Comm Grid::kv_group(int replicas) {
 
 std::string Grid::describe() const {
   char buf[128];
+  const std::string dp = std::to_string(dp_size_) +
+                         (ep_size_ > 1 ? " (ep " + std::to_string(ep_size_) + ")" : std::string());
   if (cp_size_ > 1) {
-    std::snprintf(buf, sizeof buf, "world %d = tp %d x cp %d x dp %d x pp %d (tp fastest)",
-                  world_size(), tp_size_, cp_size_, dp_size_, pp_size_);
+    std::snprintf(buf, sizeof buf, "world %d = tp %d x cp %d x dp %s x pp %d (tp fastest)",
+                  world_size(), tp_size_, cp_size_, dp.c_str(), pp_size_);
   } else {
-    std::snprintf(buf, sizeof buf, "world %d = tp %d x dp %d x pp %d (tp fastest)", world_size(),
-                  tp_size_, dp_size_, pp_size_);
+    std::snprintf(buf, sizeof buf, "world %d = tp %d x dp %s x pp %d (tp fastest)", world_size(),
+                  tp_size_, dp.c_str(), pp_size_);
   }
   return buf;
 }

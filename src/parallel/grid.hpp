@@ -21,6 +21,14 @@
 // together (dp_cp_comm, Megatron's data-parallel group "with context parallel"), and ZeRO-1 shards
 // over it; the data's rows are split over DP alone.
 //
+// Expert parallelism (--ep N) is carved out of DP, as Megatron-LM does: N consecutive DP ranks
+// form an EP group (ep rank = dp mod N), whose ranks hold different experts of a mixture of
+// experts and exchange tokens with MPI_Alltoallv; the ranks holding the same experts (same tp,
+// pp and ep rank) are the expert-data-parallel group, dp / N ranks, times CP. The experts'
+// gradients are summed, and ZeRO-1 shards them, over that group; every other gradient over DP x
+// CP as before. With 4 DP ranks and N = 2: EP groups {dp 0, 1} {dp 2, 3}, expert-DP groups
+// {dp 0, 2} {dp 1, 3}.
+//
 // The grid is built once with MPI_Comm_split and passed to whatever communicates. Where the ranks
 // run, and whether a TP group crosses nodes, is parallel/placement.hpp's.
 #pragma once
@@ -45,8 +53,8 @@ inline GridCoords grid_coords(int r, int n_tp, int n_dp, int n_cp = 1) {
 class Grid {
  public:
   // Throws InputError unless the size of `world` is tp·cp·dp·pp (dp = 0 means world /
-  // (tp·cp·pp)).
-  Grid(MPI_Comm world, int tp, int pp, int dp = 0, int cp = 1);
+  // (tp·cp·pp)) and ep divides dp.
+  Grid(MPI_Comm world, int tp, int pp, int dp = 0, int cp = 1, int ep = 1);
   ~Grid();
   Grid(const Grid&) = delete;
   Grid& operator=(const Grid&) = delete;
@@ -59,6 +67,10 @@ class Grid {
   // loss), ordered by cp + n_cp·dp.
   MPI_Comm dp_cp_comm() const { return dp_cp_comm_; }
   MPI_Comm pp_comm() const { return pp_comm_; }
+  // The EP group, ordered by ep rank (one rank without EP), and the ranks holding the same
+  // experts, ordered by cp + n_cp·(dp / ep) (dp_cp's ranks without EP).
+  MPI_Comm ep_comm() const { return ep_comm_; }
+  MPI_Comm expert_dp_cp_comm() const { return expert_dp_cp_comm_; }
   // First and last pipeline stage of the same (tp, dp); MPI_COMM_NULL on the stages between.
   MPI_Comm embedding_comm() const { return embedding_comm_; }
   // The TP ranks that share a replicated kv head (a Llama with fewer kv heads than TP ranks):
@@ -74,6 +86,10 @@ class Grid {
   int dp_size() const { return dp_size_; }
   int cp_rank() const { return cp_rank_; }
   int cp_size() const { return cp_size_; }
+  int ep_rank() const { return dp_rank_ % ep_size_; }
+  int ep_size() const { return ep_size_; }
+  int expert_dp_cp_rank() const { return cp_rank_ + cp_size_ * (dp_rank_ / ep_size_); }
+  int expert_dp_cp_size() const { return cp_size_ * dp_size_ / ep_size_; }
   int dp_cp_rank() const { return cp_rank_ + cp_size_ * dp_rank_; }
   int dp_cp_size() const { return cp_size_ * dp_size_; }
   int pp_rank() const { return pp_rank_; }
@@ -84,14 +100,17 @@ class Grid {
   int pp_next_rank() const { return pp_rank_ + 1; }
   int pp_prev_rank() const { return pp_rank_ - 1; }
 
-  // "world 4 = tp 1 x dp 4 x pp 1 (tp fastest)", with "x cp N" after tp when N > 1;
+  // "world 4 = tp 1 x dp 4 x pp 1 (tp fastest)", with "x cp N" after tp when N > 1 and
+  // "(ep N)" after dp when N > 1;
   // parallel/placement.hpp tabulates the ranks.
   std::string describe() const;
 
  private:
   MPI_Comm world_, tp_comm_ = MPI_COMM_NULL, cp_comm_ = MPI_COMM_NULL, dp_comm_ = MPI_COMM_NULL,
                    dp_cp_comm_ = MPI_COMM_NULL, pp_comm_ = MPI_COMM_NULL,
-                   embedding_comm_ = MPI_COMM_NULL, kv_group_ = MPI_COMM_NULL;
+                   embedding_comm_ = MPI_COMM_NULL, kv_group_ = MPI_COMM_NULL,
+                   ep_comm_ = MPI_COMM_NULL, expert_dp_cp_comm_ = MPI_COMM_NULL;
+  int ep_size_ = 1;
   int world_rank_ = 0, tp_size_ = 1, cp_size_ = 1, dp_size_ = 1, pp_size_ = 1, tp_rank_ = 0,
       cp_rank_ = 0, dp_rank_ = 0, pp_rank_ = 0;
 };

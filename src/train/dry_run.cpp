@@ -49,10 +49,12 @@ int TrainingRun::dry_run() const {
   std::string layout =
       "tp " + std::to_string(grid_->tp_size()) +
       (grid_->cp_size() > 1 ? " x cp " + std::to_string(grid_->cp_size()) : std::string()) +
-      " x dp " + std::to_string(grid_->dp_size()) + " x pp " + std::to_string(grid_->pp_size()) +
-      " on " + plural(grid_->world_size(), "rank", "ranks") + ", " +
-      plural(nodes, "node", "nodes") + "; schedule " + pipeline::schedule_name(pp_schedule_) +
-      ", " + plural(shape_.microbatches, "microbatch", "microbatches") + " of " +
+      " x dp " + std::to_string(grid_->dp_size()) +
+      (grid_->ep_size() > 1 ? " (ep " + std::to_string(grid_->ep_size()) + ")" : std::string()) +
+      " x pp " + std::to_string(grid_->pp_size()) + " on " +
+      plural(grid_->world_size(), "rank", "ranks") + ", " + plural(nodes, "node", "nodes") +
+      "; schedule " + pipeline::schedule_name(pp_schedule_) + ", " +
+      plural(shape_.microbatches, "microbatch", "microbatches") + " of " +
       plural(micro_batch_, "row", "rows") + " per DP rank";
   if (grid_->pp_size() > 1 || shape_.virtual_stages > 1) {
     layout += "; " + describe_layout(layer_ranges_, grid_->pp_size(), shape_.placement);

@@ -57,6 +57,7 @@ struct TrainOptions {
   int lr_decay_steps = 0;  // the schedule's length (Megatron's --lr-decay-iters); 0: --steps
   // Layout: world = tp x cp x dp x pp (tp fastest); dp = 0 means world / (tp * cp * pp).
   int tp = 1, pp = 1, dp = 0, cp = 1;
+  int ep = 1;  // expert-parallel ranks, a divisor of dp
   // Microbatches per step (each DP rank's rows split evenly; or rows per microbatch) and the
   // schedule that runs them.
   int microbatches = 0, micro_batch_size = 0;  // 0: not given (one microbatch)

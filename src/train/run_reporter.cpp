@@ -111,12 +111,19 @@ void RunReporter::print_environment() const {
     // the share of a token's MLP FLOPs they stand for.
     const double bytes =
         double(r.params_.sizes[TensorId::fcw] + r.params_.sizes[TensorId::fcprojw]) * sizeof(float);
+    const TpShard& s = r.shard_;
+    const std::string held = s.ep_size > 1
+                                 ? " (experts " + std::to_string(s.expert_begin) + "-" +
+                                       std::to_string(s.expert_begin + s.experts - 1) +
+                                       " of each block, ep " + std::to_string(s.ep_size) + ")"
+                                 : std::string();
     std::printf(
         "experts: %d per block, top-%d, gates %s, balance coefficient %g | %.1f MB of "
-        "expert weights on this rank, %d of %d active per token\n",
+        "expert weights on this rank%s, %d of %d active per token\n",
         r.cfg_.experts, r.cfg_.experts_per_token,
         r.cfg_.moe_renormalize ? "renormalised" : "the router's probabilities",
-        double(r.cfg_.moe_aux_coef), bytes / 1e6, r.cfg_.experts_per_token, r.cfg_.experts);
+        double(r.cfg_.moe_aux_coef), bytes / 1e6, held.c_str(), r.cfg_.experts_per_token,
+        r.cfg_.experts);
   }
   std::printf("data: %s (%lld tokens)", o.data.c_str(),
               static_cast<long long>(r.train_data_->total_tokens()));

@@ -116,7 +116,7 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
 TrainingRun::~TrainingRun() = default;
 
 void TrainingRun::set_up_grid(MPI_Comm world) {
-  grid_ = std::make_unique<Grid>(world, opts_.tp, opts_.pp, opts_.dp, opts_.cp);
+  grid_ = std::make_unique<Grid>(world, opts_.tp, opts_.pp, opts_.dp, opts_.cp, opts_.ep);
   require(opts_.batch % grid_->dp_size() == 0,
           "--batch " + std::to_string(opts_.batch) + " does not split over " +
               std::to_string(grid_->dp_size()) + " data-parallel ranks; use a multiple of " +
@@ -255,6 +255,8 @@ void TrainingRun::plan_memory_use() {
 void TrainingRun::shard_model() {
   shard_ = stage_shard(grid_->tp_rank(), grid_->pp_rank());
   if (shard_.kv_replicas > 1) shard_.kv_group = grid_->kv_group(shard_.kv_replicas);
+  if (shard_.ep_size > 1) shard_.ep_group = grid_->ep_comm();
+  shard_.expert_dp_rank = grid_->expert_dp_cp_rank();
   // Padded to a multiple of the DP x CP size so ZeRO's buckets split evenly.
   params_ = Parameters::allocate(shard_, "mpf::params", grid_->dp_cp_size());
   grads_ = Parameters::allocate(shard_, "mpf::grads", grid_->dp_cp_size());
@@ -273,15 +275,19 @@ void TrainingRun::set_up_optimizer() {
   const int64_t bucket_elems = static_cast<int64_t>(opts.dp_bucket_mb * 1e6 / sizeof(float));
   // Under PP the tied wte is completed over the embedding group after the schedule: its DP
   // buckets wait for that (unless one rank holds both ends, as in a V).
-  dp_grads_ = std::make_unique<DataParallelGrads>(grads_, shard_, grid_->dp_cp_comm(), bucket_elems,
-                                                  zero, /*tied_wte=*/tied_across_stages());
+  // Under EP the experts' gradients are summed, and ZeRO shards them, over the ranks holding the
+  // same experts.
+  const MPI_Comm expert_dp = grid_->ep_size() > 1 ? grid_->expert_dp_cp_comm() : MPI_COMM_NULL;
+  dp_grads_ =
+      std::make_unique<DataParallelGrads>(grads_, shard_, grid_->dp_cp_comm(), bucket_elems, zero,
+                                          /*tied_wte=*/tied_across_stages(), expert_dp);
   if (zero) {
     optimizer_ =
         std::make_unique<AdamW>(adam, cfg_, dp_grads_->zero_segments(), dp_grads_->shard_size());
   } else {
     optimizer_ = std::make_unique<AdamW>(adam, cfg_, piece_segments(params_), params_.count);
   }
-  grad_squares_ = std::make_unique<SumOfSquares>();
+  grad_squares_ = std::make_unique<SumOfSquares>(grid_->ep_size() > 1 ? 2 : 1);
   state_files_ = std::make_unique<StateFiles>(*grid_, shard_, params_, *optimizer_, zero);
 }
 
@@ -344,7 +350,8 @@ void TrainingRun::observe_phases() {
 TpShard TrainingRun::stage_shard(int tp_rank, int pp_rank) const {
   const StageOwnership own =
       stage_ownership(layer_ranges_, pp_rank, grid_->pp_size(), shape_.placement);
-  return restrict_to_stage(make_tp_shard(cfg_, tp_rank, grid_->tp_size()), own.layers,
+  const TpShard tp = make_tp_shard(cfg_, tp_rank, grid_->tp_size());
+  return restrict_to_stage(split_experts(tp, grid_->ep_rank(), grid_->ep_size()), own.layers,
                            own.embedding, own.head);
 }
 

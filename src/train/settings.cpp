@@ -172,6 +172,10 @@ SettingGroup layout_settings() {
           {"--pp", "P", "pipeline stages", &O::pp, 1, "layout.pp", kRecorded},
           {"--dp", "D", "data-parallel ranks (default: ranks / (tp * cp * pp))", &O::dp, 0,
            "layout.dp", kRecorded},
+          {"--ep", "N",
+           "expert-parallel ranks, carved out of DP: a mixture of experts' experts split over N "
+           "consecutive DP ranks, which exchange tokens by all-to-all (default 1)",
+           &O::ep, 1, "layout.ep", kRecorded},
           {"--dp-bucket-mb", "X", "gradient bucket size for the data-parallel reduction",
            &O::dp_bucket_mb},
           {"--overlap-grad-reduce", "",

@@ -278,9 +278,12 @@ double TrainingRun::global_grad_norm() const {
   // rank 0; under ZeRO each DP rank holds a distinct part of the summed gradient, without ZeRO
   // every DP rank holds all of it. Pipeline stages hold distinct blocks, except the tied wte,
   // counted on the first stage only.
+  // Under EP the EP ranks hold different experts: their sums (kept apart) are added over the EP
+  // group too, unless ZeRO already made every element distinct over DP x CP.
   const float* grads = dp_grads_->zero() ? dp_grads_->shard_grads() : grads_.slab.data();
   SumOfSquares& squares = *grad_squares_;
   squares.reset();
+  const bool ep = grid_->ep_size() > 1;
   for (const OptimizerSegment& s : optimizer_->segments()) {
     if (shard_.is_tied_copy(s.tensor)) continue;
     if (!shard_.is_split(s.tensor) && grid_->tp_rank() != 0) continue;
@@ -288,9 +291,11 @@ double TrainingRun::global_grad_norm() const {
       add_unreplicated(squares, grads, s);
       continue;
     }
-    squares.add(grads + s.grad, s.length);
+    squares.add(grads + s.grad, s.length, ep && shard_.is_expert(s.tensor) ? 1 : 0);
   }
-  double local = squares.read();
+  const std::vector<double> sums = squares.read_all();
+  double local = sums[0];
+  if (ep) local += dp_grads_->zero() ? sums[1] : allreduce_sum(sums[1], grid_->ep_comm());
   if (dp_grads_->zero()) local = allreduce_sum(local, grid_->dp_cp_comm());
   local = allreduce_sum(local, grid_->tp_comm());
   return std::sqrt(allreduce_sum(local, grid_->pp_comm()));

@@ -123,6 +123,13 @@ expect_error "a negative balance coefficient" 1 "--moe-aux-coef must not be nega
   "${moe[@]}" --experts 4 --experts-per-token 2 --moe-aux-coef -0.5
 expect_error "--moe-aux-coef on a dense family" 1 "--moe-aux-coef sets a mixture of experts" -- \
   --arch llama --layers 2 --moe-aux-coef 0.1
+# Expert parallelism: the experts must split over EP, EP over DP, and there must be experts.
+expect_error "experts that do not split over --ep" 3 "4 experts do not split over --ep 3" -- \
+  "${moe[@]}" --experts 4 --experts-per-token 2 --batch 3 --ep 3
+expect_error "--ep not dividing dp" 2 "--ep 4 does not divide the 2 data-parallel ranks" -- \
+  "${moe[@]}" --experts 4 --experts-per-token 2 --ep 4
+expect_error "--ep on a dense model" 2 "--ep 2 splits a mixture of experts' experts, and this model has none" -- \
+  --arch llama --layers 2 --ep 2
 # mpiformer-bench builds its run as the trainer does: a layout the model does not take is one line.
 if [ -n "${MPIFORMER_BENCH:-}" ]; then
   expect_error_from "$MPIFORMER_BENCH" "bench: --batch 3 over 2 ranks" 2 "--batch 3 does not split over 2" -- \
