@@ -33,13 +33,15 @@ LayerActivations first_rows(const LayerActivations& a, const TpShard& s, int64_t
   x.ln2 = first(a.ln2, n * C);
   x.ln2_mean = first(a.ln2_mean, mean);
   x.ln2_rstd = first(a.ln2_rstd, n);
-  // A mixture of experts' expert-ordered tensors hold k rows a token.
+  // A mixture of experts' slots are k rows a token, its experts' rows k from each EP rank.
   const int64_t k = s.cfg.moe() ? s.cfg.experts_per_token : 1, E = s.cfg.experts;
-  x.fch = first(a.fch, n * k * s.mlp_in);
-  x.fch_gelu = first(a.fch_gelu, n * k * s.fc);
+  const int64_t ep = s.cfg.moe() ? s.ep_size : 1, moe = s.cfg.moe() ? 1 : 0;
+  x.fch = first(a.fch, n * k * ep * s.mlp_in);
+  x.fch_gelu = first(a.fch_gelu, n * k * ep * s.fc);
   x.router_probs = first(a.router_probs, n * E);
-  x.gates = first(a.gates, s.cfg.moe() ? n * k : 0);
-  x.moe_in = first(a.moe_in, s.cfg.moe() ? n * k * C : 0);
+  x.gates = first(a.gates, moe * n * k);
+  x.moe_in = first(a.moe_in, moe * n * k * ep * C);
+  x.moe_out = first(a.moe_out, moe * n * k * C);
   x.mlp_out = first(a.mlp_out, post);
   x.residual3 = first(a.residual3, n * C);
   return x;

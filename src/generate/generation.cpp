@@ -134,8 +134,13 @@ GenerateInputs load_generate_inputs(const GenerateOptions& opts, int64_t step,
 
 Generation::Generation(GenerateInputs in, MPI_Comm world) : in_(std::move(in)) {
   const GenerateOptions& o = in_.opts;
-  grid_ = std::make_unique<Grid>(world, o.tp, /*pp=*/1, /*dp=*/1);
-  shard_ = make_tp_shard(in_.cfg, grid_->tp_rank(), grid_->tp_size());
+  // EP ranks are the grid's DP ranks: every one decodes the same sequence, each holding its
+  // experts and exchanging the tokens' rows with the others.
+  grid_ = std::make_unique<Grid>(world, o.tp, /*pp=*/1, /*dp=*/o.ep, /*cp=*/1, o.ep);
+  shard_ = split_experts(make_tp_shard(in_.cfg, grid_->tp_rank(), grid_->tp_size()),
+                         grid_->ep_rank(), grid_->ep_size());
+  if (shard_.ep_size > 1) shard_.ep_group = grid_->ep_comm();
+  shard_.expert_dp_rank = grid_->expert_dp_cp_rank();
   params_ = Parameters::allocate(shard_, "mpf::params");
   const StateFiles files(*grid_, shard_, params_);
   if (in_.checkpoint) {

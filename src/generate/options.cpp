@@ -58,6 +58,7 @@ GenerateOptions parse_generate_options(int argc, const char* const* argv) {
       {"--tokens-out", text(o.tokens_out)},
       {"--logits-out", text(o.logits_out)},
       {"--tp", integer(o.tp)},
+      {"--ep", integer(o.ep)},
       {"--pp", integer(o.pp)},
       {"--threads", integer(o.threads)},
       {"--gpu-aware-mpi",
@@ -95,6 +96,7 @@ GenerateOptions parse_generate_options(int argc, const char* const* argv) {
   require(o.sampling.top_k >= 0, "--top-k must be >= 0 (0 is the whole vocabulary), got " +
                                      std::to_string(o.sampling.top_k));
   require(o.tp >= 1, "--tp must be >= 1, got " + std::to_string(o.tp));
+  require(o.ep >= 1, "--ep must be >= 1, got " + std::to_string(o.ep));
   require(o.pp == 1, "--pp " + std::to_string(o.pp) +
                          ": mpiformer-generate runs tensor parallel only. A checkpoint loads on "
                          "any layout: drop --pp (use --tp)");
@@ -109,7 +111,8 @@ std::string generate_usage() {
 Writes what a GPT-2 or Llama model (as mpiformer-train trains it, or a Hugging Face directory)
 continues a prompt with: the text on stdout, streamed token by token; notes and the tokens/s
 summary on stderr. The prompt runs through the model in one pass, then each new token costs one
-position (a KV cache). Runs on N ranks with --tp N (tensor parallel), or on one.
+position (a KV cache). Runs on N ranks with --tp N (tensor parallel), or on one; a mixture of
+experts also on --tp N x --ep M ranks (each EP rank holds 1/M of the experts).
 
 model
   --init-from FILE      an llm.c model file (fp32, version 3), e.g. mpiformer-train --save-llmc,
@@ -145,6 +148,8 @@ output
   --no-kv-cache         recompute the whole prefix for every token (a check and a baseline)
 layout and system
   --tp N                tensor-parallel ranks (default 1; launch N ranks)
+  --ep M                expert-parallel ranks for a mixture of experts (default 1; launch N x M
+                        ranks, which all decode the same sequence)
   --threads N           threads per rank (default: OMP_NUM_THREADS, else cores / ranks per node)
   --gpu-aware-mpi M     auto, yes or no: as mpiformer-train's (TP messages in a GPU build)
   --help

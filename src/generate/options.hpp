@@ -28,6 +28,7 @@ struct GenerateOptions {
   bool kv_cache = true;    // --no-kv-cache: recompute the whole prefix for every token
   // Layout and system.
   int tp = 1, pp = 1;
+  int ep = 1;  // expert-parallel ranks: a mixture of experts' experts split over them
   int threads = 0;
   std::string gpu_aware_mpi = "auto";  // as mpiformer-train's --gpu-aware-mpi
   bool help = false;

@@ -312,13 +312,13 @@ def reference_decode(params0, m):
     return seq[len(PROMPT):], np.array(rows)
 
 
-def run_generate(exe, mpiexec, workdir, model, name, ranks, extra=()):
+def run_generate(exe, mpiexec, workdir, model, name, ranks, extra=(), tp=None):
     tokens, logits = (os.path.join(workdir, f"{name}.{x}") for x in ("tokens", "logits"))
     cmd = [exe, "--init-from", model, "--prompt-tokens", ",".join(map(str, PROMPT)),
            "--max-new-tokens", str(NEW_TOKENS), "--tokens-out", tokens, "--logits-out", logits,
            *extra]
     if ranks > 1:
-        cmd = [mpiexec, "-n", str(ranks)] + cmd + ["--tp", str(ranks)]
+        cmd = [mpiexec, "-n", str(ranks)] + cmd + ["--tp", str(tp or ranks)]
     print("$ " + " ".join(cmd), flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, OMP_NUM_THREADS="1"))

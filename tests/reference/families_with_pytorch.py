@@ -78,12 +78,16 @@ def safetensors_names(path):
         return set(json.loads(f.read(n))) - {"__metadata__"}
 
 
-def check_decoding(tally, gen, mpiexec, workdir, model, name, m, params0, tp_sizes):
-    """Greedy decoding with the KV cache on each TP size gives the reference's ids."""
+def check_decoding(tally, gen, mpiexec, workdir, model, name, m, params0, tp_sizes, ep_sizes=()):
+    """Greedy decoding with the KV cache on each TP size, and each (TP, EP) pair of ep_sizes,
+    gives the reference's ids."""
     ref_ids, _ = reference_decode(params0, m)
-    for tp in tp_sizes:
-        ids, _ = run_generate(gen, mpiexec, workdir, model, f"{name}_tp{tp}", tp)
-        tally.check(ids == ref_ids, f"[{name} generate tp {tp}] {len(ids)} greedy ids with the "
+    for tp, ep in [(tp, 1) for tp in tp_sizes] + list(ep_sizes):
+        layout = f"tp {tp}" + (f" x ep {ep}" if ep > 1 else "")
+        extra = ("--ep", str(ep)) if ep > 1 else ()
+        ids, _ = run_generate(gen, mpiexec, workdir, model, f"{name}_tp{tp}_ep{ep}", tp * ep,
+                              extra, tp)
+        tally.check(ids == ref_ids, f"[{name} generate {layout}] {len(ids)} greedy ids with the "
                                     f"KV cache equal torch's")
 
 

@@ -8,15 +8,20 @@ the sequence-wise balance loss coef · E / (k · T²) · Σ_e (Σ_t p_te) · c_e
 over the rows, summed over the blocks and added to the objective. Three families, each a tiny
 random model in mpiformer's Llama model file (docs/file-formats.md, slots 20..23):
 - mixtral: 4 experts, top-2, renormalised; also TP 2 with sequence parallelism, recomputation,
-  PP 2 under 1F1B and ZB-H1 with 2 microbatches, and a router of zeros (every token's experts
+  PP 2 under 1F1B and ZB-H1 with 2 microbatches; expert parallelism on EP 2 (also staged through
+  host buffers), EP 4, EP 2 x TP 2 with SP, EP 2 x PP 2 under 1F1B and ZB-H1, EP 2 x DP 2 with
+  ZeRO-1 and small overlapped buckets, EP 2 x CP 2 with recomputation; a checkpoint saved on EP 2
+  resumed on EP 1, 2 and 4; and a router of zeros (every token's experts
   are 0 and 1 by the tie rule, experts 2 and 3 get no token, and the step's expert load line
   says each block's busiest expert took twice the mean);
 - qwen3_moe: per-head q/k norms, a head size of 12, renormalised;
-- olmoe: q/k norms over the whole projections, gates not renormalised, 1 kv head.
+- olmoe: q/k norms over the whole projections, gates not renormalised, 1 kv head; also EP 2.
 Trained 5 steps by mpiformer-train on 1 rank, TP 2, PP 2, DP 2 and CP 2: every step's loss and
 balance loss within 1e-5 (relative) of the float64 reference (mixtral's losses with bf16
-products within 1e-3 of PyTorch's bf16 autocast); greedy decoding with the KV cache
-gives the reference's ids; --save-hf writes the family's names and loads back to the same losses.
+products, on 1 rank and EP 2, within 1e-3 of PyTorch's bf16 autocast); greedy decoding with the KV cache
+gives the reference's ids (mixtral's also on EP 2 and EP 2 x TP 2); --save-hf writes the
+family's names and loads back to the same losses (mixtral's also read on EP 2, and written on
+EP 2 and read on 1 rank).
 
 Run by ctest with MPIFORMER_TRAIN, MPIFORMER_GENERATE and MPIEXEC in the environment, with
 Debian's /usr/bin/python3 (torch 1.13). The last line is `reference_moe: N passed, M failed`.
@@ -56,9 +61,52 @@ EXTRA_LAYOUTS = {"mixtral": [
     ("recompute", 1, ("--recompute",)),
     ("pp 2 1f1b", 2, ("--pp", "2", "--microbatches", "2", "--schedule", "1f1b")),
     ("pp 2 zb-h1", 2, ("--pp", "2", "--microbatches", "2", "--schedule", "zb-h1")),
-]}
+    # Expert parallelism: the experts split over EP ranks carved out of DP, tokens exchanged by
+    # all-to-all (staged through host buffers in one, as without a CUDA-aware MPI).
+    ("ep 2", 2, ("--ep", "2")),
+    ("ep 2 staged", 2, ("--ep", "2", "--gpu-aware-mpi", "no")),
+    ("ep 4", 4, ("--ep", "4")),
+    ("ep 2 x tp 2 + sp", 4, ("--ep", "2", "--tp", "2", "--sequence-parallel")),
+    ("ep 2 x pp 2 1f1b", 4, ("--ep", "2", "--pp", "2", "--microbatches", "2", "--schedule",
+                             "1f1b")),
+    ("ep 2 x pp 2 zb-h1", 4, ("--ep", "2", "--pp", "2", "--microbatches", "2", "--schedule",
+                              "zb-h1")),
+    ("ep 2 x dp 2 zero-1", 4, ("--ep", "2", "--zero", "1", "--overlap-grad-reduce",
+                               "--dp-bucket-mb", "0.001")),
+    ("ep 2 x cp 2 recompute", 4, ("--ep", "2", "--cp", "2", "--recompute")),
+], "olmoe": [("ep 2", 2, ("--ep", "2"))]}
 NORM_CHECK = 5e-5  # the printed norm's 5 significant digits
 AUX_CHECK = 2e-5   # the printed balance loss's 6 decimals, relative to ~0.1
+
+
+def resume_across_ep(tally, exe, workdir, model, shard, m, ref):
+    """Saves on EP 2 after step 2, resumes on EP 1, 2 and 4: steps 3..5 on EP 2 are the
+    uninterrupted run's bit for bit (the printed values), on EP 1 and 4 within the reference's
+    tolerance of torch's."""
+    ckpt = os.path.join(workdir, "ep_checkpoint")
+    whole, _ = run_trainer(exe, workdir, model, shard, "fp32",
+                           ("--ep", "2", "--save", ckpt, "--save-every", "2"), m, 2)
+    for ep in (1, 2, 4):
+        # run_trainer's command with --load in front; it wants steps 1..5, so parse here.
+        cmd = [os.environ.get("MPIEXEC", "mpiexec"), "-n", str(ep), exe, "--load", ckpt,
+               "--load-step", "2", "--data", shard, "--ep", str(ep)]
+        proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                              capture_output=True, text=True, timeout=300)
+        steps = {int(ln.split("/")[0].split()[1]): ln.split(" | ")[1:5:3]
+                 for ln in proc.stdout.splitlines() if ln.startswith("step ")}
+        if proc.returncode != 0 or sorted(steps) != [3, 4, 5]:
+            tally.fail(f"[mixtral resume on ep {ep}] exit {proc.returncode}, steps {sorted(steps)}"
+                       f"\n{proc.stdout}{proc.stderr}")
+            continue
+        losses = [float(steps[k][0].split()[1]) for k in (3, 4, 5)]
+        if ep == 2:
+            same = all(steps[k][0] == f"loss {whole[k - 1]['loss']}" for k in (3, 4, 5))
+            tally.check(same, f"[mixtral resume on ep 2] steps 3..5 are the uninterrupted run's: "
+                              f"{losses}")
+        else:
+            rel = max(abs(x - r["loss"]) / r["loss"] for x, r in zip(losses, ref[2:]))
+            tally.check(rel <= LOSS_RTOL, f"[mixtral saved on ep 2, resumed on ep {ep}] steps "
+                                          f"3..5 within {rel:.1e} of torch's")
 
 
 def main():
@@ -93,6 +141,8 @@ def main():
             for layout, ranks, extra in LAYOUTS + EXTRA_LAYOUTS.get(name, []):
                 rows, _ = run_trainer(exe, workdir, model, shard, "fp32", extra, m, ranks)
                 compare(name, layout, ref, rows)
+            if name == "mixtral":  # saved on EP 2 at step 2, resumed on EP 1, 2 and 4
+                resume_across_ep(tally, exe, workdir, model, shard, m, ref)
             if name == "mixtral":  # a router of zeros: experts 0 and 1 for every token at step 1
                 zeros = dict(params0, routerw=np.zeros_like(params0["routerw"]))
                 tied = os.path.join(workdir, f"{name}_tied.bin")
@@ -115,14 +165,27 @@ def main():
                 else:
                     auto, _ = reference_run(params0, tokens, m, dtype=torch.float32,
                                             autocast_bf16=True)
-                    rel = max(abs(float(t["loss"]) - r["loss"]) / r["loss"]
-                              for r, t in zip(auto, rows))
-                    check(rel <= BF16_LOSS_RTOL, f"[{name} bf16] 5 losses within {rel:.1e} of "
-                                                 f"torch's autocast")
-            check_decoding(tally, gen, mpiexec, workdir, model, name, m, params0, (1, 2))
+                    ep2, _ = run_trainer(exe, workdir, model, shard, "bf16", ("--ep", "2"), m, 2)
+                    for layout, got in (("1 rank", rows), ("ep 2", ep2)):
+                        rel = max(abs(float(t["loss"]) - r["loss"]) / r["loss"]
+                                  for r, t in zip(auto, got))
+                        check(rel <= BF16_LOSS_RTOL, f"[{name} bf16, {layout}] 5 losses within "
+                                                     f"{rel:.1e} of torch's autocast")
+            check_decoding(tally, gen, mpiexec, workdir, model, name, m, params0, (1, 2),
+                           [(1, 2), (2, 2)] if name == "mixtral" else [])
             again, back = hf_round_trip(tally, exe, workdir, model, shard, tokens, name, m,
                                         architecture, hf_tensor)
             compare(name, "init-from its HF directory", again, back)
+            if name == "mixtral":  # the HF directory read on EP 2; one written on EP 2
+                rows, _ = run_trainer(exe, workdir, os.path.join(workdir, f"{name}_hf"), shard,
+                                      "fp32", ("--ep", "2"), m, 2)
+                compare(name, "init-from its HF directory on ep 2", again, rows)
+                hf = os.path.join(workdir, f"{name}_hf_ep2")
+                _, trained = run_trainer(exe, workdir, model, shard, "fp32",
+                                         ("--ep", "2", "--save-hf", hf), m, 2)
+                rows, _ = run_trainer(exe, workdir, hf, shard, "fp32", (), m)
+                compare(name, "saved to HF on ep 2, read on 1 rank",
+                        reference_run(trained, tokens, m)[0], rows)
         except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
             tally.fail(f"[{name}] run failed: {e}")
     shutil.rmtree(workdir, ignore_errors=True)
