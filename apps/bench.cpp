@@ -34,7 +34,7 @@ namespace {
 
 struct Row {
   std::string model = "gpt2-124M";
-  int batch = 4, seq_len = 64, steps = 8, tp = 1, cp = 1, warmup = 2;
+  int batch = 4, seq_len = 64, steps = 8, tp = 1, cp = 1, ep = 1, warmup = 2;
   bool recompute = false;
   mpf::Precision precision = mpf::Precision::fp32;
   std::string gemm;
@@ -54,6 +54,8 @@ Training throughput of one model on the ranks given: data parallel, or tensor pa
   --warmup N         untimed steps (default 2; 1 for long sequences, whose steps take minutes)
   --tp T             tensor-parallel ranks (default 1)
   --cp N             context-parallel ranks (default 1): each sequence split over N ranks
+  --ep N             expert-parallel ranks (mixtral-124M; default 1): the experts split over N
+                     of the data-parallel ranks, tokens exchanged by all-to-all
   --recompute        full recomputation of each block before its backward
   --precision P      fp32 (default) or bf16
   --gemm LIB         onednn (the default where built) or openblas
@@ -91,6 +93,7 @@ Row parse(int argc, char** argv) {
       {"--warmup", integer(r.warmup)},
       {"--tp", integer(r.tp)},
       {"--cp", integer(r.cp)},
+      {"--ep", integer(r.ep)},
       {"--precision",
        [&](const std::string&, const std::string& v) { r.precision = mpf::parse_precision(v); }},
       {"--gemm", [&](const std::string&, const std::string& v) { r.gemm = v; }},
@@ -107,6 +110,7 @@ Row parse(int argc, char** argv) {
   if (r.help) return r;
   mpf::require(r.tp >= 1, "--tp must be >= 1");
   mpf::require(r.cp >= 1, "--cp must be >= 1");
+  mpf::require(r.ep >= 1, "--ep must be >= 1");
   mpf::require(r.warmup >= 1 && r.steps > r.warmup,
                "--steps must exceed --warmup (>= 1): the warm-up steps are not timed");
   mpf::require(r.gemm.empty() || mpf::backend::select(r.gemm),
@@ -164,6 +168,7 @@ int main(int argc, char** argv) {
     o.verbose = false;
     o.tp = row.tp;
     o.cp = row.cp;
+    o.ep = row.ep;
     o.recompute = row.recompute;
     o.precision = row.precision;
     o.overlap_grad_reduce = true;  // data parallel: reduce buckets during the backward
@@ -203,9 +208,10 @@ int main(int argc, char** argv) {
       std::printf(
           "mpiformer | %s | %d x %d | %s%d x %dt | %s | %.4f s/step | %.1f tok/s | MFU %.1f%% | "
           "peak %.0f GFLOP/s/rank | gemm: %s %s%s%s | peak RSS %.2f GB/rank (predicted %.2f)%s\n",
-          row.model.c_str(), row.batch, row.seq_len, row.tp > 1 ? "tp" : (row.cp > 1 ? "cp" : "dp"),
-          ranks, threads, mpf::precision_name(row.precision), s, tokens / s, 100.0 * mfu,
-          peak_all / ranks, k.library.c_str(), k.isa.c_str(),
+          row.model.c_str(), row.batch, row.seq_len,
+          row.tp > 1 ? "tp" : (row.cp > 1 ? "cp" : (row.ep > 1 ? "ep" : "dp")), ranks, threads,
+          mpf::precision_name(row.precision), s, tokens / s, 100.0 * mfu, peak_all / ranks,
+          k.library.c_str(), k.isa.c_str(),
           k.narrower.empty() ? "" : " | narrower: ", k.narrower.c_str(), most / 1e9,
           predicted / 1e9, row.recompute ? " | recompute" : "");
       std::fflush(stdout);

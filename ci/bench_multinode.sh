@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Across a network: DP 2 and PP 2 step times of a GPT-2 124M-shaped model (12 layers, C=768,
-# 12 heads, vocab 50257) with one rank per node, one thread, on two Slurm nodes of this machine
-# (ci/slurm/multinode_cluster.sh: network namespaces on a bridge), their links shaped by `tbf` to
-# 10 and 1 Gbit/s, against the same layouts on one node (shared memory) and against a prediction
-# from the link's latency (a ping-pong) and bandwidth (the tbf rate, or one TCP stream's rate over
-# the link where that is lower: the CPU, not the shaping, limits it then):
+# 12 heads, vocab 50257), and EP 2 of a mixture of experts of that size, with one rank per node,
+# one thread, on two Slurm nodes of this machine (ci/slurm/multinode_cluster.sh: network
+# namespaces on a bridge), their links shaped by `tbf` to 10 and 1 Gbit/s, against the same
+# layouts on one node (shared memory) and against a prediction from the link's latency (a
+# ping-pong) and bandwidth (the tbf rate, or one TCP stream's rate over the link where that is
+# lower: the CPU, not the shaping, limits it then):
 #   DP: the one-node step without its gradient all-reduce, plus the gradients' bytes over the link
 #       (2 ranks: reduce-scatter and all-gather send one gradient's worth each way);
+#   EP: the one-node step without its gradient all-reduce, plus the non-expert gradients' bytes
+#       and the all-to-alls' rows over the link;
 #   PP: the one-node step without its tied-embedding sum, plus that sum's bytes over the link,
 #       plus what the pipeline simulator (mpiformer-schedule, fed the one-node run's per-stage
 #       F/B/W) adds to the schedule when each message costs latency + activation bytes / bandwidth.
@@ -88,6 +91,15 @@ Vp=$(((V + 127) / 128 * 128))
 grads=$((4 * (Vp * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C)))
 tied=$((4 * Vp * C))
 act=$((4 * 1 * SEQ * C))
+# A mixture of experts of the same size (mixtral-124M's shape: 8 experts of F 1024, top-2, GQA
+# with 4 kv heads) under EP 2: every parameter but the experts' is summed over DP (the experts
+# are not: each rank holds its own 4), and each block's forward and backward exchange the rows of
+# the slots routed to the other rank: about half of R·k, with R = BATCH/2 x SEQ rows a rank, in
+# four all-to-alls a block (rows out and back, forward and backward).
+moe=(--arch mixtral --kv-heads 4 --ffn-dim 1024 --experts 8 --experts-per-token 2
+     --rope-theta 500000)
+moe_dense=$((4 * (Vp * C + L * ((C + 2 * 256) * C + C * C + 2 * C + 8 * C) + C)))
+a2a=$((4 * L * 4 * (BATCH / 2 * SEQ * 2 / 2) * C))
 # makespan LOG P2P: the simulated schedule of LOG's per-stage F/B/W when a message costs P2P ms.
 makespan() {
   local s op costs=()
@@ -104,6 +116,10 @@ predict() {
   c=$(field "$2" "^phases \|.* dp_comm $num%")
   if [ "$1" = dp ]; then
     extra=$(awk -v g="$grads" -v b="$3" -v l="$4" 'BEGIN { print g / b + 2 * l }')
+  elif [ "$1" = ep ]; then  # the dense gradients' sum, then the all-to-alls (2 messages each)
+    bulk=$moe_dense
+    extra=$(awk -v g="$moe_dense" -v a="$a2a" -v b="$3" -v l="$4" -v n="$L" \
+      'BEGIN { print g / b + 2 * l + a / b + 8 * n * l }')
   else
     local p2p m0 m
     bulk=$tied
@@ -162,8 +178,10 @@ for rate in ${RATES:-10gbit 1gbit}; do
   # Bytes per ms: the tbf rate, or what one TCP stream reached when the CPU could not fill it.
   bw=$(awk -v g="$gbit" -v t="$tcp" 'BEGIN { print (t < g ? t : g) * 1e9 / 8 / 1e3 }')
   # Each layout on one node just before it runs across, so both see the machine alike.
-  for layout in dp pp; do
-    if [ $layout = dp ]; then args=(--dp 2) name="DP 2"; else
+  for layout in dp pp ep; do
+    if [ $layout = dp ]; then args=(--dp 2) name="DP 2"; elif [ $layout = ep ]; then
+      args=("${moe[@]}" --ep 2) name="EP 2 (moe 8/top2)"
+    else
       args=(--pp 2 --microbatches "$BATCH") name="PP 2 (1f1b, M=$BATCH)"
     fi
     one_node "${layout}_one_$rate" "${model[@]}" "${args[@]}" && progress "${layout}_one_$rate"
@@ -189,7 +207,7 @@ for r in "${rows[@]}"; do
 done
 echo "link: tbf rate (Gbit/s), one-way latency, one TCP stream's rate (Gbit/s)"
 echo "error = (measured - predicted) / predicted"
-echo "sum: the rate (Gbit/s) the measured step leaves for the bulk sum (DP: the gradients, PP: the"
-echo "     tied embedding), all else as predicted"
+echo "sum: the rate (Gbit/s) the measured step leaves for the bulk sum (DP: the gradients, EP: the"
+echo "     non-expert gradients, PP: the tied embedding), all else as predicted"
 echo "load: the machine's 1-minute load average after the run (the 2 ranks are 2 of it)"
 echo "no netem in this kernel: no latency is added; the veth's own is used"

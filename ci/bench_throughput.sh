@@ -129,6 +129,16 @@ dense=$(awk -v a="$(tok_s "$dense1")" -v b="$(tok_s "$line")" 'BEGIN { print (a 
 row fp32 "4 x 256" "moe 8/top2" "$(tok_s "$moe")" "$(field "$moe" 8 | sed 's/MFU //')" \
   "$(busy "$moe")" "-" "-"
 echo "mixtral-124M against llama-124M (1 rank x 2 threads, tok/s per active FLOP): $(ratio "$(tok_s "$moe")" "$dense") (dense $dense tok/s)"
+# Expert parallelism on the same two cores: EP 2 on 2 ranks x 1 thread (each rank 4 of the 8
+# experts and half the rows, tokens exchanged by all-to-all) against the 1-rank row above; then
+# the all-to-alls' share of a step from a profiled run (its fences slow it: not timed).
+mpiformer 2 1 --model mixtral-124M --ep 2 "${args[@]}"
+ep=$line
+row fp32 "4 x 256" "moe ep 2" "$(tok_s "$ep")" "$(field "$ep" 8 | sed 's/MFU //')" \
+  "$(busy "$ep")" "-" "-"
+mpiformer 2 1 --model mixtral-124M --ep 2 "${args[@]}" --profile
+a2a=$(sed -nE 's/^  mpi all-to-all \(experts\) +[0-9.]+ +([0-9.]+) +([0-9.]+)%.*/\1 ms, \2%/p' "$work/run.log")
+echo "mixtral-124M EP 2 (2 ranks x 1 thread) against 1 rank x 2 threads: $(ratio "$(tok_s "$ep")" "$(tok_s "$moe")"); all-to-alls ${a2a:-not in the profile} of a profiled step"
 
 # GPT-2 124M at B x T = 4 x 1024, where attention is a real share of the step: steps of ~10 s,
 # five (three timed) each side.

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "core/profile.hpp"
 #include "model/block_parts.hpp"
 #include "model/layers/linear.hpp"
 #include "model/layers/matmul.hpp"
@@ -82,6 +83,7 @@ struct Dispatch {
       send[size_t(r)] = (back ? received_from(r) : sent_to(r)) * C;
       recv[size_t(r)] = (back ? sent_to(r) : received_from(r)) * C;
     }
+    const profile::Scope scope("mpi all-to-all (experts)");
     alltoallv(from.data(), send.data(), to.data(), recv.data(), comm);
   }
   // Rows by sending rank to rows by local expert (to_experts), or the reverse.
@@ -125,6 +127,7 @@ Dispatch plan_dispatch(const MoeLayer& m, const TpShard& s) {
   if (d.ranks == 1) {
     std::copy(m.host_counts, m.host_counts + s.cfg.experts, m.host_received);
   } else {
+    const profile::Scope scope("mpi all-to-all (experts)");
     MPF_MPI_CHECK(MPI_Alltoall(m.host_counts, d.local, MPI_INT64_T, m.host_received, d.local,
                                MPI_INT64_T, d.comm));
   }
