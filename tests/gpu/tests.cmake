@@ -8,8 +8,9 @@
 #   test_layers       every layer's B and W, and the model's, against finite differences
 #   test_cublas_gemm  the cuBLAS backend against a host reference
 #   gpu_training      20 steps, fp32 and bf16: the CPU build's losses within a stated tolerance
-#   gpu_layouts       TP 2, PP 2 (1F1B, ZB-H1), DP 2 with ZeRO: 2 ranks on the one GPU, MPI staged
-#                     through host buffers, against the GPU's serial run
+#   gpu_layouts       TP 2, PP 2 (1F1B, ZB-H1), DP 2 with ZeRO, EP 2 (a mixture of experts): 2
+#                     ranks on the one GPU, MPI staged through host buffers, against the GPU's
+#                     serial run
 #   gpu_checkpoint    saved on the GPU, resumed on the CPU: the CPU's serial run
 add_executable(test_cublas_gemm gpu/test_cublas_gemm.cu)
 target_link_libraries(test_cublas_gemm PRIVATE mpiformer_backend_cuda GTest::gtest_main)
