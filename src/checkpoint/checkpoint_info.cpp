@@ -72,6 +72,7 @@ std::vector<Field> optional_model_fields(CheckpointInfo& c, bool held) {
     out.push_back({"model.moe_renormalize", &m.moe_renormalize});
     out.push_back({"model.moe_aux_coef", &m.moe_aux_coef});
   }
+  if (!held || m.shared_expert()) out.push_back({"model.shared_ffn", &m.shared_ffn});
   return out;
 }
 

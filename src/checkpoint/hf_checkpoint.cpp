@@ -146,7 +146,10 @@ constexpr Gpt2Name kGpt2Names[kNumParameterTensors] = {
     {"h.%d.mlp.c_proj.bias", false},
     {"ln_f.weight", false},
     {"ln_f.bias", false},
-    {"", false},  // lmhead, q_normw, k_normw, routerw: GPT-2 has none
+    {"", false},  // lmhead, q_normw, k_normw, routerw, sfcw, sfcprojw, sgatew: GPT-2 has none
+    {"", false},
+    {"", false},
+    {"", false},
     {"", false},
     {"", false},
     {"", false},
@@ -193,6 +196,13 @@ std::vector<const char*> llama_names(TensorId t, const ModelFeatures& f) {
     case TensorId::routerw:
       if (f.hf_block_sparse_moe) return {"model.layers.%d.block_sparse_moe.gate.weight"};
       return {"model.layers.%d.mlp.gate.weight"};
+    case TensorId::sfcw:
+      return {"model.layers.%d.mlp.shared_expert.gate_proj.weight",
+              "model.layers.%d.mlp.shared_expert.up_proj.weight"};
+    case TensorId::sfcprojw:
+      return {"model.layers.%d.mlp.shared_expert.down_proj.weight"};
+    case TensorId::sgatew:
+      return {"model.layers.%d.mlp.shared_expert_gate.weight"};
     default:
       return {};  // a tensor these families do not hold
   }

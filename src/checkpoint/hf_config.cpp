@@ -168,7 +168,7 @@ void read_experts(const ConfigKeys& k, GPTConfig& cfg) {
   const bool mixtral = cfg.arch == Arch::kMixtral;
   cfg.experts = k.size(mixtral ? "num_local_experts" : "num_experts");
   cfg.experts_per_token = k.size("num_experts_per_tok");
-  if (cfg.arch == Arch::kQwen3Moe) {
+  if (cfg.arch == Arch::kQwen3Moe || cfg.arch == Arch::kQwen2Moe) {
     cfg.ffn_dim = k.size("moe_intermediate_size");
     k.expect_number("decoder_sparse_step", 1.0, "this trainer's every block is a mixture");
     const json::Value* dense = k.find("mlp_only_layers");
@@ -177,6 +177,8 @@ void read_experts(const ConfigKeys& k, GPTConfig& cfg) {
                 " names dense layers; this trainer's every block is a "
                 "mixture of experts");
   }
+  // Qwen2-MoE's shared expert (shared_expert_intermediate_size), gated by shared_expert_gate.
+  if (cfg.arch == Arch::kQwen2Moe) cfg.shared_ffn = k.size("shared_expert_intermediate_size");
   cfg.moe_renormalize = mixtral || k.bool_or("norm_topk_prob", false);
   cfg.moe_aux_coef = float(k.number_or("router_aux_loss_coef", default_moe_aux_coef(cfg.arch)));
   k.expect_number("router_jitter_noise", 0.0, "this trainer's router has no noise");
@@ -202,7 +204,8 @@ GPTConfig read_llama(const ConfigKeys& k, const json::Value& root, Arch arch) {
   cfg.rope_theta = float(k.number_or("rope_theta", 10000.0));
   cfg.tied = k.bool_or("tie_word_embeddings", false);
   refuse_unimplemented(k);
-  const bool qwen = arch == Arch::kQwen2 || arch == Arch::kQwen3 || arch == Arch::kQwen3Moe;
+  const bool qwen = arch == Arch::kQwen2 || arch == Arch::kQwen3 || arch == Arch::kQwen3Moe ||
+                    arch == Arch::kQwen2Moe;
   if (!qwen) {
     k.expect_bool("attention_bias", false,
                   "this trainer's " + std::string(arch_name(arch)) + " has no attention biases");
@@ -264,6 +267,8 @@ const char* hf_architecture(Arch arch) {
       return "Qwen3MoeForCausalLM";
     case Arch::kOlmoe:
       return "OlmoeForCausalLM";
+    case Arch::kQwen2Moe:
+      return "Qwen2MoeForCausalLM";
   }
   return "?";
 }
@@ -343,6 +348,8 @@ void check_shape_flags(const GPTConfig& cfg, const GPTConfig& flags,
         n(cfg.experts_per_token));
   check("--moe-renormalize", flags.moe_renormalize ? "1" : "0", "", "norm_topk_prob",
         cfg.moe_renormalize ? "1" : "0");
+  check("--shared-expert-dim", n(flags.shared_ffn), "", "shared_expert_intermediate_size",
+        n(cfg.shared_ffn));
 }
 
 std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
@@ -385,21 +392,24 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
       s += line(mixtral ? "num_local_experts" : "num_experts", n(cfg.experts));
       s += line("num_experts_per_tok", n(cfg.experts_per_token));
       if (!mixtral) s += line("norm_topk_prob", cfg.moe_renormalize ? "true" : "false");
-      if (cfg.arch == Arch::kQwen3Moe) {
+      if (cfg.arch == Arch::kQwen3Moe || cfg.arch == Arch::kQwen2Moe) {
         s += line("moe_intermediate_size", n(cfg.ffn_width()));
         s += line("decoder_sparse_step", "1") + line("mlp_only_layers", "[]");
       }
+      if (cfg.shared_expert()) s += line("shared_expert_intermediate_size", n(cfg.shared_ffn));
       s += line("router_aux_loss_coef", float_text(cfg.moe_aux_coef));
       s += line("output_router_logits", "false");
     }
     if (cfg.arch == Arch::kMistral || cfg.arch == Arch::kPhi3 || cfg.arch == Arch::kMixtral) {
       s += line("sliding_window", cfg.sliding_window > 0 ? n(cfg.sliding_window) : "null");
     }
-    if (cfg.arch == Arch::kQwen2 || cfg.arch == Arch::kQwen3 || cfg.arch == Arch::kQwen3Moe) {
+    if (cfg.arch == Arch::kQwen2 || cfg.arch == Arch::kQwen3 || cfg.arch == Arch::kQwen3Moe ||
+        cfg.arch == Arch::kQwen2Moe) {
       s += line("use_sliding_window", "false");
     }
     s += line("hidden_act", "\"silu\"");
-    if (cfg.arch != Arch::kQwen2) s += line("attention_bias", "false");
+    if (cfg.arch != Arch::kQwen2 && cfg.arch != Arch::kQwen2Moe)
+      s += line("attention_bias", "false");
     if (cfg.arch == Arch::kOlmoe) s += line("clip_qkv", "null");
     s += line("mlp_bias", "false") + line("attention_dropout", "0.0");
   }

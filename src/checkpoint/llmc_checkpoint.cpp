@@ -44,10 +44,10 @@ constexpr HeaderKind kModelFile{llmc::kCheckpointMagic, llmc::kCheckpointVersion
 constexpr HeaderKind kLlamaModelFile{llmc::kLlamaModelMagic, llmc::kLlamaModelVersion, 1,
                                      "mpiformer Llama model file"};
 
-// A Llama-family model's fields in header slots 8..23 (docs/file-formats.md): GPT-2's files
+// A Llama-family model's fields in header slots 8..24 (docs/file-formats.md): GPT-2's files
 // keep them zero. Slot 8 is the family (Arch's value); floats are stored as their bits; slots 18
-// (the sliding window), 19 (a head size apart from C/NH) and 20..23 (the experts) are 0 in files
-// written before them.
+// (the sliding window), 19 (a head size apart from C/NH), 20..23 (the experts) and 24 (a shared
+// expert's width) are 0 in files written before them.
 enum LlamaSlot {
   kArch = 8,
   kKvHeads,
@@ -64,9 +64,10 @@ enum LlamaSlot {
   kExperts,
   kExpertsPerToken,
   kMoeRenormalize,
-  kMoeAuxCoef
+  kMoeAuxCoef,
+  kSharedFfn
 };
-constexpr int kLastArch = int(Arch::kOlmoe);
+constexpr int kLastArch = int(Arch::kQwen2Moe);
 int32_t float_bits(float x) {
   int32_t b;
   std::memcpy(&b, &x, sizeof b);
@@ -83,6 +84,7 @@ void read_llama_slots(const int32_t* h, GPTConfig& cfg) {
   cfg.head_dim = h[kHeadDim];
   cfg.experts = h[kExperts];
   cfg.experts_per_token = h[kExpertsPerToken];
+  cfg.shared_ffn = h[kSharedFfn];
   cfg.moe_renormalize = h[kMoeRenormalize] != 0;
   cfg.moe_aux_coef = bits_float(h[kMoeAuxCoef]);
   cfg.kv_heads = h[kKvHeads];
@@ -194,6 +196,7 @@ void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
   h[kExpertsPerToken] = cfg.experts_per_token;
   h[kMoeRenormalize] = cfg.moe() && cfg.moe_renormalize ? 1 : 0;
   h[kMoeAuxCoef] = float_bits(cfg.moe_aux_coef);
+  h[kSharedFfn] = cfg.shared_ffn;
   h[kKvHeads] = cfg.kv_head_count();
   h[kFfnDim] = cfg.ffn_width();
   h[kTied] = cfg.tied ? 1 : 0;

@@ -92,6 +92,11 @@ void carve(Activations& a, SlabCarver& k) {
   a.moe_in = k.take(L * moe.mlp_rows * C);
   a.moe_out = k.take(L * moe.slots * C);
   a.moe_scratch = k.take(L > 0 ? moe.scratch_rows() * C : 0);
+  const int64_t S = a.cfg.shared_expert() ? 1 : 0;
+  a.shared_fch = k.take(S * L * R * 2 * s.shared_fc);
+  a.shared_h = k.take(S * L * R * s.shared_fc);
+  a.shared_out = k.take(S * L * R * C);
+  a.shared_gate = k.take(S * L * R);
   a.moe_ints = k.take(L * moe.ints());
   a.residual3 = k.take(int64_t(a.chunk.layers) * Rl * C);
   const int64_t logit_rows = a.chunk.logit_rows > 0 ? std::min<int64_t>(a.chunk.logit_rows, R) : R;
@@ -119,6 +124,7 @@ void carve(BackwardBuffers& g, SlabCarver& k, const TpShard& s, const tp::Sequen
   g.moe_dout = k.take(moe.E > 0 ? R * C : 0);
   g.moe_dy = k.take(moe.slots * C);
   g.dgates = k.take(moe.slots);
+  g.dshared_h = k.take(s.cfg.shared_expert() ? R * s.shared_fc : 0);
 }
 
 void carve(WeightGradInputs& w, SlabCarver& k) {
@@ -130,6 +136,11 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.dout = k.take(L * std::max(R, moe.mlp_rows) * C);
   w.dfch = k.take(L * moe.mlp_rows * s.mlp_in);
   w.drouter = k.take(L * R * moe.E);
+  const int64_t S = s.cfg.shared_expert() ? 1 : 0;
+  w.shared_dout = k.take(S * L * R * C);
+  w.shared_dfch = k.take(S * L * R * 2 * s.shared_fc);
+  w.shared_dgate = k.take(S * L * R);
+  w.shared_h = k.take(S * K * R * s.shared_fc);
   w.dln2 = k.take(L * Rl * C);
   w.dres2 = k.take(L * R * C);
   w.dqkv = k.take(L * R * s.qkv);
@@ -280,6 +291,11 @@ LayerActivations Activations::layer(int l) const {
   x.moe_in = slice(moe_in, l * MR * C, MR * C);
   x.moe_out = slice(moe_out, l * moe.slots * C, moe.slots * C);
   x.moe_scratch = moe_scratch;
+  const int64_t S = cfg.shared_expert() ? R : 0;
+  x.shared_fch = slice(shared_fch, l * S * 2 * shard.shared_fc, S * 2 * shard.shared_fc);
+  x.shared_h = slice(shared_h, l * S * shard.shared_fc, S * shard.shared_fc);
+  x.shared_out = slice(shared_out, l * S * C, S * C);
+  x.shared_gate = slice(shared_gate, l * S, S);
   if (moe.E > 0) {
     const int64_t base = l * moe.ints();
     x.moe.choice = ints(moe_ints, base);
@@ -384,6 +400,10 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   x.dln1 = slice(dln1, i * Rl * C, Rl * C);
   const int64_t nw = shard.qk_norm_weight_grad();
   x.dqk_normw = slice(dqk_normw, i * nw, nw);
+  const int64_t S = shard.cfg.shared_expert() ? R : 0, Fs = shard.shared_fc;
+  x.shared_dout = slice(shared_dout, i * S * C, S * C);
+  x.shared_dfch = slice(shared_dfch, i * S * 2 * Fs, S * 2 * Fs);
+  x.shared_dgate = slice(shared_dgate, i * S, S);
   if (!chunk.recompute) return x;
   LayerActivations& k = x.kept;
   k.ln1 = slice(ln1, i * R * C, R * C);
@@ -399,6 +419,7 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   k.fch_gelu = slice(fch_gelu, i * moe.mlp_rows * shard.fc, moe.mlp_rows * shard.fc);
   k.mlp_out = slice(mlp_out, i * P, P);
   k.moe_in = slice(moe_in, i * moe.mlp_rows * C, moe.mlp_rows * C);
+  k.shared_h = slice(shared_h, i * S * Fs, S * Fs);
   return x;
 }
 

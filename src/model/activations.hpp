@@ -100,6 +100,9 @@ struct LayerActivations {
   Tensor moe_in;        // (R·k·EP,C) the experts' inputs
   Tensor moe_out;       // (R·k,C) the experts' outputs, back on the token side, in expert order
   Tensor moe_scratch;   // (2·R·k·EP,C) EP only: the dispatch's buffers (shared by the layers)
+  // A shared expert (Qwen2-MoE's), on every row: [gate | up] before SwiGLU (R, 2Fs_l), SwiGLU's
+  // output (R, Fs_l), its output before the gate (R, C; a partial sum over TP), the gate (R).
+  Tensor shared_fch, shared_h, shared_out, shared_gate;
   MoeLayer moe;
 };
 // A post-norm block (OLMo-2) keeps the same tensors with these meanings: ln1 and ln2 hold the
@@ -131,6 +134,7 @@ struct Activations {
       ln2_mean, ln2_rstd, fch, fch_gelu, mlp_out, residual3;
   // A mixture of experts' (per layer like the above, but moe_out one scratch), and its integers.
   Tensor router_probs, gates, moe_stats, moe_in, moe_out, moe_scratch;
+  Tensor shared_fch, shared_h, shared_out, shared_gate;
   // The routing's int32 values (MoeLayer's), each 4 bytes of the float slab: the slab's other
   // views never touch them.
   Tensor moe_ints;
@@ -181,6 +185,8 @@ struct BackwardBuffers {
   // A mixture of experts: the block output's gradient gathered (R,C), the slots' output
   // gradients and then their input gradients (R·k,C, token side), the gates' gradients (R·k).
   Tensor moe_dout, moe_dy, dgates;
+  // A shared expert: the gradient of its SwiGLU output (R, Fs_l).
+  Tensor dshared_h;
 
   static BackwardBuffers allocate(const TpShard& shard, int B, int T,
                                   bool sequence_parallel = false);
@@ -211,9 +217,12 @@ struct BlockWeightInputs {
   // reroute the block's activations meanwhile).
   Tensor drouter;
   int64_t* counts = nullptr;
+  // A shared expert: its output's gradient, gated (R, C), its [gate | up]'s (R, 2Fs_l), and its
+  // gate logit's (R).
+  Tensor shared_dout, shared_dfch, shared_dgate;
   // --recompute only (else empty): ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2,
-  // ln2_mean, ln2_rstd, fch_gelu, mlp_out and moe_in of the block; the rest of `kept` stays
-  // empty.
+  // ln2_mean, ln2_rstd, fch_gelu, mlp_out, moe_in and shared_h of the block; the rest of `kept`
+  // stays empty.
   LayerActivations kept;
 };
 
@@ -227,12 +236,13 @@ struct WeightGradInputs {
   TpShard shard;
   int B = 0, T = 0;
   Slab slab;
-  Tensor dout, dfch, dln2, dres2, dqkv, dln1, dqk_normw, drouter;  // per block, as in
-                                                                   // BlockWeightInputs
-  Kokkos::View<int64_t*, HostSpace> counts;                        // (L,E)
+  Tensor dout, dfch, dln2, dres2, dqkv, dln1, dqk_normw, drouter, shared_dout, shared_dfch,
+      shared_dgate;                          // per block, as in
+                                             // BlockWeightInputs
+  Kokkos::View<int64_t*, HostSpace> counts;  // (L,E)
   // --recompute: the per-block activations W reads (empty otherwise).
   Tensor ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2, ln2_mean, ln2_rstd, fch_gelu,
-      mlp_out, moe_in;
+      mlp_out, moe_in, shared_h;
   Tensor dlnf;    // (Rl,C) the head's: gradient of the final LayerNorm's output, summed over TP
   Tensor dembed;  // (R,C) the embedding's: gradient of its output (block 0's input gradient)
 

@@ -15,11 +15,11 @@ struct Family {
   Arch arch;
   const char* name;
 };
-constexpr Family kFamilies[] = {{Arch::kGpt2, "gpt2"},          {Arch::kLlama, "llama"},
-                                {Arch::kQwen2, "qwen2"},        {Arch::kMistral, "mistral"},
-                                {Arch::kPhi3, "phi3"},          {Arch::kQwen3, "qwen3"},
-                                {Arch::kOlmo2, "olmo2"},        {Arch::kMixtral, "mixtral"},
-                                {Arch::kQwen3Moe, "qwen3_moe"}, {Arch::kOlmoe, "olmoe"}};
+constexpr Family kFamilies[] = {
+    {Arch::kGpt2, "gpt2"},       {Arch::kLlama, "llama"},       {Arch::kQwen2, "qwen2"},
+    {Arch::kMistral, "mistral"}, {Arch::kPhi3, "phi3"},         {Arch::kQwen3, "qwen3"},
+    {Arch::kOlmo2, "olmo2"},     {Arch::kMixtral, "mixtral"},   {Arch::kQwen3Moe, "qwen3_moe"},
+    {Arch::kOlmoe, "olmoe"},     {Arch::kQwen2Moe, "qwen2_moe"}};
 }  // namespace
 
 ModelFeatures features_of(Arch arch) {
@@ -32,7 +32,7 @@ ModelFeatures features_of(Arch arch) {
   f.linear_bias = f.qkv_bias = false;
   f.scaled_residual_init = false;
   f.llama_fields = true;
-  if (arch == Arch::kQwen2) f.qkv_bias = true;
+  if (arch == Arch::kQwen2 || arch == Arch::kQwen2Moe) f.qkv_bias = true;
   if (arch == Arch::kPhi3) f.fused_hf_projections = true;
   if (arch == Arch::kQwen3 || arch == Arch::kQwen3Moe) f.qk_norm = QkNorm::kPerHead;
   if (arch == Arch::kOlmo2) {
@@ -40,7 +40,9 @@ ModelFeatures features_of(Arch arch) {
     f.qk_norm = QkNorm::kWhole;
   }
   if (arch == Arch::kOlmoe) f.qk_norm = QkNorm::kWhole;
-  f.moe = arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kOlmoe;
+  f.moe = arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kOlmoe ||
+          arch == Arch::kQwen2Moe;
+  f.shared_expert = arch == Arch::kQwen2Moe;
   f.hf_block_sparse_moe = arch == Arch::kMixtral;
   return f;
 }
@@ -63,7 +65,7 @@ bool parse_arch(const std::string& name, Arch& arch) {
 }
 
 const char* arch_names() {
-  return "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2,mixtral,qwen3_moe,olmoe";
+  return "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2,mixtral,qwen3_moe,olmoe,qwen2_moe";
 }
 
 float default_moe_aux_coef(Arch arch) {
@@ -136,7 +138,19 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
     require(cfg.moe_aux_coef >= 0 && std::isfinite(cfg.moe_aux_coef),
             "the balance loss's coefficient must be finite and not negative (from " + origin +
                 "); fix --moe-aux-coef");
+    plausible(cfg.shared_ffn, 1 << 22, "the shared expert's width", "--shared-expert-dim");
+    require(cfg.features().shared_expert ? cfg.shared_ffn > 0 : cfg.shared_ffn == 0,
+            cfg.features().shared_expert
+                ? "the " + std::string(arch_name(cfg.arch)) +
+                      " family has a shared expert, of width 0 here (from " + origin +
+                      "); pass --shared-expert-dim N"
+                : "the " + std::string(arch_name(cfg.arch)) +
+                      " family has no shared expert (from " + origin +
+                      "); drop --shared-expert-dim or pass --arch qwen2_moe");
   } else {
+    require(cfg.shared_ffn == 0, std::string("the ") + arch_name(cfg.arch) +
+                                     " family has no shared expert (from " + origin +
+                                     "); drop --shared-expert-dim or pass --arch qwen2_moe");
     require(cfg.experts == 0 && cfg.experts_per_token == 0,
             std::string("the ") + arch_name(cfg.arch) + " family has a dense MLP (from " + origin +
                 "); drop --experts/--experts-per-token or pass --arch mixtral, qwen3_moe or olmoe");
@@ -185,6 +199,9 @@ std::string describe(const GPTConfig& cfg) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " experts %d top-%d%s", cfg.experts,
                          cfg.experts_per_token, cfg.moe_renormalize ? " renormalised" : "");
     }
+    if (cfg.shared_expert() && n < int(sizeof buf)) {
+      n += std::snprintf(buf + n, sizeof buf - size_t(n), " shared %d", cfg.shared_ffn);
+    }
     if (cfg.sliding_window > 0 && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " window %d", cfg.sliding_window);
     }
@@ -210,7 +227,7 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
          a.rope_original_max_pos == b.rope_original_max_pos && a.tied == b.tied &&
          a.sliding_window == b.sliding_window && a.head_size() == b.head_size() &&
          a.experts == b.experts && a.experts_per_token == b.experts_per_token &&
-         (!a.moe() || a.moe_renormalize == b.moe_renormalize);
+         (!a.moe() || a.moe_renormalize == b.moe_renormalize) && a.shared_ffn == b.shared_ffn;
 }
 
 }  // namespace mpf

@@ -25,7 +25,8 @@ enum class Arch {
   kOlmo2,
   kMixtral,
   kQwen3Moe,
-  kOlmoe
+  kOlmoe,
+  kQwen2Moe
 };
 
 enum class NormKind { kLayerNorm, kRmsNorm };  // LayerNorm with its shift; RMSNorm scale only
@@ -51,6 +52,8 @@ struct ModelFeatures {
   bool scaled_residual_init = true;
   // Hugging Face stores Q, K, V as one qkv_proj and gate, up as one gate_up_proj (Phi-3).
   bool fused_hf_projections = false;
+  // The mixture of experts has a shared expert (Qwen2-MoE's; GPTConfig's shared_ffn).
+  bool shared_expert = false;
   // The MLP is a mixture of experts (GPTConfig's experts): Mixtral, Qwen3-MoE, OLMoE; Hugging
   // Face names Mixtral's block_sparse_moe.gate and experts.{j}.w1/w3/w2, the others' mlp.gate and
   // mlp.experts.{j}.gate_proj/up_proj/down_proj.
@@ -91,6 +94,9 @@ struct GPTConfig {
   int experts = 0, experts_per_token = 0;
   bool moe_renormalize = false;
   float moe_aux_coef = 0.0f;
+  // Qwen2-MoE's shared expert: a SwiGLU MLP of this width every token goes through beside its
+  // routed experts, its output scaled by sigmoid(x · sgatew); 0: none.
+  int shared_ffn = 0;
 
   ModelFeatures features() const { return features_of(arch); }
   // The families with the Llama fields (GQA, SwiGLU width, RMSNorm eps, rotary embeddings).
@@ -107,6 +113,7 @@ struct GPTConfig {
   int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   int ffn_width() const { return ffn_dim > 0 ? ffn_dim : 4 * channels; }
   bool moe() const { return experts > 0; }
+  bool shared_expert() const { return shared_ffn > 0; }
   // Copies of the MLP's tensors a block holds: E experts, or the one dense MLP.
   int expert_count() const { return experts > 0 ? experts : 1; }
   // Rows of the packed [Q | K | V] projection: (NH + 2 KVH) · hs (3C for GPT-2).

@@ -548,6 +548,7 @@ BlockSite block_site(const Activations& store, const Activations* workspace, int
     site.fch_gelu = kept->fch_gelu;
     site.mlp_out = kept->mlp_out;
     site.moe_in = kept->moe_in;
+    site.shared_h = kept->shared_h;
   }
   return {site, 0};
 }

@@ -8,6 +8,7 @@
 #include "core/parallel.hpp"
 #include "core/profile.hpp"
 #include "model/block_parts.hpp"
+#include "model/layers/gated_rows.hpp"
 #include "model/layers/linear.hpp"
 #include "model/layers/matmul.hpp"
 #include "model/layers/moe.hpp"
@@ -141,6 +142,46 @@ Tensor sent_rows(const LayerActivations& a, int64_t n, int C) {
 Tensor received_rows(const LayerActivations& a, int64_t n, int C) {
   return Tensor(a.moe_scratch.data() + a.moe_scratch.extent(0) / 2, n * C);
 }
+
+// Qwen2-MoE's shared expert on every row, this rank's share of its width, its output scaled by
+// sigmoid(x · sgatew) (the gate's product in fp32, as the router's) and added to `sum`.
+void shared_expert_forward(Tensor sum, const LayerActivations& a, const LayerParameters& p,
+                           const TpShard& s, int64_t R) {
+  const int C = s.cfg.channels, Fs = s.shared_fc;
+  const Tensor none;
+  linear_forward(a.shared_fch, none, a.ln2, p.sfcw, none, R, C, 2 * Fs);
+  swiglu_forward(a.shared_h, a.shared_fch, R, Fs);
+  linear_forward(a.shared_out, none, a.shared_h, p.sfcprojw, none, R, Fs, C);
+  {
+    const Fp32Products fp32;
+    linear_forward(a.shared_gate, none, a.ln2, p.sgatew, none, R, C, 1);
+  }
+  sigmoid_gate_forward(a.shared_gate, R);
+  add_gated_rows(sum, a.shared_out, a.shared_gate, R, C);
+}
+
+// Its backward from g (R,C), the MLP output's gradient: the gate's logit's gradient (summed over
+// TP, where the output is split), the gated output's and the [gate | up]'s for W, and its input
+// gradient added to dln2 (the gate's part on TP rank 0 only, as the router's), through `scratch`
+// (R,C) and dh (R,Fs_l).
+void shared_expert_backward(Tensor dln2, Tensor scratch, Tensor dh, const BlockWeightInputs& w,
+                            Tensor g, const LayerActivations& a, const LayerParameters& p,
+                            const TpShard& s, int64_t R, MPI_Comm tp) {
+  const int C = s.cfg.channels, Fs = s.shared_fc;
+  gated_rows_backward(w.shared_dgate, w.shared_dout, g, a.shared_out, a.shared_gate, R, C);
+  allreduce_sum(w.shared_dgate.data(), R, tp);
+  sigmoid_gate_backward(w.shared_dgate, a.shared_gate, R);
+  linear_backward_input(dh, w.shared_dout, p.sfcprojw, R, Fs, C);
+  swiglu_backward_input(w.shared_dfch, dh, a.shared_fch, R, Fs);
+  const Tensor dx = rows(scratch, 0, R, C);
+  linear_backward_input(dx, w.shared_dfch, p.sfcw, R, C, 2 * Fs);
+  add_into(dln2, dx.data(), R * C);
+  if (s.rank == 0) {
+    const Fp32Products fp32;
+    linear_backward_input(dx, w.shared_dgate, p.sgatew, R, C, 1);
+    add_into(dln2, dx.data(), R * C);
+  }
+}
 }  // namespace
 
 void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tensor residual,
@@ -207,10 +248,12 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
     d.reorder(arrived, y, C, /*to_experts=*/false);
     d.exchange(arrived, a.moe_out, C, /*back=*/true);
   }
-  // The gated outputs, a token's slots in order, join the residual leaving the region.
+  // The gated outputs, a token's slots in order, then the shared expert's, join the residual
+  // leaving the region.
   const Tensor sum = seq.on ? partial : out;
   seed_rows(sum, residual, none, seq, s.rank, C);
   moe_combine(sum, a.moe_out, a.gates, a.moe.where, C, shape);
+  if (cfg.shared_expert()) shared_expert_forward(sum, a, p, s, R);
   tp::leave_forward(sum.data(), out.data(), C, seq, tp);
 }
 
@@ -278,6 +321,7 @@ void moe_mlp_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Te
     fill(dln2.data(), R * C, 0.0f);
   }
   moe_combine(dln2, dy, Tensor(), a.moe.where, C, shape);
+  if (cfg.shared_expert()) shared_expert_backward(dln2, dy, buf.dshared_h, w, g, a, p, s, R, tp);
 }
 
 void moe_mlp_backward_weight(const LayerParameters& g, const BlockWeightInputs& w,
@@ -292,8 +336,17 @@ void moe_mlp_backward_weight(const LayerParameters& g, const BlockWeightInputs& 
     linear_backward_weight(expert_fcw(g, s, e), none, rows(w.dfch, first, n, s.mlp_in),
                            rows(a.moe_in, first, n, C), n, C, s.mlp_in);
   });
-  const Fp32Products fp32;  // the router's products all in fp32, as its forward
+  if (cfg.shared_expert()) {
+    const int64_t R = seq.rows;
+    const int Fs = s.shared_fc;
+    linear_backward_weight(g.sfcprojw, none, w.shared_dout, a.shared_h, R, Fs, C);
+    linear_backward_weight(g.sfcw, none, w.shared_dfch, a.ln2, R, C, 2 * Fs);
+  }
+  const Fp32Products fp32;  // the router's and the shared gate's products all in fp32
   linear_backward_weight(g.routerw, none, w.drouter, a.ln2, seq.rows, C, cfg.experts);
+  if (cfg.shared_expert()) {
+    linear_backward_weight(g.sgatew, none, w.shared_dgate, a.ln2, seq.rows, C, 1);
+  }
 }
 
 }  // namespace mpf

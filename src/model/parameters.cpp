@@ -96,6 +96,12 @@ Tensor& view_of(ParameterTensors& t, const SlabPiece& piece) {
       return block().k_normw;
     case TensorId::routerw:
       return block().routerw;
+    case TensorId::sfcw:
+      return block().sfcw;
+    case TensorId::sfcprojw:
+      return block().sfcprojw;
+    case TensorId::sgatew:
+      return block().sgatew;
   }
   MPF_FATAL("not a parameter tensor");
 }

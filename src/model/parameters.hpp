@@ -36,6 +36,9 @@ struct LayerParameters {
   Tensor q_normw;   // (hs) Qwen3's per-head RMSNorm of Q (shared by the heads)
   Tensor k_normw;   // (hs) and of K
   Tensor routerw;   // (E, C) a mixture of experts' router
+  Tensor sfcw;      // (2Fs, C) Qwen2-MoE's shared expert: rows [gate | up]
+  Tensor sfcprojw;  // (C, Fs)
+  Tensor sgatew;    // (C) its gate's row
 };
 
 struct ParameterTensors {

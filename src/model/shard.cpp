@@ -31,7 +31,11 @@ TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size) {
   s.attn = s.heads * s.head_size;
   s.kv = s.kv_heads * s.head_size;
   s.qkv = s.attn + 2 * s.kv;
+  require(cfg.shared_ffn % size == 0, "the shared expert's width " +
+                                          std::to_string(cfg.shared_ffn) + " does not split" +
+                                          layout + "; choose a --tp that divides it");
   s.fc = cfg.ffn_width() / size;
+  s.shared_fc = cfg.shared_ffn / size;
   s.mlp_in = cfg.swiglu() ? 2 * s.fc : s.fc;
   // Megatron pads the vocabulary to a multiple of 128·T so every shard tiles alike; the padded
   // rows are zero and outside the softmax, so the maths does not depend on the padding.

@@ -10,6 +10,7 @@
 //   fcw, fcb     column-parallel: rows [r·F/T, (r+1)·F/T) of each block (GPT-2's one block of
 //                F = 4C; Llama's [gate | up]; each expert's of a mixture of experts)
 //   fcprojw      row-parallel: input columns [r·F/T, (r+1)·F/T) (of each expert's C rows)
+//   sfcw, sfcprojw  a shared expert: as fcw and fcprojw (its sgatew replicated)
 //   wte, lmhead  vocab-parallel: rows [r·Vp/T, (r+1)·Vp/T), Vp padded to a multiple of 128·T
 //   the rest     (LayerNorms, RMSNorms, wpe, attprojb, fcprojb, the router) replicated
 // Expert parallelism further splits a mixture of experts' experts (fcw, fcprojw) over the EP
@@ -51,6 +52,7 @@ struct TpShard {
   int qkv = 0;           // local rows of qkvw: attn + 2 kv
   int fc = 0;            // local MLP width: F / T
   int mlp_in = 0;        // local rows of fcw: fc (GPT-2), 2 fc (Llama's [gate | up])
+  int shared_fc = 0;     // local width of a shared expert (Qwen2-MoE's): Fs / T
   int vocab_padded = 0;  // Vp over all ranks (cfg.padded_vocab when T = 1)
   int vocab_shard = 0;   // local rows of wte: vocab_padded / T
   int vocab_begin = 0;   // first global vocabulary row held here

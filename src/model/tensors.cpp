@@ -30,6 +30,12 @@ int64_t dim_size(Dim d, const GPTConfig& cfg, bool padded) {
     case Dim::kExperts:
       n = cfg.experts;
       break;
+    case Dim::kSharedIn:
+      n = 2 * int64_t(cfg.shared_ffn);
+      break;
+    case Dim::kSharedFfn:
+      n = cfg.shared_ffn;
+      break;
     case Dim::kFfn:
       n = cfg.ffn_width();
       break;
@@ -65,6 +71,8 @@ bool present(TensorId t, const GPTConfig& cfg) {
       return cfg.qk_norm();
     case Needs::kMoe:
       return f.moe;
+    case Needs::kSharedExpert:
+      return f.shared_expert;
   }
   return false;
 }
@@ -89,6 +97,8 @@ RowBlockSizes row_block_sizes(const TensorSpec& s, const GPTConfig& cfg) {
     case RowBlocks::kMlpIn:
       if (cfg.swiglu()) return {{F, F, 0}, 2, cfg.expert_count()};
       return {{F, 0, 0}, 1, cfg.expert_count()};
+    case RowBlocks::kSharedIn:
+      return {{cfg.shared_ffn, cfg.shared_ffn, 0}, 2};
     case RowBlocks::kOne:
       break;
   }

@@ -39,9 +39,12 @@ enum class TensorId : int {
   lmhead,   // after GPT-2's, so its file order is llm.c's
   q_normw,  // then the features' own tensors: the q and k norms (Qwen3's, OLMo-2's)
   k_normw,
-  routerw  // a mixture of experts' router
+  routerw,   // a mixture of experts' router
+  sfcw,      // Qwen2-MoE's shared expert: [gate | up]
+  sfcprojw,  // its down projection
+  sgatew     // its gate (a row: sigmoid(x · sgatew) scales its output)
 };
-inline constexpr int kNumParameterTensors = 20;
+inline constexpr int kNumParameterTensors = 23;
 
 // One dimension of a tensor: `times` times one of the config's sizes.
 struct Dim {
@@ -51,14 +54,16 @@ struct Dim {
     kChannels,
     kPaddedVocab,
     kMaxSeqLen,
-    kQkvRows,  // (NH + 2 KVH)·hs: [Q | K | V] (3C for GPT-2)
-    kMlpIn,    // the MLP's first layer: [gate | up] 2F (Llama), F = 4C (GPT-2), for each expert
-    kMlpOut,   // the MLP's projection: C for each expert
-    kExperts,  // E
-    kFfn,      // F: the MLP's hidden width
-    kAttn,     // NH·hs: the attention's width (C unless the head size is not C/NH)
-    kQNorm,    // Q's norm weight: hs (one per head, shared) or NH·hs (the whole projection)
-    kKNorm,    // K's: hs or KVH·hs
+    kQkvRows,    // (NH + 2 KVH)·hs: [Q | K | V] (3C for GPT-2)
+    kMlpIn,      // the MLP's first layer: [gate | up] 2F (Llama), F = 4C (GPT-2), for each expert
+    kMlpOut,     // the MLP's projection: C for each expert
+    kExperts,    // E
+    kFfn,        // F: the MLP's hidden width
+    kAttn,       // NH·hs: the attention's width (C unless the head size is not C/NH)
+    kQNorm,      // Q's norm weight: hs (one per head, shared) or NH·hs (the whole projection)
+    kKNorm,      // K's: hs or KVH·hs
+    kSharedIn,   // the shared expert's [gate | up]: 2 Fs
+    kSharedFfn,  // its hidden width Fs
   } of;
 };
 
@@ -72,13 +77,15 @@ enum class Needs {
   kUntied,            // an LM head that is not wte: lmhead
   kQkNorm,            // q/k norms: q_normw, k_normw
   kMoe,               // a mixture of experts: routerw
+  kSharedExpert,      // a shared expert: sfcw, sfcprojw, sgatew
 };
 
 // The row blocks of a column-split tensor, each split over TP alike.
 enum class RowBlocks {
   kOne,
-  kQkv,    // Q (NH·hs), K (KVH·hs), V (KVH·hs)
-  kMlpIn,  // [gate | up] (F each) for a gated MLP, else one block; for each expert
+  kQkv,       // Q (NH·hs), K (KVH·hs), V (KVH·hs)
+  kMlpIn,     // [gate | up] (F each) for a gated MLP, else one block; for each expert
+  kSharedIn,  // the shared expert's [gate | up] (Fs each)
 };
 
 // Which parts of the model use a tensor: which pipeline stages hold it, and which parts of the
@@ -132,7 +139,7 @@ using B = RowBlocks;
 inline constexpr Dim one{1, Dim::kOne}, C{1, Dim::kChannels}, QKV{1, Dim::kQkvRows},
     MLP{1, Dim::kMlpIn}, FFN{1, Dim::kFfn}, Vp{1, Dim::kPaddedVocab}, maxT{1, Dim::kMaxSeqLen},
     ATT{1, Dim::kAttn}, QN{1, Dim::kQNorm}, KN{1, Dim::kKNorm}, MLPO{1, Dim::kMlpOut},
-    E{1, Dim::kExperts};
+    E{1, Dim::kExperts}, SIN{1, Dim::kSharedIn}, SF{1, Dim::kSharedFfn};
 // Every tensor's row, in llm.c's order.
 // clang-format off
 inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
@@ -157,6 +164,9 @@ inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
   {T::q_normw,  "q_normw",  P::kBlocks,    QN,   one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kQkNorm},
   {T::k_normw,  "k_normw",  P::kBlocks,    KN,   one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kQkNorm},
   {T::routerw,  "routerw",  P::kBlocks,    E,    C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kMoe},
+  {T::sfcw,     "sfcw",     P::kBlocks,    SIN,  C,   S::kColumn, B::kSharedIn, I::kNormal, false, true, N::kSharedExpert},
+  {T::sfcprojw, "sfcprojw", P::kBlocks,    C,    SF,  S::kRow,    B::kOne,   I::kNormal, true,    true,  N::kSharedExpert},
+  {T::sgatew,   "sgatew",   P::kBlocks,    one,  C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kSharedExpert},
 }};
 // clang-format on
 

@@ -83,9 +83,10 @@ std::string adopt_data_vocab(TrainOptions& o) {
 }
 
 bool is_llama_flag(const std::string& flag) {
-  for (const char* f : {"--kv-heads", "--ffn-dim", "--norm-eps", "--rope-theta", "--rope-scaling",
-                        "--tie-embeddings", "--sliding-window", "--head-dim", "--experts",
-                        "--experts-per-token", "--moe-renormalize", "--moe-aux-coef"}) {
+  for (const char* f :
+       {"--kv-heads", "--ffn-dim", "--norm-eps", "--rope-theta", "--rope-scaling",
+        "--tie-embeddings", "--sliding-window", "--head-dim", "--experts", "--experts-per-token",
+        "--moe-renormalize", "--moe-aux-coef", "--shared-expert-dim"}) {
     if (flag == f) return true;
   }
   return false;
@@ -113,6 +114,7 @@ std::string canonical_rope_scaling(const std::string& text) {
 void set_experts(const TrainOptions& o, GPTConfig& cfg) {
   cfg.experts = o.experts;
   cfg.experts_per_token = o.experts_per_token;
+  cfg.shared_ffn = o.shared_expert_dim;
   const bool moe = cfg.features().moe;
   require(moe || !o.given.count("--moe-renormalize"),
           "--moe-renormalize sets a mixture of experts; pass --arch mixtral, qwen3_moe or olmoe, "
@@ -124,7 +126,8 @@ void set_experts(const TrainOptions& o, GPTConfig& cfg) {
           "Mixtral's gates are always renormalised (MixtralForCausalLM); drop --moe-renormalize 0 "
           "or pass --arch qwen3_moe or olmoe, whose norm_topk_prob says");
   cfg.moe_renormalize =
-      moe && (o.moe_renormalize >= 0 ? o.moe_renormalize == 1 : cfg.arch != Arch::kOlmoe);
+      moe && (o.moe_renormalize >= 0 ? o.moe_renormalize == 1
+                                     : cfg.arch != Arch::kOlmoe && cfg.arch != Arch::kQwen2Moe);
   cfg.moe_aux_coef = moe ? default_moe_aux_coef(cfg.arch) : 0.0f;
 }
 

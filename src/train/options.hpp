@@ -28,6 +28,7 @@ struct TrainOptions {
   // A mixture of experts (the MoE families): E experts, k per token, the gates renormalised over
   // the k (-1: the family's way) and the balance loss's coefficient (-1: the model's, or 0.01).
   int experts = 0, experts_per_token = 0, moe_renormalize = -1;
+  int shared_expert_dim = 0;  // Qwen2-MoE's shared expert width
   float moe_aux_coef = -1.0f;
   std::string model_flags_given;  // the model flags above on the command line ("--arch, --dim")
   // Data.

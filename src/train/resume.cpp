@@ -37,6 +37,7 @@ std::optional<std::string> saved_text(const CheckpointInfo& c, const std::string
   if (key == "model.head_dim") return std::to_string(m.head_dim);
   if (key == "model.experts") return std::to_string(m.experts);
   if (key == "model.experts_per_token") return std::to_string(m.experts_per_token);
+  if (key == "model.shared_ffn") return std::to_string(m.shared_ffn);
   if (key == "model.moe_renormalize") return std::to_string(m.moe() ? int(m.moe_renormalize) : -1);
   return setting(c, key);
 }

@@ -41,9 +41,9 @@ SettingGroup model_settings() {
            "the model family: gpt2, or Llama blocks (RMSNorm, RoPE, SwiGLU, GQA): llama, qwen2 "
            "(with Q, K, V biases), mistral, phi3, qwen3 (per-head q/k norms), olmo2 (norms after "
            "the sublayers, q/k norms over the whole projection); mixtures of experts: mixtral, "
-           "qwen3_moe, olmoe",
+           "qwen3_moe, olmoe, qwen2_moe (with a shared expert)",
            &O::arch, kNoMinimum, "model.arch", kKeep,
-           "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2,mixtral,qwen3_moe,olmoe"},
+           "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2,mixtral,qwen3_moe,olmoe,qwen2_moe"},
           {"--kv-heads", "H", "llama: key/value heads, dividing --heads (default, or 0: --heads)",
            &O::kv_heads, 0, "model.kv_heads", kKeep},
           {"--ffn-dim", "F", "llama: the SwiGLU MLP's width (default, or 0: 4C)", &O::ffn_dim, 0,
@@ -66,14 +66,19 @@ SettingGroup model_settings() {
            "llama family: the head size, when not --dim / --heads (Qwen3's head_dim); 0 = --dim / "
            "--heads",
            &O::head_dim, 0, "model.head_dim", kKeep},
-          {"--experts", "E", "mixtral, qwen3_moe, olmoe: the experts in each block's MLP",
-           &O::experts, 0, "model.experts", kKeep},
+          {"--experts", "E",
+           "mixtral, qwen3_moe, olmoe, qwen2_moe: the experts in each block's MLP", &O::experts, 0,
+           "model.experts", kKeep},
           {"--experts-per-token", "K", "the experts each token's router chooses (top-k)",
            &O::experts_per_token, 0, "model.experts_per_token", kKeep},
           {"--moe-renormalize", "0|1",
            "1: the chosen experts' gates are renormalised to sum to 1 (Mixtral, Qwen3-MoE's "
            "norm_topk_prob); 0: the router's probabilities (OLMoE); default: the family's",
            &O::moe_renormalize, -1, "model.moe_renormalize", kKeep},
+          {"--shared-expert-dim", "N",
+           "qwen2_moe: the width of the shared expert every token goes through beside its "
+           "routed ones (shared_expert_intermediate_size)",
+           &O::shared_expert_dim, 0, "model.shared_ffn", kKeep},
       }};
 }
 

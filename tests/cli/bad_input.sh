@@ -123,6 +123,15 @@ expect_error "a negative balance coefficient" 1 "--moe-aux-coef must not be nega
   "${moe[@]}" --experts 4 --experts-per-token 2 --moe-aux-coef -0.5
 expect_error "--moe-aux-coef on a dense family" 1 "--moe-aux-coef sets a mixture of experts" -- \
   --arch llama --layers 2 --moe-aux-coef 0.1
+# Qwen2-MoE's shared expert: its family only, always there, split over TP.
+expect_error "a shared expert on mixtral" 1 "the mixtral family has no shared expert" -- \
+  "${moe[@]}" --experts 4 --experts-per-token 2 --shared-expert-dim 32
+expect_error "qwen2_moe without its shared expert" 1 "the qwen2_moe family has a shared expert, of width 0" -- \
+  --arch qwen2_moe --layers 2 --heads 4 --kv-heads 2 --dim 32 --ffn-dim 48 --steps 1 --experts 4 \
+  --experts-per-token 2
+expect_error "a shared expert that does not split over --tp" 2 "the shared expert's width 33 does not split over --tp 2" -- \
+  --arch qwen2_moe --layers 2 --heads 4 --kv-heads 2 --dim 32 --ffn-dim 48 --steps 1 --experts 4 \
+  --experts-per-token 2 --shared-expert-dim 33 --tp 2
 # Expert parallelism: the experts must split over EP, EP over DP, and there must be experts.
 expect_error "experts that do not split over --ep" 3 "4 experts do not split over --ep 3" -- \
   "${moe[@]}" --experts 4 --experts-per-token 2 --batch 3 --ep 3

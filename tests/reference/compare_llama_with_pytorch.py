@@ -81,10 +81,14 @@ def shapes(m):
         out += [("q_normw", (L, hs)), ("k_normw", (L, hs))]
     if E:
         out.append(("routerw", (L, E, C)))
+    Fs = m.get("Fs", 0)  # Qwen2-MoE's shared expert: [gate | up], down, and its gate's row
+    if Fs:
+        out += [("sfcw", (L, 2 * Fs, C)), ("sfcprojw", (L, C, Fs)), ("sgatew", (L, 1, C))]
     return out
 
 
-MATRICES = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead", "routerw"}
+MATRICES = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead", "routerw", "sfcw", "sfcprojw",
+            "sgatew"}
 
 
 def header(m):
@@ -99,6 +103,7 @@ def header(m):
     if m.get("E"):
         h[20], h[21], h[22] = m["E"], m["k"], int(m["renorm"])
         h[23] = np.array([m["aux_coef"]], dtype="<f4").view("<i4")[0]
+    h[24] = m.get("Fs", 0)  # slot 24: a shared expert's width
     floats = np.array([m["eps"], m["theta"], m["factor"], m["low"], m["high"]], dtype="<f4")
     h[13:18] = floats.view("<i4")
     return h
@@ -194,6 +199,12 @@ def moe_mlp(p, l, h, m, aux):
         gate, up = (h @ w1.T).split(F_, dim=-1)
         y = (F.silu(gate) * up) @ w2.T
         out = out + (gates * (top == e)).sum(-1, keepdim=True) * y
+    if m.get("Fs"):  # the shared expert, scaled by sigmoid(h . sgatew) (the gate in fp32)
+        gate, up = (h @ p["sfcw"][l].T).split(m["Fs"], dim=-1)
+        y = (F.silu(gate) * up) @ p["sfcprojw"][l].T
+        with torch.autocast("cpu", enabled=False):
+            g = torch.sigmoid(h.to(dt) @ p["sgatew"][l].to(dt).T)
+        out = out + g.to(y.dtype) * y
     counts = F.one_hot(top, E).sum(-2).sum(1).to(probs.dtype)  # (B, E): c_e of each row
     T_ = h.shape[1]
     aux.append((m["aux_coef"] * E / (k * T_ * T_) * (probs.sum(1) * counts).sum(-1)).mean())

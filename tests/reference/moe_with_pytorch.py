@@ -16,7 +16,9 @@ random model in mpiformer's Llama model file (docs/file-formats.md, slots 20..23
   are 0 and 1 by the tie rule, experts 2 and 3 get no token, and the step's expert load line
   says each block's busiest expert took twice the mean);
 - qwen3_moe: per-head q/k norms, a head size of 12, renormalised;
-- olmoe: q/k norms over the whole projections, gates not renormalised, 1 kv head; also EP 2.
+- olmoe: q/k norms over the whole projections, gates not renormalised, 1 kv head; also EP 2;
+- qwen2_moe: Q, K, V biases, gates not renormalised, and a shared expert every token goes
+  through, scaled by sigmoid(x . sgatew); also recomputation and EP 2 x TP 2 with SP.
 Trained 5 steps by mpiformer-train on 1 rank, TP 2, PP 2, DP 2 and CP 2: every step's loss and
 balance loss within 1e-5 (relative) of the float64 reference (mixtral's losses with bf16
 products, on 1 rank and EP 2, within 1e-3 of PyTorch's bf16 autocast); greedy decoding with the KV cache
@@ -54,6 +56,8 @@ FAMILIES = [
      "model.layers.1.mlp.experts.2.up_proj.weight"),
     ("olmoe", dict(BASE, arch=9, KVH=1, qk_norm="whole", renorm=False, tied=False),
      "OlmoeForCausalLM", "model.layers.0.mlp.gate.weight"),
+    ("qwen2_moe", dict(BASE, arch=10, qkv_bias=True, Fs=20, renorm=False, tied=True),
+     "Qwen2MoeForCausalLM", "model.layers.1.mlp.shared_expert_gate.weight"),
 ]
 LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")), ("pp 2", 2, ("--pp", "2")),
            ("dp 2", 2, ("--dp", "2")), ("cp 2", 2, ("--cp", "2"))]
@@ -75,7 +79,9 @@ EXTRA_LAYOUTS = {"mixtral": [
     ("ep 2 x dp 2 zero-1", 4, ("--ep", "2", "--zero", "1", "--overlap-grad-reduce",
                                "--dp-bucket-mb", "0.001")),
     ("ep 2 x cp 2 recompute", 4, ("--ep", "2", "--cp", "2", "--recompute")),
-], "olmoe": [("ep 2", 2, ("--ep", "2"))]}
+], "olmoe": [("ep 2", 2, ("--ep", "2"))],
+   "qwen2_moe": [("recompute", 1, ("--recompute",)),
+                 ("ep 2 x tp 2 + sp", 4, ("--ep", "2", "--tp", "2", "--sequence-parallel"))]}
 NORM_CHECK = 5e-5  # the printed norm's 5 significant digits
 AUX_CHECK = 2e-5   # the printed balance loss's 6 decimals, relative to ~0.1
 

@@ -138,7 +138,11 @@ TEST(ModelGradients, FamilyFeaturesMatchFiniteDifferences) {
   mixtral.arch = Arch::kMixtral;
   mixtral.experts = 2;
   mixtral.experts_per_token = 2;
-  for (const GPTConfig& cfg : {qwen2, qwen3, mistral, olmo2, mixtral}) {
+  // Qwen2-MoE's: the same two experts and a shared expert with its sigmoid gate.
+  GPTConfig qwen2_moe = mixtral;
+  qwen2_moe.arch = Arch::kQwen2Moe;
+  qwen2_moe.shared_ffn = 12;
+  for (const GPTConfig& cfg : {qwen2, qwen3, mistral, olmo2, mixtral, qwen2_moe}) {
     SCOPED_TRACE(arch_name(cfg.arch));
     TinyModel m(cfg);
     check_every_tensor(m);
@@ -150,6 +154,9 @@ TEST(ModelGradients, FamilyFeaturesMatchFiniteDifferences) {
   EXPECT_EQ(tensor_size(TensorId::k_normw, olmo2), 2 * 8);
   EXPECT_EQ(tensor_size(TensorId::fcw, mixtral), 2 * tensor_size(TensorId::fcw, qwen3));
   EXPECT_EQ(tensor_size(TensorId::routerw, mixtral), 2 * 2 * 16);
+  EXPECT_EQ(tensor_size(TensorId::sfcw, qwen2_moe), 2 * 2 * 12 * 16);
+  EXPECT_EQ(tensor_size(TensorId::sgatew, qwen2_moe), 2 * 16);
+  EXPECT_EQ(tensor_size(TensorId::sfcw, mixtral), 0);
 }
 
 TEST(ModelGradients, BackwardAccumulatesAndIsDeterministic) {
