@@ -1,7 +1,8 @@
 // The layer-major slab and the data-parallel buckets cut over it: every tensor element has one
 // place in the slab; a bucket starts exactly when the last part writing its elements is done, in
 // any order the schedule finishes them (several chunks per stage, a tied wte); ZeRO's segments
-// tile the slab over the DP ranks, and the reduce-scatter sums what each rank wrote.
+// tile the slab over the DP ranks, and the reduce-scatter sums what each rank wrote; under expert
+// parallelism the experts' buckets are reduced over their own group.
 // The buckets run on MPI_COMM_SELF; ZeRO's segments on a DP group of every rank (of one: the
 // whole slab).
 #include <gtest/gtest.h>
@@ -184,6 +185,67 @@ TEST(GradBuckets, ZeroSegmentsTileTheSlabAndTheShardsHoldTheSum) {
       for (int64_t k = 0; k < seg.length; ++k) {
         ASSERT_EQ(shard(seg.grad + k), ranks_sum * float((seg.param + k) % 1000));
       }
+    }
+  }
+}
+
+// Under expert parallelism the experts' gradients are summed over their own group (here each
+// rank alone, as EP = the DP ranks gives) and the rest over DP: no bucket mixes the two, every
+// element is some rank's under ZeRO (the experts' on every rank, each holding its own), and the
+// sums are over the right ranks. C = 18 makes pieces that do not divide over 4 ranks: uneven
+// shards.
+TEST(GradBuckets, ExpertBucketsAreReducedOverTheirOwnGroup) {
+  int ranks = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  GPTConfig cfg = tiny(2);
+  cfg.arch = Arch::kMixtral;
+  cfg.channels = 18;
+  cfg.heads = cfg.kv_heads = 1;
+  cfg.ffn_dim = 6;
+  cfg.experts = 2;
+  cfg.experts_per_token = 1;
+  cfg.tied = false;
+  const TpShard s = make_tp_shard(cfg, 0, 1);
+  Parameters g = Parameters::allocate(s, "g", ranks);
+  for (bool zero : {false, true}) {
+    DataParallelGrads dp(g, s, MPI_COMM_WORLD, 100, zero, false, MPI_COMM_SELF);
+    for (const GradBucket& b : dp.buckets()) {
+      EXPECT_EQ(int(b.counts.size()), b.experts ? 1 : ranks);
+      for (const SlabPiece& piece : g.layout.pieces()) {
+        if (piece.offset < b.end && piece.offset + piece.length > b.begin && b.end <= g.count) {
+          EXPECT_EQ(s.is_expert(piece.tensor), b.experts) << kTensors[int(piece.tensor)].name;
+        }
+      }
+    }
+    auto h = Kokkos::create_mirror_view(g.slab);
+    for (int64_t k = 0; k < int64_t(h.extent(0)); ++k) h(k) = float((rank + 1) * (k % 1000));
+    Kokkos::deep_copy(g.slab, h);
+    finish_parts(dp, {1, 0, 2, 3}, 2);
+    const float ranks_sum = float(ranks * (ranks + 1) / 2);
+    auto expected = [&](int64_t k) {
+      const bool expert = s.is_expert(g.layout.piece_at(k).tensor);
+      return (expert ? float(rank + 1) : ranks_sum) * float(k % 1000);
+    };
+    if (!zero) {
+      Kokkos::deep_copy(h, g.slab);
+      for (int64_t k = 0; k < g.count; ++k) ASSERT_EQ(h(k), expected(k)) << k;
+      continue;
+    }
+    std::vector<int> covered(size_t(g.count), 0);
+    auto shard = Kokkos::create_mirror_view_and_copy(
+        Kokkos::HostSpace(),
+        Kokkos::View<const float*, MemSpace>(dp.shard_grads(), dp.shard_size()));
+    for (const OptimizerSegment& seg : dp.zero_segments()) {
+      for (int64_t k = 0; k < seg.length; ++k) {
+        ++covered[size_t(seg.param + k)];
+        ASSERT_EQ(shard(seg.grad + k), expected(seg.param + k));
+      }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, covered.data(), int(covered.size()), MPI_INT, MPI_SUM,
+                  MPI_COMM_WORLD);
+    for (int64_t k = 0; k < g.count; ++k) {
+      ASSERT_EQ(covered[size_t(k)], s.is_expert(g.layout.piece_at(k).tensor) ? ranks : 1) << k;
     }
   }
 }
