@@ -192,8 +192,8 @@ TEST(GradBuckets, ZeroSegmentsTileTheSlabAndTheShardsHoldTheSum) {
 // Under expert parallelism the experts' gradients are summed over their own group (here each
 // rank alone, as EP = the DP ranks gives) and the rest over DP: no bucket mixes the two, every
 // element is some rank's under ZeRO (the experts' on every rank, each holding its own), and the
-// sums are over the right ranks. C = 18 makes pieces that do not divide over 4 ranks: uneven
-// shards.
+// sums are over the right ranks. C = 18 and 3 experts make runs that do not divide over 4 ranks:
+// uneven shards.
 TEST(GradBuckets, ExpertBucketsAreReducedOverTheirOwnGroup) {
   int ranks = 1, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
@@ -203,20 +203,25 @@ TEST(GradBuckets, ExpertBucketsAreReducedOverTheirOwnGroup) {
   cfg.channels = 18;
   cfg.heads = cfg.kv_heads = 1;
   cfg.ffn_dim = 6;
-  cfg.experts = 2;
+  cfg.experts = 3;  // a router of 3 x 18: a dense run of 2 mod 4 elements
   cfg.experts_per_token = 1;
   cfg.tied = false;
   const TpShard s = make_tp_shard(cfg, 0, 1);
   Parameters g = Parameters::allocate(s, "g", ranks);
   for (bool zero : {false, true}) {
     DataParallelGrads dp(g, s, MPI_COMM_WORLD, 100, zero, false, MPI_COMM_SELF);
+    int uneven = 0;
     for (const GradBucket& b : dp.buckets()) {
       EXPECT_EQ(int(b.counts.size()), b.experts ? 1 : ranks);
+      uneven += (b.end - b.begin) % int64_t(b.counts.size()) != 0;
       for (const SlabPiece& piece : g.layout.pieces()) {
         if (piece.offset < b.end && piece.offset + piece.length > b.begin && b.end <= g.count) {
           EXPECT_EQ(s.is_expert(piece.tensor), b.experts) << kTensors[int(piece.tensor)].name;
         }
       }
+    }
+    if (ranks == 4) {
+      EXPECT_GT(uneven, 0);  // the path of MPI_Ireduce_scatter with counts
     }
     auto h = Kokkos::create_mirror_view(g.slab);
     for (int64_t k = 0; k < int64_t(h.extent(0)); ++k) h(k) = float((rank + 1) * (k % 1000));
