@@ -182,6 +182,17 @@ void shared_expert_backward(Tensor dln2, Tensor scratch, Tensor dh, const BlockW
     add_into(dln2, dx.data(), R * C);
   }
 }
+
+// Its weights' gradients (added), the gate's products in fp32 as its forward.
+void shared_expert_backward_weight(const LayerParameters& g, const BlockWeightInputs& w,
+                                   const LayerActivations& a, const TpShard& s, int64_t R) {
+  const int C = s.cfg.channels, Fs = s.shared_fc;
+  const Tensor none;
+  linear_backward_weight(g.sfcprojw, none, w.shared_dout, a.shared_h, R, Fs, C);
+  linear_backward_weight(g.sfcw, none, w.shared_dfch, a.ln2, R, C, 2 * Fs);
+  const Fp32Products fp32;
+  linear_backward_weight(g.sgatew, none, w.shared_dgate, a.ln2, R, C, 1);
+}
 }  // namespace
 
 void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tensor residual,
@@ -336,17 +347,9 @@ void moe_mlp_backward_weight(const LayerParameters& g, const BlockWeightInputs& 
     linear_backward_weight(expert_fcw(g, s, e), none, rows(w.dfch, first, n, s.mlp_in),
                            rows(a.moe_in, first, n, C), n, C, s.mlp_in);
   });
-  if (cfg.shared_expert()) {
-    const int64_t R = seq.rows;
-    const int Fs = s.shared_fc;
-    linear_backward_weight(g.sfcprojw, none, w.shared_dout, a.shared_h, R, Fs, C);
-    linear_backward_weight(g.sfcw, none, w.shared_dfch, a.ln2, R, C, 2 * Fs);
-  }
-  const Fp32Products fp32;  // the router's and the shared gate's products all in fp32
+  if (cfg.shared_expert()) shared_expert_backward_weight(g, w, a, s, seq.rows);
+  const Fp32Products fp32;  // the router's products all in fp32, as its forward
   linear_backward_weight(g.routerw, none, w.drouter, a.ln2, seq.rows, C, cfg.experts);
-  if (cfg.shared_expert()) {
-    linear_backward_weight(g.sgatew, none, w.shared_dgate, a.ln2, seq.rows, C, 1);
-  }
 }
 
 }  // namespace mpf

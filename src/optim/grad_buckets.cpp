@@ -74,12 +74,9 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
   // the last run's).
   auto is_experts = [&](size_t k) { return split_experts && shard.is_expert(pieces[k].tensor); };
   std::vector<int64_t> kind_end(pieces.size(), padded);
-  for (size_t k = pieces.size(); k-- > 0;) {
-    if (k + 1 < pieces.size() && is_experts(k) == is_experts(k + 1)) {
-      kind_end[k] = kind_end[k + 1];
-    } else if (k + 1 < pieces.size()) {
-      kind_end[k] = pieces[k].offset + pieces[k].length;
-    }
+  for (size_t k = pieces.size(); k-- > 1;) {  // from the back: piece k - 1 against piece k
+    const SlabPiece& p = pieces[k - 1];
+    kind_end[k - 1] = is_experts(k - 1) == is_experts(k) ? kind_end[k] : p.offset + p.length;
   }
   const int64_t max_len = (INT_MAX / 2) / ranks_ * ranks_;
   const int64_t target = std::max<int64_t>(bucket_elems, 1);

@@ -54,11 +54,11 @@ Grid::Grid(MPI_Comm world, int tp, int pp, int dp, int cp, int ep) : world_(worl
   MPF_MPI_CHECK(MPI_Comm_split(world, tp_rank_ + tp * pp_rank_, dp_cp_rank(), &dp_cp_comm_));
   MPF_MPI_CHECK(MPI_Comm_split(world, others_of_pp, pp_rank_, &pp_comm_));
   // EP: the consecutive DP ranks dp / ep of one (tp, cp, pp); expert DP: the same ep rank.
-  const int ep_rank = dp_rank_ % ep, ep_group = dp_rank_ / ep;
+  const int ep_group = dp_rank_ / ep;
   MPF_MPI_CHECK(MPI_Comm_split(world,
                                tp_rank_ + tp * (cp_rank_ + cp * (ep_group + (dp / ep) * pp_rank_)),
-                               ep_rank, &ep_comm_));
-  MPF_MPI_CHECK(MPI_Comm_split(world, tp_rank_ + tp * (ep_rank + ep * pp_rank_),
+                               ep_rank(), &ep_comm_));
+  MPF_MPI_CHECK(MPI_Comm_split(world, tp_rank_ + tp * (ep_rank() + ep * pp_rank_),
                                expert_dp_cp_rank(), &expert_dp_cp_comm_));
   const bool holds_embedding = pp_is_first_stage() || pp_is_last_stage();
   MPF_MPI_CHECK(MPI_Comm_split(world, holds_embedding ? others_of_pp : MPI_UNDEFINED, pp_rank_,

@@ -20,16 +20,16 @@ void add_gated_rows(Tensor out, Tensor y, Tensor gate, int64_t R, int C) {
 
 void gated_rows_backward(Tensor dgate, Tensor dy, Tensor dout, Tensor y, Tensor gate, int64_t R,
                          int C) {
-  for_each(
-      "mpf::gated_rows_backward", R, KOKKOS_LAMBDA(int64_t r) {
-        const float g = gate(r);
-        float d = 0.0f;
-        for (int c = 0; c < C; ++c) {
-          d += dout(r * C + c) * y(r * C + c);
-          dy(r * C + c) = g * dout(r * C + c);
-        }
-        dgate(r) = d;
+  for_rows(
+      "mpf::gated_rows_dgate", R, C, KOKKOS_LAMBDA(const Row& row, int64_t r) {
+        const float* a = dout.data() + r * C;
+        const float* b = y.data() + r * C;
+        const float dot = row.sum(C, [a, b](int c) { return a[c] * b[c]; });
+        row.once([=] { dgate(r) = dot; });
       });
+  for_each_2d(
+      "mpf::gated_rows_dy", R, C,
+      KOKKOS_LAMBDA(int64_t r, int c) { dy(r * C + c) = gate(r) * dout(r * C + c); });
 }
 
 void sigmoid_gate_backward(Tensor dgate, Tensor gate, int64_t R) {

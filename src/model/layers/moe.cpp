@@ -119,13 +119,13 @@ void moe_combine(Tensor out, Tensor y, Tensor gates, const int32_t* where, int C
       });
 }
 
-void moe_gate_grads(Tensor dgates, Tensor dh, Tensor h, const int32_t* order, int F,
+void moe_gate_grads(Tensor dgates, Tensor dy, Tensor y, const int32_t* order, int C,
                     const MoeShape& s) {
   for_rows(
-      "mpf::moe_gate_grads", s.slots(), F, KOKKOS_LAMBDA(const Row& r, int64_t p) {
-        const float* a = dh.data() + p * F;
-        const float* b = h.data() + p * F;
-        const float dot = r.sum(F, [a, b](int f) { return a[f] * b[f]; });
+      "mpf::moe_gate_grads", s.slots(), C, KOKKOS_LAMBDA(const Row& r, int64_t p) {
+        const float* a = dy.data() + p * C;
+        const float* b = y.data() + p * C;
+        const float dot = r.sum(C, [a, b](int c) { return a[c] * b[c]; });
         r.once([=] { dgates(order[p]) = dot; });
       });
 }

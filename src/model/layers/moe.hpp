@@ -45,9 +45,9 @@ void moe_gather(Tensor out, Tensor x, const int32_t* order, int C, const MoeShap
 // out (R,C) += Σ_j gate_j · y[where[token·k + j]] (j in slot order); no gates: weight 1.
 void moe_combine(Tensor out, Tensor y, Tensor gates, const int32_t* where, int C,
                  const MoeShape& s);
-// dgates (R·k): dgates[order[p]] = Σ_f dh[p,f] · h[p,f], the gate's gradient (this rank's part of
-// the expert width when h is split over TP).
-void moe_gate_grads(Tensor dgates, Tensor dh, Tensor h, const int32_t* order, int F,
+// dgates (R·k): dgates[order[p]] = Σ_c dy[p,c] · y[p,c], the gate's gradient from the slot's
+// output gradient and its ungated output (this rank's part when y is a partial sum over TP).
+void moe_gate_grads(Tensor dgates, Tensor dy, Tensor y, const int32_t* order, int C,
                     const MoeShape& s);
 // x (R·k, width) row p scaled by the gate of slot order[p].
 void moe_scale_rows(Tensor x, Tensor gates, const int32_t* order, int width, const MoeShape& s);
