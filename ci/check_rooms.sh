@@ -4,7 +4,7 @@
 # into a later room and exits 1 if there is one.
 set -u
 cd "$(dirname "$0")/.."
-ROOMS=(core backends parallel model optim pipeline io text checkpoint data generate eval train apps)
+ROOMS=(core backends parallel model optim pipeline io text checkpoint data generate eval train plan apps)
 rank() { local i; for i in "${!ROOMS[@]}"; do [ "${ROOMS[$i]}" = "$1" ] && { echo "$i"; return; }; done; echo -1; }
 room_of() {  # src/model/layers/x.cpp -> model; backends/cpu/x.cpp -> backends; apps/x.cpp -> apps
   case $1 in

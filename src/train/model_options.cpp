@@ -131,6 +131,25 @@ void set_experts(const TrainOptions& o, GPTConfig& cfg) {
   cfg.moe_aux_coef = moe ? default_moe_aux_coef(cfg.arch) : 0.0f;
 }
 
+std::string model_flags(const GPTConfig& cfg) {
+  auto n = [](const char* flag, int64_t v) {
+    return std::string(" ") + flag + " " + std::to_string(v);
+  };
+  std::string s = std::string("--arch ") + arch_name(cfg.arch) + n("--layers", cfg.layers) +
+                  n("--heads", cfg.heads) + n("--dim", cfg.channels) + n("--vocab", cfg.vocab) +
+                  n("--max-seq-len", cfg.max_seq_len);
+  if (!cfg.llama()) return s;
+  s += n("--kv-heads", cfg.kv_head_count()) + n("--ffn-dim", cfg.ffn_width()) +
+       n("--tie-embeddings", cfg.tied ? 1 : 0);
+  if (cfg.head_dim > 0) s += n("--head-dim", cfg.head_dim);
+  if (cfg.sliding_window > 0) s += n("--sliding-window", cfg.sliding_window);
+  if (cfg.moe()) {
+    s += n("--experts", cfg.experts) + n("--experts-per-token", cfg.experts_per_token);
+  }
+  if (cfg.shared_expert()) s += n("--shared-expert-dim", cfg.shared_ffn);
+  return s;
+}
+
 GPTConfig flags_config(const TrainOptions& o) {
   GPTConfig cfg;
   cfg.layers = o.layers;

@@ -18,6 +18,8 @@ GPTConfig model_config(const TrainOptions& o);
 // --moe-aux-coef, given or saved with the run, over the model's coefficient; InputError for a
 // dense model or a negative value.
 void apply_moe_aux_coef(const TrainOptions& o, GPTConfig& cfg);
+// mpiformer-train's flags for a fresh model of cfg's sizes ("--arch llama --layers 12 ...").
+std::string model_flags(const GPTConfig& cfg);
 // The model of the flags alone (defaults where not given).
 GPTConfig flags_config(const TrainOptions& o);
 

@@ -19,6 +19,7 @@
 #include "parallel/rank_device.hpp"
 #include "pipeline/p2p.hpp"
 #include "pipeline/simulator.hpp"
+#include "train/layout_memory.hpp"
 #include "train/trainer.hpp"
 
 namespace mpf {
@@ -181,43 +182,29 @@ void TrainingRun::plan_stages() {
               std::to_string(most) + " microbatches");
 }
 
+LayoutSizes TrainingRun::layout_sizes() const {
+  LayoutSizes l;
+  l.cfg = cfg_;
+  l.tp = grid_->tp_size();
+  l.cp = grid_->cp_size();
+  l.pp = grid_->pp_size();
+  l.ep = grid_->ep_size();
+  l.dp_cp = grid_->dp_cp_size();
+  l.micro_batch = micro_batch_;
+  l.seq_len = opts_.seq_len;
+  l.layer_ranges = layer_ranges_;
+  l.sequence_parallel = opts_.sequence_parallel;
+  l.recompute = opts_.recompute;
+  l.zero = opts_.zero == 1;
+  l.bf16 = opts_.precision == Precision::bf16;
+  l.staged_mpi = staged();
+  l.threads = host_thread_count();
+  return l;
+}
+
 MemoryShape TrainingRun::memory_shape() const {
-  MemoryShape m;
-  m.shard = stage_shard(grid_->tp_rank(), grid_->pp_rank());
-  const StageOwnership own =
-      stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
-  m.chunks = own.chunks;
-  for (ChunkPieces& c : m.chunks) {
-    c.recompute = opts_.recompute;
-    // As ModelStage::set_weight_with_input sets them.
-    if (!pipeline::is_zero_bubble(pp_schedule_)) {
-      c.logit_rows =
-          head_chunk_rows(m.shard, c, micro_batch_, local_seq_len_, opts_.sequence_parallel);
-    }
-  }
-  m.micro_batch = micro_batch_;
-  m.seq_len = local_seq_len_;
-  m.cp = grid_->cp_size();
-  m.sequence_parallel = opts_.sequence_parallel;
-  m.recompute = opts_.recompute;
-  m.weight_with_input = !pipeline::is_zero_bubble(pp_schedule_);
-  {
-    const pipeline::SimulationResult sim = pipeline::simulate(*plan_);
-    int acts = 0, w = 0;
-    for (const pipeline::SimEvent& e : sim.events[size_t(grid_->pp_rank())]) {
-      if (e.op == pipeline::SimOp::kForward) ++acts;
-      if (e.op == pipeline::SimOp::kBackwardInput) ++w;
-      if (e.op == pipeline::SimOp::kBackwardWeight) --acts, --w;
-      m.held.push_back({acts, w});
-    }
-  }
-  m.bf16 = opts_.precision == Precision::bf16;
-  m.bf16_scratch = largest_operand(m.shard);
-  m.dp_cp = grid_->dp_cp_size();
-  m.zero = opts_.zero == 1 && grid_->dp_cp_size() > 1;
-  m.staged_mpi = staged();
-  m.pipeline_stages = grid_->pp_size();
-  m.threads = host_thread_count();
+  MemoryShape m = layout_memory_shape(layout_sizes(), *plan_, grid_->tp_rank(), grid_->pp_rank(),
+                                      grid_->ep_rank());
   for (const DataLoader* d : {train_data_.get(), val_data_.get()}) {
     if (!d) continue;
     for (const TokenStream& f : d->files()) m.data_bytes += f.size() * f.width();
@@ -348,11 +335,7 @@ void TrainingRun::observe_phases() {
 }
 
 TpShard TrainingRun::stage_shard(int tp_rank, int pp_rank) const {
-  const StageOwnership own =
-      stage_ownership(layer_ranges_, pp_rank, grid_->pp_size(), shape_.placement);
-  const TpShard tp = make_tp_shard(cfg_, tp_rank, grid_->tp_size());
-  return restrict_to_stage(split_experts(tp, grid_->ep_rank(), grid_->ep_size()), own.layers,
-                           own.embedding, own.head);
+  return layout_stage_shard(layout_sizes(), *plan_, tp_rank, pp_rank, grid_->ep_rank());
 }
 
 int TrainingRun::zb_auto_limit() const {
@@ -373,12 +356,8 @@ void TrainingRun::open_bf16_products(std::optional<Bf16Products>& scope) const {
 }
 
 int64_t TrainingRun::largest_operand(const TpShard& shard) const {
-  // A microbatch's rows times the widest activation a product reads (the logits' vocabulary
-  // shard, the MLP, QKV); the fused attention rounds its own tiles.
-  const int64_t R = int64_t(micro_batch_) * local_seq_len_;
-  const int64_t width =
-      std::max<int64_t>({shard.vocab_shard, shard.mlp_in, shard.qkv, int64_t(cfg_.channels)});
-  return R * width;
+  // The fused attention rounds its own tiles.
+  return largest_bf16_operand(shard, micro_batch_ * local_seq_len_);
 }
 
 void TrainingRun::allreduce_tied_embedding() {

@@ -35,6 +35,7 @@
 #include "pipeline/schedule.hpp"
 #include "pipeline/schedule_plan.hpp"
 #include "train/batch_buffers.hpp"
+#include "train/layout_memory.hpp"
 #include "train/memory_plan.hpp"
 #include "train/metrics_log.hpp"
 #include "train/options.hpp"
@@ -115,6 +116,7 @@ class TrainingRun {
   // The memory this rank will hold at its peak (memory_plan.hpp), and the refusal of a layout
   // that exceeds what the rank may use (InputError, on every rank alike).
   void plan_memory_use();
+  LayoutSizes layout_sizes() const;  // what the memory plan reads of the layout
   MemoryShape memory_shape() const;
   void shard_model();
   void set_up_optimizer();

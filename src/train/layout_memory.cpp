@@ -1,0 +1,62 @@
+#include "train/layout_memory.hpp"
+
+#include <algorithm>
+
+#include "model/activations.hpp"
+#include "pipeline/simulator.hpp"
+
+namespace mpf {
+
+TpShard layout_stage_shard(const LayoutSizes& l, const pipeline::SchedulePlan& plan, int tp_rank,
+                           int pp_rank, int ep_rank) {
+  const StageOwnership own = stage_ownership(l.layer_ranges, pp_rank, l.pp, plan.shape().placement);
+  const TpShard tp = make_tp_shard(l.cfg, tp_rank, l.tp);
+  return restrict_to_stage(split_experts(tp, ep_rank, l.ep), own.layers, own.embedding, own.head);
+}
+
+int64_t largest_bf16_operand(const TpShard& shard, int rows) {
+  const int64_t width =
+      std::max<int64_t>({shard.vocab_shard, shard.mlp_in, shard.qkv, int64_t(shard.cfg.channels)});
+  return int64_t(rows) * width;
+}
+
+MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePlan& plan,
+                                int tp_rank, int pp_rank, int ep_rank) {
+  const bool zero_bubble = pipeline::is_zero_bubble(plan.schedule());
+  const int local_seq = l.seq_len / l.cp;
+  MemoryShape m;
+  m.shard = layout_stage_shard(l, plan, tp_rank, pp_rank, ep_rank);
+  m.chunks = stage_ownership(l.layer_ranges, pp_rank, l.pp, plan.shape().placement).chunks;
+  for (ChunkPieces& c : m.chunks) {
+    c.recompute = l.recompute;
+    // As ModelStage::set_weight_with_input sets them.
+    if (!zero_bubble) {
+      c.logit_rows = head_chunk_rows(m.shard, c, l.micro_batch, local_seq, l.sequence_parallel);
+    }
+  }
+  m.micro_batch = l.micro_batch;
+  m.seq_len = local_seq;
+  m.cp = l.cp;
+  m.sequence_parallel = l.sequence_parallel;
+  m.recompute = l.recompute;
+  m.weight_with_input = !zero_bubble;
+  // What the rank holds after each of its ops, from its schedule simulated.
+  const pipeline::SimulationResult sim = pipeline::simulate(plan);
+  int acts = 0, w = 0;
+  for (const pipeline::SimEvent& e : sim.events[size_t(pp_rank)]) {
+    if (e.op == pipeline::SimOp::kForward) ++acts;
+    if (e.op == pipeline::SimOp::kBackwardInput) ++w;
+    if (e.op == pipeline::SimOp::kBackwardWeight) --acts, --w;
+    m.held.push_back({acts, w});
+  }
+  m.bf16 = l.bf16;
+  m.bf16_scratch = largest_bf16_operand(m.shard, l.micro_batch * local_seq);
+  m.dp_cp = l.dp_cp;
+  m.zero = l.zero && l.dp_cp > 1;
+  m.staged_mpi = l.staged_mpi;
+  m.pipeline_stages = l.pp;
+  m.threads = l.threads;
+  return m;
+}
+
+}  // namespace mpf

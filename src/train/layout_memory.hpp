@@ -1,0 +1,39 @@
+// A rank's MemoryShape from a layout's sizes alone, without communicators: the run builds its
+// memory plan through this, and the layout planner predicts every candidate's memory with the
+// same call, so the two cannot drift apart.
+#pragma once
+
+#include <vector>
+
+#include "model/config.hpp"
+#include "pipeline/layer_ownership.hpp"
+#include "pipeline/schedule_plan.hpp"
+#include "train/memory_plan.hpp"
+
+namespace mpf {
+
+struct LayoutSizes {
+  GPTConfig cfg;
+  int tp = 1, cp = 1, pp = 1, ep = 1;
+  int dp_cp = 1;                         // ranks whose gradients are summed (DP x CP)
+  int micro_batch = 1;                   // rows per microbatch
+  int seq_len = 1;                       // tokens per sequence (all CP ranks')
+  std::vector<LayerRange> layer_ranges;  // the pp x V chunks' blocks
+  bool sequence_parallel = false, recompute = false, zero = false, bf16 = false;
+  bool staged_mpi = false;
+  int threads = 1;
+};
+
+// The shard of stage pp_rank on TP rank tp_rank and EP rank ep_rank.
+TpShard layout_stage_shard(const LayoutSizes& l, const pipeline::SchedulePlan& plan, int tp_rank,
+                           int pp_rank, int ep_rank);
+
+// Elements of each of bf16's two operand buffers: a microbatch's rows times the widest
+// activation a product reads (the logits' vocabulary shard, the MLP, QKV).
+int64_t largest_bf16_operand(const TpShard& shard, int rows);
+
+// The rank's memory shape, data_bytes and process_bytes left 0 (the caller's to add).
+MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePlan& plan,
+                                int tp_rank, int pp_rank, int ep_rank);
+
+}  // namespace mpf
