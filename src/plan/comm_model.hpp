@@ -1,0 +1,22 @@
+// What a message or a collective costs on a machine: the calibrated time of the same collective
+// over groups of the same size and node span where the machine file has one (interpolated in
+// log-log between its sizes), else the ring algorithms' alpha-beta formulas (Thakur et al. 2005)
+// over the slower link the group uses.
+#pragma once
+
+#include "plan/machine.hpp"
+
+namespace mpf::plan {
+
+struct Group {
+  int ranks = 1, nodes = 1;
+};
+
+// All in milliseconds; bytes per rank as CollectiveTime counts them.
+double p2p_ms(const Machine& m, double bytes, bool across_nodes);
+double allreduce_ms(const Machine& m, double bytes, Group g);
+double allgather_ms(const Machine& m, double bytes, Group g);       // bytes: the gathered output
+double reduce_scatter_ms(const Machine& m, double bytes, Group g);  // bytes: the input
+double alltoall_ms(const Machine& m, double bytes, Group g);        // bytes: what each rank sends
+
+}  // namespace mpf::plan

@@ -1,0 +1,65 @@
+// The planner's cost model: a layout's step time, term by term, and its peak memory per rank.
+//
+// Each pipeline stage's forward (F), input-gradient (B) and weight-gradient (W) time per
+// (microbatch, chunk) is its matrix products' FLOPs at the machine's GEMM rate for their size,
+// the fused attention's FLOPs at its rate, the element-wise kernels' bytes at the device's
+// bandwidth, a launch overhead per kernel, and the TP, CP and EP communication the op waits for
+// (CP's ring only where it outlasts the attention it overlaps). The pipeline's makespan is the
+// project's own schedule run by the simulator under those costs, with each P2P message's time;
+// the data-parallel gradient sum (not overlapped: the trainer's default), the optimizer and the
+// step's small collectives follow it. Memory is the run's own plan (train/layout_memory.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "plan/layout.hpp"
+#include "plan/machine.hpp"
+#include "train/memory_plan.hpp"
+
+namespace mpf::plan {
+
+// Milliseconds of one op, by what it waits for.
+struct OpTime {
+  double compute = 0, tp = 0, cp = 0, ep = 0;
+  double total() const { return compute + tp + cp + ep; }
+};
+
+// A stage's mean costs per (microbatch, chunk), and what it sends per P2P message.
+struct StageCost {
+  OpTime f, b, w;
+  double p2p_bytes = 0;
+};
+
+// Milliseconds per step, by term. compute, tp, cp and ep are the busiest stage's; bubble is the
+// rest of the pipeline's makespan (its idle time, the P2P waits among it).
+struct StepTerms {
+  double compute = 0, bubble = 0, tp = 0, cp = 0, ep = 0, dp = 0, optimizer = 0;
+  double step() const { return compute + bubble + tp + cp + ep + dp + optimizer; }
+};
+
+struct Prediction {
+  StepTerms ms;
+  double tokens_per_s = 0, mfu = 0;
+  double bubble_fraction = 0;  // the simulator's idle share of the pipeline
+  MemoryPlan memory;           // the stage with the largest peak
+  int64_t memory_limit = 0;    // bytes a rank may use on the machine
+  bool fits = true;
+};
+
+// The devices (cores or GPUs) one rank computes on: a GPU each, or the node's cores over its ranks.
+double devices_per_rank(const Machine& m, const Job& job);
+
+// A product of `flops` on `devices` devices, in ms: the machine's rate for its size per device.
+double gemm_ms(const Machine& m, Precision p, double flops, double devices);
+// The fused attention's forward or backward (work counted as 2x the forward's) over sequences of
+// seq_len, in ms.
+double attention_ms(const Machine& m, Precision p, double flops, int seq_len, bool backward,
+                    double devices);
+
+StageCost stage_cost(const Job& job, const Machine& m, const Layout& l, int pp_rank);
+
+// The layout must be one layout_problem accepts.
+Prediction predict(const Job& job, const Machine& m, const Layout& l);
+
+}  // namespace mpf::plan

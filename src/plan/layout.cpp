@@ -1,0 +1,210 @@
+#include "plan/layout.hpp"
+
+#include <set>
+
+#include "core/error.hpp"
+#include "core/flags.hpp"
+#include "model/shard.hpp"
+#include "pipeline/layer_ownership.hpp"
+
+namespace mpf::plan {
+
+namespace {
+
+bool flag_value(const std::string& key, const std::string& v) {
+  require(v == "0" || v == "1" || v == "true" || v == "false",
+          "--evaluate: " + key + " is 0 or 1, got '" + v + "'");
+  return v == "1" || v == "true";
+}
+
+}  // namespace
+
+Layout parse_layout(const std::string& text, const Job& job) {
+  Layout l;
+  bool dp_given = false, m_given = false;
+  int mbs = 0;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    at = comma + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    require(eq != std::string::npos,
+            "--evaluate: '" + item + "' is not key=value (e.g. tp=2,pp=2,microbatches=4)");
+    const std::string key = item.substr(0, eq), v = item.substr(eq + 1);
+    const std::string flag = "--evaluate " + key;
+    auto positive = [&] {
+      const int n = flags::to_int32(flag, v);
+      require(n >= 1, flag + " must be >= 1, got " + v);
+      return n;
+    };
+    if (key == "tp")
+      l.tp = positive();
+    else if (key == "cp")
+      l.cp = positive();
+    else if (key == "ep")
+      l.ep = positive();
+    else if (key == "pp")
+      l.pp = positive();
+    else if (key == "dp")
+      l.dp = positive(), dp_given = true;
+    else if (key == "vp" || key == "virtual_stages")
+      l.virtual_stages = positive();
+    else if (key == "microbatches")
+      l.microbatches = positive(), m_given = true;
+    else if (key == "micro_batch_size")
+      mbs = positive();
+    else if (key == "schedule")
+      l.schedule = pipeline::parse_schedule(v);
+    else if (key == "recompute")
+      l.recompute = flag_value(key, v);
+    else if (key == "sp" || key == "sequence_parallel")
+      l.sequence_parallel = flag_value(key, v);
+    else if (key == "zero")
+      l.zero = flag_value(key, v);
+    else {
+      throw InputError("--evaluate: unknown key '" + key +
+                       "'; use tp, cp, ep, pp, dp, vp, schedule, microbatches, micro_batch_size, "
+                       "recompute, sp, zero");
+    }
+  }
+  if (!dp_given) l.dp = std::max(1, job.world() / (l.tp * l.cp * l.pp));
+  if (!text.empty() && text.find("vp=") == std::string::npos &&
+      text.find("virtual_stages=") == std::string::npos) {
+    l.virtual_stages = pipeline::default_virtual_stages(l.schedule);
+  }
+  if (mbs > 0) {
+    require(!m_given, "--evaluate: give microbatches or micro_batch_size, not both");
+    l.microbatches = std::max(1, job.batch / (l.dp * mbs));
+    require(job.batch == l.dp * mbs * l.microbatches,
+            "--evaluate: micro_batch_size=" + std::to_string(mbs) + " does not divide the " +
+                std::to_string(job.batch / l.dp) + " rows of a DP rank's batch");
+  }
+  return l;
+}
+
+std::string layout_problem(const Job& job, const Layout& l) {
+  const GPTConfig& cfg = job.cfg;
+  auto str = [](int64_t n) { return std::to_string(n); };
+  if (int64_t(l.tp) * l.cp * l.dp * l.pp != job.world()) {
+    return "tp x cp x dp x pp = " + str(int64_t(l.tp) * l.cp * l.dp * l.pp) + " is not the " +
+           str(job.world()) + " ranks";
+  }
+  if (job.ranks_per_node % l.tp != 0) {
+    return "TP across nodes: tp " + str(l.tp) + " does not divide the " + str(job.ranks_per_node) +
+           " ranks per node, so a TP group would span nodes";
+  }
+  try {
+    make_tp_shard(cfg, 0, l.tp);
+  } catch (const InputError& e) {
+    return std::string("does not divide: ") + e.what();
+  }
+  if (l.ep > 1) {
+    if (!cfg.moe()) return "ep " + str(l.ep) + " on a model without experts";
+    if (cfg.experts % l.ep != 0)
+      return "does not divide: " + str(cfg.experts) + " experts over ep " + str(l.ep);
+    if (l.dp % l.ep != 0) return "does not divide: ep " + str(l.ep) + " over dp " + str(l.dp);
+  }
+  if (job.batch % l.dp != 0)
+    return "does not divide: batch " + str(job.batch) + " over dp " + str(l.dp);
+  const int local = job.batch / l.dp;
+  if (local % l.microbatches != 0) {
+    return "does not divide: " + str(local) + " rows per DP rank into " + str(l.microbatches) +
+           " microbatches";
+  }
+  if (l.cp > 1 && job.seq_len % (2 * l.cp) != 0) {
+    return "does not divide: seq_len " + str(job.seq_len) + " into 2 x cp = " + str(2 * l.cp) +
+           " chunks";
+  }
+  if (job.seq_len > cfg.max_seq_len) {
+    return "seq_len " + str(job.seq_len) + " exceeds the model's " + str(cfg.max_seq_len) +
+           " positions";
+  }
+  const int64_t rows = int64_t(l.micro_batch_size(job)) * (job.seq_len / l.cp);
+  if (l.sequence_parallel && (l.tp == 1 || rows % l.tp != 0)) {
+    return l.tp == 1
+               ? "sequence parallelism without TP"
+               : "does not divide: a microbatch's " + str(rows) + " rows over tp " + str(l.tp);
+  }
+  if (l.zero && l.dp * l.cp == 1) return "ZeRO-1 with one data-parallel rank";
+  if (int64_t(l.pp) * l.virtual_stages > cfg.layers) {
+    return "does not divide: " + str(cfg.layers) + " blocks over " +
+           str(int64_t(l.pp) * l.virtual_stages) + " pipeline chunks";
+  }
+  if (l.pp == 1 && (l.schedule != pipeline::Schedule::kOneFOneB || l.virtual_stages != 1)) {
+    return "a pipeline schedule without pipeline stages";
+  }
+  try {
+    const pipeline::PipelineShape shape{l.pp, 0, l.virtual_stages, l.microbatches,
+                                        pipeline::placement_of(l.schedule, l.virtual_stages)};
+    pipeline::validate(shape, l.schedule);
+  } catch (const InputError& e) {
+    return std::string("the schedule cannot run it: ") + e.what();
+  }
+  return "";
+}
+
+int group_nodes(const Job& job, const Layout& l, const std::string& dim) {
+  // Strides of each coordinate in the world rank, TP fastest.
+  const int s_tp = 1, s_cp = l.tp, s_dp = l.tp * l.cp, s_pp = l.tp * l.cp * l.dp;
+  std::vector<int> members{0};
+  auto extend = [&](int count, int stride) {
+    std::vector<int> out;
+    for (int m : members) {
+      for (int i = 0; i < count; ++i) out.push_back(m + i * stride);
+    }
+    members = out;
+  };
+  if (dim == "tp")
+    extend(l.tp, s_tp);
+  else if (dim == "cp")
+    extend(l.cp, s_cp);
+  else if (dim == "ep")
+    extend(l.ep, s_dp);  // consecutive DP ranks
+  else if (dim == "dp")
+    extend(l.dp, s_dp);
+  else if (dim == "dp_cp")
+    extend(l.cp, s_cp), extend(l.dp, s_dp);
+  else if (dim == "expert_dp_cp")
+    extend(l.cp, s_cp), extend(l.dp / l.ep, s_dp * l.ep);
+  else if (dim == "pp")
+    extend(l.pp, s_pp);
+  std::set<int> nodes;
+  for (int m : members) nodes.insert(m / job.ranks_per_node);
+  return int(nodes.size());
+}
+
+std::string layout_flags(const Layout& l) {
+  return "--tp " + std::to_string(l.tp) + " --pp " + std::to_string(l.pp) + " --dp " +
+         std::to_string(l.dp) + layout_extra_flags(l);
+}
+
+std::string layout_extra_flags(const Layout& l) {
+  std::string s;
+  if (l.cp > 1) s += " --cp " + std::to_string(l.cp);
+  if (l.ep > 1) s += " --ep " + std::to_string(l.ep);
+  if (l.pp > 1) {
+    s += " --schedule " + std::string(pipeline::schedule_name(l.schedule));
+    if (l.virtual_stages != pipeline::default_virtual_stages(l.schedule)) {
+      s += " --virtual-stages " + std::to_string(l.virtual_stages);
+    }
+  }
+  s += " --microbatches " + std::to_string(l.microbatches);
+  if (l.recompute) s += " --recompute";
+  if (l.sequence_parallel) s += " --sequence-parallel";
+  if (l.zero) s += " --zero 1";
+  return s;
+}
+
+std::string layout_text(const Layout& l) {
+  return "tp=" + std::to_string(l.tp) + ",cp=" + std::to_string(l.cp) +
+         ",ep=" + std::to_string(l.ep) + ",pp=" + std::to_string(l.pp) +
+         ",dp=" + std::to_string(l.dp) + ",vp=" + std::to_string(l.virtual_stages) +
+         ",schedule=" + pipeline::schedule_name(l.schedule) +
+         ",microbatches=" + std::to_string(l.microbatches) +
+         ",recompute=" + std::to_string(int(l.recompute)) +
+         ",sp=" + std::to_string(int(l.sequence_parallel)) + ",zero=" + std::to_string(int(l.zero));
+}
+
+}  // namespace mpf::plan

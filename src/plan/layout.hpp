@@ -1,0 +1,57 @@
+// What the planner chooses among: a job (the model, the global batch, the allocation) and a
+// layout of it (tp, cp, ep, pp, dp, virtual stages, schedule, microbatches, recompute, sequence
+// parallelism, ZeRO), the checks that exclude a layout before any cost is counted (it does not
+// divide, or puts a TP group across nodes) and the trainer flags that run it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/bf16.hpp"
+#include "model/config.hpp"
+#include "pipeline/schedule.hpp"
+
+namespace mpf::plan {
+
+struct Job {
+  GPTConfig cfg;
+  int batch = 1;    // sequences per step, over all ranks
+  int seq_len = 1;  // tokens per sequence
+  Precision precision = Precision::fp32;
+  int nodes = 1, ranks_per_node = 1;
+  int world() const { return nodes * ranks_per_node; }
+};
+
+struct Layout {
+  int tp = 1, cp = 1, ep = 1, pp = 1, dp = 1;
+  int virtual_stages = 1;
+  pipeline::Schedule schedule = pipeline::Schedule::kOneFOneB;
+  int microbatches = 1;  // per DP rank and step
+  bool recompute = false, sequence_parallel = false, zero = false;
+
+  int micro_batch_size(const Job& job) const { return job.batch / dp / microbatches; }
+};
+
+// "tp=2,pp=2,dp=1,schedule=1f1b,microbatches=4,recompute=1,sp=1,zero=1,vp=2,cp=1,ep=1" (any
+// subset; dp defaults to the ranks left, microbatches to 1 or, for micro_batch_size=b, to
+// batch / (dp b)); InputError naming a key it does not know or a value it cannot read.
+Layout parse_layout(const std::string& text, const Job& job);
+
+// Why the layout cannot run the job ("" when it can): the product of its sizes is not the
+// world, a size does not divide what it splits, the schedule cannot run its shape, or a TP group
+// spans nodes. Memory is the cost model's question, not this one.
+std::string layout_problem(const Job& job, const Layout& l);
+
+// The nodes a group of ranks spans: the group along `dim` ("tp", "cp", "ep", "dp", "dp_cp",
+// "expert_dp_cp", "pp") that holds world rank 0, placed in blocks of ranks_per_node
+// (Megatron's order: world rank = tp + T (cp + N (dp + D pp)), TP fastest).
+int group_nodes(const Job& job, const Layout& l, const std::string& dim);
+
+// The trainer's layout flags for it: "--tp 2 --pp 2 --microbatches 4 ...".
+std::string layout_flags(const Layout& l);
+// The same without --tp, --pp and --dp (a job script's TP, PP and DP), with a leading space.
+std::string layout_extra_flags(const Layout& l);
+// "tp=2,cp=1,..." as --evaluate takes it.
+std::string layout_text(const Layout& l);
+
+}  // namespace mpf::plan

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# mpiformer-plan: calibration on 1 and 2 ranks writes a machine file it reads back; --json parses
+# and lists only layouts that divide and fit, best first; the command it prints for the best (and
+# for each of the top five) passes the trainer's --dry-run; --evaluate predicts one layout, and
+# an impossible one is an error naming why; a plan from an llm.c model file and from a Hugging Face
+# config.json; bad machine files and flags are one error line, exit 2, on every rank.
+source "$(dirname "$0")/common.sh"
+PLAN=${MPIFORMER_PLAN:?set MPIFORMER_PLAN to the mpiformer-plan binary}
+
+# Calibration (--quick: fewer sizes): on 1 rank, and on 2 (links and collectives measured).
+for n in 1 2; do
+  out=$(timeout 120 "$MPIEXEC" -n $n "$PLAN" --calibrate --quick --machine "$WORK/m$n.json" \
+    --name test$n 2>&1)
+  if [ $? -eq 0 ] && "$PY" - "$WORK/m$n.json" "$n" <<'PYEOF'; then
+import json, sys
+m = json.load(open(sys.argv[1])); n = int(sys.argv[2])
+assert m["name"] == "test%d" % n and m["kind"] == "cpu" and m["devices_per_node"] >= n
+r = m["device"]["precisions"]["fp32"]
+assert r["peak_gflops"] > 0 and all(p["gflops"] > 0 for p in r["gemm"])
+assert [p["gflop"] for p in r["gemm"]] == sorted(p["gflop"] for p in r["gemm"])
+assert all(a["forward_gflops"] > 0 and a["backward_gflops"] > 0 for a in r["attention"])
+assert m["device"]["memory_bandwidth_gbs"] > 0 and m["device"]["process_mb"] > 0
+assert m["intra_node"]["bandwidth_gbs"] > 0 and m["intra_node"]["latency_us"] >= 0
+ops = {(c["op"], c["ranks"]) for c in m["collectives"]}
+assert ops == ({("allreduce", 2), ("allgather", 2), ("alltoall", 2)} if n == 2 else set()), ops
+PYEOF
+    ok "calibration on $n rank(s) writes a valid machine file"
+  else
+    bad "calibration on $n rank(s): $out"
+  fi
+done
+expect_error_from "$PLAN" "calibrate never overwrites" 1 "m1.json.*exists" -- \
+  --calibrate --quick --machine "$WORK/m1.json"
+M=$WORK/m2.json
+
+# A plan for 4 ranks of a small GPT-2: JSON, every candidate runs and fits, best first.
+model=(--layers 4 --heads 4 --dim 64 --vocab 512 --max-seq-len 64)
+job=(--machine "$M" "${model[@]}" --batch 8 --seq-len 64 --nodes 1 --ranks-per-node 4)
+if "$PLAN" "${job[@]}" --json --top 1000 >"$WORK/plan.json" 2>"$WORK/plan.err" &&
+  "$PY" - "$WORK/plan.json" >"$WORK/commands" <<'PYEOF'; then
+import json, sys
+p = json.load(open(sys.argv[1]))
+c = p["candidates"]
+assert p["machine"]["name"] == "test2" and len(c) > 10, len(c)
+steps = [x["predicted"]["step_ms"] for x in c]
+assert steps == sorted(steps)
+for x in c:
+    assert x["fits"] and x["tp"] * x["cp"] * x["pp"] * x["dp"] == 4
+    assert 8 % x["dp"] == 0 and (8 // x["dp"]) == x["microbatches"] * x["micro_batch_size"]
+    assert x["dp"] % x["ep"] == 0 and 4 % x["tp"] == 0 and 4 % (x["pp"] * x["virtual_stages"]) == 0
+    assert not x["sequence_parallel"] or x["tp"] > 1
+    pr = x["predicted"]
+    assert pr["step_ms"] > 0 and pr["peak_mb_per_rank"] > 0 and 0 <= pr["bubble"] < 1
+    parts = sum(pr[k] for k in ("compute_ms", "bubble_ms", "tp_ms", "cp_ms", "ep_ms", "dp_ms", "optimizer_ms"))
+    assert abs(parts - pr["step_ms"]) <= 1e-4 * pr["step_ms"]  # each printed to 6 digits
+    assert x["command"].startswith("mpiexec -n 4 mpiformer-train ")
+assert any(x["pp"] > 1 for x in c) and any(x["tp"] > 1 for x in c) and any(x["cp"] > 1 for x in c)
+# The best five layouts' commands, one a line, for --dry-run.
+for x in c[:5]:
+    print(x["command"].split(" mpiformer-train ", 1)[1])
+PYEOF
+  ok "--json lists $(grep -o '"tp"' "$WORK/plan.json" | wc -l) layouts that divide and fit, best first"
+else
+  bad "--json: $(cat "$WORK/plan.err") $(head -c 400 "$WORK/plan.json")"
+fi
+# The printed commands pass the trainer's --dry-run.
+while IFS= read -r line; do
+  read -ra args <<<"$line"
+  if out=$(timeout 60 "$MPIEXEC" -n 4 "$TRAIN" "${args[@]}" --steps 2 --dry-run 2>&1); then
+    ok "dry run of the planned: $line"
+  else
+    bad "the planned command fails --dry-run: $line: $(grep error: <<<"$out")"
+  fi
+done <"$WORK/commands"
+
+# The text report: a table, why #1 wins, what was excluded, the commands.
+text=$("$PLAN" "${job[@]}" 2>&1)
+if grep -q '^why #1' <<<"$text" && grep -q '^  mpiexec -n 4 mpiformer-train' <<<"$text" &&
+  grep -q '^  srun --nodes=1 --ntasks-per-node=4' <<<"$text" && grep -q '^excluded' <<<"$text"; then
+  ok "the text report explains and prints the commands"
+else
+  bad "text report: $text"
+fi
+
+# --evaluate: one layout's terms; an impossible one is an error naming why.
+out=$("$PLAN" "${job[@]}" --evaluate tp=2,pp=2,dp=1,schedule=1f1b,microbatches=4 --json)
+if "$PY" -c 'import json,sys; c=json.loads(sys.argv[1])["candidates"]; assert len(c)==1 and c[0]["tp"]==2 and c[0]["microbatches"]==4' "$out"; then
+  ok "--evaluate predicts the one layout"
+else
+  bad "--evaluate: $out"
+fi
+expect_error_from "$PLAN" "--evaluate a layout that does not make the world" 1 \
+  "cannot run: tp x cp x dp x pp = 2 is not the 4 ranks" -- "${job[@]}" --evaluate tp=2,dp=1
+expect_error_from "$PLAN" "--evaluate TP across nodes" 1 "TP across nodes" -- \
+  --machine "$M" "${model[@]}" --batch 8 --seq-len 64 --nodes 2 --ranks-per-node 2 --evaluate tp=4,dp=1
+expect_error_from "$PLAN" "--evaluate more chunks than blocks" 2 "4 blocks over 8 pipeline chunks" -- \
+  "${job[@]}" --evaluate pp=4,vp=2,schedule=interleaved,microbatches=8
+expect_error_from "$PLAN" "--evaluate an unknown key" 1 "unknown key 'tensor'" -- \
+  "${job[@]}" --evaluate tensor=2
+
+# Models from files: an llm.c model file (the trainer writes one) and a config.json.
+if timeout 60 "$TRAIN" "${model[@]}" --batch 2 --seq-len 16 --steps 1 --val-every 0 \
+    --save-llmc "$WORK/tiny.bin" >/dev/null 2>&1 &&
+  "$PLAN" --machine "$M" --model "$WORK/tiny.bin" --batch 8 --seq-len 64 --nodes 1 \
+    --ranks-per-node 2 | grep -q "init-from $WORK/tiny.bin"; then
+  ok "plans an llm.c model file"
+else
+  bad "an llm.c model file"
+fi
+cat >"$WORK/config.json" <<'JSON'
+{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+ "intermediate_size": 160, "num_hidden_layers": 4, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 128,
+ "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false}
+JSON
+line=$("$PLAN" --machine "$M" --model "$WORK/config.json" --batch 8 --seq-len 64 --nodes 1 \
+  --ranks-per-node 2 | sed -n 's/^  mpiexec -n 2 mpiformer-train //p')
+read -ra args <<<"$line"
+if [ -n "$line" ] && grep -q -- "--arch llama" <<<"$line" &&
+  timeout 60 "$MPIEXEC" -n 2 "$TRAIN" "${args[@]}" --steps 1 --dry-run >/dev/null 2>&1; then
+  ok "plans a Hugging Face config.json; its command passes --dry-run"
+else
+  bad "config.json: $line"
+fi
+
+# Bad machine files and flags: one error line, exit 2, on every rank.
+bad_machine() {  # NAME PATTERN PYTHON-EDIT [FLAGS...]
+  "$PY" -c "import json,sys; m=json.load(open('$M')); $3; json.dump(m, open('$WORK/bad.json','w'))"
+  expect_error_from "$PLAN" "$1" 2 "$2" -- --machine "$WORK/bad.json" "${model[@]}" --batch 8 \
+    --seq-len 64 "${@:4}"
+}
+bad_machine "a machine file without a key" "intra_node is missing" "del m['intra_node']"
+bad_machine "a negative bandwidth" "inter_node.bandwidth_gbs must be positive" "m['inter_node']['bandwidth_gbs'] = -5"
+bad_machine "an unknown precision" "precisions.fp8 is not a precision" \
+  "m['device']['precisions']['fp8'] = m['device']['precisions']['fp32']"
+bad_machine "a curve that does not ascend" "gemm\[1\].gflop must ascend" \
+  "g = m['device']['precisions']['fp32']['gemm']; g[1]['gflop'] = g[0]['gflop']"
+printf '{"name": "x",' >"$WORK/trunc.json"
+expect_error_from "$PLAN" "a truncated machine file" 1 "invalid JSON" -- \
+  --machine "$WORK/trunc.json" "${model[@]}" --batch 8 --seq-len 64
+expect_error_from "$PLAN" "a missing machine file" 1 "nope.json" -- \
+  --machine "$WORK/nope.json" "${model[@]}" --batch 8 --seq-len 64
+expect_error_from "$PLAN" "no --machine" 1 "pass --machine" -- "${model[@]}" --batch 8 --seq-len 64
+bad_machine "a precision the file lacks" "gives no rates for bf16" \
+  "m['device']['precisions'].pop('bf16', None)" --precision bf16
+expect_error_from "$PLAN" "--model with model flags" 1 "drop --layers" -- \
+  --machine "$M" --model "$WORK/config.json" --layers 2 --batch 8 --seq-len 64
+expect_error_from "$PLAN" "no batch" 1 "pass --batch" -- --machine "$M" "${model[@]}"
+finish

@@ -1,0 +1,249 @@
+// The layout planner's terms against values worked out by hand for small shapes, its pipeline
+// term against the simulator, its machine files read defensively, and its layout checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "model/parameters.hpp"
+#include "pipeline/simulator.hpp"
+#include "plan/comm_model.hpp"
+#include "plan/cost_model.hpp"
+#include "plan/search.hpp"
+
+namespace mpf::plan {
+namespace {
+
+// A machine of round figures: GEMMs and attention at fixed fractions of the peak, no measured
+// collectives (the alpha-beta formulas).
+const char* kMachine = R"({
+  "name": "round", "kind": "cpu", "devices_per_node": 4,
+  "device": {"memory_gb": 64, "memory_bandwidth_gbs": 10, "kernel_overhead_us": 0,
+             "process_mb": 100,
+             "precisions": {"fp32": {"peak_gflops": 100, "gemm_efficiency": 0.5,
+                                     "attention_efficiency": 0.25}}},
+  "intra_node": {"bandwidth_gbs": 2, "latency_us": 10},
+  "inter_node": {"bandwidth_gbs": 0.5, "latency_us": 50},
+  "message_overhead_us": 0
+})";
+
+Machine round_machine() {
+  return parse_machine(kMachine, "test");
+}
+
+Job tiny_gpt(int nodes = 1, int ranks_per_node = 4) {
+  Job job;
+  job.cfg.arch = Arch::kGpt2;
+  job.cfg.layers = 4;
+  job.cfg.heads = 4;
+  job.cfg.channels = 64;
+  job.cfg.vocab = 256;
+  job.cfg.padded_vocab = 256;
+  job.cfg.max_seq_len = 64;
+  job.batch = 8;
+  job.seq_len = 32;
+  job.nodes = nodes;
+  job.ranks_per_node = ranks_per_node;
+  return job;
+}
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_machine(text, "m.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string with(std::string text, const std::string& from, const std::string& to) {
+  text.replace(text.find(from), from.size(), to);
+  return text;
+}
+
+TEST(PlanMachine, ReadsAndRoundTrips) {
+  const Machine m = round_machine();
+  EXPECT_EQ(m.devices_per_node, 4);
+  EXPECT_DOUBLE_EQ(m.rates(Precision::fp32).gemm_efficiency, 0.5);
+  const Machine again = parse_machine(machine_json(m), "again");
+  EXPECT_EQ(machine_json(again), machine_json(m));
+}
+
+TEST(PlanMachine, BadFilesNameTheKey) {
+  EXPECT_NE(error_of(with(kMachine, "\"intra_node\"", "\"intra\"")).find("intra_node is missing"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(kMachine, "\"bandwidth_gbs\": 0.5", "\"bandwidth_gbs\": -1"))
+                .find("inter_node.bandwidth_gbs must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(kMachine, "\"fp32\": {", "\"fp8\": {"))
+                .find("precisions.fp8 is not a precision"),
+            std::string::npos);
+  EXPECT_NE(error_of("[1]").find("must be a JSON object"), std::string::npos);
+  EXPECT_NE(error_of(with(kMachine, "\"kind\": \"cpu\"", "\"kind\": \"tpu\"")).find("kind"),
+            std::string::npos);
+  EXPECT_THROW(round_machine().rates(Precision::bf16), InputError);
+}
+
+TEST(PlanComm, RingFormulasWithoutMeasurements) {
+  const Machine m = round_machine();
+  // 2 (n - 1) messages of bytes / n: 1 MB over 4 ranks at 2 GB/s and 10 us.
+  const double bytes = 1e6;
+  EXPECT_NEAR(allreduce_ms(m, bytes, {4, 1}), 2 * 3 * (10 + 250000 / 2e3) / 1e3, 1e-9);
+  EXPECT_NEAR(allgather_ms(m, bytes, {4, 2}), 3 * (50 + 250000 / 0.5e3) / 1e3, 1e-9);
+  EXPECT_NEAR(p2p_ms(m, bytes, false), (10 + 1e6 / 2e3) / 1e3, 1e-9);
+  EXPECT_EQ(allreduce_ms(m, bytes, {1, 1}), 0.0);
+}
+
+TEST(PlanComm, MeasuredCollectivesInterpolate) {
+  Machine m = round_machine();
+  m.collectives = {{"allreduce", 2, 1, 1000, 100}, {"allreduce", 2, 1, 100000, 1000}};
+  // Log-log halfway between 1 KB and 100 KB (10 KB) is halfway between 100 and 1000 us in log.
+  EXPECT_NEAR(allreduce_ms(m, 1e4, {2, 1}), std::sqrt(100.0 * 1000.0) / 1e3, 1e-9);
+  EXPECT_NEAR(allreduce_ms(m, 1e6, {2, 1}), 10.0, 1e-9);  // past the end: the last rate
+  EXPECT_NEAR(allreduce_ms(m, 1e4, {4, 1}), 2 * 3 * (10 + 2500 / 2e3) / 1e3, 1e-9);
+}
+
+TEST(PlanCost, WeightGradientIsTheProductsByHand) {
+  const Machine m = round_machine();
+  Job job = tiny_gpt(1, 1);
+  Layout l;  // one rank, one microbatch of all 8 rows
+  l.dp = 1;
+  l.microbatches = 1;
+  const StageCost s = stage_cost(job, m, l, 0);
+  const double R = 8 * 32, C = 64, V = 256;
+  const double flops = 4 * 2 * R * (3 * C * C + C * C + 4 * C * C + 4 * C * C) + 2 * R * V * C;
+  // A single-rank job on a 4-core node: 4 devices at 50 GFLOP/s each.
+  EXPECT_NEAR(s.w.compute, flops / (4 * 50e9) * 1e3, 1e-9);
+  EXPECT_EQ(s.w.tp, 0.0);
+  EXPECT_EQ(s.p2p_bytes, R * C * 4);
+}
+
+TEST(PlanCost, TensorParallelCommunicationByHand) {
+  const Machine m = round_machine();
+  Job job = tiny_gpt(1, 2);
+  Layout l;
+  l.tp = 2;
+  l.dp = 1;
+  const StageCost s = stage_cost(job, m, l, 0);
+  // Per block each way: two all-reduces of the microbatch's R x C floats over 2 ranks; the
+  // embedding adds one forward, the head one backward and three small ones forward.
+  const double act = 8 * 32 * 64 * 4.0;
+  const double one = allreduce_ms(m, act, {2, 1});
+  EXPECT_NEAR(s.f.tp, 4 * 2 * one + one + 3 * allreduce_ms(m, 8 * 32 * 4.0, {2, 1}), 1e-9);
+  EXPECT_NEAR(s.b.tp, 4 * 2 * one + one, 1e-9);
+}
+
+TEST(PlanCost, MemoryTermsByHand) {
+  const Machine m = round_machine();
+  Job job = tiny_gpt(1, 2);
+  for (bool zero : {false, true}) {
+    Layout l;
+    l.dp = 2;
+    l.zero = zero;
+    const Prediction p = predict(job, m, l);
+    const TpShard shard = make_tp_shard(job.cfg, 0, 1);
+    const int64_t slab = Parameters::slab_floats(shard, 2);
+    auto term = [&](const std::string& name) {
+      for (const MemoryTerm& t : p.memory.terms) {
+        if (t.name == name) return t.bytes;
+      }
+      return int64_t(-1);
+    };
+    EXPECT_EQ(term("parameters"), 4 * slab);
+    EXPECT_EQ(term("optimizer"), 2 * 4 * (zero ? slab / 2 : slab));
+    EXPECT_EQ(term("process"), int64_t(100e6));
+    EXPECT_EQ(p.memory_limit, int64_t(64e9 / 2));
+  }
+}
+
+TEST(PlanCost, PipelineTermIsTheSimulatorsForEverySchedule) {
+  const Machine m = round_machine();
+  Job job = tiny_gpt(1, 4);
+  using pipeline::Schedule;
+  for (auto [schedule, V] : {std::pair{Schedule::kOneFOneB, 1},
+                             {Schedule::kAfab, 1},
+                             {Schedule::kInterleaved, 2},
+                             {Schedule::kZbH1, 1},
+                             {Schedule::kZbH2, 1},
+                             {Schedule::kZbV, 2},
+                             {Schedule::kZbAuto, 1}}) {
+    for (int pp : {2, 4}) {
+      if (pp * V > job.cfg.layers) continue;
+      Layout l;
+      l.pp = pp;
+      l.dp = 4 / pp;
+      l.schedule = schedule;
+      l.virtual_stages = V;
+      l.microbatches = 8 / l.dp;
+      ASSERT_EQ(layout_problem(job, l), "") << pipeline::schedule_name(schedule);
+      const Prediction p = predict(job, m, l);
+      pipeline::OpCosts costs;
+      for (int r = 0; r < pp; ++r) {
+        const StageCost s = stage_cost(job, m, l, r);
+        costs.forward_by_rank.push_back(s.f.total());
+        costs.backward_by_rank.push_back(s.b.total());
+        costs.weight_by_rank.push_back(s.w.total());
+        costs.p2p = p2p_ms(m, s.p2p_bytes, false);
+      }
+      const pipeline::PipelineShape shape{pp, 0, V, l.microbatches,
+                                          pipeline::placement_of(schedule, V)};
+      const pipeline::SimulationResult sim =
+          pipeline::simulate(pipeline::SchedulePlan(schedule, shape, costs), costs);
+      const StepTerms& t = p.ms;
+      EXPECT_NEAR(t.compute + t.bubble + t.tp + t.cp + t.ep, sim.makespan, 1e-9 * sim.makespan)
+          << pipeline::schedule_name(schedule) << " pp " << pp;
+      EXPECT_DOUBLE_EQ(p.bubble_fraction, sim.bubble_fraction);
+    }
+  }
+}
+
+TEST(PlanLayout, ProblemsAreNamed) {
+  Job job = tiny_gpt(2, 2);
+  Layout l;
+  l.tp = 4;
+  l.dp = 1;
+  EXPECT_NE(layout_problem(job, l).find("TP across nodes"), std::string::npos);
+  l = Layout{};
+  l.tp = 2, l.dp = 1;
+  EXPECT_NE(layout_problem(job, l).find("is not the 4 ranks"), std::string::npos);
+  l = Layout{};
+  l.dp = 4;
+  l.microbatches = 3;
+  EXPECT_NE(layout_problem(job, l).find("does not divide"), std::string::npos);
+  l = Layout{};
+  l.pp = 4, l.dp = 1, l.virtual_stages = 2, l.schedule = pipeline::Schedule::kInterleaved;
+  l.microbatches = 8;
+  EXPECT_NE(layout_problem(job, l).find("4 blocks over 8 pipeline chunks"), std::string::npos);
+  l = Layout{};
+  l.dp = 4, l.ep = 2;
+  EXPECT_NE(layout_problem(job, l).find("without experts"), std::string::npos);
+  EXPECT_THROW(parse_layout("tp=2,bogus=1", job), InputError);
+  const Layout parsed = parse_layout("tp=2,pp=2,schedule=zb-v,micro_batch_size=2", job);
+  EXPECT_EQ(parsed.dp, 1);
+  EXPECT_EQ(parsed.virtual_stages, 2);
+  EXPECT_EQ(parsed.microbatches, 4);
+}
+
+TEST(PlanSearch, RanksOnlyLayoutsThatRunFirst) {
+  const Machine m = round_machine();
+  const Job job = tiny_gpt(1, 4);
+  const std::vector<Candidate> ranked = search(job, m);
+  ASSERT_FALSE(ranked.empty());
+  ASSERT_TRUE(ranked.front().ok());
+  bool past_ok = false;
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    const Candidate& c = ranked[i];
+    if (!c.ok()) {
+      past_ok = true;
+      continue;
+    }
+    EXPECT_FALSE(past_ok) << "a layout that runs after one that does not";
+    EXPECT_EQ(layout_problem(job, c.layout), "");
+    if (i > 0 && ranked[i - 1].ok()) {
+      EXPECT_LE(ranked[i - 1].predicted.ms.step(), c.predicted.ms.step());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mpf::plan
