@@ -56,6 +56,9 @@ MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePl
   m.staged_mpi = l.staged_mpi;
   m.pipeline_stages = l.pp;
   m.threads = l.threads;
+  m.dp_bucket_bytes = l.dp_bucket_bytes;
+  m.tied_across_stages =
+      l.cfg.tied && l.pp > 1 && plan.shape().placement == pipeline::ChunkPlacement::kLooped;
   return m;
 }
 

@@ -22,6 +22,7 @@ struct LayoutSizes {
   bool sequence_parallel = false, recompute = false, zero = false, bf16 = false;
   bool staged_mpi = false;
   int threads = 1;
+  int64_t dp_bucket_bytes = 25000000;  // --dp-bucket-mb's default
 };
 
 // The shard of stage pp_rank on TP rank tp_rank and EP rank ep_rank.

@@ -159,7 +159,16 @@ void add_buffer_terms(const MemoryShape& s, int sets, const Terms& add) {
         int64_t(s.micro_batch) * s.seq_len / (sp ? shard.size : 1) * shard.cfg.channels * f;
     messages += sets * message * (s.staged_mpi ? 3 : 1);
   }
-  add("messages", messages, "ring attention's blocks, pipeline sends, staged host copies",
+  // An all-reduce in place reduces through a temporary as large as its buffer: one DP bucket at a
+  // time, or the tied embedding's gradient (on the stages that hold it).
+  const int64_t slab = Parameters::slab_floats(shard, s.dp_cp) * f;
+  int64_t reduction = s.dp_cp > 1 ? std::min(s.dp_bucket_bytes, slab) : 0;
+  if (s.tied_across_stages && (shard.has_embedding || shard.has_head)) {
+    reduction = std::max(reduction, int64_t(shard.vocab_shard) * shard.cfg.channels * f);
+  }
+  messages += reduction;
+  add("messages", messages,
+      "ring attention's blocks, pipeline sends, staged host copies, MPI's reduction buffers",
       "--micro-batch-size");
   // Workspace: the backward's buffers, recomputation's one-block workspace, bf16's operand
   // copies, the attention's tiles.

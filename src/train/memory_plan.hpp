@@ -35,6 +35,11 @@ struct MemoryShape {
   bool zero = false;
   bool staged_mpi = false;  // messages through pinned host copies
   int pipeline_stages = 1;
+  // The all-reduces in place that an MPI library runs through a temporary copy of their buffer
+  // (MPICH's reduction does): the DP gradient buckets' (when dp_cp > 1) and the tied embedding's
+  // sum between the pipeline's ends.
+  int64_t dp_bucket_bytes = 0;
+  bool tied_across_stages = false;
   int threads = 1;
   int64_t data_bytes = 0;     // token files, mapped and read through at start-up
   int64_t process_bytes = 0;  // resident before the model: libraries, MPI, Kokkos, the program

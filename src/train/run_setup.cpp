@@ -199,6 +199,7 @@ LayoutSizes TrainingRun::layout_sizes() const {
   l.bf16 = opts_.precision == Precision::bf16;
   l.staged_mpi = staged();
   l.threads = host_thread_count();
+  l.dp_bucket_bytes = static_cast<int64_t>(opts_.dp_bucket_mb * 1e6);
   return l;
 }
 
