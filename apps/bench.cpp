@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "core/profile.hpp"
 #include "runtime.hpp"
 #include "train/model_options.hpp"
+#include "train/options.hpp"
 #include "train/peak.hpp"
 #include "train/step_log.hpp"
 #include "train/trainer.hpp"
@@ -34,35 +36,36 @@ namespace {
 
 struct Row {
   std::string model = "gpt2-124M";
-  int batch = 4, seq_len = 64, steps = 8, tp = 1, cp = 1, ep = 1, warmup = 2;
-  bool recompute = false;
-  mpf::Precision precision = mpf::Precision::fp32;
-  std::string gemm;
-  double peak_gflops = 0.0;  // 0: measured
-  bool profile = false;
-  bool help = false;
+  int warmup = 2;
+  // The step, the layout and the system: mpiformer-train's own settings (train/settings.cpp).
+  mpf::TrainOptions run;
 };
 
-const char* kUsage = R"(usage: mpiexec -n R mpiformer-bench [flags]
-Training throughput of one model on the ranks given: data parallel, or tensor parallel with --tp.
-  --model M          gpt2-124M (default), llama-124M (GPT-2 124M's size as a Llama),
-                     mixtral-124M (llama-124M with 8 experts of F 1024, top-2: the same active
-                     parameters per token) or small
-  --batch B          sequences per step over all ranks (default 4)
-  --seq-len T        tokens per sequence (default 64)
-  --steps N          steps, the first --warmup untimed (default 8)
-  --warmup N         untimed steps (default 2; 1 for long sequences, whose steps take minutes)
-  --tp T             tensor-parallel ranks (default 1)
-  --cp N             context-parallel ranks (default 1): each sequence split over N ranks
-  --ep N             expert-parallel ranks (mixtral-124M; default 1): the experts split over N
-                     of the data-parallel ranks, tokens exchanged by all-to-all
-  --recompute        full recomputation of each block before its backward
-  --precision P      fp32 (default) or bf16
-  --gemm LIB         onednn (the default where built) or openblas
-  --peak-gflops X    MFU against X GFLOP/s per rank rather than the measured GEMM rate
-  --profile          also print where a step's time goes
-  --help             this text
-)";
+// The settings mpiformer-bench shares with mpiformer-train.
+const std::set<std::string>& shared_flags() {
+  static const std::set<std::string> flags = {
+      "--batch",     "--seq-len",   "--steps", "--tp",          "--cp",     "--ep",
+      "--recompute", "--precision", "--gemm",  "--peak-gflops", "--profile"};
+  return flags;
+}
+
+std::string usage() {
+  return "usage: mpiexec -n R mpiformer-bench [flags]\n"
+         "Training throughput of one model on the ranks given: data parallel, or tensor parallel "
+         "with --tp.\n" +
+         mpf::help_entry("--model M",
+                         "gpt2-124M (default), llama-124M (GPT-2 124M's size as a Llama), "
+                         "mixtral-124M (llama-124M with 8 experts of F 1024, top-2: the same "
+                         "active parameters per token) or small") +
+         mpf::help_entry("--warmup N",
+                         "untimed steps (default 2; 1 for long sequences, whose steps take "
+                         "minutes)") +
+         mpf::help_entry("--help", "this text") +
+         "Flags as mpiformer-train spells them, with its defaults shown; the bench's own are "
+         "--batch 4\n--seq-len 64 --steps 8, and --peak-gflops X measures MFU against X GFLOP/s "
+         "per rank:\n" +
+         mpf::settings_help(&shared_flags());
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -72,50 +75,27 @@ double median(std::vector<double> v) {
 
 Row parse(int argc, char** argv) {
   Row r;
-  mpf::flags::Table table;
-  auto integer = [](int& field) {
-    return [&field](const std::string& f, const std::string& v) {
-      field = mpf::flags::to_int32(f, v);
-    };
+  mpf::TrainOptions& o = r.run;
+  o.batch = 4;  // the bench's defaults
+  o.seq_len = 64;
+  o.steps = 8;
+  mpf::flags::Table table = mpf::settings_table(o, &shared_flags());
+  table.values["--model"] = [&](const std::string&, const std::string& v) {
+    mpf::require(
+        v == "gpt2-124M" || v == "small" || v == "llama-124M" || v == "mixtral-124M",
+        "--model " + v + " is not a bench model; use gpt2-124M, llama-124M, mixtral-124M or small");
+    r.model = v;
   };
-  table.values = {
-      {"--model",
-       [&](const std::string&, const std::string& v) {
-         mpf::require(
-             v == "gpt2-124M" || v == "small" || v == "llama-124M" || v == "mixtral-124M",
-             "--model " + v +
-                 " is not a bench model; use gpt2-124M, llama-124M, mixtral-124M or small");
-         r.model = v;
-       }},
-      {"--batch", integer(r.batch)},
-      {"--seq-len", integer(r.seq_len)},
-      {"--steps", integer(r.steps)},
-      {"--warmup", integer(r.warmup)},
-      {"--tp", integer(r.tp)},
-      {"--cp", integer(r.cp)},
-      {"--ep", integer(r.ep)},
-      {"--precision",
-       [&](const std::string&, const std::string& v) { r.precision = mpf::parse_precision(v); }},
-      {"--gemm", [&](const std::string&, const std::string& v) { r.gemm = v; }},
-      {"--peak-gflops",
-       [&](const std::string& f, const std::string& v) {
-         r.peak_gflops = mpf::flags::to_double(f, v);
-         mpf::require(r.peak_gflops > 0, "--peak-gflops must be positive");
-       }},
+  table.values["--warmup"] = [&](const std::string& f, const std::string& v) {
+    r.warmup = mpf::flags::to_int32(f, v);
   };
-  table.switches = {{"--profile", [&] { r.profile = true; }},
-                    {"--recompute", [&] { r.recompute = true; }},
-                    {"--help", [&] { r.help = true; }}};
-  mpf::flags::parse(argc, argv, table, "mpiformer-bench");
-  if (r.help) return r;
-  mpf::require(r.tp >= 1, "--tp must be >= 1");
-  mpf::require(r.cp >= 1, "--cp must be >= 1");
-  mpf::require(r.ep >= 1, "--ep must be >= 1");
-  mpf::require(r.warmup >= 1 && r.steps > r.warmup,
+  o.given = mpf::flags::parse(argc, argv, table, "mpiformer-bench", "--kokkos-");
+  if (o.help) return r;
+  mpf::require(r.warmup >= 1 && o.steps > r.warmup,
                "--steps must exceed --warmup (>= 1): the warm-up steps are not timed");
-  mpf::require(r.gemm.empty() || mpf::backend::select(r.gemm),
-               "--gemm " + r.gemm + " is not a GEMM library of this build");
-  if (r.precision == mpf::Precision::bf16) {
+  mpf::require(o.gemm.empty() || mpf::backend::select(o.gemm),
+               "--gemm " + o.gemm + " is not a GEMM library of this build");
+  if (o.precision == mpf::Precision::bf16) {
     const std::string missing = mpf::backend::kernels().bf16_missing;
     mpf::require(missing.empty(), "--precision bf16: " + missing);
   }
@@ -129,8 +109,8 @@ int main(int argc, char** argv) {
   const int rank = runtime.world_rank();
   Row row;
   if (!mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] { row = parse(argc, argv); })) return 2;
-  if (row.help) {
-    if (rank == 0) std::fputs(kUsage, stdout);
+  if (row.run.help) {
+    if (rank == 0) std::fputs(usage().c_str(), stdout);
     return 0;
   }
   int ranks = 1;
@@ -138,13 +118,13 @@ int main(int argc, char** argv) {
   const int threads = runtime.start_kernels(0, argc, argv);
   if (threads < 0 || !runtime.choose_mpi_memory("auto")) return 2;
   {
-    mpf::TrainOptions o;
+    mpf::TrainOptions o = row.run;
     const bool small = row.model == "small";  // the small GPT-2 of the notes: L4 H4 C256
     o.layers = small ? 4 : 12;
     o.heads = small ? 4 : 12;
     o.dim = small ? 256 : 768;
     o.vocab = 50257;
-    o.max_seq_len = std::max(1024, row.seq_len);  // long-context rows: positions up to T
+    o.max_seq_len = std::max(1024, o.seq_len);  // long-context rows: positions up to T
     if (row.model == "llama-124M") {  // ci/bench_torch.py's: GPT-2 124M's size as a tied Llama
       o.arch = "llama";
       o.kv_heads = 4;
@@ -161,21 +141,11 @@ int main(int argc, char** argv) {
       o.moe_renormalize = 1;
       o.moe_aux_coef = 0.01f;
     }
-    o.batch = row.batch;
-    o.seq_len = row.seq_len;
-    o.steps = row.steps;
     o.val_every = 0;
     o.verbose = false;
-    o.tp = row.tp;
-    o.cp = row.cp;
-    o.ep = row.ep;
-    o.recompute = row.recompute;
-    o.precision = row.precision;
     o.overlap_grad_reduce = true;  // data parallel: reduce buckets during the backward
-    o.profile = row.profile;
     // The peak before the run and after it, the better kept: a moment of contention from another
-    // tenant cannot inflate the MFU column.
-    o.peak_gflops = row.peak_gflops;
+    // tenant cannot inflate the MFU column (--peak-gflops: as given).
     // A layout the model does not split into (--tp 3 of 4 kv heads, an odd --batch over 2 ranks)
     // is one error line and exit 2, as in mpiformer-train, before the peak is measured.
     mpf::RunInputs inputs;
@@ -191,7 +161,7 @@ int main(int argc, char** argv) {
     const std::vector<double> ms = run->train().step_ms;
     const double predicted = double(run->memory_plan().total());
     run.reset();
-    if (row.peak_gflops <= 0) peak = std::max(peak, mpf::measure_peak(row.precision).gflops);
+    if (o.peak_gflops <= 0) peak = std::max(peak, mpf::measure_peak(o.precision).gflops);
     const double peak_all = mpf::allreduce_sum(peak, MPI_COMM_WORLD);
     // The most memory any rank held: its peak resident set (Linux reports KB).
     struct rusage usage {};
@@ -201,19 +171,19 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       // The first two steps fault in pages and warm caches; the median of the rest is the figure.
       const std::vector<double> timed(ms.begin() + row.warmup, ms.end());
-      const double s = median(timed) / 1e3, tokens = double(row.batch) * row.seq_len;
+      const double s = median(timed) / 1e3, tokens = double(o.batch) * o.seq_len;
       const mpf::GPTConfig cfg = mpf::model_config(o);
-      const double mfu = mpf::flops_per_token(cfg, row.seq_len) * tokens / s / (peak_all * 1e9);
+      const double mfu = mpf::flops_per_token(cfg, o.seq_len) * tokens / s / (peak_all * 1e9);
       const mpf::backend::Kernels k = mpf::backend::kernels();
       std::printf(
           "mpiformer | %s | %d x %d | %s%d x %dt | %s | %.4f s/step | %.1f tok/s | MFU %.1f%% | "
           "peak %.0f GFLOP/s/rank | gemm: %s %s%s%s | peak RSS %.2f GB/rank (predicted %.2f)%s\n",
-          row.model.c_str(), row.batch, row.seq_len,
-          row.tp > 1 ? "tp" : (row.cp > 1 ? "cp" : (row.ep > 1 ? "ep" : "dp")), ranks, threads,
-          mpf::precision_name(row.precision), s, tokens / s, 100.0 * mfu, peak_all / ranks,
+          row.model.c_str(), o.batch, o.seq_len,
+          o.tp > 1 ? "tp" : (o.cp > 1 ? "cp" : (o.ep > 1 ? "ep" : "dp")), ranks, threads,
+          mpf::precision_name(o.precision), s, tokens / s, 100.0 * mfu, peak_all / ranks,
           k.library.c_str(), k.isa.c_str(),
           k.narrower.empty() ? "" : " | narrower: ", k.narrower.c_str(), most / 1e9,
-          predicted / 1e9, row.recompute ? " | recompute" : "");
+          predicted / 1e9, o.recompute ? " | recompute" : "");
       std::fflush(stdout);
     }
   }
