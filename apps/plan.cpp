@@ -187,12 +187,13 @@ int run_calibration(mpf::Runtime& runtime, const PlanOptions& o, int argc, char*
         std::printf(
             "calibrated %s: %d %s(s) a node; fp32 GEMM up to %.1f GFLOP/s a device, "
             "attention %.1f/%.1f GFLOP/s (T %d), element-wise %.1f GB/s a device; "
-            "intra-node %.2f GB/s %.1f us, inter-node %.2f GB/s %.1f us; wrote %s\n",
+            "intra-node %.2f GB/s %.1f us, inter-node %.2f GB/s %.1f us, %.1f us a message "
+            "beyond; wrote %s\n",
             m.name.c_str(), m.devices_per_node, m.gpu() ? "GPU" : "core", r.peak_gflops,
             r.attention.back().forward_gflops, r.attention.back().backward_gflops,
             r.attention.back().seq_len, m.memory_bandwidth_gbs, m.intra_node.bandwidth_gbs,
             m.intra_node.latency_us, m.inter_node.bandwidth_gbs, m.inter_node.latency_us,
-            o.machine.c_str());
+            m.message_overhead_us, o.machine.c_str());
       })) {
     return mpf::kExitBadInput;
   }

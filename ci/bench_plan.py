@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The layout planner against measured runs (make bench; ci/bench_plan.sh starts it).
 
-Calibrates this machine (2 ranks x 1 thread) and, where namespaces, tc and Slurm allow, a cluster
+Calibrates this machine as each allocation runs it (1 rank x 2 threads, 2 x 1, 4 x 1) and, where namespaces, tc and Slurm allow, a cluster
 of two namespaced nodes whose links tbf shapes to 1 Gbit/s (1 rank x 1 thread a node). Then, for
 each layout of the list below, asks mpiformer-plan --evaluate for its prediction and runs the
 command it prints, and prints predicted against measured step time and peak memory. Where the
@@ -152,22 +152,32 @@ def local_run(c, ranks):
 
 
 # ---- one node ----------------------------------------------------------------------------
-one = os.path.join(work, "one.json")
-print("bench_plan: calibrating this machine (2 ranks x 1 thread) ...", flush=True)
-print(run(["mpiexec", "-n", "2", PLAN, "--calibrate", "--machine", one, "--threads", "1",
-           "--name", "this machine"]).strip(), flush=True)
+# A machine file per shape of allocation, each calibrated on that allocation (as a user would on
+# theirs): 1 rank x 2 threads, 2 ranks x 1, 4 ranks x 1 (twice the cores: oversubscribed).
+machines = {}
+for ranks, threads in ((1, 2), (2, 1), (4, 1)):
+    machines[ranks] = os.path.join(work, "one_node_%d.json" % ranks)
+    print("bench_plan: calibrating this machine (%d rank(s) x %d thread(s)) ..." % (ranks, threads),
+          flush=True)
+    print(run(["mpiexec", "-n", str(ranks), PLAN, "--calibrate", "--machine", machines[ranks],
+               "--threads", str(threads), "--name", "this machine, %d x %d" % (ranks, threads)]
+              ).strip(), flush=True)
 for name, model, batch, seq, ranks, layout in ONE_NODE:
-    c = predict(one, model, batch, seq, 1, ranks, layout)
+    c = predict(machines[ranks], model, batch, seq, 1, ranks, layout)
     record(name, "1 node x %d" % ranks, c, local_run(c, ranks))
 
 # The planner's first choice against its next four, each measured: 2 ranks, GPT-2 shape.
-top = plan_top(one, GPT2, 8, 128, 1, 2, 5)
+top = plan_top(machines[2], GPT2, 8, 128, 1, 2, 5)
+best_of = [float("inf")] * len(top)
+for _ in range(2):  # two passes, each layout's better run: a moment's contention is not a verdict
+    for i, c in enumerate(top):
+        best_of[i] = min(best_of[i], local_run(c, 2)["step"])
 top_rows = []
 for i, c in enumerate(top):
-    m = local_run(c, 2)
-    top_rows.append((i + 1, c, m["step"]))
+    top_rows.append((i + 1, c, best_of[i]))
     print("bench_plan: plan #%d %s: predicted %.1f ms, measured %.1f ms" %
-          (i + 1, c["command"].split(" --batch ")[1], c["predicted"]["step_ms"], m["step"]), flush=True)
+          (i + 1, c["command"].split(" --batch ")[1], c["predicted"]["step_ms"], best_of[i]),
+          flush=True)
 
 # ---- two namespaced nodes ------------------------------------------------------------------
 cluster_note = ""
@@ -243,7 +253,7 @@ print("\n%d layouts: step time error median %.1f%%, max %.1f%% (targets 15%%, 30
       (len(rows), 100 * statistics.median(errs), 100 * max(errs), 100 * statistics.median(mems),
        100 * max(mems)))
 best = min(t[2] for t in top_rows)
-print("planner's top five for gpt2 on 2 ranks (batch 8 x 128), measured:")
+print("planner's top five for gpt2 on 2 ranks (batch 8 x 128), measured (the better of two runs):")
 for i, c, ms in top_rows:
     print("  #%d %-70s predicted %7.1f ms, measured %7.1f ms" %
           (i, c["command"].split(" --batch ")[1].split(" ", 4)[-1], c["predicted"]["step_ms"], ms))

@@ -21,13 +21,14 @@ namespace {
 
 using backend::Op;
 
-// The slowest rank's time of `work` (seconds), best of `reps` after one untimed run; every rank
-// runs it at once, as a run's ranks share the node.
+// The slowest rank's time of `work` (seconds), the median of `reps` after one untimed run: every
+// rank runs it at once, as a run's ranks share the node, and a run meets the typical time, not the
+// luckiest.
 template <class F>
 double timed(MPI_Comm world, int reps, F&& work) {
   work();
   Kokkos::fence();
-  double best = 1e30;
+  std::vector<double> times;
   for (int r = 0; r < reps; ++r) {
     MPI_Barrier(world);
     Stopwatch clock;
@@ -35,57 +36,68 @@ double timed(MPI_Comm world, int reps, F&& work) {
     Kokkos::fence();
     double t = clock.seconds();
     MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, world);
-    best = std::min(best, t);
+    times.push_back(t);
   }
-  return best;
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
 }
 
-// GEMM rates at training shapes: M rows against (N, K) of a block's products, in the three
-// operand forms a forward and backward use, per device.
+// GEMM rates at training shapes, per device: M rows against the (N, K) of a block's products,
+// and of a vocabulary's logits (the LM head, often the largest product of a small model), each in
+// the three operand forms a forward and backward use.
 std::vector<RatePoint> gemm_rates(MPI_Comm world, Precision p, double devices, bool quick) {
-  const std::vector<int> rows =
-      quick ? std::vector<int>{64, 512} : std::vector<int>{16, 64, 256, 1024, 4096};
-  const std::vector<std::pair<int, int>> nk =
-      quick ? std::vector<std::pair<int, int>>{{768, 768}}
-            : std::vector<std::pair<int, int>>{{768, 768}, {3072, 768}, {768, 3072}};
-  // Each operand at its largest: M x 3072 (the rows against the wider side), or 3072 x 3072.
-  const int64_t most = std::max<int64_t>(int64_t(rows.back()) * 3072, 3072 * 3072);
+  struct Shape {
+    int M, N, K;
+  };
+  std::vector<Shape> shapes;
+  for (int M : quick ? std::vector<int>{64, 512} : std::vector<int>{16, 64, 256, 1024, 4096}) {
+    shapes.push_back({M, 768, 768});
+    if (quick) continue;
+    shapes.push_back({M, 3072, 768});
+    shapes.push_back({M, 768, 3072});
+  }
+  if (!quick) {
+    for (int M : {256, 1024}) shapes.push_back({M, 32768, 768});
+  }
+  int64_t most = 0;  // each operand at its largest
+  for (const Shape& q : shapes) {
+    most = std::max({most, int64_t(q.M) * q.N, int64_t(q.M) * q.K, int64_t(q.N) * q.K});
+  }
   Slab a("calibrate::a", most), b("calibrate::b", most), c("calibrate::c", most);
   Kokkos::deep_copy(a, 0.01f);
   Kokkos::deep_copy(b, 0.02f);
   Kokkos::View<bf16*, MemSpace> a16("calibrate::a16", most), b16("calibrate::b16", most);
   std::vector<RatePoint> pts;
-  for (int M : rows) {
-    for (auto [N, K] : nk) {
-      const double flops = 2.0 * M * N * K;
-      double seconds = 0;
-      for (int form = 0; form < 3; ++form) {  // C = A B^T (forward), A B (dX), A^T B (dW)
-        const bool bf = p == Precision::bf16;
-        auto run = [&] {
-          if (form == 0) {
-            if (bf)
-              backend::gemm_bf16(Op::N, Op::T, M, N, K, 1, a16.data(), K, b16.data(), K, 0,
-                                 c.data(), N);
-            else
-              backend::gemm(Op::N, Op::T, M, N, K, 1, a.data(), K, b.data(), K, 0, c.data(), N);
-          } else if (form == 1) {
-            if (bf)
-              backend::gemm_bf16(Op::N, Op::N, M, N, K, 1, a16.data(), K, b16.data(), N, 0,
-                                 c.data(), N);
-            else
-              backend::gemm(Op::N, Op::N, M, N, K, 1, a.data(), K, b.data(), N, 0, c.data(), N);
-          } else {  // the weight gradient: (N x K) = (M x N)^T (M x K), summed over the rows
-            if (bf)
-              backend::gemm_bf16(Op::T, Op::N, N, K, M, 1, a16.data(), N, b16.data(), K, 0,
-                                 c.data(), K);
-            else
-              backend::gemm(Op::T, Op::N, N, K, M, 1, a.data(), N, b.data(), K, 0, c.data(), K);
-          }
-        };
-        seconds += timed(world, quick ? 1 : 3, run);
-      }
-      pts.push_back({flops / devices / 1e9, 3 * flops / seconds / devices / 1e9});
+  for (const Shape& q : shapes) {
+    const int M = q.M, N = q.N, K = q.K;
+    const double flops = 2.0 * M * N * K;
+    double seconds = 0;
+    for (int form = 0; form < 3; ++form) {  // C = A B^T (forward), A B (dX), A^T B (dW)
+      const bool bf = p == Precision::bf16;
+      auto run = [&] {
+        if (form == 0) {
+          if (bf)
+            backend::gemm_bf16(Op::N, Op::T, M, N, K, 1, a16.data(), K, b16.data(), K, 0, c.data(),
+                               N);
+          else
+            backend::gemm(Op::N, Op::T, M, N, K, 1, a.data(), K, b.data(), K, 0, c.data(), N);
+        } else if (form == 1) {
+          if (bf)
+            backend::gemm_bf16(Op::N, Op::N, M, N, K, 1, a16.data(), K, b16.data(), N, 0, c.data(),
+                               N);
+          else
+            backend::gemm(Op::N, Op::N, M, N, K, 1, a.data(), K, b.data(), N, 0, c.data(), N);
+        } else {  // the weight gradient: (N x K) = (M x N)^T (M x K), summed over the rows
+          if (bf)
+            backend::gemm_bf16(Op::T, Op::N, N, K, M, 1, a16.data(), N, b16.data(), K, 0, c.data(),
+                               K);
+          else
+            backend::gemm(Op::T, Op::N, N, K, M, 1, a.data(), N, b.data(), K, 0, c.data(), K);
+        }
+      };
+      seconds += timed(world, quick ? 1 : 5, run);
     }
+    pts.push_back({flops / devices / 1e9, 3 * flops / seconds / devices / 1e9});
   }
   // One point per size, ascending (equal sizes averaged).
   std::sort(pts.begin(), pts.end(),
@@ -113,11 +125,11 @@ std::vector<AttentionRate> attention_rates(MPI_Comm world, double devices, bool 
     Kokkos::deep_copy(qkv, 0.01f);
     Kokkos::deep_copy(dout, 0.01f);
     const double flops = 4.0 * T * (T / 2.0) * hs * NH;
-    const double f = timed(world, quick ? 1 : 3, [&] {
+    const double f = timed(world, quick ? 1 : 5, [&] {
       attention_forward(Tensor(o.data(), o.size()), Tensor(lse.data(), lse.size()),
                         Tensor(qkv.data(), qkv.size()), 1, T, NH, NH, hs);
     });
-    const double b = timed(world, quick ? 1 : 3, [&] {
+    const double b = timed(world, quick ? 1 : 5, [&] {
       attention_backward_input(Tensor(dqkv.data(), dqkv.size()), Tensor(delta.data(), delta.size()),
                                Tensor(dout.data(), dout.size()), Tensor(qkv.data(), qkv.size()),
                                Tensor(o.data(), o.size()), Tensor(lse.data(), lse.size()), 1, T, NH,
@@ -196,7 +208,7 @@ void collectives(MPI_Comm world, const std::vector<int>& node_of, bool quick, Ma
       std::vector<float> in(size_t(each) * g, 1.0f), out(size_t(each) * g);
       const int reps = quick ? 2 : (bytes > 1e6 ? 3 : 20);
       auto per_call = [&](auto&& call) {
-        const double t = timed(world, 2, [&] {
+        const double t = timed(world, 3, [&] {
           for (int r = 0; r < reps; ++r) call();
         });
         return t / reps * 1e6;
@@ -214,6 +226,45 @@ void collectives(MPI_Comm world, const std::vector<int>& node_of, bool quick, Ma
     }
     MPI_Comm_free(&group);
   }
+}
+
+// A synchronisation between busy ranks, as a step's TP collectives and P2P waits are: pairs of
+// consecutive ranks each compute a product of a few milliseconds, then all-reduce 8 bytes. The
+// time in the all-reduce beyond the same call between idle ranks is the wait for a partner that
+// is not running: about 0 when every rank has its cores, a scheduler's time slice when a node's
+// busy ranks outnumber its cores. Microseconds, the mean over the ranks.
+double loaded_sync_us(MPI_Comm world, bool quick) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  if (size < 2) return 0.0;
+  MPI_Comm pair;
+  MPI_Comm_split(world, rank / 2, rank, &pair);
+  const int M = 256, N = 768, K = 768, reps = quick ? 5 : 40;
+  Slab a("calibrate::sync_a", int64_t(M) * K), b("calibrate::sync_b", int64_t(N) * K),
+      c("calibrate::sync_c", int64_t(M) * N);
+  // Idle: the quickest call (the partner running); busy: the mean after the product.
+  double x = 1.0, idle = 1e30, busy = 0.0;
+  for (int loaded = 0; loaded < 2; ++loaded) {
+    MPI_Barrier(world);
+    for (int r = 0; r < reps; ++r) {
+      if (loaded) {
+        backend::gemm(Op::N, Op::T, M, N, K, 1, a.data(), K, b.data(), K, 0, c.data(), N);
+        Kokkos::fence();
+      }
+      Stopwatch clock;
+      MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, pair);
+      const double us = clock.seconds() * 1e6;
+      if (loaded)
+        busy += us / reps;
+      else
+        idle = std::min(idle, us);
+    }
+  }
+  MPI_Comm_free(&pair);
+  double extra = std::max(0.0, busy - idle);
+  MPI_Allreduce(MPI_IN_PLACE, &extra, 1, MPI_DOUBLE, MPI_SUM, world);
+  return extra / size;
 }
 
 }  // namespace
@@ -280,6 +331,7 @@ Machine calibrate(const CalibrationOptions& o, MPI_Comm world) {
     m.intra_node = other > 0 ? m.inter_node : Link{m.memory_bandwidth_gbs * devices, 1.0};
   if (other < 0) m.inter_node = m.intra_node;
   collectives(world, node_of, o.quick, m);
+  m.message_overhead_us = loaded_sync_us(world, o.quick);
   return m;
 }
 

@@ -12,9 +12,9 @@ const Link& link_of(const Machine& m, Group g) {
   return g.nodes > 1 ? m.inter_node : m.intra_node;
 }
 
-// One message of `bytes` over the link: latency, overhead and the bytes at its bandwidth.
-double message_us(const Machine& m, const Link& l, double bytes) {
-  return l.latency_us + m.message_overhead_us + bytes / (l.bandwidth_gbs * 1e3);
+// One message of `bytes` over the link: its latency and the bytes at its bandwidth.
+double message_us(const Link& l, double bytes) {
+  return l.latency_us + bytes / (l.bandwidth_gbs * 1e3);
 }
 
 // The measured time of `op` over groups like g, interpolated (log-log) at `bytes`; < 0 if the
@@ -43,39 +43,43 @@ double measured_us(const Machine& m, const char* op, double bytes, Group g) {
 
 }  // namespace
 
+// Each call adds the machine's per-message overhead once: the software's, and the wait for a
+// partner that is not running when a node has more busy ranks than cores.
 double p2p_ms(const Machine& m, double bytes, bool across_nodes) {
-  return message_us(m, across_nodes ? m.inter_node : m.intra_node, bytes) / 1e3;
+  return (m.message_overhead_us + message_us(across_nodes ? m.inter_node : m.intra_node, bytes)) /
+         1e3;
 }
 
 double allreduce_ms(const Machine& m, double bytes, Group g) {
   if (g.ranks <= 1 || bytes <= 0) return 0;
   const double measured = measured_us(m, "allreduce", bytes, g);
-  if (measured >= 0) return measured / 1e3;
+  if (measured >= 0) return (m.message_overhead_us + measured) / 1e3;
   const int n = g.ranks;  // ring: reduce-scatter then all-gather, 2 (n - 1) steps of bytes / n
-  return 2.0 * (n - 1) * message_us(m, link_of(m, g), bytes / n) / 1e3;
+  return (m.message_overhead_us + 2.0 * (n - 1) * message_us(link_of(m, g), bytes / n)) / 1e3;
 }
 
 double allgather_ms(const Machine& m, double bytes, Group g) {
   if (g.ranks <= 1 || bytes <= 0) return 0;
   const double measured = measured_us(m, "allgather", bytes, g);
-  if (measured >= 0) return measured / 1e3;
+  if (measured >= 0) return (m.message_overhead_us + measured) / 1e3;
   const int n = g.ranks;
-  return double(n - 1) * message_us(m, link_of(m, g), bytes / n) / 1e3;
+  return (m.message_overhead_us + double(n - 1) * message_us(link_of(m, g), bytes / n)) / 1e3;
 }
 
 double reduce_scatter_ms(const Machine& m, double bytes, Group g) {
   // The same traffic as an all-gather of the same size; measured, half an all-reduce.
   if (g.ranks <= 1 || bytes <= 0) return 0;
-  if (measured_us(m, "allreduce", bytes, g) >= 0) return allreduce_ms(m, bytes, g) / 2;
+  const double measured = measured_us(m, "allreduce", bytes, g);
+  if (measured >= 0) return (m.message_overhead_us + measured / 2) / 1e3;
   return allgather_ms(m, bytes, g);
 }
 
 double alltoall_ms(const Machine& m, double bytes, Group g) {
   if (g.ranks <= 1 || bytes <= 0) return 0;
   const double measured = measured_us(m, "alltoall", bytes, g);
-  if (measured >= 0) return measured / 1e3;
+  if (measured >= 0) return (m.message_overhead_us + measured) / 1e3;
   const int n = g.ranks;  // n - 1 exchanges of bytes / n each
-  return double(n - 1) * message_us(m, link_of(m, g), bytes / n) / 1e3;
+  return (m.message_overhead_us + double(n - 1) * message_us(link_of(m, g), bytes / n)) / 1e3;
 }
 
 }  // namespace mpf::plan

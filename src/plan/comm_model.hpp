@@ -1,7 +1,7 @@
 // What a message or a collective costs on a machine: the calibrated time of the same collective
 // over groups of the same size and node span where the machine file has one (interpolated in
 // log-log between its sizes), else the ring algorithms' alpha-beta formulas (Thakur et al. 2005)
-// over the slower link the group uses.
+// over the slower link the group uses; each call adds the machine's per-message overhead once.
 #pragma once
 
 #include "plan/machine.hpp"

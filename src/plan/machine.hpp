@@ -58,7 +58,9 @@ struct Machine {
   double process_mb = 0;            // what a rank holds before the model (libraries, MPI)
   std::map<Precision, PrecisionRates> precisions;
   Link intra_node, inter_node;
-  double message_overhead_us = 0;  // per message, beyond the link's latency
+  // Per call (a message or a collective), beyond the link's latency: the software's overhead and,
+  // where a node has more busy ranks than cores, the wait for a partner not running.
+  double message_overhead_us = 0;
   std::vector<CollectiveTime> collectives;
 
   const PrecisionRates& rates(Precision p) const;  // InputError naming the file when absent
