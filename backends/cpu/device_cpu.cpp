@@ -11,4 +11,8 @@ std::string device_description(int) {
   return "";
 }
 
+double current_device_memory() {
+  return 0.0;
+}
+
 }  // namespace mpf::backend

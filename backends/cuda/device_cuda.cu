@@ -27,4 +27,13 @@ std::string device_description(int device) {
   return text;
 }
 
+double current_device_memory() {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0.0;
+  }
+  return double(total);
+}
+
 }  // namespace mpf::backend

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backends/device.hpp"
 #include "backends/gemm.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -314,7 +315,8 @@ Machine calibrate(const CalibrationOptions& o, MPI_Comm world) {
   }
   elementwise(world, devices, o.quick, m);
   // Memory: the node's (its MemAvailable and what its ranks hold now), or a GPU's.
-  double mem = double(available_bytes()) + process * local;
+  double mem = kDeviceMemory ? backend::current_device_memory()
+                             : double(available_bytes()) + process * local;
   MPI_Allreduce(MPI_IN_PLACE, &mem, 1, MPI_DOUBLE, MPI_MIN, world);
   m.memory_gb = mem / 1e9;
 
