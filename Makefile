@@ -55,7 +55,8 @@ test: build
 # GPT-2 124M against PyTorch measured in the same run (fp32 and bf16 on both cores, DP scaling at
 # 8 x 256); then the pipeline schedules against the simulator, checkpoint I/O against dd,
 # generation and the tokenizer; last DP and PP across two Slurm nodes in network namespaces, links
-# shaped to 10 and 1 Gbit/s. Measure as users run: env -u OPENBLAS_CORETYPE make bench.
+# shaped to 10 and 1 Gbit/s; then the layout planner's predictions against 19 measured layouts.
+# Measure as users run: env -u OPENBLAS_CORETYPE make bench.
 bench: build
 	bash ci/bench_throughput.sh $(BUILD)
 	bash ci/bench_attention.sh $(BUILD)
@@ -66,6 +67,7 @@ bench: build
 	/usr/bin/python3 ci/bench_tokenizer.py $(BUILD)
 	bash ci/bench_multinode.sh $(BUILD)
 	bash ci/bench_tokenize.sh $(BUILD)
+	bash ci/bench_plan.sh $(BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
