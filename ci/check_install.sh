@@ -46,6 +46,11 @@ check "bin/mpiformer-eval --help" "$prefix/bin/mpiformer-eval" --help
 grep -q "usage:" "$work/out" || fail "bin/mpiformer-eval --help prints the usage"
 check "bin/mpiformer-tokenize --help" "$prefix/bin/mpiformer-tokenize" --help
 grep -q "usage:" "$work/out" || fail "bin/mpiformer-tokenize --help prints the usage"
+check "bin/mpiformer-plan --help" "$prefix/bin/mpiformer-plan" --help
+grep -q "usage:" "$work/out" || fail "bin/mpiformer-plan --help prints the usage"
+check "share/mpiformer/machines/dgx-h100.json plans" "$prefix/bin/mpiformer-plan" \
+  --machine "$prefix/share/mpiformer/machines/dgx-h100.json" --layers 4 --heads 4 --dim 128 \
+  --batch 16 --seq-len 64 --nodes 2 --top 3
 check "bin/mpiformer-plot --help" "$prefix/bin/mpiformer-plot" --help
 grep -q "usage:" "$work/out" || fail "bin/mpiformer-plot --help prints the usage"
 check "installed mpiformer-train trains 2 steps" \

@@ -1,7 +1,8 @@
 # Install rules and the CMake package config (included at the end of the top-level CMakeLists.txt).
 #
 #   <prefix>/bin/mpiformer-train, mpiformer-generate, mpiformer-eval, mpiformer-bench,
-#   mpiformer-schedule, mpiformer-tokenize
+#   mpiformer-schedule, mpiformer-tokenize, mpiformer-plan
+#   <prefix>/share/mpiformer/machines/*.json (machine files for mpiformer-plan)
 #   <prefix>/include/mpiformer/{core,model,...}/*.hpp, backends/gemm.hpp, mpiformer/config.hpp
 #   <prefix>/lib/libmpiformer.a, libmpiformer_backend.a
 #   <prefix>/lib/cmake/mpiformer/mpiformerConfig.cmake (+ Version, Targets)
@@ -18,7 +19,9 @@ set(MPIFORMER_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/mpiformer)
 # ---- programs ------------------------------------------------------------------------------------
 # Their RPATH keeps the OpenBLAS they were linked with (CMAKE_INSTALL_RPATH_USE_LINK_PATH).
 install(TARGETS mpiformer-train mpiformer-generate mpiformer-eval mpiformer-bench mpiformer-schedule
-                mpiformer-tokenize RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+                mpiformer-tokenize mpiformer-plan RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# Machine files written from data sheets, for planning a cluster that cannot be measured here.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/machines/ DESTINATION ${CMAKE_INSTALL_DATADIR}/mpiformer/machines)
 # mpiformer-plot runs on /usr/bin/python3, which needs matplotlib (Debian: python3-matplotlib).
 install(PROGRAMS ${PROJECT_BINARY_DIR}/mpiformer-plot DESTINATION ${CMAKE_INSTALL_BINDIR})
 

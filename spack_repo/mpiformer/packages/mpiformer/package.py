@@ -4,7 +4,8 @@
 #   spack install mpiformer +openmp ~onednn        # CPU, OpenBLAS only (no bf16 products)
 #   spack install mpiformer +cuda cuda_arch=80     # GPUs: Kokkos CUDA + cuBLAS
 #   module load mpiformer, or spack load mpiformer once `spack repo add` registered this
-#   repository  ->  mpiformer-train, mpiformer-generate, mpiformer-eval, mpiformer-tokenize on PATH
+#   repository  ->  mpiformer-train, mpiformer-generate, mpiformer-eval, mpiformer-tokenize,
+#                   mpiformer-plan on PATH
 
 import os
 
