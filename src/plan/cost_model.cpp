@@ -172,10 +172,12 @@ double attention_ms(const Machine& m, Precision p, double flops, int seq_len, bo
   return flops / 1e9 / devices / gflops * 1e3;
 }
 
-StageCost stage_cost(const Job& job, const Machine& m, const Layout& l, int pp_rank) {
+namespace {
+
+StageCost stage_cost_in(const Job& job, const Machine& m, const Layout& l,
+                        const pipeline::SchedulePlan& plan, int pp_rank) {
   const GPTConfig& cfg = job.cfg;
   const LayoutSizes sizes = sizes_of(job, m, l);
-  const pipeline::SchedulePlan plan = schedule_plan(l);
   const TpShard shard = layout_stage_shard(sizes, plan, 0, pp_rank, 0);
   const StageOwnership own =
       stage_ownership(sizes.layer_ranges, pp_rank, l.pp, plan.shape().placement);
@@ -220,21 +222,30 @@ StageCost stage_cost(const Job& job, const Machine& m, const Layout& l, int pp_r
   return cost;
 }
 
+}  // namespace
+
+StageCost stage_cost(const Job& job, const Machine& m, const Layout& l, int pp_rank) {
+  return stage_cost_in(job, m, l, schedule_plan(l), pp_rank);
+}
+
 Prediction predict(const Job& job, const Machine& m, const Layout& l) {
   Prediction out;
   const double dev = devices_per_rank(m, job);
   // The pipeline: every stage's costs in the simulator, each message a P2P between stages.
   std::vector<StageCost> stages;
   pipeline::OpCosts costs;
+  const pipeline::SchedulePlan unit_plan = schedule_plan(l);  // the shards' placement
   for (int p = 0; p < l.pp; ++p) {
-    stages.push_back(stage_cost(job, m, l, p));
+    stages.push_back(stage_cost_in(job, m, l, unit_plan, p));
     costs.forward_by_rank.push_back(stages.back().f.total());
     costs.backward_by_rank.push_back(stages.back().b.total());
     costs.weight_by_rank.push_back(stages.back().w.total());
   }
   const bool pp_across = group_nodes(job, l, "pp") > 1;
   costs.p2p = l.pp > 1 ? p2p_ms(m, stages[0].p2p_bytes, pp_across) : 0.0;
-  const pipeline::SchedulePlan plan = schedule_plan(l, costs);
+  // zb-auto plans under the costs; the other schedules do not depend on them.
+  const pipeline::SchedulePlan plan =
+      l.schedule == pipeline::Schedule::kZbAuto ? schedule_plan(l, costs) : unit_plan;
   const pipeline::SimulationResult sim = pipeline::simulate(plan, costs);
   int busiest = 0;
   for (int p = 1; p < l.pp; ++p) {
@@ -300,7 +311,7 @@ Prediction predict(const Job& job, const Machine& m, const Layout& l) {
 
   // Memory: every stage's plan (TP rank 0, EP rank 0), the largest.
   for (int p = 0; p < l.pp; ++p) {
-    MemoryShape shape = layout_memory_shape(sizes, plan, 0, p, 0);
+    MemoryShape shape = layout_memory_shape(sizes, plan, 0, p, 0, &sim);
     shape.process_bytes = int64_t(m.process_mb * 1e6);
     MemoryPlan mp = plan_memory(shape);
     if (p == 0 || mp.total() > out.memory.total()) out.memory = mp;

@@ -47,6 +47,13 @@ std::string biggest_gap(const StepTerms& a, const StepTerms& b) {
   return fmt("%+.1f ms of ", worst->second) + worst->first;
 }
 
+// "3.2% slower: +12.3 ms of TP communication", or "as fast (within 0.1%)".
+std::string slower(const Prediction& best, const Prediction& other) {
+  const double r = other.ms.step() / best.ms.step() - 1;
+  if (r < 0.001) return "as fast (within 0.1%)";
+  return fmt("%.1f%% slower: ", 100 * r) + biggest_gap(best.ms, other.ms);
+}
+
 std::string shape_of(const Layout& l) {
   std::string s = "tp " + std::to_string(l.tp);
   if (l.cp > 1) s += " x cp " + std::to_string(l.cp);
@@ -94,6 +101,22 @@ std::string srun_command(const ReportInput& in, const Layout& l) {
          " --distribution=block mpiformer-train " + common_flags(in, l);
 }
 
+std::string job_script_command(const ReportInput& in, const Layout& l) {
+  const Job& job = *in.job;
+  const std::string init = "--init-from ";
+  const std::string model = in.model_flags.compare(0, init.size(), init) == 0
+                                ? "INIT_FROM=" + in.model_flags.substr(init.size())
+                                : "MODEL=\"" + in.model_flags + "\"";
+  std::string extra = layout_extra_flags(l).substr(1);
+  if (job.precision == Precision::bf16) extra += " --precision bf16";
+  return "TP=" + std::to_string(l.tp) + " PP=" + std::to_string(l.pp) +
+         " DP=" + std::to_string(l.dp) + " BATCH=" + std::to_string(job.batch) +
+         " SEQ_LEN=" + std::to_string(job.seq_len) + " " + model + " EXTRA_ARGS=\"" + extra +
+         "\" sbatch --nodes=" + std::to_string(job.nodes) +
+         " --ntasks-per-node=" + std::to_string(job.ranks_per_node) +
+         (in.machine->gpu() ? " ci/slurm/gpu.sbatch" : " ci/slurm/cpu.sbatch");
+}
+
 std::string text_evaluation(const ReportInput& in, const Candidate& c) {
   std::string s = "layout " + layout_text(c.layout) + "\n";
   if (!c.problem.empty()) return s + "cannot run: " + c.problem + "\n";
@@ -107,7 +130,8 @@ std::string text_evaluation(const ReportInput& in, const Candidate& c) {
        fmt("pipeline bubble %.1f%% of the makespan\n", 100 * p.bubble_fraction);
   s += "memory: " + p.memory.summary() + "; the rank may use " + gigabytes(p.memory_limit) +
        (p.fits ? "" : ": DOES NOT FIT") + "\n";
-  s += "run it:\n  " + mpiexec_command(in, c.layout) + "\n  " + srun_command(in, c.layout) + "\n";
+  s += "run it:\n  " + mpiexec_command(in, c.layout) + "\n  " + srun_command(in, c.layout) +
+       "\n  " + job_script_command(in, c.layout) + "\n";
   return s;
 }
 
@@ -155,9 +179,7 @@ std::string text_report(const ReportInput& in, const std::vector<Candidate>& ran
        shape_of(best.layout) + ", " + schedule_cell(best.layout) + "\n";
   if (ok.size() > 1) {
     const Candidate& next = *ok[1];
-    s += "  the next, #2, is " +
-         fmt("%.1f%% slower: ", 100 * (next.predicted.ms.step() / best.predicted.ms.step() - 1)) +
-         biggest_gap(best.predicted.ms, next.predicted.ms) + "\n";
+    s += "  the next, #2, is " + slower(best.predicted, next.predicted) + "\n";
   }
   // The best of each other shape, and what it loses by.
   std::map<std::string, const Candidate*> shapes;
@@ -171,9 +193,7 @@ std::string text_report(const ReportInput& in, const std::vector<Candidate>& ran
   });
   for (size_t i = 0; i < others.size() && i < 4; ++i) {
     const Candidate& c = *others[i];
-    s += "  the best " + shape_of(c.layout) + " is " +
-         fmt("%.1f%% slower: ", 100 * (c.predicted.ms.step() / best.predicted.ms.step() - 1)) +
-         biggest_gap(best.predicted.ms, c.predicted.ms) + "\n";
+    s += "  the best " + shape_of(c.layout) + " is " + slower(best.predicted, c.predicted) + "\n";
   }
   if (!heavy.empty()) {
     const Candidate& c = *heavy.front();
@@ -186,12 +206,8 @@ std::string text_report(const ReportInput& in, const std::vector<Candidate>& ran
          layout_text(e.second->layout) + ": " + e.second->problem + "\n";
   }
   s += "\nrun #1:\n  " + mpiexec_command(in, best.layout) + "\n  " + srun_command(in, best.layout) +
-       "\nor with ci/slurm/cpu.sbatch: sbatch --nodes=" + std::to_string(job.nodes) +
-       " --ntasks-per-node=" + std::to_string(job.ranks_per_node) +
-       " with TP=" + std::to_string(best.layout.tp) + " PP=" + std::to_string(best.layout.pp) +
-       " DP=" + std::to_string(best.layout.dp) + " BATCH=" + std::to_string(job.batch) +
-       " SEQ_LEN=" + std::to_string(job.seq_len) + " EXTRA_ARGS=\"" +
-       layout_extra_flags(best.layout).substr(1) + "\"\n";
+       "\nor through the job script:\n  " + job_script_command(in, best.layout) +
+       "\n";
   return s;
 }
 

@@ -21,6 +21,8 @@ struct ReportInput {
 // The launch commands of a layout: mpiexec, and srun with the job script's variables.
 std::string mpiexec_command(const ReportInput& in, const Layout& l);
 std::string srun_command(const ReportInput& in, const Layout& l);
+// The same through the job script ci/slurm/cpu.sbatch: its variables, then sbatch.
+std::string job_script_command(const ReportInput& in, const Layout& l);
 
 std::string text_report(const ReportInput& in, const std::vector<Candidate>& ranked);
 std::string json_report(const ReportInput& in, const std::vector<Candidate>& ranked);

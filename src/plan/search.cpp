@@ -44,6 +44,9 @@ std::vector<Candidate> search(const Job& job, const Machine& m) {
           for (const auto& [schedule, V] : schedules(pp)) {
             const int local = job.batch % dp == 0 ? job.batch / dp : 1;
             for (int M : divisors(local)) {
+              // A pipeline with fewer microbatches than stages idles most of its ranks, and past
+              // 8 per stage its bubble is small against the cost of smaller products.
+              if (pp > 1 && (M < pp || M > 8 * pp)) continue;
               for (int flags = 0; flags < 8; ++flags) {
                 Layout l;
                 l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.ep = ep;

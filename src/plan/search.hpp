@@ -1,7 +1,7 @@
 // The planner's search: every layout of a job over the divisors of its sizes (tp within a node,
-// cp, pp, dp, ep, each schedule with its virtual stages, microbatch counts, recompute, sequence
-// parallelism, ZeRO-1), each checked (layout_problem) and, if it can run, predicted; ranked by
-// predicted step time, those that fit the machine's memory first.
+// cp, pp, dp, ep, each schedule with its virtual stages, microbatch counts (with a pipeline, from
+// P to 8P), recompute, sequence parallelism, ZeRO-1), each checked (layout_problem) and, if it can
+// run, predicted; ranked by predicted step time, those that fit the machine's memory first.
 #pragma once
 
 #include <string>

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "model/activations.hpp"
-#include "pipeline/simulator.hpp"
 
 namespace mpf {
 
@@ -21,7 +20,8 @@ int64_t largest_bf16_operand(const TpShard& shard, int rows) {
 }
 
 MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePlan& plan,
-                                int tp_rank, int pp_rank, int ep_rank) {
+                                int tp_rank, int pp_rank, int ep_rank,
+                                const pipeline::SimulationResult* step) {
   const bool zero_bubble = pipeline::is_zero_bubble(plan.schedule());
   const int local_seq = l.seq_len / l.cp;
   MemoryShape m;
@@ -41,9 +41,10 @@ MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePl
   m.recompute = l.recompute;
   m.weight_with_input = !zero_bubble;
   // What the rank holds after each of its ops, from its schedule simulated.
-  const pipeline::SimulationResult sim = pipeline::simulate(plan);
+  const pipeline::SimulationResult sim =
+      step ? pipeline::SimulationResult{} : pipeline::simulate(plan);
   int acts = 0, w = 0;
-  for (const pipeline::SimEvent& e : sim.events[size_t(pp_rank)]) {
+  for (const pipeline::SimEvent& e : (step ? *step : sim).events[size_t(pp_rank)]) {
     if (e.op == pipeline::SimOp::kForward) ++acts;
     if (e.op == pipeline::SimOp::kBackwardInput) ++w;
     if (e.op == pipeline::SimOp::kBackwardWeight) --acts, --w;

@@ -8,6 +8,7 @@
 #include "model/config.hpp"
 #include "pipeline/layer_ownership.hpp"
 #include "pipeline/schedule_plan.hpp"
+#include "pipeline/simulator.hpp"
 #include "train/memory_plan.hpp"
 
 namespace mpf {
@@ -33,8 +34,11 @@ TpShard layout_stage_shard(const LayoutSizes& l, const pipeline::SchedulePlan& p
 // activation a product reads (the logits' vocabulary shard, the MLP, QKV).
 int64_t largest_bf16_operand(const TpShard& shard, int rows);
 
-// The rank's memory shape, data_bytes and process_bytes left 0 (the caller's to add).
+// The rank's memory shape, data_bytes and process_bytes left 0 (the caller's to add). What it
+// holds after each op comes from the plan simulated, or from `step`, a simulation of the same
+// plan under any costs (its ops' order on each rank is the plan's).
 MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePlan& plan,
-                                int tp_rank, int pp_rank, int ep_rank);
+                                int tp_rank, int pp_rank, int ep_rank,
+                                const pipeline::SimulationResult* step = nullptr);
 
 }  // namespace mpf
