@@ -6,7 +6,7 @@
 #                checkpoint I/O, generation (tokens/s, the KV cache's per-token cost), the BPE
 #                tokenizer's MB/s against Python's, DP and PP
 #                across two namespaced nodes on shaped links (as root; else a SKIP line),
-#                mpiformer-tokenize's MB/s of text per rank
+#                mpiformer-tokenize's MB/s of text per rank, the layout planner against runs
 #   make install PREFIX=/opt/mpiformer
 
 BUILD ?= build
@@ -14,6 +14,10 @@ NP ?= 2
 PREFIX ?= /usr/local
 ARGS ?=
 CMAKE_ARGS ?=
+# Sources compiled a batch per compiler call: a fresh build on 2 cores takes 3.3 minutes instead of
+# 5.6 (Kokkos' headers parsed once a batch). UNITY=OFF for edit-and-rebuild work, where a batch
+# recompiles for one changed file.
+UNITY ?= ON
 JOBS ?= $(shell nproc)
 # Two tests at once at most, and only the pairs tests/CMakeLists.txt allows (a build check beside
 # a Slurm test, which mostly waits); every other test runs alone.
@@ -41,7 +45,7 @@ deps:
 	fi
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DMPIFORMER_UNITY_BUILD=$(UNITY) $(CMAKE_ARGS)
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
