@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "core/error.hpp"
 #include "io/input_file.hpp"
@@ -59,36 +60,42 @@ Link read_link(const Reader& r, const Value& obj, const std::string& k) {
   return {in.positive(v, "bandwidth_gbs"), in.non_negative(v, "latency_us", 0)};
 }
 
+// The points of the curve under `key` (none when absent), each read by `point`, ascending in `x`.
+template <class P, class Read, class X>
+std::vector<P> read_curve(const Reader& r, const Value& v, const std::string& key, Read point, X x,
+                          const char* x_key) {
+  std::vector<P> out;
+  const Value* c = v.find(key);
+  if (!c) return out;
+  if (!c->is_array() || c->array().empty()) r.fail(key, "must be a non-empty array");
+  for (size_t i = 0; i < c->array().size(); ++i) {
+    const Reader e = r.in(key + "[" + std::to_string(i) + "]");
+    const Value& pt = c->array()[i];
+    if (!pt.is_object()) e.fail("", "must be an object");
+    out.push_back(point(e, pt));
+    if (i > 0 && x(out[i]) <= x(out[i - 1])) e.fail(x_key, "must ascend");
+  }
+  return out;
+}
+
 PrecisionRates read_rates(const Reader& r, const Value& v) {
   PrecisionRates p;
   p.peak_gflops = r.positive(v, "peak_gflops");
-  if (const Value* g = v.find("gemm")) {
-    if (!g->is_array() || g->array().empty()) r.fail("gemm", "must be a non-empty array");
-    for (size_t i = 0; i < g->array().size(); ++i) {
-      const Reader e = r.in("gemm[" + std::to_string(i) + "]");
-      const Value& pt = g->array()[i];
-      if (!pt.is_object()) e.fail("", "must be an object {\"gflop\", \"gflops\"}");
-      p.gemm.push_back({e.positive(pt, "gflop"), e.positive(pt, "gflops")});
-      if (i > 0 && p.gemm[i].gflop <= p.gemm[i - 1].gflop) e.fail("gflop", "must ascend");
-    }
-  } else {
-    p.gemm_efficiency = r.positive(v, "gemm_efficiency");
-  }
-  if (const Value* a = v.find("attention")) {
-    if (!a->is_array() || a->array().empty()) r.fail("attention", "must be a non-empty array");
-    for (size_t i = 0; i < a->array().size(); ++i) {
-      const Reader e = r.in("attention[" + std::to_string(i) + "]");
-      const Value& pt = a->array()[i];
-      if (!pt.is_object()) e.fail("", "must be an object");
-      p.attention.push_back({int(e.positive(pt, "seq_len")), e.positive(pt, "forward_gflops"),
-                             e.positive(pt, "backward_gflops")});
-      if (i > 0 && p.attention[i].seq_len <= p.attention[i - 1].seq_len) {
-        e.fail("seq_len", "must ascend");
-      }
-    }
-  } else {
-    p.attention_efficiency = r.positive(v, "attention_efficiency");
-  }
+  p.gemm = read_curve<RatePoint>(
+      r, v, "gemm",
+      [](const Reader& e, const Value& pt) {
+        return RatePoint{e.positive(pt, "gflop"), e.positive(pt, "gflops")};
+      },
+      [](const RatePoint& q) { return q.gflop; }, "gflop");
+  if (p.gemm.empty()) p.gemm_efficiency = r.positive(v, "gemm_efficiency");
+  p.attention = read_curve<AttentionRate>(
+      r, v, "attention",
+      [](const Reader& e, const Value& pt) {
+        return AttentionRate{int(e.positive(pt, "seq_len")), e.positive(pt, "forward_gflops"),
+                             e.positive(pt, "backward_gflops")};
+      },
+      [](const AttentionRate& a) { return a.seq_len; }, "seq_len");
+  if (p.attention.empty()) p.attention_efficiency = r.positive(v, "attention_efficiency");
   if (p.gemm_efficiency > 1) r.fail("gemm_efficiency", "is a fraction of the peak, at most 1");
   if (p.attention_efficiency > 1) {
     r.fail("attention_efficiency", "is a fraction of the peak, at most 1");
