@@ -279,10 +279,11 @@ Prediction predict(const Job& job, const Machine& m, const Layout& l) {
     if (shard.is_expert(TensorId(t))) expert_floats += double(local[TensorId(t)]);
   }
   const double slab = double(Parameters::slab_floats(shard, l.dp * l.cp));
-  constexpr double kBucketBytes = 25e6;  // the trainer's --dp-bucket-mb default
   auto sum_ms = [&](double bytes, Group g) {
     if (g.ranks <= 1 || bytes <= 0) return 0.0;
-    const double buckets = std::ceil(bytes / kBucketBytes), each = bytes / buckets;
+    // The trainer's buckets: --dp-bucket-mb's default, as the memory plan counts them.
+    const double buckets = std::ceil(bytes / double(sizes.dp_bucket_bytes));
+    const double each = bytes / buckets;
     return buckets * (l.zero ? reduce_scatter_ms(m, each, g) + allgather_ms(m, each, g)
                              : allreduce_ms(m, each, g));
   };

@@ -206,8 +206,7 @@ std::string text_report(const ReportInput& in, const std::vector<Candidate>& ran
          layout_text(e.second->layout) + ": " + e.second->problem + "\n";
   }
   s += "\nrun #1:\n  " + mpiexec_command(in, best.layout) + "\n  " + srun_command(in, best.layout) +
-       "\nor through the job script:\n  " + job_script_command(in, best.layout) +
-       "\n";
+       "\nor through the job script:\n  " + job_script_command(in, best.layout) + "\n";
   return s;
 }
 
