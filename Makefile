@@ -39,9 +39,13 @@ deps:
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
-	  echo "installing:$$missing"; \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	  mkdir -p $(BUILD); log=$(BUILD)/apt-get.log; \
+	  echo "installing Debian packages:$$missing (apt-get's output in $$log)"; \
+	  if ! { $(SUDO) apt-get update -qq && \
+	         DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	       } >$$log 2>&1; then \
+	    tail -n 20 $$log; echo "error: apt-get failed (the whole log: $$log)"; exit 1; \
+	  fi; \
 	fi
 
 $(BUILD)/CMakeCache.txt:
