@@ -19,6 +19,11 @@ namespace mpf {
 
 namespace {
 
+// A token's bytes as they are: text may hold NUL bytes, which a C string would end at.
+void write_text(const std::string& bytes) {
+  std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+}
+
 // The prompt's ids: --prompt-tokens as given; --prompt text through a tokenizer.json (added tokens
 // in it recognised, the template's prefix first, as Hugging Face's encode(text) gives them), or as
 // bytes for a byte-level model; neither: the template's prefix, else the end-of-text token.
@@ -180,7 +185,7 @@ void Generation::run() {
   const bool implied = !o.prompt_given && o.prompt_tokens.empty();
   if (root && !implied) {
     for (size_t i = in_.prompt_shown_from; i < in_.prompt.size(); ++i)
-      std::fputs(text.next(in_.prompt[i]).c_str(), stdout);
+      write_text(text.next(in_.prompt[i]));
     std::fflush(stdout);
   }
   std::unique_ptr<PendingFile> logits_file;
@@ -208,7 +213,7 @@ void Generation::run() {
       break;
     }
     if (root) {
-      std::fputs(text.next(id).c_str(), stdout);
+      write_text(text.next(id));
       std::fflush(stdout);
     }
     if (generated == o.max_new_tokens) break;

@@ -63,6 +63,10 @@ gen bytes_json --init-from "$WORK/bytes.bin" --prompt "the cat" --tokenizer "$WO
 cmp -s "$WORK/plain.ids" "$WORK/bytes_json.ids" && cmp -s "$WORK/plain.out" "$WORK/bytes_json.out" &&
   ok "a tokenizer.json of the bytes: the ids and text of no tokenizer" ||
   bad "a tokenizer.json of the bytes changed the run"
+# A NUL byte in the text is printed, not taken for the end of a C string.
+gen nul --init-from "$WORK/bytes.bin" --prompt-tokens 104,0,105 --tokenizer "$WORK/bytes.json"
+head -c 3 "$WORK/nul.out" | cmp -s - <(printf 'h\0i') && ok "a NUL byte in the text is printed" ||
+  bad "the prompt h NUL i printed as $(head -c 3 "$WORK/nul.out" | od -An -c)"
 
 # 2. BPE: the prompt's ids are the reference's; stdout is the ids decoded, prompt first.
 for style in gpt2 llama3; do
