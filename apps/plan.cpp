@@ -223,6 +223,13 @@ int plan(mpf::Runtime& runtime, int argc, char** argv) {
     machine.rates(job.precision);  // an error now if the file lacks it
     job.nodes = o.nodes;
     job.ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : machine.devices_per_node;
+    // In 64 bits: an int product would wrap into a world of negative or zero ranks.
+    const int64_t world = int64_t(job.nodes) * job.ranks_per_node;
+    mpf::require(world <= mpf::plan::kMaxRanks,
+                 "--nodes " + std::to_string(job.nodes) + " x --ranks-per-node " +
+                     std::to_string(job.ranks_per_node) + " = " + std::to_string(world) +
+                     " ranks, more than the " + std::to_string(mpf::plan::kMaxRanks) +
+                     " a plan may have; plan fewer nodes or ranks per node");
     mpf::require(!machine.gpu() || job.ranks_per_node <= machine.devices_per_node,
                  "--ranks-per-node " + std::to_string(job.ranks_per_node) + " is more than the " +
                      std::to_string(machine.devices_per_node) + " GPUs a node of " + machine.name +

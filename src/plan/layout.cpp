@@ -23,20 +23,34 @@ Layout parse_layout(const std::string& text, const Job& job) {
   Layout l;
   bool dp_given = false, m_given = false;
   int mbs = 0;
+  // An empty layout (or ",,,") would evaluate the default one, not what was meant.
+  require(!text.empty(),
+          "--evaluate is given an empty layout; give key=value pairs, e.g. "
+          "tp=2,pp=2,microbatches=4");
+  std::set<std::string> seen;
   size_t at = 0;
-  while (at < text.size()) {
+  while (at <= text.size()) {
     const size_t comma = std::min(text.find(',', at), text.size());
     const std::string item = text.substr(at, comma - at);
     at = comma + 1;
-    if (item.empty()) continue;
+    require(!item.empty(), "--evaluate " + text +
+                               ": an empty item; separate key=value pairs by single commas, "
+                               "e.g. tp=2,pp=2,microbatches=4");
     const size_t eq = item.find('=');
     require(eq != std::string::npos,
             "--evaluate: '" + item + "' is not key=value (e.g. tp=2,pp=2,microbatches=4)");
     const std::string key = item.substr(0, eq), v = item.substr(eq + 1);
     const std::string flag = "--evaluate " + key;
+    // One name for each setting, so that vp=2,virtual_stages=4 is a repeat too.
+    const std::string name = key == "virtual_stages"      ? "vp"
+                             : key == "sequence_parallel" ? "sp"
+                                                          : key;
+    require(seen.insert(name).second,
+            flag + " is given twice (the last would silently win); give each key once");
     auto positive = [&] {
       const int n = flags::to_int32(flag, v);
-      require(n >= 1, flag + " must be >= 1, got " + v);
+      require(n >= 1 && n <= kMaxRanks,
+              flag + " must be an integer in 1.." + std::to_string(kMaxRanks) + ", got " + v);
       return n;
     };
     if (key == "tp")
@@ -69,15 +83,28 @@ Layout parse_layout(const std::string& text, const Job& job) {
                        "recompute, sp, zero");
     }
   }
-  if (!dp_given) l.dp = std::max(1, job.world() / (l.tp * l.cp * l.pp));
-  if (!text.empty() && text.find("vp=") == std::string::npos &&
-      text.find("virtual_stages=") == std::string::npos) {
-    l.virtual_stages = pipeline::default_virtual_stages(l.schedule);
+  // The ranks the sizes given make, in 64 bits and checked as it grows: past kMaxRanks it is no
+  // job's, and an int product would wrap (to 0 for 65536 x 65536, then a division by it).
+  int64_t ranks = 1;
+  std::string product;
+  for (const auto& [key, size] : {std::pair<const char*, int>{"tp", l.tp},
+                                  {"cp", l.cp},
+                                  {"pp", l.pp},
+                                  {"dp", dp_given ? l.dp : 1}}) {
+    if (!seen.count(key)) continue;
+    ranks *= size;
+    product += std::string(product.empty() ? "" : " x ") + key;
+    require(ranks <= kMaxRanks, "--evaluate: " + product + " = " + std::to_string(ranks) +
+                                    " ranks, more than the " + std::to_string(kMaxRanks) +
+                                    " a plan may have; give sizes whose product is the job's " +
+                                    std::to_string(job.world()) + " ranks");
   }
+  if (!dp_given) l.dp = int(std::max<int64_t>(1, job.world() / (int64_t(l.tp) * l.cp * l.pp)));
+  if (!seen.count("vp")) l.virtual_stages = pipeline::default_virtual_stages(l.schedule);
   if (mbs > 0) {
     require(!m_given, "--evaluate: give microbatches or micro_batch_size, not both");
-    l.microbatches = std::max(1, job.batch / (l.dp * mbs));
-    require(job.batch == l.dp * mbs * l.microbatches,
+    l.microbatches = int(std::max<int64_t>(1, job.batch / (int64_t(l.dp) * mbs)));
+    require(job.batch == int64_t(l.dp) * mbs * l.microbatches,
             "--evaluate: micro_batch_size=" + std::to_string(mbs) + " does not divide the " +
                 std::to_string(job.batch / l.dp) + " rows of a DP rank's batch");
   }

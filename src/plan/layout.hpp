@@ -13,6 +13,10 @@
 
 namespace mpf::plan {
 
+// The most ranks a job or a layout's size may have: far past any allocation, and low enough
+// that a product of sizes stays in range (tp=65536,cp=65536 is one error, not an overflow).
+constexpr int kMaxRanks = 1 << 20;
+
 struct Job {
   GPTConfig cfg;
   int batch = 1;    // sequences per step, over all ranks
@@ -34,7 +38,8 @@ struct Layout {
 
 // "tp=2,pp=2,dp=1,schedule=1f1b,microbatches=4,recompute=1,sp=1,zero=1,vp=2,cp=1,ep=1" (any
 // subset; dp defaults to the ranks left, microbatches to 1 or, for micro_batch_size=b, to
-// batch / (dp b)); InputError naming a key it does not know or a value it cannot read.
+// batch / (dp b)); InputError naming a key it does not know or a value it cannot read, a key
+// given twice, an empty item or layout, a size past kMaxRanks or sizes whose product is.
 Layout parse_layout(const std::string& text, const Job& job);
 
 // Why the layout cannot run the job ("" when it can): the product of its sizes is not the

@@ -97,6 +97,15 @@ expect_error_from "$PLAN" "--evaluate more chunks than blocks" 2 "4 blocks over 
   "${job[@]}" --evaluate pp=4,vp=2,schedule=interleaved,microbatches=8
 expect_error_from "$PLAN" "--evaluate an unknown key" 1 "unknown key 'tensor'" -- \
   "${job[@]}" --evaluate tensor=2
+# Sizes past any job's are refused by name: 65536 x 65536 wrapped an int to 0 and divided by it.
+expect_error_from "$PLAN" "--evaluate sizes whose product is past the bound" 1 \
+  "tp x cp = 4294967296 ranks, more than the 1048576" -- "${job[@]}" --evaluate tp=65536,cp=65536
+expect_error_from "$PLAN" "--evaluate a key given twice" 1 "tp is given twice" -- \
+  "${job[@]}" --evaluate tp=2,tp=4
+expect_error_from "$PLAN" "--evaluate empty items" 1 "an empty item" -- "${job[@]}" --evaluate ,,,
+expect_error_from "$PLAN" "--nodes x --ranks-per-node past the bound" 1 \
+  "= 4294967296 ranks, more than the 1048576" -- --machine "$M" "${model[@]}" --batch 8 \
+  --seq-len 64 --nodes 65536 --ranks-per-node 65536
 
 # Models from files: an llm.c model file (the trainer writes one) and a config.json.
 if timeout 60 "$TRAIN" "${model[@]}" --batch 2 --seq-len 16 --steps 1 --val-every 0 \
@@ -135,6 +144,15 @@ bad_machine "an unknown precision" "precisions.fp8 is not a precision" \
   "m['device']['precisions']['fp8'] = m['device']['precisions']['fp32']"
 bad_machine "a curve that does not ascend" "gemm\[1\].gflop must ascend" \
   "g = m['device']['precisions']['fp32']['gemm']; g[1]['gflop'] = g[0]['gflop']"
+# Each figure has a ceiling, a count is whole, and an unknown (misspelt) key is named.
+bad_machine "a huge devices_per_node" "devices_per_node must be an integer in 1..1024, got 1e\+10" \
+  "m['devices_per_node'] = 1e10"
+bad_machine "a fractional devices_per_node" "devices_per_node must be an integer in 1..1024, got 2.5" \
+  "m['devices_per_node'] = 2.5"
+bad_machine "a huge process_mb" "device.process_mb must not be negative, nor more than" \
+  "m['device']['process_mb'] = 1e300"
+bad_machine "a misspelt optional key" "device.proces_mb is not a key of device" \
+  "m['device']['proces_mb'] = m['device'].pop('process_mb')"
 printf '{"name": "x",' >"$WORK/trunc.json"
 expect_error_from "$PLAN" "a truncated machine file" 1 "invalid JSON" -- \
   --machine "$WORK/trunc.json" "${model[@]}" --batch 8 --seq-len 64

@@ -84,6 +84,43 @@ TEST(PlanMachine, BadFilesNameTheKey) {
   EXPECT_THROW(round_machine().rates(Precision::bf16), InputError);
 }
 
+TEST(PlanMachine, FiguresAreBoundedCountsWholeKeysKnown) {
+  auto refused = [](const std::string& text, const std::string& what) {
+    const std::string e = error_of(text);
+    EXPECT_NE(e.find(what), std::string::npos) << "got: " << e;
+  };
+  // Past a ceiling a figure overflows the plan's ranks and bytes (1e10 devices made -2^31 ranks;
+  // a process of 1e300 MB made every layout fit).
+  refused(with(kMachine, "\"devices_per_node\": 4", "\"devices_per_node\": 1e10"),
+          "devices_per_node must be an integer in 1..1024, got 1e+10");
+  refused(with(kMachine, "\"devices_per_node\": 4", "\"devices_per_node\": 2.5"),
+          "devices_per_node must be an integer in 1..1024, got 2.5");
+  refused(with(kMachine, "\"process_mb\": 100", "\"process_mb\": 1e300"),
+          "device.process_mb must not be negative, nor more than");
+  refused(with(kMachine, "\"peak_gflops\": 100", "\"peak_gflops\": 1e300"),
+          "device.precisions.fp32.peak_gflops must be positive and at most");
+  refused(with(kMachine, "\"latency_us\": 50", "\"latency_us\": 1e300"),
+          "inter_node.latency_us must not be negative, nor more than");
+  // A misspelt optional key is named, not ignored; so is a repeated one.
+  refused(with(kMachine, "\"process_mb\"", "\"proces_mb\""),
+          "device.proces_mb is not a key of device");
+  refused(with(kMachine, "\"message_overhead_us\"", "\"message_overhead\""),
+          "message_overhead is not a key of the file");
+  refused(
+      with(kMachine, "\"kernel_overhead_us\": 0", "\"kernel_overhead_us\": 0, \"memory_gb\": 1"),
+      "device.memory_gb is given twice");
+  Machine m = round_machine();
+  m.collectives = {{"allreduce", 2, 1, 1000, 100}};
+  const std::string measured = machine_json(m);
+  EXPECT_EQ(error_of(measured), "");
+  refused(with(measured, "\"ranks\": 2", "\"ranks\": 2.5"),
+          "collectives[0].ranks must be an integer in 1..");
+  refused(with(measured, "\"nodes\": 1", "\"nodes\": 3"),
+          "collectives[0].nodes must be an integer in 1..2");
+  refused(with(measured, "\"us\": 100", "\"us\": 100, \"node\": 1"),
+          "collectives[0].node is not a key");
+}
+
 TEST(PlanComm, RingFormulasWithoutMeasurements) {
   const Machine m = round_machine();
   // 2 (n - 1) messages of bytes / n: 1 MB over 4 ranks at 2 GB/s and 10 us.
@@ -222,6 +259,28 @@ TEST(PlanLayout, ProblemsAreNamed) {
   EXPECT_EQ(parsed.dp, 1);
   EXPECT_EQ(parsed.virtual_stages, 2);
   EXPECT_EQ(parsed.microbatches, 4);
+}
+
+TEST(PlanLayout, EvaluateTextIsCheckedWhole) {
+  const Job job = tiny_gpt(1, 4);
+  auto refused = [&](const std::string& text, const std::string& what) {
+    try {
+      parse_layout(text, job);
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  // 65536 x 65536 wrapped an int to 0, and the default dp divided by it.
+  refused("tp=65536,cp=65536", "tp x cp = 4294967296 ranks, more than the 1048576");
+  refused("tp=1024,cp=1024,pp=1024,dp=1024", "tp x cp x pp = 1073741824 ranks");
+  refused("tp=2000000", "tp must be an integer in 1..1048576");
+  refused("tp=2,tp=4", "tp is given twice");
+  refused("vp=2,virtual_stages=2", "virtual_stages is given twice");
+  refused(",,,", "an empty item");
+  refused("tp=2,,pp=2", "an empty item");
+  refused("", "an empty layout");
+  EXPECT_EQ(parse_layout("tp=2,dp=2", job).tp, 2);
 }
 
 TEST(PlanSearch, RanksOnlyLayoutsThatRunFirst) {
