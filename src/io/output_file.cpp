@@ -123,6 +123,24 @@ void check_outputs_apart(const std::vector<NamedOutput>& outputs, const std::str
   }
 }
 
+void check_outputs_not_inputs(const std::vector<NamedOutput>& outputs,
+                              const std::vector<NamedOutput>& inputs) {
+  for (const NamedOutput& out : outputs) {
+    struct stat o;
+    if (out.path.empty()) continue;
+    const bool exists = stat(out.path.c_str(), &o) == 0;
+    for (const NamedOutput& in : inputs) {
+      struct stat i;
+      if (in.path.empty()) continue;
+      const bool same = exists && stat(in.path.c_str(), &i) == 0
+                            ? o.st_dev == i.st_dev && o.st_ino == i.st_ino
+                            : resolved_path(out.path) == resolved_path(in.path);
+      require(!same, out.flag + " " + out.path + " is the file " + in.flag + " " + in.path +
+                         " reads, and a run never writes over its input; choose another file");
+    }
+  }
+}
+
 PendingFile::PendingFile(std::string path)
     : path_(std::move(path)), tmp_(path_ + ".partial-" + std::to_string(getpid())) {
   file_ = std::fopen(tmp_.c_str(), "wbx");

@@ -37,6 +37,12 @@ struct NamedOutput {
 // step_*, latest and lock are the checkpoints' own names); found later, a collision would cost
 // the run's output.
 void check_outputs_apart(const std::vector<NamedOutput>& outputs, const std::string& save_dir);
+// InputError at start-up, naming both flags, if one of `outputs` is the file one of `inputs` (a
+// flag and a file it names, e.g. each of --data's) reads: the same device and inode (a hard link,
+// a symbolic link, another spelling) or the same resolved path. An output that appends (--metrics)
+// would otherwise drop or rewrite the run's own input. Empty paths are skipped.
+void check_outputs_not_inputs(const std::vector<NamedOutput>& outputs,
+                              const std::vector<NamedOutput>& inputs);
 
 // A file written under a temporary name beside `path` (path.partial-<pid>) and renamed into place
 // only when complete, never over an existing file; a run that stops early leaves nothing at

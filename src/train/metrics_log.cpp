@@ -1,6 +1,7 @@
 #include "train/metrics_log.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,31 +76,49 @@ MetricsStart plan_metrics(const std::string& path, int first_step, const std::st
   }
   // Whole lines end with a newline; one a crash cut short does not.
   const bool torn_end = !text.empty() && text.back() != '\n';
+  // Every record this program writes starts so; a line cut short starts as much of it as it holds.
+  const std::string head = "{\"kind\":\"";
   bool other_run = false;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string origin = "--metrics " + path + " line " + std::to_string(i + 1);
     const std::optional<json::Value> record = parse_record(lines[i], origin);
+    const std::string not_ours =
+        " a --metrics file of this program, so it is left as it is; choose another file";
     if (!record) {
-      require(i + 1 == lines.size() && torn_end,
-              origin +
-                  " is not a metrics record (a JSON object with a kind and a step): not a "
-                  "--metrics file of this program; choose another file");
+      // Only a last line cut short after whole records of this program's is dropped: anything
+      // else may be the user's, and nothing the user wrote is rewritten.
+      const size_t n = std::min(lines[i].size(), head.size());
+      require(i > 0 && i + 1 == lines.size() && torn_end && lines[i].compare(0, n, head, 0, n) == 0,
+              origin + " is not a metrics record (a JSON object with a kind and a step): not" +
+                  not_ours);
       start.note = "--metrics " + path +
                    ": its last line was cut short (a run stopped while "
                    "writing it): dropped";
       break;
     }
+    // Each start writes a run record first, so this program's files begin with one.
+    require(i > 0 || record->find("kind")->string() == "run",
+            origin + " is not a run record, as the first line of every --metrics file is: not" +
+                not_ours);
+    const json::Value* run_save = record->find("save");
+    const bool is_run = record->find("kind")->string() == "run";
+    const bool names_save = run_save && run_save->is_string() && run_save->string() == save;
     if (first_step == 1) {
       // A new run: only an earlier attempt of this job (same --save, no checkpoint) may be
       // started over.
-      const json::Value* run_save = record->find("save");
-      if (record->find("kind")->string() == "run" &&
-          (save.empty() || !run_save || !run_save->is_string() || run_save->string() != save)) {
-        other_run = true;
-      }
+      if (is_run && (save.empty() || !names_save)) other_run = true;
       ++start.dropped;
       continue;
     }
+    // A resumed run drops the records of the steps it does again: only its own run's.
+    const auto named = [](const std::string& dir) {
+      return dir.empty() ? std::string("no --save") : "--save " + dir;
+    };
+    require(!is_run || names_save,
+            "--metrics " + path + " holds the records of another run (" +
+                named(run_save && run_save->is_string() ? run_save->string() : "") +
+                "), not this one's (" + named(save) +
+                "), and resuming would drop that run's later records; choose another file");
     if (record->find("step")->integer() < first_step) {
       start.kept.push_back(lines[i] + "\n");
     } else {
@@ -159,13 +178,24 @@ MetricsLog::~MetricsLog() {
 void MetricsLog::write(const MetricsRecord& record) {
   if (failed_) return;
   const std::string line = record.line();
-  const ssize_t n = ::write(fd_, line.data(), line.size());
-  if (n == ssize_t(line.size())) return;
+  struct stat before {};
+  const bool sized = ::fstat(fd_, &before) == 0;
+  size_t done = 0;
+  ssize_t n = 0;
+  while (done < line.size() && (n = ::write(fd_, line.data() + done, line.size() - done)) > 0) {
+    done += size_t(n);
+  }
+  if (done == line.size()) return;
+  const std::string why = n < 0 ? std::strerror(errno) : "nothing written";
   failed_ = true;
+  // Part of a record (a full disk, a file size limit) is cut off again: the file ends with a
+  // whole line, as a reader expects.
+  const bool whole = done == 0 || (sized && ::ftruncate(fd_, before.st_size) == 0);
   std::fprintf(stderr,
-               "warning: --metrics %s: a record could not be written (%s); the file stops here, "
+               "warning: --metrics %s: a record could not be written (%s)%s; the file stops here, "
                "the run goes on\n",
-               path_.c_str(), n < 0 ? std::strerror(errno) : "short write");
+               path_.c_str(), why.c_str(),
+               whole ? "" : " and its part written could not be removed");
 }
 
 }  // namespace mpf

@@ -12,10 +12,11 @@
 //   memory   the end: the measured peak resident set and the prediction, GB, of the rank whose
 //            prediction was furthest off;
 //   summary  the end: step, status, loss, ms_per_step, tok_s, mfu, peak, skipped.
-// Each line is one write(2) on a descriptor opened with O_APPEND: a reader (a plot, tail -f) never
-// sees half a line, and a crash loses at most the line being written. A resumed run keeps the
-// records up to its checkpoint's step and drops the later ones (steps it does again), so a Slurm
-// chain requeued any number of times leaves one file holding each step once. Rank 0 writes.
+// Each line is one write(2) on a descriptor opened with O_APPEND, cut off again if the file system
+// takes only part of it (a full disk): a reader (a plot, tail -f) never sees half a line, and a
+// crash loses at most the line being written. A resumed run keeps the records up to its
+// checkpoint's step and drops the later ones (steps it does again), so a Slurm chain requeued any
+// number of times leaves one file holding each step once. Rank 0 writes.
 #pragma once
 
 #include <string>
@@ -52,8 +53,11 @@ struct MetricsStart {
 // For a run whose first step is `first_step` (> 1: resumed from a checkpoint of first_step - 1).
 // A new run never appends to another run's file: InputError, unless every run record in it names
 // `save_dir` (an earlier attempt of the same job that saved no checkpoint, whose steps this run
-// does again), or the file is empty. A line that is not a JSON object ends what is read (a line a
-// crash cut short), with a note.
+// does again), or the file is empty. A resumed run's file must name `save_dir` in every run record
+// too (else InputError naming both). Only this program's records are dropped: a file that does not
+// start with a run record, or holds a line that is no record, is InputError, but for a last line
+// without its newline after whole records that starts as a record does (one a crash cut short),
+// dropped with a note.
 MetricsStart plan_metrics(const std::string& path, int first_step, const std::string& save_dir);
 
 class MetricsLog {
@@ -65,8 +69,9 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
-  // One line. A failed write is reported once on stderr and ends the file's records; the run goes
-  // on (its checkpoints are what it cannot lose).
+  // One line, all or nothing: a failed write is truncated back to the file's length before it,
+  // reported once on stderr and ends the file's records; the run goes on (its checkpoints are what
+  // it cannot lose).
   void write(const MetricsRecord& record);
 
  private:

@@ -126,7 +126,8 @@ void check_options(TrainOptions& o) {
                                              "--doc-mask; pass --doc-mask too, or drop it");
   // The outputs apart from each other and from the checkpoint directory, by the paths the file
   // system resolves (not as spelt), before anything is created: a collision found at the end of
-  // a run loses its output.
+  // a run loses its output. --metrics against the inputs: load_inputs, once --data's globs are
+  // resolved.
   check_outputs_apart({{"--save-llmc", o.save_llmc},
                        {"--save-hf", o.save_hf},
                        {"--trace", o.trace},

@@ -149,6 +149,15 @@ void check_outputs(RunInputs& in) {
   }
   if (!opts.trace.empty()) check_new_output(opts.trace, "--trace " + opts.trace);
   if (!opts.metrics.empty()) {
+    // The only output that may exist already (it is appended to): never one of the run's inputs.
+    std::vector<NamedOutput> inputs = {{"--eval-data", opts.eval_data},
+                                       {"--init-from", opts.init_from},
+                                       {"--tokenizer", opts.tokenizer}};
+    for (const TokenStream& f : in.train_data->files()) inputs.push_back({"--data", f.path()});
+    if (in.val_data) {
+      for (const TokenStream& f : in.val_data->files()) inputs.push_back({"--val-data", f.path()});
+    }
+    check_outputs_not_inputs({{"--metrics", opts.metrics}}, inputs);
     in.metrics =
         plan_metrics(opts.metrics, in.resume ? int(in.resume->info.step) + 1 : 1, opts.save);
     if (!in.metrics->note.empty()) in.notes.push_back(in.metrics->note);

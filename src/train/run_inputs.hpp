@@ -53,7 +53,8 @@ struct RunInputs {
 
 // Throws InputError for any bad file or flag, or a checkpoint that cannot be resumed. `start`:
 // rank 0's decision (decide_start), the same step on every rank. Rank 0 also checks that
-// --save-llmc, --save-hf, --trace and --metrics can be written.
+// --save-llmc, --save-hf, --trace and --metrics can be written, and that --metrics (which may
+// exist: it is appended to) is none of the files the run reads.
 RunInputs load_inputs(const TrainOptions& opts, const StartPoint& start, int world_rank);
 
 }  // namespace mpf

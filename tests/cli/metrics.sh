@@ -3,7 +3,8 @@
 # the step line's values, validation, memory and summary records; a SIGUSR1 save and the same
 # command again (a requeued Slurm job) continue one file; a SIGKILL after the last checkpoint and
 # a line cut short, requeued, drop the steps done again; a new run refuses another run's file;
-# --dry-run writes nothing. Each chain's steps are the uninterrupted run's, bit for bit.
+# --dry-run writes nothing; a file not this run's records, or one of its inputs, is refused and
+# left as it is; a record the disk refuses halfway leaves whole lines. Each chain's steps are the uninterrupted run's, bit for bit.
 source "$(dirname "$0")/common.sh"
 
 export OMP_NUM_THREADS=1
@@ -118,4 +119,51 @@ timeout 60 "$TRAIN" "${args[@]}" --dry-run --metrics "$WORK/new.jsonl" >"$WORK/d
 rc=$?
 [ "$rc" -eq 0 ] && [ ! -e "$WORK/new.jsonl" ] && ok "--dry-run: exit 0, no metrics file" ||
   { bad "--dry-run: exit $rc, file: $(ls "$WORK"/new.jsonl* 2>&1)"; tail -3 "$WORK/dry.log"; }
+
+# 5. Files that are not this run's records are refused and left as they are: a line that is no
+# record (without a newline it could pass for one cut short), the run's own input under another
+# name, another run's records for a resumed run.
+tiny=(--layers 2 --heads 4 --dim 64 --batch 2 --seq-len 32 --val-every 0 --threads 1)
+unchanged() {  # unchanged NAME FILE COPY
+  cmp -s "$2" "$3" && ok "$1: the file is as it was" || bad "$1: $2 changed"
+}
+printf '{"accuracy": 0.91}' >"$WORK/r.json"
+cp "$WORK/r.json" "$WORK/r0"
+expect_error "a one-line file that is no record" 1 \
+  "^error: --metrics .*r.json line 1 is not a metrics record .* choose another file$" \
+  -- "${tiny[@]}" --steps 2 --metrics "$WORK/r.json"
+unchanged "a one-line file that is no record" "$WORK/r.json" "$WORK/r0"
+head -c 300 "$(dirname "$0")/../../README.md" | tr -d '\n' >"$WORK/text.txt"
+cp "$WORK/text.txt" "$WORK/text0"
+ln "$WORK/text.txt" "$WORK/hard.txt"
+ln -s text.txt "$WORK/link.txt"
+expect_error "--metrics a hard link to --data" 1 \
+  "^error: --metrics .*hard.txt is the file --data .*text.txt reads, and a run never writes over its input" \
+  -- "${tiny[@]}" --steps 2 --data "bytes:$WORK/text.txt" --metrics "$WORK/hard.txt"
+expect_error "--metrics a symbolic link to --val-data" 1 \
+  "^error: --metrics .*link.txt is the file --val-data .*text.txt reads" \
+  -- "${tiny[@]}" --steps 2 --val-data "bytes:$WORK/text.txt" --metrics "$WORK/link.txt"
+unchanged "--metrics the run's input" "$WORK/text.txt" "$WORK/text0"
+"$TRAIN" "${tiny[@]}" --steps 2 --save "$WORK/ckA" >/dev/null 2>&1 &&
+  "$TRAIN" "${tiny[@]}" --steps 4 --save "$WORK/ckB" --metrics "$WORK/b.jsonl" >/dev/null 2>&1
+cp "$WORK/b.jsonl" "$WORK/b0"
+expect_error "a resumed run on another run's file" 1 \
+  "^error: --metrics .*b.jsonl holds the records of another run \(--save .*ckB\), not this one's \(--save .*ckA\)" \
+  -- "${tiny[@]}" --steps 3 --save "$WORK/ckA" --load "$WORK/ckA" --metrics "$WORK/b.jsonl"
+unchanged "a resumed run on another run's file" "$WORK/b.jsonl" "$WORK/b0"
+
+# 6. A record the file system refuses halfway (a 1 KiB file size limit, SIGXFSZ ignored so that
+# write(2) fails with EFBIG) is taken back whole: one warning, the run goes on, every line whole.
+# MPI's shared memory segments are files too: one rank, over self and TCP only.
+out=$(UCX_TLS=self,tcp bash -c 'trap "" XFSZ; ulimit -f 1; exec "$@"' - "$TRAIN" "${tiny[@]}" \
+  --steps 10 --metrics "$WORK/full.jsonl" 2>&1 >/dev/null)
+rc=$?
+if [ "$rc" -eq 0 ] && [ "$(grep -c '^warning: --metrics .*could not be written' <<<"$out")" -eq 1 ] &&
+  "$PY" -c 'import json, sys
+text = open(sys.argv[1]).read()
+assert text.endswith("\n") and all(json.loads(l)["kind"] for l in text.splitlines())' "$WORK/full.jsonl"; then
+  ok "a full file: one warning, exit 0, $(wc -l <"$WORK/full.jsonl") whole records of $(wc -c <"$WORK/full.jsonl") bytes"
+else
+  bad "a full file: exit $rc: $out; ends $(tail -c 40 "$WORK/full.jsonl" 2>&1)"
+fi
 finish
