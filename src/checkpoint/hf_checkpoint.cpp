@@ -566,6 +566,12 @@ bool is_hf_source(const std::string& path) {
   return n == sizeof head && head[8] == '{';
 }
 
+std::optional<GPTConfig> hf_source_config(const std::string& path) {
+  const HfSource source(path);
+  if (source.config().empty()) return std::nullopt;
+  return read_hf_config(source.config());
+}
+
 std::optional<int> hf_bos_token(const std::string& path) {
   const HfSource source(path);
   return source.config().empty() ? std::nullopt : read_hf_bos_token(source.config());

@@ -36,6 +36,10 @@ bool is_hf_source(const std::string& path);
 GPTConfig read_hf_model_config(const std::string& path, const std::optional<GPTConfig>& flags_cfg,
                                const std::set<std::string>& given);
 
+// The model config.json describes for --init-from `path` (in the directory, or beside the file),
+// or none when there is none: what the model flags default to.
+std::optional<GPTConfig> hf_source_config(const std::string& path);
+
 // config.json's bos_token_id for --init-from `path` (in the directory, or beside the file), or
 // none when there is no config.json or it names none.
 std::optional<int> hf_bos_token(const std::string& path);

@@ -343,7 +343,8 @@ void check_shape_flags(const GPTConfig& cfg, const GPTConfig& flags,
   check("--sliding-window", n(flags.sliding_window), "", "sliding_window", n(cfg.sliding_window));
   check("--head-dim", n(flags.head_size()), "", "head_dim", n(cfg.head_size()));
   if (!cfg.moe()) return;
-  check("--experts", n(flags.experts), "", "num_experts", n(cfg.experts));
+  check("--experts", n(flags.experts), "",
+        cfg.arch == Arch::kMixtral ? "num_local_experts" : "num_experts", n(cfg.experts));
   check("--experts-per-token", n(flags.experts_per_token), "", "num_experts_per_tok",
         n(cfg.experts_per_token));
   check("--moe-renormalize", flags.moe_renormalize ? "1" : "0", "", "norm_topk_prob",

@@ -39,6 +39,41 @@ void parse_rope_scaling(const std::string& text, GPTConfig& cfg) {
   cfg.rope_original_max_pos = flags::to_int32(flag, fields[3]);
 }
 
+// The model flags not given take cfg's values: a flag given is then read against the model's own
+// family (--moe-aux-coef on a Mixtral directory needs no --arch, --arch mixtral no --experts).
+TrainOptions with_model_defaults(const TrainOptions& given, const GPTConfig& cfg) {
+  TrainOptions o = given;
+  // Another family's flags would be refused before the sizes are compared: name the family first.
+  require(!given.given.count("--arch") || given.arch == arch_name(cfg.arch),
+          "--arch " + given.arch + " disagrees with --init-from " + given.init_from +
+              "'s model_type " + arch_name(cfg.arch) +
+              "; drop --arch (the model's family comes from its config.json)");
+  auto fill = [&](const char* flag, auto& field, auto value) {
+    if (!given.given.count(flag)) field = value;
+  };
+  fill("--arch", o.arch, std::string(arch_name(cfg.arch)));
+  fill("--layers", o.layers, cfg.layers);
+  fill("--heads", o.heads, cfg.heads);
+  fill("--dim", o.dim, cfg.channels);
+  fill("--vocab", o.vocab, cfg.vocab);
+  fill("--max-seq-len", o.max_seq_len, cfg.max_seq_len);
+  if (!cfg.llama()) return o;
+  fill("--kv-heads", o.kv_heads, cfg.kv_head_count());
+  fill("--ffn-dim", o.ffn_dim, cfg.ffn_width());
+  fill("--norm-eps", o.norm_eps, cfg.norm_eps);
+  fill("--rope-theta", o.rope_theta, cfg.rope_theta);
+  fill("--rope-scaling", o.rope_scaling, rope_scaling_text(cfg));
+  fill("--tie-embeddings", o.tie_embeddings, cfg.tied ? 1 : 0);
+  fill("--sliding-window", o.sliding_window, cfg.sliding_window);
+  fill("--head-dim", o.head_dim, cfg.head_dim);
+  if (!cfg.moe()) return o;
+  fill("--experts", o.experts, cfg.experts);
+  fill("--experts-per-token", o.experts_per_token, cfg.experts_per_token);
+  fill("--moe-renormalize", o.moe_renormalize, cfg.moe_renormalize ? 1 : 0);
+  fill("--shared-expert-dim", o.shared_expert_dim, cfg.shared_ffn);
+  return o;
+}
+
 }  // namespace
 
 // The manifest.json beside each .bin entry of --data (a path, a glob or a comma list of them),
@@ -197,7 +232,11 @@ GPTConfig model_config(const TrainOptions& o) {
   if (o.init_from.empty()) return flags_config(o);
   // A Hugging Face config.json rules and the flags given must agree with it; a bare .safetensors
   // file takes its sizes from the flags.
-  if (is_hf_source(o.init_from)) return read_hf_model_config(o.init_from, flags_config(o), o.given);
+  if (is_hf_source(o.init_from)) {
+    const std::optional<GPTConfig> file = hf_source_config(o.init_from);
+    const GPTConfig flags = flags_config(file ? with_model_defaults(o, *file) : o);
+    return read_hf_model_config(o.init_from, flags, o.given);
+  }
   require(o.model_flags_given.empty(), "--init-from takes the model from the checkpoint " +
                                            o.init_from + "; drop " + o.model_flags_given +
                                            ", or drop --init-from to train a fresh model");

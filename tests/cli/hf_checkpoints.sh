@@ -160,6 +160,21 @@ expect_error "Llama: --kv-heads disagrees with config.json" 1 "--kv-heads 4 disa
   --init-from "$WORK/llama" --arch llama --kv-heads 4 "${ARGS[@]}"
 expect_error "--save-hf over an existing directory" 1 "--save-hf .*saved: already exists" -- \
   --init-from "$WORK/gpt" --save-hf "$WORK/saved" "${ARGS[@]}"
+# 6. A Mixtral directory: the model flags not given take its config.json's values, so a flag given
+# is read against its family (--moe-aux-coef needs no --arch, --arch mixtral no --experts).
+train mixtral 1 --steps 1 --arch mixtral --layers 2 --heads 4 --kv-heads 2 --dim 32 --ffn-dim 48 \
+  --vocab 300 --max-seq-len 32 --experts 4 --experts-per-token 2 --save-hf "$WORK/mixtral"
+for flags in "--moe-aux-coef 0.5" "--arch mixtral --moe-aux-coef 0.5"; do
+  train mixtral_aux 1 --steps 1 --init-from "$WORK/mixtral" $flags
+  grep -q "balance coefficient 0.5" "$WORK/mixtral_aux.log" &&
+    ok "a Mixtral directory with $flags" || bad "a Mixtral directory with $flags: $(grep -m1 error: "$WORK/mixtral_aux.log")"
+done
+expect_error "--arch of another family than config.json's" 1 \
+  "--arch llama disagrees with --init-from .*mixtral's model_type mixtral; drop --arch" -- \
+  --init-from "$WORK/mixtral" --arch llama "${ARGS[@]}"
+expect_error "Mixtral: --experts disagrees with config.json" 1 \
+  "--experts 8 disagrees with config .*num_local_experts 4" -- \
+  --init-from "$WORK/mixtral" --arch mixtral --experts 8 "${ARGS[@]}"
 if [ -n "$GENERATE" ]; then
   expect_error_from "$GENERATE" "generate: a .safetensors file without config.json" 1 \
     "bare/model.safetensors has no config.json beside it" -- --init-from "$WORK/bare/model.safetensors"
