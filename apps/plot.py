@@ -5,13 +5,19 @@
 
 Panels: the training loss with the validation loss, the learning rate, the gradient norm, tok/s,
 and the evaluation accuracies where the files hold any; several runs side by side, a colour each.
-Reads only: each file as mpiformer-train --metrics writes it (a JSON object a line with a "kind").
+Reads only: each file as mpiformer-train --metrics writes it (a JSON object a line with a string
+"kind" and a whole "step"; a plotted field, a number or null where it was not finite). A line that
+is not such a record is an error naming the file and line, as is a file that is not a regular
+file (a FIFO, a device, a directory: refused before it is opened) or not UTF-8; only a last line
+cut short by a stopped run is dropped.
 Writes only --out, under a temporary name renamed into place, and never over an existing file
 unless --overwrite is given (a plot refreshed while a run goes on).
 """
 import argparse
 import json
+import math
 import os
+import stat
 import sys
 
 
@@ -27,26 +33,87 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def read_run(path):
-    """{kind: {step: record}}: the last record of a kind and step wins."""
+# The fields each kind's curves draw: a number, or null (the trainer's word for not finite).
+PLOTTED = {"step": ("loss", "lr", "norm", "tok_s"), "val": ("loss",), "eval": ("acc", "acc_norm")}
+MAX_STEP = 2**63 - 1
+
+
+def read_text(path):
+    """The file's text; a FIFO or a device would block or never end, so only a regular file is
+    opened, and it is checked again once open (it may have been swapped in between)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise InputError(f"{path}: not a regular file (a directory, FIFO or device); pass a "
+                             "--metrics file")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise InputError(f"{path}: not a regular file; pass a --metrics file")
+            data = f.read()
     except OSError as e:
         raise InputError(f"{path}: cannot read it ({e.strerror}); pass a --metrics file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise InputError(f"{path}:{line}: not UTF-8 text; pass a file mpiformer-train --metrics "
+                         "wrote")
+
+
+def shown(value):
+    """A field's value as a message quotes it, cut short."""
+    try:
+        text = json.dumps(value)
+    except (ValueError, RecursionError):
+        text = type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def checked_record(record, where):
+    """The record with its step an int and its plotted fields floats (nan for null or not
+    finite); InputError for a record mpiformer-train would not write."""
+    fix = "pass a file mpiformer-train --metrics wrote"
+    if not isinstance(record, dict) or "kind" not in record or "step" not in record:
+        raise InputError(f"{where}: not a metrics record (no kind or step); {fix}")
+    kind, step = record["kind"], record["step"]
+    if not isinstance(kind, str):
+        raise InputError(f"{where}: \"kind\" is {shown(kind)}, not a string; {fix}")
+    # bool is an int to Python, and a float is a step only when whole (as the trainer reads it).
+    if isinstance(step, float) and step.is_integer():
+        step = int(step)
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+        raise InputError(f"{where}: \"step\" is {shown(step)}, not a whole number "
+                         f"from 0; {fix}")
+    record = dict(record, step=step)
+    for key in PLOTTED.get(kind, ()):
+        value = record.get(key)
+        if value is None:
+            record[key] = math.nan
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(f"{where}: \"{key}\" is {shown(value)}, not a number or "
+                             f"null; {fix}")
+        else:
+            try:
+                record[key] = float(value)
+            except OverflowError:  # an integer past a double's range
+                record[key] = math.inf
+    return record
+
+
+def read_run(path):
+    """{kind: {step: record}}: the last record of a kind and step wins."""
+    lines = read_text(path).split("\n")
     run = {}
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
             if n == len(lines):  # the last line, cut short by a run that was stopped
                 break
             raise InputError(f"{path}:{n}: not JSON; pass a file mpiformer-train --metrics wrote")
-        if not isinstance(record, dict) or "kind" not in record or "step" not in record:
-            raise InputError(f"{path}:{n}: not a metrics record (no kind or step); pass a file "
-                             "mpiformer-train --metrics wrote")
+        record = checked_record(record, f"{path}:{n}")
         run.setdefault(record["kind"], {})[record["step"]] = record
     if not run.get("step"):
         raise InputError(f"{path}: holds no step records; pass the --metrics file of a run that "
@@ -55,8 +122,9 @@ def read_run(path):
 
 
 def series(run, kind, key):
+    """The points of a field where it was finite."""
     points = sorted((s, r[key]) for s, r in run.get(kind, {}).items()
-                    if isinstance(r.get(key), (int, float)))
+                    if key in r and math.isfinite(r[key]))
     return [p[0] for p in points], [p[1] for p in points]
 
 
@@ -71,6 +139,8 @@ def plot(runs, labels, out, size, overwrite):
     import matplotlib.pyplot as plt
 
     width, height = size
+    # A label is text: two "$" would start matplotlib's math mode, and a bad formula a traceback.
+    labels = [label.replace("$", r"\$") for label in labels]
     has_eval = any(run.get("eval") for run in runs)
     panels = [("loss", "loss"), ("lr", "learning rate"), ("norm", "gradient norm"),
               ("tok_s", "tokens/s")] + ([("eval", "eval accuracy")] if has_eval else [])
