@@ -65,8 +65,8 @@ MetricsStart plan_metrics(const std::string& path, int first_step, const std::st
   if (!path_exists(path)) return start;
   start.exists = true;
   // A week at a step a second is ~600,000 lines of ~200 bytes.
-  const std::string text = read_input_text(
-      path, "--metrics " + path, "pass a .jsonl file this program wrote", int64_t(1) << 32);
+  const std::string text = read_input_text(path, "--metrics " + path,
+                                           "a .jsonl file this program wrote", int64_t(1) << 32);
   const std::string save = save_dir.empty() ? "" : resolved_path(save_dir);
   std::vector<std::string> lines;
   for (size_t at = 0; at < text.size();) {
@@ -148,8 +148,9 @@ MetricsStart plan_metrics(const std::string& path, int first_step, const std::st
 MetricsLog::MetricsLog(std::string path, const MetricsStart& start) : path_(std::move(path)) {
   if (start.exists && start.rewrite) {
     // The kept records under a temporary name, renamed over the file: a crash leaves the old
-    // file or the new one, never a mix.
-    const std::string tmp = path_ + ".partial-" + std::to_string(::getpid());
+    // file or the new one, never a mix. A symbolic link's target is rewritten, not the link.
+    const std::string target = resolved_path(path_);
+    const std::string tmp = target + ".partial-" + std::to_string(::getpid());
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     require(fd >= 0, "--metrics " + path_ + ": cannot write " + tmp + " (" + std::strerror(errno) +
                          "); check the directory's permissions");
@@ -159,7 +160,7 @@ MetricsLog::MetricsLog(std::string path, const MetricsStart& start) : path_(std:
         ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
     const int error = errno;
     ::close(fd);
-    if (!written || std::rename(tmp.c_str(), path_.c_str()) != 0) {
+    if (!written || std::rename(tmp.c_str(), target.c_str()) != 0) {
       const int e = written ? errno : error;
       ::unlink(tmp.c_str());
       throw InputError("--metrics " + path_ + ": cannot rewrite it (" + std::strerror(e) +

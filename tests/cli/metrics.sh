@@ -144,6 +144,8 @@ expect_error "--metrics a symbolic link to --val-data" 1 \
   "^error: --metrics .*link.txt is the file --val-data .*text.txt reads" \
   -- "${tiny[@]}" --steps 2 --val-data "bytes:$WORK/text.txt" --metrics "$WORK/link.txt"
 unchanged "--metrics the run's input" "$WORK/text.txt" "$WORK/text0"
+[ -L "$WORK/link.txt" ] && unchanged "--metrics the run's input, its hard link" "$WORK/hard.txt" "$WORK/text0" ||
+  bad "--metrics the run's input: the symbolic link was replaced"
 "$TRAIN" "${tiny[@]}" --steps 2 --save "$WORK/ckA" >/dev/null 2>&1 &&
   "$TRAIN" "${tiny[@]}" --steps 4 --save "$WORK/ckB" --metrics "$WORK/b.jsonl" >/dev/null 2>&1
 cp "$WORK/b.jsonl" "$WORK/b0"
@@ -151,6 +153,19 @@ expect_error "a resumed run on another run's file" 1 \
   "^error: --metrics .*b.jsonl holds the records of another run \(--save .*ckB\), not this one's \(--save .*ckA\)" \
   -- "${tiny[@]}" --steps 3 --save "$WORK/ckA" --load "$WORK/ckA" --metrics "$WORK/b.jsonl"
 unchanged "a resumed run on another run's file" "$WORK/b.jsonl" "$WORK/b0"
+# Its own run, through a symbolic link, after a line cut short: the target rewritten, the link kept.
+ln -s b.jsonl "$WORK/b-link.jsonl"
+printf '{"kind":"st' >>"$WORK/b.jsonl"
+out=$("$TRAIN" "${tiny[@]}" --steps 5 --save "$WORK/ckB" --load "$WORK/ckB" \
+  --metrics "$WORK/b-link.jsonl" 2>&1)
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "^note: --metrics .*b-link.jsonl: its last line was cut short" <<<"$out" &&
+  [ -L "$WORK/b-link.jsonl" ] && [ "$(tail -c 1 "$WORK/b.jsonl" | od -An -c | tr -d ' ')" = '\n' ] &&
+  [ "$(grep -c '"kind":"step"' "$WORK/b.jsonl")" -eq 5 ]; then
+  ok "its own run through a link after a line cut short: the line dropped, the link kept, steps 1-5"
+else
+  bad "its own run through a link: exit $rc, $(ls -l "$WORK/b-link.jsonl"): $(grep -E '^(error|note)' <<<"$out")"
+fi
 
 # 6. A record the file system refuses halfway (a 1 KiB file size limit, SIGXFSZ ignored so that
 # write(2) fails with EFBIG) is taken back whole: one warning, the run goes on, every line whole.
