@@ -164,8 +164,10 @@ int32_t EvalTask::largest_token() const {
 }
 
 EvalTask read_eval_task(const std::string& path, const std::string& tokenizer, int limit) {
-  const std::string text = read_input_text(path, "--eval-data " + path,
-                                           "an eval file (llm.c's .bin or JSONL)", kMaxFileBytes);
+  std::string text = read_input_text(path, "--eval-data " + path,
+                                     "an eval file (llm.c's .bin or JSONL)", kMaxFileBytes);
+  // A UTF-8 byte order mark, as some editors write one before JSONL, is no part of the text.
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
   int32_t magic = 0;
   if (text.size() >= 4) std::memcpy(&magic, text.data(), 4);
   const size_t first = text.find_first_not_of(" \t\r\n");

@@ -140,7 +140,14 @@ GenerateInputs load_generate_inputs(const GenerateOptions& opts, int64_t step,
 Generation::Generation(GenerateInputs in, MPI_Comm world) : in_(std::move(in)) {
   const GenerateOptions& o = in_.opts;
   // EP ranks are the grid's DP ranks: every one decodes the same sequence, each holding its
-  // experts and exchanging the tokens' rows with the others.
+  // experts and exchanging the tokens' rows with the others. The layout is named in the
+  // generator's own flags (the grid would speak of a dp the user never gave).
+  int world_size = 0;
+  MPI_Comm_size(world, &world_size);
+  const std::string layout = "--tp " + std::to_string(o.tp) + " x --ep " + std::to_string(o.ep);
+  require(world_size == o.tp * o.ep, layout + " needs " + std::to_string(o.tp * o.ep) +
+                                         " ranks, but " + std::to_string(world_size) +
+                                         " were launched; change --tp or --ep, or mpiexec -n");
   grid_ = std::make_unique<Grid>(world, o.tp, /*pp=*/1, /*dp=*/o.ep, /*cp=*/1, o.ep);
   shard_ = split_experts(make_tp_shard(in_.cfg, grid_->tp_rank(), grid_->tp_size()),
                          grid_->ep_rank(), grid_->ep_size());

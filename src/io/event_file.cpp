@@ -77,6 +77,11 @@ std::string host_name() {
 }  // namespace
 
 EventFile::EventFile(const std::string& dir) {
+  // A file there would pass mkdir's EEXIST and then be reported as a missing directory.
+  require(is_directory(dir) || !path_exists(dir),
+          "--tensorboard " + dir +
+              " is a file, not a directory; pass a directory for the event file (it is created "
+              "if missing)");
   if (!is_directory(dir)) {
     require(::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST,
             "--tensorboard " + dir + ": cannot create the directory (" + std::strerror(errno) +

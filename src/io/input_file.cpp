@@ -21,7 +21,7 @@ const char* kind_of(mode_t mode) {
   if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
   if (S_ISSOCK(mode)) return "a socket";
   if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
-  return "not a regular file";
+  return "another kind of file";
 }
 
 void require_regular(const struct stat& st, const std::string& what, const std::string& instead) {

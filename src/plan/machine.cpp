@@ -48,8 +48,8 @@ struct Reader {
     const Value* v = obj.find(k);
     if (!v) fail(k, "is missing");
     if (v->kind() != kind) {
-      fail(k, std::string("must be a ") + json::kind_name(kind) + ", not a " +
-                  json::kind_name(v->kind()));
+      fail(k,
+           std::string("must be ") + json::kind_name(kind) + ", not " + json::kind_name(v->kind()));
     }
     return *v;
   }
@@ -228,8 +228,8 @@ Machine parse_machine(const std::string& text, const std::string& origin) {
 
 Machine read_machine(const std::string& path) {
   const std::string text = read_input_text(
-      path, "machine file " + path,
-      "pass a machine file (--calibrate writes one; docs/planning.md)", int64_t(1) << 24);
+      path, "machine file " + path, "a machine file (--calibrate writes one; docs/planning.md)",
+      int64_t(1) << 24);
   return parse_machine(text, path);
 }
 

@@ -59,7 +59,7 @@ int64_t MemoryPlan::total() const {
 const MemoryTerm& MemoryPlan::largest() const {
   const MemoryTerm* best = &terms.front();
   for (const MemoryTerm& t : terms) {
-    if (!t.shrink.empty() && (best->shrink.empty() || t.bytes > best->bytes)) best = &t;
+    if (t.bytes > best->bytes) best = &t;
   }
   return *best;
 }

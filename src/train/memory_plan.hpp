@@ -55,7 +55,8 @@ struct MemoryTerm {
 struct MemoryPlan {
   std::vector<MemoryTerm> terms;
   int64_t total() const;
-  const MemoryTerm& largest() const;  // of the terms a flag can shrink
+  // The largest term, the process's own baseline and the data included (which no flag shrinks).
+  const MemoryTerm& largest() const;
   // "predicted peak 6.21 GB/rank = parameters 0.50 GB + gradients 0.50 GB + ..."
   std::string summary() const;
 };

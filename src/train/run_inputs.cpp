@@ -110,9 +110,14 @@ void find_doc_token(RunInputs& in) {
           "--doc-mask needs the token that starts a document, and this model names none "
           "(no bos_token_id in a config.json, not GPT-2's or Llama 3's vocabulary): pass "
           "--doc-token ID");
-  require(*token < in.cfg.vocab, "--doc-token " + std::to_string(*token) +
-                                     " is outside the model's vocabulary of " +
-                                     std::to_string(in.cfg.vocab) + " tokens");
+  // Named by where it came from: a manifest's or a config.json's token is not --doc-token's.
+  const std::string vocab = std::to_string(in.cfg.vocab);
+  require(
+      *token < in.cfg.vocab,
+      (opts.doc_token >= 0 ? "--doc-token " + std::to_string(*token)
+                           : "the document token " + std::to_string(*token) + " (" + from + ")") +
+          " is outside the model's vocabulary of " + vocab + " tokens; pass --doc-token ID below " +
+          vocab);
   in.doc_token = *token;
   in.notes.push_back("--doc-mask: a document " +
                      std::string(in.doc_token_after ? "ends at" : "starts at") + " each token " +

@@ -232,11 +232,15 @@ void TrainingRun::plan_memory_use() {
   }
   if (may > 0 && need > may) {
     const MemoryTerm& big = memory_.largest();
+    // The process's baseline or the data may be most of the need: no model flag shrinks those.
+    const std::string fix = !big.shrink.empty() ? "shrink it with " + big.shrink
+                            : opts_.memory_per_rank > 0
+                                ? "no flag shrinks it; raise --memory-per-rank"
+                                : "no flag shrinks it; run fewer ranks on the node";
     throw InputError("rank " + std::to_string(grid_->world_rank()) + " needs " + gigabytes(need) +
                      " at its peak, more than the " + gigabytes(may) + " it may use (" + whose +
                      "); the largest term is " + big.name + ", " + gigabytes(big.bytes) + " (" +
-                     big.detail + "): shrink it with " + big.shrink + " (" + memory_.summary() +
-                     ")");
+                     big.detail + "): " + fix + " (" + memory_.summary() + ")");
   }
 }
 

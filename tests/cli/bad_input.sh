@@ -42,6 +42,20 @@ printf '{"tokenizer": {"vocab_size": "300"}}\n' >"$WORK/tok_key/manifest.json"
 expect_error "--vocab below the manifest's" 2 "--vocab 256 is smaller than .*tok/manifest.json's tokenizer.vocab_size 300.*--vocab >= 300" -- --data "$WORK/tok/data_train_*.bin" --vocab 256
 expect_error "manifest not JSON" 1 "manifest .*tok_json/manifest.json: invalid JSON" -- --data "$WORK/tok_json/data_train_000001.bin"
 expect_error "manifest vocab_size" 1 "manifest .*tok_key/manifest.json: tokenizer.vocab_size is missing or not a positive integer" -- --data "$WORK/tok_key/data_train_000001.bin"
+# A document token the manifest names outside the vocabulary is the manifest's, not --doc-token's.
+mkdir -p "$WORK/tok_doc" && cp "$WORK/good.bin" "$WORK/tok_doc/data_train_000001.bin"
+printf '{"tokenizer": {"vocab_size": 300}, "doc_token": {"text": "<|x|>", "id": 400}}\n' >"$WORK/tok_doc/manifest.json"
+expect_error "the manifest's document token outside the vocabulary" 1 "the document token 400 \(.*tok_doc/manifest.json's doc_token \"<\|x\|>\"\) is outside the model's vocabulary of 300 tokens; pass --doc-token ID below 300" -- --data "$WORK/tok_doc/data_train_000001.bin" --doc-mask
+# An existing file given as --tensorboard's directory is named a file (it was "a missing directory").
+cp "$WORK/good.bin" "$WORK/tb_file"
+expect_error "--tensorboard over a file" 1 "--tensorboard .*tb_file is a file, not a directory" -- \
+  --tensorboard "$WORK/tb_file" --layers 2 --heads 4 --dim 64 --batch 2 --seq-len 32 --val-every 0 --steps 1
+cmp -s "$WORK/good.bin" "$WORK/tb_file" && ok "--tensorboard over a file leaves the file as it was" ||
+  bad "--tensorboard over a file changed it"
+# What to pass instead is said once ("pass a .jsonl file", not "pass pass").
+mkdir -p "$WORK/metrics_dir"
+expect_error "--metrics of a directory" 1 "metrics_dir: is a directory, not a regular file; pass a \.jsonl file this program wrote" -- \
+  --metrics "$WORK/metrics_dir" --layers 2 --heads 4 --dim 64 --batch 2 --seq-len 32 --val-every 0 --steps 1
 expect_error "--tokenizer alone" 1 "--tokenizer decodes the samples of --sample-every N, encodes a JSONL --eval-data and goes into --save-hf DIR" -- --tokenizer "$WORK/tok/manifest.json"
 expect_error "shard version" 1 "version 2" -- --data "$WORK/version2.bin"
 expect_error "corrupt shard" 1 "tiny.bin.*(short|corrupt)" -- --data "$WORK/tiny.bin"

@@ -64,6 +64,9 @@ expect_error "JSONL without --tokenizer" 1 "pass --tokenizer" -- --steps 1 --eva
 "$PY" "$HERE/make_tokenizer.py" "$WORK/tok.json" small
 printf '{"ctx": "a b", "endings": ["c", "d"], "label": 2}\n' >"$WORK/l.jsonl"
 expect_error "JSONL label" 1 "line 1.*label" -- --steps 1 --eval-data "$WORK/l.jsonl" --tokenizer "$WORK/tok.json"
+# A UTF-8 byte order mark before the first line is passed over: the file is read as JSONL.
+printf '\xef\xbb\xbf{"ctx": "a b", "endings": ["c", "d"], "label": 2}\n' >"$WORK/bom.jsonl"
+expect_error "JSONL after a byte order mark" 1 "bom.jsonl line 1.*label" -- --steps 1 --eval-data "$WORK/bom.jsonl" --tokenizer "$WORK/tok.json"
 expect_error "seq-len too short" 1 "more than --seq-len 8: use --seq-len 16" -- --steps 1 --seq-len 8 --eval-data "$WORK/eval.bin"
 "$PY" "$HERE/make_eval_file.py" "$WORK/big.bin" 4 300 1
 expect_error "tokens outside the vocabulary" 1 "outside the model's vocabulary" -- --steps 1 --eval-data "$WORK/big.bin"

@@ -45,7 +45,9 @@ expect "repeated flag" 1 "--max-new-tokens is given twice" -- "${model[@]}" --ma
 expect "missing value" 1 "--max-new-tokens needs a value" -- "${model[@]}" --max-new-tokens
 expect "no model" 1 "no model: pass --init-from FILE.*or --load DIR" -- --prompt hi
 expect "malformed number" 1 "--temperature expects a number, got 'hot'" -- "${model[@]}" --temperature hot
-expect "ranks without --tp" 2 "tp 1 x dp 1 x pp 1 needs 1 ranks, but 2 were launched" -- "${model[@]}" --prompt hi
+expect "ranks without --tp" 2 "--tp 1 x --ep 1 needs 1 ranks, but 2 were launched" -- "${model[@]}" --prompt hi
+# The layout in the generator's flags: --ep, not a dp it does not take.
+expect "--ep over the ranks" 1 "--tp 1 x --ep 2 needs 2 ranks, but 1 were launched; change --tp or --ep" -- "${model[@]}" --prompt hi --ep 2
 expect "heads over tp" 3 "4 heads do not split over --tp 3" -- "${model[@]}" --prompt hi --tp 3
 expect "pipeline" 1 "--pp 2: mpiformer-generate runs tensor parallel only.*drop --pp" -- "${model[@]}" --pp 2
 expect "two models" 1 "--init-from and --load both name a model" -- "${model[@]}" --load "$WORK/empty_dir"

@@ -160,6 +160,11 @@ expect_error "Llama: --kv-heads disagrees with config.json" 1 "--kv-heads 4 disa
   --init-from "$WORK/llama" --arch llama --kv-heads 4 "${ARGS[@]}"
 expect_error "--save-hf over an existing directory" 1 "--save-hf .*saved: already exists" -- \
   --init-from "$WORK/gpt" --save-hf "$WORK/saved" "${ARGS[@]}"
+cp -r "$WORK/gpt" "$WORK/far_bos" && hf config "$WORK/far_bos" bos_token_id 400
+expect_error "config.json's bos_token_id outside the vocabulary" 1 \
+  "the document token 400 \(config.json's bos_token_id\) is outside the model's vocabulary of 300" -- \
+  --init-from "$WORK/far_bos" --doc-mask "${ARGS[@]}"
+
 # 6. A Mixtral directory: the model flags not given take its config.json's values, so a flag given
 # is read against its family (--moe-aux-coef needs no --arch, --arch mixtral no --experts).
 train mixtral 1 --steps 1 --arch mixtral --layers 2 --heads 4 --kv-heads 2 --dim 32 --ffn-dim 48 \

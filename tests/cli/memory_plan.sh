@@ -51,6 +51,11 @@ for dry in --dry-run ""; do
     'needs [0-9.]+ GB at its peak, more than the 0.10 GB it may use \(--memory-per-rank\); the largest term is activations.*--recompute' \
     -- "${model[@]}" --batch 1 --seq-len 4096 --max-seq-len 4096 --memory-per-rank 0.1 $dry
 done
+# A tiny model: the process's own baseline is most of the need, and the refusal names it (not an
+# optimizer of 0.00 GB), with the fix no model flag gives.
+expect_error "over --memory-per-rank: the process itself the largest term" 1 \
+  'the largest term is process, [0-9.]+ GB \(resident before the model[^)]*\): no flag shrinks it; raise --memory-per-rank' \
+  -- --layers 2 --heads 4 --dim 64 --batch 2 --seq-len 32 --val-every 0 --memory-per-rank 0.001 --dry-run
 avail=$(awk '/^MemAvailable/ { print $2 * 1024 }' /proc/meminfo)
 if awk -v a="$avail" 'BEGIN { exit !(a < 60e9) }'; then
   expect_error "Llama-3.2-1B at T 8192 on tp 2, against MemAvailable" 2 \

@@ -153,6 +153,13 @@ bad_machine "a huge process_mb" "device.process_mb must not be negative, nor mor
   "m['device']['process_mb'] = 1e300"
 bad_machine "a misspelt optional key" "device.proces_mb is not a key of device" \
   "m['device']['proces_mb'] = m['device'].pop('process_mb')"
+# The messages name a kind and a fix once ("must be an object, not a number"; "pass a machine
+# file"), not twice over.
+bad_machine "a key of another kind" "intra_node must be an object, not a number; see docs" \
+  "m['intra_node'] = 3"
+expect_error_from "$PLAN" "a directory for a machine file" 1 \
+  "is a directory, not a regular file; pass a machine file \(--calibrate writes one" -- \
+  --machine "$WORK" "${model[@]}" --batch 8 --seq-len 64
 printf '{"name": "x",' >"$WORK/trunc.json"
 expect_error_from "$PLAN" "a truncated machine file" 1 "invalid JSON" -- \
   --machine "$WORK/trunc.json" "${model[@]}" --batch 8 --seq-len 64
