@@ -137,6 +137,11 @@ void check_options(TrainOptions& o) {
   require(!o.rerun_suspect || !o.overlap_grad_reduce,
           "--rerun-suspect compares each rank's gradients before they are reduced, and "
           "--overlap-grad-reduce reduces them during the backward; drop one of the two");
+  require(
+      o.skip_outliers > 0 || !o.given.count("--outlier-window"),
+      "--outlier-window " + std::to_string(o.outlier_window) +
+          " sets the steps --skip-outliers compares with, and it is off; pass --skip-outliers Z "
+          "too, or drop --outlier-window");
   require(o.tokenizer.empty() || o.sample_every > 0 || !o.save_hf.empty() || !o.eval_data.empty(),
           "--tokenizer decodes the samples of --sample-every N, encodes a JSONL --eval-data and "
           "goes into --save-hf DIR; pass one of those too, or drop it");

@@ -57,8 +57,13 @@ else
   bad "resumed: exit $rc"; grep -E 'skipped|^error|^warning' "$WORK/res2.log"
 fi
 
-# 4. Without --skip-outliers the spike is applied (clipped): the model moves in step 30.
-MPIFORMER_TEST_FAULT=$fault timeout 300 "$MPIEXEC" -n 2 "$TRAIN" "${args[@]}" --steps 30 \
+# 4. Without --skip-outliers the spike is applied (clipped): the model moves in step 30. Alone,
+#    --outlier-window (the last two of args) is refused.
+plain=("${args[@]:0:${#args[@]}-2}")
+expect_error "--outlier-window without --skip-outliers" 1 \
+  "^error: --outlier-window 16 sets the steps --skip-outliers compares with, and it is off; pass --skip-outliers Z too, or drop --outlier-window$" \
+  -- "${args[@]}" --steps 2
+MPIFORMER_TEST_FAULT=$fault timeout 300 "$MPIEXEC" -n 2 "$TRAIN" "${plain[@]}" --steps 30 \
   --save "$WORK/applied" --save-every 29 >"$WORK/applied.log" 2>&1 || bad "the run without the flag"
 ! grep -q "update skipped" "$WORK/applied.log" && ! same_bits "$WORK/applied" model &&
   ok "without --skip-outliers: the spike's update applied" || bad "without --skip-outliers"
