@@ -47,10 +47,10 @@ Layout parse_layout(const std::string& text, const Job& job) {
                                                           : key;
     require(seen.insert(name).second,
             flag + " is given twice (the last would silently win); give each key once");
-    auto positive = [&] {
+    auto positive = [&](int most = kMaxRanks) {
       const int n = flags::to_int32(flag, v);
-      require(n >= 1 && n <= kMaxRanks,
-              flag + " must be an integer in 1.." + std::to_string(kMaxRanks) + ", got " + v);
+      require(n >= 1 && n <= most,
+              flag + " must be an integer in 1.." + std::to_string(most) + ", got " + v);
       return n;
     };
     if (key == "tp")
@@ -66,7 +66,7 @@ Layout parse_layout(const std::string& text, const Job& job) {
     else if (key == "vp" || key == "virtual_stages")
       l.virtual_stages = positive();
     else if (key == "microbatches")
-      l.microbatches = positive(), m_given = true;
+      l.microbatches = positive(kMaxMicrobatches), m_given = true;
     else if (key == "micro_batch_size")
       mbs = positive();
     else if (key == "schedule")
@@ -107,6 +107,10 @@ Layout parse_layout(const std::string& text, const Job& job) {
     require(job.batch == int64_t(l.dp) * mbs * l.microbatches,
             "--evaluate: micro_batch_size=" + std::to_string(mbs) + " does not divide the " +
                 std::to_string(job.batch / l.dp) + " rows of a DP rank's batch");
+    require(l.microbatches <= kMaxMicrobatches,
+            "--evaluate: micro_batch_size=" + std::to_string(mbs) + " makes " +
+                std::to_string(l.microbatches) + " microbatches, more than " +
+                std::to_string(kMaxMicrobatches) + "; give a larger one");
   }
   return l;
 }

@@ -16,6 +16,9 @@ namespace mpf::plan {
 // The most ranks a job or a layout's size may have: far past any allocation, and low enough
 // that a product of sizes stays in range (tp=65536,cp=65536 is one error, not an overflow).
 constexpr int kMaxRanks = 1 << 20;
+// The most microbatches --evaluate takes: a pipeline's simulation of 128 stages of them takes
+// seconds, and past it the simulator's watchdog would end the program.
+constexpr int kMaxMicrobatches = 4096;
 
 struct Job {
   GPTConfig cfg;
@@ -39,7 +42,8 @@ struct Layout {
 // "tp=2,pp=2,dp=1,schedule=1f1b,microbatches=4,recompute=1,sp=1,zero=1,vp=2,cp=1,ep=1" (any
 // subset; dp defaults to the ranks left, microbatches to 1 or, for micro_batch_size=b, to
 // batch / (dp b)); InputError naming a key it does not know or a value it cannot read, a key
-// given twice, an empty item or layout, a size past kMaxRanks or sizes whose product is.
+// given twice, an empty item or layout, a size past kMaxRanks or sizes whose product is, more
+// than kMaxMicrobatches microbatches.
 Layout parse_layout(const std::string& text, const Job& job);
 
 // Why the layout cannot run the job ("" when it can): the product of its sizes is not the

@@ -275,6 +275,8 @@ TEST(PlanLayout, EvaluateTextIsCheckedWhole) {
   refused("tp=65536,cp=65536", "tp x cp = 4294967296 ranks, more than the 1048576");
   refused("tp=1024,cp=1024,pp=1024,dp=1024", "tp x cp x pp = 1073741824 ranks");
   refused("tp=2000000", "tp must be an integer in 1..1048576");
+  // A million microbatches ran the pipeline simulator past its watchdog, which aborted.
+  refused("pp=2,microbatches=1048576", "microbatches must be an integer in 1..4096");
   refused("tp=2,tp=4", "tp is given twice");
   refused("vp=2,virtual_stages=2", "virtual_stages is given twice");
   refused(",,,", "an empty item");
