@@ -1,12 +1,14 @@
 // The fused attention's rate (make bench, ci/bench_attention.sh): forward and backward of one
 // layer's causal grouped-query attention at each T given, GFLOP/s as causal attention needs them
 // (forward 4·B·NH·hs·T²/2, backward twice that; step_log.hpp's count), beside the unfused path
-// it replaced (the (T × T) scores through the backend's batched GEMM) where that fits in memory;
+// it replaced (the (T × T) scores through the backend's batched GEMM) where that fits in memory
+// and the chunked path (model/layers/chunked_attention.hpp: a chunk of queries at a time through
+// the GEMM);
 // then, on the CPU, the host shape's tile product against the backend's GEMM on the same
 // 64 x 64 x hs tiles, one thread.
 //
 //   attention_rate [--batch B] [--heads NH] [--kv-heads KVH] [--head-size hs] [--precision P]
-//                  [--reps N] [--fused-only] T...
+//                  [--reps N] [--chunk Tc] [--profile] [--gemm LIB] [--fused-only] T...
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -21,9 +23,11 @@
 #include "backends/gemm.hpp"
 #include "backends/tile_gemm.hpp"
 #include "core/parallel.hpp"
+#include "core/profile.hpp"
 #include "core/rng.hpp"
 #include "core/types.hpp"
 #include "model/layers/attention.hpp"
+#include "model/layers/chunked_attention.hpp"
 #include "model/layers/matmul.hpp"
 #include "unit/unfused_attention.hpp"
 
@@ -96,8 +100,9 @@ int main(int argc, char** argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   Kokkos::initialize(argc, argv);
   {
-    int B = 1, NH = 12, KVH = 4, hs = 64, reps = 3;
-    bool bf16 = false, fused_only = false;
+    int B = 1, NH = 12, KVH = 4, hs = 64, reps = 3, chunk = mpf::kChunkedAttentionRows;
+    bool bf16 = false, fused_only = false, profile = false;
+    std::string gemm;
     std::vector<int> lengths;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -110,6 +115,12 @@ int main(int argc, char** argv) {
         KVH = next();
       else if (a == "--head-size")
         hs = next();
+      else if (a == "--chunk")
+        chunk = next();
+      else if (a == "--gemm")
+        gemm = i + 1 < argc ? argv[++i] : "";
+      else if (a == "--profile")
+        profile = true;
       else if (a == "--fused-only")
         fused_only = true;
       else if (a == "--reps")
@@ -120,11 +131,15 @@ int main(int argc, char** argv) {
         lengths.push_back(std::atoi(a.c_str()));
     }
     if (lengths.empty()) lengths = {1024, 4096};
+    if (!gemm.empty() && !mpf::backend::select(gemm)) {
+      std::fprintf(stderr, "attention_rate: no GEMM library %s\n", gemm.c_str());
+      return 2;
+    }
     std::printf("attention | B %d | %d heads, %d kv heads, head size %d | %s | %d threads | %s\n",
                 B, NH, KVH, hs, bf16 ? "bf16" : "fp32", mpf::host_thread_count(),
                 mpf::kDeviceMemory ? "device shape (GPU)" : "host shape (CPU)");
-    std::printf("%-7s %12s %12s %14s %14s\n", "T", "fused fwd", "fused bwd", "unfused fwd",
-                "unfused bwd");
+    std::printf("%-7s %12s %12s %14s %14s %14s %14s\n", "T", "fused fwd", "fused bwd",
+                "unfused fwd", "unfused bwd", "chunked fwd", "chunked bwd");
     for (const int T : lengths) {
       const int W = (NH + 2 * KVH) * hs, Cq = NH * hs;
       const int64_t rows = int64_t(B) * T;
@@ -141,6 +156,25 @@ int main(int argc, char** argv) {
         mpf::attention_backward_input(view(dqkv), view(delta), view(dy), view(qkv), view(out),
                                       view(lse), B, T, NH, KVH, hs);
       });
+      // The chunked path (chunks of `chunk` queries), its forward and backward as the model calls
+      // them on the packed qkv.
+      const mpf::AttentionInputs x =
+          mpf::packed_attention(view(qkv), B, NH, KVH, hs, mpf::PositionRuns::contiguous(T));
+      mpf::profile::reset();
+      mpf::profile::set_enabled(profile);
+      const double cf = median_seconds(
+          reps, [&] { mpf::chunked_attention_forward(view(out), view(lse), x, false, chunk); });
+      const double cb = median_seconds(reps, [&] {
+        mpf::attention_backward_delta(view(delta), view(out), view(dy), B, T, NH, hs);
+        float* dq = dqkv.data();
+        mpf::chunked_attention_backward(dq, W, false, dq + Cq, dq + Cq + KVH * hs, W, false,
+                                        view(dy), view(lse), view(delta), x, chunk);
+      });
+      mpf::profile::set_enabled(false);
+      for (const mpf::profile::Entry& e : mpf::profile::entries()) {
+        std::printf("  chunked %-44s %6lld calls %9.1f ms\n", e.label.c_str(), (long long)e.calls,
+                    e.seconds * 1e3);
+      }
       char unfused[2][32] = {"-", "-"};
       // The unfused path keeps two (B, NH, T, T) matrices: measured while they take under 4 GB.
       if (!fused_only && 2.0 * B * NH * double(T) * T * 4 < 4e9) {
@@ -155,9 +189,11 @@ int main(int argc, char** argv) {
         std::snprintf(unfused[0], sizeof unfused[0], "%.1f", flops / uf / 1e9);
         std::snprintf(unfused[1], sizeof unfused[1], "%.1f", 2 * flops / ub / 1e9);
       }
-      std::printf("%-7d %12.1f %12.1f %14s %14s   GFLOP/s (causal count); fused %.1f + %.1f ms\n",
-                  T, flops / fwd / 1e9, 2 * flops / bwd / 1e9, unfused[0], unfused[1], fwd * 1e3,
-                  bwd * 1e3);
+      std::printf(
+          "%-7d %12.1f %12.1f %14s %14s %14.1f %14.1f   GFLOP/s (causal count); fused %.1f + %.1f "
+          "ms, chunked (Tc %d) %.1f + %.1f ms\n",
+          T, flops / fwd / 1e9, 2 * flops / bwd / 1e9, unfused[0], unfused[1], flops / cf / 1e9,
+          2 * flops / cb / 1e9, fwd * 1e3, bwd * 1e3, chunk, cf * 1e3, cb * 1e3);
     }
     if (!mpf::kDeviceMemory) tile_rates(hs, reps);
   }

@@ -3,12 +3,14 @@
 // grouped-query ratios 1, 2, 4 and 8; sequences shorter than a tile and not a multiple of one; a
 // head size the micro-kernel pads; document masks; ring attention's pieces (keys visited a block
 // at a time, merged by their logsumexps, context parallelism's two-chunk rows); bf16; the same
-// bits at any thread count; and finite differences.
+// bits at any thread count; and finite differences. Then the chunked path through the GEMM seam
+// (model/layers/chunked_attention.hpp) against the fused kernel, call for call.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "core/parallel.hpp"
 #include "core/transfer.hpp"
 #include "model/layers/attention.hpp"
+#include "model/layers/chunked_attention.hpp"
 #include "model/layers/matmul.hpp"
 #include "test_helpers.hpp"
 #include "unfused_attention.hpp"
@@ -495,6 +498,211 @@ TEST_P(Attention, FiniteDifferences) {
     for (int c : {0, 5, Cq + 3, Cq + hs + 7}) indices.push_back(int64_t(t) * W + c);
   }
   test::expect_gradient_matches(qkv, analytic.dqkv, loss, indices, "dqkv", 1e-2f, 2e-2, 2e-3);
+}
+
+// ---- the chunked path (chunked_attention.hpp) against the fused kernel ------------------------
+
+namespace {
+
+std::vector<double> as_double(const std::vector<float>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// One call's forward and backward: out, lse, dq (B, queries, NH·hs), dK and dV side by side
+// (B, keys, 2·KVH·hs).
+struct CallResult {
+  std::vector<float> out, lse, dq, dkv;
+};
+CallResult through(bool chunked_path, int chunk_rows, const AttentionInputs& x, const Slab& dy) {
+  const int B = x.B, Tq = x.queries.rows, Tk = x.keys.rows, Cq = x.NH * x.hs, Ck = x.KVH * x.hs;
+  Slab out("out", int64_t(B) * Tq * Cq), lse("lse", int64_t(B) * x.NH * Tq),
+      delta("delta", int64_t(B) * x.NH * Tq), dq = random_slab("dq", int64_t(B) * Tq * Cq),
+                                              dkv = random_slab("dkv", int64_t(B) * Tk * 2 * Ck);
+  if (chunked_path) {
+    chunked_attention_forward(view(out), view(lse), x, false, chunk_rows);
+  } else {
+    attention_forward(view(out), view(lse), x);
+  }
+  attention_backward_delta(view(delta), view(out), view(dy), B, Tq, x.NH, x.hs);
+  if (chunked_path) {
+    chunked_attention_backward(dq.data(), Cq, false, dkv.data(), dkv.data() + Ck, 2 * Ck, false,
+                               view(dy), view(lse), view(delta), x, chunk_rows);
+  } else {
+    attention_backward(dq.data(), Cq, false, dkv.data(), dkv.data() + Ck, 2 * Ck, false, view(dy),
+                       view(lse), view(delta), x);
+  }
+  return {to_host(out), to_host(lse), to_host(dq), to_host(dkv)};
+}
+
+void expect_same_call(const CallResult& got, const CallResult& want, double tol) {
+  EXPECT_LT(relative_error(got.out, as_double(want.out)), tol) << "out";
+  expect_lse(got.lse, as_double(want.lse), tol);
+  EXPECT_LT(relative_error(got.dq, as_double(want.dq)), tol) << "dq";
+  EXPECT_LT(relative_error(got.dkv, as_double(want.dkv)), tol) << "dk, dv";
+}
+
+bool bf16_runs() {
+  if (backend::kernels().bf16_missing.empty()) return true;
+  std::printf("note: the bf16 comparison is skipped: %s\n",
+              backend::kernels().bf16_missing.c_str());
+  return false;
+}
+
+}  // namespace
+
+// The chunked path equals the fused kernel: causal and not (queries after every key), multi-head
+// and grouped-query, document masks, sliding windows, T not a multiple of the chunk, a chunk
+// longer than T and of one row; in fp32 closely, in bf16 within the roundings of P and dS (each
+// path rounds its own P: the fused kernel's before normalising, the chunked one's after).
+TEST_P(Attention, ChunkedEqualsFused) {
+  struct Case {
+    int B, T, NH, KVH, hs, chunk, window;
+    bool documents, causal;
+  };
+  for (const Case c :
+       {Case{2, 70, 4, 4, 16, 16, 0, false, true}, Case{1, 70, 4, 4, 16, 16, 0, false, false},
+        Case{2, 50, 8, 2, 24, 16, 0, false, true}, Case{1, 45, 8, 1, 8, 7, 0, true, true},
+        Case{2, 70, 4, 2, 16, 16, 0, true, true}, Case{2, 70, 4, 2, 16, 16, 7, false, true},
+        Case{2, 70, 4, 2, 16, 16, 20, true, true}, Case{1, 33, 2, 1, 8, 64, 0, false, true},
+        Case{1, 20, 2, 2, 8, 1, 5, true, true}}) {
+    for (const bool bf16 : {false, true}) {
+      if (bf16 && !bf16_runs()) continue;
+      SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " NH " +
+                   std::to_string(c.NH) + " KVH " + std::to_string(c.KVH) + " chunk " +
+                   std::to_string(c.chunk) + " window " + std::to_string(c.window) +
+                   (c.documents ? " documents" : "") + (c.causal ? "" : " not causal") +
+                   (bf16 ? " bf16" : ""));
+      const int W = (c.NH + 2 * c.KVH) * c.hs;
+      const Slab qkv = random_slab("qkv", int64_t(c.B) * c.T * W),
+                 dy = random_slab("dy", int64_t(c.B) * c.T * c.NH * c.hs);
+      const std::vector<int32_t> doc =
+          c.documents ? random_documents(c.B, c.T, 13) : std::vector<int32_t>{};
+      const auto starts = ints_from_host(doc.empty() ? std::vector<int32_t>{0} : doc);
+      AttentionInputs x =
+          packed_attention(view(qkv), c.B, c.NH, c.KVH, c.hs, PositionRuns::contiguous(c.T),
+                           c.documents ? starts.data() : nullptr, c.window);
+      if (!c.causal) x.queries = PositionRuns::contiguous(c.T, c.T);
+      std::unique_ptr<Bf16Products> scope;
+      if (bf16) scope = std::make_unique<Bf16Products>(nullptr, nullptr, 0, 1);
+      const CallResult want = through(false, 0, x, dy), got = through(true, c.chunk, x, dy);
+      expect_same_call(got, want, bf16 ? 1e-2 : 2e-6);
+    }
+  }
+}
+
+// Ring attention's calls through both paths: a rank's two-chunk rows against each rank's keys in
+// turn, merged by their logsumexps; the backward adding each block's dQ and writing, then adding
+// to, a block's dK and dV. And the chunked path's own blocks merged equal its single call.
+TEST_P(Attention, ChunkedRingBlocks) {
+  for (const bool documents : {false, true}) {
+    SCOPED_TRACE(documents ? "documents" : "no documents");
+    const int B = 2, chunk = 23, NH = 4, KVH = 2, hs = 16, Tc = 16;
+    const int W = (NH + 2 * KVH) * hs, Cq = NH * hs, Ck = KVH * hs, rows = 2 * chunk;
+    const Slab qkv = random_slab("qkv", int64_t(B) * rows * W),
+               kv = random_slab("kv", int64_t(B) * rows * W), dy = random_slab("dy", B * rows * Cq);
+    const std::vector<int32_t> doc =
+        documents ? random_documents(B, rows, 9) : std::vector<int32_t>(size_t(B) * rows, 0);
+    const auto starts = ints_from_host(doc);
+    // Rank 0's rows (chunks 0 and 3) against its own keys, then rank 1's (chunks 1 and 2).
+    auto inputs = [&](int owner) {
+      AttentionInputs x =
+          packed_attention(view(qkv), B, NH, KVH, hs, PositionRuns::two(chunk, 0, 3 * chunk),
+                           documents ? starts.data() : nullptr);
+      if (owner == 1) {
+        x.k = kv.data() + Cq;
+        x.v = kv.data() + Cq + Ck;
+        x.keys = PositionRuns::two(chunk, chunk, 2 * chunk);
+      }
+      return x;
+    };
+    for (const bool bf16 : {false, true}) {
+      if (bf16 && !bf16_runs()) continue;
+      std::unique_ptr<Bf16Products> scope;
+      if (bf16) scope = std::make_unique<Bf16Products>(nullptr, nullptr, 0, 1);
+      CallResult result[2];
+      for (const bool chunked_path : {false, true}) {
+        Slab out("out", int64_t(B) * rows * Cq), lse("lse", int64_t(B) * NH * rows),
+            delta("delta", int64_t(B) * NH * rows), dq("dq", int64_t(B) * rows * Cq),
+            dkv = random_slab("dkv", int64_t(B) * rows * 2 * Ck);
+        for (int step = 0; step < 2; ++step) {
+          if (chunked_path) {
+            chunked_attention_forward(view(out), view(lse), inputs(step), step > 0, Tc);
+          } else {
+            attention_forward(view(out), view(lse), inputs(step), step > 0);
+          }
+        }
+        attention_backward_delta(view(delta), view(out), view(dy), B, rows, NH, hs);
+        // Block 1's dK and dV written, then block 0's added to them: a sum over both blocks.
+        for (const int owner : {1, 0}) {
+          float* d = dkv.data();
+          if (chunked_path) {
+            chunked_attention_backward(dq.data(), Cq, owner == 0, d, d + Ck, 2 * Ck, owner == 0,
+                                       view(dy), view(lse), view(delta), inputs(owner), Tc);
+          } else {
+            attention_backward(dq.data(), Cq, owner == 0, d, d + Ck, 2 * Ck, owner == 0, view(dy),
+                               view(lse), view(delta), inputs(owner));
+          }
+        }
+        result[chunked_path] = {to_host(out), to_host(lse), to_host(dq), to_host(dkv)};
+      }
+      expect_same_call(result[1], result[0], bf16 ? 1e-2 : 2e-6);
+    }
+  }
+  // One sequence's keys in two blocks, merged, against the chunked path's single call.
+  const int B = 1, T = 60, NH = 4, KVH = 2, hs = 8, W = (NH + 2 * KVH) * hs, Cq = NH * hs;
+  const Slab qkv = random_slab("qkv", int64_t(B) * T * W);
+  const AttentionInputs whole =
+      packed_attention(view(qkv), B, NH, KVH, hs, PositionRuns::contiguous(T));
+  Slab out("out", B * T * Cq), lse("lse", B * NH * T), merged("merged", B * T * Cq),
+      merged_lse("merged_lse", B * NH * T);
+  chunked_attention_forward(view(out), view(lse), whole, false, 16);
+  for (const int block : {0, 1}) {
+    AttentionInputs x = whole;
+    x.keys = PositionRuns::contiguous(T / 2, block * T / 2);
+    x.k += int64_t(block) * (T / 2) * W;
+    x.v += int64_t(block) * (T / 2) * W;
+    chunked_attention_forward(view(merged), view(merged_lse), x, block > 0, 16);
+  }
+  EXPECT_LT(relative_error(to_host(merged), as_double(to_host(out))), 1e-5);
+  expect_lse(to_host(merged_lse), as_double(to_host(lse)), 1e-5);
+}
+
+// Rows that see no key: a chunk of them all (out 0, lse −∞, kept through a merge, no gradient)
+// and a chunk where only some rows see keys, against the fused kernel.
+TEST_P(Attention, ChunkedRowsThatSeeNothing) {
+  const int B = 1, T = 20, NH = 2, KVH = 1, hs = 8, W = (NH + 2 * KVH) * hs, Cq = NH * hs;
+  const Slab qkv = random_slab("qkv", T * W), dy = random_slab("dy", T * Cq);
+  // Queries at positions 40..59 against keys at 0..19; the first 8 queries' document starts at
+  // 10, the rest's at 30 (after every key).
+  AttentionInputs x = packed_attention(view(qkv), B, NH, KVH, hs, PositionRuns::contiguous(T, 40));
+  x.keys = PositionRuns::contiguous(T, 0);
+  std::vector<int32_t> doc(T, 30);
+  std::fill_n(doc.begin(), 8, 10);
+  const auto starts = ints_from_host(doc);
+  x.doc_start = starts.data();
+  for (const int chunk : {8, 6}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    const CallResult got = through(true, chunk, x, dy), want = through(false, 0, x, dy);
+    expect_same_call(got, want, 2e-6);
+    for (int t = 8; t < T; ++t) {
+      for (int h = 0; h < NH; ++h) ASSERT_EQ(got.lse[size_t(h) * T + t], -INFINITY);
+      for (int c = 0; c < Cq; ++c) {
+        ASSERT_EQ(got.out[size_t(t) * Cq + c], 0.0f);
+        ASSERT_EQ(got.dq[size_t(t) * Cq + c], 0.0f);
+      }
+    }
+  }
+  // Every row blind: out 0 and lse −∞, through a merge too.
+  const auto late = ints_from_host(std::vector<int32_t>(T, 30));
+  x.doc_start = late.data();
+  Slab out = random_slab("out", T * Cq), lse("lse", NH * T);
+  chunked_attention_forward(view(out), view(lse), x, false, 8);
+  chunked_attention_forward(view(out), view(lse), x, true, 8);
+  for (float v : to_host(out)) ASSERT_EQ(v, 0.0f);
+  for (float v : to_host(lse)) ASSERT_EQ(v, -INFINITY);
+  const CallResult blind = through(true, 8, x, dy);
+  for (float v : blind.dq) ASSERT_EQ(v, 0.0f);
+  for (float v : blind.dkv) ASSERT_EQ(v, 0.0f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Attention,

@@ -10,53 +10,25 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/vector_math.hpp"
+#include "model/layers/attention_masks.hpp"
 #include "model/layers/matmul.hpp"
 
 namespace mpf {
 
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// The masks and tiles the chunked path shares (attention_masks.hpp).
+using attn::exp_or_zero;
+using attn::first_key;
+using attn::kNegInf;
+using attn::merge_weights;
+using attn::Merged;
+using attn::sees;
+using attn::Tile;
+using attn::tile_at;
+using attn::tile_count;
 
 // ---- tiles and masks, shared by both shapes -----------------------------------------------------
-
-// Local rows [row, row + n) of a sequence, at positions [pos, pos + n).
-struct Tile {
-  int row = 0, pos = 0, n = 0;
-};
-
-// Tiles of `size` rows over each run in turn (a tile never spans two runs, so its positions are
-// consecutive).
-KOKKOS_INLINE_FUNCTION int tile_count(const PositionRuns& r, int size) {
-  int n = 0;
-  for (int i = 0; i < r.count; ++i) n += (r.run[i].len + size - 1) / size;
-  return n;
-}
-
-KOKKOS_INLINE_FUNCTION Tile tile_at(const PositionRuns& r, int size, int index) {
-  for (int i = 0; i < r.count; ++i) {
-    const int n = (r.run[i].len + size - 1) / size;
-    if (index < n) {
-      const int offset = index * size, left = r.run[i].len - offset;
-      return {r.run[i].row + offset, r.run[i].pos + offset, left < size ? left : size};
-    }
-    index -= n;
-  }
-  return {};
-}
-
-// What a query at qpos, whose first visible key is at `first`, sees: keys at first..qpos.
-KOKKOS_INLINE_FUNCTION bool sees(int qpos, int first, int kpos) {
-  return kpos <= qpos && kpos >= first;
-}
-
-// The first key the query at `row` (position qpos) sees: its document's start (0 without
-// document masking), or within a sliding window of `window` positions (0: none) the key
-// window − 1 before it, whichever is later.
-KOKKOS_INLINE_FUNCTION int first_key(const int32_t* doc, int row, int qpos, int window) {
-  const int start = doc ? int(doc[row]) : 0, oldest = qpos - window + 1;
-  return window > 0 && oldest > start ? oldest : start;
-}
 
 // How much of a key tile a query tile sees, its rows' first keys (first_key) within
 // [doc_lo, doc_hi].
@@ -68,27 +40,8 @@ KOKKOS_INLINE_FUNCTION Cover cover(const Tile& q, int doc_lo, int doc_hi, const 
   return Cover::kPart;
 }
 
-// e^x, and exactly 0 for the masked scores (x = −∞) and for x < −87, where e^x < 2e-38 and would
-// be a denormal: a select, not a branch, so the row loops vectorize.
-KOKKOS_INLINE_FUNCTION float exp_or_zero(float x) {
-  const float e = vmath::exp(x);
-  return x < -87.0f ? 0.0f : e;
-}
-
 KOKKOS_INLINE_FUNCTION float round_if(bool bf16, float x) {
   return bf16 ? from_bf16(to_bf16(x)) : x;
-}
-
-// lse and out of two partial results merged by their logsumexps (either may be −∞: no keys).
-struct Merged {
-  float lse, w_old, w_new;
-};
-KOKKOS_INLINE_FUNCTION Merged merge_weights(float lse_old, float lse_new) {
-  if (lse_old == kNegInf) return {lse_new, 0.0f, 1.0f};
-  if (lse_new == kNegInf) return {lse_old, 1.0f, 0.0f};
-  const float mx = lse_old > lse_new ? lse_old : lse_new;
-  const float a = vmath::exp(lse_old - mx), b = vmath::exp(lse_new - mx), s = a + b;
-  return {mx + logf(s), a / s, b / s};
 }
 
 // The smallest and largest first key (first_key) among a tile's rows (0, 0 without document
