@@ -29,16 +29,17 @@ int main(int argc, char** argv) {
   }
   mpf::DocumentEncoder encoder;
   std::string tokenizer_sha256;
-  const bool ok = mpf::all_ranks_succeed(world,
-                                         [&] {
-                                           encoder = mpf::load_document_encoder(
-                                               opts.tokenizer, opts.doc_token, opts.parse_special);
-                                           if (rank == 0) {
-                                             tokenizer_sha256 = mpf::sha256_of_file(
-                                                 opts.tokenizer, "tokenizer " + opts.tokenizer);
-                                           }
-                                         }) &&
-                  mpf::all_ranks_succeed(
-                      world, [&] { mpf::run_tokenize(opts, encoder, tokenizer_sha256, world); });
+  const bool ok =
+      mpf::all_ranks_succeed(
+          world,
+          [&] {
+            encoder = mpf::load_document_encoder(opts.tokenizer, opts.doc_token, opts.parse_special,
+                                                 opts.unknown_bytes, opts.invalid_utf8);
+            if (rank == 0) {
+              tokenizer_sha256 = mpf::sha256_of_file(opts.tokenizer, "tokenizer " + opts.tokenizer);
+            }
+          }) &&
+      mpf::all_ranks_succeed(world,
+                             [&] { mpf::run_tokenize(opts, encoder, tokenizer_sha256, world); });
   return runtime.finish(ok ? 0 : mpf::kExitBadInput);
 }

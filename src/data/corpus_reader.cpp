@@ -137,7 +137,7 @@ struct LineBuffer {
 };
 
 void read_jsonl(const CorpusFile& file, int64_t begin, int64_t end, const std::string& field,
-                const DocumentChunks& document) {
+                const DocumentChunks& document, const std::function<void(int64_t)>& start) {
   const std::string what = "input " + file.path;
   int64_t bytes = 0;
   File f = open_for_reading(file.path, what, "a text or .jsonl file", bytes);
@@ -171,6 +171,7 @@ void read_jsonl(const CorpusFile& file, int64_t begin, int64_t end, const std::s
         throw InputError(file.path + ":" + std::to_string(line_number(file.path, pos)) + ": " +
                          why);
       }
+      start(pos);
       try {
         // A long line's text goes on in chunks, as a text file's does.
         size_t at = 0;
@@ -257,13 +258,18 @@ std::vector<CorpusUnit> plan_units(const std::vector<CorpusFile>& files, int64_t
 }
 
 void read_unit(const std::vector<CorpusFile>& files, const CorpusUnit& unit,
-               const std::string& text_field, const DocumentChunks& document) {
+               const std::string& text_field, const DocumentChunks& document,
+               const DocumentStart& start) {
   for (const CorpusPiece& p : unit) {
     const CorpusFile& f = files[size_t(p.file)];
+    const auto at = [&](int64_t byte) {
+      if (start) start(p.file, byte);
+    };
     if (f.format == CorpusFormat::kText) {
+      at(0);
       read_text(f, document);
     } else {
-      read_jsonl(f, p.begin, p.end, text_field, document);
+      read_jsonl(f, p.begin, p.end, text_field, document, at);
     }
   }
 }

@@ -47,7 +47,11 @@ constexpr int64_t kReadChunk = int64_t(1) << 20;
 // Calls document(...) for each document of the unit, in order. Throws InputError naming
 // file:line for a .jsonl line that is not a JSON object with a string `text_field`; an
 // InputError from `document` comes back with the file (and line) put before its message.
+// `start`, if given, is called before each document with its file (an index into `files`) and
+// the byte its line starts at (0 for a text file), a place to name it by.
+using DocumentStart = std::function<void(int file, int64_t byte)>;
 void read_unit(const std::vector<CorpusFile>& files, const CorpusUnit& unit,
-               const std::string& text_field, const DocumentChunks& document);
+               const std::string& text_field, const DocumentChunks& document,
+               const DocumentStart& start = nullptr);
 
 }  // namespace mpf

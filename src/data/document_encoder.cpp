@@ -1,19 +1,25 @@
 #include "data/document_encoder.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <optional>
 
 #include "core/error.hpp"
 #include "text/bpe_tokenizer.hpp"
 #include "text/document_token.hpp"
+#include "text/utf8.hpp"
 
 namespace mpf {
 
 DocumentEncoder load_document_encoder(const std::string& tokenizer_json,
-                                      const std::string& doc_token, bool parse_special) {
-  auto tokenizer = std::make_shared<const BpeTokenizer>(BpeTokenizer::load(tokenizer_json));
+                                      const std::string& doc_token, bool parse_special,
+                                      UnknownSymbols unknown, InvalidUtf8 invalid_utf8) {
+  auto tokenizer = std::make_shared<const BpeTokenizer>(
+      BpeTokenizer::load(tokenizer_json).with_unknown(unknown));
   DocumentEncoder e;
+  e.take_unknown = [] { return BpeTokenizer::take_unknown_tally(); };
+  e.invalid_utf8 = invalid_utf8;
   if (parse_special) {
     e.encode = [tokenizer](std::string_view text, bool, std::vector<int32_t>& out) {
       const std::vector<int32_t> ids = tokenizer->encode_with_specials(text);
@@ -52,14 +58,76 @@ DocumentEncoder load_document_encoder(const std::string& tokenizer_json,
 }
 
 DocumentStream::DocumentStream(const DocumentEncoder& encoder, std::vector<int32_t>& out)
-    : encoder_(encoder), out_(out) {}
+    : encoder_(encoder), out_(out) {
+  if (encoder_.take_unknown) encoder_.take_unknown();  // counts from before are not this one's
+}
+
+void DocumentStream::encode(std::string_view text) {
+  encoder_.encode(text, first_, out_);
+  first_ = false;
+  if (encoder_.take_unknown) {
+    const UnknownTally t = encoder_.take_unknown();
+    repairs_.unknown_dropped += t.dropped;
+    repairs_.unknown_replaced += t.replaced;
+  }
+}
+
+void DocumentStream::ill_formed(std::string_view bytes) {
+  switch (encoder_.invalid_utf8) {
+    case InvalidUtf8::kReplace:
+      held_ += "\xEF\xBF\xBD";
+      ++repairs_.invalid_utf8;
+      return;
+    case InvalidUtf8::kSkipDocument:
+      repairs_.skipped = true;
+      held_.clear();
+      return;
+    case InvalidUtf8::kError: {
+      std::string hex;
+      char b[8];
+      for (const char c : bytes) {
+        std::snprintf(b, sizeof b, "%s0x%02X", hex.empty() ? "" : " ",
+                      static_cast<unsigned>(static_cast<unsigned char>(c)));
+        hex += b;
+      }
+      throw InputError("the text is not UTF-8: byte " + std::to_string(offset_) + " begins " + hex +
+                       "; pass --invalid-utf8 replace to read such bytes as U+FFFD (as Hugging "
+                       "Face users decode text) or --invalid-utf8 skip-document");
+    }
+  }
+}
+
+// Appends `text`'s well-formed UTF-8 to held_ and deals with the rest; the start of a sequence
+// that the text ends in waits in pending_ unless this is the document's end.
+void DocumentStream::take(std::string_view text, bool end) {
+  for (size_t at = 0; at < text.size() && !repairs_.skipped;) {
+    const size_t good = at + utf8::well_formed_prefix(text.substr(at));
+    held_.append(text.substr(at, good - at));
+    offset_ += int64_t(good - at);
+    if (good == text.size()) break;
+    const utf8::Subpart bad = utf8::ill_formed_subpart(text, good);
+    if (bad.truncated && !end) {
+      pending_.assign(text.substr(good));
+      return;
+    }
+    ill_formed(text.substr(good, bad.length));
+    offset_ += int64_t(bad.length);
+    at = good + bad.length;
+  }
+  pending_.clear();
+}
 
 void DocumentStream::add(std::string_view chunk) {
-  held_.append(chunk);
+  if (repairs_.skipped) return;
+  if (pending_.empty()) {
+    take(chunk, false);
+  } else {
+    take(pending_ + std::string(chunk), false);
+  }
+  if (repairs_.skipped) return;
   const size_t q = encoder_.cut(held_, scanned_);
   if (q > 0) {
-    encoder_.encode(std::string_view(held_).substr(0, q), first_, out_);
-    first_ = false;
+    encode(std::string_view(held_).substr(0, q));
     held_.erase(0, q);
   }
   // A cut is looked for up to 4 bytes before the end (the character there may be incomplete):
@@ -75,7 +143,8 @@ void DocumentStream::add(std::string_view chunk) {
 }
 
 void DocumentStream::finish() {
-  encoder_.encode(held_, first_, out_);
+  if (!pending_.empty() && !repairs_.skipped) take(std::string(pending_), true);
+  if (!repairs_.skipped) encode(held_);
   held_.clear();
   held_.shrink_to_fit();
   scanned_ = 0;

@@ -34,6 +34,26 @@ std::string manifest_json(const ShardManifest& m) {
   s += "  \"val_documents\": " + n(m.val_documents) + ",\n";
   s += "  \"tokens\": " + n(m.tokens) + ",\n";
   s += "  \"text_bytes\": " + n(m.text_bytes) + ",\n";
+  s += "  \"unicode\": " + quote(m.unicode) + ",\n";
+  // What the text lost or had replaced on its way to tokens, in all and document by document.
+  s += "  \"unknown_bytes\": " + quote(m.unknown_bytes) + ",\n";
+  s += "  \"invalid_utf8\": " + quote(m.invalid_utf8) + ",\n";
+  s += "  \"repairs\": {\"documents\": " + n(m.repaired_documents) +
+       ", \"unknown_dropped\": " + n(m.unknown_dropped) +
+       ", \"unknown_replaced\": " + n(m.unknown_replaced) +
+       ", \"invalid_utf8_replaced\": " + n(m.invalid_utf8_replaced) +
+       ", \"skipped_documents\": " + n(m.skipped_documents) +
+       ", \"listed\": " + n(int64_t(m.repaired.size())) + "},\n";
+  s += "  \"repaired_documents\": [";
+  for (size_t i = 0; i < m.repaired.size(); ++i) {
+    const RepairedDocument& d = m.repaired[i];
+    s += std::string(i ? ",\n" : "\n") + "    {\"input\": " + quote(d.input) +
+         ", \"byte\": " + n(d.byte) + ", \"unknown_dropped\": " + n(d.repairs.unknown_dropped) +
+         ", \"unknown_replaced\": " + n(d.repairs.unknown_replaced) +
+         ", \"invalid_utf8_replaced\": " + n(d.repairs.invalid_utf8) +
+         ", \"skipped\": " + (d.repairs.skipped ? "true" : "false") + "}";
+  }
+  s += std::string(m.repaired.empty() ? "" : "\n  ") + "],\n";
   s += "  \"inputs\": [";
   for (size_t i = 0; i < m.inputs.size(); ++i) {
     const CorpusFile& f = m.inputs[i];

@@ -10,9 +10,18 @@
 #include <vector>
 
 #include "data/corpus_reader.hpp"
+#include "data/document_encoder.hpp"
 #include "data/shard_writer.hpp"
 
 namespace mpf {
+
+// A document that lost characters or had them replaced on its way to tokens, or was skipped:
+// its input and the byte its line starts at (0 for a text file).
+struct RepairedDocument {
+  std::string input;
+  int64_t byte = 0;
+  DocumentRepairs repairs;
+};
 
 struct ShardManifest {
   std::string tokenizer, tokenizer_sha256;
@@ -26,6 +35,11 @@ struct ShardManifest {
   std::vector<CorpusFile> inputs;
   int64_t documents = 0, val_documents = 0, tokens = 0, text_bytes = 0;
   std::vector<ShardInfo> shards;
+  std::string unknown_bytes, invalid_utf8;  // the choices (--unknown-bytes, --invalid-utf8)
+  std::string unicode;                      // the Unicode data's version
+  int64_t repaired_documents = 0, unknown_dropped = 0, unknown_replaced = 0;
+  int64_t invalid_utf8_replaced = 0, skipped_documents = 0;
+  std::vector<RepairedDocument> repaired;  // in corpus order, the first ones (a bounded list)
 };
 
 std::string manifest_json(const ShardManifest& m);

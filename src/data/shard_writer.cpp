@@ -13,12 +13,7 @@
 #include "parallel/agreement.hpp"
 
 namespace mpf {
-namespace {
-
-// Tokens per MPI write: well inside an int count of bytes.
-constexpr int64_t kWriteTokens = int64_t(1) << 26;
-
-}  // namespace
+namespace {}  // namespace
 
 std::string ShardWriter::file_name(const ShardLayout& layout, bool val, int index) {
   char number[16];
@@ -74,17 +69,21 @@ void ShardWriter::open_train(int64_t k) {
   open_[index] = std::move(f);
 }
 
-void ShardWriter::put(ParallelFile& f, int64_t offset, const int32_t* tokens, int64_t n) {
+// A piece at a time (a write well inside an int count of bytes), through one buffer of a piece.
+void ShardWriter::put(ParallelFile& f, int64_t offset, const TokenReader& read, int64_t from,
+                      int64_t n) {
   const int w = layout_.width;
+  std::vector<int32_t> piece(size_t(std::min(n, kPieceTokens)));
+  std::vector<uint16_t> narrow(w == 2 ? piece.size() : 0);
   for (int64_t done = 0; done < n;) {
-    const int64_t count = std::min(n - done, kWriteTokens);
+    const int64_t count = std::min(n - done, kPieceTokens);
+    read(from + done, count, piece.data());
     const int64_t at = llmc::kHeaderBytes + (offset + done) * w;
     if (w == 2) {
-      const std::vector<uint16_t> narrow(tokens + done, tokens + done + count);
+      std::copy(piece.begin(), piece.begin() + count, narrow.begin());
       f.write_at(at, narrow.data(), count * w);
     } else {
-      const std::vector<uint32_t> wide(tokens + done, tokens + done + count);
-      f.write_at(at, wide.data(), count * w);
+      f.write_at(at, piece.data(), count * w);  // int32 ids below 2^31: the uint32 bytes
     }
     done += count;
   }
@@ -106,14 +105,22 @@ void ShardWriter::close(int index, int64_t tokens) {
 
 void ShardWriter::write(int64_t round_begin, int64_t round_end, int64_t begin,
                         const std::vector<int32_t>& tokens) {
+  write(round_begin, round_end, begin, int64_t(tokens.size()),
+        [&](int64_t from, int64_t n, int32_t* out) {
+          std::copy(tokens.begin() + from, tokens.begin() + from + n, out);
+        });
+}
+
+void ShardWriter::write(int64_t round_begin, int64_t round_end, int64_t begin, int64_t count,
+                        const TokenReader& read) {
   const int64_t S = layout_.shard_tokens;
-  const int64_t end = begin + int64_t(tokens.size());
+  const int64_t end = begin + count;
   if (!validation_end_known()) {
     // Everything so far is validation data, one shard of at most 2^31 - 1 tokens.
     require(round_end <= INT32_MAX,
             "the validation split passes 2^31 - 1 tokens (one shard's most); pass a smaller "
             "--val-tokens");
-    if (end > begin) put(*open_.at(0), begin, tokens.data(), end - begin);
+    if (end > begin) put(*open_.at(0), begin, read, 0, end - begin);
   } else {
     const int64_t V = val_end_;
     // The training shards this round reaches, opened in order on every rank.
@@ -121,11 +128,11 @@ void ShardWriter::write(int64_t round_begin, int64_t round_end, int64_t begin,
       const int64_t last = (round_end - 1 - V) / S;
       while (train_opened_ <= last) open_train(train_opened_++);
     }
-    if (begin < V) put(*open_.at(0), begin, tokens.data(), std::min(end, V) - begin);
+    if (begin < V) put(*open_.at(0), begin, read, 0, std::min(end, V) - begin);
     for (int64_t g = std::max(begin, V); g < end;) {
       const int64_t k = (g - V) / S;
       const int64_t stop = std::min(end, V + (k + 1) * S);
-      put(*open_.at(train_index(k)), g - V - k * S, tokens.data() + (g - begin), stop - g);
+      put(*open_.at(train_index(k)), g - V - k * S, read, g - begin, stop - g);
       g = stop;
     }
   }

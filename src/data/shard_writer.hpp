@@ -58,6 +58,13 @@ class ShardWriter {
   // Throws InputError (on every rank alike) when a write fails.
   void write(int64_t round_begin, int64_t round_end, int64_t begin,
              const std::vector<int32_t>& tokens);
+  // The same for `count` tokens that `read` gives a piece at a time: read(from, n, out) puts this
+  // rank's tokens [from, from + n) of the `count` in out (n at most kPieceTokens), so tokens kept
+  // outside memory (a spool file) are written without being held whole.
+  static constexpr int64_t kPieceTokens = int64_t(1) << 20;
+  using TokenReader = std::function<void(int64_t from, int64_t n, int32_t* out)>;
+  void write(int64_t round_begin, int64_t round_end, int64_t begin, int64_t count,
+             const TokenReader& read);
 
   // Collective: the stream has `total` tokens. Closes the last shards and hashes every shard (the
   // ranks share the work). Returns them in order, still under their .partial names.
@@ -75,7 +82,7 @@ class ShardWriter {
   int train_index(int64_t k) const { return int(k) + (layout_.validation ? 1 : 0); }
   void open_train(int64_t k);
   void close(int index, int64_t tokens);
-  void put(ParallelFile& f, int64_t offset, const int32_t* tokens, int64_t n);
+  void put(ParallelFile& f, int64_t offset, const TokenReader& read, int64_t from, int64_t n);
   void check(const std::string& agreed) const;
 
   MPI_Comm comm_;

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/flags.hpp"
+#include "text/unicode_text.hpp"
 
 namespace mpf {
 namespace {
@@ -28,6 +29,30 @@ int64_t at_least(const std::string& flag, const std::string& text, int64_t least
 }
 
 }  // namespace
+
+std::string unknown_bytes_name(UnknownSymbols how) {
+  switch (how) {
+    case UnknownSymbols::kDrop:
+      return "drop";
+    case UnknownSymbols::kReplace:
+      return "replace";
+    case UnknownSymbols::kError:
+      return "error";
+  }
+  return "";
+}
+
+std::string invalid_utf8_name(InvalidUtf8 how) {
+  switch (how) {
+    case InvalidUtf8::kReplace:
+      return "replace";
+    case InvalidUtf8::kSkipDocument:
+      return "skip-document";
+    case InvalidUtf8::kError:
+      return "error";
+  }
+  return "";
+}
 
 std::string tokenize_usage() {
   return R"(usage: mpiformer-tokenize --input PATHS --tokenizer tokenizer.json --output-dir DIR [flags]
@@ -57,13 +82,27 @@ the shards are the same bytes for every rank count. Flags take a value as `--fla
   --val-tokens N        a validation split: the documents holding the first N tokens go to
                         NAME_val_000000.bin, the rest to training shards (default 0: none)
   --unit-bytes N        text per work unit (default 8388608); units are dealt to the ranks in
-                        turn, and each rank holds one unit's text and tokens at a time
+                        turn; a rank holds at most a few MB of a unit's tokens (more wait in
+                        a spool file in --output-dir, removed as it goes) and a MB of its text
+  --unknown-bytes HOW   a character (a byte, for byte-level BPE) the vocabulary has no token
+                        for, with no <0xNN> token either: drop (default, as Hugging Face: the
+                        model's unk_token if it names one, else left out), replace (unk_token,
+                        else the tokens of U+FFFD) or error (refuse the corpus, naming it)
+  --invalid-utf8 HOW    bytes that are not UTF-8 (a Latin-1 file): replace (default, each
+                        ill-formed sequence read as U+FFFD, as Python's errors="replace"),
+                        skip-document (leave the document out) or error (refuse, naming it)
   --help                this text
 
 Shards are uint16 (llm.c's GPT-2 format) for vocabularies up to 65,536 tokens, else uint32
 (llm.c's Llama 3 format). manifest.json lists the inputs, the tokenizer and its SHA-256, the
 document token, and every shard with its token count and SHA-256. Bad input prints one "error:"
-line and exits with status 2.
+line and exits with status 2. The summary line and the manifest count what --unknown-bytes and
+--invalid-utf8 dropped, replaced or skipped, the manifest document by document.
+
+Letters, numbers and spaces (the pre-tokenizers' classes) are told apart with the Unicode
+)" + std::string(unicode::version()) +
+         R"( data of utf8proc and the characters Unicode 15.1 and 16.0 added (CJK Extension I,
+the 16.0 scripts), as Hugging Face's tokenizers read them.
 )";
 }
 
@@ -80,6 +119,25 @@ TokenizeOptions parse_tokenize_options(int argc, const char* const* argv) {
       {"--shard-tokens", [&](auto& f, auto& v) { o.shard_tokens = at_least(f, v, 1, 2147483647); }},
       {"--val-tokens", [&](auto& f, auto& v) { o.val_tokens = at_least(f, v, 0, 2147483647); }},
       {"--unit-bytes", [&](auto& f, auto& v) { o.unit_bytes = at_least(f, v, 1, INT64_MAX); }},
+      {"--unknown-bytes",
+       [&](auto& f, auto& v) {
+         o.unknown_bytes = v == "drop"      ? UnknownSymbols::kDrop
+                           : v == "replace" ? UnknownSymbols::kReplace
+                           : v == "error"   ? UnknownSymbols::kError
+                                            : throw InputError(f + " '" + v +
+                                                               "' is not a choice; pass drop, "
+                                                                 "replace or error");
+       }},
+      {"--invalid-utf8",
+       [&](auto& f, auto& v) {
+         o.invalid_utf8 = v == "replace"         ? InvalidUtf8::kReplace
+                          : v == "skip-document" ? InvalidUtf8::kSkipDocument
+                          : v == "error"         ? InvalidUtf8::kError
+                                                 : throw InputError(f + " '" + v +
+                                                                    "' is not a choice; pass "
+                                                                            "replace, skip-document or "
+                                                                            "error");
+       }},
   };
   table.switches = {{"--help", [&] { o.help = true; }},
                     {"--parse-special", [&] { o.parse_special = true; }}};

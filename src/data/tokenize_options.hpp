@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "data/document_encoder.hpp"
+
 namespace mpf {
 
 struct TokenizeOptions {
@@ -18,11 +20,19 @@ struct TokenizeOptions {
   int64_t shard_tokens = 100000000;       // llm.c's shard size
   int64_t val_tokens = 0;                 // 0: no validation split
   int64_t unit_bytes = int64_t(8) << 20;  // text per work unit, dealt to the ranks in turn
+  // Hugging Face's ways by default: a character the vocabulary lacks left out, ill-formed UTF-8
+  // decoded lossily (U+FFFD).
+  UnknownSymbols unknown_bytes = UnknownSymbols::kDrop;
+  InvalidUtf8 invalid_utf8 = InvalidUtf8::kReplace;
   bool help = false;
 };
 
 // Throws InputError naming the flag and the fix.
 TokenizeOptions parse_tokenize_options(int argc, const char* const* argv);
 std::string tokenize_usage();
+
+// The flags' spellings of the choices ("drop", "skip-document", ...), for the manifest.
+std::string unknown_bytes_name(UnknownSymbols how);
+std::string invalid_utf8_name(InvalidUtf8 how);
 
 }  // namespace mpf

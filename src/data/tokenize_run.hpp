@@ -5,7 +5,9 @@
 // r rank p tokenizes unit r·P + p. The ranks then learn each other's token counts (one
 // all-gather), so each knows where its tokens start in the stream, and write them there
 // (data/shard_writer.hpp). The stream, and so every shard, is the units' tokens in unit order
-// whatever the rank count; a rank holds one unit's text and tokens at a time.
+// whatever the rank count. A rank holds a document's text since its last cut
+// (data/document_encoder.hpp) and at most a million of its tokens at a time, the rest waiting in a
+// spool file until their place is known.
 #pragma once
 
 #include <mpi.h>

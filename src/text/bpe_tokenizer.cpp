@@ -91,29 +91,74 @@ size_t merge_by_heap(const MergeTable& merges, int32_t* ids, size_t n) {
   return k;
 }
 
-// The length of the well-formed UTF-8 that starts `text` (all of it when it is well formed).
-size_t well_formed_prefix(std::string_view text) {
-  size_t at = 0;
-  while (at < text.size()) {
-    // Eight ASCII bytes at a time.
-    uint64_t word;
-    if (at + 8 <= text.size() &&
-        (std::memcpy(&word, text.data() + at, 8), (word & 0x8080808080808080ull) == 0)) {
-      at += 8;
-      continue;
-    }
-    if (static_cast<unsigned char>(text[at]) < 0x80) {
-      ++at;
-      continue;
-    }
-    const utf8::Char c = utf8::decode(text, at);
-    if (c.cp == utf8::kInvalid) break;
-    at += size_t(c.length);
-  }
-  return at;
-}
+// What became of the characters no token stands for, in this thread's encode calls.
+thread_local UnknownTally t_unknown;
 
 }  // namespace
+
+UnknownTally BpeTokenizer::take_unknown_tally() {
+  const UnknownTally t = t_unknown;
+  t_unknown = UnknownTally{};
+  return t;
+}
+
+BpeTokenizer BpeTokenizer::with_unknown(UnknownSymbols how) const {
+  BpeTokenizer t = *this;
+  t.unknown_ = how;
+  t.cache_ = std::make_shared<Cache>();
+  return t;
+}
+
+void BpeTokenizer::refuse_symbol(std::string_view chars) const {
+  const utf8::Char c = byte_level_ ? utf8::Char{utf8::kInvalid, 1} : utf8::decode(chars, 0);
+  char what[48];
+  if (c.cp == utf8::kInvalid) {
+    std::snprintf(what, sizeof what, "the byte 0x%02X", static_cast<unsigned>(uint8_t(chars[0])));
+  } else {
+    std::snprintf(what, sizeof what, "the character U+%04X", static_cast<unsigned>(c.cp));
+  }
+  throw InputError("tokenizer " + path_ + ": model.vocab has no token for " + what +
+                   ", which the text holds; pass --unknown-bytes drop to leave such characters "
+                   "out (as Hugging Face does) or --unknown-bytes replace");
+}
+
+// A character no token stands for, in a model with no unknown token: left out (Hugging Face's
+// merge_word), U+FFFD's symbols in its place (kReplace), or refused (kError). `first` and `last`:
+// its place in the piece, for the subword prefix and suffix.
+void BpeTokenizer::lost_symbol(std::string_view chars, bool first, bool last,
+                               std::vector<int32_t>& out) const {
+  if (unknown_ == UnknownSymbols::kError) refuse_symbol(chars);
+  if (unknown_ == UnknownSymbols::kReplace) {
+    const std::string_view fffd = "\xEF\xBF\xBD";
+    const size_t start = out.size();
+    std::string key;
+    const auto add = [&](std::string_view symbol, bool at_start, bool at_end) {
+      key.assign(at_start ? "" : prefix_);
+      key.append(symbol);
+      if (at_end) key += suffix_;
+      const std::optional<int32_t> id = vocab_id(key);
+      if (id) out.push_back(*id);
+      return id.has_value();
+    };
+    bool found = true;
+    if (byte_level_) {
+      for (size_t i = 0; found && i < 3; ++i)
+        found = add(fffd.substr(i, 1), first && i == 0, last && i == 2);
+    } else if (!add(fffd, first, last)) {
+      for (size_t i = 0; found && i < 3; ++i) {
+        const int32_t id = byte_fallback_ ? fallback_ids_[static_cast<uint8_t>(fffd[i])] : -1;
+        found = id >= 0;
+        if (found) out.push_back(id);
+      }
+    }
+    if (found) {
+      ++t_unknown.replaced;
+      return;
+    }
+    out.resize(start);
+  }
+  ++t_unknown.dropped;
+}
 
 // Symbols for bytes the model has no token for, as Hugging Face's merge_word gives them: their
 // <0xNN> tokens (byte_fallback), else the unknown token.
@@ -125,11 +170,16 @@ void BpeTokenizer::unknown_bytes(std::string_view bytes, std::vector<int32_t>& o
     for (const char b : bytes) out.push_back(fallback_ids_[static_cast<uint8_t>(b)]);
     return;
   }
-  if (unk_token_.empty()) return;  // no unknown token: the symbol is dropped
+  if (unk_token_.empty()) {  // no unknown token
+    lost_symbol(bytes, true, true, out);
+    return;
+  }
   if (unk_id_ < 0)
     throw InputError("tokenizer " + path_ + ": model.unk_token " + json::quote(unk_token_) +
                      " is not in model.vocab, and the text holds a character the vocabulary " +
                      "lacks; add the token to the vocabulary");
+  if (unknown_ == UnknownSymbols::kError && !bytes.empty()) refuse_symbol(bytes);
+  ++t_unknown.replaced;
   out.push_back(unk_id_);
 }
 
@@ -142,15 +192,7 @@ void BpeTokenizer::initial_symbols(std::string_view piece, std::vector<int32_t>&
       out.push_back(id);
     }
     if (out.size() - start == piece.size()) return;
-    const uint8_t b = static_cast<uint8_t>(piece[out.size() - start]);
-    out.resize(start);
-    if (!byte_fallback_ && unk_token_.empty()) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", b);
-      throw InputError("tokenizer " + path_ + ": model.vocab has no token for the byte " + hex +
-                       " (" + byte_alphabet::key_of(std::string(1, char(b))) +
-                       "), which the text holds; a byte-level vocabulary has all 256");
-    }
+    out.resize(start);  // a byte with no token: the general loop below
   }
   // Hugging Face's merge_word: a symbol per character (per byte at byte level), marked with the
   // prefix when not first and the suffix when last; one not in the vocabulary becomes its bytes'
@@ -167,9 +209,11 @@ void BpeTokenizer::initial_symbols(std::string_view piece, std::vector<int32_t>&
       at += length;
       continue;
     }
+    const std::string_view ch = piece.substr(at, length);
+    const bool first = at == 0;
     key.clear();
-    if (at > 0) key += prefix_;
-    key.append(piece.substr(at, length));
+    if (!first) key += prefix_;
+    key.append(ch);
     at += length;
     if (at == piece.size()) key += suffix_;
     if (const std::optional<int32_t> id = vocab_id(key)) {
@@ -186,8 +230,13 @@ void BpeTokenizer::initial_symbols(std::string_view piece, std::vector<int32_t>&
         continue;
       }
     }
-    if (unk_token_.empty()) continue;
+    if (unk_token_.empty()) {
+      lost_symbol(ch, first, at == piece.size(), out);
+      continue;
+    }
     if (unk_id_ < 0) unknown_bytes(std::string_view(), out);  // throws: no such token
+    if (unknown_ == UnknownSymbols::kError) refuse_symbol(ch);
+    ++t_unknown.replaced;
     if (pending_unk && !fuse_unk_) out.push_back(unk_id_);
     pending_unk = true;
   }
@@ -271,7 +320,10 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
   // At most a symbol per byte; grown geometrically, as push_back would.
   if (out.capacity() < start + piece.size())
     out.reserve(std::max(start + piece.size(), 2 * out.capacity()));
+  const int64_t lost = t_unknown.dropped + t_unknown.replaced;
   initial_symbols(piece, out);
+  // A piece with a character no token stands for is not cached: each encoding counts it.
+  const bool cache_it = cached && t_unknown.dropped + t_unknown.replaced == lost;
   const size_t n = out.size() - start;
   // Merged in place at the end of `out`.
   if (n <= kScanMax) {
@@ -279,7 +331,7 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
   } else {
     out.resize(start + merge_long(out.data() + start, n));
   }
-  if (cached && out.size() > start && piece.size() > 1) {
+  if (cache_it && out.size() > start && piece.size() > 1) {
     if (cache->table.size() >= Cache::kMaxEntries) cache->table.clear();
     cache->table.insert(piece, h, out.data() + start, out.size() - start);
   }
@@ -314,7 +366,7 @@ void BpeTokenizer::encode_part(std::string_view text, bool part_start, bool text
   // Ill-formed bytes are pre-tokens of their own; the well-formed runs between go through the
   // pipeline as parts.
   for (size_t at = 0; at < text.size() || (at == 0 && text.empty());) {
-    const size_t good = at + well_formed_prefix(text.substr(at));
+    const size_t good = at + utf8::well_formed_prefix(text.substr(at));
     const std::string_view run = text.substr(at, good - at);
     const bool run_start = part_start && at == 0;
     if (!run.empty()) {

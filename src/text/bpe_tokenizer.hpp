@@ -33,6 +33,7 @@
 #include "text/normalizer.hpp"
 #include "text/piece_table.hpp"
 #include "text/pre_tokenizer_steps.hpp"
+#include "text/unknown_symbols.hpp"
 
 namespace mpf {
 
@@ -69,6 +70,12 @@ class BpeTokenizer {
 
   // The scanner the pre-tokenizer is, if it is one (the fast path).
   std::optional<PreTokenizer> pre_tokenizer() const { return scanner_; }
+  // The same tokenizer with `how` for a character (a byte at byte level) its vocabulary lacks,
+  // with no <0xNN> token for it (unknown_symbols.hpp; load() gives kDrop, Hugging Face's way).
+  BpeTokenizer with_unknown(UnknownSymbols how) const;
+  // What this thread's encode calls did with such characters since the last take; resets it.
+  static UnknownTally take_unknown_tally();
+
   // The same tokenizer on the general path (for tests): Oniguruma even where a scanner would do,
   // and a long piece merged whole, not cut where no merge can join (merge_cuts.hpp).
   BpeTokenizer without_scanner() const;
@@ -120,6 +127,8 @@ class BpeTokenizer {
   size_t merge_long(int32_t* ids, size_t n) const;
   const MergeCuts& cuts() const;
   void unknown_bytes(std::string_view bytes, std::vector<int32_t>& out) const;
+  void lost_symbol(std::string_view chars, bool first, bool last, std::vector<int32_t>& out) const;
+  [[noreturn]] void refuse_symbol(std::string_view chars) const;
   std::optional<int32_t> vocab_id(std::string_view key) const {
     const PieceTable::Ids found = vocab_.find(key, PieceTable::hash(key));
     if (found.size == 0) return std::nullopt;
@@ -140,6 +149,7 @@ class BpeTokenizer {
   // The model.
   bool byte_level_ = false;  // symbols are bytes, keys in GPT-2's byte alphabet
   bool ignore_merges_ = false, byte_fallback_ = false, fuse_unk_ = false;
+  UnknownSymbols unknown_ = UnknownSymbols::kDrop;
   std::string prefix_, suffix_;  // continuing_subword_prefix, end_of_word_suffix (model terms)
   std::string unk_token_;
   int32_t unk_id_ = -1;

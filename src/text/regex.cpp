@@ -8,6 +8,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "text/unicode_text.hpp"
 #include "text/utf8.hpp"
 
 namespace mpf {
@@ -61,7 +62,8 @@ const std::string& ranges_of(uint32_t categories) {
   std::string& body = cache[categories];
   if (!body.empty()) return body;
   const auto in = [&](int32_t cp) {
-    return (categories >> utf8proc_category(cp) & 1u) != 0 && !(cp >= 0xD800 && cp <= 0xDFFF);
+    return (categories >> uint32_t(unicode::general_category(char32_t(cp))) & 1u) != 0 &&
+           !(cp >= 0xD800 && cp <= 0xDFFF);
   };
   char buf[40];
   for (int32_t cp = 0; cp <= 0x10FFFF; ++cp) {
@@ -76,8 +78,8 @@ const std::string& ranges_of(uint32_t categories) {
   return body;
 }
 
-// `pattern` with each \p{category} and \P{category} spelt out as the code points utf8proc's
-// Unicode 15 gives it (Hugging Face's Oniguruma reads Unicode 15; Debian's may be older).
+// `pattern` with each \p{category} and \P{category} spelt out as the code points Unicode 16.0
+// gives it (unicode_text.hpp; Hugging Face's Oniguruma reads 16.0, Debian's an older one).
 std::string with_unicode_categories(const std::string& pattern) {
   std::string out;
   int depth = 0;  // inside how many bracket expressions

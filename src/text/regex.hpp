@@ -1,8 +1,8 @@
 // A compiled regular expression as Hugging Face's tokenizers runs its Split and Replace patterns:
 // Oniguruma with its default (Ruby) syntax on UTF-8, matches found left to right without
 // overlapping, an empty match right after the previous match skipped (the onig crate's find_iter).
-// A \p{...} general category is spelt out from utf8proc's Unicode 15 tables, as Hugging Face's
-// own Oniguruma reads it (Debian's libonig 6.9.8 knows Unicode 14).
+// A \p{...} general category is spelt out from the Unicode 16.0 categories of unicode_text.hpp,
+// as Hugging Face's own Oniguruma reads them (Debian's libonig 6.9.8 knows Unicode 14).
 #pragma once
 
 #include <functional>

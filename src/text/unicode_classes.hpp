@@ -1,7 +1,8 @@
 // The three Unicode classes the hand-written split scanners name (pre_tokenizer.hpp), as
 // Oniguruma (Hugging Face's regex engine) and Python's `regex` module define them: \p{L} (general
 // category L*), \p{N} (N*) and \s (the White_Space property), from utf8proc's Unicode data
-// (unicode_text.hpp: Unicode 15, as Hugging Face's tokenizers).
+// (unicode_text.hpp: Unicode 15.0, with 15.1's and 16.0's characters added, as Hugging Face's
+// tokenizers read them).
 #pragma once
 
 #include <cstdint>

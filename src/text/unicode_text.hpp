@@ -1,4 +1,5 @@
-// The Unicode 15 data Hugging Face's tokenizers read (through utf8proc): normalization forms,
+// The Unicode data Hugging Face's tokenizers read: utf8proc's (Unicode 15.0), with the general
+// categories of the characters 15.1 and 16.0 added (unicode_text.cpp): normalization forms,
 // lowercase, and the properties its normalizers and pre-tokenizers test a character for. Text
 // given here is well-formed UTF-8 (the pipeline routes ill-formed bytes around it).
 #pragma once
@@ -59,5 +60,8 @@ Category general_category(char32_t cp);  // above U+10FFFF: kCn
 
 // The Unicode version of the data.
 const char* version();
+// What the classes are read from, for messages and the manifest: utf8proc's version, and the
+// newer letters and digits added over it (unicode_text.cpp).
+std::string data_version();
 
 }  // namespace mpf::unicode

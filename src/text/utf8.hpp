@@ -43,4 +43,18 @@ inline Char decode(std::string_view text, size_t at) {
 // Appends code point `cp` (<= U+10FFFF, not a surrogate) as UTF-8.
 void append(std::string& out, char32_t cp);
 
+// The length of the well-formed UTF-8 that starts `text` (all of it when it is well formed).
+size_t well_formed_prefix(std::string_view text);
+
+// The ill-formed bytes at text[at] (where decode() gives kInvalid) as a lossy decoder replaces
+// them with one U+FFFD each (Rust's String::from_utf8_lossy, Python's errors="replace"): the
+// maximal subpart, the longest start of a well-formed sequence there, at least one byte (Unicode
+// 3.9, "U+FFFD Substitution of Maximal Subparts"). `truncated`: the text ends inside a sequence
+// that more bytes could still make well formed.
+struct Subpart {
+  size_t length;
+  bool truncated;
+};
+Subpart ill_formed_subpart(std::string_view text, size_t at);
+
 }  // namespace mpf::utf8

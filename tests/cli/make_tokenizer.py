@@ -4,6 +4,8 @@
   make_tokenizer.py OUT small   256 byte tokens, a few merges, <|endoftext|>  (vocab < 65,536)
   make_tokenizer.py OUT large   the same plus every two-byte token and <|begin_of_text|> at the
                                 end (vocab > 65,536: uint32 shards)
+  make_tokenizer.py OUT gapped  small without the bytes 0x03, 0x0B, 0x1D and 0xF5-0xFF, as
+                                SmolLM's, Falcon's and GPT-NeoX-style vocabularies lack some
 
 Vocabulary keys are written in GPT-2's byte-to-character alphabet, as Hugging Face's ByteLevel
 pre-tokenizer expects (openai/gpt-2 encoder.py's bytes_to_unicode).
@@ -28,7 +30,9 @@ def bytes_to_unicode():
 def main():
     out, kind = sys.argv[1], sys.argv[2]
     alphabet = bytes_to_unicode()
-    vocab = {alphabet[b]: b for b in range(256)}
+    lacking = {0x03, 0x0B, 0x1D} | set(range(0xF5, 0x100)) if kind == "gapped" else set()
+    kept = [b for b in range(256) if b not in lacking]
+    vocab = {alphabet[b]: i for i, b in enumerate(kept)}
     merges = [("h", "e"), ("Ġ", "t"), ("Ġt", "he"), ("e", "n"), ("x", "x"), ("xx", "xx")]
     for a, b in merges:
         vocab.setdefault(a + b, len(vocab))

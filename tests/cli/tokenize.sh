@@ -205,16 +205,84 @@ print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)' "$@"
 read -r rc rss < <(peak_rss_mb "$MPIEXEC" -n 1 "$TOKENIZE" --input "$WORK/big/large.txt" \
   --tokenizer "$WORK/small.json" --output-dir "$WORK/bigout")
 tokens=$("$PY" -c "import json; print(json.load(open('$WORK/bigout/manifest.json'))['tokens'])" 2>/dev/null || echo 0)
-# Bound: the tokens as int32, twice over (a vector's growth), and 150 MB for the program.
-bound=$((tokens * 8 / 1000000 + 150))
-if [ "$rc" -eq 0 ] && [ "$rss" -le "$bound" ]; then
-  ok "a ${big_mb} MB document ($tokens tokens): peak resident ${rss} MB (bound ${bound} MB)"
+read -r _ small_rss < <(peak_rss_mb "$MPIEXEC" -n 1 "$TOKENIZE" --input "$WORK/in/a.txt" \
+  --tokenizer "$WORK/small.json" --output-dir "$WORK/smallout")
+# Bound: the program on a tiny document and 48 MB more (a few MB of the unit's tokens, the rest
+# waiting in a spool file; a MB of text; a piece of the shard being written), well below the
+# document's tokens as int32.
+bound=$((small_rss + 48))
+if [ "$rc" -eq 0 ] && [ "$rss" -le "$bound" ] && [ $((bound * 2)) -lt $((tokens * 4 / 1000000)) ]; then
+  ok "a ${big_mb} MB document ($tokens tokens, $((tokens * 4 / 1000000)) MB as int32): peak resident ${rss} MB (bound ${bound} MB)"
 else
-  bad "a ${big_mb} MB document: exit $rc, peak resident ${rss} MB, bound ${bound} MB"
+  bad "a ${big_mb} MB document ($tokens tokens): exit $rc, peak resident ${rss} MB, bound ${bound} MB"
 fi
+[ -z "$(ls -A "$WORK/bigout" | grep -v -e '\.bin$' -e '^manifest.json$' -e '^mpiformer.lock$')" ] &&
+  ok "no spool file is left beside the shards" || bad "left in the output: $(ls -A "$WORK/bigout")"
 expect_error_from "$TOKENIZE" "70 MB of digits, no place to cut" 1 \
   "input $WORK/big/digits.txt: a document holds 65 MiB of text with no place to cut it" -- \
   --input "$WORK/big/digits.txt" --tokenizer "$WORK/small.json" --output-dir "$WORK/digits"
 [ -z "$(ls -A "$WORK/digits" 2>/dev/null)" ] && ok "the refused document left nothing" ||
   bad "the refused document left: $(ls -A "$WORK/digits")"
+
+# ---- text a vocabulary lacks, and bytes that are not UTF-8 ----
+# A vocabulary without some control bytes and 0xF5-0xFF (SmolLM's, Falcon's, GPT-NeoX-style
+# ones); a UTF-8 document holding three of those control bytes, a Latin-1 one, a plain one. By
+# default, as Hugging Face: the control bytes left out, each ill-formed sequence read as U+FFFD.
+"$PY" "$HERE/make_tokenizer.py" "$WORK/gapped.json" gapped
+mkdir -p "$WORK/rep"
+printf 'ctrl\x1d a\x0bb\x03 end\n' >"$WORK/rep/1_ctrl.txt"
+printf 'caf\xe9 cr\xe8me \xff\n' >"$WORK/rep/2_latin1.txt"
+printf 'plain text\n' >"$WORK/rep/3_plain.txt"
+docs_json() { "$PY" -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >"$WORK/rep.json"; }
+R=(--input "$WORK/rep" --tokenizer "$WORK/gapped.json" --unit-bytes 8)
+manifest() { "$PY" -c "import json, sys; m = json.load(open(sys.argv[1])); print($2)" "$1/manifest.json"; }
+for n in 1 2; do
+  "$MPIEXEC" -n $n "$TOKENIZE" "${R[@]}" --output-dir "$WORK/rep$n" >"$WORK/rep$n.log" 2>&1 ||
+    bad "$n rank(s) on the repaired corpus: $(cat "$WORK/rep$n.log")"
+done
+docs_json $'ctrl ab end\n' $'caf\ufffd cr\ufffdme \ufffd\n' $'plain text\n'
+(cd "$HERE" && "$PY" check_shards.py "$WORK/rep1" "$WORK/gapped.json" "<|endoftext|>" 0 100000000 \
+  "$WORK/rep.json" >/dev/null 2>&1) &&
+  ok "defaults: the lacking control bytes dropped, Latin-1 bytes read as U+FFFD (shards decoded)" ||
+  bad "defaults: the shards are not the repaired documents: $(cd "$HERE" && "$PY" check_shards.py "$WORK/rep1" "$WORK/gapped.json" "<|endoftext|>" 0 100000000 "$WORK/rep.json" 2>&1 | head -3)"
+got=$(manifest "$WORK/rep1" "m['unknown_bytes'], m['invalid_utf8'], m['repairs'], [(d['input'].split('/')[-1], d['byte'], d['unknown_dropped'], d['invalid_utf8_replaced'], d['skipped']) for d in m['repaired_documents']]")
+want="drop replace {'documents': 2, 'unknown_dropped': 3, 'unknown_replaced': 0, 'invalid_utf8_replaced': 3, 'skipped_documents': 0, 'listed': 2} [('1_ctrl.txt', 0, 3, 0, False), ('2_latin1.txt', 0, 0, 3, False)]"
+[ "$got" = "$want" ] && ok "the manifest counts what each document lost or had replaced" ||
+  bad "the manifest's repairs: $got"
+grep -q "^tokenize: done .*| unknown bytes (drop): 3 dropped, 0 replaced | invalid UTF-8 (replace): 3 replaced, 0 documents skipped$" "$WORK/rep1.log" &&
+  ok "the summary line counts them" || bad "the summary line: $(grep '^tokenize: done' "$WORK/rep1.log")"
+diff -r "$WORK/rep1" "$WORK/rep2" >/dev/null && ok "1 and 2 ranks: the same shards and manifest" ||
+  bad "1 and 2 ranks differ: $(diff "$WORK/rep1/manifest.json" "$WORK/rep2/manifest.json")"
+manifest "$WORK/rep1" "m['unicode']" | grep -q "^15.0.0 (utf8proc), with .* 15.1 and 16.0$" &&
+  ok "the manifest names the Unicode data: $(manifest "$WORK/rep1" "m['unicode']")" ||
+  bad "the manifest's unicode: $(manifest "$WORK/rep1" "m.get('unicode')")"
+"$MPIEXEC" -n 1 "$TOKENIZE" --help | grep -q "^15.0.0 data of utf8proc and the characters Unicode 15.1 and 16.0" &&
+  ok "--help names the Unicode version" || bad "--help does not name the Unicode version"
+
+"$MPIEXEC" -n 2 "$TOKENIZE" "${R[@]}" --unknown-bytes replace --output-dir "$WORK/rep_replace" \
+  >"$WORK/rep_replace.log" 2>&1 || bad "--unknown-bytes replace: $(cat "$WORK/rep_replace.log")"
+docs_json $'ctrl\ufffd a\ufffdb\ufffd end\n' $'caf\ufffd cr\ufffdme \ufffd\n' $'plain text\n'
+(cd "$HERE" && "$PY" check_shards.py "$WORK/rep_replace" "$WORK/gapped.json" "<|endoftext|>" 0 \
+  100000000 "$WORK/rep.json" >/dev/null 2>&1) &&
+  [ "$(manifest "$WORK/rep_replace" "m['repairs']['unknown_replaced']")" = 3 ] &&
+  ok "--unknown-bytes replace: U+FFFD's tokens in place of each lacking byte, 3 counted" ||
+  bad "--unknown-bytes replace: $(manifest "$WORK/rep_replace" "m['repairs']")"
+"$MPIEXEC" -n 2 "$TOKENIZE" "${R[@]}" --invalid-utf8 skip-document --output-dir "$WORK/rep_skip" \
+  >"$WORK/rep_skip.log" 2>&1 || bad "--invalid-utf8 skip-document: $(cat "$WORK/rep_skip.log")"
+docs_json $'ctrl ab end\n' $'plain text\n'
+(cd "$HERE" && "$PY" check_shards.py "$WORK/rep_skip" "$WORK/gapped.json" "<|endoftext|>" 0 \
+  100000000 "$WORK/rep.json" >/dev/null 2>&1) &&
+  [ "$(manifest "$WORK/rep_skip" "m['documents'], m['repairs']['skipped_documents'], m['repaired_documents'][1]['skipped']")" = "2 1 True" ] &&
+  ok "--invalid-utf8 skip-document: the Latin-1 document left out, and listed as skipped" ||
+  bad "--invalid-utf8 skip-document: $(manifest "$WORK/rep_skip" "m['documents'], m['repairs']")"
+expect_error_from "$TOKENIZE" "--unknown-bytes error" 2 \
+  "input $WORK/rep/1_ctrl.txt: tokenizer .*gapped.json: model.vocab has no token for the byte 0x1D, which the text holds; pass --unknown-bytes drop" \
+  -- "${R[@]}" --unknown-bytes error --output-dir "$WORK/rep_e1"
+expect_error_from "$TOKENIZE" "--invalid-utf8 error" 2 \
+  "input $WORK/rep/2_latin1.txt: the text is not UTF-8: byte 3 begins 0xE9; pass --invalid-utf8 replace" \
+  -- "${R[@]}" --invalid-utf8 error --output-dir "$WORK/rep_e2"
+expect_error_from "$TOKENIZE" "a misspelt choice" 1 "--invalid-utf8 'skip' is not a choice" \
+  -- "${R[@]}" --invalid-utf8 skip --output-dir "$WORK/rep_e3"
+[ -z "$(find "$WORK"/rep_e? -type f 2>/dev/null)" ] && ok "the refused corpora left no files" ||
+  bad "the refused corpora left: $(find "$WORK"/rep_e? -type f)"
 finish

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <thread>
@@ -275,14 +276,38 @@ TEST_F(BpeTokenizerTest, ConcurrentEncodesAgree) {
   for (const Ids& g : got) EXPECT_EQ(g, want);
 }
 
-TEST_F(BpeTokenizerTest, AMissingByteIsAnErrorWhenTextNeedsIt) {
+TEST_F(BpeTokenizerTest, AByteTheVocabularyLacksIsDroppedReplacedOrRefused) {
   Doc doc;
   doc.vocab = "{" + key("h") + ":0," + key("e") + ":1," + key("he") + ":2}";
   doc.merges = "[\"h e\"]";
   const BpeTokenizer t = load(doc);
+  BpeTokenizer::take_unknown_tally();
   EXPECT_EQ(t.encode("hehe"), (Ids{2, 2}));
-  const std::string m = test::input_error([&] { t.encode("hex"); });
-  EXPECT_NE(m.find("no token for the byte 0x78"), std::string::npos) << m;
+  EXPECT_EQ(BpeTokenizer::take_unknown_tally().dropped, 0);
+  // As Hugging Face's BPE: a symbol not in the vocabulary, with no unk_token, is left out before
+  // the merges (h x e merges to "he"), counted each time (the piece is not cached).
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(t.encode("hxe"), (Ids{2}));
+  UnknownTally tally = BpeTokenizer::take_unknown_tally();
+  EXPECT_EQ(tally.dropped, 2);
+  EXPECT_EQ(tally.replaced, 0);
+  const std::string m =
+      test::input_error([&] { t.with_unknown(UnknownSymbols::kError).encode("hex"); });
+  EXPECT_THAT(m, HasSubstr("no token for the byte 0x78, which the text holds"));
+  EXPECT_THAT(m, HasSubstr("--unknown-bytes drop"));
+  // Replaced: by U+FFFD's bytes where the vocabulary has them, else left out all the same.
+  EXPECT_EQ(t.with_unknown(UnknownSymbols::kReplace).encode("hex"), (Ids{2}));
+  EXPECT_EQ(BpeTokenizer::take_unknown_tally().dropped, 1);
+  doc.vocab = "{" + key("h") + ":0," + key("e") + ":1," + key("he") + ":2," + key("\xEF") + ":3," +
+              key("\xBF") + ":4," + key("\xBD") + ":5}";
+  EXPECT_EQ(load(doc, "fffd.json").with_unknown(UnknownSymbols::kReplace).encode("hex"),
+            (Ids{2, 3, 4, 5}));
+  tally = BpeTokenizer::take_unknown_tally();
+  EXPECT_EQ(tally.replaced, 1);
+  EXPECT_EQ(tally.dropped, 0);
+  // A model with an unk_token gives it (Hugging Face's way), counted as a replacement.
+  doc.model_extra = R"(,"unk_token":"he")";
+  EXPECT_EQ(load(doc, "unk.json").encode("hx"), (Ids{0, 2}));
+  EXPECT_EQ(BpeTokenizer::take_unknown_tally().replaced, 1);
 }
 
 TEST_F(BpeTokenizerTest, RefusesWhatItCannotEncode) {
@@ -352,8 +377,8 @@ TEST_F(BpeTokenizerTest, RefusesWhatItCannotEncode) {
 }
 
 // mpiformer-tokenize reads a large document in chunks and encodes it in segments cut where the
-// pre-tokenizer allows: the tokens are those of the whole text, for either pattern, with a
-// prefix space or without, whatever the chunk sizes.
+// pre-tokenizer allows: the tokens are those of the whole text (its ill-formed bytes read as
+// U+FFFD), for either pattern, with a prefix space or without, whatever the chunk sizes.
 TEST_F(BpeTokenizerTest, ADocumentInChunksEncodesAsTheWholeText) {
   const std::vector<std::string> words = {"hello", " world",       " wor", "ld",     "Hello",
                                           "lll",   "  ",           "\n",   "'ll",    "42",
@@ -382,7 +407,14 @@ TEST_F(BpeTokenizerTest, ADocumentInChunksEncodesAsTheWholeText) {
         at += take;
       }
       stream.finish();
-      ASSERT_EQ(streamed, t.encode(text)) << "variant " << variant << ": " << text;
+      // The stream reads the ill-formed byte as U+FFFD (a lossy decode), wherever the chunks
+      // cut the characters around it; nothing else changes.
+      std::string decoded;
+      for (const char c : text)
+        decoded += c == '\xFF' ? std::string("\xEF\xBF\xBD") : std::string(1, c);
+      ASSERT_EQ(streamed, t.encode(decoded)) << "variant " << variant << ": " << text;
+      ASSERT_EQ(stream.repairs().invalid_utf8,
+                int64_t(std::count(text.begin(), text.end(), '\xFF')));
     }
   }
 }

@@ -10,6 +10,7 @@
 
 #include "text/byte_alphabet.hpp"
 #include "text/pre_tokenizer.hpp"
+#include "text/regex.hpp"
 #include "text/unicode_classes.hpp"
 #include "text/unicode_text.hpp"
 #include "text/utf8.hpp"
@@ -59,6 +60,55 @@ TEST(UnicodeClasses, AreUnicode15) {
   EXPECT_EQ(std::string(unicode::version()).substr(0, 3), "15.");
   EXPECT_EQ(unicode::char_class(U'\U00011F50'), CharClass::kNumber);
   EXPECT_EQ(unicode::char_class(U'\U00011F04'), CharClass::kLetter);  // KAWI LETTER A
+}
+
+TEST(Utf8, IllFormedSubpartsAreWhatALossyDecoderReplaces) {
+  // Python's bytes.decode("utf-8", "replace") gives one U+FFFD per subpart: E2 82 is one (a
+  // truncated euro sign), C0 AF two, ED A0 80 (a surrogate) three, F4 90 80 80 four.
+  const auto subparts = [](const std::string& bytes) {
+    std::vector<size_t> lengths;
+    for (size_t at = 0; at < bytes.size();) {
+      const utf8::Subpart s = utf8::ill_formed_subpart(bytes, at);
+      lengths.push_back(s.length);
+      at += s.length;
+    }
+    return lengths;
+  };
+  using Lengths = std::vector<size_t>;
+  EXPECT_EQ(subparts("\xE2\x82"), Lengths{2});
+  EXPECT_EQ(subparts("\xC0\xAF"), (Lengths{1, 1}));
+  EXPECT_EQ(subparts("\xED\xA0\x80"), (Lengths{1, 1, 1}));
+  EXPECT_EQ(subparts("\xF4\x90\x80\x80"), (Lengths{1, 1, 1, 1}));
+  EXPECT_EQ(subparts("\xF1\x80\x80"), Lengths{3});
+  EXPECT_EQ(subparts("\xFF\xFE"), (Lengths{1, 1}));
+  EXPECT_TRUE(utf8::ill_formed_subpart("\xF0\x9F\x98", 0).truncated);  // a text ends inside it
+  EXPECT_FALSE(utf8::ill_formed_subpart("\xF0\x9Fa", 0).truncated);
+  EXPECT_EQ(utf8::well_formed_prefix("ab\xC3\xA9\xE2\x82"), 4u);
+}
+
+TEST(UnicodeClasses, CharactersOfUnicode15_1And16_0) {
+  // Debian's utf8proc has Unicode 15.0; Hugging Face's Oniguruma classifies the characters 15.1
+  // and 16.0 added (unicode_text.cpp), and DeepSeek V3's splits turn on them.
+  EXPECT_EQ(unicode::char_class(U'\U0002EBF0'), CharClass::kLetter);  // CJK Extension I, 15.1
+  EXPECT_EQ(unicode::char_class(U'\U0002EE5D'), CharClass::kLetter);
+  EXPECT_EQ(unicode::char_class(U'\U0002EE5E'), CharClass::kOther);   // unassigned
+  EXPECT_EQ(unicode::char_class(U'\U00010D40'), CharClass::kNumber);  // GARAY DIGIT ZERO, 16.0
+  EXPECT_EQ(unicode::char_class(U'\U00010D50'), CharClass::kLetter);  // GARAY CAPITAL LETTER A
+  EXPECT_EQ(unicode::char_class(U'\U000116D0'), CharClass::kNumber);  // MYANMAR PAO DIGIT ZERO
+  EXPECT_EQ(unicode::char_class(U'\U000105C0'), CharClass::kLetter);  // TODHRI LETTER A
+  EXPECT_EQ(unicode::general_category(U'\U00010D69'), unicode::Category::kMn);
+  EXPECT_EQ(unicode::general_category(U'\u2FFC'), unicode::Category::kSo);  // 15.1
+  // Unicode 17.0's, which Hugging Face's tokenizers do not know yet, stay unassigned.
+  EXPECT_EQ(unicode::char_class(U'\U000323B0'), CharClass::kOther);             // CJK Extension J
+  EXPECT_EQ(unicode::general_category(U'\U00010940'), unicode::Category::kCn);  // Sidetic
+  // A letter run takes them in: GPT-2's pattern keeps " \U0002EBF0x" one piece.
+  EXPECT_EQ(pieces(PreTokenizer::kGpt2, "a \xF0\xAE\xAF\xB0x!"),
+            (Pieces{"a", " \xF0\xAE\xAF\xB0x", "!"}));
+  // So does a Split pattern's \p{L} (Oniguruma's path).
+  std::vector<std::pair<size_t, size_t>> found;
+  Regex(R"(\p{L}+)").append_matches("a \xF0\xAE\xAF\xB0x", found);
+  EXPECT_EQ(found, (std::vector<std::pair<size_t, size_t>>{{0, 1}, {2, 7}}));
+  EXPECT_NE(std::string(unicode::data_version()).find("16.0"), std::string::npos);
 }
 
 TEST(UnicodeClasses, ClassesOfKnownCharacters) {

@@ -1,8 +1,8 @@
 // mpiformer-tokenize's run under mpiexec (1, 2 and 4 ranks) with a byte-level encoder: the shards
 // hold exactly the serial stream (the document token, then the document's bytes, document after
 // document) cut at the validation split and every shard_tokens, whatever the rank count and the
-// work unit size; the manifest agrees with the files; bad input is one InputError on every rank
-// and leaves nothing behind.
+// work unit size, documents of millions of tokens included; the manifest agrees with the files;
+// bad input is one InputError on every rank and leaves nothing behind.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -170,6 +170,47 @@ TEST_F(TokenizeRunTest, LargeVocabularyWritesUint32Shards) {
   EXPECT_EQ(s.header[0], 20240801);
   EXPECT_EQ(s.header[1], 7);
   EXPECT_EQ(s.tokens, serial_stream(69999));
+}
+
+// A unit's tokens past what a rank keeps in memory wait in a spool file: documents of millions of
+// tokens come out as the serial stream all the same, and a document skipped at its last byte
+// (--invalid-utf8 skip-document) is taken back, spilled tokens too; the manifest lists it.
+TEST_F(TokenizeRunTest, LargeDocumentsSpillAndASkippedOneIsTakenBack) {
+  std::string big;
+  for (int i = 0; big.size() < (size_t(5) << 19); ++i) big += "line " + std::to_string(i) + "\n";
+  if (rank_of(world_) == 0) {
+    test::write_file(dir_ + "/in/big.txt", big);
+    test::write_file(dir_ + "/in/bad.txt", big + "\xff");
+    test::write_file(dir_ + "/in/end.txt", "end");
+  }
+  MPI_Barrier(world_);
+  std::vector<int64_t> stream = {256};
+  stream.insert(stream.end(), big.begin(), big.end());
+  stream.insert(stream.end(), {256, 'e', 'n', 'd'});
+  DocumentEncoder e = byte_encoder(257);
+  e.invalid_utf8 = InvalidUtf8::kSkipDocument;
+  int run = 0;
+  for (int64_t unit : {int64_t(1), int64_t(1) << 30}) {  // a file a unit; all in rank 0's
+    TokenizeOptions o = options("spill" + std::to_string(run++));
+    o.inputs = {dir_ + "/in/big.txt", dir_ + "/in/bad.txt", dir_ + "/in/end.txt"};
+    o.val_tokens = 0;
+    o.shard_tokens = int64_t(1) << 30;
+    o.unit_bytes = unit;
+    o.invalid_utf8 = InvalidUtf8::kSkipDocument;
+    const TokenizeSummary sum = run_tokenize(o, e, "abc", world_);
+    EXPECT_EQ(sum.documents, 2);
+    EXPECT_EQ(read_shard(o.output_dir + "/t_train_000000.bin", 2).tokens, stream)
+        << "unit " << unit;
+    const json::Value m = json::parse(test::read_file(o.output_dir + "/manifest.json"), "manifest");
+    EXPECT_EQ(m.find("repairs")->find("skipped_documents")->integer(), 1);
+    const auto& listed = m.find("repaired_documents")->array();
+    ASSERT_EQ(listed.size(), 1u);
+    EXPECT_EQ(listed[0].find("input")->string(), dir_ + "/in/bad.txt");
+    EXPECT_TRUE(listed[0].find("skipped")->boolean());
+    for (const auto& entry : std::filesystem::directory_iterator(o.output_dir)) {
+      EXPECT_EQ(entry.path().filename().string().find("spool"), std::string::npos) << entry.path();
+    }
+  }
 }
 
 TEST_F(TokenizeRunTest, BadInputIsOneErrorAndLeavesNothing) {
