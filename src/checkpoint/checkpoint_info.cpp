@@ -73,6 +73,7 @@ std::vector<Field> optional_model_fields(CheckpointInfo& c, bool held) {
     out.push_back({"model.moe_aux_coef", &m.moe_aux_coef});
   }
   if (!held || m.shared_expert()) out.push_back({"model.shared_ffn", &m.shared_ffn});
+  if (!held || m.no_qkv_bias) out.push_back({"model.no_qkv_bias", &m.no_qkv_bias});
   return out;
 }
 

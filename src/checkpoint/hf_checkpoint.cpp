@@ -282,6 +282,22 @@ int layers_of(TensorId t, const GPTConfig& cfg) {
   return tensor_spec(t).per_layer() ? cfg.layers : 1;
 }
 
+// The Q, K, V biases the file holds for a model built without them (Qwen2-MoE's qkv_bias false):
+// transformers does not use them, and neither does this trainer.
+std::set<std::string> dropped_biases(const HfSource& source, const GPTConfig& cfg) {
+  std::set<std::string> out;
+  if (!cfg.no_qkv_bias) return out;
+  GPTConfig with = cfg;
+  with.no_qkv_bias = false;
+  const NameMap names = name_map(source, with);
+  for (int l = 0; l < cfg.layers; ++l) {
+    for (const HfPiece& p : names.pieces(TensorId::qkvb, l)) {
+      if (source.find(p.name).entry) out.insert(p.name);
+    }
+  }
+  return out;
+}
+
 // Every tensor the model needs is there with its shape; lm_head.weight, if there, is wte's shape.
 void check_tensors(const HfSource& source, const GPTConfig& cfg, const std::string& cfg_origin) {
   const NameMap names = name_map(source, cfg);
@@ -322,8 +338,9 @@ void check_tensors(const HfSource& source, const GPTConfig& cfg, const std::stri
     }
     return false;
   };
+  const std::set<std::string> dropped = dropped_biases(source, cfg);
   for (const auto& [name, at] : source.tensors()) {
-    if (read.count(name) || is_buffer(name)) continue;
+    if (read.count(name) || is_buffer(name) || dropped.count(name)) continue;
     throw InputError("safetensors file " + at.file->path() + ": tensor " + name +
                      " is not a tensor of the model of " + cfg_origin + " (" + describe(cfg) +
                      "); the file holds another model (more layers, biases): pass its config "
@@ -570,6 +587,15 @@ std::optional<GPTConfig> hf_source_config(const std::string& path) {
   const HfSource source(path);
   if (source.config().empty()) return std::nullopt;
   return read_hf_config(source.config());
+}
+
+std::string hf_unused_biases(const std::string& path, const GPTConfig& cfg) {
+  const HfSource source(path);
+  const std::set<std::string> dropped = dropped_biases(source, cfg);
+  if (dropped.empty()) return "";
+  return "--init-from " + path + ": config.json's qkv_bias is false, so the file's " +
+         std::to_string(dropped.size()) + " Q, K and V bias tensors (" + *dropped.begin() +
+         ", ...) are not used: the model has no attention biases, as transformers builds it";
 }
 
 std::optional<int> hf_bos_token(const std::string& path) {

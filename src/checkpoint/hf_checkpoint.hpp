@@ -40,6 +40,10 @@ GPTConfig read_hf_model_config(const std::string& path, const std::optional<GPTC
 // or none when there is none: what the model flags default to.
 std::optional<GPTConfig> hf_source_config(const std::string& path);
 
+// A warning when the model (cfg, read from `path`) has no Q, K, V biases but the file holds them
+// (Qwen2-MoE's qkv_bias false: transformers leaves them unused too); "" otherwise.
+std::string hf_unused_biases(const std::string& path, const GPTConfig& cfg);
+
 // config.json's bos_token_id for --init-from `path` (in the directory, or beside the file), or
 // none when there is no config.json or it names none.
 std::optional<int> hf_bos_token(const std::string& path);

@@ -177,8 +177,13 @@ void read_experts(const ConfigKeys& k, GPTConfig& cfg) {
                 " names dense layers; this trainer's every block is a "
                 "mixture of experts");
   }
-  // Qwen2-MoE's shared expert (shared_expert_intermediate_size), gated by shared_expert_gate.
-  if (cfg.arch == Arch::kQwen2Moe) cfg.shared_ffn = k.size("shared_expert_intermediate_size");
+  // Qwen2-MoE's shared expert (shared_expert_intermediate_size), gated by shared_expert_gate; and
+  // its qkv_bias (default true): false builds the attention without biases, whatever the file
+  // holds.
+  if (cfg.arch == Arch::kQwen2Moe) {
+    cfg.shared_ffn = k.size("shared_expert_intermediate_size");
+    cfg.no_qkv_bias = !k.bool_or("qkv_bias", true);
+  }
   cfg.moe_renormalize = mixtral || k.bool_or("norm_topk_prob", false);
   cfg.moe_aux_coef = float(k.number_or("router_aux_loss_coef", default_moe_aux_coef(cfg.arch)));
   k.expect_number("router_jitter_noise", 0.0, "this trainer's router has no noise");
@@ -398,6 +403,7 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
         s += line("decoder_sparse_step", "1") + line("mlp_only_layers", "[]");
       }
       if (cfg.shared_expert()) s += line("shared_expert_intermediate_size", n(cfg.shared_ffn));
+      if (cfg.arch == Arch::kQwen2Moe) s += line("qkv_bias", cfg.no_qkv_bias ? "false" : "true");
       s += line("router_aux_loss_coef", float_text(cfg.moe_aux_coef));
       s += line("output_router_logits", "false");
     }

@@ -46,8 +46,8 @@ constexpr HeaderKind kLlamaModelFile{llmc::kLlamaModelMagic, llmc::kLlamaModelVe
 
 // A Llama-family model's fields in header slots 8..24 (docs/file-formats.md): GPT-2's files
 // keep them zero. Slot 8 is the family (Arch's value); floats are stored as their bits; slots 18
-// (the sliding window), 19 (a head size apart from C/NH), 20..23 (the experts) and 24 (a shared
-// expert's width) are 0 in files written before them.
+// (the sliding window), 19 (a head size apart from C/NH), 20..23 (the experts), 24 (a shared
+// expert's width) and 25 (the family's Q, K, V biases left out) are 0 in files written before them.
 enum LlamaSlot {
   kArch = 8,
   kKvHeads,
@@ -65,7 +65,8 @@ enum LlamaSlot {
   kExpertsPerToken,
   kMoeRenormalize,
   kMoeAuxCoef,
-  kSharedFfn
+  kSharedFfn,
+  kNoQkvBias
 };
 constexpr int kLastArch = int(Arch::kQwen2Moe);
 int32_t float_bits(float x) {
@@ -85,6 +86,7 @@ void read_llama_slots(const int32_t* h, GPTConfig& cfg) {
   cfg.experts = h[kExperts];
   cfg.experts_per_token = h[kExpertsPerToken];
   cfg.shared_ffn = h[kSharedFfn];
+  cfg.no_qkv_bias = h[kNoQkvBias] != 0;
   cfg.moe_renormalize = h[kMoeRenormalize] != 0;
   cfg.moe_aux_coef = bits_float(h[kMoeAuxCoef]);
   cfg.kv_heads = h[kKvHeads];
@@ -197,6 +199,7 @@ void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
   h[kMoeRenormalize] = cfg.moe() && cfg.moe_renormalize ? 1 : 0;
   h[kMoeAuxCoef] = float_bits(cfg.moe_aux_coef);
   h[kSharedFfn] = cfg.shared_ffn;
+  h[kNoQkvBias] = cfg.no_qkv_bias ? 1 : 0;
   h[kKvHeads] = cfg.kv_head_count();
   h[kFfnDim] = cfg.ffn_width();
   h[kTied] = cfg.tied ? 1 : 0;

@@ -96,6 +96,10 @@ GenerateInputs load_generate_inputs(const GenerateOptions& opts, int64_t step,
   } else {
     in.cfg = is_hf_source(opts.init_from) ? read_hf_model_config(opts.init_from, std::nullopt, {})
                                           : read_checkpoint_config(opts.init_from);
+    if (is_hf_source(opts.init_from)) {
+      const std::string unused = hf_unused_biases(opts.init_from, in.cfg);
+      if (!unused.empty()) in.notes.push_back("warning: " + unused);
+    }
   }
   // A Hugging Face model directory may hold its tokenizer.json, as a model repository does: it
   // is the default --tokenizer, as transformers' from_pretrained(dir) takes it.

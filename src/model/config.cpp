@@ -202,6 +202,9 @@ std::string describe(const GPTConfig& cfg) {
     if (cfg.shared_expert() && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " shared %d", cfg.shared_ffn);
     }
+    if (cfg.no_qkv_bias && n < int(sizeof buf)) {
+      n += std::snprintf(buf + n, sizeof buf - size_t(n), " no-qkv-bias");
+    }
     if (cfg.sliding_window > 0 && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " window %d", cfg.sliding_window);
     }
@@ -227,7 +230,8 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
          a.rope_original_max_pos == b.rope_original_max_pos && a.tied == b.tied &&
          a.sliding_window == b.sliding_window && a.head_size() == b.head_size() &&
          a.experts == b.experts && a.experts_per_token == b.experts_per_token &&
-         (!a.moe() || a.moe_renormalize == b.moe_renormalize) && a.shared_ffn == b.shared_ffn;
+         (!a.moe() || a.moe_renormalize == b.moe_renormalize) && a.shared_ffn == b.shared_ffn &&
+         a.features().qkv_bias == b.features().qkv_bias;
 }
 
 }  // namespace mpf

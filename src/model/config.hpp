@@ -97,8 +97,15 @@ struct GPTConfig {
   // Qwen2-MoE's shared expert: a SwiGLU MLP of this width every token goes through beside its
   // routed experts, its output scaled by sigmoid(x · sgatew); 0: none.
   int shared_ffn = 0;
+  // The family's Q, K, V biases left out (Qwen2-MoE's config.json "qkv_bias": false, as
+  // transformers builds the model then).
+  bool no_qkv_bias = false;
 
-  ModelFeatures features() const { return features_of(arch); }
+  ModelFeatures features() const {
+    ModelFeatures f = features_of(arch);
+    if (no_qkv_bias) f.qkv_bias = false;
+    return f;
+  }
   // The families with the Llama fields (GQA, SwiGLU width, RMSNorm eps, rotary embeddings).
   bool llama() const { return features().llama_fields; }
   bool rms_norm() const { return features().norm == NormKind::kRmsNorm; }

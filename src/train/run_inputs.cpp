@@ -214,6 +214,10 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
     if (!note.empty()) in.notes.push_back(note);
   }
   in.cfg = in.resume ? in.resume->info.model : model_config(opts);
+  if (!in.resume && !opts.init_from.empty() && is_hf_source(opts.init_from)) {
+    const std::string unused = hf_unused_biases(opts.init_from, in.cfg);
+    if (!unused.empty()) in.warnings.push_back(unused);
+  }
   apply_moe_aux_coef(opts, in.cfg);
   require(opts.seq_len <= in.cfg.max_seq_len,
           "--seq-len " + std::to_string(opts.seq_len) + " exceeds the model's max_seq_len " +

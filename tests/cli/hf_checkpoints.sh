@@ -180,6 +180,29 @@ expect_error "--arch of another family than config.json's" 1 \
 expect_error "Mixtral: --experts disagrees with config.json" 1 \
   "--experts 8 disagrees with config .*num_local_experts 4" -- \
   --init-from "$WORK/mixtral" --arch mixtral --experts 8 "${ARGS[@]}"
+# 7. Qwen2-MoE's qkv_bias false: transformers builds the attention without biases and leaves a
+# file's bias tensors unused; so does the trainer (one warning naming them), and the model it
+# saves (--save-hf, --save-llmc) has none: each loads back to the same loss, and the model with the
+# biases (qkv_bias true, trained 2 steps so they are not zero) gives another.
+train qwen2_moe 1 --steps 2 --lr 1e-2 --arch qwen2_moe --layers 2 --heads 4 --kv-heads 2 --dim 32 \
+  --ffn-dim 48 --experts 4 --experts-per-token 2 --shared-expert-dim 40 --vocab 300 \
+  --max-seq-len 32 --save-hf "$WORK/qwen2_moe"
+cp -r "$WORK/qwen2_moe" "$WORK/no_bias" && hf config "$WORK/no_bias" qkv_bias false
+train no_bias 2 --steps 1 --lr 0 --dp 2 --init-from "$WORK/no_bias" --save-hf "$WORK/no_bias_saved" \
+  --save-llmc "$WORK/no_bias.bin"
+train no_bias_hf 1 --steps 1 --lr 0 --init-from "$WORK/no_bias_saved"
+train no_bias_llmc 1 --steps 1 --lr 0 --init-from "$WORK/no_bias.bin"
+train with_bias 1 --steps 1 --lr 0 --init-from "$WORK/qwen2_moe"
+[ "$(grep -c "config.json's qkv_bias is false, so the file's 6 Q, K and V bias tensors .* are not used" "$WORK/no_bias.log")" = 1 ] &&
+  ok "qkv_bias false: one warning, the file's biases not used" || bad "qkv_bias false: $(grep -E '^(warning|error)' "$WORK/no_bias.log")"
+grep -q '"qkv_bias": false' "$WORK/no_bias_saved/config.json" && ! grep -q 'q_proj.bias' "$WORK/no_bias_saved/model.safetensors" &&
+  ! grep -q '^warning' "$WORK/no_bias_hf.log" && ok "qkv_bias false: --save-hf writes it and no biases" ||
+  bad "qkv_bias false: the saved directory"
+nb=$(loss_of no_bias)
+[ -n "$nb" ] && [ "$(loss_of no_bias_hf)" = "$nb" ] && [ "$(loss_of no_bias_llmc)" = "$nb" ] &&
+  [ "$(loss_of with_bias)" != "$nb" ] &&
+  ok "qkv_bias false: loss $nb from the directory, its --save-hf and --save-llmc; $(loss_of with_bias) with the biases" ||
+  bad "qkv_bias false: losses $nb, $(loss_of no_bias_hf) (--save-hf), $(loss_of no_bias_llmc) (--save-llmc), $(loss_of with_bias) (with the biases)"
 if [ -n "$GENERATE" ]; then
   expect_error_from "$GENERATE" "generate: a .safetensors file without config.json" 1 \
     "bare/model.safetensors has no config.json beside it" -- --init-from "$WORK/bare/model.safetensors"

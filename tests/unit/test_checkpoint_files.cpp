@@ -177,6 +177,35 @@ TEST_F(CheckpointDirTest, LlamaStateFileRoundTrip) {
   EXPECT_EQ(r.model.rope_theta, 500000.0f);
 }
 
+// A Qwen2-MoE without its Q, K, V biases (config.json's qkv_bias false) says so, has no qkvb
+// checksums, and reads back as that model (not as the family's, which has them).
+TEST_F(CheckpointDirTest, StateFileWithoutQkvBiases) {
+  CheckpointInfo c = filled();
+  c.model.arch = Arch::kQwen2Moe;
+  c.model.kv_heads = 2;
+  c.model.ffn_dim = 40;
+  c.model.experts = 4;
+  c.model.experts_per_token = 2;
+  c.model.shared_ffn = 24;
+  c.model.no_qkv_bias = true;
+  EXPECT_FALSE(present(TensorId::qkvb, c.model));
+  c.params_checksum = c.m_checksum = c.v_checksum = {};
+  for (int i = 0; i < kNumParameterTensors; ++i) {
+    if (present(TensorId(i), c.model)) c.params_checksum[i] = 0x9e3779b97f4a7c15ULL * (i + 1);
+  }
+  const std::string text = to_text(c);
+  EXPECT_NE(text.find("model.no_qkv_bias = 1\n"), std::string::npos);
+  EXPECT_EQ(text.find("checksum.model.qkvb"), std::string::npos);
+  write_file(path("state.txt"), text);
+  const CheckpointInfo r = read_checkpoint_info(path("state.txt"));
+  EXPECT_EQ(to_text(r), text);
+  EXPECT_TRUE(r.model.no_qkv_bias);
+  EXPECT_TRUE(same_shape(r.model, c.model));
+  GPTConfig with_biases = c.model;
+  with_biases.no_qkv_bias = false;
+  EXPECT_FALSE(same_shape(with_biases, c.model));
+}
+
 TEST_F(CheckpointDirTest, StateFileRefusals) {
   const std::string good = to_text(filled());
   auto with = [&](const std::string& from, const std::string& to) {
