@@ -62,6 +62,7 @@ TEST(Settings, EveryFlagParsesIntoItsField) {
       {"--doc-token", {"--doc-mask"}},
       {"--eval-every", {"--eval-data", "tasks.bin"}},
       {"--eval-examples", {"--eval-data", "tasks.bin"}},
+      {"--outlier-window", {"--skip-outliers", "2"}},
       {"--cp", {"--seq-len", "96"}}};  // 2 x 3 chunks
   for (const Setting* s : rows()) {
     const std::string flag = s->flag;
