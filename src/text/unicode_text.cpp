@@ -78,6 +78,26 @@ Category newer_category(char32_t cp) {
   return (r - 1)->category;
 }
 
+// The lowercase of 16.0's capital letters (UnicodeData.txt's simple mappings), which utf8proc
+// maps to themselves.
+char32_t newer_lowercase(char32_t cp) {
+  if (cp >= 0x10D50 && cp <= 0x10D65) return cp + 0x20;  // Garay
+  switch (cp) {
+    case 0x1C89:
+      return 0x1C8A;  // CYRILLIC CAPITAL LETTER TJE
+    case 0xA7CB:
+      return 0x0264;  // LATIN CAPITAL LETTER RAMS HORN
+    case 0xA7CC:
+      return 0xA7CD;  // LATIN CAPITAL LETTER S WITH DIAGONAL STROKE
+    case 0xA7DA:
+      return 0xA7DB;  // LATIN CAPITAL LETTER LAMBDA
+    case 0xA7DC:
+      return 0x019B;  // LATIN CAPITAL LETTER LAMBDA WITH STROKE
+    default:
+      return cp;
+  }
+}
+
 utf8proc_propval_t category(char32_t cp) {
   const utf8proc_propval_t c = utf8proc_category(utf8proc_int32_t(cp));
   if (c != UTF8PROC_CATEGORY_CN) return c;
@@ -156,7 +176,8 @@ std::string lowercase(std::string_view text) {
       out += "i\xCC\x87";
       continue;
     }
-    utf8::append(out, char32_t(utf8proc_tolower(utf8proc_int32_t(c.cp))));
+    const char32_t lower = char32_t(utf8proc_tolower(utf8proc_int32_t(c.cp)));
+    utf8::append(out, lower == c.cp ? newer_lowercase(c.cp) : lower);
   }
   return out;
 }

@@ -108,6 +108,11 @@ TEST(UnicodeClasses, CharactersOfUnicode15_1And16_0) {
   std::vector<std::pair<size_t, size_t>> found;
   Regex(R"(\p{L}+)").append_matches("a \xF0\xAE\xAF\xB0x", found);
   EXPECT_EQ(found, (std::vector<std::pair<size_t, size_t>>{{0, 1}, {2, 7}}));
+  // 16.0's capital letters have their lowercase (a Lowercase normalizer).
+  EXPECT_EQ(unicode::lowercase("\xF0\x90\xB5\x90"
+                               "A\xEA\x9F\x8C"),
+            "\xF0\x90\xB5\xB0"
+            "a\xEA\x9F\x8D");  // GARAY A, A, LATIN S WITH DIAGONAL STROKE
   EXPECT_NE(std::string(unicode::data_version()).find("16.0"), std::string::npos);
 }
 
