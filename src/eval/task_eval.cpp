@@ -74,15 +74,20 @@ void check_task_fits(const EvalTask& task, int batch, int seq_len, int vocab,
 }
 
 TaskResult evaluate_task(const EvalTask& task, int batch, int seq_len, const RowLosses& losses,
-                         bool details) {
+                         bool details, const StopCheck& stop) {
   const auto start = std::chrono::steady_clock::now();
   TaskResult r;
   r.name = task.name;
+  r.total = int(task.examples.size());
   const size_t cells = size_t(batch) * size_t(seq_len);
   std::vector<int32_t> inputs(cells), targets(cells);
   std::vector<float> out(cells);
   size_t next = 0;
   while (next < task.examples.size()) {
+    if (stop && stop()) {
+      r.cut_short = true;
+      break;
+    }
     // The examples whose endings fit this batch's rows, in file order.
     size_t end = next;
     int rows = 0;

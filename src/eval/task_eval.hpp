@@ -24,8 +24,12 @@ struct ExampleScore {
 struct TaskResult {
   std::string name;
   int examples = 0, correct = 0, correct_norm = 0;
+  int total = 0;  // the task's examples: more than `examples` when cut short
   double seconds = 0.0;
   std::vector<ExampleScore> details;  // per example, when asked for
+  // Ended early by the caller's StopCheck: the counts are of the examples scored before it, and
+  // no score of the task.
+  bool cut_short = false;
   double acc() const { return examples ? double(correct) / examples : 0.0; }
   double acc_norm() const { return examples ? double(correct_norm) / examples : 0.0; }
   // "eval | NAME | N examples | acc 0.2500 (3/12) | acc_norm ... | 1.2 s"
@@ -42,10 +46,14 @@ using RowLosses = std::function<void(const int32_t* inputs, const int32_t* targe
 void check_task_fits(const EvalTask& task, int batch, int seq_len, int vocab,
                      const std::string& batch_flag, const std::string& seq_flag);
 
+// Asked before each batch, collectively as RowLosses is: true ends the scoring there.
+using StopCheck = std::function<bool()>;
+
 // Scores every example: they are packed into batches of `batch` rows, an example's endings in
-// consecutive rows of one batch, the unused rows and positions zero (and not scored).
+// consecutive rows of one batch, the unused rows and positions zero (and not scored). A `stop`
+// that says true ends it early, with the result cut_short.
 TaskResult evaluate_task(const EvalTask& task, int batch, int seq_len, const RowLosses& losses,
-                         bool details);
+                         bool details, const StopCheck& stop = {});
 
 // One example's score line of --eval-details: a JSON object.
 std::string details_json(const ExampleScore& s);

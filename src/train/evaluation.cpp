@@ -5,14 +5,22 @@
 #include "core/error.hpp"
 #include "core/transfer.hpp"
 #include "parallel/device_mpi.hpp"
+#include "train/stop_signals.hpp"
 #include "train/trainer.hpp"
 
 namespace mpf {
 
-double TrainingRun::validate() {
+bool TrainingRun::stop_requested() {
+  // An evaluation may take longer than Slurm's KillWait: a stop signal must not wait for its end.
+  if (stop_signal_ == 0) stop_signal_ = agree_on_stop(grid_->world_comm());
+  return stop_signal_ != 0;
+}
+
+std::optional<double> TrainingRun::validate(int& batches) {
   val_data_->reset();
   double total = 0.0;
-  for (int i = 0; i < opts_.val_steps; ++i) {
+  for (batches = 0; batches < opts_.val_steps; ++batches) {
+    if (stop_requested()) return std::nullopt;
     batch_.load(*val_data_, grid_->dp_rank() * local_batch_);
     total += global_mean_loss(
         stage_->evaluate(params_.t, batch_.inputs(), batch_.targets(), batch_.doc_starts()));
@@ -21,15 +29,25 @@ double TrainingRun::validate() {
 }
 
 void TrainingRun::validate_at(int step) {
-  if (!val_data_) return;
+  if (!val_data_ || stop_signal_) return;
   PhaseScope phase(phases_, StepPhase::kValidation, step);
-  reporter_->validation(step, validate());
+  int batches = 0;
+  if (const std::optional<double> loss = validate(batches)) {
+    reporter_->validation(step, *loss);
+  } else {
+    reporter_->cut_short("validation", step, batches, opts_.val_steps, "batches");
+  }
 }
 
 void TrainingRun::score_task_at(int step) {
-  if (!eval_task_) return;
+  if (!eval_task_ || stop_signal_) return;
   PhaseScope phase(phases_, StepPhase::kValidation, step);
-  reporter_->task(step, score_task(false));
+  const TaskResult r = score_task(false);
+  if (r.cut_short) {
+    reporter_->cut_short("eval of " + r.name, step, r.examples, r.total, "examples");
+  } else {
+    reporter_->task(step, r);
+  }
 }
 
 TaskResult TrainingRun::evaluate(bool details) {
@@ -43,7 +61,7 @@ TaskResult TrainingRun::score_task(bool details) {
   return evaluate_task(
       *eval_task_, opts_.batch, opts_.seq_len,
       [this](const int32_t* in, const int32_t* tg, float* out) { row_losses(in, tg, out); },
-      details);
+      details, [this] { return stop_requested(); });
 }
 
 void TrainingRun::row_losses(const int32_t* inputs, const int32_t* targets, float* losses) {

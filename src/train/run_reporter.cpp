@@ -16,6 +16,7 @@
 #include "train/exit_status.hpp"
 #include "train/settings.hpp"
 #include "train/step_rerun.hpp"
+#include "train/stop_signals.hpp"
 #include "train/trainer.hpp"
 
 namespace mpf {
@@ -358,6 +359,15 @@ void RunReporter::task(int step, const TaskResult& t) const {
              .number("acc_norm", t.acc_norm())
              .number("seconds", t.seconds));
   scalars(step, {{"eval/acc", t.acc()}, {"eval/acc_norm", t.acc_norm()}});
+}
+
+void RunReporter::cut_short(const std::string& what, int step, int done, int total,
+                            const char* units) const {
+  if (!speaks()) return;
+  std::printf(
+      "%s at step %d cut short by %s after %d of %d %s; its partial result is not reported\n",
+      what.c_str(), step, signal_name(run_.stop_signal_), done, total, units);
+  std::fflush(stdout);
 }
 
 void RunReporter::zb_plan(int step, const pipeline::OpCosts& costs, int limit) const {

@@ -43,6 +43,9 @@ class RunReporter {
   int divergence(const StepRecord& s, const std::string& newest_checkpoint) const;
   void validation(int step, double loss) const;
   void task(int step, const TaskResult& r) const;
+  // An evaluation (`what`) a stop signal ended after `done` of its `total` `units`: a line saying
+  // so, and no score anywhere (a part of one is not the score).
+  void cut_short(const std::string& what, int step, int done, int total, const char* units) const;
   void zb_plan(int step, const pipeline::OpCosts& costs, int limit) const;
   // Collective: the mean step time, tokens/s, MFU and the phases, --profile's table, and the
   // memory every rank measured against its prediction.

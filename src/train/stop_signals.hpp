@@ -1,9 +1,10 @@
 // Being asked to stop: SIGUSR1 (Slurm's warning before a time limit, sbatch --signal), SIGTERM
 // (scancel, a preemption) and SIGINT (Ctrl-C) ask the run to finish its current step, save (with
 // --save) and exit with kExitSignalled. A thread only records the signal; the ranks agree on it
-// at each step boundary, so one rank receiving it is enough. Signals within a few seconds of the
-// first are the same request (scancel's TERM plus the job script's USR1); a signal after that is a
-// second request and ends the process at once (the launcher then ends the whole job).
+// at each step boundary, and between the batches of an evaluation (which then ends early, its
+// partial result unreported), so one rank receiving it is enough. Signals within a few seconds of
+// the first are the same request (scancel's TERM plus the job script's USR1); a signal after that
+// is a second request and ends the process at once (the launcher then ends the whole job).
 //
 // A rank that cannot reach the end of its step is waiting on one that is gone: srun, ending a job
 // whose rank died, sends the others SIGTERM and SIGKILLs them only after KillWait (30 s by

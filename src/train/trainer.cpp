@@ -55,7 +55,10 @@ TrainResult TrainingRun::train() {
   }
   reporter_->summary(last, result.status);
   profile::set_enabled(false);
-  if (result.status != kExitDone) return result;
+  // A stop during the last step's evaluations leaves the training complete: its model files are
+  // still written (a complete run resumed writes nothing).
+  const bool complete = last == opts_.steps && result.status == kExitSignalled;
+  if (result.status != kExitDone && !complete) return result;
   reporter_->stages(tally_.ops);
   if (!saver_->save_llmc()) result.status = kExitSaveFailed;
   if (!saver_->save_hf()) result.status = kExitSaveFailed;
@@ -203,22 +206,28 @@ int TrainingRun::after_step(const StepRecord& r) {
   reporter_->step(r, peak_flops_->check(step, flops_per_step(), r.ms / 1e3));
   if (cfg_.moe() && reporter_->logs_step(step)) reporter_->expert_load(step, global_expert_load());
   // The step boundary: the ranks agree whether any of them was asked to stop.
-  int signal = 0;
   {
     PhaseScope phase(phases_, StepPhase::kStopAgreement);
-    signal = agree_on_stop(grid_->world_comm());
+    stop_signal_ = agree_on_stop(grid_->world_comm());
   }
   auto due = [&](int every) { return every > 0 && step % every == 0; };
   const bool last = step == opts_.steps;
-  if (!signal && opts_.val_every > 0 && (due(opts_.val_every) || last)) validate_at(step);
-  if (!signal && (due(opts_.eval_every) || last)) score_task_at(step);
-  if (!signal && sample_ && (due(opts_.sample_every) || last)) {
+  // The checkpoint before the evaluations: a stop signal during one, then SIGKILL after Slurm's
+  // KillWait, must not lose the steps since the last save. The evaluations (which skip themselves
+  // once a stop is agreed on) leave the training state as it is.
+  const bool save_due = !opts_.save.empty() && (stop_signal_ || last || due(opts_.save_every));
+  if (save_due && !saver_->save(step)) return kExitSaveFailed;
+  if (opts_.val_every > 0 && (due(opts_.val_every) || last)) validate_at(step);
+  if (due(opts_.eval_every) || last) score_task_at(step);
+  if (!stop_signal_ && sample_ && (due(opts_.sample_every) || last)) {
     PhaseScope phase(phases_, StepPhase::kSample, step);
     sample_->print(step);
   }
-  const bool save_due = !opts_.save.empty() && (signal || last || due(opts_.save_every));
-  if (save_due && !saver_->save(step)) return kExitSaveFailed;
-  return signal ? stop_after(signal, step) : kExitDone;
+  // A stop asked for during the evaluations: this step's checkpoint, unless saved above.
+  if (stop_signal_ && !save_due && !opts_.save.empty() && !saver_->save(step)) {
+    return kExitSaveFailed;
+  }
+  return stop_signal_ ? stop_after(stop_signal_, step) : kExitDone;
 }
 
 int TrainingRun::stop_after(int signal, int step) const {

@@ -3,11 +3,11 @@
 // watchdog, the trace and the phase timers observe (docs/design.md, code style 9):
 //   compute (data, zero grads, the schedule's forwards and backwards, the loss)
 //   -> sync (tied embedding, DP gradients, the norm) -> update (AdamW, ZeRO's all-gather)
-// and ends at a boundary where the ranks agree whether to stop (a signal), and may validate,
-// score a task, sample and save. The run is in parts, as a molecular-dynamics code splits its time
-// step: its inputs are resolved before it (run_inputs.hpp); it is built (run_setup.cpp) and runs
-// its step loop (trainer.cpp) and its evaluations (evaluation.cpp); a reporter says what it does
-// (run_reporter.hpp) and a saver writes it (run_saver.hpp). The two read the run's state.
+// and ends at a boundary where the ranks agree whether to stop (a signal), and may save,
+// validate, score a task and sample. The run is in parts, as a molecular-dynamics code splits its
+// time step: its inputs are resolved before it (run_inputs.hpp); it is built (run_setup.cpp) and
+// runs its step loop (trainer.cpp) and its evaluations (evaluation.cpp); a reporter says what it
+// does (run_reporter.hpp) and a saver writes it (run_saver.hpp). The two read the run's state.
 #pragma once
 
 #include <memory>
@@ -80,8 +80,10 @@ class TrainingRun {
 
   // Collective: --eval-data scored by the model as it was loaded, outside any training
   // (evaluation.cpp; mpiformer-eval); every rank gets the result, with each example's scores when
-  // `details`.
+  // `details`. A stop signal ends it early, cut_short (stop_signal() says which).
   TaskResult evaluate(bool details);
+  // The stop signal the ranks agreed on, at a step's end or between evaluation batches; 0: none.
+  int stop_signal() const { return stop_signal_; }
   // The step the model has been trained to: 0, or the resumed checkpoint's.
   int trained_steps() const { return first_step_ - 1; }
 
@@ -144,7 +146,7 @@ class TrainingRun {
   // The z-scores against the outlier windows; --skip-outliers' decision.
   void judge_outlier(StepOutcome& out);
 
-  // The end-of-step policy: log, agree on a stop, validate, score, sample and save when due. The
+  // The end-of-step policy: log, agree on a stop, save, validate, score and sample when due. The
   // run's exit status: kExitDone to go on.
   int after_step(const StepRecord& r);
   // What a signal's stop prints and returns.
@@ -153,10 +155,16 @@ class TrainingRun {
   double tokens_per_step() const { return double(opts_.batch) * opts_.seq_len; }
   double flops_per_step() const;
 
-  // Evaluation (evaluation.cpp): the validation loss, and --eval-data's scores, when due.
-  double validate();
+  // Evaluation (evaluation.cpp): the validation loss, and --eval-data's scores, when due. Each
+  // asks between its batches whether to stop (stop_requested) and ends early if so, with no score
+  // reported; neither starts once a stop is agreed on.
+  // The mean loss of --val-steps batches; none if cut short, `batches` those it took.
+  std::optional<double> validate(int& batches);
   void validate_at(int step);
   void score_task_at(int step);
+  // Collective (every rank between the same two batches): whether some rank got a stop signal,
+  // kept in stop_signal_.
+  bool stop_requested();
   // --eval-data's scores, inside the caller's bf16 scope if any.
   TaskResult score_task(bool details);
   // With --precision bf16, opens `scope`: while it lives the products read the weights' bf16 copy
@@ -225,6 +233,7 @@ class TrainingRun {
   PeakRate peak_;                           // this rank's, for MFU: measured before the allocations
   std::optional<PeakTracker> peak_flops_;   // all ranks' together over the run, from peak_
   Tally tally_;
+  int stop_signal_ = 0;  // agreed on by every rank; 0: go on
   // The run's phases and what observes them.
   StepPhases phases_;
   std::unique_ptr<Watchdog> watchdog_;

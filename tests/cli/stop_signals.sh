@@ -4,7 +4,8 @@
 # (src/train/stop_signals.cpp). So every thread of a running rank (main, OpenMP workers, MPI's,
 # the watchdog) has the stop signals blocked but the one waiting for them in sigwait; and
 # SIGUSR1, SIGTERM and SIGINT, each sent mid-run, stop the run after a whole step, which is saved,
-# with exit status 3 and every logged step the uninterrupted run's.
+# with exit status 3 and every logged step the uninterrupted run's; one during a validation ends
+# it early, the step saved before it.
 source "$(dirname "$0")/common.sh"
 
 # Two OpenMP threads (a worker runs GEMM kernels too) and a watchdog thread.
@@ -71,6 +72,33 @@ else
   bad "TERM then USR1 at once: exit $status, stopped after '${stopped:-?}'"
   grep -vE '^step ' "$WORK/twice.log" | tail -4
 fi
+# A stop signal during an evaluation: the step's checkpoint is written before the evaluations (a
+# SIGKILL after Slurm's KillWait then loses nothing), and the ranks agree between evaluation
+# batches, so the validation ends at once, says so instead of a loss, the task eval after it does
+# not start, and the run exits 3, its --save-llmc written (the training is complete). A run resumed at step 2 (no validation at step 0), its last step
+# saved, then a validation of a million batches; the signal goes to rank 1 alone.
+small=(--layers 2 --heads 4 --dim 64 --batch 4 --seq-len 32 --dp 2 --threads 1)
+"$PY" "$(dirname "$0")/make_eval_file.py" "$WORK/eval.bin" 4 256 5
+"$MPIEXEC" -n 2 "$TRAIN" "${small[@]}" --steps 1 --val-every 0 --save "$WORK/val" >"$WORK/val1.log" 2>&1
+timeout 60 "$MPIEXEC" -n 2 "$TRAIN" "${small[@]}" --steps 2 --load "$WORK/val" --save "$WORK/val" \
+  --val-every 1 --val-steps 1000000 --eval-data "$WORK/eval.bin" --save-llmc "$WORK/val.bin" \
+  >"$WORK/val.log" 2>&1 &
+job=$!
+wait_for "$WORK/val.log" '^checkpoint: saved step 2 ' && pid=$(rank_pid "--save $WORK/val" 1) &&
+  kill -TERM "$pid"
+wait $job
+status=$?
+if [ "$status" -eq 3 ] &&
+  grep -qE '^validation at step 2 cut short by SIGTERM after [0-9]+ of 1000000 batches' "$WORK/val.log" &&
+  grep -q '^SIGTERM received: stopped after step 2; saved' "$WORK/val.log" &&
+  ! grep -qE '^(val|eval) step 2' "$WORK/val.log" && [ "$(cat "$WORK/val/latest")" = step_00000002 ] &&
+  [ -s "$WORK/val.bin" ]; then
+  ok "SIGTERM during the last validation: step 2 saved before it, $(grep -oE 'after [0-9]+ of 1000000 batches' "$WORK/val.log"), --save-llmc written, exit 3"
+else
+  bad "SIGTERM during the validation: exit $status"
+  grep -vE '^step ' "$WORK/val.log" | tail -4
+fi
+
 # The job scripts pass on one stop request per job part: scancel's TERM to the script, then
 # another signal (a second scancel, the time limit's USR1) is not passed on, since to the ranks a
 # second request after the first is acknowledged means "exit now, unsaved". The script runs
