@@ -1,18 +1,21 @@
 // mpiformer-eval: a driver. Parses flags, chooses --load's checkpoint on rank 0, builds the model
 // on the layout the flags give (as mpiformer-train would, without training) and scores
 // --eval-data. Input errors print once (from the lowest failing rank, normally rank 0) and every
-// rank exits with status 2.
+// rank exits with status 2; a stop signal ends the scoring early, with no score and status 3, as
+// it stops mpiformer-train (train/stop_signals.hpp).
 #include <mpi.h>
 
 #include <cstdio>
 #include <memory>
 #include <optional>
 
+#include "checkpoint/checkpointing.hpp"
 #include "core/error.hpp"
 #include "io/output_file.hpp"
 #include "runtime.hpp"
 #include "train/eval_options.hpp"
 #include "train/exit_status.hpp"
+#include "train/stop_signals.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -44,11 +47,14 @@ int evaluate(mpf::Runtime& runtime, int argc, char** argv) {
     return mpf::kExitBadInput;
   }
   // As mpiformer-train: rank 0 chooses the checkpoint, the others learn its step; then the
-  // files and flags on every rank; then the model on its layout (collective).
+  // files and flags on every rank; then the model on its layout (collective). Unlike a training
+  // run, a --load without a checkpoint is refused, not a fresh (random) model.
   std::optional<mpf::checkpoint::SaveLock> no_lock;
   mpf::StartPoint start;
   if (!mpf::all_ranks_succeed(world, [&] {
-        if (rank == 0) start = mpf::decide_start(opts.run, no_lock);
+        if (rank != 0) return;
+        start = mpf::decide_start(opts.run, no_lock);
+        if (!opts.run.load.empty()) mpf::require_checkpoint_found(opts.run.load, start.resume_step);
       })) {
     return mpf::kExitBadInput;
   }
@@ -59,9 +65,27 @@ int evaluate(mpf::Runtime& runtime, int argc, char** argv) {
   const bool ok =
       mpf::all_ranks_succeed(world, [&] { inputs = mpf::load_inputs(opts.run, start, rank); }) &&
       mpf::all_ranks_succeed(
-          world, [&] { run = std::make_unique<mpf::TrainingRun>(std::move(inputs), world); }) &&
-      mpf::all_ranks_succeed(world, [&] { result = run->evaluate(!opts.details.empty()); });
+          world, [&] { run = std::make_unique<mpf::TrainingRun>(std::move(inputs), world); });
   if (!ok) return mpf::kExitBadInput;
+  if (rank == 0) {
+    std::printf("scoring %s\n", opts.run.eval_data.c_str());
+    std::fflush(stdout);
+  }
+  if (!mpf::all_ranks_succeed(world, [&] { result = run->evaluate(!opts.details.empty()); })) {
+    return mpf::kExitBadInput;
+  }
+  if (result.cut_short) {
+    // Part of a task is not its score: neither the line nor --eval-details is written.
+    if (rank == 0) {
+      std::printf(
+          "%s received: scoring stopped after %d of %d examples; no score reported; exit "
+          "status %d\n",
+          mpf::signal_name(run->stop_signal()), result.examples, result.total,
+          int(mpf::kExitSignalled));
+      std::fflush(stdout);
+    }
+    return mpf::kExitSignalled;
+  }
   if (rank == 0) {
     std::printf("%s\n", result.line(run->trained_steps()).c_str());
     std::fflush(stdout);
@@ -77,6 +101,8 @@ int evaluate(mpf::Runtime& runtime, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, before any thread exists, as mpiformer-train does (apps/train.cpp).
+  mpf::install_stop_signals();
   mpf::Runtime runtime(&argc, &argv);
   return runtime.finish(evaluate(runtime, argc, argv));
 }

@@ -180,6 +180,13 @@ int64_t choose_checkpoint(const std::string& dir, int64_t load_step,
   return step;
 }
 
+void require_checkpoint_found(const std::string& dir, int64_t step) {
+  require(step >= 0, "--load " + dir + ": " +
+                         (path_exists(dir) ? "holds no checkpoint" : "no such directory") +
+                         "; pass the --save directory of a training run, or a model file or "
+                         "Hugging Face directory with --init-from");
+}
+
 ResumePoint open_checkpoint(const std::string& dir, int64_t step) {
   ResumePoint r{without_trailing_slash(dir), {}};
   with_alternative(r.root, step, [&] { r.info = read_and_check(r.root, step); });

@@ -33,6 +33,11 @@ struct ResumePoint {
 int64_t choose_checkpoint(const std::string& dir, int64_t load_step,
                           std::vector<std::string>& notes);
 
+// For a program that reads a trained model (mpiformer-generate, mpiformer-eval), where a run's
+// "no checkpoint yet, start anew" would be a random model: refuses (InputError) a --load `dir` in
+// which choose_checkpoint found none (`step` -1), saying whether `dir` is missing or empty.
+void require_checkpoint_found(const std::string& dir, int64_t step);
+
 // The checkpoint `step` of --load `dir`, as choose_checkpoint chose it: its state file read and
 // its two binary files' headers and sizes checked. No MPI. Throws InputError as
 // choose_checkpoint does. Its model file (checkpoint::model_file) is an llm.c file any reader of

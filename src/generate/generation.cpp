@@ -85,10 +85,7 @@ GenerateInputs load_generate_inputs(const GenerateOptions& opts, int64_t step,
   GenerateInputs in;
   in.opts = opts;
   if (!opts.load.empty()) {
-    require(step >= 0, "--load " + opts.load + ": " +
-                           (path_exists(opts.load) ? "holds no checkpoint" : "no such directory") +
-                           "; pass the --save directory of a training run, or an llm.c model "
-                           "file with --init-from");
+    require_checkpoint_found(opts.load, step);
     in.checkpoint = open_checkpoint(opts.load, step);
     // Say when `latest` was passed over for a newer complete checkpoint (a save cut off).
     for (const std::string& note : notes) in.notes.push_back("note: " + note);

@@ -53,6 +53,10 @@ EvalOptions parse_eval_options(int argc, const char* const* argv) {
   require(!o.eval_data.empty(), "mpiformer-eval scores a task: pass --eval-data FILE");
   require(!o.init_from.empty() || !o.load.empty(),
           "mpiformer-eval scores a trained model: pass --init-from FILE|DIR or --load DIR");
+  // As mpiformer-generate: unlike a training run, which resumes --load's checkpoint when there is
+  // one and starts from --init-from when not, a score must say which model it is of.
+  require(o.init_from.empty() || o.load.empty(),
+          "--init-from and --load both name a model; pass one");
   require(o.given.count("--eval-details") == 0 || !e.details.empty(),
           "--eval-details needs a file name");
   if (!e.details.empty()) check_new_output(e.details, "--eval-details " + e.details);
@@ -79,7 +83,9 @@ std::string eval_usage() {
          help_entry("--eval-details FILE",
                     "write each example's summed and mean loss per ending and its predictions, "
                     "one JSON object per line (a new file)") +
-         help_entry("--help", "this text") + "Exit status: 0 done, 2 bad input.\n";
+         help_entry("--help", "this text") +
+         "Exit status: 0 done, 2 bad input, 3 stopped by a stop signal (SIGUSR1, SIGTERM, SIGINT)\n"
+         "before the end: no score; 128+N a second signal N, at once.\n";
 }
 
 }  // namespace mpf

@@ -1,5 +1,5 @@
-// How mpiformer-train ends, as its exit status on every rank, so a job script can tell a run to
-// requeue (3) from one to look at.
+// How mpiformer-train (and mpiformer-eval) ends, as its exit status on every rank, so a job
+// script can tell a run to requeue (3) from one to look at.
 #pragma once
 
 namespace mpf {
@@ -8,7 +8,7 @@ enum ExitStatus : int {
   kExitDone = 0,
   kExitFault = 1,       // an internal fault (MPI_Abort)
   kExitBadInput = 2,    // flags, data, a checkpoint or a layout: nothing trained
-  kExitSignalled = 3,   // SIGUSR1/SIGTERM/SIGINT: stopped after a step, saved when --save is set
+  kExitSignalled = 3,   // a stop signal: stopped after a step, saved if --save; eval: no score
   kExitDiverged = 4,    // a non-finite loss or gradient norm: that step's update was not applied
   kExitWatchdog = 5,    // a step ran longer than --step-timeout: the job was aborted
   kExitSaveFailed = 6,  // a checkpoint could not be written; the previous one is intact

@@ -77,4 +77,26 @@ expect_error_from "$EVAL" "mpiformer-eval without a model" 1 "--init-from" -- --
 expect_error_from "$EVAL" "mpiformer-eval refuses a training flag" 1 "--lr" -- --init-from "$WORK/model.bin" --eval-data "$WORK/eval.bin" --lr 0.1
 touch "$WORK/taken.jsonl"
 expect_error_from "$EVAL" "--eval-details over a file" 1 "taken.jsonl" -- --init-from "$WORK/model.bin" --eval-data "$WORK/eval.bin" --eval-details "$WORK/taken.jsonl" --seq-len 32
+# --load without a checkpoint would score a random model: refused, as mpiformer-generate does; and
+# two models (a training run's resume-else-start pair) leave open which one a score is of.
+mkdir "$WORK/no_checkpoints"
+expect_error_from "$EVAL" "mpiformer-eval --load of a missing directory" 2 "--load .*/gone: no such directory" -- --load "$WORK/gone" --eval-data "$WORK/eval.bin" --seq-len 32
+expect_error_from "$EVAL" "mpiformer-eval --load of an empty directory" 1 "--load .*/no_checkpoints: holds no checkpoint" -- --load "$WORK/no_checkpoints" --eval-data "$WORK/eval.bin" --seq-len 32
+expect_error_from "$EVAL" "mpiformer-eval --init-from and --load" 1 "--init-from and --load both name a model" -- --init-from "$WORK/model.bin" --load "$WORK/no_checkpoints" --eval-data "$WORK/eval.bin" --seq-len 32
+
+# A stop signal to one rank (SIGUSR1, Slurm's warning) ends the scoring at the next batch, as it
+# stops training: a line saying so, no score and no --eval-details, status 3.
+"$PY" "$HERE/make_eval_file.py" "$WORK/long.bin" 20000 256 5
+timeout 60 "$MPIEXEC" -n 2 "$EVAL" --init-from "$WORK/model.bin" --eval-data "$WORK/long.bin" --batch 8 \
+  --seq-len 32 --dp 2 --threads 1 --eval-details "$WORK/long.jsonl" >"$WORK/long.log" 2>&1 &
+job=$!
+wait_for "$WORK/long.log" '^scoring ' && pid=$(rank_pid "$WORK/long.bin" 1) && kill -USR1 "$pid"
+wait $job
+status=$?
+if [ "$status" -eq 3 ] && grep -qE '^SIGUSR1 received: scoring stopped after [0-9]+ of 20000 examples; no score' "$WORK/long.log" &&
+  ! grep -q '^eval step' "$WORK/long.log" && [ ! -e "$WORK/long.jsonl" ]; then
+  ok "mpiformer-eval, SIGUSR1 to rank 1 while scoring: $(grep '^SIGUSR1' "$WORK/long.log")"
+else
+  bad "mpiformer-eval, SIGUSR1 while scoring: exit $status: $(tail -3 "$WORK/long.log")"
+fi
 finish
