@@ -5,7 +5,9 @@
 # layout loads (serial, TP 2, TP 2 x PP 2) is the directory's tensors bit for bit, in F32, BF16
 # and F16, from one file, a sharded index or a bare .safetensors file; --save-hf writes what the
 # model file of the same run holds (F32 bit for bit, BF16 rounded), from any layout, and loads
-# back; and every bad file stops with one error line naming the file and the tensor, exit 2.
+# back; every bad file stops with one error line naming the file and the tensor, exit 2; the model
+# flags not given take a Mixtral directory's config.json values; and a Qwen2-MoE config.json of
+# qkv_bias false makes a model without attention biases, as transformers does.
 source "$(dirname "$0")/common.sh"
 SOURCE_DIR=${MPIFORMER_SOURCE_DIR:?set MPIFORMER_SOURCE_DIR to the source tree}
 export OMP_NUM_THREADS=1
