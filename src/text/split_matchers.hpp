@@ -1,9 +1,9 @@
 // Hand-written matchers for the Split patterns of DeepSeek V3's and Tekken's (Mistral Nemo's)
 // tokenizer.json, each giving the matches Oniguruma gives (leftmost, then the first alternative
 // that succeeds, with its backtracking), so a Split step runs them in its place. Classes are
-// utf8proc's general categories (Unicode 15), as regex.hpp spells \p{...} out, and \s the
-// White_Space property. tests/text/compare_pipelines.py checks them against Oniguruma (the
-// general path) and Python's regex module.
+// the general categories of unicode_text.hpp (Unicode 16.0), as regex.hpp spells \p{...} out,
+// and \s the White_Space property. tests/text/compare_pipelines.py checks them against
+// Oniguruma (the general path) and Python's regex module.
 //
 // kDigits3:   [0-9][0-9][0-9] (Falcon's; it reads only ASCII bytes, so it may run on the bytes
 //             of a ByteLevel step's characters: a byte and its character are the same digit or

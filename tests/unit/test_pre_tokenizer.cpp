@@ -11,6 +11,7 @@
 #include "text/byte_alphabet.hpp"
 #include "text/pre_tokenizer.hpp"
 #include "text/regex.hpp"
+#include "text/split_matchers.hpp"
 #include "text/unicode_classes.hpp"
 #include "text/unicode_text.hpp"
 #include "text/utf8.hpp"
@@ -104,6 +105,9 @@ TEST(UnicodeClasses, CharactersOfUnicode15_1And16_0) {
   // A letter run takes them in: GPT-2's pattern keeps " \U0002EBF0x" one piece.
   EXPECT_EQ(pieces(PreTokenizer::kGpt2, "a \xF0\xAE\xAF\xB0x!"),
             (Pieces{"a", " \xF0\xAE\xAF\xB0x", "!"}));
+  // DeepSeek V3's split takes " \U0002EBF0" as one piece of a space and letters; with the
+  // character unassigned it would be the space alone.
+  EXPECT_EQ(next_match(SplitMatcher::kDeepSeek, " \xF0\xAE\xAF\xB0", 0).end, 5u);
   // So does a Split pattern's \p{L} (Oniguruma's path).
   std::vector<std::pair<size_t, size_t>> found;
   Regex(R"(\p{L}+)").append_matches("a \xF0\xAE\xAF\xB0x", found);
