@@ -314,6 +314,7 @@ Prediction predict(const Job& job, const Machine& m, const Layout& l) {
   for (int p = 0; p < l.pp; ++p) {
     MemoryShape shape = layout_memory_shape(sizes, plan, 0, p, 0, &sim);
     shape.process_bytes = int64_t(m.process_mb * 1e6);
+    shape.host_gemm_packing = !m.gpu();
     MemoryPlan mp = plan_memory(shape);
     if (p == 0 || mp.total() > out.memory.total()) out.memory = mp;
   }

@@ -41,6 +41,8 @@ struct MemoryShape {
   int64_t dp_bucket_bytes = 0;
   bool tied_across_stages = false;
   int threads = 1;
+  // The products run through a CPU library that packs an operand per call (not on a GPU).
+  bool host_gemm_packing = true;
   int64_t data_bytes = 0;     // token files, mapped and read through at start-up
   int64_t process_bytes = 0;  // resident before the model: libraries, MPI, Kokkos, the program
 };
