@@ -551,9 +551,10 @@ bool bf16_runs() {
 }  // namespace
 
 // The chunked path equals the fused kernel: causal and not (queries after every key), multi-head
-// and grouped-query, document masks, sliding windows, T not a multiple of the chunk, a chunk
-// longer than T and of one row; in fp32 closely, in bf16 within the roundings of P and dS (each
-// path rounds its own P: the fused kernel's before normalising, the chunked one's after).
+// and grouped-query, document masks, sliding windows (with key spans that skip the first keys),
+// T not a multiple of the chunk, a chunk longer than T and of one row; in fp32 closely, in bf16
+// within the roundings of P and dS (each path rounds its own P: the fused kernel's before
+// normalising, the chunked one's after).
 TEST_P(Attention, ChunkedEqualsFused) {
   struct Case {
     int B, T, NH, KVH, hs, chunk, window;
@@ -564,7 +565,9 @@ TEST_P(Attention, ChunkedEqualsFused) {
         Case{2, 50, 8, 2, 24, 16, 0, false, true}, Case{1, 45, 8, 1, 8, 7, 0, true, true},
         Case{2, 70, 4, 2, 16, 16, 0, true, true}, Case{2, 70, 4, 2, 16, 16, 7, false, true},
         Case{2, 70, 4, 2, 16, 16, 20, true, true}, Case{1, 33, 2, 1, 8, 64, 0, false, true},
-        Case{1, 20, 2, 2, 8, 1, 5, true, true}}) {
+        Case{1, 20, 2, 2, 8, 1, 5, true, true},
+        // Key spans that start past the first 64 keys (spans are multiples of 64 keys).
+        Case{1, 200, 4, 2, 16, 32, 20, false, true}, Case{2, 200, 4, 2, 8, 48, 0, true, true}}) {
     for (const bool bf16 : {false, true}) {
       if (bf16 && !bf16_runs()) continue;
       SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " NH " +

@@ -61,6 +61,8 @@ class HostDocs {
   std::vector<int32_t> copy_;
 };
 
+constexpr int kSpanRows = 64;
+
 // Key rows [lo, hi) spanning every key some query of `chunk` sees (lo == hi: none). Keys in
 // between that no query sees are masked by the row kernels.
 struct KeySpan {
@@ -80,7 +82,13 @@ KeySpan key_span(const AttentionInputs& x, const int32_t* doc, const attn::Tile&
     s.lo = std::min(s.lo, run.row + a - run.pos);
     s.hi = std::max(s.hi, run.row + e - run.pos + 1);
   }
-  return s.lo < s.hi ? s : KeySpan{};
+  if (s.lo >= s.hi) return {};
+  // Widened to multiples of kSpanRows (the masks cover the extra keys), so the products take a
+  // bounded set of shapes, which a library that builds a kernel per shape (oneDNN) keeps: spans
+  // cut by documents would otherwise give a new shape almost every chunk.
+  s.lo = s.lo / kSpanRows * kSpanRows;
+  s.hi = std::min(x.keys.rows, (s.hi + kSpanRows - 1) / kSpanRows * kSpanRows);
+  return s;
 }
 
 // An operand of the per-head products: head h = kvh·G + g starts at p + g·g_step + kvh·kv_step.

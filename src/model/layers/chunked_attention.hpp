@@ -6,7 +6,8 @@
 //
 // Per sequence and chunk of Tc query rows (a chunk never spans two runs of positions), over only
 // the key rows some query of the chunk sees (the causal mask, the window and the documents cut
-// the rest off), every head at once:
+// the rest off; the span widened to multiples of 64 keys, a bounded set of product shapes),
+// every head at once:
 //   forward   S = Q_c·Kᵀ (GEMM); a row kernel masks and scales S and writes e^(S − max) in place
 //             (P before its normalisation) and each row's logsumexp; out = that·V (GEMM), divided
 //             by the row's sum (hs columns, not the keys') and merged by the logsumexps under
