@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# GPT-2 124M training throughput on one GPU: mpiformer (a GPU build's mpiformer-bench) beside
-# PyTorch eager (ci/bench_torch.py --device cuda) on the same GPU, model, batch and precision, in
-# one run: T = 1024, B = 8 and 16, fp32 and bf16. MFU is against the GPU's dense peak from its
+# Training throughput on one GPU: mpiformer (a GPU build's mpiformer-bench) beside PyTorch eager
+# (ci/bench_torch.py --device cuda) on the same GPU, model, batch and precision, in one run:
+# T = 1024, GPT-2 124M at B = 8 and 16 and llama-124M at B = 8 (BENCH_ROWS), fp32 and bf16. MFU is against the GPU's dense peak from its
 # data sheet (no sparsity; fp32 without TF32, which is what both sides run); PyTorch's MFU is
 # mpiformer's times the ratio of their tokens/s (the same FLOPs per token). Then where one step's
 # time goes in mpiformer (--profile), kernel by kernel, for B = 8 in bf16.
@@ -22,25 +22,26 @@ esac
 fp32=${PEAK_FP32:-$fp32}
 bf16=${PEAK_BF16:-$bf16}
 echo "GPU: ${name:-unknown} | dense peak fp32 ${fp32:-?} GFLOP/s, bf16 ${bf16:-?} GFLOP/s"
-printf '%-5s %-9s %12s %7s %12s %7s %7s\n' prec "B x T" mpiformer MFU torch MFU ratio
+printf '%-10s %-5s %-9s %12s %7s %12s %7s %7s\n' model prec "B x T" mpiformer MFU torch MFU ratio
 for precision in fp32 bf16; do
   peak=$([ "$precision" = fp32 ] && echo "$fp32" || echo "$bf16")
   peak_args=()
   [ -n "$peak" ] && peak_args=(--peak-gflops "$peak")
-  for batch in ${BENCH_BATCHES:-8 16}; do
-    ours=$("$build/mpiformer-bench" --model gpt2-124M --batch "$batch" --seq-len 1024 \
+  for row in ${BENCH_ROWS:-gpt2-124M:8 gpt2-124M:16 llama-124M:8}; do
+    model=${row%%:*} batch=${row##*:}
+    ours=$("$build/mpiformer-bench" --model "$model" --batch "$batch" --seq-len 1024 \
       --steps "$steps" --precision "$precision" "${peak_args[@]}" 2>&1 | grep '^mpiformer |')
     theirs=$(env -u LD_LIBRARY_PATH python3 "$root/ci/bench_torch.py" --device cuda \
-      --model gpt2-124M --batch "$batch" --seq-len 1024 --steps "$steps" \
+      --model "$model" --batch "$batch" --seq-len 1024 --steps "$steps" \
       --precision "$precision" 2>&1 | grep '^torch |')
     tok=$(sed -n 's/.*| \([0-9.]*\) tok\/s.*/\1/p' <<<"$ours")
     mfu=$(sed -n 's/.*| MFU \([0-9.]*\)%.*/\1/p' <<<"$ours")
     ttok=$(sed -n 's/.*| \([0-9.]*\) tok\/s.*/\1/p' <<<"$theirs")
     if [ -n "$tok" ] && [ -n "$ttok" ]; then
-      awk -v p="$precision" -v b="$batch" -v t="$tok" -v m="$mfu" -v tt="$ttok" 'BEGIN {
-        printf "%-5s %-9s %12.0f %6.1f%% %12.0f %6.1f%% %6.2fx\n", p, b " x 1024", t, m, tt, m * tt / t, t / tt }'
+      awk -v n="$model" -v p="$precision" -v b="$batch" -v t="$tok" -v m="$mfu" -v tt="$ttok" 'BEGIN {
+        printf "%-10s %-5s %-9s %12.0f %6.1f%% %12.0f %6.1f%% %6.2fx\n", n, p, b " x 1024", t, m, tt, m * tt / t, t / tt }'
     else
-      echo "$precision $batch x 1024: no result"
+      echo "$model $precision $batch x 1024: no result"
       echo "  mpiformer: ${ours:-(none)}"
       echo "  torch:     ${theirs:-(none)}"
     fi

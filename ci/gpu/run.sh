@@ -8,17 +8,22 @@
 #          architecture, cuBLAS) and WORK/cpu (Kokkos OpenMP, oneDNN/OpenBLAS), the CPU build the
 #          GPU tests compare with;
 #   test   runs the GPU tests (ctest -L gpu: tests/gpu/tests.cmake says what each checks);
-#   bench  runs GPT-2 124M against PyTorch eager on the same GPU (ci/gpu/bench.sh).
+#   attention  checks each attention path (O, logsumexp, dQ, dK, dV; T not a multiple of a tile)
+#          against float64 PyTorch and PyTorch's scaled_dot_product_attention on this GPU
+#          (ci/gpu/attention_check.py);
+#   bench  runs GPT-2 124M and llama-124M against PyTorch eager on the same GPU, the attention's
+#          rates against SDPA's, and one step's profile (ci/gpu/bench.sh).
+# The tables of the attention and bench steps are also kept in WORK/tables.txt (and OUT).
 #
 #   bash ci/gpu/run.sh [INPUTS [WORK]]     INPUTS: default gpu-inputs/, WORK: default build-gpu/
-#   STEPS="build test" bash ci/gpu/run.sh  only some of the steps (default: build test bench)
+#   STEPS="build test" bash ci/gpu/run.sh  only some of the steps (default: build test attention bench)
 # Environment: CUDA_ARCH (e.g. 90; default: the first GPU's, from nvidia-smi), JOBS (default: the
 # cores), OUT (a folder the logs are copied to, if set).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 inputs=$(cd "${1:-$root/gpu-inputs}" && pwd)
 work=${2:-$root/build-gpu}
-steps=${STEPS:-build test bench}
+steps=${STEPS:-build test attention bench}
 jobs=${JOBS:-$(nproc)}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
@@ -103,15 +108,24 @@ if [[ " $steps " == *" test "* ]]; then
   grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|(ok|FAIL|PASS) ' "$work/gpu-tests.log" | tee -a "$log"
 fi
 
+# ---- attention -----------------------------------------------------------------------------------
+tables="$work/tables.txt"
+[[ " $steps " == *" attention "* || " $steps " == *" bench "* ]] && : >"$tables"
+if [[ " $steps " == *" attention "* ]]; then
+  say "each attention path against PyTorch (float64, and SDPA on this GPU)"
+  env -u LD_LIBRARY_PATH python3 "$root/ci/gpu/attention_check.py" "$work/cuda" \
+    --library-path "$LD_LIBRARY_PATH" 2>&1 | tee -a "$log" "$tables" || status=1
+fi
+
 # ---- bench ---------------------------------------------------------------------------------------
 if [[ " $steps " == *" bench "* ]]; then
-  say "GPT-2 124M against PyTorch eager on this GPU"
-  bash "$root/ci/gpu/bench.sh" "$work/cuda" 2>&1 | tee -a "$log"
+  say "GPT-2 124M and llama-124M against PyTorch eager on this GPU"
+  bash "$root/ci/gpu/bench.sh" "$work/cuda" 2>&1 | tee -a "$log" "$tables"
 fi
 
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT"
   cp "$log" "$OUT/" 2>/dev/null || true
-  cp "$work"/*.log "$OUT/" 2>/dev/null || true
+  cp "$work"/*.log "$work"/tables.txt "$OUT/" 2>/dev/null || true
 fi
 exit "$status"

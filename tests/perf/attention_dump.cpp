@@ -1,0 +1,125 @@
+// Each attention path's results on one shape, written as raw float32 files for a check against
+// another implementation (ci/gpu/attention_check.py holds them to PyTorch's attention on the same
+// inputs): the inputs (the packed qkv and the output gradient), then per path the output, the
+// logsumexp and the input gradients. Causal grouped-query attention over B sequences of T
+// positions, as the model calls it.
+//
+//   attention_dump DIR [--batch B] [--heads NH] [--kv-heads KVH] [--head-size hs] [--seq-len T]
+//                      [--precision fp32|bf16]
+// writes DIR/shape.txt ("B T NH KVH hs precision"), DIR/qkv.f32 (B,T,(NH + 2·KVH)·hs),
+// DIR/dout.f32 (B,T,NH·hs), and for each path P in fused, chunked: DIR/P.out.f32 (B,T,NH·hs),
+// DIR/P.lse.f32 (B,NH,T), DIR/P.dqkv.f32 (like qkv).
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "core/types.hpp"
+#include "model/layers/attention.hpp"
+#include "model/layers/chunked_attention.hpp"
+#include "model/layers/matmul.hpp"
+
+namespace {
+
+mpf::Slab filled(const char* name, int64_t n, uint64_t stream) {
+  mpf::Slab s(std::string(name), n);
+  auto h = Kokkos::create_mirror_view(s);
+  for (int64_t i = 0; i < n; ++i) h(i) = mpf::rng::normal(1, stream, uint64_t(i)) * 0.5f;
+  Kokkos::deep_copy(s, h);
+  return s;
+}
+
+mpf::Tensor view(const mpf::Slab& s) {
+  return mpf::Tensor(s.data(), s.extent(0));
+}
+
+bool write(const std::string& path, const mpf::Slab& s) {
+  auto h = Kokkos::create_mirror_view(s);
+  Kokkos::deep_copy(h, s);
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return false;
+  const size_t n = size_t(h.extent(0));
+  const bool ok = std::fwrite(h.data(), sizeof(float), n, f) == n;
+  return std::fclose(f) == 0 && ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  Kokkos::initialize(argc, argv);
+  int status = 0;
+  {
+    int B = 1, NH = 4, KVH = 2, hs = 64, T = 1000;
+    bool bf16 = false;
+    std::string dir;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
+      if (a == "--batch")
+        B = next();
+      else if (a == "--heads")
+        NH = next();
+      else if (a == "--kv-heads")
+        KVH = next();
+      else if (a == "--head-size")
+        hs = next();
+      else if (a == "--seq-len")
+        T = next();
+      else if (a == "--precision")
+        bf16 = i + 1 < argc && std::string(argv[++i]) == "bf16";
+      else
+        dir = a;
+    }
+    if (dir.empty() || B < 1 || NH < 1 || KVH < 1 || NH % KVH != 0 || hs < 1 || T < 1) {
+      std::fprintf(stderr,
+                   "usage: attention_dump DIR [--batch B] [--heads NH] [--kv-heads KVH (divides "
+                   "NH)] [--head-size hs] [--seq-len T] [--precision fp32|bf16]\n");
+      status = 2;
+    } else {
+      const int W = (NH + 2 * KVH) * hs, Cq = NH * hs;
+      const int64_t rows = int64_t(B) * T;
+      mpf::Slab qkv = filled("qkv", rows * W, 7), dout = filled("dout", rows * Cq, 8);
+      std::unique_ptr<mpf::Bf16Products> scope;
+      if (bf16) scope = std::make_unique<mpf::Bf16Products>(nullptr, nullptr, 0, 1);
+      const mpf::AttentionInputs x =
+          mpf::packed_attention(view(qkv), B, NH, KVH, hs, mpf::PositionRuns::contiguous(T));
+      bool ok = write(dir + "/qkv.f32", qkv) && write(dir + "/dout.f32", dout);
+      for (const std::string path : {"fused", "chunked"}) {
+        mpf::Slab out("out", rows * Cq), lse("lse", int64_t(B) * NH * T),
+            delta("delta", int64_t(B) * NH * T), dqkv("dqkv", rows * W);
+        if (path == "fused") {
+          mpf::attention_forward(view(out), view(lse), view(qkv), B, T, NH, KVH, hs);
+          mpf::attention_backward_input(view(dqkv), view(delta), view(dout), view(qkv), view(out),
+                                        view(lse), B, T, NH, KVH, hs);
+        } else {
+          mpf::chunked_attention_forward(view(out), view(lse), x);
+          mpf::attention_backward_delta(view(delta), view(out), view(dout), B, T, NH, hs);
+          float* dq = dqkv.data();
+          mpf::chunked_attention_backward(dq, W, false, dq + Cq, dq + Cq + KVH * hs, W, false,
+                                          view(dout), view(lse), view(delta), x);
+        }
+        ok = ok && write(dir + "/" + path + ".out.f32", out) &&
+             write(dir + "/" + path + ".lse.f32", lse) &&
+             write(dir + "/" + path + ".dqkv.f32", dqkv);
+      }
+      FILE* f = std::fopen((dir + "/shape.txt").c_str(), "w");
+      ok = ok && f &&
+           std::fprintf(f, "%d %d %d %d %d %s\n", B, T, NH, KVH, hs, bf16 ? "bf16" : "fp32") > 0;
+      if (f) ok = std::fclose(f) == 0 && ok;
+      if (!ok) {
+        std::fprintf(stderr, "attention_dump: cannot write into %s\n", dir.c_str());
+        status = 1;
+      }
+    }
+  }
+  Kokkos::finalize();
+  MPI_Finalize();
+  return status;
+}
