@@ -44,8 +44,8 @@ struct Row {
 // The settings mpiformer-bench shares with mpiformer-train.
 const std::set<std::string>& shared_flags() {
   static const std::set<std::string> flags = {
-      "--batch",     "--seq-len",   "--steps", "--tp",          "--cp",     "--ep",
-      "--recompute", "--precision", "--gemm",  "--peak-gflops", "--profile"};
+      "--batch",     "--seq-len",   "--steps", "--tp",          "--cp",      "--ep",
+      "--recompute", "--precision", "--gemm",  "--peak-gflops", "--profile", "--attention"};
   return flags;
 }
 

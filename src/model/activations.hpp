@@ -7,6 +7,7 @@
 
 #include "core/types.hpp"
 #include "model/config.hpp"
+#include "model/layers/attention_path.hpp"
 #include "model/positions.hpp"
 #include "model/shard.hpp"
 #include "parallel/tp_regions.hpp"
@@ -121,6 +122,8 @@ struct Activations {
   // the ring that attends over the other CP ranks' chunks (null without CP; the stage owns it).
   PositionRuns positions;
   RingAttention* ring = nullptr;
+  // The attention the blocks call (--attention; the ring's own calls take the ring's).
+  AttentionPath attention = AttentionPath::kFused;
   // (B,T) the position where each row's document starts (--doc-mask), or null: set per microbatch.
   const int32_t* doc_start = nullptr;
   Slab slab;

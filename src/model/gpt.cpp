@@ -3,6 +3,7 @@
 #include "core/parallel.hpp"
 #include "model/block_parts.hpp"
 #include "model/layers/attention.hpp"
+#include "model/layers/attention_path.hpp"
 #include "model/layers/cross_entropy.hpp"
 #include "model/layers/encoder.hpp"
 #include "model/layers/gelu.hpp"
@@ -238,7 +239,7 @@ void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI
                     acts.ring->forward(atty, b.a.lse, qkv, acts.doc_start);
                   } else {
                     attention_forward(
-                        atty, b.a.lse,
+                        acts.attention, atty, b.a.lse,
                         packed_attention(qkv, acts.B, b.s.heads, b.s.kv_heads, b.s.head_size,
                                          acts.positions, acts.doc_start, b.s.cfg.sliding_window));
                   }
@@ -446,8 +447,8 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
                                                acts.positions, acts.doc_start, cfg.sliding_window);
     attention_backward_delta(buf.delta, a.atty, buf.datty, acts.B, acts.T, s.heads, s.head_size);
     float* dq = w.dqkv.data();
-    attention_backward(dq, x.ldq, false, dq + s.attn, dq + s.attn + s.kv, x.ldq, false, buf.datty,
-                       a.lse, buf.delta, x);
+    attention_backward(acts.attention, dq, x.ldq, false, dq + s.attn, dq + s.attn + s.kv, x.ldq,
+                       false, buf.datty, a.lse, buf.delta, x);
   }
   if (cfg.rope()) {
     // The gradient of the rotated Q and K, rotated back: the gradient of the projection's output.

@@ -40,17 +40,20 @@ int ranks_in(MPI_Comm comm) {
 
 ModelStage::ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, int micro_batch,
                        int seq_len, bool sequence_parallel, MPI_Comm tp, MPI_Comm pp,
-                       bool recompute, pipeline::ChunkPlacement placement, MPI_Comm cp)
+                       bool recompute, pipeline::ChunkPlacement placement, MPI_Comm cp,
+                       AttentionPath attention)
     : shard_(shard),
       chunks_(std::move(chunks)),
       micro_batch_(micro_batch),
       seq_len_(seq_len),
       sequence_parallel_(sequence_parallel),
       tp_(tp),
-      ring_(ranks_in(cp) > 1 ? std::make_unique<RingAttention>(
-                                   cp, micro_batch, seq_len * ranks_in(cp), shard.heads,
-                                   shard.kv_heads, shard.head_size, shard.cfg.sliding_window)
-                             : nullptr),
+      attention_(attention),
+      ring_(ranks_in(cp) > 1
+                ? std::make_unique<RingAttention>(cp, micro_batch, seq_len * ranks_in(cp),
+                                                  shard.heads, shard.kv_heads, shard.head_size,
+                                                  shard.cfg.sliding_window, attention)
+                : nullptr),
       positions_(ring_ ? ring_->rows() : PositionRuns::contiguous(seq_len)),
       p2p_(pp, int(chunks_.size()), message_floats(shard, micro_batch, seq_len, sequence_parallel),
            placement),
@@ -75,6 +78,7 @@ std::unique_ptr<Activations> ModelStage::allocate(const ChunkPieces& chunk) cons
   auto a = std::make_unique<Activations>(Activations::allocate(
       shard_, chunk, micro_batch_, seq_len_, sequence_parallel_, &positions_));
   a->ring = ring_.get();
+  a->attention = attention_;
   return a;
 }
 

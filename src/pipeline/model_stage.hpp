@@ -56,11 +56,12 @@ class ModelStage : public pipeline::StageOps {
   // recompute: keep only block outputs per microbatch and rebuild the rest before each block's
   // backward (--recompute). placement: where the chunks of all ranks run. cp: the context-parallel
   // ranks (a 1-rank one without CP): each holds seq_len rows of every sequence, its two chunks
-  // (ring_attention.hpp), of sequences seq_len·|cp| long.
+  // (ring_attention.hpp), of sequences seq_len·|cp| long. attention: the path every attention
+  // call takes (--attention).
   ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, int micro_batch, int seq_len,
              bool sequence_parallel, MPI_Comm tp, MPI_Comm pp, bool recompute = false,
              pipeline::ChunkPlacement placement = pipeline::ChunkPlacement::kLooped,
-             MPI_Comm cp = MPI_COMM_SELF);
+             MPI_Comm cp = MPI_COMM_SELF, AttentionPath attention = AttentionPath::kFused);
 
   // What the next step runs on: the microbatches' tokens, the parameters and their gradients,
   // dloss (d total loss / d each token's loss), and the hook told of each part (block, head,
@@ -164,6 +165,7 @@ class ModelStage : public pipeline::StageOps {
   int micro_batch_, seq_len_;
   bool sequence_parallel_;
   MPI_Comm tp_;
+  AttentionPath attention_;
   std::unique_ptr<RingAttention> ring_;  // with CP
   PositionRuns positions_;
   PipelineP2P p2p_;

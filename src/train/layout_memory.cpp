@@ -57,6 +57,7 @@ MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePl
   m.staged_mpi = l.staged_mpi;
   m.pipeline_stages = l.pp;
   m.threads = l.threads;
+  m.attention = l.attention;
   m.dp_bucket_bytes = l.dp_bucket_bytes;
   m.tied_across_stages =
       l.cfg.tied && l.pp > 1 && plan.shape().placement == pipeline::ChunkPlacement::kLooped;

@@ -22,6 +22,7 @@ struct LayoutSizes {
   std::vector<LayerRange> layer_ranges;  // the pp x V chunks' blocks
   bool sequence_parallel = false, recompute = false, zero = false, bf16 = false;
   bool staged_mpi = false;
+  AttentionPath attention = AttentionPath::kFused;
   int threads = 1;
   int64_t dp_bucket_bytes = 25000000;  // --dp-bucket-mb's default
 };

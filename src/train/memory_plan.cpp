@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/bf16.hpp"
-#include "model/layers/attention.hpp"
+#include "model/layers/attention_path.hpp"
 #include "model/layers/ring_attention.hpp"
 #include "model/parameters.hpp"
 
@@ -180,7 +180,8 @@ void add_buffer_terms(const MemoryShape& s, int sets, const Terms& add) {
     work += Activations::bytes(shard, one_block, s.micro_batch, s.seq_len, s.sequence_parallel);
   }
   if (s.bf16) work += 2 * s.bf16_scratch * int64_t(sizeof(bf16));
-  work += attention_scratch_bytes(shard.heads, shard.kv_heads, shard.head_size, s.threads);
+  work += attention_path_scratch_bytes(s.attention, shard.heads, shard.kv_heads, shard.head_size,
+                                       s.seq_len, s.threads);
   // A CPU GEMM library packs a whole operand of a large product into a buffer of its own for the
   // call (oneDNN's sgemm: the LM head's vocab x C weight, 8.8 MB for 8192 x 256), and with freed
   // memory kept in the process (core/host_memory.hpp) that buffer stays resident after the call.
@@ -188,7 +189,7 @@ void add_buffer_terms(const MemoryShape& s, int sets, const Terms& add) {
       {shard.has_head ? int64_t(shard.vocab_shard) : 0, int64_t(shard.mlp_in), int64_t(shard.qkv)});
   if (s.host_gemm_packing && !kDeviceMemory) work += widest_weight * shard.cfg.channels * f;
   add("workspace", work,
-      "backward buffers, recomputation, bf16 operands, attention tiles, the GEMM library's "
+      "backward buffers, recomputation, bf16 operands, attention scratch, the GEMM library's "
       "packed weight",
       "--micro-batch-size");
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/activations.hpp"
+#include "model/layers/attention_path.hpp"
 #include "model/shard.hpp"
 
 namespace mpf {
@@ -41,6 +42,7 @@ struct MemoryShape {
   int64_t dp_bucket_bytes = 0;
   bool tied_across_stages = false;
   int threads = 1;
+  AttentionPath attention = AttentionPath::kFused;  // whose scratch the workspace holds
   // The products run through a CPU library that packs an operand per call (not on a GPU).
   bool host_gemm_packing = true;
   int64_t data_bytes = 0;     // token files, mapped and read through at start-up

@@ -102,6 +102,8 @@ struct TrainOptions {
   // Speed: the precision of the matrix products, and the GEMM library ("": the build's default).
   Precision precision = Precision::fp32;
   std::string gemm;
+  // The attention's path (model/layers/attention_path.hpp): fused or chunked.
+  std::string attention = "fused";
   // Whether MPI reads GPU memory: auto (ask the library), yes, no (stage through host buffers).
   std::string gpu_aware_mpi = "auto";
   bool profile = false;  // print a per-kernel time breakdown at the end

@@ -195,6 +195,7 @@ LayoutSizes TrainingRun::layout_sizes() const {
   l.layer_ranges = layer_ranges_;
   l.sequence_parallel = opts_.sequence_parallel;
   l.recompute = opts_.recompute;
+  l.attention = attention_path_named(opts_.attention);
   l.zero = opts_.zero == 1;
   l.bf16 = opts_.precision == Precision::bf16;
   l.staged_mpi = staged();
@@ -314,7 +315,8 @@ void TrainingRun::set_up_stage() {
       stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
   stage_ = std::make_unique<ModelStage>(shard_, own.chunks, micro_batch_, local_seq_len_,
                                         opts.sequence_parallel, grid_->tp_comm(), grid_->pp_comm(),
-                                        opts.recompute, shape_.placement, grid_->cp_comm());
+                                        opts.recompute, shape_.placement, grid_->cp_comm(),
+                                        attention_path_named(opts.attention));
   // The classic schedules run each W right after its B: W then goes with B, block by block, and
   // a microbatch keeps two blocks' W inputs instead of its chunk's.
   stage_->set_weight_with_input(!pipeline::is_zero_bubble(pp_schedule_));

@@ -300,6 +300,10 @@ SettingGroup system_settings() {
                &O::precision},
               {"--gemm", "LIB", "the GEMM library: onednn (the default where built) or openblas",
                &O::gemm},
+              {"--attention", "PATH",
+               "fused: the FlashAttention-2-style kernel; chunked: 128 queries at a time through "
+               "the GEMM library, the same results (docs/performance.md#attention)",
+               &O::attention, kNoMinimum, nullptr, OnResume::not_saved, "fused,chunked"},
               {"--gpu-aware-mpi", "M",
                "auto: in a GPU build, ask the MPI library whether it reads GPU memory "
                "(MPIX_Query_cuda_support) and stage messages through pinned host buffers when it "

@@ -5,7 +5,8 @@
 # parallelism; a Llama with grouped-query attention (rotary angles at each chunk's positions) on
 # CP 2 and 4, with TP 2 (+SP), PP 2 under 1F1B, interleaved, ZB-H1 and ZB-V, DP 2 with ZeRO-1,
 # and recomputation; the same in bf16; document masking (--doc-mask) serial and on CP 2 x TP 2,
-# which changes the losses; and a checkpoint saved on CP 2 resumed on CP 1 and on CP 4.
+# which changes the losses; the chunked attention path (--attention chunked) serial and on CP 2,
+# with documents and a sliding window; and a checkpoint saved on CP 2 resumed on CP 1 and on CP 4.
 LAYERS=4
 source "$(dirname "$0")/serial_reference.sh"
 base=("${args[@]}")
@@ -39,6 +40,16 @@ run_layout 1 1 --cp 2 --pp 2 --schedule zb-h1 --microbatches 4
 run_layout 1 1 --cp 2 --pp 2 --schedule zb-v --microbatches 2
 run_layout 1 2 --cp 2 --zero 1 --overlap-grad-reduce --dp-bucket-mb 0.05
 run_layout 1 2 --cp 2 --recompute
+# The chunked attention (--attention chunked: a chunk of queries at a time through the GEMM
+# library) against the serial run's fused kernel, on 1 rank and through CP 2's ring of blocks.
+run_layout 1 1 --attention chunked --profile
+if grep -q 'mpf::chunked_attention_softmax' "$LAST_LOG" &&
+  ! grep -q 'mpf::attention_forward' "$LAST_LOG"; then
+  ok "--attention chunked runs the chunked kernels, not the fused one"
+else
+  bad "--attention chunked did not run the chunked kernels: $LAST_LOG"
+fi
+run_layout 1 1 --cp 2 --attention chunked
 
 # bf16, where this CPU runs bf16 products natively (serial_reference.sh's tolerances for it).
 if "$TRAIN" --precision bf16 --steps 1 --val-every 0 --layers 1 --dim 32 --heads 2 2>&1 |
@@ -59,6 +70,11 @@ group llama_docs "${llama[@]}" --doc-mask --doc-token 10
 run_layout 1 1 --cp 2
 run_layout 2 1 --cp 2 --sequence-parallel
 run_layout 1 1 --cp 2 --pp 2 --microbatches 2
+run_layout 1 1 --cp 2 --attention chunked
+# A sliding window within the documents, through both attention paths.
+group llama_window "${llama[@]}" --doc-mask --doc-token 10 --sliding-window 5
+run_layout 1 1 --attention chunked
+run_layout 1 1 --cp 2 --attention chunked
 if "$PY" - "$ROOT/llama/serial_8.log" "$ROOT/llama_docs/serial_8.log" <<'PYEOF'; then
 import re, sys
 def losses(p):

@@ -21,8 +21,9 @@ void pack_kv(float* kv, Tensor qkv, int64_t rows, int W, int Cq, int Ckv) {
 }
 }  // namespace
 
-RingAttention::RingAttention(MPI_Comm cp, int B, int T, int NH, int KVH, int hs, int window)
-    : cp_(cp), B_(B), T_(T), NH_(NH), KVH_(KVH), hs_(hs), window_(window) {
+RingAttention::RingAttention(MPI_Comm cp, int B, int T, int NH, int KVH, int hs, int window,
+                             AttentionPath path)
+    : cp_(cp), B_(B), T_(T), NH_(NH), KVH_(KVH), hs_(hs), window_(window), path_(path) {
   MPI_Comm_rank(cp, &rank_);
   MPI_Comm_size(cp, &ranks_);
   if (T % (2 * ranks_) != 0 && ranks_ > 1) {
@@ -106,7 +107,7 @@ void RingAttention::finish(Exchange& x) {
 
 void RingAttention::forward(Tensor out, Tensor lse, Tensor qkv, const int32_t* doc_start) {
   if (ranks_ == 1) {
-    attention_forward(out, lse,
+    attention_forward(path_, out, lse,
                       packed_attention(qkv, B_, NH_, KVH_, hs_, rows(), doc_start, window_));
     return;
   }
@@ -119,7 +120,7 @@ void RingAttention::forward(Tensor out, Tensor lse, Tensor qkv, const int32_t* d
     const bool more = s + 1 < ranks_;
     if (more) start(x, kv_[cur].data(), host_[0].data(), kv_[1 - cur].data(), host_[1].data(), s);
     const int owner = (rank_ - s + ranks_) % ranks_;
-    attention_forward(out, lse, against(qkv, kv_[cur].data(), owner, doc_start), s > 0);
+    attention_forward(path_, out, lse, against(qkv, kv_[cur].data(), owner, doc_start), s > 0);
     if (more) finish(x);
     cur = 1 - cur;
   }
@@ -132,7 +133,7 @@ void RingAttention::backward_input(Tensor dqkv, Tensor delta, Tensor dout, Tenso
   float* dq = dqkv.data();
   if (ranks_ == 1) {
     const AttentionInputs x = packed_attention(qkv, B_, NH_, KVH_, hs_, rows(), doc_start, window_);
-    attention_backward(dq, W, false, dq + Cq, dq + Cq + Ck, W, false, dout, lse, delta, x);
+    attention_backward(path_, dq, W, false, dq + Cq, dq + Cq + Ck, W, false, dout, lse, delta, x);
     return;
   }
   pack_kv(kv_[0].data(), qkv, int64_t(B_) * Tl_, W, Cq, 2 * Ck);
@@ -146,7 +147,7 @@ void RingAttention::backward_input(Tensor dqkv, Tensor delta, Tensor dout, Tenso
     // The visiting block's dK and dV accumulator: its owner starts it (written, not added).
     const int owner = (rank_ - s + ranks_) % ranks_;
     float* acc = dkv_[cur].data();
-    attention_backward(dq, W, s > 0, acc, acc + Ck, 2 * Ck, s > 0, dout, lse, delta,
+    attention_backward(path_, dq, W, s > 0, acc, acc + Ck, 2 * Ck, s > 0, dout, lse, delta,
                        against(qkv, kv_[cur].data(), owner, doc_start));
     // On with it; the next block's accumulator comes from the previous rank. After the last
     // step it is this rank's own block's, complete.

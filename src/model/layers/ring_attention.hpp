@@ -27,6 +27,7 @@
 
 #include "core/types.hpp"
 #include "model/layers/attention.hpp"
+#include "model/layers/attention_path.hpp"
 
 namespace mpf {
 
@@ -35,7 +36,8 @@ class RingAttention {
   // cp: the CP ranks, in ring order; B sequences whose rows this rank holds T/N of (of T
   // positions each); NH query heads, KVH kv heads of size hs (this rank's, after TP); window: a
   // sliding window's positions (attention.hpp), 0 for none.
-  RingAttention(MPI_Comm cp, int B, int T, int NH, int KVH, int hs, int window = 0);
+  RingAttention(MPI_Comm cp, int B, int T, int NH, int KVH, int hs, int window = 0,
+                AttentionPath path = AttentionPath::kFused);
 
   // The rows CP rank `rank` of `ranks` holds of a sequence of T positions.
   static PositionRuns rows_of(int rank, int ranks, int T);
@@ -75,6 +77,7 @@ class RingAttention {
   MPI_Comm cp_;
   int rank_ = 0, ranks_ = 1;
   int B_, T_, Tl_, NH_, KVH_, hs_, window_;
+  AttentionPath path_;
   int64_t count_;  // floats in one block: B·Tl·2·KVH·hs
   std::vector<PositionRuns> rows_of_;
   Slab kv_[2], dkv_[2];

@@ -1,0 +1,38 @@
+#include "model/layers/attention_path.hpp"
+
+#include "model/layers/chunked_attention.hpp"
+
+namespace mpf {
+
+AttentionPath attention_path_named(const std::string& name) {
+  return name == "chunked" ? AttentionPath::kChunked : AttentionPath::kFused;
+}
+
+void attention_forward(AttentionPath path, Tensor out, Tensor lse, const AttentionInputs& x,
+                       bool merge) {
+  if (path == AttentionPath::kChunked) {
+    chunked_attention_forward(out, lse, x, merge);
+  } else {
+    attention_forward(out, lse, x, merge);
+  }
+}
+
+void attention_backward(AttentionPath path, float* dq, int64_t lddq, bool accumulate_dq, float* dk,
+                        float* dv, int64_t lddkv, bool accumulate_dkv, Tensor dout, Tensor lse,
+                        Tensor delta, const AttentionInputs& x) {
+  if (path == AttentionPath::kChunked) {
+    chunked_attention_backward(dq, lddq, accumulate_dq, dk, dv, lddkv, accumulate_dkv, dout, lse,
+                               delta, x);
+  } else {
+    attention_backward(dq, lddq, accumulate_dq, dk, dv, lddkv, accumulate_dkv, dout, lse, delta, x);
+  }
+}
+
+int64_t attention_path_scratch_bytes(AttentionPath path, int NH, int KVH, int hs, int seq_len,
+                                     int threads) {
+  // Only the path a run calls allocates its scratch.
+  return path == AttentionPath::kChunked ? chunked_attention_scratch_bytes(NH, hs, seq_len)
+                                         : attention_scratch_bytes(NH, KVH, hs, threads);
+}
+
+}  // namespace mpf

@@ -1,0 +1,31 @@
+// Which attention a run's model calls (--attention): the fused kernel (attention.hpp) or the
+// chunked path through the backend's GEMM (chunked_attention.hpp). Both take the same inputs and
+// give the same results, so the model and ring attention call through here and never choose.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/types.hpp"
+#include "model/layers/attention.hpp"
+
+namespace mpf {
+
+enum class AttentionPath { kFused, kChunked };
+
+// The path --attention names: "chunked", else the fused kernel.
+AttentionPath attention_path_named(const std::string& name);
+
+// attention_forward and attention_backward (attention.hpp) through `path`.
+void attention_forward(AttentionPath path, Tensor out, Tensor lse, const AttentionInputs& x,
+                       bool merge = false);
+void attention_backward(AttentionPath path, float* dq, int64_t lddq, bool accumulate_dq, float* dk,
+                        float* dv, int64_t lddkv, bool accumulate_dkv, Tensor dout, Tensor lse,
+                        Tensor delta, const AttentionInputs& x);
+
+// The scratch `path` keeps for a rank's attention (NH local heads of size hs, seq_len rows a
+// sequence, `threads` host threads), for the memory plan.
+int64_t attention_path_scratch_bytes(AttentionPath path, int NH, int KVH, int hs, int seq_len,
+                                     int threads);
+
+}  // namespace mpf
