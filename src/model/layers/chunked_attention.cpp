@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,32 @@ class HostDocs {
 
 constexpr int kSpanRows = 64;
 
+// While alive, a bf16 call's inputs are rounded once (matmul.hpp's HeldOperand) instead of by
+// every product that reads them: Q, K and V (one range in a packed QKV; K with V where they
+// interleave, as in ring attention's blocks; left to the products when apart) and dO. In fp32
+// nothing.
+class HeldInputs {
+ public:
+  explicit HeldInputs(const AttentionInputs& x, const float* dout = nullptr) {
+    const int64_t q_span = (int64_t(x.B) * x.queries.rows - 1) * x.ldq + int64_t(x.NH) * x.hs,
+                  kv_span = (int64_t(x.B) * x.keys.rows - 1) * x.ldkv + int64_t(x.KVH) * x.hs;
+    q_.emplace(x.q, q_span);
+    const uintptr_t q0 = address(x.q), q1 = address(x.q + q_span), k0 = address(x.k),
+                    k1 = address(x.k + kv_span), v0 = address(x.v), v1 = address(x.v + kv_span);
+    const bool in_q = k0 >= q0 && k1 <= q1 && v0 >= q0 && v1 <= q1;
+    // Overlapping ranges lie in one allocation; apart, they may be in two.
+    if (!in_q && k0 < v1 && v0 < k1) {
+      const float* lo = k0 < v0 ? x.k : x.v;
+      kv_.emplace(lo, int64_t((std::max(k1, v1) - std::min(k0, v0)) / sizeof(float)));
+    }
+    if (dout) dout_.emplace(dout, int64_t(x.B) * x.queries.rows * x.NH * x.hs);
+  }
+
+ private:
+  static uintptr_t address(const float* p) { return reinterpret_cast<uintptr_t>(p); }
+  std::optional<HeldOperand> q_, kv_, dout_;
+};
+
 // Key rows [lo, hi) spanning every key some query of `chunk` sees (lo == hi: none). Keys in
 // between that no query sees are masked by the row kernels.
 struct KeySpan {
@@ -116,6 +143,11 @@ struct ChunkRows {
   const int32_t* doc;  // the sequence's document starts (kernel memory), or null
   int window = 0;
   float scale = 1.0f;
+  int G = 1, KVH = 1;
+  // The head of the score matrix in `slot`: S and dP hold them slot-major, slot = g·KVH + kvh, so
+  // the products of one query head g of every group (one batched call) read and write one
+  // contiguous block, which a bf16 product rounds once.
+  KOKKOS_INLINE_FUNCTION int head_of(int slot) const { return (slot % KVH) * G + slot / KVH; }
 };
 
 // The columns of a chunk's key span [k0, k0 + nk) that a query at qpos, first seeing the key at
@@ -141,16 +173,16 @@ KOKKOS_INLINE_FUNCTION SeenColumns seen_columns(const ChunkRows& c, int r) {
   return {lo[0], hi[0], lo[1], hi[1]};
 }
 
-// S (NH, n, nk) = Q·Kᵀ becomes e^(scale·S − max) over the keys each row sees (0 elsewhere), in
-// place: P before its normalisation, which the output takes instead (hs columns, not nk). The
-// row's logsumexp goes to L[h·ldl + r] and 1/Σ to inv[m] (lse −∞ and inv 0 for a row that sees
-// no key).
+// S (NH slots, n, nk) = Q·Kᵀ becomes e^(scale·S − max) over the keys each row sees (0 elsewhere),
+// in place: P before its normalisation, which the output takes instead (hs columns, not nk). Row
+// r of head h has its logsumexp written to L[h·ldl + r] and 1/Σ to inv[h·n + r] (lse −∞ and inv 0
+// for a row that sees no key).
 void softmax_rows(float* S, int NH, const ChunkRows& c, float* L, int64_t ldl, float* inv) {
   const int n = c.q.n, nk = c.nk;
   for_rows(
       "mpf::chunked_attention_softmax", int64_t(NH) * n, nk,
       KOKKOS_LAMBDA(const Row& row, int64_t m) {
-        const int h = int(m / n), r = int(m % n);
+        const int h = c.head_of(int(m / n)), r = int(m % n);
         const SeenColumns seen = seen_columns(c, r);
         float* s = S + m * nk;
         // A row that sees no key has no maximum (a team's max then reduces to its identity, the
@@ -165,12 +197,12 @@ void softmax_rows(float* S, int NH, const ChunkRows& c, float* L, int64_t ldl, f
         const bool any = sum > 0.0f;
         row.once([=] {
           L[h * ldl + r] = any ? shift + logf(sum) : kNegInf;
-          inv[m] = any ? 1.0f / sum : 0.0f;
+          inv[h * n + r] = any ? 1.0f / sum : 0.0f;
         });
       });
 }
 
-// S (NH, n, nk) = Q·Kᵀ and dP = dO·Vᵀ become P, recomputed from the saved lse, and
+// S (NH slots, n, nk) = Q·Kᵀ and dP = dO·Vᵀ become P, recomputed from the saved lse, and
 // dS = scale·P⊙(dP − delta), in place.
 void backward_rows(float* S, float* dP, int NH, const ChunkRows& c, const float* L, const float* D,
                    int64_t ldl) {
@@ -178,7 +210,7 @@ void backward_rows(float* S, float* dP, int NH, const ChunkRows& c, const float*
   for_rows(
       "mpf::chunked_attention_backward_rows", int64_t(NH) * n, nk,
       KOKKOS_LAMBDA(const Row& row, int64_t m) {
-        const int h = int(m / n), r = int(m % n);
+        const int h = c.head_of(int(m / n)), r = int(m % n);
         const SeenColumns seen = seen_columns(c, r);
         const float l = L[h * ldl + r], d = D[h * ldl + r], scale = c.scale;
         float* s = S + m * nk;
@@ -206,8 +238,8 @@ void no_keys(float* out, int64_t ldo, float* L, int64_t ldl, int n, int NH, int 
 }
 
 // The chunk's output rows (n, NH·hs; head h at column h·hs) from the unnormalised P·V in O: scaled
-// by each row's 1/Σ into out, or with merge combined with out and L by the logsumexps (the
-// chunk's in Lp, (NH, n)).
+// by each row's 1/Σ (inv, (NH, n)) into out, or with merge combined with out and L by the
+// logsumexps (the chunk's in Lp, (NH, n)).
 void finish_rows(float* out, int64_t ldo, float* L, int64_t ldl, const float* O, const float* Lp,
                  const float* inv, bool merge, int n, int NH, int hs) {
   for_rows(
@@ -253,6 +285,7 @@ void chunked_attention_forward(Tensor out, Tensor lse, const AttentionInputs& x,
   float* Lp = O + int64_t(Tc) * ldo;     // and lse (NH, n)
   float* inv = Lp + int64_t(NH) * Tc;    // each row's 1/Σ (NH, n)
   const HostDocs docs(x);
+  const HeldInputs held(x);
   const int chunks = attn::tile_count(x.queries, Tc);
   for (int b = 0; b < x.B; ++b) {
     for (int ci = 0; ci < chunks; ++ci) {
@@ -271,15 +304,17 @@ void chunked_attention_forward(Tensor out, Tensor lse, const AttentionInputs& x,
                         x.keys,
                         x.doc_start ? x.doc_start + int64_t(b) * Tq : nullptr,
                         x.window,
-                        1.0f / std::sqrt(float(hs))};
+                        1.0f / std::sqrt(float(hs)),
+                        G,
+                        KVH};
       const float* qc = x.q + (int64_t(b) * Tq + q.row) * x.ldq;
       const int64_t kv_at = (int64_t(b) * Tk + span.lo) * x.ldkv;
       const int64_t per_head_scores = int64_t(n) * nk;
       head_products(Op::N, Op::T, n, nk, hs, {qc, x.ldq, hs, int64_t(G) * hs},
-                    {x.k + kv_at, x.ldkv, 0, hs}, 0.0f, S, nk, per_head_scores, G * per_head_scores,
-                    G, KVH);
+                    {x.k + kv_at, x.ldkv, 0, hs}, 0.0f, S, nk, KVH * per_head_scores,
+                    per_head_scores, G, KVH);
       softmax_rows(S, NH, c, merge ? Lp : L, merge ? n : Tq, inv);
-      head_products(Op::N, Op::N, n, hs, nk, {S, nk, per_head_scores, G * per_head_scores},
+      head_products(Op::N, Op::N, n, hs, nk, {S, nk, KVH * per_head_scores, per_head_scores},
                     {x.v + kv_at, x.ldkv, 0, hs}, 0.0f, merge ? O : o, ldo, hs, int64_t(G) * hs, G,
                     KVH);
       finish_rows(o, ldo, L, Tq, merge ? O : o, Lp, inv, merge, n, NH, hs);
@@ -306,6 +341,7 @@ void chunked_attention_backward(float* dq, int64_t lddq, bool accumulate_dq, flo
   float* S = chunk_scratch(chunk_scratch_floats(NH, hs, Tk, Tc));
   float* dP = S + int64_t(NH) * Tc * Tk;
   const HostDocs docs(x);
+  const HeldInputs held(x, dout.data());
   const int chunks = attn::tile_count(x.queries, Tc);
   for (int b = 0; b < x.B; ++b) {
     for (int ci = 0; ci < chunks; ++ci) {
@@ -323,17 +359,19 @@ void chunked_attention_backward(float* dq, int64_t lddq, bool accumulate_dq, flo
                         x.keys,
                         x.doc_start ? x.doc_start + int64_t(b) * Tq : nullptr,
                         x.window,
-                        1.0f / std::sqrt(float(hs))};
+                        1.0f / std::sqrt(float(hs)),
+                        G,
+                        KVH};
       const float* qc = x.q + (int64_t(b) * Tq + q.row) * x.ldq;
       const float* doc_rows = dout.data() + (int64_t(b) * Tq + q.row) * ldo;
       const int64_t kv_at = (int64_t(b) * Tk + span.lo) * x.ldkv,
                     dkv_at = (int64_t(b) * Tk + span.lo) * lddkv;
       const int64_t sc = int64_t(n) * nk;  // a head's scores
       const Heads Q{qc, x.ldq, hs, int64_t(G) * hs}, dO{doc_rows, ldo, hs, int64_t(G) * hs},
-          K{x.k + kv_at, x.ldkv, 0, hs}, V{x.v + kv_at, x.ldkv, 0, hs}, P{S, nk, sc, G * sc},
-          dS{dP, nk, sc, G * sc};
-      head_products(Op::N, Op::T, n, nk, hs, Q, K, 0.0f, S, nk, sc, G * sc, G, KVH);
-      head_products(Op::N, Op::T, n, nk, hs, dO, V, 0.0f, dP, nk, sc, G * sc, G, KVH);
+          K{x.k + kv_at, x.ldkv, 0, hs}, V{x.v + kv_at, x.ldkv, 0, hs}, P{S, nk, KVH * sc, sc},
+          dS{dP, nk, KVH * sc, sc};
+      head_products(Op::N, Op::T, n, nk, hs, Q, K, 0.0f, S, nk, KVH * sc, sc, G, KVH);
+      head_products(Op::N, Op::T, n, nk, hs, dO, V, 0.0f, dP, nk, KVH * sc, sc, G, KVH);
       backward_rows(S, dP, NH, c, lse.data() + int64_t(b) * NH * Tq + q.row,
                     delta.data() + int64_t(b) * NH * Tq + q.row, Tq);
       head_products(Op::N, Op::N, n, hs, nk, dS, K, accumulate_dq ? 1.0f : 0.0f, dqc, lddq, hs,
