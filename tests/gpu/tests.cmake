@@ -4,7 +4,8 @@
 # named by MPIFORMER_CPU_TRAIN in the environment (skipped without one).
 #
 #   test_kernels      every kernel in both shapes on the GPU, against plain loops on the CPU
-#   test_attention    the fused attention on the GPU against float64 loops and the unfused path
+#   test_attention    the fused attention on the GPU against float64 loops and the unfused path,
+#                     and the tensor-core forward (mma.sync) against the fused attention
 #   test_layers       every layer's B and W, and the model's, against finite differences
 #   test_cublas_gemm  the cuBLAS backend against a host reference
 #   gpu_training      20 steps, fp32 and bf16: the CPU build's losses within a stated tolerance

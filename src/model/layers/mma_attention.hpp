@@ -1,0 +1,21 @@
+// The fused attention's forward on tensor cores (backends/cuda/flash_attention_mma.hpp), where a
+// CUDA build has it: the same inputs and outputs as attention_forward (attention.hpp), with Q, K,
+// V and P rounded to bf16. Not yet called by training: a GPU must first check it against the
+// portable kernel (tests/gpu/test_mma_attention.cpp) and measure it (docs/gpu.md, "Tensor-core
+// attention (mma.sync)"). Its backward is the portable kernel's, which reads the same out and lse.
+#pragma once
+
+#include "core/types.hpp"
+#include "model/layers/attention.hpp"
+
+namespace mpf {
+
+// Whether this build can run `x` on tensor cores: a CUDA build, head size 64 or 128, NH a
+// multiple of KVH.
+bool mma_attention_runs(const AttentionInputs& x);
+
+// out (B, queries.rows, NH·hs) and lse (B, NH, queries.rows) as attention_forward without merge;
+// false, touching nothing, where mma_attention_runs(x) is false.
+bool mma_attention_forward(Tensor out, Tensor lse, const AttentionInputs& x);
+
+}  // namespace mpf

@@ -1,0 +1,340 @@
+// The tensor-core attention's indexing, checked on the CPU (backends/cuda/mma_fragments.hpp,
+// flash_attention_mma_tile.hpp): a host emulation of one warp — 32 lanes' register arrays,
+// fragments loaded from row-major tiles with the layout functions, one m16n8k16 product done in
+// fp32 on the gathered matrices and scattered back — runs (a) an ownership check: every element
+// of A, B and C/D is held by exactly one (lane, element), with spots from the PTX ISA's figures;
+// (b) a 64 x 64 tile product; (c) the CUDA kernel's forward loop, step for step: scores a
+// key tile at a time, causal, document and window masks, the online softmax with each row's max
+// reduced across its quad by emulated xor shuffles and its sum kept per lane, P reused from the
+// score registers as A. (b) and (c) against plain loops within fp32 rounding; (c) again with P
+// rounded to bf16 as the kernel rounds it. What this cannot check — that the hardware lays the
+// fragments out as these functions say — a GPU checks (tests/gpu/test_mma_attention.cpp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backends/cuda/flash_attention_mma_tile.hpp"
+#include "backends/cuda/mma_fragments.hpp"
+#include "core/bf16.hpp"
+
+namespace {
+
+using namespace mpf::mma;
+
+float round_bf16(float x) {
+  return mpf::from_bf16(mpf::to_bf16(x));
+}
+
+std::vector<float> random_bf16(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = round_bf16(dist(gen));
+  return v;
+}
+
+// One warp's m16n8k16: A, B and C gathered from the lanes by the layout, D = A·B + C accumulated
+// in fp32, scattered back to the lanes' d. a(lane, i), b(lane, i) give values, d(lane, i) a
+// float&.
+template <class D, class A, class B>
+void warp_mma(D&& d, A&& a, B&& b) {
+  float am[kM][kK], bm[kK][kN], cm[kM][kN];
+  for (int lane = 0; lane < kWarp; ++lane) {
+    for (int i = 0; i < kAElems; ++i) am[a_row(lane, i)][a_col(lane, i)] = a(lane, i);
+    for (int i = 0; i < kBElems; ++i) bm[b_row(lane, i)][b_col(lane, i)] = b(lane, i);
+    for (int i = 0; i < kCElems; ++i) cm[c_row(lane, i)][c_col(lane, i)] = d(lane, i);
+  }
+  for (int r = 0; r < kM; ++r)
+    for (int c = 0; c < kN; ++c) {
+      float acc = cm[r][c];
+      for (int k = 0; k < kK; ++k) acc += am[r][k] * bm[k][c];
+      cm[r][c] = acc;
+    }
+  for (int lane = 0; lane < kWarp; ++lane)
+    for (int i = 0; i < kCElems; ++i) d(lane, i) = cm[c_row(lane, i)][c_col(lane, i)];
+}
+
+// __shfl_xor_sync over the warp: every lane reads its partner's value from before the step.
+void shuffle_xor_max(std::array<std::array<float, 2>, kWarp>& v, int step) {
+  const auto before = v;
+  for (int lane = 0; lane < kWarp; ++lane)
+    for (int r = 0; r < 2; ++r) v[lane][r] = std::max(v[lane][r], before[lane ^ step][r]);
+}
+void shuffle_xor_sum(std::array<std::array<float, 2>, kWarp>& v, int step) {
+  const auto before = v;
+  for (int lane = 0; lane < kWarp; ++lane)
+    for (int r = 0; r < 2; ++r) v[lane][r] += before[lane ^ step][r];
+}
+
+template <class Row, class Col>
+void expect_each_once(int rows, int cols, int elems, Row row, Col col, const char* what) {
+  std::vector<int> held(rows * cols, 0);
+  for (int lane = 0; lane < kWarp; ++lane)
+    for (int i = 0; i < elems; ++i) {
+      const int r = row(lane, i), c = col(lane, i);
+      ASSERT_TRUE(r >= 0 && r < rows && c >= 0 && c < cols) << what << " lane " << lane << " " << i;
+      ++held[r * cols + c];
+    }
+  for (int e = 0; e < rows * cols; ++e)
+    EXPECT_EQ(held[e], 1) << what << " (" << e / cols << ", " << e % cols << ")";
+}
+
+TEST(MmaFragments, EveryElementHeldByExactlyOneLaneRegister) {
+  expect_each_once(kM, kK, kAElems, a_row, a_col, "A");
+  expect_each_once(kK, kN, kBElems, b_row, b_col, "B");
+  expect_each_once(kM, kN, kCElems, c_row, c_col, "C");
+  // Spots from the PTX ISA's figures (m16n8k16, .bf16 A and B, .f32 C): lane 0 and lane 5
+  // (group 1, second of its quad).
+  EXPECT_EQ(a_row(0, 0), 0);
+  EXPECT_EQ(a_col(0, 0), 0);
+  EXPECT_EQ(a_row(0, 3), 8);
+  EXPECT_EQ(a_col(0, 3), 1);
+  EXPECT_EQ(a_row(0, 6), 8);
+  EXPECT_EQ(a_col(0, 6), 8);
+  EXPECT_EQ(a_row(5, 0), 1);
+  EXPECT_EQ(a_col(5, 0), 2);
+  EXPECT_EQ(a_col(5, 5), 11);
+  EXPECT_EQ(b_row(5, 0), 2);
+  EXPECT_EQ(b_row(5, 3), 11);
+  EXPECT_EQ(b_col(5, 3), 1);
+  EXPECT_EQ(c_row(5, 2), 9);
+  EXPECT_EQ(c_col(5, 1), 3);
+  EXPECT_EQ(c_row(31, 3), 15);
+  EXPECT_EQ(c_col(31, 3), 7);
+  for (int lane = 0; lane < kWarp; ++lane) {
+    // The kernel's 32-bit loads: A's elements 2r, 2r + 1 are row neighbours, B's k neighbours.
+    for (int r = 0; r < kAElems / 2; ++r) {
+      EXPECT_EQ(a_row(lane, 2 * r + 1), a_row(lane, 2 * r));
+      EXPECT_EQ(a_col(lane, 2 * r + 1), a_col(lane, 2 * r) + 1);
+    }
+    for (int r = 0; r < kBElems / 2; ++r) {
+      EXPECT_EQ(b_col(lane, 2 * r + 1), b_col(lane, 2 * r));
+      EXPECT_EQ(b_row(lane, 2 * r + 1), b_row(lane, 2 * r) + 1);
+    }
+    // A row's values sit in its quad only, which the two xor shuffles reduce over.
+    for (int i = 0; i < kCElems; ++i)
+      for (int step : {1, 2, 3}) EXPECT_EQ(c_row(lane ^ step, i), c_row(lane, i));
+    // P·V's A from the scores' C: the same lane holds the same (row, column).
+    for (int i = 0; i < kAElems; ++i) {
+      EXPECT_EQ(a_row(lane, i), c_row(lane, c_index_for_a(i)));
+      EXPECT_EQ(a_col(lane, i), kN * c_tile_for_a(i) + c_col(lane, c_index_for_a(i)));
+    }
+  }
+}
+
+TEST(MmaFragments, EmulatedTileProductEqualsPlainLoops) {
+  constexpr int n = 64;
+  const auto a = random_bf16(n * n, 1), b = random_bf16(n * n, 2);
+  std::vector<float> c(n * n, 0.0f);
+  for (int mt = 0; mt < n; mt += kM)
+    for (int nt = 0; nt < n; nt += kN) {
+      std::array<std::array<float, kCElems>, kWarp> d{};
+      for (int kt = 0; kt < n; kt += kK)
+        warp_mma(
+            [&](int lane, int i) -> float& { return d[lane][i]; },
+            [&](int lane, int i) { return a[(mt + a_row(lane, i)) * n + kt + a_col(lane, i)]; },
+            [&](int lane, int i) { return b[(kt + b_row(lane, i)) * n + nt + b_col(lane, i)]; });
+      for (int lane = 0; lane < kWarp; ++lane)
+        for (int i = 0; i < kCElems; ++i)
+          c[(mt + c_row(lane, i)) * n + nt + c_col(lane, i)] = d[lane][i];
+    }
+  for (int r = 0; r < n; ++r)
+    for (int col = 0; col < n; ++col) {
+      double want = 0.0, size = 0.0;
+      for (int k = 0; k < n; ++k) {
+        want += double(a[r * n + k]) * b[k * n + col];
+        size += std::fabs(double(a[r * n + k]) * b[k * n + col]);
+      }
+      ASSERT_NEAR(c[r * n + col], want, 1e-6 * size) << r << ", " << col;
+    }
+}
+
+// What a block of the kernel sees: T rows of queries and keys of one (sequence, head) at the
+// given positions, document starts (or 0) and window.
+struct Problem {
+  int T = 0;
+  std::vector<float> q, k, v;  // (T, hs), bf16 values
+  std::vector<int> pos, doc;
+  int window = 0;
+};
+
+// The kernel's forward (flash_attention_mma.cu) on emulated warps: blocks of 64 queries, 4 warps
+// of 16, key tiles of 64, the same skipping, masks, fragment loads and softmax steps.
+template <int HS>
+void emulated_forward(const Problem& p, bool round_p, std::vector<float>& out,
+                      std::vector<float>& lse) {
+  constexpr int kRows = 64, kKeys = 64, NT = kKeys / kN, DT = HS / kN;
+  const float scale = 1.0f / std::sqrt(float(HS)) * kLog2e;
+  out.assign(size_t(p.T) * HS, NAN);
+  lse.assign(p.T, NAN);
+  auto at = [&](const std::vector<float>& x, int row, int col) {
+    return row < p.T ? x[size_t(row) * HS + col] : 0.0f;  // rows past T load as zeros
+  };
+  for (int q0 = 0; q0 < p.T; q0 += kRows) {
+    int q_lo = 1 << 30, q_hi = -(1 << 30);
+    for (int r = 0; r < kRows && q0 + r < p.T; ++r) {
+      q_lo = std::min(q_lo, p.pos[q0 + r]);
+      q_hi = std::max(q_hi, p.pos[q0 + r]);
+    }
+    for (int warp = 0; warp < kRows / kM; ++warp) {
+      const int row0 = q0 + warp * kM;
+      struct Lane {
+        float o[DT][kCElems] = {};
+        float s[NT][kCElems] = {};
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+      };
+      std::vector<Lane> lanes(kWarp);
+      for (int k0 = 0; k0 < p.T; k0 += kKeys) {
+        bool useful = false;
+        for (int s = k0; s < std::min(k0 + kKeys, p.T); ++s)
+          useful |= p.pos[s] <= q_hi && (p.window == 0 || q_lo - p.pos[s] < p.window);
+        if (!useful) continue;
+        for (auto& lane : lanes)
+          for (auto& tile : lane.s)
+            for (float& x : tile) x = 0.0f;
+        for (int kk = 0; kk < HS; kk += kK)
+          for (int j = 0; j < NT; ++j)
+            warp_mma([&](int lane, int i) -> float& { return lanes[lane].s[j][i]; },
+                     [&](int lane, int i) {
+                       return at(p.q, row0 + a_row(lane, i), kk + a_col(lane, i));
+                     },
+                     [&](int lane, int i) {  // B(k, n) = K[n][k]
+                       return at(p.k, k0 + j * kN + b_col(lane, i), kk + b_row(lane, i));
+                     });
+        std::array<std::array<float, 2>, kWarp> mx;
+        for (int lane = 0; lane < kWarp; ++lane) {
+          auto& s = lanes[lane].s;
+          for (int j = 0; j < NT; ++j)
+            for (int i = 0; i < kCElems; ++i) {
+              const int t = row0 + c_row(lane, i), key = k0 + j * kN + c_col(lane, i);
+              const bool seen =
+                  t < p.T && key < p.T && key_visible(p.pos[t], p.pos[key], p.doc[t], p.window);
+              s[j][i] = seen ? s[j][i] * scale : -INFINITY;
+            }
+          float m2[2];
+          row_max_partial(s, m2);
+          mx[lane] = {m2[0], m2[1]};
+        }
+        shuffle_xor_max(mx, 1);
+        shuffle_xor_max(mx, 2);
+        for (int lane = 0; lane < kWarp; ++lane) {
+          const float m2[2] = {mx[lane][0], mx[lane][1]};
+          row_softmax_step(lanes[lane].s, m2, lanes[lane].m, lanes[lane].l, lanes[lane].o);
+        }
+        for (int kk = 0; kk < kKeys / kK; ++kk)
+          for (int d = 0; d < DT; ++d)
+            warp_mma([&](int lane, int i) -> float& { return lanes[lane].o[d][i]; },
+                     [&](int lane, int i) {
+                       const float x = lanes[lane].s[2 * kk + c_tile_for_a(i)][c_index_for_a(i)];
+                       return round_p ? round_bf16(x) : x;
+                     },
+                     [&](int lane, int i) {  // B(k, n) = V[k][n]
+                       return at(p.v, k0 + kk * kK + b_row(lane, i), d * kN + b_col(lane, i));
+                     });
+      }
+      std::array<std::array<float, 2>, kWarp> l;
+      for (int lane = 0; lane < kWarp; ++lane) l[lane] = {lanes[lane].l[0], lanes[lane].l[1]};
+      shuffle_xor_sum(l, 1);
+      shuffle_xor_sum(l, 2);
+      for (int lane = 0; lane < kWarp; ++lane)
+        for (int r = 0; r < 2; ++r) {
+          const int t = row0 + c_row(lane, 2 * r);
+          if (t >= p.T) continue;
+          float inv, row_lse;
+          row_finish(lanes[lane].m[r], l[lane][r], inv, row_lse);
+          for (int d = 0; d < DT; ++d)
+            for (int i = 2 * r; i < 2 * r + 2; ++i)
+              out[size_t(t) * HS + d * kN + c_col(lane, i)] = lanes[lane].o[d][i] * inv;
+          if (quad_lane_of(lane) == 0) lse[t] = row_lse;
+        }
+    }
+  }
+}
+
+// Plain loops in double: softmax over the keys a query sees, written from the masks' definitions.
+void reference_forward(const Problem& p, int hs, std::vector<double>& out,
+                       std::vector<double>& lse) {
+  out.assign(size_t(p.T) * hs, 0.0);
+  lse.assign(p.T, -INFINITY);
+  for (int t = 0; t < p.T; ++t) {
+    std::vector<double> s(p.T, -INFINITY);
+    double mx = -INFINITY;
+    for (int u = 0; u < p.T; ++u) {
+      const int qp = p.pos[t], kp = p.pos[u];
+      if (kp > qp || kp < p.doc[t] || (p.window > 0 && qp - kp >= p.window)) continue;
+      double dot = 0.0;
+      for (int d = 0; d < hs; ++d) dot += double(p.q[t * hs + d]) * p.k[u * hs + d];
+      s[u] = dot / std::sqrt(double(hs));
+      mx = std::max(mx, s[u]);
+    }
+    if (mx == -INFINITY) continue;
+    double sum = 0.0;
+    for (int u = 0; u < p.T; ++u) sum += std::exp(s[u] - mx);
+    for (int u = 0; u < p.T; ++u) {
+      const double w = std::exp(s[u] - mx) / sum;
+      for (int d = 0; d < hs; ++d) out[t * hs + d] += w * p.v[u * hs + d];
+    }
+    lse[t] = mx + std::log(sum);
+  }
+}
+
+Problem make_problem(int T, int hs, uint32_t seed) {
+  Problem p;
+  p.T = T;
+  p.q = random_bf16(size_t(T) * hs, seed, 2.0f);
+  p.k = random_bf16(size_t(T) * hs, seed + 1, 2.0f);
+  p.v = random_bf16(size_t(T) * hs, seed + 2);
+  p.pos.resize(T);
+  for (int t = 0; t < T; ++t) p.pos[t] = t;
+  p.doc.assign(T, 0);
+  return p;
+}
+
+template <int HS>
+void expect_forward_matches(const Problem& p, const char* what) {
+  std::vector<double> want, want_lse;
+  reference_forward(p, HS, want, want_lse);
+  for (bool round_p : {false, true}) {
+    std::vector<float> got, got_lse;
+    emulated_forward<HS>(p, round_p, got, got_lse);
+    // fp32 rounding; with P in bf16 (8 bits), its relative rounding of 2^-9 per weight.
+    const double tol = round_p ? 4e-3 : 2e-5;
+    double err = 0.0, size = 0.0;
+    for (size_t e = 0; e < want.size(); ++e) {
+      ASSERT_FALSE(std::isnan(got[e])) << what << " element " << e;
+      err = std::max(err, std::fabs(got[e] - want[e]));
+      size = std::max(size, std::fabs(want[e]));
+    }
+    EXPECT_LE(err, tol * size) << what << (round_p ? ", P in bf16" : ", P in fp32");
+    for (int t = 0; t < p.T; ++t) {
+      if (std::isinf(want_lse[t])) {
+        EXPECT_TRUE(std::isinf(got_lse[t]) && got_lse[t] < 0) << what << " row " << t;
+      } else {
+        EXPECT_NEAR(got_lse[t], want_lse[t], 2e-5 * std::max(1.0, std::fabs(want_lse[t])))
+            << what << " row " << t;
+      }
+    }
+  }
+}
+
+TEST(MmaFragments, EmulatedForwardTileLoopEqualsPlainAttention) {
+  // 150 rows: 3 query blocks and key tiles, the last partial; causal skipping of whole tiles.
+  expect_forward_matches<64>(make_problem(150, 64, 10), "causal, hs 64");
+  expect_forward_matches<128>(make_problem(80, 128, 20), "causal, hs 128");
+  // Documents (one starting mid-tile), a window, and context parallelism's two runs of rows
+  // (positions 0..39 then 120..159): rows that see few keys and tiles skipped by position.
+  Problem p = make_problem(80, 64, 30);
+  for (int t = 0; t < p.T; ++t) {
+    p.pos[t] = t < 40 ? t : 80 + t;
+    p.doc[t] = p.pos[t] >= 130 ? 130 : p.pos[t] >= 25 ? 25 : 0;
+  }
+  expect_forward_matches<64>(p, "documents, two runs");
+  p.window = 17;
+  expect_forward_matches<64>(p, "documents, two runs, window 17");
+}
+
+}  // namespace
