@@ -44,11 +44,16 @@ __device__ inline uint32_t pack(uint16_t lo, uint16_t hi) {
 // d += a·b for one m16n8k16 tile.
 __device__ inline void mma_bf16(float (&d)[kCElems], const uint32_t (&a)[4],
                                 const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  // bf16 mma.sync needs sm_80; mma_attention_supports keeps older GPUs from launching this.
+  __trap();
+#else
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 
 // A (16 x 16) from a row-major bf16 tile: A elements 2r and 2r + 1 are neighbours in a row, one
@@ -127,7 +132,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward(MmaAttentionArgs x) {
   }
   float o[DT][kCElems] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const float scale = rsqrtf(float(HS)) * kLog2e;
+  const float scale = 1.0f / sqrtf(float(HS)) * kLog2e;
   const float* kb = x.k + int64_t(b) * x.rows_k * x.ldkv + int64_t(kvh) * HS;
   const float* vb = x.v + int64_t(b) * x.rows_k * x.ldkv + int64_t(kvh) * HS;
   __syncthreads();
@@ -237,7 +242,15 @@ void launch(const MmaAttentionArgs& x, cudaStream_t stream) {
 }  // namespace
 
 bool mma_attention_supports(int hs) {
-  return hs == 64 || hs == 128;
+  // bf16 mma.sync: compute capability 8.0 (A100) and later.
+  static const bool capable = [] {
+    int device = 0, major = 0;
+    return cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+               cudaSuccess &&
+           major >= 8;
+  }();
+  return capable && (hs == 64 || hs == 128);
 }
 
 void mma_attention_forward(const MmaAttentionArgs& x, void* cuda_stream) {

@@ -40,7 +40,8 @@ struct MmaAttentionArgs {
   float* lse = nullptr;  // (B, NH, rows_q)
 };
 
-// Whether the kernel handles this head size (64 or 128).
+// Whether the kernel handles this head size (64 or 128) on this GPU (compute capability 8.0 or
+// later).
 bool mma_attention_supports(int hs);
 // Launches the forward on `cuda_stream` (a cudaStream_t: Kokkos' execution space's stream, so it
 // stays ordered with the kernels around it). Aborts with a message on a launch error.
