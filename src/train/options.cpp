@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/flags.hpp"
 #include "io/output_file.hpp"
+#include "model/layers/mma_attention.hpp"
 #include "train/model_options.hpp"
 #include "train/settings.hpp"
 
@@ -78,6 +79,12 @@ void check_options(TrainOptions& o) {
       }
     }
   }
+  // The tensor-core attention exists only in a CUDA build, and rounds its operands to bf16.
+  require(o.attention != "mma" || mma_attention_built(),
+          "--attention mma runs on a GPU's tensor cores, and this build has no CUDA; use "
+          "--attention fused or chunked");
+  require(o.attention != "mma" || o.precision == Precision::bf16,
+          "--attention mma computes in bf16; add --precision bf16, or use --attention fused");
   if (!o.gemm.empty()) {
     const std::vector<std::string> libraries = backend::available();
     std::string names;

@@ -102,7 +102,7 @@ struct TrainOptions {
   // Speed: the precision of the matrix products, and the GEMM library ("": the build's default).
   Precision precision = Precision::fp32;
   std::string gemm;
-  // The attention's path (model/layers/attention_path.hpp): fused or chunked.
+  // The attention's path (model/layers/attention_path.hpp): fused, chunked or mma.
   std::string attention = "fused";
   // Whether MPI reads GPU memory: auto (ask the library), yes, no (stage through host buffers).
   std::string gpu_aware_mpi = "auto";

@@ -302,8 +302,9 @@ SettingGroup system_settings() {
                &O::gemm},
               {"--attention", "PATH",
                "fused: the FlashAttention-2-style kernel; chunked: 128 queries at a time through "
-               "the GEMM library, the same results (docs/performance.md#attention)",
-               &O::attention, kNoMinimum, nullptr, OnResume::not_saved, "fused,chunked"},
+               "the GEMM library, the same results (docs/performance.md#attention); mma: a CUDA "
+               "build's tensor-core forward, bf16 only, not yet checked on a GPU (docs/gpu.md)",
+               &O::attention, kNoMinimum, nullptr, OnResume::not_saved, "fused,chunked,mma"},
               {"--gpu-aware-mpi", "M",
                "auto: in a GPU build, ask the MPI library whether it reads GPU memory "
                "(MPIX_Query_cuda_support) and stage messages through pinned host buffers when it "

@@ -57,6 +57,8 @@ mkdir -p "$WORK/metrics_dir"
 expect_error "--metrics of a directory" 1 "metrics_dir: is a directory, not a regular file; pass a \.jsonl file this program wrote" -- \
   --metrics "$WORK/metrics_dir" --layers 2 --heads 4 --dim 64 --batch 2 --seq-len 32 --val-every 0 --steps 1
 expect_error "--tokenizer alone" 1 "--tokenizer decodes the samples of --sample-every N, encodes a JSONL --eval-data and goes into --save-hf DIR" -- --tokenizer "$WORK/tok/manifest.json"
+# The tensor-core attention is a CUDA build's, and computes in bf16.
+expect_error "--attention mma without CUDA" 1 "--attention mma runs on a GPU's tensor cores, and this build has no CUDA; use --attention fused or chunked" -- --attention mma --precision bf16
 expect_error "shard version" 1 "version 2" -- --data "$WORK/version2.bin"
 expect_error "corrupt shard" 1 "tiny.bin.*(short|corrupt)" -- --data "$WORK/tiny.bin"
 expect_error "empty data" 1 "empty" -- --data "$WORK/empty.txt"

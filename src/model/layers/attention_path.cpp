@@ -1,10 +1,12 @@
 #include "model/layers/attention_path.hpp"
 
 #include "model/layers/chunked_attention.hpp"
+#include "model/layers/mma_attention.hpp"
 
 namespace mpf {
 
 AttentionPath attention_path_named(const std::string& name) {
+  if (name == "mma") return AttentionPath::kMma;
   return name == "chunked" ? AttentionPath::kChunked : AttentionPath::kFused;
 }
 
@@ -12,6 +14,9 @@ void attention_forward(AttentionPath path, Tensor out, Tensor lse, const Attenti
                        bool merge) {
   if (path == AttentionPath::kChunked) {
     chunked_attention_forward(out, lse, x, merge);
+  } else if (path == AttentionPath::kMma && !merge && mma_attention_forward(out, lse, x)) {
+    // Tensor cores took it; a merge (ring attention's later blocks), a head size other than 64
+    // or 128, or a GPU before sm_80 goes to the fused kernel.
   } else {
     attention_forward(out, lse, x, merge);
   }

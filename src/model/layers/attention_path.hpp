@@ -1,5 +1,7 @@
-// Which attention a run's model calls (--attention): the fused kernel (attention.hpp) or the
-// chunked path through the backend's GEMM (chunked_attention.hpp). Both take the same inputs and
+// Which attention a run's model calls (--attention): the fused kernel (attention.hpp), the
+// chunked path through the backend's GEMM (chunked_attention.hpp), or, in a CUDA build, the
+// forward on tensor cores (mma_attention.hpp: not yet checked on a GPU, so only on request; its
+// backward, and any call it does not take, is the fused kernel's). All take the same inputs and
 // give the same results, so the model and ring attention call through here and never choose.
 #pragma once
 
@@ -11,9 +13,9 @@
 
 namespace mpf {
 
-enum class AttentionPath { kFused, kChunked };
+enum class AttentionPath { kFused, kChunked, kMma };
 
-// The path --attention names: "chunked", else the fused kernel.
+// The path --attention names: "chunked", "mma", else the fused kernel.
 AttentionPath attention_path_named(const std::string& name);
 
 // attention_forward and attention_backward (attention.hpp) through `path`.

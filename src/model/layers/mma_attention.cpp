@@ -21,6 +21,14 @@ backend::MmaRuns runs_of(const PositionRuns& r) {
 }  // namespace
 #endif
 
+bool mma_attention_built() {
+#ifdef KOKKOS_ENABLE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 bool mma_attention_runs(const AttentionInputs& x) {
 #ifdef KOKKOS_ENABLE_CUDA
   return backend::mma_attention_supports(x.hs) && x.KVH > 0 && x.NH % x.KVH == 0;

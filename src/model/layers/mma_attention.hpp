@@ -1,14 +1,18 @@
 // The fused attention's forward on tensor cores (backends/cuda/flash_attention_mma.hpp), where a
 // CUDA build has it: the same inputs and outputs as attention_forward (attention.hpp), with Q, K,
-// V and P rounded to bf16. Not yet called by training: a GPU must first check it against the
-// portable kernel (tests/gpu/test_mma_attention.cpp) and measure it (docs/gpu.md, "Tensor-core
-// attention (mma.sync)"). Its backward is the portable kernel's, which reads the same out and lse.
+// V and P rounded to bf16. Training calls it only with --attention mma (attention_path.hpp)
+// until a GPU has checked it against the portable kernel (tests/gpu/test_mma_attention.cpp) and
+// measured it (docs/gpu.md, "Tensor-core attention (mma.sync)"). Its backward is the portable
+// kernel's, which reads the same out and lse.
 #pragma once
 
 #include "core/types.hpp"
 #include "model/layers/attention.hpp"
 
 namespace mpf {
+
+// Whether this is a CUDA build, which has the kernel (the options refuse --attention mma without).
+bool mma_attention_built();
 
 // Whether this build can run `x` on tensor cores: a CUDA build, head size 64 or 128, NH a
 // multiple of KVH.
