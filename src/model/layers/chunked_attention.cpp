@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,28 +67,40 @@ class HostDocs {
 constexpr int kSpanRows = 64;
 
 // While alive, a bf16 call's inputs are rounded once (matmul.hpp's HeldOperand) instead of by
-// every product that reads them: Q, K and V (one range in a packed QKV; K with V where they
-// interleave, as in ring attention's blocks; left to the products when apart) and dO. In fp32
-// nothing.
+// every product that reads them: Q, K and V (one range when they share a buffer, as in the packed
+// QKV; K with V where they interleave, as in ring attention's blocks; K and V apart are left to
+// the products) and dO. In fp32 nothing.
 class HeldInputs {
  public:
   explicit HeldInputs(const AttentionInputs& x, const float* dout = nullptr) {
     const int64_t q_span = (int64_t(x.B) * x.queries.rows - 1) * x.ldq + int64_t(x.NH) * x.hs,
                   kv_span = (int64_t(x.B) * x.keys.rows - 1) * x.ldkv + int64_t(x.KVH) * x.hs;
-    q_.emplace(x.q, q_span);
-    const uintptr_t q0 = address(x.q), q1 = address(x.q + q_span), k0 = address(x.k),
-                    k1 = address(x.k + kv_span), v0 = address(x.v), v1 = address(x.v + kv_span);
-    const bool in_q = k0 >= q0 && k1 <= q1 && v0 >= q0 && v1 <= q1;
-    // Overlapping ranges lie in one allocation; apart, they may be in two.
-    if (!in_q && k0 < v1 && v0 < k1) {
-      const float* lo = k0 < v0 ? x.k : x.v;
-      kv_.emplace(lo, int64_t((std::max(k1, v1) - std::min(k0, v0)) / sizeof(float)));
+    Range q{x.q, x.q + q_span};
+    const Range k{x.k, x.k + kv_span}, v{x.v, x.v + kv_span};
+    // Overlapping ranges lie in one allocation; ranges apart may lie in two, and the memory
+    // between them is nobody's.
+    if (k.overlaps(v)) {
+      const Range kv = k.with(v);
+      if (q.overlaps(kv)) {
+        q = q.with(kv);
+      } else {
+        kv_.emplace(kv.begin, kv.end - kv.begin);
+      }
     }
+    q_.emplace(q.begin, q.end - q.begin);
     if (dout) dout_.emplace(dout, int64_t(x.B) * x.queries.rows * x.NH * x.hs);
   }
 
  private:
-  static uintptr_t address(const float* p) { return reinterpret_cast<uintptr_t>(p); }
+  struct Range {
+    const float *begin, *end;
+    // Compared as addresses: the ranges may lie in different allocations.
+    bool overlaps(const Range& o) const { return at(begin) < at(o.end) && at(o.begin) < at(end); }
+    Range with(const Range& o) const {
+      return {at(begin) < at(o.begin) ? begin : o.begin, at(end) > at(o.end) ? end : o.end};
+    }
+    static uintptr_t at(const float* p) { return reinterpret_cast<uintptr_t>(p); }
+  };
   std::optional<HeldOperand> q_, kv_, dout_;
 };
 
@@ -363,11 +377,11 @@ void chunked_attention_backward(float* dq, int64_t lddq, bool accumulate_dq, flo
                         G,
                         KVH};
       const float* qc = x.q + (int64_t(b) * Tq + q.row) * x.ldq;
-      const float* doc_rows = dout.data() + (int64_t(b) * Tq + q.row) * ldo;
+      const float* dout_rows = dout.data() + (int64_t(b) * Tq + q.row) * ldo;
       const int64_t kv_at = (int64_t(b) * Tk + span.lo) * x.ldkv,
                     dkv_at = (int64_t(b) * Tk + span.lo) * lddkv;
       const int64_t sc = int64_t(n) * nk;  // a head's scores
-      const Heads Q{qc, x.ldq, hs, int64_t(G) * hs}, dO{doc_rows, ldo, hs, int64_t(G) * hs},
+      const Heads Q{qc, x.ldq, hs, int64_t(G) * hs}, dO{dout_rows, ldo, hs, int64_t(G) * hs},
           K{x.k + kv_at, x.ldkv, 0, hs}, V{x.v + kv_at, x.ldkv, 0, hs}, P{S, nk, KVH * sc, sc},
           dS{dP, nk, KVH * sc, sc};
       head_products(Op::N, Op::T, n, nk, hs, Q, K, 0.0f, S, nk, KVH * sc, sc, G, KVH);
