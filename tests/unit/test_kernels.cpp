@@ -18,6 +18,7 @@
 #include "model/layers/encoder.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
+#include "model/layers/moe.hpp"
 #include "model/layers/rmsnorm.hpp"
 #include "model/layers/rope.hpp"
 #include "model/layers/swiglu.hpp"
@@ -64,6 +65,12 @@ double device_sum_of_squares(const Slab& x) {
   const float* p = x.data();
   return sum(
       "test::sum", int64_t(x.extent(0)), KOKKOS_LAMBDA(int64_t i) { return double(p[i]) * p[i]; });
+}
+
+std::vector<int32_t> ints_to_host(const Tokens& t) {
+  std::vector<int32_t> v(t.extent(0));
+  copy_to_host(v.data(), t.data(), v.size() * sizeof(int32_t), "test");
+  return v;
 }
 
 std::vector<uint32_t> bits_of(const std::vector<float>& v) {
@@ -357,6 +364,90 @@ TEST_P(Kernels, AdamWOverSegmentsOfEveryLength) {
     }
   }
   expect_close(to_host(p), hp, 1e-6, "parameters after two AdamW steps");
+}
+
+// The routing's counting sort and balance statistics against serial loops, on choices that leave
+// experts without tokens, slots not a multiple of the sort's blocks, more slots than the host
+// splits over threads, and fewer slots than experts.
+TEST_P(Kernels, MoeSortAndBalanceStatsAgainstSerialLoops) {
+  struct Case {
+    int seqs, T, k, E;
+    std::vector<int> unused;
+  };
+  for (const Case& c :
+       {Case{3, 45, 3, 9, {2, 7}}, Case{2, 1250, 2, 16, {0, 15}}, Case{1, 1, 2, 8, {}}}) {
+    MoeShape s;
+    s.rows = int64_t(c.seqs) * c.T;
+    s.seqs = c.seqs;
+    s.E = c.E;
+    s.k = c.k;
+    const int64_t slots = s.slots();
+    // Each token's k distinct experts, drawn among the used ones, expert 1 the most often.
+    std::vector<int> used;
+    for (int e = 0; e < c.E; ++e) {
+      if (std::find(c.unused.begin(), c.unused.end(), e) == c.unused.end()) used.push_back(e);
+    }
+    std::vector<int32_t> choice(static_cast<size_t>(slots));
+    uint64_t x = 12345;
+    for (int64_t n = 0; n < s.rows; ++n) {
+      for (int j = 0; j < c.k; ++j) {
+        int32_t e;
+        do {
+          x = x * 6364136223846793005ull + 1442695040888963407ull;
+          const int r = int((x >> 33) % uint64_t(used.size() + 3));
+          e = used[size_t(r < int(used.size()) ? r : 1)];
+        } while (std::find(&choice[n * c.k], &choice[n * c.k + j], e) != &choice[n * c.k + j]);
+        choice[size_t(n * c.k + j)] = e;
+      }
+    }
+    const Tokens dchoice = tokens_from_host(choice);
+    Tokens counts("counts", c.E), order("order", slots), where("where", slots);
+    Slab probs = random_slab("probs", s.rows * c.E), stats("stats", 2 * c.seqs * c.E);
+    const std::vector<int64_t> host_counts =
+        moe_sort(counts.data(), order.data(), where.data(), dchoice.data(), s);
+    moe_balance_stats(view(stats), view(probs), dchoice.data(), s);
+
+    // A stable sort by expert; the statistics a cell at a time, the tokens in order in float.
+    std::vector<int32_t> want_counts(size_t(c.E), 0), want_order,
+        want_where(static_cast<size_t>(slots));
+    for (int e = 0; e < c.E; ++e) {
+      for (int64_t i = 0; i < slots; ++i) {
+        if (choice[size_t(i)] != e) continue;
+        want_where[size_t(i)] = int32_t(want_order.size());
+        want_order.push_back(int32_t(i));
+        ++want_counts[size_t(e)];
+      }
+    }
+    const std::vector<float> p = to_host(probs), got = to_host(stats);
+    std::vector<float> want_count(size_t(c.seqs * c.E)), want_p(size_t(c.seqs * c.E));
+    for (int b = 0; b < c.seqs; ++b) {
+      for (int e = 0; e < c.E; ++e) {
+        float n = 0.0f, sum = 0.0f;
+        for (int64_t t = int64_t(b) * c.T; t < int64_t(b + 1) * c.T; ++t) {
+          sum += p[size_t(t * c.E + e)];
+          for (int j = 0; j < c.k; ++j) n += choice[size_t(t * c.k + j)] == e ? 1.0f : 0.0f;
+        }
+        want_count[size_t(b * c.E + e)] = n;
+        want_p[size_t(b * c.E + e)] = sum;
+      }
+    }
+    const std::string what = "E " + std::to_string(c.E) + ", " + std::to_string(slots) + " slots";
+    for (int e : c.unused) EXPECT_EQ(want_counts[size_t(e)], 0) << what;
+    EXPECT_EQ(ints_to_host(counts), want_counts) << what;
+    EXPECT_EQ(std::vector<int64_t>(want_counts.begin(), want_counts.end()), host_counts) << what;
+    EXPECT_EQ(ints_to_host(order), want_order) << what;
+    EXPECT_EQ(ints_to_host(where), want_where) << what;
+    const std::vector<float> got_count(got.begin(), got.begin() + c.seqs * c.E),
+        got_p(got.begin() + c.seqs * c.E, got.end());
+    EXPECT_EQ(got_count, want_count) << what;
+    if (GetParam() == KernelShape::kHost) {
+      // The host shape adds each cell's tokens in order: the serial loop's bits.
+      EXPECT_EQ(bits_of(got_p), bits_of(want_p)) << what;
+    } else {
+      // The device shape adds blocks of tokens, then the blocks in order.
+      expect_close(got_p, std::vector<double>(want_p.begin(), want_p.end()), 1e-6, "sum of p");
+    }
+  }
 }
 
 // The inverse frequencies and the cos and sin tables against the formulas in double: Hugging

@@ -1,6 +1,8 @@
 #include "model/layers/moe.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "core/parallel.hpp"
 #include "core/transfer.hpp"
@@ -43,29 +45,68 @@ std::vector<int64_t> moe_counts(const int32_t* counts, int E) {
   copy_to_host(host.data(), counts, size_t(E) * sizeof(int32_t), "d2h expert counts");
   return std::vector<int64_t>(host.begin(), host.end());
 }
+
+// The sort's blocks of consecutive slots: a block's count of each expert, then the prefix sum
+// over (expert, block), place each slot. Small, so a slot looks back over its block alone.
+constexpr int64_t kSortBlock = 64;
+// The balance statistics' blocks of tokens in the device shape.
+constexpr int64_t kStatsBlock = 64;
+
+// The sort's (E, blocks) counts, then offsets: grown when needed, kept (a step allocates
+// nothing), released when Kokkos finalizes.
+Kokkos::View<int32_t*, MemSpace> sort_buffer;
+int32_t* sort_scratch(int64_t n) {
+  static const bool hooked = (Kokkos::push_finalize_hook([] { sort_buffer = {}; }), true);
+  (void)hooked;
+  if (int64_t(sort_buffer.extent(0)) < n) {
+    sort_buffer = {};
+    sort_buffer = Kokkos::View<int32_t*, MemSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("mpf::moe_sort::offsets")), n);
+  }
+  return sort_buffer.data();
+}
 }  // namespace
 
 std::vector<int64_t> moe_sort(int32_t* counts, int32_t* order, int32_t* where,
                               const int32_t* choice, const MoeShape& s) {
+  // A counting sort, parallel over the slots: each block of kSortBlock slots counts its slots
+  // of each expert; an exclusive prefix sum over (expert, block), expert-major, gives where each
+  // block's slots of each expert start; a slot's place is its block's start for its expert plus
+  // the slots of that expert before it in the block. All integers: the order (by expert, then
+  // by slot) and its bits do not depend on the shape or the thread count.
   const int64_t slots = s.slots();
-  // An expert's thread walks every slot in order: its rows keep the slots' order. (E threads of
-  // a few thousand steps each: not worth a fork on the host.)
+  const int E = s.E;
+  const int64_t blocks = (slots + kSortBlock - 1) / kSortBlock;
+  int32_t* offsets = sort_scratch(std::max<int64_t>(int64_t(E) * blocks, 1));
   for_each(
-      "mpf::moe_count", s.E, KOKKOS_LAMBDA(int64_t e) {
-        int32_t c = 0;
-        for (int64_t i = 0; i < slots; ++i) c += choice[i] == e ? 1 : 0;
-        counts[e] = c;
+      "mpf::moe_count", blocks, KOKKOS_LAMBDA(int64_t b) {
+        for (int e = 0; e < E; ++e) offsets[e * blocks + b] = 0;
+        const int64_t end = (b + 1) * kSortBlock < slots ? (b + 1) * kSortBlock : slots;
+        for (int64_t i = b * kSortBlock; i < end; ++i) ++offsets[choice[i] * blocks + b];
       });
+  {
+    const profile::Scope timer("mpf::moe_offsets");
+    Kokkos::parallel_scan(
+        "mpf::moe_offsets", Kokkos::RangePolicy<ExecSpace, int64_t>(0, int64_t(E) * blocks),
+        KOKKOS_LAMBDA(int64_t i, int32_t & before, bool final) {
+          const int32_t n = offsets[i];
+          if (final) offsets[i] = before;
+          before += n;
+        });
+  }
   for_each(
-      "mpf::moe_sort", s.E, KOKKOS_LAMBDA(int64_t e) {
-        int64_t at = 0;
-        for (int64_t f = 0; f < e; ++f) at += counts[f];
-        for (int64_t i = 0; i < slots; ++i) {
-          if (choice[i] != e) continue;
-          order[at] = int32_t(i);
-          where[i] = int32_t(at);
-          ++at;
+      "mpf::moe_place", std::max<int64_t>(slots, E), KOKKOS_LAMBDA(int64_t i) {
+        if (i < E) {
+          const int64_t end = i + 1 < E ? offsets[(i + 1) * blocks] : slots;
+          counts[i] = blocks > 0 ? int32_t(end - offsets[i * blocks]) : 0;
         }
+        if (i >= slots) return;
+        const int32_t e = choice[i];
+        const int64_t b = i / kSortBlock;
+        int32_t at = offsets[e * blocks + b];
+        for (int64_t j = b * kSortBlock; j < i; ++j) at += choice[j] == e ? 1 : 0;
+        order[at] = int32_t(i);
+        where[i] = at;
       });
   return moe_counts(counts, s.E);
 }
@@ -73,14 +114,50 @@ std::vector<int64_t> moe_sort(int32_t* counts, int32_t* order, int32_t* where,
 void moe_balance_stats(Tensor stats, Tensor probs, const int32_t* choice, const MoeShape& s) {
   const int E = s.E, k = s.k;
   const int64_t T = s.seq_rows(), cells = int64_t(s.seqs) * E;
+  if (!device_shaped()) {
+    // A cell's tokens in order in one thread (c_e counts whole choices, so its order does not
+    // matter; Σ_t p_te's does).
+    for_each(
+        "mpf::moe_balance_stats", cells, KOKKOS_LAMBDA(int64_t cell) {
+          const int64_t b = cell / E;
+          const int e = int(cell % E);
+          float count = 0.0f, p = 0.0f;
+          for (int64_t t = b * T; t < (b + 1) * T; ++t) {
+            p += probs(t * E + e);
+            for (int j = 0; j < k; ++j) count += choice[t * k + j] == e ? 1.0f : 0.0f;
+          }
+          stats(cell) = count;
+          stats(cells + cell) = p;
+        });
+    return;
+  }
+  // Device shape: a thread per (sequence row, block of kStatsBlock tokens, expert) sums its
+  // block into a scratch partial (consecutive threads on consecutive experts: the probabilities'
+  // row read once, coalesced), then a thread per cell adds its blocks' partials in order.
+  const int64_t tblocks = (T + kStatsBlock - 1) / kStatsBlock, parts = cells * tblocks;
+  float* partial = detail::column_scratch(2 * parts);  // (2, seqs, tblocks, E)
   for_each(
-      "mpf::moe_balance_stats", cells, KOKKOS_LAMBDA(int64_t cell) {
+      "mpf::moe_balance_stats", parts, KOKKOS_LAMBDA(int64_t i) {
+        const int e = int(i % E);
+        const int64_t bt = i / E, b = bt / tblocks, t0 = b * T + (bt % tblocks) * kStatsBlock;
+        const int64_t t1 = t0 + kStatsBlock < (b + 1) * T ? t0 + kStatsBlock : (b + 1) * T;
+        float count = 0.0f, p = 0.0f;
+        for (int64_t t = t0; t < t1; ++t) {
+          p += probs(t * E + e);
+          for (int j = 0; j < k; ++j) count += choice[t * k + j] == e ? 1.0f : 0.0f;
+        }
+        partial[i] = count;
+        partial[parts + i] = p;
+      });
+  for_each(
+      "mpf::moe_balance_stats::blocks", cells, KOKKOS_LAMBDA(int64_t cell) {
         const int64_t b = cell / E;
         const int e = int(cell % E);
         float count = 0.0f, p = 0.0f;
-        for (int64_t t = b * T; t < (b + 1) * T; ++t) {
-          p += probs(t * E + e);
-          for (int j = 0; j < k; ++j) count += choice[t * k + j] == e ? 1.0f : 0.0f;
+        for (int64_t tb = 0; tb < tblocks; ++tb) {
+          const int64_t i = (b * tblocks + tb) * E + e;
+          count += partial[i];
+          p += partial[parts + i];
         }
         stats(cell) = count;
         stats(cells + cell) = p;
