@@ -39,8 +39,11 @@ constexpr int kFinalizeSeconds = 5;
 
 Runtime::Runtime(int* argc, char*** argv) {
   keep_freed_host_memory();
+  // MPI_THREAD_MULTIPLE where the library gives it: a background checkpoint's writer thread
+  // calls MPI (on a communicator of its own) while the main thread trains
+  // (train/run_saver.hpp); with less, those writes are funnelled through the main thread.
   int provided = 0;
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
 }
 

@@ -239,7 +239,8 @@ void check_save_directory(const std::string& save, const std::string& load, int6
 }
 
 SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::string& root_in,
-                           CheckpointInfo info, int keep_last) {
+                           CheckpointInfo info, int keep_last,
+                           const std::function<void()>& between_files) {
   const std::string root = without_trailing_slash(root_in);
   int rank = 0;
   MPI_Comm_rank(world, &rank);
@@ -258,6 +259,7 @@ SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::s
   std::vector<Digest> model, moments;
   if (error.empty())
     error = files.write_model(checkpoint::model_file_in(partial, info.step), model);
+  if (between_files) between_files();
   if (error.empty()) {
     error = files.write_optimizer(checkpoint::optimizer_file_in(partial, info.step), moments);
   }

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,8 +74,11 @@ struct SaveReport {
 // A failed save removes its partial directory and leaves the previous checkpoint and `latest`
 // untouched; the error is the same on every rank. Rank 0 alone changes the directory's entries,
 // and returns only after a broadcast: no rank reads them before they are there.
+// `between_files` (tests only) runs on every rank after the model file, before the optimizer's:
+// a save made slow on purpose, to be cut off mid-write.
 SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::string& root,
-                           CheckpointInfo info, int keep_last);
+                           CheckpointInfo info, int keep_last,
+                           const std::function<void()>& between_files = {});
 
 // Collective: reads the parameters and moments of `resume` into the rank's shards, verifying
 // every tensor's checksum and that every value is finite. Throws InputError on every rank.

@@ -38,6 +38,16 @@ StateFiles::StateFiles(const Grid& grid, const TpShard& shard, const Parameters&
   }
 }
 
+StateFiles StateFiles::on_host_copy(MPI_Comm comm, float* slab, float* m, float* v) const {
+  StateFiles copy = *this;
+  copy.world_ = comm;
+  copy.slab_ = slab;
+  copy.m_ = m_ ? m : nullptr;
+  copy.v_ = v_ ? v : nullptr;
+  copy.host_memory_ = true;
+  return copy;
+}
+
 int64_t StateFiles::model_bytes() const {
   return llmc::kHeaderBytes + int64_t(sizeof(float)) * count_;
 }
@@ -119,6 +129,7 @@ std::string StateFiles::transfer(bool write, bool moments, const std::string& pa
   if (moments && m_ == nullptr) MPF_FATAL("StateFiles: no optimizer state to transfer");
   using Mode = ParallelFile::Mode;
   ParallelFile file(world_, path, write ? Mode::kCreate : Mode::kRead);
+  if (host_memory_) file.set_host_memory();
   digests.assign(moments ? 2 * kNumParameterTensors : kNumParameterTensors, Digest{});
   const int64_t expected = moments ? optimizer_bytes() : model_bytes();
   if (!write) {

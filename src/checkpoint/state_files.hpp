@@ -43,6 +43,13 @@ class StateFiles {
   std::string write_optimizer(const std::string& path, std::vector<Digest>& digests) const;
   std::string read_optimizer(const std::string& path, std::vector<Digest>& digests) const;
 
+  // The same files written from a host copy of this rank's state (an asynchronous save's
+  // staging buffers: `slab` as many floats as the parameters' slab, `m` and `v` as the moments),
+  // collectively over `comm` (the saving thread's own communicator, over the same ranks as the
+  // world). Offsets into the slab and the moments are the originals', so the files are the same
+  // bytes.
+  StateFiles on_host_copy(MPI_Comm comm, float* slab, float* m, float* v) const;
+
   // The bytes of the two files.
   int64_t model_bytes() const;
   int64_t optimizer_bytes() const;
@@ -73,6 +80,7 @@ class StateFiles {
   std::vector<OptimizerSegment> segments_;
   float* m_;  // null without an optimizer
   float* v_;
+  bool host_memory_ = false;  // slab_, m_ and v_ are a host copy (on_host_copy)
 };
 
 }  // namespace mpf

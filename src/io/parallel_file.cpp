@@ -255,7 +255,9 @@ void ParallelFile::write_plan(const TransferPlan& plan, std::vector<Digest>& dig
       add_range(ranges[b], plan.body + int64_t(sizeof(float)) * (p.file + within),
                 int64_t(sizeof(float)) * k);
       float* host = staging.buffer(b) + at;
-      if (p.memory) {
+      if (p.memory && host_memory_) {
+        std::memcpy(host, p.memory + within, size_t(k) * sizeof(float));
+      } else if (p.memory) {
         to_host(host, p.memory + within, k);
       } else {
         std::fill(host, host + k, 0.0f);

@@ -45,6 +45,10 @@ class ParallelFile {
   // The file's size in bytes (kRead), the same on every rank.
   int64_t size() const { return size_; }
 
+  // The runs' memory is host memory whatever the build (an asynchronous save's staging copy,
+  // train/run_saver.hpp): copied with memcpy, never through a device transfer.
+  void set_host_memory() { host_memory_ = true; }
+
   // This rank alone writes raw bytes (a header).
   void write_at(int64_t offset, const void* data, int64_t bytes);
 
@@ -81,6 +85,7 @@ class ParallelFile {
   MPI_File fh_ = MPI_FILE_NULL;
   int posix_fd_ = -1;  // the same file, for write_behind
   int64_t size_ = 0;
+  bool host_memory_ = false;
   std::string error_;
 };
 

@@ -104,6 +104,11 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
   add("optimizer", 2 * state * f,
       s.zero ? "AdamW's m and v, this rank's ZeRO shard" : "AdamW's m and v",
       s.zero ? "--tp, --pp" : "--zero 1, --tp, --pp");
+  if (s.checkpoint_staging) {
+    add("checkpoint staging", (count + 2 * state) * f,
+        "a host copy of the parameters and AdamW's m and v, written in the background",
+        "--save-async 0");
+  }
 }
 
 // Returns the (microbatch, chunk) sets held at the peak.

@@ -34,6 +34,8 @@ struct MemoryShape {
   int64_t bf16_scratch = 0;  // elements of each of Bf16Products' two operand buffers
   int dp_cp = 1;             // ranks whose gradients are summed (DP x CP)
   bool zero = false;
+  // A background save's host copy of the parameters and moments (--save with --save-async).
+  bool checkpoint_staging = false;
   bool staged_mpi = false;  // messages through pinned host copies
   int pipeline_stages = 1;
   // The all-reduces in place that an MPI library runs through a temporary copy of their buffer

@@ -114,6 +114,9 @@ void check_options(TrainOptions& o) {
           "--load needs a directory; pass --load DIR");
   require(o.save_every == 0 || !o.save.empty(),
           "--save-every " + std::to_string(o.save_every) + " needs --save DIR to save into");
+  require(o.save_async <= 1, "--save-async takes 0 or 1, got " + std::to_string(o.save_async));
+  require(o.given.count("--save-async") == 0 || !o.save.empty(),
+          "--save-async " + std::to_string(o.save_async) + " needs --save DIR");
   require(o.keep_last == 0 || !o.save.empty(),
           "--keep-last " + std::to_string(o.keep_last) + " needs --save DIR");
   require(o.load_step == 0 || !o.load.empty(),

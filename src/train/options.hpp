@@ -80,6 +80,7 @@ struct TrainOptions {
   std::string save;       // --save DIR
   int save_every = 0;     // steps between saves; 0: at the end (and on a signal) only
   int keep_last = 0;      // checkpoints kept in DIR; 0: all
+  int save_async = 1;     // 1: stage a copy and write it in the background (train/run_saver.hpp)
   std::string load;       // --load DIR: resume from DIR/latest, or start fresh if none yet
   int64_t load_step = 0;  // --load-step N instead of latest
   // Faults: abort the job when a step (or a save, or a validation) runs longer than this.

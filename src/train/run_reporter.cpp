@@ -346,6 +346,18 @@ void RunReporter::validation(int step, double loss) const {
   scalars(step, {{"val/loss", loss}});
 }
 
+void RunReporter::checkpoint(int step, double stall, double write, double waited, int64_t bytes,
+                             bool background, bool ok) const {
+  record(MetricsRecord("save")
+             .integer("step", step)
+             .text("mode", background ? "background" : "synchronous")
+             .number("stall_s", stall)
+             .number("write_s", write)
+             .number("wait_s", waited)
+             .number("gb", double(bytes) / 1e9)
+             .text("status", ok ? "saved" : "failed"));
+}
+
 void RunReporter::task(int step, const TaskResult& t) const {
   if (speaks()) {
     std::printf("%s\n", t.line(step).c_str());

@@ -42,6 +42,10 @@ class RunReporter {
   int suspect(const StepOutcome& s) const;
   int divergence(const StepRecord& s, const std::string& newest_checkpoint) const;
   void validation(int step, double loss) const;
+  // A checkpoint's figures (--metrics): the step's stall (a background save's copy, else the
+  // whole save), the write's seconds, a wait for the previous one, its bytes.
+  void checkpoint(int step, double stall, double write, double waited, int64_t bytes,
+                  bool background, bool ok) const;
   void task(int step, const TaskResult& r) const;
   // An evaluation (`what`) a stop signal ended after `done` of its `total` `units`: a line saying
   // so, and no score anywhere (a part of one is not the score).

@@ -1,13 +1,20 @@
 #include "train/run_saver.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <thread>
+#include <vector>
 
 #include "checkpoint/checkpointing.hpp"
 #include "checkpoint/hf_checkpoint.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
+#include "core/stopwatch.hpp"
+#include "core/transfer.hpp"
 #include "generate/tokenizer_file.hpp"
 #include "train/settings.hpp"
+#include "train/test_fault.hpp"
 #include "train/trainer.hpp"
 
 namespace mpf {
@@ -80,13 +87,135 @@ CheckpointInfo RunSaver::checkpoint_info(int step) const {
   return c;
 }
 
-bool RunSaver::save(int step) {
+// The background writer. MPI is initialised asking for MPI_THREAD_MULTIPLE (apps/runtime.cpp):
+// where the library grants it, a thread of its own writes, every collective of it on `comm`
+// (a duplicate of the world: the same ranks in the same order, and no message of it can match
+// one of training's), and every rank's writer makes the same sequence of them (save_checkpoint's).
+// Where the library grants less, the write is funnelled: the main thread writes the staged copy
+// on `comm` at the save step itself (no overlap, but the same files and the same path).
+struct RunSaver::Background {
+  MPI_Comm comm = MPI_COMM_NULL;
+  bool threaded = false;
+  std::vector<float> slab, m, v;  // the staged copy of this rank's state
+  std::thread writer;
+  std::atomic<bool> done{false};
+  int step = 0;  // the step being written; 0: none
+  double stall = 0;
+  SaveReport report;
+
+  ~Background() {
+    if (writer.joinable()) writer.join();
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  }
+};
+
+RunSaver::RunSaver(TrainingRun& run, std::string newest) : run_(run), newest_(std::move(newest)) {
+  const TrainingRun& r = run_;
+  if (r.opts_.save.empty() || r.opts_.save_async == 0) return;
+  background_ = std::make_unique<Background>();
+  Background& b = *background_;
+  MPF_MPI_CHECK(MPI_Comm_dup(r.grid_->world_comm(), &b.comm));
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  b.threaded = provided == MPI_THREAD_MULTIPLE;
+  // Allocated (and touched) now: the memory plan counts them from the start.
+  b.slab.assign(size_t(r.params_.slab.extent(0)), 0.0f);
+  b.m.assign(size_t(r.optimizer_->first_moment().extent(0)), 0.0f);
+  b.v.assign(size_t(r.optimizer_->second_moment().extent(0)), 0.0f);
+}
+
+RunSaver::~RunSaver() = default;
+
+bool RunSaver::save(int step, bool now) {
+  if (!background_) return save_now(step);
+  if (now) return finish_background() & save_now(step);
+  return save_in_background(step);
+}
+
+bool RunSaver::save_now(int step) {
   TrainingRun& r = run_;
   // A save may take longer than a step: the watchdog gives it at least its size at 20 MB/s.
   const double bytes = double(r.state_files_->model_bytes() + r.state_files_->optimizer_bytes());
   PhaseScope phase(r.phases_, StepPhase::kSave, step, bytes / 20e6);
   const SaveReport report = save_checkpoint(*r.state_files_, r.grid_->world_comm(), r.opts_.save,
                                             checkpoint_info(step), r.opts_.keep_last);
+  return this->report(step, report, report.seconds, 0, false);
+}
+
+bool RunSaver::save_in_background(int step) {
+  TrainingRun& r = run_;
+  Background& b = *background_;
+  const double bytes = double(r.state_files_->model_bytes() + r.state_files_->optimizer_bytes());
+  PhaseScope phase(r.phases_, StepPhase::kSave, step, bytes / 20e6);
+  // One save in flight: the last one must be complete before its buffer is overwritten.
+  if (b.step != 0) {
+    const int last = b.step;
+    Stopwatch waiting;
+    if (b.writer.joinable()) b.writer.join();
+    b.step = 0;
+    const double waited = waiting.seconds();
+    if (r.is_root()) {
+      std::printf(
+          "checkpoint: step %d waited %.2f s for the save of step %d to finish (one save "
+          "in flight at a time)\n",
+          step, waited, last);
+    }
+    if (!report(last, b.report, b.stall, waited, true)) return false;
+  }
+  Stopwatch stall;
+  copy_to_host(b.slab.data(), r.params_.slab.data(), b.slab.size() * sizeof(float),
+               "d2h checkpoint staging");
+  copy_to_host(b.m.data(), r.optimizer_->first_moment().data(), b.m.size() * sizeof(float),
+               "d2h checkpoint staging");
+  copy_to_host(b.v.data(), r.optimizer_->second_moment().data(), b.v.size() * sizeof(float),
+               "d2h checkpoint staging");
+  CheckpointInfo info = checkpoint_info(step);
+  b.stall = stall.seconds();
+  b.step = step;
+  b.done = false;
+  const StateFiles files =
+      r.state_files_->on_host_copy(b.comm, b.slab.data(), b.m.data(), b.v.data());
+  const double delay = test_save_delay_from_environment(step);
+  auto write = [&b, files, info, root = r.opts_.save, keep = r.opts_.keep_last, delay] {
+    b.report = save_checkpoint(files, b.comm, root, info, keep, [delay] {
+      if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    });
+    b.done = true;
+  };
+  if (r.is_root()) {
+    std::printf("checkpoint: staged step %d in %.3f s (the step's stall); %s\n", step, b.stall,
+                b.threaded ? "writing it in the background"
+                           : "writing it now (MPI gives no MPI_THREAD_MULTIPLE: funnelled)");
+    std::fflush(stdout);
+  }
+  if (b.threaded) {
+    b.writer = std::thread(write);
+  } else {
+    write();
+  }
+  return true;
+}
+
+void RunSaver::poll() {
+  // Ranks see their writers end at slightly different times: only a success is reported here. A
+  // failure waits for the next save or the end, where every rank joins its writer and stops alike.
+  if (!background_ || background_->step == 0 || !background_->done) return;
+  if (background_->report.error.empty()) finish_background();
+}
+
+bool RunSaver::finish_background() {
+  if (!background_ || background_->step == 0) return true;
+  Background& b = *background_;
+  Stopwatch waiting;
+  if (b.writer.joinable()) b.writer.join();
+  const int step = b.step;
+  b.step = 0;
+  return report(step, b.report, b.stall, waiting.seconds(), true);
+}
+
+bool RunSaver::report(int step, const SaveReport& report, double stall, double waited,
+                      bool background) {
+  TrainingRun& r = run_;
   if (r.is_root()) {
     for (const std::string& note : report.notes) std::printf("checkpoint: %s\n", note.c_str());
     if (report.error.empty()) {
@@ -103,6 +232,8 @@ bool RunSaver::save(int step) {
     }
     std::fflush(stdout);
   }
+  r.reporter_->checkpoint(step, stall, report.seconds, waited, report.bytes, background,
+                          report.error.empty());
   if (report.error.empty()) newest_ = report.path;
   return report.error.empty();
 }

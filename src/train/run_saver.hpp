@@ -2,8 +2,17 @@
 // --save-llmc's llm.c model file and --save-hf's Hugging Face directory. Each save is collective
 // and returns whether it succeeded; rank 0 says why when not (a failed save leaves the earlier
 // checkpoints intact: checkpoint/checkpointing.hpp).
+//
+// --save-async (the default with --save): at a save step each rank copies its shard of the state
+// (parameters, AdamW's m and v; the state file's contents by value) into a host staging buffer
+// and training goes on while a writer thread writes the copy, on a communicator of its own, as a
+// synchronous save would (the same files, published the same way once every rank's write is
+// complete). One save is in flight at a time: a save step that finds the last one still writing
+// waits for it, and says how long. A stop signal and the end of the run wait for the write in
+// flight and then save synchronously, so the process never exits with a write in flight.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "checkpoint/checkpoint_info.hpp"
@@ -11,26 +20,42 @@
 namespace mpf {
 
 class TrainingRun;
+struct SaveReport;
 
 class RunSaver {
  public:
-  // Reads the run's state; `newest`: the checkpoint it resumed from ("" if none).
-  RunSaver(TrainingRun& run, std::string newest) : run_(run), newest_(std::move(newest)) {}
+  // Reads the run's state; `newest`: the checkpoint it resumed from ("" if none). Collective
+  // with --save-async (the writer's communicator is made here).
+  RunSaver(TrainingRun& run, std::string newest);
+  ~RunSaver();  // waits for a write in flight
 
-  // --save's checkpoint after `step`.
-  bool save(int step);
+  // --save's checkpoint after `step`: staged and written in the background with --save-async,
+  // unless `now` (a stop signal, the last step): then a write in flight is waited for and this
+  // one written before returning.
+  bool save(int step, bool now);
+  // Reports a background write that has ended and succeeded, without waiting (not collective).
+  void poll();
+  // Waits for the background write in flight, if any, and reports it; false if it failed.
+  bool finish_background();
   bool save_llmc() const;
   bool save_hf() const;
   // The checkpoint saved or loaded last, for messages; "" if none.
   const std::string& newest() const { return newest_; }
 
  private:
+  struct Background;
+
   // The state file's contents: the settings as the run resolved them, the data's positions, the
   // outlier windows.
   CheckpointInfo checkpoint_info(int step) const;
+  bool save_now(int step);
+  bool save_in_background(int step);
+  // Rank 0's lines about a save's outcome (and the --metrics record); updates newest_.
+  bool report(int step, const SaveReport& r, double stall, double waited, bool background);
 
   TrainingRun& run_;
   std::string newest_;
+  std::unique_ptr<Background> background_;  // with --save-async
 };
 
 }  // namespace mpf

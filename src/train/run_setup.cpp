@@ -211,6 +211,8 @@ MemoryShape TrainingRun::memory_shape() const {
     if (!d) continue;
     for (const TokenStream& f : d->files()) m.data_bytes += f.size() * f.width();
   }
+  // Host memory: on a GPU the plan is of the device's (the staging copy is not in it).
+  m.checkpoint_staging = !opts_.save.empty() && opts_.save_async == 1 && !kDeviceMemory;
   return m;
 }
 

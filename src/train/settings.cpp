@@ -236,6 +236,10 @@ SettingGroup checkpoint_settings() {
            &O::save_every, 0},
           {"--keep-last", "K", "keep the newest K checkpoints in DIR (default 0: all)",
            &O::keep_last, 0},
+          {"--save-async", "0|1",
+           "1 (default): copy the state into a host buffer and write it in the background while "
+           "training goes on; 0: stop every rank until the save is written",
+           &O::save_async, 0},
           {"--load", "DIR",
            "resume from DIR/latest; starts a new run (with a note) when DIR holds no checkpoint "
            "yet, so a job script can always pass --save DIR --load DIR",

@@ -21,6 +21,18 @@ TestFault test_fault_from_environment() {
   return fault;
 }
 
+double test_save_delay_from_environment(int step) {
+  const char* text = std::getenv("MPIFORMER_TEST_SAVE_DELAY");
+  if (!text || !*text) return 0;
+  int from = 0;
+  double seconds = 0;
+  char tail = 0;
+  require(std::sscanf(text, "%d:%lf%c", &from, &seconds, &tail) == 2 && from >= 1 && seconds >= 0,
+          std::string("MPIFORMER_TEST_SAVE_DELAY=") + text +
+              " is not STEP:SECONDS (a step from 1, seconds); it is for tests");
+  return step >= from ? seconds : 0;
+}
+
 void apply_test_fault(const TestFault& fault, int step, int world_rank, float* grads, int64_t n) {
   if (step != fault.step || world_rank != fault.rank) return;
   const float s = fault.scale;

@@ -16,6 +16,11 @@ struct TestFault {
 // Parsed once; a malformed value is an InputError naming it.
 TestFault test_fault_from_environment();
 
+// MPIFORMER_TEST_SAVE_DELAY=STEP:SECONDS: every rank's background save of step STEP or later
+// sleeps SECONDS between its model file and its optimizer file (a write in flight long enough to
+// be cut off, or waited for). 0 if unset or an earlier step.
+double test_save_delay_from_environment(int step);
+
 // Applies `fault` to `grads` (n floats) when this is its step and rank.
 void apply_test_fault(const TestFault& fault, int step, int world_rank, float* grads, int64_t n);
 

@@ -53,6 +53,11 @@ TrainResult TrainingRun::train() {
           s.diverged ? reporter_->divergence(s.log, saver_->newest()) : after_step(s.log);
     }
   }
+  // The process never exits with a background save in flight (a divergence or a failed save
+  // ends the loop without the final save).
+  if (!saver_->finish_background() && result.status == kExitDone) {
+    result.status = kExitSaveFailed;
+  }
   reporter_->summary(last, result.status);
   profile::set_enabled(false);
   // A stop during the last step's evaluations leaves the training complete: its model files are
@@ -205,6 +210,7 @@ int TrainingRun::after_step(const StepRecord& r) {
   // A step faster than the peak allows: the peak is measured again, or the line gets a warning.
   reporter_->step(r, peak_flops_->check(step, flops_per_step(), r.ms / 1e3));
   if (cfg_.moe() && reporter_->logs_step(step)) reporter_->expert_load(step, global_expert_load());
+  saver_->poll();  // reports a background save that has ended
   // The step boundary: the ranks agree whether any of them was asked to stop.
   {
     PhaseScope phase(phases_, StepPhase::kStopAgreement);
@@ -216,7 +222,8 @@ int TrainingRun::after_step(const StepRecord& r) {
   // KillWait, must not lose the steps since the last save. The evaluations (which skip themselves
   // once a stop is agreed on) leave the training state as it is.
   const bool save_due = !opts_.save.empty() && (stop_signal_ || last || due(opts_.save_every));
-  if (save_due && !saver_->save(step)) return kExitSaveFailed;
+  // A stop and the last step save synchronously (after a background write in flight).
+  if (save_due && !saver_->save(step, stop_signal_ || last)) return kExitSaveFailed;
   if (opts_.val_every > 0 && (due(opts_.val_every) || last)) validate_at(step);
   if (due(opts_.eval_every) || last) score_task_at(step);
   if (!stop_signal_ && sample_ && (due(opts_.sample_every) || last)) {
@@ -224,7 +231,7 @@ int TrainingRun::after_step(const StepRecord& r) {
     sample_->print(step);
   }
   // A stop asked for during the evaluations: this step's checkpoint, unless saved above.
-  if (stop_signal_ && !save_due && !opts_.save.empty() && !saver_->save(step)) {
+  if (stop_signal_ && !save_due && !opts_.save.empty() && !saver_->save(step, true)) {
     return kExitSaveFailed;
   }
   return stop_signal_ ? stop_after(stop_signal_, step) : kExitDone;

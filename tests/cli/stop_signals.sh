@@ -5,7 +5,9 @@
 # the watchdog) has the stop signals blocked but the one waiting for them in sigwait; and
 # SIGUSR1, SIGTERM and SIGINT, each sent mid-run, stop the run after a whole step, which is saved,
 # with exit status 3 and every logged step the uninterrupted run's; one during a validation ends
-# it early, the step saved before it.
+# it early, the step saved before it. Background saves (--save-async): the same bytes as
+# synchronous ones, resumed bit for bit; a rank killed mid-write leaves `latest` at the previous
+# checkpoint; a SIGUSR1 during one saves the current step after it.
 source "$(dirname "$0")/common.sh"
 
 # Two OpenMP threads (a worker runs GEMM kernels too) and a watchdog thread.
@@ -128,5 +130,80 @@ if grep -q '^status 3$' "$log" && [ -n "$stopped" ] &&
   ok "the job script, TERM twice: one request passed on, step $stopped saved, status 3"
 else
   bad "the job script, TERM twice: $(grep -E '^status|job 4711|stopped|exiting' "$log" | tr '\n' ' ')"
+fi
+# Background saves (--save-async, the default with --save): a copy staged at the save step and
+# written by a thread while training goes on. Tiny steps on 2 ranks; MPIFORMER_TEST_SAVE_DELAY
+# makes the writes slow (a sleep between the model file and the optimizer file).
+tiny=(--val-every 0 --layers 2 --heads 4 --dim 64 --batch 2 --seq-len 32 --threads 1)
+ckpt_files() { (cd "$1" && find . -type f | sort | xargs cat | sha256sum); }
+"$MPIEXEC" -n 2 "$TRAIN" "${tiny[@]}" --steps 4 --save-every 2 --save "$WORK/async" \
+  --metrics "$WORK/async.jsonl" >"$WORK/async.log" 2>&1
+"$MPIEXEC" -n 2 "$TRAIN" "${tiny[@]}" --steps 4 --save-every 2 --save "$WORK/sync" --save-async 0 \
+  >"$WORK/sync.log" 2>&1
+if grep -qE '^checkpoint: staged step 2 in [0-9.]+ s \(the step.s stall\); writing it in the background$' "$WORK/async.log" &&
+  ! grep -q '^checkpoint: staged' "$WORK/sync.log" &&
+  grep -q '"kind":"save","step":2,"mode":"background","stall_s":' "$WORK/async.jsonl" &&
+  grep -q '"kind":"save","step":4,"mode":"synchronous"' "$WORK/async.jsonl" &&
+  [ -n "$(ckpt_files "$WORK/async/step_00000002")" ] &&
+  [ "$(ckpt_files "$WORK/async/step_00000002")" = "$(ckpt_files "$WORK/sync/step_00000002")" ] &&
+  [ "$(ckpt_files "$WORK/async/step_00000004")" = "$(ckpt_files "$WORK/sync/step_00000004")" ] &&
+  [ "$(numbers "$WORK/async.log")" = "$(numbers "$WORK/sync.log")" ]; then
+  ok "a background save's checkpoint equals --save-async 0's byte for byte (steps 2 and 4)"
+else
+  bad "background and synchronous saves differ"; grep '^checkpoint' "$WORK/async.log"
+fi
+# Resumed from the background save of step 2: steps 3 and 4 as the uninterrupted run's, the
+# final checkpoint the same bytes.
+"$MPIEXEC" -n 2 "$TRAIN" "${tiny[@]}" --steps 4 --load "$WORK/async" --load-step 2 \
+  --save "$WORK/resumed" >"$WORK/resumed.log" 2>&1
+if [ "$(numbers "$WORK/resumed.log")" = "$(numbers "$WORK/async.log" | sed -n '3,4p')" ] &&
+  [ "$(numbers "$WORK/resumed.log" | wc -l)" -eq 2 ] &&
+  [ "$(ckpt_files "$WORK/resumed/step_00000004")" = "$(ckpt_files "$WORK/async/step_00000004")" ]; then
+  ok "resumed from a background save: steps 3-4 and the final checkpoint bit for bit"
+else
+  bad "resumed from a background save: the steps differ"; tail -3 "$WORK/resumed.log"
+fi
+# SIGKILL of rank 1 while the save of step 4 is written (60 s slow): `latest` stays at step 2,
+# and the next run resumes from it (on the 4-step run's schedule: the same steps 3 and 4).
+MPIFORMER_TEST_SAVE_DELAY=4:60 "$MPIEXEC" -n 2 "$TRAIN" "${tiny[@]}" --steps 100 --lr-decay-steps 4 \
+  --save-every 2 --save "$WORK/killed" >"$WORK/killed.log" 2>&1 &
+job=$!
+if wait_for "$WORK/killed.log" '^checkpoint: staged step 4 ' &&
+  wait_for "$WORK/killed.log" '^checkpoint: saved step 2 ' && pid=$(rank_pid "--save $WORK/killed" 1); then
+  kill -9 "$pid"
+fi
+wait $job
+"$MPIEXEC" -n 2 "$TRAIN" "${tiny[@]}" --steps 4 --load "$WORK/killed" --save "$WORK/killed" \
+  >"$WORK/killed2.log" 2>&1
+status=$?
+if [ "$status" -eq 0 ] && ! grep -q '^checkpoint: saved step 4 ' "$WORK/killed.log" &&
+  grep -q "^resumed: $WORK/killed/step_00000002, step 2 of 4" "$WORK/killed2.log" &&
+  [ "$(numbers "$WORK/killed2.log")" = "$(numbers "$WORK/async.log" | sed -n '3,4p')" ] &&
+  [ "$(cat "$WORK/killed/latest")" = step_00000004 ]; then
+  ok "SIGKILL mid-write: latest stayed at step 2, the next run resumed from it bit for bit"
+else
+  bad "SIGKILL mid-write: exit $status"; grep -E '^(checkpoint|resumed|note)' "$WORK/killed.log" "$WORK/killed2.log"
+fi
+# SIGUSR1 while a write is in flight: the save of step 4 waits for step 2's (1 s slow), then
+# is written itself (1 s) while the signal lands; the stop saves the current step after it.
+MPIFORMER_TEST_SAVE_DELAY=2:1 "$MPIEXEC" -n 2 "$TRAIN" "${tiny[@]}" --steps 100 --save-every 2 \
+  --save "$WORK/usr1" >"$WORK/usr1.log" 2>&1 &
+job=$!
+if wait_for "$WORK/usr1.log" '^checkpoint: staged step 4 ' && pid=$(rank_pid "--save $WORK/usr1" 1); then
+  kill -USR1 "$pid"
+fi
+wait $job
+status=$?
+stopped=$(sed -nE 's/^SIGUSR1 received: stopped after step ([0-9]+); saved.*/\1/p' "$WORK/usr1.log")
+last=$(printf 'step_%08d' "${stopped:-0}")
+if [ "$status" -eq 3 ] && [ -n "$stopped" ] && [ "$stopped" -gt 4 ] &&
+  grep -qE '^checkpoint: step 4 waited [0-9.]+ s for the save of step 2 to finish' "$WORK/usr1.log" &&
+  grep -q '^checkpoint: saved step 4 ' "$WORK/usr1.log" &&
+  [ "$(cat "$WORK/usr1/latest")" = "$last" ] &&
+  [ "$(ls "$WORK/usr1/step_00000004" | wc -l)" -eq 3 ] && [ "$(ls "$WORK/usr1/$last" | wc -l)" -eq 3 ] &&
+  ! ls -d "$WORK"/usr1/*.partial-* >/dev/null 2>&1; then
+  ok "SIGUSR1 with a save in flight: step 4's write finished, step $stopped saved after it, exit 3"
+else
+  bad "SIGUSR1 with a save in flight: exit $status"; grep -E '^(checkpoint|SIGUSR1)' "$WORK/usr1.log"
 fi
 finish

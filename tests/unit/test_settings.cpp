@@ -57,6 +57,7 @@ TEST(Settings, EveryFlagParsesIntoItsField) {
       {"--tokenizer", {"--sample-every", "1"}},
       {"--save-every", {"--save", "dir"}},
       {"--keep-last", {"--save", "dir"}},
+      {"--save-async", {"--save", "dir"}},
       {"--load-step", {"--load", "dir"}},
       {"--save-hf-dtype", {"--save-hf", "dir"}},
       {"--doc-token", {"--doc-mask"}},
@@ -73,6 +74,7 @@ TEST(Settings, EveryFlagParsesIntoItsField) {
     if (s->choices) value = std::string(s->choices).substr(std::string(s->choices).rfind(',') + 1);
     if (std::holds_alternative<Precision TrainOptions::*>(s->field)) value = "bf16";
     if (flag == "--zero") value = "1";
+    if (flag == "--save-async") value = "0";  // 1 is the default, and 0 or 1 the values
     if (flag == "--rope-scaling") value = "8,1,4,8192";
     std::vector<const char*> args = {s->flag};
     if (!is_switch) args.push_back(value.c_str());
@@ -81,6 +83,18 @@ TEST(Settings, EveryFlagParsesIntoItsField) {
     EXPECT_TRUE(o.given.count(flag)) << flag;
     EXPECT_EQ(setting_shown(o, *s), is_switch ? "true" : value) << flag;
   }
+}
+
+TEST(Settings, SaveAsyncIsZeroOrOneAndNeedsSave) {
+  EXPECT_EQ(parse({"--save", "dir"}).save_async, 1);  // the default with --save
+  EXPECT_THAT(input_error([] {
+                parse({"--save", "dir", "--save-async", "2"});
+              }),
+              HasSubstr("--save-async takes 0 or 1, got 2"));
+  EXPECT_THAT(input_error([] {
+                parse({"--save-async", "0"});
+              }),
+              HasSubstr("--save-async 0 needs --save DIR"));
 }
 
 TEST(Settings, MinimumsAndChoicesAreEnforcedWithTheFlagsName) {
