@@ -6,12 +6,17 @@
 #include "core/error.hpp"
 #include "core/transfer.hpp"
 #include "parallel/device_mpi.hpp"
+#include "parallel/rank_activity.hpp"
 
 namespace mpf {
 
 namespace {
 int64_t round_up(int64_t n, int64_t to) {
   return (n + to - 1) / to * to;
+}
+// A bucket's collective, as a hung rank's record names it (parallel/rank_activity.hpp).
+const char* bucket_call(bool zero) {
+  return zero ? "MPI_Ireduce_scatter" : "MPI_Iallreduce";
 }
 }  // namespace
 
@@ -166,6 +171,7 @@ void DataParallelGrads::start(size_t i) {
     copy_to_host(grads + b.begin, grads_ + b.begin, size_t(n) * sizeof(float),
                  "d2h dp gradients (staged)");
   }
+  MpiCallScope in_mpi(bucket_call(zero_), comm(b));
   if (zero_ && n % ranks == 0) {
     MPF_MPI_CHECK(MPI_Ireduce_scatter_block(grads + b.begin, shard + b.shard_offset, n / ranks,
                                             MPI_FLOAT, MPI_SUM, comm(b), &requests_[i]));
@@ -205,7 +211,11 @@ void DataParallelGrads::finish() {
   for (size_t i = 0; i < buckets_.size(); ++i) {
     if (!started_[i]) start(i);
   }
-  MPF_MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+  {
+    // Waited on as one: the record names the kind of bucket collective and the main group.
+    MpiCallScope in_mpi(bucket_call(zero_), dp_);
+    MPF_MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+  }
   if (zero_ && host_shard_.data()) {
     copy_from_host(shard_.data(), host_shard_.data(), host_shard_.extent(0) * sizeof(float),
                    "h2d dp gradients (staged)");
@@ -263,6 +273,7 @@ void DataParallelGrads::allgather_params(float* params) {
                                   b.counts.data(), b.displs.data(), MPI_FLOAT, comm(b),
                                   &gathers[i]));
   }
+  MpiCallScope in_mpi("MPI_Iallgatherv", dp_);
   MPF_MPI_CHECK(MPI_Waitall(int(gathers.size()), gathers.data(), MPI_STATUSES_IGNORE));
   if (host_slab_.data()) {
     copy_from_host(params, gathered, host_slab_.extent(0) * sizeof(float),

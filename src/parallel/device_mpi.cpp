@@ -10,6 +10,7 @@
 #include "core/transfer.hpp"
 #include "core/types.hpp"
 #include "mpiformer/config.hpp"
+#include "parallel/rank_activity.hpp"
 #if MPIFORMER_HAVE_MPIX_QUERY_CUDA_SUPPORT && __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>  // Open MPI declares its MPIX_ extensions here; MPICH in mpi.h
 #endif
@@ -112,6 +113,7 @@ const std::string& describe_mpi_memory() {
 
 void allreduce(float* x, int64_t n, MPI_Op op, MPI_Comm comm) {
   if (size_of(comm) == 1 || n == 0) return;
+  MpiCallScope in_mpi("MPI_Allreduce", comm);
   float* buf = x;
   if (staged()) {
     buf = staging_buffer(n);
@@ -130,6 +132,7 @@ void allreduce(float* x, int64_t n, MPI_Op op, MPI_Comm comm) {
 void allgather_in_place(float* x, int64_t count, MPI_Comm comm) {
   const int size = size_of(comm);
   if (size == 1) return;
+  MpiCallScope in_mpi("MPI_Allgather", comm);
   const int c = count_of(count);
   if (!staged()) {
     Kokkos::fence();
@@ -145,6 +148,7 @@ void allgather_in_place(float* x, int64_t count, MPI_Comm comm) {
 }
 
 void allgather(const float* send, float* recv, int64_t count, MPI_Comm comm) {
+  MpiCallScope in_mpi("MPI_Allgather", comm);
   const int size = size_of(comm);
   const int c = count_of(count);
   if (!staged()) {
@@ -160,6 +164,7 @@ void allgather(const float* send, float* recv, int64_t count, MPI_Comm comm) {
 }
 
 void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Comm comm) {
+  MpiCallScope in_mpi("MPI_Reduce_scatter_block", comm);
   const int size = size_of(comm);
   const int c = count_of(count);
   if (!staged()) {
@@ -176,6 +181,7 @@ void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Com
 
 void alltoallv(const float* send, const int64_t* send_counts, float* recv,
                const int64_t* recv_counts, MPI_Comm comm) {
+  MpiCallScope in_mpi("MPI_Alltoallv", comm);
   const int size = size_of(comm);
   const size_t n = static_cast<size_t>(size);
   std::vector<int> sc(n), sd(n), rc(n), rd(n);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "parallel/rank_activity.hpp"
 
 namespace mpf {
 
@@ -63,11 +64,22 @@ Grid::Grid(MPI_Comm world, int tp, int pp, int dp, int cp, int ep) : world_(worl
   const bool holds_embedding = pp_is_first_stage() || pp_is_last_stage();
   MPF_MPI_CHECK(MPI_Comm_split(world, holds_embedding ? others_of_pp : MPI_UNDEFINED, pp_rank_,
                                &embedding_comm_));
+  // The names a hung rank's record gives its MPI call (rank_activity.hpp), as the flags say them.
+  name_communicator(world_, "world");
+  name_communicator(tp_comm_, "tp");
+  name_communicator(cp_comm_, "cp");
+  name_communicator(dp_comm_, "dp");
+  name_communicator(dp_cp_comm_, "dp_cp");
+  name_communicator(pp_comm_, "pp");
+  name_communicator(ep_comm_, "ep");
+  name_communicator(expert_dp_cp_comm_, "expert_dp_cp");
+  name_communicator(embedding_comm_, "embedding");
 }
 
 Grid::~Grid() {
   for (MPI_Comm* c : {&tp_comm_, &cp_comm_, &dp_comm_, &dp_cp_comm_, &pp_comm_, &embedding_comm_,
                       &kv_group_, &ep_comm_, &expert_dp_cp_comm_}) {
+    forget_communicator(*c);
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   }
 }
@@ -75,6 +87,7 @@ Grid::~Grid() {
 MPI_Comm Grid::kv_group(int replicas) {
   if (kv_group_ == MPI_COMM_NULL) {
     MPF_MPI_CHECK(MPI_Comm_split(tp_comm_, tp_rank_ / replicas, tp_rank_, &kv_group_));
+    name_communicator(kv_group_, "kv_group");
   }
   return kv_group_;
 }
@@ -97,6 +110,7 @@ double allreduce_sum(double value, MPI_Comm comm) {
   int size = 1;
   MPI_Comm_size(comm, &size);
   if (size == 1) return value;
+  MpiCallScope in_mpi("MPI_Allreduce", comm);
   double total = 0.0;
   MPF_MPI_CHECK(MPI_Allreduce(&value, &total, 1, MPI_DOUBLE, MPI_SUM, comm));
   return total;

@@ -8,6 +8,7 @@
 #include "core/stopwatch.hpp"
 #include "core/transfer.hpp"
 #include "model/gpt.hpp"
+#include "parallel/rank_activity.hpp"
 #include "pipeline/stage_program.hpp"
 
 namespace mpf {
@@ -113,6 +114,7 @@ void ModelStage::record(std::vector<StageEvent>* events, std::function<double()>
 template <class Op>
 void ModelStage::timed(const char* name, int mb, int chunk, Op op) {
   if (on_op_) on_op_(name, mb, chunk);
+  rank_activity().schedule_op(p2p_.stage_of(chunk), mb, name);
   if (!events_) return op();
   const double start = clock_();
   op();

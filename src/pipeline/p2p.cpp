@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/transfer.hpp"
 #include "parallel/device_mpi.hpp"
+#include "parallel/rank_activity.hpp"
 
 namespace mpf {
 
@@ -65,7 +66,9 @@ void PipelineP2P::send(const float* buf, int mb, int chunk, Direction d) {
   } else {
     Kokkos::fence();  // the kernels that wrote buf are done before MPI reads it
   }
-  MPF_MPI_CHECK(MPI_Isend(data, count_, MPI_FLOAT, peer, tag(mb, to_stage, d), pp_, &s.request));
+  const int t = tag(mb, to_stage, d);
+  MpiCallScope in_mpi("MPI_Isend", pp_, peer, t);
+  MPF_MPI_CHECK(MPI_Isend(data, count_, MPI_FLOAT, peer, t, pp_, &s.request));
   sends_.push_back(s);
 }
 
@@ -87,6 +90,10 @@ void PipelineP2P::complete(Recv& r) {
 }
 
 void PipelineP2P::receive(float* buf, int mb, int chunk, Direction d) {
+  // Where a rank waits for its neighbour: the receive's peer and tag, for a hang's record.
+  const int stage = stage_of(chunk);
+  MpiCallScope in_mpi("MPI_Irecv", pp_, rank_of(d == kForward ? stage - 1 : stage + 1),
+                      tag(mb, stage, d));
   const auto ahead = posted_.find({mb, chunk, d});
   if (ahead != posted_.end()) {
     Recv r = ahead->second;
@@ -109,11 +116,14 @@ void PipelineP2P::forget_completed_sends() {
 }
 
 void PipelineP2P::wait_for_sends() {
+  if (sends_.empty()) return;
+  MpiCallScope in_mpi("MPI_Wait (the sends in flight)", pp_);
   for (Send& s : sends_) MPF_MPI_CHECK(MPI_Wait(&s.request, MPI_STATUS_IGNORE));
   forget_completed_sends();
 }
 
 void PipelineP2P::wait_for_send(const float* buf) {
+  MpiCallScope in_mpi("MPI_Wait (a send in flight)", pp_);
   for (Send& s : sends_) {
     if (s.buf == buf) MPF_MPI_CHECK(MPI_Wait(&s.request, MPI_STATUS_IGNORE));
   }

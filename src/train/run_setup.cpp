@@ -334,7 +334,10 @@ void TrainingRun::set_up_sample(std::optional<Tokenizer> tokenizer) {
 void TrainingRun::observe_phases() {
   // In this order: the trace's barrier starts the traced step before the timers' clocks do, and
   // the timers' fences end a part before the trace reads its clock (step_phases.hpp).
-  watchdog_ = std::make_unique<Watchdog>(opts_.step_timeout, grid_->world_rank());
+  watchdog_ = std::make_unique<Watchdog>(
+      opts_.step_timeout, grid_->world_rank(), grid_->world_size(),
+      rank_record_dir(opts_.save, grid_->world_rank(), grid_->world_comm()));
+  arm_test_hang_from_environment(grid_->world_rank());
   trace_ = std::make_unique<StepTrace>(*grid_, *stage_, opts_.trace.empty() ? 0 : opts_.steps);
   timers_ = std::make_unique<PhaseTimers>(first_step_ + 1);
   phases_.observe(*watchdog_);

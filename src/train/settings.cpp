@@ -293,7 +293,8 @@ SettingGroup system_settings() {
           {
               {"--step-timeout", "SEC",
                "abort the whole job, naming the rank, step and phase, when a step (or a save, or a "
-               "validation) runs longer than SEC seconds (default 0: never)",
+               "validation) runs longer than SEC seconds (default 0: never); rank 0 first prints "
+               "where each rank was, its op and MPI call (SIGUSR2 prints that at any time)",
                &O::step_timeout, 0},
               {"--threads", "N",
                "threads per rank (default: OMP_NUM_THREADS, else cores / ranks per node)",

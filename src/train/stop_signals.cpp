@@ -10,7 +10,9 @@
 #include <ctime>
 
 #include "core/error.hpp"
+#include "parallel/rank_activity.hpp"
 #include "train/exit_status.hpp"
+#include "train/watchdog.hpp"
 
 namespace mpf {
 
@@ -38,11 +40,12 @@ void say(const char* text) {
   (void)ignored;
 }
 
-// The stop signals and the grace alarm: blocked in every thread, taken only by sigwait below.
+// The stop signals, the grace alarm and SIGUSR2 (the table of where each rank is, which stops
+// nothing): blocked in every thread, taken only by sigwait below.
 sigset_t stop_set() {
   sigset_t set;
   sigemptyset(&set);
-  for (const int sig : {SIGUSR1, SIGTERM, SIGINT, SIGALRM}) sigaddset(&set, sig);
+  for (const int sig : {SIGUSR1, SIGTERM, SIGINT, SIGALRM, SIGUSR2}) sigaddset(&set, sig);
   return set;
 }
 
@@ -52,6 +55,10 @@ void* wait_for_signals(void*) {
   for (;;) {
     int sig = 0;
     if (sigwait(&set, &sig) != 0) continue;
+    if (sig == SIGUSR2) {
+      ask_for_rank_table();  // the watchdog's thread prints it (train/watchdog.hpp)
+      continue;
+    }
     if (sig == SIGALRM) {
       say("mpiformer: stop signal: this step did not end within its grace period (a rank is gone, "
           "or the job is being torn down): exiting without saving\n");
@@ -105,6 +112,7 @@ void set_stop_grace(int seconds) {
 int agree_on_stop(MPI_Comm comm) {
   int sig = received.load();
   // The alarm stays set through the all-reduce: a rank whose peer is gone waits here.
+  MpiCallScope in_mpi("MPI_Allreduce", comm);
   MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, comm));
   // The step's end is reached; what follows (validation, a save) has no grace limit.
   grace = 0;

@@ -10,6 +10,9 @@
 // whose rank died, sends the others SIGTERM and SIGKILLs them only after KillWait (30 s by
 // default). So a stop signal that arrives during a training step also sets an alarm: a process
 // that has not reached the step's end within the grace period exits then.
+//
+// SIGUSR2 is taken by the same thread but stops nothing: it asks the watchdog for its table of
+// where each rank is (watchdog.hpp).
 #pragma once
 
 #include <mpi.h>

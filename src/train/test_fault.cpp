@@ -2,10 +2,12 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "parallel/rank_activity.hpp"
 
 namespace mpf {
 
@@ -19,6 +21,19 @@ TestFault test_fault_from_environment() {
           std::string("MPIFORMER_TEST_FAULT=") + text +
               " is not STEP:RANK:SCALE (a step from 1, a rank from 0, a factor); it is for tests");
   return fault;
+}
+
+void arm_test_hang_from_environment(int world_rank) {
+  const char* text = std::getenv("MPIFORMER_TEST_HANG");
+  if (!text || !*text) return;
+  int step = 0, rank = -1, used = 0;
+  const int n = std::sscanf(text, "%d:%d:%n", &step, &rank, &used);
+  const char* call = text + used;  // the environment's string: it outlives the run
+  require(n == 2 && used > 0 && step >= 1 && rank >= 0 && std::strncmp(call, "MPI_", 4) == 0,
+          std::string("MPIFORMER_TEST_HANG=") + text +
+              " is not STEP:RANK:CALL (a step from 1, a rank from 0, an MPI call such as "
+              "MPI_Isend); it is for tests");
+  if (rank == world_rank) rank_activity().arm_test_hang(step, call);
 }
 
 double test_save_delay_from_environment(int step) {

@@ -2,6 +2,11 @@
 // one step, after its backward and before any reduction: a loss-free spike in the gradient norm,
 // on purpose and the same in every run, for the outlier tests (without --overlap-grad-reduce,
 // whose buckets are reduced during the backward). Unset, nothing happens.
+//
+// MPIFORMER_TEST_HANG=STEP:RANK:CALL stops world rank RANK for good at its first entry into MPI
+// call CALL (as parallel/rank_activity.hpp names it: MPI_Isend, MPI_Irecv, MPI_Allreduce,
+// MPI_Iallreduce, ...) in step STEP: a hang in a P2P call or a collective, for the watchdog's
+// tests.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +20,9 @@ struct TestFault {
 
 // Parsed once; a malformed value is an InputError naming it.
 TestFault test_fault_from_environment();
+
+// Arms MPIFORMER_TEST_HANG on this rank if it names it; a malformed value is an InputError.
+void arm_test_hang_from_environment(int world_rank);
 
 // MPIFORMER_TEST_SAVE_DELAY=STEP:SECONDS: every rank's background save of step STEP or later
 // sleeps SECONDS between its model file and its optimizer file (a write in flight long enough to

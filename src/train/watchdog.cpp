@@ -1,10 +1,18 @@
 #include "train/watchdog.hpp"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
+#include "parallel/grid.hpp"
+#include "parallel/rank_activity.hpp"
 #include "train/exit_status.hpp"
 
 namespace mpf {
@@ -16,6 +24,11 @@ int64_t now_ns() {
       .count();
 }
 
+// Wall-clock seconds: a record's age is read on another node (its clock kept by NTP).
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // The pipeline ops' short names, as a person reads them.
 const char* spelled_out(const char* phase) {
   if (std::strcmp(phase, "F") == 0) return "forward";
@@ -23,21 +36,156 @@ const char* spelled_out(const char* phase) {
   if (std::strcmp(phase, "W") == 0) return "weight gradients";
   return phase;
 }
+
+std::atomic<bool> table_asked{false};
+
+// A record file holds one line, padded to this size so a rewrite covers the one before.
+constexpr size_t kRecordBytes = 512;
+// A rank other than 0 whose watchdog fired waits this long before it exits, so that rank 0's
+// (firing at about the same moment) prints the table before the launcher ends the job.
+constexpr unsigned kOthersWaitSeconds = 5;
+
+std::string record_file(const std::string& dir, int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "/rank_%05d", rank);
+  return dir + name;
+}
+
+// "rank 3 (host n2): step 4, stage 1, microbatch 5, B; MPI_Irecv from rank 1 tag 1005 on pp",
+// without its time.
+std::string describe(const ActivitySnapshot& a, int rank, const char* host) {
+  char where[160];
+  if (a.op) {
+    std::snprintf(where, sizeof where, "step %d, stage %d, microbatch %d, %s", a.step, a.stage,
+                  a.mb, a.op);
+  } else {
+    std::snprintf(where, sizeof where, "step %d, %s", a.step, a.phase ? a.phase : "starting");
+  }
+  char call[160] = "outside MPI";
+  if (a.call) {
+    int n = std::snprintf(call, sizeof call, "%s", a.call);
+    if (a.peer >= 0 && n < int(sizeof call)) {
+      n += std::snprintf(call + n, sizeof call - size_t(n), " %s rank %d",
+                         std::strstr(a.call, "recv") ? "from" : "to", a.peer);
+    }
+    if (a.tag >= 0 && n < int(sizeof call)) {
+      n += std::snprintf(call + n, sizeof call - size_t(n), " tag %d", a.tag);
+    }
+    if (n < int(sizeof call)) {
+      n += std::snprintf(call + n, sizeof call - size_t(n), " on %s", a.comm ? a.comm : "?");
+    }
+  }
+  char line[400];
+  std::snprintf(line, sizeof line, "rank %d (host %s): %s; %s%s", rank, host, where, call,
+                a.stalled ? " (stopped there by MPIFORMER_TEST_HANG)" : "");
+  return line;
+}
+
+// The line with its time: "...; waiting 300 s" in an MPI call, "...; for 2 s" outside.
+std::string with_time(const std::string& line, bool in_mpi, double seconds) {
+  char tail[48];
+  std::snprintf(tail, sizeof tail, "; %s %.0f s", in_mpi ? "waiting" : "for", seconds);
+  return line + tail;
+}
 }  // namespace
 
-Watchdog::Watchdog(double timeout_seconds, int world_rank)
-    : timeout_(timeout_seconds), rank_(world_rank) {
-  if (timeout_ > 0) thread_ = std::thread([this] { watch(); });
+void ask_for_rank_table() {
+  table_asked = true;
+}
+
+namespace {
+// Removes a record directory: its rank files, then itself if nothing else is in it.
+void remove_records(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (const dirent* e = readdir(d)) {
+      if (std::strncmp(e->d_name, "rank_", 5) == 0) unlink((dir + "/" + e->d_name).c_str());
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
+
+// Without --save: $TMPDIR/mpiformer-ranks-<host>-<rank 0's pid>. What runs ended by their
+// watchdog (or a fault) left there is removed once their rank 0, on this host, is gone, so such
+// directories do not pile up.
+std::string temporary_record_dir(const std::string& host) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string parent = tmp && *tmp ? tmp : "/tmp";
+  const std::string prefix = "mpiformer-ranks-" + host + "-";
+  if (DIR* d = opendir(parent.c_str())) {
+    while (const dirent* e = readdir(d)) {
+      long pid = 0;
+      char tail = 0;
+      if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0 ||
+          std::sscanf(e->d_name + prefix.size(), "%ld%c", &pid, &tail) != 1) {
+        continue;
+      }
+      if (pid == long(getpid()) || (kill(pid_t(pid), 0) != 0 && errno == ESRCH)) {
+        remove_records(parent + "/" + e->d_name);
+      }
+    }
+    closedir(d);
+  }
+  const std::string dir = parent + "/" + prefix + std::to_string(getpid());
+  return mkdir(dir.c_str(), 0700) == 0 ? dir : "";
+}
+}  // namespace
+
+std::string rank_record_dir(const std::string& save_dir, int world_rank, MPI_Comm world) {
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  std::string dir;
+  if (world_rank == 0) {
+    if (!save_dir.empty()) {
+      dir = save_dir + "/ranks";
+      mkdir(dir.c_str(), 0755);
+    } else {
+      dir = temporary_record_dir(host);
+    }
+  }
+  // Rank 0's host, then the directory.
+  const std::string where = broadcast(std::string(host) + '\n' + dir, 0, world);
+  const size_t cut = where.find('\n');
+  dir = where.substr(cut + 1);
+  if (world_rank == 0 || dir.empty()) return dir;
+  if (save_dir.empty()) {
+    // A directory in /tmp is rank 0's node's: ranks elsewhere keep no record file.
+    return where.substr(0, cut) == host ? dir : "";
+  }
+  mkdir(dir.c_str(), 0755);  // another node's view of the save directory may lag rank 0's
+  return dir;
+}
+
+Watchdog::Watchdog(double timeout_seconds, int world_rank, int world_size, std::string record_dir)
+    : timeout_(timeout_seconds),
+      rank_(world_rank),
+      ranks_(world_size),
+      record_dir_(std::move(record_dir)) {
+  gethostname(host_, sizeof host_ - 1);
+  rank_activity().claim_writer();  // the main thread's, which runs the steps
+  if (!record_dir_.empty()) {
+    record_fd_ = open(record_file(record_dir_, rank_).c_str(),
+                      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  }
+  thread_ = std::thread([this] { watch(); });
 }
 
 Watchdog::~Watchdog() {
-  if (!thread_.joinable()) return;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    quit_ = true;
+  if (thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      quit_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
   }
-  wake_.notify_all();
-  thread_.join();
+  // A run that ends (not one the watchdog ended) leaves no records; the last rank out removes
+  // the directory, unless it holds something else.
+  if (record_fd_ >= 0) {
+    close(record_fd_);
+    unlink(record_file(record_dir_, rank_).c_str());
+    rmdir(record_dir_.c_str());
+  }
 }
 
 void Watchdog::entered(StepPhase phase, int step, double min_seconds) {
@@ -51,6 +199,7 @@ void Watchdog::entered(StepPhase phase, int step, double min_seconds) {
       begin(phase_name(phase), step, min_seconds);
       return;
     default:
+      rank_activity().phase(step_, phase_name(phase));
       this->phase(phase_name(phase));
   }
 }
@@ -62,10 +211,11 @@ void Watchdog::left(StepPhase phase) {
 }
 
 void Watchdog::begin(const char* what, int step, double limit) {
+  rank_activity().phase(step, what);
+  step_ = step;
   if (timeout_ <= 0) return;
   limit_ = limit > timeout_ ? limit : timeout_;
   what_ = what;
-  step_ = step;
   phase_ = "start";
   mb_ = chunk_ = -1;
   started_ns_ = now_ns();
@@ -83,19 +233,87 @@ void Watchdog::stop() {
   armed_ = false;
 }
 
+void Watchdog::write_record(const std::string& line, bool in_mpi, double since) {
+  if (record_fd_ < 0) return;
+  char text[kRecordBytes];
+  std::memset(text, ' ', sizeof text);
+  const int n = std::snprintf(text, sizeof text, "%.3f %d %s", since, in_mpi ? 1 : 0, line.c_str());
+  if (n >= 0 && size_t(n) < sizeof text) text[n] = ' ';
+  text[sizeof text - 1] = '\n';
+  const ssize_t ignored = pwrite(record_fd_, text, sizeof text, 0);
+  (void)ignored;
+}
+
+void Watchdog::print_table(const char* why, const std::string& own_line, bool own_in_mpi,
+                           double own_since) {
+  const double now = wall_seconds();
+  std::string table = std::string(why) + ": where each rank is (their records in " +
+                      (record_dir_.empty() ? std::string("no directory") : record_dir_) + "):\n";
+  for (int r = 0; r < ranks_; ++r) {
+    if (r == rank_) {
+      table += with_time(own_line, own_in_mpi, now - own_since) + "\n";
+      continue;
+    }
+    char text[kRecordBytes + 1] = "";
+    ssize_t got = -1;
+    if (!record_dir_.empty()) {
+      const int fd = open(record_file(record_dir_, r).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        got = pread(fd, text, kRecordBytes, 0);
+        close(fd);
+      }
+    }
+    double since = 0;
+    int in_mpi = 0, used = 0;
+    if (got > 0) {
+      text[got] = '\0';
+      if (std::sscanf(text, "%lf %d %n", &since, &in_mpi, &used) < 2 || used == 0) got = 0;
+    }
+    if (got <= 0) {
+      char line[160];
+      std::snprintf(line, sizeof line,
+                    "rank %d: no record (none written yet, or not on a file system rank 0 reads: "
+                    "give --save on a shared one)\n",
+                    r);
+      table += line;
+      continue;
+    }
+    std::string line(text + used);
+    line.erase(line.find_last_not_of(" \n") + 1);
+    table += with_time(line, in_mpi != 0, now - since) + "\n";
+  }
+  std::fwrite(table.data(), 1, table.size(), stderr);
+  std::fflush(stderr);
+}
+
 void Watchdog::watch() {
   // Looks often enough to fire within a few percent of the limit, at most once a second.
-  const auto every = std::chrono::duration<double>(timeout_ / 20 < 1.0 ? timeout_ / 20 : 1.0);
+  const double period = timeout_ > 0 && timeout_ / 20 < 1.0 ? timeout_ / 20 : 1.0;
+  const auto every = std::chrono::duration<double>(period);
+  uint64_t seen = ~uint64_t(0);
+  std::string line;
+  bool in_mpi = false;
+  double since = wall_seconds();
   std::unique_lock<std::mutex> lock(mutex_);
   while (!wake_.wait_for(lock, every, [this] { return quit_; })) {
+    // The record's age is measured here, to the period: its writer reads no clock.
+    const ActivitySnapshot a = rank_activity().read();
+    if (a.seq != seen) {
+      seen = a.seq;
+      since = wall_seconds();
+      line = describe(a, rank_, host_);
+      in_mpi = a.call != nullptr;
+      write_record(line, in_mpi, since);
+    }
+    if (table_asked.exchange(false) && rank_ == 0) {
+      print_table("SIGUSR2", line, in_mpi, since);
+    }
     if (!armed_) continue;
     const double elapsed = double(now_ns() - started_ns_) * 1e-9;
     if (elapsed <= limit_) continue;
     char where[96] = "";
     if (mb_ >= 0)
       std::snprintf(where, sizeof where, " (microbatch %d, chunk %d)", int(mb_), int(chunk_));
-    char host[256] = "?";
-    gethostname(host, sizeof host - 1);
     char limit[96];
     if (limit_ > timeout_) {
       std::snprintf(limit, sizeof limit, "%g s (a save's limit: its size at 20 MB/s)",
@@ -106,9 +324,14 @@ void Watchdog::watch() {
     std::fprintf(stderr,
                  "fatal: [rank %d, %s pid %d] %s %d has run %.1f s, over %s, in phase '%s'%s: "
                  "aborting the job (exit status %d)\n",
-                 rank_, host, int(getpid()), what_.load(), int(step_), elapsed, limit,
+                 rank_, host_, int(getpid()), what_.load(), int(step_), elapsed, limit,
                  spelled_out(phase_), where, int(kExitWatchdog));
     std::fflush(stderr);
+    if (rank_ == 0) {
+      print_table("watchdog", line, in_mpi, since);
+    } else {
+      sleep(kOthersWaitSeconds);
+    }
     // No MPI call from this thread (MPI is initialised funneled: the main thread only). Ending
     // the process is what makes the launcher end the job.
     _exit(kExitWatchdog);

@@ -4,13 +4,27 @@
 // exits the process with kExitWatchdog; the launcher (mpiexec, srun --kill-on-bad-exit) ends the
 // other ranks. The other ranks' watchdogs fire too when they wait on a stopped one.
 //
+// Rank 0 then prints a table, a line per rank, of where each rank was: its step, its pipeline op
+// (stage, microbatch, F/B/W) and the MPI call it was in (communicator, peer, tag), and for how
+// long (parallel/rank_activity.hpp records them). SIGUSR2 prints the same table at any time and
+// the run goes on. The ranks' records reach rank 0 through a small file per rank, which each
+// rank's watchdog thread rewrites in place whenever its record changed (at most once a wake, so
+// at most 20 times a --step-timeout and once a second), in the run's directory: --save DIR's
+// `ranks/`, else a directory rank 0 makes in $TMPDIR (a shared file system only with --save).
+// Files, not an MPI one-sided window: a hang is MPI's, and the files need nothing from MPI or
+// from the other ranks being alive (a stopped or dead rank's last record is still read), no
+// thread but the watchdog's touches them, and they stay behind for a post-mortem.
+//
 // It observes the run's phases (step_phases.hpp); each is a few atomic stores.
 #pragma once
+
+#include <mpi.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "train/step_phases.hpp"
@@ -19,8 +33,9 @@ namespace mpf {
 
 class Watchdog : public PhaseObserver {
  public:
-  // timeout_seconds <= 0: no thread, every call does nothing.
-  Watchdog(double timeout_seconds, int world_rank);
+  // timeout_seconds <= 0: never fires; its thread still keeps this rank's record file and prints
+  // the table on SIGUSR2. record_dir: where the ranks' record files are ("": none; made here).
+  Watchdog(double timeout_seconds, int world_rank, int world_size, std::string record_dir);
   ~Watchdog() override;
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -41,9 +56,16 @@ class Watchdog : public PhaseObserver {
   // Stops timing (the run is done, or waits on nothing).
   void stop();
   void watch();
+  // Rewrites this rank's record file with `line`, which has stood since `since` (wall clock).
+  void write_record(const std::string& line, bool in_mpi, double since);
+  // Rank 0: the table of every rank's last record, to stderr in one write.
+  void print_table(const char* why, const std::string& own_line, bool own_in_mpi, double own_since);
 
   double timeout_;
-  int rank_;
+  int rank_, ranks_;
+  std::string record_dir_;
+  int record_fd_ = -1;
+  char host_[256] = "?";
   std::atomic<bool> armed_{false};
   std::atomic<int64_t> started_ns_{0};
   std::atomic<double> limit_{0.0};
@@ -54,5 +76,14 @@ class Watchdog : public PhaseObserver {
   bool quit_ = false;
   std::thread thread_;
 };
+
+// SIGUSR2's request for the table of where each rank is (stop_signals.cpp's signal thread): the
+// watchdog thread prints it at its next wake.
+void ask_for_rank_table();
+
+// The directory of the ranks' record files for a run saving to `save_dir` ("": none): its
+// `ranks/`, else a new directory in $TMPDIR (or /tmp) on rank 0; "" if it cannot be made.
+// Collective over world.
+std::string rank_record_dir(const std::string& save_dir, int world_rank, MPI_Comm world);
 
 }  // namespace mpf

@@ -5,7 +5,10 @@
 # resumed on dp 2 with ZeRO-1, on pp 2 with another --pp-layout, on one rank): the serial run
 # within the layout tests' tolerances (serial_reference.sh says why). Faults end the job: a rank
 # killed with SIGKILL ends a 4-rank job within 30 s, and a resume loses only the steps after the
-# last checkpoint; a rank stopped with SIGSTOP trips the others' --step-timeout watchdogs.
+# last checkpoint; a rank stopped with SIGSTOP trips the others' --step-timeout watchdogs. Rank 0
+# then prints where each rank was, a line per rank, for a rank stopped, a hang in a P2P call and
+# one in a collective (MPIFORMER_TEST_HANG); SIGUSR2 prints that table mid-run and changes no
+# step.
 source "$(dirname "$0")/../cli/common.sh"
 
 export OMP_NUM_THREADS=1
@@ -184,7 +187,67 @@ if wait_for "$WORK/w.log" '^step 3/500' && pid=$(rank_pid "--save $WORK/w" 1); t
   else
     bad "watchdog: exit $status after $took s; stderr: $(head -3 "$WORK/w.err")"
   fi
+  # Rank 1's line is its last record, read from its file in the save directory.
+  if grep -q '^watchdog: where each rank is' "$WORK/w.err" &&
+    grep -qE '^rank 0 \(host [^)]+\): step [0-9]+, .*; (waiting|for) [0-9]+ s$' "$WORK/w.err" &&
+    grep -qE '^rank 1 \(host [^)]+\): step [0-9]+, .*; (waiting|for) [0-9]+ s$' "$WORK/w.err"; then
+    ok "watchdog: rank 0 printed where each rank was: $(grep '^rank 1 (host' "$WORK/w.err")"
+  else
+    bad "watchdog: no table of the ranks"; grep -A3 '^watchdog: where' "$WORK/w.err"
+  fi
 else
   bad "the watchdog job never reached step 3"; kill $job 2>/dev/null; wait $job
+fi
+
+# ---- 6. Hangs that name themselves: a rank stopped for good inside an MPI call in step 3 ----
+hang=(--val-every 0 --layers 2 --heads 4 --dim 64 --batch 2 --seq-len 32 --steps 6 --step-timeout 2)
+table_of() {  # table_of NAME: the watchdog's table in $WORK/NAME.err
+  sed -n '/^watchdog: where each rank is/,$p' "$WORK/$1.err" | grep '^rank '
+}
+# A P2P call: rank 0 stops in its first MPI_Isend (stage 0 sending microbatch 0 forward); rank 1
+# waits for that message in MPI_Irecv. Both lines name the same tag.
+MPIFORMER_TEST_HANG=3:0:MPI_Isend "$MPIEXEC" -n 2 "$TRAIN" "${hang[@]}" --pp 2 --microbatches 2 \
+  >"$WORK/hang_p2p.log" 2>"$WORK/hang_p2p.err"
+status=$?
+table=$(table_of hang_p2p)
+tag=$(sed -nE 's/^rank 0 .* tag ([0-9]+) on pp .*/\1/p' <<<"$table")
+if [ "$status" -ne 0 ] && [ -n "$tag" ] &&
+  grep -qE "^rank 0 \(host [^)]+\): step 3, stage 0, microbatch 0, [a-z_]+; MPI_Isend to rank 1 tag $tag on pp \(stopped there by MPIFORMER_TEST_HANG\); waiting [0-9]+ s$" <<<"$table" &&
+  grep -qE "^rank 1 \(host [^)]+\): step 3, stage 1, microbatch 0, recv_forward; MPI_Irecv from rank 0 tag $tag on pp; waiting [0-9]+ s$" <<<"$table"; then
+  ok "a hang in a P2P call: the watchdog's table names each rank's op, exit $status:
+$table"
+else
+  bad "a hang in a P2P call: exit $status, table:"; cat "$WORK/hang_p2p.err" | tail -5
+fi
+# A collective: rank 1 stops as it starts its DP gradient bucket's MPI_Iallreduce; rank 0 waits
+# for the bucket.
+MPIFORMER_TEST_HANG=3:1:MPI_Iallreduce "$MPIEXEC" -n 2 "$TRAIN" "${hang[@]}" --dp 2 \
+  >"$WORK/hang_dp.log" 2>"$WORK/hang_dp.err"
+status=$?
+table=$(table_of hang_dp)
+if [ "$status" -ne 0 ] &&
+  grep -qE '^rank 0 \(host [^)]+\): step 3, [^;]+; MPI_Iallreduce on dp_cp; waiting [0-9]+ s$' <<<"$table" &&
+  grep -qE '^rank 1 \(host [^)]+\): step 3, [^;]+; MPI_Iallreduce on dp_cp \(stopped there by MPIFORMER_TEST_HANG\); waiting [0-9]+ s$' <<<"$table"; then
+  ok "a hang in a collective: the watchdog's table names each rank's call, exit $status:
+$table"
+else
+  bad "a hang in a collective: exit $status, table:"; cat "$WORK/hang_dp.err" | tail -5
+fi
+
+# ---- 7. SIGUSR2 mid-run: rank 0 prints the table, and the run goes on to the same steps ----
+"$MPIEXEC" -n 2 "$TRAIN" "${sig[@]}" --save "$WORK/usr2" >"$WORK/usr2.log" 2>&1 &
+job=$!
+if wait_for "$WORK/usr2.log" '^step 5/60' && pid=$(rank_pid "--save $WORK/usr2" 0); then
+  kill -USR2 "$pid"
+fi
+wait $job
+status=$?
+if [ "$status" -eq 0 ] && grep -q '^SIGUSR2: where each rank is' "$WORK/usr2.log" &&
+  grep -qE '^rank 0 \(host [^)]+\): step [0-9]+, ' "$WORK/usr2.log" &&
+  grep -qE '^rank 1 \(host [^)]+\): step [0-9]+, ' "$WORK/usr2.log" &&
+  [ "$(numbers "$WORK/sig_ref.log")" = "$(numbers "$WORK/usr2.log")" ]; then
+  ok "SIGUSR2 to rank 0 mid-run: the table printed, all 60 steps equal the run without it"
+else
+  bad "SIGUSR2 mid-run: exit $status"; grep -A2 '^SIGUSR2' "$WORK/usr2.log"; tail -3 "$WORK/usr2.log"
 fi
 finish
