@@ -7,8 +7,9 @@
 //   attention_dump DIR [--batch B] [--heads NH] [--kv-heads KVH] [--head-size hs] [--seq-len T]
 //                      [--precision fp32|bf16]
 // writes DIR/shape.txt ("B T NH KVH hs precision"), DIR/qkv.f32 (B,T,(NH + 2·KVH)·hs),
-// DIR/dout.f32 (B,T,NH·hs), and for each path P in fused, chunked: DIR/P.out.f32 (B,T,NH·hs),
-// DIR/P.lse.f32 (B,NH,T), DIR/P.dqkv.f32 (like qkv).
+// DIR/dout.f32 (B,T,NH·hs), DIR/paths.txt (the paths run: fused, chunked, and in a CUDA build
+// in bf16 mma, whose backward is the fused kernel's), and for each path P: DIR/P.out.f32
+// (B,T,NH·hs), DIR/P.lse.f32 (B,NH,T), DIR/P.dqkv.f32 (like qkv).
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -21,7 +22,7 @@
 #include "core/rng.hpp"
 #include "core/types.hpp"
 #include "model/layers/attention.hpp"
-#include "model/layers/chunked_attention.hpp"
+#include "model/layers/attention_path.hpp"
 #include "model/layers/matmul.hpp"
 
 namespace {
@@ -91,24 +92,27 @@ int main(int argc, char** argv) {
       const mpf::AttentionInputs x =
           mpf::packed_attention(view(qkv), B, NH, KVH, hs, mpf::PositionRuns::contiguous(T));
       bool ok = write(dir + "/qkv.f32", qkv) && write(dir + "/dout.f32", dout);
-      for (const std::string path : {"fused", "chunked"}) {
+      std::vector<std::string> paths = {"fused", "chunked"};
+      // The tensor-core forward exists only in a CUDA build, and only in bf16.
+      if (mpf::kDeviceMemory && bf16) paths.push_back("mma");
+      std::string names;
+      for (const std::string& name : paths) {
+        const mpf::AttentionPath path = mpf::attention_path_named(name);
         mpf::Slab out("out", rows * Cq), lse("lse", int64_t(B) * NH * T),
             delta("delta", int64_t(B) * NH * T), dqkv("dqkv", rows * W);
-        if (path == "fused") {
-          mpf::attention_forward(view(out), view(lse), view(qkv), B, T, NH, KVH, hs);
-          mpf::attention_backward_input(view(dqkv), view(delta), view(dout), view(qkv), view(out),
-                                        view(lse), B, T, NH, KVH, hs);
-        } else {
-          mpf::chunked_attention_forward(view(out), view(lse), x);
-          mpf::attention_backward_delta(view(delta), view(out), view(dout), B, T, NH, hs);
-          float* dq = dqkv.data();
-          mpf::chunked_attention_backward(dq, W, false, dq + Cq, dq + Cq + KVH * hs, W, false,
-                                          view(dout), view(lse), view(delta), x);
-        }
-        ok = ok && write(dir + "/" + path + ".out.f32", out) &&
-             write(dir + "/" + path + ".lse.f32", lse) &&
-             write(dir + "/" + path + ".dqkv.f32", dqkv);
+        mpf::attention_forward(path, view(out), view(lse), x);
+        mpf::attention_backward_delta(view(delta), view(out), view(dout), B, T, NH, hs);
+        float* dq = dqkv.data();
+        mpf::attention_backward(path, dq, W, false, dq + Cq, dq + Cq + KVH * hs, W, false,
+                                view(dout), view(lse), view(delta), x);
+        ok = ok && write(dir + "/" + name + ".out.f32", out) &&
+             write(dir + "/" + name + ".lse.f32", lse) &&
+             write(dir + "/" + name + ".dqkv.f32", dqkv);
+        names += name + "\n";
       }
+      FILE* list = std::fopen((dir + "/paths.txt").c_str(), "w");
+      ok = ok && list && std::fputs(names.c_str(), list) >= 0;
+      if (list) ok = std::fclose(list) == 0 && ok;
       FILE* f = std::fopen((dir + "/shape.txt").c_str(), "w");
       ok = ok && f &&
            std::fprintf(f, "%d %d %d %d %d %s\n", B, T, NH, KVH, hs, bf16 ? "bf16" : "fp32") > 0;
