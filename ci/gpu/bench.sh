@@ -23,6 +23,7 @@ fp32=${PEAK_FP32:-$fp32}
 bf16=${PEAK_BF16:-$bf16}
 echo "GPU: ${name:-unknown} | dense peak fp32 ${fp32:-?} GFLOP/s, bf16 ${bf16:-?} GFLOP/s"
 printf '%-10s %-5s %-9s %12s %7s %12s %7s %7s\n' model prec "B x T" mpiformer MFU torch MFU ratio
+declare -A torch_tok  # PyTorch's tok/s per model, precision and batch, for the rows below
 for precision in fp32 bf16; do
   peak=$([ "$precision" = fp32 ] && echo "$fp32" || echo "$bf16")
   peak_args=()
@@ -37,6 +38,7 @@ for precision in fp32 bf16; do
     tok=$(sed -n 's/.*| \([0-9.]*\) tok\/s.*/\1/p' <<<"$ours")
     mfu=$(sed -n 's/.*| MFU \([0-9.]*\)%.*/\1/p' <<<"$ours")
     ttok=$(sed -n 's/.*| \([0-9.]*\) tok\/s.*/\1/p' <<<"$theirs")
+    torch_tok[$model/$precision/$batch]=$ttok
     if [ -n "$tok" ] && [ -n "$ttok" ]; then
       awk -v n="$model" -v p="$precision" -v b="$batch" -v t="$tok" -v m="$mfu" -v tt="$ttok" 'BEGIN {
         printf "%-10s %-5s %-9s %12.0f %6.1f%% %12.0f %6.1f%% %6.2fx\n", n, p, b " x 1024", t, m, tt, m * tt / t, t / tt }'
@@ -46,6 +48,23 @@ for precision in fp32 bf16; do
       echo "  torch:     ${theirs:-(none)}"
     fi
   done
+done
+# The tensor-core attention forward (--attention mma; its backward is the fused kernel's) on the
+# bf16 rows, against the same PyTorch figures.
+for row in ${BENCH_MMA_ROWS:-gpt2-124M:8 llama-124M:8}; do
+  model=${row%%:*} batch=${row##*:}
+  ours=$("$build/mpiformer-bench" --model "$model" --batch "$batch" --seq-len 1024 \
+    --steps "$steps" --precision bf16 --attention mma ${bf16:+--peak-gflops "$bf16"} 2>&1 |
+    grep '^mpiformer |')
+  tok=$(sed -n 's/.*| \([0-9.]*\) tok\/s.*/\1/p' <<<"$ours")
+  mfu=$(sed -n 's/.*| MFU \([0-9.]*\)%.*/\1/p' <<<"$ours")
+  ttok=${torch_tok[$model/bf16/$batch]:-}
+  if [ -n "$tok" ] && [ -n "$ttok" ]; then
+    awk -v n="$model" -v b="$batch" -v t="$tok" -v m="$mfu" -v tt="$ttok" 'BEGIN {
+      printf "%-10s %-5s %-9s %12.0f %6.1f%% %12.0f %6.1f%% %6.2fx (--attention mma)\n", n, "bf16", b " x 1024", t, m, tt, m * tt / t, t / tt }'
+  else
+    echo "$model bf16 $batch x 1024 --attention mma: no result: ${ours:-(none)}"
+  fi
 done
 echo "--- where a step goes: mpiformer, B = 8 x 1024, bf16 ---"
 "$build/mpiformer-bench" --model gpt2-124M --batch 8 --seq-len 1024 --steps "$steps" \
