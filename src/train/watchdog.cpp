@@ -137,7 +137,10 @@ std::string rank_record_dir(const std::string& save_dir, int world_rank, MPI_Com
   std::string dir;
   if (world_rank == 0) {
     if (!save_dir.empty()) {
+      // An earlier run's records (one the watchdog ended, maybe on more ranks) go first: the
+      // others open theirs only after the broadcast below.
       dir = save_dir + "/ranks";
+      remove_records(dir);
       mkdir(dir.c_str(), 0755);
     } else {
       dir = temporary_record_dir(host);
