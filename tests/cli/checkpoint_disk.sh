@@ -43,7 +43,8 @@ check_failed() {
 
 # One checkpoint of this model (1.6 MB) fits in 2.6 MB, a second does not.
 check_failed "full file system" size=2600k ".*No space left on device"
-# 12 inodes: the root, ck, its lock, step 2 and its 3 files, latest, the partial directory and its
-# 3 files; the temporary for the new `latest` is one too many.
-check_failed "no inode left for latest" size=8m,nr_inodes=12 "cannot create $disk/ck/latest.partial"
+# 15 inodes: the root, ck, its lock, the ranks' record directory and its 2 files (the watchdog's),
+# step 2 and its 3 files, latest, the partial directory and its 3 files; the temporary for the new
+# `latest` is one too many.
+check_failed "no inode left for latest" size=8m,nr_inodes=15 "cannot create $disk/ck/latest.partial"
 finish
