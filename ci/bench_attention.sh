@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The fused attention's rate (tests/perf/attention_rate.cpp) beside the unfused path it replaced
-# and beside PyTorch's attention (ci/bench_attention_torch.py) on the same shapes and threads, in
-# one run: a Llama of GPT-2 124M's size (12 heads, 4 kv heads, head size 64), B = 1, at the given
-# lengths, fp32 (and bf16 where the CPU has native bf16 products); then the host shape's tile
-# micro-kernel against the GEMM library on 64 x 64 tiles, one thread.
+# The fused attention's rate (tests/perf/attention_rate.cpp) beside the unfused path it replaced,
+# the chunked path (--attention chunked) and PyTorch's attention (ci/bench_attention_torch.py) on
+# the same shapes and threads, in one run: a Llama of GPT-2 124M's size (12 heads, 4 kv heads,
+# head size 64), B = 1, at the given lengths, fp32 (and bf16 where the CPU has native bf16
+# products); then the host shape's tile micro-kernel against the GEMM library on 64 x 64 tiles,
+# one thread.
 #   bash ci/bench_attention.sh [BUILD_DIR]      (LENGTHS, default "1024 4096 8192")
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
