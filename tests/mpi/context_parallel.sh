@@ -6,7 +6,8 @@
 # CP 2 and 4, with TP 2 (+SP), PP 2 under 1F1B, interleaved, ZB-H1 and ZB-V, DP 2 with ZeRO-1,
 # and recomputation; the same in bf16; document masking (--doc-mask) serial and on CP 2 x TP 2,
 # which changes the losses; the chunked attention path (--attention chunked) serial and on CP 2,
-# with documents and a sliding window; and a checkpoint saved on CP 2 resumed on CP 1 and on CP 4.
+# in bf16, with documents and a sliding window; and a checkpoint saved on CP 2 resumed on CP 1 and
+# on CP 4.
 LAYERS=4
 source "$(dirname "$0")/serial_reference.sh"
 base=("${args[@]}")
@@ -61,6 +62,7 @@ else
   group llama_bf16 "${llama[@]}"
   run_layout 1 1 --cp 2
   run_layout 2 1 --cp 2 --sequence-parallel --recompute
+  run_layout 1 1 --cp 2 --attention chunked
   LOSS_RTOL=${saved_rtol[0]} PARAM_RTOL=${saved_rtol[1]} PRECISION=fp32
 fi
 
