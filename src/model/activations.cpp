@@ -51,6 +51,8 @@ struct MoeSizes {
     mlp_rows = slots * ep;
   }
   int64_t ints() const { return E > 0 ? 3 * slots + E : 0; }  // choice, order, where, counts
+  // The rows of the experts' inputs (moe_in): none for a dense MLP, which reads ln2 itself.
+  int64_t expert_rows() const { return E > 0 ? mlp_rows : 0; }
   // The dispatch's buffers (the rows as sent and as received), without EP none.
   int64_t scratch_rows() const { return ep > 1 ? 2 * mlp_rows : 0; }
 };
@@ -89,7 +91,7 @@ void carve(Activations& a, SlabCarver& k) {
   a.router_probs = k.take(L * R * moe.E);
   a.gates = k.take(L * moe.slots);
   a.moe_stats = k.take(L * 2 * B * moe.E);
-  a.moe_in = k.take(L * moe.mlp_rows * C);
+  a.moe_in = k.take(L * moe.expert_rows() * C);
   a.moe_out = k.take(L * moe.slots * C);
   a.moe_scratch = k.take(L > 0 ? moe.scratch_rows() * C : 0);
   const int64_t S = a.cfg.shared_expert() ? 1 : 0;
@@ -158,7 +160,7 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.ln2_rstd = k.take(K * Rl);
   w.fch_gelu = k.take(K * moe.mlp_rows * s.fc);
   w.mlp_out = k.take(post * K * Rl * C);
-  w.moe_in = k.take(K * moe.mlp_rows * C);
+  w.moe_in = k.take(K * moe.expert_rows() * C);
   w.dlnf = k.take(w.chunk.head ? Rl * C : 0);
   w.dembed = k.take(w.chunk.embedding ? R * C : 0);
 }
@@ -288,7 +290,7 @@ LayerActivations Activations::layer(int l) const {
   x.router_probs = slice(router_probs, l * R * moe.E, R * moe.E);
   x.gates = slice(gates, l * moe.slots, moe.slots);
   x.moe_stats = slice(moe_stats, l * 2 * B * moe.E, 2 * B * moe.E);
-  x.moe_in = slice(moe_in, l * MR * C, MR * C);
+  x.moe_in = slice(moe_in, l * moe.expert_rows() * C, moe.expert_rows() * C);
   x.moe_out = slice(moe_out, l * moe.slots * C, moe.slots * C);
   x.moe_scratch = moe_scratch;
   const int64_t S = cfg.shared_expert() ? R : 0;
@@ -418,7 +420,7 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   k.ln2_rstd = slice(ln2_rstd, i * Rl, Rl);
   k.fch_gelu = slice(fch_gelu, i * moe.mlp_rows * shard.fc, moe.mlp_rows * shard.fc);
   k.mlp_out = slice(mlp_out, i * P, P);
-  k.moe_in = slice(moe_in, i * moe.mlp_rows * C, moe.mlp_rows * C);
+  k.moe_in = slice(moe_in, i * moe.expert_rows() * C, moe.expert_rows() * C);
   k.shared_h = slice(shared_h, i * S * Fs, S * Fs);
   return x;
 }

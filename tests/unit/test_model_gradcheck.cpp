@@ -176,4 +176,25 @@ TEST(ModelGradients, BackwardAccumulatesAndIsDeterministic) {
   EXPECT_EQ(test::to_host(m.grads.slab), once);
 }
 
+// A dense MLP reads ln2 itself: its sets keep no experts' inputs (moe_in was allocated, L·R·C
+// floats never written, 5% of a Llama's activations), a mixture of experts' do.
+TEST(ActivationSets, OnlyAMixtureOfExpertsKeepsExpertInputs) {
+  GPTConfig mixtral = tiny_llama();
+  mixtral.arch = Arch::kMixtral;
+  mixtral.experts = 2;
+  mixtral.experts_per_token = 2;
+  for (const GPTConfig& cfg : {tiny_gpt2(), tiny_llama(), mixtral}) {
+    SCOPED_TRACE(arch_name(cfg.arch));
+    const TpShard shard = make_tp_shard(cfg, 0, 1);
+    ChunkPieces chunk = whole_stage(shard);
+    const int64_t R = 2 * 5, want = cfg.moe() ? R * 2 * cfg.channels : 0;  // k = 2 slots a row
+    const Activations acts = Activations::allocate(cfg, 2, 5);
+    EXPECT_EQ(int64_t(acts.moe_in.extent(0)), cfg.layers * want);
+    EXPECT_EQ(int64_t(acts.layer(1).moe_in.extent(0)), want);
+    chunk.recompute = true;
+    const WeightGradInputs w = WeightGradInputs::allocate(shard, chunk, 2, 5);
+    EXPECT_EQ(int64_t(w.block(1).kept.moe_in.extent(0)), want);
+  }
+}
+
 }  // namespace mpf
