@@ -23,6 +23,9 @@ Precision parse_precision(const std::string& name);
 
 // An owning bf16 buffer (derived data: rounded copies of fp32 tensors).
 using Bf16Slab = Kokkos::View<bf16*, MemSpace>;
+// A window of bf16 values in a slab (an activation kept rounded, model/activations.hpp); never
+// owns memory.
+using Tensor16 = Kokkos::View<bf16*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 // Round to nearest, ties to even (what hardware conversions and PyTorch do); NaN stays NaN.
 KOKKOS_INLINE_FUNCTION bf16 to_bf16(float x) {
@@ -38,6 +41,14 @@ KOKKOS_INLINE_FUNCTION float from_bf16(bf16 h) {
   float x;
   std::memcpy(&x, &u, sizeof x);
   return x;
+}
+
+// t(i) = x, rounded to bf16 where t holds bf16: kernels that write either kind of tensor.
+KOKKOS_INLINE_FUNCTION void put(const Tensor& t, int64_t i, float x) {
+  t(i) = x;
+}
+KOKKOS_INLINE_FUNCTION void put(const Tensor16& t, int64_t i, float x) {
+  t(i) = to_bf16(x);
 }
 
 // dst[0, n) = to_bf16(src[0, n)), over all threads.

@@ -19,6 +19,13 @@ class SlabCarver {
     used_ += n;
     return t;
   }
+  // n bf16 values in the floats' place: (n + 1) / 2 floats.
+  Tensor16 take16(int64_t n) {
+    // Empty: a null view (a set keeps its bf16 tensors or none of them; callers test extent).
+    Tensor16 t(base_ && n > 0 ? reinterpret_cast<bf16*>(base_ + used_) : nullptr, base_ ? n : 0);
+    used_ += (n + 1) / 2;
+    return t;
+  }
   int64_t used() const { return used_; }
 
  private:
@@ -28,6 +35,9 @@ class SlabCarver {
 
 Tensor slice(const Tensor& t, int64_t offset, int64_t n) {
   return Tensor(t.data() + offset, n);
+}
+Tensor16 slice(const Tensor16& t, int64_t offset, int64_t n) {
+  return Tensor16(t.data() + offset, n);
 }
 
 // int32 values stored in float slots of a slab (the same 4 bytes each).
@@ -69,7 +79,10 @@ void carve(Activations& a, SlabCarver& k) {
   a.input = k.take(Rl * C);
   a.output_grad = k.take(a.chunk.head ? 0 : Rl * C);
   a.partial = k.take(a.seq.on ? R * C : 0);
-  a.ln1 = k.take(L * R * C);
+  const Bf16Kept b16 = bf16_kept(a.cfg, a.chunk);
+  a.staging = k.take(L > 0 && (b16.ln1 || b16.ln2) ? R * C : 0);
+  a.ln1 = k.take(b16.ln1 ? 0 : L * R * C);
+  a.ln1_bf16 = k.take16(b16.ln1 ? L * R * C : 0);
   a.ln1_mean = k.take(M * L * Rl);
   a.ln1_rstd = k.take(L * Rl);
   a.qkv = k.take(L * R * s.qkv);
@@ -81,12 +94,14 @@ void carve(Activations& a, SlabCarver& k) {
   const int64_t post = a.cfg.post_norm() ? 1 : 0;
   a.attn_out = k.take(post * L * Rl * C);
   a.residual2 = k.take(L * Rl * C);
-  a.ln2 = k.take(L * R * C);
+  a.ln2 = k.take(b16.ln2 ? 0 : L * R * C);
+  a.ln2_bf16 = k.take16(b16.ln2 ? L * R * C : 0);
   a.ln2_mean = k.take(M * L * Rl);
   a.ln2_rstd = k.take(L * Rl);
   const MoeSizes moe(s, R);
   a.fch = k.take(L * moe.mlp_rows * s.mlp_in);
-  a.fch_gelu = k.take(L * moe.mlp_rows * s.fc);
+  a.fch_gelu = k.take(b16.fch_gelu ? 0 : L * moe.mlp_rows * s.fc);
+  a.fch_gelu_bf16 = k.take16(b16.fch_gelu ? L * moe.mlp_rows * s.fc : 0);
   a.mlp_out = k.take(post * L * Rl * C);
   a.router_probs = k.take(L * R * moe.E);
   a.gates = k.take(L * moe.slots);
@@ -148,17 +163,21 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.dqkv = k.take(L * R * s.qkv);
   w.dln1 = k.take(L * Rl * C);
   w.dqk_normw = k.take(L * s.qk_norm_weight_grad());
-  w.ln1 = k.take(K * R * C);
+  const Bf16Kept b16 = bf16_kept(s.cfg, w.chunk);
+  w.ln1 = k.take(b16.ln1 ? 0 : K * R * C);
+  w.ln1_bf16 = k.take16(b16.ln1 ? K * R * C : 0);
   w.ln1_mean = k.take(M * K * Rl);
   w.ln1_rstd = k.take(K * Rl);
   const int64_t post = s.cfg.post_norm() ? 1 : 0;
   w.atty = k.take(K * R * s.attn);
   w.attn_out = k.take(post * K * Rl * C);
   w.residual2 = k.take(K * Rl * C);
-  w.ln2 = k.take(K * R * C);
+  w.ln2 = k.take(b16.ln2 ? 0 : K * R * C);
+  w.ln2_bf16 = k.take16(b16.ln2 ? K * R * C : 0);
   w.ln2_mean = k.take(M * K * Rl);
   w.ln2_rstd = k.take(K * Rl);
-  w.fch_gelu = k.take(K * moe.mlp_rows * s.fc);
+  w.fch_gelu = k.take(b16.fch_gelu ? 0 : K * moe.mlp_rows * s.fc);
+  w.fch_gelu_bf16 = k.take16(b16.fch_gelu ? K * moe.mlp_rows * s.fc : 0);
   w.mlp_out = k.take(post * K * Rl * C);
   w.moe_in = k.take(K * moe.expert_rows() * C);
   w.dlnf = k.take(w.chunk.head ? Rl * C : 0);
@@ -203,6 +222,13 @@ void bind_slab(Set& x, const char* label) {
   carve(x, binder);
 }
 }  // namespace
+
+Bf16Kept bf16_kept(const GPTConfig& cfg, const ChunkPieces& chunk) {
+  Bf16Kept k;
+  k.ln1 = chunk.bf16;
+  k.ln2 = k.fch_gelu = chunk.bf16 && !cfg.moe();
+  return k;
+}
 
 int head_chunk_rows(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
                     bool sequence_parallel) {
@@ -267,7 +293,9 @@ LayerActivations Activations::layer(int l) const {
     x.residual3 = slice(residual3, l * Rl * C, Rl * C);
     return x;
   }
-  x.ln1 = slice(ln1, l * R * C, R * C);
+  const int64_t N1 = ln1_bf16.extent(0) > 0 ? R * C : 0, N2 = ln2_bf16.extent(0) > 0 ? R * C : 0;
+  x.ln1 = N1 > 0 ? staging : slice(ln1, l * R * C, R * C);
+  x.ln1_bf16 = slice(ln1_bf16, l * N1, N1);
   x.ln1_mean = slice(ln1_mean, l * Rl * M, Rl * M);
   x.ln1_rstd = slice(ln1_rstd, l * Rl, Rl);
   x.qkv = slice(qkv, l * R * shard.qkv, R * shard.qkv);
@@ -279,13 +307,16 @@ LayerActivations Activations::layer(int l) const {
   const int64_t P = cfg.post_norm() ? Rl * C : 0;
   x.attn_out = slice(attn_out, l * P, P);
   x.residual2 = slice(residual2, l * Rl * C, Rl * C);
-  x.ln2 = slice(ln2, l * R * C, R * C);
+  x.ln2 = N2 > 0 ? staging : slice(ln2, l * R * C, R * C);
+  x.ln2_bf16 = slice(ln2_bf16, l * N2, N2);
   x.ln2_mean = slice(ln2_mean, l * Rl * M, Rl * M);
   x.ln2_rstd = slice(ln2_rstd, l * Rl, Rl);
   const MoeSizes moe(shard, R);
   const int64_t MR = moe.mlp_rows;
   x.fch = slice(fch, l * MR * shard.mlp_in, MR * shard.mlp_in);
-  x.fch_gelu = slice(fch_gelu, l * MR * shard.fc, MR * shard.fc);
+  const int64_t G = fch_gelu_bf16.extent(0) > 0 ? 0 : MR * shard.fc, G16 = MR * shard.fc - G;
+  x.fch_gelu = slice(fch_gelu, l * G, G);
+  x.fch_gelu_bf16 = slice(fch_gelu_bf16, l * G16, G16);
   x.mlp_out = slice(mlp_out, l * P, P);
   x.router_probs = slice(router_probs, l * R * moe.E, R * moe.E);
   x.gates = slice(gates, l * moe.slots, moe.slots);
@@ -408,17 +439,23 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   x.shared_dgate = slice(shared_dgate, i * S, S);
   if (!chunk.recompute) return x;
   LayerActivations& k = x.kept;
-  k.ln1 = slice(ln1, i * R * C, R * C);
+  const int64_t N1 = ln1_bf16.extent(0) > 0 ? 0 : R * C, N2 = ln2_bf16.extent(0) > 0 ? 0 : R * C;
+  const int64_t NG = fch_gelu_bf16.extent(0) > 0 ? 0 : moe.mlp_rows * shard.fc;
+  k.ln1 = slice(ln1, i * N1, N1);
+  k.ln1_bf16 = slice(ln1_bf16, i * (R * C - N1), R * C - N1);
   k.ln1_mean = slice(ln1_mean, i * Rl * M, Rl * M);
   k.ln1_rstd = slice(ln1_rstd, i * Rl, Rl);
   const int64_t P = shard.cfg.post_norm() ? Rl * C : 0;
   k.atty = slice(atty, i * R * shard.attn, R * shard.attn);
   k.attn_out = slice(attn_out, i * P, P);
   k.residual2 = slice(residual2, i * Rl * C, Rl * C);
-  k.ln2 = slice(ln2, i * R * C, R * C);
+  k.ln2 = slice(ln2, i * N2, N2);
+  k.ln2_bf16 = slice(ln2_bf16, i * (R * C - N2), R * C - N2);
   k.ln2_mean = slice(ln2_mean, i * Rl * M, Rl * M);
   k.ln2_rstd = slice(ln2_rstd, i * Rl, Rl);
-  k.fch_gelu = slice(fch_gelu, i * moe.mlp_rows * shard.fc, moe.mlp_rows * shard.fc);
+  k.fch_gelu = slice(fch_gelu, i * NG, NG);
+  k.fch_gelu_bf16 =
+      slice(fch_gelu_bf16, i * (moe.mlp_rows * shard.fc - NG), moe.mlp_rows * shard.fc - NG);
   k.mlp_out = slice(mlp_out, i * P, P);
   k.moe_in = slice(moe_in, i * moe.expert_rows() * C, moe.expert_rows() * C);
   k.shared_h = slice(shared_h, i * S * Fs, S * Fs);

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/bf16.hpp"
 #include "core/types.hpp"
 #include "model/config.hpp"
 #include "model/layers/attention_path.hpp"
@@ -36,7 +37,20 @@ struct ChunkPieces {
   // piece by piece and the backward recomputes each piece's logits, so the (rows, vocabulary)
   // logits never exist whole (head_chunk_rows says when).
   int logit_rows = 0;
+  // Products in bf16 (--precision bf16): the activations only products read (bf16_kept) are kept
+  // rounded to bf16, as the products would round them anyway: the same bits in half the bytes.
+  bool bf16 = false;
 };
+
+// Which activations a set with chunk.bf16 keeps in bf16: the sublayers' inputs (a block's ln1
+// and ln2, read only by the QKV and fc products and their weight gradients) and GELU's or
+// SwiGLU's output (read only by the MLP projection). A mixture of experts' ln2 and MLP stay
+// fp32: its router reads ln2 in fp32 and its dispatch copies rows. The rest stays fp32 (norm
+// inputs, GELU's input, the attention's output, which its backward's row terms read, residuals).
+struct Bf16Kept {
+  bool ln1 = false, ln2 = false, fch_gelu = false;
+};
+Bf16Kept bf16_kept(const GPTConfig& cfg, const ChunkPieces& chunk);
 
 // The rows of logits a chunk holding the head keeps at once when its W runs with its B
 // (gpt_backward_by_block): all of them, returned as 0, unless the logits would dominate the
@@ -91,6 +105,10 @@ struct LayerActivations {
   Tensor fch_gelu;   // (B,T,F) GELU's or SwiGLU's output
   Tensor mlp_out;    // (Rl,C) post-norm blocks: the MLP's output before its norm
   Tensor residual3;  // (Rl,C) block output
+  // With chunk.bf16 (bf16_kept), ln1, ln2 and fch_gelu are kept here instead, and ln1 and ln2
+  // above are the set's fp32 staging, where a norm's output is formed (and gathered under SP)
+  // before its rounding; fch_gelu above is then empty (GELU and SwiGLU write bf16).
+  Tensor16 ln1_bf16, ln2_bf16, fch_gelu_bf16;
   // A mixture of experts (else empty). The token side: this rank's R tokens and their R·k
   // (token, slot) pairs; the expert side: the rows this rank's experts receive, R·k·EP at most
   // (R·k without EP), by local expert, then by sending EP rank, then in its order. fch and
@@ -135,6 +153,10 @@ struct Activations {
   // per-layer size).
   Tensor ln1, ln1_mean, ln1_rstd, qkv, qk_raw, qk_rstd, atty, lse, attn_out, residual2, ln2,
       ln2_mean, ln2_rstd, fch, fch_gelu, mlp_out, residual3;
+  // chunk.bf16: those kept in bf16 (each then empty above), and (R,C) the fp32 staging of the
+  // norms' outputs, one block's (LayerActivations::ln1_bf16).
+  Tensor16 ln1_bf16, ln2_bf16, fch_gelu_bf16;
+  Tensor staging;
   // A mixture of experts' (per layer like the above, but moe_out one scratch), and its integers.
   Tensor router_probs, gates, moe_stats, moe_in, moe_out, moe_scratch;
   Tensor shared_fch, shared_h, shared_out, shared_gate;
@@ -243,9 +265,11 @@ struct WeightGradInputs {
       shared_dgate;                          // per block, as in
                                              // BlockWeightInputs
   Kokkos::View<int64_t*, HostSpace> counts;  // (L,E)
-  // --recompute: the per-block activations W reads (empty otherwise).
+  // --recompute: the per-block activations W reads (empty otherwise); with chunk.bf16 those kept
+  // in bf16 (bf16_kept) are in the *_bf16 ones.
   Tensor ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2, ln2_mean, ln2_rstd, fch_gelu,
       mlp_out, moe_in, shared_h;
+  Tensor16 ln1_bf16, ln2_bf16, fch_gelu_bf16;
   Tensor dlnf;    // (Rl,C) the head's: gradient of the final LayerNorm's output, summed over TP
   Tensor dembed;  // (R,C) the embedding's: gradient of its output (block 0's input gradient)
 

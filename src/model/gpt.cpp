@@ -118,10 +118,28 @@ void norm_and_enter(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor wei
   tp::enter_forward(out.data(), C, seq, tp);
 }
 
+// An activation products read, kept in fp32 or (LayerActivations' *_bf16) in bf16: f is called
+// with the one the set keeps.
+template <class F>
+void with_kept(const Tensor& f32, const Tensor16& b16, const F& f) {
+  if (b16.extent(0) > 0) {
+    f(b16);
+  } else {
+    f(f32);
+  }
+}
+
+// A sublayer's input formed in fp32 (`staged`, the set's staging under chunk.bf16) kept rounded
+// in `kept` where the set keeps it in bf16; else nothing to do.
+void keep_rounded(const Tensor16& kept, const Tensor& staged) {
+  if (kept.extent(0) > 0) round_to_bf16(kept.data(), staged.data(), int64_t(kept.extent(0)));
+}
+
 // A row-parallel linear layer leaving the TP region: out (Rl,C) = residual + bias + the sum over
 // ranks of inp (R,width) · weightᵀ (g, or reduce-scatter under SP). `partial` (R,C) is where the
-// sum is formed: out itself without SP.
-void row_parallel_and_leave(Tensor out, Tensor partial, Tensor residual, Tensor inp, Tensor weight,
+// sum is formed: out itself without SP. In: Tensor, or Tensor16 for an input kept in bf16.
+template <class In>
+void row_parallel_and_leave(Tensor out, Tensor partial, Tensor residual, In inp, Tensor weight,
                             Tensor bias, int width, const tp::SequenceSplit& seq, int rank, int C,
                             MPI_Comm tp) {
   const Tensor sum = seq.on ? partial : out;
@@ -135,9 +153,10 @@ void row_parallel_and_leave(Tensor out, Tensor partial, Tensor residual, Tensor 
 struct SublayerNorm {
   Tensor sub, mean, rstd, weight, bias;
 };
-void project_and_join(Tensor out, const SublayerNorm& n, Tensor partial, Tensor residual,
-                      Tensor inp, Tensor weight, Tensor bias, int width,
-                      const tp::SequenceSplit& seq, const TpShard& s, MPI_Comm tp) {
+template <class In>
+void project_and_join(Tensor out, const SublayerNorm& n, Tensor partial, Tensor residual, In inp,
+                      Tensor weight, Tensor bias, int width, const tp::SequenceSplit& seq,
+                      const TpShard& s, MPI_Comm tp) {
   const GPTConfig& cfg = s.cfg;
   const int C = cfg.channels;
   if (!cfg.post_norm()) {
@@ -258,7 +277,9 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
   // residual (after its norm in post-norm blocks), leave (g). Llama's tensors have no biases:
   // their views are empty.
   norm_and_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, seq, cfg, tp);
-  linear_forward(a.qkv, none, a.ln1, p.qkvw, p.qkvb, R, C, s.qkv);
+  keep_rounded(a.ln1_bf16, a.ln1);
+  with_kept(a.ln1, a.ln1_bf16,
+            [&](auto in) { linear_forward(a.qkv, none, in, p.qkvw, p.qkvb, R, C, s.qkv); });
   qk_norm_forward(a, p, s, R, tp);
   if (cfg.rope()) {
     rope_forward(a.qkv, rope.cos, rope.sin, R, rope.T, rope.pos0, s.heads, s.kv_heads, s.head_size);
@@ -272,14 +293,23 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
     moe_mlp_forward(a, a.residual3, partial, a.residual2, p, s, seq, tp);
     return;
   }
-  if (cfg.swiglu()) {
-    linear_forward(a.fch, none, a.ln2, p.fcw, p.fcb, R, C, s.mlp_in);
-    swiglu_forward(a.fch_gelu, a.fch, R, s.fc);
+  keep_rounded(a.ln2_bf16, a.ln2);
+  // ln2 and fch_gelu are kept in bf16 together (bf16_kept).
+  const auto mlp = [&](auto in, auto h) {
+    if (cfg.swiglu()) {
+      linear_forward(a.fch, none, in, p.fcw, p.fcb, R, C, s.mlp_in);
+      swiglu_forward(h, a.fch, R, s.fc);
+    } else {
+      linear_gelu_forward(a.fch, h, in, p.fcw, p.fcb, R, C, s.fc);
+    }
+    project_and_join(a.residual3, {a.mlp_out, a.ln2_mean, a.ln2_rstd, p.ln2w, p.ln2b}, partial,
+                     a.residual2, h, p.fcprojw, p.fcprojb, s.fc, seq, s, tp);
+  };
+  if (a.ln2_bf16.extent(0) > 0) {
+    mlp(a.ln2_bf16, a.fch_gelu_bf16);
   } else {
-    linear_gelu_forward(a.fch, a.fch_gelu, a.ln2, p.fcw, p.fcb, R, C, s.fc);
+    mlp(a.ln2, a.fch_gelu);
   }
-  project_and_join(a.residual3, {a.mlp_out, a.ln2_mean, a.ln2_rstd, p.ln2w, p.ln2b}, partial,
-                   a.residual2, a.fch_gelu, p.fcprojw, p.fcprojb, s.fc, seq, s, tp);
 }
 
 void head_forward(Activations& acts, const ParameterTensors& params, const Tokens& targets,
@@ -481,13 +511,16 @@ void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
   if (s.cfg.moe()) {
     moe_mlp_backward_weight(g, w, a, s, seq);
   } else {
-    linear_backward_weight(g.fcprojw, g.fcprojb, w.dout, a.fch_gelu, R, s.fc, C);
-    linear_backward_weight(g.fcw, g.fcb, w.dfch, a.ln2, R, C, s.mlp_in);
+    with_kept(a.fch_gelu, a.fch_gelu_bf16,
+              [&](auto h) { linear_backward_weight(g.fcprojw, g.fcprojb, w.dout, h, R, s.fc, C); });
+    with_kept(a.ln2, a.ln2_bf16,
+              [&](auto in) { linear_backward_weight(g.fcw, g.fcb, w.dfch, in, R, C, s.mlp_in); });
   }
   model_norm_backward_weight(g.ln2w, g.ln2b, w.dln2, post ? a.mlp_out : a.residual2, a.ln2_mean,
                              a.ln2_rstd, Rl, s.cfg);
   linear_backward_weight(g.attprojw, g.attprojb, w.dres2, a.atty, R, s.attn, C);
-  linear_backward_weight(g.qkvw, g.qkvb, w.dqkv, a.ln1, R, C, s.qkv);
+  with_kept(a.ln1, a.ln1_bf16,
+            [&](auto in) { linear_backward_weight(g.qkvw, g.qkvb, w.dqkv, in, R, C, s.qkv); });
   add_qk_norm_grads(g, w.dqk_normw, s);
   model_norm_backward_weight(g.ln1w, g.ln1b, w.dln1, post ? a.attn_out : acts.block_input(l),
                              a.ln1_mean, a.ln1_rstd, Rl, s.cfg);
@@ -538,15 +571,18 @@ BlockSite block_site(const Activations& store, const Activations* workspace, int
   site.chunk.first_layer = store.chunk.first_layer + i;
   if (kept) {
     site.ln1 = kept->ln1;
+    site.ln1_bf16 = kept->ln1_bf16;
     site.ln1_mean = kept->ln1_mean;
     site.ln1_rstd = kept->ln1_rstd;
     site.atty = kept->atty;
     site.attn_out = kept->attn_out;
     site.residual2 = kept->residual2;
     site.ln2 = kept->ln2;
+    site.ln2_bf16 = kept->ln2_bf16;
     site.ln2_mean = kept->ln2_mean;
     site.ln2_rstd = kept->ln2_rstd;
     site.fch_gelu = kept->fch_gelu;
+    site.fch_gelu_bf16 = kept->fch_gelu_bf16;
     site.mlp_out = kept->mlp_out;
     site.moe_in = kept->moe_in;
     site.shared_h = kept->shared_h;

@@ -72,6 +72,7 @@ ModelStage::ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, in
   ChunkPieces one_block;
   one_block.layers = 1;
   one_block.embedding = one_block.head = false;
+  one_block.bf16 = !chunks_.empty() && chunks_.front().bf16;
   workspace_ = allocate(one_block);
 }
 

@@ -180,6 +180,7 @@ void add_buffer_terms(const MemoryShape& s, int sets, const Terms& add) {
   ChunkPieces one_block;
   one_block.layers = 1;
   one_block.embedding = one_block.head = false;
+  one_block.bf16 = s.bf16;
   int64_t work = BackwardBuffers::bytes(shard, s.micro_batch, s.seq_len, s.sequence_parallel);
   if (s.recompute) {
     work += Activations::bytes(shard, one_block, s.micro_batch, s.seq_len, s.sequence_parallel);

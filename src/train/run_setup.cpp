@@ -315,7 +315,10 @@ void TrainingRun::set_up_stage() {
   const TrainOptions& opts = opts_;
   const StageOwnership own =
       stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
-  stage_ = std::make_unique<ModelStage>(shard_, own.chunks, micro_batch_, local_seq_len_,
+  // bf16 products: the activations only products read are kept in bf16 (model/activations.hpp).
+  std::vector<ChunkPieces> chunks = own.chunks;
+  for (ChunkPieces& c : chunks) c.bf16 = opts.precision == Precision::bf16;
+  stage_ = std::make_unique<ModelStage>(shard_, chunks, micro_batch_, local_seq_len_,
                                         opts.sequence_parallel, grid_->tp_comm(), grid_->pp_comm(),
                                         opts.recompute, shape_.placement, grid_->cp_comm(),
                                         attention_path_named(opts.attention));

@@ -3,8 +3,14 @@
 // signal.
 #include <gtest/gtest.h>
 
+#include <memory>
+
+#include "backends/gemm.hpp"
+#include "core/bf16.hpp"
 #include "model/gpt.hpp"
+#include "model/layers/matmul.hpp"
 #include "test_helpers.hpp"
+#include "train/layout_memory.hpp"
 
 namespace mpf {
 
@@ -176,6 +182,60 @@ TEST(ModelGradients, BackwardAccumulatesAndIsDeterministic) {
   EXPECT_EQ(test::to_host(m.grads.slab), once);
 }
 
+// --precision bf16 keeps the activations only products read in bf16 (bf16_kept): the products
+// read them as they read their rounding when they were fp32, so every loss and gradient is the
+// same bit for bit, with and without recomputation (whose W inputs keep their own copies).
+namespace {
+struct StepResult {
+  std::vector<float> losses, grads;
+};
+StepResult bf16_step(const GPTConfig& cfg, bool kept16, bool recompute) {
+  TinyModel m(cfg);
+  const TpShard shard = make_tp_shard(cfg, 0, 1);
+  ChunkPieces chunk = whole_stage(shard);
+  chunk.bf16 = kept16;
+  chunk.recompute = recompute;
+  Activations acts = Activations::allocate(shard, chunk, m.B, m.T);
+  WeightGradInputs w = WeightGradInputs::allocate(shard, chunk, m.B, m.T);
+  std::unique_ptr<Activations> workspace;
+  if (recompute) {
+    ChunkPieces one{0, 1, false, false};
+    one.bf16 = kept16;
+    workspace = std::make_unique<Activations>(Activations::allocate(shard, one, m.B, m.T));
+  }
+  Bf16Slab weights16("weights16", m.params.count);
+  round_to_bf16(weights16.data(), m.params.slab.data(), m.params.count);
+  Kokkos::deep_copy(m.grads.slab, 0.0f);
+  {
+    const Bf16Products scope(m.params.slab.data(), weights16.data(), m.params.count, 16);
+    gpt_forward(acts, m.params.t, m.inputs, m.targets, MPI_COMM_SELF, workspace.get());
+    gpt_backward(m.grads.t, m.buf, w, acts, m.params.t, m.inputs, m.targets, 1.0f / (m.B * m.T),
+                 MPI_COMM_SELF, {}, true, {}, workspace.get());
+  }
+  return {test::to_host(Slab(acts.losses.data(), acts.losses.extent(0))),
+          test::to_host(m.grads.slab)};
+}
+}  // namespace
+
+TEST(Bf16Activations, KeptInBf16GiveTheSameLossesAndGradients) {
+  if (!backend::kernels().bf16_missing.empty()) GTEST_SKIP() << backend::kernels().bf16_missing;
+  GPTConfig olmo2 = tiny_llama();
+  olmo2.arch = Arch::kOlmo2;
+  GPTConfig mixtral = tiny_llama();
+  mixtral.arch = Arch::kMixtral;
+  mixtral.experts = 2;
+  mixtral.experts_per_token = 2;
+  for (const GPTConfig& cfg : {tiny_gpt2(), tiny_llama(), olmo2, mixtral}) {
+    for (bool recompute : {false, true}) {
+      SCOPED_TRACE(std::string(arch_name(cfg.arch)) + (recompute ? " recomputed" : ""));
+      const StepResult fp32 = bf16_step(cfg, false, recompute);
+      const StepResult bf16 = bf16_step(cfg, true, recompute);
+      EXPECT_EQ(bf16.losses, fp32.losses);
+      EXPECT_EQ(bf16.grads, fp32.grads);
+    }
+  }
+}
+
 // A dense MLP reads ln2 itself: its sets keep no experts' inputs (moe_in was allocated, L·R·C
 // floats never written, 5% of a Llama's activations), a mixture of experts' do.
 TEST(ActivationSets, OnlyAMixtureOfExpertsKeepsExpertInputs) {
@@ -194,6 +254,47 @@ TEST(ActivationSets, OnlyAMixtureOfExpertsKeepsExpertInputs) {
     chunk.recompute = true;
     const WeightGradInputs w = WeightGradInputs::allocate(shard, chunk, 2, 5);
     EXPECT_EQ(int64_t(w.block(1).kept.moe_in.extent(0)), want);
+  }
+}
+
+// The sets take 2 bytes for each value kept in bf16 instead of 4, less the one-block fp32 staging
+// of the norms' outputs, and the memory plan's activation term follows the run's precision.
+TEST(Bf16Activations, SetsAndTheMemoryPlanCountTheSavedBytes) {
+  GPTConfig mixtral = tiny_llama();
+  mixtral.arch = Arch::kMixtral;
+  mixtral.experts = 2;
+  mixtral.experts_per_token = 2;
+  for (const GPTConfig& cfg : {tiny_gpt2(), tiny_llama(), mixtral}) {
+    SCOPED_TRACE(arch_name(cfg.arch));
+    const int B = 2, T = 6;
+    const TpShard shard = make_tp_shard(cfg, 0, 1);
+    const int64_t R = B * T, C = cfg.channels, L = cfg.layers, F = shard.fc;
+    // ln1 always; ln2 and GELU's/SwiGLU's output unless a mixture of experts' MLP reads them.
+    const int64_t kept = L * R * C + (cfg.moe() ? 0 : L * R * (C + F));
+    ChunkPieces c32 = whole_stage(shard), c16 = c32;
+    c16.bf16 = true;
+    EXPECT_EQ(Activations::bytes(shard, c32, B, T) - Activations::bytes(shard, c16, B, T),
+              2 * kept - R * C * 4);
+    // Recomputation keeps the block outputs only, and W's inputs keep their own copies.
+    c32.recompute = c16.recompute = true;
+    EXPECT_EQ(Activations::bytes(shard, c32, B, T), Activations::bytes(shard, c16, B, T));
+    EXPECT_EQ(WeightGradInputs::bytes(shard, c32, B, T) - WeightGradInputs::bytes(shard, c16, B, T),
+              2 * kept);
+
+    LayoutSizes sizes;
+    sizes.cfg = cfg;
+    sizes.micro_batch = B;
+    sizes.seq_len = T;
+    sizes.layer_ranges = distribute_layers(cfg.layers, 1);
+    const pipeline::SchedulePlan plan(pipeline::Schedule::kOneFOneB, {1, 0, 1, 1});
+    auto activations = [&](bool bf16) {
+      sizes.bf16 = bf16;
+      for (const MemoryTerm& t : plan_memory(layout_memory_shape(sizes, plan, 0, 0, 0)).terms) {
+        if (t.name == "activations") return t.bytes;
+      }
+      return int64_t(-1);
+    };
+    EXPECT_EQ(activations(false) - activations(true), 2 * kept - R * C * 4);
   }
 }
 

@@ -14,20 +14,39 @@ constexpr float kCube = 0.044715f;
 KOKKOS_INLINE_FUNCTION float gelu(float x) {
   return 0.5f * x * (1.0f + vmath::tanh(kScale * (x + kCube * x * x * x)));
 }
-}  // namespace
 
-void gelu_forward(Tensor out, Tensor inp, int64_t N) {
+// Out: Tensor, or Tensor16 for an output kept in bf16 (put rounds).
+template <class Out>
+void gelu_into(Out out, Tensor inp, int64_t N) {
   for_each(
-      "mpf::gelu_forward", N, KOKKOS_LAMBDA(int64_t i) { out(i) = gelu(inp(i)); });
+      "mpf::gelu_forward", N, KOKKOS_LAMBDA(int64_t i) { put(out, i, gelu(inp(i))); });
 }
 
-void bias_gelu_forward(Tensor out, Tensor inp, Tensor bias, int64_t N, int C) {
+template <class Out>
+void bias_gelu_into(Out out, Tensor inp, Tensor bias, int64_t N, int C) {
   for_each_2d(
       "mpf::bias_gelu_forward", N, C, KOKKOS_LAMBDA(int64_t n, int c) {
         const float x = inp(n * C + c) + bias(c);
         inp(n * C + c) = x;
-        out(n * C + c) = gelu(x);
+        put(out, n * C + c, gelu(x));
       });
+}
+}  // namespace
+
+void gelu_forward(Tensor out, Tensor inp, int64_t N) {
+  gelu_into(out, inp, N);
+}
+
+void gelu_forward(Tensor16 out, Tensor inp, int64_t N) {
+  gelu_into(out, inp, N);
+}
+
+void bias_gelu_forward(Tensor out, Tensor inp, Tensor bias, int64_t N, int C) {
+  bias_gelu_into(out, inp, bias, N, C);
+}
+
+void bias_gelu_forward(Tensor16 out, Tensor inp, Tensor bias, int64_t N, int C) {
+  bias_gelu_into(out, inp, bias, N, C);
 }
 
 void gelu_backward_input(Tensor dinp, Tensor dout, Tensor inp, int64_t N) {

@@ -1,6 +1,7 @@
 // GELU, tanh approximation (GPT-2): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
 #pragma once
 
+#include "core/bf16.hpp"
 #include "core/types.hpp"
 
 namespace mpf {
@@ -10,6 +11,10 @@ void gelu_forward(Tensor out, Tensor inp, int64_t N);
 
 // inp (N,C) += bias (C), then out (N,C) = gelu(inp): a linear layer's bias and GELU in one pass
 void bias_gelu_forward(Tensor out, Tensor inp, Tensor bias, int64_t N, int C);
+
+// The same writing out rounded to bf16 (an activation kept in bf16, model/activations.hpp).
+void gelu_forward(Tensor16 out, Tensor inp, int64_t N);
+void bias_gelu_forward(Tensor16 out, Tensor inp, Tensor bias, int64_t N, int C);
 
 // dinp (N) = gelu'(inp) · dout; dinp may alias dout
 void gelu_backward_input(Tensor dinp, Tensor dout, Tensor inp, int64_t N);

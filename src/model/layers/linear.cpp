@@ -17,10 +17,14 @@ void product(Tensor out, Tensor inp, Tensor weight, int64_t N, int IC, int OC, f
     matmul(Op::N, Op::T, N, OC, IC, 1.0f, inp.data(), IC, weight.data(), IC, beta, out.data(), OC);
   }
 }
-}  // namespace
+// An input kept in bf16 is only ever a product's (no one-row fp32 path).
+void product(Tensor out, Tensor16 inp, Tensor weight, int64_t N, int IC, int OC, float beta) {
+  matmul(Op::N, Op::T, N, OC, IC, 1.0f, inp.data(), IC, weight.data(), IC, beta, out.data(), OC);
+}
 
-void linear_forward(Tensor out, Tensor residual, Tensor inp, Tensor weight, Tensor bias, int64_t N,
-                    int IC, int OC) {
+template <class In>
+void linear_into(Tensor out, Tensor residual, In inp, Tensor weight, Tensor bias, int64_t N, int IC,
+                 int OC) {
   const bool has_bias = bias.data() != nullptr, has_residual = residual.data() != nullptr;
   float beta = 0.0f;
   if (has_bias || has_residual) {
@@ -35,10 +39,11 @@ void linear_forward(Tensor out, Tensor residual, Tensor inp, Tensor weight, Tens
   product(out, inp, weight, N, IC, OC, beta);
 }
 
-void linear_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor weight, Tensor bias, int64_t N,
-                         int IC, int OC) {
+template <class Out, class In>
+void linear_gelu_into(Tensor pre, Out out, In inp, Tensor weight, Tensor bias, int64_t N, int IC,
+                      int OC) {
   if (!device_shaped()) {
-    linear_forward(pre, Tensor(), inp, weight, bias, N, IC, OC);
+    linear_into(pre, Tensor(), inp, weight, bias, N, IC, OC);
     gelu_forward(out, pre, N * OC);
     return;
   }
@@ -48,7 +53,43 @@ void linear_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor weight, Tens
   bias_gelu_forward(out, pre, bias, N, OC);
 }
 
+template <class In>
+void linear_weight_grad(Tensor dweight, Tensor dbias, Tensor dout, In inp, int64_t N, int IC,
+                        int OC) {
+  matmul(Op::T, Op::N, OC, IC, N, 1.0f, dout.data(), OC, inp.data(), IC, 1.0f, dweight.data(), IC);
+  if (dbias.data() == nullptr) return;
+  add_column_sums<1>(
+      "mpf::linear_backward_bias", N, OC,
+      KOKKOS_LAMBDA(int64_t n, int o, float* v) { v[0] = dout(n * OC + o); },
+      ColumnSums<1>{{dbias.data()}});
+}
+}  // namespace
+
+void linear_forward(Tensor out, Tensor residual, Tensor inp, Tensor weight, Tensor bias, int64_t N,
+                    int IC, int OC) {
+  linear_into(out, residual, inp, weight, bias, N, IC, OC);
+}
+
+void linear_forward(Tensor out, Tensor residual, Tensor16 inp, Tensor weight, Tensor bias,
+                    int64_t N, int IC, int OC) {
+  linear_into(out, residual, inp, weight, bias, N, IC, OC);
+}
+
+void linear_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor weight, Tensor bias, int64_t N,
+                         int IC, int OC) {
+  linear_gelu_into(pre, out, inp, weight, bias, N, IC, OC);
+}
+
+void linear_gelu_forward(Tensor pre, Tensor16 out, Tensor16 inp, Tensor weight, Tensor bias,
+                         int64_t N, int IC, int OC) {
+  linear_gelu_into(pre, out, inp, weight, bias, N, IC, OC);
+}
+
 void linear_forward_accumulate(Tensor out, Tensor inp, Tensor weight, int64_t N, int IC, int OC) {
+  product(out, inp, weight, N, IC, OC, 1.0f);
+}
+
+void linear_forward_accumulate(Tensor out, Tensor16 inp, Tensor weight, int64_t N, int IC, int OC) {
   product(out, inp, weight, N, IC, OC, 1.0f);
 }
 
@@ -58,12 +99,12 @@ void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight, int64_t N, i
 
 void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, int64_t N,
                             int IC, int OC) {
-  matmul(Op::T, Op::N, OC, IC, N, 1.0f, dout.data(), OC, inp.data(), IC, 1.0f, dweight.data(), IC);
-  if (dbias.data() == nullptr) return;
-  add_column_sums<1>(
-      "mpf::linear_backward_bias", N, OC,
-      KOKKOS_LAMBDA(int64_t n, int o, float* v) { v[0] = dout(n * OC + o); },
-      ColumnSums<1>{{dbias.data()}});
+  linear_weight_grad(dweight, dbias, dout, inp, N, IC, OC);
+}
+
+void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor16 inp, int64_t N,
+                            int IC, int OC) {
+  linear_weight_grad(dweight, dbias, dout, inp, N, IC, OC);
 }
 
 }  // namespace mpf

@@ -1,6 +1,7 @@
 // A linear layer through the backend GEMM: weight (OC, IC) row-major, out = inp · weightᵀ + bias.
 #pragma once
 
+#include "core/bf16.hpp"
 #include "core/types.hpp"
 
 namespace mpf {
@@ -23,6 +24,16 @@ void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight, int64_t N, i
 
 // dweight (OC,IC) += doutᵀ · inp; dbias (OC) += Σ_n dout (skipped for an empty dbias)
 void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, int64_t N,
+                            int IC, int OC);
+
+// The same with an input kept in bf16 (Activations under --precision bf16), which the products
+// read as it is; GELU's output is then written rounded to bf16. Only in a Bf16Products scope.
+void linear_forward(Tensor out, Tensor residual, Tensor16 inp, Tensor weight, Tensor bias,
+                    int64_t N, int IC, int OC);
+void linear_gelu_forward(Tensor pre, Tensor16 out, Tensor16 inp, Tensor weight, Tensor bias,
+                         int64_t N, int IC, int OC);
+void linear_forward_accumulate(Tensor out, Tensor16 inp, Tensor weight, int64_t N, int IC, int OC);
+void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor16 inp, int64_t N,
                             int IC, int OC);
 
 }  // namespace mpf

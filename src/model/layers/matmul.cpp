@@ -87,18 +87,16 @@ HeldOperand::~HeldOperand() {
   if (held_ && active) --active->holding_;
 }
 
-void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, int lda,
-            const float* B, int ldb, float beta, float* C, int ldc) {
-  matmul_strided_batched(op_a, op_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
-}
-
-void matmul_strided_batched(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A,
-                            int lda, int64_t stride_a, const float* B, int ldb, int64_t stride_b,
-                            float beta, float* C, int ldc, int64_t stride_c, int batch) {
-  const bf16 *A16 = nullptr, *B16 = nullptr;
+namespace {
+// A product whose operands are fp32 (A, B) or, given, already bf16 (A16, B16).
+void run_product(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A,
+                 const bf16* A16, int lda, int64_t stride_a, const float* B, const bf16* B16,
+                 int ldb, int64_t stride_b, float beta, float* C, int ldc, int64_t stride_c,
+                 int batch) {
+  if ((A16 || B16) && !active) MPF_FATAL("a bf16 operand of a product outside a bf16 scope");
   if (active) {
-    A16 = active->operand(A, span(op_a, M, K, lda, stride_a, batch), 0);
-    B16 = active->operand(B, span(op_b, K, N, ldb, stride_b, batch), 1);
+    if (!A16) A16 = active->operand(A, span(op_a, M, K, lda, stride_a, batch), 0);
+    if (!B16) B16 = active->operand(B, span(op_b, K, N, ldb, stride_b, batch), 1);
   }
   const Stopwatch clock;
   if (batch == 1) {
@@ -115,6 +113,32 @@ void matmul_strided_batched(Op op_a, Op op_b, int M, int N, int K, float alpha, 
                                   beta, C, ldc, stride_c, batch);
   }
   if (profile::enabled()) record(clock, op_a, op_b, M, N, K, batch);
+}
+}  // namespace
+
+void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, int lda,
+            const float* B, int ldb, float beta, float* C, int ldc) {
+  run_product(op_a, op_b, M, N, K, alpha, A, nullptr, lda, 0, B, nullptr, ldb, 0, beta, C, ldc, 0,
+              1);
+}
+
+void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+            const float* B, int ldb, float beta, float* C, int ldc) {
+  run_product(op_a, op_b, M, N, K, alpha, nullptr, A, lda, 0, B, nullptr, ldb, 0, beta, C, ldc, 0,
+              1);
+}
+
+void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, int lda,
+            const bf16* B, int ldb, float beta, float* C, int ldc) {
+  run_product(op_a, op_b, M, N, K, alpha, A, nullptr, lda, 0, nullptr, B, ldb, 0, beta, C, ldc, 0,
+              1);
+}
+
+void matmul_strided_batched(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A,
+                            int lda, int64_t stride_a, const float* B, int ldb, int64_t stride_b,
+                            float beta, float* C, int ldc, int64_t stride_c, int batch) {
+  run_product(op_a, op_b, M, N, K, alpha, A, nullptr, lda, stride_a, B, nullptr, ldb, stride_b,
+              beta, C, ldc, stride_c, batch);
 }
 
 }  // namespace mpf

@@ -27,11 +27,20 @@ void matmul_strided_batched(Op op_a, Op op_b, int M, int N, int K, float alpha, 
                             int lda, int64_t stride_a, const float* B, int ldb, int64_t stride_b,
                             float beta, float* C, int ldc, int64_t stride_c, int batch);
 
+// The same with one operand already in bf16 (an activation kept rounded, model/activations.hpp):
+// the product reads it as it is, as it would have read its rounding. Only in a Bf16Products
+// scope.
+void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+            const float* B, int ldb, float beta, float* C, int ldc);
+void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, int lda,
+            const bf16* B, int ldb, float beta, float* C, int ldc);
+
 // While alive, this thread's products run in bf16. `weights` (n floats) are the parameters,
 // whose bf16 copy `weights16` the owner keeps current (round_to_bf16 after every update): a
 // product reading a weight reads its copy, so each weight is rounded once per update. Every other
 // input is rounded as the product reads it, into scratch of `scratch_elems` bf16 per operand
-// (grown, once, if a product needs more). Scopes do not nest.
+// (grown, once, if a product needs more), unless it is already bf16 (the overloads above: the
+// activations a set keeps in bf16). Scopes do not nest.
 class Bf16Products {
  public:
   Bf16Products(const float* weights, const bf16* weights16, int64_t n, int64_t scratch_elems);

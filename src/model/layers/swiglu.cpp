@@ -10,14 +10,24 @@ namespace {
 KOKKOS_INLINE_FUNCTION float swiglu_sigmoid(float x) {
   return 1.0f / (1.0f + vmath::exp(-x));
 }
-}  // namespace
 
-void swiglu_forward(Tensor out, Tensor inp, int64_t N, int F) {
+// Out: Tensor, or Tensor16 for an output kept in bf16 (put rounds).
+template <class Out>
+void swiglu_into(Out out, Tensor inp, int64_t N, int F) {
   for_each_2d(
       "mpf::swiglu_forward", N, F, KOKKOS_LAMBDA(int64_t n, int f) {
         const float g = inp(n * 2 * F + f), u = inp(n * 2 * F + F + f);
-        out(n * F + f) = g * swiglu_sigmoid(g) * u;
+        put(out, n * F + f, g * swiglu_sigmoid(g) * u);
       });
+}
+}  // namespace
+
+void swiglu_forward(Tensor out, Tensor inp, int64_t N, int F) {
+  swiglu_into(out, inp, N, F);
+}
+
+void swiglu_forward(Tensor16 out, Tensor inp, int64_t N, int F) {
+  swiglu_into(out, inp, N, F);
 }
 
 void swiglu_backward_input(Tensor dinp, Tensor dout, Tensor inp, int64_t N, int F) {
