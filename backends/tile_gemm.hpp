@@ -74,3 +74,47 @@ inline void tile_gemm(int M, int N, int K, const float* A, int64_t sam, int64_t 
 }
 
 }  // namespace mpf::backend
+
+// ---- bf16 tile products (backends/cpu/tile_gemm_bf16.cpp) ---------------------------------------
+// The same products on bf16 operands (matmul.hpp's bf16: both inputs rounded to bf16, to nearest
+// even, products accumulated in fp32), twice the fp32 kernel's rate where the CPU has AVX512_BF16
+// (vdpbf16ps: 16 lanes of two products each), chosen at run time: the binary still runs on a CPU
+// without it, where a portable kernel runs on the same packed operands.
+//
+// Operands are packed in pairs along the summed index: a Bf16Pair holds the bf16 of X(k) in its
+// high half and of X(k + 1) in its low half (k even), zero past the end. High first because
+// vdpbf16ps adds its pair's high product to the accumulator first, then its low one, each rounded
+// to fp32 (the order Intel's pseudo-code gives, measured on Zen 5): a product of two bf16s is exact
+// in fp32, so each sum is then the fp32 kernel's k-th, in its order, and the results are its bits
+// except where vdpbf16ps flushes: bf16 subnormal inputs read as zero and subnormal sums become zero
+// (magnitudes under 1.2e-38).
+namespace mpf::backend {
+
+using Bf16Pair = uint32_t;
+
+// Whether bf16 tile products run on AVX512_BF16 (detected at run time; the portable kernel else).
+bool tile_bf16_native();
+// "AVX512_BF16" or "portable".
+const char* tile_bf16_kernel();
+
+// C (M x N) = A·B, or C += it, K = 2·KP: A(m, p) = A[m·sam + p·sak] holds A(m, 2p) and
+// A(m, 2p + 1); B[p·ldb + n] holds B(2p, n) and B(2p + 1, n). M a multiple of kTileRows, N of
+// kTileCols, as tile_gemm.
+void tile_gemm_bf16(int M, int N, int KP, const Bf16Pair* A, int64_t sam, int64_t sak,
+                    const Bf16Pair* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
+
+// The packings, from fp32 X (row r at src + r·lds, `valid_rows` rows of `cols` values; zeros past
+// them), rounding to bf16 as core/bf16.hpp's to_bf16:
+// pairs along a row, dst[r·ldd + p] = (X(r, 2p), X(r, 2p + 1)), r < rows, p < pairs: an A
+// operand, or a B operand read transposed as A(m, p) with sam = 1, sak = ldd;
+void pack_bf16_pairs(Bf16Pair* dst, int64_t ldd, const float* src, int64_t lds, int valid_rows,
+                     int cols, int rows, int pairs);
+// the same pairs transposed, dst[p·ldd + r]: the B operand of X·Yᵀ's Yᵀ;
+void pack_bf16_pairs_transposed(Bf16Pair* dst, int64_t ldd, const float* src, int64_t lds,
+                                int valid_rows, int cols, int rows, int pairs);
+// pairs down a column, dst[p·ldd + c] = (X(2p, c), X(2p + 1, c)), p < pairs, c < padded_cols: a
+// B operand, or the A operand of Xᵀ·Y read as A(m, p) with sam = 1, sak = ldd.
+void pack_bf16_column_pairs(Bf16Pair* dst, int64_t ldd, const float* src, int64_t lds,
+                            int valid_rows, int cols, int pairs, int padded_cols);
+
+}  // namespace mpf::backend

@@ -8,7 +8,11 @@
 // 64 x 64 x hs tiles, one thread.
 //
 //   attention_rate [--batch B] [--heads NH] [--kv-heads KVH] [--head-size hs] [--precision P]
-//                  [--reps N] [--chunk Tc] [--profile] [--gemm LIB] [--fused-only] T...
+//                  [--reps N] [--chunk Tc] [--profile] [--gemm LIB] [--fused-only] [--cpu-clock]
+//                  T...
+//
+// --cpu-clock times by the process's CPU time over the threads instead of the wall clock: on a
+// machine other work shares, one thread's rate then counts only the time it ran.
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -16,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,11 +38,20 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+bool g_cpu_clock = false;
 
-double seconds_since(Clock::time_point t0) {
+double now_seconds() {
+  if (g_cpu_clock) {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double(t.tv_sec) + 1e-9 * double(t.tv_nsec)) / mpf::host_thread_count();
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double seconds_since(double t0) {
   Kokkos::fence();
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+  return now_seconds() - t0;
 }
 
 mpf::Slab filled(const char* name, int64_t n) {
@@ -58,7 +72,7 @@ double median_seconds(int reps, const F& f) {
   f();
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
+    const double t0 = now_seconds();
     f();
     t.push_back(seconds_since(t0));
   }
@@ -66,7 +80,7 @@ double median_seconds(int reps, const F& f) {
   return t[t.size() / 2];
 }
 
-void tile_rates(int hs, int reps) {
+void tile_rates(int hs, int reps, bool bf16) {
   const int T = 64, hp = (hs + mpf::backend::kTileCols - 1) / mpf::backend::kTileCols *
                          mpf::backend::kTileCols;
   std::vector<float> q(size_t(T) * hp, 0.5f), kt(size_t(hp) * T, 0.25f), s(size_t(T) * T);
@@ -91,6 +105,25 @@ void tile_rates(int hs, int reps) {
   std::printf(
       "tile products (64 x 64 x %d, one thread): micro-kernel %.1f GFLOP/s | %s %.1f GFLOP/s\n", hs,
       flops / micro / 1e9, mpf::backend::selected().c_str(), flops / library / 1e9);
+  if (!bf16) return;
+  // The bf16 kernel on the same tiles, P packed into pairs for its product as the forward does.
+  using mpf::backend::Bf16Pair;
+  const int kp = (hs + 1) / 2, hh = hp / 2;
+  std::vector<Bf16Pair> qp(size_t(T) * hh), ktp(size_t(hh) * T), vp(size_t(T / 2) * hp),
+      pp(size_t(T) * T / 2);
+  mpf::backend::pack_bf16_pairs(qp.data(), hh, q.data(), hp, T, hs, T, hh);
+  mpf::backend::pack_bf16_pairs_transposed(ktp.data(), T, q.data(), hp, T, hs, T, kp);
+  mpf::backend::pack_bf16_column_pairs(vp.data(), hp, v.data(), hp, T, hs, T / 2, hp);
+  const double paired = median_seconds(reps, [&] {
+    for (int i = 0; i < inner; ++i) {
+      mpf::backend::tile_gemm_bf16(T, T, kp, qp.data(), hh, 1, ktp.data(), T, s.data(), T, false);
+      mpf::backend::pack_bf16_pairs(pp.data(), T / 2, s.data(), T, T, T, T, T / 2);
+      mpf::backend::tile_gemm_bf16(T, hp, T / 2, pp.data(), T / 2, 1, vp.data(), hp, o.data(), hp,
+                                   true);
+    }
+  });
+  std::printf("bf16 tile products (%s kernel, P packed): %.1f GFLOP/s\n",
+              mpf::backend::tile_bf16_kernel(), flops / paired / 1e9);
 }
 
 }  // namespace
@@ -123,6 +156,8 @@ int main(int argc, char** argv) {
         profile = true;
       else if (a == "--fused-only")
         fused_only = true;
+      else if (a == "--cpu-clock")
+        g_cpu_clock = true;
       else if (a == "--reps")
         reps = next();
       else if (a == "--precision")
@@ -195,7 +230,7 @@ int main(int argc, char** argv) {
           T, flops / fwd / 1e9, 2 * flops / bwd / 1e9, unfused[0], unfused[1], flops / cf / 1e9,
           2 * flops / cb / 1e9, fwd * 1e3, bwd * 1e3, chunk, cf * 1e3, cb * 1e3);
     }
-    if (!mpf::kDeviceMemory) tile_rates(hs, reps);
+    if (!mpf::kDeviceMemory) tile_rates(hs, reps, bf16);
   }
   Kokkos::finalize();
   MPI_Finalize();

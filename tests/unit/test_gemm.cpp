@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "backends/gemm.hpp"
+#include "backends/tile_gemm.hpp"
 #include "core/bf16.hpp"
 #include "model/layers/matmul.hpp"
 #include "test_helpers.hpp"
@@ -132,6 +135,81 @@ TEST_P(Gemm, Bf16ProductsAreFp32ProductsOfRoundedInputs) {
           ld, 0.0f, R.data() + h * T * T, T);
   }
   for (size_t i = 0; i < S.size(); ++i) ASSERT_NEAR(S[i], R[i], 1e-4) << i;
+}
+
+// The fused attention's bf16 tile kernel (backends/tile_gemm.hpp) against a scalar loop over the
+// same products: each bf16 x bf16 product is exact in fp32, summed in k order in fp32 as the fp32
+// micro-kernel sums (vdpbf16ps too, high half of a pair first: the bits agree where its flushing
+// of subnormals does not enter). Every packing, A read directly and transposed, K odd (a pair
+// padded with zero), rows past the valid ones, with and without accumulating.
+TEST(TileGemmBf16, EqualsTheScalarSumOfTheSameProducts) {
+  using backend::Bf16Pair;
+  if (!backend::tile_bf16_native()) {
+    std::printf(
+        "note: this CPU has no AVX512_BF16 (%s): the portable bf16 tile kernel is checked\n",
+        backend::tile_bf16_kernel());
+  }
+  const int R = backend::kTileRows, Cn = backend::kTileCols;
+  int64_t checked = 0, same_bits = 0;
+  for (const int M : {R, 3 * R}) {
+    for (const int N : {Cn, 2 * Cn}) {
+      for (const int K : {1, 2, 7, 33, 64}) {
+        const int KP = (K + 1) / 2, valid_m = M - 3;  // A's last rows: zero padding
+        std::vector<float> A = test::to_host(test::random_slab("A", int64_t(M) * K, 1.0f, 11));
+        std::vector<float> B = test::to_host(test::random_slab("B", int64_t(K) * N, 1.0f, 12));
+        std::vector<float> C0 = test::to_host(test::random_slab("C", int64_t(M) * N, 1.0f, 13));
+        std::vector<float> At(size_t(K) * M), Bt(size_t(N) * K);
+        for (int m = 0; m < M; ++m) {
+          for (int k = 0; k < K; ++k) At[size_t(k) * M + m] = A[size_t(m) * K + k];
+        }
+        for (int k = 0; k < K; ++k) {
+          for (int n = 0; n < N; ++n) Bt[size_t(n) * K + k] = B[size_t(k) * N + n];
+        }
+        // A by rows (sam = KP) and transposed (from Aᵀ's column pairs, sam = 1); B by column
+        // pairs and from Bᵀ's row pairs transposed.
+        std::vector<Bf16Pair> Ar(size_t(M) * KP), Ac(size_t(KP) * M), Bc(size_t(KP) * N),
+            Bx(size_t(KP) * N);
+        backend::pack_bf16_pairs(Ar.data(), KP, A.data(), K, valid_m, K, M, KP);
+        backend::pack_bf16_column_pairs(Ac.data(), M, At.data(), M, K, valid_m, KP, M);
+        backend::pack_bf16_column_pairs(Bc.data(), N, B.data(), N, K, N, KP, N);
+        backend::pack_bf16_pairs_transposed(Bx.data(), N, Bt.data(), K, N, K, N, KP);
+        rounded(A);
+        rounded(B);
+        for (const bool accumulate : {false, true}) {
+          for (int variant = 0; variant < 2; ++variant) {
+            std::vector<float> C = C0;
+            if (variant == 0) {
+              backend::tile_gemm_bf16(M, N, KP, Ar.data(), KP, 1, Bc.data(), N, C.data(), N,
+                                      accumulate);
+            } else {
+              backend::tile_gemm_bf16(M, N, KP, Ac.data(), 1, M, Bx.data(), N, C.data(), N,
+                                      accumulate);
+            }
+            for (int m = 0; m < M; ++m) {
+              for (int n = 0; n < N; ++n) {
+                float want = accumulate ? C0[size_t(m) * N + n] : 0.0f;
+                double bound = std::fabs(want);
+                for (int k = 0; k < K && m < valid_m; ++k) {
+                  const float p = A[size_t(m) * K + k] * B[size_t(k) * N + n];  // exact
+                  want += p;
+                  bound += std::fabs(p);
+                }
+                const float got = C[size_t(m) * N + n];
+                // fp32 rounding of K + 1 sums
+                ASSERT_LE(std::fabs(double(got) - want), (K + 1) * 0x1p-24 * bound)
+                    << M << " " << N << " " << K << " " << accumulate << " " << variant << " (" << m
+                    << ", " << n << ")";
+                ++checked;
+                same_bits += got == want;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("%s bf16 tile kernel: %lld of %lld elements the scalar sum's bits\n",
+              backend::tile_bf16_kernel(), (long long)same_bits, (long long)checked);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryLibrary, Gemm, ::testing::ValuesIn(backend::available()),

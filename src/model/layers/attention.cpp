@@ -88,29 +88,38 @@ int64_t host_q_floats(int64_t G, int64_t hp) {
 }
 
 // Per host thread scratch, grown when a call needs more and kept.
+template <class T>
 class HostScratch {
  public:
-  // Room for `floats` floats on each host thread.
-  void reserve(size_t floats) {
+  // Room for `n` values on each host thread.
+  void reserve(size_t n) {
     const size_t threads = size_t(host_thread_count());
     if (buffers_.size() < threads) buffers_.resize(threads);
-    for (std::vector<float>& b : buffers_) {
-      if (b.size() < floats) b.assign(floats, 0.0f);
+    for (std::vector<T>& b : buffers_) {
+      if (b.size() < n) b.assign(n, T{});
     }
   }
-  float* of(int thread) { return buffers_[size_t(thread)].data(); }
+  T* of(int thread) { return buffers_[size_t(thread)].data(); }
 
  private:
-  std::vector<std::vector<float>> buffers_;
+  std::vector<std::vector<T>> buffers_;
 };
-HostScratch& host_buffers() {
-  static HostScratch scratch;
+HostScratch<float>& host_buffers() {
+  static HostScratch<float> scratch;
+  return scratch;
+}
+// In bf16, the products' operands packed in pairs (backends/tile_gemm.hpp's tile_gemm_bf16), at
+// most as many as the kernel's floats.
+using backend::Bf16Pair;
+HostScratch<Bf16Pair>& host_pairs() {
+  static HostScratch<Bf16Pair> scratch;
   return scratch;
 }
 
 struct HostShape {
   const AttentionInputs& x;
   int G, hp, nqt, nkt;
+  int kp, hh;  // bf16: pairs of the head size; pairs of a packed row (hp / 2)
   float scale;
   bool bf16;
 
@@ -120,6 +129,8 @@ struct HostShape {
         hp(round_up(in.hs, backend::kTileCols)),
         nqt(tile_count(in.queries, kHostTile)),
         nkt(tile_count(in.keys, kHostTile)),
+        kp((in.hs + 1) / 2),
+        hh(hp / 2),
         scale(1.0f / std::sqrt(float(in.hs))),
         bf16(bf16_products) {}
 
@@ -154,6 +165,18 @@ struct HostShape {
       for (int c = n; c < kHostTile; ++c) o[c] = 0.0f;
     }
   }
+  // bf16 (backends/tile_gemm.hpp's pairs): n rows as pairs along the head size, an A operand
+  // (kHostTile rows of hh pairs, zero-padded); and transposed, Xᵀ as a B operand (kp rows of
+  // kHostTile pairs); and as pairs of rows, X as a B operand (pairs rows of hp pairs).
+  void pack_pair_rows(Bf16Pair* dst, const float* src, int64_t ld, int n) const {
+    backend::pack_bf16_pairs(dst, hh, src, ld, n, x.hs, kHostTile, hh);
+  }
+  void pack_pair_transposed(Bf16Pair* dst, const float* src, int64_t ld, int n) const {
+    backend::pack_bf16_pairs_transposed(dst, kHostTile, src, ld, n, x.hs, kHostTile, kp);
+  }
+  void pack_row_pairs(Bf16Pair* dst, const float* src, int64_t ld, int n) const {
+    backend::pack_bf16_column_pairs(dst, hp, src, ld, n, x.hs, (n + 1) / 2, hp);
+  }
 
   // S (rows, kHostTile): −∞ where the query at row r of `qt` does not see key column c of `kt`.
   void mask(float* S, int rows, const Tile& qt, const int32_t* doc, const Tile& kt, Cover c) const {
@@ -175,6 +198,7 @@ void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, 
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs;
   const int64_t ldo = int64_t(x.NH) * hs, QO = int64_t(T) * hp;
   host_buffers().reserve(size_t(host_forward_floats(G, hp)));
+  if (bf16) host_pairs().reserve(size_t(host_forward_floats(G, hp)));
   float* o = out.data();
   float* L = lse.data();
   const int64_t groups = int64_t(x.B) * x.KVH;
@@ -187,6 +211,11 @@ void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, 
     float* Kt = l + G * T;
     float* V = Kt + int64_t(hp) * T;
     float* S = V + int64_t(T) * hp;
+    // bf16: Q, Kᵀ, V and P as pairs (the fp32 Q, Kᵀ and V unused).
+    Bf16Pair* Qp = bf16 ? host_pairs().of(thread) : nullptr;
+    Bf16Pair* Ktp = bf16 ? Qp + G * QO / 2 : nullptr;
+    Bf16Pair* Vp = bf16 ? Ktp + h.hh * T : nullptr;
+    Bf16Pair* Pp = bf16 ? Vp + QO / 2 : nullptr;
     const int qi = h.nqt - 1 - int(u / groups), b = int(u % groups) / x.KVH,
               kvh = int(u % groups) % x.KVH;
     const Tile qt = tile_at(x.queries, T, qi);
@@ -194,7 +223,11 @@ void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, 
     const DocRange dr = doc_range_host(doc, qt, h.x.window);
     const int M = round_up(qt.n, backend::kTileRows);
     for (int g = 0; g < G; ++g) {
-      h.pack_rows(Q + g * QO, h.q_row(b, qt.row, kvh * G + g), x.ldq, qt.n);
+      if (bf16) {
+        h.pack_pair_rows(Qp + g * QO / 2, h.q_row(b, qt.row, kvh * G + g), x.ldq, qt.n);
+      } else {
+        h.pack_rows(Q + g * QO, h.q_row(b, qt.row, kvh * G + g), x.ldq, qt.n);
+      }
       std::fill(O + g * QO, O + (g + 1) * QO, 0.0f);
       std::fill(m + g * T, m + (g + 1) * T, kNegInf);
       std::fill(l + g * T, l + (g + 1) * T, 0.0f);
@@ -204,11 +237,20 @@ void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, 
       const Cover c = cover(qt, dr.lo, dr.hi, kt);
       if (c == Cover::kNone) continue;
       const int64_t at = h.kv_offset(b, kt.row, kvh);
-      h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
-      h.pack_rows(V, x.v + at, x.ldkv, kt.n);
+      if (bf16) {
+        h.pack_pair_transposed(Ktp, x.k + at, x.ldkv, kt.n);
+        h.pack_row_pairs(Vp, x.v + at, x.ldkv, kt.n);
+      } else {
+        h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
+        h.pack_rows(V, x.v + at, x.ldkv, kt.n);
+      }
       for (int g = 0; g < G; ++g) {
         float *Og = O + g * QO, *mg = m + g * T, *lg = l + g * T;
-        backend::tile_gemm(M, T, hs, Q + g * QO, hp, 1, Kt, T, S, T, false);
+        if (bf16) {
+          backend::tile_gemm_bf16(M, T, h.kp, Qp + g * QO / 2, h.hh, 1, Ktp, T, S, T, false);
+        } else {
+          backend::tile_gemm(M, T, hs, Q + g * QO, hp, 1, Kt, T, S, T, false);
+        }
         h.mask(S, qt.n, qt, doc, kt, c);
         const float scale = h.scale;  // a local: the row loops' stores cannot alias it
         for (int r = 0; r < qt.n; ++r) {
@@ -227,11 +269,14 @@ void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, 
             float* orow = Og + r * hp;
             for (int d = 0; d < hs; ++d) orow[d] *= alpha;
           }
-          if (bf16) {
-            for (int j = 0; j < kt.n; ++j) s[j] = round_if(true, s[j]);
-          }
         }
-        backend::tile_gemm(M, hp, kt.n, S, T, 1, V, hp, Og, hp, true);
+        if (bf16) {  // P rounded as it is packed
+          const int pairs = (kt.n + 1) / 2;
+          backend::pack_bf16_pairs(Pp, T / 2, S, T, qt.n, kt.n, M, pairs);
+          backend::tile_gemm_bf16(M, hp, pairs, Pp, T / 2, 1, Vp, hp, Og, hp, true);
+        } else {
+          backend::tile_gemm(M, hp, kt.n, S, T, 1, V, hp, Og, hp, true);
+        }
       }
     }
     for (int g = 0; g < G; ++g) {
@@ -257,7 +302,8 @@ void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, 
 }
 
 // P and dS of one tile pair from S = Q·Kᵀ and dP = dO·Vᵀ (both (kHostTile, kHostTile), rows r <
-// qt.n valid): S becomes P, dP becomes dS = scale·P⊙(dP − delta), each rounded for its product.
+// qt.n valid): S becomes P, dP becomes dS = scale·P⊙(dP − delta); in bf16 each is rounded for its
+// product as it is packed.
 void host_softmax_backward(const HostShape& h, float* S, float* dP, const Tile& qt,
                            const int32_t* doc, const Tile& kt, Cover c, const float* lse,
                            const float* delta) {
@@ -266,26 +312,16 @@ void host_softmax_backward(const HostShape& h, float* S, float* dP, const Tile& 
   // Locals, not h's members: a float store in the loops could alias those, and every iteration
   // would reload them (the loops would not vectorize).
   const float scale = h.scale;
-  const bool bf16 = h.bf16;
   for (int r = 0; r < qt.n; ++r) {
     float* __restrict s = S + r * T;
     float* __restrict dp = dP + r * T;
     // A row that sees no key anywhere (lse −∞) has P = 0 and no gradient.
     const float lr = lse[qt.row + r] == kNegInf ? -kNegInf : lse[qt.row + r];
     const float dr = delta[qt.row + r];
-    if (bf16) {
-      for (int j = 0; j < T; ++j) {
-        const float p = exp_or_zero(scale * s[j] - lr);
-        const float ds = scale * p * (dp[j] - dr);
-        s[j] = round_if(true, p);
-        dp[j] = round_if(true, ds);
-      }
-    } else {
-      for (int j = 0; j < T; ++j) {
-        const float p = exp_or_zero(scale * s[j] - lr);
-        dp[j] = scale * p * (dp[j] - dr);
-        s[j] = p;
-      }
+    for (int j = 0; j < T; ++j) {
+      const float p = exp_or_zero(scale * s[j] - lr);
+      dp[j] = scale * p * (dp[j] - dr);
+      s[j] = p;
     }
   }
 }
@@ -297,6 +333,7 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs, Tq = x.queries.rows;
   const int64_t tile = int64_t(T) * hp, ldo = int64_t(x.NH) * hs;
   host_buffers().reserve(size_t(host_kv_floats(hp)));
+  if (bf16) host_pairs().reserve(size_t(host_kv_floats(hp)));
   const int64_t groups = int64_t(x.B) * x.KVH;
   for_each_unit_on_host("mpf::attention_backward_kv", groups * h.nkt, [&](int64_t u, int thread) {
     float* Kt = host_buffers().of(thread);
@@ -307,12 +344,27 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
     float* dO = Q + tile;
     float* S = dO + tile;
     float* dP = S + T * T;
+    // bf16: Kᵀ and Vᵀ as pairs, Q and dO both as A (pairs along the head size) and as B (pairs
+    // of rows), Pᵀ and dSᵀ as A (pairs of rows read transposed).
+    Bf16Pair* Ktp = bf16 ? host_pairs().of(thread) : nullptr;
+    Bf16Pair* Vtp = bf16 ? Ktp + tile / 2 : nullptr;
+    Bf16Pair* Qa = bf16 ? Vtp + tile / 2 : nullptr;
+    Bf16Pair* dOa = bf16 ? Qa + tile / 2 : nullptr;
+    Bf16Pair* Qb = bf16 ? dOa + tile / 2 : nullptr;
+    Bf16Pair* dOb = bf16 ? Qb + tile / 2 : nullptr;
+    Bf16Pair* Pt = bf16 ? dOb + tile / 2 : nullptr;
+    Bf16Pair* dSt = bf16 ? Pt + T * T / 2 : nullptr;
     // Causal: the first key tiles are seen by the most query tiles.
     const int kj = int(u / groups), b = int(u % groups) / x.KVH, kvh = int(u % groups) % x.KVH;
     const Tile kt = tile_at(x.keys, T, kj);
     const int64_t at = h.kv_offset(b, kt.row, kvh);
-    h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
-    h.pack_transposed(Vt, x.v + at, x.ldkv, kt.n);
+    if (bf16) {
+      h.pack_pair_transposed(Ktp, x.k + at, x.ldkv, kt.n);
+      h.pack_pair_transposed(Vtp, x.v + at, x.ldkv, kt.n);
+    } else {
+      h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
+      h.pack_transposed(Vt, x.v + at, x.ldkv, kt.n);
+    }
     std::fill(dK, dK + 2 * tile, 0.0f);
     const int Mk = round_up(kt.n, backend::kTileRows);
     const int32_t* doc = h.docs(b);
@@ -324,16 +376,34 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
       const int M = round_up(qt.n, backend::kTileRows);
       for (int g = 0; g < G; ++g) {
         const int head = kvh * G + g;
-        h.pack_rows(Q, h.q_row(b, qt.row, head), x.ldq, qt.n);
-        h.pack_rows(dO, dout.data() + (int64_t(b) * Tq + qt.row) * ldo + int64_t(head) * hs, ldo,
-                    qt.n);
-        backend::tile_gemm(M, T, hs, Q, hp, 1, Kt, T, S, T, false);
-        backend::tile_gemm(M, T, hs, dO, hp, 1, Vt, T, dP, T, false);
+        const float* q = h.q_row(b, qt.row, head);
+        const float* dy = dout.data() + (int64_t(b) * Tq + qt.row) * ldo + int64_t(head) * hs;
+        if (bf16) {
+          h.pack_pair_rows(Qa, q, x.ldq, qt.n);
+          h.pack_pair_rows(dOa, dy, ldo, qt.n);
+          h.pack_row_pairs(Qb, q, x.ldq, qt.n);
+          h.pack_row_pairs(dOb, dy, ldo, qt.n);
+          backend::tile_gemm_bf16(M, T, h.kp, Qa, h.hh, 1, Ktp, T, S, T, false);
+          backend::tile_gemm_bf16(M, T, h.kp, dOa, h.hh, 1, Vtp, T, dP, T, false);
+        } else {
+          h.pack_rows(Q, q, x.ldq, qt.n);
+          h.pack_rows(dO, dy, ldo, qt.n);
+          backend::tile_gemm(M, T, hs, Q, hp, 1, Kt, T, S, T, false);
+          backend::tile_gemm(M, T, hs, dO, hp, 1, Vt, T, dP, T, false);
+        }
         const int64_t row0 = (int64_t(b) * x.NH + head) * Tq;
         host_softmax_backward(h, S, dP, qt, doc, kt, c, lse.data() + row0, delta.data() + row0);
         // dV += Pᵀ·dO and dK += dSᵀ·Q over the tile's query rows (transposed A: sam = 1).
-        backend::tile_gemm(Mk, hp, qt.n, S, 1, T, dO, hp, dV, hp, true);
-        backend::tile_gemm(Mk, hp, qt.n, dP, 1, T, Q, hp, dK, hp, true);
+        if (bf16) {
+          const int pairs = (qt.n + 1) / 2;
+          backend::pack_bf16_column_pairs(Pt, T, S, T, qt.n, T, pairs, T);
+          backend::pack_bf16_column_pairs(dSt, T, dP, T, qt.n, T, pairs, T);
+          backend::tile_gemm_bf16(Mk, hp, pairs, Pt, 1, T, dOb, hp, dV, hp, true);
+          backend::tile_gemm_bf16(Mk, hp, pairs, dSt, 1, T, Qb, hp, dK, hp, true);
+        } else {
+          backend::tile_gemm(Mk, hp, qt.n, S, 1, T, dO, hp, dV, hp, true);
+          backend::tile_gemm(Mk, hp, qt.n, dP, 1, T, Q, hp, dK, hp, true);
+        }
       }
     }
     for (int r = 0; r < kt.n; ++r) {
@@ -355,6 +425,7 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs, Tq = x.queries.rows;
   const int64_t tile = int64_t(T) * hp, ldo = int64_t(x.NH) * hs;
   host_buffers().reserve(size_t(host_q_floats(G, hp)));
+  if (bf16) host_pairs().reserve(size_t(host_q_floats(G, hp)));
   const int64_t groups = int64_t(x.B) * x.KVH;
   for_each_unit_on_host("mpf::attention_backward_q", groups * h.nqt, [&](int64_t u, int thread) {
     float* Q = host_buffers().of(thread);
@@ -365,6 +436,13 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
     float* K = Vt + tile;
     float* S = K + tile;
     float* dP = S + T * T;
+    // bf16: Q and dO as A, Kᵀ and Vᵀ as B, K as B (pairs of rows), dS as A.
+    Bf16Pair* Qa = bf16 ? host_pairs().of(thread) : nullptr;
+    Bf16Pair* dOa = bf16 ? Qa + G * tile / 2 : nullptr;
+    Bf16Pair* Ktp = bf16 ? dOa + G * tile / 2 : nullptr;
+    Bf16Pair* Vtp = bf16 ? Ktp + tile / 2 : nullptr;
+    Bf16Pair* Kb = bf16 ? Vtp + tile / 2 : nullptr;
+    Bf16Pair* dSp = bf16 ? Kb + tile / 2 : nullptr;
     const int qi = h.nqt - 1 - int(u / groups), b = int(u % groups) / x.KVH,
               kvh = int(u % groups) % x.KVH;
     const Tile qt = tile_at(x.queries, T, qi);
@@ -373,9 +451,14 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
     const int M = round_up(qt.n, backend::kTileRows);
     for (int g = 0; g < G; ++g) {
       const int head = kvh * G + g;
-      h.pack_rows(Q + g * tile, h.q_row(b, qt.row, head), x.ldq, qt.n);
-      h.pack_rows(dO + g * tile,
-                  dout.data() + (int64_t(b) * Tq + qt.row) * ldo + int64_t(head) * hs, ldo, qt.n);
+      const float* dy = dout.data() + (int64_t(b) * Tq + qt.row) * ldo + int64_t(head) * hs;
+      if (bf16) {
+        h.pack_pair_rows(Qa + g * tile / 2, h.q_row(b, qt.row, head), x.ldq, qt.n);
+        h.pack_pair_rows(dOa + g * tile / 2, dy, ldo, qt.n);
+      } else {
+        h.pack_rows(Q + g * tile, h.q_row(b, qt.row, head), x.ldq, qt.n);
+        h.pack_rows(dO + g * tile, dy, ldo, qt.n);
+      }
     }
     std::fill(dQ, dQ + G * tile, 0.0f);
     for (int kj = 0; kj < h.nkt; ++kj) {
@@ -383,16 +466,33 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
       const Cover c = cover(qt, dr.lo, dr.hi, kt);
       if (c == Cover::kNone) continue;
       const int64_t at = h.kv_offset(b, kt.row, kvh);
-      h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
-      h.pack_transposed(Vt, x.v + at, x.ldkv, kt.n);
-      h.pack_rows(K, x.k + at, x.ldkv, kt.n);
+      if (bf16) {
+        h.pack_pair_transposed(Ktp, x.k + at, x.ldkv, kt.n);
+        h.pack_pair_transposed(Vtp, x.v + at, x.ldkv, kt.n);
+        h.pack_row_pairs(Kb, x.k + at, x.ldkv, kt.n);
+      } else {
+        h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
+        h.pack_transposed(Vt, x.v + at, x.ldkv, kt.n);
+        h.pack_rows(K, x.k + at, x.ldkv, kt.n);
+      }
       for (int g = 0; g < G; ++g) {
         const int head = kvh * G + g;
-        backend::tile_gemm(M, T, hs, Q + g * tile, hp, 1, Kt, T, S, T, false);
-        backend::tile_gemm(M, T, hs, dO + g * tile, hp, 1, Vt, T, dP, T, false);
+        if (bf16) {
+          backend::tile_gemm_bf16(M, T, h.kp, Qa + g * tile / 2, h.hh, 1, Ktp, T, S, T, false);
+          backend::tile_gemm_bf16(M, T, h.kp, dOa + g * tile / 2, h.hh, 1, Vtp, T, dP, T, false);
+        } else {
+          backend::tile_gemm(M, T, hs, Q + g * tile, hp, 1, Kt, T, S, T, false);
+          backend::tile_gemm(M, T, hs, dO + g * tile, hp, 1, Vt, T, dP, T, false);
+        }
         const int64_t row0 = (int64_t(b) * x.NH + head) * Tq;
         host_softmax_backward(h, S, dP, qt, doc, kt, c, lse.data() + row0, delta.data() + row0);
-        backend::tile_gemm(M, hp, kt.n, dP, T, 1, K, hp, dQ + g * tile, hp, true);
+        if (bf16) {  // dS rounded as it is packed
+          const int pairs = (kt.n + 1) / 2;
+          backend::pack_bf16_pairs(dSp, T / 2, dP, T, qt.n, kt.n, M, pairs);
+          backend::tile_gemm_bf16(M, hp, pairs, dSp, T / 2, 1, Kb, hp, dQ + g * tile, hp, true);
+        } else {
+          backend::tile_gemm(M, hp, kt.n, dP, T, 1, K, hp, dQ + g * tile, hp, true);
+        }
       }
     }
     for (int g = 0; g < G; ++g) {
