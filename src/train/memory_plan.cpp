@@ -8,6 +8,7 @@
 
 #include "core/bf16.hpp"
 #include "model/layers/attention_path.hpp"
+#include "model/layers/chunked_attention.hpp"
 #include "model/layers/ring_attention.hpp"
 #include "model/parameters.hpp"
 
@@ -188,6 +189,10 @@ void add_buffer_terms(const MemoryShape& s, int sets, const Terms& add) {
   if (s.bf16) work += 2 * s.bf16_scratch * int64_t(sizeof(bf16));
   work += attention_path_scratch_bytes(s.attention, shard.heads, shard.kv_heads, shard.head_size,
                                        s.seq_len, s.threads);
+  if (s.bf16 && s.attention == AttentionPath::kChunked) {
+    work += chunked_attention_bf16_bytes(shard.heads, shard.kv_heads, shard.head_size,
+                                         int64_t(s.micro_batch) * s.seq_len, s.cp > 1);
+  }
   // A CPU GEMM library packs a whole operand of a large product into a buffer of its own for the
   // call (oneDNN's sgemm: the LM head's vocab x C weight, 8.8 MB for 8192 x 256), and with freed
   // memory kept in the process (core/host_memory.hpp) that buffer stays resident after the call.

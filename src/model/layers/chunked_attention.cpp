@@ -396,6 +396,11 @@ void chunked_attention_backward(float* dq, int64_t lddq, bool accumulate_dq, flo
   }
 }
 
+int64_t chunked_attention_bf16_bytes(int NH, int KVH, int hs, int64_t rows, bool ring) {
+  const int64_t qkv = int64_t(NH + 2 * KVH) * hs, q = int64_t(NH) * hs, kv = 2 * int64_t(KVH) * hs;
+  return rows * (qkv + q + (ring ? kv : 0)) * int64_t(sizeof(bf16));
+}
+
 int64_t chunked_attention_scratch_bytes(int NH, int hs, int key_rows, int chunk_rows) {
   const int Tc = std::max(1, std::min(chunk_rows, key_rows));
   return chunk_scratch_floats(NH, hs, key_rows, Tc) * int64_t(sizeof(float));

@@ -50,4 +50,8 @@ void chunked_attention_backward(float* dq, int64_t lddq, bool accumulate_dq, flo
 int64_t chunked_attention_scratch_bytes(int NH, int hs, int key_rows,
                                         int chunk_rows = kChunkedAttentionRows);
 
+// The bf16 copies of a call's inputs a Bf16Products scope keeps (HeldOperand) for `rows` query
+// rows: the packed QKV, dO and, for ring attention's blocks (K and V apart from Q), their K and V.
+int64_t chunked_attention_bf16_bytes(int NH, int KVH, int hs, int64_t rows, bool ring);
+
 }  // namespace mpf
