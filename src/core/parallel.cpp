@@ -62,4 +62,11 @@ double* sum_scratch(int64_t nblocks) {
 
 }  // namespace detail
 
+void append_sum_blocks(std::vector<SumBlock>& blocks, int64_t first, int64_t n, int total) {
+  for (int64_t at = 0; at < n; at += kSumBlock) {
+    blocks.push_back(
+        {first + at, int(std::min(kSumBlock, n - at)), total, at + kSumBlock >= n ? 1 : 0});
+  }
+}
+
 }  // namespace mpf

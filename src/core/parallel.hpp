@@ -319,6 +319,29 @@ namespace detail {
 // the block sums); grown when a sum needs more, kept for the next (a training step allocates
 // nothing), released when Kokkos finalizes. One sum runs at a time.
 double* sum_scratch(int64_t nblocks);
+
+// One block's sum: f(i) for i in [lo, hi) in 16 lanes (host shape), or over the team (device).
+template <class F>
+KOKKOS_INLINE_FUNCTION double lane_block_sum(const F& f, int64_t lo, int64_t hi) {
+  constexpr int kLanes = 16;
+  double lane[kLanes] = {};
+  int64_t i = lo;
+  for (; i + kLanes <= hi; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) lane[k] += f(i + k);
+  }
+  double acc = 0.0;
+  for (int k = 0; k < kLanes; ++k) acc += lane[k];
+  for (; i < hi; ++i) acc += f(i);
+  return acc;
+}
+template <class F>
+KOKKOS_INLINE_FUNCTION double team_block_sum(const TeamMember& team, const F& f, int64_t lo,
+                                             int len) {
+  double s = 0.0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamVectorRange(team, len), [&](int j, double& acc) { acc += f(lo + j); }, s);
+  return s;
+}
 }  // namespace detail
 
 // Adds Σ f(i) to *total, a double in the kernels' memory, without reading it to the host: a step
@@ -331,16 +354,7 @@ void sum_into(const char* label, int64_t n, const F& f, double* total) {
     detail::launch(
         label, nblocks, 2, KOKKOS_LAMBDA(int64_t blk) {
           const int64_t lo = blk * kSumBlock, hi = lo + kSumBlock < n ? lo + kSumBlock : n;
-          constexpr int kLanes = 16;
-          double lane[kLanes] = {};
-          int64_t i = lo;
-          for (; i + kLanes <= hi; i += kLanes) {
-            for (int k = 0; k < kLanes; ++k) lane[k] += f(i + k);
-          }
-          double acc = 0.0;
-          for (int k = 0; k < kLanes; ++k) acc += lane[k];
-          for (; i < hi; ++i) acc += f(i);
-          partial[blk] = acc;
+          partial[blk] = detail::lane_block_sum(f, lo, hi);
         });
   } else {
     const profile::Scope timer(label);
@@ -348,9 +362,7 @@ void sum_into(const char* label, int64_t n, const F& f, double* total) {
         label, detail::row_policy(nblocks, kSumBlock), KOKKOS_LAMBDA(const TeamMember& team) {
           const int64_t lo = int64_t(team.league_rank()) * kSumBlock;
           const int len = int(lo + kSumBlock < n ? kSumBlock : n - lo);
-          double s = 0.0;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamVectorRange(team, len), [&](int j, double& acc) { acc += f(lo + j); }, s);
+          const double s = detail::team_block_sum(team, f, lo, len);
           Kokkos::single(Kokkos::PerTeam(team), [&] { partial[team.league_rank()] = s; });
         });
   }
@@ -360,6 +372,58 @@ void sum_into(const char* label, int64_t n, const F& f, double* total) {
         double acc = 0.0;
         for (int64_t b = 0; b < nblocks; ++b) acc += partial[b];
         *total += acc;
+      });
+}
+
+// Many sums in two launches, whatever the number of pieces: each piece (a run of f's indices) is
+// cut into blocks as sum_into cuts it, so its sum and the order it is added in are sum_into's.
+// A table of SumBlock (in the kernels' memory) lists every piece's blocks, piece after piece;
+// `last` marks a piece's last block, whose piece sum is added to totals[total].
+struct SumBlock {
+  int64_t first;  // f's index of the block's first element
+  int len;        // 1 to kSumBlock
+  int total;
+  int last;
+};
+// Appends the blocks of the piece [first, first + n) to `blocks` (none when n is 0).
+void append_sum_blocks(std::vector<SumBlock>& blocks, int64_t first, int64_t n, int total);
+
+// totals[0, ntotals) = 0, then, piece by piece in the table's order, totals[t] += Σ f(i) over the
+// piece: each piece's sum and the totals' bits are those of zeroing the totals and calling
+// sum_into for each piece in turn. The first launch sums each block (as sum_into does), the
+// second, one thread, adds each piece's blocks in order and the pieces to their totals.
+template <class F>
+void sum_pieces_into(const char* label, const SumBlock* blocks, int64_t nblocks, const F& f,
+                     double* totals, int ntotals) {
+  double* partial = detail::sum_scratch(nblocks);
+  if (nblocks > 0) {
+    if (!device_shaped()) {
+      detail::launch(
+          label, nblocks, 2, KOKKOS_LAMBDA(int64_t b) {
+            const SumBlock blk = blocks[b];
+            partial[b] = detail::lane_block_sum(f, blk.first, blk.first + blk.len);
+          });
+    } else {
+      const profile::Scope timer(label);
+      Kokkos::parallel_for(
+          label, detail::row_policy(nblocks, kSumBlock), KOKKOS_LAMBDA(const TeamMember& team) {
+            const SumBlock blk = blocks[team.league_rank()];
+            const double s = detail::team_block_sum(team, f, blk.first, blk.len);
+            Kokkos::single(Kokkos::PerTeam(team), [&] { partial[team.league_rank()] = s; });
+          });
+    }
+  }
+  Kokkos::parallel_for(
+      "mpf::sum::pieces", Kokkos::RangePolicy<ExecSpace, int64_t>(0, 1), KOKKOS_LAMBDA(int64_t) {
+        for (int t = 0; t < ntotals; ++t) totals[t] = 0.0;
+        double acc = 0.0;
+        for (int64_t b = 0; b < nblocks; ++b) {
+          acc += partial[b];
+          if (blocks[b].last) {
+            totals[blocks[b].total] += acc;
+            acc = 0.0;
+          }
+        }
       });
 }
 

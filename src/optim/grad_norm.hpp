@@ -5,28 +5,42 @@
 
 #include <vector>
 
+#include "core/parallel.hpp"
 #include "core/types.hpp"
 
 namespace mpf {
 
 // Σ g² over the pieces of a rank's gradients, added up in the kernels' memory (in double, each
-// piece in an order fixed by its length: core/parallel.hpp sum_into) and read to the host once:
-// one read a step, however many pieces.
+// piece in an order fixed by its length: core/parallel.hpp sum_pieces_into) and read to the host
+// once: two launches and one read a step, however many pieces (GPT-2 124M has 148). The pieces
+// are summed when read; their table of blocks goes to the kernels' memory when they change (the
+// first step), not every step.
 class SumOfSquares {
  public:
   // sums: separate sums kept side by side (a mixture of experts' experts and the rest), read
   // together.
   explicit SumOfSquares(int sums = 1);
-  // Starts new sums (0).
+  // Starts new sums (0): forgets the pieces added.
   void reset();
+  // A piece, read at the next read (it must not change before).
   void add(const float* g, int64_t n, int sum = 0);
   // The first sum so far, on the host (counted by --profile as "d2h gradient norm").
-  double read() const;
+  double read();
   // Every sum, in one read.
-  std::vector<double> read_all() const;
+  std::vector<double> read_all();
 
  private:
-  Kokkos::View<double*, MemSpace> total_;  // one element
+  struct Piece {
+    const float* g;
+    int64_t n;
+    int sum;
+    bool operator==(const Piece& o) const { return g == o.g && n == o.n && sum == o.sum; }
+  };
+  std::vector<Piece> pieces_;    // added since the last reset
+  std::vector<Piece> tabled_;    // the pieces blocks_ lists
+  const float* base_ = nullptr;  // blocks_' indices are from here
+  Kokkos::View<SumBlock*, MemSpace> blocks_;
+  Kokkos::View<double*, MemSpace> total_;  // one element per sum
 };
 
 // Σ g² over n elements: a SumOfSquares of one piece.

@@ -23,6 +23,7 @@
 #include "model/layers/rope.hpp"
 #include "model/layers/swiglu.hpp"
 #include "optim/adamw.hpp"
+#include "optim/grad_norm.hpp"
 #include "test_helpers.hpp"
 
 namespace mpf {
@@ -65,6 +66,26 @@ double device_sum_of_squares(const Slab& x) {
   const float* p = x.data();
   return sum(
       "test::sum", int64_t(x.extent(0)), KOKKOS_LAMBDA(int64_t i) { return double(p[i]) * p[i]; });
+}
+
+// Sums of squares of pieces of x, as the gradient norm added them before its pieces shared two
+// launches: sum_into a piece at a time, in order, into its total.
+struct SquaresPiece {
+  int64_t first, n;
+  int sum;
+};
+std::vector<double> squares_piece_by_piece(const Slab& x, const std::vector<SquaresPiece>& pieces,
+                                           int sums) {
+  Kokkos::View<double*, MemSpace> totals("totals", sums);
+  for (const SquaresPiece& piece : pieces) {
+    const float* g = x.data() + piece.first;
+    sum_into(
+        "test::sum_into", piece.n, KOKKOS_LAMBDA(int64_t i) { return double(g[i]) * g[i]; },
+        totals.data() + piece.sum);
+  }
+  std::vector<double> out(size_t(sums), 0.0);
+  copy_to_host(out.data(), totals.data(), out.size() * sizeof(double), "test");
+  return out;
 }
 
 std::vector<int32_t> ints_to_host(const Tokens& t) {
@@ -329,6 +350,28 @@ TEST_P(Kernels, SumOfAMillionElements) {
   double want = 0;
   for (float v : h) want += double(v) * v;
   EXPECT_NEAR(device_sum_of_squares(x), want, 1e-10 * want);
+}
+
+// The gradient norm's pieces in two launches give each sum the bits of summing them one by one:
+// pieces of no element, of one, around a block's length, of several blocks and a remainder, in
+// two sums; read again (the blocks' table kept) and after other pieces (a new table).
+TEST_P(Kernels, SumOfSquaresOfManyPiecesAsPieceByPiece) {
+  const int64_t B = kSumBlock;
+  Slab x = random_slab("x", 6 * B, 3.0f);
+  const std::vector<SquaresPiece> first = {{7, 0, 0},         {5, 1, 1},         {10, B - 1, 0},
+                                           {B + 3, B, 1},     {9, 3 * B + 5, 0}, {4 * B, 17, 1},
+                                           {2 * B, B + 1, 0}, {11, 2, 1}};
+  const std::vector<SquaresPiece> second = {{3, 2 * B, 1}, {0, 5 * B + 9, 0}};
+  SumOfSquares squares(2);
+  for (const std::vector<SquaresPiece>* pieces : {&first, &first, &second, &first}) {
+    squares.reset();
+    for (const SquaresPiece& p : *pieces) squares.add(x.data() + p.first, p.n, p.sum);
+    const std::vector<double> got = squares.read_all(),
+                              want = squares_piece_by_piece(x, *pieces, 2);
+    EXPECT_EQ(got, want);
+    EXPECT_GT(got[0], 0.0);
+    EXPECT_GT(got[1], 0.0);
+  }
 }
 
 TEST_P(Kernels, AdamWOverSegmentsOfEveryLength) {
