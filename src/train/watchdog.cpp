@@ -75,10 +75,8 @@ std::string describe(const ActivitySnapshot& a, int rank, const char* host) {
       n += std::snprintf(call + n, sizeof call - size_t(n), " on %s", a.comm ? a.comm : "?");
     }
   }
-  char line[400];
-  std::snprintf(line, sizeof line, "rank %d (host %s): %s; %s%s", rank, host, where, call,
-                a.stalled ? " (stopped there by MPIFORMER_TEST_HANG)" : "");
-  return line;
+  return "rank " + std::to_string(rank) + " (host " + host + "): " + where + "; " + call +
+         (a.stalled ? " (stopped there by MPIFORMER_TEST_HANG)" : "");
 }
 
 // The line with its time: "...; waiting 300 s" in an MPI call, "...; for 2 s" outside.
@@ -163,7 +161,8 @@ Watchdog::Watchdog(double timeout_seconds, int world_rank, int world_size, std::
     : timeout_(timeout_seconds),
       rank_(world_rank),
       ranks_(world_size),
-      record_dir_(std::move(record_dir)) {
+      record_dir_(std::move(record_dir)),
+      period_(timeout_ > 0 && timeout_ / 20 < 1.0 ? timeout_ / 20 : 1.0) {
   gethostname(host_, sizeof host_ - 1);
   rank_activity().claim_writer();  // the main thread's, which runs the steps
   if (!record_dir_.empty()) {
@@ -236,108 +235,126 @@ void Watchdog::stop() {
   armed_ = false;
 }
 
-void Watchdog::write_record(const std::string& line, bool in_mpi, double since) {
+void Watchdog::write_record(const Seen& own, double checked) {
   if (record_fd_ < 0) return;
   char text[kRecordBytes];
   std::memset(text, ' ', sizeof text);
-  const int n = std::snprintf(text, sizeof text, "%.3f %d %s", since, in_mpi ? 1 : 0, line.c_str());
+  const int n = std::snprintf(text, sizeof text, "%.3f %.3f %d %s", own.since, checked,
+                              own.in_mpi ? 1 : 0, own.line.c_str());
   if (n >= 0 && size_t(n) < sizeof text) text[n] = ' ';
   text[sizeof text - 1] = '\n';
   const ssize_t ignored = pwrite(record_fd_, text, sizeof text, 0);
   (void)ignored;
 }
 
-void Watchdog::print_table(const char* why, const std::string& own_line, bool own_in_mpi,
-                           double own_since) {
+std::string Watchdog::read_record(int rank, double now) const {
+  char text[kRecordBytes + 1] = "";
+  ssize_t got = -1;
+  if (!record_dir_.empty()) {
+    const int fd = open(record_file(record_dir_, rank).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      got = pread(fd, text, kRecordBytes, 0);
+      close(fd);
+    }
+  }
+  double since = 0, checked = 0;
+  int in_mpi = 0, used = 0;
+  if (got > 0) {
+    text[got] = '\0';
+    if (std::sscanf(text, "%lf %lf %d %n", &since, &checked, &in_mpi, &used) < 3 || used == 0) {
+      got = 0;
+    }
+  }
+  if (got <= 0) {
+    return "rank " + std::to_string(rank) +
+           ": no record (none written yet, or not on a file system rank 0 reads: give --save on "
+           "a shared one)";
+  }
+  std::string line(text + used);
+  line.erase(line.find_last_not_of(" \n") + 1);
+  // How long the record had stood when its rank last looked; a rank that stopped looking (its
+  // process stopped, or gone) says so.
+  line = with_time(line, in_mpi != 0, checked - since);
+  if (now - checked > 3 * period_ + 1.0) {
+    char stale[96];
+    std::snprintf(stale, sizeof stale, "; not refreshed for %.0f s (its process stopped or gone?)",
+                  now - checked);
+    line += stale;
+  }
+  return line;
+}
+
+void Watchdog::print_table(const char* why, const Seen& own) const {
   const double now = wall_seconds();
   std::string table = std::string(why) + ": where each rank is (their records in " +
                       (record_dir_.empty() ? std::string("no directory") : record_dir_) + "):\n";
   for (int r = 0; r < ranks_; ++r) {
-    if (r == rank_) {
-      table += with_time(own_line, own_in_mpi, now - own_since) + "\n";
-      continue;
-    }
-    char text[kRecordBytes + 1] = "";
-    ssize_t got = -1;
-    if (!record_dir_.empty()) {
-      const int fd = open(record_file(record_dir_, r).c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd >= 0) {
-        got = pread(fd, text, kRecordBytes, 0);
-        close(fd);
-      }
-    }
-    double since = 0;
-    int in_mpi = 0, used = 0;
-    if (got > 0) {
-      text[got] = '\0';
-      if (std::sscanf(text, "%lf %d %n", &since, &in_mpi, &used) < 2 || used == 0) got = 0;
-    }
-    if (got <= 0) {
-      char line[160];
-      std::snprintf(line, sizeof line,
-                    "rank %d: no record (none written yet, or not on a file system rank 0 reads: "
-                    "give --save on a shared one)\n",
-                    r);
-      table += line;
-      continue;
-    }
-    std::string line(text + used);
-    line.erase(line.find_last_not_of(" \n") + 1);
-    table += with_time(line, in_mpi != 0, now - since) + "\n";
+    table += (r == rank_ ? with_time(own.line, own.in_mpi, now - own.since) : read_record(r, now));
+    table += '\n';
   }
   std::fwrite(table.data(), 1, table.size(), stderr);
   std::fflush(stderr);
 }
 
+void Watchdog::fire_if_over(const Seen& own) const {
+  if (!armed_) return;
+  const double elapsed = double(now_ns() - started_ns_) * 1e-9;
+  if (elapsed <= limit_) return;
+  char where[96] = "";
+  if (mb_ >= 0)
+    std::snprintf(where, sizeof where, " (microbatch %d, chunk %d)", int(mb_), int(chunk_));
+  char limit[96];
+  if (limit_ > timeout_) {
+    std::snprintf(limit, sizeof limit, "%g s (a save's limit: its size at 20 MB/s)",
+                  double(limit_));
+  } else {
+    std::snprintf(limit, sizeof limit, "--step-timeout %g", timeout_);
+  }
+  std::fprintf(stderr,
+               "fatal: [rank %d, %s pid %d] %s %d has run %.1f s, over %s, in phase '%s'%s: "
+               "aborting the job (exit status %d)\n",
+               rank_, host_, int(getpid()), what_.load(), int(step_), elapsed, limit,
+               spelled_out(phase_), where, int(kExitWatchdog));
+  std::fflush(stderr);
+  if (rank_ == 0) {
+    print_table("watchdog", own);
+  } else {
+    sleep(kOthersWaitSeconds);
+  }
+  // No MPI call from this thread (MPI is initialised funneled: the main thread only). Ending
+  // the process is what makes the launcher end the job.
+  _exit(kExitWatchdog);
+}
+
 void Watchdog::watch() {
-  // Looks often enough to fire within a few percent of the limit, at most once a second.
-  const double period = timeout_ > 0 && timeout_ / 20 < 1.0 ? timeout_ / 20 : 1.0;
-  const auto every = std::chrono::duration<double>(period);
+  // Fires within a few percent of the limit; sees a SIGUSR2 request within a tenth of a second;
+  // rewrites the record file once a period (at most a second), changed or not: the time it was
+  // last written tells rank 0 this process still runs.
+  const auto tick = std::chrono::duration<double>(period_ < 0.1 ? period_ : 0.1);
   uint64_t seen = ~uint64_t(0);
-  std::string line;
-  bool in_mpi = false;
-  double since = wall_seconds();
+  Seen own;
+  own.since = wall_seconds();
+  double written = 0, table_due = 0;
   std::unique_lock<std::mutex> lock(mutex_);
-  while (!wake_.wait_for(lock, every, [this] { return quit_; })) {
-    // The record's age is measured here, to the period: its writer reads no clock.
+  while (!wake_.wait_for(lock, tick, [this] { return quit_; })) {
+    // The record's age is measured here, to the tick: its writer reads no clock.
+    const double now = wall_seconds();
     const ActivitySnapshot a = rank_activity().read();
     if (a.seq != seen) {
       seen = a.seq;
-      since = wall_seconds();
-      line = describe(a, rank_, host_);
-      in_mpi = a.call != nullptr;
-      write_record(line, in_mpi, since);
+      own = Seen{describe(a, rank_, host_), a.call != nullptr, now};
     }
-    if (table_asked.exchange(false) && rank_ == 0) {
-      print_table("SIGUSR2", line, in_mpi, since);
+    if (now - written >= period_) {
+      write_record(own, now);
+      written = now;
     }
-    if (!armed_) continue;
-    const double elapsed = double(now_ns() - started_ns_) * 1e-9;
-    if (elapsed <= limit_) continue;
-    char where[96] = "";
-    if (mb_ >= 0)
-      std::snprintf(where, sizeof where, " (microbatch %d, chunk %d)", int(mb_), int(chunk_));
-    char limit[96];
-    if (limit_ > timeout_) {
-      std::snprintf(limit, sizeof limit, "%g s (a save's limit: its size at 20 MB/s)",
-                    double(limit_));
-    } else {
-      std::snprintf(limit, sizeof limit, "--step-timeout %g", timeout_);
+    // SIGUSR2: printed a period later, when every running rank has rewritten its record since.
+    if (table_asked.exchange(false) && rank_ == 0 && table_due == 0) table_due = now + period_;
+    if (table_due > 0 && now >= table_due) {
+      print_table("SIGUSR2", own);
+      table_due = 0;
     }
-    std::fprintf(stderr,
-                 "fatal: [rank %d, %s pid %d] %s %d has run %.1f s, over %s, in phase '%s'%s: "
-                 "aborting the job (exit status %d)\n",
-                 rank_, host_, int(getpid()), what_.load(), int(step_), elapsed, limit,
-                 spelled_out(phase_), where, int(kExitWatchdog));
-    std::fflush(stderr);
-    if (rank_ == 0) {
-      print_table("watchdog", line, in_mpi, since);
-    } else {
-      sleep(kOthersWaitSeconds);
-    }
-    // No MPI call from this thread (MPI is initialised funneled: the main thread only). Ending
-    // the process is what makes the launcher end the job.
-    _exit(kExitWatchdog);
+    fire_if_over(own);
   }
 }
 

@@ -8,9 +8,10 @@
 // (stage, microbatch, F/B/W) and the MPI call it was in (communicator, peer, tag), and for how
 // long (parallel/rank_activity.hpp records them). SIGUSR2 prints the same table at any time and
 // the run goes on. The ranks' records reach rank 0 through a small file per rank, which each
-// rank's watchdog thread rewrites in place whenever its record changed (at most once a wake, so
-// at most 20 times a --step-timeout and once a second), in the run's directory: --save DIR's
-// `ranks/`, else a directory rank 0 makes in $TMPDIR (a shared file system only with --save).
+// rank's watchdog thread rewrites in place 20 times a --step-timeout, at most once a second,
+// changed or not (when it was written tells rank 0 the process still runs), in the run's
+// directory: --save DIR's `ranks/`, else a directory rank 0 makes in $TMPDIR (a shared file
+// system only with --save).
 // Files, not an MPI one-sided window: a hang is MPI's, and the files need nothing from MPI or
 // from the other ranks being alive (a stopped or dead rank's last record is still read), no
 // thread but the watchdog's touches them, and they stay behind for a post-mortem.
@@ -56,14 +57,26 @@ class Watchdog : public PhaseObserver {
   // Stops timing (the run is done, or waits on nothing).
   void stop();
   void watch();
-  // Rewrites this rank's record file with `line`, which has stood since `since` (wall clock).
-  void write_record(const std::string& line, bool in_mpi, double since);
+  // This rank's record as the watchdog thread last saw it: its line, whether in an MPI call,
+  // since when (wall clock).
+  struct Seen {
+    std::string line;
+    bool in_mpi = false;
+    double since = 0;
+  };
+  // Rewrites this rank's record file, as checked at `checked` (wall clock).
+  void write_record(const Seen& own, double checked);
+  // Rank `rank`'s line, from its record file, at wall-clock time `now`.
+  std::string read_record(int rank, double now) const;
   // Rank 0: the table of every rank's last record, to stderr in one write.
-  void print_table(const char* why, const std::string& own_line, bool own_in_mpi, double own_since);
+  void print_table(const char* why, const Seen& own) const;
+  // Past the limit: the fatal line, rank 0's table, then the process ends.
+  void fire_if_over(const Seen& own) const;
 
   double timeout_;
   int rank_, ranks_;
   std::string record_dir_;
+  double period_;  // how often the record file is rewritten, and the limit checked at least
   int record_fd_ = -1;
   char host_[256] = "?";
   std::atomic<bool> armed_{false};

@@ -188,10 +188,11 @@ if wait_for "$WORK/w.log" '^step 3/500' && pid=$(rank_pid "--save $WORK/w" 1); t
   else
     bad "watchdog: exit $status after $took s; stderr: $(head -3 "$WORK/w.err")"
   fi
-  # Rank 1's line is its last record, read from its file in the save directory.
+  # Rank 1's line is its last record, read from its file in the save directory, which its
+  # stopped process no longer rewrites.
   if grep -q '^watchdog: where each rank is' "$WORK/w.err" &&
     grep -qE '^rank 0 \(host [^)]+\): step [0-9]+, .*; (waiting|for) [0-9]+ s$' "$WORK/w.err" &&
-    grep -qE '^rank 1 \(host [^)]+\): step [0-9]+, .*; (waiting|for) [0-9]+ s$' "$WORK/w.err"; then
+    grep -qE '^rank 1 \(host [^)]+\): step [0-9]+, .*; (waiting|for) [0-9]+ s; not refreshed for [0-9]+ s \(its process stopped or gone\?\)$' "$WORK/w.err"; then
     ok "watchdog: rank 0 printed where each rank was: $(grep '^rank 1 (host' "$WORK/w.err")"
   else
     bad "watchdog: no table of the ranks"; grep -A3 '^watchdog: where' "$WORK/w.err"
@@ -238,7 +239,7 @@ fi
 # ---- 7. SIGUSR2 mid-run: rank 0 prints the table, and the run goes on to the same steps ----
 "$MPIEXEC" -n 2 "$TRAIN" "${sig[@]}" --save "$WORK/usr2" >"$WORK/usr2.log" 2>&1 &
 job=$!
-if wait_for "$WORK/usr2.log" '^step 5/60' && pid=$(rank_pid "--save $WORK/usr2" 0); then
+if wait_for "$WORK/usr2.log" '^step 3/60' && pid=$(rank_pid "--save $WORK/usr2" 0); then
   kill -USR2 "$pid"
 fi
 wait $job
