@@ -58,6 +58,31 @@ std::optional<json::Value> parse_record(const std::string& line, const std::stri
     return std::nullopt;
   }
 }
+
+// The file's lines, without their newlines (a last line without one included).
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    lines.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return lines;
+}
+
+// What the start says of the records it drops ("" when none).
+std::string dropped_note(const std::string& path, const std::string& save_dir, int first_step,
+                         int64_t dropped) {
+  if (dropped == 0) return "";
+  if (first_step == 1) {
+    return "--metrics " + path + ": an earlier attempt of this job (--save " + save_dir +
+           ") saved no checkpoint; its " + std::to_string(dropped) +
+           " records are replaced by this run's";
+  }
+  return "--metrics " + path + ": continues after step " + std::to_string(first_step - 1) +
+         ", dropping " + std::to_string(dropped) +
+         " records of steps the checkpoint does not hold (this run does them again)";
+}
 }  // namespace
 
 MetricsStart plan_metrics(const std::string& path, int first_step, const std::string& save_dir) {
@@ -68,12 +93,7 @@ MetricsStart plan_metrics(const std::string& path, int first_step, const std::st
   const std::string text = read_input_text(path, "--metrics " + path,
                                            "a .jsonl file this program wrote", int64_t(1) << 32);
   const std::string save = save_dir.empty() ? "" : resolved_path(save_dir);
-  std::vector<std::string> lines;
-  for (size_t at = 0; at < text.size();) {
-    const size_t end = std::min(text.find('\n', at), text.size());
-    lines.push_back(text.substr(at, end - at));
-    at = end + 1;
-  }
+  const std::vector<std::string> lines = split_lines(text);
   // Whole lines end with a newline; one a crash cut short does not.
   const bool torn_end = !text.empty() && text.back() != '\n';
   // Every record this program writes starts so; a line cut short starts as much of it as it holds.
@@ -130,16 +150,7 @@ MetricsStart plan_metrics(const std::string& path, int first_step, const std::st
               " holds another run's records, and a new run never appends to another run's file; "
               "choose another file, or resume that run with --load");
   start.keep_through = first_step - 1;
-  std::string dropped;
-  if (first_step == 1 && start.dropped > 0) {
-    dropped = "--metrics " + path + ": an earlier attempt of this job (--save " + save_dir +
-              ") saved no checkpoint; its " + std::to_string(start.dropped) +
-              " records are replaced by this run's";
-  } else if (start.dropped > 0) {
-    dropped = "--metrics " + path + ": continues after step " + std::to_string(first_step - 1) +
-              ", dropping " + std::to_string(start.dropped) +
-              " records of steps the checkpoint does not hold (this run does them again)";
-  }
+  const std::string dropped = dropped_note(path, save_dir, first_step, start.dropped);
   if (!dropped.empty()) start.note += (start.note.empty() ? "" : "; ") + dropped;
   start.rewrite = start.dropped > 0 || torn_end;
   return start;

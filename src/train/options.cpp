@@ -71,6 +71,27 @@ TrainOptions parse_options(int argc, const char* const* argv) {
   return o;
 }
 
+namespace {
+
+// The checkpoint flags that need --save or --load beside them.
+void check_checkpoint_options(const TrainOptions& o) {
+  require(o.given.count("--save") == 0 || !o.save.empty(),
+          "--save needs a directory; pass --save DIR");
+  require(o.given.count("--load") == 0 || !o.load.empty(),
+          "--load needs a directory; pass --load DIR");
+  require(o.save_every == 0 || !o.save.empty(),
+          "--save-every " + std::to_string(o.save_every) + " needs --save DIR to save into");
+  require(o.save_async <= 1, "--save-async takes 0 or 1, got " + std::to_string(o.save_async));
+  require(o.given.count("--save-async") == 0 || !o.save.empty(),
+          "--save-async " + std::to_string(o.save_async) + " needs --save DIR");
+  require(o.keep_last == 0 || !o.save.empty(),
+          "--keep-last " + std::to_string(o.keep_last) + " needs --save DIR");
+  require(o.load_step == 0 || !o.load.empty(),
+          "--load-step " + std::to_string(o.load_step) + " needs --load DIR to load from");
+}
+
+}  // namespace
+
 void check_options(TrainOptions& o) {
   for (const SettingGroup& g : setting_groups()) {
     for (const Setting& s : g.rows) {
@@ -108,19 +129,7 @@ void check_options(TrainOptions& o) {
   require(o.dp_bucket_mb > 0, "--dp-bucket-mb must be positive, got " + number(o.dp_bucket_mb));
   require(o.zero == 0 || o.zero == 1,
           "--zero " + std::to_string(o.zero) + " is not a ZeRO stage this trainer has; use 0 or 1");
-  require(o.given.count("--save") == 0 || !o.save.empty(),
-          "--save needs a directory; pass --save DIR");
-  require(o.given.count("--load") == 0 || !o.load.empty(),
-          "--load needs a directory; pass --load DIR");
-  require(o.save_every == 0 || !o.save.empty(),
-          "--save-every " + std::to_string(o.save_every) + " needs --save DIR to save into");
-  require(o.save_async <= 1, "--save-async takes 0 or 1, got " + std::to_string(o.save_async));
-  require(o.given.count("--save-async") == 0 || !o.save.empty(),
-          "--save-async " + std::to_string(o.save_async) + " needs --save DIR");
-  require(o.keep_last == 0 || !o.save.empty(),
-          "--keep-last " + std::to_string(o.keep_last) + " needs --save DIR");
-  require(o.load_step == 0 || !o.load.empty(),
-          "--load-step " + std::to_string(o.load_step) + " needs --load DIR to load from");
+  check_checkpoint_options(o);
   if (o.cp > 1) {
     const int chunks = 2 * o.cp;
     require(o.seq_len % chunks == 0,
