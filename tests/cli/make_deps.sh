@@ -3,14 +3,8 @@
 # output (about a thousand lines of dpkg's) goes to a log file in the build folder and the user sees
 # one line; a failed install shows the log's end and one error line. A stand-in apt-get on PATH
 # plays apt's part, and a package name no machine has plays the missing package.
-set -u
+source "$(dirname "$0")/common.sh"
 SRC=${MPIFORMER_SOURCE_DIR:?set MPIFORMER_SOURCE_DIR to the source tree}
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
 
 mkdir "$WORK/bin"
 cat >"$WORK/bin/apt-get" <<'SH'
@@ -44,5 +38,4 @@ else
   bad "a failed install: status $rc, $(wc -l <<<"$out") line(s): $(tail -2 <<<"$out")"
 fi
 
-echo "make_deps: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
