@@ -107,12 +107,20 @@ else
   refused scancel
 fi
 
-# 3. Node loss, with periodic saves (every 4 steps): the job's second node vanishes during step 7.
+# 3. Node loss, with periodic saves (every 4 steps, in the background): the job's second node
+#    vanishes once step 4's checkpoint is published (the trainer says "saved step 4" at the first
+#    step boundary after its write ends, at the latest when step 8's save begins). The requeued
+#    job loses at most the steps after the newest published checkpoint: it resumes from step 4,
+#    or from 8 where that write also ended before the node went.
 export SAVE_DIR=$WORK/ckpt_loss SAVE_EVERY=4
 if id=$(submit); then
   log=$WORK/mpiformer-$id.log
   logs+=("$log")
   wait_for_step "$log" 6
+  deadline=$((SECONDS + 60))
+  until grep -q "^checkpoint: saved step 4 " "$log" 2>/dev/null || [ "$SECONDS" -ge "$deadline" ]; do
+    sleep 0.05
+  done
   nodes=$(job_field "$id" NodeList)       # node[1-2]: the batch script runs on the first
   victim=$(timeout 10 scontrol show hostnames "$nodes" | sed -n 2p)
   i=${victim#node}
@@ -140,7 +148,7 @@ if id=$(submit); then
     sleep 0.2
   done
   ended=$(since "$t")
-  echo "node loss: $victim gone after step 6; the job had ended $ended later:"
+  echo "node loss: $victim gone after step 4's checkpoint was published; the job had ended $ended later:"
   printf '%s' "$timeline"
   if awk -v s="${ended% s}" -v b="$NODE_LOSS_BOUND" 'BEGIN { exit !(s < b) }'; then
     ok "node loss: the job ended $ended after $victim vanished (bound $NODE_LOSS_BOUND s)"
@@ -151,9 +159,9 @@ if id=$(submit); then
   completed "$id" "node loss"
   resumed=$(sed -nE "s/^resumed: .*, step ([0-9]+) of $STEPS.*/\1/p" "$log")
   after=$(job_field "$id" NodeList)
-  if [ "$(job_field "$id" Restarts)" -ge 1 ] && [ "$resumed" = 4 ] &&
+  if [ "$(job_field "$id" Restarts)" -ge 1 ] && { [ "$resumed" = 4 ] || [ "$resumed" = 8 ]; } &&
     ! timeout 10 scontrol show hostnames "$after" | grep -qx "$victim"; then
-    ok "node loss: Slurm requeued the job; it resumed from step 4 on $after"
+    ok "node loss: Slurm requeued the job; it resumed from step $resumed (published before the loss) on $after"
   else
     bad "node loss: restarts $(job_field "$id" Restarts), resumed from '${resumed:-?}' on $after"
     grep -E "job $id|SIG|stop signal|resumed|error|srun" "$log" | head -n 20
