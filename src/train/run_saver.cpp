@@ -128,7 +128,18 @@ RunSaver::~RunSaver() = default;
 
 bool RunSaver::save(int step, bool now) {
   if (!background_) return save_now(step);
-  if (now) return finish_background() & save_now(step);
+  if (now) {
+    // Waiting for the write in flight is this save's time on the watchdog's clock (a save's
+    // budget, from when the wait starts), not the step's stop agreement's.
+    TrainingRun& r = run_;
+    const double bytes = double(r.state_files_->model_bytes() + r.state_files_->optimizer_bytes());
+    bool written = false;
+    {
+      PhaseScope phase(r.phases_, StepPhase::kSave, step, bytes / 20e6);
+      written = finish_background();
+    }
+    return written & save_now(step);
+  }
   return save_in_background(step);
 }
 

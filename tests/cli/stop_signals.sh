@@ -206,4 +206,14 @@ if [ "$status" -eq 3 ] && [ -n "$stopped" ] && [ "$stopped" -gt 4 ] &&
 else
   bad "SIGUSR1 with a save in flight: exit $status"; grep -E '^(checkpoint|SIGUSR1)' "$WORK/usr1.log"
 fi
+# The last step's save waits for the write in flight (3 s slow) as a save, not inside the step's
+# stop agreement: over --step-timeout 1, the watchdog names the save.
+MPIFORMER_TEST_SAVE_DELAY=2:3 "$MPIEXEC" -n 1 "$TRAIN" "${tiny[@]}" --steps 3 --save-every 2 \
+  --save "$WORK/slow" --step-timeout 1 >"$WORK/slow.log" 2>&1
+status=$?
+if [ "$status" -eq 5 ] && grep -q "^fatal: .*save of step 3 has run" "$WORK/slow.log"; then
+  ok "the final save's wait for a write in flight is timed as a save"
+else
+  bad "the final save's wait for a write in flight: exit $status"; grep -E '^fatal' "$WORK/slow.log"
+fi
 finish
