@@ -164,6 +164,21 @@ struct ChunkRows {
   KOKKOS_INLINE_FUNCTION int head_of(int slot) const { return (slot % KVH) * G + slot / KVH; }
 };
 
+// What the row kernels need of chunk q of sequence b, over the keys of `span`.
+ChunkRows rows_of_chunk(const AttentionInputs& x, int b, int Tq, const attn::Tile& q,
+                        const KeySpan& span) {
+  const int32_t* doc = x.doc_start ? x.doc_start + int64_t(b) * Tq : nullptr;
+  return {q,
+          span.lo,
+          span.hi - span.lo,
+          x.keys,
+          doc,
+          x.window,
+          1.0f / std::sqrt(float(x.hs)),
+          x.NH / x.KVH,
+          x.KVH};
+}
+
 // The columns of a chunk's key span [k0, k0 + nk) that a query at qpos, first seeing the key at
 // `first`, sees: an interval per run of key positions, so the row loops test two ranges (and
 // vectorize) instead of looking each key's position up.
@@ -312,15 +327,7 @@ void chunked_attention_forward(Tensor out, Tensor lse, const AttentionInputs& x,
         if (!merge) no_keys(o, ldo, L, Tq, n, NH, hs);
         continue;
       }
-      const ChunkRows c{q,
-                        span.lo,
-                        nk,
-                        x.keys,
-                        x.doc_start ? x.doc_start + int64_t(b) * Tq : nullptr,
-                        x.window,
-                        1.0f / std::sqrt(float(hs)),
-                        G,
-                        KVH};
+      const ChunkRows c = rows_of_chunk(x, b, Tq, q, span);
       const float* qc = x.q + (int64_t(b) * Tq + q.row) * x.ldq;
       const int64_t kv_at = (int64_t(b) * Tk + span.lo) * x.ldkv;
       const int64_t per_head_scores = int64_t(n) * nk;
@@ -367,15 +374,7 @@ void chunked_attention_backward(float* dq, int64_t lddq, bool accumulate_dq, flo
         if (!accumulate_dq) no_keys(dqc, lddq, nullptr, 0, n, NH, hs);
         continue;
       }
-      const ChunkRows c{q,
-                        span.lo,
-                        nk,
-                        x.keys,
-                        x.doc_start ? x.doc_start + int64_t(b) * Tq : nullptr,
-                        x.window,
-                        1.0f / std::sqrt(float(hs)),
-                        G,
-                        KVH};
+      const ChunkRows c = rows_of_chunk(x, b, Tq, q, span);
       const float* qc = x.q + (int64_t(b) * Tq + q.row) * x.ldq;
       const float* dout_rows = dout.data() + (int64_t(b) * Tq + q.row) * ldo;
       const int64_t kv_at = (int64_t(b) * Tk + span.lo) * x.ldkv,
