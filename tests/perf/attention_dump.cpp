@@ -19,25 +19,15 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.hpp"
 #include "core/types.hpp"
 #include "model/layers/attention.hpp"
 #include "model/layers/attention_path.hpp"
 #include "model/layers/matmul.hpp"
+#include "perf/attention_inputs.hpp"
 
 namespace {
 
-mpf::Slab filled(const char* name, int64_t n, uint64_t stream) {
-  mpf::Slab s(std::string(name), n);
-  auto h = Kokkos::create_mirror_view(s);
-  for (int64_t i = 0; i < n; ++i) h(i) = mpf::rng::normal(1, stream, uint64_t(i)) * 0.5f;
-  Kokkos::deep_copy(s, h);
-  return s;
-}
-
-mpf::Tensor view(const mpf::Slab& s) {
-  return mpf::Tensor(s.data(), s.extent(0));
-}
+using mpf::perf::view;
 
 bool write(const std::string& path, const mpf::Slab& s) {
   auto h = Kokkos::create_mirror_view(s);
@@ -57,27 +47,21 @@ int main(int argc, char** argv) {
   Kokkos::initialize(argc, argv);
   int status = 0;
   {
-    int B = 1, NH = 4, KVH = 2, hs = 64, T = 1000;
-    bool bf16 = false;
+    mpf::perf::AttentionShape shape;
+    shape.NH = 4;
+    shape.KVH = 2;
+    int T = 1000;
     std::string dir;
     for (int i = 1; i < argc; ++i) {
+      if (shape.take(argc, argv, i)) continue;
       const std::string a = argv[i];
-      auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
-      if (a == "--batch")
-        B = next();
-      else if (a == "--heads")
-        NH = next();
-      else if (a == "--kv-heads")
-        KVH = next();
-      else if (a == "--head-size")
-        hs = next();
-      else if (a == "--seq-len")
-        T = next();
-      else if (a == "--precision")
-        bf16 = i + 1 < argc && std::string(argv[++i]) == "bf16";
+      if (a == "--seq-len")
+        T = i + 1 < argc ? std::atoi(argv[++i]) : 0;
       else
         dir = a;
     }
+    const int B = shape.B, NH = shape.NH, KVH = shape.KVH, hs = shape.hs;
+    const bool bf16 = shape.bf16;
     if (dir.empty() || B < 1 || NH < 1 || KVH < 1 || NH % KVH != 0 || hs < 1 || T < 1) {
       std::fprintf(stderr,
                    "usage: attention_dump DIR [--batch B] [--heads NH] [--kv-heads KVH (divides "
@@ -86,7 +70,8 @@ int main(int argc, char** argv) {
     } else {
       const int W = (NH + 2 * KVH) * hs, Cq = NH * hs;
       const int64_t rows = int64_t(B) * T;
-      mpf::Slab qkv = filled("qkv", rows * W, 7), dout = filled("dout", rows * Cq, 8);
+      mpf::Slab qkv = mpf::perf::filled("qkv", rows * W, 7),
+                dout = mpf::perf::filled("dout", rows * Cq, 8);
       std::unique_ptr<mpf::Bf16Products> scope;
       if (bf16) scope = std::make_unique<mpf::Bf16Products>(nullptr, nullptr, 0, 1);
       const mpf::AttentionInputs x =

@@ -29,11 +29,11 @@
 #include "backends/tile_gemm.hpp"
 #include "core/parallel.hpp"
 #include "core/profile.hpp"
-#include "core/rng.hpp"
 #include "core/types.hpp"
 #include "model/layers/attention.hpp"
 #include "model/layers/chunked_attention.hpp"
 #include "model/layers/matmul.hpp"
+#include "perf/attention_inputs.hpp"
 #include "unit/unfused_attention.hpp"
 
 namespace {
@@ -54,17 +54,8 @@ double seconds_since(double t0) {
   return now_seconds() - t0;
 }
 
-mpf::Slab filled(const char* name, int64_t n) {
-  mpf::Slab s(std::string(name), n);
-  auto h = Kokkos::create_mirror_view(s);
-  for (int64_t i = 0; i < n; ++i) h(i) = mpf::rng::normal(1, 7, uint64_t(i)) * 0.5f;
-  Kokkos::deep_copy(s, h);
-  return s;
-}
-
-mpf::Tensor view(const mpf::Slab& s) {
-  return mpf::Tensor(s.data(), s.extent(0));
-}
+using mpf::perf::filled;
+using mpf::perf::view;
 
 // The median of `reps` timings of f (after one untimed call).
 template <class F>
@@ -133,22 +124,16 @@ int main(int argc, char** argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   Kokkos::initialize(argc, argv);
   {
-    int B = 1, NH = 12, KVH = 4, hs = 64, reps = 3, chunk = mpf::kChunkedAttentionRows;
-    bool bf16 = false, fused_only = false, profile = false;
+    mpf::perf::AttentionShape shape;
+    int reps = 3, chunk = mpf::kChunkedAttentionRows;
+    bool fused_only = false, profile = false;
     std::string gemm;
     std::vector<int> lengths;
     for (int i = 1; i < argc; ++i) {
+      if (shape.take(argc, argv, i)) continue;
       const std::string a = argv[i];
       auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
-      if (a == "--batch")
-        B = next();
-      else if (a == "--heads")
-        NH = next();
-      else if (a == "--kv-heads")
-        KVH = next();
-      else if (a == "--head-size")
-        hs = next();
-      else if (a == "--chunk")
+      if (a == "--chunk")
         chunk = next();
       else if (a == "--gemm")
         gemm = i + 1 < argc ? argv[++i] : "";
@@ -160,11 +145,11 @@ int main(int argc, char** argv) {
         g_cpu_clock = true;
       else if (a == "--reps")
         reps = next();
-      else if (a == "--precision")
-        bf16 = i + 1 < argc && std::string(argv[++i]) == "bf16";
       else
         lengths.push_back(std::atoi(a.c_str()));
     }
+    const int B = shape.B, NH = shape.NH, KVH = shape.KVH, hs = shape.hs;
+    const bool bf16 = shape.bf16;
     if (lengths.empty()) lengths = {1024, 4096};
     if (!gemm.empty() && !mpf::backend::select(gemm)) {
       std::fprintf(stderr, "attention_rate: no GEMM library %s\n", gemm.c_str());
