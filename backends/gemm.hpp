@@ -3,9 +3,9 @@
 // backends/cuda (cuBLAS); nothing else in the project names these libraries.
 //
 // All matrices are row-major. C (M x N) = alpha * op(A) (M x K) * op(B) (K x N) + beta * C,
-// op(X) = X or Xᵀ; lda/ldb/ldc are the row strides of A, B and C as stored. C is always fp32;
-// A and B are fp32, or bf16 for the *_bf16 products (Megatron's mixed precision: bf16 inputs,
-// products accumulated in fp32).
+// op(X) = X or Xᵀ; lda/ldb/ldc are the row strides of A, B and C as stored. C is fp32 (but for
+// gemm_bf16_out); A and B are fp32, or bf16 for the *_bf16 products (Megatron's mixed precision:
+// bf16 inputs, products accumulated in fp32).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +40,10 @@ void gemm_bf16(Op op_a, Op op_b, int M, int N, int K, float alpha, const bf16* A
 void gemm_strided_batched_bf16(Op op_a, Op op_b, int M, int N, int K, float alpha, const bf16* A,
                                int lda, int64_t stride_a, const bf16* B, int ldb, int64_t stride_b,
                                float beta, float* C, int ldc, int64_t stride_c, int batch);
+// C = alpha · op(A) · op(B) accumulated in fp32 and written rounded to bf16 (to nearest, ties to
+// even): a product whose output is only read as a bf16 operand (the LM head's logits).
+void gemm_bf16_out(Op op_a, Op op_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+                   const bf16* B, int ldb, bf16* C, int ldc);
 
 // The libraries this build can run products with, the default first: "onednn", "openblas" on
 // the CPU (oneDNN only when the build found it), "cublas" on CUDA.

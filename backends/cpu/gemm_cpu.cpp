@@ -59,6 +59,11 @@ void gemm_strided_batched_bf16(Op op_a, Op op_b, int M, int N, int K, float alph
                                        stride_b, beta, C, ldc, stride_c, batch);
 }
 
+void gemm_bf16_out(Op op_a, Op op_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+                   const bf16* B, int ldb, bf16* C, int ldc) {
+  current()->gemm_bf16_out(op_a, op_b, M, N, K, alpha, A, lda, B, ldb, C, ldc);
+}
+
 void gemv(Op op_a, int M, int N, float alpha, const float* A, int lda, const float* x, float beta,
           float* y) {
   current()->gemv(op_a, M, N, alpha, A, lda, x, beta, y);

@@ -26,6 +26,8 @@ class Library {
                                          const bf16* A, int lda, int64_t stride_a, const bf16* B,
                                          int ldb, int64_t stride_b, float beta, float* C, int ldc,
                                          int64_t stride_c, int batch) = 0;
+  virtual void gemm_bf16_out(Op op_a, Op op_b, int M, int N, int K, float alpha, const bf16* A,
+                             int lda, const bf16* B, int ldb, bf16* C, int ldc) = 0;
   virtual void gemv(Op op_a, int M, int N, float alpha, const float* A, int lda, const float* x,
                     float beta, float* y) = 0;
   virtual void set_num_threads(int threads) = 0;

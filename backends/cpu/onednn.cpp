@@ -80,6 +80,11 @@ class OneDnn final : public Library {
         stride_c, batch);
   }
 
+  void gemm_bf16_out(Op op_a, Op op_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+                     const bf16* B, int ldb, bf16* C, int ldc) override {
+    run(dt::bf16, op_a, op_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, dt::bf16);
+  }
+
   // dnnl_sgemm with one column (op N) or one row (op T: y as the row xᵀ·A, so A is read in its
   // stored order); oneDNN runs its matrix-vector kernels for such shapes.
   void gemv(Op op_a, int M, int N, float alpha, const float* A, int lda, const float* x, float beta,
@@ -163,14 +168,15 @@ class OneDnn final : public Library {
   }
 
   using Key = std::tuple<dt, Op, Op, int, int, int, int, int, int, int64_t, int64_t, int64_t, int,
-                         float, float>;
+                         float, float, dt>;
 
-  // C (batch x M x N, fp32) = alpha·op(A)·op(B) + beta·C through a cached matmul primitive.
+  // C (batch x M x N, fp32, or bf16 rounded from the fp32 sums) = alpha·op(A)·op(B) + beta·C
+  // through a cached matmul primitive.
   void run(dt type, Op op_a, Op op_b, int M, int N, int K, float alpha, const void* A, int lda,
-           int64_t stride_a, const void* B, int ldb, int64_t stride_b, float beta, float* C,
-           int ldc, int64_t stride_c, int batch) {
-    const Key key{type, op_a,     op_b,     M,        N,     K,     lda, ldb,
-                  ldc,  stride_a, stride_b, stride_c, batch, alpha, beta};
+           int64_t stride_a, const void* B, int ldb, int64_t stride_b, float beta, void* C, int ldc,
+           int64_t stride_c, int batch, dt c_type = dt::f32) {
+    const Key key{type, op_a,     op_b,     M,        N,     K,     lda,  ldb,
+                  ldc,  stride_a, stride_b, stride_c, batch, alpha, beta, c_type};
     auto it = products_.find(key);
     if (it == products_.end()) it = products_.emplace(key, create(key)).first;
     Product& p = it->second;
@@ -187,10 +193,10 @@ class OneDnn final : public Library {
 
   Product create(const Key& key) {
     const auto& [type, op_a, op_b, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, batch,
-                 alpha, beta] = key;
+                 alpha, beta, c_type] = key;
     const memory::desc a = matrix(type, batch, M, K, op_a, lda, stride_a);
     const memory::desc b = matrix(type, batch, K, N, op_b, ldb, stride_b);
-    const memory::desc c = matrix(dt::f32, batch, M, N, Op::N, ldc, stride_c);
+    const memory::desc c = matrix(c_type, batch, M, N, Op::N, ldc, stride_c);
     dnnl::primitive_attr attr;
     if (beta != 0.0f) {  // C = ... + beta·C: the sum post-op
       dnnl::post_ops ops;

@@ -74,6 +74,11 @@ class OpenBlas final : public Library {
     gemm_bf16(op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
 
+  void gemm_bf16_out(Op op_a, Op op_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+                     const bf16* B, int ldb, bf16*, int ldc) override {
+    gemm_bf16(op_a, op_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, nullptr, ldc);
+  }
+
   void gemv(Op op_a, int M, int N, float alpha, const float* A, int lda, const float* x, float beta,
             float* y) override {
     cblas_sgemv(CblasRowMajor, to_cblas(op_a), M, N, alpha, A, lda, x, 1, beta, y, 1);

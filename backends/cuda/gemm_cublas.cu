@@ -83,6 +83,16 @@ void gemm_strided_batched_bf16(Op op_a, Op op_b, int M, int N, int K, float alph
         "cublasGemmStridedBatchedEx (bf16)");
 }
 
+// The same, C written as CUDA_R_16BF (cuBLAS rounds the fp32 sums once).
+void gemm_bf16_out(Op op_a, Op op_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+                   const bf16* B, int ldb, bf16* C, int ldc) {
+  const float beta = 0.0f;
+  check(cublasGemmEx(handle(), to_cublas(op_b), to_cublas(op_a), N, M, K, &alpha, B, CUDA_R_16BF,
+                     ldb, A, CUDA_R_16BF, lda, &beta, C, CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx (bf16 output)");
+}
+
 std::vector<std::string> available() {
   return {"cublas"};
 }

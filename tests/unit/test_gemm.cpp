@@ -137,6 +137,37 @@ TEST_P(Gemm, Bf16ProductsAreFp32ProductsOfRoundedInputs) {
   for (size_t i = 0; i < S.size(); ++i) ASSERT_NEAR(S[i], R[i], 1e-4) << i;
 }
 
+// A bf16 output (the LM head's logits): the fp32 product rounded once to bf16, within half a
+// unit in its 8th significant bit (and the fp32 sums' order), in every transpose; the padding
+// between rows left as it was.
+TEST_P(Gemm, Bf16OutputIsTheProductRoundedOnce) {
+  if (!has_bf16()) GTEST_SKIP() << backend::kernels().bf16_missing;
+  const int M = 37, N = 29, K = 41, pad = 3;
+  for (Op ta : {Op::N, Op::T}) {
+    for (Op tb : {Op::N, Op::T}) {
+      const int lda = (ta == Op::N ? K : M) + pad, ldb = (tb == Op::N ? N : K) + pad, ldc = N + pad;
+      std::vector<float> A = test::to_host(test::random_slab("A", 64 * lda));
+      std::vector<float> B = test::to_host(test::random_slab("B", 64 * ldb));
+      const std::vector<bf16> A16 = rounded(A), B16 = rounded(B);
+      std::vector<bf16> C(M * ldc, bf16(0x7fc1));
+      std::vector<float> R(M * ldc, 0.0f);
+      backend::gemm_bf16_out(ta, tb, M, N, K, 1.0f, A16.data(), lda, B16.data(), ldb, C.data(),
+                             ldc);
+      naive(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, R.data(), ldc);
+      for (int m = 0; m < M; ++m) {
+        for (int n = 0; n < ldc; ++n) {
+          const size_t i = size_t(m) * ldc + n;
+          if (n >= N) {
+            ASSERT_EQ(C[i], bf16(0x7fc1)) << i;
+          } else {
+            ASSERT_NEAR(from_bf16(C[i]), R[i], std::ldexp(std::fabs(R[i]), -8) + 1e-4) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The fused attention's bf16 tile kernel (backends/tile_gemm.hpp) against a scalar loop over the
 // same products: each bf16 x bf16 product is exact in fp32, summed in k order in fp32 as the fp32
 // micro-kernel sums (vdpbf16ps too, high half of a pair first: the bits agree where its flushing

@@ -107,4 +107,16 @@ void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor16 
   linear_weight_grad(dweight, dbias, dout, inp, N, IC, OC);
 }
 
+void linear_forward(Tensor16 out, Tensor inp, Tensor weight, int64_t N, int IC, int OC) {
+  matmul(Op::N, Op::T, N, OC, IC, 1.0f, inp.data(), IC, weight.data(), IC, out.data(), OC);
+}
+
+void linear_backward_input(Tensor dinp, Tensor16 dout, Tensor weight, int64_t N, int IC, int OC) {
+  matmul(Op::N, Op::N, N, IC, OC, 1.0f, dout.data(), OC, weight.data(), IC, 0.0f, dinp.data(), IC);
+}
+
+void linear_backward_weight(Tensor dweight, Tensor16 dout, Tensor inp, int64_t N, int IC, int OC) {
+  matmul(Op::T, Op::N, OC, IC, N, 1.0f, dout.data(), OC, inp.data(), IC, 1.0f, dweight.data(), IC);
+}
+
 }  // namespace mpf

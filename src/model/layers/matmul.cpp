@@ -134,6 +134,16 @@ void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, 
               1);
 }
 
+void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, int lda,
+            const float* B, int ldb, bf16* C, int ldc) {
+  if (!active) MPF_FATAL("a product with a bf16 output outside a bf16 scope");
+  const bf16* A16 = active->operand(A, span(op_a, M, K, lda, 0, 1), 0);
+  const bf16* B16 = active->operand(B, span(op_b, K, N, ldb, 0, 1), 1);
+  const Stopwatch clock;
+  backend::gemm_bf16_out(op_a, op_b, M, N, K, alpha, A16, lda, B16, ldb, C, ldc);
+  if (profile::enabled()) record(clock, op_a, op_b, M, N, K, 1);
+}
+
 void matmul_strided_batched(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A,
                             int lda, int64_t stride_a, const float* B, int ldb, int64_t stride_b,
                             float beta, float* C, int ldc, int64_t stride_c, int batch) {

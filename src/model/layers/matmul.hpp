@@ -35,6 +35,12 @@ void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const bf16* A, i
 void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, int lda,
             const bf16* B, int ldb, float beta, float* C, int ldc);
 
+// C = op(A)·op(B) accumulated in fp32 and written rounded to bf16 (once, by the library): a
+// product whose output only bf16 products and fp32 arithmetic read (the LM head's logits, as
+// autocast's bf16 lm_head output). Only in a Bf16Products scope.
+void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, int lda,
+            const float* B, int ldb, bf16* C, int ldc);
+
 // While alive, this thread's products run in bf16. `weights` (n floats) are the parameters,
 // whose bf16 copy `weights16` the owner keeps current (round_to_bf16 after every update): a
 // product reading a weight reads its copy, so each weight is rounded once per update. Every other
