@@ -40,6 +40,7 @@ AdamW::AdamW(const AdamWConfig& cfg, const GPTConfig& model, std::vector<Optimiz
       v_("mpf::adamw::v", state_size) {
   std::vector<AdamWChunk> chunks;
   for (const OptimizerSegment& s : segments_) {
+    if (s.by_muon) continue;
     for (int64_t at = 0; at < s.length; at += kChunk) {
       chunks.push_back({s.param + at, s.grad + at, s.state + at,
                         int(std::min<int64_t>(kChunk, s.length - at)), decay_of(s)});
@@ -73,6 +74,7 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale, 
     return;
   }
   for (const OptimizerSegment& s : segments_) {
+    if (s.by_muon) continue;
     adamw_update(params + s.param, grads + s.grad, m_.data() + s.state, v_.data() + s.state,
                  s.length, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, decay_of(s), grad_scale, t_,
                  params16 ? params16 + s.param : nullptr);

@@ -33,6 +33,9 @@ struct OptimizerSegment {
   int64_t state = 0;  // offset in the moments
   int64_t length = 0;
   TensorId tensor = TensorId::wte;  // its weight decay, who counts it in the gradient norm
+  // Updated by Muon (optim/muon.hpp), whose momentum is the first moment here: AdamW keeps its
+  // place in the state (checkpoints, the gradient norm) and does not update it.
+  bool by_muon = false;
 };
 
 // One segment per piece of the slab (a tensor, or a block's slice of one): parameters, gradients
@@ -63,6 +66,8 @@ class AdamW {
   void set_steps_taken(int64_t t) { t_ = t; }
   // The first and second moments, laid out as the segments' `state` offsets say (checkpoints).
   const Slab& first_moment() const { return m_; }
+  // Muon keeps its momentum here, at its matrices' places (optim/muon.hpp).
+  Slab& first_moment() { return m_; }
   const Slab& second_moment() const { return v_; }
   int64_t state_bytes() const { return 2 * int64_t(m_.extent(0)) * int64_t(sizeof(float)); }
   const std::vector<OptimizerSegment>& segments() const { return segments_; }

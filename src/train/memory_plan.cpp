@@ -105,6 +105,10 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
   add("optimizer", 2 * state * f,
       s.zero ? "AdamW's m and v, this rank's ZeRO shard" : "AdamW's m and v",
       s.zero ? "--tp, --pp" : "--zero 1, --tp, --pp");
+  if (s.muon_work > 0) {
+    add("muon workspace", s.muon_work * f,
+        "the largest matrix's momentum update and Newton-Schulz buffers", "--pp");
+  }
   if (s.checkpoint_staging) {
     add("checkpoint staging", (count + 2 * state) * f,
         "a host copy of the parameters and AdamW's m and v, written in the background",

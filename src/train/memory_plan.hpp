@@ -36,6 +36,8 @@ struct MemoryShape {
   bool zero = false;
   // A background save's host copy of the parameters and moments (--save with --save-async).
   bool checkpoint_staging = false;
+  // --optimizer muon: its Newton-Schulz workspace (optim/muon.hpp), in floats; 0 without it.
+  int64_t muon_work = 0;
   bool staged_mpi = false;  // messages through pinned host copies
   int pipeline_stages = 1;
   // The all-reduces in place that an MPI library runs through a temporary copy of their buffer

@@ -129,6 +129,23 @@ void check_options(TrainOptions& o) {
   require(o.dp_bucket_mb > 0, "--dp-bucket-mb must be positive, got " + number(o.dp_bucket_mb));
   require(o.zero == 0 || o.zero == 1,
           "--zero " + std::to_string(o.zero) + " is not a ZeRO stage this trainer has; use 0 or 1");
+  require(o.muon_momentum >= 0 && o.muon_momentum < 1,
+          "--muon-momentum must be in [0, 1), got " + number(o.muon_momentum));
+  if (o.optimizer == "muon") {
+    // Muon orthogonalises whole matrices: a TP shard holds a slice, a ZeRO-1 shard a stretch of
+    // the slab.
+    require(o.tp == 1, "--optimizer muon with --tp " + std::to_string(o.tp) +
+                           ": Muon needs each matrix whole on a rank and does not gather TP "
+                           "shards yet; use --tp 1 (DP, PP, CP and EP serve it)");
+    require(o.zero == 0,
+            "--optimizer muon with --zero 1: ZeRO-1's optimizer shards cut the "
+            "matrices Muon orthogonalises whole; use --zero 0");
+  } else {
+    require(
+        o.given.count("--muon-momentum") == 0 && o.given.count("--muon-ns-precision") == 0,
+        std::string(o.given.count("--muon-momentum") ? "--muon-momentum" : "--muon-ns-precision") +
+            " sets Muon, and the optimizer is " + o.optimizer + "; pass --optimizer muon too");
+  }
   check_checkpoint_options(o);
   if (o.cp > 1) {
     const int chunks = 2 * o.cp;

@@ -47,6 +47,13 @@ struct TrainOptions {
   // Optimizer and schedule.
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.1f,
         grad_clip = 1.0f;
+  // The blocks' matrices' optimizer (optim/muon.hpp): "adamw", or "muon" (AdamW keeps the rest),
+  // Muon's momentum and the precision of its Newton-Schulz products; --reset-optimizer starts
+  // the optimizer's state afresh on a resume (the only way to switch optimizers).
+  std::string optimizer = "adamw";
+  float muon_momentum = 0.95f;
+  std::string muon_ns_precision = "fp32";
+  bool reset_optimizer = false;
   int warmup = 0;
   // --skip-outliers Z: no update for a step whose loss or gradient norm is more than Z standard
   // deviations above the last outlier_window steps' (0: off).

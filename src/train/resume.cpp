@@ -39,7 +39,17 @@ std::optional<std::string> saved_text(const CheckpointInfo& c, const std::string
   if (key == "model.experts_per_token") return std::to_string(m.experts_per_token);
   if (key == "model.shared_ffn") return std::to_string(m.shared_ffn);
   if (key == "model.moe_renormalize") return std::to_string(m.moe() ? int(m.moe_renormalize) : -1);
+  // Checkpoints written before there was a choice of optimizer are AdamW's.
+  if (key == "optimizer.name") return setting(c, key).value_or("adamw");
+  if (key == "optimizer.muon_momentum") return setting(c, key).value_or(number(0.95));
+  if (key == "optimizer.muon_ns_precision") return setting(c, key).value_or("fp32");
   return setting(c, key);
+}
+
+// The optimizer's own settings, which --reset-optimizer frees along with its state.
+bool optimizer_state_setting(const std::string& flag) {
+  return flag == "--optimizer" || flag == "--muon-momentum" || flag == "--beta1" ||
+         flag == "--beta2" || flag == "--eps";
 }
 
 // The warnings of the settings that may change at a price (OnResume::warns).
@@ -99,6 +109,17 @@ void adopt_checkpoint_options(TrainOptions& o, const CheckpointInfo& c,
                          "' is malformed; the file is corrupt");
       }
       const bool given = o.given.count(s.flag) > 0;
+      if (s.on_resume == OnResume::keep && given && o.reset_optimizer &&
+          optimizer_state_setting(s.flag)) {
+        continue;  // a fresh optimizer: its settings are the command line's
+      }
+      if (s.on_resume == OnResume::keep && std::string(s.flag) == "--optimizer") {
+        require(!given || same_setting(o, saved, s),
+                "--optimizer " + o.optimizer + " differs from checkpoint " + state_file +
+                    "'s optimizer " + saved.optimizer +
+                    ", whose state it cannot continue; pass --reset-optimizer to start the " +
+                    o.optimizer + " state afresh, or drop --optimizer");
+      }
       if (s.on_resume == OnResume::keep) {
         // Its saved value is only a default: "pass --kv-heads 0" would be refused in turn.
         require(!given || c.model.llama() || !is_llama_flag(s.flag),

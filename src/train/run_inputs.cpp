@@ -208,6 +208,11 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
     require(missing.empty(), "--precision bf16 needs native bf16 products, but " + missing +
                                  "; use --precision fp32");
   }
+  if (opts.optimizer == "muon" && opts.muon_ns_precision == "bf16") {
+    const std::string missing = backend::kernels().bf16_missing;
+    require(missing.empty(), "--muon-ns-precision bf16 needs native bf16 products, but " + missing +
+                                 "; use --muon-ns-precision fp32");
+  }
   if (!in.resume && opts.init_from.empty()) {
     // A fresh model holds the ids its tokenized data may hold.
     const std::string note = adopt_data_vocab(in.opts);

@@ -181,6 +181,12 @@ void RunReporter::print_layout() const {
       "final frac %g\n",
       o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.grad_clip, o.lr_schedule.c_str(), o.warmup,
       o.final_lr_frac);
+  if (r.muon_) {
+    std::printf(
+        "optimizer: Muon on %zu block matrices | momentum %g (Nesterov) | Newton-Schulz 5 "
+        "steps, %s products | update x 0.2 sqrt(max(rows, cols)) | AdamW the rest\n",
+        r.muon_->matrices().size(), o.muon_momentum, o.muon_ns_precision.c_str());
+  }
 }
 
 void RunReporter::print_plan() const {

@@ -213,6 +213,7 @@ MemoryShape TrainingRun::memory_shape() const {
   }
   // Host memory: on a GPU the plan is of the device's (the staging copy is not in it).
   m.checkpoint_staging = !opts_.save.empty() && opts_.save_async == 1 && !kDeviceMemory;
+  if (opts_.optimizer == "muon") m.muon_work = muon_workspace_floats(shard_);
   return m;
 }
 
@@ -279,6 +280,19 @@ void TrainingRun::set_up_optimizer() {
   if (zero) {
     optimizer_ =
         std::make_unique<AdamW>(adam, cfg_, dp_grads_->zero_segments(), dp_grads_->shard_size());
+  } else if (opts.optimizer == "muon") {
+    // AdamW keeps what Muon does not; the matrices' momentum is AdamW's first moment at their
+    // places (optim/muon.hpp), so the moments keep the slab's layout and the checkpoint's format.
+    std::vector<OptimizerSegment> segments = piece_segments(params_);
+    for (OptimizerSegment& s : segments) {
+      s.by_muon = muon_tensor(s.tensor) && params_.layout.piece_at(s.param).block >= 0;
+    }
+    optimizer_ = std::make_unique<AdamW>(adam, cfg_, std::move(segments), params_.count);
+    MuonConfig mc;
+    mc.momentum = opts.muon_momentum;
+    mc.weight_decay = opts.weight_decay;
+    mc.ns_bf16 = opts.muon_ns_precision == "bf16";
+    muon_ = std::make_unique<Muon>(mc, muon_matrices(params_, shard_));
   } else {
     optimizer_ = std::make_unique<AdamW>(adam, cfg_, piece_segments(params_), params_.count);
   }
@@ -289,10 +303,16 @@ void TrainingRun::set_up_optimizer() {
 void TrainingRun::load_state() {
   if (resume_) {
     Stopwatch load_clock;
-    load_checkpoint(*state_files_, *resume_);
+    // --reset-optimizer: the parameters alone; the moments stay zero and the bias corrections
+    // start again.
+    if (opts_.reset_optimizer) {
+      load_checkpoint_parameters(*state_files_, *resume_);
+    } else {
+      load_checkpoint(*state_files_, *resume_);
+    }
     load_seconds_ = load_clock.seconds();
     const CheckpointInfo& c = resume_->info;
-    optimizer_->set_steps_taken(c.step);
+    optimizer_->set_steps_taken(opts_.reset_optimizer ? 0 : c.step);
     first_step_ = int(c.step) + 1;
     tokens_seen_ = c.tokens_seen;
     loss_window_.restore(c.loss_window);

@@ -182,8 +182,13 @@ void TrainingRun::update(float lr, double norm) {
   const float* grads = zero ? dp_grads_->shard_grads() : grads_.slab.data();
   // bf16: the products' weight copy is written by the update itself, except under ZeRO, where
   // the update covers this rank's shard and the all-gather brings the rest.
-  optimizer_->step(params_.slab.data(), grads, lr, clip_scale(norm, opts_.grad_clip),
+  const float scale = clip_scale(norm, opts_.grad_clip);
+  optimizer_->step(params_.slab.data(), grads, lr, scale,
                    bf16 && !zero ? weights16_.data() : nullptr);
+  if (muon_) {
+    muon_->step(params_.slab.data(), grads, optimizer_->first_moment().data(), lr, scale,
+                bf16 ? weights16_.data() : nullptr);
+  }
   if (!zero) return;
   phase.next(StepPhase::kZeroGather);
   dp_grads_->allgather_params(params_.slab.data());

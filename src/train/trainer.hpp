@@ -27,6 +27,7 @@
 #include "optim/grad_buckets.hpp"
 #include "optim/grad_norm.hpp"
 #include "optim/lr_schedule.hpp"
+#include "optim/muon.hpp"
 #include "parallel/grid.hpp"
 #include "parallel/node.hpp"
 #include "parallel/placement.hpp"
@@ -213,6 +214,7 @@ class TrainingRun {
   // after every update (derived state: checkpoints hold the fp32 parameters).
   Bf16Slab weights16_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<Muon> muon_;  // --optimizer muon: the blocks' matrices (AdamW keeps the rest)
   std::unique_ptr<SumOfSquares> grad_squares_;  // the gradient norm's, read once a step
   std::unique_ptr<DataParallelGrads> dp_grads_;
   std::unique_ptr<StateFiles> state_files_;

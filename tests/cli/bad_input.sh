@@ -71,6 +71,11 @@ expect_error "heads do not divide dim" 1 "do not divide into 3 heads" -- --heads
 expect_error "unknown schedule" 1 "unknown --lr-schedule 'linear'" -- --lr-schedule linear
 expect_error "batch over ranks" 2 "--batch 5 does not split over 2" -- --batch 5
 expect_error "zero stage" 1 "--zero 2 is not a ZeRO stage.*use 0 or 1" -- --zero 2
+expect_error "muon over tp" 2 "--optimizer muon with --tp 2: .*use --tp 1" -- --optimizer muon --tp 2
+expect_error "muon with zero" 2 "--optimizer muon with --zero 1: .*use --zero 0" -- --optimizer muon --dp 2 --zero 1
+expect_error "muon momentum" 1 "--muon-momentum must be in \[0, 1), got 1" -- --optimizer muon --muon-momentum 1
+expect_error "muon flag alone" 1 "--muon-momentum sets Muon.*pass --optimizer muon" -- --muon-momentum 0.9
+expect_error "unknown optimizer" 1 "--optimizer.*sgd" -- --optimizer sgd
 expect_error "heads over tp" 3 "4 heads do not split over --tp 3" -- --tp 3
 expect_error "layout vs ranks" 2 "tp 2 x dp 2 x pp 1 needs 4 ranks, but 2 were launched" -- --tp 2 --dp 2
 expect_error "stages over ranks" 2 "2 ranks do not divide into tp 1 x pp 3" -- --pp 3

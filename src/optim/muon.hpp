@@ -1,0 +1,78 @@
+// Muon (K. Jordan et al. 2024, "Muon: An optimizer for hidden layers in neural networks") for
+// the blocks' weight matrices, with the update scaled as Moonlight does (J. Liu et al. 2025,
+// "Muon is Scalable for LLM Training", arXiv 2502.16982), so that the run's --lr and weight
+// decay suit both Muon's matrices and the AdamW that keeps the rest. For each matrix G (rows x
+// cols) with momentum M, clipping factor s, learning rate lr and decay wd:
+//   M = μ·M + s·G;  U = s·G + μ·M                                  (Nesterov's form)
+//   X = U / (‖U‖_F + 1e-7), transposed when rows > cols (the smaller Gram matrix)
+//   5 times:  A = X·Xᵀ;  B = b·A + c·A·A;  X = a·X + B·X        (a, b, c) = (3.4445,
+//   −4.7750, 2.0315) P = P·(1 − lr·wd) − lr·0.2·√max(rows, cols)·X
+// The Newton–Schulz iteration drives X's singular values towards 1 (the quintic's coefficients are
+// Jordan's: fast, not exact); 0.2·√max(rows, cols) gives the update the RMS of AdamW's (Moonlight's
+// §2.2). The matrices are those Hugging Face stores: a fused [Q | K | V] or [gate | up] is cut
+// into its parts unless the family stores it fused (GPT-2's c_attn, Phi-3's qkv_proj and
+// gate_up_proj), and each expert's matrices are their own. Embeddings, the head, norms, biases,
+// q/k norms, the router and the shared expert's gate stay with AdamW (optim/adamw.hpp).
+//
+// The momentum lives in AdamW's first moment at the matrices' places (their second moment stays
+// zero): the checkpoint's optimizer file holds it as it holds m, in the layout-independent order,
+// so a Muon run resumes on any layout.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/bf16.hpp"
+#include "core/types.hpp"
+#include "model/parameters.hpp"
+#include "model/shard.hpp"
+
+namespace mpf {
+
+struct MuonConfig {
+  float momentum = 0.95f;
+  float weight_decay = 0.1f;
+  bool ns_bf16 = false;  // Newton–Schulz's products in bf16 (accumulated in fp32)
+};
+
+// One matrix: `rows` x `cols`, row-major, at slab offset `offset` (its gradient and momentum at the
+// same offsets of theirs).
+struct MuonMatrix {
+  int64_t offset = 0;
+  int rows = 0, cols = 0;
+};
+
+// Whether the slab's pieces of `tensor` are Muon's (a block's 2-D weights).
+bool muon_tensor(TensorId tensor);
+
+// The Muon matrices of a rank's parameters, in slab order. `shard` must hold whole matrices (one
+// TP rank).
+std::vector<MuonMatrix> muon_matrices(const Parameters& params, const TpShard& shard);
+
+// The orthogonalisation alone (the 5 iterations above) of the rows x cols matrix `x`, in place;
+// `work` holds muon_work_floats(rows, cols) floats.
+void newton_schulz(float* x, int rows, int cols, bool bf16_products, float* work);
+int64_t muon_work_floats(int rows, int cols);
+// The workspace Muon allocates for a rank holding `shard` (the largest of its matrices'), in
+// floats: what the memory plan counts.
+int64_t muon_workspace_floats(const TpShard& shard);
+
+class Muon {
+ public:
+  Muon(const MuonConfig& cfg, std::vector<MuonMatrix> matrices);
+
+  // One update of every matrix; momentum is laid out as params (AdamW's first moment).
+  void step(float* params, const float* grads, float* momentum, float lr, float grad_scale,
+            bf16* params16 = nullptr);
+
+  const std::vector<MuonMatrix>& matrices() const { return matrices_; }
+  // The workspace's bytes (the largest matrix's iteration buffers).
+  int64_t work_bytes() const { return int64_t(work_.extent(0)) * int64_t(sizeof(float)); }
+
+ private:
+  MuonConfig cfg_;
+  std::vector<MuonMatrix> matrices_;
+  Slab work_;
+};
+
+}  // namespace mpf
