@@ -209,9 +209,15 @@ std::optional<std::string> setting(const CheckpointInfo& info, const std::string
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {
   // A state file is a few hundred lines; 64 MB is far past any.
-  std::istringstream in(read_input_text(path, "checkpoint " + path,
-                                        "a checkpoint's state file (the checkpoint is incomplete?)",
-                                        int64_t(64) << 20));
+  return parse_checkpoint_info(
+      read_input_text(path, "checkpoint " + path,
+                      "a checkpoint's state file (the checkpoint is incomplete?)",
+                      int64_t(64) << 20),
+      path);
+}
+
+CheckpointInfo parse_checkpoint_info(const std::string& text, const std::string& path) {
+  std::istringstream in(text);
   std::vector<std::pair<std::string, std::string>> lines;  // in the file's order
   std::map<std::string, std::string> values;
   std::string line;

@@ -53,5 +53,8 @@ std::optional<std::string> setting(const CheckpointInfo& info, const std::string
 // Reads and checks a state file. Throws InputError naming the file and the field for a missing
 // file, a format version other than kCheckpointFormat, a missing or malformed field.
 CheckpointInfo read_checkpoint_info(const std::string& path);
+// The same, from the text of a state file; `path` names it in the errors (a local shard that
+// carries one: checkpoint/local_shards.hpp).
+CheckpointInfo parse_checkpoint_info(const std::string& text, const std::string& path);
 
 }  // namespace mpf
