@@ -50,8 +50,20 @@ KOKKOS_INLINE_FUNCTION void put(const Tensor& t, int64_t i, float x) {
 KOKKOS_INLINE_FUNCTION void put(const Tensor16& t, int64_t i, float x) {
   t(i) = to_bf16(x);
 }
+// t(i) as fp32: kernels that read either kind of tensor.
+KOKKOS_INLINE_FUNCTION float get(const Tensor& t, int64_t i) {
+  return t(i);
+}
+KOKKOS_INLINE_FUNCTION float get(const Tensor16& t, int64_t i) {
+  return from_bf16(t(i));
+}
 
 // dst[0, n) = to_bf16(src[0, n)), over all threads.
 void round_to_bf16(bf16* dst, const float* src, int64_t n);
+// dst[0, n) = from_bf16(src[0, n)) (exact), over all threads.
+void widen_from_bf16(float* dst, const bf16* src, int64_t n);
+// kept[0, n) = to_bf16(x[0, n)) and x rounded in place to the same values, in one pass: an fp32
+// tensor that kernels read as it is and whose bf16 copy is kept.
+void round_in_place_keeping(bf16* kept, float* x, int64_t n);
 
 }  // namespace mpf

@@ -80,16 +80,18 @@ void carve(Activations& a, SlabCarver& k) {
   a.output_grad = k.take(a.chunk.head ? 0 : Rl * C);
   a.partial = k.take(a.seq.on ? R * C : 0);
   const Bf16Kept b16 = bf16_kept(a.cfg, a.chunk);
-  a.staging = k.take(L > 0 && (b16.ln1 || b16.ln2) ? R * C : 0);
+  a.staging = k.take(L > 0 && a.chunk.bf16 ? R * bf16_staging_width(s) : 0);
   a.ln1 = k.take(b16.ln1 ? 0 : L * R * C);
   a.ln1_bf16 = k.take16(b16.ln1 ? L * R * C : 0);
   a.ln1_mean = k.take(M * L * Rl);
   a.ln1_rstd = k.take(L * Rl);
-  a.qkv = k.take(L * R * s.qkv);
+  a.qkv = k.take(b16.qkv ? 0 : L * R * s.qkv);
+  a.qkv_bf16 = k.take16(b16.qkv ? L * R * s.qkv : 0);
   // The q/k norms keep Q's and K's raw values and their 1/rms.
   a.qk_raw = k.take(L * R * s.qk_norm_width());
   a.qk_rstd = k.take(L * R * s.qk_norm_stats());
-  a.atty = k.take(L * R * s.attn);
+  a.atty = k.take(b16.atty ? 0 : L * R * s.attn);
+  a.atty_bf16 = k.take16(b16.atty ? L * R * s.attn : 0);
   a.lse = k.take(L * B * s.heads * T);
   const int64_t post = a.cfg.post_norm() ? 1 : 0;
   a.attn_out = k.take(post * L * Rl * C);
@@ -99,9 +101,12 @@ void carve(Activations& a, SlabCarver& k) {
   a.ln2_mean = k.take(M * L * Rl);
   a.ln2_rstd = k.take(L * Rl);
   const MoeSizes moe(s, R);
-  a.fch = k.take(L * moe.mlp_rows * s.mlp_in);
+  a.fch = k.take(b16.fch ? 0 : L * moe.mlp_rows * s.mlp_in);
+  a.fch_bf16 = k.take16(b16.fch ? L * moe.mlp_rows * s.mlp_in : 0);
   a.fch_gelu = k.take(b16.fch_gelu ? 0 : L * moe.mlp_rows * s.fc);
-  a.fch_gelu_bf16 = k.take16(b16.fch_gelu ? L * moe.mlp_rows * s.fc : 0);
+  // With fch kept, GELU's or SwiGLU's output is one block's scratch (formed again in W).
+  a.fch_gelu_bf16 = k.take16(b16.fch_gelu && !b16.fch ? L * moe.mlp_rows * s.fc : 0);
+  a.h_scratch = k.take16(L > 0 && b16.fch ? moe.mlp_rows * s.fc : 0);
   a.mlp_out = k.take(post * L * Rl * C);
   a.router_probs = k.take(L * R * moe.E);
   a.gates = k.take(L * moe.slots);
@@ -169,7 +174,8 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.ln1_mean = k.take(M * K * Rl);
   w.ln1_rstd = k.take(K * Rl);
   const int64_t post = s.cfg.post_norm() ? 1 : 0;
-  w.atty = k.take(K * R * s.attn);
+  w.atty = k.take(b16.atty ? 0 : K * R * s.attn);
+  w.atty_bf16 = k.take16(b16.atty ? K * R * s.attn : 0);
   w.attn_out = k.take(post * K * Rl * C);
   w.residual2 = k.take(K * Rl * C);
   w.ln2 = k.take(b16.ln2 ? 0 : K * R * C);
@@ -225,9 +231,13 @@ void bind_slab(Set& x, const char* label) {
 
 Bf16Kept bf16_kept(const GPTConfig& cfg, const ChunkPieces& chunk) {
   Bf16Kept k;
-  k.ln1 = chunk.bf16;
-  k.ln2 = k.fch_gelu = chunk.bf16 && !cfg.moe();
+  k.ln1 = k.qkv = k.atty = chunk.bf16;
+  k.ln2 = k.fch_gelu = k.fch = chunk.bf16 && !cfg.moe();
   return k;
+}
+
+int64_t bf16_staging_width(const TpShard& shard) {
+  return std::max<int64_t>(shard.cfg.channels, int64_t(shard.qkv) + shard.attn);
 }
 
 int head_chunk_rows(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
@@ -298,11 +308,18 @@ LayerActivations Activations::layer(int l) const {
   x.ln1_bf16 = slice(ln1_bf16, l * N1, N1);
   x.ln1_mean = slice(ln1_mean, l * Rl * M, Rl * M);
   x.ln1_rstd = slice(ln1_rstd, l * Rl, Rl);
-  x.qkv = slice(qkv, l * R * shard.qkv, R * shard.qkv);
+  x.staging = staging;
+  // Kept in bf16: [Q | K | V] and the attention's output side by side in the staging.
+  const int64_t NQ = qkv_bf16.extent(0) > 0 ? R * shard.qkv : 0;
+  const int64_t NA = atty_bf16.extent(0) > 0 ? R * shard.attn : 0;
+  x.qkv = NQ > 0 ? Tensor(staging.data(), NQ) : slice(qkv, l * R * shard.qkv, R * shard.qkv);
+  x.qkv_bf16 = slice(qkv_bf16, l * NQ, NQ);
   const int64_t qk = shard.qk_norm_width(), stats = shard.qk_norm_stats();
   x.qk_raw = slice(qk_raw, l * R * qk, R * qk);
   x.qk_rstd = slice(qk_rstd, l * R * stats, R * stats);
-  x.atty = slice(atty, l * R * shard.attn, R * shard.attn);
+  x.atty = NA > 0 ? Tensor(staging.data() + R * shard.qkv, NA)
+                  : slice(atty, l * R * shard.attn, R * shard.attn);
+  x.atty_bf16 = slice(atty_bf16, l * NA, NA);
   x.lse = slice(lse, l * bht, bht);
   const int64_t P = cfg.post_norm() ? Rl * C : 0;
   x.attn_out = slice(attn_out, l * P, P);
@@ -313,10 +330,17 @@ LayerActivations Activations::layer(int l) const {
   x.ln2_rstd = slice(ln2_rstd, l * Rl, Rl);
   const MoeSizes moe(shard, R);
   const int64_t MR = moe.mlp_rows;
-  x.fch = slice(fch, l * MR * shard.mlp_in, MR * shard.mlp_in);
-  const int64_t G = fch_gelu_bf16.extent(0) > 0 ? 0 : MR * shard.fc, G16 = MR * shard.fc - G;
+  const int64_t NF = fch_bf16.extent(0) > 0 ? MR * shard.mlp_in : 0;
+  x.fch = slice(fch, l * (MR * shard.mlp_in - NF), MR * shard.mlp_in - NF);
+  x.fch_bf16 = slice(fch_bf16, l * NF, NF);
+  const int64_t G = fch_gelu.extent(0) > 0 ? MR * shard.fc : 0;
   x.fch_gelu = slice(fch_gelu, l * G, G);
-  x.fch_gelu_bf16 = slice(fch_gelu_bf16, l * G16, G16);
+  if (fch_gelu_bf16.extent(0) > 0) {
+    x.fch_gelu_bf16 = slice(fch_gelu_bf16, l * MR * shard.fc, MR * shard.fc);
+  } else if (h_scratch.extent(0) > 0) {
+    x.fch_gelu_bf16 = h_scratch;
+    x.recompute_h = true;
+  }
   x.mlp_out = slice(mlp_out, l * P, P);
   x.router_probs = slice(router_probs, l * R * moe.E, R * moe.E);
   x.gates = slice(gates, l * moe.slots, moe.slots);
@@ -446,7 +470,9 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   k.ln1_mean = slice(ln1_mean, i * Rl * M, Rl * M);
   k.ln1_rstd = slice(ln1_rstd, i * Rl, Rl);
   const int64_t P = shard.cfg.post_norm() ? Rl * C : 0;
-  k.atty = slice(atty, i * R * shard.attn, R * shard.attn);
+  const int64_t NA = atty_bf16.extent(0) > 0 ? R * shard.attn : 0;
+  k.atty = slice(atty, i * (R * shard.attn - NA), R * shard.attn - NA);
+  k.atty_bf16 = slice(atty_bf16, i * NA, NA);
   k.attn_out = slice(attn_out, i * P, P);
   k.residual2 = slice(residual2, i * Rl * C, Rl * C);
   k.ln2 = slice(ln2, i * N2, N2);

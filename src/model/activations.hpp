@@ -42,15 +42,21 @@ struct ChunkPieces {
   bool bf16 = false;
 };
 
-// Which activations a set with chunk.bf16 keeps in bf16: the sublayers' inputs (a block's ln1
-// and ln2, read only by the QKV and fc products and their weight gradients) and GELU's or
-// SwiGLU's output (read only by the MLP projection). A mixture of experts' ln2 and MLP stay
-// fp32: its router reads ln2 in fp32 and its dispatch copies rows. The rest stays fp32 (norm
-// inputs, GELU's input, the attention's output, which its backward's row terms read, residuals).
+// Which activations a set with chunk.bf16 keeps in bf16, where autocast keeps them in bf16: the
+// sublayers' inputs (a block's ln1 and ln2), Q, K and V after the q/k norms and the rotation
+// (qkv), the attention's output (atty), the fc product's output (fch: GELU's input or SwiGLU's
+// [gate | up]) and GELU's or SwiGLU's output, which a set with fch in bf16 does not keep at all:
+// it is formed in one block's scratch (h_scratch) in the forward and again from fch in W. A
+// mixture of experts' ln2 and MLP stay fp32: its router reads ln2 in fp32 and its dispatch copies
+// rows. The residual stream, the norms' statistics and the logsumexps stay fp32.
 struct Bf16Kept {
   bool ln1 = false, ln2 = false, fch_gelu = false;
+  bool qkv = false, atty = false, fch = false;
 };
 Bf16Kept bf16_kept(const GPTConfig& cfg, const ChunkPieces& chunk);
+// The floats a row of a bf16 set's staging holds: a norm's output (C), or [Q | K | V] and the
+// attention's output side by side; the fc product's output passes through it in pieces of rows.
+int64_t bf16_staging_width(const TpShard& shard);
 
 // The rows of logits a chunk holding the head keeps at once when its W runs with its B
 // (gpt_backward_by_block): all of them, returned as 0, unless the logits would dominate the
@@ -105,10 +111,17 @@ struct LayerActivations {
   Tensor fch_gelu;   // (B,T,F) GELU's or SwiGLU's output
   Tensor mlp_out;    // (Rl,C) post-norm blocks: the MLP's output before its norm
   Tensor residual3;  // (Rl,C) block output
-  // With chunk.bf16 (bf16_kept), ln1, ln2 and fch_gelu are kept here instead, and ln1 and ln2
-  // above are the set's fp32 staging, where a norm's output is formed (and gathered under SP)
-  // before its rounding; fch_gelu above is then empty (GELU and SwiGLU write bf16).
-  Tensor16 ln1_bf16, ln2_bf16, fch_gelu_bf16;
+  // With chunk.bf16 (bf16_kept), ln1, ln2, qkv, atty, fch and fch_gelu are kept here instead.
+  // ln1, ln2, qkv and atty above are then windows of the set's one-block fp32 staging: a norm's
+  // output is formed there (and gathered under SP) before its rounding; Q, K and V are rounded
+  // there in place, where every attention path reads them (and the backward widens the kept
+  // copy), beside the attention's output before its rounding. fch and fch_gelu above are empty
+  // (the fc product's output passes through the staging in pieces of rows). With fch kept,
+  // fch_gelu_bf16 is the set's one-block scratch and recompute_h is set: W forms GELU's or
+  // SwiGLU's output again from fch before the projection's weight gradient reads it.
+  Tensor16 ln1_bf16, ln2_bf16, qkv_bf16, atty_bf16, fch_bf16, fch_gelu_bf16;
+  Tensor staging;  // the set's fp32 staging (chunk.bf16), else empty
+  bool recompute_h = false;
   // A mixture of experts (else empty). The token side: this rank's R tokens and their R·k
   // (token, slot) pairs; the expert side: the rows this rank's experts receive, R·k·EP at most
   // (R·k without EP), by local expert, then by sending EP rank, then in its order. fch and
@@ -153,9 +166,10 @@ struct Activations {
   // per-layer size).
   Tensor ln1, ln1_mean, ln1_rstd, qkv, qk_raw, qk_rstd, atty, lse, attn_out, residual2, ln2,
       ln2_mean, ln2_rstd, fch, fch_gelu, mlp_out, residual3;
-  // chunk.bf16: those kept in bf16 (each then empty above), and (R,C) the fp32 staging of the
-  // norms' outputs, one block's (LayerActivations::ln1_bf16).
-  Tensor16 ln1_bf16, ln2_bf16, fch_gelu_bf16;
+  // chunk.bf16: those kept in bf16 (each then empty above), one block's fp32 staging (R rows of
+  // bf16_staging_width) and, with fch kept, one block's GELU or SwiGLU output (h_scratch):
+  // LayerActivations::ln1_bf16 says how the blocks use them.
+  Tensor16 ln1_bf16, ln2_bf16, qkv_bf16, atty_bf16, fch_bf16, fch_gelu_bf16, h_scratch;
   Tensor staging;
   // A mixture of experts' (per layer like the above, but moe_out one scratch), and its integers.
   Tensor router_probs, gates, moe_stats, moe_in, moe_out, moe_scratch;
@@ -269,7 +283,7 @@ struct WeightGradInputs {
   // in bf16 (bf16_kept) are in the *_bf16 ones.
   Tensor ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2, ln2_mean, ln2_rstd, fch_gelu,
       mlp_out, moe_in, shared_h;
-  Tensor16 ln1_bf16, ln2_bf16, fch_gelu_bf16;
+  Tensor16 ln1_bf16, ln2_bf16, atty_bf16, fch_gelu_bf16;
   Tensor dlnf;    // (Rl,C) the head's: gradient of the final LayerNorm's output, summed over TP
   Tensor dembed;  // (R,C) the embedding's: gradient of its output (block 0's input gradient)
 

@@ -1,5 +1,7 @@
 #include "model/gpt.hpp"
 
+#include <algorithm>
+
 #include "core/parallel.hpp"
 #include "model/block_parts.hpp"
 #include "model/layers/attention.hpp"
@@ -133,6 +135,49 @@ void with_kept(const Tensor& f32, const Tensor16& b16, const F& f) {
 // in `kept` where the set keeps it in bf16; else nothing to do.
 void keep_rounded(const Tensor16& kept, const Tensor& staged) {
   if (kept.extent(0) > 0) round_to_bf16(kept.data(), staged.data(), int64_t(kept.extent(0)));
+}
+
+// The same, the staged values themselves rounded too: Q, K and V, which every attention path then
+// reads as they are (in bf16 each rounds its operands anyway: the same bits), forward and
+// backward alike.
+void keep_rounded_in_place(const Tensor16& kept, const Tensor& staged) {
+  if (kept.extent(0) > 0) {
+    round_in_place_keeping(kept.data(), staged.data(), int64_t(kept.extent(0)));
+  }
+}
+
+// A kept bf16 tensor widened back into its fp32 staging, for kernels that read fp32 (the
+// attention's backward reads Q, K, V and its output).
+void widen_kept(const Tensor& staged, const Tensor16& kept) {
+  if (kept.extent(0) > 0) widen_from_bf16(staged.data(), kept.data(), int64_t(kept.extent(0)));
+}
+
+// GELU's or SwiGLU's output h (R, F) from the fc product's output fch (R, Fin), both in bf16.
+void mlp_activation(Tensor16 h, Tensor16 fch, int64_t R, const TpShard& s) {
+  if (s.cfg.swiglu()) {
+    swiglu_forward(h, fch, R, s.fc);
+  } else {
+    gelu_forward(h, fch, R * s.fc);
+  }
+}
+
+// The dense MLP's fc product with its output kept in bf16 (a.fch_bf16): formed in fp32 in the
+// staging, as many rows at a time as it holds, and rounded once; then GELU or SwiGLU from it
+// into a.fch_gelu_bf16, as autocast computes them from its bf16 linear output.
+void fc_forward_kept(const LayerActivations& a, const LayerParameters& p, const TpShard& s,
+                     int64_t R) {
+  const int C = s.cfg.channels;
+  const int64_t width = s.mlp_in;
+  const int64_t piece =
+      std::max<int64_t>(1, std::min<int64_t>(R, int64_t(a.staging.extent(0)) / width));
+  for (int64_t first = 0; first < R; first += piece) {
+    const int64_t n = std::min(piece, R - first);
+    const Tensor out(a.staging.data(), n * width);
+    linear_forward(out, Tensor(), Tensor16(a.ln2_bf16.data() + first * C, n * C), p.fcw, p.fcb, n,
+                   C, int(width));
+    round_to_bf16(a.fch_bf16.data() + first * width, out.data(), n * width);
+  }
+  mlp_activation(a.fch_gelu_bf16, a.fch_bf16, R, s);
 }
 
 // A row-parallel linear layer leaving the TP region: out (Rl,C) = residual + bias + the sum over
@@ -284,9 +329,13 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
   if (cfg.rope()) {
     rope_forward(a.qkv, rope.cos, rope.sin, R, rope.T, rope.pos0, s.heads, s.kv_heads, s.head_size);
   }
+  keep_rounded_in_place(a.qkv_bf16, a.qkv);
   attend(a.atty, a.qkv);
-  project_and_join(a.residual2, {a.attn_out, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b}, partial, x,
-                   a.atty, p.attprojw, p.attprojb, s.attn, seq, s, tp);
+  keep_rounded(a.atty_bf16, a.atty);
+  with_kept(a.atty, a.atty_bf16, [&](auto o) {
+    project_and_join(a.residual2, {a.attn_out, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b}, partial, x,
+                     o, p.attprojw, p.attprojb, s.attn, seq, s, tp);
+  });
   // MLP: the same pattern with column-parallel fc, GELU (or SwiGLU) and row-parallel proj.
   norm_and_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, seq, cfg, tp);
   if (cfg.moe()) {  // a mixture of experts in place of the one MLP (pre-norm families only)
@@ -305,7 +354,11 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
     project_and_join(a.residual3, {a.mlp_out, a.ln2_mean, a.ln2_rstd, p.ln2w, p.ln2b}, partial,
                      a.residual2, h, p.fcprojw, p.fcprojb, s.fc, seq, s, tp);
   };
-  if (a.ln2_bf16.extent(0) > 0) {
+  if (a.fch_bf16.extent(0) > 0) {  // fch kept in bf16 (bf16_kept), with ln2 and fch_gelu
+    fc_forward_kept(a, p, s, R);
+    project_and_join(a.residual3, {a.mlp_out, a.ln2_mean, a.ln2_rstd, p.ln2w, p.ln2b}, partial,
+                     a.residual2, a.fch_gelu_bf16, p.fcprojw, p.fcprojb, s.fc, seq, s, tp);
+  } else if (a.ln2_bf16.extent(0) > 0) {
     mlp(a.ln2_bf16, a.fch_gelu_bf16);
   } else {
     mlp(a.ln2, a.fch_gelu);
@@ -421,10 +474,12 @@ void dense_mlp_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, 
   }
   if (cfg.swiglu()) {
     linear_backward_input(buf.dmlp, w.dout, p.fcprojw, R, s.fc, C);
-    swiglu_backward_input(w.dfch, buf.dmlp, a.fch, R, s.fc);
+    with_kept(a.fch, a.fch_bf16,
+              [&](auto fch) { swiglu_backward_input(w.dfch, buf.dmlp, fch, R, s.fc); });
   } else {
     linear_backward_input(w.dfch, w.dout, p.fcprojw, R, s.fc, C);
-    gelu_backward_input(w.dfch, w.dfch, a.fch, R * s.fc);
+    with_kept(a.fch, a.fch_bf16,
+              [&](auto fch) { gelu_backward_input(w.dfch, w.dfch, fch, R * s.fc); });
   }
   linear_backward_input(dmlp_in, w.dfch, p.fcw, R, C, s.mlp_in);
 }
@@ -470,6 +525,11 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
     tp::leave_backward(dres2.data(), w.dres2.data(), C, seq, tp);
   }
   linear_backward_input(buf.datty, w.dres2, p.attprojw, R, s.attn, C);
+  // Kept in bf16: Q, K, V and the attention's output widened into the staging, where the
+  // attention's backward reads them (its row terms from the rounded output, as FlashAttention's
+  // bf16 backward reads its bf16 output).
+  widen_kept(a.qkv, a.qkv_bf16);
+  widen_kept(a.atty, a.atty_bf16);
   if (acts.ring) {
     acts.ring->backward_input(w.dqkv, buf.delta, buf.datty, a.qkv, a.atty, a.lse, acts.doc_start);
   } else {
@@ -511,6 +571,8 @@ void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
   if (s.cfg.moe()) {
     moe_mlp_backward_weight(g, w, a, s, seq);
   } else {
+    // Not kept (bf16 sets keep fch): GELU's or SwiGLU's output formed again, as the forward did.
+    if (a.recompute_h) mlp_activation(a.fch_gelu_bf16, a.fch_bf16, R, s);
     with_kept(a.fch_gelu, a.fch_gelu_bf16,
               [&](auto h) { linear_backward_weight(g.fcprojw, g.fcprojb, w.dout, h, R, s.fc, C); });
     with_kept(a.ln2, a.ln2_bf16,
@@ -518,7 +580,9 @@ void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
   }
   model_norm_backward_weight(g.ln2w, g.ln2b, w.dln2, post ? a.mlp_out : a.residual2, a.ln2_mean,
                              a.ln2_rstd, Rl, s.cfg);
-  linear_backward_weight(g.attprojw, g.attprojb, w.dres2, a.atty, R, s.attn, C);
+  with_kept(a.atty, a.atty_bf16, [&](auto o) {
+    linear_backward_weight(g.attprojw, g.attprojb, w.dres2, o, R, s.attn, C);
+  });
   with_kept(a.ln1, a.ln1_bf16,
             [&](auto in) { linear_backward_weight(g.qkvw, g.qkvb, w.dqkv, in, R, C, s.qkv); });
   add_qk_norm_grads(g, w.dqk_normw, s);
@@ -575,6 +639,7 @@ BlockSite block_site(const Activations& store, const Activations* workspace, int
     site.ln1_mean = kept->ln1_mean;
     site.ln1_rstd = kept->ln1_rstd;
     site.atty = kept->atty;
+    site.atty_bf16 = kept->atty_bf16;
     site.attn_out = kept->attn_out;
     site.residual2 = kept->residual2;
     site.ln2 = kept->ln2;

@@ -15,11 +15,11 @@ KOKKOS_INLINE_FUNCTION float gelu(float x) {
   return 0.5f * x * (1.0f + vmath::tanh(kScale * (x + kCube * x * x * x)));
 }
 
-// Out: Tensor, or Tensor16 for an output kept in bf16 (put rounds).
-template <class Out>
-void gelu_into(Out out, Tensor inp, int64_t N) {
+// Out and In: Tensor, or Tensor16 for a tensor kept in bf16 (put rounds, get widens).
+template <class Out, class In>
+void gelu_into(Out out, In inp, int64_t N) {
   for_each(
-      "mpf::gelu_forward", N, KOKKOS_LAMBDA(int64_t i) { put(out, i, gelu(inp(i))); });
+      "mpf::gelu_forward", N, KOKKOS_LAMBDA(int64_t i) { put(out, i, gelu(get(inp, i))); });
 }
 
 template <class Out>
@@ -41,6 +41,10 @@ void gelu_forward(Tensor16 out, Tensor inp, int64_t N) {
   gelu_into(out, inp, N);
 }
 
+void gelu_forward(Tensor16 out, Tensor16 inp, int64_t N) {
+  gelu_into(out, inp, N);
+}
+
 void bias_gelu_forward(Tensor out, Tensor inp, Tensor bias, int64_t N, int C) {
   bias_gelu_into(out, inp, bias, N, C);
 }
@@ -49,16 +53,27 @@ void bias_gelu_forward(Tensor16 out, Tensor inp, Tensor bias, int64_t N, int C) 
   bias_gelu_into(out, inp, bias, N, C);
 }
 
-void gelu_backward_input(Tensor dinp, Tensor dout, Tensor inp, int64_t N) {
+namespace {
+template <class In>
+void gelu_backward_into(Tensor dinp, Tensor dout, In inp, int64_t N) {
   for_each(
       "mpf::gelu_backward_input", N, KOKKOS_LAMBDA(int64_t i) {
-        const float x = inp(i);
+        const float x = get(inp, i);
         const float th = vmath::tanh(kScale * (x + kCube * x * x * x));
         const float sech2 = 1.0f - th * th;  // d tanh(u)/du, without cosh's overflow
         const float grad =
             0.5f * (1.0f + th) + 0.5f * x * sech2 * kScale * (1.0f + 3.0f * kCube * x * x);
         dinp(i) = grad * dout(i);
       });
+}
+}  // namespace
+
+void gelu_backward_input(Tensor dinp, Tensor dout, Tensor inp, int64_t N) {
+  gelu_backward_into(dinp, dout, inp, N);
+}
+
+void gelu_backward_input(Tensor dinp, Tensor dout, Tensor16 inp, int64_t N) {
+  gelu_backward_into(dinp, dout, inp, N);
 }
 
 }  // namespace mpf

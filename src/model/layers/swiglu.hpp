@@ -13,8 +13,11 @@ void swiglu_forward(Tensor out, Tensor inp, int64_t N, int F);
 
 // The same writing out rounded to bf16 (an activation kept in bf16, model/activations.hpp).
 void swiglu_forward(Tensor16 out, Tensor inp, int64_t N, int F);
+// From an input kept in bf16 too ([gate | up], fch): computed in fp32, written rounded.
+void swiglu_forward(Tensor16 out, Tensor16 inp, int64_t N, int F);
 
 // dinp (N,2F) = [dgate | dup] from dout (N,F) and the forward's inp (N,2F); dinp may alias inp
 void swiglu_backward_input(Tensor dinp, Tensor dout, Tensor inp, int64_t N, int F);
+void swiglu_backward_input(Tensor dinp, Tensor dout, Tensor16 inp, int64_t N, int F);
 
 }  // namespace mpf
