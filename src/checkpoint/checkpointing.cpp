@@ -202,6 +202,18 @@ void check_save_writable(const std::string& save) {
           "--save " + root + ": " + unwritable + "; pass a --save directory this run can write to");
 }
 
+void check_local_writable(const std::string& dir) {
+  const std::string root = without_trailing_slash(dir);
+  require(!path_exists(root) || is_directory(root),
+          "--save-local " + root +
+              ": exists and is not a directory; pass a directory for the "
+              "local shards");
+  const std::string unwritable = checkpoint::probe_writable(root);
+  require(unwritable.empty(), "--save-local " + root + ": " + unwritable +
+                                  "; pass a --save-local directory this run can write to on "
+                                  "every node");
+}
+
 void check_save_directory(const std::string& save, const std::string& load, int64_t first_step) {
   if (save.empty()) return;
   const std::string root = without_trailing_slash(save);

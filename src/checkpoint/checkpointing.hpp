@@ -54,6 +54,8 @@ std::string intact_alternative(const std::string& root, int64_t below);
 // (or, where it does not exist yet, in the nearest directory above it, where saving makes it):
 // found at start-up, not at the first save after hours of training.
 void check_save_writable(const std::string& save);
+// The same for --save-local `dir`, on the node of the rank that calls it.
+void check_local_writable(const std::string& dir);
 
 // Refuses (InputError) a --save directory (`save`; `load`: --load's) this run would write over:
 // checkpoints of another run when not resuming from it, the checkpoint steps this run is about

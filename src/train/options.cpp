@@ -73,6 +73,32 @@ TrainOptions parse_options(int argc, const char* const* argv) {
 
 namespace {
 
+// --save-local: beside a global checkpoint, apart from it, written as often or more.
+void check_local_tier_options(const TrainOptions& o) {
+  const bool local = !o.save_local.empty();
+  require(o.given.count("--save-local") == 0 || local,
+          "--save-local needs a directory; pass --save-local DIR");
+  require(o.given.count("--save-local-every") == 0 || local,
+          "--save-local-every " + std::to_string(o.save_local_every) +
+              " needs --save-local DIR to save into");
+  if (!local) return;
+  // A node's shards are lost with the node: only beside a checkpoint every node can read.
+  require(!o.save.empty(), "--save-local " + o.save_local +
+                               " needs --save DIR: a node's local shards are lost with the "
+                               "node, and a restart elsewhere resumes from --save's checkpoints");
+  require(o.save_local_every > 0, "--save-local " + o.save_local +
+                                      " needs --save-local-every N, the steps between its shards");
+  require(o.save_every == 0 || o.save_local_every <= o.save_every,
+          "--save-local-every " + std::to_string(o.save_local_every) +
+              " is less often than --save-every " + std::to_string(o.save_every) +
+              ": the local tier is the frequent one; pass a --save-local-every of at most " +
+              std::to_string(o.save_every));
+  require(!path_within(o.save_local, o.save),
+          "--save-local " + o.save_local + " is or lies inside --save " + o.save +
+              ", which every node reads; pass a node-local directory apart from it, e.g. "
+              "/tmp/$USER/run1");
+}
+
 // The checkpoint flags that need --save or --load beside them.
 void check_checkpoint_options(const TrainOptions& o) {
   require(o.given.count("--save") == 0 || !o.save.empty(),
@@ -88,6 +114,7 @@ void check_checkpoint_options(const TrainOptions& o) {
           "--keep-last " + std::to_string(o.keep_last) + " needs --save DIR");
   require(o.load_step == 0 || !o.load.empty(),
           "--load-step " + std::to_string(o.load_step) + " needs --load DIR to load from");
+  check_local_tier_options(o);
 }
 
 }  // namespace

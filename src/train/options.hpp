@@ -90,6 +90,9 @@ struct TrainOptions {
   int save_async = 1;     // 1: stage a copy and write it in the background (train/run_saver.hpp)
   std::string load;       // --load DIR: resume from DIR/latest, or start fresh if none yet
   int64_t load_step = 0;  // --load-step N instead of latest
+  // The node-local tier: each rank's own shard, often (checkpoint/local_shards.hpp).
+  std::string save_local;  // --save-local DIR
+  int save_local_every = 0;
   // Faults: abort the job when a step (or a save, or a validation) runs longer than this.
   double step_timeout = 0.0;  // seconds; 0: no watchdog
   // Output.

@@ -236,6 +236,8 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
   // A finished run resumed again writes nothing: a job chain's later parts must end with 0.
   const bool complete = in.resume && in.resume->info.step >= opts.steps;
   if (!complete && world_rank == 0) check_outputs(in);
+  // Every rank: each writes its shards on its own node.
+  if (!complete && !opts.save_local.empty()) check_local_writable(opts.save_local);
   return in;
 }
 

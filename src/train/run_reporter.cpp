@@ -200,10 +200,11 @@ void RunReporter::print_plan() const {
     std::printf(
         "resumed: %s, step %lld of %d, %lld tokens trained on | saved by tp %s x dp %s x pp %s "
         "(%s, V %s, ZeRO %s%s) | read %.2f GB in %.2f s = %.2f GB/s\n",
-        r.saver_->newest().c_str(), static_cast<long long>(c.step), o.steps,
-        static_cast<long long>(c.tokens_seen), saved("layout.tp").c_str(),
-        saved("layout.dp").c_str(), saved("layout.pp").c_str(), saved("layout.schedule").c_str(),
-        saved("layout.virtual_stages").c_str(), saved("layout.zero").c_str(),
+        (r.resumed_from_.empty() ? r.saver_->newest() : r.resumed_from_).c_str(),
+        static_cast<long long>(c.step), o.steps, static_cast<long long>(c.tokens_seen),
+        saved("layout.tp").c_str(), saved("layout.dp").c_str(), saved("layout.pp").c_str(),
+        saved("layout.schedule").c_str(), saved("layout.virtual_stages").c_str(),
+        saved("layout.zero").c_str(),
         saved("layout.sequence_parallel") == "true" ? ", sequence parallel" : "", gb,
         r.load_seconds_, r.load_seconds_ > 0 ? gb / r.load_seconds_ : 0.0);
   }

@@ -3,9 +3,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <sstream>
 #include <thread>
 #include <vector>
 
+#include "checkpoint/checkpoint_dir.hpp"
 #include "checkpoint/checkpointing.hpp"
 #include "checkpoint/hf_checkpoint.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
@@ -13,6 +15,8 @@
 #include "core/stopwatch.hpp"
 #include "core/transfer.hpp"
 #include "generate/tokenizer_file.hpp"
+#include "io/output_file.hpp"
+#include "parallel/agreement.hpp"
 #include "train/settings.hpp"
 #include "train/test_fault.hpp"
 #include "train/trainer.hpp"
@@ -50,8 +54,7 @@ bool RunSaver::save_hf() const {
   return error.empty();
 }
 
-CheckpointInfo RunSaver::checkpoint_info(int step) const {
-  const TrainingRun& r = run_;
+CheckpointInfo RunSaver::checkpoint_info(const TrainingRun& r, int step) {
   // The settings as this run resolved them: the layout, the validation data, the schedule's length.
   TrainOptions resolved = r.opts_;
   resolved.lr_decay_steps = r.schedule_.steps;
@@ -109,8 +112,104 @@ struct RunSaver::Background {
   }
 };
 
+local_tier::ShardKey RunSaver::local_key(const TrainingRun& r) {
+  local_tier::ShardKey key;
+  key.save = resolved_path(r.opts_.save);
+  key.rank = r.grid_->world_rank();
+  key.slab = int64_t(r.params_.slab.extent(0));
+  key.moments = int64_t(r.optimizer_->first_moment().extent(0));
+  // The layout as the state file records it, and the model's shape: a shard is this rank's memory,
+  // which only the same layout of the same model holds alike.
+  int world = 1;
+  MPI_Comm_size(r.grid_->world_comm(), &world);
+  key.layout = "world = " + std::to_string(world) + "\n";
+  for (const auto& [k, value] : checkpoint_info(r, 1).settings) {
+    if (k.rfind("layout.", 0) == 0) key.layout += k + " = " + value + "\n";
+  }
+  CheckpointInfo shape;
+  shape.model = r.cfg_;
+  std::istringstream lines(to_text(shape));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("model.", 0) == 0) key.layout += line + "\n";
+  }
+  key.layout +=
+      "slab = " + std::to_string(key.slab) + "\nmoments = " + std::to_string(key.moments) + "\n";
+  return key;
+}
+
+bool RunSaver::resume_local(TrainingRun& r) {
+  const TrainOptions& o = r.opts_;
+  // Only a run continuing its own --save directory from its newest checkpoint: --load-step or
+  // another directory asks for that checkpoint, not for what this run did after it.
+  if (o.save_local.empty() || !r.resume_ || o.load_step > 0 ||
+      resolved_path(o.load) != resolved_path(o.save)) {
+    return false;
+  }
+  const MPI_Comm world = r.grid_->world_comm();
+  const local_tier::ShardKey key = local_key(r);
+  const std::string global = checkpoint::path(r.resume_->root, r.resume_->info.step);
+  Stopwatch clock;
+  CheckpointInfo info;
+  std::string line;
+  const int64_t step = local_tier::choose_local_set(world, o.save_local, key, r.resume_->info.step,
+                                                    global, info, line);
+  if (!line.empty()) r.warnings_.push_back(line);
+  if (step < 0) return false;
+  std::string error = local_tier::read_shard(o.save_local, key, step, r.params_.slab.data(),
+                                             r.optimizer_->first_moment().data(),
+                                             r.optimizer_->second_moment().data());
+  if (!error.empty())
+    error = "rank " + std::to_string(key.rank) + "'s shard of step " + std::to_string(step) + " " +
+            error;
+  error = first_error(world, error);
+  if (!error.empty()) {
+    r.warnings_.push_back("the local shards in " + o.save_local + " are not used: " + error +
+                          "; every rank resumes from the global checkpoint " + global);
+    return false;
+  }
+  r.load_seconds_ = clock.seconds();
+  r.resume_->info = info;
+  r.train_data_->seek({info.train_file, info.train_position});
+  r.resumed_from_ = "the local shards of step " + std::to_string(step) + " in " + o.save_local +
+                    " (newer than " + global + ")";
+  return true;
+}
+
+void RunSaver::save_local(int step) {
+  TrainingRun& r = run_;
+  const std::string& dir = r.opts_.save_local;
+  const double bytes = double(local_key_.slab + 2 * local_key_.moments) * sizeof(float);
+  PhaseScope phase(r.phases_, StepPhase::kSave, step, bytes / 20e6);
+  Stopwatch clock;
+  std::string error = checkpoint::make_directories(dir);
+  if (error.empty()) {
+    error = local_tier::write_shard(dir, local_key_, checkpoint_info(step), r.params_.slab.data(),
+                                    r.optimizer_->first_moment().data(),
+                                    r.optimizer_->second_moment().data());
+  }
+  if (!error.empty()) error = "rank " + std::to_string(local_key_.rank) + ": " + error;
+  // A rank's older shard goes only once every rank's new one is complete: a restart must always
+  // find a complete set.
+  error = first_error(r.grid_->world_comm(), error);
+  if (error.empty()) local_tier::remove_stale(dir, local_key_, step);
+  if (r.is_root()) {
+    if (error.empty()) {
+      std::printf(
+          "checkpoint: saved the local shards of step %d to %s | %.3f GB a rank in %.2f s\n", step,
+          dir.c_str(), bytes / 1e9, clock.seconds());
+    } else {
+      std::fprintf(stderr,
+                   "warning: the local shards of step %d were not saved (%s); the newest complete "
+                   "local set and the --save checkpoints are intact\n",
+                   step, error.c_str());
+    }
+    std::fflush(stdout);
+  }
+}
+
 RunSaver::RunSaver(TrainingRun& run, std::string newest) : run_(run), newest_(std::move(newest)) {
   const TrainingRun& r = run_;
+  if (!r.opts_.save_local.empty()) local_key_ = local_key(r);
   if (r.opts_.save.empty() || r.opts_.save_async == 0) return;
   background_ = std::make_unique<Background>();
   Background& b = *background_;

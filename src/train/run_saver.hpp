@@ -10,12 +10,18 @@
 // complete). One save is in flight at a time: a save step that finds the last one still writing
 // waits for it, and says how long. A stop signal and the end of the run wait for the write in
 // flight and then save synchronously, so the process never exits with a write in flight.
+//
+// --save-local DIR (checkpoint/local_shards.hpp): every --save-local-every steps each rank writes
+// its own shard into DIR on its node, on the main thread (a node-local write of one rank's part:
+// it neither waits for nor delays the global write in flight), and removes its older one once
+// every rank's new one is complete. A failed local write is a warning: the global saves go on.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "checkpoint/checkpoint_info.hpp"
+#include "checkpoint/local_shards.hpp"
 
 namespace mpf {
 
@@ -37,6 +43,14 @@ class RunSaver {
   void poll();
   // Waits for the background write in flight, if any, and reports it; false if it failed.
   bool finish_background();
+  // Collective: this rank's --save-local shard of `step`. Never fails the run: a failure on any
+  // rank is one warning, and the newest complete local set stays.
+  void save_local(int step);
+  // Collective, at set-up in place of the global checkpoint's load: resumes `run` from the newest
+  // complete set of --save-local shards of its layout when it is newer than the checkpoint it
+  // resumes from (checkpoint/local_shards.hpp), and says (a warning for rank 0) why not when a
+  // rank lacks one. True if it did.
+  static bool resume_local(TrainingRun& run);
   bool save_llmc() const;
   bool save_hf() const;
   // The checkpoint saved or loaded last, for messages; "" if none.
@@ -47,7 +61,10 @@ class RunSaver {
 
   // The state file's contents: the settings as the run resolved them, the data's positions, the
   // outlier windows.
-  CheckpointInfo checkpoint_info(int step) const;
+  CheckpointInfo checkpoint_info(int step) const { return checkpoint_info(run_, step); }
+  static CheckpointInfo checkpoint_info(const TrainingRun& run, int step);
+  // What this rank's --save-local shards belong to: the run, its exact layout, the rank.
+  static local_tier::ShardKey local_key(const TrainingRun& run);
   bool save_now(int step);
   bool save_in_background(int step);
   // Rank 0's lines about a save's outcome (and the --metrics record); updates newest_.
@@ -56,6 +73,7 @@ class RunSaver {
   TrainingRun& run_;
   std::string newest_;
   std::unique_ptr<Background> background_;  // with --save-async
+  local_tier::ShardKey local_key_;          // with --save-local
 };
 
 }  // namespace mpf

@@ -110,6 +110,15 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
   observe_phases();
   saver_ = std::make_unique<RunSaver>(
       *this, resume_ ? checkpoint::path(resume_->root, resume_->info.step) : "");
+  // Resumed from local shards, the run starts after the step --metrics was planned for.
+  if (metrics_start_ && !resumed_from_.empty()) {
+    const std::string planned = metrics_start_->note;
+    metrics_start_ = plan_metrics(opts_.metrics, first_step_, opts_.save);
+    for (std::string& n : notes_) {
+      if (!planned.empty() && n == planned) n = metrics_start_->note;
+    }
+    if (planned.empty() && !metrics_start_->note.empty()) notes_.push_back(metrics_start_->note);
+  }
   // Last, after every collective here: an error on rank 0 alone is then agreed on by the caller.
   reporter_ = std::make_unique<RunReporter>(*this);
 }
@@ -307,10 +316,11 @@ void TrainingRun::load_state() {
     // start again.
     if (opts_.reset_optimizer) {
       load_checkpoint_parameters(*state_files_, *resume_);
-    } else {
+    } else if (!RunSaver::resume_local(*this)) {
+      // The node-local shards when newer and every rank holds them; else the global checkpoint.
       load_checkpoint(*state_files_, *resume_);
     }
-    load_seconds_ = load_clock.seconds();
+    if (resumed_from_.empty()) load_seconds_ = load_clock.seconds();
     const CheckpointInfo& c = resume_->info;
     optimizer_->set_steps_taken(opts_.reset_optimizer ? 0 : c.step);
     first_step_ = int(c.step) + 1;

@@ -254,6 +254,12 @@ SettingGroup checkpoint_settings() {
            "1 (default): copy the state into a host buffer and write it in the background while "
            "training goes on; 0: stop every rank until the save is written",
            &O::save_async, 0},
+          {"--save-local", "DIR",
+           "also write each rank's own shard of the state into DIR on its node (e.g. /tmp) every "
+           "--save-local-every steps; a restart on the same nodes and layout resumes from the "
+           "newest complete set when newer than --save's",
+           &O::save_local},
+          {"--save-local-every", "N", "steps between --save-local shards", &O::save_local_every, 1},
           {"--load", "DIR",
            "resume from DIR/latest; starts a new run (with a note) when DIR holds no checkpoint "
            "yet, so a job script can always pass --save DIR --load DIR",

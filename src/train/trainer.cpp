@@ -226,6 +226,10 @@ int TrainingRun::after_step(const StepRecord& r) {
   // The checkpoint before the evaluations: a stop signal during one, then SIGKILL after Slurm's
   // KillWait, must not lose the steps since the last save. The evaluations (which skip themselves
   // once a stop is agreed on) leave the training state as it is.
+  // The node-local tier between the global saves; a stop and the last step save globally.
+  if (!opts_.save_local.empty() && due(opts_.save_local_every) && !stop_signal_ && !last) {
+    saver_->save_local(step);
+  }
   const bool save_due = !opts_.save.empty() && (stop_signal_ || last || due(opts_.save_every));
   // A stop and the last step save synchronously (after a background write in flight).
   if (save_due && !saver_->save(step, stop_signal_ || last)) return kExitSaveFailed;

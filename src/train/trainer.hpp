@@ -221,6 +221,7 @@ class TrainingRun {
   int first_step_ = 1;       // 1, or the step after the resumed checkpoint's
   int64_t tokens_seen_ = 0;  // training tokens through the model so far, over the whole run
   std::optional<ResumePoint> resume_;
+  std::string resumed_from_;   // "": resume_'s checkpoint; else the --save-local shards read
   double load_seconds_ = 0.0;  // reading the checkpoint
   std::vector<std::string> notes_, warnings_;
   int micro_batch_ = 0;  // rows of one microbatch

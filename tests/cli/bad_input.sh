@@ -96,6 +96,15 @@ expect_error "bucket size" 1 "--dp-bucket-mb must be positive" -- --dp-bucket-mb
 expect_error "--save-every without --save" 1 "--save-every 5 needs --save DIR" -- --save-every 5
 expect_error "--keep-last without --save" 1 "--keep-last 2 needs --save DIR" -- --keep-last 2
 expect_error "--load-step without --load" 1 "--load-step 4 needs --load DIR" -- --load-step 4
+expect_error "--save-local without --save" 1 "--save-local .*/loc needs --save DIR: a node's local shards are lost with the node" -- --save-local "$WORK/loc" --save-local-every 2
+expect_error "--save-local without its period" 1 "--save-local .*/loc needs --save-local-every N" -- --save "$WORK/ck" --save-local "$WORK/loc"
+expect_error "--save-local-every 0" 1 "--save-local-every must be >= 1, got 0" -- --save "$WORK/ck" --save-local "$WORK/loc" --save-local-every 0
+expect_error "--save-local-every without --save-local" 1 "--save-local-every 2 needs --save-local DIR" -- --save "$WORK/ck" --save-local-every 2
+expect_error "--save-local less often than --save-every" 1 "--save-local-every 4 is less often than --save-every 2.*at most 2" -- --save "$WORK/ck" --save-every 2 --save-local "$WORK/loc" --save-local-every 4
+expect_error "--save-local inside --save" 1 "--save-local .*/ck/loc is or lies inside --save .*/ck, which every node reads" -- --save "$WORK/ck" --save-local "$WORK/ck/loc" --save-local-every 2
+expect_error "--save-local equal to --save" 1 "--save-local .*/ck/ is or lies inside --save .*/ck," -- --save "$WORK/ck" --save-local "$WORK/ck/" --save-local-every 2
+expect_error "--save-local of a file" 2 "--save-local .*model.bin: exists and is not a directory" -- --steps 1 --save "$WORK/ck" --save-local "$WORK/model.bin" --save-local-every 2
+expect_error "--save-local not writable" 2 "--save-local /proc/mpiformer-local-$$: cannot create a file in /proc" -- --steps 1 --save "$WORK/ck" --save-local "/proc/mpiformer-local-$$" --save-local-every 2
 expect_error "--load of a file" 1 "--load .*model.bin: not a directory" -- --load "$WORK/model.bin"
 expect_error "--save of a file" 1 "--save .*model.bin: exists and is not a directory" -- --save "$WORK/model.bin"
 expect_error "negative step timeout" 1 "--step-timeout must be >= 0" -- --step-timeout -1

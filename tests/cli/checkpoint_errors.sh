@@ -219,6 +219,62 @@ else
   bad "resume without --data: $(grep -E '^data|warning|error' <<<"$out")"
 fi
 
+# ---- the node-local tier: each rank's own shard, resumed from on the same layout ----
+# A job killed during step 7 leaves the global checkpoint of step 4 and the local shards of step 6:
+# the state a run to step 7 leaves once its last save (step 7's) is taken away, as here.
+L=$WORK/local
+local_run() { # local_run RANKS LOG ARGS...: the 8-step run with both tiers into $L
+  local n=$1 log=$2
+  shift 2
+  "$MPIEXEC" -n "$n" "$TRAIN" --val-every 0 --layers 2 --dim 64 --heads 4 --seq-len 32 --batch 2 \
+    --lr-decay-steps 8 --save "$L/ck" --load "$L/ck" --save-every 4 --save-local "$L/loc" \
+    --save-local-every 2 "$@" >"$WORK/$log" 2>&1
+}
+"$MPIEXEC" -n 2 "$TRAIN" --val-every 0 --layers 2 --dim 64 --heads 4 --seq-len 32 --batch 2 \
+  --steps 8 --save-llmc "$WORK/whole.bin" >"$WORK/whole.log" 2>&1 || bad "the uninterrupted run"
+local_run 2 cut.log --steps 7 || bad "the run that writes local shards: $(tail -2 "$WORK/cut.log")"
+rm -r "$L/ck/step_00000007" && echo step_00000004 >"$L/ck/latest" && cp -r "$L" "$WORK/local0"
+shards=$(ls "$L/loc")
+if [ "$(wc -l <<<"$shards")" -eq 2 ] && [ "$(grep -c 'step_00000006-rank_0000[01]$' <<<"$shards")" -eq 2 ]; then
+  ok "only the newest complete local set is kept: step 6's shard of each rank"
+else
+  bad "local shards after the run: $shards"
+fi
+if local_run 2 local.log --steps 8 --save-llmc "$WORK/local.bin" &&
+  grep -q "^resumed: the local shards of step 6 in $L/loc (newer than $L/ck/step_00000004), step 6 of 8" "$WORK/local.log" &&
+  [ "$(numbers "$WORK/local.log")" = "$(numbers "$WORK/whole.log" | tail -2)" ] &&
+  cmp -s "$WORK/local.bin" "$WORK/whole.bin"; then
+  ok "a restart resumes from the local shards of step 6: steps 7-8 and the model bit for bit"
+else
+  bad "resume from local shards: $(grep -E '^(resumed|warning|error)' "$WORK/local.log")"
+fi
+# local_fallback NAME PATTERN RANKS: from the global checkpoint of step 4, with one line saying why.
+local_fallback() {
+  local lines
+  lines=$(grep -cE "^(warning|note): .*$L/loc" "$WORK/fallback.log")
+  if [ "$rc" -eq 0 ] && [ "$lines" -eq 1 ] && grep -qE "$2" "$WORK/fallback.log" &&
+    grep -q "^resumed: $L/ck/step_00000004, step 4 of 8" "$WORK/fallback.log" &&
+    grep -q "^step 8/8" "$WORK/fallback.log" &&
+    { [ "$3" -ne 2 ] || [ "$(numbers "$WORK/fallback.log")" = "$(numbers "$WORK/whole.log" | tail -4)" ]; }; then
+    ok "$1: every rank resumes from the global checkpoint, one line says why"
+  else
+    bad "$1: exit $rc, $lines lines: $(grep -E '^(resumed|warning|note|error)' "$WORK/fallback.log")"
+  fi
+}
+rm -rf "$L" && cp -r "$WORK/local0" "$L" && shard=$(ls "$L"/loc/*rank_00001) &&
+  poke "$shard" $(($(stat -c %s "$shard") / 2)) 0.25
+local_run 2 fallback.log --steps 8
+rc=$?
+local_fallback "rank 1's local shard damaged" "^warning: the local shards in $L/loc are not used: rank 1's shard of step 6 .* fails its checksum.*; every rank resumes from the global checkpoint $L/ck/step_00000004$" 2
+rm -rf "$L" && cp -r "$WORK/local0" "$L" && rm "$L"/loc/*rank_00001
+local_run 2 fallback.log --steps 8
+rc=$?
+local_fallback "rank 1's local shard missing" "^warning: the local shards in $L/loc are not used: rank 1 has no shard newer than step 4 .*\(missing\)" 2
+rm -rf "$L" && cp -r "$WORK/local0" "$L"
+local_run 1 fallback.log --steps 8
+rc=$?
+local_fallback "another layout (1 rank)" "^warning: --save-local $L/loc holds local shards of this run written by another layout.*never used to reshard" 1
+
 # ---- a run that diverges stops before the update; the last checkpoint stays the newest ----
 out=$("$TRAIN" "${args[@]}" --steps 6 --lr 1e6 --save "$WORK/div" --save-every 1 2>&1)
 rc=$?

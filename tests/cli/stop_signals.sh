@@ -20,7 +20,10 @@ export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE
 stop_bits=$(((1 << 1) | (1 << 9) | (1 << 13) | (1 << 14)))
 for sig in USR1 TERM INT; do
   dir="$WORK/$sig"
-  "$MPIEXEC" -n 1 "$TRAIN" "${args[@]}" --save "$dir" >"$WORK/$sig.log" 2>&1 &
+  # TERM with the node-local tier too: the stop still writes the global checkpoint.
+  tier=()
+  [ "$sig" = TERM ] && tier=(--save-local "$WORK/$sig.local" --save-local-every 2)
+  "$MPIEXEC" -n 1 "$TRAIN" "${args[@]}" --save "$dir" "${tier[@]}" >"$WORK/$sig.log" 2>&1 &
   job=$!
   if wait_for "$WORK/$sig.log" '^step 3/200' && pid=$(rank_pid "--save $dir" 0); then
     if [ "$sig" = USR1 ]; then  # the threads' masks, read while the run is in its steps
@@ -47,7 +50,7 @@ for sig in USR1 TERM INT; do
   if [ "$status" -eq 3 ] && [ -n "$stopped" ] && [ "$stopped" -lt 200 ] &&
     [ "$(cat "$dir/latest" 2>/dev/null)" = "$(printf 'step_%08d' "$stopped")" ] &&
     [ "$(numbers "$WORK/$sig.log")" = "$(numbers "$WORK/ref.log" | head -"$stopped")" ]; then
-    ok "SIG$sig mid-run: stopped after step $stopped, saved it, exit 3, steps 1-$stopped as uninterrupted"
+    ok "SIG$sig mid-run${tier[*]:+ (with --save-local)}: stopped after step $stopped, saved it, exit 3, steps 1-$stopped as uninterrupted"
   else
     bad "SIG$sig mid-run: exit $status, stopped after '${stopped:-?}'"
     grep -vE '^step ' "$WORK/$sig.log" | tail -4

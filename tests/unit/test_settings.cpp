@@ -58,6 +58,8 @@ TEST(Settings, EveryFlagParsesIntoItsField) {
       {"--save-every", {"--save", "dir"}},
       {"--keep-last", {"--save", "dir"}},
       {"--save-async", {"--save", "dir"}},
+      {"--save-local", {"--save", "dir", "--save-local-every", "1"}},
+      {"--save-local-every", {"--save", "dir", "--save-local", "local"}},
       {"--load-step", {"--load", "dir"}},
       {"--save-hf-dtype", {"--save-hf", "dir"}},
       {"--doc-token", {"--doc-mask"}},
