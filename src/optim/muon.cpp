@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "optim/grad_norm.hpp"
+#include "parallel/device_mpi.hpp"
 
 namespace mpf {
 
@@ -18,14 +19,26 @@ constexpr float kA = 3.4445f, kB = -4.7750f, kC = 2.0315f;
 constexpr int kIterations = 5;
 constexpr double kNormEps = 1e-7;
 
-// The parts a block's tensor is cut into, as (row offset, rows) within one (rows x cols) matrix
-// of the slab piece, for a matrix Hugging Face stores as several.
-void add_parts(std::vector<MuonMatrix>& out, int64_t offset, int cols,
-               std::initializer_list<int> part_rows) {
-  for (int rows : part_rows) {
-    if (rows == 0) continue;
-    out.push_back({offset, rows, cols});
-    offset += int64_t(rows) * cols;
+// The parts of a block's tensor, one after another in the slab: each (rows x cols), cut over TP
+// as `split` says, with its replicas (a kv head's rows). A fused tensor that Hugging Face stores
+// apart is several parts.
+struct Part {
+  int rows;
+  int replicas = 1;
+};
+void add_parts(std::vector<MuonMatrix>& out, int64_t offset, int cols, MuonSplit split, int tp_size,
+               std::initializer_list<Part> parts) {
+  for (const Part& p : parts) {
+    if (p.rows == 0) continue;
+    MuonMatrix a;
+    a.offset = offset;
+    a.rows = p.rows;
+    a.cols = cols;
+    a.split = tp_size > 1 ? split : MuonSplit::kNone;
+    a.replicas = p.replicas;
+    a.blocks = tp_size > 1 ? tp_size / p.replicas : 1;
+    out.push_back(a);
+    offset += int64_t(p.rows) * cols;
   }
 }
 
@@ -42,51 +55,67 @@ bool muon_tensor(TensorId t) {
          t == TensorId::fcprojw || t == TensorId::sfcw || t == TensorId::sfcprojw;
 }
 
+int MuonMatrix::full_rows() const {
+  return split == MuonSplit::kRows ? rows * blocks : rows;
+}
+int MuonMatrix::full_cols() const {
+  return split == MuonSplit::kCols ? cols * blocks : cols;
+}
+
 std::vector<MuonMatrix> muon_matrices(const Parameters& params, const TpShard& shard) {
-  require(shard.size == 1, "Muon needs whole matrices on each rank (one TP rank)");
   const GPTConfig& cfg = params.cfg;
   const ModelFeatures f = cfg.features();
-  const int C = cfg.channels;
+  const int C = cfg.channels, T = shard.size;
   // GPT-2's c_attn and Phi-3's qkv_proj are one matrix in Hugging Face's files; the other
-  // families store q_proj, k_proj and v_proj, and gate_proj and up_proj, apart.
+  // families store q_proj, k_proj and v_proj, and gate_proj and up_proj, apart. A fused tensor's
+  // TP blocks interleave its parts' rows, which Muon does not mind: orthogonalisation commutes
+  // with a permutation of the rows, so the blocks side by side are the matrix, reordered.
   const bool split_qkv = cfg.llama() && !f.fused_hf_projections;
   const bool split_gate_up = cfg.swiglu() && !f.fused_hf_projections;
+  require(split_qkv || shard.kv_replicas == 1,
+          "--optimizer muon with a fused Q/K/V whose kv heads are replicated over --tp " +
+              std::to_string(T) + ": use --tp " + std::to_string(T / shard.kv_replicas) +
+              " or less");
   std::vector<MuonMatrix> out;
+  const MuonSplit rows = MuonSplit::kRows, cols = MuonSplit::kCols;
   for (const SlabPiece& p : params.layout.pieces()) {
     if (p.block < 0 || !muon_tensor(p.tensor)) continue;
     switch (p.tensor) {
       case TensorId::qkvw:
         if (split_qkv) {
-          add_parts(out, p.offset, C, {shard.attn, shard.kv, shard.kv});
+          add_parts(out, p.offset, C, rows, T,
+                    {{shard.attn}, {shard.kv, shard.kv_replicas}, {shard.kv, shard.kv_replicas}});
         } else {
-          add_parts(out, p.offset, C, {shard.qkv});
+          add_parts(out, p.offset, C, rows, T, {{shard.qkv}});
         }
         break;
       case TensorId::attprojw:
-        add_parts(out, p.offset, shard.attn, {C});
+        add_parts(out, p.offset, shard.attn, cols, T, {{C}});
         break;
       case TensorId::fcw: {
         // A dense MLP's one matrix, or each expert's in turn.
         const int64_t per = int64_t(shard.mlp_in) * C;
         for (int64_t at = 0; at < p.length; at += per) {
           if (split_gate_up) {
-            add_parts(out, p.offset + at, C, {shard.fc, shard.fc});
+            add_parts(out, p.offset + at, C, rows, T, {{shard.fc}, {shard.fc}});
           } else {
-            add_parts(out, p.offset + at, C, {shard.mlp_in});
+            add_parts(out, p.offset + at, C, rows, T, {{shard.mlp_in}});
           }
         }
         break;
       }
       case TensorId::fcprojw: {
         const int64_t per = int64_t(C) * shard.fc;
-        for (int64_t at = 0; at < p.length; at += per) add_parts(out, p.offset + at, shard.fc, {C});
+        for (int64_t at = 0; at < p.length; at += per) {
+          add_parts(out, p.offset + at, shard.fc, cols, T, {{C}});
+        }
         break;
       }
       case TensorId::sfcw:
-        add_parts(out, p.offset, C, {shard.shared_fc, shard.shared_fc});
+        add_parts(out, p.offset, C, rows, T, {{shard.shared_fc}, {shard.shared_fc}});
         break;
       case TensorId::sfcprojw:
-        add_parts(out, p.offset, shard.shared_fc, {C});
+        add_parts(out, p.offset, shard.shared_fc, cols, T, {{C}});
         break;
       default:
         break;
@@ -143,37 +172,41 @@ void newton_schulz(float* x, int rows, int cols, bool bf16_products, float* work
   if (X != x) copy_floats(x, X, mn);
 }
 
+int64_t muon_matrix_floats(const MuonMatrix& a, int tp_size) {
+  const int64_t block = int64_t(a.rows) * a.cols;
+  const int64_t gathered = a.split == MuonSplit::kNone ? 0 : block * tp_size;
+  return block + gathered + int64_t(a.full_rows()) * a.full_cols() +
+         muon_work_floats(a.full_rows(), a.full_cols());
+}
+
 int64_t muon_workspace_floats(const TpShard& shard) {
   if (shard.local_layers() == 0) return 0;
   const GPTConfig& cfg = shard.cfg;
-  const int C = cfg.channels;
+  const int C = cfg.channels, T = shard.size;
   const bool fused = cfg.features().fused_hf_projections;
-  // One block's matrix shapes, cut as muon_matrices() cuts them.
-  std::vector<std::pair<int, int>> shapes = {{C, shard.attn}, {C, shard.fc}};
+  // One block's matrices, cut as muon_matrices() cuts them (an expert's are a dense MLP's).
+  std::vector<MuonMatrix> one;
+  const MuonSplit rows = MuonSplit::kRows, cols = MuonSplit::kCols;
   if (cfg.llama() && !fused) {
-    shapes.insert(shapes.end(), {{shard.attn, C}, {shard.kv, C}});
+    add_parts(one, 0, C, rows, T, {{shard.attn}, {shard.kv, shard.kv_replicas}});
   } else {
-    shapes.push_back({shard.qkv, C});
+    add_parts(one, 0, C, rows, T, {{shard.qkv}});
   }
-  shapes.push_back({cfg.swiglu() && !fused ? shard.fc : shard.mlp_in, C});
-  if (shard.shared_fc > 0)
-    shapes.insert(shapes.end(), {{shard.shared_fc, C}, {C, shard.shared_fc}});
+  add_parts(one, 0, shard.attn, cols, T, {{C}});
+  add_parts(one, 0, C, rows, T, {{cfg.swiglu() && !fused ? shard.fc : shard.mlp_in}});
+  add_parts(one, 0, shard.fc, cols, T, {{C}});
+  add_parts(one, 0, C, rows, T, {{shard.shared_fc}});
+  add_parts(one, 0, shard.shared_fc, cols, T, {{C}});
   int64_t work = 0;
-  for (const auto& [rows, cols] : shapes) {
-    if (rows > 0 && cols > 0) {
-      work = std::max(work, int64_t(rows) * cols + muon_work_floats(rows, cols));
-    }
-  }
+  for (const MuonMatrix& a : one) work = std::max(work, muon_matrix_floats(a, T));
   return work;
 }
 
-Muon::Muon(const MuonConfig& cfg, std::vector<MuonMatrix> matrices)
-    : cfg_(cfg), matrices_(std::move(matrices)) {
+Muon::Muon(const MuonConfig& cfg, std::vector<MuonMatrix> matrices, MPI_Comm tp)
+    : cfg_(cfg), matrices_(std::move(matrices)), tp_(tp) {
+  MPF_MPI_CHECK(MPI_Comm_size(tp_, &tp_size_));
   int64_t work = 0;
-  for (const MuonMatrix& a : matrices_) {
-    // The matrix itself (momentum-updated, maybe transposed) and its iteration buffers.
-    work = std::max(work, int64_t(a.rows) * a.cols + muon_work_floats(a.rows, a.cols));
-  }
+  for (const MuonMatrix& a : matrices_) work = std::max(work, muon_matrix_floats(a, tp_size_));
   work_ = Slab("mpf::muon::work", work);
 }
 
@@ -181,36 +214,57 @@ void Muon::step(float* params, const float* grads, float* momentum, float lr, fl
                 bf16* params16) {
   const float mu = cfg_.momentum, decay = 1.0f - lr * cfg_.weight_decay;
   for (const MuonMatrix& a : matrices_) {
-    const int rows = a.rows, cols = a.cols;
-    const int64_t n = int64_t(rows) * cols;
-    const bool tall = rows > cols;  // worked on transposed: X·Xᵀ is then cols x cols
+    const int rows = a.rows, cols = a.cols, R = a.full_rows(), Cf = a.full_cols();
+    const int64_t n = int64_t(rows) * cols, N = int64_t(R) * Cf;
+    const bool tall = R > Cf;  // worked on transposed: X·Xᵀ is then Cf x Cf
+    const bool by_rows = a.split == MuonSplit::kRows;
+    const int replicas = a.replicas;
     float* p = params + a.offset;
     const float* g = grads + a.offset;
     float* mom = momentum + a.offset;
-    float* X = work_.data();
-    // M = μ·M + s·G;  U = s·G + μ·M, written as X (transposed for a tall matrix).
+    // The workspace: this rank's U, every TP rank's (when split), the whole X, Newton-Schulz's.
+    float* U = work_.data();
+    float* G = a.split == MuonSplit::kNone ? U : U + n;
+    float* X = G + (a.split == MuonSplit::kNone ? n : n * tp_size_);
+    // M = μ·M + s·G;  U = s·G + μ·M, this rank's block.
     for_each(
         "mpf::muon_momentum", n, KOKKOS_LAMBDA(int64_t i) {
           const float gi = g[i] * grad_scale;
           const float mi = mu * mom[i] + gi;
           mom[i] = mi;
-          const int64_t r = i / cols, c = i % cols;
-          X[tall ? c * rows + r : i] = gi + mu * mi;
+          U[i] = gi + mu * mi;
         });
-    const float inv = float(1.0 / (std::sqrt(sum_of_squares(X, n)) + kNormEps));
+    if (a.split != MuonSplit::kNone) allgather(U, G, n, tp_);
+    // The whole matrix from the blocks (a replicated block once), transposed when tall.
     for_each(
-        "mpf::muon_normalize", n, KOKKOS_LAMBDA(int64_t i) { X[i] *= inv; });
-    newton_schulz(X, rows, cols, cfg_.ns_bf16, X + n);
-    // Moonlight's scale: the update's RMS is AdamW's (about 0.2).
-    const float step = lr * 0.2f * std::sqrt(float(std::max(rows, cols)));
+        "mpf::muon_assemble", N, KOKKOS_LAMBDA(int64_t e) {
+          const int64_t I = e / Cf, J = e % Cf;
+          const int64_t b = by_rows ? I / rows : J / cols;  // 0 without a split
+          const int64_t i = by_rows ? I % rows : I, j = by_rows ? J : J % cols;
+          X[tall ? J * R + I : e] = G[(b * replicas) * n + i * cols + j];
+        });
+    const float inv = float(1.0 / (std::sqrt(sum_of_squares(X, N)) + kNormEps));
     for_each(
-        "mpf::muon_update", n, KOKKOS_LAMBDA(int64_t i) {
-          const int64_t r = i / cols, c = i % cols;
-          const float pi = p[i] * decay - step * X[tall ? c * rows + r : i];
-          p[i] = pi;
-          if (params16) params16[a.offset + i] = to_bf16(pi);
+        "mpf::muon_normalize", N, KOKKOS_LAMBDA(int64_t i) { X[i] *= inv; });
+    newton_schulz(X, R, Cf, cfg_.ns_bf16, X + N);
+    // Moonlight's scale: the update's RMS is AdamW's (about 0.2). This rank's block of X.
+    const float step = lr * 0.2f * std::sqrt(float(std::max(R, Cf)));
+    const int64_t block = a.split == MuonSplit::kNone ? 0 : own_block(a);
+    for_each(
+        "mpf::muon_update", n, KOKKOS_LAMBDA(int64_t k) {
+          const int64_t i = k / cols, j = k % cols;
+          const int64_t I = by_rows ? block * rows + i : i, J = by_rows ? j : block * cols + j;
+          const float pi = p[k] * decay - step * X[tall ? J * R + I : I * Cf + J];
+          p[k] = pi;
+          if (params16) params16[a.offset + k] = to_bf16(pi);
         });
   }
+}
+
+int64_t Muon::own_block(const MuonMatrix& a) const {
+  int rank = 0;
+  MPF_MPI_CHECK(MPI_Comm_rank(tp_, &rank));
+  return rank / a.replicas;
 }
 
 }  // namespace mpf

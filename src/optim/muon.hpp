@@ -19,6 +19,8 @@
 // so a Muon run resumes on any layout.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -35,18 +37,29 @@ struct MuonConfig {
   bool ns_bf16 = false;  // Newton–Schulz's products in bf16 (accumulated in fp32)
 };
 
-// One matrix: `rows` x `cols`, row-major, at slab offset `offset` (its gradient and momentum at the
-// same offsets of theirs).
+// How a matrix is cut over the TP ranks: whole on each, or this rank's block of rows (a
+// column-parallel weight) or of columns (a row-parallel one).
+enum class MuonSplit { kNone, kRows, kCols };
+
+// One matrix: this rank's `rows` x `cols` block of it, row-major, at slab offset `offset` (its
+// gradient and momentum at the same offsets of theirs). Under TP the matrix is the TP ranks'
+// blocks side by side (split), each block held by `replicas` consecutive ranks (a kv head
+// replicated when there are fewer kv heads than TP ranks), this rank's at block rank / replicas.
 struct MuonMatrix {
   int64_t offset = 0;
   int rows = 0, cols = 0;
+  MuonSplit split = MuonSplit::kNone;
+  int replicas = 1;
+  // The whole matrix's sizes.
+  int full_rows() const;
+  int full_cols() const;
+  int blocks = 1;  // distinct blocks over the TP ranks
 };
 
 // Whether the slab's pieces of `tensor` are Muon's (a block's 2-D weights).
 bool muon_tensor(TensorId tensor);
 
-// The Muon matrices of a rank's parameters, in slab order. `shard` must hold whole matrices (one
-// TP rank).
+// The Muon matrices of a rank's parameters, in slab order: under TP, its blocks of them.
 std::vector<MuonMatrix> muon_matrices(const Parameters& params, const TpShard& shard);
 
 // The orthogonalisation alone (the 5 iterations above) of the rows x cols matrix `x`, in place;
@@ -56,22 +69,34 @@ int64_t muon_work_floats(int rows, int cols);
 // The workspace Muon allocates for a rank holding `shard` (the largest of its matrices'), in
 // floats: what the memory plan counts.
 int64_t muon_workspace_floats(const TpShard& shard);
+// The floats one matrix needs: its block's U, the gathered blocks, the whole X and the iteration
+// buffers.
+int64_t muon_matrix_floats(const MuonMatrix& a, int tp_size);
 
 class Muon {
  public:
-  Muon(const MuonConfig& cfg, std::vector<MuonMatrix> matrices);
+  // tp: the ranks holding the other blocks of each matrix (a 1-rank communicator without TP).
+  // Each gathers the whole matrix and orthogonalises it (the same bits on every TP rank), then
+  // updates its own block: the Newton-Schulz products are repeated on the TP ranks rather than
+  // split over them, which for a block's matrices (C up to a few thousand) costs less than the
+  // three collectives per iteration a split product would need.
+  Muon(const MuonConfig& cfg, std::vector<MuonMatrix> matrices, MPI_Comm tp);
 
   // One update of every matrix; momentum is laid out as params (AdamW's first moment).
   void step(float* params, const float* grads, float* momentum, float lr, float grad_scale,
             bf16* params16 = nullptr);
 
   const std::vector<MuonMatrix>& matrices() const { return matrices_; }
+  // This rank's block of a split matrix among the distinct blocks.
+  int64_t own_block(const MuonMatrix& a) const;
   // The workspace's bytes (the largest matrix's iteration buffers).
   int64_t work_bytes() const { return int64_t(work_.extent(0)) * int64_t(sizeof(float)); }
 
  private:
   MuonConfig cfg_;
   std::vector<MuonMatrix> matrices_;
+  MPI_Comm tp_;
+  int tp_size_ = 1;
   Slab work_;
 };
 

@@ -159,11 +159,7 @@ void check_options(TrainOptions& o) {
   require(o.muon_momentum >= 0 && o.muon_momentum < 1,
           "--muon-momentum must be in [0, 1), got " + number(o.muon_momentum));
   if (o.optimizer == "muon") {
-    // Muon orthogonalises whole matrices: a TP shard holds a slice, a ZeRO-1 shard a stretch of
-    // the slab.
-    require(o.tp == 1, "--optimizer muon with --tp " + std::to_string(o.tp) +
-                           ": Muon needs each matrix whole on a rank and does not gather TP "
-                           "shards yet; use --tp 1 (DP, PP, CP and EP serve it)");
+    // Muon orthogonalises whole matrices: a ZeRO-1 shard holds a stretch of the slab.
     require(o.zero == 0,
             "--optimizer muon with --zero 1: ZeRO-1's optimizer shards cut the "
             "matrices Muon orthogonalises whole; use --zero 0");

@@ -301,7 +301,7 @@ void TrainingRun::set_up_optimizer() {
     mc.momentum = opts.muon_momentum;
     mc.weight_decay = opts.weight_decay;
     mc.ns_bf16 = opts.muon_ns_precision == "bf16";
-    muon_ = std::make_unique<Muon>(mc, muon_matrices(params_, shard_));
+    muon_ = std::make_unique<Muon>(mc, muon_matrices(params_, shard_), grid_->tp_comm());
   } else {
     optimizer_ = std::make_unique<AdamW>(adam, cfg_, piece_segments(params_), params_.count);
   }

@@ -14,7 +14,8 @@ gate) is trained by AdamW at the same learning rate, as the trainer's other refe
 
 A tiny Llama and a tiny Qwen2-MoE (experts, a shared expert, Q/K/V biases) train 10 steps in
 float64 here and in the trainer, on one process and on DP 2, PP 2 (Llama) and EP 2 (Qwen2-MoE):
-every step's loss within 1e-5 relative, the norm, and the final tensors. Then a resume: a Muon
+every step's loss within 1e-5 relative, the norm, and the final tensors; and on TP 2 and TP 4
+(each rank gathers a matrix's blocks, fewer kv heads than ranks included). Then a resume: a Muon
 run saved at step 5 and resumed equals the run straight through, bit for bit, and an AdamW
 checkpoint resumes under Muon only with --reset-optimizer.
 
@@ -170,8 +171,12 @@ def main():
         tokens = np.random.default_rng(7).integers(0, MODEL["V"], CFG["n_tokens"])
         shard = os.path.join(workdir, "tokens.bin")
         write_tokens(shard, tokens)
-        cases = [("llama", MODEL, [(1, ()), (2, ("--dp", "2")), (2, ("--pp", "2"))]),
-                 ("qwen2_moe", QWEN2_MOE, [(1, ()), (2, ("--dp", "2", "--ep", "2"))])]
+        # TP 4 with 2 kv heads replicates each kv head on two ranks: K's and V's blocks are
+        # gathered once each.
+        cases = [("llama", MODEL, [(1, ()), (2, ("--dp", "2")), (2, ("--pp", "2")),
+                                   (2, ("--tp", "2")), (4, ("--tp", "4"))]),
+                 ("qwen2_moe", QWEN2_MOE, [(1, ()), (2, ("--dp", "2", "--ep", "2")),
+                                           (2, ("--tp", "2", "--sequence-parallel"))])]
         for name, m, layouts in cases:
             params0 = random_model(m)
             model = os.path.join(workdir, f"{name}.bin")
