@@ -125,7 +125,11 @@ void carve(Activations& a, SlabCarver& k) {
   a.lnf = k.take(H * R * C);
   a.lnf_mean = k.take(M * H * Rl);
   a.lnf_rstd = k.take(H * Rl);
-  a.logits = k.take(H * logit_rows * s.vocab_shard);
+  // Under bf16 the logits are the head's product's bf16 output and their gradient overwrites
+  // them in bf16, which both backward products read as it is (autocast's lm_head).
+  const int64_t L16 = a.chunk.bf16 ? 1 : 0;
+  a.logits = k.take((1 - L16) * H * logit_rows * s.vocab_shard);
+  a.logits_bf16 = k.take16(L16 * H * logit_rows * s.vocab_shard);
   a.row_stats = k.take(H * 3 * logit_rows);
   a.losses = k.take(H * R);
 }

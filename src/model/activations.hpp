@@ -183,12 +183,17 @@ struct Activations {
   float* moe_load = nullptr;  // (the stage's blocks, E): MoeLayer::load of its block at its index
   float dloss = 0.0f;         // MoeLayer::dloss (the backward sets it)
   // The head's (empty unless chunk.head):
-  Tensor lnf;        // (R,C)
-  Tensor lnf_mean;   // (Rl)
-  Tensor lnf_rstd;   // (Rl)
-  Tensor logits;     // (B,T,Vl) logits -> probabilities (head_forward) -> dlogits (backward)
+  Tensor lnf;            // (R,C)
+  Tensor lnf_mean;       // (Rl)
+  Tensor lnf_rstd;       // (Rl)
+  Tensor logits;         // (B,T,Vl) logits, or dlogits once the classifier has run with a dloss
+  Tensor16 logits_bf16;  // chunk.bf16: the logits kept in bf16 instead (logits then empty)
   Tensor row_stats;  // (3,B,T) per-row max, sum of exponentials and target logit (vocab-parallel)
   Tensor losses;     // (B,T)
+  // The d(objective)/d(a token's loss) a training step's forward knows (ModelStage sets it; 0: an
+  // evaluation, or not known): with it the head's forward leaves dlogits in the logits in the
+  // loss's pass. logits_dloss: the dloss whose dlogits the logits hold (0: still the logits).
+  float forward_dloss = 0.0f, logits_dloss = 0.0f;
 
   // positions: where the T rows sit (default: positions 0..T-1).
   static Activations allocate(const TpShard& shard, const ChunkPieces& chunk, int B, int T,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "model/block_parts.hpp"
 #include "model/layers/attention.hpp"
@@ -45,22 +46,56 @@ ProjectionNormShape projection_norm_shape(const TpShard& s, int64_t R) {
 
 // Rows [first, first + rows) of the head's R rows and where their logits live: the whole logits
 // tensor, or (chunk.logit_rows) one piece's worth of it at a time.
+// The logits are fp32, or bf16 under chunk.bf16 (logits16).
 struct LogitPiece {
   int64_t first = 0, rows = 0;
-  Tensor logits, row_stats;
+  bool bf16 = false;
+  Tensor logits;
+  Tensor16 logits16;
+  Tensor row_stats;
   Tokens targets(const Tokens& all) const {
     return Kokkos::subview(all, std::make_pair(first, first + rows));
+  }
+  // f(the piece's logits), as a Tensor or a Tensor16.
+  template <class F>
+  void with_logits(const F& f) const {
+    if (bf16) {
+      f(logits16);
+    } else {
+      f(logits);
+    }
   }
 };
 template <class F>
 void for_logit_pieces(const Activations& acts, const F& f) {
   const int64_t R = acts.seq.rows, Vl = acts.shard.vocab_shard;
   const int64_t piece = acts.chunk.logit_rows > 0 ? std::min<int64_t>(acts.chunk.logit_rows, R) : R;
+  const bool bf16 = acts.logits_bf16.extent(0) > 0;
   for (int64_t first = 0; first < R; first += piece) {
     const int64_t n = std::min(piece, R - first);
-    f(LogitPiece{first, n, Tensor(acts.logits.data(), n * Vl),
+    f(LogitPiece{first, n, bf16, Tensor(bf16 ? nullptr : acts.logits.data(), bf16 ? 0 : n * Vl),
+                 Tensor16(bf16 ? acts.logits_bf16.data() : nullptr, bf16 ? n * Vl : 0),
                  Tensor(acts.row_stats.data(), 3 * n)});
   }
+}
+// The head's products in the logits' precision: logits (N,Vl) = lnf (N,C) · Wᵀ, written in bf16
+// when they are kept so; the backward's two read the dlogits as they are.
+void head_product(Tensor logits, Tensor lnf, const Tensor& w, int64_t N, int C, int Vl) {
+  linear_forward(logits, Tensor(), lnf, w, Tensor(), N, C, Vl);
+}
+void head_product(Tensor16 logits, Tensor lnf, const Tensor& w, int64_t N, int C, int Vl) {
+  linear_forward(logits, lnf, w, N, C, Vl);
+}
+void head_weight_grad(Tensor& dw, Tensor dlogits, Tensor lnf, int64_t N, int C, int Vl) {
+  linear_backward_weight(dw, Tensor(), dlogits, lnf, N, C, Vl);
+}
+void head_weight_grad(Tensor& dw, Tensor16 dlogits, Tensor lnf, int64_t N, int C, int Vl) {
+  linear_backward_weight(dw, dlogits, lnf, N, C, Vl);
+}
+// The whole head's logits (all R rows: chunk.logit_rows == 0) as one piece.
+LogitPiece whole_logits(const Activations& acts) {
+  const bool bf16 = acts.logits_bf16.extent(0) > 0;
+  return LogitPiece{0, acts.seq.rows, bf16, acts.logits, acts.logits_bf16, acts.row_stats};
 }
 
 // The backward of model_norm_forward (gpt.hpp): the family's normalisation.
@@ -375,13 +410,19 @@ void head_forward(Activations& acts, const ParameterTensors& params, const Token
   model_norm_forward(rows(acts.lnf, seq.row_begin, seq.local_rows, C), acts.lnf_mean, acts.lnf_rstd,
                      acts.output(), params.lnfw, params.lnfb, seq.local_rows, cfg);
   tp::enter_forward(acts.lnf.data(), C, seq, tp);
-  // The logits of this rank's vocabulary shard, for every row (in pieces: the losses only).
+  // The logits of this rank's vocabulary shard, for every row (in pieces: the losses only). With
+  // the step's dloss known and the logits kept whole, the classifier leaves their gradient in them.
+  const float dloss = acts.chunk.logit_rows > 0 ? 0.0f : acts.forward_dloss;
   for_logit_pieces(acts, [&](const LogitPiece& p) {
-    linear_forward(p.logits, none, rows(acts.lnf, p.first, p.rows, C), head_weight(params, cfg),
-                   none, p.rows, C, s.vocab_shard);
-    cross_entropy_forward(rows(acts.losses, p.first, p.rows, 1), p.logits, p.row_stats,
-                          p.targets(targets), p.rows, cfg.vocab, s.vocab_begin, s.vocab_shard, tp);
+    p.with_logits([&](auto z) {
+      head_product(z, rows(acts.lnf, p.first, p.rows, C), head_weight(params, cfg), p.rows, C,
+                   s.vocab_shard);
+      cross_entropy_forward(rows(acts.losses, p.first, p.rows, 1), z, p.row_stats,
+                            p.targets(targets), p.rows, cfg.vocab, s.vocab_begin, s.vocab_shard, tp,
+                            dloss);
+    });
   });
+  acts.logits_dloss = dloss;
 }
 
 void head_backward_in_pieces(ParameterTensors& grads, BackwardBuffers& buf, WeightGradInputs& w,
@@ -399,14 +440,15 @@ void head_backward_in_pieces(ParameterTensors& grads, BackwardBuffers& buf, Weig
   // are gone once the next piece is computed).
   for_logit_pieces(acts, [&](const LogitPiece& p) {
     const Tensor lnf = rows(acts.lnf, p.first, p.rows, C);
-    linear_forward(p.logits, none, lnf, head_weight(params, cfg), none, p.rows, C, s.vocab_shard);
-    cross_entropy_forward(rows(acts.losses, p.first, p.rows, 1), p.logits, p.row_stats,
-                          p.targets(targets), p.rows, cfg.vocab, s.vocab_begin, s.vocab_shard, tp);
-    cross_entropy_backward_input(p.logits, p.logits, p.targets(targets), dloss, p.rows,
-                                 s.vocab_begin, s.vocab_shard);
-    linear_backward_input(rows(partial, p.first, p.rows, C), p.logits, head_weight(params, cfg),
-                          p.rows, C, s.vocab_shard);
-    linear_backward_weight(head_weight(grads, cfg), none, p.logits, lnf, p.rows, C, s.vocab_shard);
+    p.with_logits([&](auto z) {
+      head_product(z, lnf, head_weight(params, cfg), p.rows, C, s.vocab_shard);
+      cross_entropy_forward(rows(acts.losses, p.first, p.rows, 1), z, p.row_stats,
+                            p.targets(targets), p.rows, cfg.vocab, s.vocab_begin, s.vocab_shard, tp,
+                            dloss);
+      linear_backward_input(rows(partial, p.first, p.rows, C), z, head_weight(params, cfg), p.rows,
+                            C, s.vocab_shard);
+      head_weight_grad(head_weight(grads, cfg), z, lnf, p.rows, C, s.vocab_shard);
+    });
   });
   tp::enter_backward(partial.data(), w.dlnf.data(), C, seq, tp);
   model_norm_backward_input(dout, none, w.dlnf, acts.output(), acts.lnf_mean, acts.lnf_rstd,
@@ -427,10 +469,18 @@ void head_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations&
   const GPTConfig& cfg = acts.cfg;
   const int C = cfg.channels;
   const Tensor none;
-  cross_entropy_backward_input(acts.logits, acts.logits, targets, dloss, seq.rows, s.vocab_begin,
-                               s.vocab_shard);
   const Tensor partial = seq.on ? buf.partial : w.dlnf;
-  linear_backward_input(partial, acts.logits, head_weight(params, cfg), seq.rows, C, s.vocab_shard);
+  whole_logits(acts).with_logits([&](auto z) {
+    // The forward wrote dlogits when it knew dloss; else they are made from its row statistics.
+    if (acts.logits_dloss != dloss) {
+      if (acts.logits_dloss != 0.0f)
+        MPF_FATAL("the head's forward wrote dlogits for another dloss");
+      cross_entropy_gradient(z, acts.row_stats, targets, dloss, seq.rows, cfg.vocab, s.vocab_begin,
+                             s.vocab_shard);
+      acts.logits_dloss = dloss;
+    }
+    linear_backward_input(partial, z, head_weight(params, cfg), seq.rows, C, s.vocab_shard);
+  });
   tp::enter_backward(partial.data(), w.dlnf.data(), C, seq, tp);
   model_norm_backward_input(dout, none, w.dlnf, acts.output(), acts.lnf_mean, acts.lnf_rstd,
                             params.lnfw, seq.local_rows, cfg);
@@ -441,8 +491,10 @@ void head_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
   const GPTConfig& cfg = acts.cfg;
   const tp::SequenceSplit& seq = acts.seq;
   const Tensor none;
-  linear_backward_weight(head_weight(grads, cfg), none, acts.logits, acts.lnf, seq.rows,
-                         cfg.channels, acts.shard.vocab_shard);
+  whole_logits(acts).with_logits([&](auto z) {
+    head_weight_grad(head_weight(grads, cfg), z, acts.lnf, seq.rows, cfg.channels,
+                     acts.shard.vocab_shard);
+  });
   model_norm_backward_weight(grads.lnfw, grads.lnfb, w.dlnf, acts.output(), acts.lnf_mean,
                              acts.lnf_rstd, seq.local_rows, cfg);
   if (final_microbatch) {

@@ -62,9 +62,9 @@ void head_backward_in_pieces(ParameterTensors& grads, BackwardBuffers& buf, Weig
                              Activations& acts, const ParameterTensors& params,
                              const Tokens& targets, float dloss, MPI_Comm tp, Tensor dout,
                              bool final_microbatch);
-// dloss = d(total loss)/d(each token's loss). Leaves dlogits in acts.logits, the final
-// LayerNorm's output gradient in w.dlnf and the gradient of the last block's output, this rank's
-// rows, in dout.
+// dloss = d(total loss)/d(each token's loss). Leaves dlogits in the logits (bf16 ones too), the
+// final LayerNorm's output gradient in w.dlnf and the gradient of the last block's output, this
+// rank's rows, in dout.
 void head_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& acts,
                          const ParameterTensors& params, const Tokens& targets, float dloss,
                          MPI_Comm tp, Tensor dout);

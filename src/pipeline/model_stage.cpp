@@ -252,6 +252,7 @@ void ModelStage::forward(int mb, int chunk) {
   a->doc_start = doc_starts_ ? (*doc_starts_)[mb].data() : nullptr;
   a->moe_aux = loss_sums_.data() + 2;
   a->moe_load = expert_load_.data();
+  a->forward_dloss = dloss_;  // the head's classifier writes dlogits in the loss's pass
   Stopwatch sw;
   timed("F", mb, chunk, [&] {
     gpt_forward(*a, *params_, (*inputs_)[mb], (*targets_)[mb], tp_, workspace_.get());
@@ -411,7 +412,8 @@ double ModelStage::evaluate(const ParameterTensors& params, const std::vector<To
       Activations* a = held[c] = acquire(c);
       if (!p2p_.is_first(c)) p2p_.recv_forward(a->input.data(), int(mb), c);
       a->doc_start = doc_starts ? (*doc_starts)[mb].data() : nullptr;
-      a->moe_aux = nullptr;  // an evaluation's balance losses are not the step's
+      a->moe_aux = nullptr;     // an evaluation's balance losses are not the step's
+      a->forward_dloss = 0.0f;  // the losses only
       gpt_forward(*a, params, inputs[mb], targets[mb], tp_, workspace_.get());
       if (chunks_[c].head) add_loss(*a, loss);
       if (chunks_[c].head && losses) losses(int(mb), a->losses);

@@ -32,7 +32,7 @@ TpShard layout_stage_shard(const LayoutSizes& l, const pipeline::SchedulePlan& p
                            int pp_rank, int ep_rank);
 
 // Elements of each of bf16's two operand buffers: a microbatch's rows times the widest
-// activation a product reads (the logits' vocabulary shard, the MLP, QKV).
+// activation a product rounds as it reads it (the MLP, QKV; the logits are bf16 already).
 int64_t largest_bf16_operand(const TpShard& shard, int rows);
 
 // The rank's memory shape, data_bytes and process_bytes left 0 (the caller's to add). What it

@@ -14,6 +14,7 @@
 
 #include "core/parallel.hpp"
 #include "core/transfer.hpp"
+#include "core/vector_math.hpp"
 #include "model/layers/cross_entropy.hpp"
 #include "model/layers/encoder.hpp"
 #include "model/layers/layernorm.hpp"
@@ -285,6 +286,29 @@ TEST_P(Kernels, RotaryEmbedding) {
   expect_close(to_host(dqkv), dy, 1e-6, "dqkv rotated back");
 }
 
+// The classifier as it was before its gradient joined the loss's pass (one rank): a kernel turning
+// the logits into probabilities (the max, exp(z − max) in place and their sum, z / sum), then one
+// writing probs · dloss − onehot · dloss over them.
+void previous_classifier(Tensor losses, Tensor z, const Tokens& targets, float dloss, int64_t N,
+                         int V, int Vl) {
+  for_rows(
+      "previous_forward", N, Vl, KOKKOS_LAMBDA(const Row& r, int64_t n) {
+        float* x = z.data() + n * Vl;
+        const float m = r.max(V, [x](int j) { return x[j]; });
+        const float target = x[targets(n)];
+        r.for_each(V, [=](int j) { x[j] = vmath::exp(x[j] - m); });
+        const float s = r.sum(V, [x](int j) { return x[j]; });
+        r.once([=] { losses(n) = m + logf(s) - target; });
+        const float inv = 1.0f / s;
+        r.for_each(V, [=](int j) { x[j] *= inv; });
+        r.for_each(Vl - V, [=](int j) { x[V + j] = 0.0f; });
+      });
+  for_each_2d(
+      "previous_backward", N, Vl, KOKKOS_LAMBDA(int64_t n, int j) {
+        z(n * Vl + j) = z(n * Vl + j) * dloss - (j == targets(n) ? dloss : 0.0f);
+      });
+}
+
 TEST_P(Kernels, CrossEntropyWithPaddedVocabulary) {
   const int N = 23, V = 1000, Vl = 1024;
   Slab logits = random_slab("logits", N * Vl, 3.0f), losses("losses", N), stats("stats", 3 * N);
@@ -292,26 +316,87 @@ TEST_P(Kernels, CrossEntropyWithPaddedVocabulary) {
   for (int n = 0; n < N; ++n) t[n] = (n * 397) % V;
   const Tokens targets = tokens_from_host(t);
   const std::vector<float> z = to_host(logits);
+  const float dloss = 0.25f;
+  // The losses only: the logits stay as they were.
   cross_entropy_forward(view(losses), view(logits), view(stats), targets, N, V, 0, Vl,
                         MPI_COMM_SELF);
-  const std::vector<float> probs = to_host(logits);
-  const float dloss = 0.25f;
-  cross_entropy_backward_input(view(logits), view(logits), targets, dloss, N, 0, Vl);
+  const std::vector<float> losses_only = to_host(losses);
+  EXPECT_EQ(to_host(logits), z);
+  // Then the gradient from the forward's row statistics, in a pass of its own.
+  cross_entropy_gradient(view(logits), view(stats), targets, dloss, N, V, 0, Vl);
+  const std::vector<float> two_passes = to_host(logits);
+  // One pass: the losses and the gradient together, with the same bits.
+  Slab one = from_host("one", z);
+  cross_entropy_forward(view(losses), view(one), view(stats), targets, N, V, 0, Vl, MPI_COMM_SELF,
+                        dloss);
+  EXPECT_EQ(to_host(losses), losses_only);
+  EXPECT_EQ(to_host(one), two_passes);
+  // The same bits as before, when the probabilities were kept between the passes.
+  Slab before = from_host("before", z), losses_before("losses_before", N);
+  previous_classifier(view(losses_before), view(before), targets, dloss, N, V, Vl);
+  EXPECT_EQ(to_host(losses_before), losses_only);
+  EXPECT_EQ(to_host(before), two_passes);
 
-  std::vector<double> want_loss(N), want_p(N * Vl, 0.0), want_d(N * Vl, 0.0);
+  std::vector<double> want_loss(N), want_d(N * Vl, 0.0);
   for (int n = 0; n < N; ++n) {
     double mx = -1e30, total = 0;
     for (int j = 0; j < V; ++j) mx = std::max(mx, double(z[n * Vl + j]));
     for (int j = 0; j < V; ++j) total += std::exp(z[n * Vl + j] - mx);
     want_loss[n] = mx + std::log(total) - z[n * Vl + t[n]];
     for (int j = 0; j < V; ++j) {
-      want_p[n * Vl + j] = std::exp(z[n * Vl + j] - mx) / total;
-      want_d[n * Vl + j] = (want_p[n * Vl + j] - (j == t[n])) * dloss;
+      want_d[n * Vl + j] = (std::exp(z[n * Vl + j] - mx) / total - (j == t[n])) * dloss;
     }
   }
-  expect_close(to_host(losses), want_loss, 1e-5, "losses");
-  expect_close(probs, want_p, 1e-5, "probabilities (0 in the padding)");
-  expect_close(to_host(logits), want_d, 1e-5, "dlogits");
+  expect_close(losses_only, want_loss, 1e-5, "losses");
+  expect_close(two_passes, want_d, 1e-5, "dlogits (0 in the padding)");
+}
+
+// bf16 logits (the LM head's under --precision bf16): read as fp32, so the losses are those of
+// the fp32 classifier on the same values, and the gradient is its gradient rounded once to bf16,
+// in one pass or in two.
+TEST_P(Kernels, CrossEntropyOfBf16Logits) {
+  const int N = 19, V = 1000, Vl = 1024;
+  std::vector<int32_t> t(N);
+  for (int n = 0; n < N; ++n) t[n] = (n * 211 + 5) % V;
+  const Tokens targets = tokens_from_host(t);
+  std::vector<float> z = to_host(random_slab("logits", N * Vl, 3.0f));
+  std::vector<bf16> z16(z.size());
+  for (size_t i = 0; i < z.size(); ++i) {
+    z16[i] = to_bf16(z[i]);
+    z[i] = from_bf16(z16[i]);
+  }
+  const float dloss = 0.125f;
+  Slab f32 = from_host("f32", z), losses32("losses32", N), stats("stats", 3 * N);
+  cross_entropy_forward(view(losses32), view(f32), view(stats), targets, N, V, 0, Vl, MPI_COMM_SELF,
+                        dloss);
+  std::vector<bf16> want16(z.size());
+  const std::vector<float> d32 = to_host(f32);
+  for (size_t i = 0; i < z.size(); ++i) want16[i] = to_bf16(d32[i]);
+  auto to_device16 = [&](const std::vector<bf16>& h) {
+    Bf16Slab d("z16", h.size());
+    Kokkos::deep_copy(
+        d, Kokkos::View<const bf16*, HostSpace, Kokkos::MemoryUnmanaged>(h.data(), h.size()));
+    return d;
+  };
+  auto to_host16 = [](const Bf16Slab& d) {
+    std::vector<bf16> h(d.extent(0));
+    Kokkos::deep_copy(Kokkos::View<bf16*, HostSpace, Kokkos::MemoryUnmanaged>(h.data(), h.size()),
+                      d);
+    return h;
+  };
+  Bf16Slab one = to_device16(z16);
+  Slab losses("losses", N);
+  cross_entropy_forward(view(losses), Tensor16(one.data(), one.extent(0)), view(stats), targets, N,
+                        V, 0, Vl, MPI_COMM_SELF, dloss);
+  EXPECT_EQ(to_host(losses), to_host(losses32));
+  EXPECT_EQ(to_host16(one), want16);
+  Bf16Slab two = to_device16(z16);
+  cross_entropy_forward(view(losses), Tensor16(two.data(), two.extent(0)), view(stats), targets, N,
+                        V, 0, Vl, MPI_COMM_SELF);
+  EXPECT_EQ(to_host16(two), z16);  // the losses only: the logits as they were
+  cross_entropy_gradient(Tensor16(two.data(), two.extent(0)), view(stats), targets, dloss, N, V, 0,
+                         Vl);
+  EXPECT_EQ(to_host16(two), want16);
 }
 
 TEST_P(Kernels, EmbeddingOfAVocabularyShardWithRepeatedTokens) {

@@ -4,17 +4,21 @@
 
 #include <string>
 
+#include "backends/gemm.hpp"
+#include "model/gpt.hpp"
 #include "model/layers/attention.hpp"
 #include "model/layers/cross_entropy.hpp"
 #include "model/layers/encoder.hpp"
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
+#include "model/layers/matmul.hpp"
 #include "model/layers/projection_norm.hpp"
 #include "model/layers/rmsnorm.hpp"
 #include "model/layers/rope.hpp"
 #include "model/layers/swiglu.hpp"
 #include "test_helpers.hpp"
+#include "train/layout_memory.hpp"
 
 namespace mpf {
 
@@ -257,7 +261,8 @@ INSTANTIATE_TEST_SUITE_P(KvHeads, GroupedAttentionGradient, ::testing::Values(1,
 TEST(LayerGradients, CrossEntropyIgnoresPaddedColumns) {
   const int N = 4, V = 11, Vp = 16;
   const float dloss = 0.37f;
-  // The forward overwrites its input with probabilities: each evaluation works on a copy.
+  // Without a dloss the forward leaves its input as it is; each evaluation works on a copy all
+  // the same.
   Slab logits = random_slab("logits", N * Vp, 3.0f), work("work", N * Vp), losses("losses", N),
        stats("stats", 3 * N);
   Tokens targets("targets", N);
@@ -275,12 +280,105 @@ TEST(LayerGradients, CrossEntropyIgnoresPaddedColumns) {
   };
   loss();
   Slab dlogits("dlogits", N * Vp);
-  cross_entropy_backward_input(view(dlogits), view(work), targets, dloss, N, 0, Vp);
+  Kokkos::deep_copy(dlogits, logits);
+  cross_entropy_gradient(view(dlogits), view(stats), targets, dloss, N, V, 0, Vp);
   const std::vector<float> d = to_host(dlogits);
   expect_gradient_matches(logits, d, loss, spread(N * Vp, 64), "dlogits", 1e-2f);
   for (int n = 0; n < N; ++n) {
     for (int j = V; j < Vp; ++j) EXPECT_EQ(d[n * Vp + j], 0.0f);
   }
+}
+
+// The LM head's classifier in the model: a training step's forward, knowing dloss, writes the
+// logits' gradient in the loss's pass; without it (an evaluation, or dloss not known) the backward
+// makes it from the kept logits and row statistics. The same losses and gradients bit for bit,
+// with the logits whole or in pieces, in fp32 and (fp32 logits, or bf16 ones as autocast keeps
+// them) under bf16 products.
+namespace {
+struct HeadStep {
+  std::vector<float> losses, grads;
+};
+HeadStep head_step(const GPTConfig& cfg, bool one_pass, int logit_rows, bool bf16_products,
+                   bool bf16_logits) {
+  const int B = 2, T = 6;
+  const float dloss = 1.0f / (B * T);
+  const TpShard shard = make_tp_shard(cfg, 0, 1);
+  Parameters params = Parameters::allocate(shard, "params"),
+             grads = Parameters::allocate(shard, "g");
+  initialize(params, shard, 11);
+  ChunkPieces chunk = whole_stage(shard);
+  chunk.logit_rows = logit_rows;
+  chunk.bf16 = bf16_logits;
+  Activations acts = Activations::allocate(shard, chunk, B, T);
+  BackwardBuffers buf = BackwardBuffers::allocate(shard, B, T);
+  WeightGradInputs w = WeightGradInputs::allocate(shard, chunk, B, T);
+  std::vector<int32_t> ids(B * T), next(B * T);
+  for (int i = 0; i < B * T; ++i)
+    ids[i] = (7 * i + 3) % cfg.vocab, next[i] = (5 * i + 1) % cfg.vocab;
+  Tokens inputs("inputs", B * T), targets("targets", B * T);
+  Kokkos::deep_copy(inputs, Kokkos::View<const int32_t*, HostSpace, Kokkos::MemoryUnmanaged>(
+                                ids.data(), ids.size()));
+  Kokkos::deep_copy(targets, Kokkos::View<const int32_t*, HostSpace, Kokkos::MemoryUnmanaged>(
+                                 next.data(), next.size()));
+  Bf16Slab weights16("weights16", params.count);
+  round_to_bf16(weights16.data(), params.slab.data(), params.count);
+  std::unique_ptr<Bf16Products> scope;
+  if (bf16_products) {
+    scope = std::make_unique<Bf16Products>(params.slab.data(), weights16.data(), params.count, 16);
+  }
+  acts.forward_dloss = one_pass ? dloss : 0.0f;
+  gpt_forward(acts, params.t, inputs, targets);
+  if (logit_rows > 0) {
+    gpt_backward_by_block(grads.t, buf, w, acts, params.t, inputs, targets, dloss, MPI_COMM_SELF,
+                          {}, nullptr, {}, true);
+  } else {
+    gpt_backward(grads.t, buf, w, acts, params.t, inputs, targets, dloss);
+  }
+  return {to_host(Slab(acts.losses.data(), acts.losses.extent(0))), to_host(grads.slab)};
+}
+}  // namespace
+
+TEST(ClassifierInTheModel, OnePassGivesTheBitsOfTwo) {
+  const GPTConfig cfg{8, 13, 16, 2, 2, 8};  // V 13 padded to 16
+  const bool bf16 = backend::kernels().bf16_missing.empty();
+  for (const int products : {0, 1, 2}) {  // fp32; bf16 with fp32 logits; bf16 with bf16 logits
+    if (products > 0 && !bf16) continue;
+    for (const int logit_rows : {0, 5}) {
+      SCOPED_TRACE("products " + std::to_string(products) + ", logit rows " +
+                   std::to_string(logit_rows));
+      const HeadStep two = head_step(cfg, false, logit_rows, products > 0, products == 2);
+      const HeadStep one = head_step(cfg, true, logit_rows, products > 0, products == 2);
+      EXPECT_EQ(one.losses, two.losses);
+      EXPECT_EQ(one.grads, two.grads);
+      if (logit_rows > 0) {
+        const HeadStep whole = head_step(cfg, true, 0, products > 0, products == 2);
+        EXPECT_EQ(whole.losses, one.losses);
+      }
+    }
+  }
+}
+
+// Under bf16 the head's logits are kept in bf16, half the bytes, and the products' operand scratch
+// no longer needs the vocabulary's width (the dlogits are bf16 already).
+TEST(ClassifierInTheModel, Bf16LogitsTakeHalfTheBytes) {
+  GPTConfig cfg{8, 500, 512, 2, 2, 8};
+  const TpShard shard = make_tp_shard(cfg, 0, 1);
+  const int B = 2, T = 6;
+  const int64_t R = B * T, Vl = shard.vocab_shard;
+  ChunkPieces c32 = whole_stage(shard), c16 = c32;
+  c16.bf16 = true;
+  const Activations a16 = Activations::allocate(shard, c16, B, T);
+  EXPECT_EQ(a16.logits.extent(0), 0u);
+  EXPECT_EQ(int64_t(a16.logits_bf16.extent(0)), R * Vl);
+  // The head's share of each set: with and without it, in both precisions.
+  ChunkPieces h32 = c32, h16 = c16;
+  h32.head = h16.head = false;
+  const int64_t head32 =
+      Activations::bytes(shard, c32, B, T) - Activations::bytes(shard, h32, B, T);
+  const int64_t head16 =
+      Activations::bytes(shard, c16, B, T) - Activations::bytes(shard, h16, B, T);
+  EXPECT_EQ(head32 - head16, 2 * R * Vl);
+  EXPECT_LT(largest_bf16_operand(shard, int(R)), R * Vl);
 }
 
 TEST(LayerGradients, EncoderWeights) {

@@ -123,36 +123,46 @@ TEST(TpRegions, ColumnThenRowParallelLinearEqualsSerial) {
 }
 
 // The vocab-parallel cross-entropy: losses equal the serial ones on every rank, and each rank's
-// dlogits are its columns of the serial dlogits, with padded columns zero.
+// dlogits are its columns of the serial dlogits, with padded columns zero; the same whether the
+// forward writes them (its dloss given) or the backward does from its row statistics.
 TEST(TpRegions, VocabParallelCrossEntropyEqualsSerial) {
-  const MPI_Comm tp = MPI_COMM_WORLD;
-  const int r = rank_of(tp), T = size_of(tp);
-  const int N = 5, V = 37, Vp = pad_vocab(V, 128 * T), Vl = Vp / T;
-  const float dloss = 0.25f;
-  const std::vector<float> z = to_host(random_slab("z", N * Vp, 3.0f));
-  Tokens targets("targets", N);
-  auto ht = Kokkos::create_mirror_view(targets);
-  for (int n = 0; n < N; ++n) ht(n) = (11 * n + 3) % V;
-  Kokkos::deep_copy(targets, ht);
-  // Serial on the full logits.
-  Slab full = from_host(z, "full"), losses("losses", N), stats("stats", 3 * N);
-  cross_entropy_forward(view(losses), view(full), view(stats), targets, N, V, 0, Vp, MPI_COMM_SELF);
-  cross_entropy_backward_input(view(full), view(full), targets, dloss, N, 0, Vp);
-  // This rank's columns.
-  std::vector<float> zr(N * Vl);
-  for (int n = 0; n < N; ++n) {
-    for (int j = 0; j < Vl; ++j) zr[n * Vl + j] = z[n * Vp + r * Vl + j];
-  }
-  Slab part = from_host(zr, "part"), lossr("lossr", N), statsr("statsr", 3 * N);
-  cross_entropy_forward(view(lossr), view(part), view(statsr), targets, N, V, r * Vl, Vl, tp);
-  cross_entropy_backward_input(view(part), view(part), targets, dloss, N, r * Vl, Vl);
-  const std::vector<float> ls = to_host(losses), lr = to_host(lossr), ds = to_host(full),
-                           dr = to_host(part);
-  for (int n = 0; n < N; ++n) EXPECT_NEAR(ls[n], lr[n], 1e-5f * ls[n]) << "row " << n;
-  for (int n = 0; n < N; ++n) {
-    for (int j = 0; j < Vl; ++j) {
-      const float want = r * Vl + j < V ? ds[n * Vp + r * Vl + j] : 0.0f;
-      ASSERT_NEAR(dr[n * Vl + j], want, 1e-7f) << "row " << n << " column " << r * Vl + j;
+  for (const bool one_pass : {true, false}) {
+    SCOPED_TRACE(one_pass ? "one pass" : "forward, then the gradient");
+    const MPI_Comm tp = MPI_COMM_WORLD;
+    const int r = rank_of(tp), T = size_of(tp);
+    const int N = 5, V = 37, Vp = pad_vocab(V, 128 * T), Vl = Vp / T;
+    const float dloss = 0.25f;
+    const std::vector<float> z = to_host(random_slab("z", N * Vp, 3.0f));
+    Tokens targets("targets", N);
+    auto ht = Kokkos::create_mirror_view(targets);
+    for (int n = 0; n < N; ++n) ht(n) = (11 * n + 3) % V;
+    Kokkos::deep_copy(targets, ht);
+    // Serial on the full logits.
+    Slab full = from_host(z, "full"), losses("losses", N), stats("stats", 3 * N);
+    cross_entropy_forward(view(losses), view(full), view(stats), targets, N, V, 0, Vp,
+                          MPI_COMM_SELF, dloss);
+    // This rank's columns.
+    std::vector<float> zr(N * Vl);
+    for (int n = 0; n < N; ++n) {
+      for (int j = 0; j < Vl; ++j) zr[n * Vl + j] = z[n * Vp + r * Vl + j];
+    }
+    Slab part = from_host(zr, "part"), lossr("lossr", N), statsr("statsr", 3 * N);
+    if (one_pass) {
+      cross_entropy_forward(view(lossr), view(part), view(statsr), targets, N, V, r * Vl, Vl, tp,
+                            dloss);
+    } else {
+      cross_entropy_forward(view(lossr), view(part), view(statsr), targets, N, V, r * Vl, Vl, tp);
+      EXPECT_EQ(to_host(part), zr);  // the losses only
+      cross_entropy_gradient(view(part), view(statsr), targets, dloss, N, V, r * Vl, Vl);
+    }
+    const std::vector<float> ls = to_host(losses), lr = to_host(lossr), ds = to_host(full),
+                             dr = to_host(part);
+    for (int n = 0; n < N; ++n) EXPECT_NEAR(ls[n], lr[n], 1e-5f * ls[n]) << "row " << n;
+    for (int n = 0; n < N; ++n) {
+      for (int j = 0; j < Vl; ++j) {
+        const float want = r * Vl + j < V ? ds[n * Vp + r * Vl + j] : 0.0f;
+        ASSERT_NEAR(dr[n * Vl + j], want, 1e-7f) << "row " << n << " column " << r * Vl + j;
+      }
     }
   }
 }

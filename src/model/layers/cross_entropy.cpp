@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <climits>
 #include <cmath>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -13,88 +14,164 @@
 namespace mpf {
 
 namespace {
-// The three passes over a row of this rank's logits z (Vl columns, `real` of them vocabulary):
-// its max; z = exp(z − max) and their sum, with the target's logit taken first; z /= sum and the
-// row's loss. With one TP rank they run back to back in one kernel, the row still in cache; with
-// several, the row statistics are combined over the ranks between them.
+// The passes over a row of this rank's logits z (Vl columns, `real` of them vocabulary): its max;
+// the sum of exp(z − max), with the target's logit taken first; the row's loss; and, given a
+// dloss, its gradient (exp(z − max) / sum − onehot) · dloss written over z. With one TP rank they
+// run back to back in one kernel, the row still in cache (llm.c's fused classifier); with several,
+// the row statistics are combined over the ranks between them.
+// fp32 logits keep exp(z − max) in place between the sum and the gradient; bf16 logits (the LM
+// head's under --precision bf16, as autocast's) are read as fp32 and the exponentials computed
+// again for the gradient, which alone is written back rounded: a bf16 exp would round p before
+// p − 1 is taken.
+// A logit as fp32, and a gradient written in the logits' type (rounded to bf16 there).
+KOKKOS_INLINE_FUNCTION float value(float x) {
+  return x;
+}
+KOKKOS_INLINE_FUNCTION float value(bf16 x) {
+  return from_bf16(x);
+}
+KOKKOS_INLINE_FUNCTION void store(float* p, float x) {
+  *p = x;
+}
+KOKKOS_INLINE_FUNCTION void store(bf16* p, float x) {
+  *p = to_bf16(x);
+}
+
+template <class Logits>
 struct Rows {
-  Tensor logits, losses;
+  using Elem = typename Logits::value_type;
+  static constexpr bool kFp32 = std::is_same<Elem, float>::value;
+  Logits logits;
+  Tensor losses;
   float *row_max, *row_sum, *target;
   Tokens targets;
   int vocab_begin, Vl, real;
+  float dloss;
 
   KOKKOS_INLINE_FUNCTION void max(const Row& r, int64_t n) const {
-    const float* z = logits.data() + n * Vl;
-    const float m = real > 0 ? r.max(real, [z](int j) { return z[j]; }) : -FLT_MAX;
+    const Elem* z = logits.data() + n * Vl;
+    const float m = real > 0 ? r.max(real, [z](int j) { return value(z[j]); }) : -FLT_MAX;
     r.once([=] { row_max[n] = m; });
   }
-  KOKKOS_INLINE_FUNCTION void exp_and_sum(const Row& r, int64_t n) const {
-    float* z = logits.data() + n * Vl;
+  // keep: write exp(z − max) over fp32 logits, for the gradient that follows.
+  KOKKOS_INLINE_FUNCTION void exp_and_sum(const Row& r, int64_t n, bool keep) const {
+    Elem* z = logits.data() + n * Vl;
     const int64_t t = int64_t(targets(n)) - vocab_begin;
-    r.once([=] { target[n] = t >= 0 && t < real ? z[t] : 0.0f; });
+    r.once([=] { target[n] = t >= 0 && t < real ? value(z[t]) : 0.0f; });
     const float m = row_max[n];
-    r.for_each(real, [=](int j) { z[j] = vmath::exp(z[j] - m); });
-    const float s = r.sum(real, [z](int j) { return z[j]; });
+    float s;
+    if (kFp32 && keep) {
+      r.for_each(real, [=](int j) { store(z + j, vmath::exp(value(z[j]) - m)); });
+      s = r.sum(real, [z](int j) { return value(z[j]); });
+    } else {
+      s = r.sum(real, [=](int j) { return vmath::exp(value(z[j]) - m); });
+    }
     r.once([=] { row_sum[n] = s; });
   }
-  KOKKOS_INLINE_FUNCTION void normalize(const Row& r, int64_t n) const {
-    float* z = logits.data() + n * Vl;
-    const float s = row_sum[n];
-    r.once([=] { losses(n) = row_max[n] + logf(s) - target[n]; });
-    const float inv = 1.0f / s;
-    r.for_each(real, [=](int j) { z[j] *= inv; });
-    r.for_each(Vl - real, [=](int j) { z[real + j] = 0.0f; });
+  KOKKOS_INLINE_FUNCTION void loss(const Row& r, int64_t n) const {
+    r.once([=] { losses(n) = row_max[n] + logf(row_sum[n]) - target[n]; });
+  }
+  // kept: z holds exp(z − max) (exp_and_sum's keep), else the logits themselves.
+  KOKKOS_INLINE_FUNCTION void gradient(const Row& r, int64_t n, bool kept) const {
+    Elem* z = logits.data() + n * Vl;
+    const int64_t t = int64_t(targets(n)) - vocab_begin;
+    const float m = row_max[n], inv = 1.0f / row_sum[n], d = dloss;
+    if (kFp32 && kept) {
+      r.for_each(real, [=](int j) { store(z + j, value(z[j]) * inv * d - (j == t ? d : 0.0f)); });
+    } else {
+      r.for_each(real, [=](int j) {
+        const float p = vmath::exp(value(z[j]) - m) * inv;
+        store(z + j, p * d - (j == t ? d : 0.0f));
+      });
+    }
+    // Padded columns have probability 0, so their gradient is 0 too.
+    r.for_each(Vl - real, [=](int j) { store(z + real + j, 0.0f); });
   }
 };
-}  // namespace
 
-void cross_entropy_forward(Tensor losses, Tensor logits, Tensor row_stats, const Tokens& targets,
-                           int64_t N, int V, int vocab_begin, int Vl, MPI_Comm tp) {
+template <class Logits>
+Rows<Logits> rows_of(Tensor losses, Logits logits, Tensor row_stats, const Tokens& targets,
+                     int64_t N, int V, int vocab_begin, int Vl, float dloss) {
   require(N <= INT_MAX / 2, "a batch of more than 2^30 tokens per rank is not supported");
   // Columns of this shard that are real vocabulary (a shard may hold only padding).
   const int real = V - vocab_begin < 0 ? 0 : (V - vocab_begin < Vl ? V - vocab_begin : Vl);
   // row_stats (3,N): the max, Σ exp and the target logit, the last two next to each other for one
   // all-reduce.
-  const Rows rows{logits,
-                  losses,
-                  row_stats.data(),
-                  row_stats.data() + N,
-                  row_stats.data() + 2 * N,
-                  targets,
-                  vocab_begin,
-                  Vl,
-                  real};
+  return Rows<Logits>{logits,
+                      losses,
+                      row_stats.data(),
+                      row_stats.data() + N,
+                      row_stats.data() + 2 * N,
+                      targets,
+                      vocab_begin,
+                      Vl,
+                      real,
+                      dloss};
+}
+
+template <class Logits>
+void forward(Tensor losses, Logits logits, Tensor row_stats, const Tokens& targets, int64_t N,
+             int V, int vocab_begin, int Vl, MPI_Comm tp, float dloss) {
+  const Rows<Logits> rows =
+      rows_of(losses, logits, row_stats, targets, N, V, vocab_begin, Vl, dloss);
+  const bool grad = dloss != 0.0f;
   int size = 1;
   MPI_Comm_size(tp, &size);
   if (size == 1) {
     for_rows(
         "mpf::cross_entropy_forward", N, Vl, KOKKOS_LAMBDA(const Row& r, int64_t n) {
           rows.max(r, n);
-          rows.exp_and_sum(r, n);
-          rows.normalize(r, n);
+          rows.exp_and_sum(r, n, grad);
+          rows.loss(r, n);
+          if (grad) rows.gradient(r, n, true);
         });
     return;
   }
+  // Vocabulary-parallel: each row's max and sum cover every rank's columns, so the gradient waits
+  // for their all-reduces and the pass stays three kernels around the two exchanges.
   for_rows(
       "mpf::cross_entropy_max", N, Vl, KOKKOS_LAMBDA(const Row& r, int64_t n) { rows.max(r, n); });
   allreduce(rows.row_max, N, MPI_MAX, tp);
   for_rows(
       "mpf::cross_entropy_exp", N, Vl,
-      KOKKOS_LAMBDA(const Row& r, int64_t n) { rows.exp_and_sum(r, n); });
+      KOKKOS_LAMBDA(const Row& r, int64_t n) { rows.exp_and_sum(r, n, grad); });
   allreduce_sum(rows.row_sum, 2 * N, tp);
   for_rows(
-      "mpf::cross_entropy_normalize", N, Vl,
-      KOKKOS_LAMBDA(const Row& r, int64_t n) { rows.normalize(r, n); });
+      "mpf::cross_entropy_loss", N, grad ? Vl : 1, KOKKOS_LAMBDA(const Row& r, int64_t n) {
+        rows.loss(r, n);
+        if (grad) rows.gradient(r, n, true);
+      });
 }
 
-void cross_entropy_backward_input(Tensor dlogits, Tensor probs, const Tokens& targets, float dloss,
-                                  int64_t N, int vocab_begin, int Vl) {
-  // Padded columns have probability 0, so their gradient is 0 too.
-  for_each_2d(
-      "mpf::cross_entropy_backward_input", N, Vl, KOKKOS_LAMBDA(int64_t n, int j) {
-        const int64_t t = int64_t(targets(n)) - vocab_begin;
-        dlogits(n * Vl + j) = probs(n * Vl + j) * dloss - (j == t ? dloss : 0.0f);
-      });
+template <class Logits>
+void gradient(Logits logits, Tensor row_stats, const Tokens& targets, float dloss, int64_t N, int V,
+              int vocab_begin, int Vl) {
+  const Rows<Logits> rows =
+      rows_of(Tensor(), logits, row_stats, targets, N, V, vocab_begin, Vl, dloss);
+  for_rows(
+      "mpf::cross_entropy_gradient", N, Vl,
+      KOKKOS_LAMBDA(const Row& r, int64_t n) { rows.gradient(r, n, false); });
+}
+}  // namespace
+
+void cross_entropy_forward(Tensor losses, Tensor logits, Tensor row_stats, const Tokens& targets,
+                           int64_t N, int V, int vocab_begin, int Vl, MPI_Comm tp, float dloss) {
+  forward(losses, logits, row_stats, targets, N, V, vocab_begin, Vl, tp, dloss);
+}
+
+void cross_entropy_forward(Tensor losses, Tensor16 logits, Tensor row_stats, const Tokens& targets,
+                           int64_t N, int V, int vocab_begin, int Vl, MPI_Comm tp, float dloss) {
+  forward(losses, logits, row_stats, targets, N, V, vocab_begin, Vl, tp, dloss);
+}
+
+void cross_entropy_gradient(Tensor logits, Tensor row_stats, const Tokens& targets, float dloss,
+                            int64_t N, int V, int vocab_begin, int Vl) {
+  gradient(logits, row_stats, targets, dloss, N, V, vocab_begin, Vl);
+}
+
+void cross_entropy_gradient(Tensor16 logits, Tensor row_stats, const Tokens& targets, float dloss,
+                            int64_t N, int V, int vocab_begin, int Vl) {
+  gradient(logits, row_stats, targets, dloss, N, V, vocab_begin, Vl);
 }
 
 }  // namespace mpf
