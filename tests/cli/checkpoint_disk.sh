@@ -3,7 +3,8 @@
 # which ctest reports as skipped, where a tmpfs cannot be mounted). Out of space in the middle of
 # a checkpoint's data, and out of inodes just when `latest` is to be replaced: either way the run
 # stops with status 6 and one error line, the new checkpoint is not in sight, the previous one
-# and `latest` are intact, and the run resumes from them.
+# and `latest` are intact, and the run resumes from them. A --save-local shard that does not fit
+# is dropped with one warning, and the run and its global saves go on.
 source "$(dirname "$0")/common.sh"
 
 export OMP_NUM_THREADS=1
@@ -47,4 +48,20 @@ check_failed "full file system" size=2600k ".*No space left on device"
 # step 2 and its 3 files, latest, the partial directory and its 3 files; the temporary for the new
 # `latest` is one too many.
 check_failed "no inode left for latest" size=8m,nr_inodes=15 "cannot create $disk/ck/latest.partial"
+# --save-local on a full disk: that local save is dropped with one warning, the run goes on, the
+# global saves still happen and the older local shard stays (2 MB hold one 1.6 MB shard, not two).
+mount -t tmpfs -o size=2m tmpfs "$disk"
+out=$("$MPIEXEC" -n 1 "$TRAIN" "${args[@]}" --steps 5 --save "$WORK/g" --save-every 4 \
+  --save-local "$disk/loc" --save-local-every 2 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c '^warning: the local shards' <<<"$out")" -eq 1 ] &&
+  grep -qE "^warning: the local shards of step 4 were not saved \(rank 0: cannot write .*No space left on device\)\); the newest complete local set and the --save checkpoints are intact" <<<"$out" &&
+  [ "$(cat "$WORK/g/latest")" = step_00000005 ] && [ -d "$WORK/g/step_00000004" ] &&
+  [ "$(ls "$disk/loc" | grep -c 'step_00000002-rank_00000$')" -eq 1 ] && [ "$(ls "$disk/loc" | wc -l)" -eq 1 ]; then
+  ok "a full local disk: one warning, steps 4 and 5 saved globally, step 2's local shard intact"
+else
+  bad "a full local disk: exit $rc; $(grep -E 'warning|error|checkpoint' <<<"$out"); $(ls "$disk/loc" | tr '\n' ' ')"
+fi
+umount "$disk"
+
 finish
