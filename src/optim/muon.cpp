@@ -94,6 +94,7 @@ std::vector<MuonMatrix> muon_matrices(const Parameters& params, const TpShard& s
         break;
       case TensorId::fcw: {
         // A dense MLP's one matrix, or each expert's in turn.
+        const size_t first = out.size();
         const int64_t per = int64_t(shard.mlp_in) * C;
         for (int64_t at = 0; at < p.length; at += per) {
           if (split_gate_up) {
@@ -102,13 +103,16 @@ std::vector<MuonMatrix> muon_matrices(const Parameters& params, const TpShard& s
             add_parts(out, p.offset + at, C, rows, T, {{shard.mlp_in}});
           }
         }
+        for (size_t k = first; k < out.size(); ++k) out[k].expert = cfg.moe();
         break;
       }
       case TensorId::fcprojw: {
+        const size_t first = out.size();
         const int64_t per = int64_t(C) * shard.fc;
         for (int64_t at = 0; at < p.length; at += per) {
           add_parts(out, p.offset + at, shard.fc, cols, T, {{C}});
         }
+        for (size_t k = first; k < out.size(); ++k) out[k].expert = cfg.moe();
         break;
       }
       case TensorId::sfcw:
@@ -202,18 +206,49 @@ int64_t muon_workspace_floats(const TpShard& shard) {
   return work;
 }
 
-Muon::Muon(const MuonConfig& cfg, std::vector<MuonMatrix> matrices, MPI_Comm tp)
-    : cfg_(cfg), matrices_(std::move(matrices)), tp_(tp) {
-  MPF_MPI_CHECK(MPI_Comm_size(tp_, &tp_size_));
+Muon::Muon(const MuonConfig& cfg, std::vector<MuonMatrix> matrices, const MuonGroups& groups)
+    : cfg_(cfg), matrices_(std::move(matrices)), groups_(groups) {
+  MPF_MPI_CHECK(MPI_Comm_size(groups_.tp, &tp_size_));
+  MPF_MPI_CHECK(MPI_Comm_rank(groups_.tp, &tp_rank_));
   int64_t work = 0;
   for (const MuonMatrix& a : matrices_) work = std::max(work, muon_matrix_floats(a, tp_size_));
   work_ = Slab("mpf::muon::work", work);
+  // Deal the matrices out: by Newton-Schulz's cost (m²·n), the largest first, each to the least
+  // loaded replica (the lowest rank on a tie), per group. Every rank computes the same table.
+  const size_t count = matrices_.size();
+  owner_.assign(count, 0);
+  mine_.assign(count, true);
+  std::vector<size_t> order(count);
+  for (size_t k = 0; k < count; ++k) order[k] = k;
+  auto cost = [&](size_t k) {
+    const MuonMatrix& a = matrices_[k];
+    const double m = std::min(a.full_rows(), a.full_cols());
+    const double n = std::max(a.full_rows(), a.full_cols());
+    return m * m * n;
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return cost(x) > cost(y); });
+  for (bool expert : {false, true}) {
+    MPI_Comm group = expert ? groups_.expert_replicas : groups_.replicas;
+    int size = 1, rank = 0;
+    MPF_MPI_CHECK(MPI_Comm_size(group, &size));
+    MPF_MPI_CHECK(MPI_Comm_rank(group, &rank));
+    std::vector<double> load(size_t(size), 0.0);
+    for (size_t k : order) {
+      if (matrices_[k].expert != expert) continue;
+      const int least = int(std::min_element(load.begin(), load.end()) - load.begin());
+      owner_[k] = least;
+      load[size_t(least)] += cost(k);
+      mine_[k] = least == rank;
+    }
+  }
 }
 
 void Muon::step(float* params, const float* grads, float* momentum, float lr, float grad_scale,
                 bf16* params16) {
   const float mu = cfg_.momentum, decay = 1.0f - lr * cfg_.weight_decay;
-  for (const MuonMatrix& a : matrices_) {
+  for (size_t k = 0; k < matrices_.size(); ++k) {
+    const MuonMatrix& a = matrices_[k];
     const int rows = a.rows, cols = a.cols, R = a.full_rows(), Cf = a.full_cols();
     const int64_t n = int64_t(rows) * cols, N = int64_t(R) * Cf;
     const bool tall = R > Cf;  // worked on transposed: X·Xᵀ is then Cf x Cf
@@ -223,18 +258,20 @@ void Muon::step(float* params, const float* grads, float* momentum, float lr, fl
     const float* g = grads + a.offset;
     float* mom = momentum + a.offset;
     // The workspace: this rank's U, every TP rank's (when split), the whole X, Newton-Schulz's.
-    float* U = work_.data();
-    float* G = a.split == MuonSplit::kNone ? U : U + n;
+    float* U = mine_[k] ? work_.data() : nullptr;
+    float* G = a.split == MuonSplit::kNone ? work_.data() : work_.data() + n;
     float* X = G + (a.split == MuonSplit::kNone ? n : n * tp_size_);
-    // M = μ·M + s·G;  U = s·G + μ·M, this rank's block.
+    // M = μ·M + s·G on every replica (the momentum stays replicated); U = s·G + μ·M, this
+    // rank's block, where this rank computes the update.
     for_each(
         "mpf::muon_momentum", n, KOKKOS_LAMBDA(int64_t i) {
           const float gi = g[i] * grad_scale;
           const float mi = mu * mom[i] + gi;
           mom[i] = mi;
-          U[i] = gi + mu * mi;
+          if (U) U[i] = gi + mu * mi;
         });
-    if (a.split != MuonSplit::kNone) allgather(U, G, n, tp_);
+    if (!mine_[k]) continue;
+    if (a.split != MuonSplit::kNone) allgather(U, G, n, groups_.tp);
     // The whole matrix from the blocks (a replicated block once), transposed when tall.
     for_each(
         "mpf::muon_assemble", N, KOKKOS_LAMBDA(int64_t e) {
@@ -249,22 +286,27 @@ void Muon::step(float* params, const float* grads, float* momentum, float lr, fl
     newton_schulz(X, R, Cf, cfg_.ns_bf16, X + N);
     // Moonlight's scale: the update's RMS is AdamW's (about 0.2). This rank's block of X.
     const float step = lr * 0.2f * std::sqrt(float(std::max(R, Cf)));
-    const int64_t block = a.split == MuonSplit::kNone ? 0 : own_block(a);
+    const int64_t block = a.split == MuonSplit::kNone ? 0 : tp_rank_ / replicas;
     for_each(
-        "mpf::muon_update", n, KOKKOS_LAMBDA(int64_t k) {
-          const int64_t i = k / cols, j = k % cols;
+        "mpf::muon_update", n, KOKKOS_LAMBDA(int64_t e) {
+          const int64_t i = e / cols, j = e % cols;
           const int64_t I = by_rows ? block * rows + i : i, J = by_rows ? j : block * cols + j;
-          const float pi = p[k] * decay - step * X[tall ? J * R + I : I * Cf + J];
-          p[k] = pi;
-          if (params16) params16[a.offset + k] = to_bf16(pi);
+          const float pi = p[e] * decay - step * X[tall ? J * R + I : I * Cf + J];
+          p[e] = pi;
+          if (params16) params16[a.offset + e] = to_bf16(pi);
         });
   }
-}
-
-int64_t Muon::own_block(const MuonMatrix& a) const {
-  int rank = 0;
-  MPF_MPI_CHECK(MPI_Comm_rank(tp_, &rank));
-  return rank / a.replicas;
+  // The owners' updates to the other replicas, in the same order on every rank.
+  for (size_t k = 0; k < matrices_.size(); ++k) {
+    const MuonMatrix& a = matrices_[k];
+    MPI_Comm group = group_of(a);
+    int size = 1;
+    MPF_MPI_CHECK(MPI_Comm_size(group, &size));
+    if (size == 1) continue;
+    const int64_t n = int64_t(a.rows) * a.cols;
+    broadcast(params + a.offset, n, owner_[k], group);
+    if (params16 && !mine_[k]) round_to_bf16(params16 + a.offset, params + a.offset, n);
+  }
 }
 
 }  // namespace mpf

@@ -53,7 +53,16 @@ struct MuonMatrix {
   // The whole matrix's sizes.
   int full_rows() const;
   int full_cols() const;
-  int blocks = 1;  // distinct blocks over the TP ranks
+  int blocks = 1;       // distinct blocks over the TP ranks
+  bool expert = false;  // an expert's: held by the expert group's replicas (MuonGroups)
+};
+
+// The ranks Muon works with: `tp` holds the other blocks of each matrix (a 1-rank communicator
+// without TP); `replicas` hold the same parameters (DP x CP) and `expert_replicas` the same
+// experts (expert-DP x CP under EP; the same as replicas without it). The matrices are dealt out
+// over the replicas: each orthogonalises its share and broadcasts the updated matrix.
+struct MuonGroups {
+  MPI_Comm tp = MPI_COMM_SELF, replicas = MPI_COMM_SELF, expert_replicas = MPI_COMM_SELF;
 };
 
 // Whether the slab's pieces of `tensor` are Muon's (a block's 2-D weights).
@@ -75,28 +84,35 @@ int64_t muon_matrix_floats(const MuonMatrix& a, int tp_size);
 
 class Muon {
  public:
-  // tp: the ranks holding the other blocks of each matrix (a 1-rank communicator without TP).
-  // Each gathers the whole matrix and orthogonalises it (the same bits on every TP rank), then
-  // updates its own block: the Newton-Schulz products are repeated on the TP ranks rather than
-  // split over them, which for a block's matrices (C up to a few thousand) costs less than the
-  // three collectives per iteration a split product would need.
-  Muon(const MuonConfig& cfg, std::vector<MuonMatrix> matrices, MPI_Comm tp);
+  // Under TP each rank gathers the whole matrix and orthogonalises it (the same bits on every TP
+  // rank), then updates its own block: the Newton-Schulz products are repeated on the TP ranks
+  // rather than split over them, which for a block's matrices (C up to a few thousand) costs
+  // less than the three collectives per iteration a split product would need. Over the replicas
+  // each matrix has one owner (the largest first, each to the least loaded), which computes its
+  // update and broadcasts it, as Moonlight's distributed Muon deals matrices out: the bits are
+  // those every replica would have computed.
+  Muon(const MuonConfig& cfg, std::vector<MuonMatrix> matrices, const MuonGroups& groups);
 
   // One update of every matrix; momentum is laid out as params (AdamW's first moment).
   void step(float* params, const float* grads, float* momentum, float lr, float grad_scale,
             bf16* params16 = nullptr);
 
   const std::vector<MuonMatrix>& matrices() const { return matrices_; }
-  // This rank's block of a split matrix among the distinct blocks.
-  int64_t own_block(const MuonMatrix& a) const;
   // The workspace's bytes (the largest matrix's iteration buffers).
   int64_t work_bytes() const { return int64_t(work_.extent(0)) * int64_t(sizeof(float)); }
 
  private:
+  // The replicas a matrix is dealt out over.
+  MPI_Comm group_of(const MuonMatrix& a) const {
+    return a.expert ? groups_.expert_replicas : groups_.replicas;
+  }
+
   MuonConfig cfg_;
   std::vector<MuonMatrix> matrices_;
-  MPI_Comm tp_;
-  int tp_size_ = 1;
+  MuonGroups groups_;
+  int tp_size_ = 1, tp_rank_ = 0;
+  std::vector<int> owner_;  // per matrix: its rank in group_of()
+  std::vector<bool> mine_;  // per matrix: this rank computes it
   Slab work_;
 };
 

@@ -163,6 +163,20 @@ void allgather(const float* send, float* recv, int64_t count, MPI_Comm comm) {
   stage_in(recv, buf, int64_t(size) * count);
 }
 
+void broadcast(float* x, int64_t count, int root, MPI_Comm comm) {
+  MpiCallScope in_mpi("MPI_Bcast", comm);
+  const int c = count_of(count);
+  if (!staged()) {
+    Kokkos::fence();
+    MPF_MPI_CHECK(MPI_Bcast(x, c, MPI_FLOAT, root, comm));
+    return;
+  }
+  float* buf = staging_buffer(count);
+  stage_out(buf, x, count);
+  MPF_MPI_CHECK(MPI_Bcast(buf, c, MPI_FLOAT, root, comm));
+  stage_in(x, buf, count);
+}
+
 void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Comm comm) {
   MpiCallScope in_mpi("MPI_Reduce_scatter_block", comm);
   const int size = size_of(comm);

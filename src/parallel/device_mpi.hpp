@@ -48,6 +48,8 @@ inline void allreduce_sum(float* x, int64_t n, MPI_Comm comm) {
 void allgather_in_place(float* x, int64_t count, MPI_Comm comm);
 // recv (size · count) = every rank's send (count).
 void allgather(const float* send, float* recv, int64_t count, MPI_Comm comm);
+// x[0, count) = root's x[0, count), on every rank.
+void broadcast(float* x, int64_t count, int root, MPI_Comm comm);
 // recv (count) = the sum over ranks of their send[rank · count, (rank + 1) · count).
 void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Comm comm);
 

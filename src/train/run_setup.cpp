@@ -301,7 +301,13 @@ void TrainingRun::set_up_optimizer() {
     mc.momentum = opts.muon_momentum;
     mc.weight_decay = opts.weight_decay;
     mc.ns_bf16 = opts.muon_ns_precision == "bf16";
-    muon_ = std::make_unique<Muon>(mc, muon_matrices(params_, shard_), grid_->tp_comm());
+    // The matrices are dealt out over the ranks holding the same parameters (the experts' over
+    // those holding the same experts).
+    MuonGroups groups;
+    groups.tp = grid_->tp_comm();
+    groups.replicas = grid_->dp_cp_comm();
+    groups.expert_replicas = expert_dp == MPI_COMM_NULL ? grid_->dp_cp_comm() : expert_dp;
+    muon_ = std::make_unique<Muon>(mc, muon_matrices(params_, shard_), groups);
   } else {
     optimizer_ = std::make_unique<AdamW>(adam, cfg_, piece_segments(params_), params_.count);
   }
