@@ -78,6 +78,13 @@ int TrainingRun::dry_run() const {
                 opts_.save_every > 0
                     ? (" every " + std::to_string(opts_.save_every) + " steps and").c_str()
                     : "");
+    if (!opts_.save_local.empty()) {
+      // The local tier is chosen when the state is loaded, which a dry run does not do.
+      std::printf(
+          "dry run: each rank's shard into %s on its node every %d steps; a run resumes from "
+          "them where every rank holds a set of this layout newer than the checkpoint above\n",
+          opts_.save_local.c_str(), opts_.save_local_every);
+    }
   }
   std::printf("dry run: memory/rank (rank 0): %s\n", memory_.summary().c_str());
   std::printf("dry run: the layout fits; nothing was loaded, initialised or written\n");

@@ -212,6 +212,10 @@ void RunReporter::print_plan() const {
     std::string when = "at the end";
     if (o.save_every > 0) when = "every " + std::to_string(o.save_every) + " steps and " + when;
     if (o.keep_last > 0) when += ", keeping the newest " + std::to_string(o.keep_last);
+    if (!o.save_local.empty()) {
+      when += "; each rank's shard into " + o.save_local + " on its node every " +
+              std::to_string(o.save_local_every) + " steps";
+    }
     std::printf("checkpoints: %s, %s\n", o.save.c_str(), when.c_str());
   }
   const PeakRate& peak = r.peak_;

@@ -242,11 +242,18 @@ else
 fi
 if local_run 2 local.log --steps 8 --save-llmc "$WORK/local.bin" &&
   grep -q "^resumed: the local shards of step 6 in $L/loc (newer than $L/ck/step_00000004), step 6 of 8" "$WORK/local.log" &&
+  grep -q "^checkpoints: $L/ck, every 4 steps and at the end; each rank's shard into $L/loc on its node every 2 steps$" "$WORK/local.log" &&
   [ "$(numbers "$WORK/local.log")" = "$(numbers "$WORK/whole.log" | tail -2)" ] &&
   cmp -s "$WORK/local.bin" "$WORK/whole.bin"; then
   ok "a restart resumes from the local shards of step 6: steps 7-8 and the model bit for bit"
 else
   bad "resume from local shards: $(grep -E '^(resumed|warning|error)' "$WORK/local.log")"
+fi
+if local_run 2 dry.log --steps 8 --dry-run &&
+  grep -q "^dry run: each rank's shard into $L/loc on its node every 2 steps" "$WORK/dry.log"; then
+  ok "--dry-run says where the local shards go"
+else
+  bad "--dry-run with --save-local: $(grep -E '^(dry run|error)' "$WORK/dry.log")"
 fi
 # local_fallback NAME PATTERN RANKS: from the global checkpoint of step 4, with one line saying why.
 local_fallback() {
