@@ -9,11 +9,13 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.hpp"
 #include "core/transfer.hpp"
 #include "parallel/agreement.hpp"
+#include "parallel/grid.hpp"
 
 namespace mpf::local_tier {
 
@@ -331,6 +333,51 @@ void remove_stale(const std::string& dir, const ShardKey& key, int64_t keep) {
     }
     if (stale) unlink((dir + "/" + name).c_str());  // ENOENT: another rank of the node's
   }
+}
+
+std::string check_node_local(MPI_Comm world, const std::string& dir, const ShardKey& key,
+                             std::string host) {
+  if (const char* fake = std::getenv("MPIFORMER_TEST_HOST"); fake && *fake) host = fake;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  // Every rank's host, in fixed-size slots.
+  constexpr int kSlot = 256;
+  std::vector<char> hosts(size_t(size) * kSlot, '\0');
+  char mine[kSlot] = {};
+  std::snprintf(mine, sizeof mine, "%s", host.c_str());
+  MPF_MPI_CHECK(MPI_Allgather(mine, kSlot, MPI_CHAR, hosts.data(), kSlot, MPI_CHAR, world));
+  auto host_of = [&](int r) { return std::string(&hosts[size_t(r) * kSlot]); };
+  // Named by this start of the run (rank 0's pid): another run's, or an earlier start's, are not
+  // looked at.
+  const std::string start = broadcast(std::to_string(getpid()), 0, world);
+  auto marker = [&](int r) {
+    char name[64];
+    std::snprintf(name, sizeof name, "-rank_%05d", r);
+    return dir + "/.node-" + key.save_tag() + "-" + start + name;
+  };
+  const int fd = open(marker(rank).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) close(fd);
+  MPF_MPI_CHECK(MPI_Barrier(world));
+  std::string shared;
+  for (int k = 1; k < size; ++k) {
+    const int other = (rank + k) % size;
+    if (host_of(other) == host) continue;
+    struct stat st;
+    if (stat(marker(other).c_str(), &st) == 0) {
+      shared = "--save-local " + dir + " is one directory on host " + host + " and host " +
+               host_of(other) + " (rank " + std::to_string(other) +
+               "'s marker file is there): it is not node-local storage; pass a directory on "
+               "each node's own disk (e.g. /tmp/$USER/run1), or drop --save-local (--save "
+               "already writes to storage every node reads)";
+    }
+    // One rank on another host: where every node mounts the same file system (as shared ones
+    // are), its marker is there.
+    break;
+  }
+  MPF_MPI_CHECK(MPI_Barrier(world));
+  unlink(marker(rank).c_str());
+  return first_error(world, shared);
 }
 
 int64_t choose_local_set(MPI_Comm world, const std::string& dir, const ShardKey& key,

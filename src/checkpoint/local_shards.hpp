@@ -67,6 +67,16 @@ bool other_layouts(const std::string& dir, const ShardKey& key);
 // files and anything not named as a shard are left.
 void remove_stale(const std::string& dir, const ShardKey& key, int64_t keep);
 
+// Collective over `world`: "" if no two hosts see `dir` as one directory, else (the same on every
+// rank) why it is not node-local storage. Each rank leaves a marker file naming itself in dir;
+// after a barrier each looks for the marker of one rank on another host (the next such rank after
+// it), which only a directory shared by those hosts holds (a file system every node mounts is
+// found; one that only some pairs of nodes share may not be); the markers are then removed. `host`:
+// this rank's host name (MPIFORMER_TEST_HOST replaces it, for the tests: one machine posing as
+// two).
+std::string check_node_local(MPI_Comm world, const std::string& dir, const ShardKey& key,
+                             std::string host);
+
 // Collective over `world`, at a restart whose global checkpoint is of step `global_step`
 // (`global` its path): the step of the newest set every rank holds complete and intact, when it
 // is newer than the global one (each rank's newest, agreed by an MPI_MIN all-reduce, then held by

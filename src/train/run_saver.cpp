@@ -11,6 +11,7 @@
 #include "checkpoint/checkpointing.hpp"
 #include "checkpoint/hf_checkpoint.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
+#include "checkpoint/writer.hpp"
 #include "core/error.hpp"
 #include "core/stopwatch.hpp"
 #include "core/transfer.hpp"
@@ -135,6 +136,15 @@ local_tier::ShardKey RunSaver::local_key(const TrainingRun& r) {
   key.layout +=
       "slab = " + std::to_string(key.slab) + "\nmoments = " + std::to_string(key.moments) + "\n";
   return key;
+}
+
+void RunSaver::check_local_dir(const TrainingRun& r) {
+  const std::string& dir = r.opts_.save_local;
+  if (dir.empty()) return;
+  checkpoint::make_directories(dir);  // its markers go there; a failure shows at the first save
+  const std::string shared = local_tier::check_node_local(r.grid_->world_comm(), dir, local_key(r),
+                                                          checkpoint::this_process().host);
+  if (!shared.empty()) throw InputError(shared);
 }
 
 bool RunSaver::resume_local(TrainingRun& r) {

@@ -51,6 +51,9 @@ class RunSaver {
   // resumes from (checkpoint/local_shards.hpp), and says (a warning for rank 0) why not when a
   // rank lacks one. True if it did.
   static bool resume_local(TrainingRun& run);
+  // Collective: refuses (InputError on every rank) a --save-local directory that ranks on
+  // different hosts see as one (local_tier::check_node_local).
+  static void check_local_dir(const TrainingRun& run);
   bool save_llmc() const;
   bool save_hf() const;
   // The checkpoint saved or loaded last, for messages; "" if none.

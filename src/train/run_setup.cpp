@@ -316,6 +316,7 @@ void TrainingRun::set_up_optimizer() {
 }
 
 void TrainingRun::load_state() {
+  RunSaver::check_local_dir(*this);  // before anything reads or writes it
   if (resume_) {
     Stopwatch load_clock;
     // --reset-optimizer: the parameters alone; the moments stay zero and the bias corrections

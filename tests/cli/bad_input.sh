@@ -104,6 +104,19 @@ expect_error "--save-local inside --save" 1 "--save-local .*/ck/loc is or lies i
 expect_error "--save-local equal to --save" 1 "--save-local .*/ck/ is or lies inside --save .*/ck," -- --save "$WORK/ck" --save-local "$WORK/ck/" --save-local-every 2
 expect_error "--save-local of a file" 2 "--save-local .*model.bin: exists and is not a directory" -- --steps 1 --save "$WORK/ck" --save-local "$WORK/model.bin" --save-local-every 2
 expect_error "--save-local not writable" 2 "--save-local /proc/mpiformer-local-$$: cannot create a file in /proc" -- --steps 1 --save "$WORK/ck" --save-local "/proc/mpiformer-local-$$" --save-local-every 2
+# A --save-local every host sees as one directory is no node-local storage: two ranks posing as
+# hosts n1 and n2 (MPIFORMER_TEST_HOST) find each other's marker; nothing is left in it.
+shared=(--steps 1 --save "$WORK/ck2" --save-local "$WORK/shared" --save-local-every 1)
+out=$(timeout 60 "$MPIEXEC" -n 1 env MPIFORMER_TEST_HOST=n1 "$TRAIN" "${shared[@]}" : \
+  -n 1 env MPIFORMER_TEST_HOST=n2 "$TRAIN" "${shared[@]}" 2>&1 >/dev/null)
+rc=$?
+if [ $rc -eq 2 ] && [ "$(grep -c '^error:' <<<"$out")" -eq 1 ] &&
+  grep -q "^error: --save-local $WORK/shared is one directory on host n1 and host n2 .*not node-local storage" <<<"$out" &&
+  [ -z "$(ls -A "$WORK/shared")" ]; then
+  ok "--save-local shared by two hosts (2 ranks): $out"
+else
+  bad "--save-local shared by two hosts: exit $rc: $out; left: $(ls -A "$WORK/shared")"
+fi
 expect_error "--load of a file" 1 "--load .*model.bin: not a directory" -- --load "$WORK/model.bin"
 expect_error "--save of a file" 1 "--save .*model.bin: exists and is not a directory" -- --save "$WORK/model.bin"
 expect_error "negative step timeout" 1 "--step-timeout must be >= 0" -- --step-timeout -1
