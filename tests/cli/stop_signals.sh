@@ -7,7 +7,9 @@
 # with exit status 3 and every logged step the uninterrupted run's; one during a validation ends
 # it early, the step saved before it. Background saves (--save-async): the same bytes as
 # synchronous ones, resumed bit for bit; a rank killed mid-write leaves `latest` at the previous
-# checkpoint; a SIGUSR1 during one saves the current step after it.
+# checkpoint; a SIGUSR1 during one saves the current step after it. The node-local tier
+# (--save-local): a TERM still saves globally, and a rank killed after the local shards of a step
+# newer than the global checkpoint resumes from them bit for bit.
 source "$(dirname "$0")/common.sh"
 
 # Two OpenMP threads (a worker runs GEMM kernels too) and a watchdog thread.
@@ -186,6 +188,30 @@ if [ "$status" -eq 0 ] && ! grep -q '^checkpoint: saved step 4 ' "$WORK/killed.l
   ok "SIGKILL mid-write: latest stayed at step 2, the next run resumed from it bit for bit"
 else
   bad "SIGKILL mid-write: exit $status"; grep -E '^(checkpoint|resumed|note)' "$WORK/killed.log" "$WORK/killed2.log"
+fi
+# The node-local tier after a SIGKILL: the global save of step 8 is slow (60 s), so step 12's waits
+# for it, after step 12's local shards are written; rank 1 is killed there. The restart resumes
+# from the local shards of step 12 (the global checkpoint is step 4's): steps 13 and 14 as the
+# uninterrupted run's.
+"$MPIEXEC" -n 2 "$TRAIN" "${tiny[@]}" --steps 14 >"$WORK/ref14.log" 2>&1
+local_tier=(--save-every 4 --save "$WORK/tiers" --load "$WORK/tiers" --save-local "$WORK/tiers.local"
+  --save-local-every 2 --lr-decay-steps 14)
+MPIFORMER_TEST_SAVE_DELAY=8:60 "$MPIEXEC" -n 2 "$TRAIN" "${tiny[@]}" --steps 100 "${local_tier[@]}" \
+  >"$WORK/tiers.log" 2>&1 &
+job=$!
+if wait_for "$WORK/tiers.log" '^checkpoint: saved the local shards of step 12 ' &&
+  pid=$(rank_pid "--save $WORK/tiers" 1); then
+  kill -9 "$pid"
+fi
+wait $job
+"$MPIEXEC" -n 2 "$TRAIN" "${tiny[@]}" --steps 14 "${local_tier[@]}" >"$WORK/tiers2.log" 2>&1
+status=$?
+if [ "$status" -eq 0 ] && [ "$(cat "$WORK/tiers/latest")" = step_00000014 ] &&
+  grep -q "^resumed: the local shards of step 12 in $WORK/tiers.local (newer than $WORK/tiers/step_00000004), step 12 of 14" "$WORK/tiers2.log" &&
+  [ "$(numbers "$WORK/tiers2.log")" = "$(numbers "$WORK/ref14.log" | sed -n '13,14p')" ]; then
+  ok "SIGKILL with the node-local tier: resumed from the local shards of step 12 (global: step 4), steps 13-14 bit for bit"
+else
+  bad "SIGKILL with the node-local tier: exit $status"; grep -E '^(checkpoint|resumed|note|warning|error)' "$WORK/tiers.log" "$WORK/tiers2.log"
 fi
 # SIGUSR1 while a write is in flight: the save of step 4 waits for step 2's (1 s slow), then
 # is written itself (1 s) while the signal lands; the stop saves the current step after it.
