@@ -143,6 +143,7 @@ bool read_all(int fd, void* data, size_t n) {
   while (n > 0) {
     const ssize_t done = ::read(fd, p, n);
     if (done < 0 && errno == EINTR) continue;
+    if (done == 0) errno = ENODATA;  // the file ended early (it shrank since its size was read)
     if (done <= 0) return false;
     p += done;
     n -= size_t(done);
@@ -204,15 +205,18 @@ std::string scan(const std::string& path, const ShardKey& key, int64_t step, Che
   sum.update(text.data(), text.size());
   std::vector<float> buffer(
       size_t(std::min<int64_t>(kChunk, std::max<int64_t>(1, std::max(key.slab, key.moments)))));
-  for (float* memory : {slab, m, v}) {
-    const int64_t n = memory == slab ? key.slab : key.moments;
+  // By position, not by pointer: checking reads into no memory at all.
+  float* const into[3] = {slab, m, v};
+  for (int part = 0; part < 3; ++part) {
+    float* const memory = into[part];
+    const int64_t n = part == 0 ? key.slab : key.moments;
     for (int64_t at = 0; at < n; at += kChunk) {
       const int64_t count = std::min(kChunk, n - at);
       if (!read_all(fd, buffer.data(), size_t(count) * sizeof(float))) {
         return "unreadable (" + os_error() + ")";
       }
       sum.update(buffer.data(), size_t(count) * sizeof(float));
-      if (slab) {
+      if (memory) {
         copy_from_host(memory + at, buffer.data(), size_t(count) * sizeof(float),
                        "h2d local shard");
       }
@@ -262,8 +266,10 @@ std::string write_shard(const std::string& dir, const ShardKey& key, const Check
             write_all(fd, text.data(), text.size(), &sum);
   std::vector<float> buffer(
       size_t(std::min<int64_t>(kChunk, std::max<int64_t>(1, std::max(key.slab, key.moments)))));
-  for (const float* memory : {slab, m, v}) {
-    const int64_t n = memory == slab ? key.slab : key.moments;
+  const float* const from[3] = {slab, m, v};
+  for (int part = 0; part < 3; ++part) {
+    const float* const memory = from[part];
+    const int64_t n = part == 0 ? key.slab : key.moments;
     for (int64_t at = 0; ok && at < n; at += kChunk) {
       const int64_t count = std::min(kChunk, n - at);
       copy_to_host(buffer.data(), memory + at, size_t(count) * sizeof(float), "d2h local shard");
