@@ -29,7 +29,7 @@ namespace mpf::local_tier {
 // What a shard belongs to: the run, the exact layout, the rank.
 struct ShardKey {
   std::string save;     // --save, resolved
-  std::string layout;   // the world size, the layout's settings, the model's shape, the counts
+  std::string layout;   // the world size, the layout's settings, the model's shape: all ranks'
   int rank = 0;         // world rank
   int64_t slab = 0;     // floats of this rank's parameters
   int64_t moments = 0;  // floats of each of m and v

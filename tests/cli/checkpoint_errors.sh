@@ -282,18 +282,22 @@ local_run 1 fallback.log --steps 8
 rc=$?
 local_fallback "another layout (1 rank)" "^warning: --save-local $L/loc holds local shards of this run written by another layout.*never used to reshard" 1
 
-# With ZeRO-1 a rank holds its share of the moments only: its shard is of its own sizes.
-"$MPIEXEC" -n 2 "$TRAIN" --val-every 0 --layers 2 --dim 64 --heads 4 --seq-len 32 --batch 2 \
-  --steps 8 --zero 1 >"$WORK/whole_zero.log" 2>&1 || bad "the uninterrupted ZeRO-1 run"
-rm -rf "$L" && local_run 2 cut_zero.log --steps 7 --zero 1 &&
-  rm -r "$L/ck/step_00000007" && echo step_00000004 >"$L/ck/latest"
-if local_run 2 local_zero.log --steps 8 --zero 1 &&
-  grep -q "^resumed: the local shards of step 6 in $L/loc" "$WORK/local_zero.log" &&
-  [ "$(numbers "$WORK/local_zero.log")" = "$(numbers "$WORK/whole_zero.log" | tail -2)" ]; then
-  ok "ZeRO-1: a restart resumes from the local shards of step 6, steps 7-8 bit for bit"
-else
-  bad "ZeRO-1 resume from local shards: $(grep -E '^(resumed|warning|error)' "$WORK/local_zero.log")"
-fi
+# With ZeRO-1 a rank holds its share of the moments only, and a pipeline stage its own blocks:
+# each rank's shard is of its own sizes, all of one layout.
+for layout in "--zero 1" "--pp 2 --microbatches 2"; do
+  read -ra lay <<<"$layout"
+  "$MPIEXEC" -n 2 "$TRAIN" --val-every 0 --layers 2 --dim 64 --heads 4 --seq-len 32 --batch 2 \
+    --steps 8 "${lay[@]}" >"$WORK/whole_lay.log" 2>&1 || bad "the uninterrupted $layout run"
+  rm -rf "$L" && local_run 2 cut_lay.log --steps 7 "${lay[@]}" &&
+    rm -r "$L/ck/step_00000007" && echo step_00000004 >"$L/ck/latest"
+  if local_run 2 local_lay.log --steps 8 "${lay[@]}" &&
+    grep -q "^resumed: the local shards of step 6 in $L/loc" "$WORK/local_lay.log" &&
+    [ "$(numbers "$WORK/local_lay.log")" = "$(numbers "$WORK/whole_lay.log" | tail -2)" ]; then
+    ok "$layout: a restart resumes from the local shards of step 6, steps 7-8 bit for bit"
+  else
+    bad "$layout: resume from local shards: $(grep -E '^(resumed|warning|error)' "$WORK/local_lay.log")"
+  fi
+done
 
 # ---- a run that diverges stops before the update; the last checkpoint stays the newest ----
 out=$("$TRAIN" "${args[@]}" --steps 6 --lr 1e6 --save "$WORK/div" --save-every 1 2>&1)
