@@ -197,6 +197,10 @@ void add_buffer_terms(const MemoryShape& s, int sets, const Terms& add) {
     work += chunked_attention_bf16_bytes(shard.heads, shard.kv_heads, shard.head_size,
                                          int64_t(s.micro_batch) * s.seq_len, s.cp > 1);
   }
+  if (s.bf16 && s.attention == AttentionPath::kFused) {
+    work += attention_bf16_bytes(shard.heads, shard.kv_heads, shard.head_size, s.micro_batch,
+                                 s.seq_len);
+  }
   // A CPU GEMM library packs a whole operand of a large product into a buffer of its own for the
   // call (oneDNN's sgemm: the LM head's vocab x C weight, 8.8 MB for 8192 x 256), and with freed
   // memory kept in the process (core/host_memory.hpp) that buffer stays resident after the call.

@@ -115,6 +115,15 @@ HostScratch<Bf16Pair>& host_pairs() {
   static HostScratch<Bf16Pair> scratch;
   return scratch;
 }
+// In bf16, a call's K and V (and in the backward Q and dO) packed once, a tile at a time in each
+// layout a product reads them in, for every tile pair that reads them: packed per tile pair they
+// cost as much as the products (docs/performance.md). Kept between calls, grown when a call needs
+// more (attention_bf16_bytes).
+Bf16Pair* call_pairs(int64_t n) {
+  static std::vector<Bf16Pair> pairs;
+  if (pairs.size() < size_t(n)) pairs.resize(size_t(n));
+  return pairs.data();
+}
 
 struct HostShape {
   const AttentionInputs& x;
@@ -142,6 +151,16 @@ struct HostShape {
   }
   const int32_t* docs(int b) const {
     return x.doc_start ? x.doc_start + int64_t(b) * x.queries.rows : nullptr;
+  }
+
+  // bf16, the call's packed tiles (call_pairs): a tile takes tile_pairs() in any layout; key
+  // tiles are numbered per (sequence, kv head), query tiles per (sequence, head).
+  int64_t tile_pairs() const { return int64_t(kHostTile) * hh; }
+  int64_t key_tiles() const { return int64_t(x.B) * x.KVH * nkt; }
+  int64_t query_tiles() const { return int64_t(x.B) * x.NH * nqt; }
+  int64_t key_tile(int b, int kvh, int kt) const { return (int64_t(b) * x.KVH + kvh) * nkt + kt; }
+  int64_t query_tile(int b, int head, int qt) const {
+    return (int64_t(b) * x.NH + head) * nqt + qt;
   }
 
   // dst (kHostTile, hp) = rows [t.row, t.row + t.n) of `src` (row stride ld), zero-padded.
@@ -193,12 +212,55 @@ struct HostShape {
   }
 };
 
+// bf16, once a call: every key tile's K and V (HostShape::key_tile i at dst + i·per·tile_pairs)
+// in the layouts the products read, the forward's Kᵀ and V (pairs of rows), or the backward's Kᵀ,
+// Vᵀ and K (pairs of rows).
+void pack_key_tiles(const HostShape& h, Bf16Pair* dst, bool backward) {
+  const int64_t tp = h.tile_pairs(), per = backward ? 3 : 2;
+  for_each_unit_on_host("mpf::attention_pack_keys", h.key_tiles(), [&](int64_t i, int) {
+    const int64_t bk = i / h.nkt;
+    const int b = int(bk / h.x.KVH), kvh = int(bk % h.x.KVH);
+    const Tile kt = tile_at(h.x.keys, kHostTile, int(i % h.nkt));
+    const int64_t at = h.kv_offset(b, kt.row, kvh);
+    Bf16Pair* d = dst + i * per * tp;
+    h.pack_pair_transposed(d, h.x.k + at, h.x.ldkv, kt.n);
+    if (backward) {
+      h.pack_pair_transposed(d + tp, h.x.v + at, h.x.ldkv, kt.n);
+      h.pack_row_pairs(d + 2 * tp, h.x.k + at, h.x.ldkv, kt.n);
+    } else {
+      h.pack_row_pairs(d + tp, h.x.v + at, h.x.ldkv, kt.n);
+    }
+  });
+}
+
+// bf16, once a backward: every query tile's Q and dO (HostShape::query_tile i at dst +
+// 4·i·tile_pairs) as A operands (pairs along the head size), then as B operands (pairs of rows).
+void pack_query_tiles(const HostShape& h, Bf16Pair* dst, const float* dout) {
+  const int64_t tp = h.tile_pairs(), ldo = int64_t(h.x.NH) * h.x.hs;
+  for_each_unit_on_host("mpf::attention_pack_queries", h.query_tiles(), [&](int64_t i, int) {
+    const int64_t bh = i / h.nqt;
+    const int b = int(bh / h.x.NH), head = int(bh % h.x.NH);
+    const Tile qt = tile_at(h.x.queries, kHostTile, int(i % h.nqt));
+    const float* q = h.q_row(b, qt.row, head);
+    const float* dy =
+        dout + (int64_t(b) * h.x.queries.rows + qt.row) * ldo + int64_t(head) * h.x.hs;
+    Bf16Pair* d = dst + i * 4 * tp;
+    h.pack_pair_rows(d, q, h.x.ldq, qt.n);
+    h.pack_pair_rows(d + tp, dy, ldo, qt.n);
+    h.pack_row_pairs(d + 2 * tp, q, h.x.ldq, qt.n);
+    h.pack_row_pairs(d + 3 * tp, dy, ldo, qt.n);
+  });
+}
+
 void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, bool bf16) {
   const HostShape h(x, bf16);
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs;
   const int64_t ldo = int64_t(x.NH) * hs, QO = int64_t(T) * hp;
   host_buffers().reserve(size_t(host_forward_floats(G, hp)));
   if (bf16) host_pairs().reserve(size_t(host_forward_floats(G, hp)));
+  const int64_t tp = h.tile_pairs();
+  Bf16Pair* keys = bf16 ? call_pairs(2 * h.key_tiles() * tp) : nullptr;
+  if (bf16) pack_key_tiles(h, keys, false);
   float* o = out.data();
   float* L = lse.data();
   const int64_t groups = int64_t(x.B) * x.KVH;
@@ -211,11 +273,9 @@ void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, 
     float* Kt = l + G * T;
     float* V = Kt + int64_t(hp) * T;
     float* S = V + int64_t(T) * hp;
-    // bf16: Q, Kᵀ, V and P as pairs (the fp32 Q, Kᵀ and V unused).
+    // bf16: Q and P as pairs (the fp32 Q, Kᵀ and V unused; Kᵀ and V the call's packed tiles).
     Bf16Pair* Qp = bf16 ? host_pairs().of(thread) : nullptr;
-    Bf16Pair* Ktp = bf16 ? Qp + G * QO / 2 : nullptr;
-    Bf16Pair* Vp = bf16 ? Ktp + h.hh * T : nullptr;
-    Bf16Pair* Pp = bf16 ? Vp + QO / 2 : nullptr;
+    Bf16Pair* Pp = bf16 ? Qp + G * QO / 2 : nullptr;
     const int qi = h.nqt - 1 - int(u / groups), b = int(u % groups) / x.KVH,
               kvh = int(u % groups) % x.KVH;
     const Tile qt = tile_at(x.queries, T, qi);
@@ -237,10 +297,9 @@ void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, 
       const Cover c = cover(qt, dr.lo, dr.hi, kt);
       if (c == Cover::kNone) continue;
       const int64_t at = h.kv_offset(b, kt.row, kvh);
-      if (bf16) {
-        h.pack_pair_transposed(Ktp, x.k + at, x.ldkv, kt.n);
-        h.pack_row_pairs(Vp, x.v + at, x.ldkv, kt.n);
-      } else {
+      const Bf16Pair* Ktp = bf16 ? keys + 2 * h.key_tile(b, kvh, kj) * tp : nullptr;
+      const Bf16Pair* Vp = bf16 ? Ktp + tp : nullptr;
+      if (!bf16) {
         h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
         h.pack_rows(V, x.v + at, x.ldkv, kt.n);
       }
@@ -326,12 +385,15 @@ void host_softmax_backward(const HostShape& h, float* S, float* dP, const Tile& 
   }
 }
 
-// dK and dV: a unit per (sequence, kv head, key tile), over every query tile that sees it.
+// dK and dV: a unit per (sequence, kv head, key tile), over every query tile that sees it. In
+// bf16, `keys` and `queries` are the call's packed tiles (pack_key_tiles, pack_query_tiles).
 void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor dout, Tensor lse,
-                      Tensor delta, const AttentionInputs& x, bool bf16) {
-  const HostShape h(x, bf16);
+                      Tensor delta, const HostShape& h, const Bf16Pair* keys,
+                      const Bf16Pair* queries) {
+  const AttentionInputs& x = h.x;
+  const bool bf16 = h.bf16;
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs, Tq = x.queries.rows;
-  const int64_t tile = int64_t(T) * hp, ldo = int64_t(x.NH) * hs;
+  const int64_t tile = int64_t(T) * hp, ldo = int64_t(x.NH) * hs, tp = h.tile_pairs();
   host_buffers().reserve(size_t(host_kv_floats(hp)));
   if (bf16) host_pairs().reserve(size_t(host_kv_floats(hp)));
   const int64_t groups = int64_t(x.B) * x.KVH;
@@ -344,24 +406,17 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
     float* dO = Q + tile;
     float* S = dO + tile;
     float* dP = S + T * T;
-    // bf16: Kᵀ and Vᵀ as pairs, Q and dO both as A (pairs along the head size) and as B (pairs
-    // of rows), Pᵀ and dSᵀ as A (pairs of rows read transposed).
-    Bf16Pair* Ktp = bf16 ? host_pairs().of(thread) : nullptr;
-    Bf16Pair* Vtp = bf16 ? Ktp + tile / 2 : nullptr;
-    Bf16Pair* Qa = bf16 ? Vtp + tile / 2 : nullptr;
-    Bf16Pair* dOa = bf16 ? Qa + tile / 2 : nullptr;
-    Bf16Pair* Qb = bf16 ? dOa + tile / 2 : nullptr;
-    Bf16Pair* dOb = bf16 ? Qb + tile / 2 : nullptr;
-    Bf16Pair* Pt = bf16 ? dOb + tile / 2 : nullptr;
+    // bf16: Pᵀ and dSᵀ as A (pairs of rows read transposed); Kᵀ, Vᵀ, and Q and dO as A (pairs
+    // along the head size) and as B (pairs of rows), are the call's packed tiles.
+    Bf16Pair* Pt = bf16 ? host_pairs().of(thread) : nullptr;
     Bf16Pair* dSt = bf16 ? Pt + T * T / 2 : nullptr;
     // Causal: the first key tiles are seen by the most query tiles.
     const int kj = int(u / groups), b = int(u % groups) / x.KVH, kvh = int(u % groups) % x.KVH;
     const Tile kt = tile_at(x.keys, T, kj);
     const int64_t at = h.kv_offset(b, kt.row, kvh);
-    if (bf16) {
-      h.pack_pair_transposed(Ktp, x.k + at, x.ldkv, kt.n);
-      h.pack_pair_transposed(Vtp, x.v + at, x.ldkv, kt.n);
-    } else {
+    const Bf16Pair* Ktp = bf16 ? keys + 3 * h.key_tile(b, kvh, kj) * tp : nullptr;
+    const Bf16Pair* Vtp = bf16 ? Ktp + tp : nullptr;
+    if (!bf16) {
       h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
       h.pack_transposed(Vt, x.v + at, x.ldkv, kt.n);
     }
@@ -378,11 +433,11 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
         const int head = kvh * G + g;
         const float* q = h.q_row(b, qt.row, head);
         const float* dy = dout.data() + (int64_t(b) * Tq + qt.row) * ldo + int64_t(head) * hs;
+        const Bf16Pair* Qa = bf16 ? queries + 4 * h.query_tile(b, head, qi) * tp : nullptr;
+        const Bf16Pair* dOa = bf16 ? Qa + tp : nullptr;
+        const Bf16Pair* Qb = bf16 ? Qa + 2 * tp : nullptr;
+        const Bf16Pair* dOb = bf16 ? Qa + 3 * tp : nullptr;
         if (bf16) {
-          h.pack_pair_rows(Qa, q, x.ldq, qt.n);
-          h.pack_pair_rows(dOa, dy, ldo, qt.n);
-          h.pack_row_pairs(Qb, q, x.ldq, qt.n);
-          h.pack_row_pairs(dOb, dy, ldo, qt.n);
           backend::tile_gemm_bf16(M, T, h.kp, Qa, h.hh, 1, Ktp, T, S, T, false);
           backend::tile_gemm_bf16(M, T, h.kp, dOa, h.hh, 1, Vtp, T, dP, T, false);
         } else {
@@ -418,12 +473,14 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
   });
 }
 
-// dQ: a unit per (sequence, kv head, query tile), over every key tile it sees.
+// dQ: a unit per (sequence, kv head, query tile), over every key tile it sees; `keys` and
+// `queries` as host_backward_kv's.
 void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor lse, Tensor delta,
-                     const AttentionInputs& x, bool bf16) {
-  const HostShape h(x, bf16);
+                     const HostShape& h, const Bf16Pair* keys, const Bf16Pair* queries) {
+  const AttentionInputs& x = h.x;
+  const bool bf16 = h.bf16;
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs, Tq = x.queries.rows;
-  const int64_t tile = int64_t(T) * hp, ldo = int64_t(x.NH) * hs;
+  const int64_t tile = int64_t(T) * hp, ldo = int64_t(x.NH) * hs, tp = h.tile_pairs();
   host_buffers().reserve(size_t(host_q_floats(G, hp)));
   if (bf16) host_pairs().reserve(size_t(host_q_floats(G, hp)));
   const int64_t groups = int64_t(x.B) * x.KVH;
@@ -436,29 +493,20 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
     float* K = Vt + tile;
     float* S = K + tile;
     float* dP = S + T * T;
-    // bf16: Q and dO as A, Kᵀ and Vᵀ as B, K as B (pairs of rows), dS as A.
-    Bf16Pair* Qa = bf16 ? host_pairs().of(thread) : nullptr;
-    Bf16Pair* dOa = bf16 ? Qa + G * tile / 2 : nullptr;
-    Bf16Pair* Ktp = bf16 ? dOa + G * tile / 2 : nullptr;
-    Bf16Pair* Vtp = bf16 ? Ktp + tile / 2 : nullptr;
-    Bf16Pair* Kb = bf16 ? Vtp + tile / 2 : nullptr;
-    Bf16Pair* dSp = bf16 ? Kb + tile / 2 : nullptr;
+    // bf16: dS as A; Q and dO as A, Kᵀ and Vᵀ as B, K as B (pairs of rows) are the call's
+    // packed tiles.
+    Bf16Pair* dSp = bf16 ? host_pairs().of(thread) : nullptr;
     const int qi = h.nqt - 1 - int(u / groups), b = int(u % groups) / x.KVH,
               kvh = int(u % groups) % x.KVH;
     const Tile qt = tile_at(x.queries, T, qi);
     const int32_t* doc = h.docs(b);
     const DocRange dr = doc_range_host(doc, qt, h.x.window);
     const int M = round_up(qt.n, backend::kTileRows);
-    for (int g = 0; g < G; ++g) {
+    for (int g = 0; !bf16 && g < G; ++g) {
       const int head = kvh * G + g;
       const float* dy = dout.data() + (int64_t(b) * Tq + qt.row) * ldo + int64_t(head) * hs;
-      if (bf16) {
-        h.pack_pair_rows(Qa + g * tile / 2, h.q_row(b, qt.row, head), x.ldq, qt.n);
-        h.pack_pair_rows(dOa + g * tile / 2, dy, ldo, qt.n);
-      } else {
-        h.pack_rows(Q + g * tile, h.q_row(b, qt.row, head), x.ldq, qt.n);
-        h.pack_rows(dO + g * tile, dy, ldo, qt.n);
-      }
+      h.pack_rows(Q + g * tile, h.q_row(b, qt.row, head), x.ldq, qt.n);
+      h.pack_rows(dO + g * tile, dy, ldo, qt.n);
     }
     std::fill(dQ, dQ + G * tile, 0.0f);
     for (int kj = 0; kj < h.nkt; ++kj) {
@@ -466,11 +514,10 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
       const Cover c = cover(qt, dr.lo, dr.hi, kt);
       if (c == Cover::kNone) continue;
       const int64_t at = h.kv_offset(b, kt.row, kvh);
-      if (bf16) {
-        h.pack_pair_transposed(Ktp, x.k + at, x.ldkv, kt.n);
-        h.pack_pair_transposed(Vtp, x.v + at, x.ldkv, kt.n);
-        h.pack_row_pairs(Kb, x.k + at, x.ldkv, kt.n);
-      } else {
+      const Bf16Pair* Ktp = bf16 ? keys + 3 * h.key_tile(b, kvh, kj) * tp : nullptr;
+      const Bf16Pair* Vtp = bf16 ? Ktp + tp : nullptr;
+      const Bf16Pair* Kb = bf16 ? Ktp + 2 * tp : nullptr;
+      if (!bf16) {
         h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
         h.pack_transposed(Vt, x.v + at, x.ldkv, kt.n);
         h.pack_rows(K, x.k + at, x.ldkv, kt.n);
@@ -478,8 +525,9 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
       for (int g = 0; g < G; ++g) {
         const int head = kvh * G + g;
         if (bf16) {
-          backend::tile_gemm_bf16(M, T, h.kp, Qa + g * tile / 2, h.hh, 1, Ktp, T, S, T, false);
-          backend::tile_gemm_bf16(M, T, h.kp, dOa + g * tile / 2, h.hh, 1, Vtp, T, dP, T, false);
+          const Bf16Pair* Qa = queries + 4 * h.query_tile(b, head, qi) * tp;
+          backend::tile_gemm_bf16(M, T, h.kp, Qa, h.hh, 1, Ktp, T, S, T, false);
+          backend::tile_gemm_bf16(M, T, h.kp, Qa + tp, h.hh, 1, Vtp, T, dP, T, false);
         } else {
           backend::tile_gemm(M, T, hs, Q + g * tile, hp, 1, Kt, T, S, T, false);
           backend::tile_gemm(M, T, hs, dO + g * tile, hp, 1, Vt, T, dP, T, false);
@@ -504,6 +552,24 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
       }
     }
   });
+}
+
+// The host shape's backward: in bf16, K, V, Q and dO packed once for both passes.
+void host_backward(float* dq, int64_t lddq, bool accumulate_dq, float* dk, float* dv, int64_t lddkv,
+                   bool accumulate_dkv, Tensor dout, Tensor lse, Tensor delta,
+                   const AttentionInputs& x, bool bf16) {
+  const HostShape h(x, bf16);
+  const Bf16Pair *keys = nullptr, *queries = nullptr;
+  if (bf16) {
+    const int64_t tp = h.tile_pairs(), key_pairs = 3 * h.key_tiles() * tp;
+    Bf16Pair* pairs = call_pairs(key_pairs + 4 * h.query_tiles() * tp);
+    pack_key_tiles(h, pairs, true);
+    pack_query_tiles(h, pairs + key_pairs, dout.data());
+    keys = pairs;
+    queries = pairs + key_pairs;
+  }
+  host_backward_kv(dk, dv, lddkv, accumulate_dkv, dout, lse, delta, h, keys, queries);
+  host_backward_q(dq, lddq, accumulate_dq, dout, lse, delta, h, keys, queries);
 }
 
 // ---- the device shape ---------------------------------------------------------------------------
@@ -980,8 +1046,8 @@ void attention_backward(float* dq, int64_t lddq, bool accumulate_dq, float* dk, 
     device_backward_kv(dk, dv, lddkv, accumulate_dkv, dout, lse, delta, x, bf16);
     device_backward_q(dq, lddq, accumulate_dq, dout, lse, delta, x, bf16);
   } else {
-    host_backward_kv(dk, dv, lddkv, accumulate_dkv, dout, lse, delta, x, bf16);
-    host_backward_q(dq, lddq, accumulate_dq, dout, lse, delta, x, bf16);
+    host_backward(dq, lddq, accumulate_dq, dk, dv, lddkv, accumulate_dkv, dout, lse, delta, x,
+                  bf16);
   }
 }
 
@@ -1024,6 +1090,14 @@ int64_t attention_scratch_bytes(int NH, int KVH, int hs, int threads) {
   const int64_t G = NH / KVH, hp = round_up(hs, backend::kTileCols);
   return std::max({host_forward_floats(G, hp), host_kv_floats(hp), host_q_floats(G, hp)}) *
          int64_t(sizeof(float)) * threads;
+}
+
+int64_t attention_bf16_bytes(int NH, int KVH, int hs, int B, int T) {
+  if (kDeviceMemory) return 0;
+  // The backward's, the larger: Kᵀ, Vᵀ and K of each key tile, Q and dO twice of each query tile.
+  const int64_t tiles = int64_t(B) * tile_count(PositionRuns::contiguous(T), kHostTile);
+  const int64_t tile_pairs = int64_t(kHostTile) * round_up(hs, backend::kTileCols) / 2;
+  return (3 * int64_t(KVH) + 4 * int64_t(NH)) * tiles * tile_pairs * int64_t(sizeof(Bf16Pair));
 }
 
 int attention_tile(bool device, int hs) {

@@ -89,5 +89,8 @@ void attention_backward_input(Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv
 int attention_tile(bool device_shape, int hs);
 // The host shape's scratch over `threads` threads (kept between calls), for the memory plan.
 int64_t attention_scratch_bytes(int NH, int KVH, int hs, int threads);
+// The host shape's bf16 operands of a call on B sequences of T positions, packed once (kept
+// between calls), for the memory plan.
+int64_t attention_bf16_bytes(int NH, int KVH, int hs, int B, int T);
 
 }  // namespace mpf
