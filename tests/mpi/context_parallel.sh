@@ -58,7 +58,7 @@ if "$TRAIN" --precision bf16 --steps 1 --val-every 0 --layers 1 --dim 32 --heads
   echo "note: bf16 with CP not run: this CPU has no native bf16 products"
 else
   saved_rtol=("$LOSS_RTOL" "$PARAM_RTOL")
-  LOSS_RTOL=5e-5 PARAM_RTOL=5e-3 PRECISION=bf16
+  LOSS_RTOL=1e-4 PARAM_RTOL=5e-3 PRECISION=bf16
   group llama_bf16 "${llama[@]}"
   run_layout 1 1 --cp 2
   run_layout 2 1 --cp 2 --sequence-parallel --recompute

@@ -16,9 +16,12 @@
 # off by a whole bf16 step (2^-8 relative). Those sparse 4e-3 steps, not the 1e-7 ones, set the
 # spread: measured <= 1.2e-5 relative in the losses and 2.3e-3 of the largest parameter over
 # five steps, over every layout here and in pipeline.sh (Adam's 1/sqrt(v) again amplifying the
-# near-zero gradients). So bf16 layouts must agree to 5e-5 in the losses and 5e-3 in the
-# parameters. A wrong split or a missing reduction moves the losses by 1e-3 or more, in either
-# precision.
+# near-zero gradients), while only the products' inputs were rounded. Kept in bf16 as autocast
+# keeps them, the MLP's fc output and the logits are rounded before fp32 kernels too (GELU or
+# SwiGLU, the loss), more such steps: measured <= 5.4e-5 in the losses (TP 2 x CP 2 with SP in
+# context_parallel.sh; <= 2.5e-5 elsewhere) and still 2.9e-3 in the parameters. So bf16 layouts
+# must agree to 1e-4 in the losses and 5e-3 in the parameters. A wrong split or a missing
+# reduction moves the losses by 1e-3 or more, in either precision.
 source "$(dirname "${BASH_SOURCE[0]}")/../cli/common.sh"
 
 # LAYERS and BATCH (the global batch of the next run_layout) may be set by the caller; the serial
@@ -28,7 +31,7 @@ PRECISION=${PRECISION:-fp32}
 args=(--steps 5 --val-every 0 --layers "${LAYERS:-2}" --dim 64 --heads 4 --seq-len 32 --vocab 300
   --precision "$PRECISION" --peak-gflops 100)
 if [ "$PRECISION" = bf16 ]; then
-  LOSS_RTOL=5e-5 PARAM_RTOL=5e-3
+  LOSS_RTOL=1e-4 PARAM_RTOL=5e-3
   refusal=$("$TRAIN" --precision bf16 --steps 1 --val-every 0 --layers 1 --dim 32 --heads 2 2>&1 |
     grep -m1 '^error: --precision bf16 needs native bf16')
   if [ -n "$refusal" ]; then
