@@ -353,7 +353,7 @@ TEST(Bf16Activations, SetsAndTheMemoryPlanCountTheSavedBytes) {
 
 // Issue 36's target: llama-124M's blocks at T = 8,192 keep at most 0.55x fp32's bytes in bf16
 // (sizes only: nothing is allocated).
-TEST(Bf16Activations, Llama124MBlocksKeepAtMostHalfAndABit) {
+TEST(Bf16Activations, Llama124MBlocksKeepAtMost055xFp32Bytes) {
   GPTConfig cfg{8192, 32000, 32000, 12, 12, 768};
   cfg.arch = Arch::kLlama;
   cfg.kv_heads = 4;
