@@ -6,7 +6,8 @@
 #                checkpoint I/O, generation (tokens/s, the KV cache's per-token cost), the BPE
 #                tokenizer's MB/s against Python's, DP and PP
 #                across two namespaced nodes on shaped links (as root; else a SKIP line),
-#                mpiformer-tokenize's MB/s of text per rank, the layout planner against runs
+#                mpiformer-tokenize's MB/s of text per rank, the layout planner against runs,
+#                Muon against AdamW (cost per step, steps to the same validation loss)
 #   make install PREFIX=/opt/mpiformer
 
 BUILD ?= build
@@ -71,6 +72,7 @@ bench: build
 	bash ci/bench_long_context.sh $(BUILD)
 	bash ci/bench_pipeline.sh $(BUILD)
 	bash ci/bench_checkpoint.sh $(BUILD)
+	bash ci/bench_muon.sh $(BUILD)
 	bash ci/bench_generate.sh $(BUILD)
 	/usr/bin/python3 ci/bench_tokenizer.py $(BUILD)
 	bash ci/bench_multinode.sh $(BUILD)

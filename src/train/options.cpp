@@ -117,6 +117,23 @@ void check_checkpoint_options(const TrainOptions& o) {
   check_local_tier_options(o);
 }
 
+// Muon's settings (optim/muon.hpp).
+void check_optimizer_options(const TrainOptions& o) {
+  require(o.muon_momentum >= 0 && o.muon_momentum < 1,
+          "--muon-momentum must be in [0, 1), got " + number(o.muon_momentum));
+  if (o.optimizer == "muon") {
+    // Muon orthogonalises whole matrices: a ZeRO-1 shard holds a stretch of the slab.
+    require(o.zero == 0,
+            "--optimizer muon with --zero 1: ZeRO-1's optimizer shards cut the "
+            "matrices Muon orthogonalises whole; use --zero 0");
+  } else {
+    require(
+        o.given.count("--muon-momentum") == 0 && o.given.count("--muon-ns-precision") == 0,
+        std::string(o.given.count("--muon-momentum") ? "--muon-momentum" : "--muon-ns-precision") +
+            " sets Muon, and the optimizer is " + o.optimizer + "; pass --optimizer muon too");
+  }
+}
+
 }  // namespace
 
 void check_options(TrainOptions& o) {
@@ -156,19 +173,7 @@ void check_options(TrainOptions& o) {
   require(o.dp_bucket_mb > 0, "--dp-bucket-mb must be positive, got " + number(o.dp_bucket_mb));
   require(o.zero == 0 || o.zero == 1,
           "--zero " + std::to_string(o.zero) + " is not a ZeRO stage this trainer has; use 0 or 1");
-  require(o.muon_momentum >= 0 && o.muon_momentum < 1,
-          "--muon-momentum must be in [0, 1), got " + number(o.muon_momentum));
-  if (o.optimizer == "muon") {
-    // Muon orthogonalises whole matrices: a ZeRO-1 shard holds a stretch of the slab.
-    require(o.zero == 0,
-            "--optimizer muon with --zero 1: ZeRO-1's optimizer shards cut the "
-            "matrices Muon orthogonalises whole; use --zero 0");
-  } else {
-    require(
-        o.given.count("--muon-momentum") == 0 && o.given.count("--muon-ns-precision") == 0,
-        std::string(o.given.count("--muon-momentum") ? "--muon-momentum" : "--muon-ns-precision") +
-            " sets Muon, and the optimizer is " + o.optimizer + "; pass --optimizer muon too");
-  }
+  check_optimizer_options(o);
   check_checkpoint_options(o);
   if (o.cp > 1) {
     const int chunks = 2 * o.cp;
