@@ -147,6 +147,12 @@ void RunSaver::check_local_dir(const TrainingRun& r) {
   if (!shared.empty()) throw InputError(shared);
 }
 
+void RunSaver::tidy_local_dir(const TrainingRun& r) {
+  if (r.opts_.save_local.empty()) return;
+  local_tier::remove_stale(r.opts_.save_local, local_key(r),
+                           r.resumed_from_.empty() ? -1 : r.first_step_ - 1);
+}
+
 bool RunSaver::resume_local(TrainingRun& r) {
   const TrainOptions& o = r.opts_;
   // Only a run continuing its own --save directory from its newest checkpoint: --load-step or

@@ -54,6 +54,11 @@ class RunSaver {
   // Collective: refuses (InputError on every rank) a --save-local directory that ranks on
   // different hosts see as one (local_tier::check_node_local).
   static void check_local_dir(const TrainingRun& run);
+  // Once the state is loaded: removes this rank's --save-local shards but the set it resumed from
+  // (and the run's shards of other layouts). Those left are older than the state, of a set some
+  // rank lacks, or of a history the run left (--load-step, --reset-optimizer): a later restart
+  // must not go back to them.
+  static void tidy_local_dir(const TrainingRun& run);
   bool save_llmc() const;
   bool save_hf() const;
   // The checkpoint saved or loaded last, for messages; "" if none.

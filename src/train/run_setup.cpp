@@ -342,6 +342,7 @@ void TrainingRun::load_state() {
   } else {
     initialize(params_, shard_, opts_.seed);
   }
+  RunSaver::tidy_local_dir(*this);
   if (opts_.precision == Precision::bf16) {
     weights16_ = Bf16Slab("mpf::weights16", params_.count);
     round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);

@@ -282,6 +282,15 @@ local_run 1 fallback.log --steps 8
 rc=$?
 local_fallback "another layout (1 rank)" "^warning: --save-local $L/loc holds local shards of this run written by another layout.*never used to reshard" 1
 
+# A run that goes back (--load-step) removes the local shards of the history it left at once: a
+# restart before its own first local save must not return to them.
+rm -rf "$L" && cp -r "$WORK/local0" "$L"
+if local_run 2 back.log --steps 5 --load-step 4 && grep -q "^resumed: $L/ck/step_00000004" "$WORK/back.log" &&
+  [ -z "$(ls -A "$L/loc")" ]; then
+  ok "--load-step 4: the local shards of step 6 are removed at start"
+else
+  bad "--load-step 4 with local shards of step 6: $(grep -E '^(resumed|error)' "$WORK/back.log"); left: $(ls "$L/loc")"
+fi
 # With ZeRO-1 a rank holds its share of the moments only, and a pipeline stage its own blocks:
 # each rank's shard is of its own sizes, all of one layout.
 for layout in "--zero 1" "--pp 2 --microbatches 2"; do
