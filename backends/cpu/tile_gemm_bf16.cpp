@@ -1,6 +1,7 @@
 // bf16 tile products (backends/tile_gemm.hpp): vdpbf16ps where the CPU has AVX512_BF16, chosen at
 // run time, so the AVX-512 code is compiled by function (target attributes), not for the whole
 // binary; a portable kernel on the same packed operands elsewhere.
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/cpu_features.hpp"
@@ -131,25 +132,30 @@ void portable_column_pairs(Bf16Pair* dst, int64_t ldd, const float* src, int64_t
 // ---- AVX512_BF16 --------------------------------------------------------------------------------
 #define MPF_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
-// An R-row by V-vector block (16 columns a vector), accumulated in registers over the pairs.
-template <int R, int V>
+// An R-row by V-vector block (16 columns a vector), accumulated in registers over the pairs;
+// kRowA: A's pairs consecutive (sak = 1); kAdd: C += the product. Compile-time both, so each
+// instance is one loop with no merge of its accumulators' first values, which the compiler
+// otherwise keeps on the stack and copies in and out around the loop.
+template <int R, int V, bool kRowA, bool kAdd>
 MPF_BF16_TARGET inline void native_block(int KP, const Bf16Pair* __restrict a, int64_t sam,
-                                         int64_t sak, const Bf16Pair* __restrict b, int64_t ldb,
-                                         float* __restrict c, int64_t ldc, bool accumulate) {
+                                         int64_t sak_, const Bf16Pair* __restrict b, int64_t ldb,
+                                         float* __restrict c, int64_t ldc) {
+  const int64_t sak = kRowA ? 1 : sak_;
   __m512 acc[R][V];
   for (int m = 0; m < R; ++m) {
     for (int n = 0; n < V; ++n) {
-      acc[m][n] = accumulate ? _mm512_loadu_ps(c + m * ldc + 16 * n) : _mm512_setzero_ps();
+      acc[m][n] = kAdd ? _mm512_loadu_ps(c + m * ldc + 16 * n) : _mm512_setzero_ps();
     }
   }
-  for (int p = 0; p < KP; ++p) {
+  int p = 0;
+  do {  // KP >= 1 (native_gemm), so no path skips the loop to merge with it at its end
     __m512bh bv[V];
     for (int n = 0; n < V; ++n) bv[n] = (__m512bh)_mm512_loadu_si512(b + p * ldb + 16 * n);
     for (int m = 0; m < R; ++m) {
       const __m512bh x = (__m512bh)_mm512_set1_epi32(int(a[m * sam + p * sak]));
       for (int n = 0; n < V; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], x, bv[n]);
     }
-  }
+  } while (++p < KP);
   for (int m = 0; m < R; ++m) {
     for (int n = 0; n < V; ++n) _mm512_storeu_ps(c + m * ldc + 16 * n, acc[m][n]);
   }
@@ -157,9 +163,13 @@ MPF_BF16_TARGET inline void native_block(int KP, const Bf16Pair* __restrict a, i
 
 // 8 rows by 32 columns (16 accumulators of the 32 registers), with 4-row and 16-column edges for
 // a build whose tile multiples are narrower (kTileRows 4, kTileCols 16 without -mavx512f).
+template <bool kRowA, bool kAdd>
 MPF_BF16_TARGET void native_gemm(int M, int N, int KP, const Bf16Pair* A, int64_t sam, int64_t sak,
-                                 const Bf16Pair* B, int64_t ldb, float* C, int64_t ldc,
-                                 bool accumulate) {
+                                 const Bf16Pair* B, int64_t ldb, float* C, int64_t ldc) {
+  if (KP < 1) {  // an empty sum
+    for (int m = 0; m < M && !kAdd; ++m) std::fill(C + m * ldc, C + m * ldc + N, 0.0f);
+    return;
+  }
   for (int n0 = 0; n0 < N;) {
     const bool wide = N - n0 >= 32;
     for (int m0 = 0; m0 < M;) {
@@ -168,13 +178,13 @@ MPF_BF16_TARGET void native_gemm(int M, int N, int KP, const Bf16Pair* A, int64_
       const Bf16Pair* b = B + n0;
       float* c = C + m0 * ldc + n0;
       if (tall && wide)
-        native_block<8, 2>(KP, a, sam, sak, b, ldb, c, ldc, accumulate);
+        native_block<8, 2, kRowA, kAdd>(KP, a, sam, sak, b, ldb, c, ldc);
       else if (tall)
-        native_block<8, 1>(KP, a, sam, sak, b, ldb, c, ldc, accumulate);
+        native_block<8, 1, kRowA, kAdd>(KP, a, sam, sak, b, ldb, c, ldc);
       else if (wide)
-        native_block<4, 2>(KP, a, sam, sak, b, ldb, c, ldc, accumulate);
+        native_block<4, 2, kRowA, kAdd>(KP, a, sam, sak, b, ldb, c, ldc);
       else
-        native_block<4, 1>(KP, a, sam, sak, b, ldb, c, ldc, accumulate);
+        native_block<4, 1, kRowA, kAdd>(KP, a, sam, sak, b, ldb, c, ldc);
       m0 += tall ? 8 : 4;
     }
     n0 += wide ? 32 : 16;
@@ -292,7 +302,13 @@ const char* tile_bf16_kernel() {
 void tile_gemm_bf16(int M, int N, int KP, const Bf16Pair* A, int64_t sam, int64_t sak,
                     const Bf16Pair* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
 #if defined(MPF_TILE_AVX512_BF16)
-  if (tile_bf16_native()) return native_gemm(M, N, KP, A, sam, sak, B, ldb, C, ldc, accumulate);
+  if (tile_bf16_native()) {
+    if (sak == 1 && accumulate)
+      return native_gemm<true, true>(M, N, KP, A, sam, sak, B, ldb, C, ldc);
+    if (sak == 1) return native_gemm<true, false>(M, N, KP, A, sam, sak, B, ldb, C, ldc);
+    if (accumulate) return native_gemm<false, true>(M, N, KP, A, sam, sak, B, ldb, C, ldc);
+    return native_gemm<false, false>(M, N, KP, A, sam, sak, B, ldb, C, ldc);
+  }
 #endif
   portable_gemm(M, N, KP, A, sam, sak, B, ldb, C, ldc, accumulate);
 }
