@@ -37,8 +37,8 @@ struct ChunkPieces {
   // piece by piece and the backward recomputes each piece's logits, so the (rows, vocabulary)
   // logits never exist whole (head_chunk_rows says when).
   int logit_rows = 0;
-  // Products in bf16 (--precision bf16): the activations only products read (bf16_kept) are kept
-  // rounded to bf16, as the products would round them anyway: the same bits in half the bytes.
+  // Products in bf16 (--precision bf16): the activations autocast keeps in bf16 (bf16_kept) are
+  // kept rounded to bf16, in half the bytes.
   bool bf16 = false;
 };
 
