@@ -66,6 +66,8 @@ TEST(Settings, EveryFlagParsesIntoItsField) {
       {"--eval-every", {"--eval-data", "tasks.bin"}},
       {"--eval-examples", {"--eval-data", "tasks.bin"}},
       {"--outlier-window", {"--skip-outliers", "2"}},
+      {"--muon-momentum", {"--optimizer", "muon"}},
+      {"--muon-ns-precision", {"--optimizer", "muon"}},
       {"--cp", {"--seq-len", "96"}}};  // 2 x 3 chunks
   for (const Setting* s : rows()) {
     const std::string flag = s->flag;
