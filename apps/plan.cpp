@@ -5,6 +5,9 @@
 // its machine file. Input errors are one `error:` line and exit 2.
 #include <mpi.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -86,7 +89,8 @@ std::string usage() {
          mpf::help_entry("--nodes N", "nodes (default 1)") +
          mpf::help_entry("--ranks-per-node R",
                          "ranks on each node (default: the machine's devices per node)") +
-         mpf::help_entry("--top K", "layouts shown (default 10)") +
+         mpf::help_entry("--top K", "layouts shown, each predicted in full (default 10, at most " +
+                                        std::to_string(mpf::plan::kMaxTop) + ")") +
          mpf::help_entry("--json", "the same as one JSON object, best first") +
          mpf::help_entry("--evaluate L",
                          "predict one layout instead of searching: "
@@ -134,6 +138,14 @@ PlanOptions parse(int argc, char** argv) {
   if (o.calibrate) return o;
   mpf::require(given.count("--batch") && given.count("--seq-len"),
                "pass --batch B and --seq-len T: the step to plan");
+  // Every layout shown is predicted in full, and a search prunes only what would not be shown:
+  // a --top past the bound would simulate most of a large search.
+  mpf::require(o.top <= mpf::plan::kMaxTop,
+               "--top " + std::to_string(o.top) + " is more layouts than a plan shows (at most " +
+                   std::to_string(mpf::plan::kMaxTop) +
+                   ", each simulated in full); give a smaller --top, or --evaluate a layout");
+  mpf::require(o.evaluate.empty() || !given.count("--top"),
+               "--top ranks a search's layouts and --evaluate predicts one; drop --top");
   for (const char* f : kModelFlags) {
     mpf::require(o.model_path.empty() || !given.count(f),
                  "--model takes the sizes from " + o.model_path + "; drop " + f);
@@ -250,7 +262,23 @@ int plan(mpf::Runtime& runtime, int argc, char** argv) {
                  stdout);
       return;
     }
-    const std::vector<mpf::plan::Candidate> ranked = mpf::plan::search(job, machine);
+    mpf::plan::SearchOptions search;
+    search.top = o.top;
+    // Progress on a terminal only: a log or a test's captured stderr stays clean.
+    const bool terminal = isatty(fileno(stderr));
+    std::chrono::steady_clock::time_point last{};  // the first call prints
+    if (terminal) {
+      search.progress = [&last](size_t weighed, size_t predicted) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last < std::chrono::milliseconds(250)) return;
+        last = now;
+        std::fprintf(stderr, "\rplanning: %zu layouts weighed, %zu predicted in full ...", weighed,
+                     predicted);
+        std::fflush(stderr);
+      };
+    }
+    const std::vector<mpf::plan::Candidate> ranked = mpf::plan::search(job, machine, search);
+    if (terminal) std::fputs("\r\033[K", stderr);
     std::fputs(o.json ? mpf::plan::json_report(in, ranked).c_str()
                       : mpf::plan::text_report(in, ranked).c_str(),
                stdout);

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "model/activations.hpp"
 #include "model/parameters.hpp"
+#include "model/shard.hpp"
 #include "model/tensors.hpp"
 #include "pipeline/layer_ownership.hpp"
 #include "pipeline/simulator.hpp"
@@ -50,13 +52,6 @@ LayoutSizes sizes_of(const Job& job, const Machine& m, const Layout& l) {
   s.bf16 = job.precision == Precision::bf16;
   s.threads = m.gpu() ? 1 : std::max(1, int(devices_per_rank(m, job)));
   return s;
-}
-
-pipeline::SchedulePlan schedule_plan(const Layout& l, const pipeline::OpCosts& costs = {}) {
-  const pipeline::PipelineShape shape{l.pp, 0, l.virtual_stages, l.microbatches,
-                                      pipeline::placement_of(l.schedule, l.virtual_stages)};
-  // zb-auto plans under P microbatches in flight, as the trainer does by default.
-  return pipeline::SchedulePlan(l.schedule, shape, costs, 0);
 }
 
 // One block's costs per microbatch: F, B and W.
@@ -174,79 +169,324 @@ double attention_ms(const Machine& m, Precision p, double flops, int seq_len, bo
 
 namespace {
 
-StageCost stage_cost_in(const Job& job, const Machine& m, const Layout& l,
-                        const pipeline::SchedulePlan& plan, int pp_rank) {
+// The shard of stage pp_rank (TP rank 0, EP rank 0) under a placement: layout_stage_shard's,
+// without the plan it reads only the placement from.
+TpShard stage_shard(const LayoutSizes& sizes, pipeline::ChunkPlacement placement, int pp_rank) {
+  const StageOwnership own = stage_ownership(sizes.layer_ranges, pp_rank, sizes.pp, placement);
+  return restrict_to_stage(split_experts(make_tp_shard(sizes.cfg, 0, sizes.tp), 0, sizes.ep),
+                           own.layers, own.embedding, own.head);
+}
+
+// Every stage's costs. A block's work depends on the layout's widths, not on its stage.
+std::vector<StageCost> stage_costs(const Job& job, const Machine& m, const Layout& l,
+                                   pipeline::ChunkPlacement placement, int only = -1) {
   const GPTConfig& cfg = job.cfg;
   const LayoutSizes sizes = sizes_of(job, m, l);
-  const TpShard shard = layout_stage_shard(sizes, plan, 0, pp_rank, 0);
-  const StageOwnership own =
-      stage_ownership(sizes.layer_ranges, pp_rank, l.pp, plan.shape().placement);
   const double dev = devices_per_rank(m, job);
   const double R = double(sizes.micro_batch) * (job.seq_len / l.cp);
   const double Rn = l.sequence_parallel ? R / l.tp : R;
   const double C = cfg.channels, bw = m.memory_bandwidth_gbs * 1e6 * dev;
   const Group tp{l.tp, 1};
-  StageCost cost;
-  const BlockWork block = block_work(job, m, l, shard, dev);
-  for (const ChunkPieces& c : own.chunks) {
-    add(cost.f, block.f, c.layers);
-    add(cost.b, block.b, c.layers);
-    add(cost.w, block.w, c.layers);
-    if (c.embedding) {  // a lookup and its scatter; vocab-parallel: summed over TP
-      cost.f.compute += 3 * C * R * kFloat / bw;
-      cost.b.compute += 3 * C * R * kFloat / bw;
-      cost.f.tp += l.sequence_parallel ? reduce_scatter_ms(m, R * C * kFloat, tp)
-                                       : allreduce_ms(m, R * C * kFloat, tp);
-    }
-    if (c.head) {  // the final norm, the vocab-parallel logits and their loss
-      const double Vs = shard.vocab_shard;
-      const double logits = gemm_ms(m, job.precision, 2 * R * Vs * C, dev);
-      cost.f.compute += logits + (4 * C * Rn + 2 * R * Vs) * kFloat / bw;
-      cost.b.compute += logits + (4 * C * Rn + 2 * R * Vs) * kFloat / bw;
-      cost.w.compute += logits;
-      // Pieces of logits are computed again in the backward (head_chunk_rows).
-      if (head_chunk_rows(shard, c, sizes.micro_batch, job.seq_len / l.cp, l.sequence_parallel) >
-          0) {
-        cost.b.compute += logits;
+  const BlockWork block = block_work(job, m, l, stage_shard(sizes, placement, 0), dev);
+  std::vector<StageCost> out;
+  for (int p = only < 0 ? 0 : only; p < (only < 0 ? l.pp : only + 1); ++p) {
+    const StageOwnership own = stage_ownership(sizes.layer_ranges, p, l.pp, placement);
+    StageCost cost;
+    for (const ChunkPieces& c : own.chunks) {
+      add(cost.f, block.f, c.layers);
+      add(cost.b, block.b, c.layers);
+      add(cost.w, block.w, c.layers);
+      if (c.embedding) {  // a lookup and its scatter; vocab-parallel: summed over TP
+        cost.f.compute += 3 * C * R * kFloat / bw;
+        cost.b.compute += 3 * C * R * kFloat / bw;
+        cost.f.tp += l.sequence_parallel ? reduce_scatter_ms(m, R * C * kFloat, tp)
+                                         : allreduce_ms(m, R * C * kFloat, tp);
       }
-      cost.f.tp += 3 * allreduce_ms(m, R * kFloat, tp);
-      cost.b.tp += l.sequence_parallel ? reduce_scatter_ms(m, R * C * kFloat, tp)
-                                       : allreduce_ms(m, R * C * kFloat, tp);
+      if (c.head) {  // the final norm, the vocab-parallel logits and their loss
+        const TpShard shard = stage_shard(sizes, placement, p);
+        const double Vs = shard.vocab_shard;
+        const double logits = gemm_ms(m, job.precision, 2 * R * Vs * C, dev);
+        cost.f.compute += logits + (4 * C * Rn + 2 * R * Vs) * kFloat / bw;
+        cost.b.compute += logits + (4 * C * Rn + 2 * R * Vs) * kFloat / bw;
+        cost.w.compute += logits;
+        // Pieces of logits are computed again in the backward (head_chunk_rows).
+        if (head_chunk_rows(shard, c, sizes.micro_batch, job.seq_len / l.cp, l.sequence_parallel) >
+            0) {
+          cost.b.compute += logits;
+        }
+        cost.f.tp += 3 * allreduce_ms(m, R * kFloat, tp);
+        cost.b.tp += l.sequence_parallel ? reduce_scatter_ms(m, R * C * kFloat, tp)
+                                         : allreduce_ms(m, R * C * kFloat, tp);
+      }
     }
+    const double V = double(own.chunks.size());
+    for (OpTime* t : {&cost.f, &cost.b, &cost.w}) {
+      t->compute /= V, t->tp /= V, t->cp /= V, t->ep /= V;
+    }
+    cost.p2p_bytes = Rn * C * kFloat;
+    out.push_back(cost);
   }
-  const double V = double(own.chunks.size());
-  for (OpTime* t : {&cost.f, &cost.b, &cost.w}) {
-    t->compute /= V, t->tp /= V, t->cp /= V, t->ep /= V;
+  return out;
+}
+
+pipeline::OpCosts op_costs(const Job& job, const Machine& m, const Layout& l,
+                           const std::vector<StageCost>& stages) {
+  pipeline::OpCosts costs;
+  for (const StageCost& s : stages) {
+    costs.forward_by_rank.push_back(s.f.total());
+    costs.backward_by_rank.push_back(s.b.total());
+    costs.weight_by_rank.push_back(s.w.total());
   }
-  cost.p2p_bytes = Rn * C * kFloat;
-  return cost;
+  const bool pp_across = group_nodes(job, l, "pp") > 1;
+  costs.p2p = l.pp > 1 ? p2p_ms(m, stages[0].p2p_bytes, pp_across) : 0.0;
+  return costs;
+}
+
+// After the pipeline, with stage `busiest` the one the step waits for: the gradients summed over
+// DP x CP (the experts' over their own group), in buckets, then AdamW and the step's small
+// collectives. Returns {dp, optimizer} ms.
+std::pair<double, double> after_pipeline(const Job& job, const Machine& m, const Layout& l,
+                                         pipeline::ChunkPlacement placement, int busiest) {
+  const double dev = devices_per_rank(m, job);
+  const LayoutSizes sizes = sizes_of(job, m, l);
+  const TpShard shard = stage_shard(sizes, placement, busiest);
+  const PerTensor<int64_t> local = shard.sizes();
+  double expert_floats = 0;
+  for (int t = 0; t < kNumParameterTensors; ++t) {
+    if (shard.is_expert(TensorId(t))) expert_floats += double(local[TensorId(t)]);
+  }
+  const double slab = double(Parameters::slab_floats(shard, l.dp * l.cp));
+  auto sum_ms = [&](double bytes, Group g) {
+    if (g.ranks <= 1 || bytes <= 0) return 0.0;
+    // The trainer's buckets: --dp-bucket-mb's default, as the memory plan counts them.
+    const double buckets = std::ceil(bytes / double(sizes.dp_bucket_bytes));
+    const double each = bytes / buckets;
+    return buckets * (l.zero ? reduce_scatter_ms(m, each, g) + allgather_ms(m, each, g)
+                             : allreduce_ms(m, each, g));
+  };
+  double dp = sum_ms((slab - expert_floats) * kFloat, {l.dp * l.cp, group_nodes(job, l, "dp_cp")});
+  if (l.ep > 1) {
+    dp += sum_ms(expert_floats * kFloat, {l.dp / l.ep * l.cp, group_nodes(job, l, "expert_dp_cp")});
+  }
+  if (job.cfg.tied && l.pp > 1 && placement == pipeline::ChunkPlacement::kLooped) {
+    const bool pp_across = group_nodes(job, l, "pp") > 1;
+    dp += allreduce_ms(m, double(shard.vocab_shard) * job.cfg.channels * kFloat,
+                       {2, pp_across ? 2 : 1});
+  }
+  // AdamW reads p, g, m, v and writes p, m, v over its state; the norm reads, zeroing writes,
+  // every gradient; bf16 rounds the weights once more. Then the step's small collectives: the
+  // loss, the norm, the stop agreement.
+  const double state = l.zero ? slab / (l.dp * l.cp) : slab;
+  const double bytes = kFloat * (7 * state + 2 * slab) + (sizes.bf16 ? 6 * slab : 0);
+  const Group world{job.world(), job.nodes};
+  const double optimizer =
+      bytes / (m.memory_bandwidth_gbs * 1e6 * dev) + 3 * allreduce_ms(m, 8, world);
+  return {dp, optimizer};
 }
 
 }  // namespace
 
 StageCost stage_cost(const Job& job, const Machine& m, const Layout& l, int pp_rank) {
-  return stage_cost_in(job, m, l, schedule_plan(l), pp_rank);
+  return stage_costs(job, m, l, pipeline::placement_of(l.schedule, l.virtual_stages), pp_rank)[0];
 }
 
-Prediction predict(const Job& job, const Machine& m, const Layout& l) {
-  Prediction out;
-  const double dev = devices_per_rank(m, job);
-  // The pipeline: every stage's costs in the simulator, each message a P2P between stages.
-  std::vector<StageCost> stages;
-  pipeline::OpCosts costs;
-  const pipeline::SchedulePlan unit_plan = schedule_plan(l);  // the shards' placement
-  for (int p = 0; p < l.pp; ++p) {
-    stages.push_back(stage_cost_in(job, m, l, unit_plan, p));
-    costs.forward_by_rank.push_back(stages.back().f.total());
-    costs.backward_by_rank.push_back(stages.back().b.total());
-    costs.weight_by_rank.push_back(stages.back().w.total());
+Predictor::Predictor(const Job& job, const Machine& m) : job_(job), m_(m) {}
+
+const std::vector<StageCost>& Predictor::stages(const Layout& l) {
+  // Everything a stage's costs read: not ZeRO, not the schedule beyond its placement.
+  const pipeline::ChunkPlacement placement = pipeline::placement_of(l.schedule, l.virtual_stages);
+  const std::vector<int64_t> key{l.tp,           l.cp,
+                                 l.ep,           l.pp,
+                                 l.dp,           l.virtual_stages,
+                                 int(placement), l.micro_batch_size(job_),
+                                 l.recompute,    l.sequence_parallel};
+  auto it = stage_cache_.find(key);
+  if (it == stage_cache_.end()) {
+    // A bound on the planner's memory: about 50 MB of stages.
+    if (cached_stages_ + size_t(l.pp) > (size_t(1) << 19)) stage_cache_.clear(), cached_stages_ = 0;
+    cached_stages_ += size_t(l.pp);
+    it = stage_cache_.emplace(key, stage_costs(job_, m_, l, placement)).first;
   }
-  const bool pp_across = group_nodes(job, l, "pp") > 1;
-  costs.p2p = l.pp > 1 ? p2p_ms(m, stages[0].p2p_bytes, pp_across) : 0.0;
-  // zb-auto plans under the costs; the other schedules do not depend on them.
-  const pipeline::SchedulePlan plan =
-      l.schedule == pipeline::Schedule::kZbAuto ? schedule_plan(l, costs) : unit_plan;
-  const pipeline::SimulationResult sim = pipeline::simulate(plan, costs);
+  return it->second;
+}
+
+const PipelineReplay& Predictor::program(const Layout& l, const pipeline::OpCosts& costs) {
+  const pipeline::PipelineShape shape{l.pp, 0, l.virtual_stages, l.microbatches,
+                                      pipeline::placement_of(l.schedule, l.virtual_stages)};
+  // zb-auto plans under the costs, so its program is made for each; the others are not.
+  if (l.schedule == pipeline::Schedule::kZbAuto) {
+    unplanned_ =
+        std::make_unique<PipelineReplay>(pipeline::SchedulePlan(l.schedule, shape, costs, 0));
+    return *unplanned_;
+  }
+  const std::vector<int64_t> key{int(l.schedule), l.pp, l.virtual_stages, l.microbatches};
+  auto it = programs_.find(key);
+  if (it == programs_.end()) {
+    PipelineReplay made{pipeline::SchedulePlan(l.schedule, shape, {}, 0)};
+    // A bound on the memory the recorded programs hold: about 200 MB of 12-byte verbs.
+    if (program_verbs_ + made.size() > (size_t(1) << 24)) programs_.clear(), program_verbs_ = 0;
+    program_verbs_ += made.size();
+    it = programs_.emplace(key, std::move(made)).first;
+  }
+  return it->second;
+}
+
+const Predictor::Floor& Predictor::floor(const Layout& l) {
+  const std::vector<int64_t> key{int(l.schedule), l.pp, l.virtual_stages};
+  auto it = floors_.find(key);
+  if (it == floors_.end()) {
+    const pipeline::PipelineShape shape{l.pp, 0, l.virtual_stages, l.pp,
+                                        pipeline::placement_of(l.schedule, l.virtual_stages)};
+    Floor f{pipeline::SchedulePlan(l.schedule, shape, {}, 0), {}};
+    const pipeline::SimulationResult order = PipelineReplay(f.plan).order();
+    for (const std::vector<pipeline::SimEvent>& events : order.events) {
+      int acts = 0, w = 0, most_acts = 0, most_w = 0;
+      for (const pipeline::SimEvent& e : events) {  // as layout_memory_shape counts them
+        if (e.op == pipeline::SimOp::kForward) ++acts;
+        if (e.op == pipeline::SimOp::kBackwardInput) ++w;
+        if (e.op == pipeline::SimOp::kBackwardWeight) --acts, --w;
+        most_acts = std::max(most_acts, acts), most_w = std::max(most_w, w);
+      }
+      f.peaks.push_back({most_acts, most_w});
+    }
+    it = floors_.emplace(key, std::move(f)).first;
+  }
+  return it->second;
+}
+
+double Predictor::step_bound(const Layout& l) {
+  const std::vector<StageCost>& stages = this->stages(l);
+  const pipeline::OpCosts costs = op_costs(job_, m_, l, stages);
+  const pipeline::ChunkPlacement placement = pipeline::placement_of(l.schedule, l.virtual_stages);
+  const int P = l.pp, V = l.virtual_stages;
+  // A rank computes M x V forwards, B and W each; it starts no earlier than its first chunk's
+  // input can arrive: the forwards of the virtual stages before it, a P2P between each two ranks.
+  double makespan = 0, most = -1;
+  std::vector<double> busy(static_cast<size_t>(P), 0.0);
+  for (int r = 0; r < P; ++r) {
+    busy[size_t(r)] = double(l.microbatches) * V *
+                      (costs.forward_on(r) + costs.backward_input_on(r) + costs.weight_by_rank[r]);
+    int first = pipeline::virtual_stage(placement, P, r, 0);
+    for (int c = 1; c < V; ++c)
+      first = std::min(first, pipeline::virtual_stage(placement, P, r, c));
+    double start = 0;
+    for (int s = 0; s < first; ++s) {
+      const int at = pipeline::chunk_site(placement, P, s).rank;
+      start += costs.forward_on(at);
+      if (pipeline::chunk_site(placement, P, s + 1).rank != at) start += costs.p2p;
+    }
+    makespan = std::max(makespan, start + busy[size_t(r)]);
+    most = std::max(most, busy[size_t(r)]);
+  }
+  // The simulation's busiest stage is one of those within rounding of the most busy: the least
+  // of their DP and optimizer terms bounds the step's.
+  double tail = -1;
+  for (int r = 0; r < P; ++r) {
+    if (busy[size_t(r)] < most * (1 - 1e-9)) continue;
+    const auto [dp, opt] = after_pipeline(job_, m_, l, placement, r);
+    tail = tail < 0 ? dp + opt : std::min(tail, dp + opt);
+  }
+  return makespan + tail;
+}
+
+MemoryPlan Predictor::stage_memory(const Layout& l, const pipeline::SimulationResult& order,
+                                   int pp_rank) {
+  // The memory plan reads only the schedule and its placement from a plan, and what is held
+  // after each op from `order`: the plan at M = P serves every M.
+  const LayoutSizes sizes = sizes_of(job_, m_, l);
+  MemoryShape shape = layout_memory_shape(sizes, floor(l).plan, 0, pp_rank, 0, &order);
+  shape.process_bytes = int64_t(m_.process_mb * 1e6);
+  shape.host_gemm_packing = !m_.gpu();
+  return plan_memory(shape);
+}
+
+int64_t Predictor::memory_limit() const {
+  return m_.gpu() ? int64_t(m_.memory_gb * 1e9) : int64_t(m_.memory_gb * 1e9 / job_.ranks_per_node);
+}
+
+MemoryPlan Predictor::memory_bound(const Layout& l) {
+  // The memory plan reads only the schedule and its placement from a plan, and what is held
+  // after each op from its events. A schedule's most (microbatch, chunk) sets held, and most
+  // awaiting W, do not fall as M grows past P (test_plan checks each), so those of a plan at
+  // M = P (made once) give a floor under the peak of every M >= P. Not zb-v's (its greedy order
+  // holds fewer at M = 9 than at 8 on 8 stages) nor zb-auto's: one microbatch held is theirs.
+  const Floor& f = floor(l);
+  pipeline::SimulationResult none;
+  none.events.resize(size_t(l.pp));
+  const LayoutSizes sizes = sizes_of(job_, m_, l);
+  MemoryPlan most;
+  for (int p : {0, l.pp - 1}) {
+    MemoryShape shape = layout_memory_shape(sizes, f.plan, 0, p, 0, &none);
+    if (l.microbatches >= l.pp && l.schedule != pipeline::Schedule::kZbV &&
+        l.schedule != pipeline::Schedule::kZbAuto) {
+      shape.held = {{f.peaks[size_t(p)].first, 0}, {0, f.peaks[size_t(p)].second}};
+    } else {
+      shape.held = {{1, 0}};  // a microbatch, at least, is held
+    }
+    shape.process_bytes = int64_t(m_.process_mb * 1e6);
+    shape.host_gemm_packing = !m_.gpu();
+    MemoryPlan mp = plan_memory(shape);
+    if (p == 0 || mp.total() > most.total()) most = mp;
+  }
+  return most;
+}
+
+const std::vector<std::vector<std::pair<int, int>>>& Predictor::held(const Layout& l) {
+  const std::vector<int64_t> key{int(l.schedule), l.pp, l.virtual_stages, l.microbatches};
+  auto it = held_.find(key);
+  if (it == held_.end()) {
+    // Each rank's distinct (sets held, sets awaiting W) after its ops, in the order each first
+    // comes: the memory plan's peak, and which pair it meets first, are the full list's.
+    const pipeline::PipelineShape shape{l.pp, 0, l.virtual_stages, l.microbatches,
+                                        pipeline::placement_of(l.schedule, l.virtual_stages)};
+    const pipeline::SimulationResult order =
+        PipelineReplay(pipeline::SchedulePlan(l.schedule, shape, {}, 0)).order();
+    std::vector<std::vector<std::pair<int, int>>> pairs;
+    size_t count = 0;
+    for (const std::vector<pipeline::SimEvent>& events : order.events) {
+      std::vector<std::pair<int, int>> mine;
+      std::set<std::pair<int, int>> seen;
+      int acts = 0, w = 0;
+      for (const pipeline::SimEvent& e : events) {  // as layout_memory_shape counts them
+        if (e.op == pipeline::SimOp::kForward) ++acts;
+        if (e.op == pipeline::SimOp::kBackwardInput) ++w;
+        if (e.op == pipeline::SimOp::kBackwardWeight) --acts, --w;
+        if (seen.insert({acts, w}).second) mine.push_back({acts, w});
+      }
+      count += mine.size();
+      pairs.push_back(std::move(mine));
+    }
+    if (held_pairs_ + count > (size_t(1) << 23)) held_.clear(), held_pairs_ = 0;
+    held_pairs_ += count;
+    it = held_.emplace(key, std::move(pairs)).first;
+  }
+  return it->second;
+}
+
+MemoryPlan Predictor::memory(const Layout& l) {
+  const std::vector<std::vector<std::pair<int, int>>>& pairs = held(l);
+  pipeline::SimulationResult none;
+  none.events.resize(size_t(l.pp));
+  const LayoutSizes sizes = sizes_of(job_, m_, l);
+  MemoryPlan most;
+  for (int p = 0; p < l.pp; ++p) {
+    MemoryShape shape = layout_memory_shape(sizes, floor(l).plan, 0, p, 0, &none);
+    shape.held = pairs[size_t(p)];
+    shape.process_bytes = int64_t(m_.process_mb * 1e6);
+    shape.host_gemm_packing = !m_.gpu();
+    MemoryPlan mp = plan_memory(shape);
+    if (p == 0 || mp.total() > most.total()) most = mp;
+  }
+  return most;
+}
+
+Prediction Predictor::predict(const Layout& l) {
+  Prediction out;
+  const double dev = devices_per_rank(m_, job_);
+  // The pipeline: every stage's costs in the simulation, each message a P2P between stages.
+  const std::vector<StageCost>& stages = this->stages(l);
+  const pipeline::OpCosts costs = op_costs(job_, m_, l, stages);
+  const pipeline::SimulationResult sim = program(l, costs).run(costs);
   int busiest = 0;
   for (int p = 1; p < l.pp; ++p) {
     if (sim.busy[p] > sim.busy[busiest]) busiest = p;
@@ -268,60 +508,29 @@ Prediction predict(const Job& job, const Machine& m, const Layout& l) {
   out.ms.ep = busy.ep;
   out.ms.bubble = std::max(0.0, sim.makespan - busy.total());
   out.bubble_fraction = sim.bubble_fraction;
-
-  // After the pipeline: the gradients summed over DP x CP (the experts' over their own group),
-  // in buckets, then AdamW.
-  const LayoutSizes sizes = sizes_of(job, m, l);
-  const TpShard shard = layout_stage_shard(sizes, plan, 0, busiest, 0);
-  const PerTensor<int64_t> local = shard.sizes();
-  double expert_floats = 0;
-  for (int t = 0; t < kNumParameterTensors; ++t) {
-    if (shard.is_expert(TensorId(t))) expert_floats += double(local[TensorId(t)]);
-  }
-  const double slab = double(Parameters::slab_floats(shard, l.dp * l.cp));
-  auto sum_ms = [&](double bytes, Group g) {
-    if (g.ranks <= 1 || bytes <= 0) return 0.0;
-    // The trainer's buckets: --dp-bucket-mb's default, as the memory plan counts them.
-    const double buckets = std::ceil(bytes / double(sizes.dp_bucket_bytes));
-    const double each = bytes / buckets;
-    return buckets * (l.zero ? reduce_scatter_ms(m, each, g) + allgather_ms(m, each, g)
-                             : allreduce_ms(m, each, g));
-  };
-  out.ms.dp = sum_ms((slab - expert_floats) * kFloat, {l.dp * l.cp, group_nodes(job, l, "dp_cp")});
-  if (l.ep > 1) {
-    out.ms.dp +=
-        sum_ms(expert_floats * kFloat, {l.dp / l.ep * l.cp, group_nodes(job, l, "expert_dp_cp")});
-  }
-  if (job.cfg.tied && l.pp > 1 && plan.shape().placement == pipeline::ChunkPlacement::kLooped) {
-    out.ms.dp += allreduce_ms(m, double(shard.vocab_shard) * job.cfg.channels * kFloat,
-                              {2, pp_across ? 2 : 1});
-  }
-  // AdamW reads p, g, m, v and writes p, m, v over its state; the norm reads, zeroing writes,
-  // every gradient; bf16 rounds the weights once more. Then the step's small collectives: the
-  // loss, the norm, the stop agreement.
-  const double state = l.zero ? slab / (l.dp * l.cp) : slab;
-  const double bytes = kFloat * (7 * state + 2 * slab) + (sizes.bf16 ? 6 * slab : 0);
-  const Group world{job.world(), job.nodes};
-  out.ms.optimizer = bytes / (m.memory_bandwidth_gbs * 1e6 * dev) + 3 * allreduce_ms(m, 8, world);
+  const auto [dp, optimizer] =
+      after_pipeline(job_, m_, l, pipeline::placement_of(l.schedule, l.virtual_stages), busiest);
+  out.ms.dp = dp;
+  out.ms.optimizer = optimizer;
 
   const double step_s = out.ms.step() / 1e3;
-  const double tokens = double(job.batch) * job.seq_len;
+  const double tokens = double(job_.batch) * job_.seq_len;
   out.tokens_per_s = tokens / step_s;
-  const double peak = m.rates(job.precision).peak_gflops * 1e9 * dev * job.world();
-  out.mfu = flops_per_token(job.cfg, job.seq_len) * tokens / step_s / peak;
+  const double peak = m_.rates(job_.precision).peak_gflops * 1e9 * dev * job_.world();
+  out.mfu = flops_per_token(job_.cfg, job_.seq_len) * tokens / step_s / peak;
 
   // Memory: every stage's plan (TP rank 0, EP rank 0), the largest.
   for (int p = 0; p < l.pp; ++p) {
-    MemoryShape shape = layout_memory_shape(sizes, plan, 0, p, 0, &sim);
-    shape.process_bytes = int64_t(m.process_mb * 1e6);
-    shape.host_gemm_packing = !m.gpu();
-    MemoryPlan mp = plan_memory(shape);
+    MemoryPlan mp = stage_memory(l, sim, p);
     if (p == 0 || mp.total() > out.memory.total()) out.memory = mp;
   }
-  out.memory_limit =
-      m.gpu() ? int64_t(m.memory_gb * 1e9) : int64_t(m.memory_gb * 1e9 / job.ranks_per_node);
+  out.memory_limit = memory_limit();
   out.fits = out.memory.total() <= out.memory_limit;
   return out;
+}
+
+Prediction predict(const Job& job, const Machine& m, const Layout& l) {
+  return Predictor(job, m).predict(l);
 }
 
 }  // namespace mpf::plan

@@ -11,10 +11,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "plan/layout.hpp"
 #include "plan/machine.hpp"
+#include "plan/pipeline_replay.hpp"
 #include "train/memory_plan.hpp"
 
 namespace mpf::plan {
@@ -59,7 +63,51 @@ double attention_ms(const Machine& m, Precision p, double flops, int seq_len, bo
 
 StageCost stage_cost(const Job& job, const Machine& m, const Layout& l, int pp_rank);
 
-// The layout must be one layout_problem accepts.
+// Predicts many layouts of one job, sharing what they share: each layout's stage costs (the same
+// under ZeRO or not, and for the schedules of one placement) and each schedule's recorded
+// program (pipeline_replay.hpp). The layouts must be ones layout_problem accepts.
+class Predictor {
+ public:
+  Predictor(const Job& job, const Machine& m);
+
+  // A lower bound of the predicted step, without simulating: the busiest rank's ops after the
+  // forwards its first input waits for, the DP sum and the optimizer; only the pipeline's idle
+  // time between ops is missing.
+  double step_bound(const Layout& l);
+  // A lower bound of the peak per rank: the larger of the first and last stages' plans, each
+  // holding what the same schedule holds at M = P (or one microbatch, for M < P).
+  MemoryPlan memory_bound(const Layout& l);
+  // The peak per rank, as predict() gives it, without timing the pipeline (zb-auto's plan
+  // depends on the costs: not for it).
+  MemoryPlan memory(const Layout& l);
+  int64_t memory_limit() const;  // bytes a rank may use on the machine
+  Prediction predict(const Layout& l);
+
+ private:
+  // A plan of the schedule at M = P, and per rank the most (microbatch, chunk) sets it holds and
+  // the most awaiting W.
+  struct Floor {
+    pipeline::SchedulePlan plan;
+    std::vector<std::pair<int, int>> peaks;
+  };
+  const std::vector<StageCost>& stages(const Layout& l);
+  const PipelineReplay& program(const Layout& l, const pipeline::OpCosts& costs);
+  const Floor& floor(const Layout& l);
+  const std::vector<std::vector<std::pair<int, int>>>& held(const Layout& l);
+  MemoryPlan stage_memory(const Layout& l, const pipeline::SimulationResult& order, int pp_rank);
+
+  Job job_;
+  const Machine& m_;
+  std::map<std::vector<int64_t>, std::vector<StageCost>> stage_cache_;
+  std::map<std::vector<int64_t>, PipelineReplay> programs_;  // by schedule, P, V, M
+  std::map<std::vector<int64_t>, Floor> floors_;             // by schedule, P, V
+  // Per rank, the distinct (sets held, sets awaiting W) in order; by schedule, P, V, M.
+  std::map<std::vector<int64_t>, std::vector<std::vector<std::pair<int, int>>>> held_;
+  size_t program_verbs_ = 0, cached_stages_ = 0, held_pairs_ = 0;
+  std::unique_ptr<PipelineReplay> unplanned_;  // zb-auto's, planned under the last layout's costs
+};
+
+// One layout (one layout_problem accepts).
 Prediction predict(const Job& job, const Machine& m, const Layout& l);
 
 }  // namespace mpf::plan

@@ -144,29 +144,39 @@ std::string text_report(const ReportInput& in, const std::vector<Candidate>& ran
                   precision_name(job.precision) + ", machine " + m.name + " (" + in.machine_path +
                   ")\n";
   std::vector<const Candidate*> ok, heavy;
-  std::map<std::string, std::pair<int, const Candidate*>> excluded;  // reason -> count, example
+  std::map<std::string, std::pair<size_t, const Candidate*>> excluded;  // reason -> count, example
+  size_t pruned = 0, cannot = 0;
   for (const Candidate& c : ranked) {
     if (c.ok()) {
       ok.push_back(&c);
+    } else if (c.pruned) {
+      ++pruned;
     } else if (c.problem.empty()) {
       heavy.push_back(&c);
     } else {
       std::string reason = c.problem.substr(0, c.problem.find(':'));
       auto& e = excluded[reason];
-      if (e.first++ == 0) e.second = &c;
+      if (e.first == 0) e.second = &c;
+      e.first += c.count;
+      cannot += c.count;
     }
   }
-  s += std::to_string(ranked.size()) + " layouts: " + std::to_string(ok.size()) + " run and fit, " +
-       std::to_string(heavy.size()) + " do not fit, " +
-       std::to_string(ranked.size() - ok.size() - heavy.size()) + " cannot run\n\n";
+  s += std::to_string(ok.size() + heavy.size() + pruned + cannot) +
+       " layouts: " + std::to_string(ok.size()) + " run and fit, " + std::to_string(heavy.size()) +
+       " do not fit, " + std::to_string(cannot) + " cannot run";
+  if (pruned > 0) {
+    s += ", " + std::to_string(pruned) +
+         " not simulated (a lower bound of each step is slower than every layout shown)";
+  }
+  s += "\n\n";
   if (ok.empty()) {
     s += "no layout fits";
     if (!heavy.empty()) {
       const Candidate& c = *heavy.front();
       s += ": the smallest, " + layout_text(c.layout) + ", needs " +
-           gigabytes(c.predicted.memory.total()) + " per rank of " +
-           gigabytes(c.predicted.memory_limit) + " (" + c.predicted.memory.summary() +
-           "); more nodes, a shorter --seq-len or a smaller --batch";
+           (c.memory_bound_only ? "at least " : "") + gigabytes(c.predicted.memory.total()) +
+           " per rank of " + gigabytes(c.predicted.memory_limit) + " (" +
+           c.predicted.memory.summary() + "); more nodes, a shorter --seq-len or a smaller --batch";
     }
     return s + "\n";
   }
@@ -198,8 +208,9 @@ std::string text_report(const ReportInput& in, const std::vector<Candidate>& ran
   if (!heavy.empty()) {
     const Candidate& c = *heavy.front();
     s += "excluded, does not fit (" + std::to_string(heavy.size()) + "): e.g. " +
-         layout_text(c.layout) + " needs " + gigabytes(c.predicted.memory.total()) +
-         " per rank of " + gigabytes(c.predicted.memory_limit) + "\n";
+         layout_text(c.layout) + " needs " + (c.memory_bound_only ? "at least " : "") +
+         gigabytes(c.predicted.memory.total()) + " per rank of " +
+         gigabytes(c.predicted.memory_limit) + "\n";
   }
   for (const auto& [reason, e] : excluded) {
     s += "excluded, " + reason + " (" + std::to_string(e.first) + "): e.g. " +
@@ -222,10 +233,15 @@ std::string json_report(const ReportInput& in, const std::vector<Candidate>& ran
       ", \"batch\": " + std::to_string(job.batch) +
       ", \"seq_len\": " + std::to_string(job.seq_len) +
       ", \"precision\": " + json::quote(precision_name(job.precision)) + "}, \"candidates\": [";
-  int shown = 0, excluded = 0;
+  int shown = 0;
+  size_t excluded = 0, pruned = 0;
   for (const Candidate& c : ranked) {
+    if (c.pruned) {
+      ++pruned;
+      continue;
+    }
     if (!c.ok() && !(in.include_unfit && c.problem.empty())) {
-      ++excluded;
+      excluded += c.count;
       continue;
     }
     if (shown >= in.top) continue;
@@ -252,7 +268,8 @@ std::string json_report(const ReportInput& in, const std::vector<Candidate>& ran
          "}, \"command\": " + json::quote(mpiexec_command(in, l)) +
          ", \"srun\": " + json::quote(srun_command(in, l)) + "}";
   }
-  s += "\n], \"excluded\": " + std::to_string(excluded) + "}\n";
+  s += "\n], \"excluded\": " + std::to_string(excluded) +
+       ", \"pruned\": " + std::to_string(pruned) + "}\n";
   return s;
 }
 

@@ -63,6 +63,29 @@ PYEOF
 else
   bad "--json: $(cat "$WORK/plan.err") $(head -c 400 "$WORK/plan.json")"
 fi
+# Progress goes to a terminal's stderr only: captured, stderr stays empty.
+if [ -s "$WORK/plan.err" ]; then
+  bad "a search's stderr, not a terminal, is not empty: $(head -c 300 "$WORK/plan.err")"
+else
+  ok "no progress lines on a stderr that is not a terminal"
+fi
+if command -v script >/dev/null; then
+  if script -qec "$(printf '%q ' "$PLAN" "${job[@]}" --top 3)" /dev/null 2>&1 | grep -q 'planning: '; then
+    ok "progress on a terminal"
+  else
+    bad "no progress on a terminal"
+  fi
+fi
+# The search prunes what it would not show, and says how many; --top is bounded.
+if "$PLAN" "${job[@]}" --top 2 | grep -q ' not simulated (a lower bound of each step is slower'; then
+  ok "the report counts the layouts a bound left unsimulated"
+else
+  bad "no count of unsimulated layouts"
+fi
+expect_error_from "$PLAN" "--top past the bound" 1 "--top 1001 is more layouts than a plan shows \(at most 1000" -- \
+  "${job[@]}" --top 1001
+expect_error_from "$PLAN" "--top with --evaluate" 1 "--evaluate predicts one; drop --top" -- \
+  "${job[@]}" --evaluate tp=2,pp=2,dp=1,schedule=1f1b,microbatches=4 --top 3
 # The printed commands pass the trainer's --dry-run.
 while IFS= read -r line; do
   read -ra args <<<"$line"

@@ -1,0 +1,228 @@
+#include "plan/pipeline_replay.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "pipeline/placement.hpp"
+#include "pipeline/stage_ops.hpp"
+
+namespace mpf::plan {
+
+namespace {
+
+using pipeline::Direction;
+using pipeline::SimOp;
+
+enum Kind : uint8_t { kF = 0, kB = 1, kW = 2, kExchange = 3 };
+
+// The most forwards, in program order, whose `until` op had not come yet (as the simulator
+// counts them).
+int peak_before(const std::vector<pipeline::SimEvent>& events, SimOp until) {
+  int now = 0, peak = 0;
+  for (const pipeline::SimEvent& e : events) {
+    if (e.op == SimOp::kForward) peak = std::max(peak, ++now);
+    if (e.op == until) --now;
+  }
+  return peak;
+}
+
+}  // namespace
+
+// Records one rank's verbs as the simulator's SimulatedStage would post them: the halves that
+// are no-ops at the pipeline's ends are dropped, and receives posted ahead are left out (under
+// buffered sends a receive completes at its message's arrival or the verb's clock, whichever is
+// later, whenever it was posted).
+class Recorder final : public pipeline::StageOps {
+ public:
+  Recorder(const pipeline::PipelineShape& shape, int rank, std::vector<PipelineReplay::Verb>& out)
+      : s_(shape), rank_(rank), out_(out) {}
+
+  void forward(int mb, int chunk) override { out_.push_back({kF, mb, chunk}); }
+  void backward_input(int mb, int chunk) override { out_.push_back({kB, mb, chunk}); }
+  void backward_weight(int mb, int chunk) override { out_.push_back({kW, mb, chunk}); }
+  void recv_forward(int mb, int chunk) override { exchange(input_recv(mb, chunk), -1); }
+  void send_forward(int mb, int chunk) override { exchange(output_send(mb, chunk), -1); }
+  void recv_backward(int mb, int chunk) override { exchange(grad_recv(mb, chunk), -1); }
+  void send_backward(int mb, int chunk) override { exchange(grad_send(mb, chunk), -1); }
+  void send_forward_recv_backward(int smb, int sc, int rmb, int rc) override {
+    exchange(output_send(smb, sc), grad_recv(rmb, rc));
+  }
+  void send_backward_recv_forward(int smb, int sc, int rmb, int rc) override {
+    exchange(grad_send(smb, sc), input_recv(rmb, rc));
+  }
+  void send_forward_recv_forward(int smb, int sc, int rmb, int rc) override {
+    exchange(output_send(smb, sc), input_recv(rmb, rc));
+  }
+  void send_backward_recv_backward(int smb, int sc, int rmb, int rc) override {
+    exchange(grad_send(smb, sc), grad_recv(rmb, rc));
+  }
+  void post_recv_forward(int, int) override {}
+  void post_recv_backward(int, int) override {}
+
+ private:
+  int stage(int chunk) const {
+    return pipeline::virtual_stage(s_.placement, s_.stages, rank_, chunk);
+  }
+  int last() const { return s_.stages * s_.virtual_stages - 1; }
+  int64_t channel(int dest, int mb, int chunk, Direction dir) const {
+    return ((int64_t(dest) * s_.microbatches + mb) * s_.virtual_stages + chunk) * 2 +
+           (dir == Direction::kBackward);
+  }
+  int32_t half(int64_t ch, bool send, bool local) const {
+    return int32_t(ch * 4 + (send ? 2 : 0) + (local ? 1 : 0));
+  }
+  int32_t input_recv(int mb, int chunk) const {
+    if (stage(chunk) == 0) return -1;
+    const bool local =
+        pipeline::chunk_site(s_.placement, s_.stages, stage(chunk) - 1).rank == rank_;
+    return half(channel(rank_, mb, chunk, Direction::kForward), false, local);
+  }
+  int32_t grad_recv(int mb, int chunk) const {
+    if (stage(chunk) == last()) return -1;
+    const bool local =
+        pipeline::chunk_site(s_.placement, s_.stages, stage(chunk) + 1).rank == rank_;
+    return half(channel(rank_, mb, chunk, Direction::kBackward), false, local);
+  }
+  int32_t send_to(int mb, int to, Direction dir) const {
+    const pipeline::ChunkSite site = pipeline::chunk_site(s_.placement, s_.stages, to);
+    return half(channel(site.rank, mb, site.chunk, dir), true, site.rank == rank_);
+  }
+  int32_t output_send(int mb, int chunk) const {
+    return stage(chunk) == last() ? -1 : send_to(mb, stage(chunk) + 1, Direction::kForward);
+  }
+  int32_t grad_send(int mb, int chunk) const {
+    return stage(chunk) == 0 ? -1 : send_to(mb, stage(chunk) - 1, Direction::kBackward);
+  }
+  void exchange(int32_t a, int32_t b) {
+    if (a < 0) std::swap(a, b);
+    if (a >= 0) out_.push_back({kExchange, a, b});
+  }
+
+  const pipeline::PipelineShape s_;
+  const int rank_;
+  std::vector<PipelineReplay::Verb>& out_;
+};
+
+PipelineReplay::PipelineReplay(const pipeline::SchedulePlan& plan) : shape_(plan.shape()) {
+  const int P = shape_.stages;
+  // Channels are numbered in 32 bits (4 per message): a shape past that is no plan's.
+  const double channels = 2.0 * P * shape_.microbatches * shape_.virtual_stages;
+  if (channels * 4 >= double(std::numeric_limits<int32_t>::max())) {
+    throw pipeline::SimulationError("a pipeline of " + std::to_string(P) + " stages x " +
+                                    std::to_string(shape_.microbatches) +
+                                    " microbatches is too large to simulate");
+  }
+  verbs_.resize(size_t(P));
+  for (int r = 0; r < P; ++r) {
+    Recorder rec(shape_, r, verbs_[size_t(r)]);
+    plan.run(rec, r);
+  }
+}
+
+pipeline::SimulationResult PipelineReplay::order() const {
+  pipeline::SimulationResult out;
+  out.shape = shape_;
+  out.shape.rank = 0;
+  for (const std::vector<Verb>& verbs : verbs_) {
+    std::vector<pipeline::SimEvent> events;
+    for (const Verb& v : verbs) {
+      if (v.kind != kExchange) events.push_back({SimOp(v.kind), v.a, v.b, 0.0, 0.0});
+    }
+    out.events.push_back(std::move(events));
+  }
+  return out;
+}
+
+size_t PipelineReplay::size() const {
+  size_t n = 0;
+  for (const auto& v : verbs_) n += v.size();
+  return n;
+}
+
+pipeline::SimulationResult PipelineReplay::run(const pipeline::OpCosts& costs) const {
+  const int P = shape_.stages;
+  const size_t channels = size_t(2) * P * shape_.microbatches * shape_.virtual_stages;
+  const double never = -1.0;  // a send not yet posted (clocks are never negative)
+  std::vector<double> sent(channels, never);
+  std::vector<size_t> pc(size_t(P), 0);
+  std::vector<double> clock(size_t(P), 0.0);
+  std::vector<char> posted(size_t(P), 0);
+  pipeline::SimulationResult res;
+  res.shape = shape_;
+  res.shape.rank = 0;
+  res.costs = costs;
+  res.events.resize(size_t(P));
+  for (int r = 0; r < P; ++r) res.events[size_t(r)].reserve(verbs_[size_t(r)].size());
+  // Each rank runs until a receive's message has not been sent; passes repeat while any moved.
+  // A rank's clock depends only on the messages it receives, so the order of the passes does
+  // not change a time.
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r = 0; r < P; ++r) {
+      const std::vector<Verb>& verbs = verbs_[size_t(r)];
+      size_t& at = pc[size_t(r)];
+      double& t = clock[size_t(r)];
+      while (at < verbs.size()) {
+        const Verb& v = verbs[at];
+        if (v.kind != kExchange) {
+          const double cost = v.kind == kF   ? costs.forward_on(r)
+                              : v.kind == kB ? costs.backward_input_on(r)
+                                             : costs.backward_weight_on(r);
+          res.events[size_t(r)].push_back({SimOp(v.kind), v.a, v.b, t, t + cost});
+          t += cost;
+          ++at;
+          moved = true;
+          continue;
+        }
+        const int32_t halves[2] = {v.a, v.b};
+        if (!posted[size_t(r)]) {  // a verb posts its sends before it waits
+          for (int32_t h : halves) {
+            if (h >= 0 && (h & 2)) sent[size_t(h >> 2)] = t;
+          }
+          posted[size_t(r)] = 1;
+          moved = true;
+        }
+        bool ready = true;
+        double done = t;
+        for (int32_t h : halves) {
+          if (h < 0 || (h & 2)) continue;
+          const double s = sent[size_t(h >> 2)];
+          if (s == never) {
+            ready = false;
+            break;
+          }
+          done = std::max(done, (h & 1) ? s : s + costs.p2p);
+        }
+        if (!ready) break;
+        t = done;
+        posted[size_t(r)] = 0;
+        ++at;
+        moved = true;
+      }
+    }
+  }
+  for (int r = 0; r < P; ++r) {
+    if (pc[size_t(r)] < verbs_[size_t(r)].size()) {
+      throw pipeline::SimulationError("deadlock: rank " + std::to_string(r) +
+                                      " waits for a message no rank sends");
+    }
+  }
+  double busy_total = 0.0;
+  for (int r = 0; r < P; ++r) {
+    double busy = 0.0;
+    for (const pipeline::SimEvent& e : res.events[size_t(r)]) {
+      busy += e.end - e.start;
+      res.makespan = std::max(res.makespan, e.end);
+    }
+    res.busy.push_back(busy);
+    busy_total += busy;
+    res.peak_in_flight.push_back(peak_before(res.events[size_t(r)], SimOp::kBackwardWeight));
+    res.peak_before_b.push_back(peak_before(res.events[size_t(r)], SimOp::kBackwardInput));
+    res.peak_in_flight_overall = std::max(res.peak_in_flight_overall, res.peak_in_flight.back());
+  }
+  if (res.makespan > 0) res.bubble_fraction = 1.0 - busy_total / (P * res.makespan);
+  return res;
+}
+
+}  // namespace mpf::plan
