@@ -3,6 +3,7 @@
 // signal.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
 
 #include "backends/gemm.hpp"
@@ -366,6 +367,73 @@ TEST(Bf16Activations, Llama124MBlocksKeepAtMost055xFp32Bytes) {
                        double(Activations::bytes(shard, blocks, 1, 8192));
   EXPECT_LE(ratio, 0.55);
   EXPECT_GE(ratio, 0.4);  // the residual stream and the norms' statistics stay fp32
+}
+
+// Issue 37's activation targets, per block, against Korthikanti et al. 2022 (docs/performance.md,
+// "Activation bytes per token"): the bytes a set keeps per token for one more block (a set of two
+// blocks less one of one, so the one-block staging and scratch cancel), against the paper's 16-bit
+// bytes per token per layer with fused attention and no dropout, adapted for SwiGLU, GQA and a
+// mixture of experts. bf16 keeps at most 1.25x the formula, fp32 at most 2.5x (sizes only).
+namespace {
+struct ActivationFigure {
+  double formula = 0, fp32 = 0, bf16 = 0;
+};
+// 16-bit bytes per token per layer of a block on a TP rank (the formula's terms, /t under TP + SP).
+double korthikanti_bytes(const TpShard& s) {
+  const GPTConfig& c = s.cfg;
+  const double h = c.channels, t = s.size;
+  const double q = double(s.heads) * s.head_size, kv = double(s.kv_heads) * s.head_size;
+  // The two norms' inputs (the residual stream), the QKV input, Q, K and V, the projection's input
+  // (the attention's output), the MLP's input.
+  double bytes = 2 * (2 * h) / t + 2 * h / t + 2 * (q + 2 * kv) + 2 * q + 2 * h / t;
+  const double up = c.swiglu() ? 2.0 * s.fc : double(s.fc);  // GELU's input or [gate | up]
+  const double mlp = 2 * up + 2 * double(s.fc);              // ... and the down projection's input
+  if (!c.moe()) return bytes + mlp;
+  // A mixture of experts: the router's probabilities in fp32, and per chosen expert its input
+  // (the dispatched row), its MLP and its output (which the gate's gradient reads).
+  const double k = c.experts_per_token;
+  return bytes + 4.0 * c.experts + k * (2 * h + mlp + 2 * h);
+}
+ActivationFigure activation_figure(const TpShard& shard, int B, int T, bool sp) {
+  ActivationFigure f;
+  f.formula = korthikanti_bytes(shard);
+  const double tokens = double(B) * T;
+  for (bool bf16 : {false, true}) {
+    ChunkPieces one{0, 1, false, false}, two{0, 2, false, false};
+    one.bf16 = two.bf16 = bf16;
+    const double per_layer = double(Activations::bytes(shard, two, B, T, sp) -
+                                    Activations::bytes(shard, one, B, T, sp)) /
+                             tokens;
+    (bf16 ? f.bf16 : f.fp32) = per_layer;
+  }
+  return f;
+}
+}  // namespace
+
+TEST(ActivationBytes, BlocksKeepAtMostMegatronsBytesPerToken) {
+  GPTConfig gpt2{1024, 50257, 50304, 12, 12, 768};
+  GPTConfig llama{8192, 32000, 32000, 12, 12, 768};
+  llama.arch = Arch::kLlama;
+  llama.kv_heads = 4;
+  llama.ffn_dim = 2048;
+  llama.tied = false;
+  GPTConfig moe = llama;
+  moe.arch = Arch::kMixtral;
+  moe.experts = 8;
+  moe.experts_per_token = 2;
+  for (const GPTConfig& cfg : {gpt2, llama, moe}) {
+    for (int tp : {1, 2}) {
+      SCOPED_TRACE(std::string(arch_name(cfg.arch)) + " TP " + std::to_string(tp));
+      const ActivationFigure f = activation_figure(make_tp_shard(cfg, 0, tp), 1, 1024, tp > 1);
+      std::printf(
+          "%-8s TP %d: formula %7.0f B/token/layer, fp32 %7.0f (%.2fx), bf16 %7.0f (%.2fx)\n",
+          arch_name(cfg.arch), tp, f.formula, f.fp32, f.fp32 / f.formula, f.bf16,
+          f.bf16 / f.formula);
+      EXPECT_LE(f.fp32, 2.5 * f.formula);
+      if (!cfg.moe()) EXPECT_LE(f.bf16, 1.25 * f.formula);
+      EXPECT_LT(f.bf16, f.fp32);
+    }
+  }
 }
 
 }  // namespace mpf
