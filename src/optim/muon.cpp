@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <utility>
 
 #include "backends/gemm.hpp"
@@ -247,23 +248,15 @@ Muon::Muon(const MuonConfig& cfg, std::vector<MuonMatrix> matrices, const MuonGr
 
 void Muon::step(float* params, const float* grads, float* momentum, float lr, float grad_scale,
                 bf16* params16) {
-  const float mu = cfg_.momentum, decay = 1.0f - lr * cfg_.weight_decay;
+  const float mu = cfg_.momentum;
   for (size_t k = 0; k < matrices_.size(); ++k) {
     const MuonMatrix& a = matrices_[k];
-    const int rows = a.rows, cols = a.cols, R = a.full_rows(), Cf = a.full_cols();
-    const int64_t n = int64_t(rows) * cols, N = int64_t(R) * Cf;
-    const bool tall = R > Cf;  // worked on transposed: X·Xᵀ is then Cf x Cf
-    const bool by_rows = a.split == MuonSplit::kRows;
-    const int replicas = a.replicas;
-    float* p = params + a.offset;
+    const int64_t n = int64_t(a.rows) * a.cols;
     const float* g = grads + a.offset;
     float* mom = momentum + a.offset;
-    // The workspace: this rank's U, every TP rank's (when split), the whole X, Newton-Schulz's.
-    float* U = mine_[k] ? work_.data() : nullptr;
-    float* G = a.split == MuonSplit::kNone ? work_.data() : work_.data() + n;
-    float* X = G + (a.split == MuonSplit::kNone ? n : n * tp_size_);
     // M = μ·M + s·G on every replica (the momentum stays replicated); U = s·G + μ·M, this
     // rank's block, where this rank computes the update.
+    float* U = mine_[k] ? work_.data() : nullptr;
     for_each(
         "mpf::muon_momentum", n, KOKKOS_LAMBDA(int64_t i) {
           const float gi = g[i] * grad_scale;
@@ -271,38 +264,87 @@ void Muon::step(float* params, const float* grads, float* momentum, float lr, fl
           mom[i] = mi;
           if (U) U[i] = gi + mu * mi;
         });
-    if (!mine_[k]) continue;
-    if (a.split != MuonSplit::kNone) allgather(U, G, n, groups_.tp);
-    // The whole matrix from the blocks (a replicated block once), transposed when tall.
+    if (mine_[k]) orthogonalise_and_update(k, U, params, lr, params16);
+  }
+  broadcast_updates(params, params16);
+}
+
+void Muon::step_sharded(float* params, const float* shard_grads, float* shard_momentum,
+                        const std::vector<OptimizerSegment>& segments, float* gathered,
+                        const std::function<void(float*)>& gather, float lr, float grad_scale) {
+  const float mu = cfg_.momentum;
+  // Each rank's parts of the matrices: the momentum in its shard, U at the slab's places.
+  for (const OptimizerSegment& s : segments) {
+    if (!s.by_muon) continue;
+    const float* g = shard_grads + s.grad;
+    float* mom = shard_momentum + s.state;
+    float* U = gathered + s.param;
     for_each(
-        "mpf::muon_assemble", N, KOKKOS_LAMBDA(int64_t e) {
-          const int64_t I = e / Cf, J = e % Cf;
-          const int64_t b = by_rows ? I / rows : J / cols;  // 0 without a split
-          const int64_t i = by_rows ? I % rows : I, j = by_rows ? J : J % cols;
-          X[tall ? J * R + I : e] = G[(b * replicas) * n + i * cols + j];
-        });
-    const float inv = float(1.0 / (std::sqrt(sum_of_squares(X, N)) + kNormEps));
-    for_each(
-        "mpf::muon_normalize", N, KOKKOS_LAMBDA(int64_t i) { X[i] *= inv; });
-    {
-      // --profile: the iterations' rate against the products' (5 x (4m²n + 2m³) FLOPs).
-      const double m = std::min(R, Cf), w = std::max(R, Cf);
-      profile::Scope timed("mpf::muon_newton_schulz",
-                           kIterations * (4 * m * m * w + 2 * m * m * m));
-      newton_schulz(X, R, Cf, cfg_.ns_bf16, X + N);
-    }
-    // Moonlight's scale: the update's RMS is AdamW's (about 0.2). This rank's block of X.
-    const float step = lr * 0.2f * std::sqrt(float(std::max(R, Cf)));
-    const int64_t block = a.split == MuonSplit::kNone ? 0 : tp_rank_ / replicas;
-    for_each(
-        "mpf::muon_update", n, KOKKOS_LAMBDA(int64_t e) {
-          const int64_t i = e / cols, j = e % cols;
-          const int64_t I = by_rows ? block * rows + i : i, J = by_rows ? j : block * cols + j;
-          const float pi = p[e] * decay - step * X[tall ? J * R + I : I * Cf + J];
-          p[e] = pi;
-          if (params16) params16[a.offset + e] = to_bf16(pi);
+        "mpf::muon_momentum", s.length, KOKKOS_LAMBDA(int64_t i) {
+          const float gi = g[i] * grad_scale;
+          const float mi = mu * mom[i] + gi;
+          mom[i] = mi;
+          U[i] = gi + mu * mi;
         });
   }
+  gather(gathered);
+  for (size_t k = 0; k < matrices_.size(); ++k) {
+    if (mine_[k]) orthogonalise_and_update(k, gathered + matrices_[k].offset, params, lr, nullptr);
+  }
+  broadcast_updates(params, nullptr);
+}
+
+void Muon::orthogonalise_and_update(size_t k, const float* U, float* params, float lr,
+                                    bf16* params16) {
+  const MuonMatrix& a = matrices_[k];
+  const int rows = a.rows, cols = a.cols, R = a.full_rows(), Cf = a.full_cols();
+  const int64_t n = int64_t(rows) * cols, N = int64_t(R) * Cf;
+  const bool tall = R > Cf;  // worked on transposed: X·Xᵀ is then Cf x Cf
+  const bool by_rows = a.split == MuonSplit::kRows;
+  const int replicas = a.replicas;
+  float* p = params + a.offset;
+  // The workspace: U's blocks from every TP rank (when split), the whole X, Newton-Schulz's.
+  const float* G = U;
+  float* X = work_.data() + n;
+  if (a.split != MuonSplit::kNone) {
+    float* gathered = work_.data() + n;
+    allgather(U, gathered, n, groups_.tp);
+    G = gathered;
+    X = gathered + n * tp_size_;
+  }
+  // The whole matrix from the blocks (a replicated block once), transposed when tall.
+  for_each(
+      "mpf::muon_assemble", N, KOKKOS_LAMBDA(int64_t e) {
+        const int64_t I = e / Cf, J = e % Cf;
+        const int64_t b = by_rows ? I / rows : J / cols;  // 0 without a split
+        const int64_t i = by_rows ? I % rows : I, j = by_rows ? J : J % cols;
+        X[tall ? J * R + I : e] = G[(b * replicas) * n + i * cols + j];
+      });
+  const float inv = float(1.0 / (std::sqrt(sum_of_squares(X, N)) + kNormEps));
+  for_each(
+      "mpf::muon_normalize", N, KOKKOS_LAMBDA(int64_t i) { X[i] *= inv; });
+  {
+    // --profile: the iterations' rate against the products' (5 x (4m²n + 2m³) FLOPs).
+    const double m = std::min(R, Cf), w = std::max(R, Cf);
+    profile::Scope timed("mpf::muon_newton_schulz", kIterations * (4 * m * m * w + 2 * m * m * m));
+    newton_schulz(X, R, Cf, cfg_.ns_bf16, X + N);
+  }
+  // Moonlight's scale: the update's RMS is AdamW's (about 0.2). This rank's block of X.
+  const float step = lr * 0.2f * std::sqrt(float(std::max(R, Cf)));
+  const float decay = 1.0f - lr * cfg_.weight_decay;
+  const int64_t block = a.split == MuonSplit::kNone ? 0 : tp_rank_ / replicas;
+  const int64_t offset = a.offset;
+  for_each(
+      "mpf::muon_update", n, KOKKOS_LAMBDA(int64_t e) {
+        const int64_t i = e / cols, j = e % cols;
+        const int64_t I = by_rows ? block * rows + i : i, J = by_rows ? j : block * cols + j;
+        const float pi = p[e] * decay - step * X[tall ? J * R + I : I * Cf + J];
+        p[e] = pi;
+        if (params16) params16[offset + e] = to_bf16(pi);
+      });
+}
+
+void Muon::broadcast_updates(float* params, bf16* params16) {
   // The owners' updates to the other replicas, in the same order on every rank.
   for (size_t k = 0; k < matrices_.size(); ++k) {
     const MuonMatrix& a = matrices_[k];

@@ -22,12 +22,14 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/bf16.hpp"
 #include "core/types.hpp"
 #include "model/parameters.hpp"
 #include "model/shard.hpp"
+#include "optim/adamw.hpp"
 
 namespace mpf {
 
@@ -96,12 +98,25 @@ class Muon {
   // One update of every matrix; momentum is laid out as params (AdamW's first moment).
   void step(float* params, const float* grads, float* momentum, float lr, float grad_scale,
             bf16* params16 = nullptr);
+  // The same under ZeRO-1, where this rank holds the summed gradients and the momentum of its
+  // shard only (`segments`, AdamW's, the matrices' marked by_muon): each rank writes U for its
+  // parts at their slab places in `gathered` (slab-sized: the gradient slab, free once its sum was
+  // scattered), `gather` brings every rank's parts (ZeRO's all-gather over the buckets), and the
+  // owners orthogonalise and broadcast as above. The parameters' bf16 copy is the caller's
+  // (after ZeRO's all-gather).
+  void step_sharded(float* params, const float* shard_grads, float* shard_momentum,
+                    const std::vector<OptimizerSegment>& segments, float* gathered,
+                    const std::function<void(float*)>& gather, float lr, float grad_scale);
 
   const std::vector<MuonMatrix>& matrices() const { return matrices_; }
   // The workspace's bytes (the largest matrix's iteration buffers).
   int64_t work_bytes() const { return int64_t(work_.extent(0)) * int64_t(sizeof(float)); }
 
  private:
+  // Matrix k from U, this rank's block of M's Nesterov update, to this rank's block of P.
+  void orthogonalise_and_update(size_t k, const float* U, float* params, float lr, bf16* params16);
+  // Every matrix from its owner to the other replicas.
+  void broadcast_updates(float* params, bf16* params16);
   // The replicas a matrix is dealt out over.
   MPI_Comm group_of(const MuonMatrix& a) const {
     return a.expert ? groups_.expert_replicas : groups_.replicas;

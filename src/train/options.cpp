@@ -121,17 +121,11 @@ void check_checkpoint_options(const TrainOptions& o) {
 void check_optimizer_options(const TrainOptions& o) {
   require(o.muon_momentum >= 0 && o.muon_momentum < 1,
           "--muon-momentum must be in [0, 1), got " + number(o.muon_momentum));
-  if (o.optimizer == "muon") {
-    // Muon orthogonalises whole matrices: a ZeRO-1 shard holds a stretch of the slab.
-    require(o.zero == 0,
-            "--optimizer muon with --zero 1: ZeRO-1's optimizer shards cut the "
-            "matrices Muon orthogonalises whole; use --zero 0");
-  } else {
-    require(
-        o.given.count("--muon-momentum") == 0 && o.given.count("--muon-ns-precision") == 0,
-        std::string(o.given.count("--muon-momentum") ? "--muon-momentum" : "--muon-ns-precision") +
-            " sets Muon, and the optimizer is " + o.optimizer + "; pass --optimizer muon too");
-  }
+  require(
+      o.optimizer == "muon" ||
+          (o.given.count("--muon-momentum") == 0 && o.given.count("--muon-ns-precision") == 0),
+      std::string(o.given.count("--muon-momentum") ? "--muon-momentum" : "--muon-ns-precision") +
+          " sets Muon, and the optimizer is " + o.optimizer + "; pass --optimizer muon too");
 }
 
 }  // namespace

@@ -286,17 +286,16 @@ void TrainingRun::set_up_optimizer() {
   dp_grads_ =
       std::make_unique<DataParallelGrads>(grads_, shard_, grid_->dp_cp_comm(), bucket_elems, zero,
                                           /*tied_wte=*/tied_across_stages(), expert_dp);
-  if (zero) {
-    optimizer_ =
-        std::make_unique<AdamW>(adam, cfg_, dp_grads_->zero_segments(), dp_grads_->shard_size());
-  } else if (opts.optimizer == "muon") {
+  // Under ZeRO-1 AdamW's segments are this rank's shard of the moments, else the slab's pieces.
+  std::vector<OptimizerSegment> segments =
+      zero ? dp_grads_->zero_segments() : piece_segments(params_);
+  const int64_t state = zero ? dp_grads_->shard_size() : params_.count;
+  if (opts.optimizer == "muon") {
     // AdamW keeps what Muon does not; the matrices' momentum is AdamW's first moment at their
-    // places (optim/muon.hpp), so the moments keep the slab's layout and the checkpoint's format.
-    std::vector<OptimizerSegment> segments = piece_segments(params_);
+    // places (optim/muon.hpp), so the moments keep their layout and the checkpoint its format.
     for (OptimizerSegment& s : segments) {
       s.by_muon = muon_tensor(s.tensor) && params_.layout.piece_at(s.param).block >= 0;
     }
-    optimizer_ = std::make_unique<AdamW>(adam, cfg_, std::move(segments), params_.count);
     MuonConfig mc;
     mc.momentum = opts.muon_momentum;
     mc.weight_decay = opts.weight_decay;
@@ -308,9 +307,8 @@ void TrainingRun::set_up_optimizer() {
     groups.replicas = grid_->dp_cp_comm();
     groups.expert_replicas = expert_dp == MPI_COMM_NULL ? grid_->dp_cp_comm() : expert_dp;
     muon_ = std::make_unique<Muon>(mc, muon_matrices(params_, shard_), groups);
-  } else {
-    optimizer_ = std::make_unique<AdamW>(adam, cfg_, piece_segments(params_), params_.count);
   }
+  optimizer_ = std::make_unique<AdamW>(adam, cfg_, std::move(segments), state);
   grad_squares_ = std::make_unique<SumOfSquares>(grid_->ep_size() > 1 ? 2 : 1);
   state_files_ = std::make_unique<StateFiles>(*grid_, shard_, params_, *optimizer_, zero);
 }

@@ -185,7 +185,12 @@ void TrainingRun::update(float lr, double norm) {
   const float scale = clip_scale(norm, opts_.grad_clip);
   optimizer_->step(params_.slab.data(), grads, lr, scale,
                    bf16 && !zero ? weights16_.data() : nullptr);
-  if (muon_) {
+  if (muon_ && zero) {
+    // The gradient slab is free once its sum was scattered: it gathers the matrices' U.
+    muon_->step_sharded(
+        params_.slab.data(), grads, optimizer_->first_moment().data(), optimizer_->segments(),
+        grads_.slab.data(), [this](float* x) { dp_grads_->allgather_params(x); }, lr, scale);
+  } else if (muon_) {
     muon_->step(params_.slab.data(), grads, optimizer_->first_moment().data(), lr, scale,
                 bf16 ? weights16_.data() : nullptr);
   }

@@ -71,7 +71,6 @@ expect_error "heads do not divide dim" 1 "do not divide into 3 heads" -- --heads
 expect_error "unknown schedule" 1 "unknown --lr-schedule 'linear'" -- --lr-schedule linear
 expect_error "batch over ranks" 2 "--batch 5 does not split over 2" -- --batch 5
 expect_error "zero stage" 1 "--zero 2 is not a ZeRO stage.*use 0 or 1" -- --zero 2
-expect_error "muon with zero" 2 "--optimizer muon with --zero 1: .*use --zero 0" -- --optimizer muon --dp 2 --zero 1
 expect_error "muon momentum" 1 "--muon-momentum must be in \[0, 1), got 1" -- --optimizer muon --muon-momentum 1
 expect_error "muon flag alone" 1 "--muon-momentum sets Muon.*pass --optimizer muon" -- --muon-momentum 0.9
 expect_error "unknown optimizer" 1 "--optimizer.*sgd" -- --optimizer sgd
