@@ -290,6 +290,7 @@ Machine calibrate(const CalibrationOptions& o, MPI_Comm world) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
   m.name = o.name.empty() ? std::string(host) : o.name;
+  m.source = "calibrated";
   m.kind = kDeviceMemory ? "gpu" : "cpu";
   const double devices = kDeviceMemory ? 1.0 : double(o.threads);
   m.devices_per_node = kDeviceMemory ? most_local : most_local * o.threads;

@@ -179,6 +179,12 @@ Machine parse_machine(const std::string& text, const std::string& origin) {
   m.kind = r.need(doc, "kind", Value::Kind::kString).string();
   if (m.kind != "cpu" && m.kind != "gpu")
     r.fail("kind", "must be \"cpu\" or \"gpu\", got \"" + m.kind + "\"");
+  if (doc.find("source")) {
+    m.source = r.need(doc, "source", Value::Kind::kString).string();
+    if (m.source != "data sheet" && m.source != "calibrated")
+      r.fail("source", "must be \"data sheet\" or \"calibrated\", got \"" + m.source + "\"");
+  }
+  if (doc.find("note")) m.note = r.need(doc, "note", Value::Kind::kString).string();
   m.devices_per_node = r.integer(doc, "devices_per_node", 1, kMaxDevicesPerNode);
   const Value& dev = r.need(doc, "device", Value::Kind::kObject);
   const Reader d = r.in("device");
@@ -221,8 +227,8 @@ Machine parse_machine(const std::string& text, const std::string& origin) {
       m.collectives.push_back(t);
     }
   }
-  r.only(doc, {"name", "kind", "devices_per_node", "device", "intra_node", "inter_node",
-               "message_overhead_us", "collectives"});
+  r.only(doc, {"name", "source", "note", "kind", "devices_per_node", "device", "intra_node",
+               "inter_node", "message_overhead_us", "collectives"});
   return m;
 }
 
@@ -247,6 +253,8 @@ std::string link_json(const Link& l) {
 
 std::string machine_json(const Machine& m) {
   std::string s = "{\n  \"name\": " + json::quote(m.name) +
+                  (m.source.empty() ? "" : ",\n  \"source\": " + json::quote(m.source)) +
+                  (m.note.empty() ? "" : ",\n  \"note\": " + json::quote(m.note)) +
                   ",\n  \"kind\": " + json::quote(m.kind) +
                   ",\n  \"devices_per_node\": " + std::to_string(m.devices_per_node) +
                   ",\n  \"device\": {\n    \"memory_gb\": " + num(m.memory_gb) +

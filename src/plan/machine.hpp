@@ -50,6 +50,10 @@ struct CollectiveTime {
 
 struct Machine {
   std::string name;
+  // Where the figures come from: "data sheet" (written by hand from a vendor's figures),
+  // "calibrated" (mpiformer-plan --calibrate measured them), or "" where the file does not say;
+  // and a free note on them (the file's comment: JSON has none).
+  std::string source, note;
   std::string kind = "cpu";         // "cpu": a device is a core, shared by the node's ranks; "gpu"
   int devices_per_node = 1;         // cores or GPUs
   double memory_gb = 0;             // per node (cpu) or per device (gpu)

@@ -82,6 +82,33 @@ const char* kHeader =
     "  # tp  cp  ep  pp   dp  schedule          M    b  rc  sp  zero  step ms  compute  bubble "
     "    tp     cp     ep     dp    opt  peak GB     tok/s   MFU\n";
 
+// The best the GPU build's fused attention has reached: 4.39 TFLOP/s forward, bf16, T = 16,384,
+// on an H200 (docs/gpu.md), about 1% of SDPA's there.
+constexpr double kBuildGpuAttentionGflops = 4390;
+
+// Where the machine file's figures come from, and, where a GPU file's attention rate is not
+// measured and far past what this build's attention reaches, one line that says so.
+std::string machine_lines(const ReportInput& in) {
+  const Machine& m = *in.machine;
+  const Job& job = *in.job;
+  std::string s =
+      "machine figures: " +
+      std::string(m.source == "calibrated"   ? "calibrated (mpiformer-plan --calibrate)"
+                  : m.source == "data sheet" ? "from a data sheet, not measured"
+                                             : "of unstated source (no \"source\" key)") +
+      "\n";
+  if (m.gpu() && m.source != "calibrated") {
+    const double gflops = 1e3 / attention_ms(m, job.precision, 1e9, job.seq_len, false, 1);
+    if (gflops > 10 * kBuildGpuAttentionGflops) {
+      s += fmt("note: the file's attention rate, %.0f TFLOP/s", gflops / 1e3) + " (" +
+           precision_name(job.precision) + "), is not this build's: its fused attention has " +
+           fmt("reached %.1f TFLOP/s on a GPU (docs/gpu.md), so ", kBuildGpuAttentionGflops / 1e3) +
+           "attention will take longer than predicted here; calibrate on the GPU for its rate\n";
+    }
+  }
+  return s;
+}
+
 std::string jnum(double x) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.6g", x);
@@ -118,7 +145,7 @@ std::string job_script_command(const ReportInput& in, const Layout& l) {
 }
 
 std::string text_evaluation(const ReportInput& in, const Candidate& c) {
-  std::string s = "layout " + layout_text(c.layout) + "\n";
+  std::string s = "layout " + layout_text(c.layout) + "\n" + machine_lines(in);
   if (!c.problem.empty()) return s + "cannot run: " + c.problem + "\n";
   const Prediction& p = c.predicted;
   const StepTerms& t = p.ms;
@@ -142,7 +169,7 @@ std::string text_report(const ReportInput& in, const std::vector<Candidate>& ran
                   " node(s) x " + std::to_string(job.ranks_per_node) + "), batch " +
                   std::to_string(job.batch) + " x " + std::to_string(job.seq_len) + ", " +
                   precision_name(job.precision) + ", machine " + m.name + " (" + in.machine_path +
-                  ")\n";
+                  ")\n" + machine_lines(in);
   std::vector<const Candidate*> ok, heavy;
   std::map<std::string, std::pair<size_t, const Candidate*>> excluded;  // reason -> count, example
   size_t pruned = 0, cannot = 0;
@@ -224,15 +251,16 @@ std::string text_report(const ReportInput& in, const std::vector<Candidate>& ran
 std::string json_report(const ReportInput& in, const std::vector<Candidate>& ranked) {
   const Job& job = *in.job;
   const Machine& m = *in.machine;
-  std::string s =
-      "{\"machine\": {\"name\": " + json::quote(m.name) +
-      ", \"file\": " + json::quote(in.machine_path) + ", \"kind\": " + json::quote(m.kind) +
-      ", \"devices_per_node\": " + std::to_string(m.devices_per_node) +
-      "}, \"job\": {\"nodes\": " + std::to_string(job.nodes) +
-      ", \"ranks_per_node\": " + std::to_string(job.ranks_per_node) +
-      ", \"batch\": " + std::to_string(job.batch) +
-      ", \"seq_len\": " + std::to_string(job.seq_len) +
-      ", \"precision\": " + json::quote(precision_name(job.precision)) + "}, \"candidates\": [";
+  std::string s = "{\"machine\": {\"name\": " + json::quote(m.name) +
+                  ", \"file\": " + json::quote(in.machine_path) +
+                  ", \"source\": " + json::quote(m.source) + ", \"kind\": " + json::quote(m.kind) +
+                  ", \"devices_per_node\": " + std::to_string(m.devices_per_node) +
+                  "}, \"job\": {\"nodes\": " + std::to_string(job.nodes) +
+                  ", \"ranks_per_node\": " + std::to_string(job.ranks_per_node) +
+                  ", \"batch\": " + std::to_string(job.batch) +
+                  ", \"seq_len\": " + std::to_string(job.seq_len) +
+                  ", \"precision\": " + json::quote(precision_name(job.precision)) +
+                  "}, \"candidates\": [";
   int shown = 0;
   size_t excluded = 0, pruned = 0;
   for (const Candidate& c : ranked) {

@@ -130,6 +130,22 @@ expect_error_from "$PLAN" "--nodes x --ranks-per-node past the bound" 1 \
   "= 4294967296 ranks, more than the 1048576" -- --machine "$M" "${model[@]}" --batch 8 \
   --seq-len 64 --nodes 65536 --ranks-per-node 65536
 
+# Which figures the plan used: a calibrated file says so; the DGX H100 data-sheet file says so,
+# and that its attention rate is not this build's (one line).
+if grep -q '"source": "calibrated"' "$M" && "$PLAN" "${job[@]}" --top 1 | grep -q '^machine figures: calibrated'; then
+  ok "a calibrated machine file is named so in the report"
+else
+  bad "a calibrated machine file's source is not reported"
+fi
+H100=$(dirname "$0")/../../docs/machines/dgx-h100.json
+out=$("$PLAN" --machine "$H100" "${model[@]}" --batch 8 --seq-len 64 --nodes 1 --precision bf16 --top 1 2>&1)
+if grep -q '^machine figures: from a data sheet, not measured' <<<"$out" &&
+  [ "$(grep -c "^note: the file's attention rate, 346 TFLOP/s (bf16), is not this build's" <<<"$out")" -eq 1 ]; then
+  ok "the data-sheet file is named so, with one line on its attention rate"
+else
+  bad "data-sheet report: $(head -5 <<<"$out")"
+fi
+
 # Models from files: an llm.c model file (the trainer writes one) and a config.json.
 if timeout 60 "$TRAIN" "${model[@]}" --batch 2 --seq-len 16 --steps 1 --val-every 0 \
     --save-llmc "$WORK/tiny.bin" >/dev/null 2>&1 &&
@@ -174,6 +190,7 @@ bad_machine "a fractional devices_per_node" "devices_per_node must be an integer
   "m['devices_per_node'] = 2.5"
 bad_machine "a huge process_mb" "device.process_mb must not be negative, nor more than" \
   "m['device']['process_mb'] = 1e300"
+bad_machine "an unknown source" 'source must be "data sheet" or "calibrated"' "m['source'] = 'guess'"
 bad_machine "a misspelt optional key" "device.proces_mb is not a key of device" \
   "m['device']['proces_mb'] = m['device'].pop('process_mb')"
 # The messages name a kind and a fix once ("must be an object, not a number"; "pass a machine
