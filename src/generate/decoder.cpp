@@ -48,9 +48,14 @@ LayerActivations first_rows(const LayerActivations& a, const TpShard& s, int64_t
 }
 }  // namespace
 
-Decoder::Decoder(const TpShard& shard, const ParameterTensors& params, int capacity, MPI_Comm tp,
-                 bool kv_cache)
-    : shard_(shard), params_(params), tp_(tp), kv_cache_(kv_cache), capacity_(capacity) {
+Decoder::Decoder(const TpShard& shard, const ParameterTensors& params, int capacity,
+                 const ModelGroups& groups, bool kv_cache)
+    : shard_(shard),
+      params_(params),
+      groups_(groups),
+      tp_(groups.tp),
+      kv_cache_(kv_cache),
+      capacity_(capacity) {
   if (capacity < 1 || capacity > shard.cfg.max_seq_len || !shard.has_embedding || !shard.has_head ||
       shard.local_layers() != shard.cfg.layers) {
     MPF_FATAL("Decoder: needs the whole model's shard and 1 <= capacity <= max_seq_len");
@@ -58,6 +63,7 @@ Decoder::Decoder(const TpShard& shard, const ParameterTensors& params, int capac
   if (kv_cache_) {
     cache_ = KVCache::allocate(shard, capacity);
     work_ = Activations::allocate(shard, ChunkPieces{0, 1, false, false}, 1, capacity);
+    work_.groups = groups;
   }
   head_slab_ = Slab("mpf::decoder_head", shard.cfg.channels + 2 + shard.vocab_shard);
   tokens_ = Tokens("mpf::decoder_tokens", capacity);
@@ -111,6 +117,7 @@ Tensor Decoder::cached_blocks(Tensor x, int n) {
 Tensor Decoder::recompute() {
   const ChunkPieces blocks{0, shard_.cfg.layers, /*embedding=*/true, /*head=*/false};
   Activations acts = Activations::allocate(shard_, blocks, 1, length_);
+  acts.groups = groups_;
   const Tokens ids = Kokkos::subview(tokens_, std::make_pair(0, length_));
   embedding_forward(acts, params_, ids, tp_);
   for (int l = 0; l < shard_.cfg.layers; ++l) block_forward(acts, params_, l, tp_);

@@ -25,13 +25,14 @@ class Decoder {
  public:
   // `params` are the rank's shard of the whole model (no pipeline stages); `capacity` is the
   // longest sequence this decoder will hold (at most the model's max_seq_len). Allocates the
-  // cache and one block's worth of activations for `capacity` rows.
-  Decoder(const TpShard& shard, const ParameterTensors& params, int capacity, MPI_Comm tp,
-          bool kv_cache = true);
+  // cache and one block's worth of activations for `capacity` rows. `groups`: the run's (its TP
+  // group, and its EP group, which a mixture of experts' tokens are exchanged over).
+  Decoder(const TpShard& shard, const ParameterTensors& params, int capacity,
+          const ModelGroups& groups, bool kv_cache = true);
 
-  // Collective over tp. Appends `tokens` (at least one; length() + tokens.size() <= capacity())
-  // and returns the logits that follow the last of them: this rank's vocabulary shard, Vl floats,
-  // of which the columns >= V are padding.
+  // Collective over tp (and EP). Appends `tokens` (at least one; length() + tokens.size() <=
+  // capacity()) and returns the logits that follow the last of them: this rank's vocabulary shard,
+  // Vl floats, of which the columns >= V are padding.
   Tensor append(const std::vector<int32_t>& tokens);
   // Forgets the sequence (the next append starts at position 0).
   void reset() { length_ = 0; }
@@ -51,6 +52,7 @@ class Decoder {
 
   TpShard shard_;
   ParameterTensors params_;
+  ModelGroups groups_;
   MPI_Comm tp_;
   bool kv_cache_;
   int capacity_;

@@ -14,6 +14,7 @@
 #include "generate/sampler.hpp"
 #include "generate/token_text.hpp"
 #include "io/output_file.hpp"
+#include "pipeline/model_builder.hpp"
 
 namespace mpf {
 
@@ -150,11 +151,11 @@ Generation::Generation(GenerateInputs in, MPI_Comm world) : in_(std::move(in)) {
                                          " ranks, but " + std::to_string(world_size) +
                                          " were launched; change --tp or --ep, or mpiexec -n");
   grid_ = std::make_unique<Grid>(world, o.tp, /*pp=*/1, /*dp=*/o.ep, /*cp=*/1, o.ep);
-  shard_ = split_experts(make_tp_shard(in_.cfg, grid_->tp_rank(), grid_->tp_size()),
-                         grid_->ep_rank(), grid_->ep_size());
-  if (shard_.ep_size > 1) shard_.ep_group = grid_->ep_comm();
-  shard_.expert_dp_rank = grid_->expert_dp_cp_rank();
-  params_ = Parameters::allocate(shard_, "mpf::params");
+  // The whole model (no stages), without gradients.
+  ModelOnLayout model = build_model(*grid_, in_.cfg, /*stage=*/nullptr);
+  groups_ = model.groups;
+  shard_ = std::move(model.shard);
+  params_ = std::move(model.params);
   const StateFiles files(*grid_, shard_, params_);
   if (in_.checkpoint) {
     load_checkpoint_parameters(files, *in_.checkpoint);
@@ -166,8 +167,8 @@ Generation::Generation(GenerateInputs in, MPI_Comm world) : in_(std::move(in)) {
   // Every position the model is fed: the prompt, then each new token but the last.
   const int64_t fed = int64_t(in_.prompt.size()) + o.max_new_tokens - 1;
   const int capacity = int(std::min<int64_t>(in_.cfg.max_seq_len, fed));
-  decoder_ = std::make_unique<Decoder>(shard_, params_.t, capacity, grid_->tp_comm(), o.kv_cache);
-  sampler_ = std::make_unique<TokenSampler>(shard_, o.sampling, grid_->tp_comm());
+  decoder_ = std::make_unique<Decoder>(shard_, params_.t, capacity, groups_.model(), o.kv_cache);
+  sampler_ = std::make_unique<TokenSampler>(shard_, o.sampling, groups_.tp);
 }
 
 Generation::~Generation() = default;

@@ -20,6 +20,7 @@
 #include "io/llmc_tokenizer.hpp"
 #include "model/config.hpp"
 #include "parallel/grid.hpp"
+#include "parallel/groups.hpp"
 
 namespace mpf {
 
@@ -59,6 +60,7 @@ class Generation {
  private:
   GenerateInputs in_;
   std::unique_ptr<Grid> grid_;
+  ParallelGroups groups_;  // the grid's, as the model was built with them
   TpShard shard_;
   Parameters params_;
   std::unique_ptr<Decoder> decoder_;

@@ -15,14 +15,14 @@ int32_t sample_start_token(const Tokenizer* tokenizer, int vocab) {
 }
 
 TrainingSample::TrainingSample(const TpShard& shard, const ParameterTensors& params, int tokens,
-                               std::optional<Tokenizer> tokenizer, MPI_Comm tp, bool runs,
-                               bool prints)
+                               std::optional<Tokenizer> tokenizer, const ModelGroups& groups,
+                               bool runs, bool prints)
     : tokens_(tokens), tokenizer_(std::move(tokenizer)), prints_(prints) {
   if (!runs) return;
   // The start token and each new one but the last are fed.
   const int capacity = std::min(shard.cfg.max_seq_len, tokens);
-  decoder_ = std::make_unique<Decoder>(shard, params, capacity, tp);
-  sampler_ = std::make_unique<TokenSampler>(shard, Sampling{}, tp);
+  decoder_ = std::make_unique<Decoder>(shard, params, capacity, groups);
+  sampler_ = std::make_unique<TokenSampler>(shard, Sampling{}, groups.tp);
 }
 
 void TrainingSample::print(int step) {

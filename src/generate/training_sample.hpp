@@ -24,8 +24,9 @@ class TrainingSample {
  public:
   // `runs`: this rank is in the TP group that samples. Allocates the decoder's buffers there.
   TrainingSample(const TpShard& shard, const ParameterTensors& params, int tokens,
-                 std::optional<Tokenizer> tokenizer, MPI_Comm tp, bool runs, bool prints);
-  // Collective over tp on the ranks that run it; a no-op on the others.
+                 std::optional<Tokenizer> tokenizer, const ModelGroups& groups, bool runs,
+                 bool prints);
+  // Collective over the groups' tp on the ranks that run it; a no-op on the others.
   void print(int step);
 
  private:

@@ -371,6 +371,7 @@ LayerActivations Activations::layer(int l) const {
   x.moe.seqs = B;
   x.moe.seq_len = int64_t(T) * (ring ? ring->ranks() : 1);
   x.moe.cp = ring ? ring->comm() : MPI_COMM_NULL;
+  x.moe.ep = groups.ep;
   x.moe.aux = moe_aux;
   x.moe.load = moe_aux && moe_load ? moe_load + (chunk.first_layer + l) * moe.E : nullptr;
   x.moe.adds_aux = shard.rank == 0 && (!ring || ring->rank() == 0);

@@ -11,6 +11,7 @@
 #include "model/layers/attention_path.hpp"
 #include "model/positions.hpp"
 #include "model/shard.hpp"
+#include "parallel/groups.hpp"
 #include "parallel/tp_regions.hpp"
 
 namespace mpf {
@@ -83,6 +84,7 @@ struct MoeLayer {
   int seqs = 1;                 // the sequence rows the R tokens make (B)
   int64_t seq_len = 0;          // a whole sequence's tokens (T times the CP ranks)
   MPI_Comm cp = MPI_COMM_NULL;  // the ranks holding the rest of each sequence; null: none
+  MPI_Comm ep = MPI_COMM_NULL;  // the EP ranks the tokens are exchanged with; null: none
   // Where the forward adds its balance losses (null: it does not, as in a recomputation or an
   // evaluation), and whether this rank is the one of its TP and CP ranks that adds them.
   double* aux = nullptr;
@@ -153,6 +155,9 @@ struct Activations {
   // the ring that attends over the other CP ranks' chunks (null without CP; the stage owns it).
   PositionRuns positions;
   RingAttention* ring = nullptr;
+  // The groups the blocks communicate over beyond their TP regions (EP's, the kv group), set by
+  // whoever owns the set (the stage, the decoder) from the run's bundle.
+  ModelGroups groups;
   // The attention the blocks call (--attention; the ring's own calls take the ring's).
   AttentionPath attention = AttentionPath::kFused;
   // (B,T) the position where each row's document starts (--doc-mask), or null: set per microbatch.

@@ -650,9 +650,9 @@ void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
     // A kv head replicated on several ranks got from each only its own query heads' part of the
     // K and V gradients: the rows [Q | K | V] past Q are summed over the ranks sharing it.
     if (s.kv_replicas > 1) {
-      allreduce_sum(g.qkvw.data() + int64_t(s.attn) * C, int64_t(2) * s.kv * C, s.kv_group);
-      if (g.qkvb.extent(0) > 0)
-        allreduce_sum(g.qkvb.data() + s.attn, int64_t(2) * s.kv, s.kv_group);
+      const MPI_Comm kv = acts.groups.kv;
+      allreduce_sum(g.qkvw.data() + int64_t(s.attn) * C, int64_t(2) * s.kv * C, kv);
+      if (g.qkvb.extent(0) > 0) allreduce_sum(g.qkvb.data() + s.attn, int64_t(2) * s.kv, kv);
     }
   }
 }

@@ -117,7 +117,7 @@ Dispatch dispatch_of(const MoeLayer& m, const TpShard& s) {
   d.local = s.experts;
   d.sent = m.host_counts;
   d.received = m.host_received;
-  d.comm = s.ep_group;
+  d.comm = m.ep;
   return d;
 }
 

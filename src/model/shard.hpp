@@ -24,8 +24,6 @@
 // invariant 1).
 #pragma once
 
-#include <mpi.h>
-
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -35,17 +33,14 @@
 
 namespace mpf {
 
+// Sizes and places only: the groups this rank communicates over are parallel/groups.hpp's bundle.
 struct TpShard {
   int rank = 0, size = 1;
-  GPTConfig cfg;        // the full model
-  int heads = 0;        // local heads, NH / T
-  int kv_heads = 0;     // local kv heads: KVH / T, or 1 when replicated (KVH < T)
-  int kv_begin = 0;     // the first kv head held here
-  int kv_replicas = 1;  // ranks holding each kv head: T / KVH when KVH < T, else 1
-  // With replicated kv heads: the TP ranks sharing this rank's kv head, over which the K and V
-  // rows' gradients are summed (an MPI_Comm_split of the TP communicator, made and set by whoever
-  // trains; MPI_COMM_NULL otherwise).
-  MPI_Comm kv_group = MPI_COMM_NULL;
+  GPTConfig cfg;         // the full model
+  int heads = 0;         // local heads, NH / T
+  int kv_heads = 0;      // local kv heads: KVH / T, or 1 when replicated (KVH < T)
+  int kv_begin = 0;      // the first kv head held here
+  int kv_replicas = 1;   // ranks holding each kv head (the bundle's kv group): T / KVH, else 1
   int head_size = 0;     // hs
   int attn = 0;          // local width of Q (and of the attention's output): NH·hs / T
   int kv = 0;            // local width of K and of V: kv_heads·hs
@@ -59,12 +54,10 @@ struct TpShard {
   // A mixture of experts' experts held here: [expert_begin, expert_begin + experts) of the
   // cfg.experts (all unless split_experts narrowed them), and this rank's place among the ranks
   // holding the same experts (its expert-data-parallel rank, 0 for the one that writes them;
-  // set by whoever trains).
+  // set by the model's builder). The EP ranks' group is the groups bundle's ep.
   int ep_rank = 0, ep_size = 1;
   int experts = 0, expert_begin = 0;
   int expert_dp_rank = 0;
-  // The EP ranks, which exchange tokens (set by whoever trains; MPI_COMM_NULL without EP).
-  MPI_Comm ep_group = MPI_COMM_NULL;
   // Pipeline stage (the whole model unless restrict_to_stage narrowed it):
   std::vector<int> layers;    // global index of each local block, ascending
   bool has_embedding = true;  // wte and wpe (first stage)

@@ -39,25 +39,26 @@ int ranks_in(MPI_Comm comm) {
 }
 }  // namespace
 
-ModelStage::ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, int micro_batch,
-                       int seq_len, bool sequence_parallel, MPI_Comm tp, MPI_Comm pp,
-                       bool recompute, pipeline::ChunkPlacement placement, MPI_Comm cp,
+ModelStage::ModelStage(const TpShard& shard, const ParallelGroups& groups,
+                       std::vector<ChunkPieces> chunks, int micro_batch, int seq_len,
+                       bool sequence_parallel, bool recompute, pipeline::ChunkPlacement placement,
                        AttentionPath attention)
     : shard_(shard),
       chunks_(std::move(chunks)),
       micro_batch_(micro_batch),
       seq_len_(seq_len),
       sequence_parallel_(sequence_parallel),
-      tp_(tp),
+      groups_(groups.model()),
+      tp_(groups.tp),
       attention_(attention),
-      ring_(ranks_in(cp) > 1
-                ? std::make_unique<RingAttention>(cp, micro_batch, seq_len * ranks_in(cp),
-                                                  shard.heads, shard.kv_heads, shard.head_size,
-                                                  shard.cfg.sliding_window, attention)
+      ring_(ranks_in(groups.cp) > 1
+                ? std::make_unique<RingAttention>(
+                      groups.cp, micro_batch, seq_len * ranks_in(groups.cp), shard.heads,
+                      shard.kv_heads, shard.head_size, shard.cfg.sliding_window, attention)
                 : nullptr),
       positions_(ring_ ? ring_->rows() : PositionRuns::contiguous(seq_len)),
-      p2p_(pp, int(chunks_.size()), message_floats(shard, micro_batch, seq_len, sequence_parallel),
-           placement),
+      p2p_(groups.pp, int(chunks_.size()),
+           message_floats(shard, micro_batch, seq_len, sequence_parallel), placement),
       buffers_(BackwardBuffers::allocate(shard, micro_batch, seq_len, sequence_parallel)),
       pool_(chunks_.size()),
       free_(chunks_.size()),
@@ -80,6 +81,7 @@ std::unique_ptr<Activations> ModelStage::allocate(const ChunkPieces& chunk) cons
   auto a = std::make_unique<Activations>(Activations::allocate(
       shard_, chunk, micro_batch_, seq_len_, sequence_parallel_, &positions_));
   a->ring = ring_.get();
+  a->groups = groups_;
   a->attention = attention_;
   return a;
 }

@@ -31,6 +31,7 @@
 #include "model/gpt.hpp"
 #include "model/layers/ring_attention.hpp"
 #include "model/parameters.hpp"
+#include "parallel/groups.hpp"
 #include "pipeline/p2p.hpp"
 #include "pipeline/stage_ops.hpp"
 
@@ -51,17 +52,18 @@ struct StageEvent {
 
 class ModelStage : public pipeline::StageOps {
  public:
-  // shard: this rank's stage (restrict_to_stage); chunks: its V chunks in order, as local layer
-  // ranges of the shard's parameters; pp: the pipeline communicator (a 1-rank one without PP).
-  // recompute: keep only block outputs per microbatch and rebuild the rest before each block's
-  // backward (--recompute). placement: where the chunks of all ranks run. cp: the context-parallel
-  // ranks (a 1-rank one without CP): each holds seq_len rows of every sequence, its two chunks
-  // (ring_attention.hpp), of sequences seq_len·|cp| long. attention: the path every attention
-  // call takes (--attention).
-  ModelStage(const TpShard& shard, std::vector<ChunkPieces> chunks, int micro_batch, int seq_len,
-             bool sequence_parallel, MPI_Comm tp, MPI_Comm pp, bool recompute = false,
+  // shard: this rank's stage (restrict_to_stage); groups: the run's bundle, of which the stage
+  // takes the pipeline's (a 1-rank one without PP), the context-parallel ranks' (a 1-rank one
+  // without CP: each holds seq_len rows of every sequence, its two chunks (ring_attention.hpp), of
+  // sequences seq_len·|cp| long) and the model's (ModelGroups); chunks: its V chunks in order, as
+  // local layer ranges of the shard's parameters. recompute: keep only block outputs per
+  // microbatch and rebuild the rest before each block's backward (--recompute). placement: where
+  // the chunks of all ranks run. attention: the path every attention call takes (--attention).
+  // pipeline/model_builder.hpp builds it.
+  ModelStage(const TpShard& shard, const ParallelGroups& groups, std::vector<ChunkPieces> chunks,
+             int micro_batch, int seq_len, bool sequence_parallel, bool recompute = false,
              pipeline::ChunkPlacement placement = pipeline::ChunkPlacement::kLooped,
-             MPI_Comm cp = MPI_COMM_SELF, AttentionPath attention = AttentionPath::kFused);
+             AttentionPath attention = AttentionPath::kFused);
 
   // What the next step runs on: the microbatches' tokens, the parameters and their gradients,
   // dloss (d total loss / d each token's loss), and the hook told of each part (block, head,
@@ -164,9 +166,11 @@ class ModelStage : public pipeline::StageOps {
   std::vector<ChunkPieces> chunks_;
   int micro_batch_, seq_len_;
   bool sequence_parallel_;
+  ModelGroups groups_;  // what each set of activations communicates over
   MPI_Comm tp_;
   AttentionPath attention_;
-  std::unique_ptr<RingAttention> ring_;  // with CP
+  // With CP; the stage owns it, and each set of activations points at it (Activations::ring).
+  std::unique_ptr<RingAttention> ring_;
   PositionRuns positions_;
   PipelineP2P p2p_;
   BackwardBuffers buffers_;

@@ -17,6 +17,7 @@
 #include "model/shard.hpp"
 #include "parallel/device_mpi.hpp"
 #include "parallel/rank_device.hpp"
+#include "pipeline/model_builder.hpp"
 #include "pipeline/p2p.hpp"
 #include "pipeline/simulator.hpp"
 #include "train/layout_memory.hpp"
@@ -258,13 +259,14 @@ void TrainingRun::plan_memory_use() {
 }
 
 void TrainingRun::shard_model() {
-  shard_ = stage_shard(grid_->tp_rank(), grid_->pp_rank());
-  if (shard_.kv_replicas > 1) shard_.kv_group = grid_->kv_group(shard_.kv_replicas);
-  if (shard_.ep_size > 1) shard_.ep_group = grid_->ep_comm();
-  shard_.expert_dp_rank = grid_->expert_dp_cp_rank();
+  const StageOwnership own =
+      stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
   // Padded to a multiple of the DP x CP size so ZeRO's buckets split evenly.
-  params_ = Parameters::allocate(shard_, "mpf::params", grid_->dp_cp_size());
-  grads_ = Parameters::allocate(shard_, "mpf::grads", grid_->dp_cp_size());
+  ModelOnLayout model = build_model(*grid_, cfg_, &own, grid_->dp_cp_size(), /*gradients=*/true);
+  groups_ = model.groups;
+  shard_ = std::move(model.shard);
+  params_ = std::move(model.params);
+  grads_ = std::move(model.grads);
 }
 
 void TrainingRun::set_up_optimizer() {
@@ -351,13 +353,16 @@ void TrainingRun::set_up_stage() {
   const TrainOptions& opts = opts_;
   const StageOwnership own =
       stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
+  StageSettings settings;
+  settings.micro_batch = micro_batch_;
+  settings.seq_len = local_seq_len_;
+  settings.sequence_parallel = opts.sequence_parallel;
+  settings.recompute = opts.recompute;
   // bf16 products: the activations only products read are kept in bf16 (model/activations.hpp).
-  std::vector<ChunkPieces> chunks = own.chunks;
-  for (ChunkPieces& c : chunks) c.bf16 = opts.precision == Precision::bf16;
-  stage_ = std::make_unique<ModelStage>(shard_, chunks, micro_batch_, local_seq_len_,
-                                        opts.sequence_parallel, grid_->tp_comm(), grid_->pp_comm(),
-                                        opts.recompute, shape_.placement, grid_->cp_comm(),
-                                        attention_path_named(opts.attention));
+  settings.bf16 = opts.precision == Precision::bf16;
+  settings.placement = shape_.placement;
+  settings.attention = attention_path_named(opts.attention);
+  stage_ = build_stage(groups_, shard_, own, settings);
   // The classic schedules run each W right after its B: W then goes with B, block by block, and
   // a microbatch keeps two blocks' W inputs instead of its chunk's.
   stage_->set_weight_with_input(!pipeline::is_zero_bubble(pp_schedule_));
@@ -367,7 +372,7 @@ void TrainingRun::set_up_sample(std::optional<Tokenizer> tokenizer) {
   if (opts_.sample_every <= 0) return;
   sample_ =
       std::make_unique<TrainingSample>(shard_, params_.t, opts_.sample_tokens, std::move(tokenizer),
-                                       grid_->tp_comm(), grid_->dp_cp_rank() == 0, is_root());
+                                       groups_.model(), grid_->dp_cp_rank() == 0, is_root());
 }
 
 void TrainingRun::observe_phases() {
@@ -383,10 +388,6 @@ void TrainingRun::observe_phases() {
   phases_.observe(*trace_);
   phases_.observe(*timers_);
   stage_->on_op([this](const char* name, int mb, int chunk) { phases_.op(name, mb, chunk); });
-}
-
-TpShard TrainingRun::stage_shard(int tp_rank, int pp_rank) const {
-  return layout_stage_shard(layout_sizes(), *plan_, tp_rank, pp_rank, grid_->ep_rank());
 }
 
 int TrainingRun::zb_auto_limit() const {

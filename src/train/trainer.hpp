@@ -29,6 +29,7 @@
 #include "optim/lr_schedule.hpp"
 #include "optim/muon.hpp"
 #include "parallel/grid.hpp"
+#include "parallel/groups.hpp"
 #include "parallel/node.hpp"
 #include "parallel/placement.hpp"
 #include "pipeline/layer_ownership.hpp"
@@ -181,8 +182,6 @@ class TrainingRun {
   // zb-auto planned for F = B = W).
   void plan_zb_auto(int step);
   bool is_root() const { return grid_->world_rank() == 0; }
-  // The part of the model TP rank t of pipeline stage p holds.
-  TpShard stage_shard(int tp_rank, int pp_rank) const;
   // Adds the squares of qkvw segment `s` outside the replicated K and V rows (global_grad_norm).
   void add_unreplicated(SumOfSquares& squares, const float* grads, const OptimizerSegment& s) const;
   // Sums wte's gradient over the first and last stage (Megatron's tied-embedding all-reduce).
@@ -197,6 +196,7 @@ class TrainingRun {
   TrainOptions opts_;
   GPTConfig cfg_;
   std::unique_ptr<Grid> grid_;
+  ParallelGroups groups_;  // the grid's, as the model was built with them (model_builder.hpp)
   std::vector<PlacementRow> placement_;  // every rank's, on rank 0
   int local_batch_ = 0;                  // rows of the global batch on this DP rank
   int local_seq_len_ = 0;                // positions of each row on this CP rank: T / cp

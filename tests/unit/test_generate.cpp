@@ -102,7 +102,8 @@ TEST(Decoder, CacheEqualsRecomputingThePrefix) {
   const TpShard shard = make_tp_shard(cfg, rank_of(tp), size_of(tp));
   Parameters params = Parameters::allocate(shard, "test::params");
   initialize(params, shard, 42);
-  Decoder cached(shard, params.t, 20, tp), recomputed(shard, params.t, 20, tp, false);
+  Decoder cached(shard, params.t, 20, ModelGroups{tp}),
+      recomputed(shard, params.t, 20, ModelGroups{tp}, false);
   const std::vector<std::vector<int32_t>> feeds = {{5, 299, 17, 256, 0, 42, 128}, {7}, {255}, {1}};
   for (const auto& tokens : feeds) {
     const std::vector<float> a = host_of(cached.append(tokens));
@@ -124,7 +125,7 @@ TEST(Decoder, TensorParallelEqualsSerial) {
   Parameters serial = Parameters::allocate(whole, "test::serial");
   initialize(params, shard, 42);
   initialize(serial, whole, 42);
-  Decoder parallel(shard, params.t, 16, tp), alone(whole, serial.t, 16, MPI_COMM_SELF);
+  Decoder parallel(shard, params.t, 16, ModelGroups{tp}), alone(whole, serial.t, 16, ModelGroups{});
   TokenSampler on_tp(shard, Sampling{}, tp), on_self(whole, Sampling{}, MPI_COMM_SELF);
   for (const auto& tokens : std::vector<std::vector<int32_t>>{{3, 1, 4, 1, 5}, {9}, {290}}) {
     const std::vector<float> mine = on_tp.gather(parallel.append(tokens));
