@@ -12,6 +12,7 @@ step misses by more than 10%, the table names the term that missed most:
   comm     the DP gradient sum (the trainer's dp_comm phase),
   other    the optimizer, zeroing and the data (the other phases).
 Then the planner's top five for one job, each measured: is its first within 10% of the best?
+First, the time a 3,072-GPU search takes (a 1T-parameter GPT on the DGX H100 file).
 
   python3 ci/bench_plan.py BUILD_DIR    (STEPS: steps a run, default 6, the first untimed)
 """
@@ -151,6 +152,23 @@ def local_run(c, ranks):
                          ["--steps", str(STEPS), "--val-every", "0"]))
 
 
+# ---- the search at scale ------------------------------------------------------------------
+# A 1T-parameter GPT (SC21's largest) on 384 DGX H100 nodes, 3,072 GPUs: the whole search on one
+# core (target: under 60 s).
+t0 = time.time()
+cpu0 = os.times()
+big = run([PLAN, "--machine", os.path.join(root, "docs", "machines", "dgx-h100.json"),
+           "--layers", "128", "--heads", "160", "--dim", "25600", "--vocab", "51200",
+           "--max-seq-len", "2048", "--batch", "3072", "--seq-len", "2048", "--precision", "bf16",
+           "--nodes", "384", "--ranks-per-node", "8", "--top", "10"])
+cpu1 = os.times()
+search_s = (time.time() - t0, cpu1.children_user + cpu1.children_system -
+            cpu0.children_user - cpu0.children_system)
+print("bench_plan: 3,072-GPU search (1T GPT, batch 3072 x 2048, DGX H100 file): %.1f s "
+      "(%.1f s of processor time); %s" % (search_s[0], search_s[1],
+                                          re.search(r"^\d+ layouts: .*$", big, re.M).group(0)),
+      flush=True)
+
 # ---- one node ----------------------------------------------------------------------------
 # A machine file per shape of allocation, each calibrated on that allocation (as a user would on
 # theirs): 1 rank x 2 threads, 2 ranks x 1, 4 ranks x 1 (twice the cores: oversubscribed).
@@ -259,6 +277,8 @@ for i, c, ms in top_rows:
           (i, c["command"].split(" --batch ")[1].split(" ", 4)[-1], c["predicted"]["step_ms"], ms))
 print("first choice %.1f ms against the best measured %.1f ms: within %.1f%% (target 10%%)" %
       (top_rows[0][2], best, 100 * (top_rows[0][2] / best - 1)))
+print("3,072-GPU search (1T GPT on 384 DGX H100 nodes): %.1f s, %.1f s of processor time "
+      "(target 60 s)" % search_s)
 if cluster_note:
     print("2-node rows skipped: " + cluster_note)
 print("error = (measured - predicted) / predicted; missed most: where |error| > 10%, the term "
