@@ -169,6 +169,34 @@ print("bench_plan: 3,072-GPU search (1T GPT, batch 3072 x 2048, DGX H100 file): 
                                           re.search(r"^\d+ layouts: .*$", big, re.M).group(0)),
       flush=True)
 
+# ---- SC21 Table 1 -------------------------------------------------------------------------
+# Megatron-LM's SC21 runs (Narayanan et al. 2021, Table 1) with the paper's layouts from its run
+# script (examples/sc21/run_table_1.sh: TP, PP, micro-batch, interleaving, full recompute) on the
+# DGX A100 data-sheet file, predicted TFLOP/s per GPU (the paper's FLOP formula over the predicted
+# step) against the published.
+SC21 = [("1.7B", 24, 2304, 24, 1, 1, 32, 512, 16, 1, 137),
+        ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 16, 1, 138),
+        ("7.5B", 32, 4096, 36, 4, 1, 128, 512, 16, 1, 142),
+        ("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 8, 1, 135),
+        ("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 4, 1, 138),
+        ("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 2, 3, 140),
+        ("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 2, 2, 148),
+        ("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 1, 2, 155),
+        ("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 1, 3, 163),
+        ("1T", 160, 25600, 128, 8, 64, 3072, 3072, 1, 1, 163)]
+sc21_rows = []
+for name, heads, h, layers, tp, pp, gpus, batch, mbs, vp, published in SC21:
+    layout = "tp=%d,pp=%d,dp=%d,schedule=%s,vp=%d,micro_batch_size=%d,recompute=1" % (
+        tp, pp, gpus // tp // pp, "interleaved" if vp > 1 else "1f1b", vp, mbs)
+    c = predict(os.path.join(root, "docs", "machines", "dgx-a100.json"),
+                "--layers %d --heads %d --dim %d --vocab 51200 --max-seq-len 2048 --precision bf16"
+                % (layers, heads, h), batch, 2048, gpus // 8, 8, layout)
+    flops = 96 * batch * 2048 * layers * h * h * (1 + 2048 / (6 * h) + 51200 / (16 * layers * h))
+    tflops = flops / (c["predicted"]["step_ms"] / 1e3) / gpus / 1e12
+    sc21_rows.append((name, tflops, published, c["fits"], c["predicted"]["peak_mb_per_rank"] / 1e3))
+    print("bench_plan: SC21 %-7s predicted %6.1f TFLOP/s/GPU, published %d (%+.1f%%)" %
+          (name, tflops, published, 100 * (tflops / published - 1)), flush=True)
+
 # ---- one node ----------------------------------------------------------------------------
 # A machine file per shape of allocation, each calibrated on that allocation (as a user would on
 # theirs): 1 rank x 2 threads, 2 ranks x 1, 4 ranks x 1 (twice the cores: oversubscribed).
@@ -277,6 +305,14 @@ for i, c, ms in top_rows:
           (i, c["command"].split(" --batch ")[1].split(" ", 4)[-1], c["predicted"]["step_ms"], ms))
 print("first choice %.1f ms against the best measured %.1f ms: within %.1f%% (target 10%%)" %
       (top_rows[0][2], best, 100 * (top_rows[0][2] / best - 1)))
+print("SC21 Table 1 on the DGX A100 data-sheet file, TFLOP/s per GPU:")
+for name, tflops, published, fits, peak in sc21_rows:
+    print("  %-7s predicted %6.1f, published %3d, error %+6.1f%%, peak %.1f GB%s" %
+          (name, tflops, published, 100 * (tflops / published - 1), peak,
+           "" if fits else " (does not fit 80 GB)"))
+sc21_errs = [abs(t / p - 1) for _, t, p, _, _ in sc21_rows]
+print("  median error %.1f%%, largest %.1f%%" % (100 * statistics.median(sc21_errs),
+                                                100 * max(sc21_errs)))
 print("3,072-GPU search (1T GPT on 384 DGX H100 nodes): %.1f s, %.1f s of processor time "
       "(target 60 s)" % search_s)
 if cluster_note:
