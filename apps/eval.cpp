@@ -1,8 +1,8 @@
 // mpiformer-eval: a driver. Parses flags, chooses --load's checkpoint on rank 0, builds the model
-// on the layout the flags give (as mpiformer-train would, without training) and scores
-// --eval-data. Input errors print once (from the lowest failing rank, normally rank 0) and every
-// rank exits with status 2; a stop signal ends the scoring early, with no score and status 3, as
-// it stops mpiformer-train (train/stop_signals.hpp).
+// on the layout the flags give (as mpiformer-train would, without training: no gradients or
+// optimizer state) and scores --eval-data. Input errors print once (from the lowest failing rank,
+// normally rank 0) and every rank exits with status 2; a stop signal ends the scoring early, with
+// no score and status 3, as it stops mpiformer-train (train/stop_signals.hpp).
 #include <mpi.h>
 
 #include <cstdio>
@@ -62,10 +62,14 @@ int evaluate(mpf::Runtime& runtime, int argc, char** argv) {
   mpf::RunInputs inputs;
   std::unique_ptr<mpf::TrainingRun> run;
   mpf::TaskResult result;
-  const bool ok =
-      mpf::all_ranks_succeed(world, [&] { inputs = mpf::load_inputs(opts.run, start, rank); }) &&
-      mpf::all_ranks_succeed(
-          world, [&] { run = std::make_unique<mpf::TrainingRun>(std::move(inputs), world); });
+  // The model alone: scoring trains nothing, so no gradients and no optimizer state.
+  auto load = [&] {
+    inputs = mpf::load_inputs(opts.run, start, rank);
+    inputs.model_only = true;
+  };
+  const bool ok = mpf::all_ranks_succeed(world, load) && mpf::all_ranks_succeed(world, [&] {
+                    run = std::make_unique<mpf::TrainingRun>(std::move(inputs), world);
+                  });
   if (!ok) return mpf::kExitBadInput;
   if (rank == 0) {
     std::printf("scoring %s\n", opts.run.eval_data.c_str());

@@ -95,8 +95,12 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
   const int64_t count = Parameters::slab_floats(shard, s.dp_cp);
   const int64_t state = s.zero ? count / s.dp_cp : count;
   const int64_t weights16 = s.bf16 ? count * int64_t(sizeof(bf16)) : 0;
-  add("parameters", count * f + weights16, s.bf16 ? "fp32, and their bf16 copy" : "fp32",
+  // The model alone (mpiformer-eval) holds no gradients and no optimizer state, and says so.
+  const std::string kept = s.bf16 ? "fp32, and their bf16 copy" : "fp32";
+  add("parameters", count * f + weights16,
+      s.model_only ? kept + "; the model alone: no gradients, no optimizer state" : kept,
       "--tp, --pp");
+  if (s.model_only) return;
   // Under ZeRO the summed gradients of this rank's shard, and staged, host copies of the slab.
   const int64_t zero_grads = s.zero ? state * f : 0;
   const int64_t staged = s.staged_mpi ? count * f + zero_grads : 0;

@@ -34,6 +34,8 @@ struct MemoryShape {
   int64_t bf16_scratch = 0;  // elements of each of Bf16Products' two operand buffers
   int dp_cp = 1;             // ranks whose gradients are summed (DP x CP)
   bool zero = false;
+  // The model alone (mpiformer-eval): no gradients and no optimizer state.
+  bool model_only = false;
   // A background save's host copy of the parameters and moments (--save with --save-async).
   bool checkpoint_staging = false;
   // --optimizer muon: its Newton-Schulz workspace (optim/muon.hpp), in floats; 0 without it.

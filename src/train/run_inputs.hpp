@@ -49,6 +49,8 @@ struct RunInputs {
   bool doc_token_after = false;              // it ends each document (EOS) instead of starting it
   std::optional<MetricsStart> metrics;       // rank 0, with --metrics: what its file keeps
   std::optional<EvalTask> eval_task;         // --eval-data
+  // mpiformer-eval: the model alone (its parameters and stage), no gradients or optimizer state.
+  bool model_only = false;
 };
 
 // Throws InputError for any bad file or flag, or a checkpoint that cannot be resumed. `start`:

@@ -82,7 +82,8 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
       resume_(in.resume),
       notes_(in.notes),
       warnings_(in.warnings),
-      metrics_start_(std::move(in.metrics)) {
+      metrics_start_(std::move(in.metrics)),
+      model_only_(in.model_only) {
   loss_window_ = OutlierWindow(opts_.outlier_window);
   norm_window_ = OutlierWindow(opts_.outlier_window);
   test_fault_ = test_fault_from_environment();
@@ -223,7 +224,12 @@ MemoryShape TrainingRun::memory_shape() const {
   }
   // Host memory: on a GPU the plan is of the device's (the staging copy is not in it).
   m.checkpoint_staging = !opts_.save.empty() && opts_.save_async == 1 && !kDeviceMemory;
-  if (opts_.optimizer == "muon") m.muon_work = muon_workspace_floats(shard_);
+  if (opts_.optimizer == "muon" && !model_only_) m.muon_work = muon_workspace_floats(shard_);
+  if (model_only_) {  // no gradients to sum: no reduction buffers either
+    m.model_only = true;
+    m.dp_bucket_bytes = 0;
+    m.tied_across_stages = false;
+  }
   return m;
 }
 
@@ -262,7 +268,7 @@ void TrainingRun::shard_model() {
   const StageOwnership own =
       stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
   // Padded to a multiple of the DP x CP size so ZeRO's buckets split evenly.
-  ModelOnLayout model = build_model(*grid_, cfg_, &own, grid_->dp_cp_size(), /*gradients=*/true);
+  ModelOnLayout model = build_model(*grid_, cfg_, &own, grid_->dp_cp_size(), !model_only_);
   groups_ = model.groups;
   shard_ = std::move(model.shard);
   params_ = std::move(model.params);
@@ -270,6 +276,10 @@ void TrainingRun::shard_model() {
 }
 
 void TrainingRun::set_up_optimizer() {
+  if (model_only_) {  // the parameters' files alone
+    state_files_ = std::make_unique<StateFiles>(*grid_, shard_, params_);
+    return;
+  }
   const TrainOptions& opts = opts_;
   AdamWConfig adam;
   adam.beta1 = opts.beta1;
@@ -320,8 +330,8 @@ void TrainingRun::load_state() {
   if (resume_) {
     Stopwatch load_clock;
     // --reset-optimizer: the parameters alone; the moments stay zero and the bias corrections
-    // start again.
-    if (opts_.reset_optimizer) {
+    // start again. The model alone (mpiformer-eval) reads only the parameters too.
+    if (opts_.reset_optimizer || model_only_) {
       load_checkpoint_parameters(*state_files_, *resume_);
     } else if (!RunSaver::resume_local(*this)) {
       // The node-local shards when newer and every rank holds them; else the global checkpoint.
@@ -329,7 +339,7 @@ void TrainingRun::load_state() {
     }
     if (resumed_from_.empty()) load_seconds_ = load_clock.seconds();
     const CheckpointInfo& c = resume_->info;
-    optimizer_->set_steps_taken(opts_.reset_optimizer ? 0 : c.step);
+    if (optimizer_) optimizer_->set_steps_taken(opts_.reset_optimizer ? 0 : c.step);
     first_step_ = int(c.step) + 1;
     tokens_seen_ = c.tokens_seen;
     loss_window_.restore(c.loss_window);

@@ -197,6 +197,8 @@ class TrainingRun {
   GPTConfig cfg_;
   std::unique_ptr<Grid> grid_;
   ParallelGroups groups_;  // the grid's, as the model was built with them (model_builder.hpp)
+  // mpiformer-eval's run: the model alone; grads_, the optimizer and the DP gradients stay empty.
+  bool model_only_ = false;
   std::vector<PlacementRow> placement_;  // every rank's, on rank 0
   int local_batch_ = 0;                  // rows of the global batch on this DP rank
   int local_seq_len_ = 0;                // positions of each row on this CP rank: T / cp

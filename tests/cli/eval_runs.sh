@@ -2,7 +2,8 @@
 # Evaluation in the loop (--eval-data, --eval-every) and mpiformer-eval: the eval lines at step 0,
 # every N steps and after the last, in the log and --metrics; the trained model's scores the same
 # when mpiformer-eval reads the saved file, on one rank, TP 2, PP 2, CP 2 and DP 2, and in a PP 2
-# training run; and every bad eval input refused with one error line.
+# training run; mpiformer-eval's memory plan without gradients or optimizer state; and every bad
+# eval input refused with one error line.
 source "$(dirname "$0")/common.sh"
 EVAL=${MPIFORMER_EVAL:?set MPIFORMER_EVAL to the mpiformer-eval binary}
 export OMP_NUM_THREADS=1
@@ -40,6 +41,19 @@ for layout in "1" "2 --tp 2" "2 --pp 2" "2 --cp 2" "2 --dp 2"; do
   [ -n "$want" ] && [ "$got" = "$want" ] && ok "mpiformer-eval ($ranks rank(s) $extra): $got" ||
     bad "mpiformer-eval ($ranks rank(s) $extra): '$got', the run's last eval '$want': $out"
 done
+
+# mpiformer-eval builds the model alone: its memory plan (shown by a refusal) holds the parameters
+# and no gradients or optimizer state, where a training run's of the same model holds both.
+plan_of() { grep -oE 'predicted peak .*' <<<"$1"; }
+ev=$("$EVAL" --init-from "$WORK/model.bin" --batch 8 --seq-len 32 --eval-data "$WORK/eval.bin" \
+     --threads 1 --memory-per-rank 0.001 2>&1)
+tr=$("$TRAIN" "${args[@]}" --memory-per-rank 0.001 2>&1)
+if plan_of "$ev" | grep -q 'parameters' && ! plan_of "$ev" | grep -qE 'gradients|optimizer' &&
+  plan_of "$tr" | grep -q 'gradients .* optimizer'; then
+  ok "mpiformer-eval's memory plan, the model alone: $(plan_of "$ev")"
+else
+  bad "mpiformer-eval's memory plan: '$(plan_of "$ev")'; training's: '$(plan_of "$tr")'"
+fi
 
 # The same run on PP 2 scores the same at every eval.
 timeout 120 "$MPIEXEC" -n 2 "$TRAIN" "${args[@]}" --pp 2 >"$WORK/pp.log" 2>&1
