@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/stopwatch.hpp"
 #include "io/output_file.hpp"
+#include "parallel/agreement.hpp"
 #include "parallel/grid.hpp"
 
 namespace mpf {
@@ -260,18 +261,35 @@ SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::s
   SaveReport report;
   report.path = checkpoint::path(root, info.step);
   std::string error, partial;
+  // A rank's own work between the collectives may throw (on a background writer thread an
+  // escaped exception would end the process): it becomes this rank's error, the rank goes on
+  // through the same collectives, and the ranks agree on it before anything is published.
+  auto guarded = [&error](const auto& work) {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      if (error.empty()) error = std::string("the save failed: ") + e.what();
+    } catch (...) {
+      if (error.empty()) error = "the save failed (an unknown exception)";
+    }
+  };
   if (rank == 0) {
-    // This run saves one at a time: a partial of its own is a save of it that was cut off. The
-    // others' were looked at when the lock was taken (checkpoint/save_lock.hpp).
-    report.notes = checkpoint::remove_dead_partials(root, nullptr, /*own_only=*/true);
-    error = checkpoint::create_partial(root, info.step, partial);
+    guarded([&] {
+      // This run saves one at a time: a partial of its own is a save of it that was cut off.
+      // The others' were looked at when the lock was taken (checkpoint/save_lock.hpp).
+      report.notes = checkpoint::remove_dead_partials(root, nullptr, /*own_only=*/true);
+      error = checkpoint::create_partial(root, info.step, partial);
+    });
   }
   error = broadcast(error, 0, world);
   partial = broadcast(partial, 0, world);
   std::vector<Digest> model, moments;
   if (error.empty())
     error = files.write_model(checkpoint::model_file_in(partial, info.step), model);
-  if (between_files) between_files();
+  if (between_files) guarded(between_files);
+  // Agreed before the next collective: a rank whose own work failed still makes it with the
+  // others (write_model's error is agreed already).
+  error = first_error(world, error);
   if (error.empty()) {
     error = files.write_optimizer(checkpoint::optimizer_file_in(partial, info.step), moments);
   }
@@ -281,25 +299,32 @@ SaveReport save_checkpoint(const StateFiles& files, MPI_Comm world, const std::s
     if (!bad.empty() || !bad_m.empty()) error = (bad.empty() ? bad_m : bad) + ": not saved";
   }
   if (rank == 0) {
-    if (error.empty()) {
+    guarded([&] {
+      if (!error.empty()) return;
       for (int i = 0; i < kNumParameterTensors; ++i) {
         info.params_checksum[i] = model[i].checksum;
         info.m_checksum[i] = moments[i].checksum;
         info.v_checksum[i] = moments[kNumParameterTensors + i].checksum;
       }
       error = checkpoint::write_text(checkpoint::state_file_in(partial, info.step), to_text(info));
-    }
-    if (error.empty()) error = checkpoint::commit(root, info.step, partial);
-    if (!error.empty() && !partial.empty()) checkpoint::remove(partial, info.step);
+      if (error.empty()) error = checkpoint::commit(root, info.step, partial);
+    });
+    if (!error.empty() && !partial.empty())
+      guarded([&] { checkpoint::remove(partial, info.step); });
+    // Published: a failure of --keep-last's removals is a note, not the save's error.
     if (error.empty() && keep_last > 0) {
-      const std::vector<int64_t> steps = checkpoint::list_steps(root);
-      for (size_t i = 0; i + size_t(keep_last) < steps.size(); ++i) {
-        if (steps[i] == info.step) continue;
-        const std::string dir = checkpoint::path(root, steps[i]);
-        const std::string kept = checkpoint::remove(dir, steps[i]);
-        report.notes.push_back(kept.empty() ? "removed " + dir + " (--keep-last " +
-                                                  std::to_string(keep_last) + ")"
-                                            : kept);
+      try {
+        const std::vector<int64_t> steps = checkpoint::list_steps(root);
+        for (size_t i = 0; i + size_t(keep_last) < steps.size(); ++i) {
+          if (steps[i] == info.step) continue;
+          const std::string dir = checkpoint::path(root, steps[i]);
+          const std::string kept = checkpoint::remove(dir, steps[i]);
+          report.notes.push_back(kept.empty() ? "removed " + dir + " (--keep-last " +
+                                                    std::to_string(keep_last) + ")"
+                                              : kept);
+        }
+      } catch (const std::exception& e) {
+        report.notes.push_back(std::string("--keep-last stopped: ") + e.what());
       }
     }
   }

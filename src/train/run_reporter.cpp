@@ -365,6 +365,7 @@ void RunReporter::checkpoint(int step, double stall, double write, double waited
              .number("stall_s", stall)
              .number("write_s", write)
              .number("wait_s", waited)
+             .number("overlap", save_overlap(write, waited, background))
              .number("gb", double(bytes) / 1e9)
              .text("status", ok ? "saved" : "failed"));
 }

@@ -44,6 +44,12 @@ class RunReporter {
   void validation(int step, double loss) const;
   // A checkpoint's figures (--metrics): the step's stall (a background save's copy, else the
   // whole save), the write's seconds, a wait for the previous one, its bytes.
+  // A save's overlap: the fraction of its write's time during which training ran (not waited
+  // for); 0 for a synchronous save.
+  static double save_overlap(double write, double waited, bool background) {
+    if (!background || write <= 0) return 0;
+    return waited >= write ? 0 : 1 - waited / write;
+  }
   void checkpoint(int step, double stall, double write, double waited, int64_t bytes,
                   bool background, bool ok) const;
   void task(int step, const TaskResult& r) const;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "generate/tokenizer_file.hpp"
 #include "io/output_file.hpp"
 #include "parallel/agreement.hpp"
+#include "train/run_reporter.hpp"
 #include "train/settings.hpp"
 #include "train/test_fault.hpp"
 #include "train/trainer.hpp"
@@ -208,6 +210,10 @@ void RunSaver::save_local(int step) {
   // find a complete set.
   error = first_error(r.grid_->world_comm(), error);
   if (error.empty()) local_tier::remove_stale(dir, local_key_, step);
+  if (error.empty() && step > newest_step_) {
+    newest_ = "the local shards of step " + std::to_string(step) + " in " + dir;
+    newest_step_ = step;
+  }
   if (r.is_root()) {
     if (error.empty()) {
       std::printf(
@@ -225,6 +231,10 @@ void RunSaver::save_local(int step) {
 
 RunSaver::RunSaver(TrainingRun& run, std::string newest) : run_(run), newest_(std::move(newest)) {
   const TrainingRun& r = run_;
+  // Resumed from local shards: they are what a restart would take (`newest` names a global
+  // checkpoint of their step, which does not exist).
+  if (r.resume_) newest_step_ = int(r.resume_->info.step);
+  if (!r.resumed_from_.empty()) newest_ = r.resumed_from_;
   if (!r.opts_.save_local.empty()) local_key_ = local_key(r);
   if (r.opts_.save.empty() || r.opts_.save_async == 0) return;
   background_ = std::make_unique<Background>();
@@ -302,10 +312,24 @@ bool RunSaver::save_in_background(int step) {
   const StateFiles files =
       r.state_files_->on_host_copy(b.comm, b.slab.data(), b.m.data(), b.v.data());
   const double delay = test_save_delay_from_environment(step);
-  auto write = [&b, files, info, root = r.opts_.save, keep = r.opts_.keep_last, delay] {
-    b.report = save_checkpoint(files, b.comm, root, info, keep, [delay] {
-      if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-    });
+  const bool fail = test_save_failure_from_environment(step, r.grid_->world_rank());
+  auto write = [&b, files, info, root = r.opts_.save, keep = r.opts_.keep_last, delay, fail] {
+    // Nothing may escape the writer thread (std::terminate): save_checkpoint turns a failure
+    // between its collectives into the error every rank agrees on; one that escapes it anyway
+    // is this rank's error (the others' writers may then wait in a collective: the watchdog's
+    // --step-timeout times that wait at the next save or the end).
+    try {
+      b.report = save_checkpoint(files, b.comm, root, info, keep, [delay, fail] {
+        if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+        if (fail) throw std::runtime_error("MPIFORMER_TEST_SAVE_FAIL: the writer thread threw");
+      });
+    } catch (const std::exception& e) {
+      b.report = SaveReport{};
+      b.report.error = std::string("the writer thread failed: ") + e.what();
+    } catch (...) {
+      b.report = SaveReport{};
+      b.report.error = "the writer thread failed (an unknown exception)";
+    }
     b.done = true;
   };
   if (r.is_root()) {
@@ -345,9 +369,14 @@ bool RunSaver::report(int step, const SaveReport& report, double stall, double w
   if (r.is_root()) {
     for (const std::string& note : report.notes) std::printf("checkpoint: %s\n", note.c_str());
     if (report.error.empty()) {
-      std::printf("checkpoint: saved step %d to %s | %.2f GB in %.2f s = %.2f GB/s\n", step,
+      char overlap[48] = "";
+      if (background) {
+        std::snprintf(overlap, sizeof overlap, " | overlapped with training %.0f%%",
+                      100 * RunReporter::save_overlap(report.seconds, waited, true));
+      }
+      std::printf("checkpoint: saved step %d to %s | %.2f GB in %.2f s = %.2f GB/s%s\n", step,
                   report.path.c_str(), report.bytes / 1e9, report.seconds,
-                  report.bytes / 1e9 / report.seconds);
+                  report.bytes / 1e9 / report.seconds, overlap);
     } else {
       print_error(
           "saving the checkpoint of step %d failed: %s. Nothing of it is visible; "
@@ -360,7 +389,12 @@ bool RunSaver::report(int step, const SaveReport& report, double stall, double w
   }
   r.reporter_->checkpoint(step, stall, report.seconds, waited, report.bytes, background,
                           report.error.empty());
-  if (report.error.empty()) newest_ = report.path;
+  // A global save reported after newer local shards were written (it wrote in the background
+  // meanwhile) is not what a restart takes.
+  if (report.error.empty() && step >= newest_step_) {
+    newest_ = report.path;
+    newest_step_ = step;
+  }
   return report.error.empty();
 }
 

@@ -61,8 +61,16 @@ class RunSaver {
   static void tidy_local_dir(const TrainingRun& run);
   bool save_llmc() const;
   bool save_hf() const;
-  // The checkpoint saved or loaded last, for messages; "" if none.
+  // The newest checkpoint a restart with --load would resume from, for messages: the global one
+  // saved (published) or loaded last, or the --save-local shards written or resumed from last
+  // when newer; "" if none.
   const std::string& newest() const { return newest_; }
+  // newest(), once the background write in flight (if any) has ended and been reported: a run
+  // that stops at once (diverged) names the checkpoint that write published. Collective.
+  const std::string& newest_after_write() {
+    finish_background();
+    return newest_;
+  }
 
  private:
   struct Background;
@@ -80,6 +88,7 @@ class RunSaver {
 
   TrainingRun& run_;
   std::string newest_;
+  int newest_step_ = 0;                     // newest_'s step
   std::unique_ptr<Background> background_;  // with --save-async
   local_tier::ShardKey local_key_;          // with --save-local
 };

@@ -29,6 +29,11 @@ void arm_test_hang_from_environment(int world_rank);
 // be cut off, or waited for). 0 if unset or an earlier step.
 double test_save_delay_from_environment(int step);
 
+// MPIFORMER_TEST_SAVE_FAIL=STEP:RANK: world rank RANK's background writer throws (as a library
+// call that fails with an exception would) between its model file and its optimizer file in the
+// save of step STEP. False if unset or another step or rank.
+bool test_save_failure_from_environment(int step, int world_rank);
+
 // Applies `fault` to `grads` (n floats) when this is its step and rank.
 void apply_test_fault(const TestFault& fault, int step, int world_rank, float* grads, int64_t n);
 

@@ -49,8 +49,8 @@ TrainResult TrainingRun::train() {
       if (s.rerun) reporter_->rerun(s);
       if (!s.diverged) tally(s, result);
       if (s.skipped) reporter_->skip(s);
-      result.status =
-          s.diverged ? reporter_->divergence(s.log, saver_->newest()) : after_step(s.log);
+      result.status = s.diverged ? reporter_->divergence(s.log, saver_->newest_after_write())
+                                 : after_step(s.log);
     }
   }
   // The process never exits with a background save in flight (a divergence or a failed save

@@ -45,6 +45,10 @@ constexpr size_t kRecordBytes = 512;
 // (firing at about the same moment) prints the table before the launcher ends the job.
 constexpr unsigned kOthersWaitSeconds = 5;
 
+// Every record file starts with this, and only a file named rank_NNNNN that does is removed or
+// rewritten: the directory may hold a file of the user's (or another program's) of that name.
+constexpr char kRecordMarker[] = "mpiformer-rank-record ";
+
 std::string record_file(const std::string& dir, int rank) {
   char name[32];
   std::snprintf(name, sizeof name, "/rank_%05d", rank);
@@ -92,11 +96,31 @@ void ask_for_rank_table() {
 }
 
 namespace {
-// Removes a record directory: its rank files, then itself if nothing else is in it.
+// Whether `path` is a record file this program wrote: a regular file of a record's size that
+// starts with the marker.
+bool own_record(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || size_t(st.st_size) != kRecordBytes)
+    return false;
+  char head[sizeof kRecordMarker] = "";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  const ssize_t got = pread(fd, head, sizeof kRecordMarker - 1, 0);
+  close(fd);
+  return got == ssize_t(sizeof kRecordMarker - 1) &&
+         std::memcmp(head, kRecordMarker, sizeof kRecordMarker - 1) == 0;
+}
+
+// Removes a record directory: the record files in it (named rank_NNNNN and holding a record;
+// nothing else), then itself if nothing else is in it.
 void remove_records(const std::string& dir) {
   if (DIR* d = opendir(dir.c_str())) {
     while (const dirent* e = readdir(d)) {
-      if (std::strncmp(e->d_name, "rank_", 5) == 0) unlink((dir + "/" + e->d_name).c_str());
+      int rank = -1, used = 0;
+      const bool named = std::sscanf(e->d_name, "rank_%d%n", &rank, &used) == 1 && rank >= 0 &&
+                         e->d_name[used] == '\0' && used >= 10;
+      const std::string path = dir + "/" + e->d_name;
+      if (named && own_record(path)) unlink(path.c_str());
     }
     closedir(d);
   }
@@ -166,8 +190,23 @@ Watchdog::Watchdog(double timeout_seconds, int world_rank, int world_size, std::
   gethostname(host_, sizeof host_ - 1);
   rank_activity().claim_writer();  // the main thread's, which runs the steps
   if (!record_dir_.empty()) {
-    record_fd_ = open(record_file(record_dir_, rank_).c_str(),
-                      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // A new file, or one of this program's records: never a file someone else put there.
+    const std::string path = record_file(record_dir_, rank_);
+    record_fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (record_fd_ < 0 && errno == EEXIST && own_record(path)) {
+      record_fd_ = open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    }
+    if (record_fd_ < 0) {
+      std::fprintf(stderr,
+                   "warning: rank %d keeps no watchdog record: %s exists and is no record this "
+                   "program wrote (left as it is)\n",
+                   rank_, path.c_str());
+    }
+    // Written at once: a record file is never seen without its marker.
+    Seen start;
+    start.line = "rank " + std::to_string(rank_) + " (host " + host_ + "): starting";
+    start.since = wall_seconds();
+    write_record(start, start.since);
   }
   thread_ = std::thread([this] { watch(); });
 }
@@ -239,8 +278,8 @@ void Watchdog::write_record(const Seen& own, double checked) {
   if (record_fd_ < 0) return;
   char text[kRecordBytes];
   std::memset(text, ' ', sizeof text);
-  const int n = std::snprintf(text, sizeof text, "%.3f %.3f %d %s", own.since, checked,
-                              own.in_mpi ? 1 : 0, own.line.c_str());
+  const int n = std::snprintf(text, sizeof text, "%s%.3f %.3f %d %s", kRecordMarker, own.since,
+                              checked, own.in_mpi ? 1 : 0, own.line.c_str());
   if (n >= 0 && size_t(n) < sizeof text) text[n] = ' ';
   text[sizeof text - 1] = '\n';
   const ssize_t ignored = pwrite(record_fd_, text, sizeof text, 0);
@@ -261,9 +300,13 @@ std::string Watchdog::read_record(int rank, double now) const {
   int in_mpi = 0, used = 0;
   if (got > 0) {
     text[got] = '\0';
-    if (std::sscanf(text, "%lf %lf %d %n", &since, &checked, &in_mpi, &used) < 3 || used == 0) {
+    const size_t mark = sizeof kRecordMarker - 1;
+    if (std::strncmp(text, kRecordMarker, mark) != 0 ||
+        std::sscanf(text + mark, "%lf %lf %d %n", &since, &checked, &in_mpi, &used) < 3 ||
+        used == 0) {
       got = 0;
     }
+    used += int(mark);
   }
   if (got <= 0) {
     return "rank " + std::to_string(rank) +

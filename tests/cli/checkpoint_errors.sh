@@ -282,6 +282,24 @@ local_run 1 fallback.log --steps 8
 rc=$?
 local_fallback "another layout (1 rank)" "^warning: --save-local $L/loc holds local shards of this run written by another layout.*never used to reshard" 1
 
+# A divergence names what a restart would resume from: resumed from the local shards of step 6,
+# diverged at step 7 before any save, it names them (not a global step_00000006, which does not
+# exist); a run that wrote local shards of step 6 after the global step 4 names the shards too.
+rm -rf "$L" && cp -r "$WORK/local0" "$L"
+MPIFORMER_TEST_FAULT=7:0:inf local_run 2 div_local.log --steps 8
+rc=$?
+rm -rf "$L"
+MPIFORMER_TEST_FAULT=7:0:inf local_run 2 div_local2.log --steps 8
+rc2=$?
+shards_named="newest checkpoint is the local shards of step 6 in $L/loc"
+if [ "$rc" -eq 4 ] && [ "$rc2" -eq 4 ] &&
+  grep -q "^error: step 7: .*training diverged.*$shards_named (newer than $L/ck/step_00000004): resume from it" "$WORK/div_local.log" &&
+  grep -q "^error: step 7: .*training diverged.*$shards_named: resume from it" "$WORK/div_local2.log"; then
+  ok "a divergence after local shards names them: resumed from them, and written after the global step 4"
+else
+  bad "a divergence after local shards: exit $rc, $rc2: $(grep -h '^error' "$WORK/div_local.log" "$WORK/div_local2.log")"
+fi
+
 # A run that goes back (--load-step) removes the local shards of the history it left at once: a
 # restart before its own first local save must not return to them.
 rm -rf "$L" && cp -r "$WORK/local0" "$L"
@@ -322,6 +340,17 @@ if [ $rc -eq 4 ] && grep -qE "^error: step ([0-9]+): loss .*training diverged; t
   fi
 else
   bad "--lr 1e6: exit $rc, $line"
+fi
+# Diverged while the background write of step 2 is in flight (2 s slow): the write is finished
+# and the message names the checkpoint it published.
+MPIFORMER_TEST_SAVE_DELAY=2:2 MPIFORMER_TEST_FAULT=3:0:inf "$TRAIN" "${args[@]}" --steps 4 \
+  --save "$WORK/div2" --save-every 2 >"$WORK/div2.log" 2>&1
+rc=$?
+if [ $rc -eq 4 ] && [ "$(cat "$WORK/div2/latest")" = step_00000002 ] &&
+  grep -q "^error: step 3: .*training diverged.*newest checkpoint is $WORK/div2/step_00000002: resume" "$WORK/div2.log"; then
+  ok "diverged with a background write in flight: the message names the checkpoint it published"
+else
+  bad "diverged with a write in flight: exit $rc: $(grep '^error' "$WORK/div2.log")"
 fi
 
 finish

@@ -149,6 +149,9 @@ if grep -qE '^checkpoint: staged step 2 in [0-9.]+ s \(the step.s stall\); writi
   ! grep -q '^checkpoint: staged' "$WORK/sync.log" &&
   grep -q '"kind":"save","step":2,"mode":"background","stall_s":' "$WORK/async.jsonl" &&
   grep -q '"kind":"save","step":4,"mode":"synchronous"' "$WORK/async.jsonl" &&
+  grep -qE '"kind":"save","step":2,"mode":"background",.*"overlap":[0-9.e+-]+,' "$WORK/async.jsonl" &&
+  grep -qE '"kind":"save","step":4,"mode":"synchronous",.*"overlap":0,' "$WORK/async.jsonl" &&
+  grep -qE '^checkpoint: saved step 2 .* GB/s \| overlapped with training [0-9]+%$' "$WORK/async.log" &&
   [ -n "$(ckpt_files "$WORK/async/step_00000002")" ] &&
   [ "$(ckpt_files "$WORK/async/step_00000002")" = "$(ckpt_files "$WORK/sync/step_00000002")" ] &&
   [ "$(ckpt_files "$WORK/async/step_00000004")" = "$(ckpt_files "$WORK/sync/step_00000004")" ] &&
@@ -167,6 +170,31 @@ if [ "$(numbers "$WORK/resumed.log")" = "$(numbers "$WORK/async.log" | sed -n '3
   ok "resumed from a background save: steps 3-4 and the final checkpoint bit for bit"
 else
   bad "resumed from a background save: the steps differ"; tail -3 "$WORK/resumed.log"
+fi
+# An exception on rank 1's writer thread mid-write (between the model file and the optimizer
+# file of step 4) is reported at the next save, on every rank: exit 6, one error line, step 2
+# still `latest`, nothing of step 4 left. The run's ranks/ directory keeps what a user put there
+# (a file named like a watchdog record, and another): only the watchdog's own records go.
+mkdir -p "$WORK/wfail/ranks" && echo "my notes" >"$WORK/wfail/ranks/rank_00001" &&
+  echo "more notes" >"$WORK/wfail/ranks/rank_old.txt"
+MPIFORMER_TEST_SAVE_FAIL=4:1 "$MPIEXEC" -n 2 "$TRAIN" "${tiny[@]}" --steps 8 --save-every 2 \
+  --save "$WORK/wfail" >"$WORK/wfail.log" 2>&1
+status=$?
+if [ "$status" -eq 6 ] && [ "$(grep -c '^error:' "$WORK/wfail.log")" -eq 1 ] &&
+  grep -q "^error: saving the checkpoint of step 4 failed: .*MPIFORMER_TEST_SAVE_FAIL.*$WORK/wfail/step_00000002 and $WORK/wfail/latest are intact" "$WORK/wfail.log" &&
+  [ "$(cat "$WORK/wfail/latest")" = step_00000002 ] && [ ! -e "$WORK/wfail/step_00000004" ] &&
+  ! ls -d "$WORK"/wfail/*.partial-* >/dev/null 2>&1; then
+  ok "an exception on a writer thread: reported at the next save, exit 6, step 2 intact"
+else
+  bad "an exception on a writer thread: exit $status"; grep -E '^(checkpoint|error|fatal)|terminate' "$WORK/wfail.log"
+fi
+if [ "$(cat "$WORK/wfail/ranks/rank_00001" 2>/dev/null)" = "my notes" ] &&
+  [ "$(cat "$WORK/wfail/ranks/rank_old.txt" 2>/dev/null)" = "more notes" ] &&
+  [ "$(ls "$WORK/wfail/ranks" | wc -l)" -eq 2 ] &&
+  grep -q "^warning: rank 1 keeps no watchdog record: $WORK/wfail/ranks/rank_00001 exists and is no record this program wrote" "$WORK/wfail.log"; then
+  ok "the watchdog's records leave a user's files in ranks/ as they are"
+else
+  bad "a user's files in ranks/: $(ls "$WORK/wfail/ranks"), $(cat "$WORK/wfail/ranks/rank_00001" 2>&1)"
 fi
 # SIGKILL of rank 1 while the save of step 4 is written (60 s slow): `latest` stays at step 2,
 # and the next run resumes from it (on the 4-step run's schedule: the same steps 3 and 4).
