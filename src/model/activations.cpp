@@ -67,8 +67,35 @@ struct MoeSizes {
   int64_t scratch_rows() const { return ep > 1 ? 2 * mlp_rows : 0; }
 };
 
+// The one-op scratch of a set (ChunkPieces::shared_scratch): floats, but h in bf16 values.
+struct ScratchSizes {
+  int64_t partial = 0, staging = 0, h = 0, moe = 0;
+};
+ScratchSizes scratch_sizes(const Activations& a) {
+  const TpShard& s = a.shard;
+  const int64_t L = a.chunk.recompute ? 0 : a.chunk.layers, R = a.seq.rows, C = a.cfg.channels;
+  const MoeSizes moe(s, R);
+  ScratchSizes z;
+  z.partial = a.seq.on ? R * C : 0;
+  z.staging = L > 0 && a.chunk.bf16 ? R * bf16_staging_width(s) : 0;
+  z.h = L > 0 && bf16_kept(a.cfg, a.chunk).fch ? moe.mlp_rows * s.fc : 0;
+  z.moe = L > 0 ? moe.scratch_rows() * C : 0;
+  return z;
+}
+
+void carve_scratch(Activations& a, SlabCarver& k) {
+  const ScratchSizes z = scratch_sizes(a);
+  a.partial = k.take(z.partial);
+  a.staging = k.take(z.staging);
+  a.h_scratch = k.take16(z.h);
+  a.moe_scratch = k.take(z.moe);
+}
+
 void carve(Activations& a, SlabCarver& k) {
   const TpShard& s = a.shard;
+  // Shared scratch: bound later (bind_scratch), none of it in the slab.
+  const ScratchSizes z = scratch_sizes(a);
+  const int64_t own = a.chunk.shared_scratch ? 0 : 1;
   // Under recomputation only residual3 (the block outputs) is kept for all L blocks.
   const int64_t B = a.B, T = a.T, C = a.cfg.channels, L = a.chunk.recompute ? 0 : a.chunk.layers;
   const int64_t R = a.seq.rows, Rl = a.seq.local_rows, H = a.chunk.head ? 1 : 0;
@@ -78,9 +105,9 @@ void carve(Activations& a, SlabCarver& k) {
   a.rope_sin = k.take(rope);
   a.input = k.take(Rl * C);
   a.output_grad = k.take(a.chunk.head ? 0 : Rl * C);
-  a.partial = k.take(a.seq.on ? R * C : 0);
+  a.partial = k.take(own * z.partial);
   const Bf16Kept b16 = bf16_kept(a.cfg, a.chunk);
-  a.staging = k.take(L > 0 && a.chunk.bf16 ? R * bf16_staging_width(s) : 0);
+  a.staging = k.take(own * z.staging);
   a.ln1 = k.take(b16.ln1 ? 0 : L * R * C);
   a.ln1_bf16 = k.take16(b16.ln1 ? L * R * C : 0);
   a.ln1_mean = k.take(M * L * Rl);
@@ -106,14 +133,14 @@ void carve(Activations& a, SlabCarver& k) {
   a.fch_gelu = k.take(b16.fch_gelu ? 0 : L * moe.mlp_rows * s.fc);
   // With fch kept, GELU's or SwiGLU's output is one block's scratch (formed again in W).
   a.fch_gelu_bf16 = k.take16(b16.fch_gelu && !b16.fch ? L * moe.mlp_rows * s.fc : 0);
-  a.h_scratch = k.take16(L > 0 && b16.fch ? moe.mlp_rows * s.fc : 0);
+  a.h_scratch = k.take16(own * z.h);
   a.mlp_out = k.take(post * L * Rl * C);
   a.router_probs = k.take(L * R * moe.E);
   a.gates = k.take(L * moe.slots);
   a.moe_stats = k.take(L * 2 * B * moe.E);
   a.moe_in = k.take(L * moe.expert_rows() * C);
   a.moe_out = k.take(L * moe.slots * C);
-  a.moe_scratch = k.take(L > 0 ? moe.scratch_rows() * C : 0);
+  a.moe_scratch = k.take(own * z.moe);
   const int64_t S = a.cfg.shared_expert() ? 1 : 0;
   a.shared_fch = k.take(S * L * R * 2 * s.shared_fc);
   a.shared_h = k.take(S * L * R * s.shared_fc);
@@ -296,6 +323,19 @@ int64_t Activations::bytes(const TpShard& shard, const ChunkPieces& chunk, int B
                            bool sequence_parallel) {
   Activations a = describe(shard, chunk, B, T, sequence_parallel);
   return floats_of(a) * int64_t(sizeof(float));
+}
+
+int64_t Activations::scratch_bytes(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
+                                   bool sequence_parallel) {
+  Activations a = describe(shard, chunk, B, T, sequence_parallel);
+  SlabCarver counter(nullptr);
+  carve_scratch(a, counter);
+  return counter.used() * int64_t(sizeof(float));
+}
+
+void Activations::bind_scratch(float* base) {
+  SlabCarver binder(base);
+  carve_scratch(*this, binder);
 }
 
 LayerActivations Activations::layer(int l) const {

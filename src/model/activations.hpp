@@ -41,6 +41,10 @@ struct ChunkPieces {
   // Products in bf16 (--precision bf16): the activations autocast keeps in bf16 (bf16_kept) are
   // kept rounded to bf16, in half the bytes.
   bool bf16 = false;
+  // The one-op scratch (bf16's staging and GELU/SwiGLU scratch, SP's row-parallel partial sums,
+  // EP's dispatch buffers) left out of the set's slab: the owner binds it (bind_scratch) to
+  // memory its sets share, as one op runs at a time and none reads another's scratch.
+  bool shared_scratch = false;
 };
 
 // Which activations a set with chunk.bf16 keeps in bf16, where autocast keeps them in bf16: the
@@ -210,6 +214,11 @@ struct Activations {
   // The bytes allocate() would take.
   static int64_t bytes(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
                        bool sequence_parallel = false);
+  // The bytes of the one-op scratch a set of `chunk` takes in its slab without shared_scratch.
+  static int64_t scratch_bytes(const TpShard& shard, const ChunkPieces& chunk, int B, int T,
+                               bool sequence_parallel = false);
+  // Binds a set allocated with chunk.shared_scratch to the scratch at `base` (scratch_bytes).
+  void bind_scratch(float* base);
   // Block i of the chunk (0 <= i < chunk.layers).
   LayerActivations layer(int i) const;
   // The input of block i: the chunk's input for i = 0, else block i-1's output.

@@ -68,8 +68,16 @@ ModelStage::ModelStage(const TpShard& shard, const ParallelGroups& groups,
     expert_load_ =
         Slab("mpf::stage::expert_load", int64_t(shard.local_layers()) * shard.cfg.experts);
   }
+  // A microbatch in flight keeps what its backward reads, not a copy of the one-op scratch.
+  int64_t scratch = 0;
+  for (ChunkPieces& c : chunks_) {
+    c.recompute = c.recompute || recompute;
+    c.shared_scratch = true;
+    scratch = std::max(
+        scratch, Activations::scratch_bytes(shard, c, micro_batch, seq_len, sequence_parallel));
+  }
+  scratch_ = Slab("mpf::stage::scratch", scratch / int64_t(sizeof(float)));
   if (!recompute) return;
-  for (ChunkPieces& c : chunks_) c.recompute = true;
   ChunkPieces one_block;
   one_block.layers = 1;
   one_block.embedding = one_block.head = false;
@@ -83,6 +91,7 @@ std::unique_ptr<Activations> ModelStage::allocate(const ChunkPieces& chunk) cons
   a->ring = ring_.get();
   a->groups = groups_;
   a->attention = attention_;
+  if (chunk.shared_scratch) a->bind_scratch(scratch_.data());
   return a;
 }
 

@@ -98,10 +98,11 @@ class ModelStage : public pipeline::StageOps {
   // from a B to its W).
   int64_t microbatch_bytes() const;
   int64_t weight_input_bytes() const;
-  // The backward buffers, under recomputation the one-block workspace, and the ring's messages.
+  // The backward buffers, the sets' shared scratch, under recomputation the one-block workspace,
+  // and the ring's messages.
   int64_t buffer_bytes() const {
-    return bytes_of(buffers_.slab) + (workspace_ ? bytes_of(workspace_->slab) : 0) +
-           (ring_ ? ring_->buffer_bytes() : 0);
+    return bytes_of(buffers_.slab) + bytes_of(scratch_) +
+           (workspace_ ? bytes_of(workspace_->slab) : 0) + (ring_ ? ring_->buffer_bytes() : 0);
   }
   // Where this rank's rows sit in each sequence.
   const PositionRuns& positions() const { return positions_; }
@@ -175,6 +176,8 @@ class ModelStage : public pipeline::StageOps {
   PipelineP2P p2p_;
   BackwardBuffers buffers_;
   std::unique_ptr<Activations> workspace_;  // --recompute: one block's activations
+  // The one-op scratch every set of activations shares (ChunkPieces::shared_scratch).
+  Slab scratch_;
   std::vector<std::vector<std::unique_ptr<Activations>>> pool_;  // per chunk
   std::vector<std::vector<Activations*>> free_;                  // per chunk
   std::map<Key, Activations*> live_;

@@ -191,6 +191,12 @@ void add_buffer_terms(const MemoryShape& s, int sets, const Terms& add) {
   one_block.embedding = one_block.head = false;
   one_block.bf16 = s.bf16;
   int64_t work = BackwardBuffers::bytes(shard, s.micro_batch, s.seq_len, s.sequence_parallel);
+  int64_t scratch = 0;  // the sets' one-op scratch, which they share
+  for (const ChunkPieces& c : s.chunks) {
+    scratch = std::max(scratch, Activations::scratch_bytes(shard, c, s.micro_batch, s.seq_len,
+                                                           s.sequence_parallel));
+  }
+  work += scratch;
   if (s.recompute) {
     work += Activations::bytes(shard, one_block, s.micro_batch, s.seq_len, s.sequence_parallel);
   }

@@ -347,6 +347,7 @@ TEST(Bf16Activations, SetsAndTheMemoryPlanCountTheSavedBytes) {
     };
     ChunkPieces whole32 = whole_stage(shard), whole16 = whole32;
     whole16.bf16 = true;
+    whole32.shared_scratch = whole16.shared_scratch = true;  // the staging: one, in the workspace
     EXPECT_EQ(activations(false) - activations(true),
               Activations::bytes(shard, whole32, B, T) - Activations::bytes(shard, whole16, B, T));
   }
@@ -409,6 +410,44 @@ ActivationFigure activation_figure(const TpShard& shard, int B, int T, bool sp) 
   return f;
 }
 }  // namespace
+
+// A microbatch in flight keeps what its backward reads: the one-op scratch (bf16's staging and
+// GELU/SwiGLU scratch, SP's partial sums, EP's dispatch buffers) is the stage's, shared by its
+// sets, and the memory plan counts it once, in the workspace.
+TEST(ActivationBytes, SetsShareTheirOneOpScratch) {
+  GPTConfig mixtral = tiny_llama();
+  mixtral.arch = Arch::kMixtral;
+  mixtral.experts = 2;
+  mixtral.experts_per_token = 2;
+  for (const GPTConfig& cfg : {tiny_gpt2(), tiny_llama(), mixtral}) {
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(std::string(arch_name(cfg.arch)) + (bf16 ? " bf16" : " fp32"));
+      const int B = 2, T = 6;
+      const TpShard shard = make_tp_shard(cfg, 0, 2);
+      ChunkPieces own = whole_stage(shard);
+      own.bf16 = bf16;
+      ChunkPieces shared = own;
+      shared.shared_scratch = true;
+      const int64_t scratch = Activations::scratch_bytes(shard, own, B, T, true);
+      const int64_t R = B * T, C = cfg.channels;
+      // SP's partial sums at least; bf16 adds the staging and GELU's or SwiGLU's scratch.
+      EXPECT_GE(scratch, 4 * R * C + (bf16 ? 4 * R * bf16_staging_width(shard) : 0));
+      EXPECT_EQ(Activations::bytes(shard, own, B, T, true),
+                Activations::bytes(shard, shared, B, T, true) + scratch);
+      std::vector<float> memory(size_t(scratch / 4));
+      Activations a = Activations::allocate(shard, shared, B, T, true);
+      EXPECT_EQ(a.staging.extent(0), 0u);
+      a.bind_scratch(memory.data());
+      const Activations b = Activations::allocate(shard, own, B, T, true);
+      EXPECT_EQ(a.partial.data(), memory.data());
+      EXPECT_EQ(a.partial.extent(0), b.partial.extent(0));
+      EXPECT_EQ(a.staging.extent(0), b.staging.extent(0));
+      EXPECT_EQ(a.h_scratch.extent(0), b.h_scratch.extent(0));
+      EXPECT_EQ(a.moe_scratch.extent(0), b.moe_scratch.extent(0));
+      EXPECT_EQ(a.layer(1).recompute_h, b.layer(1).recompute_h);
+    }
+  }
+}
 
 TEST(ActivationBytes, BlocksKeepAtMostMegatronsBytesPerToken) {
   GPTConfig gpt2{1024, 50257, 50304, 12, 12, 768};
