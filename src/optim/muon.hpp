@@ -108,13 +108,15 @@ class Muon {
                     const std::vector<OptimizerSegment>& segments, float* gathered,
                     const std::function<void(float*)>& gather, float lr, float grad_scale);
 
+  // Matrix k from U, this rank's block of M's Nesterov update, to this rank's block of P (public:
+  // CUDA's extended lambdas may not live in a private member function).
+  void orthogonalise_and_update(size_t k, const float* U, float* params, float lr, bf16* params16);
+
   const std::vector<MuonMatrix>& matrices() const { return matrices_; }
   // The workspace's bytes (the largest matrix's iteration buffers).
   int64_t work_bytes() const { return int64_t(work_.extent(0)) * int64_t(sizeof(float)); }
 
  private:
-  // Matrix k from U, this rank's block of M's Nesterov update, to this rank's block of P.
-  void orthogonalise_and_update(size_t k, const float* U, float* params, float lr, bf16* params16);
   // Every matrix from its owner to the other replicas.
   void broadcast_updates(float* params, bf16* params16);
   // The replicas a matrix is dealt out over.
