@@ -37,16 +37,6 @@ int64_t parse_name(const std::string& s) {
   return step;
 }
 
-std::vector<std::string> entries(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return out;
-  while (const dirent* e = readdir(d)) out.emplace_back(e->d_name);
-  closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 std::string sync_directory(const std::string& dir) {
   const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0) return "cannot open " + dir + " (" + errno_text() + ")";
@@ -69,6 +59,16 @@ std::string my_tag() {
 }
 
 }  // namespace
+
+std::vector<std::string> directory_entries(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return out;
+  while (const dirent* e = readdir(d)) out.emplace_back(e->d_name);
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 std::string make_directories(const std::string& dir) {
   if (dir.empty() || is_directory(dir)) return "";
@@ -129,7 +129,7 @@ std::string state_file(const std::string& root, int64_t step) {
 
 std::vector<int64_t> list_steps(const std::string& root) {
   std::vector<int64_t> steps;
-  for (const std::string& e : entries(root)) {
+  for (const std::string& e : directory_entries(root)) {
     const int64_t step = parse_name(e);
     if (step >= 0 && is_directory(root + "/" + e)) steps.push_back(step);
   }
@@ -139,7 +139,7 @@ std::vector<int64_t> list_steps(const std::string& root) {
 
 std::vector<std::string> list_partial(const std::string& root) {
   std::vector<std::string> out;
-  for (const std::string& e : entries(root)) {
+  for (const std::string& e : directory_entries(root)) {
     const size_t at = e.find(kPartial);
     if (at == std::string::npos) continue;
     const std::string base = e.substr(0, at);

@@ -38,6 +38,8 @@ std::string model_file_in(const std::string& dir, int64_t step);
 std::string optimizer_file_in(const std::string& dir, int64_t step);
 std::string state_file_in(const std::string& dir, int64_t step);
 
+// The names in dir ("." and ".." among them), sorted; none if it cannot be read.
+std::vector<std::string> directory_entries(const std::string& dir);
 // Steps of the checkpoint directories in root (named step_NNNNNNNN), ascending; none if root does
 // not exist.
 std::vector<int64_t> list_steps(const std::string& root);

@@ -1,6 +1,5 @@
 #include "checkpoint/local_shards.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "checkpoint/checkpoint_dir.hpp"
 #include "core/error.hpp"
 #include "core/transfer.hpp"
 #include "parallel/agreement.hpp"
@@ -105,15 +105,6 @@ std::string rank_suffix(const ShardKey& key) {
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-std::vector<std::string> entries(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return out;
-  while (const dirent* e = readdir(d)) out.emplace_back(e->d_name);
-  closedir(d);
-  return out;
 }
 
 // The step of `name` if it is a complete shard of this rank and key, else -1.
@@ -304,7 +295,7 @@ std::string read_shard(const std::string& dir, const ShardKey& key, int64_t step
 
 std::vector<int64_t> list_steps(const std::string& dir, const ShardKey& key) {
   std::vector<int64_t> steps;
-  for (const std::string& name : entries(dir)) {
+  for (const std::string& name : checkpoint::directory_entries(dir)) {
     const int64_t step = step_of(name, key);
     if (step >= 0) steps.push_back(step);
   }
@@ -314,7 +305,7 @@ std::vector<int64_t> list_steps(const std::string& dir, const ShardKey& key) {
 
 bool other_layouts(const std::string& dir, const ShardKey& key) {
   const std::string run = "shard-" + key.save_tag() + "-", mine = prefix(key);
-  for (const std::string& name : entries(dir)) {
+  for (const std::string& name : checkpoint::directory_entries(dir)) {
     if (name.compare(0, run.size(), run) == 0 && name.compare(0, mine.size(), mine) != 0 &&
         name.find(".partial-") == std::string::npos) {
       return true;
@@ -326,7 +317,7 @@ bool other_layouts(const std::string& dir, const ShardKey& key) {
 void remove_stale(const std::string& dir, const ShardKey& key, int64_t keep) {
   const std::string run = "shard-" + key.save_tag() + "-", mine = prefix(key);
   const std::string partial = rank_suffix(key) + ".partial-";
-  for (const std::string& name : entries(dir)) {
+  for (const std::string& name : checkpoint::directory_entries(dir)) {
     if (name.compare(0, run.size(), run) != 0) continue;  // not this run's
     bool stale = false;
     if (name.compare(0, mine.size(), mine) != 0) {
