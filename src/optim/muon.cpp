@@ -50,6 +50,15 @@ void copy_floats(float* dst, const float* src, int64_t n) {
       "mpf::muon_copy", n, KOKKOS_LAMBDA(int64_t i) { dst[i] = src[i]; });
 }
 
+// GPT-2's c_attn and Phi-3's qkv_proj and gate_up_proj are one matrix in Hugging Face's files;
+// the other families store q_proj, k_proj, v_proj, and gate_proj, up_proj apart.
+bool hf_splits_qkv(const GPTConfig& cfg) {
+  return cfg.llama() && !cfg.features().fused_hf_projections;
+}
+bool hf_splits_gate_up(const GPTConfig& cfg) {
+  return cfg.swiglu() && !cfg.features().fused_hf_projections;
+}
+
 }  // namespace
 
 bool muon_tensor(TensorId t) {
@@ -66,14 +75,11 @@ int MuonMatrix::full_cols() const {
 
 std::vector<MuonMatrix> muon_matrices(const Parameters& params, const TpShard& shard) {
   const GPTConfig& cfg = params.cfg;
-  const ModelFeatures f = cfg.features();
   const int C = cfg.channels, T = shard.size;
-  // GPT-2's c_attn and Phi-3's qkv_proj are one matrix in Hugging Face's files; the other
-  // families store q_proj, k_proj and v_proj, and gate_proj and up_proj, apart. A fused tensor's
-  // TP blocks interleave its parts' rows, which Muon does not mind: orthogonalisation commutes
-  // with a permutation of the rows, so the blocks side by side are the matrix, reordered.
-  const bool split_qkv = cfg.llama() && !f.fused_hf_projections;
-  const bool split_gate_up = cfg.swiglu() && !f.fused_hf_projections;
+  // A fused tensor's TP blocks interleave its parts' rows, which Muon does not mind:
+  // orthogonalisation commutes with a permutation of the rows, so the blocks side by side are the
+  // matrix, reordered.
+  const bool split_qkv = hf_splits_qkv(cfg), split_gate_up = hf_splits_gate_up(cfg);
   require(split_qkv || shard.kv_replicas == 1,
           "--optimizer muon with a fused Q/K/V whose kv heads are replicated over --tp " +
               std::to_string(T) + ": use --tp " + std::to_string(T / shard.kv_replicas) +
@@ -189,17 +195,16 @@ int64_t muon_workspace_floats(const TpShard& shard) {
   if (shard.local_layers() == 0) return 0;
   const GPTConfig& cfg = shard.cfg;
   const int C = cfg.channels, T = shard.size;
-  const bool fused = cfg.features().fused_hf_projections;
   // One block's matrices, cut as muon_matrices() cuts them (an expert's are a dense MLP's).
   std::vector<MuonMatrix> one;
   const MuonSplit rows = MuonSplit::kRows, cols = MuonSplit::kCols;
-  if (cfg.llama() && !fused) {
+  if (hf_splits_qkv(cfg)) {
     add_parts(one, 0, C, rows, T, {{shard.attn}, {shard.kv, shard.kv_replicas}});
   } else {
     add_parts(one, 0, C, rows, T, {{shard.qkv}});
   }
   add_parts(one, 0, shard.attn, cols, T, {{C}});
-  add_parts(one, 0, C, rows, T, {{cfg.swiglu() && !fused ? shard.fc : shard.mlp_in}});
+  add_parts(one, 0, C, rows, T, {{hf_splits_gate_up(cfg) ? shard.fc : shard.mlp_in}});
   add_parts(one, 0, shard.fc, cols, T, {{C}});
   add_parts(one, 0, C, rows, T, {{shard.shared_fc}});
   add_parts(one, 0, shard.shared_fc, cols, T, {{C}});
