@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
           mpf::precision_name(o.precision), s, tokens / s, 100.0 * mfu, peak_all / ranks,
           k.library.c_str(), k.isa.c_str(),
           k.narrower.empty() ? "" : " | narrower: ", k.narrower.c_str(), most / 1e9,
-          predicted / 1e9, o.recompute ? " | recompute" : "");
+          predicted / 1e9, o.recompute == "none" ? "" : (" | recompute " + o.recompute).c_str());
       std::fflush(stdout);
     }
   }

@@ -32,7 +32,11 @@ std::set<std::string> parse(int argc, const char* const* argv, const Table& tabl
     require(it != table.values.end(),
             "unknown " + std::string(arg.rfind("-", 0) == 0 ? "flag " : "argument ") + "'" + arg +
                 "'; run " + program + " --help for the flags");
-    if (!inline_value) {
+    const auto alone = table.alone.find(arg);
+    if (!inline_value && alone != table.alone.end() &&
+        (i + 1 == argc || std::string(argv[i + 1]).rfind("-", 0) == 0)) {
+      value = alone->second;
+    } else if (!inline_value) {
       require(i + 1 < argc, arg + " needs a value; run " + program + " --help");
       value = argv[++i];
     }

@@ -16,6 +16,9 @@ using Setter = std::function<void(const std::string& flag, const std::string& va
 struct Table {
   std::map<std::string, Setter> values;                   // flags that take a value
   std::map<std::string, std::function<void()>> switches;  // flags that do not
+  // Value flags that may also stand alone (no value follows, or the next argument is a flag),
+  // and the value they mean then: --recompute alone is --recompute full.
+  std::map<std::string, std::string> alone;
 };
 
 // Applies argv[1..] to the table. `program` names the app in messages ("run <program> --help");

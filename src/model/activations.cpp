@@ -68,8 +68,9 @@ struct MoeSizes {
 };
 
 // The one-op scratch of a set (ChunkPieces::shared_scratch): floats, but h in bf16 values.
+// Selective recomputation's: norm (bf16 values with chunk.bf16, else floats) and h32 (floats).
 struct ScratchSizes {
-  int64_t partial = 0, staging = 0, h = 0, moe = 0;
+  int64_t partial = 0, staging = 0, h = 0, moe = 0, norm = 0, h32 = 0;
 };
 ScratchSizes scratch_sizes(const Activations& a) {
   const TpShard& s = a.shard;
@@ -80,6 +81,9 @@ ScratchSizes scratch_sizes(const Activations& a) {
   z.staging = L > 0 && a.chunk.bf16 ? R * bf16_staging_width(s) : 0;
   z.h = L > 0 && bf16_kept(a.cfg, a.chunk).fch ? moe.mlp_rows * s.fc : 0;
   z.moe = L > 0 ? moe.scratch_rows() * C : 0;
+  const SelectiveDrop drop = selective_dropped(a.cfg, a.chunk);
+  z.norm = L > 0 && drop.ln1 ? R * C : 0;
+  z.h32 = L > 0 && drop.h && !a.chunk.bf16 ? moe.mlp_rows * s.fc : 0;
   return z;
 }
 
@@ -89,6 +93,9 @@ void carve_scratch(Activations& a, SlabCarver& k) {
   a.staging = k.take(z.staging);
   a.h_scratch = k.take16(z.h);
   a.moe_scratch = k.take(z.moe);
+  a.norm_scratch = k.take(a.chunk.bf16 ? 0 : z.norm);
+  a.norm_scratch16 = k.take16(a.chunk.bf16 ? z.norm : 0);
+  a.h_scratch32 = k.take(z.h32);
 }
 
 void carve(Activations& a, SlabCarver& k) {
@@ -107,9 +114,15 @@ void carve(Activations& a, SlabCarver& k) {
   a.output_grad = k.take(a.chunk.head ? 0 : Rl * C);
   a.partial = k.take(own * z.partial);
   const Bf16Kept b16 = bf16_kept(a.cfg, a.chunk);
+  // Selective recomputation keeps none of these (one block's scratch instead).
+  const SelectiveDrop drop = selective_dropped(a.cfg, a.chunk);
+  const int64_t L1 = drop.ln1 ? 0 : L, L2 = drop.ln2 ? 0 : L, LH = drop.h ? 0 : L;
   a.staging = k.take(own * z.staging);
-  a.ln1 = k.take(b16.ln1 ? 0 : L * R * C);
-  a.ln1_bf16 = k.take16(b16.ln1 ? L * R * C : 0);
+  a.norm_scratch = k.take(own * (a.chunk.bf16 ? 0 : z.norm));
+  a.norm_scratch16 = k.take16(own * (a.chunk.bf16 ? z.norm : 0));
+  a.h_scratch32 = k.take(own * z.h32);
+  a.ln1 = k.take(b16.ln1 ? 0 : L1 * R * C);
+  a.ln1_bf16 = k.take16(b16.ln1 ? L1 * R * C : 0);
   a.ln1_mean = k.take(M * L * Rl);
   a.ln1_rstd = k.take(L * Rl);
   a.qkv = k.take(b16.qkv ? 0 : L * R * s.qkv);
@@ -123,14 +136,14 @@ void carve(Activations& a, SlabCarver& k) {
   const int64_t post = a.cfg.post_norm() ? 1 : 0;
   a.attn_out = k.take(post * L * Rl * C);
   a.residual2 = k.take(L * Rl * C);
-  a.ln2 = k.take(b16.ln2 ? 0 : L * R * C);
-  a.ln2_bf16 = k.take16(b16.ln2 ? L * R * C : 0);
+  a.ln2 = k.take(b16.ln2 ? 0 : L2 * R * C);
+  a.ln2_bf16 = k.take16(b16.ln2 ? L2 * R * C : 0);
   a.ln2_mean = k.take(M * L * Rl);
   a.ln2_rstd = k.take(L * Rl);
   const MoeSizes moe(s, R);
   a.fch = k.take(b16.fch ? 0 : L * moe.mlp_rows * s.mlp_in);
   a.fch_bf16 = k.take16(b16.fch ? L * moe.mlp_rows * s.mlp_in : 0);
-  a.fch_gelu = k.take(b16.fch_gelu ? 0 : L * moe.mlp_rows * s.fc);
+  a.fch_gelu = k.take(b16.fch_gelu ? 0 : LH * moe.mlp_rows * s.fc);
   // With fch kept, GELU's or SwiGLU's output is one block's scratch (formed again in W).
   a.fch_gelu_bf16 = k.take16(b16.fch_gelu && !b16.fch ? L * moe.mlp_rows * s.fc : 0);
   a.h_scratch = k.take16(own * z.h);
@@ -267,6 +280,13 @@ Bf16Kept bf16_kept(const GPTConfig& cfg, const ChunkPieces& chunk) {
   return k;
 }
 
+SelectiveDrop selective_dropped(const GPTConfig& cfg, const ChunkPieces& chunk) {
+  SelectiveDrop d;
+  d.ln1 = chunk.selective && !chunk.recompute;
+  d.ln2 = d.h = d.ln1 && !cfg.moe();
+  return d;
+}
+
 int64_t bf16_staging_width(const TpShard& shard) {
   return std::max<int64_t>(shard.cfg.channels, int64_t(shard.qkv) + shard.attn);
 }
@@ -347,9 +367,19 @@ LayerActivations Activations::layer(int l) const {
     x.residual3 = slice(residual3, l * Rl * C, Rl * C);
     return x;
   }
-  const int64_t N1 = ln1_bf16.extent(0) > 0 ? R * C : 0, N2 = ln2_bf16.extent(0) > 0 ? R * C : 0;
-  x.ln1 = N1 > 0 ? staging : slice(ln1, l * R * C, R * C);
-  x.ln1_bf16 = slice(ln1_bf16, l * N1, N1);
+  const SelectiveDrop drop = selective_dropped(cfg, chunk);
+  // A norm's output: kept (fp32, or bf16 formed in the staging), or selective's one-block scratch.
+  auto norm_output = [&](bool dropped, const Tensor& kept, const Tensor16& kept16, Tensor& out,
+                         Tensor16& out16) {
+    if (chunk.bf16) {
+      out = staging;
+      out16 = dropped ? norm_scratch16 : slice(kept16, l * R * C, R * C);
+    } else {
+      out = dropped ? norm_scratch : slice(kept, l * R * C, R * C);
+    }
+  };
+  norm_output(drop.ln1, ln1, ln1_bf16, x.ln1, x.ln1_bf16);
+  x.recompute_ln1 = drop.ln1;
   x.ln1_mean = slice(ln1_mean, l * Rl * M, Rl * M);
   x.ln1_rstd = slice(ln1_rstd, l * Rl, Rl);
   x.staging = staging;
@@ -368,8 +398,12 @@ LayerActivations Activations::layer(int l) const {
   const int64_t P = cfg.post_norm() ? Rl * C : 0;
   x.attn_out = slice(attn_out, l * P, P);
   x.residual2 = slice(residual2, l * Rl * C, Rl * C);
-  x.ln2 = N2 > 0 ? staging : slice(ln2, l * R * C, R * C);
-  x.ln2_bf16 = slice(ln2_bf16, l * N2, N2);
+  if (bf16_kept(cfg, chunk).ln2 || !chunk.bf16) {
+    norm_output(drop.ln2, ln2, ln2_bf16, x.ln2, x.ln2_bf16);
+  } else {  // a mixture of experts' ln2 stays fp32 under bf16
+    x.ln2 = slice(ln2, l * R * C, R * C);
+  }
+  x.recompute_ln2 = drop.ln2;
   x.ln2_mean = slice(ln2_mean, l * Rl * M, Rl * M);
   x.ln2_rstd = slice(ln2_rstd, l * Rl, Rl);
   const MoeSizes moe(shard, R);
@@ -379,6 +413,10 @@ LayerActivations Activations::layer(int l) const {
   x.fch_bf16 = slice(fch_bf16, l * NF, NF);
   const int64_t G = fch_gelu.extent(0) > 0 ? MR * shard.fc : 0;
   x.fch_gelu = slice(fch_gelu, l * G, G);
+  if (h_scratch32.extent(0) > 0) {
+    x.fch_gelu = h_scratch32;
+    x.recompute_h = true;
+  }
   if (fch_gelu_bf16.extent(0) > 0) {
     x.fch_gelu_bf16 = slice(fch_gelu_bf16, l * MR * shard.fc, MR * shard.fc);
   } else if (h_scratch.extent(0) > 0) {

@@ -34,6 +34,10 @@ struct ChunkPieces {
   // Full recomputation (--recompute): keep only each block's output, the next one's input; a
   // block's other activations are rebuilt before its backward in a one-block workspace.
   bool recompute = false;
+  // Selective recomputation (--recompute selective, Korthikanti et al. 2022): keep the blocks'
+  // inputs and the products' outputs, but not what is cheap to form again, which lives in one
+  // block's scratch and W forms again before its weight gradients read it (selective_dropped).
+  bool selective = false;
   // The head's logits in pieces of this many rows (0: all rows at once): the loss is computed
   // piece by piece and the backward recomputes each piece's logits, so the (rows, vocabulary)
   // logits never exist whole (head_chunk_rows says when).
@@ -59,6 +63,19 @@ struct Bf16Kept {
   bool qkv = false, atty = false, fch = false;
 };
 Bf16Kept bf16_kept(const GPTConfig& cfg, const ChunkPieces& chunk);
+
+// What a set with chunk.selective does not keep: the norms' outputs ln1 and ln2 (from the kept
+// block input and residual2 and their statistics: one pass over C, and SP's all-gather, for 2 or
+// 4 bytes of C a row each) and GELU's or SwiGLU's output (from the kept fc output: one pass,
+// for 4F bytes a row in fp32; bf16 sets form it again anyway). Only weight gradients read them,
+// so B needs none of them and W forms each in one block's scratch right before its product. A
+// mixture of experts keeps ln2 and its experts' outputs (its router, gates and dispatch read them
+// in B). The attention's output stays: forming it again is the attention's whole forward (and a
+// ring pass under CP), for C values a row.
+struct SelectiveDrop {
+  bool ln1 = false, ln2 = false, h = false;
+};
+SelectiveDrop selective_dropped(const GPTConfig& cfg, const ChunkPieces& chunk);
 // The floats a row of a bf16 set's staging holds: a norm's output (C), or [Q | K | V] and the
 // attention's output side by side; the fc product's output passes through it in pieces of rows.
 int64_t bf16_staging_width(const TpShard& shard);
@@ -128,6 +145,10 @@ struct LayerActivations {
   Tensor16 ln1_bf16, ln2_bf16, qkv_bf16, atty_bf16, fch_bf16, fch_gelu_bf16;
   Tensor staging;  // the set's fp32 staging (chunk.bf16), else empty
   bool recompute_h = false;
+  // chunk.selective (selective_dropped): ln1 and ln2 (ln1_bf16 and ln2_bf16 under chunk.bf16, the
+  // fp32 values then formed in the staging) are the set's one-block norm scratch, and W forms them
+  // again; without chunk.bf16 a dense MLP's fch_gelu is one block's scratch and recompute_h is set.
+  bool recompute_ln1 = false, recompute_ln2 = false;
   // A mixture of experts (else empty). The token side: this rank's R tokens and their R·k
   // (token, slot) pairs; the expert side: the rows this rank's experts receive, R·k·EP at most
   // (R·k without EP), by local expert, then by sending EP rank, then in its order. fch and
@@ -180,6 +201,10 @@ struct Activations {
   // LayerActivations::ln1_bf16 says how the blocks use them.
   Tensor16 ln1_bf16, ln2_bf16, qkv_bf16, atty_bf16, fch_bf16, fch_gelu_bf16, h_scratch;
   Tensor staging;
+  // chunk.selective: one block's norm output (ln1, then ln2; in bf16 under chunk.bf16) and, fp32
+  // with a dense MLP, GELU's or SwiGLU's output (LayerActivations::recompute_ln1).
+  Tensor norm_scratch, h_scratch32;
+  Tensor16 norm_scratch16;
   // A mixture of experts' (per layer like the above, but moe_out one scratch), and its integers.
   Tensor router_probs, gates, moe_stats, moe_in, moe_out, moe_scratch;
   Tensor shared_fch, shared_h, shared_out, shared_gate;

@@ -187,8 +187,10 @@ void widen_kept(const Tensor& staged, const Tensor16& kept) {
   if (kept.extent(0) > 0) widen_from_bf16(staged.data(), kept.data(), int64_t(kept.extent(0)));
 }
 
-// GELU's or SwiGLU's output h (R, F) from the fc product's output fch (R, Fin), both in bf16.
-void mlp_activation(Tensor16 h, Tensor16 fch, int64_t R, const TpShard& s) {
+// GELU's or SwiGLU's output h (R, F) from the fc product's output fch (R, Fin), both in bf16 or
+// both in fp32 (the kernels the forward runs: the same bits).
+template <class H>
+void mlp_activation(H h, H fch, int64_t R, const TpShard& s) {
   if (s.cfg.swiglu()) {
     swiglu_forward(h, fch, R, s.fc);
   } else {
@@ -613,20 +615,35 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
 }
 
 void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
-                           const Activations& acts, int l, MPI_Comm tp, bool final_microbatch) {
+                           const Activations& acts, const ParameterTensors& params, int l,
+                           MPI_Comm tp, bool final_microbatch) {
   const BlockContext b(acts, grads, l);
   const auto& [s, seq, C, R, Rl, g, a] = b;
+  const LayerParameters& p = params.blocks[size_t(acts.chunk.first_layer + l)];
   // The row-parallel layers read all rows of their output gradients (gathered by B under SP), so
   // their biases get the whole gradient on every rank.
   // A norm's input: the sublayer's (pre-norm) or its output (post-norm).
   const bool post = s.cfg.post_norm();
+  // Selective recomputation: a norm's output formed again, as the forward formed it (the same
+  // kernels on the same inputs, its statistics rewritten with the same values).
+  auto norm_again = [&](bool again, Tensor out, Tensor16 out16, Tensor mean, Tensor rstd,
+                        Tensor inp, Tensor weight, Tensor bias) {
+    if (!again) return;
+    norm_and_enter(out, mean, rstd, inp, weight, bias, seq, s.cfg, tp);
+    keep_rounded(out16, out);
+  };
   if (s.cfg.moe()) {
     moe_mlp_backward_weight(g, w, a, s, seq);
   } else {
-    // Not kept (bf16 sets keep fch): GELU's or SwiGLU's output formed again, as the forward did.
-    if (a.recompute_h) mlp_activation(a.fch_gelu_bf16, a.fch_bf16, R, s);
+    // Not kept (bf16 sets keep fch; selective recomputation): GELU's or SwiGLU's output formed
+    // again, as the forward did.
+    if (a.recompute_h && a.fch_bf16.extent(0) > 0)
+      mlp_activation(a.fch_gelu_bf16, a.fch_bf16, R, s);
+    if (a.recompute_h && a.fch_bf16.extent(0) == 0) mlp_activation(a.fch_gelu, a.fch, R, s);
     with_kept(a.fch_gelu, a.fch_gelu_bf16,
               [&](auto h) { linear_backward_weight(g.fcprojw, g.fcprojb, w.dout, h, R, s.fc, C); });
+    norm_again(a.recompute_ln2, a.ln2, a.ln2_bf16, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w,
+               p.ln2b);
     with_kept(a.ln2, a.ln2_bf16,
               [&](auto in) { linear_backward_weight(g.fcw, g.fcb, w.dfch, in, R, C, s.mlp_in); });
   }
@@ -635,6 +652,8 @@ void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
   with_kept(a.atty, a.atty_bf16, [&](auto o) {
     linear_backward_weight(g.attprojw, g.attprojb, w.dres2, o, R, s.attn, C);
   });
+  norm_again(a.recompute_ln1, a.ln1, a.ln1_bf16, a.ln1_mean, a.ln1_rstd, acts.block_input(l),
+             p.ln1w, p.ln1b);
   with_kept(a.ln1, a.ln1_bf16,
             [&](auto in) { linear_backward_weight(g.qkvw, g.qkvb, w.dqkv, in, R, C, s.qkv); });
   add_qk_norm_grads(g, w.dqk_normw, s);
@@ -770,8 +789,9 @@ void gpt_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& 
 }
 
 void gpt_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
-                         const Activations& acts, const Tokens& inputs, MPI_Comm tp,
-                         const PartDone& part_done, bool final_microbatch, Activations* workspace) {
+                         const Activations& acts, const ParameterTensors& params,
+                         const Tokens& inputs, MPI_Comm tp, const PartDone& part_done,
+                         bool final_microbatch, Activations* workspace) {
   const ChunkPieces& chunk = acts.chunk;
   using Kind = ModelPart::Kind;
   auto done = [&](Kind kind, int block) {
@@ -784,7 +804,7 @@ void gpt_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
   for (int i = chunk.layers - 1; i >= 0; --i) {
     const BlockWeightInputs wb = w.block(i);
     const BlockSite b = block_site(acts, workspace, i, chunk.recompute ? &wb.kept : nullptr);
-    block_backward_weight(grads, wb, b.acts, b.index, tp, final_microbatch);
+    block_backward_weight(grads, wb, b.acts, params, b.index, tp, final_microbatch);
     done(Kind::kBlock, chunk.first_layer + i);
   }
   if (chunk.embedding) {
@@ -840,7 +860,7 @@ void gpt_backward_by_block(ParameterTensors& grads, BackwardBuffers& buf, Weight
     BlockSite b = block_site(acts, workspace, i);
     if (workspace) block_forward(b.acts, params, b.index, tp);
     block_backward_input(buf, wb, dinp, dout, b.acts, params, b.index, tp);
-    block_backward_weight(grads, wb, b.acts, b.index, tp, final_microbatch);
+    block_backward_weight(grads, wb, b.acts, params, b.index, tp, final_microbatch);
     done(Kind::kBlock, chunk.first_layer + i);
     spare = 1 - spare;
     dout = dinp;
@@ -857,7 +877,7 @@ void gpt_backward(ParameterTensors& grads, BackwardBuffers& buf, WeightGradInput
                   const Tokens& targets, float dloss, MPI_Comm tp, const PartDone& part_done,
                   bool final_microbatch, Tensor input_grad, Activations* workspace) {
   gpt_backward_input(buf, w, acts, params, targets, dloss, tp, input_grad, workspace);
-  gpt_backward_weight(grads, w, acts, inputs, tp, part_done, final_microbatch, workspace);
+  gpt_backward_weight(grads, w, acts, params, inputs, tp, part_done, final_microbatch, workspace);
 }
 
 }  // namespace mpf

@@ -77,9 +77,11 @@ void head_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
 void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tensor dinp,
                           Tensor dout, const Activations& acts, const ParameterTensors& params,
                           int l, MPI_Comm tp);
+// params: what selective recomputation forms the norms' outputs again with (the step's, which
+// W does not change).
 void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
-                           const Activations& acts, int l, MPI_Comm tp,
-                           bool final_microbatch = true);
+                           const Activations& acts, const ParameterTensors& params, int l,
+                           MPI_Comm tp, bool final_microbatch = true);
 // dembed (R,C): the gradient of the embedding's output, all rows.
 void embedding_backward_weight(ParameterTensors& grads, Tensor dembed, const Activations& acts,
                                const Tokens& inputs);
@@ -113,7 +115,8 @@ using PartDone = std::function<void(ModelPart)>;
 // which is when a data-parallel bucket holding them may start its reduction. With gradient
 // accumulation, final_microbatch marks the step's last W of this chunk (pass part_done then only).
 void gpt_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
-                         const Activations& acts, const Tokens& inputs, MPI_Comm tp = MPI_COMM_SELF,
+                         const Activations& acts, const ParameterTensors& params,
+                         const Tokens& inputs, MPI_Comm tp = MPI_COMM_SELF,
                          const PartDone& part_done = {}, bool final_microbatch = true,
                          Activations* workspace = nullptr);
 // B and W block by block, as the classic schedules run them (W right after B): the head's B and

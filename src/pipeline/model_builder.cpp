@@ -20,7 +20,10 @@ ModelOnLayout build_model(Grid& grid, const GPTConfig& cfg, const StageOwnership
 std::unique_ptr<ModelStage> build_stage(const ParallelGroups& groups, const TpShard& shard,
                                         const StageOwnership& stage, const StageSettings& s) {
   std::vector<ChunkPieces> chunks = stage.chunks;
-  for (ChunkPieces& c : chunks) c.bf16 = s.bf16;
+  for (ChunkPieces& c : chunks) {
+    c.bf16 = s.bf16;
+    c.selective = s.selective;
+  }
   return std::make_unique<ModelStage>(shard, groups, std::move(chunks), s.micro_batch, s.seq_len,
                                       s.sequence_parallel, s.recompute, s.placement, s.attention);
 }

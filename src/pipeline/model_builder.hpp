@@ -37,7 +37,8 @@ ModelOnLayout build_model(Grid& grid, const GPTConfig& cfg, const StageOwnership
 struct StageSettings {
   int micro_batch = 1, seq_len = 1;  // seq_len: the rows of each sequence this rank holds
   bool sequence_parallel = false, recompute = false;
-  bool bf16 = false;  // bf16 products: the chunks keep what only products read in bf16
+  bool selective = false;  // --recompute selective: the chunks keep what is costly to form again
+  bool bf16 = false;       // bf16 products: the chunks keep what only products read in bf16
   pipeline::ChunkPlacement placement = pipeline::ChunkPlacement::kLooped;
   AttentionPath attention = AttentionPath::kFused;
 };

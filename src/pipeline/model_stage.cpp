@@ -319,8 +319,8 @@ void ModelStage::backward_weight(int mb, int chunk) {
   timed("W", mb, chunk, [&] {
     if (by_block_) return;  // done with B
     const bool chunk_done = ++weights_done_[chunk] == int(inputs_->size());
-    gpt_backward_weight(*grads_, *w, *a, (*inputs_)[mb], tp_, chunk_done ? part_done_ : PartDone(),
-                        chunk_done, workspace_.get());
+    gpt_backward_weight(*grads_, *w, *a, *params_, (*inputs_)[mb], tp_,
+                        chunk_done ? part_done_ : PartDone(), chunk_done, workspace_.get());
     if (time_ops_) Kokkos::fence();
   });
   times_.weight += sw.seconds() * 1e3;

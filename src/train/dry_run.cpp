@@ -60,7 +60,7 @@ int TrainingRun::dry_run() const {
     layout += "; " + describe_layout(layer_ranges_, grid_->pp_size(), shape_.placement);
   }
   if (opts_.sequence_parallel) layout += "; sequence parallel";
-  if (opts_.recompute) layout += "; full recomputation";
+  if (opts_.recompute != "none") layout += "; " + opts_.recompute + " recomputation";
   if (opts_.zero == 1 && grid_->dp_cp_size() > 1) layout += "; ZeRO-1";
   if (doc_token_ >= 0) layout += "; document masking (token " + std::to_string(doc_token_) + ")";
   std::printf("dry run: layout %s\n", layout.c_str());

@@ -30,6 +30,7 @@ MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePl
   m.chunks = stage_ownership(l.layer_ranges, pp_rank, l.pp, plan.shape().placement).chunks;
   for (ChunkPieces& c : m.chunks) {
     c.recompute = l.recompute;
+    c.selective = l.selective;
     c.bf16 = l.bf16;          // as TrainingRun::set_up_stage sets them
     c.shared_scratch = true;  // as ModelStage sets it
     // As ModelStage::set_weight_with_input sets them.

@@ -21,6 +21,7 @@ struct LayoutSizes {
   int seq_len = 1;                       // tokens per sequence (all CP ranks')
   std::vector<LayerRange> layer_ranges;  // the pp x V chunks' blocks
   bool sequence_parallel = false, recompute = false, zero = false, bf16 = false;
+  bool selective = false;  // --recompute selective (recompute: full)
   bool staged_mpi = false;
   AttentionPath attention = AttentionPath::kFused;
   int threads = 1;

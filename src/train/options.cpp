@@ -56,6 +56,7 @@ flags::Table settings_table(TrainOptions& o, const std::set<std::string>* only) 
         table.values[s.flag] = [&o, &s](const std::string& f, const std::string& v) {
           set_setting(o, s, f, v);
         };
+        if (s.alone) table.alone[s.flag] = s.alone;
       }
     }
   }

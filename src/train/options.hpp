@@ -81,7 +81,9 @@ struct TrainOptions {
   double dp_bucket_mb = 25.0;
   bool overlap_grad_reduce = false;
   bool sequence_parallel = false;  // Megatron's sequence parallelism in the TP group
-  bool recompute = false;          // full block recomputation: activations for compute
+  // Recomputation: none, full (only each block's output kept) or selective (the norms' and the
+  // activation functions' outputs formed again in W); a bare --recompute is full.
+  std::string recompute = "none";
   int zero = 0;
   // Checkpoints: the whole training state (checkpoint/checkpointing.hpp).
   std::string save;       // --save DIR

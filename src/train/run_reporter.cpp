@@ -152,7 +152,7 @@ void RunReporter::print_layout() const {
                      std::to_string(r.first_step_ + 1) + " has timed the ops)")
                         .c_str()
                   : "",
-              o.recompute ? " | full recomputation" : "");
+              o.recompute == "none" ? "" : (" | " + o.recompute + " recomputation").c_str());
   if (g.pp_size() > 1 || r.shape_.virtual_stages > 1) {
     std::printf(" | pipeline %d stage(s) x %d chunk(s)%s: %s", g.pp_size(), r.shape_.virtual_stages,
                 r.shape_.placement == pipeline::ChunkPlacement::kV ? " in a V" : "",

@@ -205,7 +205,8 @@ LayoutSizes TrainingRun::layout_sizes() const {
   l.seq_len = opts_.seq_len;
   l.layer_ranges = layer_ranges_;
   l.sequence_parallel = opts_.sequence_parallel;
-  l.recompute = opts_.recompute;
+  l.recompute = opts_.recompute == "full";
+  l.selective = opts_.recompute == "selective";
   l.attention = attention_path_named(opts_.attention);
   l.zero = opts_.zero == 1;
   l.bf16 = opts_.precision == Precision::bf16;
@@ -367,7 +368,8 @@ void TrainingRun::set_up_stage() {
   settings.micro_batch = micro_batch_;
   settings.seq_len = local_seq_len_;
   settings.sequence_parallel = opts.sequence_parallel;
-  settings.recompute = opts.recompute;
+  settings.recompute = opts.recompute == "full";
+  settings.selective = opts.recompute == "selective";
   // bf16 products: the activations only products read are kept in bf16 (model/activations.hpp).
   settings.bf16 = opts.precision == Precision::bf16;
   settings.placement = shape_.placement;

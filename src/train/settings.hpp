@@ -42,6 +42,7 @@ struct Setting {
   const char* key = nullptr;  // in the state file ("optimizer.lr"); nullptr: not saved
   OnResume on_resume = OnResume::not_saved;
   const char* choices = nullptr;  // "auto,yes,no": the only values a text setting takes
+  const char* alone = nullptr;    // the value the flag means given without one (flags::Table)
 };
 
 struct SettingGroup {

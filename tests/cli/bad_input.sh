@@ -25,6 +25,8 @@ for n in 1 2; do
   expect_error "malformed number" $n "--lr expects a number, got 'fast'" -- --lr fast
   expect_error "repeated flag" $n "--lr is given twice" -- --lr 0.1 --steps 2 --lr=0.2
   expect_error "repeated switch" $n "--recompute is given twice" -- --recompute --recompute
+  expect_error "unknown recompute mode" $n "--recompute must be none, full or selective, got 'partial'" \
+    -- --recompute partial
   expect_error "zero microbatches" $n "--microbatches must be >= 1, got 0" -- --microbatches 0
   expect_error "zero threads" $n "--threads must be >= 1, got 0" -- --threads 0
   expect_error "non-positive size" $n "--batch must be >= 1" -- --batch 0
