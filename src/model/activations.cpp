@@ -151,7 +151,8 @@ void carve(Activations& a, SlabCarver& k) {
   a.router_probs = k.take(L * R * moe.E);
   a.gates = k.take(L * moe.slots);
   a.moe_stats = k.take(L * 2 * B * moe.E);
-  a.moe_in = k.take(L * moe.expert_rows() * C);
+  a.moe_in = k.take(b16.moe_in ? 0 : L * moe.expert_rows() * C);
+  a.moe_in_bf16 = k.take16(b16.moe_in ? L * moe.expert_rows() * C : 0);
   a.moe_out = k.take(L * moe.slots * C);
   a.moe_scratch = k.take(own * z.moe);
   const int64_t S = a.cfg.shared_expert() ? 1 : 0;
@@ -229,7 +230,8 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.fch_gelu = k.take(b16.fch_gelu ? 0 : K * moe.mlp_rows * s.fc);
   w.fch_gelu_bf16 = k.take16(b16.fch_gelu ? K * moe.mlp_rows * s.fc : 0);
   w.mlp_out = k.take(post * K * Rl * C);
-  w.moe_in = k.take(K * moe.expert_rows() * C);
+  w.moe_in = k.take(b16.moe_in ? 0 : K * moe.expert_rows() * C);
+  w.moe_in_bf16 = k.take16(b16.moe_in ? K * moe.expert_rows() * C : 0);
   w.dlnf = k.take(w.chunk.head ? Rl * C : 0);
   w.dembed = k.take(w.chunk.embedding ? R * C : 0);
 }
@@ -276,7 +278,9 @@ void bind_slab(Set& x, const char* label) {
 Bf16Kept bf16_kept(const GPTConfig& cfg, const ChunkPieces& chunk) {
   Bf16Kept k;
   k.ln1 = k.qkv = k.atty = chunk.bf16;
-  k.ln2 = k.fch_gelu = k.fch = chunk.bf16 && !cfg.moe();
+  k.ln2 = chunk.bf16 && !cfg.moe();
+  k.fch_gelu = k.fch = chunk.bf16;
+  k.moe_in = chunk.bf16 && cfg.moe();
   return k;
 }
 
@@ -427,7 +431,9 @@ LayerActivations Activations::layer(int l) const {
   x.router_probs = slice(router_probs, l * R * moe.E, R * moe.E);
   x.gates = slice(gates, l * moe.slots, moe.slots);
   x.moe_stats = slice(moe_stats, l * 2 * B * moe.E, 2 * B * moe.E);
-  x.moe_in = slice(moe_in, l * moe.expert_rows() * C, moe.expert_rows() * C);
+  const int64_t NI = moe_in_bf16.extent(0) > 0 ? moe.expert_rows() * C : 0;
+  x.moe_in = slice(moe_in, l * (moe.expert_rows() * C - NI), moe.expert_rows() * C - NI);
+  x.moe_in_bf16 = slice(moe_in_bf16, l * NI, NI);
   x.moe_out = slice(moe_out, l * moe.slots * C, moe.slots * C);
   x.moe_scratch = moe_scratch;
   const int64_t S = cfg.shared_expert() ? R : 0;
@@ -566,7 +572,9 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   k.fch_gelu_bf16 =
       slice(fch_gelu_bf16, i * (moe.mlp_rows * shard.fc - NG), moe.mlp_rows * shard.fc - NG);
   k.mlp_out = slice(mlp_out, i * P, P);
-  k.moe_in = slice(moe_in, i * moe.expert_rows() * C, moe.expert_rows() * C);
+  const int64_t NI = moe_in_bf16.extent(0) > 0 ? moe.expert_rows() * C : 0;
+  k.moe_in = slice(moe_in, i * (moe.expert_rows() * C - NI), moe.expert_rows() * C - NI);
+  k.moe_in_bf16 = slice(moe_in_bf16, i * NI, NI);
   k.shared_h = slice(shared_h, i * S * Fs, S * Fs);
   return x;
 }

@@ -14,6 +14,11 @@ void copy_into(Tensor y, const float* x, int64_t n) {
       "mpf::copy_into", n, KOKKOS_LAMBDA(int64_t i) { y(i) = x[i]; });
 }
 
+void copy_into(Tensor16 y, const bf16* x, int64_t n) {
+  for_each(
+      "mpf::copy_into", n, KOKKOS_LAMBDA(int64_t i) { y(i) = x[i]; });
+}
+
 void seed_rows(Tensor out, Tensor residual, Tensor bias, const tp::SequenceSplit& seq, int rank,
                int C) {
   const int64_t first = seq.on ? seq.row_begin : 0;

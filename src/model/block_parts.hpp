@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/bf16.hpp"
 #include "core/types.hpp"
 #include "parallel/tp_regions.hpp"
 
@@ -13,11 +14,15 @@ namespace mpf {
 inline Tensor rows(const Tensor& t, int64_t first, int64_t count, int64_t width) {
   return Tensor(t.data() + first * width, count * width);
 }
+inline Tensor16 rows(const Tensor16& t, int64_t first, int64_t count, int64_t width) {
+  return Tensor16(t.data() + first * width, count * width);
+}
 
 // y (n) += x (n).
 void add_into(Tensor y, const float* x, int64_t n);
 // y (n) = x (n).
 void copy_into(Tensor y, const float* x, int64_t n);
+void copy_into(Tensor16 y, const bf16* x, int64_t n);
 
 // Seeds the output (R,C) of a row-parallel layer before the GEMM adds this rank's partial
 // product: the rows this rank contributes the residual for get residual + bias, all others zero,

@@ -721,6 +721,7 @@ BlockSite block_site(const Activations& store, const Activations* workspace, int
     site.fch_gelu_bf16 = kept->fch_gelu_bf16;
     site.mlp_out = kept->mlp_out;
     site.moe_in = kept->moe_in;
+    site.moe_in_bf16 = kept->moe_in_bf16;
     site.shared_h = kept->shared_h;
   }
   return {site, 0};

@@ -77,8 +77,10 @@ struct Dispatch {
     return n;
   }
   // Token side to expert side (`out`: the rows as they arrive, by sending rank) or back
-  // (`back`: the token side receives what it sent, in its order).
-  void exchange(Tensor from, Tensor to, int C, bool back) const {
+  // (`back`: the token side receives what it sent, in its order). Rows of floats, or of bf16
+  // values (Tensor16: half the bytes).
+  template <class Rows>
+  void exchange(Rows from, Rows to, int C, bool back) const {
     std::vector<int64_t> send(static_cast<size_t>(ranks)), recv(static_cast<size_t>(ranks));
     for (int r = 0; r < ranks; ++r) {
       send[size_t(r)] = (back ? received_from(r) : sent_to(r)) * C;
@@ -88,7 +90,8 @@ struct Dispatch {
     alltoallv(from.data(), send.data(), to.data(), recv.data(), comm);
   }
   // Rows by sending rank to rows by local expert (to_experts), or the reverse.
-  void reorder(Tensor to, Tensor from, int C, bool to_experts) const {
+  template <class Rows>
+  void reorder(Rows to, Rows from, int C, bool to_experts) const {
     const std::vector<int64_t> per_expert = expert_rows();
     std::vector<int64_t> expert_first(size_t(local), 0);
     for (int j = 1; j < local; ++j)
@@ -141,6 +144,26 @@ Tensor sent_rows(const LayerActivations& a, int64_t n, int C) {
 }
 Tensor received_rows(const LayerActivations& a, int64_t n, int C) {
   return Tensor(a.moe_scratch.data() + a.moe_scratch.extent(0) / 2, n * C);
+}
+// The same buffers holding bf16 rows (the experts' inputs kept in bf16).
+Tensor16 as_bf16(const Tensor& t) {
+  return Tensor16(reinterpret_cast<bf16*>(t.data()), int64_t(t.extent(0)));
+}
+
+// The experts' inputs of a set that keeps them in bf16 (bf16_kept): ln2's rows, rounded as they
+// are gathered (the bits an expert's first product would read from fp32 rows), by local expert.
+// Under EP they travel rounded, in half the bytes.
+void dispatch_bf16(const LayerActivations& a, const Dispatch& d, int64_t received, int C,
+                   const MoeShape& shape) {
+  if (d.ranks == 1) {
+    moe_gather(a.moe_in_bf16, a.ln2, a.moe.order, C, shape);
+    return;
+  }
+  const Tensor16 sent = as_bf16(sent_rows(a, shape.slots(), C)),
+                 arrived = as_bf16(received_rows(a, received, C));
+  moe_gather(sent, a.ln2, a.moe.order, C, shape);
+  d.exchange(sent, arrived, C, /*back=*/false);
+  d.reorder(a.moe_in_bf16, arrived, C, /*to_experts=*/true);
 }
 
 // Qwen2-MoE's shared expert on every row, this rank's share of its width, its output scaled by
@@ -236,7 +259,10 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
   const Dispatch d = plan_dispatch(a.moe, s);
   const bool ep = d.ranks > 1;
   const int64_t received = d.total_received();
-  if (ep) {
+  const bool kept16 = a.moe_in_bf16.extent(0) > 0;  // moe_in and fch in bf16 (bf16_kept)
+  if (kept16) {
+    dispatch_bf16(a, d, received, C, shape);
+  } else if (ep) {
     const Tensor sent = sent_rows(a, shape.slots(), C), arrived = received_rows(a, received, C);
     moe_gather(sent, a.ln2, a.moe.order, C, shape);
     d.exchange(sent, arrived, C, /*back=*/false);
@@ -247,6 +273,14 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
   const Tensor y = ep ? sent_rows(a, received, C) : a.moe_out;
   const std::vector<int64_t> per_expert = d.expert_rows();
   for_each_expert(per_expert.data(), d.local, [&](int e, int64_t first, int64_t n) {
+    if (kept16) {  // [gate | up] written rounded, as autocast's; SwiGLU's output in the scratch
+      const Tensor16 fch = rows(a.fch_bf16, first, n, s.mlp_in);
+      const Tensor16 h = rows(a.fch_gelu_bf16, first, n, s.fc);
+      linear_forward(fch, rows(a.moe_in_bf16, first, n, C), expert_fcw(p, s, e), n, C, s.mlp_in);
+      swiglu_forward(h, fch, n, s.fc);
+      linear_forward(rows(y, first, n, C), none, h, expert_fcprojw(p, s, e), none, n, s.fc, C);
+      return;
+    }
     const Tensor fch = rows(a.fch, first, n, s.mlp_in);
     const Tensor h = rows(a.fch_gelu, first, n, s.fc);
     linear_forward(fch, none, rows(a.moe_in, first, n, C), expert_fcw(p, s, e), none, n, C,
@@ -308,7 +342,11 @@ void moe_mlp_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Te
     linear_backward_input(rows(buf.dmlp, first, n, s.fc), rows(w.dout, first, n, C),
                           expert_fcprojw(p, s, e), n, s.fc, C);
   });
-  swiglu_backward_input(w.dfch, buf.dmlp, a.fch, received, s.fc);
+  if (a.fch_bf16.extent(0) > 0) {
+    swiglu_backward_input(w.dfch, buf.dmlp, a.fch_bf16, received, s.fc);
+  } else {
+    swiglu_backward_input(w.dfch, buf.dmlp, a.fch, received, s.fc);
+  }
   // The experts' input gradients, back on the token side in dy (free now), then the router's.
   const Tensor dx = ep ? sent_rows(a, received, C) : dy;
   for_each_expert(per_expert.data(), d.local, [&](int e, int64_t first, int64_t n) {
@@ -341,7 +379,20 @@ void moe_mlp_backward_weight(const LayerParameters& g, const BlockWeightInputs& 
   const GPTConfig& cfg = s.cfg;
   const int C = cfg.channels;
   const Tensor none;
+  const bool kept16 = a.moe_in_bf16.extent(0) > 0;  // moe_in and fch in bf16 (bf16_kept)
+  if (kept16 && a.recompute_h) {  // SwiGLU's output not kept: formed from fch as the forward did
+    int64_t rows_in = 0;
+    for (int e = 0; e < s.experts; ++e) rows_in += w.counts[e];
+    swiglu_forward(a.fch_gelu_bf16, a.fch_bf16, rows_in, s.fc);
+  }
   for_each_expert(w.counts, s.experts, [&](int e, int64_t first, int64_t n) {
+    if (kept16) {
+      linear_backward_weight(expert_fcprojw(g, s, e), none, rows(w.dout, first, n, C),
+                             rows(a.fch_gelu_bf16, first, n, s.fc), n, s.fc, C);
+      linear_backward_weight(expert_fcw(g, s, e), none, rows(w.dfch, first, n, s.mlp_in),
+                             rows(a.moe_in_bf16, first, n, C), n, C, s.mlp_in);
+      return;
+    }
     linear_backward_weight(expert_fcprojw(g, s, e), none, rows(w.dout, first, n, C),
                            rows(a.fch_gelu, first, n, s.fc), n, s.fc, C);
     linear_backward_weight(expert_fcw(g, s, e), none, rows(w.dfch, first, n, s.mlp_in),

@@ -193,8 +193,12 @@ void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Com
   stage_in(recv, mine, count);
 }
 
-void alltoallv(const float* send, const int64_t* send_counts, float* recv,
-               const int64_t* recv_counts, MPI_Comm comm) {
+namespace {
+// MPI_Alltoallv of elements of type `type`, T (float or bf16) in the kernels' memory, staged
+// through the floats' host buffer where MPI needs host memory.
+template <class T>
+void alltoallv_of(const T* send, const int64_t* send_counts, T* recv, const int64_t* recv_counts,
+                  MPI_Datatype type, MPI_Comm comm) {
   MpiCallScope in_mpi("MPI_Alltoallv", comm);
   const int size = size_of(comm);
   const size_t n = static_cast<size_t>(size);
@@ -210,15 +214,28 @@ void alltoallv(const float* send, const int64_t* send_counts, float* recv,
   }
   if (!staged()) {
     Kokkos::fence();
-    MPF_MPI_CHECK(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(),
-                                MPI_FLOAT, comm));
+    MPF_MPI_CHECK(
+        MPI_Alltoallv(send, sc.data(), sd.data(), type, recv, rc.data(), rd.data(), type, comm));
     return;
   }
-  float* buf = staging_buffer(sent + received);
-  stage_out(buf, send, sent);
-  MPF_MPI_CHECK(MPI_Alltoallv(buf, sc.data(), sd.data(), MPI_FLOAT, buf + sent, rc.data(),
-                              rd.data(), MPI_FLOAT, comm));
-  stage_in(recv, buf + sent, received);
+  constexpr int64_t per_float = int64_t(sizeof(float) / sizeof(T));
+  T* buf = reinterpret_cast<T*>(staging_buffer((sent + received + per_float - 1) / per_float));
+  copy_to_host(buf, send, size_t(sent) * sizeof(T), "d2h mpi (staged)");
+  MPF_MPI_CHECK(
+      MPI_Alltoallv(buf, sc.data(), sd.data(), type, buf + sent, rc.data(), rd.data(), type, comm));
+  copy_from_host(recv, buf + sent, size_t(received) * sizeof(T), "h2d mpi (staged)");
+}
+}  // namespace
+
+void alltoallv(const float* send, const int64_t* send_counts, float* recv,
+               const int64_t* recv_counts, MPI_Comm comm) {
+  alltoallv_of(send, send_counts, recv, recv_counts, MPI_FLOAT, comm);
+}
+
+void alltoallv(const bf16* send, const int64_t* send_counts, bf16* recv, const int64_t* recv_counts,
+               MPI_Comm comm) {
+  static_assert(sizeof(bf16) == 2, "bf16 travels as MPI_UINT16_T");
+  alltoallv_of(send, send_counts, recv, recv_counts, MPI_UINT16_T, comm);
 }
 
 }  // namespace mpf

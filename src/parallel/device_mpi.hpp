@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/bf16_bits.hpp"
+
 namespace mpf {
 
 enum class MpiMemory { kDirect, kStaged };
@@ -57,5 +59,8 @@ void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Com
 // receives recv_counts[r] from rank r into consecutive stretches of `recv` (MPI_Alltoallv).
 void alltoallv(const float* send, const int64_t* send_counts, float* recv,
                const int64_t* recv_counts, MPI_Comm comm);
+// The same of bf16 values, counted in bf16 elements (half the bytes of the floats').
+void alltoallv(const bf16* send, const int64_t* send_counts, bf16* recv, const int64_t* recv_counts,
+               MPI_Comm comm);
 
 }  // namespace mpf

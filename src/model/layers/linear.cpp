@@ -111,6 +111,10 @@ void linear_forward(Tensor16 out, Tensor inp, Tensor weight, int64_t N, int IC, 
   matmul(Op::N, Op::T, N, OC, IC, 1.0f, inp.data(), IC, weight.data(), IC, out.data(), OC);
 }
 
+void linear_forward(Tensor16 out, Tensor16 inp, Tensor weight, int64_t N, int IC, int OC) {
+  matmul(Op::N, Op::T, N, OC, IC, 1.0f, inp.data(), IC, weight.data(), IC, out.data(), OC);
+}
+
 void linear_backward_input(Tensor dinp, Tensor16 dout, Tensor weight, int64_t N, int IC, int OC) {
   matmul(Op::N, Op::N, N, IC, OC, 1.0f, dout.data(), OC, weight.data(), IC, 0.0f, dinp.data(), IC);
 }

@@ -39,6 +39,8 @@ void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor16 
 // The LM head's under --precision bf16: its logits written in bf16 (no bias, no residual) and
 // their gradient, written over them in bf16, read as it is by both backward products.
 void linear_forward(Tensor16 out, Tensor inp, Tensor weight, int64_t N, int IC, int OC);
+// A mixture of experts' fc product: input and output kept in bf16 (no bias).
+void linear_forward(Tensor16 out, Tensor16 inp, Tensor weight, int64_t N, int IC, int OC);
 void linear_backward_input(Tensor dinp, Tensor16 dout, Tensor weight, int64_t N, int IC, int OC);
 void linear_backward_weight(Tensor dweight, Tensor16 dout, Tensor inp, int64_t N, int IC, int OC);
 

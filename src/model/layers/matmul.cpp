@@ -138,9 +138,15 @@ void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, 
             const float* B, int ldb, bf16* C, int ldc) {
   if (!active) MPF_FATAL("a product with a bf16 output outside a bf16 scope");
   const bf16* A16 = active->operand(A, span(op_a, M, K, lda, 0, 1), 0);
+  matmul(op_a, op_b, M, N, K, alpha, A16, lda, B, ldb, C, ldc);
+}
+
+void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+            const float* B, int ldb, bf16* C, int ldc) {
+  if (!active) MPF_FATAL("a product with a bf16 output outside a bf16 scope");
   const bf16* B16 = active->operand(B, span(op_b, K, N, ldb, 0, 1), 1);
   const Stopwatch clock;
-  backend::gemm_bf16_out(op_a, op_b, M, N, K, alpha, A16, lda, B16, ldb, C, ldc);
+  backend::gemm_bf16_out(op_a, op_b, M, N, K, alpha, A, lda, B16, ldb, C, ldc);
   if (profile::enabled()) record(clock, op_a, op_b, M, N, K, 1);
 }
 

@@ -40,6 +40,10 @@ void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, 
 // autocast's bf16 lm_head output). Only in a Bf16Products scope.
 void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const float* A, int lda,
             const float* B, int ldb, bf16* C, int ldc);
+// The same from an A already in bf16 (a mixture of experts' fc product: its input and its
+// [gate | up] output both kept in bf16, as autocast's are).
+void matmul(Op op_a, Op op_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+            const float* B, int ldb, bf16* C, int ldc);
 
 // While alive, this thread's products run in bf16. `weights` (n floats) are the parameters,
 // whose bf16 copy `weights16` the owner keeps current (round_to_bf16 after every update): a

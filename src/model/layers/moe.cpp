@@ -174,11 +174,22 @@ void moe_balance_loss(double* total, Tensor stats, float coef, int64_t T, const 
       total);
 }
 
-void moe_gather(Tensor out, Tensor x, const int32_t* order, int C, const MoeShape& s) {
+namespace {
+template <class Out>
+void gather_rows(Out out, Tensor x, const int32_t* order, int C, const MoeShape& s) {
   const int k = s.k;
   for_each_2d(
       "mpf::moe_gather", s.slots(), C,
-      KOKKOS_LAMBDA(int64_t p, int c) { out(p * C + c) = x(int64_t(order[p] / k) * C + c); });
+      KOKKOS_LAMBDA(int64_t p, int c) { put(out, p * C + c, x(int64_t(order[p] / k) * C + c)); });
+}
+}  // namespace
+
+void moe_gather(Tensor out, Tensor x, const int32_t* order, int C, const MoeShape& s) {
+  gather_rows(out, x, order, C, s);
+}
+
+void moe_gather(Tensor16 out, Tensor x, const int32_t* order, int C, const MoeShape& s) {
+  gather_rows(out, x, order, C, s);
 }
 
 void moe_combine(Tensor out, Tensor y, Tensor gates, const int32_t* where, int C,

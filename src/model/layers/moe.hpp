@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "core/types.hpp"
 
 namespace mpf {
@@ -42,6 +43,8 @@ void moe_balance_loss(double* total, Tensor stats, float coef, int64_t T, const 
 
 // out (R·k, C): row p is x's row of the token of slot order[p].
 void moe_gather(Tensor out, Tensor x, const int32_t* order, int C, const MoeShape& s);
+// The same written rounded to bf16 (the experts' inputs kept in bf16, model/activations.hpp).
+void moe_gather(Tensor16 out, Tensor x, const int32_t* order, int C, const MoeShape& s);
 // out (R,C) += Σ_j gate_j · y[where[token·k + j]] (j in slot order); no gates: weight 1.
 void moe_combine(Tensor out, Tensor y, Tensor gates, const int32_t* where, int C,
                  const MoeShape& s);
