@@ -265,6 +265,72 @@ TEST(Bf16Activations, KeptInBf16TrackTheStepKeepingFp32) {
   }
 }
 
+// --recompute selective forms the norms' outputs and a dense MLP's GELU or SwiGLU output again in
+// W, with the forward's kernels on the same inputs: its losses and gradients are those of a step
+// keeping everything, bit for bit, in fp32 and bf16, with W after all of B (deferred, as the
+// zero-bubble schedules run it) and W with each block's B (the classic schedules), in fewer bytes.
+namespace {
+StepResult selective_step(const GPTConfig& cfg, bool bf16, bool selective, bool by_block) {
+  TinyModel m(cfg);
+  const TpShard shard = make_tp_shard(cfg, 0, 1);
+  ChunkPieces chunk = whole_stage(shard);
+  chunk.bf16 = bf16;
+  chunk.selective = selective;
+  Activations acts = Activations::allocate(shard, chunk, m.B, m.T);
+  ChunkPieces pair = chunk;  // W with B: two blocks' W inputs
+  pair.layers = std::min(chunk.layers, 2);
+  WeightGradInputs w = WeightGradInputs::allocate(shard, by_block ? pair : chunk, m.B, m.T);
+  Bf16Slab weights16("weights16", m.params.count);
+  round_to_bf16(weights16.data(), m.params.slab.data(), m.params.count);
+  Kokkos::deep_copy(m.grads.slab, 0.0f);
+  {
+    std::unique_ptr<Bf16Products> scope;
+    if (bf16) {
+      scope = std::make_unique<Bf16Products>(m.params.slab.data(), weights16.data(), m.params.count,
+                                             16);
+    }
+    const float dloss = 1.0f / (m.B * m.T);
+    gpt_forward(acts, m.params.t, m.inputs, m.targets);
+    if (by_block) {
+      gpt_backward_by_block(m.grads.t, m.buf, w, acts, m.params.t, m.inputs, m.targets, dloss,
+                            MPI_COMM_SELF, {}, nullptr, {}, true);
+    } else {
+      gpt_backward(m.grads.t, m.buf, w, acts, m.params.t, m.inputs, m.targets, dloss);
+    }
+  }
+  return {test::to_host(Slab(acts.losses.data(), acts.losses.extent(0))),
+          test::to_host(m.grads.slab),
+          {}};
+}
+}  // namespace
+
+TEST(SelectiveRecompute, SameBitsAsKeepingEverythingInFewerBytes) {
+  GPTConfig olmo2 = tiny_llama();
+  olmo2.arch = Arch::kOlmo2;
+  GPTConfig mixtral = tiny_llama();
+  mixtral.arch = Arch::kMixtral;
+  mixtral.experts = 2;
+  mixtral.experts_per_token = 2;
+  for (const GPTConfig& cfg : {tiny_gpt2(), tiny_llama(), olmo2, mixtral}) {
+    for (bool bf16 : {false, true}) {
+      if (bf16 && !backend::kernels().bf16_missing.empty()) continue;
+      for (bool by_block : {false, true}) {
+        SCOPED_TRACE(std::string(arch_name(cfg.arch)) + (bf16 ? " bf16" : " fp32") +
+                     (by_block ? ", W with B" : ", W deferred"));
+        const StepResult kept = selective_step(cfg, bf16, false, by_block);
+        const StepResult again = selective_step(cfg, bf16, true, by_block);
+        EXPECT_EQ(kept.losses, again.losses);
+        EXPECT_EQ(kept.grads, again.grads);
+      }
+      const TpShard shard = make_tp_shard(cfg, 0, 1);
+      ChunkPieces all = whole_stage(shard), selective = all;
+      all.bf16 = selective.bf16 = bf16;
+      selective.selective = true;
+      EXPECT_LT(Activations::bytes(shard, selective, 2, 5), Activations::bytes(shard, all, 2, 5));
+    }
+  }
+}
+
 // A dense MLP reads ln2 itself: its sets keep no experts' inputs (moe_in was allocated, L·R·C
 // floats never written, 5% of a Llama's activations), a mixture of experts' do.
 TEST(ActivationSets, OnlyAMixtureOfExpertsKeepsExpertInputs) {
@@ -383,6 +449,7 @@ TEST(Bf16Activations, Llama124MBlocksKeepAtMost055xFp32Bytes) {
 namespace {
 struct ActivationFigure {
   double formula = 0, fp32 = 0, bf16 = 0;
+  double selective_fp32 = 0, selective_bf16 = 0;  // --recompute selective
 };
 // 16-bit bytes per token per layer of a block on a TP rank (the formula's terms, /t under TP + SP).
 double korthikanti_bytes(const TpShard& s) {
@@ -404,13 +471,20 @@ ActivationFigure activation_figure(const TpShard& shard, int B, int T, bool sp) 
   ActivationFigure f;
   f.formula = korthikanti_bytes(shard);
   const double tokens = double(B) * T;
-  for (bool bf16 : {false, true}) {
-    ChunkPieces one{0, 1, false, false}, two{0, 2, false, false};
-    one.bf16 = two.bf16 = bf16;
-    const double per_layer = double(Activations::bytes(shard, two, B, T, sp) -
-                                    Activations::bytes(shard, one, B, T, sp)) /
-                             tokens;
-    (bf16 ? f.bf16 : f.fp32) = per_layer;
+  for (bool selective : {false, true}) {
+    for (bool bf16 : {false, true}) {
+      ChunkPieces one{0, 1, false, false}, two{0, 2, false, false};
+      one.bf16 = two.bf16 = bf16;
+      one.selective = two.selective = selective;
+      const double per_layer = double(Activations::bytes(shard, two, B, T, sp) -
+                                      Activations::bytes(shard, one, B, T, sp)) /
+                               tokens;
+      if (selective) {
+        (bf16 ? f.selective_bf16 : f.selective_fp32) = per_layer;
+      } else {
+        (bf16 ? f.bf16 : f.fp32) = per_layer;
+      }
+    }
   }
   return f;
 }
@@ -476,6 +550,17 @@ TEST(ActivationBytes, BlocksKeepAtMostMegatronsBytesPerToken) {
       EXPECT_LE(f.fp32, 2.5 * f.formula);
       EXPECT_LE(f.bf16, 1.25 * f.formula);
       EXPECT_LT(f.bf16, f.fp32);
+      // --recompute selective: a block keeps neither norm's output (C values a row each, gathered
+      // under SP) nor, in fp32, a dense MLP's GELU or SwiGLU output (F/t a row), which bf16 keeps
+      // no more anyway; a mixture of experts leaves out ln1's only.
+      std::printf("%-8s TP %d: selective: fp32 %7.0f (%.2fx), bf16 %7.0f (%.2fx)\n",
+                  arch_name(cfg.arch), tp, f.selective_fp32, f.selective_fp32 / f.formula,
+                  f.selective_bf16, f.selective_bf16 / f.formula);
+      const TpShard s = make_tp_shard(cfg, 0, tp);
+      const double norms = cfg.moe() ? 1 : 2, h = cfg.moe() ? 0 : s.fc;
+      EXPECT_DOUBLE_EQ(f.fp32 - f.selective_fp32, 4 * (norms * cfg.channels + h));
+      EXPECT_DOUBLE_EQ(f.bf16 - f.selective_bf16, 2 * norms * cfg.channels);
+      if (!cfg.moe()) EXPECT_LE(f.selective_bf16, f.formula);
     }
   }
 }
