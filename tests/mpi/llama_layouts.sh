@@ -4,7 +4,8 @@
 # grouped-query attention, untied head) reproduces its serial run under TP 2 and 4 with kv heads
 # split (KVH 4 over TP 2, 2 over 2) and replicated (KVH 1 over TP 2 and 4, KVH 2 over TP 4), with
 # sequence parallelism, DP 2 with ZeRO-1 and overlapped buckets, pipelines under 1F1B,
-# interleaved, ZB-H1 and ZB-V, and recomputation; a tied Llama on TP and PP. Then a checkpoint
+# interleaved, ZB-H1 and ZB-V, and recomputation (selective: the same bits as none, on TP 2 + SP
+# and under ZB-H1's deferred W); a tied Llama on TP and PP. Then a checkpoint
 # saved on one layout resumes on another and ends where the uninterrupted run does.
 LAYERS=4
 source "$(dirname "$0")/serial_reference.sh"
@@ -25,11 +26,17 @@ for kvh in 2 1; do
   run_layout 4 1
   run_layout 2 1 --sequence-parallel
   if [ $kvh = 2 ]; then
+    tp2_sp_log=$LAST_LOG
+    run_layout 2 1 --sequence-parallel --recompute selective
+    same_bits "$tp2_sp_log" "$LAST_LOG" "llama tp 2 + sp --recompute selective"
     run_layout 1 2 --zero 1 --overlap-grad-reduce --dp-bucket-mb 0.05
     run_layout 2 2 --zero 1 --sequence-parallel
     run_layout 1 1 --pp 2 --microbatches 4
     run_layout 1 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 2
     run_layout 1 1 --pp 2 --schedule zb-h1 --microbatches 4
+    zbh1_log=$LAST_LOG
+    run_layout 1 1 --pp 2 --schedule zb-h1 --microbatches 4 --recompute selective
+    same_bits "$zbh1_log" "$LAST_LOG" "llama zb-h1 --recompute selective (W deferred)"
     run_layout 1 1 --pp 2 --schedule zb-v --microbatches 2
     run_layout 2 1 --pp 2 --microbatches 2 --recompute
   fi

@@ -3,7 +3,7 @@
 # within what, and why): every schedule on 2, 3 and 4 stages, interleaved with M in {P, P+1, 2P+1}
 # (M not a multiple of P included), the zero-bubble schedules with M = P, M > P and M not a
 # multiple of P, even and uneven layer splits, combined with TP, SP, DP, ZeRO and overlapped
-# gradient buckets, full recomputation, and two 8-rank layouts. An 8-block model, so 4 stages x 2
+# gradient buckets, full and selective recomputation, and two 8-rank layouts. An 8-block model, so 4 stages x 2
 # chunks have a block each. Then the bits that must not move (a deferred W, recomputation), each
 # stage's peak activations against what its schedule keeps, and random (schedule, P, V, M) steps
 # that must finish within a timeout (no deadlock).
@@ -42,6 +42,9 @@ BATCH=10 sweep 1 1 --pp 4 --schedule interleaved --virtual-stages 2 --microbatch
 BATCH=9 sweep 1 1 --pp 4 --schedule interleaved --virtual-stages 2 --microbatches 9
 # ---- combined with tensor and data parallel ----
 run_layout 2 1 --pp 2 --microbatches 4 --sequence-parallel
+tp2_sp_log=$LAST_LOG
+run_layout 2 1 --pp 2 --microbatches 4 --sequence-parallel --recompute selective
+tp2_sp_selective_log=$LAST_LOG
 BATCH=6 sweep 2 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 3 \
   --sequence-parallel
 run_layout 1 2 --pp 2 --microbatches 2 --zero 1 --overlap-grad-reduce --dp-bucket-mb 0.05
@@ -55,6 +58,8 @@ OMP_WAIT_POLICY=PASSIVE sweep 2 1 --pp 4 --microbatches 4 --pp-layout 1,3,2,2
 # ---- the zero-bubble schedules (W deferred into the bubbles) ----
 run_layout 1 1 --pp 2 --microbatches 4 --schedule 1f1b
 f1b1_log=$LAST_LOG
+run_layout 1 1 --pp 2 --microbatches 4 --schedule 1f1b --recompute selective
+f1b1_selective_log=$LAST_LOG
 sweep 1 1 --pp 2 --microbatches 2 --schedule zb-h1
 run_layout 1 1 --pp 2 --microbatches 4 --schedule zb-h1
 zbh1_log=$LAST_LOG
@@ -66,6 +71,8 @@ BATCH=6 sweep 1 2 --pp 2 --microbatches 3 --schedule zb-h1 --zero 1 --overlap-gr
   --dp-bucket-mb 0.05
 run_layout 1 1 --pp 2 --microbatches 4 --schedule zb-h1 --recompute
 zbh1_recompute_log=$LAST_LOG
+run_layout 1 1 --pp 2 --microbatches 4 --schedule zb-h1 --recompute selective
+zbh1_selective_log=$LAST_LOG
 BATCH=6 sweep 1 1 --pp 3 --microbatches 3 --schedule zb-h2
 BATCH=10 sweep 1 1 --pp 2 --microbatches 5 --schedule zb-h2 --pp-layout 5,3
 sweep 1 1 --pp 4 --microbatches 8 --schedule zb-h2
@@ -91,14 +98,16 @@ sweep 1 2 --pp 2 --microbatches 4 --schedule zb-auto --max-in-flight 1 --zero 1 
 zbauto_limited=$LAST_LOG
 
 # ---- bits that must not move ----
-same_bits() {  # same_bits LOG_A LOG_B WHAT: their final parameters are byte-identical
-  if cmp -s "${1%.log}.bin" "${2%.log}.bin"; then ok "$3: final parameters bit-identical"; else
-    bad "$3 changed the final parameters"; fi
-}
 # A deferred W only moves in time: each microbatch's weight gradients still add up in the same
 # order, so zb-h1 computes 1F1B's bits.
 same_bits "$f1b1_log" "$zbh1_log" "zb-h1 (W deferred) vs 1f1b"
 same_bits "$zbh1_log" "$zbh1_recompute_log" "zb-h1 --recompute (B keeps what W reads)"
+# Selective recomputation forms the norms' and GELU's outputs again with the forward's kernels:
+# W with B (1f1b), W deferred (zb-h1: W forms them from the set kept until then), and TP 2 + SP
+# (the norms' outputs gathered again).
+same_bits "$f1b1_log" "$f1b1_selective_log" "1f1b --recompute selective"
+same_bits "$zbh1_log" "$zbh1_selective_log" "zb-h1 --recompute selective (W deferred)"
+same_bits "$tp2_sp_log" "$tp2_sp_selective_log" "tp 2 + sp x pp 2 --recompute selective"
 
 # ---- full recomputation: the same numbers bit for bit (a block's forward is deterministic), a
 # fraction of the activations ----

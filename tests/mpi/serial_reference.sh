@@ -70,6 +70,11 @@ print(f"  losses within {worst:.1e}, parameters within {err:.1e}")
 PYEOF
 }
 
+same_bits() {  # same_bits LOG_A LOG_B WHAT: their final parameters are byte-identical
+  if cmp -s "${1%.log}.bin" "${2%.log}.bin"; then ok "$3: final parameters bit-identical"; else
+    bad "$3 changed the final parameters"; fi
+}
+
 run_layout() {  # run_layout TP DP [extra flags...]; a --pp P or --cp N among them multiplies
   # the ranks. Sets LAST_LOG to the run's log (its parameters are ${LAST_LOG%.log}.bin).
   local tp=$1 dp=$2
