@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The memory plan (train/memory_plan.hpp) against the truth: the peak resident set each rank
 # measured (VmHWM) is within 10% of what the banner predicted before anything was allocated, on
-# eight runs that differ in what dominates: a long sequence, recomputation, TP with sequence
-# parallelism, CP, a 1F1B pipeline, bf16, DP with ZeRO-1, and ZB-H1's deferred W. Models large
-# enough that the model's memory, not the program's, is most of each peak. Then --dry-run and a
+# nine runs that differ in what dominates: a long sequence, full and selective recomputation (one
+# block's norm and SwiGLU scratch in the workspace), TP with sequence parallelism, CP, a 1F1B
+# pipeline, bf16, DP with ZeRO-1, and ZB-H1's deferred W. Models large enough that the model's
+# memory, not the program's, is most of each peak. Then --dry-run and a
 # real start refuse a layout predicted to exceed --memory-per-rank (exit 2, one error line naming
 # the largest term and the flags that shrink it), and a Llama-3.2-1B shape at T = 8192 is refused
 # against this node's MemAvailable by --dry-run without allocating anything.
@@ -32,6 +33,7 @@ check() {  # check RANKS FLAGS...: the run's worst rank within 10% of its predic
 
 check 1 --batch 1 --seq-len 4096 --max-seq-len 4096
 check 1 --batch 1 --seq-len 4096 --max-seq-len 4096 --recompute
+check 1 --batch 1 --seq-len 2048 --max-seq-len 2048 --recompute selective
 check 2 --batch 2 --seq-len 2048 --max-seq-len 2048 --tp 2 --sequence-parallel
 check 2 --batch 2 --seq-len 4096 --max-seq-len 4096 --cp 2
 check 2 --batch 4 --seq-len 2048 --max-seq-len 2048 --pp 2 --microbatches 4
