@@ -5,6 +5,7 @@
 #include <climits>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -20,9 +21,9 @@ namespace {
 // run back to back in one kernel, the row still in cache (llm.c's fused classifier); with several,
 // the row statistics are combined over the ranks between them.
 // fp32 logits keep exp(z − max) in place between the sum and the gradient; bf16 logits (the LM
-// head's under --precision bf16, as autocast's) are read as fp32 and the exponentials computed
-// again for the gradient, which alone is written back rounded: a bf16 exp would round p before
-// p − 1 is taken.
+// head's under --precision bf16, as autocast's) are read as fp32 and, in a team, the exponentials
+// computed again for the gradient, which alone is written back rounded: a bf16 exp would round p
+// before p − 1 is taken (the host shape keeps them in a thread's fp32 row instead, below).
 // A logit as fp32, and a gradient written in the logits' type (rounded to bf16 there).
 KOKKOS_INLINE_FUNCTION float value(float x) {
   return x;
@@ -109,6 +110,34 @@ Rows<Logits> rows_of(Tensor losses, Logits logits, Tensor row_stats, const Token
                       dloss};
 }
 
+// One TP rank, bf16 logits, the host shape: each row is widened once into its thread's fp32 row
+// (Vl floats a thread, in the cache), which takes the fp32 passes above with exp(z − max) kept in
+// place, so each exponential is computed once (the team kernel computes them twice: a team's
+// scratch cannot hold a row of a vocabulary). Only the gradient is rounded back over the logits.
+// The same values in the same lanes as the passes above, so the same bits.
+void forward_bf16_rows_on_host(const Rows<Tensor16>& rows, int64_t N, bool grad) {
+  const int Vl = rows.Vl, real = rows.real;
+  std::vector<float> scratch(size_t(host_thread_count()) * size_t(Vl));
+  for_each_unit_on_host("mpf::cross_entropy_forward", N, [&](int64_t n, int thread) {
+    float* x = scratch.data() + size_t(thread) * size_t(Vl);
+    bf16* z = rows.logits.data() + n * Vl;
+    for (int j = 0; j < real; ++j) x[j] = from_bf16(z[j]);
+    const int64_t t = int64_t(rows.targets(n)) - rows.vocab_begin;
+    const float target = t >= 0 && t < real ? x[t] : 0.0f;
+    const float m = real > 0 ? vmath::row_max(x, real) : -FLT_MAX;
+    for (int j = 0; j < real; ++j) x[j] = vmath::exp(x[j] - m);
+    const float s = vmath::row_sum(x, real);
+    rows.row_max[n] = m;
+    rows.row_sum[n] = s;
+    rows.target[n] = target;
+    rows.losses(n) = m + logf(s) - target;
+    if (!grad) return;
+    const float inv = 1.0f / s, d = rows.dloss;
+    for (int j = 0; j < real; ++j) z[j] = to_bf16(x[j] * inv * d - (j == t ? d : 0.0f));
+    for (int j = real; j < Vl; ++j) z[j] = to_bf16(0.0f);
+  });
+}
+
 template <class Logits>
 void forward(Tensor losses, Logits logits, Tensor row_stats, const Tokens& targets, int64_t N,
              int V, int vocab_begin, int Vl, MPI_Comm tp, float dloss) {
@@ -117,6 +146,9 @@ void forward(Tensor losses, Logits logits, Tensor row_stats, const Tokens& targe
   const bool grad = dloss != 0.0f;
   int size = 1;
   MPI_Comm_size(tp, &size);
+  if constexpr (!kDeviceMemory && !Rows<Logits>::kFp32) {
+    if (size == 1 && !device_shaped()) return forward_bf16_rows_on_host(rows, N, grad);
+  }
   if (size == 1) {
     for_rows(
         "mpf::cross_entropy_forward", N, Vl, KOKKOS_LAMBDA(const Row& r, int64_t n) {
