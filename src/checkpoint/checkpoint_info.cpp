@@ -74,6 +74,21 @@ std::vector<Field> optional_model_fields(CheckpointInfo& c, bool held) {
   }
   if (!held || m.shared_expert()) out.push_back({"model.shared_ffn", &m.shared_ffn});
   if (!held || m.no_qkv_bias) out.push_back({"model.no_qkv_bias", &m.no_qkv_bias});
+  if (!held || m.mla()) {  // multi-head latent attention's sizes (deepseek_v3)
+    out.push_back({"model.q_lora_rank", &m.q_lora_rank});
+    out.push_back({"model.kv_lora_rank", &m.kv_lora_rank});
+    out.push_back({"model.qk_nope_dim", &m.qk_nope_dim});
+    out.push_back({"model.qk_rope_dim", &m.qk_rope_dim});
+    out.push_back({"model.v_head_dim", &m.v_head_dim});
+    out.push_back({"model.rope_interleave", &m.rope_interleave});
+  }
+  if (!held || m.rope_yarn) {  // YaRN's rope scaling, beside rope_factor and the original context
+    out.push_back({"model.rope_yarn", &m.rope_yarn});
+    out.push_back({"model.yarn_beta_fast", &m.yarn_beta_fast});
+    out.push_back({"model.yarn_beta_slow", &m.yarn_beta_slow});
+    out.push_back({"model.yarn_mscale", &m.yarn_mscale});
+    out.push_back({"model.yarn_mscale_all_dim", &m.yarn_mscale_all_dim});
+  }
   return out;
 }
 

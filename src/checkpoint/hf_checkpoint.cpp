@@ -146,7 +146,13 @@ constexpr Gpt2Name kGpt2Names[kNumParameterTensors] = {
     {"h.%d.mlp.c_proj.bias", false},
     {"ln_f.weight", false},
     {"ln_f.bias", false},
-    {"", false},  // lmhead, q_normw, k_normw, routerw, sfcw, sfcprojw, sgatew: GPT-2 has none
+    {"", false},  // lmhead, q_normw, k_normw, routerw, sfcw, sfcprojw, sgatew and the latent
+    {"", false},  // attention's six: GPT-2 has none
+    {"", false},
+    {"", false},
+    {"", false},
+    {"", false},
+    {"", false},
     {"", false},
     {"", false},
     {"", false},
@@ -203,6 +209,18 @@ std::vector<const char*> llama_names(TensorId t, const ModelFeatures& f) {
       return {"model.layers.%d.mlp.shared_expert.down_proj.weight"};
     case TensorId::sgatew:
       return {"model.layers.%d.mlp.shared_expert_gate.weight"};
+    case TensorId::qaw:  // DeepSeek-V3's latent attention
+      return {"model.layers.%d.self_attn.q_a_proj.weight"};
+    case TensorId::qanw:
+      return {"model.layers.%d.self_attn.q_a_layernorm.weight"};
+    case TensorId::qbw:  // q_proj when there is no query rank (NameMap::pieces)
+      return {"model.layers.%d.self_attn.q_b_proj.weight"};
+    case TensorId::kvaw:
+      return {"model.layers.%d.self_attn.kv_a_proj_with_mqa.weight"};
+    case TensorId::kvanw:
+      return {"model.layers.%d.self_attn.kv_a_layernorm.weight"};
+    case TensorId::kvbw:
+      return {"model.layers.%d.self_attn.kv_b_proj.weight"};
     default:
       return {};  // a tensor these families do not hold
   }
@@ -246,7 +264,9 @@ class NameMap {
       }
       return out;
     }
-    const std::vector<const char*> names = llama_names(t, cfg_.features());
+    std::vector<const char*> names = llama_names(t, cfg_.features());
+    if (t == TensorId::qbw && cfg_.q_lora_rank == 0)
+      names = {"model.layers.%d.self_attn.q_proj.weight"};
     // The stacked row blocks: Q, K, V (NH·hs, KVH·hs, KVH·hs); gate, up (F each).
     const std::vector<int64_t> rows = names.size() > 1 ? row_blocks(tensor_spec(t), cfg_)
                                                        : std::vector<int64_t>{rows_of(t, cfg_)};

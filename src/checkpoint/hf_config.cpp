@@ -192,6 +192,56 @@ void read_experts(const ConfigKeys& k, GPTConfig& cfg) {
           k.where("clip_qkv") + " is set; this trainer does not clip Q, K and V");
 }
 
+// DeepseekV3Config's multi-head latent attention (q_lora_rank null: a plain q_proj) and its
+// dense blocks: a block past first_k_dense_replace is a DeepSeekMoE block, not built yet.
+void read_latent_attention(const ConfigKeys& k, GPTConfig& cfg) {
+  cfg.q_lora_rank = k.size_or("q_lora_rank", 0);
+  cfg.kv_lora_rank = k.size("kv_lora_rank");
+  cfg.qk_nope_dim = k.size("qk_nope_head_dim");
+  cfg.qk_rope_dim = k.size("qk_rope_head_dim");
+  cfg.v_head_dim = k.size("v_head_dim");
+  cfg.head_dim = 0;  // DeepseekV3Config's head_dim is qk_rope_head_dim: the sizes above say it
+  cfg.kv_heads = 0;  // every head has its own K and V from the latent
+  cfg.rope_interleave = k.bool_or("rope_interleave", true);
+  const json::Value* experts = k.find("n_routed_experts");
+  const int dense = k.size_or("first_k_dense_replace", 3);
+  require(dense >= cfg.layers || experts == nullptr || experts->is_null(),
+          k.where("first_k_dense_replace") + " is " + std::to_string(dense) + " of " +
+              std::to_string(cfg.layers) +
+              " blocks: the blocks past it are DeepSeekMoE blocks (routed experts), whose "
+              "routing is not built yet; only dense deepseek_v3 models train here (set "
+              "first_k_dense_replace to num_hidden_layers)");
+}
+
+// rope_scaling of type "yarn" (transformers' _compute_yarn_parameters): its factor, original
+// context, ramp (beta_fast, beta_slow) and mscale, mscale_all_dim; an explicit attention_factor
+// or truncate false is not computed here.
+void read_yarn(const ConfigKeys& k, const ConfigKeys& r, GPTConfig& cfg) {
+  cfg.rope_yarn = true;
+  cfg.rope_factor = float(r.number_or("factor", 0.0));
+  require(cfg.rope_factor >= 1, k.where("rope_scaling") + ".factor is missing or below 1");
+  cfg.rope_original_max_pos = r.size_or("original_max_position_embeddings", cfg.max_seq_len);
+  // transformers' versions differ here: newer ones take max_position_embeddings / the original
+  // context as the factor; where the two agree every version computes the same model.
+  const double ratio = double(cfg.max_seq_len) / cfg.rope_original_max_pos;
+  require(std::fabs(ratio - cfg.rope_factor) <= 1e-6 * ratio,
+          k.where("rope_scaling") + ".factor " + json_number(cfg.rope_factor) +
+              " is not max_position_embeddings / original_max_position_embeddings (" +
+              json_number(ratio) +
+              "); transformers' versions disagree on which one YaRN uses, so this trainer "
+              "takes configs where they are equal");
+  cfg.yarn_beta_fast = float(r.number_or("beta_fast", 32.0));
+  cfg.yarn_beta_slow = float(r.number_or("beta_slow", 1.0));
+  cfg.yarn_mscale = float(r.number_or("mscale", 0.0));
+  cfg.yarn_mscale_all_dim = float(r.number_or("mscale_all_dim", 0.0));
+  const json::Value* factor = r.find("attention_factor");
+  require(factor == nullptr || factor->is_null(),
+          r.where("attention_factor") +
+              " is set; this trainer computes YaRN's attention factor from mscale and "
+              "mscale_all_dim only");
+  r.expect_bool("truncate", true, "this trainer rounds YaRN's correction range (truncate true)");
+}
+
 // transformers' LlamaConfig and the configs of the families of Llama blocks (Qwen2Config,
 // MistralConfig, Phi3Config); absent keys take their defaults.
 GPTConfig read_llama(const ConfigKeys& k, const json::Value& root, Arch arch) {
@@ -229,12 +279,17 @@ GPTConfig read_llama(const ConfigKeys& k, const json::Value& root, Arch arch) {
   // An explicit head size (Qwen3's, Mistral Nemo's) may differ from hidden_size / heads.
   const int head_dim = k.size_or("head_dim", 0);
   if (head_dim > 0 && head_dim * cfg.heads != cfg.channels) cfg.head_dim = head_dim;
+  if (cfg.features().mla) read_latent_attention(k, cfg);
   const json::Value* scaling = root.find("rope_scaling");
   if (scaling && !scaling->is_null()) {
     require(scaling->is_object(), k.where("rope_scaling") + " is not an object or null");
     const ConfigKeys r(*scaling, k.where("rope_scaling").substr(7));
     const json::Value* type = scaling->find("rope_type");
     if (type == nullptr) type = scaling->find("type");
+    if (cfg.features().mla && type && type->is_string() && type->string() == "yarn") {
+      read_yarn(k, r, cfg);
+      return cfg;
+    }
     require(type && type->is_string() && type->string() == "llama3",
             k.where("rope_scaling") + "'s rope_type is \"" +
                 (type && type->is_string() ? type->string() : std::string("?")) +
@@ -274,6 +329,8 @@ const char* hf_architecture(Arch arch) {
       return "OlmoeForCausalLM";
     case Arch::kQwen2Moe:
       return "Qwen2MoeForCausalLM";
+    case Arch::kDeepseekV3:
+      return "DeepseekV3ForCausalLM";
   }
   return "?";
 }
@@ -381,18 +438,40 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
     s += line("intermediate_size", n(cfg.ffn_width()));
     s += line("num_hidden_layers", n(cfg.layers)) + line("num_attention_heads", n(cfg.heads));
     s += line("num_key_value_heads", n(cfg.kv_head_count()));
-    s += line("head_dim", n(cfg.head_size()));
+    if (cfg.mla()) {
+      s += line("q_lora_rank", cfg.q_lora_rank > 0 ? n(cfg.q_lora_rank) : "null");
+      s += line("kv_lora_rank", n(cfg.kv_lora_rank));
+      s += line("qk_nope_head_dim", n(cfg.qk_nope_dim));
+      s += line("qk_rope_head_dim", n(cfg.qk_rope_dim));
+      s += line("v_head_dim", n(cfg.v_head_dim));
+      s += line("head_dim", n(cfg.qk_rope_dim));
+      s += line("rope_interleave", cfg.rope_interleave ? "true" : "false");
+      // Every block dense (DeepSeekMoE's routed experts are not built yet).
+      s += line("first_k_dense_replace", n(cfg.layers));
+    } else {
+      s += line("head_dim", n(cfg.head_size()));
+    }
     s += line("max_position_embeddings", n(cfg.max_seq_len));
     s += line("rms_norm_eps", float_text(cfg.norm_eps));
     s += line("rope_theta", float_text(cfg.rope_theta));
-    s += line("rope_scaling",
-              cfg.rope_factor == 0
-                  ? std::string("null")
-                  : "{\"rope_type\": \"llama3\", \"factor\": " + float_text(cfg.rope_factor) +
-                        ", \"low_freq_factor\": " + float_text(cfg.rope_low_freq_factor) +
-                        ", \"high_freq_factor\": " + float_text(cfg.rope_high_freq_factor) +
-                        ", \"original_max_position_embeddings\": " + n(cfg.rope_original_max_pos) +
-                        "}");
+    auto yarn = [&](float x) { return x == 0 ? std::string("null") : float_text(x); };
+    if (cfg.rope_yarn) {
+      s += line("rope_scaling",
+                "{\"type\": \"yarn\", \"factor\": " + float_text(cfg.rope_factor) +
+                    ", \"original_max_position_embeddings\": " + n(cfg.rope_original_max_pos) +
+                    ", \"beta_fast\": " + float_text(cfg.yarn_beta_fast) + ", \"beta_slow\": " +
+                    float_text(cfg.yarn_beta_slow) + ", \"mscale\": " + yarn(cfg.yarn_mscale) +
+                    ", \"mscale_all_dim\": " + yarn(cfg.yarn_mscale_all_dim) + "}");
+    } else
+      s +=
+          line("rope_scaling",
+               cfg.rope_factor == 0
+                   ? std::string("null")
+                   : "{\"rope_type\": \"llama3\", \"factor\": " + float_text(cfg.rope_factor) +
+                         ", \"low_freq_factor\": " + float_text(cfg.rope_low_freq_factor) +
+                         ", \"high_freq_factor\": " + float_text(cfg.rope_high_freq_factor) +
+                         ", \"original_max_position_embeddings\": " + n(cfg.rope_original_max_pos) +
+                         "}");
     if (cfg.moe()) {
       const bool mixtral = cfg.arch == Arch::kMixtral;
       s += line(mixtral ? "num_local_experts" : "num_experts", n(cfg.experts));

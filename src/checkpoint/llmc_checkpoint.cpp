@@ -47,7 +47,8 @@ constexpr HeaderKind kLlamaModelFile{llmc::kLlamaModelMagic, llmc::kLlamaModelVe
 // A Llama-family model's fields in header slots 8..24 (docs/file-formats.md): GPT-2's files
 // keep them zero. Slot 8 is the family (Arch's value); floats are stored as their bits; slots 18
 // (the sliding window), 19 (a head size apart from C/NH), 20..23 (the experts), 24 (a shared
-// expert's width) and 25 (the family's Q, K, V biases left out) are 0 in files written before them.
+// expert's width), 25 (the family's Q, K, V biases left out), 26..31 (latent attention) and
+// 32..36 (YaRN) are 0 in files written before them.
 enum LlamaSlot {
   kArch = 8,
   kKvHeads,
@@ -66,9 +67,21 @@ enum LlamaSlot {
   kMoeRenormalize,
   kMoeAuxCoef,
   kSharedFfn,
-  kNoQkvBias
+  kNoQkvBias,
+  // 26..31: multi-head latent attention's sizes (deepseek_v3); 32..36: YaRN's rope scaling.
+  kQLoraRank,
+  kKvLoraRank,
+  kQkNopeDim,
+  kQkRopeDim,
+  kVHeadDim,
+  kRopeInterleave,
+  kRopeYarn,
+  kYarnBetaFast,
+  kYarnBetaSlow,
+  kYarnMscale,
+  kYarnMscaleAllDim
 };
-constexpr int kLastArch = int(Arch::kQwen2Moe);
+constexpr int kLastArch = int(Arch::kDeepseekV3);
 int32_t float_bits(float x) {
   int32_t b;
   std::memcpy(&b, &x, sizeof b);
@@ -87,6 +100,19 @@ void read_llama_slots(const int32_t* h, GPTConfig& cfg) {
   cfg.experts_per_token = h[kExpertsPerToken];
   cfg.shared_ffn = h[kSharedFfn];
   cfg.no_qkv_bias = h[kNoQkvBias] != 0;
+  cfg.q_lora_rank = h[kQLoraRank];
+  cfg.kv_lora_rank = h[kKvLoraRank];
+  cfg.qk_nope_dim = h[kQkNopeDim];
+  cfg.qk_rope_dim = h[kQkRopeDim];
+  cfg.v_head_dim = h[kVHeadDim];
+  if (cfg.mla()) cfg.rope_interleave = h[kRopeInterleave] != 0;
+  if (h[kRopeYarn] != 0) {  // else the defaults: zeros in the slots would be another model
+    cfg.rope_yarn = true;
+    cfg.yarn_beta_fast = bits_float(h[kYarnBetaFast]);
+    cfg.yarn_beta_slow = bits_float(h[kYarnBetaSlow]);
+    cfg.yarn_mscale = bits_float(h[kYarnMscale]);
+    cfg.yarn_mscale_all_dim = bits_float(h[kYarnMscaleAllDim]);
+  }
   cfg.moe_renormalize = h[kMoeRenormalize] != 0;
   cfg.moe_aux_coef = bits_float(h[kMoeAuxCoef]);
   cfg.kv_heads = h[kKvHeads];
@@ -200,6 +226,21 @@ void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
   h[kMoeAuxCoef] = float_bits(cfg.moe_aux_coef);
   h[kSharedFfn] = cfg.shared_ffn;
   h[kNoQkvBias] = cfg.no_qkv_bias ? 1 : 0;
+  if (cfg.mla()) {
+    h[kQLoraRank] = cfg.q_lora_rank;
+    h[kKvLoraRank] = cfg.kv_lora_rank;
+    h[kQkNopeDim] = cfg.qk_nope_dim;
+    h[kQkRopeDim] = cfg.qk_rope_dim;
+    h[kVHeadDim] = cfg.v_head_dim;
+    h[kRopeInterleave] = cfg.rope_interleave ? 1 : 0;
+  }
+  if (cfg.rope_yarn) {
+    h[kRopeYarn] = 1;
+    h[kYarnBetaFast] = float_bits(cfg.yarn_beta_fast);
+    h[kYarnBetaSlow] = float_bits(cfg.yarn_beta_slow);
+    h[kYarnMscale] = float_bits(cfg.yarn_mscale);
+    h[kYarnMscaleAllDim] = float_bits(cfg.yarn_mscale_all_dim);
+  }
   h[kKvHeads] = cfg.kv_head_count();
   h[kFfnDim] = cfg.ffn_width();
   h[kTied] = cfg.tied ? 1 : 0;

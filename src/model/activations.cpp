@@ -6,6 +6,7 @@
 
 #include "model/layers/ring_attention.hpp"
 #include "model/layers/rope.hpp"
+#include "model/mla_block.hpp"
 
 namespace mpf {
 
@@ -106,8 +107,9 @@ void carve(Activations& a, SlabCarver& k) {
   // Under recomputation only residual3 (the block outputs) is kept for all L blocks.
   const int64_t B = a.B, T = a.T, C = a.cfg.channels, L = a.chunk.recompute ? 0 : a.chunk.layers;
   const int64_t R = a.seq.rows, Rl = a.seq.local_rows, H = a.chunk.head ? 1 : 0;
-  const int64_t M = a.cfg.rms_norm() ? 0 : 1;  // RMSNorm keeps no mean
-  const int64_t rope = a.cfg.rope() ? T * s.head_size / 2 : 0;
+  const int64_t M = a.cfg.rms_norm() ? 0 : 1;                             // RMSNorm keeps no mean
+  const int64_t rotated = a.cfg.mla() ? a.cfg.qk_rope_dim : s.head_size;  // MLA's rope part
+  const int64_t rope = a.cfg.rope() ? T * rotated / 2 : 0;
   a.rope_cos = k.take(rope);
   a.rope_sin = k.take(rope);
   a.input = k.take(Rl * C);
@@ -160,6 +162,7 @@ void carve(Activations& a, SlabCarver& k) {
   a.shared_h = k.take(S * L * R * s.shared_fc);
   a.shared_out = k.take(S * L * R * C);
   a.shared_gate = k.take(S * L * R);
+  a.mla = k.take(L * mla_activation_floats(s, R));
   a.moe_ints = k.take(L * moe.ints());
   a.residual3 = k.take(int64_t(a.chunk.layers) * Rl * C);
   const int64_t logit_rows = a.chunk.logit_rows > 0 ? std::min<int64_t>(a.chunk.logit_rows, R) : R;
@@ -208,6 +211,8 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.shared_dfch = k.take(S * L * R * 2 * s.shared_fc);
   w.shared_dgate = k.take(S * L * R);
   w.shared_h = k.take(S * K * R * s.shared_fc);
+  w.mla = k.take(K * mla_activation_floats(s, R));
+  w.dmla = k.take(L * mla_weight_input_floats(s, R));
   w.dln2 = k.take(L * Rl * C);
   w.dres2 = k.take(L * R * C);
   w.dqkv = k.take(L * R * s.qkv);
@@ -337,8 +342,13 @@ Activations Activations::allocate(const TpShard& shard, const ChunkPieces& chunk
     scaling.low_freq_factor = c.rope_low_freq_factor;
     scaling.high_freq_factor = c.rope_high_freq_factor;
     scaling.original_max_position = c.rope_original_max_pos;
-    rope_tables(a.rope_cos, a.rope_sin,
-                rope_inverse_frequencies(c.head_size(), c.rope_theta, scaling), a.positions);
+    if (c.mla()) {
+      rope_tables(a.rope_cos, a.rope_sin, mla_rope_frequencies(c), a.positions,
+                  mla_rope_table_scale(c));
+    } else {
+      rope_tables(a.rope_cos, a.rope_sin,
+                  rope_inverse_frequencies(c.head_size(), c.rope_theta, scaling), a.positions);
+    }
   }
   return a;
 }
@@ -441,6 +451,8 @@ LayerActivations Activations::layer(int l) const {
   x.shared_h = slice(shared_h, l * S * shard.shared_fc, S * shard.shared_fc);
   x.shared_out = slice(shared_out, l * S * C, S * C);
   x.shared_gate = slice(shared_gate, l * S, S);
+  const int64_t NM = mla_activation_floats(shard, R);
+  x.mla = slice(mla, l * NM, NM);
   if (moe.E > 0) {
     const int64_t base = l * moe.ints();
     x.moe.choice = ints(moe_ints, base);
@@ -550,6 +562,8 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   x.shared_dout = slice(shared_dout, i * S * C, S * C);
   x.shared_dfch = slice(shared_dfch, i * S * 2 * Fs, S * 2 * Fs);
   x.shared_dgate = slice(shared_dgate, i * S, S);
+  const int64_t NM = mla_weight_input_floats(shard, R);
+  x.dmla = slice(dmla, i * NM, NM);
   if (!chunk.recompute) return x;
   LayerActivations& k = x.kept;
   const int64_t N1 = ln1_bf16.extent(0) > 0 ? 0 : R * C, N2 = ln2_bf16.extent(0) > 0 ? 0 : R * C;
@@ -576,6 +590,8 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   k.moe_in = slice(moe_in, i * (moe.expert_rows() * C - NI), moe.expert_rows() * C - NI);
   k.moe_in_bf16 = slice(moe_in_bf16, i * NI, NI);
   k.shared_h = slice(shared_h, i * S * Fs, S * Fs);
+  const int64_t KM = mla_activation_floats(shard, R);
+  k.mla = slice(mla, i * KM, KM);
   return x;
 }
 

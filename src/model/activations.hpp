@@ -170,6 +170,8 @@ struct LayerActivations {
   // output (R, Fs_l), its output before the gate (R, C; a partial sum over TP), the gate (R).
   Tensor shared_fch, shared_h, shared_out, shared_gate;
   MoeLayer moe;
+  // Multi-head latent attention's projections and norms (model/mla_block.hpp lays them out).
+  Tensor mla;
 };
 // A post-norm block (OLMo-2) keeps the same tensors with these meanings: ln1 and ln2 hold the
 // sublayers' gathered inputs (the block input and residual2, what the column-parallel GEMMs
@@ -216,6 +218,7 @@ struct Activations {
   Tensor router_probs, gates, moe_stats, moe_in, moe_out, moe_scratch;
   Tensor16 moe_in_bf16;
   Tensor shared_fch, shared_h, shared_out, shared_gate;
+  Tensor mla;  // multi-head latent attention's, per layer (LayerActivations::mla)
   // The routing's int32 values (MoeLayer's), each 4 bytes of the float slab: the slab's other
   // views never touch them.
   Tensor moe_ints;
@@ -311,9 +314,12 @@ struct BlockWeightInputs {
   // A shared expert: its output's gradient, gated (R, C), its [gate | up]'s (R, 2Fs_l), and its
   // gate logit's (R).
   Tensor shared_dout, shared_dfch, shared_dgate;
+  // Multi-head latent attention's projections' output gradients and its norms' weight gradients
+  // (model/mla_block.hpp lays them out).
+  Tensor dmla;
   // --recompute only (else empty): ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2,
-  // ln2_mean, ln2_rstd, fch_gelu, mlp_out, moe_in and shared_h of the block (those kept in bf16
-  // in their *_bf16); the rest of `kept` stays empty.
+  // ln2_mean, ln2_rstd, fch_gelu, mlp_out, moe_in, shared_h and mla of the block (those kept in
+  // bf16 in their *_bf16); the rest of `kept` stays empty.
   LayerActivations kept;
 };
 
@@ -328,13 +334,13 @@ struct WeightGradInputs {
   int B = 0, T = 0;
   Slab slab;
   Tensor dout, dfch, dln2, dres2, dqkv, dln1, dqk_normw, drouter, shared_dout, shared_dfch,
-      shared_dgate;                          // per block, as in
+      shared_dgate, dmla;                    // per block, as in
                                              // BlockWeightInputs
   Kokkos::View<int64_t*, HostSpace> counts;  // (L,E)
   // --recompute: the per-block activations W reads (empty otherwise); with chunk.bf16 those kept
   // in bf16 (bf16_kept) are in the *_bf16 ones.
   Tensor ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2, ln2_mean, ln2_rstd, fch_gelu,
-      mlp_out, moe_in, shared_h;
+      mlp_out, moe_in, shared_h, mla;
   Tensor16 ln1_bf16, ln2_bf16, atty_bf16, fch_gelu_bf16, moe_in_bf16;
   Tensor dlnf;    // (Rl,C) the head's: gradient of the final LayerNorm's output, summed over TP
   Tensor dembed;  // (R,C) the embedding's: gradient of its output (block 0's input gradient)

@@ -15,11 +15,12 @@ struct Family {
   Arch arch;
   const char* name;
 };
-constexpr Family kFamilies[] = {
-    {Arch::kGpt2, "gpt2"},       {Arch::kLlama, "llama"},       {Arch::kQwen2, "qwen2"},
-    {Arch::kMistral, "mistral"}, {Arch::kPhi3, "phi3"},         {Arch::kQwen3, "qwen3"},
-    {Arch::kOlmo2, "olmo2"},     {Arch::kMixtral, "mixtral"},   {Arch::kQwen3Moe, "qwen3_moe"},
-    {Arch::kOlmoe, "olmoe"},     {Arch::kQwen2Moe, "qwen2_moe"}};
+constexpr Family kFamilies[] = {{Arch::kGpt2, "gpt2"},          {Arch::kLlama, "llama"},
+                                {Arch::kQwen2, "qwen2"},        {Arch::kMistral, "mistral"},
+                                {Arch::kPhi3, "phi3"},          {Arch::kQwen3, "qwen3"},
+                                {Arch::kOlmo2, "olmo2"},        {Arch::kMixtral, "mixtral"},
+                                {Arch::kQwen3Moe, "qwen3_moe"}, {Arch::kOlmoe, "olmoe"},
+                                {Arch::kQwen2Moe, "qwen2_moe"}, {Arch::kDeepseekV3, "deepseek_v3"}};
 }  // namespace
 
 ModelFeatures features_of(Arch arch) {
@@ -44,6 +45,7 @@ ModelFeatures features_of(Arch arch) {
           arch == Arch::kQwen2Moe;
   f.shared_expert = arch == Arch::kQwen2Moe;
   f.hf_block_sparse_moe = arch == Arch::kMixtral;
+  f.mla = arch == Arch::kDeepseekV3;
   return f;
 }
 
@@ -65,7 +67,7 @@ bool parse_arch(const std::string& name, Arch& arch) {
 }
 
 const char* arch_names() {
-  return "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2,mixtral,qwen3_moe,olmoe,qwen2_moe";
+  return "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2,mixtral,qwen3_moe,olmoe,qwen2_moe,deepseek_v3";
 }
 
 float default_moe_aux_coef(Arch arch) {
@@ -77,6 +79,42 @@ int pad_vocab(int vocab, int multiple) {
   const int64_t padded = (int64_t(vocab) + multiple - 1) / multiple * multiple;
   return int(std::min<int64_t>(padded, INT_MAX));
 }
+
+namespace {
+// Multi-head latent attention's sizes: all or none (the family decides), each plausible, the
+// rotary part even; YaRN's factors finite.
+void validate_mla(const GPTConfig& cfg, const std::string& origin) {
+  const std::string from = " (from " + origin + ")";
+  if (!cfg.features().mla) {
+    require(!cfg.mla() && cfg.q_lora_rank == 0 && !cfg.rope_yarn,
+            std::string("the ") + arch_name(cfg.arch) +
+                " family has no latent attention or YaRN rope scaling" + from);
+    return;
+  }
+  // The flags' model (mpiformer-train checks --init-from's config.json against it) has none of
+  // the latent attention's sizes: they come from the config alone.
+  if (!cfg.mla()) return;
+  for (const auto& [value, key] : {std::pair<int, const char*>{cfg.kv_lora_rank, "kv_lora_rank"},
+                                   {cfg.qk_nope_dim, "qk_nope_head_dim"},
+                                   {cfg.qk_rope_dim, "qk_rope_head_dim"},
+                                   {cfg.v_head_dim, "v_head_dim"}}) {
+    require(value > 0 && value <= (1 << 16),
+            std::string(key) + " " + std::to_string(value) + " is not 1 to 65536" + from);
+  }
+  require(cfg.q_lora_rank >= 0 && cfg.q_lora_rank <= (1 << 16),
+          "q_lora_rank " + std::to_string(cfg.q_lora_rank) + " is not 0 (none) to 65536" + from);
+  require(cfg.qk_rope_dim % 2 == 0, "qk_rope_head_dim " + std::to_string(cfg.qk_rope_dim) +
+                                        " is odd; rotary embeddings rotate pairs" + from);
+  // V is padded to the QK head size for the fused attention (model/mla_block.hpp).
+  require(cfg.v_head_dim <= cfg.qk_nope_dim + cfg.qk_rope_dim,
+          "v_head_dim " + std::to_string(cfg.v_head_dim) + " exceeds qk_nope_head_dim + " +
+              "qk_rope_head_dim (" + std::to_string(cfg.qk_nope_dim + cfg.qk_rope_dim) + ")" +
+              from + "; this trainer pads V to the query/key head size and cannot narrow it");
+  require(std::isfinite(cfg.yarn_beta_fast) && std::isfinite(cfg.yarn_beta_slow) &&
+              std::isfinite(cfg.yarn_mscale) && std::isfinite(cfg.yarn_mscale_all_dim),
+          "rope_scaling's beta_fast, beta_slow, mscale and mscale_all_dim must be finite" + from);
+}
+}  // namespace
 
 void validate(const GPTConfig& cfg, const std::string& origin) {
   auto positive = [&](int value, const char* what, const char* flag) {
@@ -156,13 +194,15 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
                 "); drop --experts/--experts-per-token or pass --arch mixtral, qwen3_moe or olmoe");
   }
   positive(cfg.ffn_width(), "the MLP width", "--ffn-dim");
+  validate_mla(cfg, origin);
   require(cfg.heads % cfg.kv_head_count() == 0,
           "the " + std::to_string(cfg.heads) + " heads do not share " +
               std::to_string(cfg.kv_head_count()) + " kv heads evenly (from " + origin +
               "); choose --kv-heads dividing --heads");
-  require(cfg.head_size() % 2 == 0, "the head size " + std::to_string(cfg.head_size()) +
-                                        " is odd; rotary embeddings rotate pairs (from " + origin +
-                                        "); choose --dim / --heads even");
+  require(cfg.mla() || cfg.head_size() % 2 == 0,
+          "the head size " + std::to_string(cfg.head_size()) +
+              " is odd; rotary embeddings rotate pairs (from " + origin +
+              "); choose --dim / --heads even");
   // A float32 of a config.json's 1e39 is infinite; so may be --rope-scaling's "inf".
   require(cfg.norm_eps > 0 && std::isfinite(cfg.norm_eps),
           "--norm-eps must be positive and finite (from " + origin + ")");
@@ -202,13 +242,23 @@ std::string describe(const GPTConfig& cfg) {
     if (cfg.shared_expert() && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " shared %d", cfg.shared_ffn);
     }
+    if (cfg.mla() && n < int(sizeof buf)) {
+      n += std::snprintf(buf + n, sizeof buf - size_t(n), " mla q%d kv%d qk %d+%d v%d",
+                         cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_nope_dim, cfg.qk_rope_dim,
+                         cfg.v_head_dim);
+    }
     if (cfg.no_qkv_bias && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " no-qkv-bias");
     }
     if (cfg.sliding_window > 0 && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " window %d", cfg.sliding_window);
     }
-    if (cfg.rope_factor > 0 && n < int(sizeof buf)) {
+    if (cfg.rope_yarn && n < int(sizeof buf)) {
+      n += std::snprintf(buf + n, sizeof buf - size_t(n), " yarn %g,%d,%g,%g,%g,%g",
+                         double(cfg.rope_factor), cfg.rope_original_max_pos,
+                         double(cfg.yarn_beta_fast), double(cfg.yarn_beta_slow),
+                         double(cfg.yarn_mscale), double(cfg.yarn_mscale_all_dim));
+    } else if (cfg.rope_factor > 0 && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " rope-scaling %g,%g,%g,%d",
                          double(cfg.rope_factor), double(cfg.rope_low_freq_factor),
                          double(cfg.rope_high_freq_factor), cfg.rope_original_max_pos);
@@ -231,7 +281,13 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
          a.sliding_window == b.sliding_window && a.head_size() == b.head_size() &&
          a.experts == b.experts && a.experts_per_token == b.experts_per_token &&
          (!a.moe() || a.moe_renormalize == b.moe_renormalize) && a.shared_ffn == b.shared_ffn &&
-         a.features().qkv_bias == b.features().qkv_bias;
+         a.features().qkv_bias == b.features().qkv_bias && a.q_lora_rank == b.q_lora_rank &&
+         a.kv_lora_rank == b.kv_lora_rank && a.qk_nope_dim == b.qk_nope_dim &&
+         a.qk_rope_dim == b.qk_rope_dim && a.v_head_dim == b.v_head_dim &&
+         (!a.mla() || a.rope_interleave == b.rope_interleave) && a.rope_yarn == b.rope_yarn &&
+         (!a.rope_yarn ||
+          (a.yarn_beta_fast == b.yarn_beta_fast && a.yarn_beta_slow == b.yarn_beta_slow &&
+           a.yarn_mscale == b.yarn_mscale && a.yarn_mscale_all_dim == b.yarn_mscale_all_dim));
 }
 
 }  // namespace mpf

@@ -26,7 +26,8 @@ enum class Arch {
   kMixtral,
   kQwen3Moe,
   kOlmoe,
-  kQwen2Moe
+  kQwen2Moe,
+  kDeepseekV3
 };
 
 enum class NormKind { kLayerNorm, kRmsNorm };  // LayerNorm with its shift; RMSNorm scale only
@@ -59,6 +60,9 @@ struct ModelFeatures {
   // mlp.experts.{j}.gate_proj/up_proj/down_proj.
   bool moe = false;
   bool hf_block_sparse_moe = false;
+  // DeepSeek-V3's multi-head latent attention (MLA) in place of the Q, K, V projections (the
+  // latent ranks and head sizes in GPTConfig).
+  bool mla = false;
   // The GQA, FFN width, eps and rope fields below are the family's own (all but GPT-2).
   bool llama_fields = false;
 };
@@ -100,6 +104,20 @@ struct GPTConfig {
   // The family's Q, K, V biases left out (Qwen2-MoE's config.json "qkv_bias": false, as
   // transformers builds the model then).
   bool no_qkv_bias = false;
+  // Multi-head latent attention (DeepSeek-V3's, features().mla): queries through a q_lora_rank
+  // bottleneck with its RMSNorm (0: one plain projection), keys and values from a kv_lora_rank
+  // latent with its RMSNorm, Q and K heads of qk_nope + qk_rope values (the rotary qk_rope part
+  // of K one vector shared by the heads), V heads of v_head values. kv_lora_rank 0: not MLA.
+  int q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
+  // The rotary part's pairs: (2i, 2i + 1), as DeepSeek-V3's weights are laid out
+  // (rope_interleave true), or (i, i + qk_rope/2).
+  bool rope_interleave = true;
+  // YaRN's rope scaling (rope_scaling.type "yarn"; rope_factor and rope_original_max_pos its
+  // factor and original context): the ramp's beta_fast and beta_slow, and mscale and
+  // mscale_all_dim (0: absent), which scale the rotary tables and the attention's softmax.
+  bool rope_yarn = false;
+  float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f, yarn_mscale = 0.0f,
+        yarn_mscale_all_dim = 0.0f;
 
   ModelFeatures features() const {
     ModelFeatures f = features_of(arch);
@@ -114,10 +132,16 @@ struct GPTConfig {
   bool post_norm() const { return features().norm_placement == NormPlacement::kPost; }
   QkNorm qk_norm_kind() const { return features().qk_norm; }
   bool qk_norm() const { return qk_norm_kind() != QkNorm::kNone; }
-  int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
-  // The attention's width, the output projection's input: NH·hs (C unless head_dim says not).
-  int attention_width() const { return heads * head_size(); }
-  int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  bool mla() const { return kv_lora_rank > 0; }
+  // Q's and K's head size (under MLA qk_nope + qk_rope; V's is padded to it, model/mla_block.hpp).
+  int head_size() const {
+    if (mla()) return qk_nope_dim + qk_rope_dim;
+    return head_dim > 0 ? head_dim : channels / heads;
+  }
+  // The attention's width, the output projection's input: NH·hs (C unless head_dim says not;
+  // NH·v_head under MLA).
+  int attention_width() const { return heads * (mla() ? v_head_dim : head_size()); }
+  int kv_head_count() const { return mla() ? heads : kv_heads > 0 ? kv_heads : heads; }
   int ffn_width() const { return ffn_dim > 0 ? ffn_dim : 4 * channels; }
   bool moe() const { return experts > 0; }
   bool shared_expert() const { return shared_ffn > 0; }

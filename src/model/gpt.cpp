@@ -18,6 +18,7 @@
 #include "model/layers/rmsnorm.hpp"
 #include "model/layers/rope.hpp"
 #include "model/layers/swiglu.hpp"
+#include "model/mla_block.hpp"
 #include "model/moe_block.hpp"
 #include "parallel/device_mpi.hpp"
 #include "parallel/tp_regions.hpp"
@@ -360,19 +361,28 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
   // their views are empty.
   norm_and_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, seq, cfg, tp);
   keep_rounded(a.ln1_bf16, a.ln1);
-  with_kept(a.ln1, a.ln1_bf16,
-            [&](auto in) { linear_forward(a.qkv, none, in, p.qkvw, p.qkvb, R, C, s.qkv); });
-  qk_norm_forward(a, p, s, R, tp);
-  if (cfg.rope()) {
-    rope_forward(a.qkv, rope.cos, rope.sin, R, rope.T, rope.pos0, s.heads, s.kv_heads, s.head_size);
-  }
-  keep_rounded_in_place(a.qkv_bf16, a.qkv);
-  attend(a.atty, a.qkv);
-  keep_rounded(a.atty_bf16, a.atty);
-  with_kept(a.atty, a.atty_bf16, [&](auto o) {
+  if (cfg.mla()) {  // latent attention forms the packed [Q | K | V] (model/mla_block.hpp)
+    mla_forward(a, p, s, R, rope.cos, rope.sin, rope.T, rope.pos0);
+    attend(a.atty, a.qkv);
     project_and_join(a.residual2, {a.attn_out, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b}, partial, x,
-                     o, p.attprojw, p.attprojb, s.attn, seq, s, tp);
-  });
+                     mla_attention_output(a, s, R), p.attprojw, p.attprojb,
+                     s.heads * cfg.v_head_dim, seq, s, tp);
+  } else {
+    with_kept(a.ln1, a.ln1_bf16,
+              [&](auto in) { linear_forward(a.qkv, none, in, p.qkvw, p.qkvb, R, C, s.qkv); });
+    qk_norm_forward(a, p, s, R, tp);
+    if (cfg.rope()) {
+      rope_forward(a.qkv, rope.cos, rope.sin, R, rope.T, rope.pos0, s.heads, s.kv_heads,
+                   s.head_size);
+    }
+    keep_rounded_in_place(a.qkv_bf16, a.qkv);
+    attend(a.atty, a.qkv);
+    keep_rounded(a.atty_bf16, a.atty);
+    with_kept(a.atty, a.atty_bf16, [&](auto o) {
+      project_and_join(a.residual2, {a.attn_out, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b}, partial,
+                       x, o, p.attprojw, p.attprojb, s.attn, seq, s, tp);
+    });
+  }
   // MLP: the same pattern with column-parallel fc, GELU (or SwiGLU) and row-parallel proj.
   norm_and_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, seq, cfg, tp);
   if (cfg.moe()) {  // a mixture of experts in place of the one MLP (pre-norm families only)
@@ -578,7 +588,11 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
                               Rl, cfg);
     tp::leave_backward(dres2.data(), w.dres2.data(), C, seq, tp);
   }
-  linear_backward_input(buf.datty, w.dres2, p.attprojw, R, s.attn, C);
+  if (cfg.mla()) {
+    mla_attention_output_backward(buf.datty, w.dmla, w.dres2, p, s, R);
+  } else {
+    linear_backward_input(buf.datty, w.dres2, p.attprojw, R, s.attn, C);
+  }
   // Kept in bf16: Q, K, V and the attention's output widened into the staging, where the
   // attention's backward reads them (its row terms from the rounded output, as FlashAttention's
   // bf16 backward reads its bf16 output).
@@ -594,7 +608,7 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
     attention_backward(acts.attention, dq, x.ldq, false, dq + s.attn, dq + s.attn + s.kv, x.ldq,
                        false, buf.datty, a.lse, buf.delta, x);
   }
-  if (cfg.rope()) {
+  if (cfg.rope() && !cfg.mla()) {
     // The gradient of the rotated Q and K, rotated back: the gradient of the projection's output.
     rope_backward(w.dqkv, acts.rope_cos, acts.rope_sin, R, acts.T, 0, s.heads, s.kv_heads,
                   s.head_size);
@@ -604,7 +618,11 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
   // or the attention's input gradient plus residual2's (post-norm).
   const Tensor dattn_in = cfg.post_norm() ? dinp : w.dln1;
   const Tensor partial1 = seq.on ? buf.partial : dattn_in;
-  linear_backward_input(partial1, w.dqkv, p.qkvw, R, C, s.qkv);
+  if (cfg.mla()) {
+    mla_backward_input(partial1, w.dmla, w.dqkv, a, p, s, R, acts.rope_cos, acts.rope_sin, acts.T);
+  } else {
+    linear_backward_input(partial1, w.dqkv, p.qkvw, R, C, s.qkv);
+  }
   tp::enter_backward(partial1.data(), dattn_in.data(), C, seq, tp);
   if (cfg.post_norm()) {
     add_into(dinp, dres2.data(), local);
@@ -649,13 +667,22 @@ void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
   }
   model_norm_backward_weight(g.ln2w, g.ln2b, w.dln2, post ? a.mlp_out : a.residual2, a.ln2_mean,
                              a.ln2_rstd, Rl, s.cfg);
-  with_kept(a.atty, a.atty_bf16, [&](auto o) {
-    linear_backward_weight(g.attprojw, g.attprojb, w.dres2, o, R, s.attn, C);
-  });
+  if (s.cfg.mla()) {  // o_proj's input: the attention's V parts, as the forward formed them
+    linear_backward_weight(g.attprojw, g.attprojb, w.dres2, mla_attention_output(a, s, R), R,
+                           s.heads * s.cfg.v_head_dim, C);
+  } else {
+    with_kept(a.atty, a.atty_bf16, [&](auto o) {
+      linear_backward_weight(g.attprojw, g.attprojb, w.dres2, o, R, s.attn, C);
+    });
+  }
   norm_again(a.recompute_ln1, a.ln1, a.ln1_bf16, a.ln1_mean, a.ln1_rstd, acts.block_input(l),
              p.ln1w, p.ln1b);
-  with_kept(a.ln1, a.ln1_bf16,
-            [&](auto in) { linear_backward_weight(g.qkvw, g.qkvb, w.dqkv, in, R, C, s.qkv); });
+  if (s.cfg.mla()) {
+    mla_backward_weight(g, w.dmla, a, s, R, tp, final_microbatch);
+  } else {
+    with_kept(a.ln1, a.ln1_bf16,
+              [&](auto in) { linear_backward_weight(g.qkvw, g.qkvb, w.dqkv, in, R, C, s.qkv); });
+  }
   add_qk_norm_grads(g, w.dqk_normw, s);
   model_norm_backward_weight(g.ln1w, g.ln1b, w.dln1, post ? a.attn_out : acts.block_input(l),
                              a.ln1_mean, a.ln1_rstd, Rl, s.cfg);
@@ -723,6 +750,7 @@ BlockSite block_site(const Activations& store, const Activations* workspace, int
     site.moe_in = kept->moe_in;
     site.moe_in_bf16 = kept->moe_in_bf16;
     site.shared_h = kept->shared_h;
+    site.mla = kept->mla;
   }
   return {site, 0};
 }

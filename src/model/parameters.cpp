@@ -102,6 +102,18 @@ Tensor& view_of(ParameterTensors& t, const SlabPiece& piece) {
       return block().sfcprojw;
     case TensorId::sgatew:
       return block().sgatew;
+    case TensorId::qaw:
+      return block().qaw;
+    case TensorId::qanw:
+      return block().qanw;
+    case TensorId::qbw:
+      return block().qbw;
+    case TensorId::kvaw:
+      return block().kvaw;
+    case TensorId::kvanw:
+      return block().kvanw;
+    case TensorId::kvbw:
+      return block().kvbw;
   }
   MPF_FATAL("not a parameter tensor");
 }

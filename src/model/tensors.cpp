@@ -39,6 +39,24 @@ int64_t dim_size(Dim d, const GPTConfig& cfg, bool padded) {
     case Dim::kFfn:
       n = cfg.ffn_width();
       break;
+    case Dim::kQLora:
+      n = cfg.q_lora_rank;
+      break;
+    case Dim::kQIn:
+      n = cfg.q_lora_rank > 0 ? cfg.q_lora_rank : cfg.channels;
+      break;
+    case Dim::kMlaQ:
+      n = int64_t(cfg.heads) * (cfg.qk_nope_dim + cfg.qk_rope_dim);
+      break;
+    case Dim::kKvA:
+      n = cfg.kv_lora_rank + cfg.qk_rope_dim;
+      break;
+    case Dim::kKvLora:
+      n = cfg.kv_lora_rank;
+      break;
+    case Dim::kMlaKv:
+      n = int64_t(cfg.heads) * (cfg.qk_nope_dim + cfg.v_head_dim);
+      break;
     case Dim::kAttn:
       n = cfg.attention_width();
       break;
@@ -73,6 +91,12 @@ bool present(TensorId t, const GPTConfig& cfg) {
       return f.moe;
     case Needs::kSharedExpert:
       return f.shared_expert;
+    case Needs::kQkvProjection:
+      return !f.mla;
+    case Needs::kMla:
+      return f.mla;
+    case Needs::kMlaQLora:
+      return f.mla && cfg.q_lora_rank > 0;
   }
   return false;
 }

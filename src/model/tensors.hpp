@@ -42,9 +42,15 @@ enum class TensorId : int {
   routerw,   // a mixture of experts' router
   sfcw,      // Qwen2-MoE's shared expert: [gate | up]
   sfcprojw,  // its down projection
-  sgatew     // its gate (a row: sigmoid(x · sgatew) scales its output)
+  sgatew,    // its gate (a row: sigmoid(x · sgatew) scales its output)
+  qaw,       // multi-head latent attention (DeepSeek-V3's): q_a_proj
+  qanw,      // q_a_layernorm
+  qbw,       // q_b_proj (q_proj without a query rank)
+  kvaw,      // kv_a_proj_with_mqa: [latent | shared rotary key]
+  kvanw,     // kv_a_layernorm
+  kvbw       // kv_b_proj: each head's [K without rotation | V]
 };
-inline constexpr int kNumParameterTensors = 23;
+inline constexpr int kNumParameterTensors = 29;
 
 // One dimension of a tensor: `times` times one of the config's sizes.
 struct Dim {
@@ -64,6 +70,12 @@ struct Dim {
     kKNorm,      // K's: hs or KVH·hs
     kSharedIn,   // the shared expert's [gate | up]: 2 Fs
     kSharedFfn,  // its hidden width Fs
+    kQLora,      // MLA: the query rank
+    kQIn,        // MLA: q_b_proj's input, the query rank (or C without one)
+    kMlaQ,       // MLA: NH·(qk_nope + qk_rope)
+    kKvA,        // MLA: the latent and the shared rotary key, kv_lora_rank + qk_rope
+    kKvLora,     // MLA: the latent rank
+    kMlaKv,      // MLA: NH·(qk_nope + v_head)
   } of;
 };
 
@@ -78,6 +90,9 @@ enum class Needs {
   kQkNorm,            // q/k norms: q_normw, k_normw
   kMoe,               // a mixture of experts: routerw
   kSharedExpert,      // a shared expert: sfcw, sfcprojw, sgatew
+  kQkvProjection,     // Q, K and V projections: qkvw (all but multi-head latent attention)
+  kMla,               // multi-head latent attention: qbw, kvaw, kvanw, kvbw
+  kMlaQLora,          // its query rank: qaw, qanw
 };
 
 // The row blocks of a column-split tensor, each split over TP alike.
@@ -139,7 +154,9 @@ using B = RowBlocks;
 inline constexpr Dim one{1, Dim::kOne}, C{1, Dim::kChannels}, QKV{1, Dim::kQkvRows},
     MLP{1, Dim::kMlpIn}, FFN{1, Dim::kFfn}, Vp{1, Dim::kPaddedVocab}, maxT{1, Dim::kMaxSeqLen},
     ATT{1, Dim::kAttn}, QN{1, Dim::kQNorm}, KN{1, Dim::kKNorm}, MLPO{1, Dim::kMlpOut},
-    E{1, Dim::kExperts}, SIN{1, Dim::kSharedIn}, SF{1, Dim::kSharedFfn};
+    E{1, Dim::kExperts}, SIN{1, Dim::kSharedIn}, SF{1, Dim::kSharedFfn}, QLR{1, Dim::kQLora},
+    QIN{1, Dim::kQIn}, MQ{1, Dim::kMlaQ}, KVA{1, Dim::kKvA}, KVR{1, Dim::kKvLora},
+    MKV{1, Dim::kMlaKv};
 // Every tensor's row, in llm.c's order.
 // clang-format off
 inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
@@ -148,7 +165,7 @@ inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
   {T::wpe,      "wpe",      P::kEmbedding, maxT, C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kLearnedPositions},
   {T::ln1w,     "ln1w",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kAll},
   {T::ln1b,     "ln1b",     P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kNormShift},
-  {T::qkvw,     "qkvw",     P::kBlocks,    QKV,  C,   S::kColumn, B::kQkv,   I::kNormal, false,   true,  N::kAll},
+  {T::qkvw,     "qkvw",     P::kBlocks,    QKV,  C,   S::kColumn, B::kQkv,   I::kNormal, false,   true,  N::kQkvProjection},
   {T::qkvb,     "qkvb",     P::kBlocks,    QKV,  one, S::kColumn, B::kQkv,   I::kZero,   false,   false, N::kQkvBias},
   {T::attprojw, "attprojw", P::kBlocks,    C,    ATT, S::kRow,    B::kOne,   I::kNormal, true,    true,  N::kAll},
   {T::attprojb, "attprojb", P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kLinearBias},
@@ -167,6 +184,12 @@ inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
   {T::sfcw,     "sfcw",     P::kBlocks,    SIN,  C,   S::kColumn, B::kSharedIn, I::kNormal, false, true, N::kSharedExpert},
   {T::sfcprojw, "sfcprojw", P::kBlocks,    C,    SF,  S::kRow,    B::kOne,   I::kNormal, true,    true,  N::kSharedExpert},
   {T::sgatew,   "sgatew",   P::kBlocks,    one,  C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kSharedExpert},
+  {T::qaw,      "qaw",      P::kBlocks,    QLR,  C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kMlaQLora},
+  {T::qanw,     "qanw",     P::kBlocks,    QLR,  one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kMlaQLora},
+  {T::qbw,      "qbw",      P::kBlocks,    MQ,   QIN, S::kColumn, B::kOne,   I::kNormal, false,   true,  N::kMla},
+  {T::kvaw,     "kvaw",     P::kBlocks,    KVA,  C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kMla},
+  {T::kvanw,    "kvanw",    P::kBlocks,    KVR,  one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kMla},
+  {T::kvbw,     "kvbw",     P::kBlocks,    MKV,  KVR, S::kColumn, B::kOne,   I::kNormal, false,   true,  N::kMla},
 }};
 // clang-format on
 

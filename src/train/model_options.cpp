@@ -229,7 +229,15 @@ void apply_moe_aux_coef(const TrainOptions& o, GPTConfig& cfg) {
 }
 
 GPTConfig model_config(const TrainOptions& o) {
-  if (o.init_from.empty()) return flags_config(o);
+  if (o.init_from.empty()) {
+    GPTConfig cfg = flags_config(o);
+    require(!cfg.features().mla,
+            std::string("--arch ") + arch_name(cfg.arch) +
+                "'s latent attention takes its sizes (kv_lora_rank, qk_nope_head_dim, ...) from "
+                "a Hugging Face config.json, which no flag sets; pass --init-from a " +
+                arch_name(cfg.arch) + " model directory");
+    return cfg;
+  }
   // A Hugging Face config.json rules and the flags given must agree with it; a bare .safetensors
   // file takes its sizes from the flags.
   if (is_hf_source(o.init_from)) {

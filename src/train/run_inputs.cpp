@@ -124,6 +124,21 @@ void find_doc_token(RunInputs& in) {
                      std::to_string(*token) + " (" + from + ")");
 }
 
+// What multi-head latent attention (deepseek_v3) does not run on yet, each refused in one line.
+void check_latent_attention(const TrainOptions& opts, const GPTConfig& cfg) {
+  if (!cfg.mla()) return;
+  const std::string mla = "deepseek_v3's multi-head latent attention ";
+  require(opts.cp == 1, mla +
+                            "has no context-parallel ring yet (its blocks would pass the padded "
+                            "V and the shared rotary key); use --cp 1");
+  require(opts.precision == Precision::fp32,
+          mla + "keeps its projections in fp32 only so far; use --precision fp32");
+  require(opts.optimizer == "adamw",
+          mla + "does not give its matrices to Muon yet; use --optimizer adamw");
+  require(opts.sample_every <= 0,
+          mla + "has no KV cache for generation yet (the latent cache); drop --sample-every");
+}
+
 void read_eval_data(RunInputs& in) {
   const TrainOptions& opts = in.opts;
   if (opts.eval_data.empty()) return;
@@ -224,6 +239,7 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
     if (!unused.empty()) in.warnings.push_back(unused);
   }
   apply_moe_aux_coef(opts, in.cfg);
+  check_latent_attention(opts, in.cfg);
   require(opts.seq_len <= in.cfg.max_seq_len,
           "--seq-len " + std::to_string(opts.seq_len) + " exceeds the model's max_seq_len " +
               std::to_string(in.cfg.max_seq_len) +

@@ -41,9 +41,11 @@ SettingGroup model_settings() {
            "the model family: gpt2, or Llama blocks (RMSNorm, RoPE, SwiGLU, GQA): llama, qwen2 "
            "(with Q, K, V biases), mistral, phi3, qwen3 (per-head q/k norms), olmo2 (norms after "
            "the sublayers, q/k norms over the whole projection); mixtures of experts: mixtral, "
-           "qwen3_moe, olmoe, qwen2_moe (with a shared expert)",
+           "qwen3_moe, olmoe, qwen2_moe (with a shared expert); deepseek_v3 (multi-head latent "
+           "attention, from a Hugging Face directory)",
            &O::arch, kNoMinimum, "model.arch", kKeep,
-           "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2,mixtral,qwen3_moe,olmoe,qwen2_moe"},
+           "gpt2,llama,qwen2,mistral,phi3,qwen3,olmo2,mixtral,qwen3_moe,olmoe,qwen2_moe,"
+           "deepseek_v3"},
           {"--kv-heads", "H", "llama: key/value heads, dividing --heads (default, or 0: --heads)",
            &O::kv_heads, 0, "model.kv_heads", kKeep},
           {"--ffn-dim", "F", "llama: the SwiGLU MLP's width (default, or 0: 4C)", &O::ffn_dim, 0,

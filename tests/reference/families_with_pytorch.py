@@ -17,6 +17,10 @@ compare_llama_with_pytorch.py, extended by the family's features:
   whole Q and K projections, one kv head: under TP 2 each rank holds half of Q's values and the
   replicated kv head, so both norms' sums cross the ranks; also TP 2 with sequence parallelism,
   full recomputation, and generation on TP 2.
+- deepseek_v3 (check_deepseek): multi-head latent attention with YaRN, every block dense, as a
+  Hugging Face directory against hf_models.deepseek_logits (written from transformers'
+  DeepseekV3Attention), on 1 rank, TP 2 (with SP), PP 2, DP 2 and under both recomputations:
+  losses and the tensors after the last step; a checkpoint resumed; what is not built refused.
 Every step's loss within 1e-5 (relative) of the float64 reference on every layout; greedy
 decoding with the KV cache gives the reference's ids; the model saved with --save-hf has the
 family's config.json and tensor names and loads back to the same losses.
@@ -39,7 +43,10 @@ try:
     import torch
     from compare_llama_with_pytorch import (MODEL, LOSS_RTOL, random_model, reference_decode,
                                             reference_run, run_generate, run_trainer, write_model)
-    from compare_with_pytorch import write_tokens
+    from compare_llama_with_pytorch import CFG, PARAM_RTOL
+    from compare_with_pytorch import (B, T, STEPS, BETA1, BETA2, EPS, STEP_RE, train_reference,
+                                      write_tokens)
+    import hf_models
 except ImportError as e:
     sys.exit(f"reference_families: cannot import torch ({e}); run with /usr/bin/python3. "
              "0 passed, 1 failed")
@@ -137,6 +144,123 @@ def programs(name):
     return exe, gen, os.environ.get("MPIEXEC", "mpiexec")
 
 
+def run_from_hf(exe, workdir, model, out, shard, extra=(), ranks=1, steps=STEPS, lr=CFG["lr"],
+                wd=CFG["wd"]):
+    """mpiformer-train from a Hugging Face directory with run_trainer's settings, the trained
+    model saved with --save-hf `out`: (each step's loss and norm, out's tensors)."""
+    cmd = [exe, "--init-from", model, "--data", shard, "--batch", str(B), "--seq-len", str(T),
+           "--steps", str(steps), "--lr", repr(lr), "--beta1", repr(BETA1),
+           "--beta2", repr(BETA2), "--eps", repr(EPS), "--weight-decay", repr(wd),
+           "--grad-clip", repr(CFG["grad_clip"]), "--warmup", str(CFG["warmup"]),
+           "--lr-schedule", CFG["schedule"], "--final-lr-frac", repr(CFG["final_lr_frac"]),
+           "--save-hf", out, *extra]
+    if ranks > 1:
+        cmd = [os.environ.get("MPIEXEC", "mpiexec"), "-n", str(ranks)] + cmd
+    print("$ OMP_NUM_THREADS=1 " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                          capture_output=True, text=True, timeout=300)
+    rows = {int(mt.group(1)): dict(loss=float(mt.group(3)), norm=float(mt.group(5)))
+            for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt}
+    if proc.returncode != 0 or sorted(rows) != list(range(1, steps + 1)):
+        print(proc.stdout + proc.stderr)
+        raise RuntimeError(f"trainer exit status {proc.returncode}, steps {sorted(rows)}")
+    return [rows[k] for k in sorted(rows)], hf_models.read_dir(out)
+
+
+def refused(exe, workdir, model, shard, extra, key, ranks=1):
+    """The trainer stops with status 2 and one `error:` line naming `key`."""
+    cmd = [exe, "--init-from", model, "--data", shard, "--batch", str(B), "--seq-len", str(T),
+           "--steps", "1", *extra]
+    if ranks > 1:
+        cmd = [os.environ.get("MPIEXEC", "mpiexec"), "-n", str(ranks)] + cmd
+    proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                          capture_output=True, text=True, timeout=120)
+    errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("error:")]
+    return proc.returncode == 2 and len(errors) == 1 and key in errors[0], errors
+
+
+# deepseek_v3's layouts: TP splits the heads of q_b, kv_b and o_proj; under SP the replicated
+# down projections read the gathered rows; PP, DP; full recomputation keeps the latent
+# attention's activations for W in the W inputs; selective recomputation forms ln1 again in W.
+DEEPSEEK_LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")),
+                    ("tp 2 + sp", 2, ("--tp", "2", "--sequence-parallel")),
+                    ("pp 2 1f1b", 2, ("--pp", "2", "--microbatches", "2", "--schedule", "1f1b")),
+                    ("dp 2", 2, ("--dp", "2")), ("recompute", 1, ("--recompute",)),
+                    ("recompute selective", 1, ("--recompute", "selective"))]
+
+
+def check_deepseek(tally, exe, gen, workdir, shard, tokens):
+    """deepseek_v3's multi-head latent attention (hf_models.DEEPSEEK, a Hugging Face directory)
+    against hf_models.deepseek_logits trained by the same steps: every loss within LOSS_RTOL and
+    every tensor after the last step within PARAM_RTOL, on each of DEEPSEEK_LAYOUTS; a checkpoint
+    resumed; the directory read and written again unchanged; what is not built (DeepSeekMoE
+    blocks, CP's ring, generation's latent KV cache) refused by name."""
+    m = hf_models.DEEPSEEK
+    params0 = hf_models.deepseek_random(m, seed=300)
+    model = os.path.join(workdir, "deepseek_v3")
+    hf_models.write_deepseek(model, m, params0)
+    matrices = {k for k, v in params0.items() if v.ndim == 2}
+
+    def loss_of(p, inputs, targets):
+        logits = hf_models.deepseek_logits(p, inputs, m)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, m["V"]), targets.reshape(-1))
+
+    ref, ref_final = train_reference(params0, tokens, CFG, matrices, loss_of, torch.float64, False)
+    for index, (layout, ranks, extra) in enumerate(DEEPSEEK_LAYOUTS):
+        out = os.path.join(workdir, f"deepseek_v3_{index}")
+        rows, final = run_from_hf(exe, workdir, model, out, shard, extra, ranks)
+        loss = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
+        norm = max(abs(t["norm"] - r["norm"]) / r["norm"] for r, t in zip(ref, rows))
+        worst = max((np.linalg.norm(final[k] - ref_final[k]) / np.linalg.norm(ref_final[k]), k)
+                    for k in ref_final)
+        tally.check(loss <= LOSS_RTOL and norm <= NORM_CHECK and worst[0] <= PARAM_RTOL,
+                    f"[deepseek_v3 {layout}] {STEPS} losses within {loss:.1e} of torch's, norms "
+                    f"within {norm:.1e}, every tensor after the last step within {worst[0]:.1e} "
+                    f"({worst[1]}; first loss {rows[0]['loss']} vs {ref[0]['loss']:.6f})")
+    # A checkpoint after step 2 resumed: steps 3..5 as the uninterrupted run printed them.
+    ckpt = os.path.join(workdir, "deepseek_v3_ckpt")
+    whole, _ = run_from_hf(exe, workdir, model, os.path.join(workdir, "deepseek_v3_saving"), shard,
+                           ("--save", ckpt, "--save-every", "2"))
+    cmd = [exe, "--load", ckpt, "--load-step", "2", "--data", shard]
+    proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                          capture_output=True, text=True, timeout=120)
+    resumed = {int(mt.group(1)): float(mt.group(3))
+               for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt}
+    tally.check(proc.returncode == 0 and resumed == {k: whole[k - 1]["loss"] for k in (3, 4, 5)},
+                f"[deepseek_v3 resumed at step 2] steps 3..5 {resumed} are the uninterrupted "
+                f"run's{'' if proc.returncode == 0 else ': ' + proc.stdout + proc.stderr}")
+    # Read and written again by a step that changes nothing (lr 0, no decay).
+    out = os.path.join(workdir, "deepseek_v3_again")
+    run_from_hf(exe, workdir, model, out, shard, steps=1, lr=0.0, wd=0.0)
+    again = hf_models.read_dir(out)
+    config = json.load(open(os.path.join(out, "config.json")))
+    worst = max(float(np.abs(again[k] - v).max()) for k, v in params0.items())
+    tally.check(again.keys() == params0.keys() and worst <= 1e-7 and
+                config["model_type"] == "deepseek_v3" and config["kv_lora_rank"] == m["kvr"] and
+                config["rope_scaling"]["type"] == "yarn",
+                f"[deepseek_v3 save-hf] {len(again)} tensors as read, within {worst:.1e}; "
+                f"config.json {config['architectures']}, kv_lora_rank {config['kv_lora_rank']}")
+    # Not built yet, or not computed: one error line naming what.
+    bad = [("first_k_dense_replace", "DeepSeekMoE", dict(first_k_dense_replace=1)),
+           ("rope_scaling.factor", "rope_scaling", dict(rope_scaling=dict(
+               hf_models.deepseek_config(m)["rope_scaling"], factor=2.0))),
+           ("attention_bias", "attention_bias", dict(attention_bias=True))]
+    for name, key, change in bad:
+        d = os.path.join(workdir, f"deepseek_v3_bad_{name}")
+        shutil.copytree(model, d)
+        config = dict(hf_models.deepseek_config(m), **change)
+        json.dump(config, open(os.path.join(d, "config.json"), "w"))
+        ok, errors = refused(exe, workdir, d, shard, (), key)
+        tally.check(ok, f"[deepseek_v3 {name}] refused: {errors}")
+    ok, errors = refused(exe, workdir, model, shard, ("--cp", "2"), "context-parallel", 2)
+    tally.check(ok, f"[deepseek_v3 --cp 2] refused: {errors}")
+    proc = subprocess.run([gen, "--init-from", model, "--prompt-tokens", "1,2",
+                           "--max-new-tokens", "2"], capture_output=True, text=True, timeout=120)
+    errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("error:")]
+    tally.check(proc.returncode == 2 and len(errors) == 1 and "KV cache" in errors[0],
+                f"[deepseek_v3 mpiformer-generate] refused: {errors}")
+
+
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -181,6 +305,10 @@ def main():
                                     f"{rel:.1e} of torch's from the saved parameters")
         except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
             tally.fail(f"[{name}] run failed: {e}")
+    try:
+        check_deepseek(tally, exe, gen, workdir, shard, tokens)
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
+        tally.fail(f"[deepseek_v3] run failed: {e}")
     shutil.rmtree(workdir, ignore_errors=True)
     return tally.finish()
 

@@ -20,6 +20,7 @@ this trainer stacks into one tensor each.
 
 Run with Debian's /usr/bin/python3 (numpy; torch for `loss`)."""
 import json
+import math
 import os
 import shutil
 import struct
@@ -240,6 +241,164 @@ def llama_m(cfg):
                 low=s.get("low_freq_factor", 1.0), high=s.get("high_freq_factor", 4.0),
                 original=s.get("original_max_position_embeddings", 8192),
                 tied=cfg["tie_word_embeddings"])
+
+
+# ---- DeepSeek-V3 (multi-head latent attention, dense blocks) -------------------------------------
+# A tiny DeepseekV3ForCausalLM whose blocks are all dense (first_k_dense_replace = L): q_lora_rank
+# 32, kv_lora_rank 16, QK heads of 16 + 8 (rotary) values, V heads of 16, YaRN over an original
+# context of 8 (factor 4 = 32 / 8; mscale 1, mscale_all_dim 0.8, so both the rotary tables and the
+# softmax are scaled), the rotary weights interleaved (rope_interleave).
+DEEPSEEK = dict(maxT=32, V=67, L=2, C=64, NH=4, F=96, qr=32, kvr=16, dn=16, dr=8, dv=16, eps=1e-6,
+                theta=10000.0, factor=4.0, original=8, beta_fast=32.0, beta_slow=1.0, mscale=1.0,
+                mscale_all_dim=0.8, interleave=True, tied=False)
+
+
+def deepseek_shapes(m):
+    """DeepseekV3ForCausalLM's tensors (names, shapes) for m."""
+    C, NH, hs = m["C"], m["NH"], m["dn"] + m["dr"]
+    out = [("model.embed_tokens.weight", (m["V"], C)), ("model.norm.weight", (C,))]
+    for l in range(m["L"]):
+        a = f"model.layers.{l}."
+        out += [(a + "input_layernorm.weight", (C,)),
+                (a + "post_attention_layernorm.weight", (C,))]
+        if m["qr"]:
+            out += [(a + "self_attn.q_a_proj.weight", (m["qr"], C)),
+                    (a + "self_attn.q_a_layernorm.weight", (m["qr"],)),
+                    (a + "self_attn.q_b_proj.weight", (NH * hs, m["qr"]))]
+        else:
+            out.append((a + "self_attn.q_proj.weight", (NH * hs, C)))
+        out += [(a + "self_attn.kv_a_proj_with_mqa.weight", (m["kvr"] + m["dr"], C)),
+                (a + "self_attn.kv_a_layernorm.weight", (m["kvr"],)),
+                (a + "self_attn.kv_b_proj.weight", (NH * (m["dn"] + m["dv"]), m["kvr"])),
+                (a + "self_attn.o_proj.weight", (C, NH * m["dv"])),
+                (a + "mlp.gate_proj.weight", (m["F"], C)), (a + "mlp.up_proj.weight", (m["F"], C)),
+                (a + "mlp.down_proj.weight", (C, m["F"]))]
+    if not m["tied"]:
+        out.append(("lm_head.weight", (m["V"], C)))
+    return out
+
+
+def deepseek_random(m, seed=4321):
+    """Norm gains near 1, matrices of std 0.1: attention and SwiGLU far from linear."""
+    rng = np.random.default_rng(seed)
+    return {name: ((1.0 if len(shape) == 1 else 0.0) + 0.1 * rng.standard_normal(shape))
+            .astype(np.float32) for name, shape in deepseek_shapes(m)}
+
+
+def deepseek_config(m):
+    return dict(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3",
+                vocab_size=m["V"], hidden_size=m["C"], intermediate_size=m["F"],
+                moe_intermediate_size=8, num_hidden_layers=m["L"], num_attention_heads=m["NH"],
+                num_key_value_heads=m["NH"], n_shared_experts=1, n_routed_experts=8,
+                routed_scaling_factor=2.5, q_lora_rank=m["qr"] or None,
+                kv_lora_rank=m["kvr"], qk_nope_head_dim=m["dn"], qk_rope_head_dim=m["dr"],
+                v_head_dim=m["dv"], head_dim=m["dr"], n_group=1, topk_group=1,
+                num_experts_per_tok=2, first_k_dense_replace=m["L"], norm_topk_prob=True,
+                hidden_act="silu", max_position_embeddings=m["maxT"], rms_norm_eps=m["eps"],
+                rope_theta=m["theta"], rope_interleave=m["interleave"],
+                rope_scaling=dict(type="yarn", factor=m["factor"],
+                                  original_max_position_embeddings=m["original"],
+                                  beta_fast=m["beta_fast"], beta_slow=m["beta_slow"],
+                                  mscale=m["mscale"], mscale_all_dim=m["mscale_all_dim"]),
+                attention_bias=False, tie_word_embeddings=m["tied"])
+
+
+def write_deepseek(d, m, params):
+    os.makedirs(d)
+    json.dump(deepseek_config(m), open(os.path.join(d, "config.json"), "w"), indent=2)
+    write_safetensors(os.path.join(d, "model.safetensors"), params, "F32", {"format": "pt"})
+
+
+def yarn_mscale(scale, mscale=1.0):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_parameters(m, torch):
+    """transformers' _compute_yarn_parameters for the rotary part (dim qk_rope_head_dim):
+    inv_freq blended by the linear ramp over the rounded correction range, and the attention
+    factor the cos and sin tables are multiplied by."""
+    dim, base, factor = m["dr"], m["theta"], m["factor"]
+    if m["mscale"] and m["mscale_all_dim"]:
+        attention_factor = yarn_mscale(factor, m["mscale"]) / yarn_mscale(factor, m["mscale_all_dim"])
+    else:
+        attention_factor = yarn_mscale(factor)
+
+    def correction_dim(rotations):
+        return dim * math.log(m["original"] / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(correction_dim(m["beta_fast"])), 0)
+    high = min(math.ceil(correction_dim(m["beta_slow"])), dim - 1)
+    if low == high:
+        high += 0.001
+    pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # inv_freq_extrapolation_factor
+    return interpolation * (1 - keep) + extrapolation * keep, attention_factor
+
+
+def deepseek_logits(p, inputs, m):
+    """DeepseekV3ForCausalLM's forward (modeling_deepseek_v3.py), every block dense: RMSNorm,
+    DeepseekV3Attention (the low-rank query path, the latent with its norm, the rotary key shared
+    by the heads, apply_rotary_pos_emb_interleave's de-interleaving before rotate_half, the
+    softmax scaled by qk_head_dim^-0.5 times mscale(factor, mscale_all_dim)^2), SwiGLU MLP."""
+    import torch
+    import torch.nn.functional as F
+
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + m["eps"]) * w
+
+    def rotate_half(x):
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((-x2, x1), dim=-1)
+
+    def rope(x, cos, sin):
+        if m["interleave"]:
+            b, h, s, d = x.shape
+            x = x.view(b, h, s, d // 2, 2).transpose(4, 3).reshape(b, h, s, d)
+        return x * cos + rotate_half(x) * sin
+
+    Bb, Tt = inputs.shape
+    NH, dn, dr, dv, kvr = m["NH"], m["dn"], m["dr"], m["dv"], m["kvr"]
+    inv, attention_factor = yarn_parameters(m, torch)
+    freqs = torch.arange(Tt, dtype=torch.float64)[:, None] * inv[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    dtype = p["model.embed_tokens.weight"].dtype
+    cos, sin = (emb.cos() * attention_factor).to(dtype), (emb.sin() * attention_factor).to(dtype)
+    scaling = (dn + dr) ** -0.5
+    if m["mscale_all_dim"]:
+        scaling *= yarn_mscale(m["factor"], m["mscale_all_dim"]) ** 2
+    causal = torch.ones(Tt, Tt, dtype=torch.bool).tril()
+    x = p["model.embed_tokens.weight"][inputs]
+    for l in range(m["L"]):
+        a = f"model.layers.{l}."
+        w = lambda name: p[a + name]
+        h = rms(x, w("input_layernorm.weight"))
+        if m["qr"]:
+            q = rms(h @ w("self_attn.q_a_proj.weight").T, w("self_attn.q_a_layernorm.weight"))
+            q = q @ w("self_attn.q_b_proj.weight").T
+        else:
+            q = h @ w("self_attn.q_proj.weight").T
+        q = q.view(Bb, Tt, NH, dn + dr).transpose(1, 2)
+        q_pass, q_rot = q.split([dn, dr], dim=-1)
+        ckv = h @ w("self_attn.kv_a_proj_with_mqa.weight").T
+        k_pass, k_rot = ckv.split([kvr, dr], dim=-1)
+        k_pass = rms(k_pass, w("self_attn.kv_a_layernorm.weight")) @ w("self_attn.kv_b_proj.weight").T
+        k_pass = k_pass.view(Bb, Tt, NH, dn + dv).transpose(1, 2)
+        k_pass, v = k_pass.split([dn, dv], dim=-1)
+        k_rot = k_rot.view(Bb, 1, Tt, dr)
+        q_rot, k_rot = rope(q_rot, cos, sin), rope(k_rot, cos, sin)
+        k_rot = k_rot.expand(*k_pass.shape[:-1], -1)
+        q, k = torch.cat((q_pass, q_rot), dim=-1), torch.cat((k_pass, k_rot), dim=-1)
+        att = (q @ k.transpose(-2, -1)) * scaling
+        att = att.masked_fill(~causal, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(Bb, Tt, NH * dv)
+        x = x + y @ w("self_attn.o_proj.weight").T
+        h = rms(x, w("post_attention_layernorm.weight"))
+        x = x + (F.silu(h @ w("mlp.gate_proj.weight").T) * (h @ w("mlp.up_proj.weight").T)) @ \
+            w("mlp.down_proj.weight").T
+    x = rms(x, p["model.norm.weight"])
+    return x @ p["model.embed_tokens.weight" if m["tied"] else "lm_head.weight"].T
 
 
 # ---- llm.c's model file (and mpiformer's Llama model file) --------------------------------------

@@ -1,5 +1,6 @@
 #include "model/layers/rope.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/parallel.hpp"
@@ -53,21 +54,56 @@ std::vector<float> rope_inverse_frequencies(int hs, double theta, const RopeScal
   return inv;
 }
 
+double yarn_mscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+float yarn_attention_factor(const YarnScaling& y) {
+  if (y.mscale != 0 && y.mscale_all_dim != 0) {
+    return float(yarn_mscale(y.factor, y.mscale) / yarn_mscale(y.factor, y.mscale_all_dim));
+  }
+  return float(yarn_mscale(y.factor, 1.0));
+}
+
+std::vector<float> yarn_inverse_frequencies(int dim, double theta, const YarnScaling& y) {
+  const int half = dim / 2;
+  // The correction range in Python floats (double), floor and ceil (truncate), clipped to
+  // [0, dim - 1]; then the ramp and the blend in float32 as PyTorch forms them.
+  const double two_pi = 6.283185307179586, base = double(float(theta));
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(y.original_max_position / (rotations * two_pi)) / (2 * std::log(base));
+  };
+  const double low = std::max(std::floor(correction_dim(y.beta_fast)), 0.0);
+  double high = std::min(std::ceil(correction_dim(y.beta_slow)), double(dim - 1));
+  if (low == high) high += 0.001;
+  const float lo = float(low), span = float(high - low);
+  std::vector<float> inv(size_t(half), 0.0f);
+  for (int i = 0; i < half; ++i) {
+    const float e = float(2 * i) / float(dim);
+    const float pos_freq = float(std::pow(base, double(e)));
+    const float extrapolated = 1.0f / pos_freq, interpolated = 1.0f / (y.factor * pos_freq);
+    const float ramp = std::min(std::max((float(i) - lo) / span, 0.0f), 1.0f);
+    const float keep = 1.0f - ramp;  // the extrapolation's share
+    inv[size_t(i)] = rope_float32(interpolated * (1.0f - keep)) + rope_float32(extrapolated * keep);
+  }
+  return inv;
+}
+
 void rope_tables(Tensor cos_table, Tensor sin_table, const std::vector<float>& inv_freq,
                  int max_pos) {
   rope_tables(cos_table, sin_table, inv_freq, PositionRuns::contiguous(max_pos));
 }
 
 void rope_tables(Tensor cos_table, Tensor sin_table, const std::vector<float>& inv_freq,
-                 const PositionRuns& rows) {
+                 const PositionRuns& rows, float scale) {
   const size_t half = inv_freq.size();
   std::vector<float> c(size_t(rows.rows) * half), s(size_t(rows.rows) * half);
   for (int t = 0; t < rows.rows; ++t) {
     const int p = rows.position(t);
     for (size_t i = 0; i < half; ++i) {
       const float angle = float(p) * inv_freq[i];
-      c[size_t(t) * half + i] = float(std::cos(double(angle)));
-      s[size_t(t) * half + i] = float(std::sin(double(angle)));
+      c[size_t(t) * half + i] = float(std::cos(double(angle))) * scale;
+      s[size_t(t) * half + i] = float(std::sin(double(angle))) * scale;
     }
   }
   copy_from_host(cos_table.data(), c.data(), c.size() * sizeof(float), "rope cos table");

@@ -20,6 +20,23 @@ struct RopeScaling {
   int original_max_position = 8192;
 };
 
+// YaRN's "rope_scaling": {"type": "yarn", ...} (Peng et al. 2023, as transformers'
+// _compute_yarn_parameters): factor > 1, the original context, the ramp's beta_fast and
+// beta_slow, and mscale, mscale_all_dim (0: absent).
+struct YarnScaling {
+  float factor = 1, beta_fast = 32, beta_slow = 1, mscale = 0, mscale_all_dim = 0;
+  int original_max_position = 4096;
+};
+// inv_freq of `dim` rotated values under YaRN: each frequency blended between theta's
+// (extrapolated) and theta's divided by the factor (interpolated) by a linear ramp over the
+// correction range of beta_fast and beta_slow rotations in the original context, rounded outward.
+std::vector<float> yarn_inverse_frequencies(int dim, double theta, const YarnScaling& yarn);
+// The factor YaRN multiplies the rotary tables by: mscale(factor, mscale) / mscale(factor,
+// mscale_all_dim) when both are set, else mscale(factor, 1), with mscale(s, m) = 0.1·m·ln(s) + 1.
+float yarn_attention_factor(const YarnScaling& yarn);
+// mscale(s, m) = 0.1·m·ln(s) + 1 for s > 1, else 1.
+double yarn_mscale(double scale, double mscale);
+
 // inv_freq[i] = theta^(−2i/hs) for i < hs/2, then Llama 3.1's per-frequency scaling, each step in
 // float32 as Hugging Face's _compute_default_rope_parameters and _compute_llama3_parameters run it
 // in PyTorch. Host function; hs even.
@@ -33,8 +50,9 @@ void rope_tables(Tensor cos_table, Tensor sin_table, const std::vector<float>& i
 // The same for the rows of `rows` (model/positions.hpp): row t of the tables is position
 // rows.position(t)'s, so a context-parallel rank's tables rotate its chunks by their positions in
 // the whole sequence.
+// Both tables are multiplied by `scale` (YaRN's attention factor) after rounding.
 void rope_tables(Tensor cos_table, Tensor sin_table, const std::vector<float>& inv_freq,
-                 const PositionRuns& rows);
+                 const PositionRuns& rows, float scale = 1.0f);
 
 // In place on qkv (rows, (NH + 2·KVH)·hs), rows [Q heads | K heads | V heads]: rotates every Q and
 // K head of row n by position pos0 + n % T; V is untouched. Training passes pos0 = 0 and the
