@@ -48,6 +48,7 @@ LayoutSizes sizes_of(const Job& job, const Machine& m, const Layout& l) {
   s.layer_ranges = distribute_layers(job.cfg.layers, l.pp * l.virtual_stages);
   s.sequence_parallel = l.sequence_parallel;
   s.recompute = l.recompute;
+  s.selective = l.selective;
   s.zero = l.zero;
   s.bf16 = job.precision == Precision::bf16;
   s.threads = m.gpu() ? 1 : std::max(1, int(devices_per_rank(m, job)));
@@ -119,6 +120,12 @@ BlockWork block_work(const Job& job, const Machine& m, const Layout& l, const Tp
     const double rows = R * cfg.experts_per_token * C * kFloat;
     out.f.ep = alltoall_ms(m, cfg.experts * 4.0 * l.ep, ep) + 2 * alltoall_ms(m, rows, ep);
     out.b.ep = out.f.ep;
+  }
+  if (l.selective) {  // W forms the norms' outputs (gathered again under SP) and GELU's again
+    const double norms = cfg.moe() ? 1 : 2;
+    const double again = norms * C * (Rn + R) + (cfg.moe() ? 0 : R * double(s.mlp_in + s.fc));
+    out.w.compute += again * kFloat / bw;
+    if (l.sequence_parallel) out.w.tp += norms * allgather_ms(m, R * C * kFloat, Group{l.tp, 1});
   }
   if (l.recompute) {  // the block's forward again before its backward
     out.b.compute += out.f.compute;
@@ -299,7 +306,8 @@ const std::vector<StageCost>& Predictor::stages(const Layout& l) {
                                  l.ep,           l.pp,
                                  l.dp,           l.virtual_stages,
                                  int(placement), l.micro_batch_size(job_),
-                                 l.recompute,    l.sequence_parallel};
+                                 l.recompute,    l.sequence_parallel,
+                                 l.selective};
   auto it = stage_cache_.find(key);
   if (it == stage_cache_.end()) {
     // A bound on the planner's memory: about 50 MB of stages.

@@ -71,8 +71,10 @@ Layout parse_layout(const std::string& text, const Job& job) {
       mbs = positive();
     else if (key == "schedule")
       l.schedule = pipeline::parse_schedule(v);
+    else if (key == "recompute" && v == "selective")
+      l.selective = true;
     else if (key == "recompute")
-      l.recompute = flag_value(key, v);
+      l.recompute = v == "full" || flag_value(key, v);
     else if (key == "sp" || key == "sequence_parallel")
       l.sequence_parallel = flag_value(key, v);
     else if (key == "zero")
@@ -223,6 +225,7 @@ std::string layout_extra_flags(const Layout& l) {
   }
   s += " --microbatches " + std::to_string(l.microbatches);
   if (l.recompute) s += " --recompute";
+  if (l.selective) s += " --recompute selective";
   if (l.sequence_parallel) s += " --sequence-parallel";
   if (l.zero) s += " --zero 1";
   return s;
@@ -233,8 +236,8 @@ std::string layout_text(const Layout& l) {
          ",ep=" + std::to_string(l.ep) + ",pp=" + std::to_string(l.pp) +
          ",dp=" + std::to_string(l.dp) + ",vp=" + std::to_string(l.virtual_stages) +
          ",schedule=" + pipeline::schedule_name(l.schedule) +
-         ",microbatches=" + std::to_string(l.microbatches) +
-         ",recompute=" + std::to_string(int(l.recompute)) +
+         ",microbatches=" + std::to_string(l.microbatches) + ",recompute=" +
+         (l.selective ? std::string("selective") : std::to_string(int(l.recompute))) +
          ",sp=" + std::to_string(int(l.sequence_parallel)) + ",zero=" + std::to_string(int(l.zero));
 }
 

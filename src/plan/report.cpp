@@ -72,9 +72,9 @@ std::string table_row(int rank, const Candidate& c, const Job& job) {
       "%3d %3d %3d %3d %3d %4d  %-14s %4d %4d  %-3s %-3s %-3s %9.1f %8.1f %7.1f %6.1f %6.1f "
       "%6.1f %6.1f %6.1f %8.2f %9.0f %5.1f%%\n",
       rank, l.tp, l.cp, l.ep, l.pp, l.dp, schedule_cell(l).c_str(), l.microbatches,
-      l.micro_batch_size(job), yes(l.recompute), yes(l.sequence_parallel), yes(l.zero), t.step(),
-      t.compute, t.bubble, t.tp, t.cp, t.ep, t.dp, t.optimizer, double(p.memory.total()) / 1e9,
-      p.tokens_per_s, 100 * p.mfu);
+      l.micro_batch_size(job), l.selective ? "sel" : yes(l.recompute), yes(l.sequence_parallel),
+      yes(l.zero), t.step(), t.compute, t.bubble, t.tp, t.cp, t.ep, t.dp, t.optimizer,
+      double(p.memory.total()) / 1e9, p.tokens_per_s, 100 * p.mfu);
   return buf;
 }
 
@@ -282,7 +282,10 @@ std::string json_report(const ReportInput& in, const std::vector<Candidate>& ran
          ", \"schedule\": " + json::quote(pipeline::schedule_name(l.schedule)) +
          ", \"microbatches\": " + std::to_string(l.microbatches) +
          ", \"micro_batch_size\": " + std::to_string(l.micro_batch_size(job)) +
-         ", \"recompute\": " + (l.recompute ? "true" : "false") +
+         ", \"recompute\": " +
+         (l.recompute   ? "\"full\""
+          : l.selective ? "\"selective\""
+                        : "\"none\"") +
          ", \"sequence_parallel\": " + (l.sequence_parallel ? "true" : "false") +
          ", \"zero\": " + (l.zero ? "1" : "0") + ", \"fits\": " + (p.fits ? "true" : "false") +
          ", \"predicted\": {\"step_ms\": " + jnum(p.ms.step()) +

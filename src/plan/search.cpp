@@ -156,23 +156,29 @@ std::vector<Candidate> search(const Job& job, const Machine& m, const SearchOpti
       c.pruned = true;
       continue;
     }
-    c.predicted.memory = predictor.memory_bound(c.layout);
-    if (c.predicted.memory.total() > limit) {
+    // Over the limit by its memory floor, or its peak in full (its program's held sets, cached),
+    // before its step is timed.
+    auto too_large = [&](Candidate& k) {
+      k.predicted.memory = predictor.memory_bound(k.layout);
+      k.memory_bound_only = k.predicted.memory.total() > limit;
+      if (k.memory_bound_only) return true;
+      if (k.layout.schedule == pipeline::Schedule::kZbAuto) return false;
+      k.predicted.memory = predictor.memory(k.layout);
+      return k.predicted.memory.total() > limit;
+    };
+    bool heavy_one = too_large(c);
+    // Keeping every activation does not fit: the layout is weighed with selective recomputation
+    // instead, whose few element-wise passes in W leave its time bound a bound.
+    if (heavy_one && !c.layout.recompute && !c.layout.selective) {
+      Candidate selective = c;
+      selective.layout.selective = true;
+      if (!too_large(selective)) c = selective, heavy_one = false;
+    }
+    if (heavy_one) {
       c.predicted.memory_limit = limit;
       c.predicted.fits = false;
-      c.memory_bound_only = true;
       heavy.push_back(i);
       continue;
-    }
-    // The peak in full (its program's held sets, cached), before its step is timed.
-    if (c.layout.schedule != pipeline::Schedule::kZbAuto) {
-      c.predicted.memory = predictor.memory(c.layout);
-      if (c.predicted.memory.total() > limit) {
-        c.predicted.memory_limit = limit;
-        c.predicted.fits = false;
-        heavy.push_back(i);
-        continue;
-      }
     }
     c.predicted = predictor.predict(c.layout);
     if (o.progress && ++predicted % 64 == 0) o.progress(weighed, predicted);

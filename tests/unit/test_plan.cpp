@@ -288,6 +288,36 @@ TEST(PlanLayout, EvaluateTextIsCheckedWhole) {
   EXPECT_EQ(parse_layout("tp=2,dp=2", job).tp, 2);
 }
 
+// --recompute selective in the planner: --evaluate takes it, its memory is the trainer's plan of
+// it (less than keeping everything, more than full recomputation), its step a little more than
+// keeping everything's (W's element-wise passes), less than full recomputation's; and a search
+// whose layouts do not fit keeping everything weighs them with it.
+TEST(PlanLayout, SelectiveRecomputation) {
+  const Machine m = round_machine();
+  Job job = tiny_gpt(1, 1);
+  job.batch = 1;  // one microbatch size: the layouts differ in recomputation alone
+  const Layout none = parse_layout("dp=1", job);
+  const Layout selective = parse_layout("dp=1,recompute=selective", job);
+  const Layout full = parse_layout("dp=1,recompute=full", job);
+  EXPECT_TRUE(selective.selective);
+  EXPECT_FALSE(selective.recompute);
+  EXPECT_TRUE(full.recompute);
+  EXPECT_NE(layout_flags(selective).find("--recompute selective"), std::string::npos);
+  EXPECT_TRUE(parse_layout(layout_text(selective), job).selective);
+  const Candidate a = evaluate(job, m, none), b = evaluate(job, m, selective),
+                  c = evaluate(job, m, full);
+  EXPECT_LT(b.predicted.memory.total(), a.predicted.memory.total());
+  EXPECT_LT(c.predicted.memory.total(), b.predicted.memory.total());
+  EXPECT_GT(b.predicted.ms.step(), a.predicted.ms.step());
+  EXPECT_LT(b.predicted.ms.step(), c.predicted.ms.step());
+  Machine tight = m;
+  tight.memory_gb = double(a.predicted.memory.total() + b.predicted.memory.total()) / 2e9;
+  const std::vector<Candidate> ranked = search(job, tight);
+  ASSERT_FALSE(ranked.empty());
+  ASSERT_TRUE(ranked.front().ok());
+  EXPECT_TRUE(ranked.front().layout.selective) << layout_text(ranked.front().layout);
+}
+
 TEST(PlanSearch, RanksOnlyLayoutsThatRunFirst) {
   const Machine m = round_machine();
   const Job job = tiny_gpt(1, 4);
