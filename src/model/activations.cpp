@@ -155,7 +155,8 @@ void carve(Activations& a, SlabCarver& k) {
   a.moe_stats = k.take(L * 2 * B * moe.E);
   a.moe_in = k.take(b16.moe_in ? 0 : L * moe.expert_rows() * C);
   a.moe_in_bf16 = k.take16(b16.moe_in ? L * moe.expert_rows() * C : 0);
-  a.moe_out = k.take(L * moe.slots * C);
+  a.moe_out = k.take(b16.moe_out ? 0 : L * moe.slots * C);
+  a.moe_out_bf16 = k.take16(b16.moe_out ? L * moe.slots * C : 0);
   a.moe_scratch = k.take(own * z.moe);
   const int64_t S = a.cfg.shared_expert() ? 1 : 0;
   a.shared_fch = k.take(S * L * R * 2 * s.shared_fc);
@@ -285,7 +286,7 @@ Bf16Kept bf16_kept(const GPTConfig& cfg, const ChunkPieces& chunk) {
   k.ln1 = k.qkv = k.atty = chunk.bf16;
   k.ln2 = chunk.bf16 && !cfg.moe();
   k.fch_gelu = k.fch = chunk.bf16;
-  k.moe_in = chunk.bf16 && cfg.moe();
+  k.moe_in = k.moe_out = chunk.bf16 && cfg.moe();
   return k;
 }
 
@@ -444,7 +445,9 @@ LayerActivations Activations::layer(int l) const {
   const int64_t NI = moe_in_bf16.extent(0) > 0 ? moe.expert_rows() * C : 0;
   x.moe_in = slice(moe_in, l * (moe.expert_rows() * C - NI), moe.expert_rows() * C - NI);
   x.moe_in_bf16 = slice(moe_in_bf16, l * NI, NI);
-  x.moe_out = slice(moe_out, l * moe.slots * C, moe.slots * C);
+  const int64_t NO = moe_out_bf16.extent(0) > 0 ? moe.slots * C : 0;
+  x.moe_out = slice(moe_out, l * (moe.slots * C - NO), moe.slots * C - NO);
+  x.moe_out_bf16 = slice(moe_out_bf16, l * NO, NO);
   x.moe_scratch = moe_scratch;
   const int64_t S = cfg.shared_expert() ? R : 0;
   x.shared_fch = slice(shared_fch, l * S * 2 * shard.shared_fc, S * 2 * shard.shared_fc);

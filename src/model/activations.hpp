@@ -57,14 +57,15 @@ struct ChunkPieces {
 // [gate | up]) and GELU's or SwiGLU's output, which a set with fch in bf16 does not keep at all:
 // it is formed in one block's scratch (h_scratch) in the forward and again from fch in W. A
 // mixture of experts keeps its experts' inputs after the dispatch (moe_in: ln2's rows rounded,
-// as an expert's first product reads them) and their [gate | up] (fch) in bf16, SwiGLU's output
-// formed again in W as the dense MLP's; its ln2 stays fp32, as the router (an fp32 product, as
+// as an expert's first product reads them), their [gate | up] (fch) and their outputs (moe_out,
+// the down product's output, which the gates' gradients read) in bf16, SwiGLU's output formed
+// again in W as the dense MLP's; its ln2 stays fp32, as the router (an fp32 product, as
 // autocast's softmax is fp32) reads it. The residual stream, the norms' statistics, the router's
 // probabilities and the logsumexps stay fp32.
 struct Bf16Kept {
   bool ln1 = false, ln2 = false, fch_gelu = false;
   bool qkv = false, atty = false, fch = false;
-  bool moe_in = false;
+  bool moe_in = false, moe_out = false;
 };
 Bf16Kept bf16_kept(const GPTConfig& cfg, const ChunkPieces& chunk);
 
@@ -149,9 +150,11 @@ struct LayerActivations {
   Tensor16 ln1_bf16, ln2_bf16, qkv_bf16, atty_bf16, fch_bf16, fch_gelu_bf16;
   Tensor staging;  // the set's fp32 staging (chunk.bf16), else empty
   bool recompute_h = false;
-  // A mixture of experts' moe_in kept in bf16 (bf16_kept; moe_in then empty), which the experts'
-  // products read as it is; their fch they write rounded (no staging).
-  Tensor16 moe_in_bf16;
+  // A mixture of experts' moe_in and moe_out kept in bf16 (bf16_kept; moe_in and moe_out then
+  // empty): the experts' products read moe_in as it is and write fch and moe_out rounded, as
+  // autocast's do (no staging); the combination and the gates' gradients read moe_out widened.
+  // Under TP moe_out is this rank's partial sum, rounded (as Megatron's row-parallel output).
+  Tensor16 moe_in_bf16, moe_out_bf16;
   // chunk.selective (selective_dropped): ln1 and ln2 (ln1_bf16 and ln2_bf16 under chunk.bf16, the
   // fp32 values then formed in the staging) are the set's one-block norm scratch, and W forms them
   // again; without chunk.bf16 a dense MLP's fch_gelu is one block's scratch and recompute_h is set.
@@ -216,7 +219,7 @@ struct Activations {
   Tensor16 norm_scratch16;
   // A mixture of experts' (per layer like the above, but moe_out one scratch), and its integers.
   Tensor router_probs, gates, moe_stats, moe_in, moe_out, moe_scratch;
-  Tensor16 moe_in_bf16;
+  Tensor16 moe_in_bf16, moe_out_bf16;
   Tensor shared_fch, shared_h, shared_out, shared_gate;
   Tensor mla;  // multi-head latent attention's, per layer (LayerActivations::mla)
   // The routing's int32 values (MoeLayer's), each 4 bytes of the float slab: the slab's other

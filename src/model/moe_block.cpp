@@ -270,15 +270,18 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
   } else {
     moe_gather(a.moe_in, a.ln2, a.moe.order, C, shape);
   }
+  // The experts' outputs (by local expert): in moe_out, or under EP in the scratch until they go
+  // back; in bf16 with kept16, as the down product writes them.
   const Tensor y = ep ? sent_rows(a, received, C) : a.moe_out;
+  const Tensor16 y16 = ep ? as_bf16(sent_rows(a, received, C)) : a.moe_out_bf16;
   const std::vector<int64_t> per_expert = d.expert_rows();
   for_each_expert(per_expert.data(), d.local, [&](int e, int64_t first, int64_t n) {
-    if (kept16) {  // [gate | up] written rounded, as autocast's; SwiGLU's output in the scratch
+    if (kept16) {  // outputs written rounded, as autocast's; SwiGLU's output in the scratch
       const Tensor16 fch = rows(a.fch_bf16, first, n, s.mlp_in);
       const Tensor16 h = rows(a.fch_gelu_bf16, first, n, s.fc);
       linear_forward(fch, rows(a.moe_in_bf16, first, n, C), expert_fcw(p, s, e), n, C, s.mlp_in);
       swiglu_forward(h, fch, n, s.fc);
-      linear_forward(rows(y, first, n, C), none, h, expert_fcprojw(p, s, e), none, n, s.fc, C);
+      linear_forward(rows(y16, first, n, C), h, expert_fcprojw(p, s, e), n, s.fc, C);
       return;
     }
     const Tensor fch = rows(a.fch, first, n, s.mlp_in);
@@ -288,7 +291,11 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
     swiglu_forward(h, fch, n, s.fc);
     linear_forward(rows(y, first, n, C), none, h, expert_fcprojw(p, s, e), none, n, s.fc, C);
   });
-  if (ep) {
+  if (ep && kept16) {  // back in bf16: half the bytes
+    const Tensor16 arrived = as_bf16(received_rows(a, received, C));
+    d.reorder(arrived, y16, C, /*to_experts=*/false);
+    d.exchange(arrived, a.moe_out_bf16, C, /*back=*/true);
+  } else if (ep) {
     const Tensor arrived = received_rows(a, received, C);
     d.reorder(arrived, y, C, /*to_experts=*/false);
     d.exchange(arrived, a.moe_out, C, /*back=*/true);
@@ -297,7 +304,11 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
   // leaving the region.
   const Tensor sum = seq.on ? partial : out;
   seed_rows(sum, residual, none, seq, s.rank, C);
-  moe_combine(sum, a.moe_out, a.gates, a.moe.where, C, shape);
+  if (kept16) {
+    moe_combine(sum, a.moe_out_bf16, a.gates, a.moe.where, C, shape);
+  } else {
+    moe_combine(sum, a.moe_out, a.gates, a.moe.where, C, shape);
+  }
   if (cfg.shared_expert()) shared_expert_forward(sum, a, p, s, R);
   tp::leave_forward(sum.data(), out.data(), C, seq, tp);
 }
@@ -328,7 +339,11 @@ void moe_mlp_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Te
   // sum over the expert width); the gated gradients go to the experts.
   const Tensor dy = buf.moe_dy;
   moe_gather(dy, g, a.moe.order, C, shape);
-  moe_gate_grads(buf.dgates, dy, a.moe_out, a.moe.order, C, shape);
+  if (a.moe_out_bf16.extent(0) > 0) {
+    moe_gate_grads(buf.dgates, dy, a.moe_out_bf16, a.moe.order, C, shape);
+  } else {
+    moe_gate_grads(buf.dgates, dy, a.moe_out, a.moe.order, C, shape);
+  }
   allreduce_sum(buf.dgates.data(), shape.slots(), tp);
   moe_scale_rows(dy, a.gates, a.moe.order, C, shape);
   if (ep) {

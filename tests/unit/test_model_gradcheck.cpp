@@ -369,10 +369,10 @@ TEST(Bf16Activations, SetsAndTheMemoryPlanCountTheSavedBytes) {
     // The MLP's rows: R, or a mixture of experts' R·k (token, slot) pairs.
     const int64_t MR = dense ? R : R * cfg.experts_per_token;
     // ln1, Q K V, the attention's output and the fc output always; ln2 unless a mixture of
-    // experts' router reads it, whose experts' inputs are kept instead; GELU's or SwiGLU's output
-    // in one block's scratch.
+    // experts' router reads it, whose experts' inputs and outputs are kept instead; GELU's or
+    // SwiGLU's output in one block's scratch.
     const int64_t kept = L * R * (C + shard.qkv + shard.attn) + dense * L * R * C +
-                         L * MR * shard.mlp_in + (1 - dense) * L * MR * C;
+                         L * MR * shard.mlp_in + (1 - dense) * L * MR * 2 * C;
     const int64_t h = 4 * L * MR * F - 2 * MR * F;
     const int64_t staging = 4 * R * bf16_staging_width(shard);
     // The blocks' (the head's logits have their own rule).
@@ -394,6 +394,8 @@ TEST(Bf16Activations, SetsAndTheMemoryPlanCountTheSavedBytes) {
     EXPECT_EQ(int64_t(l1.fch.extent(0)), 0);
     EXPECT_EQ(int64_t(l1.moe_in_bf16.extent(0)), (1 - dense) * MR * C);
     EXPECT_EQ(int64_t(l1.moe_in.extent(0)), 0);
+    EXPECT_EQ(int64_t(l1.moe_out_bf16.extent(0)), (1 - dense) * MR * C);
+    EXPECT_EQ(int64_t(l1.moe_out.extent(0)), 0);
     EXPECT_TRUE(l1.recompute_h);
     EXPECT_EQ(l1.fch_gelu_bf16.data(), a16.layer(0).fch_gelu_bf16.data());
     // Recomputation keeps the block outputs only, and W's inputs keep their own copies (GELU's or

@@ -192,8 +192,17 @@ void moe_gather(Tensor16 out, Tensor x, const int32_t* order, int C, const MoeSh
   gather_rows(out, x, order, C, s);
 }
 
-void moe_combine(Tensor out, Tensor y, Tensor gates, const int32_t* where, int C,
-                 const MoeShape& s) {
+namespace {
+KOKKOS_INLINE_FUNCTION float widen(float x) {
+  return x;
+}
+KOKKOS_INLINE_FUNCTION float widen(bf16 x) {
+  return from_bf16(x);
+}
+
+// Y: Tensor, or Tensor16 for outputs kept in bf16.
+template <class Y>
+void combine_rows(Tensor out, Y y, Tensor gates, const int32_t* where, int C, const MoeShape& s) {
   const int k = s.k;
   const bool gated = gates.extent(0) > 0;
   for_each_2d(
@@ -201,21 +210,42 @@ void moe_combine(Tensor out, Tensor y, Tensor gates, const int32_t* where, int C
         float acc = out(n * C + c);
         for (int j = 0; j < k; ++j) {
           const float w = gated ? gates(n * k + j) : 1.0f;
-          acc += w * y(int64_t(where[n * k + j]) * C + c);
+          acc += w * get(y, int64_t(where[n * k + j]) * C + c);
         }
         out(n * C + c) = acc;
       });
 }
 
-void moe_gate_grads(Tensor dgates, Tensor dy, Tensor y, const int32_t* order, int C,
-                    const MoeShape& s) {
+template <class Y>
+void gate_grads(Tensor dgates, Tensor dy, Y y, const int32_t* order, int C, const MoeShape& s) {
   for_rows(
       "mpf::moe_gate_grads", s.slots(), C, KOKKOS_LAMBDA(const Row& r, int64_t p) {
         const float* a = dy.data() + p * C;
-        const float* b = y.data() + p * C;
-        const float dot = r.sum(C, [a, b](int c) { return a[c] * b[c]; });
+        const auto* b = y.data() + p * C;
+        const float dot = r.sum(C, [a, b](int c) { return a[c] * widen(b[c]); });
         r.once([=] { dgates(order[p]) = dot; });
       });
+}
+}  // namespace
+
+void moe_combine(Tensor out, Tensor y, Tensor gates, const int32_t* where, int C,
+                 const MoeShape& s) {
+  combine_rows(out, y, gates, where, C, s);
+}
+
+void moe_combine(Tensor out, Tensor16 y, Tensor gates, const int32_t* where, int C,
+                 const MoeShape& s) {
+  combine_rows(out, y, gates, where, C, s);
+}
+
+void moe_gate_grads(Tensor dgates, Tensor dy, Tensor y, const int32_t* order, int C,
+                    const MoeShape& s) {
+  gate_grads(dgates, dy, y, order, C, s);
+}
+
+void moe_gate_grads(Tensor dgates, Tensor dy, Tensor16 y, const int32_t* order, int C,
+                    const MoeShape& s) {
+  gate_grads(dgates, dy, y, order, C, s);
 }
 
 void moe_scale_rows(Tensor x, Tensor gates, const int32_t* order, int width, const MoeShape& s) {

@@ -48,9 +48,14 @@ void moe_gather(Tensor16 out, Tensor x, const int32_t* order, int C, const MoeSh
 // out (R,C) += Σ_j gate_j · y[where[token·k + j]] (j in slot order); no gates: weight 1.
 void moe_combine(Tensor out, Tensor y, Tensor gates, const int32_t* where, int C,
                  const MoeShape& s);
+// The same from outputs kept in bf16 (read widened, summed in fp32).
+void moe_combine(Tensor out, Tensor16 y, Tensor gates, const int32_t* where, int C,
+                 const MoeShape& s);
 // dgates (R·k): dgates[order[p]] = Σ_c dy[p,c] · y[p,c], the gate's gradient from the slot's
 // output gradient and its ungated output (this rank's part when y is a partial sum over TP).
 void moe_gate_grads(Tensor dgates, Tensor dy, Tensor y, const int32_t* order, int C,
+                    const MoeShape& s);
+void moe_gate_grads(Tensor dgates, Tensor dy, Tensor16 y, const int32_t* order, int C,
                     const MoeShape& s);
 // x (R·k, width) row p scaled by the gate of slot order[p].
 void moe_scale_rows(Tensor x, Tensor gates, const int32_t* order, int width, const MoeShape& s);
