@@ -20,7 +20,8 @@ compare_llama_with_pytorch.py, extended by the family's features:
 - deepseek_v3 (check_deepseek): multi-head latent attention with YaRN, every block dense, as a
   Hugging Face directory against hf_models.deepseek_logits (written from transformers'
   DeepseekV3Attention), on 1 rank, TP 2 (with SP), PP 2, DP 2 and under both recomputations:
-  losses and the tensors after the last step; a checkpoint resumed; what is not built refused.
+  losses and the tensors after the last step; also a plain q_proj, rotary pairs in halves and no
+  rope scaling on 1 rank and TP 2; a checkpoint resumed; what is not built refused.
 Every step's loss within 1e-5 (relative) of the float64 reference on every layout; greedy
 decoding with the KV cache gives the reference's ids; the model saved with --save-hf has the
 family's config.json and tensor names and loads back to the same losses.
@@ -195,28 +196,36 @@ def check_deepseek(tally, exe, gen, workdir, shard, tokens):
     every tensor after the last step within PARAM_RTOL, on each of DEEPSEEK_LAYOUTS; a checkpoint
     resumed; the directory read and written again unchanged; what is not built (DeepSeekMoE
     blocks, CP's ring, generation's latent KV cache) refused by name."""
+    for form, m, layouts in (("", hf_models.DEEPSEEK, DEEPSEEK_LAYOUTS),
+                             (" q_proj, halves, no yarn", hf_models.DEEPSEEK_PLAIN,
+                              DEEPSEEK_LAYOUTS[:2])):
+        params0 = hf_models.deepseek_random(m, seed=300)
+        model = os.path.join(workdir, "deepseek_v3" + form.replace(" ", "_").replace(",", ""))
+        hf_models.write_deepseek(model, m, params0)
+        matrices = {k for k, v in params0.items() if v.ndim == 2}
+
+        def loss_of(p, inputs, targets):
+            logits = hf_models.deepseek_logits(p, inputs, m)
+            return torch.nn.functional.cross_entropy(logits.reshape(-1, m["V"]),
+                                                     targets.reshape(-1))
+
+        ref, ref_final = train_reference(params0, tokens, CFG, matrices, loss_of, torch.float64,
+                                         False)
+        for index, (layout, ranks, extra) in enumerate(layouts):
+            out = model + f"_out{index}"
+            rows, final = run_from_hf(exe, workdir, model, out, shard, extra, ranks)
+            loss = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
+            norm = max(abs(t["norm"] - r["norm"]) / r["norm"] for r, t in zip(ref, rows))
+            worst = max((np.linalg.norm(final[k] - ref_final[k]) / np.linalg.norm(ref_final[k]),
+                         k) for k in ref_final)
+            tally.check(loss <= LOSS_RTOL and norm <= NORM_CHECK and worst[0] <= PARAM_RTOL,
+                        f"[deepseek_v3{form} {layout}] {STEPS} losses within {loss:.1e} of "
+                        f"torch's, norms within {norm:.1e}, every tensor after the last step "
+                        f"within {worst[0]:.1e} ({worst[1]}; first loss {rows[0]['loss']} vs "
+                        f"{ref[0]['loss']:.6f})")
     m = hf_models.DEEPSEEK
     params0 = hf_models.deepseek_random(m, seed=300)
     model = os.path.join(workdir, "deepseek_v3")
-    hf_models.write_deepseek(model, m, params0)
-    matrices = {k for k, v in params0.items() if v.ndim == 2}
-
-    def loss_of(p, inputs, targets):
-        logits = hf_models.deepseek_logits(p, inputs, m)
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, m["V"]), targets.reshape(-1))
-
-    ref, ref_final = train_reference(params0, tokens, CFG, matrices, loss_of, torch.float64, False)
-    for index, (layout, ranks, extra) in enumerate(DEEPSEEK_LAYOUTS):
-        out = os.path.join(workdir, f"deepseek_v3_{index}")
-        rows, final = run_from_hf(exe, workdir, model, out, shard, extra, ranks)
-        loss = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
-        norm = max(abs(t["norm"] - r["norm"]) / r["norm"] for r, t in zip(ref, rows))
-        worst = max((np.linalg.norm(final[k] - ref_final[k]) / np.linalg.norm(ref_final[k]), k)
-                    for k in ref_final)
-        tally.check(loss <= LOSS_RTOL and norm <= NORM_CHECK and worst[0] <= PARAM_RTOL,
-                    f"[deepseek_v3 {layout}] {STEPS} losses within {loss:.1e} of torch's, norms "
-                    f"within {norm:.1e}, every tensor after the last step within {worst[0]:.1e} "
-                    f"({worst[1]}; first loss {rows[0]['loss']} vs {ref[0]['loss']:.6f})")
     # A checkpoint after step 2 resumed: steps 3..5 as the uninterrupted run printed them.
     ckpt = os.path.join(workdir, "deepseek_v3_ckpt")
     whole, _ = run_from_hf(exe, workdir, model, os.path.join(workdir, "deepseek_v3_saving"), shard,
@@ -254,6 +263,8 @@ def check_deepseek(tally, exe, gen, workdir, shard, tokens):
         tally.check(ok, f"[deepseek_v3 {name}] refused: {errors}")
     ok, errors = refused(exe, workdir, model, shard, ("--cp", "2"), "context-parallel", 2)
     tally.check(ok, f"[deepseek_v3 --cp 2] refused: {errors}")
+    ok, errors = refused(exe, workdir, model, shard, ("--optimizer", "muon"), "Muon")
+    tally.check(ok, f"[deepseek_v3 --optimizer muon] refused: {errors}")
     proc = subprocess.run([gen, "--init-from", model, "--prompt-tokens", "1,2",
                            "--max-new-tokens", "2"], capture_output=True, text=True, timeout=120)
     errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("error:")]

@@ -253,6 +253,11 @@ DEEPSEEK = dict(maxT=32, V=67, L=2, C=64, NH=4, F=96, qr=32, kvr=16, dn=16, dr=8
                 mscale_all_dim=0.8, interleave=True, tied=False)
 
 
+# The other forms: a plain q_proj (q_lora_rank null), the rotary pairs in halves
+# (rope_interleave false), no rope_scaling.
+DEEPSEEK_PLAIN = dict(DEEPSEEK, qr=0, interleave=False, factor=0.0)
+
+
 def deepseek_shapes(m):
     """DeepseekV3ForCausalLM's tensors (names, shapes) for m."""
     C, NH, hs = m["C"], m["NH"], m["dn"] + m["dr"]
@@ -299,7 +304,8 @@ def deepseek_config(m):
                 rope_scaling=dict(type="yarn", factor=m["factor"],
                                   original_max_position_embeddings=m["original"],
                                   beta_fast=m["beta_fast"], beta_slow=m["beta_slow"],
-                                  mscale=m["mscale"], mscale_all_dim=m["mscale_all_dim"]),
+                                  mscale=m["mscale"], mscale_all_dim=m["mscale_all_dim"])
+                if m["factor"] else None,
                 attention_bias=False, tie_word_embeddings=m["tied"])
 
 
@@ -318,6 +324,8 @@ def yarn_parameters(m, torch):
     inv_freq blended by the linear ramp over the rounded correction range, and the attention
     factor the cos and sin tables are multiplied by."""
     dim, base, factor = m["dr"], m["theta"], m["factor"]
+    if not factor:  # no rope_scaling: theta's frequencies, tables unscaled
+        return 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim), 1.0
     if m["mscale"] and m["mscale_all_dim"]:
         attention_factor = yarn_mscale(factor, m["mscale"]) / yarn_mscale(factor, m["mscale_all_dim"])
     else:
@@ -366,7 +374,7 @@ def deepseek_logits(p, inputs, m):
     dtype = p["model.embed_tokens.weight"].dtype
     cos, sin = (emb.cos() * attention_factor).to(dtype), (emb.sin() * attention_factor).to(dtype)
     scaling = (dn + dr) ** -0.5
-    if m["mscale_all_dim"]:
+    if m["factor"] and m["mscale_all_dim"]:
         scaling *= yarn_mscale(m["factor"], m["mscale_all_dim"]) ** 2
     causal = torch.ones(Tt, Tt, dtype=torch.bool).tril()
     x = p["model.embed_tokens.weight"][inputs]
