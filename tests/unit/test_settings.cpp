@@ -102,6 +102,21 @@ TEST(Settings, SaveAsyncIsZeroOrOneAndNeedsSave) {
               HasSubstr("--save-async 0 needs --save DIR"));
 }
 
+// --recompute takes none, full or selective, and alone (the switch it was) means full.
+TEST(Settings, RecomputeAloneIsFull) {
+  EXPECT_EQ(parse({}).recompute, "none");
+  EXPECT_EQ(parse({"--recompute"}).recompute, "full");
+  const TrainOptions o = parse({"--recompute", "--steps", "2"});
+  EXPECT_EQ(o.recompute, "full");
+  EXPECT_EQ(o.steps, 2);
+  EXPECT_EQ(parse({"--recompute", "selective"}).recompute, "selective");
+  EXPECT_EQ(parse({"--recompute=none"}).recompute, "none");
+  EXPECT_THAT(input_error([] {
+                parse({"--recompute", "partial"});
+              }),
+              HasSubstr("--recompute must be none, full or selective, got 'partial'"));
+}
+
 TEST(Settings, MinimumsAndChoicesAreEnforcedWithTheFlagsName) {
   EXPECT_THAT(input_error([] {
                 parse({"--batch", "0"});
