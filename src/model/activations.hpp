@@ -46,8 +46,9 @@ struct ChunkPieces {
   // kept rounded to bf16, in half the bytes.
   bool bf16 = false;
   // The one-op scratch (bf16's staging and GELU/SwiGLU scratch, SP's row-parallel partial sums,
-  // EP's dispatch buffers) left out of the set's slab: the owner binds it (bind_scratch) to
-  // memory its sets share, as one op runs at a time and none reads another's scratch.
+  // EP's dispatch buffers, selective recomputation's norm and GELU/SwiGLU outputs) left out of the
+  // set's slab: the owner binds it (bind_scratch) to memory its sets share, as one op runs at a
+  // time and none reads another's scratch.
   bool shared_scratch = false;
 };
 

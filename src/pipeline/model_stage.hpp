@@ -11,12 +11,14 @@
 //
 // Memory. With --recompute a microbatch keeps only its blocks' outputs (Megatron's full
 // recomputation): each block's forward runs again in one workspace right before its B, which then
-// also keeps the activations W reads in the W set. Activations and W sets are pooled per chunk:
-// forward (or the receive of its input) takes an activation set and B a W set, allocating only
-// while a pool is smaller than the most ever in use, and W returns both, so the peak bytes are
-// what the schedule keeps (AFAB holds M microbatches, 1F1B at most P − rank, each with a W set
-// between its B and its W). An input gradient goes out of its own buffer, which is reused once MPI
-// reports that send complete (sends stay in flight, p2p.hpp).
+// also keeps the activations W reads in the W set. With --recompute selective a microbatch keeps
+// all but the norms' and GELU's or SwiGLU's outputs, which W forms again in the sets' shared
+// one-block scratch (ChunkPieces::selective, set by model_builder). Activations and W sets are
+// pooled per chunk: forward (or the receive of its input) takes an activation set and B a W set,
+// allocating only while a pool is smaller than the most ever in use, and W returns both, so the
+// peak bytes are what the schedule keeps (AFAB holds M microbatches, 1F1B at most P − rank, each
+// with a W set between its B and its W). An input gradient goes out of its own buffer, which is
+// reused once MPI reports that send complete (sends stay in flight, p2p.hpp).
 #pragma once
 
 #include <mpi.h>
@@ -57,7 +59,8 @@ class ModelStage : public pipeline::StageOps {
   // without CP: each holds seq_len rows of every sequence, its two chunks (ring_attention.hpp), of
   // sequences seq_len·|cp| long) and the model's (ModelGroups); chunks: its V chunks in order, as
   // local layer ranges of the shard's parameters. recompute: keep only block outputs per
-  // microbatch and rebuild the rest before each block's backward (--recompute). placement: where
+  // microbatch and rebuild the rest before each block's backward (--recompute full; the chunks
+  // carry selective recomputation themselves). placement: where
   // the chunks of all ranks run. attention: the path every attention call takes (--attention).
   // pipeline/model_builder.hpp builds it.
   ModelStage(const TpShard& shard, const ParallelGroups& groups, std::vector<ChunkPieces> chunks,
