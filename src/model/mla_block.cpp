@@ -208,13 +208,13 @@ void mla_forward(const LayerActivations& a, const LayerParameters& p, const TpSh
         for (int64_t j = 0; j < hs; ++j) Vd[j] = j < dv ? kvs[dn + j] : 0.0f;
         const int64_t at = int64_t(pos0 + n % T) * half;
         for (int64_t i = 0; i < half; ++i) {
-          const float c = cs[at + i], s = sn[at + i];
+          const float c = cs[at + i], sv = sn[at + i];
           const float qa = qs[dn + pair.a(i)], qb = qs[dn + pair.b(i)];
-          Qd[dn + i] = (qa * c - qb * s) * sq;
-          Qd[dn + half + i] = (qb * c + qa * s) * sq;
+          Qd[dn + i] = (qa * c - qb * sv) * sq;
+          Qd[dn + half + i] = (qb * c + qa * sv) * sq;
           const float ka = kr[pair.a(i)], kb = kr[pair.b(i)];
-          Kd[dn + i] = ka * c - kb * s;
-          Kd[dn + half + i] = kb * c + ka * s;
+          Kd[dn + i] = ka * c - kb * sv;
+          Kd[dn + half + i] = kb * c + ka * sv;
         }
       });
 }
@@ -265,21 +265,21 @@ void mla_backward_input(Tensor dln1, Tensor dmla, Tensor dqkv, const LayerActiva
           }
           for (int64_t j = 0; j < dv; ++j) dkvh[dn + j] = dV[j];
           for (int64_t i = 0; i < half; ++i) {
-            const float c = cs[at + i], s = sn[at + i];
+            const float c = cs[at + i], sv = sn[at + i];
             const float g1 = dQ[dn + i] * sq, g2 = dQ[dn + half + i] * sq;
-            dqh[dn + pair.a(i)] = g1 * c + g2 * s;
-            dqh[dn + pair.b(i)] = g2 * c - g1 * s;
+            dqh[dn + pair.a(i)] = g1 * c + g2 * sv;
+            dqh[dn + pair.b(i)] = g2 * c - g1 * sv;
           }
         }
         float* dkr = dkva + n * A + kvr;
         for (int64_t i = 0; i < half; ++i) {
-          const float c = cs[at + i], s = sn[at + i];
+          const float c = cs[at + i], sv = sn[at + i];
           float ga = 0.0f, gb = 0.0f;
           for (int64_t h = 0; h < H; ++h) {
             const float* dK = dqkv_ + n * 3 * Q + Q + h * hs;
             const float g1 = dK[dn + i], g2 = dK[dn + half + i];
-            ga += g1 * c + g2 * s;
-            gb += g2 * c - g1 * s;
+            ga += g1 * c + g2 * sv;
+            gb += g2 * c - g1 * sv;
           }
           dkr[pair.a(i)] = ga;
           dkr[pair.b(i)] = gb;

@@ -181,11 +181,13 @@ def refused(exe, workdir, model, shard, extra, key, ranks=1):
 
 
 # deepseek_v3's layouts: TP splits the heads of q_b, kv_b and o_proj; under SP the replicated
-# down projections read the gathered rows; PP, DP; full recomputation keeps the latent
-# attention's activations for W in the W inputs; selective recomputation forms ln1 again in W.
+# down projections read the gathered rows; PP (ZB-H1 defers W past other microbatches' B), DP;
+# full recomputation keeps the latent attention's activations for W in the W inputs; selective
+# recomputation forms ln1 again in W.
 DEEPSEEK_LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")),
                     ("tp 2 + sp", 2, ("--tp", "2", "--sequence-parallel")),
                     ("pp 2 1f1b", 2, ("--pp", "2", "--microbatches", "2", "--schedule", "1f1b")),
+                    ("pp 2 zb-h1", 2, ("--pp", "2", "--microbatches", "2", "--schedule", "zb-h1")),
                     ("dp 2", 2, ("--dp", "2")), ("recompute", 1, ("--recompute",)),
                     ("recompute selective", 1, ("--recompute", "selective"))]
 
