@@ -71,11 +71,13 @@ Layout parse_layout(const std::string& text, const Job& job) {
       mbs = positive();
     else if (key == "schedule")
       l.schedule = pipeline::parse_schedule(v);
-    else if (key == "recompute" && v == "selective")
-      l.selective = true;
-    else if (key == "recompute")
-      l.recompute = v == "full" || flag_value(key, v);
-    else if (key == "sp" || key == "sequence_parallel")
+    else if (key == "recompute") {
+      require(v == "none" || v == "full" || v == "selective" || v == "0" || v == "1" ||
+                  v == "true" || v == "false",
+              "--evaluate: recompute is 0, 1, none, full or selective, got '" + v + "'");
+      l.recompute = v == "full" || v == "1" || v == "true";
+      l.selective = v == "selective";
+    } else if (key == "sp" || key == "sequence_parallel")
       l.sequence_parallel = flag_value(key, v);
     else if (key == "zero")
       l.zero = flag_value(key, v);

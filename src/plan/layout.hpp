@@ -41,10 +41,10 @@ struct Layout {
 };
 
 // "tp=2,pp=2,dp=1,schedule=1f1b,microbatches=4,recompute=1,sp=1,zero=1,vp=2,cp=1,ep=1" (any
-// subset; recompute is 0, 1 (or full) or selective; dp defaults to the ranks left, microbatches to
-// 1 or, for micro_batch_size=b, to batch / (dp b)); InputError naming a key it does not know or a
-// value it cannot read, a key given twice, an empty item or layout, a size past kMaxRanks or sizes
-// whose product is, more than kMaxMicrobatches microbatches.
+// subset; recompute is 0, 1, none, full or selective; dp defaults to the ranks left, microbatches
+// to 1 or, for micro_batch_size=b, to batch / (dp b)); InputError naming a key it does not know or
+// a value it cannot read, a key given twice, an empty item or layout, a size past kMaxRanks or
+// sizes whose product is, more than kMaxMicrobatches microbatches.
 Layout parse_layout(const std::string& text, const Job& job);
 
 // Why the layout cannot run the job ("" when it can): the product of its sizes is not the

@@ -304,6 +304,17 @@ TEST(PlanLayout, SelectiveRecomputation) {
   EXPECT_TRUE(full.recompute);
   EXPECT_NE(layout_flags(selective).find("--recompute selective"), std::string::npos);
   EXPECT_TRUE(parse_layout(layout_text(selective), job).selective);
+  EXPECT_FALSE(parse_layout("dp=1,recompute=none", job).recompute);
+  EXPECT_TRUE(parse_layout("dp=1,recompute=1", job).recompute);
+  try {
+    parse_layout("dp=1,recompute=partial", job);
+    ADD_FAILURE() << "recompute=partial was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("recompute is 0, 1, none, full or selective, got 'partial'"),
+        std::string::npos)
+        << e.what();
+  }
   const Candidate a = evaluate(job, m, none), b = evaluate(job, m, selective),
                   c = evaluate(job, m, full);
   EXPECT_LT(b.predicted.memory.total(), a.predicted.memory.total());
