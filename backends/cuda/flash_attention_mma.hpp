@@ -4,8 +4,8 @@
 // portable fused kernel's forward computes (model/layers/attention.hpp: causal, grouped-query,
 // two position runs, document starts, a sliding window; out (B, rows, NH·hs) and lse (B, NH,
 // rows)) with Q, K, V and P rounded to bf16, as the portable kernel does inside a Bf16Products
-// scope. Head sizes 64 and 128. No backward yet: the portable kernel's backward reads the same
-// out and lse. Nothing selects it yet (docs/gpu.md, "Tensor-core attention").
+// scope, and its backward: dQ, dK and dV with dO, P and dS rounded to bf16 as well. Head sizes
+// 64 and 128. Only --attention mma selects them (docs/gpu.md, "Tensor-core attention").
 #pragma once
 
 #include <cstdint>
@@ -40,11 +40,31 @@ struct MmaAttentionArgs {
   float* lse = nullptr;  // (B, NH, rows_q)
 };
 
+// The backward's inputs and outputs: `in` as the forward took it (its lse as the forward wrote
+// it; out unused), the output gradient and the rows' delta (Σ dO·O, attention_backward_delta's),
+// and where the input gradients go, written (=) or added (+=) as the flags say.
+struct MmaAttentionGrads {
+  MmaAttentionArgs in;
+  const float* dout = nullptr;   // (B, rows_q, NH·hs)
+  const float* delta = nullptr;  // (B, NH, rows_q)
+  float* dq = nullptr;           // rows of stride lddq, like q
+  int64_t lddq = 0;
+  bool accumulate_dq = false;
+  float* dk = nullptr;  // rows of stride lddkv, like k and v
+  float* dv = nullptr;
+  int64_t lddkv = 0;
+  bool accumulate_dkv = false;
+};
+
 // Whether the kernel handles this head size (64 or 128) on this GPU (compute capability 8.0 or
 // later).
 bool mma_attention_supports(int hs);
 // Launches the forward on `cuda_stream` (a cudaStream_t: Kokkos' execution space's stream, so it
 // stays ordered with the kernels around it). Aborts with a message on a launch error.
 void mma_attention_forward(const MmaAttentionArgs& args, void* cuda_stream);
+// The backward, two kernels on `cuda_stream`: dK and dV a block per 64 keys of a kv head (its
+// group's query heads in ascending order), dQ a block per 64 query rows of a head, each
+// recomputing P from lse. No atomics: the same bits on every run.
+void mma_attention_backward(const MmaAttentionGrads& grads, void* cuda_stream);
 
 }  // namespace mpf::backend

@@ -1,4 +1,5 @@
-// The per-lane steps of FlashAttention-2's forward on m16n8k16 fragments, shared by the CUDA
+// The per-lane steps of FlashAttention-2's forward (and the backward's recomputed elements) on
+// m16n8k16 fragments, shared by the CUDA
 // kernel (flash_attention_mma.cu) and the host emulation of a warp that tests them
 // (tests/unit/test_mma_fragments.cpp). A warp owns 16 query rows; a lane holds two of them, rows
 // group and group + 8 (r = 0, 1: C elements 2r and 2r + 1), and of every 8-key score tile and
@@ -69,6 +70,17 @@ MPF_MMA_HD inline void row_finish(float m, float l, float& inv, float& lse) {
     inv = 0.0f;
     lse = -INFINITY;
   }
+}
+
+// The backward's element of a recomputed tile, as the portable kernel's backward computes it:
+// the probability p = e^(scale·s − lse) where the query sees the key (0 elsewhere, and in a row
+// that saw no key), and the score's gradient ds = scale·p·(dp − delta), with dp the element of
+// dO·Vᵀ and delta the row's Σ dO·O. Natural-log units here: scale = 1/√hs, lse as the forward
+// wrote it.
+MPF_MMA_HD inline void backward_element(float s, float dp, float lse, float delta, float scale,
+                                        bool seen, float& p, float& ds) {
+  p = seen && lse != -INFINITY ? expf(scale * s - lse) : 0.0f;
+  ds = scale * p * (dp - delta);
 }
 
 }  // namespace mpf::mma

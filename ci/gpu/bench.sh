@@ -49,7 +49,7 @@ for precision in fp32 bf16; do
     fi
   done
 done
-# The tensor-core attention forward (--attention mma; its backward is the fused kernel's) on the
+# The tensor-core attention (--attention mma: its forward and backward on tensor cores) on the
 # bf16 rows, against the same PyTorch figures.
 for row in ${BENCH_MMA_ROWS:-gpt2-124M:8 llama-124M:8}; do
   model=${row%%:*} batch=${row##*:}

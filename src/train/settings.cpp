@@ -333,7 +333,8 @@ SettingGroup system_settings() {
               {"--attention", "PATH",
                "fused: the FlashAttention-2-style kernel; chunked: 128 queries at a time through "
                "the GEMM library, the same results (docs/performance.md#attention); mma: a CUDA "
-               "build's tensor-core forward, bf16 only, not yet checked on a GPU (docs/gpu.md)",
+               "build's tensor-core forward and backward, bf16 only, not yet checked on a GPU "
+               "(docs/gpu.md)",
                &O::attention, kNoMinimum, nullptr, OnResume::not_saved, "fused,chunked,mma"},
               {"--gpu-aware-mpi", "M",
                "auto: in a GPU build, ask the MPI library whether it reads GPU memory "

@@ -7,8 +7,11 @@
 // key tile at a time, causal, document and window masks, the online softmax with each row's max
 // reduced across its quad by emulated xor shuffles and its sum kept per lane, P reused from the
 // score registers as A. (b) and (c) against plain loops within fp32 rounding; (c) again with P
-// rounded to bf16 as the kernel rounds it. What this cannot check — that the hardware lays the
-// fragments out as these functions say — a GPU checks (tests/gpu/test_mma_attention.cpp).
+// rounded to bf16 as the kernel rounds it; (d) the backward's two kernels, dK and dV a key
+// block at a time with Pᵀ and dSᵀ reused as A, dQ a query block at a time with dS reused as A,
+// against the gradients in double, with P and dS in fp32 and in bf16. What this cannot check — that
+// the hardware lays the fragments out as these functions say — a GPU checks
+// (tests/gpu/test_mma_attention.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -335,6 +338,262 @@ TEST(MmaFragments, EmulatedForwardTileLoopEqualsPlainAttention) {
   expect_forward_matches<64>(p, "documents, two runs");
   p.window = 17;
   expect_forward_matches<64>(p, "documents, two runs, window 17");
+}
+
+// The attention's gradients in double from the definitions: P as reference_forward's, delta_t =
+// Σ_d dO·O, dS = P·(dO·v − delta), dQ = Σ_u dS·k/√hs, dK = Σ_t dS·q/√hs, dV = Σ_t P·dO.
+struct Gradients {
+  std::vector<double> dq, dk, dv, delta;
+};
+Gradients reference_backward(const Problem& p, int hs, const std::vector<float>& dout) {
+  std::vector<double> out, lse;
+  reference_forward(p, hs, out, lse);
+  Gradients g;
+  g.dq.assign(size_t(p.T) * hs, 0.0);
+  g.dk.assign(size_t(p.T) * hs, 0.0);
+  g.dv.assign(size_t(p.T) * hs, 0.0);
+  g.delta.assign(p.T, 0.0);
+  const double scale = 1.0 / std::sqrt(double(hs));
+  for (int t = 0; t < p.T; ++t) {
+    for (int d = 0; d < hs; ++d) g.delta[t] += double(dout[t * hs + d]) * out[t * hs + d];
+    if (std::isinf(lse[t])) continue;
+    for (int u = 0; u < p.T; ++u) {
+      const int qp = p.pos[t], kp = p.pos[u];
+      if (kp > qp || kp < p.doc[t] || (p.window > 0 && qp - kp >= p.window)) continue;
+      double s = 0.0, dp = 0.0;
+      for (int d = 0; d < hs; ++d) {
+        s += double(p.q[t * hs + d]) * p.k[u * hs + d];
+        dp += double(dout[t * hs + d]) * p.v[u * hs + d];
+      }
+      const double prob = std::exp(s * scale - lse[t]), ds = prob * (dp - g.delta[t]);
+      for (int d = 0; d < hs; ++d) {
+        g.dv[u * hs + d] += prob * dout[t * hs + d];
+        g.dq[t * hs + d] += ds * scale * p.k[u * hs + d];
+        g.dk[u * hs + d] += ds * scale * p.q[t * hs + d];
+      }
+    }
+  }
+  return g;
+}
+
+// The backward kernels (flash_attention_mma.cu) on emulated warps. dK and dV: blocks of 64 keys,
+// 4 warps of 16, query tiles of 64 skipped as the kernel skips them, Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ,
+// backward_element, Pᵀ and dSᵀ reused from the registers as A. dQ: blocks of 64 queries, key
+// tiles as the forward's, dS reused as A. lse and delta are given (the forward's and
+// attention_backward_delta's); round: P, dS (and the inputs, already bf16 values) as the kernel
+// rounds them.
+template <int HS>
+void emulated_backward(const Problem& p, const std::vector<float>& dout,
+                       const std::vector<float>& lse, const std::vector<float>& delta, bool round,
+                       std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv) {
+  constexpr int kRows = 64, kKeys = 64, DT = HS / kN;
+  const float scale = 1.0f / std::sqrt(float(HS));
+  auto at = [&](const std::vector<float>& x, int row, int col) {
+    return row < p.T ? x[size_t(row) * HS + col] : 0.0f;
+  };
+  auto rounded = [&](float x) { return round ? round_bf16(x) : x; };
+  dq.assign(size_t(p.T) * HS, NAN);
+  dk.assign(size_t(p.T) * HS, NAN);
+  dv.assign(size_t(p.T) * HS, NAN);
+  struct Lane {
+    float a[DT][kCElems] = {}, b[DT][kCElems] = {};  // dK and dV, or dQ
+    float s[kRows / kN][kCElems] = {}, dp[kRows / kN][kCElems] = {};
+  };
+  for (int k0 = 0; k0 < p.T; k0 += kKeys) {
+    int k_lo = 1 << 30, k_hi = -(1 << 30);
+    for (int r = 0; r < kKeys && k0 + r < p.T; ++r) {
+      k_lo = std::min(k_lo, p.pos[k0 + r]);
+      k_hi = std::max(k_hi, p.pos[k0 + r]);
+    }
+    for (int warp = 0; warp < kKeys / kM; ++warp) {
+      const int key0 = k0 + warp * kM;
+      std::vector<Lane> lanes(kWarp);
+      for (int q0 = 0; q0 < p.T; q0 += kRows) {
+        bool useful = false;
+        for (int t = q0; t < std::min(q0 + kRows, p.T); ++t)
+          useful |= p.pos[t] >= k_lo && (p.window == 0 || p.pos[t] - k_hi < p.window);
+        if (!useful) continue;
+        for (auto& lane : lanes) {
+          for (auto& tile : lane.s)
+            for (float& x : tile) x = 0.0f;
+          for (auto& tile : lane.dp)
+            for (float& x : tile) x = 0.0f;
+        }
+        for (int kk = 0; kk < HS; kk += kK)
+          for (int j = 0; j < kRows / kN; ++j) {
+            warp_mma([&](int lane, int i) -> float& { return lanes[lane].s[j][i]; },
+                     [&](int lane, int i) {
+                       return at(p.k, key0 + a_row(lane, i), kk + a_col(lane, i));
+                     },
+                     [&](int lane, int i) {  // B(k, n) = Q[n][k]
+                       return at(p.q, q0 + j * kN + b_col(lane, i), kk + b_row(lane, i));
+                     });
+            warp_mma([&](int lane, int i) -> float& { return lanes[lane].dp[j][i]; },
+                     [&](int lane, int i) {
+                       return at(p.v, key0 + a_row(lane, i), kk + a_col(lane, i));
+                     },
+                     [&](int lane, int i) {
+                       return rounded(at(dout, q0 + j * kN + b_col(lane, i), kk + b_row(lane, i)));
+                     });
+          }
+        for (int lane = 0; lane < kWarp; ++lane)
+          for (int j = 0; j < kRows / kN; ++j)
+            for (int i = 0; i < kCElems; ++i) {
+              const int key = key0 + c_row(lane, i), t = q0 + j * kN + c_col(lane, i);
+              const bool seen =
+                  key < p.T && t < p.T && key_visible(p.pos[t], p.pos[key], p.doc[t], p.window);
+              float prob, ds;
+              backward_element(lanes[lane].s[j][i], lanes[lane].dp[j][i],
+                               t < p.T ? lse[t] : -INFINITY, t < p.T ? delta[t] : 0.0f, scale, seen,
+                               prob, ds);
+              lanes[lane].s[j][i] = prob;
+              lanes[lane].dp[j][i] = ds;
+            }
+        for (int kk = 0; kk < kRows / kK; ++kk)
+          for (int d = 0; d < DT; ++d) {
+            auto a_of = [&](auto& c) {
+              return [&](int lane, int i) {
+                return rounded(c(lane)[2 * kk + c_tile_for_a(i)][c_index_for_a(i)]);
+              };
+            };
+            auto s_of = [&](int lane) -> auto& {
+              return lanes[lane].s;
+            };
+            auto dp_of = [&](int lane) -> auto& {
+              return lanes[lane].dp;
+            };
+            warp_mma(
+                [&](int lane, int i) -> float& { return lanes[lane].b[d][i]; }, a_of(s_of),
+                [&](int lane, int i) {  // B(k, n) = dO[k][n]
+                  return rounded(at(dout, q0 + kk * kK + b_row(lane, i), d * kN + b_col(lane, i)));
+                });
+            warp_mma([&](int lane, int i) -> float& { return lanes[lane].a[d][i]; }, a_of(dp_of),
+                     [&](int lane, int i) {  // B(k, n) = Q[k][n]
+                       return at(p.q, q0 + kk * kK + b_row(lane, i), d * kN + b_col(lane, i));
+                     });
+          }
+      }
+      for (int lane = 0; lane < kWarp; ++lane)
+        for (int d = 0; d < DT; ++d)
+          for (int i = 0; i < kCElems; ++i) {
+            const int key = key0 + c_row(lane, i);
+            if (key >= p.T) continue;
+            dk[size_t(key) * HS + d * kN + c_col(lane, i)] = lanes[lane].a[d][i];
+            dv[size_t(key) * HS + d * kN + c_col(lane, i)] = lanes[lane].b[d][i];
+          }
+    }
+  }
+  for (int q0 = 0; q0 < p.T; q0 += kRows) {
+    int q_lo = 1 << 30, q_hi = -(1 << 30);
+    for (int r = 0; r < kRows && q0 + r < p.T; ++r) {
+      q_lo = std::min(q_lo, p.pos[q0 + r]);
+      q_hi = std::max(q_hi, p.pos[q0 + r]);
+    }
+    for (int warp = 0; warp < kRows / kM; ++warp) {
+      const int row0 = q0 + warp * kM;
+      std::vector<Lane> lanes(kWarp);
+      for (int k0 = 0; k0 < p.T; k0 += kKeys) {
+        bool useful = false;
+        for (int u = k0; u < std::min(k0 + kKeys, p.T); ++u)
+          useful |= p.pos[u] <= q_hi && (p.window == 0 || q_lo - p.pos[u] < p.window);
+        if (!useful) continue;
+        for (auto& lane : lanes) {
+          for (auto& tile : lane.s)
+            for (float& x : tile) x = 0.0f;
+          for (auto& tile : lane.dp)
+            for (float& x : tile) x = 0.0f;
+        }
+        for (int kk = 0; kk < HS; kk += kK)
+          for (int j = 0; j < kKeys / kN; ++j) {
+            warp_mma([&](int lane, int i) -> float& { return lanes[lane].s[j][i]; },
+                     [&](int lane, int i) {
+                       return at(p.q, row0 + a_row(lane, i), kk + a_col(lane, i));
+                     },
+                     [&](int lane, int i) {  // B(k, n) = K[n][k]
+                       return at(p.k, k0 + j * kN + b_col(lane, i), kk + b_row(lane, i));
+                     });
+            warp_mma([&](int lane, int i) -> float& { return lanes[lane].dp[j][i]; },
+                     [&](int lane, int i) {
+                       return rounded(at(dout, row0 + a_row(lane, i), kk + a_col(lane, i)));
+                     },
+                     [&](int lane, int i) {  // B(k, n) = V[n][k]
+                       return at(p.v, k0 + j * kN + b_col(lane, i), kk + b_row(lane, i));
+                     });
+          }
+        for (int lane = 0; lane < kWarp; ++lane)
+          for (int j = 0; j < kKeys / kN; ++j)
+            for (int i = 0; i < kCElems; ++i) {
+              const int t = row0 + c_row(lane, i), key = k0 + j * kN + c_col(lane, i);
+              const bool seen =
+                  t < p.T && key < p.T && key_visible(p.pos[t], p.pos[key], p.doc[t], p.window);
+              float prob, ds;
+              backward_element(lanes[lane].s[j][i], lanes[lane].dp[j][i],
+                               t < p.T ? lse[t] : -INFINITY, t < p.T ? delta[t] : 0.0f, scale, seen,
+                               prob, ds);
+              lanes[lane].s[j][i] = ds;
+            }
+        for (int kk = 0; kk < kKeys / kK; ++kk)
+          for (int d = 0; d < DT; ++d)
+            warp_mma([&](int lane, int i) -> float& { return lanes[lane].a[d][i]; },
+                     [&](int lane, int i) {
+                       return rounded(lanes[lane].s[2 * kk + c_tile_for_a(i)][c_index_for_a(i)]);
+                     },
+                     [&](int lane, int i) {  // B(k, n) = K[k][n]
+                       return at(p.k, k0 + kk * kK + b_row(lane, i), d * kN + b_col(lane, i));
+                     });
+      }
+      for (int lane = 0; lane < kWarp; ++lane)
+        for (int d = 0; d < DT; ++d)
+          for (int i = 0; i < kCElems; ++i) {
+            const int t = row0 + c_row(lane, i);
+            if (t < p.T) dq[size_t(t) * HS + d * kN + c_col(lane, i)] = lanes[lane].a[d][i];
+          }
+    }
+  }
+}
+
+template <int HS>
+void expect_backward_matches(const Problem& p, const char* what) {
+  const auto dout = random_bf16(size_t(p.T) * HS, 77);
+  const Gradients want = reference_backward(p, HS, dout);
+  std::vector<double> out, lse64;
+  reference_forward(p, HS, out, lse64);
+  const std::vector<float> lse(lse64.begin(), lse64.end()),
+      delta(want.delta.begin(), want.delta.end());
+  for (bool round : {false, true}) {
+    std::vector<float> dq, dk, dv;
+    emulated_backward<HS>(p, dout, lse, delta, round, dq, dk, dv);
+    // fp32 rounding; with P and dS in bf16, their relative 2^-9 per term.
+    const double tol = round ? 1e-2 : 1e-4;
+    const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<double>*>>
+        pairs[] = {{"dq", {&dq, &want.dq}}, {"dk", {&dk, &want.dk}}, {"dv", {&dv, &want.dv}}};
+    for (const auto& [name, gw] : pairs) {
+      const auto& got = *gw.first;
+      const auto& ref = *gw.second;
+      double err = 0.0, size = 0.0;
+      for (size_t e = 0; e < ref.size(); ++e) {
+        ASSERT_FALSE(std::isnan(got[e])) << what << " " << name << " element " << e;
+        err = std::max(err, std::fabs(got[e] - ref[e]));
+        size = std::max(size, std::fabs(ref[e]));
+      }
+      EXPECT_GT(size, 0.0) << what << " " << name;
+      EXPECT_LE(err, tol * size) << what << " " << name << (round ? ", bf16" : ", fp32");
+    }
+  }
+}
+
+TEST(MmaFragments, EmulatedBackwardEqualsPlainGradients) {
+  // 150 rows: key and query blocks of 64, the last partial; causal skipping both ways.
+  expect_backward_matches<64>(make_problem(150, 64, 40), "causal, hs 64");
+  expect_backward_matches<128>(make_problem(80, 128, 50), "causal, hs 128");
+  Problem p = make_problem(80, 64, 60);
+  for (int t = 0; t < p.T; ++t) {
+    p.pos[t] = t < 40 ? t : 80 + t;
+    p.doc[t] = p.pos[t] >= 130 ? 130 : p.pos[t] >= 25 ? 25 : 0;
+  }
+  expect_backward_matches<64>(p, "documents, two runs");
+  p.window = 17;
+  expect_backward_matches<64>(p, "documents, two runs, window 17");
 }
 
 }  // namespace

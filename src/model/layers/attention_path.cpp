@@ -28,6 +28,10 @@ void attention_backward(AttentionPath path, float* dq, int64_t lddq, bool accumu
   if (path == AttentionPath::kChunked) {
     chunked_attention_backward(dq, lddq, accumulate_dq, dk, dv, lddkv, accumulate_dkv, dout, lse,
                                delta, x);
+  } else if (path == AttentionPath::kMma &&
+             mma_attention_backward(dq, lddq, accumulate_dq, dk, dv, lddkv, accumulate_dkv, dout,
+                                    lse, delta, x)) {
+    // Tensor cores took it (every block of ring attention too: the backward has no merge).
   } else {
     attention_backward(dq, lddq, accumulate_dq, dk, dv, lddkv, accumulate_dkv, dout, lse, delta, x);
   }

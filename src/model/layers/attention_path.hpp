@@ -1,7 +1,7 @@
 // Which attention a run's model calls (--attention): the fused kernel (attention.hpp), the
 // chunked path through the backend's GEMM (chunked_attention.hpp), or, in a CUDA build, the
-// forward on tensor cores (mma_attention.hpp: not yet checked on a GPU, so only on request; its
-// backward, and any call it does not take, is the fused kernel's). All take the same inputs and
+// forward and backward on tensor cores (mma_attention.hpp: not yet checked on a GPU, so only on
+// request; any call it does not take is the fused kernel's). All take the same inputs and
 // give the same results, so the model and ring attention call through here and never choose.
 #pragma once
 
