@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
-# The rooms (folders) of the project depend one way: each may include only the rooms before it in
-# ROOMS (docs/design.md draws the same order). Prints every include that points up or sideways
-# into a later room and exits 1 if there is one.
+# The rooms (folders) of the project depend one way: each may include only the rooms before it.
+# The order has one source, the line `core -> backends -> ... -> apps` of docs/design.md, read
+# here; the doc's table of rooms must list the same rooms in the same order. Prints every include
+# that points up or sideways into a later room and exits 1 if there is one.
 set -u
 cd "$(dirname "$0")/.."
-ROOMS=(core backends parallel model optim pipeline io text checkpoint data generate eval train plan apps)
+DESIGN=docs/design.md
+order=$(grep -m1 -E '^[a-z]+( -> [a-z]+)+$' "$DESIGN")
+if [ -z "$order" ]; then
+  echo "FAIL $DESIGN has no line of rooms 'core -> backends -> ... -> apps' (the order this check reads)"
+  exit 1
+fi
+read -ra ROOMS <<<"${order// -> / }"
+# The table's rows (| `room/` | holds |), in order, against the line.
+table=$(sed -n 's/^| `\([a-z]*\)\/` |.*/\1/p' "$DESIGN" | tr '\n' ' ')
+if [ "$table" != "${ROOMS[*]} " ]; then
+  echo "FAIL $DESIGN: its table of rooms lists '${table% }', its order line '${ROOMS[*]}'"
+  exit 1
+fi
 rank() { local i; for i in "${!ROOMS[@]}"; do [ "${ROOMS[$i]}" = "$1" ] && { echo "$i"; return; }; done; echo -1; }
 room_of() {  # src/model/layers/x.cpp -> model; backends/cpu/x.cpp -> backends; apps/x.cpp -> apps
   case $1 in
