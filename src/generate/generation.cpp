@@ -99,9 +99,6 @@ GenerateInputs load_generate_inputs(const GenerateOptions& opts, int64_t step,
       if (!unused.empty()) in.notes.push_back("warning: " + unused);
     }
   }
-  require(!in.cfg.mla(),
-          "deepseek_v3's multi-head latent attention has no KV cache yet (the latent and the "
-          "shared rotary key per token); evaluate it with mpiformer-eval, or train it");
   // A Hugging Face model directory may hold its tokenizer.json, as a model repository does: it
   // is the default --tokenizer, as transformers' from_pretrained(dir) takes it.
   if (opts.tokenizer.empty() && !opts.init_from.empty() && is_directory(opts.init_from)) {

@@ -128,15 +128,10 @@ void find_doc_token(RunInputs& in) {
 void check_latent_attention(const TrainOptions& opts, const GPTConfig& cfg) {
   if (!cfg.mla()) return;
   const std::string mla = "deepseek_v3's multi-head latent attention ";
-  require(opts.cp == 1, mla +
-                            "has no context-parallel ring yet (its blocks would pass the padded "
-                            "V and the shared rotary key); use --cp 1");
   require(opts.precision == Precision::fp32,
           mla + "keeps its projections in fp32 only so far; use --precision fp32");
   require(opts.optimizer == "adamw",
           mla + "does not give its matrices to Muon yet; use --optimizer adamw");
-  require(opts.sample_every <= 0,
-          mla + "has no KV cache for generation yet (the latent cache); drop --sample-every");
 }
 
 void read_eval_data(RunInputs& in) {
