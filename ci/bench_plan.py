@@ -170,30 +170,14 @@ print("bench_plan: 3,072-GPU search (1T GPT, batch 3072 x 2048, DGX H100 file): 
       flush=True)
 
 # ---- SC21 Table 1 -------------------------------------------------------------------------
-# Megatron-LM's SC21 runs (Narayanan et al. 2021, Table 1) with the paper's layouts from its run
-# script (examples/sc21/run_table_1.sh: TP, PP, micro-batch, interleaving, full recompute) on the
-# DGX A100 data-sheet file, predicted TFLOP/s per GPU (the paper's FLOP formula over the predicted
-# step) against the published.
-SC21 = [("1.7B", 24, 2304, 24, 1, 1, 32, 512, 16, 1, 137),
-        ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 16, 1, 138),
-        ("7.5B", 32, 4096, 36, 4, 1, 128, 512, 16, 1, 142),
-        ("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 8, 1, 135),
-        ("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 4, 1, 138),
-        ("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 2, 3, 140),
-        ("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 2, 2, 148),
-        ("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 1, 2, 155),
-        ("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 1, 3, 163),
-        ("1T", 160, 25600, 128, 8, 64, 3072, 3072, 1, 1, 163)]
-sc21_rows = []
-for name, heads, h, layers, tp, pp, gpus, batch, mbs, vp, published in SC21:
-    layout = "tp=%d,pp=%d,dp=%d,schedule=%s,vp=%d,micro_batch_size=%d,recompute=1" % (
-        tp, pp, gpus // tp // pp, "interleaved" if vp > 1 else "1f1b", vp, mbs)
-    c = predict(os.path.join(root, "docs", "machines", "dgx-a100.json"),
-                "--layers %d --heads %d --dim %d --vocab 51200 --max-seq-len 2048 --precision bf16"
-                % (layers, heads, h), batch, 2048, gpus // 8, 8, layout)
-    flops = 96 * batch * 2048 * layers * h * h * (1 + 2048 / (6 * h) + 51200 / (16 * layers * h))
-    tflops = flops / (c["predicted"]["step_ms"] / 1e3) / gpus / 1e12
-    sc21_rows.append((name, tflops, published, c["fits"], c["predicted"]["peak_mb_per_rank"] / 1e3))
+# Megatron-LM's SC21 runs on the DGX A100 data-sheet file (ci/sc21_table1.py, which the suite also
+# checks against docs/planning.md).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sc21_table1  # noqa: E402
+
+sc21_rows = [(row[0], tflops, row[10], fits, peak)
+             for row, tflops, fits, peak in sc21_table1.evaluate(PLAN)]
+for name, tflops, published, _, _ in sc21_rows:
     print("bench_plan: SC21 %-7s predicted %6.1f TFLOP/s/GPU, published %d (%+.1f%%)" %
           (name, tflops, published, 100 * (tflops / published - 1)), flush=True)
 

@@ -211,4 +211,9 @@ bad_machine "a precision the file lacks" "gives no rates for bf16" \
 expect_error_from "$PLAN" "--model with model flags" 1 "drop --layers" -- \
   --machine "$M" --model "$WORK/config.json" --layers 2 --batch 8 --seq-len 64
 expect_error_from "$PLAN" "no batch" 1 "pass --batch" -- --machine "$M" "${model[@]}"
+
+# The SC21 comparison docs/planning.md prints is what the planner says of Megatron's layouts.
+SRC=${MPIFORMER_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+out=$("$PY" "$SRC/ci/sc21_table1.py" "$PLAN" --check "$SRC/docs/planning.md" 2>&1) &&
+  ok "docs/planning.md's SC21 table: $(tail -n 1 <<<"$out")" || bad "the SC21 table: $out"
 finish
