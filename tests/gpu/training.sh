@@ -43,6 +43,28 @@ PYEOF
     tail -n 5 "$WORK/gpu_$precision.log" "$WORK/cpu_$precision.log"
   fi
 done
+# The tensor-core attention (--attention mma, head size 64: its forward and backward) trains as the
+# portable fused kernel does on the same GPU: 20 bf16 steps within bf16's 2e-3 relative.
+mma_args=(--steps 20 --val-every 0 --layers 2 --dim 256 --heads 4 --batch 8 --seq-len 200
+  --peak-gflops 1 --precision bf16)
+for path in fused mma; do
+  OMP_NUM_THREADS=4 timeout 300 "$TRAIN" "${mma_args[@]}" --attention $path >"$WORK/gpu_$path.log" 2>&1
+done
+if "$PY" - "$WORK/gpu_mma.log" "$WORK/gpu_fused.log" <<'PYEOF'; then
+import re, sys
+def losses(path):
+    return [float(x) for x in re.findall(r"^step \d+/\d+ \| loss ([0-9.]+)", open(path).read(), re.M)]
+mma, fused = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(mma) == 20 and len(fused) == 20, f"expected 20 losses each, got {len(mma)} and {len(fused)}"
+worst = max(abs(a - b) / b for a, b in zip(mma, fused))
+print(f"  worst step {worst:.2e} relative; final mma {mma[-1]:.6f}, fused {fused[-1]:.6f}")
+assert worst <= 2e-3, f"losses differ by {worst:.2e} relative (tolerance 2e-3)"
+PYEOF
+  ok "--attention mma: 20 bf16 steps (head size 64, T 200) = the fused kernel's losses within 2e-3"
+else
+  bad "--attention mma against --attention fused on the GPU"
+  tail -n 5 "$WORK/gpu_mma.log" "$WORK/gpu_fused.log"
+fi
 # The other families' kernels (RMSNorm, RoPE, SwiGLU, GQA, OLMo-2's post-norms and whole-projection
 # q/k norms, the experts' routing, sort and balance statistics), 10 fp32 steps each against the CPU.
 for family in "llama --kv-heads 2" "olmo2 --kv-heads 2" "mixtral --experts 4 --experts-per-token 2" \
