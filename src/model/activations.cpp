@@ -196,6 +196,8 @@ void carve(BackwardBuffers& g, SlabCarver& k, const TpShard& s, const tp::Sequen
   g.moe_dy = k.take(moe.slots * C);
   g.dgates = k.take(moe.slots);
   g.dshared_h = k.take(s.cfg.shared_expert() ? R * s.shared_fc : 0);
+  g.mla = k.take(mla_backward_scratch_floats(s, R));
+  g.dqkv = k.take(s.cfg.mla() ? R * s.qkv : 0);
 }
 
 void carve(WeightGradInputs& w, SlabCarver& k) {
@@ -216,7 +218,7 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.dmla = k.take(L * mla_weight_input_floats(s, R));
   w.dln2 = k.take(L * Rl * C);
   w.dres2 = k.take(L * R * C);
-  w.dqkv = k.take(L * R * s.qkv);
+  w.dqkv = k.take(s.cfg.mla() ? 0 : L * R * s.qkv);  // latent attention's: B's scratch
   w.dln1 = k.take(L * Rl * C);
   w.dqk_normw = k.take(L * s.qk_norm_weight_grad());
   const Bf16Kept b16 = bf16_kept(s.cfg, w.chunk);
@@ -557,7 +559,8 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   x.counts = counts.data() ? counts.data() + i * moe.E : nullptr;
   x.dln2 = slice(dln2, i * Rl * C, Rl * C);
   x.dres2 = slice(dres2, i * R * C, R * C);
-  x.dqkv = slice(dqkv, i * R * shard.qkv, R * shard.qkv);
+  const int64_t NQKV = shard.cfg.mla() ? 0 : R * shard.qkv;
+  x.dqkv = slice(dqkv, i * NQKV, NQKV);
   x.dln1 = slice(dln1, i * Rl * C, Rl * C);
   const int64_t nw = shard.qk_norm_weight_grad();
   x.dqk_normw = slice(dqk_normw, i * nw, nw);

@@ -285,6 +285,9 @@ struct BackwardBuffers {
   Tensor moe_dout, moe_dy, dgates;
   // A shared expert: the gradient of its SwiGLU output (R, Fs_l).
   Tensor dshared_h;
+  // Multi-head latent attention's scratch (model/mla_block.hpp lays it out), and the gradient of
+  // its packed [Q | K | V] (R, Cqkv), which its W does not read (BlockWeightInputs::dqkv empty).
+  Tensor mla, dqkv;
 
   static BackwardBuffers allocate(const TpShard& shard, int B, int T,
                                   bool sequence_parallel = false);
@@ -304,7 +307,7 @@ struct BlockWeightInputs {
   Tensor dfch;   // (B,T,Fin) gradient of the fc output before GELU or SwiGLU
   Tensor dln2;   // (Rl,C) gradient of ln2's output, summed over TP
   Tensor dres2;  // (R,C) gradient of residual2 (the attention projection's output)
-  Tensor dqkv;   // (B,T,Cqkv) (before the rotation, for Llama)
+  Tensor dqkv;   // (B,T,Cqkv) (before the rotation, for Llama); latent attention: empty
   // The q/k norms' weight gradients (TpShard::qk_norm_weight_grad), which B computes while it
   // still has the normalised values' gradient; else empty.
   Tensor dqk_normw;

@@ -589,39 +589,43 @@ void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tens
     tp::leave_backward(dres2.data(), w.dres2.data(), C, seq, tp);
   }
   if (cfg.mla()) {
-    mla_attention_output_backward(buf.datty, w.dmla, w.dres2, p, s, R);
+    mla_attention_output_backward(buf.datty, buf.mla, w.dres2, p, s, R);
   } else {
     linear_backward_input(buf.datty, w.dres2, p.attprojw, R, s.attn, C);
   }
+  // The packed [Q | K | V]'s gradient: kept for W's Q, K, V products, or (latent attention, whose
+  // W reads its projections' gradients instead) B's scratch.
+  const Tensor dqkv = cfg.mla() ? buf.dqkv : w.dqkv;
   // Kept in bf16: Q, K, V and the attention's output widened into the staging, where the
   // attention's backward reads them (its row terms from the rounded output, as FlashAttention's
   // bf16 backward reads its bf16 output).
   widen_kept(a.qkv, a.qkv_bf16);
   widen_kept(a.atty, a.atty_bf16);
   if (acts.ring) {
-    acts.ring->backward_input(w.dqkv, buf.delta, buf.datty, a.qkv, a.atty, a.lse, acts.doc_start);
+    acts.ring->backward_input(dqkv, buf.delta, buf.datty, a.qkv, a.atty, a.lse, acts.doc_start);
   } else {
     const AttentionInputs x = packed_attention(a.qkv, acts.B, s.heads, s.kv_heads, s.head_size,
                                                acts.positions, acts.doc_start, cfg.sliding_window);
     attention_backward_delta(buf.delta, a.atty, buf.datty, acts.B, acts.T, s.heads, s.head_size);
-    float* dq = w.dqkv.data();
+    float* dq = dqkv.data();
     attention_backward(acts.attention, dq, x.ldq, false, dq + s.attn, dq + s.attn + s.kv, x.ldq,
                        false, buf.datty, a.lse, buf.delta, x);
   }
   if (cfg.rope() && !cfg.mla()) {
     // The gradient of the rotated Q and K, rotated back: the gradient of the projection's output.
-    rope_backward(w.dqkv, acts.rope_cos, acts.rope_sin, R, acts.T, 0, s.heads, s.kv_heads,
+    rope_backward(dqkv, acts.rope_cos, acts.rope_sin, R, acts.T, 0, s.heads, s.kv_heads,
                   s.head_size);
   }
-  qk_norm_backward(w.dqkv, w.dqk_normw, buf.qk_sums, a, p, s, R, tp);
+  qk_norm_backward(dqkv, w.dqk_normw, buf.qk_sums, a, p, s, R, tp);
   // The block input's gradient: through the attention's input norm plus residual2's (pre-norm),
   // or the attention's input gradient plus residual2's (post-norm).
   const Tensor dattn_in = cfg.post_norm() ? dinp : w.dln1;
   const Tensor partial1 = seq.on ? buf.partial : dattn_in;
   if (cfg.mla()) {
-    mla_backward_input(partial1, w.dmla, w.dqkv, a, p, s, R, acts.rope_cos, acts.rope_sin, acts.T);
+    mla_backward_input(partial1, w.dmla, buf.mla, dqkv, a, p, s, R, acts.rope_cos, acts.rope_sin,
+                       acts.T);
   } else {
-    linear_backward_input(partial1, w.dqkv, p.qkvw, R, C, s.qkv);
+    linear_backward_input(partial1, dqkv, p.qkvw, R, C, s.qkv);
   }
   tp::enter_backward(partial1.data(), dattn_in.data(), C, seq, tp);
   if (cfg.post_norm()) {

@@ -67,10 +67,14 @@ MlaActs mla_acts(Windows& w, const MlaDims& d, int64_t R) {
   return m;
 }
 
-// What B leaves for W (dq, dqa, dkv, dkva, the norms' weight gradients [q_a's | kv_a's]) and its
-// own scratch (dqan, dlatn, dlat, dx: one input's share of ln1's gradient).
+// What B leaves for W: dq, dqa, dkv, dkva, the norms' weight gradients [q_a's | kv_a's].
 struct MlaGrads {
-  Tensor dq, dqa, dkv, dkva, dnormw, dqan, dlatn, dlat, dx, dout;
+  Tensor dq, dqa, dkv, dkva, dnormw;
+};
+// B's scratch, one block's (BackwardBuffers::mla): o_proj's input gradient, the norms' output and
+// input gradients, one input's share of ln1's gradient.
+struct MlaScratch {
+  Tensor dout, dqan, dlatn, dlat, dx;
 };
 MlaGrads mla_grads(Windows& w, const MlaDims& d, int64_t R) {
   MlaGrads g;
@@ -79,12 +83,16 @@ MlaGrads mla_grads(Windows& w, const MlaDims& d, int64_t R) {
   g.dkv = w.take(R * d.kv());
   g.dkva = w.take(R * d.kva());
   g.dnormw = w.take(d.qr + d.kvr);
-  g.dqan = w.take(R * d.qr);
-  g.dlatn = w.take(R * d.kvr);
-  g.dlat = w.take(R * d.kvr);
-  g.dx = w.take(R * d.C);
-  g.dout = w.take(R * d.o());
   return g;
+}
+MlaScratch mla_scratch(Windows& w, const MlaDims& d, int64_t R) {
+  MlaScratch b;
+  b.dout = w.take(R * d.o());
+  b.dqan = w.take(R * d.qr);
+  b.dlatn = w.take(R * d.kvr);
+  b.dlat = w.take(R * d.kvr);
+  b.dx = w.take(R * d.C);
+  return b;
 }
 MlaActs mla_acts(const Tensor& blob, const MlaDims& d, int64_t R) {
   Windows w(blob.data());
@@ -93,6 +101,10 @@ MlaActs mla_acts(const Tensor& blob, const MlaDims& d, int64_t R) {
 MlaGrads mla_grads(const Tensor& blob, const MlaDims& d, int64_t R) {
   Windows w(blob.data());
   return mla_grads(w, d, R);
+}
+MlaScratch mla_scratch(const Tensor& blob, const MlaDims& d, int64_t R) {
+  Windows w(blob.data());
+  return mla_scratch(w, d, R);
 }
 
 // dst[n·dst_row + h·dst_head + j] = src[n·src_row + h·src_head + j] for j < width.
@@ -136,6 +148,13 @@ int64_t mla_weight_input_floats(const TpShard& s, int64_t R) {
   if (!s.cfg.mla()) return 0;
   Windows w(nullptr);
   mla_grads(w, MlaDims(s), R);
+  return w.used();
+}
+
+int64_t mla_backward_scratch_floats(const TpShard& s, int64_t R) {
+  if (!s.cfg.mla()) return 0;
+  Windows w(nullptr);
+  mla_scratch(w, MlaDims(s), R);
   return w.used();
 }
 
@@ -226,21 +245,22 @@ Tensor mla_attention_output(const LayerActivations& a, const TpShard& s, int64_t
   return m.o;
 }
 
-void mla_attention_output_backward(Tensor datty, Tensor dmla, Tensor dres2,
+void mla_attention_output_backward(Tensor datty, Tensor scratch, Tensor dres2,
                                    const LayerParameters& p, const TpShard& s, int64_t R) {
   const MlaDims d(s);
-  const MlaGrads g = mla_grads(dmla, d, R);
-  linear_backward_input(g.dout, dres2, p.attprojw, R, int(d.o()), int(d.C));
+  const MlaScratch b = mla_scratch(scratch, d, R);
+  linear_backward_input(b.dout, dres2, p.attprojw, R, int(d.o()), int(d.C));
   Kokkos::deep_copy(ExecSpace(), Tensor(datty.data(), R * d.q()), 0.0f);
-  copy_heads(datty.data(), d.q(), d.hs, g.dout.data(), d.o(), d.dv, R, d.H, d.dv);
+  copy_heads(datty.data(), d.q(), d.hs, b.dout.data(), d.o(), d.dv, R, d.H, d.dv);
 }
 
-void mla_backward_input(Tensor dln1, Tensor dmla, Tensor dqkv, const LayerActivations& a,
-                        const LayerParameters& p, const TpShard& s, int64_t R, Tensor cos,
-                        Tensor sin, int T) {
+void mla_backward_input(Tensor dln1, Tensor dmla, Tensor scratch, Tensor dqkv,
+                        const LayerActivations& a, const LayerParameters& p, const TpShard& s,
+                        int64_t R, Tensor cos, Tensor sin, int T) {
   const MlaDims d(s);
   const MlaActs m = mla_acts(a.mla, d, R);
   const MlaGrads g = mla_grads(dmla, d, R);
+  const MlaScratch b = mla_scratch(scratch, d, R);
   const Tensor none;
   // The packing's transpose: dq, dkv, and the shared rotary key's gradient summed over this
   // rank's heads (in head order) into dkva's last qk_rope columns.
@@ -289,20 +309,20 @@ void mla_backward_input(Tensor dln1, Tensor dmla, Tensor dqkv, const LayerActiva
   Kokkos::deep_copy(ExecSpace(), g.dnormw, 0.0f);
   const Tensor dqanw(g.dnormw.data(), d.qr), dkvanw(g.dnormw.data() + d.qr, d.kvr);
   // The latent: kv_b's input gradient, through its norm, into dkva's first kv_lora_rank columns.
-  linear_backward_input(g.dlatn, g.dkv, p.kvbw, R, int(d.kvr), int(d.kv()));
-  rmsnorm_backward_weight(dkvanw, g.dlatn, m.lat, m.lat_rstd, R, int(d.kvr));
-  rmsnorm_backward_input(g.dlat, none, g.dlatn, m.lat, m.lat_rstd, p.kvanw, R, int(d.kvr));
-  copy_heads(g.dkva.data(), d.kva(), 0, g.dlat.data(), d.kvr, 0, R, 1, d.kvr);
+  linear_backward_input(b.dlatn, g.dkv, p.kvbw, R, int(d.kvr), int(d.kv()));
+  rmsnorm_backward_weight(dkvanw, b.dlatn, m.lat, m.lat_rstd, R, int(d.kvr));
+  rmsnorm_backward_input(b.dlat, none, b.dlatn, m.lat, m.lat_rstd, p.kvanw, R, int(d.kvr));
+  copy_heads(g.dkva.data(), d.kva(), 0, b.dlat.data(), d.kvr, 0, R, 1, d.kvr);
   linear_backward_input(dln1, g.dkva, p.kvaw, R, int(d.C), int(d.kva()));
   if (d.qr > 0) {
-    linear_backward_input(g.dqan, g.dq, p.qbw, R, int(d.qr), int(d.q()));
-    rmsnorm_backward_weight(dqanw, g.dqan, m.qa, m.qa_rstd, R, int(d.qr));
-    rmsnorm_backward_input(g.dqa, none, g.dqan, m.qa, m.qa_rstd, p.qanw, R, int(d.qr));
-    linear_backward_input(g.dx, g.dqa, p.qaw, R, int(d.C), int(d.qr));
+    linear_backward_input(b.dqan, g.dq, p.qbw, R, int(d.qr), int(d.q()));
+    rmsnorm_backward_weight(dqanw, b.dqan, m.qa, m.qa_rstd, R, int(d.qr));
+    rmsnorm_backward_input(g.dqa, none, b.dqan, m.qa, m.qa_rstd, p.qanw, R, int(d.qr));
+    linear_backward_input(b.dx, g.dqa, p.qaw, R, int(d.C), int(d.qr));
   } else {
-    linear_backward_input(g.dx, g.dq, p.qbw, R, int(d.C), int(d.q()));
+    linear_backward_input(b.dx, g.dq, p.qbw, R, int(d.C), int(d.q()));
   }
-  add_into(dln1, g.dx.data(), R * d.C);
+  add_into(dln1, b.dx.data(), R * d.C);
 }
 
 void mla_backward_weight(const LayerParameters& g, Tensor dmla, const LayerActivations& a,

@@ -22,9 +22,11 @@
 
 namespace mpf {
 
-// Floats a block's MLA keeps per set of activations (R rows), and its W inputs.
+// Floats a block's MLA keeps per set of activations (R rows), its W inputs, and B's scratch
+// (one block's, BackwardBuffers::mla).
 int64_t mla_activation_floats(const TpShard& s, int64_t R);
 int64_t mla_weight_input_floats(const TpShard& s, int64_t R);
+int64_t mla_backward_scratch_floats(const TpShard& s, int64_t R);
 
 // inv_freq of the rotary part (qk_rope values): theta's, YaRN's (rope_yarn) or Llama 3.1's
 // scaling, and the factor the rotary tables are multiplied by (YaRN's attention factor, else 1).
@@ -38,15 +40,15 @@ void mla_forward(const LayerActivations& a, const LayerParameters& p, const TpSh
 // This rank's heads' V parts of the attention's output a.atty, the o_proj's input (R, NHl·v).
 Tensor mla_attention_output(const LayerActivations& a, const TpShard& s, int64_t R);
 // datty (R, NHl·hs), the attention output's gradient (zero past v in each head), from dres2
-// (R,C), o_proj's output gradient (its input gradient kept in dmla's scratch).
-void mla_attention_output_backward(Tensor datty, Tensor dmla, Tensor dres2,
+// (R,C), o_proj's output gradient (its input gradient formed in B's `scratch`).
+void mla_attention_output_backward(Tensor datty, Tensor scratch, Tensor dres2,
                                    const LayerParameters& p, const TpShard& s, int64_t R);
 // dln1 (R,C) = this rank's heads' part of ln1's gradient, from dqkv (R, 3·NHl·hs), the gradient
 // of the packed [Q | K | V]; what the weights' gradients read goes to `dmla` (the norms' weight
-// gradients among it).
-void mla_backward_input(Tensor dln1, Tensor dmla, Tensor dqkv, const LayerActivations& a,
-                        const LayerParameters& p, const TpShard& s, int64_t R, Tensor cos,
-                        Tensor sin, int T);
+// gradients among it), the rest through B's `scratch`.
+void mla_backward_input(Tensor dln1, Tensor dmla, Tensor scratch, Tensor dqkv,
+                        const LayerActivations& a, const LayerParameters& p, const TpShard& s,
+                        int64_t R, Tensor cos, Tensor sin, int T);
 // The MLA weights' gradients (added); with final_microbatch the replicated ones are summed over
 // the TP ranks.
 void mla_backward_weight(const LayerParameters& g, Tensor dmla, const LayerActivations& a,
