@@ -126,7 +126,8 @@ TEST(ModelGradients, LlamaMatchesFiniteDifferences) {
 
 // The features the families of Llama blocks add: Qwen2's Q, K, V biases; Qwen3's per-head q/k
 // norms with a head size (6) apart from C / NH (4) and no biases; Mistral's sliding window of 2;
-// OLMo-2's norms after the sublayers and over the whole Q and K projections; Mixtral's experts.
+// OLMo-2's norms after the sublayers and over the whole Q and K projections; Mixtral's experts;
+// DeepSeek-V3's latent attention.
 TEST(ModelGradients, FamilyFeaturesMatchFiniteDifferences) {
   GPTConfig qwen2 = tiny_llama();
   qwen2.arch = Arch::kQwen2;
@@ -149,7 +150,30 @@ TEST(ModelGradients, FamilyFeaturesMatchFiniteDifferences) {
   GPTConfig qwen2_moe = mixtral;
   qwen2_moe.arch = Arch::kQwen2Moe;
   qwen2_moe.shared_ffn = 12;
-  for (const GPTConfig& cfg : {qwen2, qwen3, mistral, olmo2, mixtral, qwen2_moe}) {
+  // DeepSeek-V3's latent attention: a query rank of 6, a latent of 5, QK heads of 4 + 2 (the
+  // rotary pair interleaved, the key's shared), V heads of 3 (padded to 6 for the attention),
+  // YaRN with mscale_all_dim (tables and softmax scaled); and without the query rank, the
+  // rotary pair in halves and no scaling.
+  GPTConfig deepseek = tiny_llama();
+  deepseek.arch = Arch::kDeepseekV3;
+  deepseek.kv_heads = 0;
+  deepseek.q_lora_rank = 6;
+  deepseek.kv_lora_rank = 5;
+  deepseek.qk_nope_dim = 4;
+  deepseek.qk_rope_dim = 2;
+  deepseek.v_head_dim = 3;
+  deepseek.rope_yarn = true;
+  deepseek.rope_factor = 4.0f;
+  deepseek.rope_original_max_pos = 2;
+  deepseek.yarn_mscale = 1.0f;
+  deepseek.yarn_mscale_all_dim = 0.8f;
+  GPTConfig deepseek_plain = deepseek;
+  deepseek_plain.q_lora_rank = 0;
+  deepseek_plain.rope_interleave = false;
+  deepseek_plain.rope_yarn = false;
+  deepseek_plain.rope_factor = 0.0f;
+  for (const GPTConfig& cfg :
+       {qwen2, qwen3, mistral, olmo2, mixtral, qwen2_moe, deepseek, deepseek_plain}) {
     SCOPED_TRACE(arch_name(cfg.arch));
     TinyModel m(cfg);
     check_every_tensor(m);
@@ -164,6 +188,13 @@ TEST(ModelGradients, FamilyFeaturesMatchFiniteDifferences) {
   EXPECT_EQ(tensor_size(TensorId::sfcw, qwen2_moe), 2 * 2 * 12 * 16);
   EXPECT_EQ(tensor_size(TensorId::sgatew, qwen2_moe), 2 * 16);
   EXPECT_EQ(tensor_size(TensorId::sfcw, mixtral), 0);
+  EXPECT_EQ(tensor_size(TensorId::qkvw, deepseek), 0);
+  EXPECT_EQ(tensor_size(TensorId::qbw, deepseek), 2 * 4 * 6 * 6);
+  EXPECT_EQ(tensor_size(TensorId::qbw, deepseek_plain), 2 * 4 * 6 * 16);
+  EXPECT_EQ(tensor_size(TensorId::qaw, deepseek_plain), 0);
+  EXPECT_EQ(tensor_size(TensorId::kvaw, deepseek), 2 * (5 + 2) * 16);
+  EXPECT_EQ(tensor_size(TensorId::kvbw, deepseek), 2 * 4 * (4 + 3) * 5);
+  EXPECT_EQ(tensor_size(TensorId::attprojw, deepseek), 2 * 16 * 4 * 3);
 }
 
 TEST(ModelGradients, BackwardAccumulatesAndIsDeterministic) {
