@@ -66,9 +66,12 @@ for row in ${BENCH_MMA_ROWS:-gpt2-124M:8 llama-124M:8}; do
     echo "$model bf16 $batch x 1024 --attention mma: no result: ${ours:-(none)}"
   fi
 done
-echo "--- where a step goes: mpiformer, B = 8 x 1024, bf16 ---"
-"$build/mpiformer-bench" --model gpt2-124M --batch 8 --seq-len 1024 --steps "$steps" \
-  --precision bf16 ${bf16:+--peak-gflops "$bf16"} --profile 2>&1 | sed -n '/^profile/,$p'
+for attention in fused mma; do
+  echo "--- where a step goes: mpiformer, B = 8 x 1024, bf16, --attention $attention ---"
+  "$build/mpiformer-bench" --model gpt2-124M --batch 8 --seq-len 1024 --steps "$steps" \
+    --precision bf16 --attention "$attention" ${bf16:+--peak-gflops "$bf16"} --profile 2>&1 |
+    sed -n '/^profile/,$p'
+done
 # The fused attention against PyTorch's scaled_dot_product_attention (FlashAttention's kernel in
 # bf16) on the same GPU: a Llama of GPT-2 124M's size, B = 1, long sequences.
 lengths=${ATTENTION_LENGTHS:-1024 4096 16384}
