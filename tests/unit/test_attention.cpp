@@ -74,6 +74,7 @@ double round_bf16(double x) {
 // and, for the output gradient dy, dqkv. With bf16, Q, K, V and dy are rounded first.
 struct Reference {
   std::vector<double> y, lse, dqkv;
+  std::vector<double> row_max;  // (B, NH, T) the largest scaled logit a row sees, −∞ for none
 };
 Reference reference(std::vector<float> qkv, std::vector<float> dy, int B, int NH, int KVH, int hs,
                     const PositionRuns& runs, const std::vector<int32_t>& doc, bool bf16 = false,
@@ -86,7 +87,8 @@ Reference reference(std::vector<float> qkv, std::vector<float> dy, int B, int NH
   const double scale = 1.0 / std::sqrt(double(hs));
   Reference r{std::vector<double>(size_t(B) * T * Cq, 0.0),
               std::vector<double>(size_t(B) * NH * T, -INFINITY),
-              std::vector<double>(size_t(B) * T * W, 0.0)};
+              std::vector<double>(size_t(B) * T * W, 0.0),
+              std::vector<double>(size_t(B) * NH * T, -INFINITY)};
   auto at = [&](int b, int t, int col) { return double(qkv[(size_t(b) * T + t) * W + col]); };
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
@@ -107,6 +109,7 @@ Reference reference(std::vector<float> qkv, std::vector<float> dy, int B, int NH
           mx = std::max(mx, p[j]);
         }
         if (mx == -INFINITY) continue;  // sees nothing: out 0, lse −∞, no gradient
+        r.row_max[(size_t(b) * NH + h) * T + t] = mx;
         for (int j = 0; j < T; ++j) total += seen[j] ? (p[j] = std::exp(p[j] - mx)) : 0.0;
         for (int j = 0; j < T; ++j) p[j] = seen[j] ? p[j] / total : 0.0;
         r.lse[(size_t(b) * NH + h) * T + t] = mx + std::log(total);
@@ -334,7 +337,8 @@ TEST_P(Attention, KeysVisitedABlockAtATimeMerge) {
     const PositionRuns whole = PositionRuns::contiguous(T);
     const Reference want = reference(to_host(qkv), to_host(dy), B, NH, KVH, hs, whole, doc);
     const std::vector<float> all = to_host(qkv), all_dy = to_host(dy);
-    std::vector<double> got_y(want.y.size()), got_lse(want.lse.size()), got_d(want.dqkv.size());
+    std::vector<double> got_y(want.y.size()), got_lse(want.lse.size()), got_d(want.dqkv.size()),
+        got_max(want.row_max.size());
     // Rank r's rows: chunk r then chunk 2N−1−r, each sequence's, and their document starts.
     auto rows_of = [&](int r) {
       return PositionRuns::two(chunk, r * chunk, (2 * N - 1 - r) * chunk);
@@ -370,7 +374,8 @@ TEST_P(Attention, KeysVisitedABlockAtATimeMerge) {
     for (int r = 0; r < N; ++r) dkv.emplace_back("dkv", int64_t(B) * rows * 2 * Ck);
     for (int r = 0; r < N; ++r) {
       Slab out("out", int64_t(B) * rows * Cq), lse("lse", int64_t(B) * NH * rows),
-          delta("delta", int64_t(B) * NH * rows), dq("dq", int64_t(B) * rows * Cq);
+          delta("delta", int64_t(B) * NH * rows), dq("dq", int64_t(B) * rows * Cq),
+          row_max("row_max", int64_t(B) * NH * rows);
       auto inputs = [&](int owner) {  // rank r's queries against rank owner's keys
         AttentionInputs x = packed_attention(view(local_qkv[size_t(r)]), B, NH, KVH, hs, rows_of(r),
                                              documents ? local_doc[size_t(r)].data() : nullptr);
@@ -382,7 +387,8 @@ TEST_P(Attention, KeysVisitedABlockAtATimeMerge) {
       };
       // The ring's order from rank r: its own block first, then r−1, r−2, ...
       for (int step = 0; step < N; ++step) {
-        attention_forward(view(out), view(lse), inputs((r - step + N) % N), step > 0);
+        attention_forward(view(out), view(lse), inputs((r - step + N) % N), step > 0,
+                          view(row_max));
       }
       attention_backward_delta(view(delta), view(out), view(local_dy[size_t(r)]), B, rows, NH, hs);
       for (int step = 0; step < N; ++step) {
@@ -392,7 +398,8 @@ TEST_P(Attention, KeysVisitedABlockAtATimeMerge) {
                            view(local_dy[size_t(r)]), view(lse), view(delta), inputs(owner));
       }
       const PositionRuns p = rows_of(r);
-      const std::vector<float> y = to_host(out), l = to_host(lse), g = to_host(dq);
+      const std::vector<float> y = to_host(out), l = to_host(lse), g = to_host(dq),
+                               m = to_host(row_max);
       for (int b = 0; b < B; ++b) {
         for (int t = 0; t < p.rows; ++t) {
           const size_t whole_row = size_t(b) * T + p.position(t), local = size_t(b) * rows + t;
@@ -402,6 +409,7 @@ TEST_P(Attention, KeysVisitedABlockAtATimeMerge) {
           }
           for (int h = 0; h < NH; ++h) {
             got_lse[(size_t(b) * NH + h) * T + p.position(t)] = l[(size_t(b) * NH + h) * rows + t];
+            got_max[(size_t(b) * NH + h) * T + p.position(t)] = m[(size_t(b) * NH + h) * rows + t];
           }
         }
       }
@@ -421,8 +429,39 @@ TEST_P(Attention, KeysVisitedABlockAtATimeMerge) {
     };
     EXPECT_LT(relative_error(as_float(got_y), want.y), 1e-5) << "documents " << documents;
     expect_lse(as_float(got_lse), want.lse, 1e-5);
+    // Each row's largest logit, merged over the blocks by max (QK-clip's measure).
+    expect_lse(as_float(got_max), want.row_max, 1e-5);
     EXPECT_LT(relative_error(as_float(got_d), want.dqkv), 1e-5) << "documents " << documents;
   }
+}
+
+// QK-clip's measure: each row's largest scaled logit q·k/√hs over the keys it sees (documents, a
+// window), −∞ for none; and fold_head_max keeps each head's largest over the rows and calls.
+TEST_P(Attention, RowMaxIsTheLargestScaledLogit) {
+  const int B = 2, T = 90, NH = 4, KVH = 2, hs = 16, W = (NH + 2 * KVH) * hs;
+  const Slab qkv = random_slab("qkv", int64_t(B) * T * W), dy = random_slab("dy", B * T * NH * hs);
+  const std::vector<int32_t> doc = random_documents(B, T, 7);
+  const PositionRuns runs = PositionRuns::contiguous(T);
+  const Reference want = reference(to_host(qkv), to_host(dy), B, NH, KVH, hs, runs, doc, false, 5);
+  const auto starts = ints_from_host(doc);
+  const AttentionInputs x = packed_attention(view(qkv), B, NH, KVH, hs, runs, starts.data(), 5);
+  Slab out("out", int64_t(B) * T * NH * hs), lse("lse", int64_t(B) * NH * T),
+      row_max("row_max", int64_t(B) * NH * T);
+  attention_forward(view(out), view(lse), x, false, view(row_max));
+  const std::vector<float> got = to_host(row_max);
+  expect_lse(got, want.row_max, 1e-5);
+  std::vector<float> start(NH, -INFINITY);
+  start[1] = 1e6f;  // a head whose larger value from an earlier call stays
+  Slab head_max = from_host("head_max", start);
+  fold_head_max(head_max.data(), view(row_max), B, NH, T);
+  const std::vector<float> heads = to_host(head_max);
+  for (int h = 0; h < NH; ++h) {
+    float m = start[size_t(h)];
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t) m = std::max(m, got[(size_t(b) * NH + h) * T + t]);
+    EXPECT_EQ(heads[size_t(h)], m) << "head " << h;
+  }
+  EXPECT_EQ(heads[1], 1e6f);
 }
 
 // Rows that see no key at all (their document starts after every key a block holds) keep out 0

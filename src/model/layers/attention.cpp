@@ -252,7 +252,8 @@ void pack_query_tiles(const HostShape& h, Bf16Pair* dst, const float* dout) {
   });
 }
 
-void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, bool bf16) {
+void host_forward(Tensor out, Tensor lse, Tensor row_max, const AttentionInputs& x, bool merge,
+                  bool bf16) {
   const HostShape h(x, bf16);
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs;
   const int64_t ldo = int64_t(x.NH) * hs, QO = int64_t(T) * hp;
@@ -263,6 +264,7 @@ void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, 
   if (bf16) pack_key_tiles(h, keys, false);
   float* o = out.data();
   float* L = lse.data();
+  float* RM = row_max.data();
   const int64_t groups = int64_t(x.B) * x.KVH;
   // The longest query tiles (the last, under a causal mask) first: they end the call otherwise.
   for_each_unit_on_host("mpf::attention_forward", groups * h.nqt, [&](int64_t u, int thread) {
@@ -347,6 +349,11 @@ void host_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, 
         float* dst = o + (int64_t(b) * x.queries.rows + qt.row + r) * ldo + int64_t(head) * hs;
         float* lp = L + (int64_t(b) * x.NH + head) * x.queries.rows + qt.row + r;
         const float* src = O + g * QO + r * hp;
+        if (RM) {  // m is the row's running max of the scaled logits, −∞ where it saw none
+          float* mp = RM + (int64_t(b) * x.NH + head) * x.queries.rows + qt.row + r;
+          const float mine_max = lr > 0.0f ? m[g * T + r] : kNegInf;
+          *mp = merge ? std::max(*mp, mine_max) : mine_max;
+        }
         if (!merge) {
           for (int d = 0; d < hs; ++d) dst[d] = src[d] * inv;
           *lp = mine;
@@ -652,7 +659,8 @@ KOKKOS_INLINE_FUNCTION DocRange doc_range_team(const TeamMember& team, const int
   return {lo, hi};
 }
 
-void device_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge, bool bf16) {
+void device_forward(Tensor out, Tensor lse, Tensor row_max, const AttentionInputs& x, bool merge,
+                    bool bf16) {
   const int G = x.NH / x.KVH, hs = x.hs, NH = x.NH, KVH = x.KVH;
   // K and V tile rows are hs + 1 floats apart: the threads of a warp read one column of them at
   // once, which rows hs apart (a multiple of 32) would put in one shared-memory bank.
@@ -669,6 +677,7 @@ void device_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge
   const PositionRuns qruns = x.queries, kruns = x.keys;
   float* o = out.data();
   float* L = lse.data();
+  float* RM = row_max.data();
   const int64_t groups = int64_t(x.B) * KVH;
   const profile::Scope timer("mpf::attention_forward");
   Kokkos::parallel_for(
@@ -779,6 +788,11 @@ void device_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge
           const float mine = lr > 0.0f ? ms[rho] + logf(lr) : kNegInf;
           float* lp = L + (int64_t(b) * NH + head) * Tq + qt.row + r;
           *lp = merge ? merge_weights(*lp, mine).lse : mine;
+          if (RM) {
+            float* mp = RM + (int64_t(b) * NH + head) * Tq + qt.row + r;
+            const float mine_max = lr > 0.0f ? ms[rho] : kNegInf;
+            *mp = merge ? (*mp > mine_max ? *mp : mine_max) : mine_max;
+          }
         });
       });
 }
@@ -1013,14 +1027,29 @@ void check(const AttentionInputs& x) {
 
 }  // namespace
 
-void attention_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge) {
+void attention_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge,
+                       Tensor row_max) {
   check(x);
   const bool bf16 = products_in_bf16();
   if (device_shape()) {
-    device_forward(out, lse, x, merge, bf16);
+    device_forward(out, lse, row_max, x, merge, bf16);
   } else {
-    host_forward(out, lse, x, merge, bf16);
+    host_forward(out, lse, row_max, x, merge, bf16);
   }
+}
+
+void fold_head_max(float* head_max, Tensor row_max, int B, int NH, int rows) {
+  // A thread per head, its rows of every sequence in order (max is exact: any order gives the
+  // same value).
+  for_each_heavy(
+      "mpf::attention_head_max", NH, KOKKOS_LAMBDA(int64_t h) {
+        float m = head_max[h];
+        for (int b = 0; b < B; ++b) {
+          const float* r = row_max.data() + (int64_t(b) * NH + h) * rows;
+          for (int t = 0; t < rows; ++t) m = r[t] > m ? r[t] : m;
+        }
+        head_max[h] = m;
+      });
 }
 
 void attention_backward_delta(Tensor delta, Tensor out, Tensor dout, int B, int rows, int NH,

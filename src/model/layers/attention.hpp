@@ -56,7 +56,14 @@ struct AttentionInputs {
 // scores. A row that sees no key gets out 0 and lse −∞. With merge, the call's partial result is
 // combined with the (out, lse) already there by their logsumexps, as ring attention combines the
 // blocks it visits: lse = log(e^lse₁ + e^lse₂), out = out₁·e^(lse₁−lse) + out₂·e^(lse₂−lse).
-void attention_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge = false);
+// row_max (B, NH, queries.rows), when given: each row's largest scaled logit q·k/√hs over the
+// keys it sees, −∞ where it sees none; with merge, the larger of it and what is there (QK-clip
+// reads it: optim/qk_clip.hpp).
+void attention_forward(Tensor out, Tensor lse, const AttentionInputs& x, bool merge = false,
+                       Tensor row_max = Tensor());
+
+// head_max[h] = max(head_max[h], the largest row_max of head h over the B sequences' rows).
+void fold_head_max(float* head_max, Tensor row_max, int B, int NH, int rows);
 
 // delta (B, NH, rows) = Σ_d dout·out per row and head: the softmax backward's row term,
 // FlashAttention-2's D. out and dout (B, rows, NH·hs).

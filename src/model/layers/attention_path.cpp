@@ -11,14 +11,18 @@ AttentionPath attention_path_named(const std::string& name) {
 }
 
 void attention_forward(AttentionPath path, Tensor out, Tensor lse, const AttentionInputs& x,
-                       bool merge) {
-  if (path == AttentionPath::kChunked) {
+                       bool merge, Tensor row_max) {
+  // Only the fused kernel reports each row's largest logit (row_max, for QK-clip): the other
+  // paths give way to it when one is asked for.
+  const bool measured = row_max.data() != nullptr;
+  if (path == AttentionPath::kChunked && !measured) {
     chunked_attention_forward(out, lse, x, merge);
-  } else if (path == AttentionPath::kMma && !merge && mma_attention_forward(out, lse, x)) {
+  } else if (path == AttentionPath::kMma && !merge && !measured &&
+             mma_attention_forward(out, lse, x)) {
     // Tensor cores took it; a merge (ring attention's later blocks), a head size other than 64
     // or 128, or a GPU before sm_80 goes to the fused kernel.
   } else {
-    attention_forward(out, lse, x, merge);
+    attention_forward(out, lse, x, merge, row_max);
   }
 }
 

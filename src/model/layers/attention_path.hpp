@@ -19,8 +19,10 @@ enum class AttentionPath { kFused, kChunked, kMma };
 AttentionPath attention_path_named(const std::string& name);
 
 // attention_forward and attention_backward (attention.hpp) through `path`.
+// A row_max asked for (QK-clip's largest logits) takes the call to the fused kernel, which alone
+// measures them.
 void attention_forward(AttentionPath path, Tensor out, Tensor lse, const AttentionInputs& x,
-                       bool merge = false);
+                       bool merge = false, Tensor row_max = Tensor());
 void attention_backward(AttentionPath path, float* dq, int64_t lddq, bool accumulate_dq, float* dk,
                         float* dv, int64_t lddkv, bool accumulate_dkv, Tensor dout, Tensor lse,
                         Tensor delta, const AttentionInputs& x);

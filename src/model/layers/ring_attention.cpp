@@ -105,10 +105,12 @@ void RingAttention::finish(Exchange& x) {
   }
 }
 
-void RingAttention::forward(Tensor out, Tensor lse, Tensor qkv, const int32_t* doc_start) {
+void RingAttention::forward(Tensor out, Tensor lse, Tensor qkv, const int32_t* doc_start,
+                            Tensor row_max) {
   if (ranks_ == 1) {
     attention_forward(path_, out, lse,
-                      packed_attention(qkv, B_, NH_, KVH_, hs_, rows(), doc_start, window_));
+                      packed_attention(qkv, B_, NH_, KVH_, hs_, rows(), doc_start, window_), false,
+                      row_max);
     return;
   }
   const int W = (NH_ + 2 * KVH_) * hs_, Cq = NH_ * hs_;
@@ -120,7 +122,8 @@ void RingAttention::forward(Tensor out, Tensor lse, Tensor qkv, const int32_t* d
     const bool more = s + 1 < ranks_;
     if (more) start(x, kv_[cur].data(), host_[0].data(), kv_[1 - cur].data(), host_[1].data(), s);
     const int owner = (rank_ - s + ranks_) % ranks_;
-    attention_forward(path_, out, lse, against(qkv, kv_[cur].data(), owner, doc_start), s > 0);
+    attention_forward(path_, out, lse, against(qkv, kv_[cur].data(), owner, doc_start), s > 0,
+                      row_max);
     if (more) finish(x);
     cur = 1 - cur;
   }

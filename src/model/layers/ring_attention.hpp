@@ -48,7 +48,9 @@ class RingAttention {
 
   // out (B,Tl,NH·hs), lse (B,NH,Tl) from this rank's packed qkv (B,Tl,(NH + 2·KVH)·hs), Tl = T/N;
   // doc_start (B,Tl) or null as in attention.hpp.
-  void forward(Tensor out, Tensor lse, Tensor qkv, const int32_t* doc_start);
+  // row_max (B, NH, rows), when given: each row's largest logit over every block (attention.hpp).
+  void forward(Tensor out, Tensor lse, Tensor qkv, const int32_t* doc_start,
+               Tensor row_max = Tensor());
   // dqkv (B,Tl,(NH + 2·KVH)·hs) =; delta (B,NH,Tl) scratch; dout, qkv, out, lse as the forward
   // saw and left them.
   void backward_input(Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
