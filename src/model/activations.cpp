@@ -113,7 +113,8 @@ void carve(Activations& a, SlabCarver& k) {
   a.rope_cos = k.take(rope);
   a.rope_sin = k.take(rope);
   a.input = k.take(Rl * C);
-  a.output_grad = k.take(a.chunk.head ? 0 : Rl * C);
+  // output_grad is not in the slab: the pipeline stage lends one from its pool of receive
+  // buffers from the receive until B (ModelStage::grad_buffer).
   a.partial = k.take(own * z.partial);
   const Bf16Kept b16 = bf16_kept(a.cfg, a.chunk);
   // Selective recomputation keeps none of these (one block's scratch instead).

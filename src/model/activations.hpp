@@ -203,8 +203,10 @@ struct Activations {
   Slab slab;
   Tensor rope_cos, rope_sin;  // (T,hs/2) Llama's rotary tables for the rows' positions; else empty
   Tensor input;               // (Rl,C) the chunk's input: the embedding's output, or received
-  Tensor output_grad;  // (Rl,C) the received gradient of the output (chunks without the head)
-  Tensor partial;      // (R,C) a row-parallel output before its reduce-scatter (sequence parallel)
+  // (Rl,C) the received gradient of the output (chunks without the head): not in the slab, the
+  // stage's pooled receive buffer, bound from the receive until B
+  Tensor output_grad;
+  Tensor partial;  // (R,C) a row-parallel output before its reduce-scatter (sequence parallel)
   // Per-layer tensors, each (chunk.layers, ...) with block i of the chunk at offset i * (its
   // per-layer size).
   Tensor ln1, ln1_mean, ln1_rstd, qkv, qk_raw, qk_rstd, atty, lse, attn_out, residual2, ln2,

@@ -232,7 +232,20 @@ float* ModelStage::input_buffer(int mb, int chunk) {
 
 float* ModelStage::grad_buffer(int mb, int chunk) {
   if (p2p_.is_last(chunk)) return nullptr;  // starts from the loss: nothing to receive
-  return live(mb, chunk)->output_grad.data();
+  // A pooled buffer from the receive's posting until its B has read it (the set keeps none).
+  Activations* a = live(mb, chunk);
+  if (!a->output_grad.data()) {
+    const int64_t n = message_floats(shard_, micro_batch_, seq_len_, sequence_parallel_);
+    if (received_free_.empty()) {
+      received_pool_.emplace_back("mpf::pipeline::output_grad", n);
+      received_free_.push_back(received_pool_.back().data());
+    } else {
+      Kokkos::fence();  // the B that read it last is done before MPI writes into it
+    }
+    a->output_grad = Tensor(received_free_.back(), n);
+    received_free_.pop_back();
+  }
+  return a->output_grad.data();
 }
 
 Tensor ModelStage::take_grad_buffer() {
@@ -302,6 +315,10 @@ void ModelStage::backward_input(int mb, int chunk) {
   times_.backward += sw.seconds() * 1e3;
   ++times_.backwards;
   if (input_grad.data()) pending_grads_[{mb, chunk}] = input_grad;
+  if (a->output_grad.data()) {  // read: back to the pool
+    received_free_.push_back(a->output_grad.data());
+    a->output_grad = Tensor();
+  }
 }
 
 void ModelStage::backward_weight(int mb, int chunk) {

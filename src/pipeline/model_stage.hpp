@@ -18,7 +18,10 @@
 // allocating only while a pool is smaller than the most ever in use, and W returns both, so the
 // peak bytes are what the schedule keeps (AFAB holds M microbatches, 1F1B at most P − rank, each
 // with a W set between its B and its W). An input gradient goes out of its own buffer, which is
-// reused once MPI reports that send complete (sends stay in flight, p2p.hpp).
+// reused once MPI reports that send complete (sends stay in flight, p2p.hpp), and an output's
+// gradient comes into one from the receive's posting until its B: both pools grow to the most the
+// schedule has in flight (the simulator's peak_grad_sends and peak_grad_receives), not one buffer
+// per set held.
 #pragma once
 
 #include <mpi.h>
@@ -188,6 +191,8 @@ class ModelStage : public pipeline::StageOps {
   std::vector<std::vector<WeightGradInputs*>> weight_free_;                  // per chunk
   std::map<Key, WeightGradInputs*> awaiting_w_;                              // B done, W not yet
   std::vector<Slab> grad_pool_;          // input-gradient send buffers
+  std::vector<Slab> received_pool_;      // received output gradients' buffers
+  std::vector<float*> received_free_;    // of received_pool_, not holding a gradient
   std::map<Key, Tensor> pending_grads_;  // computed by backward, not yet sent
   int64_t live_bytes_ = 0, peak_bytes_ = 0;
   int held_ = 0, peak_held_ = 0;

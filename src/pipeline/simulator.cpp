@@ -146,6 +146,36 @@ class Network {
 
   // After every thread has joined.
   std::exception_ptr error() const { return error_; }
+  // After every thread has joined: per rank, when each of its messages holds a buffer
+  // (SimulationResult::peak_grad_sends, peak_messages).
+  struct RankHeld {
+    std::vector<HeldBuffer> grad_sends, messages;
+  };
+  std::vector<RankHeld> held_buffers() const {
+    std::vector<RankHeld> held(static_cast<size_t>(P_));
+    for (int r = 0; r < P_; ++r) {
+      for (const auto& [key, ch] : channels_[r]) {
+        // A send's buffer is free once the receive is posted and the data has moved, a
+        // receive's once the data has arrived.
+        const double move = ch.local ? 0.0 : p2p_;
+        const double done = sends_ == SendMode::kRendezvous
+                                ? std::max(ch.send_time, ch.recv_time) + move
+                                : std::max(ch.recv_time, ch.send_time + move);
+        const int from = sender_of(key, r, shape_);
+        const int to_stage = virtual_stage(shape_.placement, P_, r, key.chunk);
+        const int from_chunk =
+            chunk_site(shape_.placement, P_,
+                       key.dir == Direction::kForward ? to_stage - 1 : to_stage + 1)
+                .chunk;
+        const HeldBuffer send{ch.send_time, done, key.mb, from_chunk};
+        held[size_t(from)].messages.push_back(send);
+        if (key.dir == Direction::kBackward) held[size_t(from)].grad_sends.push_back(send);
+        held[size_t(r)].messages.push_back({ch.recv_time, done, key.mb, key.chunk});
+      }
+    }
+    return held;
+  }
+
   std::string undelivered() const {
     for (int r = 0; r < P_; ++r) {
       for (const auto& [key, ch] : channels_[r]) {
@@ -159,7 +189,7 @@ class Network {
  private:
   enum class State { kRunning, kWaiting, kDone };
   struct Channel {
-    bool send_posted = false, recv_posted = false;
+    bool send_posted = false, recv_posted = false, local = false;
     double send_time = 0.0, recv_time = 0.0;  // the posters' clocks
   };
 
@@ -167,6 +197,7 @@ class Network {
 
   void post_locked(const Request& q, double clock) {
     Channel& ch = channels_[q.dest][q.key];
+    ch.local = q.local;
     if (q.send) {
       ch.send_posted = true;
       ch.send_time = clock;
@@ -255,6 +286,7 @@ class SimulatedStage final : public StageOps {
         progress_(static_cast<size_t>(M_) * V_) {}
 
   std::vector<SimEvent> events;
+  int peak_grad_receives = 0;  // SimulationResult::peak_grad_receives
 
   void forward(int mb, int chunk) override {
     Progress& p = at("forward", mb, chunk);
@@ -274,6 +306,7 @@ class SimulatedStage final : public StageOps {
       bug("backward_input" + mb_chunk(mb, chunk) + " before recv_backward of its gradient");
     }
     p.backward_input = true;
+    if (!last_virtual(chunk)) --grad_receives_;
     compute(SimOp::kBackwardInput, mb, chunk, costs_.backward_input_on(rank_));
   }
 
@@ -355,6 +388,10 @@ class SimulatedStage final : public StageOps {
     if (ahead && state != kNone) bug(std::string(name) + mb_chunk(mb, chunk) + " posted twice");
     if (!ahead && state == kDone) bug(std::string(name) + mb_chunk(mb, chunk) + " twice");
     const bool posted = state == kPosted;
+    // A received output gradient holds its buffer from the posting until its B.
+    if (dir == Direction::kBackward && state == kNone) {
+      peak_grad_receives = std::max(peak_grad_receives, ++grad_receives_);
+    }
     state = ahead ? kPosted : kDone;
     const bool local = chunk_site(shape_.placement, P_, from).rank == rank_;
     return {true, {false, rank_, {mb, chunk, dir}, local, posted}};
@@ -422,6 +459,7 @@ class SimulatedStage final : public StageOps {
   const OpCosts costs_;
   std::vector<Progress> progress_;
   double clock_ = 0.0;
+  int grad_receives_ = 0;  // posted, their B not run
 };
 
 // The most forwards, in program order, whose `until` op had not come yet.
@@ -435,6 +473,33 @@ int peak_before(const std::vector<SimEvent>& events, SimOp until) {
 }
 
 }  // namespace
+
+int peak_grad_sends(const std::vector<SimEvent>& events, const std::vector<HeldBuffer>& sends,
+                    const std::function<bool(int)>& first) {
+  int peak = 0;
+  for (const SimEvent& e : events) {
+    if (e.op != SimOp::kBackwardInput || first(e.chunk)) continue;
+    int busy = 1;
+    for (const HeldBuffer& h : sends) {
+      const bool own = h.mb == e.mb && h.chunk == e.chunk;
+      busy += !own && h.start <= e.start && h.end >= e.start ? 1 : 0;
+    }
+    peak = std::max(peak, busy);
+  }
+  return peak;
+}
+
+int peak_open(const std::vector<HeldBuffer>& held) {
+  std::vector<std::pair<double, int>> edges;
+  for (const HeldBuffer& h : held) {
+    edges.push_back({h.start, -1});
+    edges.push_back({h.end, 1});
+  }
+  std::sort(edges.begin(), edges.end());
+  int open = 0, peak = 0;
+  for (const auto& [t, edge] : edges) peak = std::max(peak, open -= edge);
+  return peak;
+}
 
 SimulationResult simulate(const ScheduleLoop& loop, const PipelineShape& shape,
                           const OpCosts& costs, SendMode sends, std::chrono::milliseconds timeout) {
@@ -483,6 +548,7 @@ SimulationResult simulate(const ScheduleLoop& loop, const PipelineShape& shape,
   const std::string lost = net.undelivered();
   if (!lost.empty()) throw SimulationError(lost);
 
+  const std::vector<Network::RankHeld> held = net.held_buffers();
   SimulationResult res;
   res.shape = shape;
   res.shape.rank = 0;
@@ -499,6 +565,10 @@ SimulationResult simulate(const ScheduleLoop& loop, const PipelineShape& shape,
     res.peak_in_flight.push_back(peak_before(stages[r]->events, SimOp::kBackwardWeight));
     res.peak_before_b.push_back(peak_before(stages[r]->events, SimOp::kBackwardInput));
     res.peak_in_flight_overall = std::max(res.peak_in_flight_overall, res.peak_in_flight.back());
+    const auto first = [&](int chunk) { return virtual_stage(shape.placement, P, r, chunk) == 0; };
+    res.peak_grad_receives.push_back(stages[r]->peak_grad_receives);
+    res.peak_grad_sends.push_back(peak_grad_sends(stages[r]->events, held[r].grad_sends, first));
+    res.peak_messages.push_back(peak_open(held[r].messages));
     res.events.push_back(std::move(stages[r]->events));
   }
   if (res.makespan > 0) res.bubble_fraction = 1.0 - busy_total / (P * res.makespan);

@@ -60,7 +60,28 @@ struct SimulationResult {
   // "in flight" of 1F1B and of the paper's memory accounting, where what waits for W is smaller).
   std::vector<int> peak_in_flight, peak_before_b;
   int peak_in_flight_overall = 0;  // the largest over ranks
+  // Per rank, the buffers its messages need at once (what ModelStage's pools grow to): received
+  // output gradients, from the receive's posting to their B (program order, so any timing);
+  // input gradients being sent, from their B until the receiver has posted its receive and the
+  // data has moved (on the simulated clock, a tie counted busy); and every message through a
+  // staged MPI's host buffers, a send's until it completes as above, a receive's from its posting
+  // until its data has arrived.
+  std::vector<int> peak_grad_receives, peak_grad_sends, peak_messages;
 };
+
+// A message's buffer, held from `start` to `end` (SimulationResult::peak_grad_sends and
+// peak_messages); mb and chunk: the (microbatch, chunk) of the rank holding it.
+struct HeldBuffer {
+  double start, end;
+  int mb, chunk;
+};
+// The most input-gradient send buffers busy at once on a rank with `events`: at each B that sends
+// (the chunks `first` says are the first virtual stage send none), its own and the earlier
+// `sends` not yet received.
+int peak_grad_sends(const std::vector<SimEvent>& events, const std::vector<HeldBuffer>& sends,
+                    const std::function<bool(int)>& first);
+// The most of `held` open at once (a tie opens before it closes).
+int peak_open(const std::vector<HeldBuffer>& held);
 
 // A broken schedule: deadlock, protocol violation, timeout.
 class SimulationError : public std::runtime_error {

@@ -447,8 +447,9 @@ const std::vector<std::vector<std::pair<int, int>>>& Predictor::held(const Layou
     // comes: the memory plan's peak, and which pair it meets first, are the full list's.
     const pipeline::PipelineShape shape{l.pp, 0, l.virtual_stages, l.microbatches,
                                         pipeline::placement_of(l.schedule, l.virtual_stages)};
+    // Run at unit costs, as the trainer's memory plan simulates its schedule.
     const pipeline::SimulationResult order =
-        PipelineReplay(pipeline::SchedulePlan(l.schedule, shape, {}, 0)).order();
+        PipelineReplay(pipeline::SchedulePlan(l.schedule, shape, {}, 0)).run(pipeline::OpCosts{});
     std::vector<std::vector<std::pair<int, int>>> pairs;
     size_t count = 0;
     for (const std::vector<pipeline::SimEvent>& events : order.events) {
@@ -464,8 +465,9 @@ const std::vector<std::vector<std::pair<int, int>>>& Predictor::held(const Layou
       count += mine.size();
       pairs.push_back(std::move(mine));
     }
-    if (held_pairs_ + count > (size_t(1) << 23)) held_.clear(), held_pairs_ = 0;
+    if (held_pairs_ + count > (size_t(1) << 23)) held_.clear(), buffers_.clear(), held_pairs_ = 0;
     held_pairs_ += count;
+    buffers_[key] = {order.peak_grad_sends, order.peak_grad_receives, order.peak_messages};
     it = held_.emplace(key, std::move(pairs)).first;
   }
   return it->second;
@@ -473,6 +475,7 @@ const std::vector<std::vector<std::pair<int, int>>>& Predictor::held(const Layou
 
 MemoryPlan Predictor::memory(const Layout& l) {
   const std::vector<std::vector<std::pair<int, int>>>& pairs = held(l);
+  const Buffers& buffers = buffers_.at({int(l.schedule), l.pp, l.virtual_stages, l.microbatches});
   pipeline::SimulationResult none;
   none.events.resize(size_t(l.pp));
   const LayoutSizes sizes = sizes_of(job_, m_, l);
@@ -480,6 +483,9 @@ MemoryPlan Predictor::memory(const Layout& l) {
   for (int p = 0; p < l.pp; ++p) {
     MemoryShape shape = layout_memory_shape(sizes, floor(l).plan, 0, p, 0, &none);
     shape.held = pairs[size_t(p)];
+    shape.grad_sends = buffers.sends[size_t(p)];
+    shape.grad_receives = buffers.receives[size_t(p)];
+    shape.messages_in_flight = buffers.messages[size_t(p)];
     shape.process_bytes = int64_t(m_.process_mb * 1e6);
     shape.host_gemm_packing = !m_.gpu();
     MemoryPlan mp = plan_memory(shape);

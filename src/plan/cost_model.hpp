@@ -103,6 +103,12 @@ class Predictor {
   std::map<std::vector<int64_t>, Floor> floors_;             // by schedule, P, V
   // Per rank, the distinct (sets held, sets awaiting W) in order; by schedule, P, V, M.
   std::map<std::vector<int64_t>, std::vector<std::vector<std::pair<int, int>>>> held_;
+  // Per rank, its message buffers at once (pipeline::SimulationResult's peak_grad_sends,
+  // peak_grad_receives and peak_messages, at the simulator's unit costs); keyed as held_.
+  struct Buffers {
+    std::vector<int> sends, receives, messages;
+  };
+  std::map<std::vector<int64_t>, Buffers> buffers_;
   size_t program_verbs_ = 0, cached_stages_ = 0, held_pairs_ = 0;
   std::unique_ptr<PipelineReplay> unplanned_;  // zb-auto's, planned under the last layout's costs
 };

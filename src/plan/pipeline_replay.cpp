@@ -14,7 +14,7 @@ namespace {
 using pipeline::Direction;
 using pipeline::SimOp;
 
-enum Kind : uint8_t { kF = 0, kB = 1, kW = 2, kExchange = 3 };
+enum Kind : uint8_t { kF = 0, kB = 1, kW = 2, kExchange = 3, kPostAhead = 4 };
 
 // The most forwards, in program order, whose `until` op had not come yet (as the simulator
 // counts them).
@@ -30,9 +30,9 @@ int peak_before(const std::vector<pipeline::SimEvent>& events, SimOp until) {
 }  // namespace
 
 // Records one rank's verbs as the simulator's SimulatedStage would post them: the halves that
-// are no-ops at the pipeline's ends are dropped, and receives posted ahead are left out (under
-// buffered sends a receive completes at its message's arrival or the verb's clock, whichever is
-// later, whenever it was posted).
+// are no-ops at the pipeline's ends are dropped. Under buffered sends a receive completes at its
+// message's arrival or the verb's clock, whichever is later, whenever it was posted: a receive
+// posted ahead only says from when it holds a buffer.
 class Recorder final : public pipeline::StageOps {
  public:
   Recorder(const pipeline::PipelineShape& shape, int rank, std::vector<PipelineReplay::Verb>& out)
@@ -57,8 +57,8 @@ class Recorder final : public pipeline::StageOps {
   void send_backward_recv_backward(int smb, int sc, int rmb, int rc) override {
     exchange(grad_send(smb, sc), grad_recv(rmb, rc));
   }
-  void post_recv_forward(int, int) override {}
-  void post_recv_backward(int, int) override {}
+  void post_recv_forward(int mb, int chunk) override { post_ahead(input_recv(mb, chunk)); }
+  void post_recv_backward(int mb, int chunk) override { post_ahead(grad_recv(mb, chunk)); }
 
  private:
   int stage(int chunk) const {
@@ -94,6 +94,9 @@ class Recorder final : public pipeline::StageOps {
   int32_t grad_send(int mb, int chunk) const {
     return stage(chunk) == 0 ? -1 : send_to(mb, stage(chunk) - 1, Direction::kBackward);
   }
+  void post_ahead(int32_t half) {
+    if (half >= 0) out_.push_back({kPostAhead, half, -1});
+  }
   void exchange(int32_t a, int32_t b) {
     if (a < 0) std::swap(a, b);
     if (a >= 0) out_.push_back({kExchange, a, b});
@@ -127,7 +130,7 @@ pipeline::SimulationResult PipelineReplay::order() const {
   for (const std::vector<Verb>& verbs : verbs_) {
     std::vector<pipeline::SimEvent> events;
     for (const Verb& v : verbs) {
-      if (v.kind != kExchange) events.push_back({SimOp(v.kind), v.a, v.b, 0.0, 0.0});
+      if (v.kind < kExchange) events.push_back({SimOp(v.kind), v.a, v.b, 0.0, 0.0});
     }
     out.events.push_back(std::move(events));
   }
@@ -145,6 +148,22 @@ pipeline::SimulationResult PipelineReplay::run(const pipeline::OpCosts& costs) c
   const size_t channels = size_t(2) * P * shape_.microbatches * shape_.virtual_stages;
   const double never = -1.0;  // a send not yet posted (clocks are never negative)
   std::vector<double> sent(channels, never);
+  // A message's buffers (SimulationResult::peak_grad_sends and peak_messages): when its receive
+  // was posted, and its sender; the received gradients posted whose B has not run, per rank.
+  std::vector<double> received(channels, never);
+  std::vector<int> sender(channels, -1);
+  std::vector<char> local(channels, 0);
+  std::vector<int> open_grads(size_t(P), 0), peak_grads(size_t(P), 0);
+  const int V = shape_.virtual_stages, M = shape_.microbatches;
+  auto last_chunk = [&](int r, int chunk) {
+    return pipeline::virtual_stage(shape_.placement, P, r, chunk) == P * V - 1;
+  };
+  auto post_receive = [&](int r, int32_t h, double t) {
+    const size_t ch = size_t(h >> 2);
+    if (received[ch] != never) return;  // posted ahead
+    received[ch] = t;
+    if (ch & 1) peak_grads[size_t(r)] = std::max(peak_grads[size_t(r)], ++open_grads[size_t(r)]);
+  };
   std::vector<size_t> pc(size_t(P), 0);
   std::vector<double> clock(size_t(P), 0.0);
   std::vector<char> posted(size_t(P), 0);
@@ -165,7 +184,14 @@ pipeline::SimulationResult PipelineReplay::run(const pipeline::OpCosts& costs) c
       double& t = clock[size_t(r)];
       while (at < verbs.size()) {
         const Verb& v = verbs[at];
+        if (v.kind == kPostAhead) {
+          post_receive(r, v.a, t);
+          ++at;
+          moved = true;
+          continue;
+        }
         if (v.kind != kExchange) {
+          if (v.kind == kB && !last_chunk(r, v.b)) --open_grads[size_t(r)];
           const double cost = v.kind == kF   ? costs.forward_on(r)
                               : v.kind == kB ? costs.backward_input_on(r)
                                              : costs.backward_weight_on(r);
@@ -178,7 +204,14 @@ pipeline::SimulationResult PipelineReplay::run(const pipeline::OpCosts& costs) c
         const int32_t halves[2] = {v.a, v.b};
         if (!posted[size_t(r)]) {  // a verb posts its sends before it waits
           for (int32_t h : halves) {
-            if (h >= 0 && (h & 2)) sent[size_t(h >> 2)] = t;
+            if (h < 0) continue;
+            if (!(h & 2)) {
+              post_receive(r, h, t);
+              continue;
+            }
+            sent[size_t(h >> 2)] = t;
+            sender[size_t(h >> 2)] = r;
+            local[size_t(h >> 2)] = char(h & 1);
           }
           posted[size_t(r)] = 1;
           moved = true;
@@ -208,8 +241,33 @@ pipeline::SimulationResult PipelineReplay::run(const pipeline::OpCosts& costs) c
                                       " waits for a message no rank sends");
     }
   }
+  // Each message holds its sender's buffer until the receive is posted and the data has moved,
+  // its receiver's from the posting until the data has arrived (as pipeline::simulate counts).
+  std::vector<std::vector<pipeline::HeldBuffer>> grad_sends(static_cast<size_t>(P)),
+      messages(static_cast<size_t>(P));
+  for (size_t ch = 0; ch < channels; ++ch) {
+    if (sent[ch] == never) continue;
+    const double done = std::max(received[ch], sent[ch] + (local[ch] ? 0.0 : costs.p2p));
+    const bool backward = ch & 1;
+    const int chunk = int((ch >> 1) % size_t(V)), mb = int((ch >> 1) / size_t(V) % size_t(M));
+    const int dest = int((ch >> 1) / size_t(V) / size_t(M));
+    const int to = pipeline::virtual_stage(shape_.placement, P, dest, chunk);
+    const int from_chunk =
+        pipeline::chunk_site(shape_.placement, P, backward ? to + 1 : to - 1).chunk;
+    const pipeline::HeldBuffer send{sent[ch], done, mb, from_chunk};
+    messages[size_t(sender[ch])].push_back(send);
+    if (backward) grad_sends[size_t(sender[ch])].push_back(send);
+    messages[size_t(dest)].push_back({received[ch], done, mb, chunk});
+  }
   double busy_total = 0.0;
   for (int r = 0; r < P; ++r) {
+    const auto first = [&](int chunk) {
+      return pipeline::virtual_stage(shape_.placement, P, r, chunk) == 0;
+    };
+    res.peak_grad_receives.push_back(peak_grads[size_t(r)]);
+    res.peak_grad_sends.push_back(
+        pipeline::peak_grad_sends(res.events[size_t(r)], grad_sends[size_t(r)], first));
+    res.peak_messages.push_back(pipeline::peak_open(messages[size_t(r)]));
     double busy = 0.0;
     for (const pipeline::SimEvent& e : res.events[size_t(r)]) {
       busy += e.end - e.start;

@@ -47,8 +47,14 @@ MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePl
   // What the rank holds after each of its ops, from its schedule simulated.
   const pipeline::SimulationResult sim =
       step ? pipeline::SimulationResult{} : pipeline::simulate(plan);
+  const pipeline::SimulationResult& run = step ? *step : sim;
+  if (!run.peak_grad_sends.empty()) {
+    m.grad_sends = run.peak_grad_sends[size_t(pp_rank)];
+    m.grad_receives = run.peak_grad_receives[size_t(pp_rank)];
+    m.messages_in_flight = run.peak_messages[size_t(pp_rank)];
+  }
   int acts = 0, w = 0;
-  for (const pipeline::SimEvent& e : (step ? *step : sim).events[size_t(pp_rank)]) {
+  for (const pipeline::SimEvent& e : run.events[size_t(pp_rank)]) {
     if (e.op == pipeline::SimOp::kForward) ++acts;
     if (e.op == pipeline::SimOp::kBackwardInput) ++w;
     if (e.op == pipeline::SimOp::kBackwardWeight) --acts, --w;

@@ -120,8 +120,7 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
   }
 }
 
-// Returns the (microbatch, chunk) sets held at the peak.
-int add_activation_terms(const MemoryShape& s, const Terms& add) {
+void add_activation_terms(const MemoryShape& s, const Terms& add) {
   const TpShard& shard = s.shard;
   // Activations: the most (microbatch, chunk) sets held at once, each its chunk's activations;
   // W inputs: one set of two blocks when W goes with B, else one per set held.
@@ -158,20 +157,21 @@ int add_activation_terms(const MemoryShape& s, const Terms& add) {
   add("weight-gradient inputs", w_sets,
       s.weight_with_input ? "two blocks' (W runs with B)" : "one set per microbatch awaiting W",
       "--micro-batch-size, --cp, a classic --schedule");
-  return sets;
 }
 
-void add_buffer_terms(const MemoryShape& s, int sets, const Terms& add) {
+void add_buffer_terms(const MemoryShape& s, const Terms& add) {
   const TpShard& shard = s.shard;
-  // Messages: the ring's K/V blocks and their accumulators, the pipeline's input-gradient send
-  // buffers (one per set in flight), and their host copies when staged.
+  // Messages: the ring's K/V blocks and their accumulators, the pipeline's pools of input
+  // gradients sent and output gradients received (as many as the schedule has in flight, not one
+  // per set held), and when staged the host copies of the messages in flight.
   int64_t messages = RingAttention::bytes(s.cp, s.micro_batch, s.seq_len * s.cp, shard.kv_heads,
                                           shard.head_size, s.staged_mpi);
   if (s.pipeline_stages > 1) {
     const bool sp = s.sequence_parallel && shard.size > 1;
     const int64_t message =
         int64_t(s.micro_batch) * s.seq_len / (sp ? shard.size : 1) * shard.cfg.channels * f;
-    messages += sets * message * (s.staged_mpi ? 3 : 1);
+    const int host = s.staged_mpi ? s.messages_in_flight : 0;
+    messages += int64_t(s.grad_sends + s.grad_receives + host) * message;
   }
   // An all-reduce in place reduces through a temporary as large as its buffer: one DP bucket at a
   // time, or the tied embedding's gradient (on the stages that hold it).
@@ -229,8 +229,8 @@ MemoryPlan plan_memory(const MemoryShape& s) {
   MemoryPlan plan;
   const Terms add{plan};
   add_state_terms(s, add);
-  const int sets = add_activation_terms(s, add);
-  add_buffer_terms(s, sets, add);
+  add_activation_terms(s, add);
+  add_buffer_terms(s, add);
   add("data", s.data_bytes, "token files, mapped", "");
   add("process", s.process_bytes, "resident before the model: MPI, Kokkos, libraries", "");
   return plan;

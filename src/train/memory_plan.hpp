@@ -30,6 +30,9 @@ struct MemoryShape {
   // (microbatch, chunk) activation sets it holds (forward done, W not) and the W-input sets (B
   // done, W not).
   std::vector<std::pair<int, int>> held;
+  // The pipeline's message buffers (pipeline::SimulationResult): the pools of input gradients
+  // sent and output gradients received, and a staged MPI's host copies of every message.
+  int grad_sends = 0, grad_receives = 0, messages_in_flight = 0;
   bool bf16 = false;
   int64_t bf16_scratch = 0;  // elements of each of Bf16Products' two operand buffers
   int dp_cp = 1;             // ranks whose gradients are summed (DP x CP)

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The memory plan (train/memory_plan.hpp) against the truth: the peak resident set each rank
 # measured (VmHWM) is within 10% of what the banner predicted before anything was allocated, on
-# nine runs that differ in what dominates: a long sequence, full and selective recomputation (one
+# ten runs that differ in what dominates: a long sequence, full and selective recomputation (one
 # block's norm and SwiGLU scratch in the workspace), TP with sequence parallelism, CP, a 1F1B
-# pipeline, bf16, DP with ZeRO-1, and ZB-H1's deferred W. Models large enough that the model's
+# pipeline, bf16, DP with ZeRO-1, ZB-H1's deferred W, and AFAB holding 16 microbatches of few
+# activations each, where a receive and a send buffer per microbatch held would add a third to the
+# peak. Models large enough that the model's
 # memory, not the program's, is most of each peak. Then --dry-run and a
 # real start refuse a layout predicted to exceed --memory-per-rank (exit 2, one error line naming
 # the largest term and the flags that shrink it), and a Llama-3.2-1B shape at T = 8192 is refused
@@ -46,6 +48,13 @@ else
 fi
 check 2 --batch 4 --seq-len 1024 --max-seq-len 1024 --dp 2 --zero 1
 check 2 --batch 4 --seq-len 2048 --max-seq-len 2048 --pp 2 --microbatches 4 --schedule zb-h1
+# The pipeline's gradients go out of and come into pools as large as the schedule has in flight.
+whole=("${model[@]}")
+model=(--arch llama --layers 2 --heads 8 --kv-heads 2 --dim 512 --ffn-dim 512 --vocab 512
+  --steps 2 --val-every 0 --peak-gflops 100)
+check 2 --batch 16 --seq-len 1024 --max-seq-len 1024 --pp 2 --microbatches 16 --schedule afab \
+  --recompute
+model=("${whole[@]}")
 
 # Refused before anything is allocated: by --dry-run and by a real start alike.
 for dry in --dry-run ""; do

@@ -387,6 +387,9 @@ TEST(PlanReplay, EqualsTheSimulatorForEverySchedule) {
         EXPECT_EQ(got.bubble_fraction, want.bubble_fraction) << what;
         EXPECT_EQ(got.peak_in_flight, want.peak_in_flight) << what;
         EXPECT_EQ(got.peak_before_b, want.peak_before_b) << what;
+        EXPECT_EQ(got.peak_grad_sends, want.peak_grad_sends) << what;
+        EXPECT_EQ(got.peak_grad_receives, want.peak_grad_receives) << what;
+        EXPECT_EQ(got.peak_messages, want.peak_messages) << what;
         ASSERT_EQ(got.events.size(), want.events.size()) << what;
         for (size_t r = 0; r < got.events.size(); ++r) {
           ASSERT_EQ(got.events[r].size(), want.events[r].size()) << what;

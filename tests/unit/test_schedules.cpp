@@ -196,6 +196,27 @@ TEST(Schedules, ActivationsInFlight) {
   }
 }
 
+// The message buffers a rank needs at once are what the schedule has in flight, not one per
+// (microbatch, chunk) held: AFAB holds M sets but receives each gradient right before its B. A
+// sent gradient is received before the sender's next B under 1F1B, whose F comes between; AFAB's
+// next B starts as the send is posted, and the tie counts the send busy.
+TEST(Schedules, MessageBuffersInFlight) {
+  for (Schedule s : {Schedule::kAfab, Schedule::kOneFOneB}) {
+    for (int P = 2; P <= 6; ++P) {
+      for (int M : {P, 2 * P + 1}) {
+        const SimulationResult r = simulate(s, shape_of(P, 0, 1, M));
+        for (int rank = 0; rank < P; ++rank) {
+          const std::string what = std::string(schedule_name(s)) + " P " + std::to_string(P) +
+                                   " M " + std::to_string(M) + " rank " + std::to_string(rank);
+          EXPECT_EQ(r.peak_grad_receives[rank], rank < P - 1 ? 1 : 0) << what;
+          EXPECT_EQ(r.peak_grad_sends[rank], rank == 0 ? 0 : s == Schedule::kAfab ? 2 : 1) << what;
+          EXPECT_LE(r.peak_messages[rank], 2) << what;
+        }
+      }
+    }
+  }
+}
+
 // What PipelineP2P's blocking verbs do with large messages: a send waits for its receiver. AFAB
 // and 1F1B are unaffected; the interleaved schedule's ring of chunks then deadlocks, which is
 // why its runtime must leave sends in flight (stage_ops.hpp).
