@@ -80,7 +80,9 @@ ScratchSizes scratch_sizes(const Activations& a) {
   ScratchSizes z;
   z.partial = a.seq.on ? R * C : 0;
   z.staging = L > 0 && a.chunk.bf16 ? R * bf16_staging_width(s) : 0;
-  z.h = L > 0 && bf16_kept(a.cfg, a.chunk).fch ? moe.mlp_rows * s.fc : 0;
+  // GELU's or SwiGLU's output, and a shared expert's after the routed experts' (the same bytes).
+  const int64_t shared_h = s.cfg.shared_expert() ? R * s.shared_fc : 0;
+  z.h = L > 0 && bf16_kept(a.cfg, a.chunk).fch ? std::max(moe.mlp_rows * s.fc, shared_h) : 0;
   z.moe = L > 0 ? moe.scratch_rows() * C : 0;
   const SelectiveDrop drop = selective_dropped(a.cfg, a.chunk);
   z.norm = L > 0 && drop.ln1 ? R * C : 0;
@@ -159,10 +161,12 @@ void carve(Activations& a, SlabCarver& k) {
   a.moe_out = k.take(b16.moe_out ? 0 : L * moe.slots * C);
   a.moe_out_bf16 = k.take16(b16.moe_out ? L * moe.slots * C : 0);
   a.moe_scratch = k.take(own * z.moe);
-  const int64_t S = a.cfg.shared_expert() ? 1 : 0;
-  a.shared_fch = k.take(S * L * R * 2 * s.shared_fc);
-  a.shared_h = k.take(S * L * R * s.shared_fc);
-  a.shared_out = k.take(S * L * R * C);
+  const int64_t S = a.cfg.shared_expert() ? 1 : 0, S16 = b16.shared ? S : 0, S32 = S - S16;
+  a.shared_fch = k.take(S32 * L * R * 2 * s.shared_fc);
+  a.shared_fch_bf16 = k.take16(S16 * L * R * 2 * s.shared_fc);
+  a.shared_h = k.take(S32 * L * R * s.shared_fc);
+  a.shared_out = k.take(S32 * L * R * C);
+  a.shared_out_bf16 = k.take16(S16 * L * R * C);
   a.shared_gate = k.take(S * L * R);
   a.mla = k.take(L * mla_activation_floats(s, R));
   a.moe_ints = k.take(L * moe.ints());
@@ -214,7 +218,9 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.shared_dout = k.take(S * L * R * C);
   w.shared_dfch = k.take(S * L * R * 2 * s.shared_fc);
   w.shared_dgate = k.take(S * L * R);
-  w.shared_h = k.take(S * K * R * s.shared_fc);
+  const int64_t S16 = bf16_kept(s.cfg, w.chunk).shared ? S : 0;
+  w.shared_h = k.take((S - S16) * K * R * s.shared_fc);
+  w.shared_h_bf16 = k.take16(S16 * K * R * s.shared_fc);
   w.mla = k.take(K * mla_activation_floats(s, R));
   w.dmla = k.take(L * mla_weight_input_floats(s, R));
   w.dln2 = k.take(L * Rl * C);
@@ -290,6 +296,7 @@ Bf16Kept bf16_kept(const GPTConfig& cfg, const ChunkPieces& chunk) {
   k.ln2 = chunk.bf16 && !cfg.moe();
   k.fch_gelu = k.fch = chunk.bf16;
   k.moe_in = k.moe_out = chunk.bf16 && cfg.moe();
+  k.shared = chunk.bf16 && cfg.shared_expert();
   return k;
 }
 
@@ -452,10 +459,18 @@ LayerActivations Activations::layer(int l) const {
   x.moe_out = slice(moe_out, l * (moe.slots * C - NO), moe.slots * C - NO);
   x.moe_out_bf16 = slice(moe_out_bf16, l * NO, NO);
   x.moe_scratch = moe_scratch;
-  const int64_t S = cfg.shared_expert() ? R : 0;
-  x.shared_fch = slice(shared_fch, l * S * 2 * shard.shared_fc, S * 2 * shard.shared_fc);
-  x.shared_h = slice(shared_h, l * S * shard.shared_fc, S * shard.shared_fc);
-  x.shared_out = slice(shared_out, l * S * C, S * C);
+  const int64_t S = cfg.shared_expert() ? R : 0, Fs = shard.shared_fc;
+  const int64_t S16 = shared_out_bf16.extent(0) > 0 ? S : 0, S32 = S - S16;
+  x.shared_fch = slice(shared_fch, l * S32 * 2 * Fs, S32 * 2 * Fs);
+  x.shared_fch_bf16 = slice(shared_fch_bf16, l * S16 * 2 * Fs, S16 * 2 * Fs);
+  x.shared_h = slice(shared_h, l * S32 * Fs, S32 * Fs);
+  if (shared_h_bf16.extent(0) > 0) {  // a recomputation's site: the W inputs' kept copy
+    x.shared_h_bf16 = slice(shared_h_bf16, l * S16 * Fs, S16 * Fs);
+  } else if (S16 > 0) {  // one block's scratch, as the routed experts' (formed again in W)
+    x.shared_h_bf16 = Tensor16(h_scratch.data(), S16 * Fs);
+  }
+  x.shared_out = slice(shared_out, l * S32 * C, S32 * C);
+  x.shared_out_bf16 = slice(shared_out_bf16, l * S16 * C, S16 * C);
   x.shared_gate = slice(shared_gate, l * S, S);
   const int64_t NM = mla_activation_floats(shard, R);
   x.mla = slice(mla, l * NM, NM);
@@ -596,7 +611,9 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   const int64_t NI = moe_in_bf16.extent(0) > 0 ? moe.expert_rows() * C : 0;
   k.moe_in = slice(moe_in, i * (moe.expert_rows() * C - NI), moe.expert_rows() * C - NI);
   k.moe_in_bf16 = slice(moe_in_bf16, i * NI, NI);
-  k.shared_h = slice(shared_h, i * S * Fs, S * Fs);
+  const int64_t SH = shared_h_bf16.extent(0) > 0 ? S * Fs : 0;
+  k.shared_h = slice(shared_h, i * (S * Fs - SH), S * Fs - SH);
+  k.shared_h_bf16 = slice(shared_h_bf16, i * SH, SH);
   const int64_t KM = mla_activation_floats(shard, R);
   k.mla = slice(mla, i * KM, KM);
   return x;

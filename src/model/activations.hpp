@@ -61,12 +61,13 @@ struct ChunkPieces {
 // as an expert's first product reads them), their [gate | up] (fch) and their outputs (moe_out,
 // the down product's output, which the gates' gradients read) in bf16, SwiGLU's output formed
 // again in W as the dense MLP's; its ln2 stays fp32, as the router (an fp32 product, as
-// autocast's softmax is fp32) reads it. The residual stream, the norms' statistics, the router's
-// probabilities and the logsumexps stay fp32.
+// autocast's softmax is fp32) reads it. A shared expert (`shared`) keeps its [gate | up] and its
+// output in bf16, its SwiGLU output formed again in W too. The residual stream, the norms'
+// statistics, the router's probabilities, the shared expert's gate and the logsumexps stay fp32.
 struct Bf16Kept {
   bool ln1 = false, ln2 = false, fch_gelu = false;
   bool qkv = false, atty = false, fch = false;
-  bool moe_in = false, moe_out = false;
+  bool moe_in = false, moe_out = false, shared = false;
 };
 Bf16Kept bf16_kept(const GPTConfig& cfg, const ChunkPieces& chunk);
 
@@ -172,7 +173,11 @@ struct LayerActivations {
   Tensor moe_scratch;   // (2·R·k·EP,C) EP only: the dispatch's buffers (shared by the layers)
   // A shared expert (Qwen2-MoE's), on every row: [gate | up] before SwiGLU (R, 2Fs_l), SwiGLU's
   // output (R, Fs_l), its output before the gate (R, C; a partial sum over TP), the gate (R).
+  // With bf16_kept's `shared`, shared_fch and shared_out are kept in their *_bf16 (shared_h
+  // then empty) and shared_h_bf16 is the one-block scratch (recompute_h: W forms it again), or
+  // under --recompute the W inputs' kept copy.
   Tensor shared_fch, shared_h, shared_out, shared_gate;
+  Tensor16 shared_fch_bf16, shared_h_bf16, shared_out_bf16;
   MoeLayer moe;
   // Multi-head latent attention's projections and norms (model/mla_block.hpp lays them out).
   Tensor mla;
@@ -224,6 +229,7 @@ struct Activations {
   Tensor router_probs, gates, moe_stats, moe_in, moe_out, moe_scratch;
   Tensor16 moe_in_bf16, moe_out_bf16;
   Tensor shared_fch, shared_h, shared_out, shared_gate;
+  Tensor16 shared_fch_bf16, shared_h_bf16, shared_out_bf16;
   Tensor mla;  // multi-head latent attention's, per layer (LayerActivations::mla)
   // The routing's int32 values (MoeLayer's), each 4 bytes of the float slab: the slab's other
   // views never touch them.
@@ -350,7 +356,7 @@ struct WeightGradInputs {
   // in bf16 (bf16_kept) are in the *_bf16 ones.
   Tensor ln1, ln1_mean, ln1_rstd, atty, attn_out, residual2, ln2, ln2_mean, ln2_rstd, fch_gelu,
       mlp_out, moe_in, shared_h, mla;
-  Tensor16 ln1_bf16, ln2_bf16, atty_bf16, fch_gelu_bf16, moe_in_bf16;
+  Tensor16 ln1_bf16, ln2_bf16, atty_bf16, fch_gelu_bf16, moe_in_bf16, shared_h_bf16;
   Tensor dlnf;    // (Rl,C) the head's: gradient of the final LayerNorm's output, summed over TP
   Tensor dembed;  // (R,C) the embedding's: gradient of its output (block 0's input gradient)
 

@@ -754,6 +754,7 @@ BlockSite block_site(const Activations& store, const Activations* workspace, int
     site.moe_in = kept->moe_in;
     site.moe_in_bf16 = kept->moe_in_bf16;
     site.shared_h = kept->shared_h;
+    site.shared_h_bf16 = kept->shared_h_bf16;
     site.mla = kept->mla;
   }
   return {site, 0};

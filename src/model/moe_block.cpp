@@ -167,20 +167,32 @@ void dispatch_bf16(const LayerActivations& a, const Dispatch& d, int64_t receive
 }
 
 // Qwen2-MoE's shared expert on every row, this rank's share of its width, its output scaled by
-// sigmoid(x · sgatew) (the gate's product in fp32, as the router's) and added to `sum`.
+// sigmoid(x · sgatew) (the gate's product in fp32, as the router's) and added to `sum`. Kept in
+// bf16 (bf16_kept), its [gate | up] and output are the products' bf16 outputs, as autocast's.
 void shared_expert_forward(Tensor sum, const LayerActivations& a, const LayerParameters& p,
                            const TpShard& s, int64_t R) {
   const int C = s.cfg.channels, Fs = s.shared_fc;
   const Tensor none;
-  linear_forward(a.shared_fch, none, a.ln2, p.sfcw, none, R, C, 2 * Fs);
-  swiglu_forward(a.shared_h, a.shared_fch, R, Fs);
-  linear_forward(a.shared_out, none, a.shared_h, p.sfcprojw, none, R, Fs, C);
+  const bool kept16 = a.shared_out_bf16.extent(0) > 0;
+  if (kept16) {
+    linear_forward(a.shared_fch_bf16, a.ln2, p.sfcw, R, C, 2 * Fs);
+    swiglu_forward(a.shared_h_bf16, a.shared_fch_bf16, R, Fs);
+    linear_forward(a.shared_out_bf16, a.shared_h_bf16, p.sfcprojw, R, Fs, C);
+  } else {
+    linear_forward(a.shared_fch, none, a.ln2, p.sfcw, none, R, C, 2 * Fs);
+    swiglu_forward(a.shared_h, a.shared_fch, R, Fs);
+    linear_forward(a.shared_out, none, a.shared_h, p.sfcprojw, none, R, Fs, C);
+  }
   {
     const Fp32Products fp32;
     linear_forward(a.shared_gate, none, a.ln2, p.sgatew, none, R, C, 1);
   }
   sigmoid_gate_forward(a.shared_gate, R);
-  add_gated_rows(sum, a.shared_out, a.shared_gate, R, C);
+  if (kept16) {
+    add_gated_rows(sum, a.shared_out_bf16, a.shared_gate, R, C);
+  } else {
+    add_gated_rows(sum, a.shared_out, a.shared_gate, R, C);
+  }
 }
 
 // Its backward from g (R,C), the MLP output's gradient: the gate's logit's gradient (summed over
@@ -191,11 +203,20 @@ void shared_expert_backward(Tensor dln2, Tensor scratch, Tensor dh, const BlockW
                             Tensor g, const LayerActivations& a, const LayerParameters& p,
                             const TpShard& s, int64_t R, MPI_Comm tp) {
   const int C = s.cfg.channels, Fs = s.shared_fc;
-  gated_rows_backward(w.shared_dgate, w.shared_dout, g, a.shared_out, a.shared_gate, R, C);
+  const bool kept16 = a.shared_out_bf16.extent(0) > 0;
+  if (kept16) {
+    gated_rows_backward(w.shared_dgate, w.shared_dout, g, a.shared_out_bf16, a.shared_gate, R, C);
+  } else {
+    gated_rows_backward(w.shared_dgate, w.shared_dout, g, a.shared_out, a.shared_gate, R, C);
+  }
   allreduce_sum(w.shared_dgate.data(), R, tp);
   sigmoid_gate_backward(w.shared_dgate, a.shared_gate, R);
   linear_backward_input(dh, w.shared_dout, p.sfcprojw, R, Fs, C);
-  swiglu_backward_input(w.shared_dfch, dh, a.shared_fch, R, Fs);
+  if (kept16) {
+    swiglu_backward_input(w.shared_dfch, dh, a.shared_fch_bf16, R, Fs);
+  } else {
+    swiglu_backward_input(w.shared_dfch, dh, a.shared_fch, R, Fs);
+  }
   const Tensor dx = rows(scratch, 0, R, C);
   linear_backward_input(dx, w.shared_dfch, p.sfcw, R, C, 2 * Fs);
   add_into(dln2, dx.data(), R * C);
@@ -211,7 +232,12 @@ void shared_expert_backward_weight(const LayerParameters& g, const BlockWeightIn
                                    const LayerActivations& a, const TpShard& s, int64_t R) {
   const int C = s.cfg.channels, Fs = s.shared_fc;
   const Tensor none;
-  linear_backward_weight(g.sfcprojw, none, w.shared_dout, a.shared_h, R, Fs, C);
+  if (a.shared_out_bf16.extent(0) > 0) {  // SwiGLU's output formed again unless kept (--recompute)
+    if (a.recompute_h) swiglu_forward(a.shared_h_bf16, a.shared_fch_bf16, R, Fs);
+    linear_backward_weight(g.sfcprojw, none, w.shared_dout, a.shared_h_bf16, R, Fs, C);
+  } else {
+    linear_backward_weight(g.sfcprojw, none, w.shared_dout, a.shared_h, R, Fs, C);
+  }
   linear_backward_weight(g.sfcw, none, w.shared_dfch, a.ln2, R, C, 2 * Fs);
   const Fp32Products fp32;
   linear_backward_weight(g.sgatew, none, w.shared_dgate, a.ln2, R, C, 1);

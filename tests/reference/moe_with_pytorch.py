@@ -23,7 +23,8 @@ random model in mpiformer's Llama model file (docs/file-formats.md, slots 20..23
 Trained 5 steps by mpiformer-train on 1 rank, TP 2, PP 2, DP 2 and CP 2 (but qwen2_moe): every step's loss and
 balance loss within 1e-5 (relative) of the float64 reference (mixtral's losses with bf16
 products and activations, on 1 rank, EP 2 (also staged), recomputation, EP 2 x TP 2 with SP and
-EP 2 x PP 2 under ZB-H1, within 1e-3 of PyTorch's bf16 autocast); greedy decoding with the KV cache
+EP 2 x PP 2 under ZB-H1, and qwen2_moe's on 1 rank and with recomputation, within 1e-3 of
+PyTorch's bf16 autocast); greedy decoding with the KV cache
 gives the reference's ids (mixtral's also on EP 2 and EP 2 x TP 2); --save-hf writes the
 family's names and loads back to the same losses (mixtral's also read on EP 2, and written on
 EP 2 and read on 1 rank).
@@ -84,13 +85,15 @@ EXTRA_LAYOUTS = {"mixtral": [
 ], "olmoe": [("ep 2", 2, ("--ep", "2"))],
    "qwen2_moe": [("recompute", 1, ("--recompute",)),
                  ("ep 2 x tp 2 + sp", 4, ("--ep", "2", "--tp", "2", "--sequence-parallel"))]}
-# mixtral's bf16 layouts beside 1 rank, each against PyTorch's bf16 autocast.
-BF16_LAYOUTS = [("ep 2", 2, ("--ep", "2")),
-                ("ep 2 staged", 2, ("--ep", "2", "--gpu-aware-mpi", "no")),
-                ("recompute", 1, ("--recompute",)),
-                ("ep 2 x tp 2 + sp", 4, ("--ep", "2", "--tp", "2", "--sequence-parallel")),
-                ("ep 2 x pp 2 zb-h1", 4, ("--ep", "2", "--pp", "2", "--microbatches", "2",
-                                          "--schedule", "zb-h1"))]
+# The families run in bf16 and their layouts beside 1 rank, each against PyTorch's bf16 autocast.
+BF16_LAYOUTS = {"mixtral": [("ep 2", 2, ("--ep", "2")),
+                            ("ep 2 staged", 2, ("--ep", "2", "--gpu-aware-mpi", "no")),
+                            ("recompute", 1, ("--recompute",)),
+                            ("ep 2 x tp 2 + sp", 4, ("--ep", "2", "--tp", "2",
+                                                     "--sequence-parallel")),
+                            ("ep 2 x pp 2 zb-h1", 4, ("--ep", "2", "--pp", "2", "--microbatches",
+                                                      "2", "--schedule", "zb-h1"))],
+                "qwen2_moe": [("recompute", 1, ("--recompute",))]}
 NORM_CHECK = 5e-5  # the printed norm's 5 significant digits
 AUX_CHECK = 2e-5   # the printed balance loss's 6 decimals, relative to ~0.1
 
@@ -182,18 +185,19 @@ def main():
                 load = [ln for ln in out.splitlines() if ln.startswith("experts step 1 |")]
                 check(load and load[0].endswith("by block: 2.00 2.00"),
                       f"[{name} router of zeros] the expert load line: {load}")
-            if name == "mixtral":  # bf16 products against PyTorch's bf16 autocast
+            if name in BF16_LAYOUTS:  # bf16 products against PyTorch's bf16 autocast
                 rows, _ = run_trainer(exe, workdir, model, shard, "bf16", (), m)
                 if rows is None:
                     print("[bf16] SKIPPED, no native bf16 products here")
                 else:
                     auto, _ = reference_run(params0, tokens, m, dtype=torch.float32,
                                             autocast_bf16=True)
-                    # The experts' inputs, [gate | up] and outputs kept in bf16: through EP's
-                    # dispatch in bf16 (also staged), TP's partial outputs, recomputation and
-                    # zero-bubble's deferred W (SwiGLU's output formed again).
+                    # The experts' inputs, [gate | up] and outputs kept in bf16 (a shared
+                    # expert's [gate | up] and output too): through EP's dispatch in bf16 (also
+                    # staged), TP's partial outputs, recomputation and zero-bubble's deferred W
+                    # (SwiGLU's output formed again).
                     runs = [("1 rank", rows)]
-                    for layout, ranks, extra in BF16_LAYOUTS:
+                    for layout, ranks, extra in BF16_LAYOUTS[name]:
                         got, _ = run_trainer(exe, workdir, model, shard, "bf16", extra, m, ranks)
                         runs.append((layout, got))
                     for layout, got in runs:

@@ -275,7 +275,10 @@ TEST(Bf16Activations, KeptInBf16TrackTheStepKeepingFp32) {
   mixtral.arch = Arch::kMixtral;
   mixtral.experts = 2;
   mixtral.experts_per_token = 2;
-  for (const GPTConfig& cfg : {tiny_gpt2(), tiny_llama(), olmo2, mixtral}) {
+  GPTConfig qwen2_moe = mixtral;  // and a shared expert
+  qwen2_moe.arch = Arch::kQwen2Moe;
+  qwen2_moe.shared_ffn = 12;
+  for (const GPTConfig& cfg : {tiny_gpt2(), tiny_llama(), olmo2, mixtral, qwen2_moe}) {
     std::vector<StepResult> kept;
     for (bool recompute : {false, true}) {
       SCOPED_TRACE(std::string(arch_name(cfg.arch)) + (recompute ? " recomputed" : ""));
@@ -391,7 +394,10 @@ TEST(Bf16Activations, SetsAndTheMemoryPlanCountTheSavedBytes) {
   mixtral.arch = Arch::kMixtral;
   mixtral.experts = 2;
   mixtral.experts_per_token = 2;
-  for (const GPTConfig& cfg : {tiny_gpt2(), tiny_llama(), mixtral}) {
+  GPTConfig qwen2_moe = mixtral;  // and a shared expert
+  qwen2_moe.arch = Arch::kQwen2Moe;
+  qwen2_moe.shared_ffn = 12;
+  for (const GPTConfig& cfg : {tiny_gpt2(), tiny_llama(), mixtral, qwen2_moe}) {
     SCOPED_TRACE(arch_name(cfg.arch));
     const int B = 2, T = 6;
     const TpShard shard = make_tp_shard(cfg, 0, 1);
@@ -402,9 +408,12 @@ TEST(Bf16Activations, SetsAndTheMemoryPlanCountTheSavedBytes) {
     // ln1, Q K V, the attention's output and the fc output always; ln2 unless a mixture of
     // experts' router reads it, whose experts' inputs and outputs are kept instead; GELU's or
     // SwiGLU's output in one block's scratch.
+    // A shared expert's [gate | up] and output; its SwiGLU output in the same scratch.
+    const int64_t SR = cfg.shared_expert() ? R : 0, Fs = shard.shared_fc;
     const int64_t kept = L * R * (C + shard.qkv + shard.attn) + dense * L * R * C +
-                         L * MR * shard.mlp_in + (1 - dense) * L * MR * 2 * C;
-    const int64_t h = 4 * L * MR * F - 2 * MR * F;
+                         L * MR * shard.mlp_in + (1 - dense) * L * MR * 2 * C +
+                         L * SR * (2 * Fs + C);
+    const int64_t h = 4 * L * (MR * F + SR * Fs) - 2 * std::max(MR * F, SR * Fs);
     const int64_t staging = 4 * R * bf16_staging_width(shard);
     // The blocks' (the head's logits have their own rule).
     ChunkPieces c32 = whole_stage(shard), c16 = c32;
@@ -427,6 +436,9 @@ TEST(Bf16Activations, SetsAndTheMemoryPlanCountTheSavedBytes) {
     EXPECT_EQ(int64_t(l1.moe_in.extent(0)), 0);
     EXPECT_EQ(int64_t(l1.moe_out_bf16.extent(0)), (1 - dense) * MR * C);
     EXPECT_EQ(int64_t(l1.moe_out.extent(0)), 0);
+    EXPECT_EQ(int64_t(l1.shared_out_bf16.extent(0)), SR * C);
+    EXPECT_EQ(int64_t(l1.shared_h.extent(0)), 0);
+    EXPECT_EQ(int64_t(l1.shared_h_bf16.extent(0)), SR * Fs);
     EXPECT_TRUE(l1.recompute_h);
     EXPECT_EQ(l1.fch_gelu_bf16.data(), a16.layer(0).fch_gelu_bf16.data());
     // Recomputation keeps the block outputs only, and W's inputs keep their own copies (GELU's or
@@ -434,7 +446,7 @@ TEST(Bf16Activations, SetsAndTheMemoryPlanCountTheSavedBytes) {
     c32.recompute = c16.recompute = true;
     EXPECT_EQ(Activations::bytes(shard, c32, B, T), Activations::bytes(shard, c16, B, T));
     EXPECT_EQ(WeightGradInputs::bytes(shard, c32, B, T) - WeightGradInputs::bytes(shard, c16, B, T),
-              2 * L * (R * (C + shard.attn + dense * C) + MR * F + (1 - dense) * MR * C));
+              2 * L * (R * (C + shard.attn + dense * C) + MR * F + (1 - dense) * MR * C + SR * Fs));
 
     LayoutSizes sizes;
     sizes.cfg = cfg;
