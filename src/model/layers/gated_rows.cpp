@@ -13,13 +13,6 @@ void sigmoid_gate_forward(Tensor gate, int64_t R) {
 }
 
 namespace {
-KOKKOS_INLINE_FUNCTION float widen(float x) {
-  return x;
-}
-KOKKOS_INLINE_FUNCTION float widen(bf16 x) {
-  return from_bf16(x);
-}
-
 // The gate as the product with y reads it, and the gated value: a y kept in bf16 is gated as
 // autocast gates a bf16 tensor (Qwen2-MoE's `sigmoid(gate) * shared_expert_output`), the gate cast
 // to bf16 and the product rounded, then added in fp32.
@@ -29,10 +22,10 @@ KOKKOS_INLINE_FUNCTION float gate_for(float g, float) {
 KOKKOS_INLINE_FUNCTION float gate_for(float g, bf16) {
   return from_bf16(to_bf16(g));
 }
-KOKKOS_INLINE_FUNCTION float gated(float g, float y) {
+KOKKOS_INLINE_FUNCTION float gated_value(float g, float y) {
   return g * y;
 }
-KOKKOS_INLINE_FUNCTION float gated(float g, bf16 y) {
+KOKKOS_INLINE_FUNCTION float gated_value(float g, bf16 y) {
   return from_bf16(to_bf16(gate_for(g, y) * from_bf16(y)));
 }
 
@@ -41,7 +34,7 @@ template <class Y>
 void add_gated(Tensor out, Y y, Tensor gate, int64_t R, int C) {
   for_each_2d(
       "mpf::add_gated_rows", R, C,
-      KOKKOS_LAMBDA(int64_t r, int c) { out(r * C + c) += gated(gate(r), y(r * C + c)); });
+      KOKKOS_LAMBDA(int64_t r, int c) { out(r * C + c) += gated_value(gate(r), y(r * C + c)); });
 }
 
 template <class Y>
@@ -49,8 +42,8 @@ void gated_backward(Tensor dgate, Tensor dy, Tensor dout, Y y, Tensor gate, int6
   for_rows(
       "mpf::gated_rows_dgate", R, C, KOKKOS_LAMBDA(const Row& row, int64_t r) {
         const float* a = dout.data() + r * C;
-        const auto* b = y.data() + r * C;
-        const float dot = row.sum(C, [a, b](int c) { return a[c] * widen(b[c]); });
+        const int64_t first = r * C;
+        const float dot = row.sum(C, [a, y, first](int c) { return a[c] * get(y, first + c); });
         row.once([=] { dgate(r) = dot; });
       });
   for_each_2d(
