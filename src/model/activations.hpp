@@ -238,7 +238,12 @@ struct Activations {
   Kokkos::View<int64_t*, HostSpace> moe_host_counts;
   double* moe_aux = nullptr;  // MoeLayer::aux of every layer (ModelStage sets it)
   float* moe_load = nullptr;  // (the stage's blocks, E): MoeLayer::load of its block at its index
-  float dloss = 0.0f;         // MoeLayer::dloss (the backward sets it)
+  // --qk-clip: (the stage's blocks, NHl) each head's largest attention logit this step, kept by
+  // max at its block's index; null when not measured. qk_rows (B,NHl,T) is the attention's rows'
+  // largest logits on the way there (the stage's, shared by its sets).
+  float* qk_max = nullptr;
+  Tensor qk_rows;
+  float dloss = 0.0f;  // MoeLayer::dloss (the backward sets it)
   // The head's (empty unless chunk.head):
   Tensor lnf;            // (R,C)
   Tensor lnf_mean;       // (Rl)

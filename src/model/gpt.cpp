@@ -336,14 +336,21 @@ void block_forward(Activations& acts, const ParameterTensors& params, int l, MPI
   const RopePositions rope{acts.rope_cos, acts.rope_sin, acts.T, 0};
   block_forward(b.a, acts.block_input(l), acts.partial, b.p, b.s, b.seq, tp, rope,
                 [&](Tensor atty, Tensor qkv) {
+                  // --qk-clip: each row's largest logit, kept per head by max (optim/qk_clip.hpp).
+                  const Tensor rows = acts.qk_max ? acts.qk_rows : Tensor();
                   // GPT-2's multi-head attention is the kv_heads == heads case.
                   if (acts.ring) {
-                    acts.ring->forward(atty, b.a.lse, qkv, acts.doc_start);
+                    acts.ring->forward(atty, b.a.lse, qkv, acts.doc_start, rows);
                   } else {
                     attention_forward(
                         acts.attention, atty, b.a.lse,
                         packed_attention(qkv, acts.B, b.s.heads, b.s.kv_heads, b.s.head_size,
-                                         acts.positions, acts.doc_start, b.s.cfg.sliding_window));
+                                         acts.positions, acts.doc_start, b.s.cfg.sliding_window),
+                        false, rows);
+                  }
+                  if (acts.qk_max) {
+                    fold_head_max(acts.qk_max + int64_t(acts.chunk.first_layer + l) * b.s.heads,
+                                  rows, acts.B, b.s.heads, acts.T);
                   }
                 });
 }

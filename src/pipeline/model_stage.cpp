@@ -1,6 +1,7 @@
 #include "pipeline/model_stage.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "core/error.hpp"
@@ -110,6 +111,9 @@ void ModelStage::begin_step(const std::vector<Tokens>* inputs, const std::vector
   Kokkos::deep_copy(ExecSpace(), Kokkos::subview(loss_sums_, 0), 0.0);
   Kokkos::deep_copy(ExecSpace(), Kokkos::subview(loss_sums_, 2), 0.0);
   if (expert_load_.extent(0) > 0) fill(expert_load_.data(), int64_t(expert_load_.extent(0)), 0.0f);
+  if (qk_max_.extent(0) > 0) {
+    fill(qk_max_.data(), int64_t(qk_max_.extent(0)), -std::numeric_limits<float>::infinity());
+  }
   times_ = {};
 }
 
@@ -140,6 +144,17 @@ double ModelStage::loss_sum() const {
 
 double ModelStage::aux_sum() const {
   return read_to_host(loss_sums_.data() + 2, "d2h balance loss");
+}
+
+void ModelStage::measure_qk_logits() {
+  qk_max_ = Slab("mpf::stage::qk_max", int64_t(shard_.local_layers()) * shard_.heads);
+  qk_rows_ = Slab("mpf::stage::qk_rows", int64_t(micro_batch_) * shard_.heads * seq_len_);
+}
+
+std::vector<float> ModelStage::qk_logit_max() const {
+  std::vector<float> out(qk_max_.extent(0));
+  copy_to_host(out.data(), qk_max_.data(), out.size() * sizeof(float), "d2h qk logit max");
+  return out;
 }
 
 std::vector<float> ModelStage::expert_load() const {
@@ -276,6 +291,8 @@ void ModelStage::forward(int mb, int chunk) {
   a->doc_start = doc_starts_ ? (*doc_starts_)[mb].data() : nullptr;
   a->moe_aux = loss_sums_.data() + 2;
   a->moe_load = expert_load_.data();
+  a->qk_max = qk_max_.extent(0) > 0 ? qk_max_.data() : nullptr;
+  a->qk_rows = Tensor(qk_rows_.data(), int64_t(qk_rows_.extent(0)));
   a->forward_dloss = dloss_;  // the head's classifier writes dlogits in the loss's pass
   Stopwatch sw;
   timed("F", mb, chunk, [&] {
@@ -441,6 +458,7 @@ double ModelStage::evaluate(const ParameterTensors& params, const std::vector<To
       if (!p2p_.is_first(c)) p2p_.recv_forward(a->input.data(), int(mb), c);
       a->doc_start = doc_starts ? (*doc_starts)[mb].data() : nullptr;
       a->moe_aux = nullptr;     // an evaluation's balance losses are not the step's
+      a->qk_max = nullptr;      // nor its logits
       a->forward_dloss = 0.0f;  // the losses only
       gpt_forward(*a, params, inputs[mb], targets[mb], tp_, workspace_.get());
       if (chunks_[c].head) add_loss(*a, loss);

@@ -96,6 +96,12 @@ class ModelStage : public pipeline::StageOps {
   // The step's (token, slot) choices of each expert in each of this stage's blocks (local block
   // index, expert), counted on one of each TP and CP group's ranks; empty for a dense model.
   std::vector<float> expert_load() const;
+  // --qk-clip: from the next step the blocks record each head's largest attention logit (the
+  // fused attention measures it). Before the first step.
+  void measure_qk_logits();
+  // The step's largest attention logit of each (local block, local head), −∞ where none was
+  // seen; empty unless measured.
+  std::vector<float> qk_logit_max() const;
   // The most bytes of activations and W sets held at once, and the most (mb, chunk)s held (from
   // their forward's input to their W) at once.
   int64_t peak_activation_bytes() const { return peak_bytes_; }
@@ -208,6 +214,9 @@ class ModelStage : public pipeline::StageOps {
   // The step's loss, an evaluation's, and the step's balance losses.
   Kokkos::View<double*, MemSpace> loss_sums_{"mpf::stage::loss_sums", 3};
   Slab expert_load_;  // (local blocks, E), zeroed at each step's start
+  // --qk-clip: (local blocks, heads) the step's largest logits, −∞ at each step's start, and the
+  // attention's (B, heads, T) rows of them on the way.
+  Slab qk_max_, qk_rows_;
   StageTimes times_;
   bool time_ops_ = true;
   bool by_block_ = false;

@@ -54,6 +54,9 @@ struct TrainOptions {
   float muon_momentum = 0.95f;
   std::string muon_ns_precision = "fp32";
   bool reset_optimizer = false;
+  // --qk-clip τ: after each update, a head whose largest attention logit in the step exceeded τ
+  // has its query and key projections scaled down to τ (optim/qk_clip.hpp); 0: off.
+  float qk_clip = 0.0f;
   int warmup = 0;
   // --skip-outliers Z: no update for a step whose loss or gradient norm is more than Z standard
   // deviations above the last outlier_window steps' (0: off).

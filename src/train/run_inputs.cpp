@@ -134,6 +134,18 @@ void check_latent_attention(const TrainOptions& opts, const GPTConfig& cfg) {
           mla + "does not give its matrices to Muon yet; use --optimizer adamw");
 }
 
+// --qk-clip scales the query and key projections; where normalisation or the latent attention
+// stands between them and the logits, that scale would not reach the logits.
+void check_qk_clip(const TrainOptions& opts, const GPTConfig& cfg) {
+  if (opts.qk_clip <= 0.0f) return;
+  require(!cfg.qk_norm(),
+          "--qk-clip: this model's q/k norms already bound its attention logits "
+          "(the scale of W_q and W_k does not reach them); drop --qk-clip");
+  require(!cfg.mla(),
+          "--qk-clip does not scale deepseek_v3's latent attention yet (its "
+          "projections and shared rotary key); drop --qk-clip");
+}
+
 void read_eval_data(RunInputs& in) {
   const TrainOptions& opts = in.opts;
   if (opts.eval_data.empty()) return;
@@ -235,6 +247,7 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
   }
   apply_moe_aux_coef(opts, in.cfg);
   check_latent_attention(opts, in.cfg);
+  check_qk_clip(opts, in.cfg);
   require(opts.seq_len <= in.cfg.max_seq_len,
           "--seq-len " + std::to_string(opts.seq_len) + " exceeds the model's max_seq_len " +
               std::to_string(in.cfg.max_seq_len) +

@@ -247,6 +247,8 @@ void RunReporter::step(const StepRecord& s, const PeakCheck& peak) const {
                mfu = 100.0 * r.flops_per_step() / seconds / r.peak_flops_->flops();
   MetricsRecord step = MetricsRecord("step").integer("step", s.step).number("loss", s.loss);
   if (!std::isnan(s.aux)) step.number("aux", s.aux);
+  if (!std::isnan(s.qk_logit))
+    step.number("qk_logit", s.qk_logit).integer("qk_clipped", s.qk_clipped);
   record(step.number("lr", s.lr)
              .number("norm", s.norm)
              .number("ms", s.ms)

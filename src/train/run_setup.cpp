@@ -378,6 +378,7 @@ void TrainingRun::set_up_stage() {
   // The classic schedules run each W right after its B: W then goes with B, block by block, and
   // a microbatch keeps two blocks' W inputs instead of its chunk's.
   stage_->set_weight_with_input(!pipeline::is_zero_bubble(pp_schedule_));
+  if (opts.qk_clip > 0.0f && !model_only_) stage_->measure_qk_logits();
 }
 
 void TrainingRun::set_up_sample(std::optional<Tokenizer> tokenizer) {

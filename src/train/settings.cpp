@@ -153,6 +153,11 @@ SettingGroup optimizer_settings() {
            "fp32 or bf16: Muon's Newton-Schulz products (bf16 needs native bf16 products)",
            &O::muon_ns_precision, kNoMinimum, "optimizer.muon_ns_precision", kMayChange,
            "fp32,bf16"},
+          {"--qk-clip", "TAU",
+           "after each update, scale the query and key projections of any attention head whose "
+           "largest logit q.k/sqrt(hs) in the step exceeded TAU down to TAU (Kimi K2's "
+           "MuonClip; with any optimizer); 0 = off",
+           &O::qk_clip, 0, "optimizer.qk_clip", kWarns},
           {"--reset-optimizer", "",
            "on a resume, start the optimizer's state (moments, momentum, step count of the bias "
            "corrections) afresh: the way to resume with another --optimizer",

@@ -28,13 +28,16 @@ double flops_per_token(const GPTConfig& cfg, int T) {
 
 std::string format_step(const StepRecord& r, double tokens, double flops_per_step,
                         double peak_flops) {
-  char buf[256], aux[32] = "";
+  char buf[320], aux[32] = "", qk[64] = "";
   const double s = r.ms / 1e3;
   if (!std::isnan(r.aux)) std::snprintf(aux, sizeof aux, " | aux %.6f", r.aux);
+  if (!std::isnan(r.qk_logit)) {
+    std::snprintf(qk, sizeof qk, " | qk logit %.2f, %d clipped", r.qk_logit, r.qk_clipped);
+  }
   std::snprintf(
       buf, sizeof buf,
-      "step %d/%d | loss %.6f%s | lr %.1e | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%", r.step,
-      r.steps, r.loss, aux, r.lr, r.norm, r.ms, tokens / s,
+      "step %d/%d | loss %.6f%s | lr %.1e | norm %.4f%s | %.1f ms | %.0f tok/s | MFU %.1f%%",
+      r.step, r.steps, r.loss, aux, r.lr, r.norm, qk, r.ms, tokens / s,
       100.0 * flops_per_step / s / peak_flops);
   return buf;
 }

@@ -11,6 +11,7 @@
 #include "core/stopwatch.hpp"
 #include "model/layers/matmul.hpp"
 #include "optim/grad_norm.hpp"
+#include "optim/qk_clip.hpp"
 #include "parallel/device_mpi.hpp"
 #include "pipeline/stage_costs.hpp"
 #include "train/exit_status.hpp"
@@ -108,6 +109,7 @@ StepOutcome TrainingRun::step(int step) {
     optimizer_->set_steps_taken(optimizer_->steps_taken() + 1);
   } else {
     update(out.log.lr, out.log.norm);
+    if (opts_.qk_clip > 0.0f) clip_qk(out.log);
   }
   tokens_seen_ += int64_t(tokens_per_step());
   out.log.ms = clock.seconds() * 1e3;
@@ -198,6 +200,22 @@ void TrainingRun::update(float lr, double norm) {
   phase.next(StepPhase::kZeroGather);
   dp_grads_->allgather_params(params_.slab.data());
   if (bf16) round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
+}
+
+void TrainingRun::clip_qk(StepRecord& log) {
+  std::vector<float> head_max = stage_->qk_logit_max();
+  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, head_max.data(), int(head_max.size()), MPI_FLOAT,
+                              MPI_MAX, groups_.dp_cp));
+  const bool bf16 = opts_.precision == Precision::bf16;
+  const QkClipReport r =
+      qk_clip(params_, shard_, head_max, opts_.qk_clip, bf16 ? weights16_.data() : nullptr);
+  // The line reports the whole model: the largest logit and the heads clipped over the stages
+  // and TP ranks (each holds other heads).
+  double largest = r.largest, heads = r.heads;
+  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &largest, 1, MPI_DOUBLE, MPI_MAX, grid_->world_comm()));
+  heads = allreduce_sum(allreduce_sum(heads, grid_->tp_comm()), grid_->pp_comm());
+  log.qk_logit = largest;
+  log.qk_clipped = int(heads);
 }
 
 void TrainingRun::tally(const StepOutcome& s, TrainResult& result) {

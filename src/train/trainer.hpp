@@ -145,6 +145,9 @@ class TrainingRun {
   double sync();
   // AdamW with the gradients clipped by `norm`; parameters and their bf16 copy updated alike.
   void update(float lr, double norm);
+  // --qk-clip after an update: each head's largest logit of the step, the largest over the ranks
+  // holding its parameters (DP x CP), and the heads above it scaled (optim/qk_clip.hpp).
+  void clip_qk(StepRecord& log);
   // The z-scores against the outlier windows; --skip-outliers' decision.
   void judge_outlier(StepOutcome& out);
 

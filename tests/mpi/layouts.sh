@@ -4,7 +4,8 @@
 # and with tp > 1 also with sequence parallelism; gradient accumulation over microbatches with
 # both schedules; and one 8-rank layout. Five steps of a tiny model from the same seed must give
 # the serial run's losses and, after the last update, its parameters (serial_reference.sh says
-# within what, and why). Pipeline layouts are in pipeline.sh.
+# within what, and why), and --qk-clip on TP, DP with ZeRO-1 and CP. Pipeline layouts are in
+# pipeline.sh.
 source "$(dirname "$0")/serial_reference.sh"
 
 # Buckets of 0.05 MB cut this model's gradients into a dozen pieces that become ready at different
@@ -32,5 +33,22 @@ run_layout 2 2 --microbatches 2 --sequence-parallel --zero 1 --overlap-grad-redu
 if [ "$PRECISION" = fp32 ]; then
   OMP_WAIT_POLICY=PASSIVE run_layout 2 4 --sequence-parallel --zero 1 --overlap-grad-reduce \
     --dp-bucket-mb 0.05
+fi
+# --qk-clip (optim/qk_clip.hpp) at 0.05, under this model's logits, so heads are scaled after
+# every update: each rank scales its heads from the largest logits agreed over DP (under ZeRO-1
+# after the gather) and merged over CP's ring blocks, TP's heads split: the serial run's losses
+# and parameters. Its own serial run, in a folder of its own.
+if [ "$PRECISION" = fp32 ]; then
+  args+=(--qk-clip 0.05)
+  outer=$WORK
+  WORK=$outer/qk_clip
+  mkdir -p "$WORK"
+  run_layout 2 1
+  run_layout 1 2 --zero 1
+  run_layout 1 1 --cp 2
+  clipped=$(grep -c '^step .* | qk logit [0-9.]*, [1-9][0-9]* clipped' "$WORK/serial_8.log")
+  [ "$clipped" -eq 5 ] && ok "--qk-clip: heads clipped at each of the serial run's 5 steps" ||
+    bad "--qk-clip: the serial run clipped heads at $clipped of 5 steps"
+  WORK=$outer
 fi
 finish
