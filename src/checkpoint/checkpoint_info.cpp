@@ -73,6 +73,13 @@ std::vector<Field> optional_model_fields(CheckpointInfo& c, bool held) {
     out.push_back({"model.moe_aux_coef", &m.moe_aux_coef});
   }
   if (!held || m.shared_expert()) out.push_back({"model.shared_ffn", &m.shared_ffn});
+  if (!held || m.features().moe_choice_bias) {  // DeepSeekMoE's routing
+    out.push_back({"model.moe_sigmoid", &m.moe_sigmoid});
+    out.push_back({"model.moe_noaux", &m.moe_noaux});
+    out.push_back({"model.moe_groups", &m.moe_groups});
+    out.push_back({"model.moe_topk_groups", &m.moe_topk_groups});
+    out.push_back({"model.moe_scale", &m.moe_scale});
+  }
   if (!held || m.no_qkv_bias) out.push_back({"model.no_qkv_bias", &m.no_qkv_bias});
   if (!held || m.mla()) {  // multi-head latent attention's sizes (deepseek_v3)
     out.push_back({"model.q_lora_rank", &m.q_lora_rank});

@@ -159,6 +159,7 @@ constexpr Gpt2Name kGpt2Names[kNumParameterTensors] = {
     {"", false},
     {"", false},
     {"", false},
+    {"", false},
 };
 
 // The names of the families of Llama blocks (LlamaForCausalLM's; Qwen2's adds the Q, K, V
@@ -203,9 +204,13 @@ std::vector<const char*> llama_names(TensorId t, const ModelFeatures& f) {
       if (f.hf_block_sparse_moe) return {"model.layers.%d.block_sparse_moe.gate.weight"};
       return {"model.layers.%d.mlp.gate.weight"};
     case TensorId::sfcw:
+      if (!f.shared_expert_gate)  // DeepSeekMoE's shared_experts: n_shared of them as one SwiGLU
+        return {"model.layers.%d.mlp.shared_experts.gate_proj.weight",
+                "model.layers.%d.mlp.shared_experts.up_proj.weight"};
       return {"model.layers.%d.mlp.shared_expert.gate_proj.weight",
               "model.layers.%d.mlp.shared_expert.up_proj.weight"};
     case TensorId::sfcprojw:
+      if (!f.shared_expert_gate) return {"model.layers.%d.mlp.shared_experts.down_proj.weight"};
       return {"model.layers.%d.mlp.shared_expert.down_proj.weight"};
     case TensorId::sgatew:
       return {"model.layers.%d.mlp.shared_expert_gate.weight"};
@@ -221,6 +226,8 @@ std::vector<const char*> llama_names(TensorId t, const ModelFeatures& f) {
       return {"model.layers.%d.self_attn.kv_a_layernorm.weight"};
     case TensorId::kvbw:
       return {"model.layers.%d.self_attn.kv_b_proj.weight"};
+    case TensorId::moebias:
+      return {"model.layers.%d.mlp.gate.e_score_correction_bias"};
     default:
       return {};  // a tensor these families do not hold
   }

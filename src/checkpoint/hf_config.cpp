@@ -192,8 +192,48 @@ void read_experts(const ConfigKeys& k, GPTConfig& cfg) {
           k.where("clip_qkv") + " is set; this trainer does not clip Q, K and V");
 }
 
+// DeepSeekMoE's blocks (DeepseekV3MoE): n_routed_experts SwiGLU experts of moe_intermediate_size,
+// n_shared_experts as one ungated SwiGLU of n_shared · that width, the routing of
+// DeepseekV3TopkRouter (model/config.hpp's moe_sigmoid..moe_scale). What it does not compute is
+// refused by key.
+void read_deepseek_moe(const ConfigKeys& k, GPTConfig& cfg) {
+  cfg.experts = k.size("n_routed_experts");
+  cfg.experts_per_token = k.size("num_experts_per_tok");
+  cfg.ffn_dim = k.size("moe_intermediate_size");
+  cfg.shared_ffn = k.size_or("n_shared_experts", 0) * cfg.ffn_dim;
+  cfg.moe_renormalize = k.bool_or("norm_topk_prob", true);
+  cfg.moe_scale = float(k.number_or("routed_scaling_factor", 1.0));
+  require(cfg.moe_scale > 0 && std::isfinite(cfg.moe_scale),
+          k.where("routed_scaling_factor") + " is not a positive number; the config is corrupt");
+  cfg.moe_aux_coef = float(k.number_or("aux_loss_alpha", default_moe_aux_coef(cfg.arch)));
+  k.expect_string("scoring_func", {"sigmoid", "softmax"},
+                  "this trainer scores experts by their sigmoid or softmax only");
+  const json::Value* scoring = k.find("scoring_func");
+  cfg.moe_sigmoid = scoring == nullptr || scoring->is_null() || scoring->string() == "sigmoid";
+  k.expect_string("topk_method", {"noaux_tc", "greedy"},
+                  "this trainer chooses experts by noaux_tc (biased scores, group-limited) or "
+                  "greedy (the scores alone) only");
+  const json::Value* method = k.find("topk_method");
+  cfg.moe_noaux = method == nullptr || method->is_null() || method->string() == "noaux_tc";
+  cfg.moe_groups = k.size_or("n_group", 1);
+  cfg.moe_topk_groups = k.size_or("topk_group", 1);
+  const int E = cfg.experts, G = cfg.moe_groups, kg = cfg.moe_topk_groups;
+  require(E % G == 0, k.where("n_group") + " is " + std::to_string(G) + ", which does not divide " +
+                          "the " + std::to_string(E) + " routed experts (n_routed_experts)");
+  require(G <= 64 && (G == 1 || E / G >= 2),
+          k.where("n_group") + " is " + std::to_string(G) + ": a group's score is its two best " +
+              "experts', so each of at most 64 groups needs two or more experts");
+  require(kg <= G, k.where("topk_group") + " is " + std::to_string(kg) + ", more than the " +
+                       std::to_string(G) + " groups (n_group)");
+  require(!cfg.moe_noaux || cfg.experts_per_token <= kg * (E / G),
+          k.where("num_experts_per_tok") + " is " + std::to_string(cfg.experts_per_token) +
+              ", more than the " + std::to_string(kg * (E / G)) +
+              " experts in topk_group groups; lower it or raise topk_group");
+}
+
 // DeepseekV3Config's multi-head latent attention (q_lora_rank null: a plain q_proj) and its
-// dense blocks: a block past first_k_dense_replace is a DeepSeekMoE block, not built yet.
+// blocks: all dense (first_k_dense_replace >= num_hidden_layers) or all DeepSeekMoE blocks
+// (first_k_dense_replace 0); a mixture of the two is not built yet.
 void read_latent_attention(const ConfigKeys& k, GPTConfig& cfg) {
   cfg.q_lora_rank = k.size_or("q_lora_rank", 0);
   cfg.kv_lora_rank = k.size("kv_lora_rank");
@@ -204,13 +244,16 @@ void read_latent_attention(const ConfigKeys& k, GPTConfig& cfg) {
   cfg.kv_heads = 0;  // every head has its own K and V from the latent
   cfg.rope_interleave = k.bool_or("rope_interleave", true);
   const json::Value* experts = k.find("n_routed_experts");
-  const int dense = k.size_or("first_k_dense_replace", 3);
-  require(dense >= cfg.layers || experts == nullptr || experts->is_null(),
-          k.where("first_k_dense_replace") + " is " + std::to_string(dense) + " of " +
-              std::to_string(cfg.layers) +
-              " blocks: the blocks past it are DeepSeekMoE blocks (routed experts), whose "
-              "routing is not built yet; only dense deepseek_v3 models train here (set "
-              "first_k_dense_replace to num_hidden_layers)");
+  const json::Value* first = k.find("first_k_dense_replace");
+  const bool zero = first && first->is_number() && first->number() == 0;
+  const int dense = zero ? 0 : k.size_or("first_k_dense_replace", 3);
+  if (dense >= cfg.layers || experts == nullptr || experts->is_null()) return;
+  require(dense == 0, k.where("first_k_dense_replace") + " is " + std::to_string(dense) + " of " +
+                          std::to_string(cfg.layers) +
+                          " blocks: dense blocks before DeepSeekMoE blocks in one model are not "
+                          "built yet; set it to 0 (every block DeepSeekMoE) or to "
+                          "num_hidden_layers (every block dense)");
+  read_deepseek_moe(k, cfg);
 }
 
 // rope_scaling of type "yarn" (transformers' _compute_yarn_parameters): its factor, original
@@ -446,8 +489,20 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
       s += line("v_head_dim", n(cfg.v_head_dim));
       s += line("head_dim", n(cfg.qk_rope_dim));
       s += line("rope_interleave", cfg.rope_interleave ? "true" : "false");
-      // Every block dense (DeepSeekMoE's routed experts are not built yet).
-      s += line("first_k_dense_replace", n(cfg.layers));
+      // Every block dense, or every block DeepSeekMoE (a mixture of the two is not built yet).
+      s += line("first_k_dense_replace", n(cfg.moe() ? 0 : cfg.layers));
+      if (cfg.moe()) {
+        s += line("n_routed_experts", n(cfg.experts));
+        s += line("n_shared_experts", n(cfg.shared_ffn / cfg.ffn_width()));
+        s += line("moe_intermediate_size", n(cfg.ffn_width()));
+        s += line("num_experts_per_tok", n(cfg.experts_per_token));
+        s += line("norm_topk_prob", cfg.moe_renormalize ? "true" : "false");
+        s += line("routed_scaling_factor", float_text(cfg.moe_scale));
+        s += line("scoring_func", cfg.moe_sigmoid ? "\"sigmoid\"" : "\"softmax\"");
+        s += line("topk_method", cfg.moe_noaux ? "\"noaux_tc\"" : "\"greedy\"");
+        s += line("n_group", n(cfg.moe_groups)) + line("topk_group", n(cfg.moe_topk_groups));
+        s += line("aux_loss_alpha", float_text(cfg.moe_aux_coef));
+      }
     } else {
       s += line("head_dim", n(cfg.head_size()));
     }
@@ -472,7 +527,7 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
                          ", \"high_freq_factor\": " + float_text(cfg.rope_high_freq_factor) +
                          ", \"original_max_position_embeddings\": " + n(cfg.rope_original_max_pos) +
                          "}");
-    if (cfg.moe()) {
+    if (cfg.moe() && !cfg.mla()) {
       const bool mixtral = cfg.arch == Arch::kMixtral;
       s += line(mixtral ? "num_local_experts" : "num_experts", n(cfg.experts));
       s += line("num_experts_per_tok", n(cfg.experts_per_token));

@@ -47,8 +47,8 @@ constexpr HeaderKind kLlamaModelFile{llmc::kLlamaModelMagic, llmc::kLlamaModelVe
 // A Llama-family model's fields in header slots 8..24 (docs/file-formats.md): GPT-2's files
 // keep them zero. Slot 8 is the family (Arch's value); floats are stored as their bits; slots 18
 // (the sliding window), 19 (a head size apart from C/NH), 20..23 (the experts), 24 (a shared
-// expert's width), 25 (the family's Q, K, V biases left out), 26..31 (latent attention) and
-// 32..36 (YaRN) are 0 in files written before them.
+// expert's width), 25 (the family's Q, K, V biases left out), 26..31 (latent attention),
+// 32..36 (YaRN) and 37..41 (DeepSeekMoE's routing) are 0 in files written before them.
 enum LlamaSlot {
   kArch = 8,
   kKvHeads,
@@ -79,7 +79,13 @@ enum LlamaSlot {
   kYarnBetaFast,
   kYarnBetaSlow,
   kYarnMscale,
-  kYarnMscaleAllDim
+  kYarnMscaleAllDim,
+  // 37..41: DeepSeekMoE's routing (deepseek_v3 with routed experts).
+  kMoeSigmoid,
+  kMoeNoaux,
+  kMoeGroups,
+  kMoeTopkGroups,
+  kMoeScale
 };
 constexpr int kLastArch = int(Arch::kDeepseekV3);
 int32_t float_bits(float x) {
@@ -114,6 +120,13 @@ void read_llama_slots(const int32_t* h, GPTConfig& cfg) {
     cfg.yarn_mscale_all_dim = bits_float(h[kYarnMscaleAllDim]);
   }
   cfg.moe_renormalize = h[kMoeRenormalize] != 0;
+  if (cfg.features().moe_choice_bias) {
+    cfg.moe_sigmoid = h[kMoeSigmoid] != 0;
+    cfg.moe_noaux = h[kMoeNoaux] != 0;
+    cfg.moe_groups = h[kMoeGroups];
+    cfg.moe_topk_groups = h[kMoeTopkGroups];
+    cfg.moe_scale = bits_float(h[kMoeScale]);
+  }
   cfg.moe_aux_coef = bits_float(h[kMoeAuxCoef]);
   cfg.kv_heads = h[kKvHeads];
   cfg.ffn_dim = h[kFfnDim];
@@ -225,6 +238,13 @@ void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
   h[kMoeRenormalize] = cfg.moe() && cfg.moe_renormalize ? 1 : 0;
   h[kMoeAuxCoef] = float_bits(cfg.moe_aux_coef);
   h[kSharedFfn] = cfg.shared_ffn;
+  if (cfg.features().moe_choice_bias) {
+    h[kMoeSigmoid] = cfg.moe_sigmoid ? 1 : 0;
+    h[kMoeNoaux] = cfg.moe_noaux ? 1 : 0;
+    h[kMoeGroups] = cfg.moe_groups;
+    h[kMoeTopkGroups] = cfg.moe_topk_groups;
+    h[kMoeScale] = float_bits(cfg.moe_scale);
+  }
   h[kNoQkvBias] = cfg.no_qkv_bias ? 1 : 0;
   if (cfg.mla()) {
     h[kQLoraRank] = cfg.q_lora_rank;

@@ -71,6 +71,7 @@ const char* arch_names() {
 }
 
 float default_moe_aux_coef(Arch arch) {
+  if (arch == Arch::kDeepseekV3) return 0.0f;  // aux-loss-free balancing (the routing's bias)
   return arch == Arch::kOlmoe ? 0.01f : 0.001f;
 }
 
@@ -281,10 +282,13 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
          a.sliding_window == b.sliding_window && a.head_size() == b.head_size() &&
          a.experts == b.experts && a.experts_per_token == b.experts_per_token &&
          (!a.moe() || a.moe_renormalize == b.moe_renormalize) && a.shared_ffn == b.shared_ffn &&
-         a.features().qkv_bias == b.features().qkv_bias && a.q_lora_rank == b.q_lora_rank &&
-         a.kv_lora_rank == b.kv_lora_rank && a.qk_nope_dim == b.qk_nope_dim &&
-         a.qk_rope_dim == b.qk_rope_dim && a.v_head_dim == b.v_head_dim &&
-         (!a.mla() || a.rope_interleave == b.rope_interleave) && a.rope_yarn == b.rope_yarn &&
+         a.moe_sigmoid == b.moe_sigmoid && a.moe_noaux == b.moe_noaux &&
+         a.moe_groups == b.moe_groups && a.moe_topk_groups == b.moe_topk_groups &&
+         a.moe_scale == b.moe_scale && a.features().qkv_bias == b.features().qkv_bias &&
+         a.q_lora_rank == b.q_lora_rank && a.kv_lora_rank == b.kv_lora_rank &&
+         a.qk_nope_dim == b.qk_nope_dim && a.qk_rope_dim == b.qk_rope_dim &&
+         a.v_head_dim == b.v_head_dim && (!a.mla() || a.rope_interleave == b.rope_interleave) &&
+         a.rope_yarn == b.rope_yarn &&
          (!a.rope_yarn ||
           (a.yarn_beta_fast == b.yarn_beta_fast && a.yarn_beta_slow == b.yarn_beta_slow &&
            a.yarn_mscale == b.yarn_mscale && a.yarn_mscale_all_dim == b.yarn_mscale_all_dim));

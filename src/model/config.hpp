@@ -60,6 +60,11 @@ struct ModelFeatures {
   // mlp.experts.{j}.gate_proj/up_proj/down_proj.
   bool moe = false;
   bool hf_block_sparse_moe = false;
+  // The shared expert's output joins ungated (DeepSeekMoE's mlp.shared_experts: no sgatew).
+  bool shared_expert_gate = true;
+  // DeepSeekMoE's routing (DeepSeek-V3 with routed experts): a per-expert bias added to the scores
+  // for choosing only (e_score_correction_bias, a tensor row that AdamW never moves).
+  bool moe_choice_bias = false;
   // DeepSeek-V3's multi-head latent attention (MLA) in place of the Q, K, V projections (the
   // latent ranks and head sizes in GPTConfig).
   bool mla = false;
@@ -101,6 +106,14 @@ struct GPTConfig {
   // Qwen2-MoE's shared expert: a SwiGLU MLP of this width every token goes through beside its
   // routed experts, its output scaled by sigmoid(x · sgatew); 0: none.
   int shared_ffn = 0;
+  // DeepSeekMoE's routing (deepseek_v3 with n_routed_experts; HF's DeepseekV3TopkRouter): scores
+  // sigmoid(logits) (or softmax), the k chosen on scores + e_score_correction_bias (noaux_tc;
+  // greedy: on the scores alone, no groups) inside the moe_topk_groups of moe_groups groups with
+  // the largest sums of their two best biased scores; gates the chosen scores (renormalised over
+  // the k under moe_renormalize) times moe_scale (routed_scaling_factor).
+  bool moe_sigmoid = false, moe_noaux = false;
+  int moe_groups = 1, moe_topk_groups = 1;
+  float moe_scale = 1.0f;
   // The family's Q, K, V biases left out (Qwen2-MoE's config.json "qkv_bias": false, as
   // transformers builds the model then).
   bool no_qkv_bias = false;
@@ -122,6 +135,12 @@ struct GPTConfig {
   ModelFeatures features() const {
     ModelFeatures f = features_of(arch);
     if (no_qkv_bias) f.qkv_bias = false;
+    if (arch == Arch::kDeepseekV3 && experts > 0) {  // DeepSeekMoE blocks
+      f.moe = true;
+      f.shared_expert = shared_ffn > 0;
+      f.shared_expert_gate = false;
+      f.moe_choice_bias = true;
+    }
     return f;
   }
   // The families with the Llama fields (GQA, SwiGLU width, RMSNorm eps, rotary embeddings).

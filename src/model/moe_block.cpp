@@ -20,7 +20,14 @@ namespace mpf {
 namespace {
 MoeShape moe_shape(const LayerActivations& a, const TpShard& s, int64_t R) {
   const GPTConfig& cfg = s.cfg;
-  return {R, a.moe.seqs, cfg.experts, cfg.experts_per_token, cfg.moe_renormalize};
+  MoeShape shape{R, a.moe.seqs, cfg.experts, cfg.experts_per_token, cfg.moe_renormalize};
+  shape.sigmoid = cfg.moe_sigmoid;
+  shape.scale = cfg.moe_scale;
+  if (cfg.moe_noaux) {  // greedy: the scores alone, every expert a candidate
+    shape.groups = cfg.moe_groups;
+    shape.topk_groups = cfg.moe_topk_groups;
+  }
+  return shape;
 }
 
 // f(e, first, n) for each of n_experts experts with rows: its n rows from `first` in order.
@@ -183,11 +190,15 @@ void shared_expert_forward(Tensor sum, const LayerActivations& a, const LayerPar
     swiglu_forward(a.shared_h, a.shared_fch, R, Fs);
     linear_forward(a.shared_out, none, a.shared_h, p.sfcprojw, none, R, Fs, C);
   }
-  {
-    const Fp32Products fp32;
-    linear_forward(a.shared_gate, none, a.ln2, p.sgatew, none, R, C, 1);
+  if (s.cfg.features().shared_expert_gate) {
+    {
+      const Fp32Products fp32;
+      linear_forward(a.shared_gate, none, a.ln2, p.sgatew, none, R, C, 1);
+    }
+    sigmoid_gate_forward(a.shared_gate, R);
+  } else {  // DeepSeekMoE's shared experts join ungated: a gate of 1
+    fill(a.shared_gate.data(), R, 1.0f);
   }
-  sigmoid_gate_forward(a.shared_gate, R);
   if (kept16) {
     add_gated_rows(sum, a.shared_out_bf16, a.shared_gate, R, C);
   } else {
@@ -209,8 +220,11 @@ void shared_expert_backward(Tensor dln2, Tensor scratch, Tensor dh, const BlockW
   } else {
     gated_rows_backward(w.shared_dgate, w.shared_dout, g, a.shared_out, a.shared_gate, R, C);
   }
-  allreduce_sum(w.shared_dgate.data(), R, tp);
-  sigmoid_gate_backward(w.shared_dgate, a.shared_gate, R);
+  const bool gated = s.cfg.features().shared_expert_gate;
+  if (gated) {
+    allreduce_sum(w.shared_dgate.data(), R, tp);
+    sigmoid_gate_backward(w.shared_dgate, a.shared_gate, R);
+  }
   linear_backward_input(dh, w.shared_dout, p.sfcprojw, R, Fs, C);
   if (kept16) {
     swiglu_backward_input(w.shared_dfch, dh, a.shared_fch_bf16, R, Fs);
@@ -220,7 +234,7 @@ void shared_expert_backward(Tensor dln2, Tensor scratch, Tensor dh, const BlockW
   const Tensor dx = rows(scratch, 0, R, C);
   linear_backward_input(dx, w.shared_dfch, p.sfcw, R, C, 2 * Fs);
   add_into(dln2, dx.data(), R * C);
-  if (s.rank == 0) {
+  if (gated && s.rank == 0) {
     const Fp32Products fp32;
     linear_backward_input(dx, w.shared_dgate, p.sgatew, R, C, 1);
     add_into(dln2, dx.data(), R * C);
@@ -239,6 +253,7 @@ void shared_expert_backward_weight(const LayerParameters& g, const BlockWeightIn
     linear_backward_weight(g.sfcprojw, none, w.shared_dout, a.shared_h, R, Fs, C);
   }
   linear_backward_weight(g.sfcw, none, w.shared_dfch, a.ln2, R, C, 2 * Fs);
+  if (!s.cfg.features().shared_expert_gate) return;
   const Fp32Products fp32;
   linear_backward_weight(g.sgatew, none, w.shared_dgate, a.ln2, R, C, 1);
 }
@@ -250,7 +265,8 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
   const GPTConfig& cfg = s.cfg;
   const int C = cfg.channels, E = cfg.experts;
   const int64_t R = seq.rows;
-  const MoeShape shape = moe_shape(a, s, R);
+  MoeShape shape = moe_shape(a, s, R);
+  if (cfg.moe_noaux) shape.bias = p.moebias.data();
   const Tensor none;
   // Route every row (identically on every TP rank), then the balance loss's statistics, whole
   // sequences' under CP.

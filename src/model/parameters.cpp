@@ -114,6 +114,8 @@ Tensor& view_of(ParameterTensors& t, const SlabPiece& piece) {
       return block().kvanw;
     case TensorId::kvbw:
       return block().kvbw;
+    case TensorId::moebias:
+      return block().moebias;
   }
   MPF_FATAL("not a parameter tensor");
 }

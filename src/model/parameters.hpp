@@ -41,12 +41,13 @@ struct LayerParameters {
   Tensor sgatew;    // (C) its gate's row
   // Multi-head latent attention (model/mla.hpp), in place of qkvw; r_q, r_kv the latent ranks,
   // dn, dr, dv the no-rope, rope and V head sizes:
-  Tensor qaw;    // (r_q, C) q_a_proj
-  Tensor qanw;   // (r_q) q_a_layernorm
-  Tensor qbw;    // (NH·(dn + dr), r_q) q_b_proj (or (.., C) q_proj without r_q), by head
-  Tensor kvaw;   // (r_kv + dr, C) kv_a_proj_with_mqa
-  Tensor kvanw;  // (r_kv) kv_a_layernorm
-  Tensor kvbw;   // (NH·(dn + dv), r_kv) kv_b_proj, each head's [K | V]
+  Tensor qaw;      // (r_q, C) q_a_proj
+  Tensor qanw;     // (r_q) q_a_layernorm
+  Tensor qbw;      // (NH·(dn + dr), r_q) q_b_proj (or (.., C) q_proj without r_q), by head
+  Tensor kvaw;     // (r_kv + dr, C) kv_a_proj_with_mqa
+  Tensor kvanw;    // (r_kv) kv_a_layernorm
+  Tensor kvbw;     // (NH·(dn + dv), r_kv) kv_b_proj, each head's [K | V]
+  Tensor moebias;  // (E) DeepSeekMoE's routing bias (e_score_correction_bias), never trained
 };
 
 struct ParameterTensors {

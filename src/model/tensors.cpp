@@ -91,6 +91,10 @@ bool present(TensorId t, const GPTConfig& cfg) {
       return f.moe;
     case Needs::kSharedExpert:
       return f.shared_expert;
+    case Needs::kSharedExpertGate:
+      return f.shared_expert && f.shared_expert_gate;
+    case Needs::kMoeChoiceBias:
+      return f.moe && f.moe_choice_bias;
     case Needs::kQkvProjection:
       return !f.mla;
     case Needs::kMla:

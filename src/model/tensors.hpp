@@ -48,9 +48,10 @@ enum class TensorId : int {
   qbw,       // q_b_proj (q_proj without a query rank)
   kvaw,      // kv_a_proj_with_mqa: [latent | shared rotary key]
   kvanw,     // kv_a_layernorm
-  kvbw       // kv_b_proj: each head's [K without rotation | V]
+  kvbw,      // kv_b_proj: each head's [K without rotation | V]
+  moebias    // DeepSeekMoE's e_score_correction_bias: added to the scores for choosing only
 };
-inline constexpr int kNumParameterTensors = 29;
+inline constexpr int kNumParameterTensors = 30;
 
 // One dimension of a tensor: `times` times one of the config's sizes.
 struct Dim {
@@ -89,7 +90,9 @@ enum class Needs {
   kUntied,            // an LM head that is not wte: lmhead
   kQkNorm,            // q/k norms: q_normw, k_normw
   kMoe,               // a mixture of experts: routerw
-  kSharedExpert,      // a shared expert: sfcw, sfcprojw, sgatew
+  kSharedExpert,      // a shared expert: sfcw, sfcprojw
+  kSharedExpertGate,  // its gate: sgatew (Qwen2-MoE's; DeepSeekMoE's shared experts have none)
+  kMoeChoiceBias,     // DeepSeekMoE's routing bias: moebias
   kQkvProjection,     // Q, K and V projections: qkvw (all but multi-head latent attention)
   kMla,               // multi-head latent attention: qbw, kvaw, kvanw, kvbw
   kMlaQLora,          // its query rank: qaw, qanw
@@ -183,13 +186,16 @@ inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
   {T::routerw,  "routerw",  P::kBlocks,    E,    C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kMoe},
   {T::sfcw,     "sfcw",     P::kBlocks,    SIN,  C,   S::kColumn, B::kSharedIn, I::kNormal, false, true, N::kSharedExpert},
   {T::sfcprojw, "sfcprojw", P::kBlocks,    C,    SF,  S::kRow,    B::kOne,   I::kNormal, true,    true,  N::kSharedExpert},
-  {T::sgatew,   "sgatew",   P::kBlocks,    one,  C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kSharedExpert},
+  {T::sgatew,   "sgatew",   P::kBlocks,    one,  C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kSharedExpertGate},
   {T::qaw,      "qaw",      P::kBlocks,    QLR,  C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kMlaQLora},
   {T::qanw,     "qanw",     P::kBlocks,    QLR,  one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kMlaQLora},
   {T::qbw,      "qbw",      P::kBlocks,    MQ,   QIN, S::kColumn, B::kOne,   I::kNormal, false,   true,  N::kMla},
   {T::kvaw,     "kvaw",     P::kBlocks,    KVA,  C,   S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kMla},
   {T::kvanw,    "kvanw",    P::kBlocks,    KVR,  one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kMla},
   {T::kvbw,     "kvbw",     P::kBlocks,    MKV,  KVR, S::kColumn, B::kOne,   I::kNormal, false,   true,  N::kMla},
+  // A buffer, not a weight: nothing writes its gradient and it is not decayed, so AdamW leaves it
+  // (m = v = 0); the balancing's bias update alone moves it.
+  {T::moebias,  "moebias",  P::kBlocks,    E,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kMoeChoiceBias},
 }};
 // clang-format on
 

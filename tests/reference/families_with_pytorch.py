@@ -23,6 +23,9 @@ compare_llama_with_pytorch.py, extended by the family's features:
   losses and the tensors after the last step; also a plain q_proj, rotary pairs in halves and no
   rope scaling on 1 rank and TP 2; a checkpoint resumed; greedy decoding with the KV cache on
   TP 1 and 2; what is not built refused.
+- deepseek_v3 with DeepSeekMoE blocks (check_deepseek_moe): sigmoid routing with a nonzero
+  e_score_correction_bias, group-limited, a shared expert, on 1 rank, TP 2 and EP 2; the bias
+  read and written unchanged; each DeepSeekMoE config key it does not compute refused by name.
 Every step's loss within 1e-5 (relative) of the float64 reference on every layout; greedy
 decoding with the KV cache gives the reference's ids; the model saved with --save-hf has the
 family's config.json and tensor names and loads back to the same losses.
@@ -286,6 +289,79 @@ def check_deepseek(tally, exe, gen, workdir, shard, tokens):
                     f"equal torch's, logits within {rel:.1e} of the largest")
 
 
+def check_deepseek_moe(tally, exe, workdir, shard, tokens):
+    """deepseek_v3 with every block DeepSeekMoE (hf_models.DEEPSEEK_MOE) against
+    hf_models.deepseek_logits with its DeepseekV3MoE: losses and the tensors after the last step on
+    1 rank, TP 2 and EP 2; the routing bias (a buffer) unchanged by training and written back; the
+    keys of routing it does not compute refused by name."""
+    m = hf_models.DEEPSEEK_MOE
+    params0 = hf_models.deepseek_random(m, seed=310)
+    model = os.path.join(workdir, "deepseek_v3_moe")
+    hf_models.write_deepseek(model, m, params0)
+    matrices = {k for k, v in params0.items() if v.ndim == 2}
+
+    def loss_of(p, inputs, targets):
+        logits = hf_models.deepseek_logits(p, inputs, m)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, m["V"]), targets.reshape(-1))
+
+    ref, ref_final = train_reference(params0, tokens, CFG, matrices, loss_of, torch.float64, False)
+    # The bias changes the choices: without it the first loss differs.
+    unbiased = {k: (0 * v if k.endswith("e_score_correction_bias") else v)
+                for k, v in params0.items()}
+    other, _ = train_reference(unbiased, tokens, dict(CFG), matrices, loss_of, torch.float64,
+                               False)
+    tally.check(abs(other[0]["loss"] - ref[0]["loss"]) > 1e-5,
+                f"[deepseek_v3 moe] the routing bias matters: first loss {ref[0]['loss']:.6f} "
+                f"with it, {other[0]['loss']:.6f} without")
+    ungrouped = hf_models.deepseek_logits(
+        {k: torch.tensor(v, dtype=torch.float64) for k, v in params0.items()},
+        torch.tensor(tokens[:T].reshape(1, T)), dict(m, moe=dict(m["moe"], groups=1)))
+    grouped = hf_models.deepseek_logits(
+        {k: torch.tensor(v, dtype=torch.float64) for k, v in params0.items()},
+        torch.tensor(tokens[:T].reshape(1, T)), m)
+    tally.check(float((grouped - ungrouped).abs().max()) > 1e-3,
+                "[deepseek_v3 moe] the group limit matters: the logits differ without it")
+    for index, (layout, ranks, extra) in enumerate((("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")),
+                                                    ("ep 2", 2, ("--ep", "2")))):
+        out = model + f"_out{index}"
+        rows, final = run_from_hf(exe, workdir, model, out, shard, extra, ranks)
+        loss = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
+        worst = max((np.linalg.norm(final[k] - ref_final[k]) / np.linalg.norm(ref_final[k]), k)
+                    for k in ref_final)
+        bias = max(float(np.abs(final[k] - v).max()) for k, v in params0.items()
+                   if k.endswith("e_score_correction_bias"))
+        tally.check(loss <= LOSS_RTOL and worst[0] <= PARAM_RTOL and bias == 0.0,
+                    f"[deepseek_v3 moe {layout}] {STEPS} losses within {loss:.1e} of torch's, "
+                    f"every tensor after the last step within {worst[0]:.1e} ({worst[1]}), the "
+                    f"routing bias as read (within {bias:.1e}; first loss {rows[0]['loss']} vs "
+                    f"{ref[0]['loss']:.6f})")
+    # A checkpoint after step 2 (the bias among its tensors) resumed: steps 3..5 as before.
+    ckpt = os.path.join(workdir, "deepseek_v3_moe_ckpt")
+    whole, _ = run_from_hf(exe, workdir, model, model + "_saving", shard,
+                           ("--save", ckpt, "--save-every", "2"))
+    proc = subprocess.run([exe, "--load", ckpt, "--load-step", "2", "--data", shard], cwd=workdir,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True,
+                          text=True, timeout=120)
+    resumed = {int(mt.group(1)): float(mt.group(3))
+               for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt}
+    tally.check(proc.returncode == 0 and resumed == {k: whole[k - 1]["loss"] for k in (3, 4, 5)},
+                f"[deepseek_v3 moe resumed at step 2] steps 3..5 {resumed} are the uninterrupted "
+                f"run's{'' if proc.returncode == 0 else ': ' + proc.stdout + proc.stderr}")
+    bad = [("topk_method", dict(topk_method="group_limited_greedy")),
+           ("scoring_func", dict(scoring_func="sqrtsoftplus")),
+           ("n_group", dict(n_group=3)),
+           ("topk_group", dict(topk_group=3)),
+           ("num_experts_per_tok", dict(num_experts_per_tok=5)),
+           ("first_k_dense_replace", dict(first_k_dense_replace=1))]
+    for key, change in bad:
+        d = os.path.join(workdir, f"deepseek_v3_moe_bad_{key}")
+        shutil.copytree(model, d)
+        json.dump(dict(hf_models.deepseek_moe_config(m), **change),
+                  open(os.path.join(d, "config.json"), "w"))
+        ok, errors = refused(exe, workdir, d, shard, (), key)
+        tally.check(ok, f"[deepseek_v3 moe {key}] refused: {errors}")
+
+
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -334,6 +410,10 @@ def main():
         check_deepseek(tally, exe, gen, workdir, shard, tokens)
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
         tally.fail(f"[deepseek_v3] run failed: {e}")
+    try:
+        check_deepseek_moe(tally, exe, workdir, shard, tokens)
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
+        tally.fail(f"[deepseek_v3 moe] run failed: {e}")
     shutil.rmtree(workdir, ignore_errors=True)
     return tally.finish()
 

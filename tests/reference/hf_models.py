@@ -257,6 +257,12 @@ DEEPSEEK = dict(maxT=32, V=67, L=2, C=64, NH=4, F=96, qr=32, kvr=16, dn=16, dr=8
 # (rope_interleave false), no rope_scaling.
 DEEPSEEK_PLAIN = dict(DEEPSEEK, qr=0, interleave=False, factor=0.0)
 
+# Every block DeepSeekMoE (first_k_dense_replace 0): 8 routed experts of width 16 in 2 groups of
+# 4, a token keeping 1 group and 2 experts in it, 1 shared expert, gates renormalised and scaled
+# by 2.5, and a nonzero e_score_correction_bias (moe_bias: its std) that changes the choices.
+DEEPSEEK_MOE = dict(DEEPSEEK, moe=dict(E=8, k=2, F=16, shared=1, groups=2, topk_groups=1,
+                                       scale=2.5, bias=0.05))
+
 
 def deepseek_shapes(m):
     """DeepseekV3ForCausalLM's tensors (names, shapes) for m."""
@@ -275,8 +281,22 @@ def deepseek_shapes(m):
         out += [(a + "self_attn.kv_a_proj_with_mqa.weight", (m["kvr"] + m["dr"], C)),
                 (a + "self_attn.kv_a_layernorm.weight", (m["kvr"],)),
                 (a + "self_attn.kv_b_proj.weight", (NH * (m["dn"] + m["dv"]), m["kvr"])),
-                (a + "self_attn.o_proj.weight", (C, NH * m["dv"])),
-                (a + "mlp.gate_proj.weight", (m["F"], C)), (a + "mlp.up_proj.weight", (m["F"], C)),
+                (a + "self_attn.o_proj.weight", (C, NH * m["dv"]))]
+        if m.get("moe"):
+            e = m["moe"]
+            out += [(a + "mlp.gate.weight", (e["E"], C)),
+                    (a + "mlp.gate.e_score_correction_bias", (e["E"],))]
+            for j in range(e["E"]):
+                out += [(a + f"mlp.experts.{j}.gate_proj.weight", (e["F"], C)),
+                        (a + f"mlp.experts.{j}.up_proj.weight", (e["F"], C)),
+                        (a + f"mlp.experts.{j}.down_proj.weight", (C, e["F"]))]
+            if e["shared"]:
+                Fs = e["shared"] * e["F"]
+                out += [(a + "mlp.shared_experts.gate_proj.weight", (Fs, C)),
+                        (a + "mlp.shared_experts.up_proj.weight", (Fs, C)),
+                        (a + "mlp.shared_experts.down_proj.weight", (C, Fs))]
+            continue
+        out += [(a + "mlp.gate_proj.weight", (m["F"], C)), (a + "mlp.up_proj.weight", (m["F"], C)),
                 (a + "mlp.down_proj.weight", (C, m["F"]))]
     if not m["tied"]:
         out.append(("lm_head.weight", (m["V"], C)))
@@ -286,8 +306,12 @@ def deepseek_shapes(m):
 def deepseek_random(m, seed=4321):
     """Norm gains near 1, matrices of std 0.1: attention and SwiGLU far from linear."""
     rng = np.random.default_rng(seed)
-    return {name: ((1.0 if len(shape) == 1 else 0.0) + 0.1 * rng.standard_normal(shape))
-            .astype(np.float32) for name, shape in deepseek_shapes(m)}
+    out = {name: ((1.0 if len(shape) == 1 else 0.0) + 0.1 * rng.standard_normal(shape))
+           .astype(np.float32) for name, shape in deepseek_shapes(m)}
+    for name in out:  # DeepSeekMoE's routing bias: centred on 0
+        if name.endswith("e_score_correction_bias"):
+            out[name] = (m["moe"]["bias"] * rng.standard_normal(out[name].shape)).astype(np.float32)
+    return out
 
 
 def deepseek_config(m):
@@ -309,9 +333,21 @@ def deepseek_config(m):
                 attention_bias=False, tie_word_embeddings=m["tied"])
 
 
+def deepseek_moe_config(m):
+    """DeepseekV3Config's keys for m: every block DeepSeekMoE when m has "moe"."""
+    c = deepseek_config(m)
+    e = m.get("moe")
+    if e:
+        c.update(first_k_dense_replace=0, n_routed_experts=e["E"], num_experts_per_tok=e["k"],
+                 moe_intermediate_size=e["F"], n_shared_experts=e["shared"], n_group=e["groups"],
+                 topk_group=e["topk_groups"], routed_scaling_factor=e["scale"],
+                 scoring_func="sigmoid", topk_method="noaux_tc")
+    return c
+
+
 def write_deepseek(d, m, params):
     os.makedirs(d)
-    json.dump(deepseek_config(m), open(os.path.join(d, "config.json"), "w"), indent=2)
+    json.dump(deepseek_moe_config(m), open(os.path.join(d, "config.json"), "w"), indent=2)
     write_safetensors(os.path.join(d, "model.safetensors"), params, "F32", {"format": "pt"})
 
 
@@ -343,6 +379,37 @@ def yarn_parameters(m, torch):
     ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
     keep = 1 - ramp  # inv_freq_extrapolation_factor
     return interpolation * (1 - keep) + extrapolation * keep, attention_factor
+
+
+def deepseek_moe(p, a, h, e):
+    """DeepseekV3MoE (modeling_deepseek_v3.py) on h (B, T, C): DeepseekV3TopkRouter's sigmoid
+    scores, the k chosen on scores + e_score_correction_bias (no gradient) inside the topk_group
+    groups with the largest sums of their two best biased scores (the other groups' experts
+    masked to 0), the chosen scores renormalised and scaled as gates; plus the shared experts'
+    SwiGLU, ungated."""
+    import torch
+    import torch.nn.functional as F
+    x = h.reshape(-1, h.shape[-1])
+    E, G = e["E"], e["groups"]
+    scores = (x @ p[a + "mlp.gate.weight"].T).sigmoid()
+    with torch.no_grad():
+        biased = scores + p[a + "mlp.gate.e_score_correction_bias"].detach()
+        group = biased.view(-1, G, E // G).topk(2, dim=-1)[0].sum(-1)
+        keep = torch.zeros_like(group).scatter_(1, group.topk(e["topk_groups"], dim=-1)[1], 1)
+        keep = keep.unsqueeze(-1).expand(-1, G, E // G).reshape(-1, E).bool()
+        chosen = biased.masked_fill(~keep, 0.0).topk(e["k"], dim=-1)[1]
+    w = scores.gather(1, chosen)
+    w = w / (w.sum(-1, keepdim=True) + 1e-20) * e["scale"]
+    gates = torch.zeros_like(scores).scatter(1, chosen, w)
+
+    def swiglu(x, pre):
+        return (F.silu(x @ p[pre + "gate_proj.weight"].T) * (x @ p[pre + "up_proj.weight"].T)) @ \
+            p[pre + "down_proj.weight"].T
+
+    y = sum(gates[:, j:j + 1] * swiglu(x, a + f"mlp.experts.{j}.") for j in range(E))
+    if e["shared"]:
+        y = y + swiglu(x, a + "mlp.shared_experts.")
+    return y.view(h.shape)
 
 
 def deepseek_logits(p, inputs, m):
@@ -403,6 +470,9 @@ def deepseek_logits(p, inputs, m):
         y = (att @ v).transpose(1, 2).reshape(Bb, Tt, NH * dv)
         x = x + y @ w("self_attn.o_proj.weight").T
         h = rms(x, w("post_attention_layernorm.weight"))
+        if m.get("moe"):
+            x = x + deepseek_moe(p, a, h, m["moe"])
+            continue
         x = x + (F.silu(h @ w("mlp.gate_proj.weight").T) * (h @ w("mlp.up_proj.weight").T)) @ \
             w("mlp.down_proj.weight").T
     x = rms(x, p["model.norm.weight"])

@@ -11,30 +11,71 @@ namespace mpf {
 
 void moe_route(Tensor probs, int32_t* choice, Tensor gates, const MoeShape& s) {
   const int E = s.E, k = s.k;
-  const bool renormalize = s.renormalize;
+  const bool renormalize = s.renormalize, sigmoid = s.sigmoid;
+  const int groups = s.groups, topk_groups = s.topk_groups, per_group = E / s.groups;
+  const float scale = s.scale;
+  const float* bias = s.bias;
   for_each(
       "mpf::moe_route", s.rows, KOKKOS_LAMBDA(int64_t n) {
         float* p = probs.data() + n * E;
-        float m = p[0];
-        for (int e = 1; e < E; ++e) m = p[e] > m ? p[e] : m;
-        float z = 0.0f;
-        for (int e = 0; e < E; ++e) z += p[e] = expf(p[e] - m);
-        for (int e = 0; e < E; ++e) p[e] /= z;
-        // The k largest, each the first of its value among those not yet taken.
+        if (sigmoid) {
+          for (int e = 0; e < E; ++e) p[e] = 1.0f / (1.0f + expf(-p[e]));
+        } else {
+          float m = p[0];
+          for (int e = 1; e < E; ++e) m = p[e] > m ? p[e] : m;
+          float z = 0.0f;
+          for (int e = 0; e < E; ++e) z += p[e] = expf(p[e] - m);
+          for (int e = 0; e < E; ++e) p[e] /= z;
+        }
+        // Group-limited: the topk_groups groups with the largest sums of their two best biased
+        // scores (ties to the lower group), as a bit mask (config.cpp keeps groups <= 64).
+        uint64_t kept = ~uint64_t(0);
+        if (groups > 1) {
+          kept = 0;
+          for (int t = 0; t < topk_groups; ++t) {
+            int best = -1;
+            float best_sum = 0.0f;
+            for (int g = 0; g < groups; ++g) {
+              if (kept >> g & 1) continue;
+              float a = -INFINITY, b = -INFINITY;  // the group's two best
+              for (int e = g * per_group; e < (g + 1) * per_group; ++e) {
+                const float v = p[e] + (bias ? bias[e] : 0.0f);
+                if (v > a) {
+                  b = a;
+                  a = v;
+                } else if (v > b) {
+                  b = v;
+                }
+              }
+              if (best < 0 || a + b > best_sum) {
+                best = g;
+                best_sum = a + b;
+              }
+            }
+            kept |= uint64_t(1) << best;
+          }
+        }
+        // The k largest (biased, 0 outside the kept groups), each the first of its value among
+        // those not yet taken.
         float chosen = 0.0f;
         for (int j = 0; j < k; ++j) {
           int best = -1;
+          float best_v = 0.0f;
           for (int e = 0; e < E; ++e) {
             bool taken = false;
             for (int i = 0; i < j; ++i) taken = taken || choice[n * k + i] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            const float v = (kept >> (e / per_group) & 1) ? p[e] + (bias ? bias[e] : 0.0f) : 0.0f;
+            if (!taken && (best < 0 || v > best_v)) {
+              best = e;
+              best_v = v;
+            }
           }
           choice[n * k + j] = best;
           chosen += p[best];
         }
         for (int j = 0; j < k; ++j) {
           const float g = p[choice[n * k + j]];
-          gates(n * k + j) = renormalize ? g / chosen : g;
+          gates(n * k + j) = (renormalize ? g / chosen : g) * scale;
         }
       });
 }
@@ -257,7 +298,8 @@ void moe_scale_rows(Tensor x, Tensor gates, const int32_t* order, int width, con
 void moe_route_backward(Tensor dlogits, Tensor dgates, Tensor probs, const int32_t* choice,
                         Tensor gates, Tensor stats, float aux_scale, const MoeShape& s) {
   const int E = s.E, k = s.k;
-  const bool renormalize = s.renormalize;
+  const bool renormalize = s.renormalize, sigmoid = s.sigmoid;
+  const float scale = s.scale;
   const int64_t T = s.seq_rows();
   for_each(
       "mpf::moe_route_backward", s.rows, KOKKOS_LAMBDA(int64_t n) {
@@ -265,8 +307,8 @@ void moe_route_backward(Tensor dlogits, Tensor dgates, Tensor probs, const int32
         const float* load = stats.data() + (n / T) * E;  // c_e of the token's row
         float* dp = dlogits.data() + n * E;
         for (int e = 0; e < E; ++e) dp[e] = aux_scale * load[e];
-        // gate_j = p_j / S (S the chosen probabilities' sum): ∂/∂p_j = (dgate_j − Σ_i dgate_i ·
-        // gate_i) / S; without renormalisation gate_j = p_j.
+        // gate_j = c · p_j / S (S the chosen probabilities' sum, c the scale): ∂/∂p_j = (c ·
+        // dgate_j − Σ_i dgate_i · gate_i) / S; without renormalisation gate_j = c · p_j.
         float dot = 0.0f, chosen = 0.0f;
         for (int j = 0; j < k; ++j) {
           dot += dgates(n * k + j) * gates(n * k + j);
@@ -274,7 +316,11 @@ void moe_route_backward(Tensor dlogits, Tensor dgates, Tensor probs, const int32
         }
         for (int j = 0; j < k; ++j) {
           const float g = dgates(n * k + j);
-          dp[choice[n * k + j]] += renormalize ? (g - dot) / chosen : g;
+          dp[choice[n * k + j]] += renormalize ? (scale * g - dot) / chosen : scale * g;
+        }
+        if (sigmoid) {  // ∂/∂z_e = p_e · (1 − p_e) · dp_e
+          for (int e = 0; e < E; ++e) dp[e] *= p[e] * (1.0f - p[e]);
+          return;
         }
         // Softmax: ∂/∂z_e = p_e · (dp_e − Σ_e' p_e' · dp_e').
         float mean = 0.0f;

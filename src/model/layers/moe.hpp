@@ -22,12 +22,20 @@ struct MoeShape {
   int seqs = 1;
   int E = 0, k = 0;
   bool renormalize = true;
+  // DeepSeekMoE's routing (model/config.hpp): sigmoid scores, the k chosen on scores + bias[e]
+  // (none: the scores) inside the topk_groups of `groups` groups of E / groups experts with the
+  // largest sums of their two best, the others' experts counted 0 (as transformers masks them);
+  // the gates times `scale`.
+  bool sigmoid = false;
+  int groups = 1, topk_groups = 1;
+  float scale = 1.0f;
+  const float* bias = nullptr;
   int64_t slots() const { return rows * k; }
   int64_t seq_rows() const { return rows / seqs; }
 };
 
-// In place: probs (R,E) from the router's logits to their softmax; choice (R·k) each token's k
-// experts, most probable first; gates (R·k).
+// In place: probs (R,E) from the router's logits to their softmax (or sigmoid); choice (R·k) each
+// token's k experts, most probable first; gates (R·k).
 void moe_route(Tensor probs, int32_t* choice, Tensor gates, const MoeShape& s);
 
 // counts (E): slots per expert, returned on the host too; order (R·k): the slots (token·k + j)
