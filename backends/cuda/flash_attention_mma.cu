@@ -94,6 +94,38 @@ __device__ inline void load_tile(uint16_t* dst, const float* src, int64_t ld_src
   }
 }
 
+// Thread 0: the smallest and largest position of rows [first, first + 64) below `rows`, into
+// shared lo and hi (what a block's tiles are skipped by); the caller's barrier publishes them.
+__device__ inline void position_range(const MmaRuns& runs, int first, int rows, int& lo, int& hi) {
+  if (threadIdx.x != 0) return;
+  int a = INT_MAX, z = INT_MIN;
+  for (int r = 0; r < kRows && first + r < rows; ++r) {
+    const int p = runs.position(first + r);
+    a = min(a, p);
+    z = max(z, p);
+  }
+  lo = a;
+  hi = z;
+}
+
+// c[j] += A·B_jᵀ over HS columns: A the warp's 16 rows of a shared tile (from `a`), B_j rows
+// 8j..8j + 7 of another (from `b`): a 16 x (8·NT) block of scores (or of dP).
+template <int HS, int NT>
+__device__ inline void rows_times_rows(float (&c)[NT][kCElems], const uint16_t* a,
+                                       const uint16_t* b, int ld, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < HS; kk += kK) {
+    uint32_t aa[4];
+    load_a(aa, a + kk, ld, lane);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      uint32_t bb[2];
+      load_b_transposed(bb, b + j * kN * ld + kk, ld, lane);
+      mma_bf16(c[j], aa, bb);
+    }
+  }
+}
+
 template <int HS>
 __global__ void __launch_bounds__(kThreads) flash_forward(MmaAttentionArgs x) {
   static_assert(kKeys == kRows, "load_tile copies kRows rows for K and V too");
@@ -111,16 +143,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward(MmaAttentionArgs x) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
 
   load_tile<HS>(Qs, x.q + int64_t(b) * x.rows_q * x.ldq + int64_t(h) * HS, x.ldq, q0, x.rows_q);
-  if (threadIdx.x == 0) {
-    int lo = INT_MAX, hi = INT_MIN;
-    for (int r = 0; r < kRows && q0 + r < x.rows_q; ++r) {
-      const int p = x.queries.position(q0 + r);
-      lo = min(lo, p);
-      hi = max(hi, p);
-    }
-    q_lo = lo;
-    q_hi = hi;
-  }
+  position_range(x.queries, q0, x.rows_q, q_lo, q_hi);
 
   // This lane's two query rows.
   int t_row[2], qpos[2], doc[2];
@@ -153,17 +176,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward(MmaAttentionArgs x) {
     __syncthreads();
 
     float s[NT][kCElems] = {};
-#pragma unroll
-    for (int kk = 0; kk < HS; kk += kK) {
-      uint32_t a[4];
-      load_a(a, Qs + warp * kM * ld + kk, ld, lane);
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        uint32_t bb[2];
-        load_b_transposed(bb, Ks + j * kN * ld + kk, ld, lane);
-        mma_bf16(s[j], a, bb);
-      }
-    }
+    rows_times_rows<HS>(s, Qs + warp * kM * ld, Ks, ld, lane);
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -254,16 +267,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kv(MmaAttentionGrads 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   load_tile<HS>(Ks, x.k + int64_t(b) * x.rows_k * x.ldkv + int64_t(kvh) * HS, x.ldkv, k0, x.rows_k);
   load_tile<HS>(Vs, x.v + int64_t(b) * x.rows_k * x.ldkv + int64_t(kvh) * HS, x.ldkv, k0, x.rows_k);
-  if (threadIdx.x == 0) {
-    int lo = INT_MAX, hi = INT_MIN;
-    for (int r = 0; r < kKeys && k0 + r < x.rows_k; ++r) {
-      const int p = x.keys.position(k0 + r);
-      lo = min(lo, p);
-      hi = max(hi, p);
-    }
-    k_lo = lo;
-    k_hi = hi;
-  }
+  position_range(x.keys, k0, x.rows_k, k_lo, k_hi);
   // This lane's two key rows.
   int kpos[2];
   bool kvalid[2];
@@ -305,20 +309,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kv(MmaAttentionGrads 
       __syncthreads();
 
       float st[NT][kCElems] = {}, dpt[NT][kCElems] = {};
-#pragma unroll
-      for (int kk = 0; kk < HS; kk += kK) {
-        uint32_t ak[4], av[4];
-        load_a(ak, Ks + warp * kM * ld + kk, ld, lane);
-        load_a(av, Vs + warp * kM * ld + kk, ld, lane);
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          uint32_t bq[2], bo[2];
-          load_b_transposed(bq, Qs + j * kN * ld + kk, ld, lane);
-          load_b_transposed(bo, dOs + j * kN * ld + kk, ld, lane);
-          mma_bf16(st[j], ak, bq);
-          mma_bf16(dpt[j], av, bo);
-        }
-      }
+      rows_times_rows<HS>(st, Ks + warp * kM * ld, Qs, ld, lane);
+      rows_times_rows<HS>(dpt, Vs + warp * kM * ld, dOs, ld, lane);
 #pragma unroll
       for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -387,16 +379,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_q(MmaAttentionGrads g
   const int64_t ldo = int64_t(x.NH) * HS;
   load_tile<HS>(Qs, x.q + int64_t(b) * x.rows_q * x.ldq + int64_t(h) * HS, x.ldq, q0, x.rows_q);
   load_tile<HS>(dOs, g.dout + int64_t(b) * x.rows_q * ldo + int64_t(h) * HS, ldo, q0, x.rows_q);
-  if (threadIdx.x == 0) {
-    int lo = INT_MAX, hi = INT_MIN;
-    for (int r = 0; r < kRows && q0 + r < x.rows_q; ++r) {
-      const int p = x.queries.position(q0 + r);
-      lo = min(lo, p);
-      hi = max(hi, p);
-    }
-    q_lo = lo;
-    q_hi = hi;
-  }
+  position_range(x.queries, q0, x.rows_q, q_lo, q_hi);
   int t_row[2], qpos[2], doc[2];
   bool valid[2];
   float lse[2], delta[2];
@@ -428,20 +411,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_q(MmaAttentionGrads g
     __syncthreads();
 
     float s[NT][kCElems] = {}, dp[NT][kCElems] = {};
-#pragma unroll
-    for (int kk = 0; kk < HS; kk += kK) {
-      uint32_t aq[4], ao[4];
-      load_a(aq, Qs + warp * kM * ld + kk, ld, lane);
-      load_a(ao, dOs + warp * kM * ld + kk, ld, lane);
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        uint32_t bk[2], bv[2];
-        load_b_transposed(bk, Ks + j * kN * ld + kk, ld, lane);
-        load_b_transposed(bv, Vs + j * kN * ld + kk, ld, lane);
-        mma_bf16(s[j], aq, bk);
-        mma_bf16(dp[j], ao, bv);
-      }
-    }
+    rows_times_rows<HS>(s, Qs + warp * kM * ld, Ks, ld, lane);
+    rows_times_rows<HS>(dp, dOs + warp * kM * ld, Vs, ld, lane);
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll

@@ -376,6 +376,17 @@ Gradients reference_backward(const Problem& p, int hs, const std::vector<float>&
   return g;
 }
 
+// c(lane)[j] += A·B_jᵀ over HS columns on an emulated warp, as the kernel's rows_times_rows: A's
+// 16 rows a(row, col), B_j the rows 8j..8j + 7 of b(row, col).
+template <int HS, int NT, class C, class A, class B>
+void emulated_rows_times_rows(C&& c, A&& a, B&& b) {
+  for (int kk = 0; kk < HS; kk += kK)
+    for (int j = 0; j < NT; ++j)
+      warp_mma([&](int lane, int i) -> float& { return c(lane)[j][i]; },
+               [&](int lane, int i) { return a(a_row(lane, i), kk + a_col(lane, i)); },
+               [&](int lane, int i) { return b(j * kN + b_col(lane, i), kk + b_row(lane, i)); });
+}
+
 // The backward kernels (flash_attention_mma.cu) on emulated warps. dK and dV: blocks of 64 keys,
 // 4 warps of 16, query tiles of 64 skipped as the kernel skips them, Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ,
 // backward_element, Pᵀ and dSᵀ reused from the registers as A. dQ: blocks of 64 queries, key
@@ -399,6 +410,15 @@ void emulated_backward(const Problem& p, const std::vector<float>& dout,
     float a[DT][kCElems] = {}, b[DT][kCElems] = {};  // dK and dV, or dQ
     float s[kRows / kN][kCElems] = {}, dp[kRows / kN][kCElems] = {};
   };
+  // A new tile's scores (and dP) start from zero; the gradients accumulate across tiles.
+  auto clear_scores = [](std::vector<Lane>& lanes) {
+    for (Lane& lane : lanes) {
+      for (auto& tile : lane.s)
+        for (float& x : tile) x = 0.0f;
+      for (auto& tile : lane.dp)
+        for (float& x : tile) x = 0.0f;
+    }
+  };
   for (int k0 = 0; k0 < p.T; k0 += kKeys) {
     int k_lo = 1 << 30, k_hi = -(1 << 30);
     for (int r = 0; r < kKeys && k0 + r < p.T; ++r) {
@@ -413,29 +433,16 @@ void emulated_backward(const Problem& p, const std::vector<float>& dout,
         for (int t = q0; t < std::min(q0 + kRows, p.T); ++t)
           useful |= p.pos[t] >= k_lo && (p.window == 0 || p.pos[t] - k_hi < p.window);
         if (!useful) continue;
-        for (auto& lane : lanes) {
-          for (auto& tile : lane.s)
-            for (float& x : tile) x = 0.0f;
-          for (auto& tile : lane.dp)
-            for (float& x : tile) x = 0.0f;
-        }
-        for (int kk = 0; kk < HS; kk += kK)
-          for (int j = 0; j < kRows / kN; ++j) {
-            warp_mma([&](int lane, int i) -> float& { return lanes[lane].s[j][i]; },
-                     [&](int lane, int i) {
-                       return at(p.k, key0 + a_row(lane, i), kk + a_col(lane, i));
-                     },
-                     [&](int lane, int i) {  // B(k, n) = Q[n][k]
-                       return at(p.q, q0 + j * kN + b_col(lane, i), kk + b_row(lane, i));
-                     });
-            warp_mma([&](int lane, int i) -> float& { return lanes[lane].dp[j][i]; },
-                     [&](int lane, int i) {
-                       return at(p.v, key0 + a_row(lane, i), kk + a_col(lane, i));
-                     },
-                     [&](int lane, int i) {
-                       return rounded(at(dout, q0 + j * kN + b_col(lane, i), kk + b_row(lane, i)));
-                     });
-          }
+        clear_scores(lanes);
+        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, the keys as rows.
+        emulated_rows_times_rows<HS, kRows / kN>(
+            [&](int lane) -> auto& { return lanes[lane].s; },
+            [&](int r, int c) { return at(p.k, key0 + r, c); },
+            [&](int r, int c) { return at(p.q, q0 + r, c); });
+        emulated_rows_times_rows<HS, kRows / kN>(
+            [&](int lane) -> auto& { return lanes[lane].dp; },
+            [&](int r, int c) { return at(p.v, key0 + r, c); },
+            [&](int r, int c) { return rounded(at(dout, q0 + r, c)); });
         for (int lane = 0; lane < kWarp; ++lane)
           for (int j = 0; j < kRows / kN; ++j)
             for (int i = 0; i < kCElems; ++i) {
@@ -497,29 +504,16 @@ void emulated_backward(const Problem& p, const std::vector<float>& dout,
         for (int u = k0; u < std::min(k0 + kKeys, p.T); ++u)
           useful |= p.pos[u] <= q_hi && (p.window == 0 || q_lo - p.pos[u] < p.window);
         if (!useful) continue;
-        for (auto& lane : lanes) {
-          for (auto& tile : lane.s)
-            for (float& x : tile) x = 0.0f;
-          for (auto& tile : lane.dp)
-            for (float& x : tile) x = 0.0f;
-        }
-        for (int kk = 0; kk < HS; kk += kK)
-          for (int j = 0; j < kKeys / kN; ++j) {
-            warp_mma([&](int lane, int i) -> float& { return lanes[lane].s[j][i]; },
-                     [&](int lane, int i) {
-                       return at(p.q, row0 + a_row(lane, i), kk + a_col(lane, i));
-                     },
-                     [&](int lane, int i) {  // B(k, n) = K[n][k]
-                       return at(p.k, k0 + j * kN + b_col(lane, i), kk + b_row(lane, i));
-                     });
-            warp_mma([&](int lane, int i) -> float& { return lanes[lane].dp[j][i]; },
-                     [&](int lane, int i) {
-                       return rounded(at(dout, row0 + a_row(lane, i), kk + a_col(lane, i)));
-                     },
-                     [&](int lane, int i) {  // B(k, n) = V[n][k]
-                       return at(p.v, k0 + j * kN + b_col(lane, i), kk + b_row(lane, i));
-                     });
-          }
+        clear_scores(lanes);
+        // S = Q·Kᵀ and dP = dO·Vᵀ.
+        emulated_rows_times_rows<HS, kKeys / kN>(
+            [&](int lane) -> auto& { return lanes[lane].s; },
+            [&](int r, int c) { return at(p.q, row0 + r, c); },
+            [&](int r, int c) { return at(p.k, k0 + r, c); });
+        emulated_rows_times_rows<HS, kKeys / kN>(
+            [&](int lane) -> auto& { return lanes[lane].dp; },
+            [&](int r, int c) { return rounded(at(dout, row0 + r, c)); },
+            [&](int r, int c) { return at(p.v, k0 + r, c); });
         for (int lane = 0; lane < kWarp; ++lane)
           for (int j = 0; j < kKeys / kN; ++j)
             for (int i = 0; i < kCElems; ++i) {
