@@ -57,6 +57,9 @@ struct TrainOptions {
   // --qk-clip τ: after each update, a head whose largest attention logit in the step exceeded τ
   // has its query and key projections scaled down to τ (optim/qk_clip.hpp); 0: off.
   float qk_clip = 0.0f;
+  // --moe-bias-update-rate γ: DeepSeek-V3's aux-loss-free balancing, after each update every
+  // routing bias moved by γ · sign(mean load − the expert's load); 0: off.
+  float moe_bias_update_rate = 0.0f;
   int warmup = 0;
   // --skip-outliers Z: no update for a step whose loss or gradient norm is more than Z standard
   // deviations above the last outlier_window steps' (0: off).

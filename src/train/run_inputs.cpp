@@ -1,5 +1,6 @@
 #include "train/run_inputs.hpp"
 
+#include <cmath>
 #include <cstdio>
 
 #include "backends/gemm.hpp"
@@ -146,6 +147,16 @@ void check_qk_clip(const TrainOptions& opts, const GPTConfig& cfg) {
           "projections and shared rotary key); drop --qk-clip");
 }
 
+// --moe-bias-update-rate moves a routing bias only DeepSeekMoE's noaux_tc routing reads.
+void check_moe_bias_update(const TrainOptions& opts, const GPTConfig& cfg) {
+  if (opts.moe_bias_update_rate <= 0.0f) return;
+  require(cfg.features().moe_choice_bias && cfg.moe_noaux,
+          "--moe-bias-update-rate moves the routing bias of deepseek_v3's DeepSeekMoE blocks "
+          "(topk_method noaux_tc); this model has none: drop --moe-bias-update-rate");
+  require(std::isfinite(opts.moe_bias_update_rate),
+          "--moe-bias-update-rate must be a finite rate; pass e.g. 0.001");
+}
+
 void read_eval_data(RunInputs& in) {
   const TrainOptions& opts = in.opts;
   if (opts.eval_data.empty()) return;
@@ -248,6 +259,7 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
   apply_moe_aux_coef(opts, in.cfg);
   check_latent_attention(opts, in.cfg);
   check_qk_clip(opts, in.cfg);
+  check_moe_bias_update(opts, in.cfg);
   require(opts.seq_len <= in.cfg.max_seq_len,
           "--seq-len " + std::to_string(opts.seq_len) + " exceeds the model's max_seq_len " +
               std::to_string(in.cfg.max_seq_len) +

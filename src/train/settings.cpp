@@ -158,6 +158,12 @@ SettingGroup optimizer_settings() {
            "largest logit q.k/sqrt(hs) in the step exceeded TAU down to TAU (Kimi K2's "
            "MuonClip; with any optimizer); 0 = off",
            &O::qk_clip, 0, "optimizer.qk_clip", kWarns},
+          {"--moe-bias-update-rate", "X",
+           "after each update, move each routed expert's choice bias (deepseek_v3's "
+           "e_score_correction_bias) by X toward balance: +X below the mean load of the step "
+           "(summed over all ranks), -X above (DeepSeek-V3's aux-loss-free balancing; 0.001 in "
+           "its report); 0 = off",
+           &O::moe_bias_update_rate, 0, "optimizer.moe_bias_update_rate", kWarns},
           {"--reset-optimizer", "",
            "on a resume, start the optimizer's state (moments, momentum, step count of the bias "
            "corrections) afresh: the way to resume with another --optimizer",

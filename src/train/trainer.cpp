@@ -9,6 +9,7 @@
 #include "core/parallel.hpp"
 #include "core/profile.hpp"
 #include "core/stopwatch.hpp"
+#include "core/transfer.hpp"
 #include "model/layers/matmul.hpp"
 #include "optim/grad_norm.hpp"
 #include "optim/qk_clip.hpp"
@@ -110,6 +111,7 @@ StepOutcome TrainingRun::step(int step) {
   } else {
     update(out.log.lr, out.log.norm);
     if (opts_.qk_clip > 0.0f) clip_qk(out.log);
+    if (opts_.moe_bias_update_rate > 0.0f) update_moe_bias();
   }
   tokens_seen_ += int64_t(tokens_per_step());
   out.log.ms = clock.seconds() * 1e3;
@@ -200,6 +202,27 @@ void TrainingRun::update(float lr, double norm) {
   phase.next(StepPhase::kZeroGather);
   dp_grads_->allgather_params(params_.slab.data());
   if (bf16) round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
+}
+
+void TrainingRun::update_moe_bias() {
+  // DeepSeek-V3's aux-loss-free balancing (arXiv 2412.19437, 2.1.2): b_e += γ · sign(mean − c_e),
+  // c_e the step's choices of expert e over every rank that routes. Every rank gets the same
+  // loads (summed in doubles from integers) and adds the same floats, so the replicated bias
+  // stays one value; under ZeRO the slab is each shard's master copy, so all of it moves alike.
+  const int E = cfg_.experts;
+  const std::vector<double> load = global_expert_load();
+  const float rate = opts_.moe_bias_update_rate;
+  std::vector<float> bias(size_t(E), 0.0f);
+  for (int i = 0; i < shard_.local_layers(); ++i) {
+    const double* c = load.data() + size_t(shard_.layers[size_t(i)]) * E;
+    double mean = 0.0;
+    for (int e = 0; e < E; ++e) mean += c[e];
+    mean /= E;
+    const Tensor b = params_.t.blocks[size_t(i)].moebias;
+    copy_to_host(bias.data(), b.data(), bias.size() * sizeof(float), "d2h routing bias");
+    for (int e = 0; e < E; ++e) bias[size_t(e)] += c[e] < mean ? rate : c[e] > mean ? -rate : 0.0f;
+    copy_from_host(b.data(), bias.data(), bias.size() * sizeof(float), "h2d routing bias");
+  }
 }
 
 void TrainingRun::clip_qk(StepRecord& log) {
@@ -315,7 +338,8 @@ std::vector<double> TrainingRun::global_expert_load() const {
       all[size_t(shard_.layers[size_t(i)]) * E + e] = mine[size_t(i) * E + e];
     }
   }
-  for (MPI_Comm c : {grid_->dp_cp_comm(), grid_->pp_comm()}) {
+  // TP rank 0 alone counts them (the others add zeros), so every rank ends with the whole.
+  for (MPI_Comm c : {grid_->dp_cp_comm(), grid_->pp_comm(), grid_->tp_comm()}) {
     MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, all.data(), int(all.size()), MPI_DOUBLE, MPI_SUM, c));
   }
   return all;

@@ -148,6 +148,9 @@ class TrainingRun {
   // --qk-clip after an update: each head's largest logit of the step, the largest over the ranks
   // holding its parameters (DP x CP), and the heads above it scaled (optim/qk_clip.hpp).
   void clip_qk(StepRecord& log);
+  // --moe-bias-update-rate after an update: each routing bias moved toward balance by the
+  // step's loads over all ranks (the same bits on every rank).
+  void update_moe_bias();
   // The z-scores against the outlier windows; --skip-outliers' decision.
   void judge_outlier(StepOutcome& out);
 

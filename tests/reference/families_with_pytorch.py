@@ -25,7 +25,8 @@ compare_llama_with_pytorch.py, extended by the family's features:
   TP 1 and 2; what is not built refused.
 - deepseek_v3 with DeepSeekMoE blocks (check_deepseek_moe): sigmoid routing with a nonzero
   e_score_correction_bias, group-limited, a shared expert, on 1 rank, TP 2 and EP 2; the bias
-  read and written unchanged; each DeepSeekMoE config key it does not compute refused by name.
+  read and written unchanged; each DeepSeekMoE config key it does not compute refused by name;
+  --moe-bias-update-rate balancing a router made unbalanced, the bias the same on every layout.
 Every step's loss within 1e-5 (relative) of the float64 reference on every layout; greedy
 decoding with the KV cache gives the reference's ids; the model saved with --save-hf has the
 family's config.json and tensor names and loads back to the same losses.
@@ -289,6 +290,63 @@ def check_deepseek(tally, exe, gen, workdir, shard, tokens):
                     f"equal torch's, logits within {rel:.1e} of the largest")
 
 
+def experts_load(stdout, step):
+    """The busiest expert's load over the mean, by block, of `experts step N` lines."""
+    for line in stdout.splitlines():
+        if line.startswith(f"experts step {step} |"):
+            return [float(x) for x in line.split(":")[1].split()]
+    raise RuntimeError(f"no experts line for step {step}:\n{stdout}")
+
+
+def check_bias_update(tally, exe, workdir, shard, m, params0):
+    """--moe-bias-update-rate: a router made unbalanced on purpose (a bias of 0.5 on the first
+    expert of each group, so nearly every token takes it) gets balanced over 25 steps with the
+    update on (lr 0: the bias alone moves) and stays unbalanced with it off; the bias after them
+    is the same bits on 1 rank, EP 2, TP 2 and DP 2 with ZeRO-1 (every rank routes with one bias:
+    another bias on one rank would change its choices and the losses)."""
+    model = os.path.join(workdir, "deepseek_v3_moe_unbalanced")
+    params = dict(params0)
+    for l in range(m["L"]):
+        name = f"model.layers.{l}.mlp.gate.e_score_correction_bias"
+        params[name] = params[name] + np.float32(0.5) * (np.arange(m["moe"]["E"]) % 4 == 0)
+    hf_models.write_deepseek(model, m, params)
+    steps, loads, biases, losses = 25, {}, {}, {}
+    rate = ("--moe-bias-update-rate", "0.03")
+    for layout, ranks, extra in (("off", 1, ()), ("1 rank", 1, rate),
+                                 ("ep 2", 2, rate + ("--ep", "2")),
+                                 ("tp 2", 2, rate + ("--tp", "2")),
+                                 ("dp 2 + zero-1", 2, rate + ("--dp", "2", "--zero", "1"))):
+        out = model + "_" + layout.replace(" ", "")
+        cmd = [exe, "--init-from", model, "--data", shard, "--batch", str(B), "--seq-len", str(T),
+               "--steps", str(steps), "--lr", "0", "--save-hf", out, *extra]
+        if ranks > 1:
+            cmd = [os.environ.get("MPIEXEC", "mpiexec"), "-n", str(ranks)] + cmd
+        proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                              capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: status {proc.returncode}\n{proc.stdout}"
+                               f"{proc.stderr}")
+        loads[layout] = (experts_load(proc.stdout, 1), experts_load(proc.stdout, steps))
+        losses[layout] = [float(mt.group(3)) for mt in map(STEP_RE.match, proc.stdout.splitlines())
+                          if mt]
+        saved = hf_models.read_dir(out)
+        biases[layout] = np.concatenate([saved[k] for k in sorted(saved)
+                                         if k.endswith("e_score_correction_bias")])
+    first, last = loads["1 rank"]
+    # 128 choices a step over 8 experts: a balanced router's busiest expert is ~1.5x the mean.
+    tally.check(min(first) > 2.5 and max(last) < 2.0 and min(loads["off"][1]) > 2.5,
+                f"[deepseek_v3 moe --moe-bias-update-rate 0.03] busiest expert / mean by block "
+                f"{first} at step 1, {last} at step {steps}; without the update {loads['off'][1]}")
+    same = all(np.array_equal(biases[k], biases["1 rank"]) and
+               max(abs(a - b) / b for a, b in zip(losses[k], losses["1 rank"])) <= LOSS_RTOL
+               for k in ("ep 2", "tp 2", "dp 2 + zero-1"))
+    moved = float(np.abs(biases["1 rank"] - biases["off"]).max())
+    tally.check(same and moved > 0.1,
+                f"[deepseek_v3 moe bias update] the bias after {steps} steps (moved up to "
+                f"{moved:.2f}) the same bits on 1 rank, ep 2, tp 2 and dp 2 + zero-1, the losses "
+                f"alike")
+
+
 def check_deepseek_moe(tally, exe, workdir, shard, tokens):
     """deepseek_v3 with every block DeepSeekMoE (hf_models.DEEPSEEK_MOE) against
     hf_models.deepseek_logits with its DeepseekV3MoE: losses and the tensors after the last step on
@@ -347,6 +405,7 @@ def check_deepseek_moe(tally, exe, workdir, shard, tokens):
     tally.check(proc.returncode == 0 and resumed == {k: whole[k - 1]["loss"] for k in (3, 4, 5)},
                 f"[deepseek_v3 moe resumed at step 2] steps 3..5 {resumed} are the uninterrupted "
                 f"run's{'' if proc.returncode == 0 else ': ' + proc.stdout + proc.stderr}")
+    check_bias_update(tally, exe, workdir, shard, m, params0)
     bad = [("topk_method", dict(topk_method="group_limited_greedy")),
            ("scoring_func", dict(scoring_func="sqrtsoftplus")),
            ("n_group", dict(n_group=3)),
