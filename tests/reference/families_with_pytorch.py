@@ -347,11 +347,12 @@ def check_bias_update(tally, exe, workdir, shard, m, params0):
                 f"alike")
 
 
-def check_deepseek_moe(tally, exe, workdir, shard, tokens):
+def check_deepseek_moe(tally, exe, gen, workdir, shard, tokens):
     """deepseek_v3 with every block DeepSeekMoE (hf_models.DEEPSEEK_MOE) against
     hf_models.deepseek_logits with its DeepseekV3MoE: losses and the tensors after the last step on
-    1 rank, TP 2 and EP 2; the routing bias (a buffer) unchanged by training and written back; the
-    keys of routing it does not compute refused by name."""
+    1 rank, TP 2 and EP 2; the routing bias (a buffer) unchanged by training and written back;
+    greedy decoding on 1 rank and EP 2; the keys of routing it does not compute refused by
+    name."""
     m = hf_models.DEEPSEEK_MOE
     params0 = hf_models.deepseek_random(m, seed=310)
     model = os.path.join(workdir, "deepseek_v3_moe")
@@ -393,6 +394,18 @@ def check_deepseek_moe(tally, exe, workdir, shard, tokens):
                     f"every tensor after the last step within {worst[0]:.1e} ({worst[1]}), the "
                     f"routing bias as read (within {bias:.1e}; first loss {rows[0]['loss']} vs "
                     f"{ref[0]['loss']:.6f})")
+    p = {k: torch.tensor(v, dtype=torch.float64) for k, v in params0.items()}
+    seq = list(PROMPT)
+    with torch.no_grad():
+        for _ in range(NEW_TOKENS):
+            seq.append(int(np.argmax(hf_models.deepseek_logits(
+                p, torch.tensor([seq]), m)[0, -1, :m["V"]].numpy())))
+    for ep in (1, 2):
+        ids, _ = run_generate(gen, os.environ.get("MPIEXEC", "mpiexec"), workdir, model,
+                              f"deepseek_v3_moe_generate_ep{ep}", ep,
+                              ("--ep", str(ep)) if ep > 1 else (), 1)
+        tally.check(ids == seq[len(PROMPT):],
+                    f"[deepseek_v3 moe generate ep {ep}] {len(ids)} greedy ids equal torch's")
     # A checkpoint after step 2 (the bias among its tensors) resumed: steps 3..5 as before.
     ckpt = os.path.join(workdir, "deepseek_v3_moe_ckpt")
     whole, _ = run_from_hf(exe, workdir, model, model + "_saving", shard,
@@ -470,7 +483,7 @@ def main():
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
         tally.fail(f"[deepseek_v3] run failed: {e}")
     try:
-        check_deepseek_moe(tally, exe, workdir, shard, tokens)
+        check_deepseek_moe(tally, exe, gen, workdir, shard, tokens)
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
         tally.fail(f"[deepseek_v3 moe] run failed: {e}")
     shutil.rmtree(workdir, ignore_errors=True)
