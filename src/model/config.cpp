@@ -178,6 +178,17 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
             "the balance loss's coefficient must be finite and not negative (from " + origin +
                 "); fix --moe-aux-coef");
     plausible(cfg.shared_ffn, 1 << 22, "the shared expert's width", "--shared-expert-dim");
+    if (cfg.features().moe_choice_bias) {  // DeepSeekMoE's routing, from a file's header too
+      const int G = cfg.moe_groups, kg = cfg.moe_topk_groups;
+      require(G >= 1 && G <= 64 && cfg.experts % G == 0 && (G == 1 || cfg.experts / G >= 2) &&
+                  kg >= 1 && kg <= G && cfg.experts_per_token <= kg * (cfg.experts / G) &&
+                  cfg.moe_scale > 0 && std::isfinite(cfg.moe_scale),
+              "DeepSeekMoE's routing (n_group " + std::to_string(G) + ", topk_group " +
+                  std::to_string(kg) + ", routed_scaling_factor " + std::to_string(cfg.moe_scale) +
+                  " over " + std::to_string(cfg.experts) + " experts, " +
+                  std::to_string(cfg.experts_per_token) + " per token) cannot route (from " +
+                  origin + "); the file is corrupt");
+    }
     require(cfg.features().shared_expert ? cfg.shared_ffn > 0 : cfg.shared_ffn == 0,
             cfg.features().shared_expert
                 ? "the " + std::string(arch_name(cfg.arch)) +

@@ -419,6 +419,24 @@ def check_deepseek_moe(tally, exe, gen, workdir, shard, tokens):
                 f"[deepseek_v3 moe resumed at step 2] steps 3..5 {resumed} are the uninterrupted "
                 f"run's{'' if proc.returncode == 0 else ': ' + proc.stdout + proc.stderr}")
     check_bias_update(tally, exe, workdir, shard, m, params0)
+    # DeepSeek-V2's gate by DeepseekV3Config's keys (softmax, greedy, not renormalised), 1 rank.
+    g = hf_models.DEEPSEEK_MOE_GREEDY
+    greedy = os.path.join(workdir, "deepseek_v3_moe_greedy")
+    hf_models.write_deepseek(greedy, g, params0)
+
+    def greedy_loss(p, inputs, targets):
+        logits = hf_models.deepseek_logits(p, inputs, g)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, g["V"]), targets.reshape(-1))
+
+    ref, ref_final = train_reference(params0, tokens, CFG, matrices, greedy_loss, torch.float64,
+                                     False)
+    rows, final = run_from_hf(exe, workdir, greedy, greedy + "_out", shard)
+    loss = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
+    worst = max(np.linalg.norm(final[k] - ref_final[k]) / np.linalg.norm(ref_final[k])
+                for k in ref_final)
+    tally.check(loss <= LOSS_RTOL and worst <= PARAM_RTOL,
+                f"[deepseek_v3 moe softmax, greedy, not renormalised 1 rank] {STEPS} losses "
+                f"within {loss:.1e} of torch's, every tensor within {worst:.1e}")
     bad = [("topk_method", dict(topk_method="group_limited_greedy")),
            ("scoring_func", dict(scoring_func="sqrtsoftplus")),
            ("n_group", dict(n_group=3)),

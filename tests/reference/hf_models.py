@@ -262,6 +262,10 @@ DEEPSEEK_PLAIN = dict(DEEPSEEK, qr=0, interleave=False, factor=0.0)
 # by 2.5, and a nonzero e_score_correction_bias (moe_bias: its std) that changes the choices.
 DEEPSEEK_MOE = dict(DEEPSEEK, moe=dict(E=8, k=2, F=16, shared=1, groups=2, topk_groups=1,
                                        scale=2.5, bias=0.05))
+# DeepSeek-V2's gate as DeepseekV3Config's keys name it: softmax scores, the k best of all experts
+# (topk_method greedy: no groups, no bias), gates not renormalised (norm_topk_prob false).
+DEEPSEEK_MOE_GREEDY = dict(DEEPSEEK, moe=dict(DEEPSEEK_MOE["moe"], scoring="softmax",
+                                              method="greedy", norm=False))
 
 
 def deepseek_shapes(m):
@@ -341,7 +345,8 @@ def deepseek_moe_config(m):
         c.update(first_k_dense_replace=0, n_routed_experts=e["E"], num_experts_per_tok=e["k"],
                  moe_intermediate_size=e["F"], n_shared_experts=e["shared"], n_group=e["groups"],
                  topk_group=e["topk_groups"], routed_scaling_factor=e["scale"],
-                 scoring_func="sigmoid", topk_method="noaux_tc")
+                 scoring_func=e.get("scoring", "sigmoid"), topk_method=e.get("method", "noaux_tc"),
+                 norm_topk_prob=e.get("norm", True))
     return c
 
 
@@ -386,20 +391,27 @@ def deepseek_moe(p, a, h, e):
     scores, the k chosen on scores + e_score_correction_bias (no gradient) inside the topk_group
     groups with the largest sums of their two best biased scores (the other groups' experts
     masked to 0), the chosen scores renormalised and scaled as gates; plus the shared experts'
-    SwiGLU, ungated."""
+    SwiGLU, ungated. With e["scoring"] softmax and e["method"] greedy, DeepSeek-V2's gate
+    (modeling_deepseek.py's MoEGate): softmax scores, the k best of all experts."""
     import torch
     import torch.nn.functional as F
     x = h.reshape(-1, h.shape[-1])
     E, G = e["E"], e["groups"]
-    scores = (x @ p[a + "mlp.gate.weight"].T).sigmoid()
+    logits = x @ p[a + "mlp.gate.weight"].T
+    greedy = e.get("method") == "greedy"
+    scores = logits.softmax(-1) if e.get("scoring") == "softmax" else logits.sigmoid()
     with torch.no_grad():
         biased = scores + p[a + "mlp.gate.e_score_correction_bias"].detach()
         group = biased.view(-1, G, E // G).topk(2, dim=-1)[0].sum(-1)
         keep = torch.zeros_like(group).scatter_(1, group.topk(e["topk_groups"], dim=-1)[1], 1)
         keep = keep.unsqueeze(-1).expand(-1, G, E // G).reshape(-1, E).bool()
         chosen = biased.masked_fill(~keep, 0.0).topk(e["k"], dim=-1)[1]
+        if greedy:
+            chosen = scores.topk(e["k"], dim=-1)[1]
     w = scores.gather(1, chosen)
-    w = w / (w.sum(-1, keepdim=True) + 1e-20) * e["scale"]
+    if e.get("norm", True):
+        w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    w = w * e["scale"]
     gates = torch.zeros_like(scores).scatter(1, chosen, w)
 
     def swiglu(x, pre):
