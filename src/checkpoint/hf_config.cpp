@@ -205,11 +205,15 @@ void read_deepseek_moe(const ConfigKeys& k, GPTConfig& cfg) {
   cfg.moe_scale = float(k.number_or("routed_scaling_factor", 1.0));
   require(cfg.moe_scale > 0 && std::isfinite(cfg.moe_scale),
           k.where("routed_scaling_factor") + " is not a positive number; the config is corrupt");
-  cfg.moe_aux_coef = float(k.number_or("aux_loss_alpha", default_moe_aux_coef(cfg.arch)));
   k.expect_string("scoring_func", {"sigmoid", "softmax"},
                   "this trainer scores experts by their sigmoid or softmax only");
   const json::Value* scoring = k.find("scoring_func");
   cfg.moe_sigmoid = scoring == nullptr || scoring->is_null() || scoring->string() == "sigmoid";
+  // aux_loss_alpha (DeepSeek's sequence-wise loss) over sigmoid scores normalised per token is
+  // not built (transformers' DeepseekV3 computes no balance loss either): 0 there, read for
+  // softmax scores, where this trainer's loss is DeepSeek-V2's.
+  cfg.moe_aux_coef =
+      cfg.moe_sigmoid ? 0.0f : float(k.number_or("aux_loss_alpha", default_moe_aux_coef(cfg.arch)));
   k.expect_string("topk_method", {"noaux_tc", "greedy"},
                   "this trainer chooses experts by noaux_tc (biased scores, group-limited) or "
                   "greedy (the scores alone) only");

@@ -225,6 +225,12 @@ void apply_moe_aux_coef(const TrainOptions& o, GPTConfig& cfg) {
   require(o.moe_aux_coef >= 0 && std::isfinite(o.moe_aux_coef),
           "--moe-aux-coef must not be negative, got " + std::to_string(o.moe_aux_coef) +
               "; pass 0 for no balance loss");
+  // The report's sequence-wise loss reads the sigmoid affinities normalised over each token's
+  // experts; this one would read them raw: another loss, so none (HF's DeepseekV3 has none).
+  require(!cfg.moe_sigmoid || o.moe_aux_coef == 0,
+          "--moe-aux-coef: a balance loss over deepseek_v3's sigmoid scores (the report's, over "
+          "affinities normalised per token) is not built yet; drop --moe-aux-coef (its "
+          "balancing is --moe-bias-update-rate)");
   cfg.moe_aux_coef = o.moe_aux_coef;
 }
 

@@ -443,6 +443,8 @@ def check_deepseek_moe(tally, exe, gen, workdir, shard, tokens):
            ("topk_group", dict(topk_group=3)),
            ("num_experts_per_tok", dict(num_experts_per_tok=5)),
            ("first_k_dense_replace", dict(first_k_dense_replace=1))]
+    ok, errors = refused(exe, workdir, model, shard, ("--moe-aux-coef", "0.001"), "--moe-aux-coef")
+    tally.check(ok, f"[deepseek_v3 moe --moe-aux-coef over sigmoid scores] refused: {errors}")
     for key, change in bad:
         d = os.path.join(workdir, f"deepseek_v3_moe_bad_{key}")
         shutil.copytree(model, d)
