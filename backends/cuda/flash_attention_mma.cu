@@ -108,6 +108,33 @@ __device__ inline void position_range(const MmaRuns& runs, int first, int rows, 
   hi = z;
 }
 
+// Whether some query of the block (positions q_lo..q_hi) sees a key of the tile at row k0 (causal
+// and window; documents are left to the masks): a tile none can see is skipped (causal: about
+// half). A barrier, which also keeps the last tile in place until every warp is done with it.
+__device__ inline bool key_tile_seen(const MmaAttentionArgs& x, int k0, int q_lo, int q_hi) {
+  bool useful = false;
+  if (threadIdx.x < kKeys && k0 + int(threadIdx.x) < x.rows_k) {
+    const int kp = x.keys.position(k0 + threadIdx.x);
+    useful = kp <= q_hi && (x.window == 0 || q_lo - kp < x.window);
+  }
+  return __syncthreads_or(useful);
+}
+
+// A lane's two query rows of the warp's 16 from row0: C rows group and group + 8.
+struct LaneRows {
+  int t[2], pos[2], doc[2];
+  bool valid[2];
+  __device__ LaneRows(const MmaAttentionArgs& x, int b, int row0, int lane) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      t[r] = row0 + c_row(lane, 2 * r);
+      valid[r] = t[r] < x.rows_q;
+      pos[r] = valid[r] ? x.queries.position(t[r]) : 0;
+      doc[r] = valid[r] && x.doc_start ? x.doc_start[int64_t(b) * x.rows_q + t[r]] : 0;
+    }
+  }
+};
+
 // c[j] += A·B_jᵀ over HS columns: A the warp's 16 rows of a shared tile (from `a`), B_j rows
 // 8j..8j + 7 of another (from `b`): a 16 x (8·NT) block of scores (or of dP).
 template <int HS, int NT>
@@ -145,16 +172,9 @@ __global__ void __launch_bounds__(kThreads) flash_forward(MmaAttentionArgs x) {
   load_tile<HS>(Qs, x.q + int64_t(b) * x.rows_q * x.ldq + int64_t(h) * HS, x.ldq, q0, x.rows_q);
   position_range(x.queries, q0, x.rows_q, q_lo, q_hi);
 
-  // This lane's two query rows.
-  int t_row[2], qpos[2], doc[2];
-  bool valid[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    t_row[r] = q0 + warp * kM + c_row(lane, 2 * r);
-    valid[r] = t_row[r] < x.rows_q;
-    qpos[r] = valid[r] ? x.queries.position(t_row[r]) : 0;
-    doc[r] = valid[r] && x.doc_start ? x.doc_start[int64_t(b) * x.rows_q + t_row[r]] : 0;
-  }
+  const LaneRows rows(x, b, q0 + warp * kM, lane);
+  const int(&t_row)[2] = rows.t, (&qpos)[2] = rows.pos, (&doc)[2] = rows.doc;
+  const bool(&valid)[2] = rows.valid;
   float o[DT][kCElems] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const float scale = 1.0f / sqrtf(float(HS)) * kLog2e;
@@ -163,14 +183,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward(MmaAttentionArgs x) {
   __syncthreads();
 
   for (int k0 = 0; k0 < x.rows_k; k0 += kKeys) {
-    // A tile none of the block's queries can see is skipped (causal: about half of them). The
-    // barrier also keeps the previous tile in place until every warp is done with it.
-    bool useful = false;
-    if (threadIdx.x < kKeys && k0 + int(threadIdx.x) < x.rows_k) {
-      const int kp = x.keys.position(k0 + threadIdx.x);
-      useful = kp <= q_hi && (x.window == 0 || q_lo - kp < x.window);
-    }
-    if (!__syncthreads_or(useful)) continue;
+    if (!key_tile_seen(x, k0, q_lo, q_hi)) continue;
     load_tile<HS>(Ks, kb, x.ldkv, k0, x.rows_k);
     load_tile<HS>(Vs, vb, x.ldkv, k0, x.rows_k);
     __syncthreads();
@@ -380,15 +393,12 @@ __global__ void __launch_bounds__(kThreads) flash_backward_q(MmaAttentionGrads g
   load_tile<HS>(Qs, x.q + int64_t(b) * x.rows_q * x.ldq + int64_t(h) * HS, x.ldq, q0, x.rows_q);
   load_tile<HS>(dOs, g.dout + int64_t(b) * x.rows_q * ldo + int64_t(h) * HS, ldo, q0, x.rows_q);
   position_range(x.queries, q0, x.rows_q, q_lo, q_hi);
-  int t_row[2], qpos[2], doc[2];
-  bool valid[2];
+  const LaneRows rows(x, b, q0 + warp * kM, lane);
+  const int(&t_row)[2] = rows.t, (&qpos)[2] = rows.pos, (&doc)[2] = rows.doc;
+  const bool(&valid)[2] = rows.valid;
   float lse[2], delta[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    t_row[r] = q0 + warp * kM + c_row(lane, 2 * r);
-    valid[r] = t_row[r] < x.rows_q;
-    qpos[r] = valid[r] ? x.queries.position(t_row[r]) : 0;
-    doc[r] = valid[r] && x.doc_start ? x.doc_start[int64_t(b) * x.rows_q + t_row[r]] : 0;
     const int64_t at = (int64_t(b) * x.NH + h) * x.rows_q + t_row[r];
     lse[r] = valid[r] ? x.lse[at] : -INFINITY;
     delta[r] = valid[r] ? g.delta[at] : 0.0f;
@@ -400,12 +410,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_q(MmaAttentionGrads g
   __syncthreads();
 
   for (int k0 = 0; k0 < x.rows_k; k0 += kKeys) {
-    bool useful = false;
-    if (threadIdx.x < kKeys && k0 + int(threadIdx.x) < x.rows_k) {
-      const int kp = x.keys.position(k0 + threadIdx.x);
-      useful = kp <= q_hi && (x.window == 0 || q_lo - kp < x.window);
-    }
-    if (!__syncthreads_or(useful)) continue;
+    if (!key_tile_seen(x, k0, q_lo, q_hi)) continue;
     load_tile<HS>(Ks, kb, x.ldkv, k0, x.rows_k);
     load_tile<HS>(Vs, vb, x.ldkv, k0, x.rows_k);
     __syncthreads();

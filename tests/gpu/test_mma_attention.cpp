@@ -35,12 +35,20 @@ struct Case {
   bool two_runs = false;
 };
 
-void expect_mma_matches_portable(const Case& c) {
+// A case's packed qkv (random), its rows' positions and document starts, and the call's inputs
+// over them (which point into qkv and doc).
+struct CaseInputs {
+  Slab qkv;
+  Kokkos::View<int32_t*, MemSpace> doc;
+  AttentionInputs x;
+};
+CaseInputs case_inputs(const Case& c) {
   const int width = (c.NH + 2 * c.KVH) * c.hs;
-  Slab qkv = random_slab("mma::qkv", int64_t(c.B) * c.T * width, 1.5f);
+  CaseInputs in{random_slab("mma::qkv", int64_t(c.B) * c.T * width, 1.5f),
+                Kokkos::View<int32_t*, MemSpace>("mma::doc", int64_t(c.B) * c.T),
+                {}};
   const PositionRuns runs =
       c.two_runs ? PositionRuns::two(c.T / 2, 0, 3 * (c.T / 2)) : PositionRuns::contiguous(c.T);
-  Kokkos::View<int32_t*, MemSpace> doc("mma::doc", int64_t(c.B) * c.T);
   if (c.documents) {
     std::vector<int32_t> starts(size_t(c.B) * c.T);
     for (int b = 0; b < c.B; ++b)
@@ -48,10 +56,16 @@ void expect_mma_matches_portable(const Case& c) {
         const int p = runs.position(t);
         starts[size_t(b) * c.T + t] = p >= 70 + b ? 70 + b : 0;  // a document starts mid-tile
       }
-    copy_from_host(doc.data(), starts.data(), starts.size() * sizeof(int32_t), "test");
+    copy_from_host(in.doc.data(), starts.data(), starts.size() * sizeof(int32_t), "test");
   }
-  const AttentionInputs x = packed_attention(view(qkv), c.B, c.NH, c.KVH, c.hs, runs,
-                                             c.documents ? doc.data() : nullptr, c.window);
+  in.x = packed_attention(view(in.qkv), c.B, c.NH, c.KVH, c.hs, runs,
+                          c.documents ? in.doc.data() : nullptr, c.window);
+  return in;
+}
+
+void expect_mma_matches_portable(const Case& c) {
+  const CaseInputs in = case_inputs(c);
+  const AttentionInputs& x = in.x;
   if (!mma_attention_runs(x))
     GTEST_SKIP() << "no tensor-core attention in this build (a CUDA "
                     "build has it: docs/gpu.md)";
@@ -107,22 +121,9 @@ TEST(MmaAttention, ForwardMatchesPortableKernelMasks) {
 void expect_mma_backward_matches_portable(const Case& c) {
   const int width = (c.NH + 2 * c.KVH) * c.hs;
   const int64_t rows = int64_t(c.B) * c.T;
-  Slab qkv = random_slab("mma::qkv", rows * width, 1.5f);
+  const CaseInputs in = case_inputs(c);
+  const AttentionInputs& x = in.x;
   Slab dout = random_slab("mma::dout", rows * c.NH * c.hs, 1.0f);
-  const PositionRuns runs =
-      c.two_runs ? PositionRuns::two(c.T / 2, 0, 3 * (c.T / 2)) : PositionRuns::contiguous(c.T);
-  Kokkos::View<int32_t*, MemSpace> doc("mma::doc", rows);
-  if (c.documents) {
-    std::vector<int32_t> starts(static_cast<size_t>(rows));
-    for (int b = 0; b < c.B; ++b)
-      for (int t = 0; t < c.T; ++t) {
-        const int p = runs.position(t);
-        starts[size_t(b) * c.T + t] = p >= 70 + b ? 70 + b : 0;
-      }
-    copy_from_host(doc.data(), starts.data(), starts.size() * sizeof(int32_t), "test");
-  }
-  const AttentionInputs x = packed_attention(view(qkv), c.B, c.NH, c.KVH, c.hs, runs,
-                                             c.documents ? doc.data() : nullptr, c.window);
   if (!mma_attention_runs(x))
     GTEST_SKIP() << "no tensor-core attention in this build (a CUDA "
                     "build has it: docs/gpu.md)";

@@ -165,6 +165,24 @@ struct Problem {
   int window = 0;
 };
 
+// The kernel's position_range: the smallest and largest position of rows [first, first + 64).
+std::pair<int, int> position_range(const Problem& p, int first) {
+  int lo = 1 << 30, hi = -(1 << 30);
+  for (int r = first; r < std::min(first + 64, p.T); ++r) {
+    lo = std::min(lo, p.pos[r]);
+    hi = std::max(hi, p.pos[r]);
+  }
+  return {lo, hi};
+}
+
+// The kernel's key_tile_seen: whether a query at positions q_lo..q_hi sees a key of the tile at k0.
+bool key_tile_seen(const Problem& p, int k0, int q_lo, int q_hi) {
+  bool useful = false;
+  for (int u = k0; u < std::min(k0 + 64, p.T); ++u)
+    useful |= p.pos[u] <= q_hi && (p.window == 0 || q_lo - p.pos[u] < p.window);
+  return useful;
+}
+
 // The kernel's forward (flash_attention_mma.cu) on emulated warps: blocks of 64 queries, 4 warps
 // of 16, key tiles of 64, the same skipping, masks, fragment loads and softmax steps.
 template <int HS>
@@ -178,11 +196,7 @@ void emulated_forward(const Problem& p, bool round_p, std::vector<float>& out,
     return row < p.T ? x[size_t(row) * HS + col] : 0.0f;  // rows past T load as zeros
   };
   for (int q0 = 0; q0 < p.T; q0 += kRows) {
-    int q_lo = 1 << 30, q_hi = -(1 << 30);
-    for (int r = 0; r < kRows && q0 + r < p.T; ++r) {
-      q_lo = std::min(q_lo, p.pos[q0 + r]);
-      q_hi = std::max(q_hi, p.pos[q0 + r]);
-    }
+    const auto [q_lo, q_hi] = position_range(p, q0);
     for (int warp = 0; warp < kRows / kM; ++warp) {
       const int row0 = q0 + warp * kM;
       struct Lane {
@@ -192,10 +206,7 @@ void emulated_forward(const Problem& p, bool round_p, std::vector<float>& out,
       };
       std::vector<Lane> lanes(kWarp);
       for (int k0 = 0; k0 < p.T; k0 += kKeys) {
-        bool useful = false;
-        for (int s = k0; s < std::min(k0 + kKeys, p.T); ++s)
-          useful |= p.pos[s] <= q_hi && (p.window == 0 || q_lo - p.pos[s] < p.window);
-        if (!useful) continue;
+        if (!key_tile_seen(p, k0, q_lo, q_hi)) continue;
         for (auto& lane : lanes)
           for (auto& tile : lane.s)
             for (float& x : tile) x = 0.0f;
@@ -420,11 +431,7 @@ void emulated_backward(const Problem& p, const std::vector<float>& dout,
     }
   };
   for (int k0 = 0; k0 < p.T; k0 += kKeys) {
-    int k_lo = 1 << 30, k_hi = -(1 << 30);
-    for (int r = 0; r < kKeys && k0 + r < p.T; ++r) {
-      k_lo = std::min(k_lo, p.pos[k0 + r]);
-      k_hi = std::max(k_hi, p.pos[k0 + r]);
-    }
+    const auto [k_lo, k_hi] = position_range(p, k0);
     for (int warp = 0; warp < kKeys / kM; ++warp) {
       const int key0 = k0 + warp * kM;
       std::vector<Lane> lanes(kWarp);
@@ -491,19 +498,12 @@ void emulated_backward(const Problem& p, const std::vector<float>& dout,
     }
   }
   for (int q0 = 0; q0 < p.T; q0 += kRows) {
-    int q_lo = 1 << 30, q_hi = -(1 << 30);
-    for (int r = 0; r < kRows && q0 + r < p.T; ++r) {
-      q_lo = std::min(q_lo, p.pos[q0 + r]);
-      q_hi = std::max(q_hi, p.pos[q0 + r]);
-    }
+    const auto [q_lo, q_hi] = position_range(p, q0);
     for (int warp = 0; warp < kRows / kM; ++warp) {
       const int row0 = q0 + warp * kM;
       std::vector<Lane> lanes(kWarp);
       for (int k0 = 0; k0 < p.T; k0 += kKeys) {
-        bool useful = false;
-        for (int u = k0; u < std::min(k0 + kKeys, p.T); ++u)
-          useful |= p.pos[u] <= q_hi && (p.window == 0 || q_lo - p.pos[u] < p.window);
-        if (!useful) continue;
+        if (!key_tile_seen(p, k0, q_lo, q_hi)) continue;
         clear_scores(lanes);
         // S = Q·Kᵀ and dP = dO·Vᵀ.
         emulated_rows_times_rows<HS, kKeys / kN>(
