@@ -9,19 +9,20 @@
 namespace mpf {
 
 StateFiles::StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params,
-                       const AdamW& optimizer, bool zero)
-    : StateFiles(grid, shard, params, &optimizer, zero) {}
+                       const AdamW& optimizer, bool zero, bool sharded_params)
+    : StateFiles(grid, shard, params, &optimizer, zero, sharded_params) {}
 
 StateFiles::StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params)
-    : StateFiles(grid, shard, params, nullptr, false) {}
+    : StateFiles(grid, shard, params, nullptr, false, false) {}
 
 StateFiles::StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params,
-                       const AdamW* optimizer, bool zero)
+                       const AdamW* optimizer, bool zero, bool sharded_params)
     : world_(grid.world_comm()),
       world_rank_(grid.world_rank()),
       tp_rank_(grid.tp_rank()),
       dp_rank_(grid.dp_cp_rank()),  // CP ranks hold the same parameters as DP ones do
       zero_(zero),
+      sharded_params_(sharded_params),
       shard_(shard),
       cfg_(shard.cfg),
       count_(parameter_count(shard.cfg)),
@@ -86,6 +87,7 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
   if (!moments) {
     for (const TensorSpec& s : kTensors) {
       const TensorId t = s.id;
+      if (sharded_params_ && s.per_layer()) continue;  // below, from the segments
       const bool mine = writes(t, false);
       if (writes_only && !mine) continue;
       // A run of the serial tensor is contiguous in the file; in the layer-major slab it may
@@ -99,16 +101,19 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
         });
       }
     }
-    return out;
+    if (!sharded_params_) return out;
   }
   // The moments of a segment sit at its `state` offset; its parameters at `param` in the slab,
   // which places them in their tensor (a segment lies within one piece of the slab) and, through
   // the shard's runs, in the file.
+  // ZeRO-3: the blocks' parameters this rank holds are its segments' of the blocks, in the
+  // model file at the same places as their moments in the optimizer file.
   for (const OptimizerSegment& s : segments_) {
     const TensorId t = s.tensor;
     const bool mine = writes(t, true);
     if (writes_only && !mine) continue;
     const SlabPiece& piece = layout_.piece_at(s.param);
+    if (!moments && piece.block < 0) continue;
     const int64_t j0 = piece.first + (s.param - piece.offset), j1 = j0 + s.length;
     for (const ShardRun& r : shard_runs_[t]) {
       const int64_t lo = std::max(j0, r.local), hi = std::min(j1, r.local + r.length);
@@ -116,6 +121,10 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
       const bool own = mine && !r.replica;  // a replicated kv head: its owner writes it
       if (writes_only && !own) continue;
       const int64_t file = base_[t] + r.global + (lo - r.local);
+      if (!moments) {
+        out.push_back({slab_ + s.param + (lo - j0), file, hi - lo, own ? int(t) : -1});
+        continue;
+      }
       const int64_t state = s.state + (lo - j0);
       out.push_back({m_ + state, file, hi - lo, own ? int(t) : -1});
       out.push_back({v_ + state, count_ + file, hi - lo, own ? kNumParameterTensors + int(t) : -1});

@@ -8,8 +8,8 @@
 // Of an element's replicas exactly one writes it, and on load the same rule picks the one rank
 // that counts it into its tensor's checksum: TP rank 0 for a tensor every TP rank holds whole; DP
 // rank 0 for parameters, and for m and v without ZeRO (under ZeRO-1 the DP rank whose shard
-// holds it); for the experts under EP, expert-DP rank 0 of each EP rank; the first stage for the
-// tied wte.
+// holds it; under ZeRO-3 the blocks' parameters too); for the experts under EP, expert-DP rank 0 of
+// each EP rank; the first stage for the tied wte.
 #pragma once
 
 #include <string>
@@ -28,9 +28,11 @@ bool writes_parameter(const TpShard& shard, int dp_rank, TensorId tensor);
 
 class StateFiles {
  public:
-  // zero: the optimizer's segments are ZeRO-1 shards of the DP group's moments.
+  // zero: the optimizer's segments are ZeRO shards of the DP group's moments; sharded_params
+  // (ZeRO-3): the blocks' parameters are held only at those segments' places, and their owner
+  // writes them, as it writes their moments.
   StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params,
-             const AdamW& optimizer, bool zero);
+             const AdamW& optimizer, bool zero, bool sharded_params = false);
   // The parameters only, for programs that run the model: the optimizer file is not theirs to
   // read or write.
   StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params);
@@ -65,11 +67,11 @@ class StateFiles {
   std::string transfer(bool write, bool moments, const std::string& path,
                        std::vector<Digest>& digests) const;
   StateFiles(const Grid& grid, const TpShard& shard, const Parameters& params,
-             const AdamW* optimizer, bool zero);
+             const AdamW* optimizer, bool zero, bool sharded_params);
 
   MPI_Comm world_;
   int world_rank_, tp_rank_, dp_rank_;
-  bool zero_;
+  bool zero_, sharded_params_;
   TpShard shard_;
   GPTConfig cfg_;
   int64_t count_;            // parameters of the whole model

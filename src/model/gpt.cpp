@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "model/block_gate.hpp"
 #include "model/block_parts.hpp"
 #include "model/layers/attention.hpp"
 #include "model/layers/attention_path.hpp"
@@ -766,12 +767,30 @@ BlockSite block_site(const Activations& store, const Activations* workspace, int
   }
   return {site, 0};
 }
+
+// Tells the gate (if any) that block i of the chunk is about to be used, and that block `next`
+// of it follows (none when outside the chunk).
+void enter_block(const ParameterTensors& params, const Activations& acts, int i, BlockGate::Use use,
+                 int next) {
+  if (!params.gate) return;
+  const int first = acts.chunk.first_layer;
+  const bool has_next = next >= 0 && next < acts.chunk.layers;
+  params.gate->enter(first + i, use, has_next ? first + next : -1);
+}
+// A block's W: its gradients final for the step, or, leaving after each microbatch, for this one.
+bool weight_final(const ParameterTensors& params, bool final_microbatch) {
+  return final_microbatch || (params.gate && params.gate->grads_per_microbatch());
+}
+void weight_done(const ParameterTensors& params, const Activations& acts, int i) {
+  if (params.gate) params.gate->weight_done(acts.chunk.first_layer + i);
+}
 }  // namespace
 
 void gpt_forward(Activations& acts, const ParameterTensors& params, const Tokens& inputs,
                  const Tokens& targets, MPI_Comm tp, Activations* workspace) {
   if (acts.chunk.embedding) embedding_forward(acts, params, inputs, tp);
   for (int i = 0; i < acts.chunk.layers; ++i) {
+    enter_block(params, acts, i, BlockGate::Use::kForward, i + 1);
     BlockSite b = block_site(acts, workspace, i, nullptr, /*forward=*/true);
     block_forward(b.acts, params, b.index, tp);
   }
@@ -819,6 +838,7 @@ void gpt_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& 
       dinp = input_grad;  // to send
     }
     const BlockWeightInputs wb = w.block(i);
+    enter_block(params, acts, i, BlockGate::Use::kBackward, i - 1);
     BlockSite b = block_site(acts, workspace, i, chunk.recompute ? &wb.kept : nullptr);
     if (workspace) block_forward(b.acts, params, b.index, tp);  // deterministic: same values
     block_backward_input(buf, wb, dinp, dout, b.acts, params, b.index, tp);
@@ -844,8 +864,11 @@ void gpt_backward_weight(ParameterTensors& grads, const WeightGradInputs& w,
   }
   for (int i = chunk.layers - 1; i >= 0; --i) {
     const BlockWeightInputs wb = w.block(i);
+    enter_block(params, acts, i, BlockGate::Use::kWeight, i - 1);
     const BlockSite b = block_site(acts, workspace, i, chunk.recompute ? &wb.kept : nullptr);
-    block_backward_weight(grads, wb, b.acts, params, b.index, tp, final_microbatch);
+    block_backward_weight(grads, wb, b.acts, params, b.index, tp,
+                          weight_final(params, final_microbatch));
+    weight_done(params, acts, i);
     done(Kind::kBlock, chunk.first_layer + i);
   }
   if (chunk.embedding) {
@@ -898,10 +921,14 @@ void gpt_backward_by_block(ParameterTensors& grads, BackwardBuffers& buf, Weight
     const BlockWeightInputs wb = slot(i);
     // Recomputed, the block's activations stay in the workspace until its W, right after its B:
     // the W inputs need no copy of them (their `kept` is empty).
+    enter_block(params, acts, i, BlockGate::Use::kBackward, i - 1);
     BlockSite b = block_site(acts, workspace, i);
     if (workspace) block_forward(b.acts, params, b.index, tp);
     block_backward_input(buf, wb, dinp, dout, b.acts, params, b.index, tp);
-    block_backward_weight(grads, wb, b.acts, params, b.index, tp, final_microbatch);
+    enter_block(params, acts, i, BlockGate::Use::kWeight, -1);
+    block_backward_weight(grads, wb, b.acts, params, b.index, tp,
+                          weight_final(params, final_microbatch));
+    weight_done(params, acts, i);
     done(Kind::kBlock, chunk.first_layer + i);
     spare = 1 - spare;
     dout = dinp;

@@ -50,6 +50,17 @@ const SlabPiece& SlabLayout::piece_at(int64_t offset) const {
   return *(after - 1);
 }
 
+std::pair<int64_t, int64_t> SlabLayout::block_range(int block) const {
+  int64_t lo = -1, hi = -1;
+  for (const SlabPiece& p : pieces_) {
+    if (p.block != block) continue;
+    if (lo < 0) lo = p.offset;
+    hi = p.offset + p.length;
+  }
+  if (lo < 0) MPF_FATAL("a block this slab does not hold");
+  return {lo, hi};
+}
+
 namespace {
 // The named view a piece of the slab backs (a switch without a default: a new tensor without a
 // view does not compile quietly).
@@ -126,14 +137,21 @@ int64_t Parameters::slab_floats(const TpShard& shard, int pad_to) {
   return (count + pad_to - 1) / pad_to * pad_to;
 }
 
-Parameters Parameters::allocate(const TpShard& shard, const std::string& label, int pad_to) {
+namespace {
+Parameters allocate_slab(const TpShard& shard, const std::string& label, int pad_to,
+                         bool sparse_blocks) {
   Parameters p;
   p.cfg = shard.cfg;
   p.sizes = shard.sizes();
   p.layout = SlabLayout(p.sizes, shard.local_layers());
   p.count = p.layout.count();
   try {
-    p.slab = Slab(label, (p.count + pad_to - 1) / pad_to * pad_to);
+    const int64_t n = (p.count + pad_to - 1) / pad_to * pad_to;
+    if (sparse_blocks) {
+      p.slab = Slab(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
+    } else {
+      p.slab = Slab(label, n);
+    }
   } catch (const std::runtime_error& e) {  // Kokkos's allocation failure: the model is too large
     throw InputError("the model's " + std::to_string(p.count) + " parameters on this rank (" +
                      std::to_string(p.count * int64_t(sizeof(float)) >> 20) +
@@ -142,23 +160,54 @@ Parameters Parameters::allocate(const TpShard& shard, const std::string& label, 
   }
   p.t.blocks.resize(size_t(shard.local_layers()));
   for (const SlabPiece& piece : p.layout.pieces()) view_of(p.t, piece) = p.view(piece);
+  if (sparse_blocks && shard.local_layers() > 0) {
+    // Zero all but the blocks' stretch: the edge tensors and the padding.
+    const int64_t lo = p.layout.block_range(0).first,
+                  hi = p.layout.block_range(shard.local_layers() - 1).second;
+    fill(p.slab.data(), lo, 0.0f);
+    fill(p.slab.data() + hi, int64_t(p.slab.extent(0)) - hi, 0.0f);
+  } else if (sparse_blocks) {
+    Kokkos::deep_copy(p.slab, 0.0f);
+  }
   return p;
+}
+}  // namespace
+
+Parameters Parameters::allocate(const TpShard& shard, const std::string& label, int pad_to) {
+  return allocate_slab(shard, label, pad_to, false);
+}
+
+Parameters Parameters::allocate_sparse_blocks(const TpShard& shard, const std::string& label,
+                                              int pad_to) {
+  return allocate_slab(shard, label, pad_to, true);
+}
+
+void point_block(ParameterTensors& t, const SlabLayout& layout, int block, float* stretch) {
+  const int64_t begin = layout.block_range(block).first;
+  for (const SlabPiece& piece : layout.pieces()) {
+    if (piece.block == block)
+      view_of(t, piece) = Tensor(stretch + (piece.offset - begin), piece.length);
+  }
 }
 
 Parameters Parameters::allocate(const GPTConfig& cfg, const std::string& label) {
   return allocate(make_tp_shard(cfg, 0, 1), label);
 }
 
-void initialize(Parameters& params, const TpShard& shard, uint64_t seed) {
-  for (const SlabPiece& piece : params.layout.pieces()) {
+namespace {
+// Initialises slab elements [offset, offset + n) of `piece`.
+void initialize_run(Parameters& params, const TpShard& shard, uint64_t seed, const SlabPiece& piece,
+                    int64_t offset, int64_t n) {
+  {
     const TensorSpec& spec = tensor_spec(piece.tensor);
-    const Tensor x = params.view(piece);
+    const Tensor x(params.slab.data() + offset, n);
+    const int64_t first = piece.first + (offset - piece.offset);
     // The local-to-global map, evaluated on the host once per piece (a table, so the kernel below
     // stays a plain loop on any device).
     Kokkos::View<int64_t*, MemSpace> where("mpf::initialize::where", x.extent(0));
     auto host = Kokkos::create_mirror_view(where);
     for (int64_t k = 0; k < int64_t(x.extent(0)); ++k)
-      host(k) = shard.global_index(piece.tensor, piece.first + k);
+      host(k) = shard.global_index(piece.tensor, first + k);
     copy_from_host(where.data(), host.data(), host.extent(0) * sizeof(int64_t),
                    "h2d initialisation map");
     const uint64_t stream = rng::stream_of(spec.name);
@@ -174,6 +223,26 @@ void initialize(Parameters& params, const TpShard& shard, uint64_t seed) {
             x(k) = normal ? std * rng::normal(seed, stream, static_cast<uint64_t>(g)) : value;
           }
         });
+  }
+}
+}  // namespace
+
+void initialize(Parameters& params, const TpShard& shard, uint64_t seed) {
+  for (const SlabPiece& piece : params.layout.pieces())
+    initialize_run(params, shard, seed, piece, piece.offset, piece.length);
+}
+
+void initialize(Parameters& params, const TpShard& shard, uint64_t seed,
+                const std::vector<std::pair<int64_t, int64_t>>& blocks_within) {
+  for (const SlabPiece& piece : params.layout.pieces()) {
+    if (piece.block < 0) {
+      initialize_run(params, shard, seed, piece, piece.offset, piece.length);
+      continue;
+    }
+    for (const auto& [lo, hi] : blocks_within) {
+      const int64_t a = std::max(lo, piece.offset), b = std::min(hi, piece.offset + piece.length);
+      if (a < b) initialize_run(params, shard, seed, piece, a, b - a);
+    }
   }
 }
 

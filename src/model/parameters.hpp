@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/types.hpp"
@@ -50,6 +51,8 @@ struct LayerParameters {
   Tensor moebias;  // (E) DeepSeekMoE's routing bias (e_score_correction_bias), never trained
 };
 
+class BlockGate;
+
 struct ParameterTensors {
   Tensor wte;                           // (Vp, C) token embedding, also the LM head
   Tensor wpe;                           // (maxT, C) position embedding
@@ -57,6 +60,9 @@ struct ParameterTensors {
   Tensor lnfw;                          // (C)
   Tensor lnfb;                          // (C)
   Tensor lmhead;                        // (Vp, C) an untied model's LM head; else empty
+  // ZeRO-2/3 (optim/sharded_blocks.hpp): told before a block's views are read or its gradients
+  // written, it points them at whole copies; null: the views are the slab's, always whole.
+  BlockGate* gate = nullptr;
 };
 
 // A stretch of the slab holding one tensor, or one block's slice of a per-layer tensor.
@@ -83,6 +89,8 @@ class SlabLayout {
   const std::vector<SlabPiece>& pieces() const { return pieces_; }
   // The piece holding slab position `offset` (< count()).
   const SlabPiece& piece_at(int64_t offset) const;
+  // Local block `block`'s stretch of the slab: [first, second).
+  std::pair<int64_t, int64_t> block_range(int block) const;
   // Local elements [j, j + n) of `tensor` as slab stretches: f(local index, slab offset, length),
   // in ascending order.
   template <class F>
@@ -126,6 +134,12 @@ struct Parameters {
   // The whole model (one rank, no tensor parallelism).
   static Parameters allocate(const GPTConfig& cfg, const std::string& label);
 
+  // As allocate(), but the blocks' stretch of the slab is left untouched (not zeroed): on the
+  // host its pages take no memory until written. ZeRO-2's gradients and ZeRO-3's parameters
+  // write only this rank's shard of it.
+  static Parameters allocate_sparse_blocks(const TpShard& shard, const std::string& label,
+                                           int pad_to);
+
   // One piece of the slab as a tensor.
   Tensor view(const SlabPiece& piece) const {
     return Tensor(slab.data() + piece.offset, piece.length);
@@ -138,5 +152,13 @@ struct Parameters {
 // on the slab's layout or on which rank holds it.
 void initialize(Parameters& params, const TpShard& shard, uint64_t seed);
 void initialize(Parameters& params, uint64_t seed);
+// The same, the blocks' pieces only inside `blocks_within` (slab ranges [first, second), ZeRO-3:
+// this rank's shard); the rest of the blocks' stretch is not written.
+void initialize(Parameters& params, const TpShard& shard, uint64_t seed,
+                const std::vector<std::pair<int64_t, int64_t>>& blocks_within);
+
+// Points local block `block`'s views in `t` at `stretch`, a copy of its slab stretch
+// (layout.block_range(block)); with `stretch` the slab's own place there, back at the slab.
+void point_block(ParameterTensors& t, const SlabLayout& layout, int block, float* stretch);
 
 }  // namespace mpf

@@ -35,11 +35,12 @@ int DataParallelGrads::part_index(ModelPart part) const {
 
 DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& shard, MPI_Comm dp,
                                      int64_t bucket_elems, bool zero, bool tied_wte,
-                                     MPI_Comm expert_dp)
+                                     MPI_Comm expert_dp, int stage)
     : dp_(dp),
       expert_dp_(expert_dp == MPI_COMM_NULL ? dp : expert_dp),
       blocks_(shard.local_layers()),
       zero_(zero),
+      stage_(zero ? stage : 0),
       grads_(grads.slab.data()),
       layout_(grads.layout) {
   MPI_Comm_size(dp, &ranks_);
@@ -86,8 +87,9 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
   const int64_t max_len = (INT_MAX / 2) / ranks_ * ranks_;
   const int64_t target = std::max<int64_t>(bucket_elems, 1);
   int64_t begin = 0;
-  auto cut = [&](int64_t end, int64_t limit, bool experts) {
-    end = std::min(round_up(end, ranks_), limit);
+  // ZeRO-2/3 cut exactly at a block's edges: each block is its own buckets.
+  auto cut = [&](int64_t end, int64_t limit, bool experts, bool exact = false) {
+    end = std::min(exact ? end : round_up(end, ranks_), limit);
     if (end <= begin) return;
     GradBucket b;
     b.begin = begin;
@@ -105,8 +107,14 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
     const bool edge_to_blocks = !last && (p.block < 0) != (pieces[k + 1].block < 0);
     const bool tied_sum = shard.is_tied(p.tensor) && tied_wte;
     const bool kind_changes = !last && is_experts(k) != is_experts(k + 1);
-    if (kind_changes || (boundary && (end - begin >= target || edge_to_blocks || tied_sum)))
+    const bool block_edge = stage_ >= 2 && !last && p.block != pieces[k + 1].block &&
+                            (p.block >= 0 || pieces[k + 1].block >= 0);
+    if (block_edge) {
+      cut(end, kind_end[k], is_experts(k), /*exact=*/true);
+    } else if (kind_changes ||
+               (boundary && (end - begin >= target || edge_to_blocks || tied_sum))) {
       cut(end, kind_end[k], is_experts(k));
+    }
   }
   cut(padded, padded, false);
   // Each rank's part of each bucket: even when it divides, else one more on the first ranks.
@@ -139,6 +147,11 @@ DataParallelGrads::DataParallelGrads(const Parameters& grads, const TpShard& sha
         }
       }
     }
+  }
+  pooled_.assign(buckets_.size(), false);
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const std::vector<int>& parts = buckets_[i].parts;
+    pooled_[i] = stage_ >= 2 && parts.size() == 1 && parts[0] < blocks_;
   }
   waiting_.resize(buckets_.size());
   for (size_t i = 0; i < buckets_.size(); ++i) waiting_[i] = int(buckets_[i].parts.size());
@@ -195,7 +208,7 @@ void DataParallelGrads::tied_sum_done() {
 void DataParallelGrads::part_done(int part) {
   bool fenced = false;
   for (size_t i : buckets_of_part_[size_t(part)]) {
-    if (--waiting_[i] > 0 || started_[i]) continue;
+    if (--waiting_[i] > 0 || started_[i] || pooled_[i]) continue;
     // The kernels that wrote these gradients must be done (a staged copy waits for them itself).
     if (!fenced && !host_slab_.data()) Kokkos::fence();
     fenced = true;
@@ -209,7 +222,7 @@ void DataParallelGrads::part_done(int part) {
 void DataParallelGrads::finish() {
   if (!host_slab_.data()) Kokkos::fence();
   for (size_t i = 0; i < buckets_.size(); ++i) {
-    if (!started_[i]) start(i);
+    if (!started_[i] && !pooled_[i]) start(i);
   }
   {
     // Waited on as one: the record names the kind of bucket collective and the main group.
@@ -262,6 +275,7 @@ void DataParallelGrads::allgather_params(float* params) {
   if (!host_slab_.data()) Kokkos::fence();
   std::vector<MPI_Request> gathers(buckets_.size(), MPI_REQUEST_NULL);
   for (size_t i = 0; i < buckets_.size(); ++i) {
+    if (stage_ == 3 && pooled_[i]) continue;  // gathered block by block before each use
     const GradBucket& b = buckets_[i];
     const size_t r = size_t(rank_in(b));
     if (host_slab_.data()) {

@@ -14,6 +14,12 @@
 // ZeRO-1:   MPI_Ireduce_scatter_block: rank d keeps the sum of the d-th 1/D of every bucket in a
 //           shard buffer, updates only those parameters (optimizer state 1/D), and the buckets'
 //           parameters are then all-gathered.
+// ZeRO-2/3:  as ZeRO-1, but each block's gradients are a bucket of their own, cut exactly at the
+//           block's edges (with counts when D does not divide it). optim/sharded_blocks.hpp
+//           reduces those buckets itself, after each microbatch's W of the block, from a small pool
+//           of block-sized buffers (the slab's blocks' stretch is never written), and under ZeRO-3
+//           gathers the blocks' parameters itself before each use; this class keeps the other
+//           buckets (the embedding, the head) as under ZeRO-1.
 // Bucket lengths are multiples of D (the slabs are padded to a multiple of D for that), except
 // under expert parallelism: the experts' gradients are summed (and ZeRO-sharded) over the
 // expert-data-parallel group instead, so buckets are cut exactly where the slab passes between
@@ -56,9 +62,10 @@ class DataParallelGrads {
   // group after the schedule (pipeline stages), tied_sum_done() says when.
   // expert_dp: the group the experts' gradients are summed over under EP (MPI_COMM_NULL: dp,
   // like the rest).
+  // stage: the ZeRO stage when `zero` (1, 2 or 3).
   DataParallelGrads(const Parameters& grads, const TpShard& shard, MPI_Comm dp,
                     int64_t bucket_elems, bool zero, bool tied_wte = false,
-                    MPI_Comm expert_dp = MPI_COMM_NULL);
+                    MPI_Comm expert_dp = MPI_COMM_NULL, int stage = 1);
   ~DataParallelGrads();
   DataParallelGrads(const DataParallelGrads&) = delete;
   DataParallelGrads& operator=(const DataParallelGrads&) = delete;
@@ -72,6 +79,18 @@ class DataParallelGrads {
   void finish();
 
   bool zero() const { return zero_; }
+  // 0 without ZeRO, else its stage.
+  int stage() const { return stage_; }
+  // ZeRO-2/3: a bucket holding one block's gradients, which sharded_blocks.hpp reduces (and
+  // gathers) itself; the buckets of local block `block`.
+  bool pooled(size_t bucket) const { return pooled_[bucket]; }
+  const std::vector<size_t>& block_buckets(int block) const {
+    return buckets_of_part_[size_t(block)];
+  }
+  MPI_Comm dp_comm() const { return dp_; }
+  int dp_rank() const { return rank_; }
+  // ZeRO: the shard of summed gradients, written in place by sharded_blocks.hpp.
+  float* shard_data() { return shard_.data(); }
   // ZeRO: the summed gradients of this rank's parts of the buckets, and the optimizer segments
   // that update exactly those parameters.
   const float* shard_grads() const { return shard_.data(); }
@@ -96,6 +115,8 @@ class DataParallelGrads {
   MPI_Comm dp_, expert_dp_;
   int ranks_ = 1, rank_ = 0, expert_ranks_ = 1, expert_rank_ = 0, blocks_ = 0;
   bool zero_ = false;
+  int stage_ = 0;
+  std::vector<bool> pooled_;
   float* grads_ = nullptr;
   SlabLayout layout_;
   std::vector<GradBucket> buckets_;

@@ -5,15 +5,20 @@
 namespace mpf {
 
 ModelOnLayout build_model(Grid& grid, const GPTConfig& cfg, const StageOwnership* stage, int pad_to,
-                          bool gradients) {
+                          bool gradients, int zero_stage) {
   ModelOnLayout m;
   const TpShard tp = make_tp_shard(cfg, grid.tp_rank(), grid.tp_size());
   m.groups = parallel_groups(grid, tp.kv_replicas);
   m.shard = split_experts(tp, grid.ep_rank(), grid.ep_size());
   if (stage) m.shard = restrict_to_stage(m.shard, stage->layers, stage->embedding, stage->head);
   m.shard.expert_dp_rank = grid.expert_dp_cp_rank();
-  m.params = Parameters::allocate(m.shard, "mpf::params", pad_to);
-  if (gradients) m.grads = Parameters::allocate(m.shard, "mpf::grads", pad_to);
+  m.params = zero_stage == 3 ? Parameters::allocate_sparse_blocks(m.shard, "mpf::params", pad_to)
+                             : Parameters::allocate(m.shard, "mpf::params", pad_to);
+  if (gradients && zero_stage >= 2) {
+    m.grads = Parameters::allocate_sparse_blocks(m.shard, "mpf::grads", pad_to);
+  } else if (gradients) {
+    m.grads = Parameters::allocate(m.shard, "mpf::grads", pad_to);
+  }
   return m;
 }
 

@@ -29,9 +29,10 @@ struct ModelOnLayout {
 // Collective over the grid's TP group when the config replicates kv heads (the kv group is made).
 // stage: this rank's pipeline stage (stage_ownership), or null for the whole model (no PP).
 // pad_to: the slabs padded to a multiple of it (ZeRO's buckets split evenly over DP x CP).
-// gradients: allocate the gradients' slab too.
+// gradients: allocate the gradients' slab too. zero_stage 2 or 3: the gradients' (and under 3
+// the parameters') blocks' stretch is left unwritten (Parameters::allocate_sparse_blocks).
 ModelOnLayout build_model(Grid& grid, const GPTConfig& cfg, const StageOwnership* stage,
-                          int pad_to = 1, bool gradients = false);
+                          int pad_to = 1, bool gradients = false, int zero_stage = 0);
 
 // What a stage runs with beyond its shard and groups (the run's flags).
 struct StageSettings {

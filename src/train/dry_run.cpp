@@ -61,7 +61,7 @@ int TrainingRun::dry_run() const {
   }
   if (opts_.sequence_parallel) layout += "; sequence parallel";
   if (opts_.recompute != "none") layout += "; " + opts_.recompute + " recomputation";
-  if (opts_.zero == 1 && grid_->dp_cp_size() > 1) layout += "; ZeRO-1";
+  if (opts_.zero >= 1 && grid_->dp_cp_size() > 1) layout += "; ZeRO-" + std::to_string(opts_.zero);
   if (doc_token_ >= 0) layout += "; document masking (token " + std::to_string(doc_token_) + ")";
   std::printf("dry run: layout %s\n", layout.c_str());
 

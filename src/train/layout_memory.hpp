@@ -22,6 +22,7 @@ struct LayoutSizes {
   std::vector<LayerRange> layer_ranges;  // the pp x V chunks' blocks
   bool sequence_parallel = false, recompute = false, zero = false, bf16 = false;
   bool selective = false;  // --recompute selective (recompute: full)
+  int zero_stage = 1;      // with zero: --zero's stage (the planner's layouts: 1)
   bool staged_mpi = false;
   AttentionPath attention = AttentionPath::kFused;
   int threads = 1;

@@ -94,18 +94,46 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
   // buckets), AdamW's two moments (this rank's shard under ZeRO), the bf16 copy of the weights.
   const int64_t count = Parameters::slab_floats(shard, s.dp_cp);
   const int64_t state = s.zero ? count / s.dp_cp : count;
-  const int64_t weights16 = s.bf16 ? count * int64_t(sizeof(bf16)) : 0;
+  // ZeRO-2/3 (optim/sharded_blocks.hpp): of the blocks' stretch of a sharded slab this rank
+  // writes only its part of each block (the rest takes no memory), and the pool holds two whole
+  // blocks (and two of its parts) besides.
+  const int stage = s.zero && !s.model_only ? s.zero_stage : 0;
+  const int L = shard.local_layers();
+  const SlabLayout layout(shard.sizes(), L);
+  int64_t block = 0, blocks = 0, parts = 0;  // the largest block; all blocks, and their parts
+  for (int l = 0; l < L; ++l) {
+    const auto [lo, hi] = layout.block_range(l);
+    block = std::max(block, hi - lo);
+    blocks += hi - lo;
+    parts += (hi - lo + s.dp_cp - 1) / s.dp_cp;
+  }
+  const int64_t part = (block + s.dp_cp - 1) / s.dp_cp;
+  const int64_t sharded = count - blocks + parts;  // the slab's elements this rank writes
+  const int64_t weights16 = s.bf16 && stage < 3 ? count * int64_t(sizeof(bf16)) : 0;
   // The model alone (mpiformer-eval) holds no gradients and no optimizer state, and says so.
   const std::string kept = s.bf16 ? "fp32, and their bf16 copy" : "fp32";
-  add("parameters", count * f + weights16,
-      s.model_only ? kept + "; the model alone: no gradients, no optimizer state" : kept,
-      "--tp, --pp");
+  if (stage == 3) {
+    add("parameters", (sharded + 2 * block) * f,
+        "fp32: the edge tensors whole, this rank's ZeRO-3 shard of the blocks and two blocks "
+        "gathered",
+        "--tp, --pp");
+  } else {
+    add("parameters", count * f + weights16,
+        s.model_only ? kept + "; the model alone: no gradients, no optimizer state" : kept,
+        "--tp, --pp, --zero 3");
+  }
   if (s.model_only) return;
   // Under ZeRO the summed gradients of this rank's shard, and staged, host copies of the slab.
   const int64_t zero_grads = s.zero ? state * f : 0;
   const int64_t staged = s.staged_mpi ? count * f + zero_grads : 0;
-  add("gradients", count * f + zero_grads + staged, s.zero ? "and the ZeRO shard's sum" : "",
-      "--tp, --pp");
+  if (stage >= 2) {
+    add("gradients", (count - blocks + 2 * (block + part)) * f + zero_grads,
+        "the edge tensors', two blocks' in the reduction pool and the ZeRO shard's sum",
+        "--tp, --pp");
+  } else {
+    add("gradients", count * f + zero_grads + staged, s.zero ? "and the ZeRO shard's sum" : "",
+        "--tp, --pp, --zero 2");
+  }
   add("optimizer", 2 * state * f,
       s.zero ? "AdamW's m and v, this rank's ZeRO shard" : "AdamW's m and v",
       s.zero ? "--tp, --pp" : "--zero 1, --tp, --pp");

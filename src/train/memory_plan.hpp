@@ -37,6 +37,9 @@ struct MemoryShape {
   int64_t bf16_scratch = 0;  // elements of each of Bf16Products' two operand buffers
   int dp_cp = 1;             // ranks whose gradients are summed (DP x CP)
   bool zero = false;
+  // With zero: 1, or 2 and 3 (optim/sharded_blocks.hpp): the blocks' gradients (and under 3
+  // their parameters) held as this rank's shard and a pool of two whole blocks.
+  int zero_stage = 1;
   // The model alone (mpiformer-eval): no gradients and no optimizer state.
   bool model_only = false;
   // A background save's host copy of the parameters and moments (--save with --save-async).

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backends/gemm.hpp"
+#include "checkpoint/hf_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/flags.hpp"
 #include "io/output_file.hpp"
@@ -129,6 +130,43 @@ void check_optimizer_options(const TrainOptions& o) {
           " sets Muon, and the optimizer is " + o.optimizer + "; pass --optimizer muon too");
 }
 
+namespace {
+// --zero 2 and 3 (optim/sharded_blocks.hpp) serve plain, TP, SP and CP layouts and
+// recomputation; the features that read or write a block's whole gradients or parameters
+// outside the model's passes are refused by name.
+void check_zero_options(TrainOptions& o) {
+  if (o.zero < 2) return;
+  const std::string z = "--zero " + std::to_string(o.zero);
+  const std::string fix = "; use --zero 1";
+  require(o.pp == 1,
+          z + " does not serve pipeline parallelism yet (--pp " + std::to_string(o.pp) + ")" + fix);
+  require(o.ep == 1,
+          z + " does not serve expert parallelism yet (--ep " + std::to_string(o.ep) + ")" + fix);
+  require(o.optimizer != "muon",
+          z + " does not serve --optimizer muon yet (it reads whole gradient matrices)" + fix);
+  require(!o.rerun_suspect,
+          z + " does not serve --rerun-suspect (it compares each rank's whole gradients)" + fix);
+  require(o.qk_clip <= 0.0f,
+          z + " does not serve --qk-clip yet (it rescales whole weight rows)" + fix);
+  require(o.moe_bias_update_rate <= 0.0f,
+          z + " does not serve --moe-bias-update-rate yet (it moves whole routing biases)" + fix);
+  if (o.zero < 3) return;
+  // Under ZeRO-3 no rank holds the blocks' parameters whole between the passes.
+  require(o.sample_every == 0,
+          z + " does not serve --sample-every yet (generation reads whole blocks)" + fix);
+  require(o.save_hf.empty(), z + " does not serve --save-hf yet (it writes whole tensors from "
+                                 "each rank); save with --save-llmc, or use --zero 1");
+  require(o.save_local.empty(),
+          z + " does not serve --save-local yet (its shards copy the whole slab)" + fix);
+  require(o.init_from.empty() || !is_hf_source(o.init_from),
+          z + " does not serve --init-from a Hugging Face model yet" + fix);
+  require(!(o.given.count("--save-async") && o.save_async == 1),
+          z + " saves synchronously: --save-async 1 would stage a copy of every parameter; "
+              "use --save-async 0");
+  o.save_async = 0;
+}
+}  // namespace
+
 }  // namespace
 
 void check_options(TrainOptions& o) {
@@ -166,8 +204,10 @@ void check_options(TrainOptions& o) {
   require(o.microbatches == 0 || o.micro_batch_size == 0,
           "--microbatches and --micro-batch-size both set the microbatch count; give one");
   require(o.dp_bucket_mb > 0, "--dp-bucket-mb must be positive, got " + number(o.dp_bucket_mb));
-  require(o.zero == 0 || o.zero == 1,
-          "--zero " + std::to_string(o.zero) + " is not a ZeRO stage this trainer has; use 0 or 1");
+  require(o.zero >= 0 && o.zero <= 3,
+          "--zero " + std::to_string(o.zero) +
+              " is not a ZeRO stage this trainer has; use 0, 1, 2 or 3");
+  check_zero_options(o);
   check_optimizer_options(o);
   check_checkpoint_options(o);
   if (o.cp > 1) {

@@ -23,6 +23,21 @@ namespace mpf {
 
 namespace {
 
+// The data-parallel line's ZeRO part: the stage in force (0: none), the one asked for.
+std::string zero_line(int stage, int asked, bool cp) {
+  const std::string over = cp ? " over DP x CP" : " over DP";
+  if (stage == 1) return "ZeRO-1: optimizer state sharded" + over;
+  if (stage == 2) return "ZeRO-2: optimizer state and blocks' gradients sharded" + over;
+  if (stage == 3) {
+    return "ZeRO-3: optimizer state, blocks' gradients and parameters sharded" + over +
+           ", gathered block by block";
+  }
+  if (asked > 0) {
+    return "ZeRO-" + std::to_string(asked) + " requested but dp x cp is 1: nothing to shard";
+  }
+  return "optimizer state replicated";
+}
+
 std::string megabytes(int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f MB", double(bytes) / 1e6);
@@ -171,11 +186,7 @@ void RunReporter::print_layout() const {
   std::printf("data parallel: %d rank(s)%s | %zu bucket(s) of <= %g MB | overlap %s | %s\n",
               g.dp_size(), g.cp_size() > 1 ? " (gradients summed over DP x CP)" : "",
               r.dp_grads_->buckets().size(), o.dp_bucket_mb, o.overlap_grad_reduce ? "on" : "off",
-              r.dp_grads_->zero()
-                  ? (g.cp_size() > 1 ? "ZeRO-1: optimizer state sharded over DP x CP"
-                                     : "ZeRO-1: optimizer state sharded over DP")
-              : o.zero == 1 ? "ZeRO-1 requested but dp x cp is 1: nothing to shard"
-                            : "optimizer state replicated");
+              zero_line(r.dp_grads_->stage(), o.zero, g.cp_size() > 1).c_str());
   std::printf(
       "optimizer: AdamW lr %.1e betas %g/%g eps %g wd %g (matrices) | clip %g | %s, warmup %d, "
       "final frac %g\n",

@@ -73,7 +73,7 @@ CheckpointInfo RunSaver::checkpoint_info(const TrainingRun& r, int step) {
   for (const LayerRange& range : r.layer_ranges_) {
     resolved.pp_layout += (resolved.pp_layout.empty() ? "" : ",") + std::to_string(range.size());
   }
-  resolved.zero = r.dp_grads_->zero() ? 1 : 0;
+  resolved.zero = r.dp_grads_->stage();
 
   CheckpointInfo c;
   c.step = step;

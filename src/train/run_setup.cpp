@@ -208,7 +208,8 @@ LayoutSizes TrainingRun::layout_sizes() const {
   l.recompute = opts_.recompute == "full";
   l.selective = opts_.recompute == "selective";
   l.attention = attention_path_named(opts_.attention);
-  l.zero = opts_.zero == 1;
+  l.zero = opts_.zero >= 1;
+  l.zero_stage = std::max(opts_.zero, 1);
   l.bf16 = opts_.precision == Precision::bf16;
   l.staged_mpi = staged();
   l.threads = host_thread_count();
@@ -269,7 +270,9 @@ void TrainingRun::shard_model() {
   const StageOwnership own =
       stage_ownership(layer_ranges_, grid_->pp_rank(), grid_->pp_size(), shape_.placement);
   // Padded to a multiple of the DP x CP size so ZeRO's buckets split evenly.
-  ModelOnLayout model = build_model(*grid_, cfg_, &own, grid_->dp_cp_size(), !model_only_);
+  // ZeRO-2/3: the slabs' blocks' stretch is this rank's shard alone (optim/sharded_blocks.hpp).
+  const int stage = model_only_ || grid_->dp_cp_size() == 1 ? 0 : opts_.zero;
+  ModelOnLayout model = build_model(*grid_, cfg_, &own, grid_->dp_cp_size(), !model_only_, stage);
   groups_ = model.groups;
   shard_ = std::move(model.shard);
   params_ = std::move(model.params);
@@ -289,7 +292,12 @@ void TrainingRun::set_up_optimizer() {
   adam.weight_decay = opts.weight_decay;
   // The ranks holding the same parameters are DP x CP: gradients are summed, and ZeRO shards, over
   // them together.
-  const bool zero = opts.zero == 1 && grid_->dp_cp_size() > 1;
+  const bool zero = opts.zero >= 1 && grid_->dp_cp_size() > 1;
+  const int stage = zero ? opts.zero : 0;
+  require(stage < 2 || !staged(),
+          "--zero " + std::to_string(stage) +
+              " needs an MPI that reads device memory (its block buffers are not staged yet); "
+              "use --zero 1");
   const int64_t bucket_elems = static_cast<int64_t>(opts.dp_bucket_mb * 1e6 / sizeof(float));
   // Under PP the tied wte is completed over the embedding group after the schedule: its DP
   // buckets wait for that (unless one rank holds both ends, as in a V).
@@ -298,7 +306,8 @@ void TrainingRun::set_up_optimizer() {
   const MPI_Comm expert_dp = grid_->ep_size() > 1 ? grid_->expert_dp_cp_comm() : MPI_COMM_NULL;
   dp_grads_ =
       std::make_unique<DataParallelGrads>(grads_, shard_, grid_->dp_cp_comm(), bucket_elems, zero,
-                                          /*tied_wte=*/tied_across_stages(), expert_dp);
+                                          /*tied_wte=*/tied_across_stages(), expert_dp, stage);
+  if (stage >= 2) sharded_ = std::make_unique<ShardedBlocks>(*dp_grads_, params_, grads_, stage);
   // Under ZeRO-1 AdamW's segments are this rank's shard of the moments, else the slab's pieces.
   std::vector<OptimizerSegment> segments =
       zero ? dp_grads_->zero_segments() : piece_segments(params_);
@@ -323,7 +332,8 @@ void TrainingRun::set_up_optimizer() {
   }
   optimizer_ = std::make_unique<AdamW>(adam, cfg_, std::move(segments), state);
   grad_squares_ = std::make_unique<SumOfSquares>(grid_->ep_size() > 1 ? 2 : 1);
-  state_files_ = std::make_unique<StateFiles>(*grid_, shard_, params_, *optimizer_, zero);
+  state_files_ =
+      std::make_unique<StateFiles>(*grid_, shard_, params_, *optimizer_, zero, stage == 3);
 }
 
 void TrainingRun::load_state() {
@@ -350,11 +360,15 @@ void TrainingRun::load_state() {
     load_hf_model(opts_.init_from, cfg_, shard_, params_, grid_->world_comm());
   } else if (!opts_.init_from.empty()) {
     load_model_file(*state_files_, opts_.init_from);
+  } else if (zero3()) {
+    initialize(params_, shard_, opts_.seed, sharded_->owned_ranges());
   } else {
     initialize(params_, shard_, opts_.seed);
   }
   RunSaver::tidy_local_dir(*this);
-  if (opts_.precision == Precision::bf16) {
+  // Under ZeRO-3 no whole copy: the products round each gathered block's weights as they read
+  // them (the same bits).
+  if (opts_.precision == Precision::bf16 && !zero3()) {
     weights16_ = Bf16Slab("mpf::weights16", params_.count);
     round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
   }
@@ -417,6 +431,10 @@ int64_t TrainingRun::largest_operand() const {
 
 void TrainingRun::open_bf16_products(std::optional<Bf16Products>& scope) const {
   if (opts_.precision != Precision::bf16) return;
+  if (zero3()) {
+    scope.emplace(nullptr, nullptr, 0, largest_operand());
+    return;
+  }
   scope.emplace(params_.slab.data(), weights16_.data(), params_.count, largest_operand());
 }
 

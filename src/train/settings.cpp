@@ -213,8 +213,10 @@ SettingGroup layout_settings() {
           {"--overlap-grad-reduce", "",
            "reduce each bucket as soon as its gradients are final, during the backward",
            &O::overlap_grad_reduce},
-          {"--zero", "S", "0 or 1: ZeRO-1 shards the optimizer state over the DP ranks", &O::zero,
-           0, "layout.zero", kRecorded},
+          {"--zero", "S",
+           "0-3: ZeRO-1 shards the optimizer state over the DP ranks, 2 the blocks' gradients "
+           "too, 3 also their parameters (gathered block by block)",
+           &O::zero, 0, "layout.zero", kRecorded},
           {"--microbatches", "M",
            "split each DP rank's rows into M microbatches, accumulating gradients (default 1)",
            &O::microbatches, 1, "layout.microbatches", kRecorded},

@@ -152,7 +152,11 @@ double TrainingRun::compute() {
   PhaseScope phase(phases_, StepPhase::kData);
   batch_.load(*train_data_, grid_->dp_rank() * local_batch_);
   phase.next(StepPhase::kZeroGrads);
-  fill(grads_.slab.data(), grads_.count, 0.0f);
+  if (sharded_) {
+    sharded_->begin_step();  // the blocks' gradients are zeroed in their pool, block by block
+  } else {
+    fill(grads_.slab.data(), grads_.count, 0.0f);
+  }
   phase.next(StepPhase::kSchedule);
   PartDone overlap;
   if (opts_.overlap_grad_reduce) overlap = [this](ModelPart part) { dp_grads_->part_done(part); };
@@ -174,6 +178,7 @@ double TrainingRun::sync() {
   allreduce_tied_embedding();
   if (opts_.overlap_grad_reduce) dp_grads_->tied_sum_done();  // wte's buckets start now
   phase.next(StepPhase::kDpReduce);
+  if (sharded_) sharded_->finish();
   dp_grads_->finish();
   phase.next(StepPhase::kGradNorm);
   return global_grad_norm();
@@ -201,7 +206,7 @@ void TrainingRun::update(float lr, double norm) {
   if (!zero) return;
   phase.next(StepPhase::kZeroGather);
   dp_grads_->allgather_params(params_.slab.data());
-  if (bf16) round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
+  if (bf16 && !zero3()) round_to_bf16(weights16_.data(), params_.slab.data(), params_.count);
 }
 
 void TrainingRun::update_moe_bias() {

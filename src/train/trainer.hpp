@@ -28,6 +28,7 @@
 #include "optim/grad_norm.hpp"
 #include "optim/lr_schedule.hpp"
 #include "optim/muon.hpp"
+#include "optim/sharded_blocks.hpp"
 #include "parallel/grid.hpp"
 #include "parallel/groups.hpp"
 #include "parallel/node.hpp"
@@ -225,6 +226,9 @@ class TrainingRun {
   std::unique_ptr<Muon> muon_;  // --optimizer muon: the blocks' matrices (AdamW keeps the rest)
   std::unique_ptr<SumOfSquares> grad_squares_;  // the gradient norm's, read once a step
   std::unique_ptr<DataParallelGrads> dp_grads_;
+  // ZeRO-2/3 (optim/sharded_blocks.hpp): the blocks' gradients (and parameters) sharded.
+  std::unique_ptr<ShardedBlocks> sharded_;
+  bool zero3() const { return sharded_ && dp_grads_->stage() == 3; }
   std::unique_ptr<StateFiles> state_files_;
   int first_step_ = 1;       // 1, or the step after the resumed checkpoint's
   int64_t tokens_seen_ = 0;  // training tokens through the model so far, over the whole run

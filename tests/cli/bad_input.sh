@@ -72,7 +72,13 @@ expect_error "seq-len > max_seq_len" 1 "--seq-len 300 exceeds the model's max_se
 expect_error "heads do not divide dim" 1 "do not divide into 3 heads" -- --heads 3
 expect_error "unknown schedule" 1 "unknown --lr-schedule 'linear'" -- --lr-schedule linear
 expect_error "batch over ranks" 2 "--batch 5 does not split over 2" -- --batch 5
-expect_error "zero stage" 1 "--zero 2 is not a ZeRO stage.*use 0 or 1" -- --zero 2
+expect_error "zero stage" 1 "--zero 4 is not a ZeRO stage.*use 0, 1, 2 or 3" -- --zero 4
+# ZeRO-2/3 refuse by name what they cannot serve yet.
+expect_error "zero 3 with pp" 2 "--zero 3 does not serve pipeline parallelism yet \(--pp 2\); use --zero 1" -- --zero 3 --pp 2
+expect_error "zero 2 with ep" 2 "--zero 2 does not serve expert parallelism yet \(--ep 2\); use --zero 1" -- --zero 2 --dp 2 --ep 2 --arch qwen2_moe
+expect_error "zero 2 with muon" 1 "--zero 2 does not serve --optimizer muon yet.*use --zero 1" -- --zero 2 --optimizer muon
+expect_error "zero 3 with save-hf" 1 "--zero 3 does not serve --save-hf yet.*--save-llmc, or use --zero 1" -- --zero 3 --save-hf "$WORK/zero3_hf"
+expect_error "zero 3 with save-async 1" 1 "--zero 3 saves synchronously.*use --save-async 0" -- --zero 3 --save "$WORK/zero3_ckpt" --save-async 1
 expect_error "muon momentum" 1 "--muon-momentum must be in \[0, 1), got 1" -- --optimizer muon --muon-momentum 1
 expect_error "muon flag alone" 1 "--muon-momentum sets Muon.*pass --optimizer muon" -- --muon-momentum 0.9
 expect_error "unknown optimizer" 1 "--optimizer.*sgd" -- --optimizer sgd

@@ -40,6 +40,9 @@ run_layout 1 1 --cp 2 --pp 2 --schedule interleaved --virtual-stages 2 --microba
 run_layout 1 1 --cp 2 --pp 2 --schedule zb-h1 --microbatches 4
 run_layout 1 1 --cp 2 --pp 2 --schedule zb-v --microbatches 2
 run_layout 1 2 --cp 2 --zero 1 --overlap-grad-reduce --dp-bucket-mb 0.05
+# ZeRO-2/3 shard the blocks over DP x CP, as ZeRO-1 shards the optimizer state.
+run_layout 1 2 --cp 2 --zero 2
+run_layout 1 1 --cp 2 --zero 3 --microbatches 2
 run_layout 1 2 --cp 2 --recompute
 # The chunked attention (--attention chunked: a chunk of queries at a time through the GEMM
 # library) against the serial run's fused kernel, on 1 rank and through CP 2's ring of blocks.

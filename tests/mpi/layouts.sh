@@ -2,7 +2,7 @@
 # docs/design.md, invariant 3: every layout reproduces the serial run. For each (tp, dp) with
 # tp·dp <= 4, plain, with ZeRO-1, with the gradient reduction overlapped in small buckets, and both,
 # and with tp > 1 also with sequence parallelism; gradient accumulation over microbatches with
-# both schedules; and one 8-rank layout. Five steps of a tiny model from the same seed must give
+# both schedules; ZeRO-2 and ZeRO-3; and one 8-rank layout. Five steps of a tiny model from the same seed must give
 # the serial run's losses and, after the last update, its parameters (serial_reference.sh says
 # within what, and why), and --qk-clip on TP, DP with ZeRO-1 and CP. Pipeline layouts are in
 # pipeline.sh.
@@ -33,6 +33,21 @@ run_layout 2 2 --microbatches 2 --sequence-parallel --zero 1 --overlap-grad-redu
 if [ "$PRECISION" = fp32 ]; then
   OMP_WAIT_POLICY=PASSIVE run_layout 2 4 --sequence-parallel --zero 1 --overlap-grad-reduce \
     --dp-bucket-mb 0.05
+fi
+# ZeRO-2 and ZeRO-3 (optim/sharded_blocks.hpp): each block's gradients reduce-scattered from a
+# pool after every microbatch's W, and under ZeRO-3 its parameters gathered before each use: with
+# gradient accumulation, TP with SP (the norms' TP sums at every W), full and selective
+# recomputation (the gather serves the recomputed forwards), W apart from B (zb-h1), and 4 ranks.
+for z in 2 3; do
+  run_layout 1 2 --zero $z --microbatches 2
+  run_layout 2 2 --zero $z --sequence-parallel --microbatches 2
+done
+run_layout 1 2 --zero 3 --overlap-grad-reduce --dp-bucket-mb 0.05
+if [ "$PRECISION" = fp32 ]; then
+  run_layout 1 4 --zero 2 --microbatches 2
+  run_layout 1 4 --zero 3 --microbatches 2
+  run_layout 1 2 --zero 3 --recompute full --microbatches 2
+  run_layout 1 2 --zero 3 --recompute selective --schedule zb-h1 --microbatches 2
 fi
 # --qk-clip (optim/qk_clip.hpp) at 0.05, under this model's logits, so heads are scaled after
 # every update: each rank scales its heads from the largest logits agreed over DP (under ZeRO-1
