@@ -88,4 +88,71 @@ KOKKOS_INLINE_FUNCTION float row_max(const float* x, int n) {
   return lane_max(n, [x](int i) { return x[i]; });
 }
 
+// ---- many rows at once, on the host ------------------------------------------------------------
+// row_max and row_sum of up to kLanes rows together (rows of n floats, n a multiple of kLanes, row
+// stride ld; `rows` <= kLanes of them), with their bits. One row's last step folds its kLanes
+// partial results one after another: 15 dependent scalar operations, which in a softmax over a
+// 64-wide tile cost as much as the exponentials. Here the kLanes x kLanes block of partial results
+// is transposed, and the fold runs across the rows in one vector, in the same order.
+namespace rows_detail {
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+typedef int32_t Index __attribute__((vector_size(kLanes * sizeof(int32_t))));
+
+inline Lanes load(const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline Lanes max(Lanes a, Lanes b) {
+  return b > a ? b : a;  // lane_max's select: the kept value stays on ties
+}
+// r[i] holds row i's lanes; after, r[k] holds lane k of every row. Four rounds: at each, the
+// off-diagonal s x s blocks of every 2s x 2s block trade places.
+inline void transpose(Lanes r[kLanes]) {
+  for (int s = 1; s < kLanes; s *= 2) {
+    Index keep, take;
+    for (int l = 0; l < kLanes; ++l) {
+      keep[l] = (l & s) ? kLanes + l - s : l;
+      take[l] = (l & s) ? kLanes + l : l + s;
+    }
+    for (int i = 0; i < kLanes; ++i) {
+      if (i & s) continue;
+      const Lanes x = r[i], y = r[i + s];
+      r[i] = __builtin_shuffle(x, y, keep);
+      r[i + s] = __builtin_shuffle(x, y, take);
+    }
+  }
+}
+}  // namespace rows_detail
+
+inline void rows_max(const float* x, int64_t ld, int n, int rows, float* out) {
+  using namespace rows_detail;
+  Lanes r[kLanes];
+  for (int i = 0; i < kLanes; ++i) {
+    const float* row = x + (i < rows ? i : 0) * ld;
+    Lanes m = load(row);
+    for (int j = kLanes; j < n; j += kLanes) m = max(m, load(row + j));
+    r[i] = m;
+  }
+  transpose(r);
+  Lanes m = r[0];
+  for (int k = 1; k < kLanes; ++k) m = max(m, r[k]);  // max is exact: any order gives its bits
+  for (int i = 0; i < rows; ++i) out[i] = m[i];
+}
+
+inline void rows_sum(const float* x, int64_t ld, int n, int rows, float* out) {
+  using namespace rows_detail;
+  Lanes r[kLanes];
+  for (int i = 0; i < kLanes; ++i) {
+    const float* row = x + (i < rows ? i : 0) * ld;
+    Lanes s = Lanes{} + load(row);  // lane_sum's lanes: from zero, in order
+    for (int j = kLanes; j < n; j += kLanes) s += load(row + j);
+    r[i] = s;
+  }
+  transpose(r);
+  Lanes s = Lanes{};
+  for (int k = 0; k < kLanes; ++k) s += r[k];  // lane_sum's fold: lane 0 first
+  for (int i = 0; i < rows; ++i) out[i] = s[i];
+}
+
 }  // namespace mpf::vmath

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -576,6 +577,34 @@ TEST_P(Kernels, MoeSortAndBalanceStatsAgainstSerialLoops) {
       expect_close(got_p, std::vector<double>(want_p.begin(), want_p.end()), 1e-6, "sum of p");
     }
   }
+}
+
+// vmath::rows_max and rows_sum (the fused attention's softmax, 16 rows at once) give each row's
+// row_max and row_sum bit for bit: rows of 16 to 64 values, partial blocks, masked (−∞) entries,
+// both signs.
+TEST(RowReductions, ManyRowsAtOnceHaveOneRowsBits) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const int ld = 80;
+  std::vector<float> x(size_t(vmath::kLanes) * ld);
+  int checked = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    for (float& v : x) v = std::exp(normal(rng)) * (trial % 3 ? 1.0f : -1.0f);
+    if (trial % 5 == 0) {
+      for (int i = 0; i < 40; ++i) x[rng() % x.size()] = -INFINITY;
+    }
+    const int n = vmath::kLanes * (1 + trial % 4), rows = 1 + trial % vmath::kLanes;
+    float mx[vmath::kLanes], sum[vmath::kLanes];
+    vmath::rows_max(x.data(), ld, n, rows, mx);
+    vmath::rows_sum(x.data(), ld, n, rows, sum);
+    for (int r = 0; r < rows; ++r, ++checked) {
+      const float want_max = vmath::row_max(x.data() + r * ld, n);
+      const float want_sum = vmath::row_sum(x.data() + r * ld, n);
+      ASSERT_EQ(0, std::memcmp(&want_max, &mx[r], sizeof(float))) << "trial " << trial;
+      ASSERT_EQ(0, std::memcmp(&want_sum, &sum[r], sizeof(float))) << "trial " << trial;
+    }
+  }
+  EXPECT_GT(checked, 3000);
 }
 
 // The inverse frequencies and the cos and sin tables against the formulas in double: Hugging

@@ -71,6 +71,7 @@ int round_up(int x, int m) {
 // micro-kernel's multiples: rows to kTileRows, the head size to kTileCols (hp).
 
 constexpr int kHostTile = 64;  // queries and keys per tile: a tile's operands fit in L2
+static_assert(kHostTile % vmath::kLanes == 0, "the softmax takes rows in whole vectors");
 
 // Floats of each kernel's per-thread scratch (G heads a unit, head size padded to hp), as the
 // kernels carve it.
@@ -314,21 +315,32 @@ void host_forward(Tensor out, Tensor lse, Tensor row_max, const AttentionInputs&
         }
         h.mask(S, qt.n, qt, doc, kt, c);
         const float scale = h.scale;  // a local: the row loops' stores cannot alias it
-        for (int r = 0; r < qt.n; ++r) {
-          float* __restrict s = S + r * T;
-          const float mx = vmath::row_max(s, T);
-          if (mx == kNegInf) {  // this tile holds nothing the row sees
-            for (int j = 0; j < T; ++j) s[j] = 0.0f;
-            continue;
+        // The online softmax, vmath::kLanes rows at a time: their maxima and sums together
+        // (vmath::rows_max, rows_sum: row_max's and row_sum's bits without a row's serial fold).
+        for (int r0 = 0; r0 < qt.n; r0 += vmath::kLanes) {
+          const int rows = std::min(vmath::kLanes, qt.n - r0);
+          float mx[vmath::kLanes], sum[vmath::kLanes], alpha[vmath::kLanes];
+          vmath::rows_max(S + r0 * T, T, T, rows, mx);
+          for (int i = 0; i < rows; ++i) {
+            float* __restrict s = S + (r0 + i) * T;
+            if (mx[i] == kNegInf) {  // this tile holds nothing the row sees
+              for (int j = 0; j < T; ++j) s[j] = 0.0f;
+              continue;
+            }
+            const float mold = mg[r0 + i], mnew = std::max(mold, scale * mx[i]);
+            alpha[i] = mold == kNegInf ? 0.0f : vmath::exp(mold - mnew);
+            for (int j = 0; j < T; ++j) s[j] = exp_or_zero(scale * s[j] - mnew);
+            mg[r0 + i] = mnew;
           }
-          const float mnew = std::max(mg[r], scale * mx);
-          const float alpha = mg[r] == kNegInf ? 0.0f : vmath::exp(mg[r] - mnew);
-          for (int j = 0; j < T; ++j) s[j] = exp_or_zero(scale * s[j] - mnew);
-          lg[r] = lg[r] * alpha + vmath::row_sum(s, T);
-          mg[r] = mnew;
-          if (alpha != 1.0f) {
-            float* orow = Og + r * hp;
-            for (int d = 0; d < hs; ++d) orow[d] *= alpha;
+          vmath::rows_sum(S + r0 * T, T, T, rows, sum);
+          for (int i = 0; i < rows; ++i) {
+            if (mx[i] == kNegInf) continue;
+            const int r = r0 + i;
+            lg[r] = lg[r] * alpha[i] + sum[i];
+            if (alpha[i] != 1.0f) {
+              float* orow = Og + r * hp;
+              for (int d = 0; d < hs; ++d) orow[d] *= alpha[i];
+            }
           }
         }
         if (bf16) {  // P rounded as it is packed
