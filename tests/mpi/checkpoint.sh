@@ -2,8 +2,10 @@
 # A run cut off and resumed is the same run. Same layout: bit for bit (every logged loss, lr and
 # gradient norm, and the final parameters and optimizer state), whether it stopped at --steps k or
 # on a signal to one non-zero rank mid-run. Another layout (saved on tp 2 x pp 2 interleaved,
-# resumed on dp 2 with ZeRO-1, on pp 2 with another --pp-layout, on one rank): the serial run
-# within the layout tests' tolerances (serial_reference.sh says why). Faults end the job: a rank
+# resumed on dp 2 with ZeRO-1 or ZeRO-3, on pp 2 with another --pp-layout, on one rank): the serial
+# run within the layout tests' tolerances (serial_reference.sh says why). Across ZeRO stages: a
+# ZeRO-3 run cut and resumed is bit for bit, and ZeRO-3's checkpoints resume under ZeRO-1 on
+# another layout, and the reverse. Faults end the job: a rank
 # killed with SIGKILL ends a 4-rank job within 30 s, and a resume loses only the steps after the
 # last checkpoint; a rank stopped with SIGSTOP trips the others' --step-timeout watchdogs. Rank 0
 # then prints where each rank was, a line per rank, for a rank stopped, a hang in a P2P call and
@@ -48,6 +50,54 @@ done
 "$TRAIN" --init-from "$WORK/cut/step_00000008/model_00000008.bin" --steps 1 --val-every 0 \
   --seq-len 32 --batch 8 >"$WORK/init.log" 2>&1 && ok "--init-from reads a checkpoint's model file" ||
   { bad "--init-from of a checkpoint's model file"; tail -3 "$WORK/init.log"; }
+
+# ---- 1b. Across ZeRO stages: ZeRO-3 (each block's parameters kept by its shard's owner alone)
+# writes and reads the same files. Cut and resumed under ZeRO-3: bit for bit. Its step-3
+# checkpoint resumed under ZeRO-1 on tp 2 x dp 2, and section 1's ZeRO-1 one under ZeRO-3 on
+# tp 2 x dp 2: section 1's ZeRO-1 run within the layout tests' tolerances. ----
+z3=("${small[@]:0:${#small[@]}-1}" 3)  # small's flags, ending --zero 1, with --zero 3
+"$MPIEXEC" -n 2 "$TRAIN" "${z3[@]}" --steps 8 --save-llmc "$WORK/z3full.bin" >"$WORK/z3full.log" 2>&1
+"$MPIEXEC" -n 2 "$TRAIN" "${z3[@]}" --steps 3 --lr-decay-steps 8 --save "$WORK/z3" \
+  >"$WORK/z3cut1.log" 2>&1
+cp -r "$WORK/z3" "$WORK/z3_to_z1"
+"$MPIEXEC" -n 2 "$TRAIN" "${z3[@]}" --steps 8 --load "$WORK/z3" --save-llmc "$WORK/z3cut.bin" \
+  >"$WORK/z3cut2.log" 2>&1
+if [ "$(numbers "$WORK/z3full.log")" = "$(numbers "$WORK/z3cut1.log" "$WORK/z3cut2.log")" ] &&
+  [ "$(numbers "$WORK/z3full.log" | wc -l)" -eq 8 ]; then
+  ok "--zero 3: --steps 3 then --load gives the uninterrupted run's 8 steps"
+else
+  bad "--zero 3: --steps 3 then --load: the steps differ"
+fi
+same "--zero 3: final parameters bit-identical" "$WORK/z3full.bin" "$WORK/z3cut.bin"
+across_zero() {  # across_zero NAME LOG BIN: steps 4-8 and the final parameters against full.log
+  if "$PY" - "$WORK/full.log" "$2" "$WORK/full.bin" "$3" <<'PYEOF'; then
+import re, sys
+import numpy as np
+def losses(p):
+    return [float(m.group(1)) for m in re.finditer(r"^step \d+/\d+ \| loss ([0-9.]+)", open(p).read(), re.M)]
+a, b = losses(sys.argv[1])[3:], losses(sys.argv[2])
+assert len(a) == 5 and len(b) == 5, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+assert worst <= 1e-5, f"losses differ by {worst:.2e}: {a} vs {b}"
+pa = np.fromfile(sys.argv[3], dtype=np.float32, offset=1024)
+pb = np.fromfile(sys.argv[4], dtype=np.float32, offset=1024)
+err = float(np.abs(pa - pb).max() / np.abs(pa).max())
+assert err <= 1e-4, f"parameters differ by {err:.2e} of their scale"
+print(f"  losses within {worst:.1e}, parameters within {err:.1e}")
+PYEOF
+    ok "$1"
+  else
+    bad "$1"; tail -3 "$2"
+  fi
+}
+OMP_WAIT_POLICY=PASSIVE "$MPIEXEC" -n 4 "$TRAIN" "${small[@]}" --tp 2 --steps 8 \
+  --load "$WORK/z3_to_z1" --save-llmc "$WORK/z3_to_z1.bin" >"$WORK/z3_to_z1.log" 2>&1
+across_zero "saved under ZeRO-3 on dp 2, resumed under ZeRO-1 on tp 2 x dp 2" \
+  "$WORK/z3_to_z1.log" "$WORK/z3_to_z1.bin"
+OMP_WAIT_POLICY=PASSIVE "$MPIEXEC" -n 4 "$TRAIN" "${z3[@]}" --tp 2 --steps 8 --load "$WORK/cut" \
+  --load-step 3 --save-llmc "$WORK/z1_to_z3.bin" >"$WORK/z1_to_z3.log" 2>&1
+across_zero "saved under ZeRO-1 on dp 2, resumed under ZeRO-3 on tp 2 x dp 2" \
+  "$WORK/z1_to_z3.log" "$WORK/z1_to_z3.bin"
 
 # ---- 2. Same layout, stopped by SIGUSR1 to rank 1 mid-run (1F1B over 2 stages) ----
 sig=(--val-every 0 --pp 2 --microbatches 2 --steps 60)
@@ -119,7 +169,7 @@ assert err <= 1e-4, f"parameters differ by {err:.2e} of their scale"
 print(f"  losses within {worst:.1e}, parameters within {err:.1e}")
 PYEOF
 }
-for layout in "2 --dp 2 --zero 1" "2 --pp 2 --pp-layout 5,3 --microbatches 2" "1"; do
+for layout in "2 --dp 2 --zero 1" "2 --dp 2 --zero 3" "2 --pp 2 --pp-layout 5,3 --microbatches 2" "1"; do
   read -r n flags <<<"$layout"
   name=$(tr -dc 'a-z0-9' <<<"$flags")
   cp -r "$WORK/x" "$WORK/x_$name"
