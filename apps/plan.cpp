@@ -63,7 +63,8 @@ struct PlanOptions {
 // The settings mpiformer-plan shares with mpiformer-train.
 const std::set<std::string>& shared_flags() {
   static const std::set<std::string> flags = [] {
-    std::set<std::string> f = {"--batch", "--seq-len", "--precision", "--threads"};
+    std::set<std::string> f = {"--batch",   "--seq-len",   "--precision",
+                               "--threads", "--optimizer", "--muon-ns-precision"};
     for (const char* m : kModelFlags) f.insert(m);
     return f;
   }();
@@ -233,6 +234,24 @@ int plan(mpf::Runtime& runtime, int argc, char** argv) {
     job.seq_len = o.run.seq_len;
     job.precision = o.run.precision;
     machine.rates(job.precision);  // an error now if the file lacks it
+    // Muon: its Newton-Schulz products and gathers in the optimizer term, its workspace in the
+    // memory (docs/planning.md); refused as the trainer refuses it.
+    job.muon = o.run.optimizer == "muon";
+    mpf::require(job.muon || !o.run.given.count("--muon-ns-precision"),
+                 "--muon-ns-precision sets Muon, and the optimizer is " + o.run.optimizer +
+                     "; pass --optimizer muon too");
+    mpf::require(!job.muon || !job.cfg.mla(),
+                 "deepseek_v3's multi-head latent attention does not give its matrices to Muon "
+                 "yet; use --optimizer adamw");
+    job.muon_products =
+        o.run.muon_ns_precision == "bf16" ? mpf::Precision::bf16 : mpf::Precision::fp32;
+    if (job.muon) {
+      mpf::require(machine.precisions.count(job.muon_products) != 0,
+                   "machine " + machine.name + " gives no rates for " +
+                       mpf::precision_name(job.muon_products) + " products; add device." +
+                       mpf::precision_name(job.muon_products) +
+                       " to its file, or plan --muon-ns-precision fp32");
+    }
     job.nodes = o.nodes;
     job.ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : machine.devices_per_node;
     // In 64 bits: an int product would wrap into a world of negative or zero ranks.

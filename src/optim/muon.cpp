@@ -73,20 +73,28 @@ int MuonMatrix::full_cols() const {
   return split == MuonSplit::kCols ? cols * blocks : cols;
 }
 
+void check_muon_split(const GPTConfig& cfg, const TpShard& shard) {
+  require(hf_splits_qkv(cfg) || shard.kv_replicas == 1,
+          "--optimizer muon with a fused Q/K/V whose kv heads are replicated over --tp " +
+              std::to_string(shard.size) + ": use --tp " +
+              std::to_string(shard.size / shard.kv_replicas) + " or less");
+}
+
 std::vector<MuonMatrix> muon_matrices(const Parameters& params, const TpShard& shard) {
-  const GPTConfig& cfg = params.cfg;
+  return muon_matrices(params.cfg, params.layout, shard);
+}
+
+std::vector<MuonMatrix> muon_matrices(const GPTConfig& cfg, const SlabLayout& layout,
+                                      const TpShard& shard) {
   const int C = cfg.channels, T = shard.size;
   // A fused tensor's TP blocks interleave its parts' rows, which Muon does not mind:
   // orthogonalisation commutes with a permutation of the rows, so the blocks side by side are the
   // matrix, reordered.
   const bool split_qkv = hf_splits_qkv(cfg), split_gate_up = hf_splits_gate_up(cfg);
-  require(split_qkv || shard.kv_replicas == 1,
-          "--optimizer muon with a fused Q/K/V whose kv heads are replicated over --tp " +
-              std::to_string(T) + ": use --tp " + std::to_string(T / shard.kv_replicas) +
-              " or less");
+  check_muon_split(cfg, shard);
   std::vector<MuonMatrix> out;
   const MuonSplit rows = MuonSplit::kRows, cols = MuonSplit::kCols;
-  for (const SlabPiece& p : params.layout.pieces()) {
+  for (const SlabPiece& p : layout.pieces()) {
     if (p.block < 0 || !muon_tensor(p.tensor)) continue;
     switch (p.tensor) {
       case TensorId::qkvw:
@@ -220,15 +228,32 @@ Muon::Muon(const MuonConfig& cfg, std::vector<MuonMatrix> matrices, const MuonGr
   int64_t work = 0;
   for (const MuonMatrix& a : matrices_) work = std::max(work, muon_matrix_floats(a, tp_size_));
   work_ = Slab("mpf::muon::work", work);
-  // Deal the matrices out: by Newton-Schulz's cost (m²·n), the largest first, each to the least
-  // loaded replica (the lowest rank on a tie), per group. Every rank computes the same table.
-  const size_t count = matrices_.size();
-  owner_.assign(count, 0);
-  mine_.assign(count, true);
+  // Deal the matrices out; every rank computes the same table.
+  int size = 1, rank = 0, expert_size = 1, expert_rank = 0;
+  MPF_MPI_CHECK(MPI_Comm_size(groups_.replicas, &size));
+  MPF_MPI_CHECK(MPI_Comm_rank(groups_.replicas, &rank));
+  MPF_MPI_CHECK(MPI_Comm_size(groups_.expert_replicas, &expert_size));
+  MPF_MPI_CHECK(MPI_Comm_rank(groups_.expert_replicas, &expert_rank));
+  owner_ = muon_owners(matrices_, size, expert_size);
+  mine_.assign(matrices_.size(), true);
+  for (size_t k = 0; k < matrices_.size(); ++k) {
+    mine_[k] = owner_[k] == (matrices_[k].expert ? expert_rank : rank);
+  }
+}
+
+double newton_schulz_flops(int rows, int cols) {
+  const double m = std::min(rows, cols), n = std::max(rows, cols);
+  return kIterations * (4 * m * m * n + 2 * m * m * m);
+}
+
+std::vector<int> muon_owners(const std::vector<MuonMatrix>& matrices, int replicas,
+                             int expert_replicas) {
+  const size_t count = matrices.size();
+  std::vector<int> owner(count, 0);
   std::vector<size_t> order(count);
   for (size_t k = 0; k < count; ++k) order[k] = k;
   auto cost = [&](size_t k) {
-    const MuonMatrix& a = matrices_[k];
+    const MuonMatrix& a = matrices[k];
     const double m = std::min(a.full_rows(), a.full_cols());
     const double n = std::max(a.full_rows(), a.full_cols());
     return m * m * n;
@@ -236,19 +261,15 @@ Muon::Muon(const MuonConfig& cfg, std::vector<MuonMatrix> matrices, const MuonGr
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t x, size_t y) { return cost(x) > cost(y); });
   for (bool expert : {false, true}) {
-    MPI_Comm group = expert ? groups_.expert_replicas : groups_.replicas;
-    int size = 1, rank = 0;
-    MPF_MPI_CHECK(MPI_Comm_size(group, &size));
-    MPF_MPI_CHECK(MPI_Comm_rank(group, &rank));
-    std::vector<double> load(size_t(size), 0.0);
+    std::vector<double> load(size_t(expert ? expert_replicas : replicas), 0.0);
     for (size_t k : order) {
-      if (matrices_[k].expert != expert) continue;
+      if (matrices[k].expert != expert) continue;
       const int least = int(std::min_element(load.begin(), load.end()) - load.begin());
-      owner_[k] = least;
+      owner[k] = least;
       load[size_t(least)] += cost(k);
-      mine_[k] = least == rank;
     }
   }
+  return owner;
 }
 
 void Muon::step(float* params, const float* grads, float* momentum, float lr, float grad_scale,
@@ -330,8 +351,7 @@ void Muon::orthogonalise_and_update(size_t k, const float* U, float* params, flo
       "mpf::muon_normalize", N, KOKKOS_LAMBDA(int64_t i) { X[i] *= inv; });
   {
     // --profile: the iterations' rate against the products' (5 x (4m²n + 2m³) FLOPs).
-    const double m = std::min(R, Cf), w = std::max(R, Cf);
-    profile::Scope timed("mpf::muon_newton_schulz", kIterations * (4 * m * m * w + 2 * m * m * m));
+    profile::Scope timed("mpf::muon_newton_schulz", newton_schulz_flops(R, Cf));
     newton_schulz(X, R, Cf, cfg_.ns_bf16, X + N);
   }
   // Moonlight's scale: the update's RMS is AdamW's (about 0.2). This rank's block of X.

@@ -72,6 +72,22 @@ bool muon_tensor(TensorId tensor);
 
 // The Muon matrices of a rank's parameters, in slab order: under TP, its blocks of them.
 std::vector<MuonMatrix> muon_matrices(const Parameters& params, const TpShard& shard);
+// InputError where Muon cannot cut a shard's matrices: a fused Q/K/V whose kv heads are
+// replicated over TP.
+void check_muon_split(const GPTConfig& cfg, const TpShard& shard);
+// The same from the slab's layout alone (the planner's: no parameters allocated).
+std::vector<MuonMatrix> muon_matrices(const GPTConfig& cfg, const SlabLayout& layout,
+                                      const TpShard& shard);
+
+// Newton-Schulz's FLOPs on a whole rows x cols matrix: 5 x (4m²n + 2m³), m <= n its sides.
+double newton_schulz_flops(int rows, int cols);
+
+// Who orthogonalises each matrix: its rank among the `replicas` ranks holding it (an expert's
+// among `expert_replicas`), by Newton-Schulz's cost (m²·n), the largest first, each to the least
+// loaded rank (the lowest on a tie). The trainer and the planner deal them out with this one
+// table.
+std::vector<int> muon_owners(const std::vector<MuonMatrix>& matrices, int replicas,
+                             int expert_replicas);
 
 // The orthogonalisation alone (the 5 iterations above) of the rows x cols matrix `x`, in place;
 // `work` holds muon_work_floats(rows, cols) floats.

@@ -74,6 +74,11 @@ double reduce_scatter_ms(const Machine& m, double bytes, Group g) {
   return allgather_ms(m, bytes, g);
 }
 
+double broadcast_ms(const Machine& m, double bytes, Group g) {
+  if (g.ranks <= 1 || bytes <= 0) return 0;
+  return 2 * allgather_ms(m, bytes, g) - m.message_overhead_us / 1e3;  // the overhead once
+}
+
 double alltoall_ms(const Machine& m, double bytes, Group g) {
   if (g.ranks <= 1 || bytes <= 0) return 0;
   const double measured = measured_us(m, "alltoall", bytes, g);

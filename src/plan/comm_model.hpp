@@ -18,5 +18,8 @@ double allreduce_ms(const Machine& m, double bytes, Group g);
 double allgather_ms(const Machine& m, double bytes, Group g);       // bytes: the gathered output
 double reduce_scatter_ms(const Machine& m, double bytes, Group g);  // bytes: the input
 double alltoall_ms(const Machine& m, double bytes, Group g);        // bytes: what each rank sends
+// From one rank to the others, as MPI's long-message broadcast: a scatter, then an all-gather of
+// the pieces (van de Geijn's; Thakur et al. 2005), twice an all-gather's traffic.
+double broadcast_ms(const Machine& m, double bytes, Group g);
 
 }  // namespace mpf::plan

@@ -8,6 +8,7 @@
 #include "model/parameters.hpp"
 #include "model/shard.hpp"
 #include "model/tensors.hpp"
+#include "optim/muon.hpp"
 #include "pipeline/layer_ownership.hpp"
 #include "pipeline/simulator.hpp"
 #include "plan/comm_model.hpp"
@@ -51,6 +52,7 @@ LayoutSizes sizes_of(const Job& job, const Machine& m, const Layout& l) {
   s.selective = l.selective;
   s.zero = l.zero;
   s.bf16 = job.precision == Precision::bf16;
+  s.muon = job.muon;
   s.threads = m.gpu() ? 1 : std::max(1, int(devices_per_rank(m, job)));
   return s;
 }
@@ -249,6 +251,37 @@ pipeline::OpCosts op_costs(const Job& job, const Machine& m, const Layout& l,
   return costs;
 }
 
+// Muon's work beyond AdamW's passes (its momentum pass and the owners' update touch about as many
+// bytes as AdamW's update of the same elements, which the caller counts): each matrix is
+// orthogonalised by one replica (optim/muon.hpp's muon_owners deals them out), whole on each
+// of its TP ranks after an all-gather of the blocks, and the updated block is broadcast to the
+// other replicas. Newton-Schulz's three products per iteration run at the GEMM rate of their
+// sizes, in the --muon-ns-precision's rates; the busiest replica (of the dense matrices' and of
+// the experts') sets the time.
+double muon_ms(const Job& job, const Machine& m, const Layout& l, const TpShard& shard, Group dense,
+               Group experts, double dev) {
+  const std::vector<MuonMatrix> matrices =
+      muon_matrices(job.cfg, SlabLayout(shard.sizes(), shard.local_layers()), shard);
+  const std::vector<int> owner = muon_owners(matrices, dense.ranks, experts.ranks);
+  std::vector<double> dense_load(size_t(dense.ranks), 0.0), expert_load(size_t(experts.ranks), 0.0);
+  double broadcasts = 0;
+  const Group tp{l.tp, 1};  // a TP group is on one node (layout_problem)
+  for (size_t k = 0; k < matrices.size(); ++k) {
+    const MuonMatrix& a = matrices[k];
+    const double mm = std::min(a.full_rows(), a.full_cols());
+    const double nn = std::max(a.full_rows(), a.full_cols());
+    // 5 x (X·Xᵀ, A·A, B·X): newton_schulz_flops at each product's rate.
+    double own = 5 * (2 * gemm_ms(m, job.muon_products, 2 * mm * mm * nn, dev) +
+                      gemm_ms(m, job.muon_products, 2 * mm * mm * mm, dev));
+    if (a.split != MuonSplit::kNone) own += allgather_ms(m, mm * nn * kFloat, tp);
+    (a.expert ? expert_load : dense_load)[size_t(owner[k])] += own;
+    broadcasts += broadcast_ms(m, double(a.rows) * a.cols * kFloat, a.expert ? experts : dense);
+  }
+  const double busiest = *std::max_element(dense_load.begin(), dense_load.end()) +
+                         *std::max_element(expert_load.begin(), expert_load.end());
+  return busiest + broadcasts;
+}
+
 // After the pipeline, with stage `busiest` the one the step waits for: the gradients summed over
 // DP x CP (the experts' over their own group), in buckets, then AdamW and the step's small
 // collectives. Returns {dp, optimizer} ms.
@@ -263,18 +296,19 @@ std::pair<double, double> after_pipeline(const Job& job, const Machine& m, const
     if (shard.is_expert(TensorId(t))) expert_floats += double(local[TensorId(t)]);
   }
   const double slab = double(Parameters::slab_floats(shard, l.dp * l.cp));
-  auto sum_ms = [&](double bytes, Group g) {
+  // The trainer's buckets: --dp-bucket-mb's default, as the memory plan counts them.
+  auto in_buckets = [&](double bytes, Group g, bool all_gather_only) {
     if (g.ranks <= 1 || bytes <= 0) return 0.0;
-    // The trainer's buckets: --dp-bucket-mb's default, as the memory plan counts them.
     const double buckets = std::ceil(bytes / double(sizes.dp_bucket_bytes));
     const double each = bytes / buckets;
-    return buckets * (l.zero ? reduce_scatter_ms(m, each, g) + allgather_ms(m, each, g)
-                             : allreduce_ms(m, each, g));
+    const double gather = allgather_ms(m, each, g);
+    if (all_gather_only) return buckets * gather;
+    return buckets * (l.zero ? reduce_scatter_ms(m, each, g) + gather : allreduce_ms(m, each, g));
   };
-  double dp = sum_ms((slab - expert_floats) * kFloat, {l.dp * l.cp, group_nodes(job, l, "dp_cp")});
-  if (l.ep > 1) {
-    dp += sum_ms(expert_floats * kFloat, {l.dp / l.ep * l.cp, group_nodes(job, l, "expert_dp_cp")});
-  }
+  const Group dense{l.dp * l.cp, group_nodes(job, l, "dp_cp")};
+  const Group experts{l.dp / l.ep * l.cp, group_nodes(job, l, "expert_dp_cp")};
+  double dp = in_buckets((slab - expert_floats) * kFloat, dense, false);
+  if (l.ep > 1) dp += in_buckets(expert_floats * kFloat, experts, false);
   if (job.cfg.tied && l.pp > 1 && placement == pipeline::ChunkPlacement::kLooped) {
     const bool pp_across = group_nodes(job, l, "pp") > 1;
     dp += allreduce_ms(m, double(shard.vocab_shard) * job.cfg.channels * kFloat,
@@ -286,8 +320,16 @@ std::pair<double, double> after_pipeline(const Job& job, const Machine& m, const
   const double state = l.zero ? slab / (l.dp * l.cp) : slab;
   const double bytes = kFloat * (7 * state + 2 * slab) + (sizes.bf16 ? 6 * slab : 0);
   const Group world{job.world(), job.nodes};
-  const double optimizer =
-      bytes / (m.memory_bandwidth_gbs * 1e6 * dev) + 3 * allreduce_ms(m, 8, world);
+  double optimizer = bytes / (m.memory_bandwidth_gbs * 1e6 * dev) + 3 * allreduce_ms(m, 8, world);
+  if (job.muon) {
+    optimizer += muon_ms(job, m, l, shard, dense, experts, dev);
+    // Under ZeRO-1 each rank's share of the matrices' updates is all-gathered over the slab
+    // first (ZeRO's own all-gather, in its buckets), as Muon::step_sharded does.
+    if (l.zero) {
+      optimizer += in_buckets((slab - expert_floats) * kFloat, dense, true);
+      if (l.ep > 1) optimizer += in_buckets(expert_floats * kFloat, experts, true);
+    }
+  }
   return {dp, optimizer};
 }
 

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/flags.hpp"
 #include "model/shard.hpp"
+#include "optim/muon.hpp"
 #include "pipeline/layer_ownership.hpp"
 
 namespace mpf::plan {
@@ -131,7 +132,14 @@ std::string layout_problem(const Job& job, const Layout& l) {
            " ranks per node, so a TP group would span nodes";
   }
   try {
-    make_tp_shard(cfg, 0, l.tp);
+    const TpShard shard = make_tp_shard(cfg, 0, l.tp);
+    if (job.muon) {
+      try {
+        check_muon_split(cfg, shard);
+      } catch (const InputError& e) {
+        return e.what();
+      }
+    }
   } catch (const InputError& e) {
     return std::string("does not divide: ") + e.what();
   }

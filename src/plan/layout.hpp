@@ -25,6 +25,9 @@ struct Job {
   int batch = 1;    // sequences per step, over all ranks
   int seq_len = 1;  // tokens per sequence
   Precision precision = Precision::fp32;
+  // --optimizer muon: the blocks' matrices by Muon, and its Newton-Schulz products' precision.
+  bool muon = false;
+  Precision muon_products = Precision::fp32;
   int nodes = 1, ranks_per_node = 1;
   int world() const { return nodes * ranks_per_node; }
 };

@@ -16,10 +16,18 @@ std::string fmt(const char* f, double x) {
   return buf;
 }
 
+// " --optimizer muon" and its products' precision where planned so; "" for AdamW.
+std::string optimizer_flags(const Job& job) {
+  if (!job.muon) return "";
+  return std::string(" --optimizer muon") +
+         (job.muon_products == Precision::bf16 ? " --muon-ns-precision bf16" : "");
+}
+
 std::string common_flags(const ReportInput& in, const Layout& l) {
   std::string s = in.model_flags + " --batch " + std::to_string(in.job->batch) + " --seq-len " +
                   std::to_string(in.job->seq_len);
   if (in.job->precision == Precision::bf16) s += " --precision bf16";
+  s += optimizer_flags(*in.job);
   return s + " " + layout_flags(l);
 }
 
@@ -136,6 +144,7 @@ std::string job_script_command(const ReportInput& in, const Layout& l) {
                                 : "MODEL=\"" + in.model_flags + "\"";
   std::string extra = layout_extra_flags(l).substr(1);
   if (job.precision == Precision::bf16) extra += " --precision bf16";
+  extra += optimizer_flags(job);
   return "TP=" + std::to_string(l.tp) + " PP=" + std::to_string(l.pp) +
          " DP=" + std::to_string(l.dp) + " BATCH=" + std::to_string(job.batch) +
          " SEQ_LEN=" + std::to_string(job.seq_len) + " " + model + " EXTRA_ARGS=\"" + extra +

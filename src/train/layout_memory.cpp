@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/activations.hpp"
+#include "optim/muon.hpp"
 
 namespace mpf {
 
@@ -66,6 +67,7 @@ MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePl
   m.zero = l.zero && l.dp_cp > 1;
   m.zero_stage = l.zero_stage;
   m.staged_mpi = l.staged_mpi;
+  m.muon_work = l.muon ? muon_workspace_floats(m.shard) : 0;
   m.pipeline_stages = l.pp;
   m.threads = l.threads;
   m.attention = l.attention;

@@ -134,12 +134,17 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
     add("gradients", count * f + zero_grads + staged, s.zero ? "and the ZeRO shard's sum" : "",
         "--tp, --pp, --zero 2");
   }
-  add("optimizer", 2 * state * f,
-      s.zero ? "AdamW's m and v, this rank's ZeRO shard" : "AdamW's m and v",
+  // Under Muon its matrices' momentum is AdamW's m at their places, and v stays there too (zero):
+  // the moments keep one layout, and the checkpoint its format (optim/muon.hpp).
+  const std::string moments =
+      s.muon_work > 0 ? "AdamW's m and v (Muon's momentum in m)" : "AdamW's m and v";
+  add("optimizer", 2 * state * f, s.zero ? moments + ", this rank's ZeRO shard" : moments,
       s.zero ? "--tp, --pp" : "--zero 1, --tp, --pp");
   if (s.muon_work > 0) {
     add("muon workspace", s.muon_work * f,
-        "the largest matrix's momentum update and Newton-Schulz buffers", "--pp");
+        "the largest matrix's momentum update, its blocks gathered over TP, the whole matrix and "
+        "Newton-Schulz's buffers (under ZeRO-1 the gradient slab gathers the updates)",
+        "--pp");
   }
   if (s.checkpoint_staging) {
     add("checkpoint staging", (count + 2 * state) * f,

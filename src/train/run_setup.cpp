@@ -212,6 +212,7 @@ LayoutSizes TrainingRun::layout_sizes() const {
   l.zero_stage = std::max(opts_.zero, 1);
   l.bf16 = opts_.precision == Precision::bf16;
   l.staged_mpi = staged();
+  l.muon = opts_.optimizer == "muon" && !model_only_;
   l.threads = host_thread_count();
   l.dp_bucket_bytes = static_cast<int64_t>(opts_.dp_bucket_mb * 1e6);
   return l;
@@ -226,7 +227,6 @@ MemoryShape TrainingRun::memory_shape() const {
   }
   // Host memory: on a GPU the plan is of the device's (the staging copy is not in it).
   m.checkpoint_staging = !opts_.save.empty() && opts_.save_async == 1 && !kDeviceMemory;
-  if (opts_.optimizer == "muon" && !model_only_) m.muon_work = muon_workspace_floats(shard_);
   if (model_only_) {  // no gradients to sum: no reduction buffers either
     m.model_only = true;
     m.dp_bucket_bytes = 0;

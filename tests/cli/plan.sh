@@ -112,6 +112,22 @@ if "$PY" -c 'import json,sys; c=json.loads(sys.argv[1])["candidates"]; assert le
 else
   bad "--evaluate: $out"
 fi
+# --optimizer muon: Newton-Schulz's products and the broadcasts add to the optimizer term (the
+# formula is test_plan's MuonOptimizerTermByHand), and the command it prints runs Muon.
+adamw=$("$PLAN" "${job[@]}" --evaluate dp=4 --json)
+muon=$("$PLAN" "${job[@]}" --evaluate dp=4 --json --optimizer muon)
+line=$("$PY" -c 'import json,sys; a=json.loads(sys.argv[1])["candidates"][0]; m=json.loads(sys.argv[2])["candidates"][0]
+assert m["predicted"]["optimizer_ms"] > a["predicted"]["optimizer_ms"], (a["predicted"], m["predicted"])
+assert "--optimizer muon" in m["command"] and "--optimizer" not in a["command"]
+print(m["command"].split(" mpiformer-train ", 1)[1])' "$adamw" "$muon")
+read -ra args <<<"$line"
+if [ -n "$line" ] && timeout 60 "$MPIEXEC" -n 4 "$TRAIN" "${args[@]}" --steps 1 --dry-run >/dev/null 2>&1; then
+  ok "--optimizer muon: a larger optimizer term, and its command passes --dry-run"
+else
+  bad "--optimizer muon: $line $muon"
+fi
+expect_error_from "$PLAN" "--muon-ns-precision without muon" 1 \
+  "--muon-ns-precision sets Muon.*pass --optimizer muon too" -- "${job[@]}" --muon-ns-precision bf16
 expect_error_from "$PLAN" "--evaluate a layout that does not make the world" 1 \
   "cannot run: tp x cp x dp x pp = 2 is not the 4 ranks" -- "${job[@]}" --evaluate tp=2,dp=1
 expect_error_from "$PLAN" "--evaluate TP across nodes" 1 "TP across nodes" -- \

@@ -196,6 +196,88 @@ TEST(PlanCost, MemoryTermsByHand) {
   }
 }
 
+// --optimizer muon: the optimizer term grows by Newton-Schulz's products, 5 x (4m²n + 2m³) FLOPs
+// per whole m x n matrix (m <= n) at the GEMM rate, on the replica the matrices are dealt to,
+// plus the TP all-gathers of the matrices it owns, the broadcasts of every matrix to the other
+// replicas and, under ZeRO-1, the all-gather of the updates; the memory holds the largest
+// matrix's workspace. Worked out by hand for tiny_gpt: per block c_attn (3C x C), c_proj
+// (C x C), c_fc (4C x C), the MLP's c_proj (C x 4C).
+TEST(PlanCost, MuonOptimizerTermByHand) {
+  const Machine m = round_machine();
+  const Job adamw = tiny_gpt(1, 2);
+  Job muon = adamw;
+  muon.muon = true;
+  const double C = 64, L = 4;
+  auto ns_flops = [](double rows, double cols) {
+    const double a = std::min(rows, cols), b = std::max(rows, cols);
+    return 5 * (4 * a * a * b + 2 * a * a * a);
+  };
+  const double block_flops =
+      ns_flops(3 * C, C) + ns_flops(C, C) + ns_flops(4 * C, C) + ns_flops(C, 4 * C);
+  const double rank_rate = 2 * 50e9;  // 4 cores over 2 ranks, 50 GFLOP/s each
+  // A message of b bytes within the node: 10 us and b at 2 GB/s (2e3 bytes a microsecond).
+  auto message_ms = [](double bytes) { return (10 + bytes / 2e3) / 1e3; };
+  const double block_bytes = 4 * (3 * C * C + C * C + 4 * C * C + 4 * C * C);
+  auto extra = [&](const Layout& l) {
+    return predict(muon, m, l).ms.optimizer - predict(adamw, m, l).ms.optimizer;
+  };
+  Layout dp2;
+  dp2.dp = 2;
+  // By cost (m²n: 4C³ for the MLP's, 3C³, C³) each of two replicas gets 4 MLP matrices, 2
+  // c_attn and 2 attention projections: half the model's products. A broadcast over 2 ranks is
+  // a scatter and an all-gather, a message of half the matrix each.
+  const double broadcasts = L * 4 * 2 * message_ms(0) + 2 * L * block_bytes / 2 / 2e3 / 1e3;
+  EXPECT_NEAR(extra(dp2), L * block_flops / 2 / rank_rate * 1e3 + broadcasts, 1e-9);
+  // ZeRO-1 all-gathers the updates over the slab first (one bucket).
+  Layout zero = dp2;
+  zero.zero = true;
+  const double slab = double(Parameters::slab_floats(make_tp_shard(adamw.cfg, 0, 1), 2));
+  EXPECT_NEAR(extra(zero), extra(dp2) + message_ms(slab * 4 / 2), 1e-9);
+  // TP 2 and one replica: every matrix on this rank, each gathered whole from its two blocks.
+  Layout tp2;
+  tp2.tp = 2;
+  tp2.dp = 1;
+  EXPECT_NEAR(
+      extra(tp2),
+      L * block_flops / rank_rate * 1e3 + L * 4 * message_ms(0) + L * block_bytes / 2 / 2e3 / 1e3,
+      1e-9);
+  // Memory: the moments as AdamW's (Muon's momentum is m, v kept in place), and the largest
+  // matrix's workspace (c_fc: its block, the blocks gathered over TP, the whole matrix, and
+  // X, the next X, A, B in fp32 and their bf16 roundings).
+  auto term = [](const Prediction& p, const std::string& name) {
+    for (const MemoryTerm& t : p.memory.terms) {
+      if (t.name == name) return t.bytes;
+    }
+    return int64_t(-1);
+  };
+  const int64_t n = int64_t(C), whole = 4 * n * n;
+  const int64_t ns = 2 * whole + 2 * n * n + (whole + 2 * n * n + 1) / 2 + 1;
+  EXPECT_EQ(term(predict(muon, m, dp2), "muon workspace"), 4 * (whole + whole + ns));
+  EXPECT_EQ(term(predict(muon, m, tp2), "muon workspace"), 4 * (whole / 2 + whole + whole + ns));
+  EXPECT_EQ(term(predict(adamw, m, dp2), "muon workspace"), -1);
+  EXPECT_EQ(term(predict(muon, m, dp2), "optimizer"), term(predict(adamw, m, dp2), "optimizer"));
+}
+
+// A fused Q/K/V (Phi-3's qkv_proj) whose kv heads are replicated over TP is one matrix Muon
+// cannot cut: the layout is excluded, as the trainer refuses it.
+TEST(PlanLayout, MuonRefusesAFusedQkvWithReplicatedKvHeads) {
+  Job job = tiny_gpt(1, 4);
+  job.cfg.arch = Arch::kPhi3;
+  job.cfg.kv_heads = 2;
+  job.muon = true;
+  Layout l;
+  l.tp = 4;
+  l.dp = 1;
+  EXPECT_NE(layout_problem(job, l).find("kv heads are replicated over --tp 4: use --tp 2"),
+            std::string::npos)
+      << layout_problem(job, l);
+  l.tp = 2, l.dp = 2;
+  EXPECT_EQ(layout_problem(job, l), "");
+  job.muon = false;
+  l.tp = 4, l.dp = 1;
+  EXPECT_EQ(layout_problem(job, l), "");
+}
+
 TEST(PlanCost, PipelineTermIsTheSimulatorsForEverySchedule) {
   const Machine m = round_machine();
   Job job = tiny_gpt(1, 4);
