@@ -128,6 +128,10 @@ void check_optimizer_options(const TrainOptions& o) {
           (o.given.count("--muon-momentum") == 0 && o.given.count("--muon-ns-precision") == 0),
       std::string(o.given.count("--muon-momentum") ? "--muon-momentum" : "--muon-ns-precision") +
           " sets Muon, and the optimizer is " + o.optimizer + "; pass --optimizer muon too");
+  // Left out, --qk-clip is off; given, it is a bound (a resumed run's saved 0 is not given).
+  require(o.given.count("--qk-clip") == 0 || o.qk_clip > 0.0f,
+          "--qk-clip must be above 0, got " + number(o.qk_clip) +
+              ": it is the largest attention logit a head may keep; leave it out for no clipping");
 }
 
 namespace {

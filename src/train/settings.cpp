@@ -156,7 +156,7 @@ SettingGroup optimizer_settings() {
           {"--qk-clip", "TAU",
            "after each update, scale the query and key projections of any attention head whose "
            "largest logit q.k/sqrt(hs) in the step exceeded TAU down to TAU (Kimi K2's "
-           "MuonClip; with any optimizer); 0 = off",
+           "MuonClip; with any optimizer), above 0; off when left out",
            &O::qk_clip, 0, "optimizer.qk_clip", kWarns},
           {"--moe-bias-update-rate", "X",
            "after each update, move each routed expert's choice bias (deepseek_v3's "

@@ -83,6 +83,7 @@ expect_error "muon momentum" 1 "--muon-momentum must be in \[0, 1), got 1" -- --
 expect_error "muon flag alone" 1 "--muon-momentum sets Muon.*pass --optimizer muon" -- --muon-momentum 0.9
 expect_error "unknown optimizer" 1 "--optimizer.*sgd" -- --optimizer sgd
 expect_error "negative qk-clip" 1 "--qk-clip must be >= 0, got -1" -- --qk-clip -1
+expect_error "qk-clip 0 given" 1 "--qk-clip must be above 0, got 0: .*leave it out for no clipping" -- --qk-clip 0
 expect_error "qk-clip with q/k norms" 1 "--qk-clip: this model's q/k norms already bound its attention logits.*drop --qk-clip" -- --arch qwen3 --kv-heads 2 --qk-clip 10
 expect_error "moe-bias-update-rate without DeepSeekMoE" 1 "--moe-bias-update-rate moves the routing bias of deepseek_v3's DeepSeekMoE blocks.*drop --moe-bias-update-rate" -- --moe-bias-update-rate 0.001
 expect_error "heads over tp" 3 "4 heads do not split over --tp 3" -- --tp 3
