@@ -101,9 +101,11 @@ Tensor Decoder::cached_blocks(Tensor x, int n) {
   Tensor in = x, out = a.residual3;
   const RopePositions rope{work_.rope_cos, work_.rope_sin, n, pos};  // row i at pos + i
   for (int l = 0; l < shard_.cfg.layers; ++l) {
-    LayerActivations al = a;
+    // A mixed model's dense block has its own shard, and its MLP its own rows (block_shard).
+    const TpShard block = shard_.block_shard(l);
+    LayerActivations al = shard_.cfg.mixed() ? first_rows(work_.layer(0), block, n) : a;
     al.residual3 = out;
-    block_forward(al, in, Tensor(), params_.blocks[size_t(l)], shard_, rows, tp_, rope,
+    block_forward(al, in, Tensor(), params_.blocks[size_t(l)], block, rows, tp_, rope,
                   [&](Tensor atty, Tensor qkv) {
                     kv_cache_store(cache_, l, qkv, n, pos);
                     cached_attention_forward(atty, a.lse, qkv, cache_, l, n, pos, shard_.heads,

@@ -68,6 +68,23 @@ struct MoeSizes {
   int64_t scratch_rows() const { return ep > 1 ? 2 * mlp_rows : 0; }
 };
 
+// A block's MLP activations: fch (its rows by the local rows of fcw) and GELU's or SwiGLU's
+// output h (its rows by the local width). A mixed model's sets (GPTConfig::mixed) give every block
+// the larger of a dense block's (R rows, its own width) and an experts' block's.
+struct MlpFloats {
+  int64_t fch = 0, h = 0;
+  MlpFloats(const TpShard& s, int64_t R) {
+    const MoeSizes moe(s, R);
+    fch = moe.mlp_rows * s.mlp_in;
+    h = moe.mlp_rows * s.fc;
+    if (s.cfg.mixed()) {
+      const TpShard dense = s.block_shard(0);
+      fch = std::max<int64_t>(fch, R * dense.mlp_in);
+      h = std::max<int64_t>(h, R * dense.fc);
+    }
+  }
+};
+
 // The one-op scratch of a set (ChunkPieces::shared_scratch): floats, but h in bf16 values.
 // Selective recomputation's: norm (bf16 values with chunk.bf16, else floats) and h32 (floats).
 struct ScratchSizes {
@@ -82,11 +99,12 @@ ScratchSizes scratch_sizes(const Activations& a) {
   z.staging = L > 0 && a.chunk.bf16 ? R * bf16_staging_width(s) : 0;
   // GELU's or SwiGLU's output, and a shared expert's after the routed experts' (the same bytes).
   const int64_t shared_h = s.cfg.shared_expert() ? R * s.shared_fc : 0;
-  z.h = L > 0 && bf16_kept(a.cfg, a.chunk).fch ? std::max(moe.mlp_rows * s.fc, shared_h) : 0;
+  const MlpFloats mlp(s, R);
+  z.h = L > 0 && bf16_kept(a.cfg, a.chunk).fch ? std::max(mlp.h, shared_h) : 0;
   z.moe = L > 0 ? moe.scratch_rows() * C : 0;
   const SelectiveDrop drop = selective_dropped(a.cfg, a.chunk);
   z.norm = L > 0 && drop.ln1 ? R * C : 0;
-  z.h32 = L > 0 && drop.h && !a.chunk.bf16 ? moe.mlp_rows * s.fc : 0;
+  z.h32 = L > 0 && drop.h && !a.chunk.bf16 ? mlp.h : 0;
   return z;
 }
 
@@ -146,11 +164,12 @@ void carve(Activations& a, SlabCarver& k) {
   a.ln2_mean = k.take(M * L * Rl);
   a.ln2_rstd = k.take(L * Rl);
   const MoeSizes moe(s, R);
-  a.fch = k.take(b16.fch ? 0 : L * moe.mlp_rows * s.mlp_in);
-  a.fch_bf16 = k.take16(b16.fch ? L * moe.mlp_rows * s.mlp_in : 0);
-  a.fch_gelu = k.take(b16.fch_gelu ? 0 : LH * moe.mlp_rows * s.fc);
+  const MlpFloats mlp(s, R);
+  a.fch = k.take(b16.fch ? 0 : L * mlp.fch);
+  a.fch_bf16 = k.take16(b16.fch ? L * mlp.fch : 0);
+  a.fch_gelu = k.take(b16.fch_gelu ? 0 : LH * mlp.h);
   // With fch kept, GELU's or SwiGLU's output is one block's scratch (formed again in W).
-  a.fch_gelu_bf16 = k.take16(b16.fch_gelu && !b16.fch ? L * moe.mlp_rows * s.fc : 0);
+  a.fch_gelu_bf16 = k.take16(b16.fch_gelu && !b16.fch ? L * mlp.h : 0);
   a.h_scratch = k.take16(own * z.h);
   a.mlp_out = k.take(post * L * Rl * C);
   a.router_probs = k.take(L * R * moe.E);
@@ -193,7 +212,7 @@ void carve(BackwardBuffers& g, SlabCarver& k, const TpShard& s, const tp::Sequen
   g.dresidual2 = k.take(SP * Rl * C);
   g.partial = k.take(SP * R * C);
   g.datty = k.take(R * s.attn);
-  g.dmlp = k.take(s.cfg.swiglu() ? MoeSizes(s, R).mlp_rows * s.fc : 0);
+  g.dmlp = k.take(s.cfg.swiglu() ? MlpFloats(s, R).h : 0);
   g.delta = k.take(B * s.heads * T);
   g.qk_sums = k.take(s.cfg.qk_norm_kind() == QkNorm::kWhole ? 2 * R : 0);
   const MoeSizes moe(s, R);
@@ -212,7 +231,8 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   const int64_t M = s.cfg.rms_norm() ? 0 : 1;   // RMSNorm keeps no mean
   const MoeSizes moe(s, R);
   w.dout = k.take(L * std::max(R, moe.mlp_rows) * C);
-  w.dfch = k.take(L * moe.mlp_rows * s.mlp_in);
+  const MlpFloats mlp(s, R);
+  w.dfch = k.take(L * mlp.fch);
   w.drouter = k.take(L * R * moe.E);
   const int64_t S = s.cfg.shared_expert() ? 1 : 0;
   w.shared_dout = k.take(S * L * R * C);
@@ -242,8 +262,8 @@ void carve(WeightGradInputs& w, SlabCarver& k) {
   w.ln2_bf16 = k.take16(b16.ln2 ? K * R * C : 0);
   w.ln2_mean = k.take(M * K * Rl);
   w.ln2_rstd = k.take(K * Rl);
-  w.fch_gelu = k.take(b16.fch_gelu ? 0 : K * moe.mlp_rows * s.fc);
-  w.fch_gelu_bf16 = k.take16(b16.fch_gelu ? K * moe.mlp_rows * s.fc : 0);
+  w.fch_gelu = k.take(b16.fch_gelu ? 0 : K * mlp.h);
+  w.fch_gelu_bf16 = k.take16(b16.fch_gelu ? K * mlp.h : 0);
   w.mlp_out = k.take(post * K * Rl * C);
   w.moe_in = k.take(b16.moe_in ? 0 : K * moe.expert_rows() * C);
   w.moe_in_bf16 = k.take16(b16.moe_in ? K * moe.expert_rows() * C : 0);
@@ -432,18 +452,18 @@ LayerActivations Activations::layer(int l) const {
   x.ln2_mean = slice(ln2_mean, l * Rl * M, Rl * M);
   x.ln2_rstd = slice(ln2_rstd, l * Rl, Rl);
   const MoeSizes moe(shard, R);
-  const int64_t MR = moe.mlp_rows;
-  const int64_t NF = fch_bf16.extent(0) > 0 ? MR * shard.mlp_in : 0;
-  x.fch = slice(fch, l * (MR * shard.mlp_in - NF), MR * shard.mlp_in - NF);
+  const MlpFloats mlp(shard, R);
+  const int64_t NF = fch_bf16.extent(0) > 0 ? mlp.fch : 0;
+  x.fch = slice(fch, l * (mlp.fch - NF), mlp.fch - NF);
   x.fch_bf16 = slice(fch_bf16, l * NF, NF);
-  const int64_t G = fch_gelu.extent(0) > 0 ? MR * shard.fc : 0;
+  const int64_t G = fch_gelu.extent(0) > 0 ? mlp.h : 0;
   x.fch_gelu = slice(fch_gelu, l * G, G);
   if (h_scratch32.extent(0) > 0) {
     x.fch_gelu = h_scratch32;
     x.recompute_h = true;
   }
   if (fch_gelu_bf16.extent(0) > 0) {
-    x.fch_gelu_bf16 = slice(fch_gelu_bf16, l * MR * shard.fc, MR * shard.fc);
+    x.fch_gelu_bf16 = slice(fch_gelu_bf16, l * mlp.h, mlp.h);
   } else if (h_scratch.extent(0) > 0) {
     x.fch_gelu_bf16 = h_scratch;
     x.recompute_h = true;
@@ -570,7 +590,8 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   const MoeSizes moe(shard, R);
   const int64_t out_rows = std::max(R, moe.mlp_rows);
   x.dout = slice(dout, i * out_rows * C, out_rows * C);
-  x.dfch = slice(dfch, i * moe.mlp_rows * shard.mlp_in, moe.mlp_rows * shard.mlp_in);
+  const MlpFloats mlp(shard, R);
+  x.dfch = slice(dfch, i * mlp.fch, mlp.fch);
   x.drouter = slice(drouter, i * R * moe.E, R * moe.E);
   x.counts = counts.data() ? counts.data() + i * moe.E : nullptr;
   x.dln2 = slice(dln2, i * Rl * C, Rl * C);
@@ -589,7 +610,7 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   if (!chunk.recompute) return x;
   LayerActivations& k = x.kept;
   const int64_t N1 = ln1_bf16.extent(0) > 0 ? 0 : R * C, N2 = ln2_bf16.extent(0) > 0 ? 0 : R * C;
-  const int64_t NG = fch_gelu_bf16.extent(0) > 0 ? 0 : moe.mlp_rows * shard.fc;
+  const int64_t NG = fch_gelu_bf16.extent(0) > 0 ? 0 : mlp.h;
   k.ln1 = slice(ln1, i * N1, N1);
   k.ln1_bf16 = slice(ln1_bf16, i * (R * C - N1), R * C - N1);
   k.ln1_mean = slice(ln1_mean, i * Rl * M, Rl * M);
@@ -605,8 +626,7 @@ BlockWeightInputs WeightGradInputs::block(int i) const {
   k.ln2_mean = slice(ln2_mean, i * Rl * M, Rl * M);
   k.ln2_rstd = slice(ln2_rstd, i * Rl, Rl);
   k.fch_gelu = slice(fch_gelu, i * NG, NG);
-  k.fch_gelu_bf16 =
-      slice(fch_gelu_bf16, i * (moe.mlp_rows * shard.fc - NG), moe.mlp_rows * shard.fc - NG);
+  k.fch_gelu_bf16 = slice(fch_gelu_bf16, i * (mlp.h - NG), mlp.h - NG);
   k.mlp_out = slice(mlp_out, i * P, P);
   const int64_t NI = moe_in_bf16.extent(0) > 0 ? moe.expert_rows() * C : 0;
   k.moe_in = slice(moe_in, i * (moe.expert_rows() * C - NI), moe.expert_rows() * C - NI);

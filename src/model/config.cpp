@@ -206,6 +206,13 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
                 "); drop --experts/--experts-per-token or pass --arch mixtral, qwen3_moe or olmoe");
   }
   positive(cfg.ffn_width(), "the MLP width", "--ffn-dim");
+  require(cfg.dense_layers == 0 ||
+              (cfg.moe() && cfg.dense_layers > 0 && cfg.dense_layers < cfg.layers &&
+               cfg.dense_ffn > 0 && cfg.dense_ffn <= (1 << 22)),
+          "the first " + std::to_string(cfg.dense_layers) + " of " + std::to_string(cfg.layers) +
+              " blocks dense (MLP width " + std::to_string(cfg.dense_ffn) + ") before " +
+              std::to_string(cfg.experts) + " experts' blocks is no model (from " + origin +
+              "); the file is corrupt");
   validate_mla(cfg, origin);
   require(cfg.heads % cfg.kv_head_count() == 0,
           "the " + std::to_string(cfg.heads) + " heads do not share " +
@@ -254,6 +261,10 @@ std::string describe(const GPTConfig& cfg) {
     if (cfg.shared_expert() && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " shared %d", cfg.shared_ffn);
     }
+    if (cfg.mixed() && n < int(sizeof buf)) {
+      n += std::snprintf(buf + n, sizeof buf - size_t(n), " first %d dense F%d", cfg.dense_layers,
+                         cfg.dense_ffn);
+    }
     if (cfg.mla() && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " mla q%d kv%d qk %d+%d v%d",
                          cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_nope_dim, cfg.qk_rope_dim,
@@ -295,7 +306,8 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
          (!a.moe() || a.moe_renormalize == b.moe_renormalize) && a.shared_ffn == b.shared_ffn &&
          a.moe_sigmoid == b.moe_sigmoid && a.moe_noaux == b.moe_noaux &&
          a.moe_groups == b.moe_groups && a.moe_topk_groups == b.moe_topk_groups &&
-         a.moe_scale == b.moe_scale && a.features().qkv_bias == b.features().qkv_bias &&
+         a.moe_scale == b.moe_scale && a.dense_layers == b.dense_layers &&
+         a.dense_ffn == b.dense_ffn && a.features().qkv_bias == b.features().qkv_bias &&
          a.q_lora_rank == b.q_lora_rank && a.kv_lora_rank == b.kv_lora_rank &&
          a.qk_nope_dim == b.qk_nope_dim && a.qk_rope_dim == b.qk_rope_dim &&
          a.v_head_dim == b.v_head_dim && (!a.mla() || a.rope_interleave == b.rope_interleave) &&

@@ -131,6 +131,10 @@ struct GPTConfig {
   bool rope_yarn = false;
   float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f, yarn_mscale = 0.0f,
         yarn_mscale_all_dim = 0.0f;
+  // DeepSeek-V3's first_k_dense_replace: with experts, the first dense_layers blocks have a dense
+  // SwiGLU MLP of width dense_ffn (intermediate_size) and the rest the mixture of experts (of
+  // width ffn_dim, moe_intermediate_size). 0: every block alike.
+  int dense_layers = 0, dense_ffn = 0;
 
   ModelFeatures features() const {
     ModelFeatures f = features_of(arch);
@@ -170,6 +174,20 @@ struct GPTConfig {
   int qkv_rows() const { return (heads + 2 * kv_head_count()) * head_size(); }
   // Rows of the MLP's first layer: [gate | up] (2F) for SwiGLU, F for GPT-2's GELU MLP.
   int mlp_in_rows() const { return swiglu() ? 2 * ffn_width() : ffn_width(); }
+  // Dense blocks before mixture-of-experts blocks (first_k_dense_replace): the per-layer tensors
+  // then differ by block (block_config).
+  bool mixed() const { return experts > 0 && dense_layers > 0; }
+  bool dense_block(int layer) const { return mixed() && layer < dense_layers; }
+  // The model block `layer` is: this config, or for a dense block of a mixed model the same
+  // without experts, its MLP of width dense_ffn. Whatever sizes or runs one block reads it.
+  GPTConfig block_config(int layer) const {
+    if (!dense_block(layer)) return *this;
+    GPTConfig b = *this;
+    b.experts = b.experts_per_token = b.shared_ffn = 0;
+    b.ffn_dim = dense_ffn;
+    b.dense_layers = b.dense_ffn = 0;
+    return b;
+  }
 };
 
 const char* arch_name(Arch arch);  // "gpt2", "llama", ..., "olmoe"

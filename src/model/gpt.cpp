@@ -126,14 +126,15 @@ void sum_over_tp(const Tensor& grad, const tp::SequenceSplit& seq, MPI_Comm tp) 
 }
 // What a block's pieces need: its parameters and activations, and the shapes.
 struct BlockContext {
-  const TpShard& s;
+  // The block's shard: a mixed model's dense block has its own (TpShard::block_shard).
+  const TpShard s;
   const tp::SequenceSplit& seq;
   int C;
   int64_t R, Rl;             // all rows, this rank's rows outside the TP region
   const LayerParameters& p;  // views into the slab, not copies
   LayerActivations a;
   BlockContext(const Activations& acts, const ParameterTensors& params, int l)
-      : s(acts.shard),
+      : s(acts.shard.block_shard(acts.shard.layers[size_t(acts.chunk.first_layer + l)])),
         seq(acts.seq),
         C(acts.cfg.channels),
         R(acts.seq.rows),

@@ -11,23 +11,51 @@
 
 namespace mpf {
 
-SlabLayout::SlabLayout(const PerTensor<int64_t>& sizes, int blocks) : blocks_(blocks) {
+namespace {
+std::vector<PerTensor<int64_t>> uniform_blocks(const PerTensor<int64_t>& sizes, int blocks) {
+  PerTensor<int64_t> one;
+  for (const TensorSpec& s : kTensors) {
+    if (s.per_layer()) one[s.id] = blocks > 0 ? sizes[s.id] / blocks : 0;
+  }
+  return std::vector<PerTensor<int64_t>>(size_t(std::max(blocks, 0)), one);
+}
+}  // namespace
+
+SlabLayout::SlabLayout(const PerTensor<int64_t>& sizes, int blocks)
+    : SlabLayout(sizes, uniform_blocks(sizes, blocks)) {}
+
+SlabLayout SlabLayout::of(const TpShard& shard) {
+  std::vector<PerTensor<int64_t>> blocks;
+  for (int l : shard.layers) {
+    PerTensor<int64_t> one;
+    for (const TensorSpec& s : kTensors) {
+      if (s.per_layer() && shard.holds(s.id)) one[s.id] = shard.block_size(s.id, l);
+    }
+    blocks.push_back(one);
+  }
+  return SlabLayout(shard.sizes(), blocks);
+}
+
+SlabLayout::SlabLayout(const PerTensor<int64_t>& sizes,
+                       const std::vector<PerTensor<int64_t>>& block_sizes)
+    : blocks_(int(block_sizes.size())) {
   auto add = [&](TensorId tensor, int block, int64_t length, int64_t first) {
     if (length > 0) pieces_.push_back({tensor, block, count_, length, first});
     count_ += length;
   };
   // Block by block where the first per-layer tensor stands; within a block, the table's order.
   auto add_blocks = [&] {
-    const int64_t blocks_begin = count_;
     for (const TensorSpec& s : kTensors) {
-      if (!s.per_layer()) continue;
-      per_block_[s.id] = blocks > 0 ? sizes[s.id] / blocks : 0;
-      start_[s.id] = blocks_begin + block_stride_;
-      block_stride_ += per_block_[s.id];
+      if (s.per_layer()) first_[s.id].assign(1, 0);
     }
-    for (int b = 0; b < blocks; ++b) {
+    for (int b = 0; b < blocks_; ++b) {
+      block_start_.push_back(count_);
       for (const TensorSpec& s : kTensors) {
-        if (s.per_layer()) add(s.id, b, per_block_[s.id], b * per_block_[s.id]);
+        if (!s.per_layer()) continue;
+        const int64_t n = block_sizes[size_t(b)][s.id], at = first_[s.id].back();
+        in_block_[s.id].push_back(count_ - block_start_.back());
+        first_[s.id].push_back(at + n);
+        add(s.id, b, n, at);
       }
     }
   };
@@ -127,13 +155,17 @@ Tensor& view_of(ParameterTensors& t, const SlabPiece& piece) {
       return block().kvbw;
     case TensorId::moebias:
       return block().moebias;
+    case TensorId::dfcw:  // a dense block's MLP: the views its kernels read (tensors.hpp)
+      return block().fcw;
+    case TensorId::dfcprojw:
+      return block().fcprojw;
   }
   MPF_FATAL("not a parameter tensor");
 }
 }  // namespace
 
 int64_t Parameters::slab_floats(const TpShard& shard, int pad_to) {
-  const int64_t count = SlabLayout(shard.sizes(), shard.local_layers()).count();
+  const int64_t count = SlabLayout::of(shard).count();
   return (count + pad_to - 1) / pad_to * pad_to;
 }
 
@@ -143,7 +175,7 @@ Parameters allocate_slab(const TpShard& shard, const std::string& label, int pad
   Parameters p;
   p.cfg = shard.cfg;
   p.sizes = shard.sizes();
-  p.layout = SlabLayout(p.sizes, shard.local_layers());
+  p.layout = SlabLayout::of(shard);
   p.count = p.layout.count();
   try {
     const int64_t n = (p.count + pad_to - 1) / pad_to * pad_to;

@@ -9,6 +9,7 @@
 // (optim/grad_buckets.hpp), as Megatron's buckets do over its per-layer parameters.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -74,6 +75,8 @@ struct SlabPiece {
   int64_t first = 0;  // index in the local tensor of the piece's first element
 };
 
+struct TpShard;
+
 // Where each local tensor element sits in the slab (the layer-major order above). Checkpoint
 // I/O, initialisation and the optimizer address tensors through it; the model through the views.
 class SlabLayout {
@@ -82,6 +85,11 @@ class SlabLayout {
   // sizes: the local sizes of the tensors; blocks: the local blocks (per-layer tensors hold
   // sizes[t] / blocks elements per block).
   SlabLayout(const PerTensor<int64_t>& sizes, int blocks);
+  // The local sizes of the tensors and, for the per-layer ones, each local block's (which differ
+  // between a mixed model's dense and experts' blocks).
+  SlabLayout(const PerTensor<int64_t>& sizes, const std::vector<PerTensor<int64_t>>& block_sizes);
+  // A shard's: its tensors, block by block.
+  static SlabLayout of(const TpShard& shard);
 
   int64_t count() const { return count_; }  // without padding
   int blocks() const { return blocks_; }
@@ -95,21 +103,27 @@ class SlabLayout {
   // in ascending order.
   template <class F>
   void for_each_run(TensorId tensor, int64_t j, int64_t n, F&& f) const {
-    const int64_t per = per_block_[tensor];
+    const std::vector<int64_t>& first = first_[tensor];  // per-layer: each block's first element
     while (n > 0) {
-      const int64_t in_piece = per > 0 ? j % per : j, left = per > 0 ? per - in_piece : n;
-      const int64_t len = n < left ? n : left;
-      const int64_t block = per > 0 ? j / per : 0;
-      f(j, start_[tensor] + block * block_stride_ + in_piece, len);
+      if (first.empty()) {  // not per layer: one stretch
+        f(j, start_[tensor] + j, n);
+        return;
+      }
+      const size_t b = size_t(std::upper_bound(first.begin(), first.end(), j) - first.begin()) - 1;
+      const int64_t left = first[b + 1] - j, len = n < left ? n : left;
+      f(j, block_start_[b] + in_block_[tensor][b] + (j - first[b]), len);
       j += len;
       n -= len;
     }
   }
 
  private:
-  PerTensor<int64_t> start_;      // slab offset of element 0
-  PerTensor<int64_t> per_block_;  // per-layer tensors: elements per block
-  int64_t block_stride_ = 0, count_ = 0;
+  PerTensor<int64_t> start_;  // tensors that are not per layer: slab offset of element 0
+  // Per-layer tensors: the local index of each block's first element (blocks + 1 values) and the
+  // tensor's offset within each block's stretch, which starts at block_start_.
+  PerTensor<std::vector<int64_t>> first_, in_block_;
+  std::vector<int64_t> block_start_;
+  int64_t count_ = 0;
   int blocks_ = 0;
   std::vector<SlabPiece> pieces_;
 };

@@ -34,6 +34,9 @@ TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size) {
   require(cfg.shared_ffn % size == 0, "the shared expert's width " +
                                           std::to_string(cfg.shared_ffn) + " does not split" +
                                           layout + "; choose a --tp that divides it");
+  require(cfg.dense_ffn % size == 0, "the dense blocks' MLP width " +
+                                         std::to_string(cfg.dense_ffn) + " does not split" +
+                                         layout + "; choose a --tp that divides it");
   s.fc = cfg.ffn_width() / size;
   s.shared_fc = cfg.shared_ffn / size;
   s.mlp_in = cfg.swiglu() ? 2 * s.fc : s.fc;
@@ -44,6 +47,7 @@ TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size) {
   s.vocab_begin = rank * s.vocab_shard;
   s.experts = cfg.experts;
   for (int l = 0; l < cfg.layers; ++l) s.layers.push_back(l);
+  if (cfg.mixed()) s.dense_blocks = std::make_shared<const TpShard>(s.block_shard(0));
   return s;
 }
 
@@ -74,10 +78,33 @@ TpShard restrict_to_stage(TpShard shard, std::vector<int> layers, bool embedding
   return shard;
 }
 
+TpShard TpShard::block_shard(int layer) const {
+  if (!cfg.dense_block(layer)) return *this;
+  TpShard b = *this;
+  b.dense_blocks = nullptr;
+  b.cfg = cfg.block_config(layer);
+  b.fc = b.cfg.ffn_width() / size;
+  b.mlp_in = 2 * b.fc;
+  b.shared_fc = 0;
+  b.experts = b.expert_begin = 0;
+  return b;
+}
+
+int64_t TpShard::block_size(TensorId tensor, int layer) const {
+  if (!present_in_block(tensor, cfg, layer)) return 0;
+  return cfg.dense_block(layer) ? block_shard(layer).one_block_size(tensor)
+                                : one_block_size(tensor);
+}
+
 bool TpShard::holds(TensorId tensor) const {
   if (!present(tensor, cfg)) return false;
   const TensorPlace p = place_of(tensor, cfg);
-  if (p == TensorPlace::kBlocks) return !layers.empty();
+  if (p == TensorPlace::kBlocks) {
+    for (int l : layers) {
+      if (present_in_block(tensor, cfg, l)) return true;
+    }
+    return false;
+  }
   const bool embedding = p == TensorPlace::kEmbedding || p == TensorPlace::kTied;
   const bool head = p == TensorPlace::kHead || p == TensorPlace::kTied;
   return (embedding && has_embedding) || (head && has_head);
@@ -134,23 +161,32 @@ int64_t RowBlockSplits::pattern_local() const {
   return n;
 }
 
+int64_t TpShard::one_block_size(TensorId tensor) const {
+  const TensorSpec& s = tensor_spec(tensor);
+  const int64_t cols = dim_size(s.cols, cfg);
+  if (s.split == TpSplit::kVocab) return int64_t(vocab_shard) * cols;
+  if (s.split == TpSplit::kColumn) {
+    const RowBlockSplits b = row_block_splits(*this, s);
+    return b.pattern_local() * b.repeat * cols;
+  }
+  int64_t n = dim_size(s.rows, cfg) * cols;
+  if (s.split != TpSplit::kNone) n /= size;
+  if (is_expert(s.id)) n = n / cfg.experts * experts;
+  return n;
+}
+
 PerTensor<int64_t> TpShard::sizes() const {
   PerTensor<int64_t> out;
   for (const TensorSpec& s : kTensors) {
     int64_t& n = out[s.id];
     if (!holds(s.id)) continue;
-    const int64_t cols = dim_size(s.cols, cfg);
-    if (s.split == TpSplit::kVocab) {
-      n = int64_t(vocab_shard) * cols;
-    } else if (s.split == TpSplit::kColumn) {
-      const RowBlockSplits b = row_block_splits(*this, s);
-      n = b.pattern_local() * b.repeat * cols;
+    if (!s.per_layer()) {
+      n = one_block_size(s.id);
+    } else if (cfg.mixed()) {  // the blocks differ
+      for (int l : layers) n += block_size(s.id, l);
     } else {
-      n = dim_size(s.rows, cfg) * cols;
-      if (s.split != TpSplit::kNone) n /= size;
-      if (is_expert(s.id)) n = n / cfg.experts * experts;
+      n = one_block_size(s.id) * local_layers();
     }
-    if (s.per_layer()) n *= local_layers();
   }
   return out;
 }
@@ -160,6 +196,31 @@ bool TpShard::is_split(TensorId tensor) const {
 }
 
 int64_t TpShard::global_index(TensorId tensor, int64_t j) const {
+  if (!tensor_spec(tensor).per_layer() || !cfg.mixed()) return uniform_global_index(tensor, j);
+  // The local blocks' slices one after the other: the dense blocks' (the first local ones), then
+  // the experts' blocks'.
+  TpShard made;
+  const TpShard& dense = dense_blocks ? *dense_blocks : (made = block_shard(0));
+  const int dense_here =
+      int(std::lower_bound(layers.begin(), layers.end(), cfg.dense_layers) - layers.begin());
+  const int64_t n_dense = present_in_block(tensor, cfg, 0) ? dense.one_block_size(tensor) : 0;
+  const int64_t in_dense = dense_here * n_dense;
+  if (j < in_dense) {
+    const int l = layers[size_t(j / n_dense)];
+    return layer_offset(tensor, cfg, l) + dense.index_in_block(tensor, j % n_dense);
+  }
+  const int64_t n = one_block_size(tensor);  // an experts' block's
+  const int64_t i = dense_here + (j - in_dense) / n;
+  if (i >= local_layers()) MPF_FATAL("a local element past the shard's blocks");
+  const int l = layers[size_t(i)];
+  return layer_offset(tensor, cfg, l) + index_in_block(tensor, (j - in_dense) % n);
+}
+
+int64_t TpShard::index_in_block(TensorId tensor, int64_t k) const {
+  return uniform_global_index(tensor, k, /*within_block=*/true);
+}
+
+int64_t TpShard::uniform_global_index(TensorId tensor, int64_t j, bool within_block) const {
   const TensorSpec& s = tensor_spec(tensor);
   const int64_t row = dim_size(s.cols, cfg);  // elements per row of the serial tensor
   if (s.split == TpSplit::kVocab) {
@@ -179,7 +240,9 @@ int64_t TpShard::global_index(TensorId tensor, int64_t j) const {
     blocks = row_block_splits(*this, s);
     local_layer = blocks.pattern_local() * blocks.repeat * row;
   }
-  const int64_t l = s.per_layer() ? layers[j / local_layer] : 0, k = j % local_layer;
+  // within_block: j lies in one block, whose slice the index is counted from.
+  const int64_t l = s.per_layer() && !within_block ? layers[j / local_layer] : 0,
+                k = j % local_layer;
   int64_t g = k;
   switch (s.split) {
     case TpSplit::kColumn: {  // each row block keeps its local rows from its first
@@ -209,18 +272,17 @@ int64_t TpShard::global_index(TensorId tensor, int64_t j) const {
   return l * global_layer + g;
 }
 
-std::vector<ShardRun> shard_runs(const TpShard& shard, TensorId tensor) {
-  // Walk the local tensor in granules, the longest stretches the split never cuts: a row of wte,
-  // a row's column slice, a block of column-split rows, a layer's slice of the other per-layer
-  // tensors, the whole of a tensor that is not per layer.
-  const TensorSpec& s = tensor_spec(tensor);
-  const int64_t n = shard.sizes()[tensor], row = dim_size(s.cols, shard.cfg);
+namespace {
+// The granule of `n` local elements of the tensor under `shard` (one block's slice of a per-layer
+// tensor when per_block).
+int64_t granule_of(const TpShard& shard, const TensorSpec& s, int64_t n, bool per_block) {
+  const int64_t row = dim_size(s.cols, shard.cfg);
   int64_t granule = n;
   if (s.split == TpSplit::kVocab) {
     granule = row;
   } else if (n > 0) {
-    if (s.per_layer()) granule /= shard.local_layers();  // one layer's slice
-    if (s.split == TpSplit::kColumn) {                   // the smallest of the local row blocks
+    if (s.per_layer() && !per_block) granule /= shard.local_layers();  // one layer's slice
+    if (s.split == TpSplit::kColumn) {  // the smallest of the local row blocks
       int64_t least = granule;
       for (const RowBlockSplit& b : row_block_splits(shard, s))
         least = std::min(least, b.local * row);
@@ -228,17 +290,45 @@ std::vector<ShardRun> shard_runs(const TpShard& shard, TensorId tensor) {
     }
     if (s.split == TpSplit::kRow) granule = row / shard.size;
   }
+  return granule;
+}
+}  // namespace
+
+std::vector<ShardRun> shard_runs(const TpShard& shard, TensorId tensor) {
+  // Walk the local tensor in granules, the longest stretches the split never cuts: a row of wte,
+  // a row's column slice, a block of column-split rows, a layer's slice of the other per-layer
+  // tensors, the whole of a tensor that is not per layer. Blocks that differ (a mixed model's
+  // dense and experts' blocks) are walked each with its own granule.
+  const TensorSpec& s = tensor_spec(tensor);
+  struct Stretch {
+    int64_t begin, end, granule;
+  };
+  std::vector<Stretch> stretches;
+  const int64_t n = shard.sizes()[tensor];
+  if (s.per_layer() && shard.cfg.mixed()) {
+    int64_t at = 0;
+    for (int l : shard.layers) {
+      const int64_t k = shard.block_size(tensor, l);
+      if (k > 0) stretches.push_back({at, at + k, granule_of(shard.block_shard(l), s, k, true)});
+      at += k;
+    }
+  } else {
+    stretches.push_back({0, n, granule_of(shard, s, n, false)});
+  }
   std::vector<ShardRun> runs;
-  for (int64_t j = 0; j < n; j += granule) {
-    const int64_t g = shard.global_index(tensor, j);
-    if (g < 0) continue;  // a padded vocabulary row
-    const bool replica = shard.is_kv_replica(tensor, j);
-    ShardRun* last = runs.empty() ? nullptr : &runs.back();
-    if (last && last->local + last->length == j && last->global + last->length == g &&
-        last->replica == replica) {
-      last->length += granule;
-    } else {
-      runs.push_back({j, g, granule, replica});
+  for (const Stretch& x : stretches) {
+    const int64_t granule = x.granule;
+    for (int64_t j = x.begin; j < x.end; j += granule) {
+      const int64_t g = shard.global_index(tensor, j);
+      if (g < 0) continue;  // a padded vocabulary row
+      const bool replica = shard.is_kv_replica(tensor, j);
+      ShardRun* last = runs.empty() ? nullptr : &runs.back();
+      if (last && last->local + last->length == j && last->global + last->length == g &&
+          last->replica == replica) {
+        last->length += granule;
+      } else {
+        runs.push_back({j, g, granule, replica});
+      }
     }
   }
   return runs;

@@ -26,6 +26,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/config.hpp"
@@ -91,11 +92,30 @@ struct TpShard {
 
   // Local sizes of the tensors.
   PerTensor<int64_t> sizes() const;
+  // The shard of block `layer` (global) as its kernels see it: this one, or for a dense block of a
+  // model that mixes dense and mixture-of-experts blocks (GPTConfig::mixed) the same with the
+  // block's config (block_config) and its MLP width, no experts.
+  TpShard block_shard(int layer) const;
+  // Local elements of per-layer tensor `tensor` in block `layer` (0 where the block lacks it).
+  int64_t block_size(TensorId tensor, int layer) const;
+  // The index, in block `layer`'s slice of the serial tensor, of local element k of that block's
+  // slice, for the block's shard (block_shard).
+  int64_t index_in_block(TensorId tensor, int64_t k) const;
   // Is the tensor split over the TP ranks (or replicated on each)?
   bool is_split(TensorId tensor) const;
   // The index, in the serial (unpadded for wte) tensor, of local element j of the tensor; -1 for
   // a padded vocabulary row, which holds no parameter.
   int64_t global_index(TensorId tensor, int64_t j) const;
+
+  // A mixed model's dense blocks' shard, made once by make_tp_shard for global_index, which maps
+  // every element at initialisation (its sizes and splits do not change after; null: made anew).
+  std::shared_ptr<const TpShard> dense_blocks;
+
+ private:
+  // One block's local elements (a tensor's that is not per layer: all of them) under this shard.
+  int64_t one_block_size(TensorId tensor) const;
+  // global_index where every block is alike.
+  int64_t uniform_global_index(TensorId tensor, int64_t j, bool within_block = false) const;
 };
 
 // A column-split tensor's row block (one layer's slice): `rows` in the serial tensor, of which

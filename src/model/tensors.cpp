@@ -1,5 +1,6 @@
 #include "model/tensors.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mpf {
@@ -101,8 +102,20 @@ bool present(TensorId t, const GPTConfig& cfg) {
       return f.mla;
     case Needs::kMlaQLora:
       return f.mla && cfg.q_lora_rank > 0;
+    case Needs::kDenseBlocks:
+      return cfg.mixed();
   }
   return false;
+}
+
+bool present_in_block(TensorId t, const GPTConfig& cfg, int layer) {
+  if (!cfg.mixed()) return present(t, cfg);
+  const bool dense_mlp = tensor_spec(t).needs == Needs::kDenseBlocks;
+  if (!cfg.dense_block(layer)) return !dense_mlp && present(t, cfg);
+  if (dense_mlp) return true;
+  // The dense MLP is dfcw, dfcprojw here; the experts' tensors are absent from the block's config.
+  return t != TensorId::fcw && t != TensorId::fcb && t != TensorId::fcprojw &&
+         t != TensorId::fcprojb && present(t, cfg.block_config(layer));
 }
 
 TensorPlace place_of(TensorId t, const GPTConfig& cfg) {
@@ -134,13 +147,34 @@ RowBlockSizes row_block_sizes(const TensorSpec& s, const GPTConfig& cfg) {
 }
 
 namespace {
-int64_t elements(TensorId t, const GPTConfig& cfg, bool padded) {
+// Block `layer`'s elements (a tensor's that is not per layer: all of them).
+int64_t one_block(TensorId t, const GPTConfig& cfg, int layer, bool padded) {
   const TensorSpec& s = tensor_spec(t);
-  if (!present(t, cfg)) return 0;
-  return (s.per_layer() ? cfg.layers : 1) * dim_size(s.rows, cfg, padded) *
-         dim_size(s.cols, cfg, padded);
+  if (!s.per_layer()) {
+    if (!present(t, cfg)) return 0;
+    return dim_size(s.rows, cfg, padded) * dim_size(s.cols, cfg, padded);
+  }
+  if (!present_in_block(t, cfg, layer)) return 0;
+  const GPTConfig b = cfg.block_config(layer);
+  return dim_size(s.rows, b, padded) * dim_size(s.cols, b, padded);
+}
+int64_t elements(TensorId t, const GPTConfig& cfg, bool padded) {
+  if (!tensor_spec(t).per_layer()) return one_block(t, cfg, 0, padded);
+  if (!cfg.mixed()) return cfg.layers * one_block(t, cfg, 0, padded);
+  const int64_t K = cfg.dense_layers;
+  return K * one_block(t, cfg, 0, padded) + (cfg.layers - K) * one_block(t, cfg, K, padded);
 }
 }  // namespace
+
+int64_t block_tensor_size(TensorId t, const GPTConfig& cfg, int layer) {
+  return one_block(t, cfg, layer, true);
+}
+
+int64_t layer_offset(TensorId t, const GPTConfig& cfg, int layer) {
+  if (!cfg.mixed()) return layer * one_block(t, cfg, 0, true);
+  const int64_t K = cfg.dense_layers, dense = std::min<int64_t>(layer, K);
+  return dense * one_block(t, cfg, 0, true) + (layer - dense) * one_block(t, cfg, K, true);
+}
 
 int64_t tensor_size(TensorId t, const GPTConfig& cfg) {
   return elements(t, cfg, true);

@@ -49,9 +49,11 @@ enum class TensorId : int {
   kvaw,      // kv_a_proj_with_mqa: [latent | shared rotary key]
   kvanw,     // kv_a_layernorm
   kvbw,      // kv_b_proj: each head's [K without rotation | V]
-  moebias    // DeepSeekMoE's e_score_correction_bias: added to the scores for choosing only
+  moebias,   // DeepSeekMoE's e_score_correction_bias: added to the scores for choosing only
+  dfcw,      // a mixed model's dense blocks' MLP (first_k_dense_replace): [gate | up]
+  dfcprojw   // its down projection
 };
-inline constexpr int kNumParameterTensors = 30;
+inline constexpr int kNumParameterTensors = 32;
 
 // One dimension of a tensor: `times` times one of the config's sizes.
 struct Dim {
@@ -96,6 +98,7 @@ enum class Needs {
   kQkvProjection,     // Q, K and V projections: qkvw (all but multi-head latent attention)
   kMla,               // multi-head latent attention: qbw, kvaw, kvanw, kvbw
   kMlaQLora,          // its query rank: qaw, qanw
+  kDenseBlocks,       // dense blocks before mixture-of-experts blocks: dfcw, dfcprojw
 };
 
 // The row blocks of a column-split tensor, each split over TP alike.
@@ -196,6 +199,12 @@ inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
   // A buffer, not a weight: nothing writes its gradient and it is not decayed, so AdamW leaves it
   // (m = v = 0); the balancing's bias update alone moves it.
   {T::moebias,  "moebias",  P::kBlocks,    E,    one, S::kNone,   B::kOne,   I::kZero,   false,   false, N::kMoeChoiceBias},
+  // A mixed model's dense blocks hold these in place of fcw and fcprojw (which only its
+  // mixture-of-experts blocks hold), with fcw's and fcprojw's shapes in a dense block
+  // (GPTConfig::block_config): so fcw is always the experts', and the blocks' views call them
+  // fcw and fcprojw (model/parameters.cpp).
+  {T::dfcw,     "dfcw",     P::kBlocks,    MLP,  C,   S::kColumn, B::kMlpIn, I::kNormal, false,   true,  N::kDenseBlocks},
+  {T::dfcprojw, "dfcprojw", P::kBlocks,    MLPO, FFN, S::kRow,    B::kOne,   I::kNormal, true,    true,  N::kDenseBlocks},
 }};
 // clang-format on
 
@@ -222,8 +231,12 @@ struct PerTensor {
   const T& operator[](TensorId t) const { return values[size_t(t)]; }
 };
 
-// Does a model of `cfg` hold tensor t at all?
+// Does a model of `cfg` hold tensor t at all (in any block)?
 bool present(TensorId t, const GPTConfig& cfg);
+// Does block `layer` of it hold per-layer tensor t? Every block of a model that does not mix dense
+// and mixture-of-experts blocks; else a dense block the dense tensors and dfcw, dfcprojw, and an
+// experts' block the others.
+bool present_in_block(TensorId t, const GPTConfig& cfg, int layer);
 // Where tensor t lives in a model of `cfg`: wte is kTied only when the model ties its head.
 TensorPlace place_of(TensorId t, const GPTConfig& cfg);
 // The row counts of a column-split tensor's blocks, in the serial tensor (one block's slice for
@@ -247,6 +260,12 @@ int64_t dim_size(Dim d, const GPTConfig& cfg, bool padded = true);
 int64_t tensor_size(TensorId t, const GPTConfig& cfg);
 // The same without the padded vocabulary rows, which hold no parameter.
 int64_t unpadded_size(TensorId t, const GPTConfig& cfg);
+// A per-layer tensor's elements in block `layer` of the serial model: the same in every block
+// unless the model mixes dense and mixture-of-experts blocks (GPTConfig::block_config), where a
+// block lacks the tensors its kind lacks and its MLP has its kind's shape. The serial tensor holds
+// the blocks' slices one after the other, block `layer`'s from layer_offset on.
+int64_t block_tensor_size(TensorId t, const GPTConfig& cfg, int layer);
+int64_t layer_offset(TensorId t, const GPTConfig& cfg, int layer);
 // The std of a kNormal tensor: 0.02, scaled by 1/sqrt(2L) for a residual projection of GPT-2
 // (Hugging Face's Llama initialises every matrix with std 0.02, unscaled).
 float init_std(const TensorSpec& s, const GPTConfig& cfg);

@@ -224,6 +224,7 @@ void TrainingRun::update_moe_bias() {
     for (int e = 0; e < E; ++e) mean += c[e];
     mean /= E;
     const Tensor b = params_.t.blocks[size_t(i)].moebias;
+    if (b.extent(0) == 0) continue;  // a dense block (first_k_dense_replace)
     copy_to_host(bias.data(), b.data(), bias.size() * sizeof(float), "d2h routing bias");
     for (int e = 0; e < E; ++e) bias[size_t(e)] += c[e] < mean ? rate : c[e] > mean ? -rate : 0.0f;
     copy_from_host(b.data(), bias.data(), bias.size() * sizeof(float), "h2d routing bias");

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "model/parameters.hpp"
 #include "model/shard.hpp"
 
 namespace mpf {
@@ -32,8 +33,27 @@ GPTConfig tiny_llama(int kv_heads) {
   return cfg;
 }
 
+// DeepSeek-V3's stack in small: latent attention, the first block dense (an MLP of 24), the other
+// two of 4 experts of 8 and a shared expert of 8 (first_k_dense_replace 1).
+GPTConfig tiny_mixed() {
+  GPTConfig cfg = tiny();
+  cfg.arch = Arch::kDeepseekV3;
+  cfg.tied = false;
+  cfg.q_lora_rank = 8;
+  cfg.kv_lora_rank = 8;
+  cfg.qk_nope_dim = cfg.qk_rope_dim = cfg.v_head_dim = 4;
+  cfg.experts = 4;
+  cfg.experts_per_token = 2;
+  cfg.ffn_dim = 8;
+  cfg.shared_ffn = 8;
+  cfg.moe_sigmoid = cfg.moe_noaux = true;
+  cfg.dense_layers = 1;
+  cfg.dense_ffn = 24;
+  return cfg;
+}
+
 std::vector<GPTConfig> configs() {
-  return {tiny(), tiny_llama(4), tiny_llama(2), tiny_llama(1)};
+  return {tiny(), tiny_llama(4), tiny_llama(2), tiny_llama(1), tiny_mixed()};
 }
 
 // Every (TP size, rank) shard of the whole model, and of two pipeline stages.
@@ -106,6 +126,69 @@ TEST(ShardRuns, TpRanksTileEverySerialTensor) {
               << "tensor " << spec.name << " element " << g << " tp " << size;
         }
       }
+    }
+  }
+}
+
+// A mixed model: the dense block holds dfcw, dfcprojw and no experts' tensors, the others the
+// reverse; over TP and EP every serial element is written once (an expert's by each EP rank
+// holding it, the rest by EP rank 0); each block's parameters are one stretch of the slab, every
+// local element at its own place in it.
+TEST(ShardRuns, MixedBlocksTileOverTpAndEp) {
+  const GPTConfig cfg = tiny_mixed();
+  validate(cfg, "test");
+  for (TensorId t : {TensorId::dfcw, TensorId::dfcprojw}) {
+    EXPECT_TRUE(present_in_block(t, cfg, 0) && !present_in_block(t, cfg, 1));
+  }
+  for (TensorId t :
+       {TensorId::fcw, TensorId::fcprojw, TensorId::routerw, TensorId::sfcw, TensorId::moebias}) {
+    EXPECT_TRUE(!present_in_block(t, cfg, 0) && present_in_block(t, cfg, 2));
+  }
+  EXPECT_EQ(tensor_size(TensorId::dfcw, cfg), 2 * 24 * 16);
+  EXPECT_EQ(tensor_size(TensorId::fcw, cfg), 2 * 4 * 2 * 8 * 16);
+  EXPECT_EQ(layer_offset(TensorId::fcw, cfg, 2), 4 * 2 * 8 * 16);
+  for (int tp : {1, 2}) {
+    for (int ep : {1, 2}) {
+      for (const TensorSpec& spec : kTensors) {
+        const TensorId t = spec.id;
+        std::vector<int> hits(size_t(tensor_size(t, cfg)), 0);
+        for (int e = 0; e < ep; ++e) {
+          for (int r = 0; r < tp; ++r) {
+            const TpShard s = split_experts(make_tp_shard(cfg, r, tp), e, ep);
+            if ((!s.is_split(t) && r > 0) || (!s.is_expert(t) && e > 0)) continue;
+            for (const ShardRun& run : shard_runs(s, t)) {
+              for (int64_t k = 0; k < run.length; ++k) ++hits[size_t(run.global + k)];
+            }
+          }
+        }
+        const int64_t real = unpadded_size(t, cfg);
+        for (int64_t g = 0; g < int64_t(hits.size()); ++g) {
+          ASSERT_EQ(hits[size_t(g)], g < real ? 1 : 0)
+              << "tensor " << spec.name << " element " << g << " tp " << tp << " ep " << ep;
+        }
+      }
+      const TpShard s = split_experts(make_tp_shard(cfg, 0, tp), 0, ep);
+      const SlabLayout layout = SlabLayout::of(s);
+      std::vector<int> used(size_t(layout.count()), 0);
+      for (const TensorSpec& spec : kTensors) {
+        layout.for_each_run(spec.id, 0, s.sizes()[spec.id], [&](int64_t, int64_t at, int64_t n) {
+          for (int64_t k = 0; k < n; ++k) ++used[size_t(at + k)];
+        });
+      }
+      for (int v : used) ASSERT_EQ(v, 1);
+      int64_t end = -1;
+      for (int b = 0; b < s.local_layers(); ++b) {
+        const auto [lo, hi] = layout.block_range(b);
+        if (b > 0) EXPECT_EQ(lo, end) << "the blocks' stretches follow each other";
+        end = hi;
+        for (const SlabPiece& piece : layout.pieces()) {
+          if (piece.block == b)
+            EXPECT_TRUE(piece.offset >= lo && piece.offset + piece.length <= hi);
+        }
+      }
+      // The dense block's MLP is its own width, the experts' blocks' theirs.
+      EXPECT_EQ(s.block_shard(0).fc, 24 / tp);
+      EXPECT_EQ(s.block_shard(1).fc, 8 / tp);
     }
   }
 }
