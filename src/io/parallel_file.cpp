@@ -11,8 +11,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <memory>
+#include <stdexcept>
 
 #include "core/error.hpp"
 #include "core/transfer.hpp"
@@ -233,76 +235,127 @@ int64_t ParallelFile::begin_transfer(const TransferPlan& plan) {
   return rounds;
 }
 
+TransferPlan ParallelFile::planned(int64_t body, std::vector<FileRun> runs, size_t sections) {
+  TransferPlan plan;
+  const std::string failed =
+      own_work([&] { plan = plan_transfer(body, std::move(runs), sections); });
+  if (!failed.empty()) {
+    // Nothing to move from this rank, which still makes every collective call with the others.
+    plan = TransferPlan{};
+    plan.body = body;
+    if (error_.empty()) error_ = path_ + ": " + failed;
+  }
+  return plan;
+}
+
+std::string ParallelFile::own_work(const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const std::exception& e) {
+    return e.what()[0] ? e.what() : "an exception";
+  } catch (...) {
+    return "an unknown exception";
+  }
+  return "";
+}
+
 void ParallelFile::write_runs(int64_t body, std::vector<FileRun> runs,
                               std::vector<Digest>& digests) {
-  write_plan(plan_transfer(body, std::move(runs), digests.size()), digests);
+  write_plan(planned(body, std::move(runs), digests.size()), digests);
 }
 
 void ParallelFile::read_runs(int64_t body, std::vector<FileRun> runs,
                              std::vector<Digest>& digests) {
-  read_plan(plan_transfer(body, std::move(runs), digests.size()), digests);
+  read_plan(planned(body, std::move(runs), digests.size()), digests);
 }
 
+void ParallelFile::staging_failed(const std::string& what) {
+  if (what.empty()) return;
+  staging_broken_ = true;
+  if (error_.empty()) error_ = path_ + ": staging failed (" + what + ")";
+}
+
+// A rank's own work between the collective calls (the staging buffers, the copies, the digests)
+// may throw, on this thread or the helper: it becomes this rank's error, and the rank goes on
+// making every round's collective call, moving nothing more, so no rank is left waiting in one
+// and agree() reports the error on every rank (the checkpoint is then not published).
 void ParallelFile::write_plan(const TransferPlan& plan, std::vector<Digest>& digests) {
   const int64_t rounds = begin_transfer(plan);
   if (rounds == 0) return;
-  Staging staging(plan);
+  std::unique_ptr<Staging> staging;
+  staging_broken_ = false;
+  staging_failed(own_work([&] { staging = std::make_unique<Staging>(plan); }));
   ByteRanges ranges[2];  // the file bytes each buffer's round covers (write-behind)
-  // Fills buffer b with the next n elements (zeros for a run without memory), counting them into
-  // their digests.
-  auto stage = [&](int b, int64_t n) {
-    staging.next(n, [&](const FileRun& p, int64_t within, int64_t at, int64_t k) {
-      add_range(ranges[b], plan.body + int64_t(sizeof(float)) * (p.file + within),
-                int64_t(sizeof(float)) * k);
-      float* host = staging.buffer(b) + at;
-      if (p.memory && host_memory_) {
-        std::memcpy(host, p.memory + within, size_t(k) * sizeof(float));
-      } else if (p.memory) {
-        to_host(host, p.memory + within, k);
-      } else {
-        std::fill(host, host + k, 0.0f);
+  // Fills buffer b with round r's n elements (zeros for a run without memory), counting them
+  // into their digests.
+  auto stage = [&](int b, int64_t r, int64_t n) {
+    return own_work([&] {
+      if (test_failure_round_ >= 0 && r == std::min(test_failure_round_, plan.rounds - 1)) {
+        throw std::runtime_error("a failure made for a test, staging round " + std::to_string(r));
       }
-      if (p.section >= 0) add_to_digest(digests[p.section], host, k, p.file + within);
+      staging->next(n, [&](const FileRun& p, int64_t within, int64_t at, int64_t k) {
+        add_range(ranges[b], plan.body + int64_t(sizeof(float)) * (p.file + within),
+                  int64_t(sizeof(float)) * k);
+        float* host = staging->buffer(b) + at;
+        if (p.memory && host_memory_) {
+          std::memcpy(host, p.memory + within, size_t(k) * sizeof(float));
+        } else if (p.memory) {
+          to_host(host, p.memory + within, k);
+        } else {
+          std::fill(host, host + k, 0.0f);
+        }
+        if (p.section >= 0) add_to_digest(digests[p.section], host, k, p.file + within);
+      });
     });
   };
-  std::future<void> helper;
-  stage(0, plan.count(0));
+  std::future<std::string> helper;
+  if (!staging_broken_) staging_failed(stage(0, 0, plan.count(0)));
   for (int64_t round = 0; round < rounds; ++round) {
     const int b = int(round % 2);
-    if (helper.valid()) helper.get();              // round's buffer is staged
-    ByteRanges before = std::move(ranges[1 - b]);  // the previous round's, written
+    if (helper.valid()) staging_failed(helper.get());  // round's buffer is staged
+    ByteRanges before = std::move(ranges[1 - b]);      // the previous round's, written
     ranges[1 - b].clear();
-    if (round + 1 < rounds)
-      helper = std::async(std::launch::async, stage, 1 - b, plan.count(round + 1));
+    if (round + 1 < rounds && !staging_broken_)
+      helper = std::async(std::launch::async, stage, 1 - b, round + 1, plan.count(round + 1));
+    // Once staging failed this rank writes nothing more, but still joins every round.
+    const int n = staging_broken_ ? 0 : plan.count(round);
     MPI_Status status;
-    const int rc = MPI_File_write_at_all(fh_, plan.offset(round), staging.buffer(b),
-                                         plan.count(round), MPI_FLOAT, &status);
+    const int rc = MPI_File_write_at_all(
+        fh_, plan.offset(round), n > 0 ? staging->buffer(b) : nullptr, n, MPI_FLOAT, &status);
     if (rc != MPI_SUCCESS) fail("write failed", rc, /*writing=*/true);
-    write_behind(ranges[b], before);
+    if (!staging_broken_) write_behind(ranges[b], before);
   }
-  if (helper.valid()) helper.get();
+  if (helper.valid()) staging_failed(helper.get());
 }
 
 void ParallelFile::read_plan(const TransferPlan& plan, std::vector<Digest>& digests) {
   const int64_t rounds = begin_transfer(plan);
   if (rounds == 0) return;
-  Staging staging(plan);
-  // Empties buffer b's n elements into memory (a run without memory takes nothing), counting
-  // them into their digests.
-  auto unstage = [&](int b, int64_t n) {
-    staging.next(n, [&](const FileRun& p, int64_t within, int64_t at, int64_t k) {
-      const float* host = staging.buffer(b) + at;
-      if (p.memory) from_host(p.memory + within, host, k);
-      if (p.section >= 0) add_to_digest(digests[p.section], host, k, p.file + within);
+  std::unique_ptr<Staging> staging;
+  staging_broken_ = false;
+  staging_failed(own_work([&] { staging = std::make_unique<Staging>(plan); }));
+  // Empties buffer b's n elements of round r into memory (a run without memory takes nothing),
+  // counting them into their digests.
+  auto unstage = [&](int b, int64_t r, int64_t n) {
+    return own_work([&] {
+      if (test_failure_round_ >= 0 && r == std::min(test_failure_round_, plan.rounds - 1)) {
+        throw std::runtime_error("a failure made for a test, staging round " + std::to_string(r));
+      }
+      staging->next(n, [&](const FileRun& p, int64_t within, int64_t at, int64_t k) {
+        const float* host = staging->buffer(b) + at;
+        if (p.memory) from_host(p.memory + within, host, k);
+        if (p.section >= 0) add_to_digest(digests[p.section], host, k, p.file + within);
+      });
     });
   };
-  std::future<void> helper;
+  std::future<std::string> helper;
   for (int64_t round = 0; round < rounds; ++round) {
     const int b = int(round % 2);
-    const int n = plan.count(round);
+    // Once staging failed this rank reads nothing more, but still joins every round.
+    const int n = staging_broken_ ? 0 : plan.count(round);
     MPI_Status status;
-    const int rc =
-        MPI_File_read_at_all(fh_, plan.offset(round), staging.buffer(b), n, MPI_FLOAT, &status);
+    const int rc = MPI_File_read_at_all(
+        fh_, plan.offset(round), n > 0 ? staging->buffer(b) : nullptr, n, MPI_FLOAT, &status);
     int got = 0;
     MPI_Get_count(&status, MPI_FLOAT, &got);
     if (rc != MPI_SUCCESS) {
@@ -310,10 +363,10 @@ void ParallelFile::read_plan(const TransferPlan& plan, std::vector<Digest>& dige
     } else if (got != n && error_.empty()) {
       error_ = path_ + ": short read (the file is truncated)";
     }
-    if (helper.valid()) helper.get();  // the previous round is in memory
-    helper = std::async(std::launch::async, unstage, b, int64_t(n));
+    if (helper.valid()) staging_failed(helper.get());  // the previous round is in memory
+    if (!staging_broken_) helper = std::async(std::launch::async, unstage, b, round, int64_t(n));
   }
-  if (helper.valid()) helper.get();
+  if (helper.valid()) staging_failed(helper.get());
 }
 
 void ParallelFile::write_behind(const ByteRanges& written, const ByteRanges& before) {

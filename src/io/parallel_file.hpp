@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,10 @@ class ParallelFile {
   // (the same string on every rank).
   std::string agree();
 
+  // For tests: this rank's staging (or, reading, unstaging) of round `round` of each transfer
+  // throws, or of its last round if it has fewer: a copy that fails mid-way.
+  void fail_staging_for_tests(int64_t round) { test_failure_round_ = round; }
+
  private:
   // The drivers: each moves its plan's pieces through two staging buffers, round by round.
   void write_plan(const TransferPlan& plan, std::vector<Digest>& digests);
@@ -78,6 +83,13 @@ class ParallelFile {
   // leaving it all for the final sync). Advice only (Linux; ignored where unsupported).
   void write_behind(const ByteRanges& written, const ByteRanges& before);
   void fail(const std::string& what, int rc, bool writing = false);
+  // This rank's own work between collective calls, which must not throw out of them: "" or what
+  // it threw.
+  static std::string own_work(const std::function<void()>& work);
+  // The runs' plan; an empty one (and this rank's error) if planning threw.
+  TransferPlan planned(int64_t body, std::vector<FileRun> runs, size_t sections);
+  // Records a staging failure (`what` non-empty): this rank moves nothing more in the transfer.
+  void staging_failed(const std::string& what);
 
   MPI_Comm comm_;
   std::string path_;
@@ -86,6 +98,8 @@ class ParallelFile {
   int posix_fd_ = -1;  // the same file, for write_behind
   int64_t size_ = 0;
   bool host_memory_ = false;
+  bool staging_broken_ = false;
+  int64_t test_failure_round_ = -1;  // fail_staging_for_tests's; -1: none
   std::string error_;
 };
 

@@ -177,6 +177,32 @@ TEST_F(ParallelFileTest, ShortFileIsAnErrorOnEveryRank) {
   EXPECT_THAT(f.agree(), HasSubstr("truncated"));
 }
 
+// A rank whose own copy throws in the middle of a collective transfer (on the helper thread, or
+// on this one for a rank of one round) still makes every round's call with the others: nobody is
+// left waiting, and every rank hears the error (a checkpoint is then not published).
+TEST_F(ParallelFileTest, StagingThatThrowsMidTransferIsAnErrorOnEveryRank) {
+  const bool last = rank_of(world_) == size_of(world_) - 1;
+  std::vector<float> data(kN);
+  for (int64_t i = 0; i < kN; ++i) data[i] = value(i);
+  {
+    ParallelFile f(world_, dir_ + "/broken.bin", ParallelFile::Mode::kCreate);
+    if (last) f.fail_staging_for_tests(1);
+    std::vector<Digest> d(2);
+    f.write_runs(kBody, strided(data), d);
+    f.close();
+    EXPECT_THAT(f.agree(), HasSubstr("broken.bin: staging failed (a failure made for a test"));
+  }
+  std::vector<Digest> written;
+  ASSERT_EQ(write_file("whole.bin", data, written), "");
+  std::vector<float> back(kN, 0.0f);
+  ParallelFile f(world_, dir_ + "/whole.bin", ParallelFile::Mode::kRead);
+  if (last) f.fail_staging_for_tests(1);
+  std::vector<Digest> d(2);
+  f.read_runs(kBody, strided(back), d);
+  f.close();
+  EXPECT_THAT(f.agree(), HasSubstr("whole.bin: staging failed (a failure made for a test"));
+}
+
 TEST_F(ParallelFileTest, MissingFileIsAnErrorOnEveryRank) {
   ParallelFile f(world_, dir_ + "/none.bin", ParallelFile::Mode::kRead);
   std::vector<Digest> d(1);
