@@ -88,6 +88,18 @@ struct Terms {
   }
 };
 
+// The elements of the largest of the shard's blocks' stretches of the slab (0 without blocks).
+int64_t largest_block(const TpShard& shard) {
+  const int L = shard.local_layers();
+  const SlabLayout layout = SlabLayout::of(shard);
+  int64_t block = 0;
+  for (int l = 0; l < L; ++l) {
+    const auto [lo, hi] = layout.block_range(l);
+    block = std::max(block, hi - lo);
+  }
+  return block;
+}
+
 void add_state_terms(const MemoryShape& s, const Terms& add) {
   const TpShard& shard = s.shard;
   // The slabs: parameters and gradients padded to a multiple of the DP x CP ranks (ZeRO's
@@ -99,7 +111,7 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
   // blocks (and two of its parts) besides.
   const int stage = s.zero && !s.model_only ? s.zero_stage : 0;
   const int L = shard.local_layers();
-  const SlabLayout layout(shard.sizes(), L);
+  const SlabLayout layout = SlabLayout::of(shard);
   int64_t block = 0, blocks = 0, parts = 0;  // the largest block; all blocks, and their parts
   for (int l = 0; l < L; ++l) {
     const auto [lo, hi] = layout.block_range(l);
@@ -210,6 +222,12 @@ void add_buffer_terms(const MemoryShape& s, const Terms& add) {
   // time, or the tied embedding's gradient (on the stages that hold it).
   const int64_t slab = Parameters::slab_floats(shard, s.dp_cp) * f;
   int64_t reduction = s.dp_cp > 1 ? std::min(s.dp_bucket_bytes, slab) : 0;
+  if (s.dp_cp > 1 && s.zero && s.zero_stage >= 2) {
+    // ZeRO-2/3 reduce each block as one collective, whatever --dp-bucket-mb; the buckets of the
+    // edge tensors hold the rest.
+    const int64_t block = largest_block(shard) * f;
+    reduction = std::max(block, std::min(s.dp_bucket_bytes, slab - shard.local_layers() * block));
+  }
   if (s.tied_across_stages && (shard.has_embedding || shard.has_head)) {
     reduction = std::max(reduction, int64_t(shard.vocab_shard) * shard.cfg.channels * f);
   }

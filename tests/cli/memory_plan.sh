@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The memory plan (train/memory_plan.hpp) against the truth: the peak resident set each rank
 # measured (VmHWM) is within 10% of what the banner predicted before anything was allocated, on
-# ten runs that differ in what dominates: a long sequence, full and selective recomputation (one
-# block's norm and SwiGLU scratch in the workspace), TP with sequence parallelism, CP, a 1F1B
-# pipeline, bf16, DP with ZeRO-1, ZB-H1's deferred W, and AFAB holding 16 microbatches of few
+# thirteen runs that differ in what dominates: a long sequence, full and selective recomputation
+# (one block's norm and SwiGLU scratch in the workspace), TP with sequence parallelism, CP, a 1F1B
+# pipeline, bf16, DP with ZeRO-1, ZB-H1's deferred W, AFAB holding 16 microbatches of few
 # activations each, where a receive and a send buffer per microbatch held would add a third to the
-# peak. Models large enough that the model's
+# peak, and wide blocks under ZeRO-1, 2 and 3. Models large enough that the model's
 # memory, not the program's, is most of each peak. Then --dry-run and a
 # real start refuse a layout predicted to exceed --memory-per-rank (exit 2, one error line naming
 # the largest term and the flags that shrink it), and a Llama-3.2-1B shape at T = 8192 is refused
@@ -54,6 +54,23 @@ model=(--arch llama --layers 2 --heads 8 --kv-heads 2 --dim 512 --ffn-dim 512 --
   --steps 2 --val-every 0 --peak-gflops 100)
 check 2 --batch 16 --seq-len 1024 --max-seq-len 1024 --pp 2 --microbatches 16 --schedule afab \
   --recompute
+# ZeRO-1, 2 and 3 on a model of wide blocks, whose state is most of the peak: under ZeRO-2 the
+# blocks' gradients, under ZeRO-3 their parameters too, are this rank's shard and a pool of two
+# blocks (optim/sharded_blocks.hpp). The saving is real: ZeRO-3's measured peak is well below
+# ZeRO-1's.
+model=(--arch llama --layers 8 --heads 8 --kv-heads 2 --dim 512 --ffn-dim 1536 --vocab 512
+  --steps 2 --val-every 0 --peak-gflops 100)
+peak_gb() { sed -nE 's/^memory: peak resident ([0-9.]+) GB.*/\1/p' "$WORK/run.log"; }
+check 2 --batch 4 --seq-len 64 --max-seq-len 64 --dp 2 --zero 1
+zero1=$(peak_gb)
+check 2 --batch 4 --seq-len 64 --max-seq-len 64 --dp 2 --zero 2
+check 2 --batch 4 --seq-len 64 --max-seq-len 64 --dp 2 --zero 3
+zero3=$(peak_gb)
+if awk -v a="$zero1" -v b="$zero3" 'BEGIN { exit !(a > 0 && b > 0 && b < 0.85 * a) }'; then
+  ok "--zero 3's measured peak ($zero3 GB) is below 85% of --zero 1's ($zero1 GB)"
+else
+  bad "--zero 3's measured peak ($zero3 GB) is not below 85% of --zero 1's ($zero1 GB)"
+fi
 model=("${whole[@]}")
 
 # Refused before anything is allocated: by --dry-run and by a real start alike.
