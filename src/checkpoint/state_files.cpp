@@ -158,6 +158,7 @@ std::string StateFiles::transfer(bool write, bool moments, const std::string& pa
     make_header(cfg_, moments, header);
     file.write_at(0, header, llmc::kHeaderBytes);
   }
+  if (write && !moments && fail_staging_) file.fail_staging_for_tests(1);
   if (write) {
     file.write_runs(llmc::kHeaderBytes, runs(moments, true), digests);
   } else {

@@ -52,6 +52,10 @@ class StateFiles {
   // bytes.
   StateFiles on_host_copy(MPI_Comm comm, float* slab, float* m, float* v) const;
 
+  // For tests: this rank's copy into the model file's staging buffers throws mid-write
+  // (ParallelFile::fail_staging_for_tests).
+  void fail_staging_for_tests() { fail_staging_ = true; }
+
   // The bytes of the two files.
   int64_t model_bytes() const;
   int64_t optimizer_bytes() const;
@@ -83,6 +87,7 @@ class StateFiles {
   float* m_;  // null without an optimizer
   float* v_;
   bool host_memory_ = false;  // slab_, m_ and v_ are a host copy (on_host_copy)
+  bool fail_staging_ = false;
 };
 
 }  // namespace mpf

@@ -273,7 +273,11 @@ bool RunSaver::save_now(int step) {
   // A save may take longer than a step: the watchdog gives it at least its size at 20 MB/s.
   const double bytes = double(r.state_files_->model_bytes() + r.state_files_->optimizer_bytes());
   PhaseScope phase(r.phases_, StepPhase::kSave, step, bytes / 20e6);
-  const SaveReport report = save_checkpoint(*r.state_files_, r.grid_->world_comm(), r.opts_.save,
+  StateFiles files = *r.state_files_;
+  if (test_staging_failure_from_environment(step, r.grid_->world_rank())) {
+    files.fail_staging_for_tests();
+  }
+  const SaveReport report = save_checkpoint(files, r.grid_->world_comm(), r.opts_.save,
                                             checkpoint_info(step), r.opts_.keep_last);
   return this->report(step, report, report.seconds, 0, false);
 }
@@ -309,8 +313,10 @@ bool RunSaver::save_in_background(int step) {
   b.stall = stall.seconds();
   b.step = step;
   b.done = false;
-  const StateFiles files =
-      r.state_files_->on_host_copy(b.comm, b.slab.data(), b.m.data(), b.v.data());
+  StateFiles files = r.state_files_->on_host_copy(b.comm, b.slab.data(), b.m.data(), b.v.data());
+  if (test_staging_failure_from_environment(step, r.grid_->world_rank())) {
+    files.fail_staging_for_tests();
+  }
   const double delay = test_save_delay_from_environment(step);
   const bool fail = test_save_failure_from_environment(step, r.grid_->world_rank());
   auto write = [&b, files, info, root = r.opts_.save, keep = r.opts_.keep_last, delay, fail] {

@@ -48,15 +48,28 @@ double test_save_delay_from_environment(int step) {
   return step >= from ? seconds : 0;
 }
 
-bool test_save_failure_from_environment(int step, int world_rank) {
-  const char* text = std::getenv("MPIFORMER_TEST_SAVE_FAIL");
+namespace {
+
+// A STEP:RANK variable names this step and rank.
+bool names_step_and_rank(const char* variable, int step, int world_rank) {
+  const char* text = std::getenv(variable);
   if (!text || !*text) return false;
   int at = 0, rank = -1;
   char tail = 0;
   require(std::sscanf(text, "%d:%d%c", &at, &rank, &tail) == 2 && at >= 1 && rank >= 0,
-          std::string("MPIFORMER_TEST_SAVE_FAIL=") + text +
+          std::string(variable) + "=" + text +
               " is not STEP:RANK (a step from 1, a rank from 0); it is for tests");
   return step == at && rank == world_rank;
+}
+
+}  // namespace
+
+bool test_save_failure_from_environment(int step, int world_rank) {
+  return names_step_and_rank("MPIFORMER_TEST_SAVE_FAIL", step, world_rank);
+}
+
+bool test_staging_failure_from_environment(int step, int world_rank) {
+  return names_step_and_rank("MPIFORMER_TEST_STAGING_FAIL", step, world_rank);
 }
 
 void apply_test_fault(const TestFault& fault, int step, int world_rank, float* grads, int64_t n) {

@@ -34,6 +34,12 @@ double test_save_delay_from_environment(int step);
 // save of step STEP. False if unset or another step or rank.
 bool test_save_failure_from_environment(int step, int world_rank);
 
+// MPIFORMER_TEST_STAGING_FAIL=STEP:RANK: in the save of step STEP (background or not), world rank
+// RANK's copy into the model file's staging buffers throws in the middle of MPI-IO's collective
+// rounds (its second round, or its last if it has one; io/parallel_file.hpp). False if unset or
+// another step or rank.
+bool test_staging_failure_from_environment(int step, int world_rank);
+
 // Applies `fault` to `grads` (n floats) when this is its step and rank.
 void apply_test_fault(const TestFault& fault, int step, int world_rank, float* grads, int64_t n);
 

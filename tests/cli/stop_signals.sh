@@ -196,6 +196,23 @@ if [ "$(cat "$WORK/wfail/ranks/rank_00001" 2>/dev/null)" = "my notes" ] &&
 else
   bad "a user's files in ranks/: $(ls "$WORK/wfail/ranks"), $(cat "$WORK/wfail/ranks/rank_00001" 2>&1)"
 fi
+# A copy that throws inside MPI-IO's collective rounds (rank 0's staging of step 4's model file),
+# in a background save and in a synchronous one: rank 1 is not left waiting in the next round;
+# exit 6, one error line naming the staging, step 2 still `latest`, nothing of step 4 left.
+for async in 1 0; do
+  out=$WORK/sfail$async
+  MPIFORMER_TEST_STAGING_FAIL=4:0 timeout 120 "$MPIEXEC" -n 2 "$TRAIN" "${tiny[@]}" --steps 8 \
+    --save-every 2 --save-async $async --save "$out" >"$out.log" 2>&1
+  status=$?
+  if [ "$status" -eq 6 ] && [ "$(grep -c '^error:' "$out.log")" -eq 1 ] &&
+    grep -q "^error: saving the checkpoint of step 4 failed: .*staging failed (a failure made for a test" "$out.log" &&
+    [ "$(cat "$out/latest")" = step_00000002 ] && [ ! -e "$out/step_00000004" ] &&
+    ! ls -d "$out"/*.partial-* >/dev/null 2>&1; then
+    ok "a copy that throws mid-write (--save-async $async): exit 6, one error line, step 2 intact"
+  else
+    bad "a copy that throws mid-write (--save-async $async): exit $status"; grep -E '^(checkpoint|error|fatal)|terminate' "$out.log"
+  fi
+done
 # SIGKILL of rank 1 while the save of step 4 is written (60 s slow): `latest` stays at step 2,
 # and the next run resumes from it (on the 4-step run's schedule: the same steps 3 and 4).
 MPIFORMER_TEST_SAVE_DELAY=4:60 "$MPIEXEC" -n 2 "$TRAIN" "${tiny[@]}" --steps 100 --lr-decay-steps 4 \
