@@ -81,6 +81,10 @@ std::vector<Field> optional_model_fields(CheckpointInfo& c, bool held) {
     out.push_back({"model.moe_scale", &m.moe_scale});
   }
   if (!held || m.no_qkv_bias) out.push_back({"model.no_qkv_bias", &m.no_qkv_bias});
+  if (!held || m.mixed()) {  // dense blocks before the experts' (first_k_dense_replace)
+    out.push_back({"model.dense_layers", &m.dense_layers});
+    out.push_back({"model.dense_ffn", &m.dense_ffn});
+  }
   if (!held || m.mla()) {  // multi-head latent attention's sizes (deepseek_v3)
     out.push_back({"model.q_lora_rank", &m.q_lora_rank});
     out.push_back({"model.kv_lora_rank", &m.kv_lora_rank});

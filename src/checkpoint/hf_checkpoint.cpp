@@ -116,12 +116,23 @@ struct HfPiece {
   bool transposed = false;
 };
 
+// The config of the blocks that hold t: a mixed model's dense MLP (dfcw, dfcprojw) has the dense
+// blocks' shape; every other tensor one shape in all the blocks holding it.
+GPTConfig held_config(TensorId t, const GPTConfig& cfg) {
+  return tensor_spec(t).needs == Needs::kDenseBlocks ? cfg.block_config(0) : cfg;
+}
+// The first layer holding per-layer tensor t: the serial tensor's slices start there, one per
+// layer (a mixed model's experts' tensors from its first experts' block on).
+int first_layer_of(TensorId t, const GPTConfig& cfg) {
+  return tensor_spec(t).per_layer() && !present_in_block(t, cfg, 0) ? cfg.dense_layers : 0;
+}
+
 // The serial shape of one layer's slice of t: the unpadded vocabulary rows.
 int64_t rows_of(TensorId t, const GPTConfig& cfg) {
-  return dim_size(tensor_spec(t).rows, cfg, /*padded=*/false);
+  return dim_size(tensor_spec(t).rows, held_config(t, cfg), /*padded=*/false);
 }
 int64_t cols_of(TensorId t, const GPTConfig& cfg) {
-  return dim_size(tensor_spec(t).cols, cfg);
+  return dim_size(tensor_spec(t).cols, held_config(t, cfg));
 }
 
 // GPT2LMHeadModel's names, without the "transformer." prefix; %d is the layer.
@@ -160,6 +171,8 @@ constexpr Gpt2Name kGpt2Names[kNumParameterTensors] = {
     {"", false},
     {"", false},
     {"", false},
+    {"", false},  // dfcw, dfcprojw
+    {"", false},
 };
 
 // The names of the families of Llama blocks (LlamaForCausalLM's; Qwen2's adds the Q, K, V
@@ -191,7 +204,10 @@ std::vector<const char*> llama_names(TensorId t, const ModelFeatures& f) {
       if (f.fused_hf_projections) return {"model.layers.%d.mlp.gate_up_proj.weight"};
       return {"model.layers.%d.mlp.gate_proj.weight", "model.layers.%d.mlp.up_proj.weight"};
     case TensorId::fcprojw:
+    case TensorId::dfcprojw:  // a mixed model's dense blocks' MLP, named as a dense model's
       return {"model.layers.%d.mlp.down_proj.weight"};
+    case TensorId::dfcw:
+      return {"model.layers.%d.mlp.gate_proj.weight", "model.layers.%d.mlp.up_proj.weight"};
     case TensorId::lnfw:
       return {"model.norm.weight"};
     case TensorId::lmhead:
@@ -275,8 +291,9 @@ class NameMap {
     if (t == TensorId::qbw && cfg_.q_lora_rank == 0)
       names = {"model.layers.%d.self_attn.q_proj.weight"};
     // The stacked row blocks: Q, K, V (NH·hs, KVH·hs, KVH·hs); gate, up (F each).
-    const std::vector<int64_t> rows = names.size() > 1 ? row_blocks(tensor_spec(t), cfg_)
-                                                       : std::vector<int64_t>{rows_of(t, cfg_)};
+    const std::vector<int64_t> rows = names.size() > 1
+                                          ? row_blocks(tensor_spec(t), held_config(t, cfg_))
+                                          : std::vector<int64_t>{rows_of(t, cfg_)};
     std::vector<HfPiece> out;
     for (size_t i = 0; i < names.size(); ++i) {
       std::snprintf(name, sizeof name, names[i], layer);
@@ -345,6 +362,7 @@ void check_tensors(const HfSource& source, const GPTConfig& cfg, const std::stri
   for (const TensorSpec& s : kTensors) {
     if (tensor_size(s.id, cfg) == 0) continue;
     for (int l = 0; l < layers_of(s.id, cfg); ++l) {
+      if (s.per_layer() && !present_in_block(s.id, cfg, l)) continue;  // a mixed model's
       for (const HfPiece& p : names.pieces(s.id, l)) {
         check(p.name, names.shape(s.id, p));
         read.insert(p.name);
@@ -390,13 +408,14 @@ struct HfRect {
 // replicated kv head another rank owns (and writes).
 std::vector<HfRect> rectangles(const TpShard& shard, TensorId t, bool owned = false) {
   const int64_t R = rows_of(t, shard.cfg), C = cols_of(t, shard.cfg), slice = R * C;
+  const int first = first_layer_of(t, shard.cfg);
   std::vector<HfRect> out;
   for (const ShardRun& run : shard_runs(shard, t)) {
     if (owned && run.replica) continue;
     int64_t g = run.global, j = run.local, n = run.length;
     while (n > 0) {
       const int64_t within = g % slice, r = within / C, c = within % C;
-      HfRect x{int(g / slice), r, 1, c, 0, j};
+      HfRect x{first + int(g / slice), r, 1, c, 0, j};
       if (c == 0 && n >= C) {
         x.rows = std::min(n / C, R - r);
         x.col1 = C;
@@ -555,7 +574,8 @@ std::vector<SavedTensor> saved_tensors(const NameMap& names, const GPTConfig& cf
     if (s.id == TensorId::wpe) {  // then the blocks, each whole
       for (int l = 0; l < cfg.layers; ++l) {
         for (const TensorSpec& b : kTensors) {
-          if (b.per_layer() && tensor_size(b.id, cfg) > 0) add(b.id, l);
+          if (b.per_layer() && present_in_block(b.id, cfg, l) && tensor_size(b.id, cfg) > 0)
+            add(b.id, l);
         }
       }
     }

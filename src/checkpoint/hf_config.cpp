@@ -236,8 +236,8 @@ void read_deepseek_moe(const ConfigKeys& k, GPTConfig& cfg) {
 }
 
 // DeepseekV3Config's multi-head latent attention (q_lora_rank null: a plain q_proj) and its
-// blocks: all dense (first_k_dense_replace >= num_hidden_layers) or all DeepSeekMoE blocks
-// (first_k_dense_replace 0); a mixture of the two is not built yet.
+// blocks: the first first_k_dense_replace dense (a SwiGLU MLP of intermediate_size), the rest
+// DeepSeekMoE blocks (none when it is num_hidden_layers).
 void read_latent_attention(const ConfigKeys& k, GPTConfig& cfg) {
   cfg.q_lora_rank = k.size_or("q_lora_rank", 0);
   cfg.kv_lora_rank = k.size("kv_lora_rank");
@@ -249,15 +249,23 @@ void read_latent_attention(const ConfigKeys& k, GPTConfig& cfg) {
   cfg.rope_interleave = k.bool_or("rope_interleave", true);
   const json::Value* experts = k.find("n_routed_experts");
   const json::Value* first = k.find("first_k_dense_replace");
-  const bool zero = first && first->is_number() && first->number() == 0;
-  const int dense = zero ? 0 : k.size_or("first_k_dense_replace", 3);
+  int dense = 3;  // DeepseekV3Config's default
+  if (first != nullptr && !first->is_null()) {
+    require(first->is_number() && first->number() == std::floor(first->number()) &&
+                first->number() >= 0 && first->number() <= cfg.layers,
+            k.where("first_k_dense_replace") + " is " +
+                (first->is_number() ? json_number(first->number()) : std::string("not a number")) +
+                ", not a count of blocks from 0 to num_hidden_layers (" +
+                std::to_string(cfg.layers) + "); the config is corrupt");
+    dense = int(first->number());
+  }
   if (dense >= cfg.layers || experts == nullptr || experts->is_null()) return;
-  require(dense == 0, k.where("first_k_dense_replace") + " is " + std::to_string(dense) + " of " +
-                          std::to_string(cfg.layers) +
-                          " blocks: dense blocks before DeepSeekMoE blocks in one model are not "
-                          "built yet; set it to 0 (every block DeepSeekMoE) or to "
-                          "num_hidden_layers (every block dense)");
+  const int dense_ffn = cfg.ffn_dim;  // intermediate_size: the dense blocks' MLP
   read_deepseek_moe(k, cfg);
+  if (dense > 0) {
+    cfg.dense_layers = dense;
+    cfg.dense_ffn = dense_ffn;
+  }
 }
 
 // rope_scaling of type "yarn" (transformers' _compute_yarn_parameters): its factor, original
@@ -482,7 +490,7 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
     s += line("architectures", std::string("[\"") + hf_architecture(cfg.arch) + "\"]");
     s += line("model_type", std::string("\"") + arch_name(cfg.arch) + "\"");
     s += line("vocab_size", n(cfg.vocab)) + line("hidden_size", n(cfg.channels));
-    s += line("intermediate_size", n(cfg.ffn_width()));
+    s += line("intermediate_size", n(cfg.mixed() ? cfg.dense_ffn : cfg.ffn_width()));
     s += line("num_hidden_layers", n(cfg.layers)) + line("num_attention_heads", n(cfg.heads));
     s += line("num_key_value_heads", n(cfg.kv_head_count()));
     if (cfg.mla()) {
@@ -493,8 +501,8 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
       s += line("v_head_dim", n(cfg.v_head_dim));
       s += line("head_dim", n(cfg.qk_rope_dim));
       s += line("rope_interleave", cfg.rope_interleave ? "true" : "false");
-      // Every block dense, or every block DeepSeekMoE (a mixture of the two is not built yet).
-      s += line("first_k_dense_replace", n(cfg.moe() ? 0 : cfg.layers));
+      // The dense blocks first: all of them, none, or dense_layers.
+      s += line("first_k_dense_replace", n(cfg.moe() ? cfg.dense_layers : cfg.layers));
       if (cfg.moe()) {
         s += line("n_routed_experts", n(cfg.experts));
         s += line("n_shared_experts", n(cfg.shared_ffn / cfg.ffn_width()));

@@ -48,7 +48,8 @@ constexpr HeaderKind kLlamaModelFile{llmc::kLlamaModelMagic, llmc::kLlamaModelVe
 // keep them zero. Slot 8 is the family (Arch's value); floats are stored as their bits; slots 18
 // (the sliding window), 19 (a head size apart from C/NH), 20..23 (the experts), 24 (a shared
 // expert's width), 25 (the family's Q, K, V biases left out), 26..31 (latent attention),
-// 32..36 (YaRN) and 37..41 (DeepSeekMoE's routing) are 0 in files written before them.
+// 32..36 (YaRN), 37..41 (DeepSeekMoE's routing) and 42..43 (dense blocks before the experts')
+// are 0 in files written before them.
 enum LlamaSlot {
   kArch = 8,
   kKvHeads,
@@ -85,7 +86,10 @@ enum LlamaSlot {
   kMoeNoaux,
   kMoeGroups,
   kMoeTopkGroups,
-  kMoeScale
+  kMoeScale,
+  // 42..43: the first dense_layers blocks dense, of MLP width dense_ffn (first_k_dense_replace).
+  kDenseLayers,
+  kDenseFfn
 };
 constexpr int kLastArch = int(Arch::kDeepseekV3);
 int32_t float_bits(float x) {
@@ -126,6 +130,8 @@ void read_llama_slots(const int32_t* h, GPTConfig& cfg) {
     cfg.moe_groups = h[kMoeGroups];
     cfg.moe_topk_groups = h[kMoeTopkGroups];
     cfg.moe_scale = bits_float(h[kMoeScale]);
+    cfg.dense_layers = h[kDenseLayers];
+    cfg.dense_ffn = h[kDenseFfn];
   }
   cfg.moe_aux_coef = bits_float(h[kMoeAuxCoef]);
   cfg.kv_heads = h[kKvHeads];
@@ -244,6 +250,8 @@ void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
     h[kMoeGroups] = cfg.moe_groups;
     h[kMoeTopkGroups] = cfg.moe_topk_groups;
     h[kMoeScale] = float_bits(cfg.moe_scale);
+    h[kDenseLayers] = cfg.dense_layers;
+    h[kDenseFfn] = cfg.dense_ffn;
   }
   h[kNoQkvBias] = cfg.no_qkv_bias ? 1 : 0;
   if (cfg.mla()) {

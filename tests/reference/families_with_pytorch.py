@@ -27,6 +27,10 @@ compare_llama_with_pytorch.py, extended by the family's features:
   e_score_correction_bias, group-limited, a shared expert, on 1 rank, TP 2 and EP 2; the bias
   read and written unchanged; each DeepSeekMoE config key it does not compute refused by name;
   --moe-bias-update-rate balancing a router made unbalanced, the bias the same on every layout.
+- deepseek_v3 with its first block dense and two DeepSeekMoE blocks (check_deepseek_mixed,
+  first_k_dense_replace 1): 1 rank, TP 2, PP 2 (a stage of both kinds; the dense block alone on
+  a stage), EP 2, DP 2 + ZeRO-1 and both recomputations; the directory written back; a resume;
+  greedy decoding on 1 rank and EP 2.
 Every step's loss within 1e-5 (relative) of the float64 reference on every layout; greedy
 decoding with the KV cache gives the reference's ids; the model saved with --save-hf has the
 family's config.json and tensor names and loads back to the same losses.
@@ -75,7 +79,8 @@ FAMILIES = [
 # The layouts only a family's own code paths need (OLMo-2's post-norm blocks under sequence
 # parallelism and recomputation), and the TP sizes its generation runs on.
 EXTRA_LAYOUTS = {"olmo2": [("tp 2 + sp", 2, ("--tp", "2", "--sequence-parallel")),
-                           ("recompute", 1, ("--recompute",))]}
+                           ("recompute", 1, ("--recompute",)),
+                 ("recompute selective", 1, ("--recompute", "selective"))]}
 GENERATE_RANKS = {"olmo2": (1, 2)}
 # The printed norm has 5 significant digits (half a unit: 2.5e-5 relative at 2.1); a gradient
 # counted twice (a replicated kv head's bias rows) moves it by 1e-2.
@@ -204,7 +209,7 @@ def check_deepseek(tally, exe, gen, workdir, shard, tokens):
     against hf_models.deepseek_logits trained by the same steps: every loss within LOSS_RTOL and
     every tensor after the last step within PARAM_RTOL, on each of DEEPSEEK_LAYOUTS; a checkpoint
     resumed; the directory read and written again unchanged; greedy decoding with the KV cache on
-    TP 1 and 2; what is not built (DeepSeekMoE blocks, Muon) refused by name."""
+    TP 1 and 2; a negative first_k_dense_replace and what is not built (Muon) refused by name."""
     for form, m, layouts in (("", hf_models.DEEPSEEK, DEEPSEEK_LAYOUTS),
                              (" q_proj, halves, no yarn", hf_models.DEEPSEEK_PLAIN,
                               DEEPSEEK_LAYOUTS[:2])):
@@ -259,7 +264,7 @@ def check_deepseek(tally, exe, gen, workdir, shard, tokens):
                 f"[deepseek_v3 save-hf] {len(again)} tensors as read, within {worst:.1e}; "
                 f"config.json {config['architectures']}, kv_lora_rank {config['kv_lora_rank']}")
     # Not built yet, or not computed: one error line naming what.
-    bad = [("first_k_dense_replace", "DeepSeekMoE", dict(first_k_dense_replace=1)),
+    bad = [("first_k_dense_replace", "first_k_dense_replace", dict(first_k_dense_replace=-1)),
            ("rope_scaling.factor", "rope_scaling", dict(rope_scaling=dict(
                hf_models.deepseek_config(m)["rope_scaling"], factor=2.0))),
            ("attention_bias", "attention_bias", dict(attention_bias=True))]
@@ -442,7 +447,7 @@ def check_deepseek_moe(tally, exe, gen, workdir, shard, tokens):
            ("n_group", dict(n_group=3)),
            ("topk_group", dict(topk_group=3)),
            ("num_experts_per_tok", dict(num_experts_per_tok=5)),
-           ("first_k_dense_replace", dict(first_k_dense_replace=1))]
+           ("first_k_dense_replace", dict(first_k_dense_replace=m["L"] + 1))]
     ok, errors = refused(exe, workdir, model, shard, ("--moe-aux-coef", "0.001"), "--moe-aux-coef")
     tally.check(ok, f"[deepseek_v3 moe --moe-aux-coef over sigmoid scores] refused: {errors}")
     for key, change in bad:
@@ -452,6 +457,86 @@ def check_deepseek_moe(tally, exe, gen, workdir, shard, tokens):
                   open(os.path.join(d, "config.json"), "w"))
         ok, errors = refused(exe, workdir, d, shard, (), key)
         tally.check(ok, f"[deepseek_v3 moe {key}] refused: {errors}")
+
+
+# The mixed stack's layouts: under PP a stage of both kinds of block (2 + 1), and the dense block
+# alone on the first stage (--pp-layout 1,2); the dense MLP's gradients summed over DP, the
+# experts' over expert DP under EP.
+MIXED_LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")),
+                 ("pp 2 1f1b", 2, ("--pp", "2", "--microbatches", "2", "--schedule", "1f1b")),
+                 ("pp 2 zb-h1 layout 1,2", 2, ("--pp", "2", "--microbatches", "2", "--schedule",
+                                               "zb-h1", "--pp-layout", "1,2")),
+                 ("ep 2", 2, ("--ep", "2")), ("dp 2 + zero-1", 2, ("--dp", "2", "--zero", "1")),
+                 ("recompute", 1, ("--recompute",)),
+                 ("recompute selective", 1, ("--recompute", "selective"))]
+
+
+def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
+    """deepseek_v3 with its first block dense and the rest DeepSeekMoE (hf_models.DEEPSEEK_MIXED,
+    first_k_dense_replace 1) against hf_models.deepseek_logits: losses and the tensors after the
+    last step on MIXED_LAYOUTS; the Hugging Face names of both kinds of block written and read
+    back unchanged; a checkpoint resumed; greedy decoding on 1 rank and EP 2."""
+    m = hf_models.DEEPSEEK_MIXED
+    params0 = hf_models.deepseek_random(m, seed=320)
+    model = os.path.join(workdir, "deepseek_v3_mixed")
+    hf_models.write_deepseek(model, m, params0)
+    matrices = {k for k, v in params0.items() if v.ndim == 2}
+
+    def loss_of(p, inputs, targets):
+        logits = hf_models.deepseek_logits(p, inputs, m)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, m["V"]), targets.reshape(-1))
+
+    ref, ref_final = train_reference(params0, tokens, CFG, matrices, loss_of, torch.float64, False)
+    for index, (layout, ranks, extra) in enumerate(MIXED_LAYOUTS):
+        out = model + f"_out{index}"
+        rows, final = run_from_hf(exe, workdir, model, out, shard, extra, ranks)
+        loss = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
+        worst = max((np.linalg.norm(final[k] - ref_final[k]) / np.linalg.norm(ref_final[k]), k)
+                    for k in ref_final)
+        tally.check(loss <= LOSS_RTOL and worst[0] <= PARAM_RTOL and final.keys() == params0.keys(),
+                    f"[deepseek_v3 first block dense {layout}] {STEPS} losses within {loss:.1e} "
+                    f"of torch's, every tensor after the last step within {worst[0]:.1e} "
+                    f"({worst[1]}; first loss {rows[0]['loss']} vs {ref[0]['loss']:.6f})")
+    # Read and written again by a step that changes nothing (lr 0, no decay): the same names
+    # (mlp.gate_proj on block 0, mlp.experts.N, mlp.shared_experts, mlp.gate on blocks 1, 2).
+    out = os.path.join(workdir, "deepseek_v3_mixed_again")
+    run_from_hf(exe, workdir, model, out, shard, steps=1, lr=0.0, wd=0.0)
+    again = hf_models.read_dir(out)
+    config = json.load(open(os.path.join(out, "config.json")))
+    worst = max(float(np.abs(again[k] - v).max()) for k, v in params0.items())
+    tally.check(again.keys() == params0.keys() and worst <= 1e-7 and
+                config["first_k_dense_replace"] == 1 and config["intermediate_size"] == m["F"] and
+                config["moe_intermediate_size"] == m["moe"]["F"],
+                f"[deepseek_v3 first block dense save-hf] {len(again)} tensors as read, within "
+                f"{worst:.1e}; config.json first_k_dense_replace "
+                f"{config['first_k_dense_replace']}, intermediate_size "
+                f"{config['intermediate_size']}, moe_intermediate_size "
+                f"{config['moe_intermediate_size']}")
+    ckpt = os.path.join(workdir, "deepseek_v3_mixed_ckpt")
+    whole, _ = run_from_hf(exe, workdir, model, model + "_saving", shard,
+                           ("--save", ckpt, "--save-every", "2"))
+    proc = subprocess.run([exe, "--load", ckpt, "--load-step", "2", "--data", shard], cwd=workdir,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True,
+                          text=True, timeout=120)
+    resumed = {int(mt.group(1)): float(mt.group(3))
+               for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt}
+    tally.check(proc.returncode == 0 and resumed == {k: whole[k - 1]["loss"] for k in (3, 4, 5)},
+                f"[deepseek_v3 first block dense resumed at step 2] steps 3..5 {resumed} are the "
+                f"uninterrupted run's"
+                f"{'' if proc.returncode == 0 else ': ' + proc.stdout + proc.stderr}")
+    p = {k: torch.tensor(v, dtype=torch.float64) for k, v in params0.items()}
+    seq = list(PROMPT)
+    with torch.no_grad():
+        for _ in range(NEW_TOKENS):
+            seq.append(int(np.argmax(hf_models.deepseek_logits(
+                p, torch.tensor([seq]), m)[0, -1, :m["V"]].numpy())))
+    for ep in (1, 2):
+        ids, _ = run_generate(gen, os.environ.get("MPIEXEC", "mpiexec"), workdir, model,
+                              f"deepseek_v3_mixed_generate_ep{ep}", ep,
+                              ("--ep", str(ep)) if ep > 1 else (), 1)
+        tally.check(ids == seq[len(PROMPT):],
+                    f"[deepseek_v3 first block dense generate ep {ep}] {len(ids)} greedy ids "
+                    f"equal torch's")
 
 
 def main():
@@ -506,6 +591,10 @@ def main():
         check_deepseek_moe(tally, exe, gen, workdir, shard, tokens)
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
         tally.fail(f"[deepseek_v3 moe] run failed: {e}")
+    try:
+        check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens)
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
+        tally.fail(f"[deepseek_v3 first block dense] run failed: {e}")
     shutil.rmtree(workdir, ignore_errors=True)
     return tally.finish()
 

@@ -262,6 +262,9 @@ DEEPSEEK_PLAIN = dict(DEEPSEEK, qr=0, interleave=False, factor=0.0)
 # by 2.5, and a nonzero e_score_correction_bias (moe_bias: its std) that changes the choices.
 DEEPSEEK_MOE = dict(DEEPSEEK, moe=dict(E=8, k=2, F=16, shared=1, groups=2, topk_groups=1,
                                        scale=2.5, bias=0.05))
+# DeepSeek-V3's own stack, smaller: the first block dense (first_k_dense_replace 1, its MLP of
+# intermediate_size F), the other two DeepSeekMoE blocks as DEEPSEEK_MOE's.
+DEEPSEEK_MIXED = dict(DEEPSEEK, L=3, moe=dict(DEEPSEEK_MOE["moe"], dense=1))
 # DeepSeek-V2's gate as DeepseekV3Config's keys name it: softmax scores, the k best of all experts
 # (topk_method greedy: no groups, no bias), gates not renormalised (norm_topk_prob false).
 DEEPSEEK_MOE_GREEDY = dict(DEEPSEEK, moe=dict(DEEPSEEK_MOE["moe"], scoring="softmax",
@@ -286,7 +289,7 @@ def deepseek_shapes(m):
                 (a + "self_attn.kv_a_layernorm.weight", (m["kvr"],)),
                 (a + "self_attn.kv_b_proj.weight", (NH * (m["dn"] + m["dv"]), m["kvr"])),
                 (a + "self_attn.o_proj.weight", (C, NH * m["dv"]))]
-        if m.get("moe"):
+        if m.get("moe") and l >= m["moe"].get("dense", 0):
             e = m["moe"]
             out += [(a + "mlp.gate.weight", (e["E"], C)),
                     (a + "mlp.gate.e_score_correction_bias", (e["E"],))]
@@ -338,11 +341,12 @@ def deepseek_config(m):
 
 
 def deepseek_moe_config(m):
-    """DeepseekV3Config's keys for m: every block DeepSeekMoE when m has "moe"."""
+    """DeepseekV3Config's keys for m: the blocks past moe's "dense" (0 if absent) DeepSeekMoE
+    when m has "moe"."""
     c = deepseek_config(m)
     e = m.get("moe")
     if e:
-        c.update(first_k_dense_replace=0, n_routed_experts=e["E"], num_experts_per_tok=e["k"],
+        c.update(first_k_dense_replace=e.get("dense", 0), n_routed_experts=e["E"], num_experts_per_tok=e["k"],
                  moe_intermediate_size=e["F"], n_shared_experts=e["shared"], n_group=e["groups"],
                  topk_group=e["topk_groups"], routed_scaling_factor=e["scale"],
                  scoring_func=e.get("scoring", "sigmoid"), topk_method=e.get("method", "noaux_tc"),
@@ -482,7 +486,7 @@ def deepseek_logits(p, inputs, m):
         y = (att @ v).transpose(1, 2).reshape(Bb, Tt, NH * dv)
         x = x + y @ w("self_attn.o_proj.weight").T
         h = rms(x, w("post_attention_layernorm.weight"))
-        if m.get("moe"):
+        if m.get("moe") and l >= m["moe"].get("dense", 0):
             x = x + deepseek_moe(p, a, h, m["moe"])
             continue
         x = x + (F.silu(h @ w("mlp.gate_proj.weight").T) * (h @ w("mlp.up_proj.weight").T)) @ \
