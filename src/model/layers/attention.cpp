@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "backends/tile_gemm.hpp"
@@ -124,6 +125,37 @@ Bf16Pair* call_pairs(int64_t n) {
   static std::vector<Bf16Pair> pairs;
   if (pairs.size() < size_t(n)) pairs.resize(size_t(n));
   return pairs.data();
+}
+
+// bf16: the backward's dS, kept by the dK/dV pass for the dQ pass, which then does one product
+// a tile pair where it did three and a softmax (the same bits: the same products of the same
+// operands). A tile pair's dS is packed as the dQ product reads it (pairs along the keys). At most
+// kStoredScoresBytes at a time: the (sequence, kv head) groups are taken in slices that fit, and
+// where one group's does not (long sequences) the dQ pass computes dS again, as in fp32.
+constexpr int64_t kStoredScoresBytes = int64_t(64) << 20;
+int64_t g_stored_scores_bytes = kStoredScoresBytes;  // set_attention_stored_scores
+constexpr int64_t kScoreTilePairs = int64_t(kHostTile) * kHostTile / 2;
+
+struct StoredScores {
+  // slot[(b·nqt + qi)·nkt + kj]: the pair's place among sequence b's visible tile pairs, or −1.
+  std::vector<int32_t> slot;
+  std::vector<int64_t> visible;  // per sequence
+  // The groups [first, first + count) of the current slice, and where each one's tiles begin.
+  int64_t first = 0, count = 0;
+  std::vector<int64_t> base;
+  Bf16Pair* tiles = nullptr;
+
+  Bf16Pair* at(int b, int kvh, int KVH, int G, int g, int qi, int kj, int nqt, int nkt) const {
+    const int64_t group = int64_t(b) * KVH + kvh - first;
+    const int64_t pair = slot[size_t((int64_t(b) * nqt + qi) * nkt + kj)];
+    return tiles + base[size_t(group)] + (int64_t(g) * visible[size_t(b)] + pair) * kScoreTilePairs;
+  }
+};
+
+Bf16Pair* stored_score_tiles(int64_t n) {
+  static std::vector<Bf16Pair> tiles;
+  if (tiles.size() < size_t(n)) tiles.resize(size_t(n));
+  return tiles.data();
 }
 
 struct HostShape {
@@ -404,18 +436,19 @@ void host_softmax_backward(const HostShape& h, float* S, float* dP, const Tile& 
   }
 }
 
-// dK and dV: a unit per (sequence, kv head, key tile), over every query tile that sees it. In
-// bf16, `keys` and `queries` are the call's packed tiles (pack_key_tiles, pack_query_tiles).
+// dK and dV: a unit per (sequence, kv head, key tile), over every query tile that sees it, for the
+// groups (sequence, kv head) [first, first + groups). In bf16, `keys` and `queries` are the call's
+// packed tiles (pack_key_tiles, pack_query_tiles); with `store`, each pair's dS is kept there.
 void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor dout, Tensor lse,
                       Tensor delta, const HostShape& h, const Bf16Pair* keys,
-                      const Bf16Pair* queries) {
+                      const Bf16Pair* queries, int64_t first, int64_t groups,
+                      const StoredScores* store) {
   const AttentionInputs& x = h.x;
   const bool bf16 = h.bf16;
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs, Tq = x.queries.rows;
   const int64_t tile = int64_t(T) * hp, ldo = int64_t(x.NH) * hs, tp = h.tile_pairs();
   host_buffers().reserve(size_t(host_kv_floats(hp)));
   if (bf16) host_pairs().reserve(size_t(host_kv_floats(hp)));
-  const int64_t groups = int64_t(x.B) * x.KVH;
   for_each_unit_on_host("mpf::attention_backward_kv", groups * h.nkt, [&](int64_t u, int thread) {
     float* Kt = host_buffers().of(thread);
     float* Vt = Kt + tile;
@@ -430,7 +463,8 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
     Bf16Pair* Pt = bf16 ? host_pairs().of(thread) : nullptr;
     Bf16Pair* dSt = bf16 ? Pt + T * T / 2 : nullptr;
     // Causal: the first key tiles are seen by the most query tiles.
-    const int kj = int(u / groups), b = int(u % groups) / x.KVH, kvh = int(u % groups) % x.KVH;
+    const int kj = int(u / groups), b = int((first + u % groups) / x.KVH),
+              kvh = int((first + u % groups) % x.KVH);
     const Tile kt = tile_at(x.keys, T, kj);
     const int64_t at = h.kv_offset(b, kt.row, kvh);
     const Bf16Pair* Ktp = bf16 ? keys + 3 * h.key_tile(b, kvh, kj) * tp : nullptr;
@@ -467,6 +501,10 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
         }
         const int64_t row0 = (int64_t(b) * x.NH + head) * Tq;
         host_softmax_backward(h, S, dP, qt, doc, kt, c, lse.data() + row0, delta.data() + row0);
+        if (store) {  // dS rounded as it is packed, as host_backward_q packs it
+          backend::pack_bf16_pairs(store->at(b, kvh, x.KVH, G, g, qi, kj, h.nqt, h.nkt), T / 2, dP,
+                                   T, qt.n, kt.n, M, (kt.n + 1) / 2);
+        }
         // dV += Pᵀ·dO and dK += dSᵀ·Q over the tile's query rows (transposed A: sam = 1).
         if (bf16) {
           const int pairs = (qt.n + 1) / 2;
@@ -492,17 +530,17 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
   });
 }
 
-// dQ: a unit per (sequence, kv head, query tile), over every key tile it sees; `keys` and
-// `queries` as host_backward_kv's.
+// dQ: a unit per (sequence, kv head, query tile), over every key tile it sees; `keys`, `queries`,
+// the groups and `store` (then dS is read from it) as host_backward_kv's.
 void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor lse, Tensor delta,
-                     const HostShape& h, const Bf16Pair* keys, const Bf16Pair* queries) {
+                     const HostShape& h, const Bf16Pair* keys, const Bf16Pair* queries,
+                     int64_t first, int64_t groups, const StoredScores* store) {
   const AttentionInputs& x = h.x;
   const bool bf16 = h.bf16;
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs, Tq = x.queries.rows;
   const int64_t tile = int64_t(T) * hp, ldo = int64_t(x.NH) * hs, tp = h.tile_pairs();
   host_buffers().reserve(size_t(host_q_floats(G, hp)));
   if (bf16) host_pairs().reserve(size_t(host_q_floats(G, hp)));
-  const int64_t groups = int64_t(x.B) * x.KVH;
   for_each_unit_on_host("mpf::attention_backward_q", groups * h.nqt, [&](int64_t u, int thread) {
     float* Q = host_buffers().of(thread);
     float* dO = Q + G * tile;
@@ -515,8 +553,8 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
     // bf16: dS as A; Q and dO as A, Kᵀ and Vᵀ as B, K as B (pairs of rows) are the call's
     // packed tiles.
     Bf16Pair* dSp = bf16 ? host_pairs().of(thread) : nullptr;
-    const int qi = h.nqt - 1 - int(u / groups), b = int(u % groups) / x.KVH,
-              kvh = int(u % groups) % x.KVH;
+    const int qi = h.nqt - 1 - int(u / groups), b = int((first + u % groups) / x.KVH),
+              kvh = int((first + u % groups) % x.KVH);
     const Tile qt = tile_at(x.queries, T, qi);
     const int32_t* doc = h.docs(b);
     const DocRange dr = doc_range_host(doc, qt, h.x.window);
@@ -543,6 +581,12 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
       }
       for (int g = 0; g < G; ++g) {
         const int head = kvh * G + g;
+        if (store) {  // dS as the dK/dV pass left it
+          const Bf16Pair* dS = store->at(b, kvh, x.KVH, G, g, qi, kj, h.nqt, h.nkt);
+          backend::tile_gemm_bf16(M, hp, (kt.n + 1) / 2, dS, T / 2, 1, Kb, hp, dQ + g * tile, hp,
+                                  true);
+          continue;
+        }
         if (bf16) {
           const Bf16Pair* Qa = queries + 4 * h.query_tile(b, head, qi) * tp;
           backend::tile_gemm_bf16(M, T, h.kp, Qa, h.hh, 1, Ktp, T, S, T, false);
@@ -573,7 +617,32 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
   });
 }
 
-// The host shape's backward: in bf16, K, V, Q and dO packed once for both passes.
+// The tile pairs each sequence sees (StoredScores::slot, visible), and whether one group's dS
+// fits the store.
+bool plan_stored_scores(const HostShape& h, StoredScores& store) {
+  const AttentionInputs& x = h.x;
+  store.slot.assign(size_t(int64_t(x.B) * h.nqt * h.nkt), -1);
+  store.visible.assign(size_t(x.B), 0);
+  int64_t most = 0;
+  for (int b = 0; b < x.B; ++b) {
+    const int32_t* doc = h.docs(b);
+    int32_t n = 0;
+    for (int qi = 0; qi < h.nqt; ++qi) {
+      const Tile qt = tile_at(x.queries, kHostTile, qi);
+      const DocRange dr = doc_range_host(doc, qt, x.window);
+      for (int kj = 0; kj < h.nkt; ++kj) {
+        if (cover(qt, dr.lo, dr.hi, tile_at(x.keys, kHostTile, kj)) == Cover::kNone) continue;
+        store.slot[size_t((int64_t(b) * h.nqt + qi) * h.nkt + kj)] = n++;
+      }
+    }
+    store.visible[size_t(b)] = n;
+    most = std::max(most, int64_t(n));
+  }
+  return int64_t(h.G) * most * kScoreTilePairs * int64_t(sizeof(Bf16Pair)) <= g_stored_scores_bytes;
+}
+
+// The host shape's backward: in bf16, K, V, Q and dO packed once for both passes, and dS kept
+// between them where it fits (StoredScores).
 void host_backward(float* dq, int64_t lddq, bool accumulate_dq, float* dk, float* dv, int64_t lddkv,
                    bool accumulate_dkv, Tensor dout, Tensor lse, Tensor delta,
                    const AttentionInputs& x, bool bf16) {
@@ -587,8 +656,34 @@ void host_backward(float* dq, int64_t lddq, bool accumulate_dq, float* dk, float
     keys = pairs;
     queries = pairs + key_pairs;
   }
-  host_backward_kv(dk, dv, lddkv, accumulate_dkv, dout, lse, delta, h, keys, queries);
-  host_backward_q(dq, lddq, accumulate_dq, dout, lse, delta, h, keys, queries);
+  const int64_t groups = int64_t(x.B) * x.KVH;
+  StoredScores store;
+  if (!bf16 || !plan_stored_scores(h, store)) {
+    host_backward_kv(dk, dv, lddkv, accumulate_dkv, dout, lse, delta, h, keys, queries, 0, groups,
+                     nullptr);
+    host_backward_q(dq, lddq, accumulate_dq, dout, lse, delta, h, keys, queries, 0, groups,
+                    nullptr);
+    return;
+  }
+  // Slices of whole groups whose dS fits the store, each group's tiles one after another.
+  for (int64_t g0 = 0; g0 < groups;) {
+    store.first = g0;
+    store.base.assign(1, 0);
+    int64_t end = g0;
+    for (; end < groups; ++end) {
+      const int64_t need =
+          store.base.back() + int64_t(h.G) * store.visible[size_t(end / x.KVH)] * kScoreTilePairs;
+      if (end > g0 && need * int64_t(sizeof(Bf16Pair)) > g_stored_scores_bytes) break;
+      store.base.push_back(need);
+    }
+    store.count = end - g0;
+    store.tiles = stored_score_tiles(store.base.back());
+    host_backward_kv(dk, dv, lddkv, accumulate_dkv, dout, lse, delta, h, keys, queries, g0,
+                     store.count, &store);
+    host_backward_q(dq, lddq, accumulate_dq, dout, lse, delta, h, keys, queries, g0, store.count,
+                    &store);
+    g0 = end;
+  }
 }
 
 // ---- the device shape ---------------------------------------------------------------------------
@@ -1138,7 +1233,17 @@ int64_t attention_bf16_bytes(int NH, int KVH, int hs, int B, int T) {
   // The backward's, the larger: Kᵀ, Vᵀ and K of each key tile, Q and dO twice of each query tile.
   const int64_t tiles = int64_t(B) * tile_count(PositionRuns::contiguous(T), kHostTile);
   const int64_t tile_pairs = int64_t(kHostTile) * round_up(hs, backend::kTileCols) / 2;
-  return (3 * int64_t(KVH) + 4 * int64_t(NH)) * tiles * tile_pairs * int64_t(sizeof(Bf16Pair));
+  const int64_t packed = (3 * int64_t(KVH) + 4 * int64_t(NH)) * tiles * tile_pairs;
+  // And the dS kept between the passes (StoredScores): a causal sequence's pairs of tiles, in
+  // slices of whole groups up to kStoredScoresBytes, where one group's fits.
+  const int64_t n = tiles / B, group = int64_t(NH / KVH) * n * (n + 1) / 2 * kScoreTilePairs;
+  const int64_t bytes = int64_t(sizeof(Bf16Pair));
+  const int64_t slice = std::min(int64_t(B) * KVH, kStoredScoresBytes / bytes / group) * group;
+  return (packed + slice) * bytes;
+}
+
+int64_t set_attention_stored_scores(int64_t bytes) {
+  return std::exchange(g_stored_scores_bytes, bytes);
 }
 
 int attention_tile(bool device, int hs) {

@@ -100,4 +100,9 @@ int64_t attention_scratch_bytes(int NH, int KVH, int hs, int threads);
 // between calls), for the memory plan.
 int64_t attention_bf16_bytes(int NH, int KVH, int hs, int B, int T);
 
+// The most bytes of dS the host shape's bf16 backward keeps between its dK/dV and dQ passes
+// (default 64 MiB, which attention_bf16_bytes counts; 0: none, the dQ pass computes dS again).
+// Returns the previous limit. For tests, which check that every way gives the same bits.
+int64_t set_attention_stored_scores(int64_t bytes);
+
 }  // namespace mpf
