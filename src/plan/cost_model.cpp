@@ -117,7 +117,7 @@ BlockWork block_work(const Job& job, const Machine& m, const Layout& l, const Tp
     out.b.cp = std::max(0.0, ring_b - hidden * attn_b);
   }
   // EP: the counts, the rows out and their outputs back, each way.
-  if (l.ep > 1) {
+  if (l.ep > 1 && cfg.moe()) {  // (not a mixed model's dense block)
     const Group ep{l.ep, group_nodes(job, l, "ep")};
     const double rows = R * cfg.experts_per_token * C * kFloat;
     out.f.ep = alltoall_ms(m, cfg.experts * 4.0 * l.ep, ep) + 2 * alltoall_ms(m, rows, ep);
@@ -196,15 +196,27 @@ std::vector<StageCost> stage_costs(const Job& job, const Machine& m, const Layou
   const double Rn = l.sequence_parallel ? R / l.tp : R;
   const double C = cfg.channels, bw = m.memory_bandwidth_gbs * 1e6 * dev;
   const Group tp{l.tp, 1};
-  const BlockWork block = block_work(job, m, l, stage_shard(sizes, placement, 0), dev);
+  const TpShard first = stage_shard(sizes, placement, 0);
+  const BlockWork block = block_work(job, m, l, first, dev);
+  // A mixed model's dense blocks (GPTConfig::mixed) cost a dense MLP of their own width.
+  Job dense_job = job;
+  dense_job.cfg = cfg.block_config(0);
+  const BlockWork dense =
+      cfg.mixed() ? block_work(dense_job, m, l, first.block_shard(0), dev) : block;
   std::vector<StageCost> out;
   for (int p = only < 0 ? 0 : only; p < (only < 0 ? l.pp : only + 1); ++p) {
     const StageOwnership own = stage_ownership(sizes.layer_ranges, p, l.pp, placement);
     StageCost cost;
     for (const ChunkPieces& c : own.chunks) {
-      add(cost.f, block.f, c.layers);
-      add(cost.b, block.b, c.layers);
-      add(cost.w, block.w, c.layers);
+      int dense_blocks = 0;
+      for (int i = c.first_layer; i < c.first_layer + c.layers; ++i)
+        dense_blocks += cfg.dense_block(own.layers[size_t(i)]) ? 1 : 0;
+      for (const auto& [kind, n] : {std::make_pair(&block, c.layers - dense_blocks),
+                                    std::make_pair(&dense, dense_blocks)}) {
+        add(cost.f, kind->f, n);
+        add(cost.b, kind->b, n);
+        add(cost.w, kind->w, n);
+      }
       if (c.embedding) {  // a lookup and its scatter; vocab-parallel: summed over TP
         cost.f.compute += 3 * C * R * kFloat / bw;
         cost.b.compute += 3 * C * R * kFloat / bw;
@@ -260,8 +272,7 @@ pipeline::OpCosts op_costs(const Job& job, const Machine& m, const Layout& l,
 // the experts') sets the time.
 double muon_ms(const Job& job, const Machine& m, const Layout& l, const TpShard& shard, Group dense,
                Group experts, double dev) {
-  const std::vector<MuonMatrix> matrices =
-      muon_matrices(job.cfg, SlabLayout(shard.sizes(), shard.local_layers()), shard);
+  const std::vector<MuonMatrix> matrices = muon_matrices(job.cfg, SlabLayout::of(shard), shard);
   const std::vector<int> owner = muon_owners(matrices, dense.ranks, experts.ranks);
   std::vector<double> dense_load(size_t(dense.ranks), 0.0), expert_load(size_t(experts.ranks), 0.0);
   double broadcasts = 0;

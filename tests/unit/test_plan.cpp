@@ -173,6 +173,38 @@ TEST(PlanCost, TensorParallelCommunicationByHand) {
   EXPECT_NEAR(s.b.tp, 4 * 2 * one + one, 1e-9);
 }
 
+// A deepseek_v3 whose first block is dense (first_k_dense_replace 1): that block's products are
+// its dense MLP's (2F_d + F_d rows of C, by hand), not the router's, the experts' and the shared
+// expert's, and its parameters are the dense MLP's; the other blocks as in the model without it.
+TEST(PlanCost, MixedModelsDenseBlocksCostTheirOwnMlp) {
+  const Machine m = round_machine();
+  Job job = tiny_gpt(1, 1);
+  GPTConfig& c = job.cfg;
+  c.arch = Arch::kDeepseekV3;
+  c.layers = 3;
+  c.tied = false;
+  c.q_lora_rank = c.kv_lora_rank = 16;
+  c.qk_nope_dim = c.qk_rope_dim = c.v_head_dim = 8;
+  c.experts = 4;
+  c.experts_per_token = 2;
+  c.ffn_dim = c.shared_ffn = 16;
+  c.moe_sigmoid = c.moe_noaux = true;
+  Job all_moe = job;
+  c.dense_layers = 1;
+  c.dense_ffn = 96;
+  validate(c, "test");
+  Layout l;
+  l.dp = 1;
+  l.microbatches = 1;
+  const double R = 8 * 32, C = 64, Fd = 96, F = 16, E = 4, k = 2, Fs = 16;
+  const double dense = 6 * R * C * Fd, moe = 2 * R * E * C + 6 * R * k * C * F + 6 * R * C * Fs;
+  EXPECT_NEAR(stage_cost(job, m, l, 0).w.compute - stage_cost(all_moe, m, l, 0).w.compute,
+              (dense - moe) / (4 * 50e9) * 1e3, 1e-9);
+  const int64_t params = parameter_count(c) - parameter_count(all_moe.cfg);
+  EXPECT_EQ(params, int64_t(3 * C * Fd - (E * 3 * C * F + E * C + 3 * C * Fs + E)));
+  EXPECT_EQ(Parameters::slab_floats(make_tp_shard(c, 0, 1)), parameter_count(c));
+}
+
 TEST(PlanCost, MemoryTermsByHand) {
   const Machine m = round_machine();
   Job job = tiny_gpt(1, 2);
