@@ -87,8 +87,10 @@ class DataParallelGrads {
   const std::vector<size_t>& block_buckets(int block) const {
     return buckets_of_part_[size_t(block)];
   }
-  MPI_Comm dp_comm() const { return dp_; }
-  int dp_rank() const { return rank_; }
+  // A bucket's group (the expert-DP group for the experts' under EP, else DP x CP) and this
+  // rank's place in it.
+  MPI_Comm bucket_comm(size_t bucket) const { return comm(buckets_[bucket]); }
+  int bucket_rank(size_t bucket) const { return rank_in(buckets_[bucket]); }
   // ZeRO: the shard of summed gradients, written in place by sharded_blocks.hpp.
   float* shard_data() { return shard_.data(); }
   // ZeRO: the summed gradients of this rank's parts of the buckets, and the optimizer segments

@@ -21,7 +21,7 @@ ShardedBlocks::ShardedBlocks(DataParallelGrads& dp, Parameters& params, Paramete
       if (!dp.pooled(i) || b.begin < lo || b.end > hi) {
         MPF_FATAL("ZeRO-2/3: a block's gradient buckets do not lie within it");
       }
-      part += b.counts[size_t(dp.dp_rank())];
+      part += b.counts[size_t(dp.bucket_rank(i))];
     }
     part_elems_ = std::max(part_elems_, part);
   }
@@ -56,10 +56,10 @@ ShardedBlocks::~ShardedBlocks() {
 
 std::vector<std::pair<int64_t, int64_t>> ShardedBlocks::owned_ranges() const {
   std::vector<std::pair<int64_t, int64_t>> out;
-  const size_t r = size_t(dp_.dp_rank());
   for (size_t i = 0; i < dp_.buckets().size(); ++i) {
     if (!dp_.pooled(i)) continue;
     const GradBucket& b = dp_.buckets()[i];
+    const size_t r = size_t(dp_.bucket_rank(i));
     const int64_t lo = b.begin + b.displs[r];
     out.push_back({lo, lo + b.counts[r]});
   }
@@ -76,7 +76,7 @@ void ShardedBlocks::drop(Gathered& g) {
 
 void ShardedBlocks::wait(Gathered& g) {
   if (g.requests.empty()) return;
-  MpiCallScope in_mpi("MPI_Iallgatherv", dp_.dp_comm());
+  MpiCallScope in_mpi("MPI_Iallgatherv", dp_.bucket_comm(dp_.block_buckets(g.block)[0]));
   MPF_MPI_CHECK(MPI_Waitall(int(g.requests.size()), g.requests.data(), MPI_STATUSES_IGNORE));
   g.requests.clear();
 }
@@ -93,14 +93,15 @@ ShardedBlocks::Gathered& ShardedBlocks::gather(int block) {
   // The update wrote this rank's shard in the slab: its kernels must be done.
   Kokkos::fence();
   const int64_t begin = begin_of(block);
-  const size_t r = size_t(dp_.dp_rank());
   for (size_t i : dp_.block_buckets(block)) {
     const GradBucket& b = dp_.buckets()[i];
+    const size_t r = size_t(dp_.bucket_rank(i));
+    const MPI_Comm comm = dp_.bucket_comm(i);
     g.requests.push_back(MPI_REQUEST_NULL);
-    MpiCallScope in_mpi("MPI_Iallgatherv", dp_.dp_comm());
+    MpiCallScope in_mpi("MPI_Iallgatherv", comm);
     MPF_MPI_CHECK(MPI_Iallgatherv(params_.slab.data() + b.begin + b.displs[r], b.counts[r],
                                   MPI_FLOAT, g.buf.data() + (b.begin - begin), b.counts.data(),
-                                  b.displs.data(), MPI_FLOAT, dp_.dp_comm(), &g.requests.back()));
+                                  b.displs.data(), MPI_FLOAT, comm, &g.requests.back()));
   }
   return g;
 }
@@ -137,23 +138,23 @@ void ShardedBlocks::weight_done(int block) {
   // W's kernels wrote the buffer.
   Kokkos::fence();
   const int64_t begin = begin_of(block);
-  const size_t rank = size_t(dp_.dp_rank());
   int64_t at = 0;
   for (size_t i : dp_.block_buckets(block)) {
     const GradBucket& b = dp_.buckets()[i];
     const int n = int(b.end - b.begin), ranks = int(b.counts.size());
+    const MPI_Comm comm = dp_.bucket_comm(i);
     r->requests.push_back(MPI_REQUEST_NULL);
-    MpiCallScope in_mpi("MPI_Ireduce_scatter", dp_.dp_comm());
+    MpiCallScope in_mpi("MPI_Ireduce_scatter", comm);
     if (n % ranks == 0) {
       MPF_MPI_CHECK(MPI_Ireduce_scatter_block(r->whole.data() + (b.begin - begin),
                                               r->part.data() + at, n / ranks, MPI_FLOAT, MPI_SUM,
-                                              dp_.dp_comm(), &r->requests.back()));
+                                              comm, &r->requests.back()));
     } else {
       MPF_MPI_CHECK(MPI_Ireduce_scatter(r->whole.data() + (b.begin - begin), r->part.data() + at,
-                                        b.counts.data(), MPI_FLOAT, MPI_SUM, dp_.dp_comm(),
+                                        b.counts.data(), MPI_FLOAT, MPI_SUM, comm,
                                         &r->requests.back()));
     }
-    at += b.counts[rank];
+    at += b.counts[size_t(dp_.bucket_rank(i))];
   }
   r->in_flight = true;
   r->started = ++clock_;
@@ -167,17 +168,17 @@ void ShardedBlocks::weight_done(int block) {
 void ShardedBlocks::complete(Reducing& r) {
   if (!r.in_flight) return;
   {
-    MpiCallScope in_mpi("MPI_Ireduce_scatter", dp_.dp_comm());
+    MpiCallScope in_mpi("MPI_Ireduce_scatter", dp_.bucket_comm(dp_.block_buckets(r.block)[0]));
     MPF_MPI_CHECK(MPI_Waitall(int(r.requests.size()), r.requests.data(), MPI_STATUSES_IGNORE));
   }
   r.requests.clear();
   // This microbatch's sum of the block's part into the step's.
-  const size_t rank = size_t(dp_.dp_rank());
   float* shard = dp_.shard_data();
   const float* part = r.part.data();
   int64_t at = 0;
   for (size_t i : dp_.block_buckets(r.block)) {
     const GradBucket& b = dp_.buckets()[i];
+    const size_t rank = size_t(dp_.bucket_rank(i));
     float* into = shard + b.shard_offset;
     const float* from = part + at;
     for_each(

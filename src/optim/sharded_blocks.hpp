@@ -18,8 +18,10 @@
 //   block's gather is posted first (prefetch), so it runs while this block computes. After the
 //   backward the buffers are dropped: the update changes the shards.
 //
-// The ranks of a DP x CP group run the same blocks in the same order, so they post these
-// collectives alike, as MPI requires.
+// Each bucket of a block goes over its own group: DP x CP, or under EP the expert-DP group for
+// the experts' part. The ranks of a group run the same stage program, so they use the blocks in
+// the same order, whatever the pipeline schedule, and post these collectives alike, as MPI
+// requires.
 #pragma once
 
 #include <mpi.h>

@@ -135,17 +135,13 @@ void check_optimizer_options(const TrainOptions& o) {
 }
 
 namespace {
-// --zero 2 and 3 (optim/sharded_blocks.hpp) serve plain, TP, SP and CP layouts and
+// --zero 2 and 3 (optim/sharded_blocks.hpp) serve TP, SP, CP, PP (every schedule), EP and
 // recomputation; the features that read or write a block's whole gradients or parameters
 // outside the model's passes are refused by name.
 void check_zero_options(TrainOptions& o) {
   if (o.zero < 2) return;
   const std::string z = "--zero " + std::to_string(o.zero);
   const std::string fix = "; use --zero 1";
-  require(o.pp == 1,
-          z + " does not serve pipeline parallelism yet (--pp " + std::to_string(o.pp) + ")" + fix);
-  require(o.ep == 1,
-          z + " does not serve expert parallelism yet (--ep " + std::to_string(o.ep) + ")" + fix);
   require(o.optimizer != "muon",
           z + " does not serve --optimizer muon yet (it reads whole gradient matrices)" + fix);
   require(!o.rerun_suspect,

@@ -74,8 +74,8 @@ expect_error "unknown schedule" 1 "unknown --lr-schedule 'linear'" -- --lr-sched
 expect_error "batch over ranks" 2 "--batch 5 does not split over 2" -- --batch 5
 expect_error "zero stage" 1 "--zero 4 is not a ZeRO stage.*use 0, 1, 2 or 3" -- --zero 4
 # ZeRO-2/3 refuse by name what they cannot serve yet.
-expect_error "zero 3 with pp" 2 "--zero 3 does not serve pipeline parallelism yet \(--pp 2\); use --zero 1" -- --zero 3 --pp 2
-expect_error "zero 2 with ep" 2 "--zero 2 does not serve expert parallelism yet \(--ep 2\); use --zero 1" -- --zero 2 --dp 2 --ep 2 --arch qwen2_moe
+expect_error "zero 3 with sample-every" 2 "--zero 3 does not serve --sample-every yet \(generation reads whole blocks\); use --zero 1" -- --zero 3 --dp 2 --sample-every 1
+expect_error "zero 2 with rerun-suspect" 1 "--zero 2 does not serve --rerun-suspect \(it compares each rank's whole gradients\); use --zero 1" -- --zero 2 --rerun-suspect
 expect_error "zero 2 with muon" 1 "--zero 2 does not serve --optimizer muon yet.*use --zero 1" -- --zero 2 --optimizer muon
 expect_error "zero 3 with save-hf" 1 "--zero 3 does not serve --save-hf yet.*--save-llmc, or use --zero 1" -- --zero 3 --save-hf "$WORK/zero3_hf"
 expect_error "zero 3 with save-async 1" 1 "--zero 3 saves synchronously.*use --save-async 0" -- --zero 3 --save "$WORK/zero3_ckpt" --save-async 1

@@ -2,7 +2,7 @@
 # docs/design.md, invariant 3: every layout reproduces the serial run. For each (tp, dp) with
 # tp·dp <= 4, plain, with ZeRO-1, with the gradient reduction overlapped in small buckets, and both,
 # and with tp > 1 also with sequence parallelism; gradient accumulation over microbatches with
-# both schedules; ZeRO-2 and ZeRO-3; and one 8-rank layout. Five steps of a tiny model from the same seed must give
+# both schedules; ZeRO-2 and ZeRO-3 (with EP too); and one 8-rank layout. Five steps of a tiny model from the same seed must give
 # the serial run's losses and, after the last update, its parameters (serial_reference.sh says
 # within what, and why), and --qk-clip on TP, DP with ZeRO-1 and CP. Pipeline layouts are in
 # pipeline.sh.
@@ -48,6 +48,19 @@ if [ "$PRECISION" = fp32 ]; then
   run_layout 1 4 --zero 3 --microbatches 2
   run_layout 1 2 --zero 3 --recompute full --microbatches 2
   run_layout 1 2 --zero 3 --recompute selective --schedule zb-h1 --microbatches 2
+fi
+# ZeRO-2/3 under EP (a mixture of experts): the experts' part of each block sharded over their
+# expert-DP group, the rest over DP. Its own serial run, in a folder of its own.
+if [ "$PRECISION" = fp32 ]; then
+  dense=("${args[@]}")
+  args+=(--arch mixtral --kv-heads 2 --ffn-dim 48 --experts 4 --experts-per-token 2)
+  outer=$WORK
+  WORK=$outer/experts
+  mkdir -p "$WORK"
+  run_layout 1 2 --ep 2 --zero 2
+  OMP_WAIT_POLICY=PASSIVE run_layout 1 4 --ep 2 --zero 3 --microbatches 2
+  WORK=$outer
+  args=("${dense[@]}")
 fi
 # --qk-clip (optim/qk_clip.hpp) at 0.05, under this model's logits, so heads are scaled after
 # every update: each rank scales its heads from the largest logits agreed over DP (under ZeRO-1

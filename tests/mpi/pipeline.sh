@@ -96,6 +96,13 @@ BATCH=10 sweep 1 1 --pp 4 --microbatches 5 --schedule zb-auto --recompute
 sweep 1 2 --pp 2 --microbatches 4 --schedule zb-auto --max-in-flight 1 --zero 1 \
   --overlap-grad-reduce --dp-bucket-mb 0.05
 zbauto_limited=$LAST_LOG
+# ZeRO-2 and ZeRO-3 (optim/sharded_blocks.hpp): each stage's blocks sharded over its DP group, a
+# block gathered and its gradients reduced in the schedule's order of F, B and (deferred) W.
+OMP_WAIT_POLICY=PASSIVE run_layout 1 2 --pp 2 --microbatches 2 --zero 3
+OMP_WAIT_POLICY=PASSIVE run_layout 1 2 --pp 2 --microbatches 4 --schedule zb-h1 --zero 2
+OMP_WAIT_POLICY=PASSIVE sweep 1 2 --pp 2 --schedule interleaved --virtual-stages 2 \
+  --microbatches 2 --zero 3
+OMP_WAIT_POLICY=PASSIVE sweep 1 2 --pp 2 --microbatches 2 --schedule zb-v --zero 3
 
 # ---- bits that must not move ----
 # A deferred W only moves in time: each microbatch's weight gradients still add up in the same
