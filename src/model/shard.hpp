@@ -24,6 +24,7 @@
 // invariant 1).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -96,6 +97,11 @@ struct TpShard {
   // model that mixes dense and mixture-of-experts blocks (GPTConfig::mixed) the same with the
   // block's config (block_config) and its MLP width, no experts.
   TpShard block_shard(int layer) const;
+  // The most local rows of an MLP's first layer in any block (a mixed model's dense MLP may be
+  // wider than an expert's): the widest [gate | up] weight a product reads.
+  int widest_mlp_in() const {
+    return cfg.mixed() ? std::max(mlp_in, block_shard(0).mlp_in) : mlp_in;
+  }
   // Local elements of per-layer tensor `tensor` in block `layer` (0 where the block lacks it).
   int64_t block_size(TensorId tensor, int layer) const;
   // The index, in block `layer`'s slice of the serial tensor, of local element k of that block's

@@ -17,7 +17,8 @@ TpShard layout_stage_shard(const LayoutSizes& l, const pipeline::SchedulePlan& p
 int64_t largest_bf16_operand(const TpShard& shard, int rows) {
   // Not the vocabulary shard: the LM head's logits and their gradient are kept in bf16, which its
   // products read as they are.
-  const int64_t width = std::max<int64_t>({shard.mlp_in, shard.qkv, int64_t(shard.cfg.channels)});
+  const int64_t width =
+      std::max<int64_t>({shard.widest_mlp_in(), shard.qkv, int64_t(shard.cfg.channels)});
   return int64_t(rows) * width;
 }
 

@@ -189,6 +189,8 @@ TEST(ShardRuns, MixedBlocksTileOverTpAndEp) {
       // The dense block's MLP is its own width, the experts' blocks' theirs.
       EXPECT_EQ(s.block_shard(0).fc, 24 / tp);
       EXPECT_EQ(s.block_shard(1).fc, 8 / tp);
+      // The memory plan's widest GEMM weight and bf16 operand: the dense MLP's [gate | up].
+      EXPECT_EQ(s.widest_mlp_in(), 2 * 24 / tp);
     }
   }
 }
