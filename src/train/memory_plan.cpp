@@ -120,7 +120,10 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
     parts += (hi - lo + s.dp_cp - 1) / s.dp_cp;
   }
   const int64_t part = (block + s.dp_cp - 1) / s.dp_cp;
-  const int64_t sharded = count - blocks + parts;  // the slab's elements this rank writes
+  // On the host the pages of the blocks' stretch no rank writes take no memory; a device
+  // allocation is whole (the saving there needs the device's virtual memory mapping: not yet).
+  const int64_t unwritten = kDeviceMemory ? 0 : blocks - parts;
+  const int64_t sharded = count - unwritten;  // the slab's elements this rank holds
   const int64_t weights16 = s.bf16 && stage < 3 ? count * int64_t(sizeof(bf16)) : 0;
   // The model alone (mpiformer-eval) holds no gradients and no optimizer state, and says so.
   const std::string kept = s.bf16 ? "fp32, and their bf16 copy" : "fp32";
@@ -139,7 +142,7 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
   const int64_t zero_grads = s.zero ? state * f : 0;
   const int64_t staged = s.staged_mpi ? count * f + zero_grads : 0;
   if (stage >= 2) {
-    add("gradients", (count - blocks + 2 * (block + part)) * f + zero_grads,
+    add("gradients", (count - (kDeviceMemory ? 0 : blocks) + 2 * (block + part)) * f + zero_grads,
         "the edge tensors', two blocks' in the reduction pool and the ZeRO shard's sum",
         "--tp, --pp");
   } else {
@@ -261,6 +264,9 @@ void add_buffer_terms(const MemoryShape& s, const Terms& add) {
   if (s.bf16 && s.attention == AttentionPath::kFused) {
     work += attention_bf16_bytes(shard.heads, shard.kv_heads, shard.head_size, s.micro_batch,
                                  s.seq_len);
+  } else if (s.attention == AttentionPath::kFused) {
+    work +=
+        attention_stored_scores_bytes(shard.heads, shard.kv_heads, s.micro_batch, s.seq_len, false);
   }
   // A CPU GEMM library packs a whole operand of a large product into a buffer of its own for the
   // call (oneDNN's sgemm: the LM head's vocab x C weight, 8.8 MB for 8192 x 256), and with freed

@@ -189,6 +189,45 @@ TEST(GradBuckets, ZeroSegmentsTileTheSlabAndTheShardsHoldTheSum) {
   }
 }
 
+// ZeRO-2/3 (optim/sharded_blocks.hpp) reduce and gather a block as its own buckets: whatever the
+// bucket size, each block is cut exactly at its edges (not rounded to the DP size, so a shard may
+// be uneven), its buckets pooled and holding no other part, and the edge tensors' buckets not;
+// ZeRO's segments still tile the slab.
+TEST(GradBuckets, ZeroTwoAndThreeCutEachBlockExactly) {
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const TpShard s = make_tp_shard(tiny(), 0, 1);
+  Parameters g = Parameters::allocate(s, "g", ranks);
+  for (int stage : {2, 3}) {
+    for (int64_t target : {int64_t(1), int64_t(777), 10 * block_elems(g)}) {
+      DataParallelGrads dp(g, s, MPI_COMM_WORLD, target, /*zero=*/true, false, MPI_COMM_NULL,
+                           stage);
+      EXPECT_EQ(dp.stage(), stage);
+      for (int l = 0; l < s.local_layers(); ++l) {
+        const auto [lo, hi] = g.layout.block_range(l);
+        int64_t at = lo;
+        for (size_t i : dp.block_buckets(l)) {
+          const GradBucket& b = dp.buckets()[i];
+          EXPECT_TRUE(dp.pooled(i));
+          EXPECT_EQ(b.parts, std::vector<int>{l});
+          EXPECT_EQ(b.begin, at);
+          at = b.end;
+        }
+        EXPECT_EQ(at, hi);
+      }
+      for (size_t i = 0; i < dp.buckets().size(); ++i) {
+        const std::vector<int>& parts = dp.buckets()[i].parts;
+        const bool block = parts.size() == 1 && parts[0] < s.local_layers();
+        EXPECT_EQ(dp.pooled(i), block);
+      }
+      int64_t covered = 0;
+      for (const OptimizerSegment& seg : dp.zero_segments()) covered += seg.length;
+      MPI_Allreduce(MPI_IN_PLACE, &covered, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+      EXPECT_EQ(covered, g.count);
+    }
+  }
+}
+
 // Under expert parallelism the experts' gradients are summed over their own group (here each
 // rank alone, as EP = the DP ranks gives) and the rest over DP: no bucket mixes the two, every
 // element is some rank's under ZeRO (the experts' on every rank, each holding its own), and the
