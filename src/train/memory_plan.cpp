@@ -264,9 +264,6 @@ void add_buffer_terms(const MemoryShape& s, const Terms& add) {
   if (s.bf16 && s.attention == AttentionPath::kFused) {
     work += attention_bf16_bytes(shard.heads, shard.kv_heads, shard.head_size, s.micro_batch,
                                  s.seq_len);
-  } else if (s.attention == AttentionPath::kFused) {
-    work +=
-        attention_stored_scores_bytes(shard.heads, shard.kv_heads, s.micro_batch, s.seq_len, false);
   }
   // A CPU GEMM library packs a whole operand of a large product into a buffer of its own for the
   // call (oneDNN's sgemm: the LM head's vocab x C weight, 8.8 MB for 8192 x 256), and with freed
