@@ -289,6 +289,10 @@ void RunReporter::expert_load(int step, const std::vector<double>& load) const {
   std::string text;
   double worst = 0.0;
   for (int l = 0; l < L; ++l) {
+    if (run_.cfg_.dense_block(l)) {  // no experts (first_k_dense_replace)
+      text += " -";
+      continue;
+    }
     double most = 0.0, sum = 0.0;
     for (int e = 0; e < E; ++e) {
       most = std::max(most, load[size_t(l) * E + e]);

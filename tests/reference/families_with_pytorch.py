@@ -530,13 +530,39 @@ def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
         for _ in range(NEW_TOKENS):
             seq.append(int(np.argmax(hf_models.deepseek_logits(
                 p, torch.tensor([seq]), m)[0, -1, :m["V"]].numpy())))
-    for ep in (1, 2):
+    for layout, ranks, extra, tp in (("1 rank", 1, (), 1), ("ep 2", 2, ("--ep", "2"), 1),
+                                     ("tp 2", 2, (), 2)):
         ids, _ = run_generate(gen, os.environ.get("MPIEXEC", "mpiexec"), workdir, model,
-                              f"deepseek_v3_mixed_generate_ep{ep}", ep,
-                              ("--ep", str(ep)) if ep > 1 else (), 1)
+                              f"deepseek_v3_mixed_generate_{ranks}{tp}", ranks, extra, tp)
         tally.check(ids == seq[len(PROMPT):],
-                    f"[deepseek_v3 first block dense generate ep {ep}] {len(ids)} greedy ids "
+                    f"[deepseek_v3 first block dense generate {layout}] {len(ids)} greedy ids "
                     f"equal torch's")
+    # --moe-bias-update-rate moves the DeepSeekMoE blocks' biases alike on 1 rank and EP 2; the
+    # dense block has no experts to count ("-").
+    biases, lines = {}, {}
+    for layout, ranks, extra in (("1 rank", 1, ()), ("ep 2", 2, ("--ep", "2"))):
+        out = model + "_bias_" + layout.replace(" ", "")
+        cmd = [exe, "--init-from", model, "--data", shard, "--batch", str(B), "--seq-len", str(T),
+               "--steps", "3", "--lr", "0", "--moe-bias-update-rate", "0.01", "--save-hf", out,
+               *extra]
+        if ranks > 1:
+            cmd = [os.environ.get("MPIEXEC", "mpiexec"), "-n", str(ranks)] + cmd
+        proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                              capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: status {proc.returncode}\n{proc.stdout}"
+                               f"{proc.stderr}")
+        lines[layout] = [ln for ln in proc.stdout.splitlines() if ln.startswith("experts step 3")]
+        saved = hf_models.read_dir(out)
+        biases[layout] = np.concatenate([saved[k] for k in sorted(saved)
+                                         if k.endswith("e_score_correction_bias")])
+    initial = np.concatenate([params0[k] for k in sorted(params0)
+                              if k.endswith("e_score_correction_bias")])
+    tally.check(np.array_equal(biases["1 rank"], biases["ep 2"]) and
+                not np.array_equal(biases["1 rank"], initial) and
+                lines["1 rank"][0].split(":")[1].split()[0] == "-",
+                f"[deepseek_v3 first block dense bias update] the two DeepSeekMoE blocks' biases "
+                f"moved, the same bits on 1 rank and ep 2; {lines['1 rank'][0]}")
 
 
 def main():
