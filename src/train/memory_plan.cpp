@@ -263,14 +263,17 @@ void add_buffer_terms(const MemoryShape& s, const Terms& add) {
   }
   if (s.bf16 && s.attention == AttentionPath::kFused) {
     work += attention_bf16_bytes(shard.heads, shard.kv_heads, shard.head_size, s.micro_batch,
-                                 s.seq_len);
+                                 s.seq_len, s.cp > 1);
+  } else if (s.attention == AttentionPath::kFused) {
+    work += attention_stored_scores_bytes(shard.heads, shard.kv_heads, s.micro_batch, s.seq_len,
+                                          false, s.cp > 1);
   }
   // A CPU GEMM library packs a whole operand of a large product into a buffer of its own for the
   // call (oneDNN's sgemm: the LM head's vocab x C weight, 8.8 MB for 8192 x 256), and with freed
   // memory kept in the process (core/host_memory.hpp) that buffer stays resident after the call.
-  const int64_t widest_weight = std::max<int64_t>(
-      {shard.has_head ? int64_t(shard.vocab_shard) : 0, int64_t(shard.widest_mlp_in()),
-       int64_t(shard.qkv)});
+  const int64_t widest_weight =
+      std::max<int64_t>({shard.has_head ? int64_t(shard.vocab_shard) : 0,
+                         int64_t(shard.widest_mlp_in()), int64_t(shard.qkv)});
   if (s.host_gemm_packing && !kDeviceMemory) work += widest_weight * shard.cfg.channels * f;
   add("workspace", work,
       "backward buffers, recomputation, bf16 operands, attention scratch, the GEMM library's "

@@ -9,10 +9,12 @@
 //
 //   attention_rate [--batch B] [--heads NH] [--kv-heads KVH] [--head-size hs] [--precision P]
 //                  [--reps N] [--chunk Tc] [--profile] [--gemm LIB] [--fused-only] [--cpu-clock]
-//                  T...
+//                  [--stored-scores-mb N] T...
 //
 // --cpu-clock times by the process's CPU time over the threads instead of the wall clock: on a
 // machine other work shares, one thread's rate then counts only the time it ran.
+// --stored-scores-mb sets how much dS the host backward keeps between its passes (0: none, the
+// way before it kept any; set_attention_stored_scores).
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -145,6 +147,8 @@ int main(int argc, char** argv) {
         g_cpu_clock = true;
       else if (a == "--reps")
         reps = next();
+      else if (a == "--stored-scores-mb")
+        mpf::set_attention_stored_scores(int64_t(next()) << 20);
       else
         lengths.push_back(std::atoi(a.c_str()));
     }

@@ -594,29 +594,35 @@ bool bf16_runs() {
 
 }  // namespace
 
-// In bf16 the host shape's backward keeps dS between its two passes where it fits, in slices of
-// (sequence, kv head) groups, else computes it again: every way gives the same bits, with
-// document masks and a window (tile pairs seen differ by sequence).
-TEST_P(Attention, Bf16StoredScoresGiveTheSameBits) {
-  if (!bf16_runs()) GTEST_SKIP() << backend::kernels().bf16_missing;
+// The host shape's backward keeps dS between its two passes where it fits, in slices of
+// (sequence, kv head) groups, else computes it again: every way gives the same bits, in fp32 and
+// bf16, with document masks and a window (the tile pairs seen differ by sequence).
+TEST_P(Attention, StoredScoresGiveTheSameBits) {
   const int B = 3, T = 150, NH = 4, KVH = 2, hs = 16, W = (NH + 2 * KVH) * hs;
   const Slab qkv = random_slab("qkv", B * T * W), dy = random_slab("dy", B * T * NH * hs);
   const PositionRuns runs = PositionRuns::contiguous(T);
   std::vector<int32_t> doc(size_t(B) * T, 0);
   for (int t = 0; t < T; ++t) doc[size_t(T) + t] = t < 70 ? 0 : 70;  // sequence 1: two documents
-  const Bf16Products scope(nullptr, nullptr, 0, 1);
-  const int64_t before = set_attention_stored_scores(int64_t(64) << 20);
-  const Result all = fused(qkv, dy, B, NH, KVH, hs, runs, doc, 100);
-  // One group's tiles at most (3 x 3 pairs of 64 x 64 bf16 pairs, two heads): a slice a group.
-  set_attention_stored_scores(2 * 6 * 64 * 32 * 4);
-  const Result slices = fused(qkv, dy, B, NH, KVH, hs, runs, doc, 100);
-  set_attention_stored_scores(0);
-  const Result again = fused(qkv, dy, B, NH, KVH, hs, runs, doc, 100);
-  set_attention_stored_scores(before);
-  EXPECT_EQ(bits_of(all.dqkv), bits_of(again.dqkv));
-  EXPECT_EQ(bits_of(slices.dqkv), bits_of(again.dqkv));
-  const Reference want = reference(to_host(qkv), to_host(dy), B, NH, KVH, hs, runs, doc, true, 100);
-  EXPECT_LT(relative_error(again.dqkv, want.dqkv), 2e-2);
+  for (const bool bf16 : {false, true}) {
+    if (bf16 && !bf16_runs()) continue;
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    std::unique_ptr<Bf16Products> scope;
+    if (bf16) scope = std::make_unique<Bf16Products>(nullptr, nullptr, 0, 1);
+    const int64_t before = set_attention_stored_scores(int64_t(64) << 20);
+    const Result all = fused(qkv, dy, B, NH, KVH, hs, runs, doc, 100);
+    // At most one group's tiles (two heads of 6 pairs of 64 x 64 scores, 4 bytes a float or a
+    // pair of bf16s): a slice a group.
+    set_attention_stored_scores(2 * 6 * 64 * 64 * 4 / (bf16 ? 2 : 1));
+    const Result slices = fused(qkv, dy, B, NH, KVH, hs, runs, doc, 100);
+    set_attention_stored_scores(0);
+    const Result again = fused(qkv, dy, B, NH, KVH, hs, runs, doc, 100);
+    set_attention_stored_scores(before);
+    EXPECT_EQ(bits_of(all.dqkv), bits_of(again.dqkv));
+    EXPECT_EQ(bits_of(slices.dqkv), bits_of(again.dqkv));
+    const Reference want =
+        reference(to_host(qkv), to_host(dy), B, NH, KVH, hs, runs, doc, bf16, 100);
+    EXPECT_LT(relative_error(again.dqkv, want.dqkv), bf16 ? 2e-2 : 1e-5);
+  }
 }
 
 // The chunked path equals the fused kernel: causal and not (queries after every key), multi-head

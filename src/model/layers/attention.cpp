@@ -89,6 +89,15 @@ int64_t host_q_floats(int64_t G, int64_t hp) {
   return 3 * G * T * hp + 3 * T * hp + 2 * T * T;  // Q, dO, dQ; Kᵀ, Vᵀ, K; S, dP
 }
 
+// Grows v to n values, freeing the old ones first: their contents are not needed, and a copy would
+// hold both at once (a peak the memory plan does not count).
+template <class T>
+void grow_without_copy(std::vector<T>& v, int64_t n) {
+  if (v.size() >= size_t(n)) return;
+  std::vector<T>().swap(v);
+  v.resize(size_t(n));
+}
+
 // Per host thread scratch, grown when a call needs more and kept.
 template <class T>
 class HostScratch {
@@ -123,38 +132,46 @@ HostScratch<Bf16Pair>& host_pairs() {
 // more (attention_bf16_bytes).
 Bf16Pair* call_pairs(int64_t n) {
   static std::vector<Bf16Pair> pairs;
-  if (pairs.size() < size_t(n)) pairs.resize(size_t(n));
+  grow_without_copy(pairs, n);
   return pairs.data();
 }
 
-// bf16: the backward's dS, kept by the dK/dV pass for the dQ pass, which then does one product
-// a tile pair where it did three and a softmax (the same bits: the same products of the same
-// operands). A tile pair's dS is packed as the dQ product reads it (pairs along the keys). At most
-// kStoredScoresBytes at a time: the (sequence, kv head) groups are taken in slices that fit, and
-// where one group's does not (long sequences) the dQ pass computes dS again, as in fp32.
-constexpr int64_t kStoredScoresBytes = int64_t(64) << 20;
+// The backward's dS, kept by the dK/dV pass for the dQ pass, which then does one product a tile
+// pair where it did three and a softmax (the same bits: the same products of the same operands). A
+// tile pair's dS is kept as the dQ product reads it: in bf16 packed in pairs along the keys (and
+// rounded as it is packed), in fp32 as the tile's rows. At most kStoredScoresBytes at a time: the
+// (sequence, kv head) groups are taken in slices that fit, and where one group's does not (long
+// sequences) the dQ pass computes dS again.
+constexpr int64_t kStoredScoresBytes = int64_t(128) << 20;
 int64_t g_stored_scores_bytes = kStoredScoresBytes;  // set_attention_stored_scores
-constexpr int64_t kScoreTilePairs = int64_t(kHostTile) * kHostTile / 2;
+// 4-byte words a tile pair's dS takes: bf16 pairs, or floats.
+constexpr int64_t score_tile_words(bool bf16) {
+  return int64_t(kHostTile) * kHostTile / (bf16 ? 2 : 1);
+}
 
 struct StoredScores {
   // slot[(b·nqt + qi)·nkt + kj]: the pair's place among sequence b's visible tile pairs, or −1.
   std::vector<int32_t> slot;
   std::vector<int64_t> visible;  // per sequence
+  int64_t words = 0;             // score_tile_words
   // The groups [first, first + count) of the current slice, and where each one's tiles begin.
   int64_t first = 0, count = 0;
   std::vector<int64_t> base;
-  Bf16Pair* tiles = nullptr;
+  Bf16Pair* pairs = nullptr;  // bf16
+  float* floats = nullptr;    // fp32
 
-  Bf16Pair* at(int b, int kvh, int KVH, int G, int g, int qi, int kj, int nqt, int nkt) const {
+  int64_t offset(int b, int kvh, int KVH, int g, int qi, int kj, int nqt, int nkt) const {
     const int64_t group = int64_t(b) * KVH + kvh - first;
     const int64_t pair = slot[size_t((int64_t(b) * nqt + qi) * nkt + kj)];
-    return tiles + base[size_t(group)] + (int64_t(g) * visible[size_t(b)] + pair) * kScoreTilePairs;
+    return base[size_t(group)] + (int64_t(g) * visible[size_t(b)] + pair) * words;
   }
 };
 
-Bf16Pair* stored_score_tiles(int64_t n) {
-  static std::vector<Bf16Pair> tiles;
-  if (tiles.size() < size_t(n)) tiles.resize(size_t(n));
+// The store's memory, kept between calls and grown when a call needs more.
+template <class T>
+T* stored_score_tiles(int64_t n) {
+  static std::vector<T> tiles;
+  grow_without_copy(tiles, n);
   return tiles.data();
 }
 
@@ -501,9 +518,14 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
         }
         const int64_t row0 = (int64_t(b) * x.NH + head) * Tq;
         host_softmax_backward(h, S, dP, qt, doc, kt, c, lse.data() + row0, delta.data() + row0);
-        if (store) {  // dS rounded as it is packed, as host_backward_q packs it
-          backend::pack_bf16_pairs(store->at(b, kvh, x.KVH, G, g, qi, kj, h.nqt, h.nkt), T / 2, dP,
-                                   T, qt.n, kt.n, M, (kt.n + 1) / 2);
+        if (store) {  // bf16: rounded as it is packed, as host_backward_q packs it
+          const int64_t at = store->offset(b, kvh, x.KVH, g, qi, kj, h.nqt, h.nkt);
+          if (bf16) {
+            backend::pack_bf16_pairs(store->pairs + at, T / 2, dP, T, qt.n, kt.n, M,
+                                     (kt.n + 1) / 2);
+          } else {
+            std::copy(dP, dP + int64_t(M) * T, store->floats + at);
+          }
         }
         // dV += Pᵀ·dO and dK += dSᵀ·Q over the tile's query rows (transposed A: sam = 1).
         if (bf16) {
@@ -559,7 +581,7 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
     const int32_t* doc = h.docs(b);
     const DocRange dr = doc_range_host(doc, qt, h.x.window);
     const int M = round_up(qt.n, backend::kTileRows);
-    for (int g = 0; !bf16 && g < G; ++g) {
+    for (int g = 0; !bf16 && !store && g < G; ++g) {
       const int head = kvh * G + g;
       const float* dy = dout.data() + (int64_t(b) * Tq + qt.row) * ldo + int64_t(head) * hs;
       h.pack_rows(Q + g * tile, h.q_row(b, qt.row, head), x.ldq, qt.n);
@@ -574,17 +596,22 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
       const Bf16Pair* Ktp = bf16 ? keys + 3 * h.key_tile(b, kvh, kj) * tp : nullptr;
       const Bf16Pair* Vtp = bf16 ? Ktp + tp : nullptr;
       const Bf16Pair* Kb = bf16 ? Ktp + 2 * tp : nullptr;
-      if (!bf16) {
+      if (!bf16 && !store) {
         h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
         h.pack_transposed(Vt, x.v + at, x.ldkv, kt.n);
-        h.pack_rows(K, x.k + at, x.ldkv, kt.n);
       }
+      if (!bf16) h.pack_rows(K, x.k + at, x.ldkv, kt.n);
       for (int g = 0; g < G; ++g) {
         const int head = kvh * G + g;
         if (store) {  // dS as the dK/dV pass left it
-          const Bf16Pair* dS = store->at(b, kvh, x.KVH, G, g, qi, kj, h.nqt, h.nkt);
-          backend::tile_gemm_bf16(M, hp, (kt.n + 1) / 2, dS, T / 2, 1, Kb, hp, dQ + g * tile, hp,
-                                  true);
+          const int64_t at = store->offset(b, kvh, x.KVH, g, qi, kj, h.nqt, h.nkt);
+          if (bf16) {
+            backend::tile_gemm_bf16(M, hp, (kt.n + 1) / 2, store->pairs + at, T / 2, 1, Kb, hp,
+                                    dQ + g * tile, hp, true);
+          } else {
+            backend::tile_gemm(M, hp, kt.n, store->floats + at, T, 1, K, hp, dQ + g * tile, hp,
+                               true);
+          }
           continue;
         }
         if (bf16) {
@@ -621,6 +648,7 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
 // fits the store.
 bool plan_stored_scores(const HostShape& h, StoredScores& store) {
   const AttentionInputs& x = h.x;
+  store.words = score_tile_words(h.bf16);
   store.slot.assign(size_t(int64_t(x.B) * h.nqt * h.nkt), -1);
   store.visible.assign(size_t(x.B), 0);
   int64_t most = 0;
@@ -638,11 +666,11 @@ bool plan_stored_scores(const HostShape& h, StoredScores& store) {
     store.visible[size_t(b)] = n;
     most = std::max(most, int64_t(n));
   }
-  return int64_t(h.G) * most * kScoreTilePairs * int64_t(sizeof(Bf16Pair)) <= g_stored_scores_bytes;
+  return int64_t(h.G) * most * store.words * 4 <= g_stored_scores_bytes;
 }
 
-// The host shape's backward: in bf16, K, V, Q and dO packed once for both passes, and dS kept
-// between them where it fits (StoredScores).
+// The host shape's backward: dS kept between the passes where it fits (StoredScores), and in
+// bf16 K, V, Q and dO packed once for both.
 void host_backward(float* dq, int64_t lddq, bool accumulate_dq, float* dk, float* dv, int64_t lddkv,
                    bool accumulate_dkv, Tensor dout, Tensor lse, Tensor delta,
                    const AttentionInputs& x, bool bf16) {
@@ -658,7 +686,7 @@ void host_backward(float* dq, int64_t lddq, bool accumulate_dq, float* dk, float
   }
   const int64_t groups = int64_t(x.B) * x.KVH;
   StoredScores store;
-  if (!bf16 || !plan_stored_scores(h, store)) {
+  if (!plan_stored_scores(h, store)) {
     host_backward_kv(dk, dv, lddkv, accumulate_dkv, dout, lse, delta, h, keys, queries, 0, groups,
                      nullptr);
     host_backward_q(dq, lddq, accumulate_dq, dout, lse, delta, h, keys, queries, 0, groups,
@@ -672,12 +700,16 @@ void host_backward(float* dq, int64_t lddq, bool accumulate_dq, float* dk, float
     int64_t end = g0;
     for (; end < groups; ++end) {
       const int64_t need =
-          store.base.back() + int64_t(h.G) * store.visible[size_t(end / x.KVH)] * kScoreTilePairs;
-      if (end > g0 && need * int64_t(sizeof(Bf16Pair)) > g_stored_scores_bytes) break;
+          store.base.back() + int64_t(h.G) * store.visible[size_t(end / x.KVH)] * store.words;
+      if (end > g0 && need * 4 > g_stored_scores_bytes) break;
       store.base.push_back(need);
     }
     store.count = end - g0;
-    store.tiles = stored_score_tiles(store.base.back());
+    if (bf16) {
+      store.pairs = stored_score_tiles<Bf16Pair>(store.base.back());
+    } else {
+      store.floats = stored_score_tiles<float>(store.base.back());
+    }
     host_backward_kv(dk, dv, lddkv, accumulate_dkv, dout, lse, delta, h, keys, queries, g0,
                      store.count, &store);
     host_backward_q(dq, lddq, accumulate_dq, dout, lse, delta, h, keys, queries, g0, store.count,
@@ -1228,18 +1260,26 @@ int64_t attention_scratch_bytes(int NH, int KVH, int hs, int threads) {
          int64_t(sizeof(float)) * threads;
 }
 
-int64_t attention_bf16_bytes(int NH, int KVH, int hs, int B, int T) {
+int64_t attention_bf16_bytes(int NH, int KVH, int hs, int B, int T, bool ring) {
   if (kDeviceMemory) return 0;
   // The backward's, the larger: Kᵀ, Vᵀ and K of each key tile, Q and dO twice of each query tile.
   const int64_t tiles = int64_t(B) * tile_count(PositionRuns::contiguous(T), kHostTile);
   const int64_t tile_pairs = int64_t(kHostTile) * round_up(hs, backend::kTileCols) / 2;
   const int64_t packed = (3 * int64_t(KVH) + 4 * int64_t(NH)) * tiles * tile_pairs;
-  // And the dS kept between the passes (StoredScores): a causal sequence's pairs of tiles, in
-  // slices of whole groups up to kStoredScoresBytes, where one group's fits.
-  const int64_t n = tiles / B, group = int64_t(NH / KVH) * n * (n + 1) / 2 * kScoreTilePairs;
-  const int64_t bytes = int64_t(sizeof(Bf16Pair));
-  const int64_t slice = std::min(int64_t(B) * KVH, kStoredScoresBytes / bytes / group) * group;
-  return (packed + slice) * bytes;
+  return packed * int64_t(sizeof(Bf16Pair)) +
+         attention_stored_scores_bytes(NH, KVH, B, T, true, ring);
+}
+
+int64_t attention_stored_scores_bytes(int NH, int KVH, int B, int T, bool bf16, bool ring) {
+  if (kDeviceMemory) return 0;
+  const int64_t n = tile_count(PositionRuns::contiguous(T), kHostTile);
+  const int64_t words = score_tile_words(bf16) * 4 * (NH / KVH);
+  // Under CP a ring block's keys may all be seen, and its rows are some of T's: at most the cap.
+  if (ring) return std::min(int64_t(B) * KVH * n * n * words, kStoredScoresBytes);
+  // A causal sequence's pairs of tiles, in slices of whole groups up to the cap, where one
+  // group's fits.
+  const int64_t group = n * (n + 1) / 2 * words;
+  return std::min(int64_t(B) * KVH, kStoredScoresBytes / group) * group;
 }
 
 int64_t set_attention_stored_scores(int64_t bytes) {
