@@ -342,6 +342,23 @@ std::set<std::string> dropped_biases(const HfSource& source, const GPTConfig& cf
   return out;
 }
 
+// The tensors of the multi-token prediction modules a deepseek_v3 file carries after its blocks
+// (every model.layers.{L+k-1}.* for k = 1..num_nextn_predict_layers: enorm, hnorm, eh_proj,
+// shared_head, the module's block, and the copies of the embedding and head some files hold).
+// Not built: passed over, neither read nor refused (hf_unused_mtp says so).
+std::set<std::string> mtp_tensors(const HfSource& source, const GPTConfig& cfg) {
+  std::set<std::string> out;
+  if (!cfg.mla() || source.config().empty()) return out;
+  const int depth = read_hf_mtp_depth(source.config());
+  for (int l = cfg.layers; l < cfg.layers + depth; ++l) {
+    const std::string prefix = "model.layers." + std::to_string(l) + ".";
+    for (auto it = source.tensors().lower_bound(prefix);
+         it != source.tensors().end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+      out.insert(it->first);
+  }
+  return out;
+}
+
 // Every tensor the model needs is there with its shape; lm_head.weight, if there, is wte's shape.
 void check_tensors(const HfSource& source, const GPTConfig& cfg, const std::string& cfg_origin) {
   const NameMap names = name_map(source, cfg);
@@ -384,8 +401,9 @@ void check_tensors(const HfSource& source, const GPTConfig& cfg, const std::stri
     return false;
   };
   const std::set<std::string> dropped = dropped_biases(source, cfg);
+  const std::set<std::string> mtp = mtp_tensors(source, cfg);
   for (const auto& [name, at] : source.tensors()) {
-    if (read.count(name) || is_buffer(name) || dropped.count(name)) continue;
+    if (read.count(name) || is_buffer(name) || dropped.count(name) || mtp.count(name)) continue;
     throw InputError("safetensors file " + at.file->path() + ": tensor " + name +
                      " is not a tensor of the model of " + cfg_origin + " (" + describe(cfg) +
                      "); the file holds another model (more layers, biases): pass its config "
@@ -643,6 +661,18 @@ std::string hf_unused_biases(const std::string& path, const GPTConfig& cfg) {
   return "--init-from " + path + ": config.json's qkv_bias is false, so the file's " +
          std::to_string(dropped.size()) + " Q, K and V bias tensors (" + *dropped.begin() +
          ", ...) are not used: the model has no attention biases, as transformers builds it";
+}
+
+std::string hf_unused_mtp(const std::string& path, const GPTConfig& cfg) {
+  const HfSource source(path);
+  const std::set<std::string> mtp = mtp_tensors(source, cfg);
+  if (mtp.empty()) return "";
+  const int depth = read_hf_mtp_depth(source.config());
+  return "--init-from " + path + ": config.json's num_nextn_predict_layers is " +
+         std::to_string(depth) + ", but multi-token prediction is not built yet, so the file's " +
+         std::to_string(mtp.size()) + " tensors of its prediction modules (model.layers." +
+         std::to_string(cfg.layers) + ".*" + (depth > 1 ? " ..." : "") +
+         ") are not read or trained, and --save-hf writes the model without them";
 }
 
 std::optional<int> hf_bos_token(const std::string& path) {

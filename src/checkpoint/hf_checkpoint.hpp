@@ -44,6 +44,11 @@ std::optional<GPTConfig> hf_source_config(const std::string& path);
 // (Qwen2-MoE's qkv_bias false: transformers leaves them unused too); "" otherwise.
 std::string hf_unused_biases(const std::string& path, const GPTConfig& cfg);
 
+// A warning when the deepseek_v3 file at `path` holds multi-token prediction modules
+// (num_nextn_predict_layers > 0, their tensors after the model's blocks), which are not built:
+// the loader passes over them; "" otherwise.
+std::string hf_unused_mtp(const std::string& path, const GPTConfig& cfg);
+
 // config.json's bos_token_id for --init-from `path` (in the directory, or beside the file), or
 // none when there is no config.json or it names none.
 std::optional<int> hf_bos_token(const std::string& path);

@@ -235,6 +235,19 @@ void read_deepseek_moe(const ConfigKeys& k, GPTConfig& cfg) {
               " experts in topk_group groups; lower it or raise topk_group");
 }
 
+// DeepseekV3Config's num_nextn_predict_layers: the multi-token prediction modules the file holds
+// after its num_hidden_layers blocks (as model.layers.{L}..{L+D-1}); absent or null is none.
+int mtp_depth(const ConfigKeys& k) {
+  const json::Value* v = k.find("num_nextn_predict_layers");
+  if (v == nullptr || v->is_null()) return 0;
+  require(v->is_number() && v->number() == std::floor(v->number()) && v->number() >= 0 &&
+              v->number() < 1024,
+          k.where("num_nextn_predict_layers") + " is " +
+              (v->is_number() ? json_number(v->number()) : std::string("not a number")) +
+              ", not a count of prediction modules from 0 up; the config is corrupt");
+  return int(v->number());
+}
+
 // DeepseekV3Config's multi-head latent attention (q_lora_rank null: a plain q_proj) and its
 // blocks: the first first_k_dense_replace dense (a SwiGLU MLP of intermediate_size), the rest
 // DeepSeekMoE blocks (none when it is num_hidden_layers).
@@ -247,6 +260,7 @@ void read_latent_attention(const ConfigKeys& k, GPTConfig& cfg) {
   cfg.head_dim = 0;  // DeepseekV3Config's head_dim is qk_rope_head_dim: the sizes above say it
   cfg.kv_heads = 0;  // every head has its own K and V from the latent
   cfg.rope_interleave = k.bool_or("rope_interleave", true);
+  mtp_depth(k);  // checked here; its modules are not built (read_hf_mtp_depth)
   const json::Value* experts = k.find("n_routed_experts");
   const json::Value* first = k.find("first_k_dense_replace");
   int dense = 3;  // DeepseekV3Config's default
@@ -425,6 +439,15 @@ GPTConfig read_hf_config(const std::string& path) {
   return cfg;
 }
 
+int read_hf_mtp_depth(const std::string& path) {
+  const json::Value root = json::parse(read_config_text(path), "config " + path);
+  require(root.is_object(), "config " + path + ": not a JSON object; the config is corrupt");
+  const json::Value* type = root.find("model_type");
+  if (type == nullptr || !type->is_string() || type->string() != arch_name(Arch::kDeepseekV3))
+    return 0;
+  return mtp_depth(ConfigKeys(root, path));
+}
+
 void check_shape_flags(const GPTConfig& cfg, const GPTConfig& flags,
                        const std::set<std::string>& given, const std::string& origin) {
   const bool llama = cfg.llama();
@@ -501,6 +524,9 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
       s += line("v_head_dim", n(cfg.v_head_dim));
       s += line("head_dim", n(cfg.qk_rope_dim));
       s += line("rope_interleave", cfg.rope_interleave ? "true" : "false");
+      // No multi-token prediction modules are written (not built): said, since DeepSeek-V3's
+      // own config code defaults to one.
+      s += line("num_nextn_predict_layers", "0");
       // The dense blocks first: all of them, none, or dense_layers.
       s += line("first_k_dense_replace", n(cfg.moe() ? cfg.dense_layers : cfg.layers));
       if (cfg.moe()) {

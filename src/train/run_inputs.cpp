@@ -257,6 +257,8 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
   if (!in.resume && !opts.init_from.empty() && is_hf_source(opts.init_from)) {
     const std::string unused = hf_unused_biases(opts.init_from, in.cfg);
     if (!unused.empty()) in.warnings.push_back(unused);
+    const std::string mtp = hf_unused_mtp(opts.init_from, in.cfg);
+    if (!mtp.empty()) in.warnings.push_back(mtp);
   }
   apply_moe_aux_coef(opts, in.cfg);
   check_latent_attention(opts, in.cfg);

@@ -30,7 +30,8 @@ compare_llama_with_pytorch.py, extended by the family's features:
 - deepseek_v3 with its first block dense and two DeepSeekMoE blocks (check_deepseek_mixed,
   first_k_dense_replace 1): 1 rank, TP 2, PP 2 (a stage of both kinds; the dense block alone on
   a stage), EP 2, DP 2 + ZeRO-1 and both recomputations; the directory written back; a resume;
-  greedy decoding on 1 rank and EP 2.
+  greedy decoding on 1 rank and EP 2; a directory that also carries DeepSeek-V3's multi-token
+  prediction module (not built) loads with a warning and is saved without it.
 Every step's loss within 1e-5 (relative) of the float64 reference on every layout; greedy
 decoding with the KV cache gives the reference's ids; the model saved with --save-hf has the
 family's config.json and tensor names and loads back to the same losses.
@@ -487,9 +488,11 @@ def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
         return torch.nn.functional.cross_entropy(logits.reshape(-1, m["V"]), targets.reshape(-1))
 
     ref, ref_final = train_reference(params0, tokens, CFG, matrices, loss_of, torch.float64, False)
+    first_loss = None
     for index, (layout, ranks, extra) in enumerate(MIXED_LAYOUTS):
         out = model + f"_out{index}"
         rows, final = run_from_hf(exe, workdir, model, out, shard, extra, ranks)
+        first_loss = rows[0]["loss"] if first_loss is None else first_loss
         loss = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
         worst = max((np.linalg.norm(final[k] - ref_final[k]) / np.linalg.norm(ref_final[k]), k)
                     for k in ref_final)
@@ -512,6 +515,7 @@ def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
                 f"{config['first_k_dense_replace']}, intermediate_size "
                 f"{config['intermediate_size']}, moe_intermediate_size "
                 f"{config['moe_intermediate_size']}")
+    check_deepseek_mtp_modules(tally, exe, workdir, shard, m, params0, first_loss)
     ckpt = os.path.join(workdir, "deepseek_v3_mixed_ckpt")
     whole, _ = run_from_hf(exe, workdir, model, model + "_saving", shard,
                            ("--save", ckpt, "--save-every", "2"))
@@ -563,6 +567,50 @@ def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
                 lines["1 rank"][0].split(":")[1].split()[0] == "-",
                 f"[deepseek_v3 first block dense bias update] the two DeepSeekMoE blocks' biases "
                 f"moved, the same bits on 1 rank and ep 2; {lines['1 rank'][0]}")
+
+
+def check_deepseek_mtp_modules(tally, exe, workdir, shard, m, params0, first_loss):
+    """A deepseek_v3 directory with DeepSeek-V3's multi-token prediction module
+    (num_nextn_predict_layers 1, model.layers.{L}.*), which is not built: it loads with one
+    warning line naming the key, the model trains to the first loss of the file without it, and
+    --save-hf writes the model without the module (num_nextn_predict_layers 0). The module's
+    tensors with the key 0, and a negative key, are refused by name."""
+    rng = np.random.default_rng(330)
+    mtp = {n: (0.1 * rng.standard_normal(shape)).astype(np.float32)
+           for n, shape in hf_models.deepseek_mtp_shapes(m, 1)}
+    model = os.path.join(workdir, "deepseek_v3_mtp")
+    os.makedirs(model)
+    json.dump(dict(hf_models.deepseek_moe_config(m), num_nextn_predict_layers=1),
+              open(os.path.join(model, "config.json"), "w"))
+    hf_models.write_safetensors(os.path.join(model, "model.safetensors"), dict(params0, **mtp),
+                                "F32", {"format": "pt"})
+    out = os.path.join(workdir, "deepseek_v3_mtp_out")
+    cmd = [exe, "--init-from", model, "--data", shard, "--batch", str(B), "--seq-len", str(T),
+           "--steps", "1", "--lr", "0", "--weight-decay", "0", "--save-hf", out]
+    proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                          capture_output=True, text=True, timeout=120)
+    rows = [float(mt.group(3)) for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt]
+    notes = [ln for ln in (proc.stdout + proc.stderr).splitlines()
+             if "num_nextn_predict_layers" in ln]
+    saved = hf_models.read_dir(out) if proc.returncode == 0 else {}
+    config = json.load(open(os.path.join(out, "config.json"))) if proc.returncode == 0 else {}
+    tally.check(proc.returncode == 0 and rows == [first_loss] and len(notes) == 1 and
+                f"model.layers.{m['L']}.*" in notes[0] and saved.keys() == params0.keys() and
+                config.get("num_nextn_predict_layers") == 0,
+                f"[deepseek_v3 first block dense + an MTP module in the file] loss {rows} = "
+                f"{first_loss} without it; {len(mtp)} module tensors passed over, "
+                f"{len(saved)} written back, num_nextn_predict_layers "
+                f"{config.get('num_nextn_predict_layers')}; {notes}"
+                f"{'' if proc.returncode == 0 else ': ' + proc.stdout + proc.stderr}")
+    for name, depth, key in (("key 0", 0, f"model.layers.{m['L']}."),
+                             ("negative", -1, "num_nextn_predict_layers")):
+        d = os.path.join(workdir, "deepseek_v3_mtp_" + name.replace(" ", "_"))
+        shutil.copytree(model, d)
+        json.dump(dict(hf_models.deepseek_moe_config(m), num_nextn_predict_layers=depth),
+                  open(os.path.join(d, "config.json"), "w"))
+        ok, errors = refused(exe, workdir, d, shard, (), key)
+        tally.check(ok, f"[deepseek_v3 MTP module, num_nextn_predict_layers {depth}] refused: "
+                        f"{errors}")
 
 
 def main():

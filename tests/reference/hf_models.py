@@ -310,6 +310,22 @@ def deepseek_shapes(m):
     return out
 
 
+def deepseek_mtp_shapes(m, depth):
+    """The tensors (names, shapes) of the `depth` multi-token prediction modules DeepSeek-V3's
+    files carry after the L blocks, as model.layers.{L+k-1}: the block (the last block's kind),
+    enorm, hnorm, eh_proj, shared_head.norm, and the copies of the embedding and the head."""
+    C, L = m["C"], m["L"]
+    more = [(n, s) for n, s in deepseek_shapes(dict(m, L=L + depth))
+            if n.startswith("model.layers.") and int(n.split(".")[2]) >= L]
+    for l in range(L, L + depth):
+        a = f"model.layers.{l}."
+        more += [(a + "enorm.weight", (C,)), (a + "hnorm.weight", (C,)),
+                 (a + "eh_proj.weight", (C, 2 * C)), (a + "shared_head.norm.weight", (C,)),
+                 (a + "shared_head.head.weight", (m["V"], C)),
+                 (a + "embed_tokens.weight", (m["V"], C))]
+    return more
+
+
 def deepseek_random(m, seed=4321):
     """Norm gains near 1, matrices of std 0.1: attention and SwiGLU far from linear."""
     rng = np.random.default_rng(seed)
