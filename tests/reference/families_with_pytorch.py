@@ -515,7 +515,7 @@ def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
                 f"{config['first_k_dense_replace']}, intermediate_size "
                 f"{config['intermediate_size']}, moe_intermediate_size "
                 f"{config['moe_intermediate_size']}")
-    check_deepseek_mtp_modules(tally, exe, workdir, shard, m, params0, first_loss)
+    check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, first_loss)
     ckpt = os.path.join(workdir, "deepseek_v3_mixed_ckpt")
     whole, _ = run_from_hf(exe, workdir, model, model + "_saving", shard,
                            ("--save", ckpt, "--save-every", "2"))
@@ -569,7 +569,7 @@ def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
                 f"moved, the same bits on 1 rank and ep 2; {lines['1 rank'][0]}")
 
 
-def check_deepseek_mtp_modules(tally, exe, workdir, shard, m, params0, first_loss):
+def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, first_loss):
     """A deepseek_v3 directory with DeepSeek-V3's multi-token prediction module
     (num_nextn_predict_layers 1, model.layers.{L}.*), which is not built: it loads with one
     warning line naming the key, the model trains to the first loss of the file without it, and
@@ -602,6 +602,30 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, m, params0, first_los
                 f"{len(saved)} written back, num_nextn_predict_layers "
                 f"{config.get('num_nextn_predict_layers')}; {notes}"
                 f"{'' if proc.returncode == 0 else ': ' + proc.stdout + proc.stderr}")
+    # The reference the module will be trained against (hf_models.deepseek_logits with mtp):
+    # its report's form (depth k over T - k positions) and the form over all T rows with the
+    # tokens shifted by k, the last k rows left out of the loss, give the same losses and
+    # gradients; the MTP loss alone reaches the shared embedding and head and the trunk.
+    p = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True)
+         for k, v in dict(params0, **mtp).items()}
+    rows = torch.tensor(tokens[:B * T + 1])
+    inputs, targets = rows[:-1].view(B, T), rows[1:].view(B, T)
+    found = []
+    for shifted in (False, True):
+        logits, depths = hf_models.deepseek_logits(p, inputs, m, mtp=1, shifted=shifted)
+        main, extra = hf_models.deepseek_mtp_loss(logits, depths, targets, 0.3)
+        grads = torch.autograd.grad(extra, list(p.values()), allow_unused=True)
+        found.append((float(main), float(extra),
+                      {k: g for k, g in zip(p, grads) if g is not None}))
+    (main0, mtp0, g0), (main1, mtp1, g1) = found
+    gap = max(float((g0[k] - g1[k]).abs().max() / g0[k].abs().max()) for k in g0)
+    reached = [k for k in ("model.embed_tokens.weight", "lm_head.weight",
+                           "model.layers.0.self_attn.o_proj.weight") if k in g0]
+    tally.check(main0 == main1 and abs(mtp0 - mtp1) <= 1e-12 * mtp0 and g0.keys() == g1.keys()
+                and gap <= 1e-10 and len(reached) == 3,
+                f"[deepseek_v3 MTP reference] depth 1 over T - 1 positions and over T shifted "
+                f"rows: loss {main0:.6f}, 0.3 x mtp {mtp0:.9f} vs {mtp1:.9f}, gradients within "
+                f"{gap:.1e}; the MTP loss reaches {reached}")
     for name, depth, key in (("key 0", 0, f"model.layers.{m['L']}."),
                              ("negative", -1, "num_nextn_predict_layers")):
         d = os.path.join(workdir, "deepseek_v3_mtp_" + name.replace(" ", "_"))

@@ -444,11 +444,19 @@ def deepseek_moe(p, a, h, e):
     return y.view(h.shape)
 
 
-def deepseek_logits(p, inputs, m):
+def deepseek_logits(p, inputs, m, mtp=0, shifted=False):
     """DeepseekV3ForCausalLM's forward (modeling_deepseek_v3.py), every block dense: RMSNorm,
     DeepseekV3Attention (the low-rank query path, the latent with its norm, the rotary key shared
     by the heads, apply_rotary_pos_emb_interleave's de-interleaving before rotate_half, the
-    softmax scaled by qk_head_dim^-0.5 times mscale(factor, mscale_all_dim)^2), SwiGLU MLP."""
+    softmax scaled by qk_head_dim^-0.5 times mscale(factor, mscale_all_dim)^2), SwiGLU MLP.
+
+    With mtp = D > 0, (the logits, [each depth's logits]) with DeepSeek-V3's multi-token
+    prediction modules (the report, arXiv 2412.19437, section 2.2), module k the tensors of
+    model.layers.{L+k-1}: h_k = Block_k(eh_proj([enorm(emb(t_{i+k})) ; hnorm(h_{k-1,i})])) over
+    positions i < T - k, h_0 the last block's output before model.norm, its logits
+    shared_head.norm(h_k) times the shared head; depth k's row i predicts t_{i+k+1}. shifted: the
+    same over all T rows, the tokens shifted by k (token 0 past the end), whose last k rows a loss
+    must leave out (causal attention: the others never read them)."""
     import torch
     import torch.nn.functional as F
 
@@ -465,19 +473,19 @@ def deepseek_logits(p, inputs, m):
             x = x.view(b, h, s, d // 2, 2).transpose(4, 3).reshape(b, h, s, d)
         return x * cos + rotate_half(x) * sin
 
-    Bb, Tt = inputs.shape
     NH, dn, dr, dv, kvr = m["NH"], m["dn"], m["dr"], m["dv"], m["kvr"]
     inv, attention_factor = yarn_parameters(m, torch)
-    freqs = torch.arange(Tt, dtype=torch.float64)[:, None] * inv[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
     dtype = p["model.embed_tokens.weight"].dtype
-    cos, sin = (emb.cos() * attention_factor).to(dtype), (emb.sin() * attention_factor).to(dtype)
     scaling = (dn + dr) ** -0.5
     if m["factor"] and m["mscale_all_dim"]:
         scaling *= yarn_mscale(m["factor"], m["mscale_all_dim"]) ** 2
-    causal = torch.ones(Tt, Tt, dtype=torch.bool).tril()
-    x = p["model.embed_tokens.weight"][inputs]
-    for l in range(m["L"]):
+
+    def block(x, l):
+        Bb, Tt = x.shape[:2]
+        freqs = torch.arange(Tt, dtype=torch.float64)[:, None] * inv[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = (emb.cos() * attention_factor).to(dtype), (emb.sin() * attention_factor).to(dtype)
+        causal = torch.ones(Tt, Tt, dtype=torch.bool).tril()
         a = f"model.layers.{l}."
         w = lambda name: p[a + name]
         h = rms(x, w("input_layernorm.weight"))
@@ -502,13 +510,46 @@ def deepseek_logits(p, inputs, m):
         y = (att @ v).transpose(1, 2).reshape(Bb, Tt, NH * dv)
         x = x + y @ w("self_attn.o_proj.weight").T
         h = rms(x, w("post_attention_layernorm.weight"))
-        if m.get("moe") and l >= m["moe"].get("dense", 0):
-            x = x + deepseek_moe(p, a, h, m["moe"])
-            continue
-        x = x + (F.silu(h @ w("mlp.gate_proj.weight").T) * (h @ w("mlp.up_proj.weight").T)) @ \
+        # The prediction modules' blocks are the last block's kind (DeepSeekMoE in DeepSeek-V3).
+        if m.get("moe") and min(l, m["L"] - 1) >= m["moe"].get("dense", 0):
+            return x + deepseek_moe(p, a, h, m["moe"])
+        return x + (F.silu(h @ w("mlp.gate_proj.weight").T) * (h @ w("mlp.up_proj.weight").T)) @ \
             w("mlp.down_proj.weight").T
-    x = rms(x, p["model.norm.weight"])
-    return x @ p["model.embed_tokens.weight" if m["tied"] else "lm_head.weight"].T
+
+    embed = p["model.embed_tokens.weight"]
+    head = p["model.embed_tokens.weight" if m["tied"] else "lm_head.weight"]
+    x = embed[inputs]
+    for l in range(m["L"]):
+        x = block(x, l)
+    logits = rms(x, p["model.norm.weight"]) @ head.T
+    if not mtp:
+        return logits
+    Tt, depths = inputs.shape[1], []
+    for k in range(1, mtp + 1):
+        a = f"model.layers.{m['L'] + k - 1}."
+        if shifted:
+            ahead = torch.cat((inputs[:, k:], torch.zeros_like(inputs[:, :k])), dim=1)
+        else:
+            ahead, x = inputs[:, k:], x[:, :Tt - k]
+        joined = torch.cat((rms(embed[ahead], p[a + "enorm.weight"]),
+                            rms(x, p[a + "hnorm.weight"])), dim=-1)
+        x = block(joined @ p[a + "eh_proj.weight"].T, m["L"] + k - 1)
+        depths.append(rms(x, p[a + "shared_head.norm.weight"]) @ head.T)
+    return logits, depths
+
+
+def deepseek_mtp_loss(logits, depths, targets, weight):
+    """(the next-token cross-entropy, the MTP loss weight / D · sum over depths k of the mean
+    cross-entropy over the B x (T - k) positions of depth k, whose row i predicts
+    targets[:, i + k]); depths' logits over T - k rows, or over T rows (shifted), the last k left
+    out."""
+    import torch.nn.functional as F
+    V = logits.shape[-1]
+    main = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    Tt, terms = targets.shape[1], []
+    for k, z in enumerate(depths, start=1):
+        terms.append(F.cross_entropy(z[:, :Tt - k].reshape(-1, V), targets[:, k:].reshape(-1)))
+    return main, weight * sum(terms) / len(terms)
 
 
 # ---- llm.c's model file (and mpiformer's Llama model file) --------------------------------------
