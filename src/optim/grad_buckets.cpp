@@ -18,6 +18,45 @@ int64_t round_up(int64_t n, int64_t to) {
 const char* bucket_call(bool zero) {
   return zero ? "MPI_Ireduce_scatter" : "MPI_Iallreduce";
 }
+
+// MPI_Op for bf16: inout = bf16(in + inout), each pair added in fp32 and rounded to nearest even.
+void sum_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
+}
+
+MPI_Op bf16_sum() {
+  static MPI_Op op = [] {
+    MPI_Op o;
+    MPI_Op_create(&sum_bf16, /*commute=*/1, &o);
+    return o;
+  }();
+  return op;
+}
+
+constexpr bool kHostMemory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+
+// dst[0, n) = to_bf16(src[0, n)) into host memory; through `dev` (a device copy) on a GPU.
+void round_to_host(bf16* dst, bf16* dev, const float* src, int64_t n) {
+  if (kHostMemory) {
+    round_to_bf16(dst, src, n);
+    Kokkos::fence();
+  } else {
+    round_to_bf16(dev, src, n);
+    copy_to_host(dst, dev, size_t(n) * sizeof(bf16), "d2h dp gradients (bf16)");
+  }
+}
+
+// dst[0, n) = from_bf16(src[0, n)) from host memory; through `dev` on a GPU.
+void widen_from_host(float* dst, bf16* dev, const bf16* src, int64_t n) {
+  if (kHostMemory) {
+    widen_from_bf16(dst, src, n);
+  } else {
+    copy_from_host(dev, src, size_t(n) * sizeof(bf16), "h2d dp gradients (bf16)");
+    widen_from_bf16(dst, dev, n);
+  }
+}
 }  // namespace
 
 int DataParallelGrads::part_index(ModelPart part) const {
@@ -170,12 +209,36 @@ DataParallelGrads::~DataParallelGrads() {
   }
 }
 
+void DataParallelGrads::set_bf16_reduction(bool on) {
+  if (!on || (ranks_ == 1 && expert_ranks_ == 1 && !zero_)) return;  // nothing is summed
+  if (stage_ >= 2) MPF_FATAL("a bf16 gradient reduction under ZeRO-2/3");
+  const int64_t padded = buckets_.empty() ? 0 : buckets_.back().end;
+  host16_ = Kokkos::View<bf16*, PinnedSpace>("mpf::dp::host16", padded);
+  if (zero_)
+    host16_shard_ = Kokkos::View<bf16*, PinnedSpace>("mpf::dp::host16_shard", shard_size());
+  if (!kHostMemory) dev16_ = Bf16Slab("mpf::dp::dev16", padded);
+}
+
 void DataParallelGrads::start(size_t i) {
   const GradBucket& b = buckets_[i];
   const int n = static_cast<int>(b.end - b.begin);
   started_[i] = true;
   const int ranks = int(b.counts.size());
   if (ranks == 1 && !zero_) return;  // nothing to sum
+  if (host16_.data()) {
+    bf16* wire = host16_.data() + b.begin;
+    round_to_host(wire, dev16_.data() ? dev16_.data() + b.begin : nullptr, grads_ + b.begin, n);
+    MpiCallScope in_mpi(bucket_call(zero_), comm(b));
+    if (zero_) {
+      MPF_MPI_CHECK(MPI_Ireduce_scatter(wire, host16_shard_.data() + b.shard_offset,
+                                        b.counts.data(), MPI_UINT16_T, bf16_sum(), comm(b),
+                                        &requests_[i]));
+    } else {
+      MPF_MPI_CHECK(
+          MPI_Iallreduce(MPI_IN_PLACE, wire, n, MPI_UINT16_T, bf16_sum(), comm(b), &requests_[i]));
+    }
+    return;
+  }
   float* grads = grads_;
   float* shard = shard_.data();
   if (host_slab_.data()) {
@@ -229,7 +292,18 @@ void DataParallelGrads::finish() {
     MpiCallScope in_mpi(bucket_call(zero_), dp_);
     MPF_MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
   }
-  if (zero_ && host_shard_.data()) {
+  if (host16_.data()) {
+    // The bf16 sums widened back: the ZeRO shard, or each bucket that was summed.
+    if (zero_) {
+      widen_from_host(shard_.data(), dev16_.data(), host16_shard_.data(), shard_size());
+    } else {
+      for (const GradBucket& b : buckets_) {
+        if (b.counts.size() == 1) continue;
+        widen_from_host(grads_ + b.begin, dev16_.data() ? dev16_.data() + b.begin : nullptr,
+                        host16_.data() + b.begin, b.end - b.begin);
+      }
+    }
+  } else if (zero_ && host_shard_.data()) {
     copy_from_host(shard_.data(), host_shard_.data(), host_shard_.extent(0) * sizeof(float),
                    "h2d dp gradients (staged)");
   } else if (host_slab_.data()) {

@@ -33,12 +33,20 @@
 // With an MPI that cannot read GPU memory (parallel/device_mpi.hpp, staged()), the collectives
 // run on a page-locked host copy of the slab: a bucket is copied to it when it starts and the
 // summed slab (or ZeRO shard) comes back once when all are done.
+//
+// --grad-reduce-dtype bf16 (set_bf16_reduction; plain DP and ZeRO-1): a bucket is rounded to bf16
+// (to nearest, ties to even) into a host copy and reduced there with a sum that adds two bf16
+// values in fp32 and rounds the result, as NCCL's bf16 all-reduce under Megatron does; the sums
+// are widened back into the slab (or the ZeRO shard) when all are done. Half the bytes; the sum
+// carries bf16's error (a relative 2^-8 per partial sum). The sum is a host function, so the
+// copy is in host memory whatever the build.
 #pragma once
 
 #include <mpi.h>
 
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "core/types.hpp"
 #include "model/gpt.hpp"
 #include "model/shard.hpp"
@@ -77,6 +85,9 @@ class DataParallelGrads {
   void tied_sum_done();
   // Starts every bucket not yet started, then waits for all.
   void finish();
+  // --grad-reduce-dtype bf16 (see the top): before the first step; not under ZeRO-2/3.
+  void set_bf16_reduction(bool on);
+  bool bf16_reduction() const { return host16_.data() != nullptr; }
 
   bool zero() const { return zero_; }
   // 0 without ZeRO, else its stage.
@@ -130,6 +141,10 @@ class DataParallelGrads {
   // Staged: the host copy of the gradient slab (then, under ZeRO, of the parameters being
   // gathered) and of the ZeRO shard.
   Kokkos::View<float*, PinnedSpace> host_slab_, host_shard_;
+  // bf16 reduction: the rounded slab and the ZeRO shard's bf16 sums, in host memory (the sum
+  // runs there), and in a GPU build their device copies.
+  Kokkos::View<bf16*, PinnedSpace> host16_, host16_shard_;
+  Bf16Slab dev16_;
 };
 
 }  // namespace mpf

@@ -29,8 +29,11 @@ std::unique_ptr<ModelStage> build_stage(const ParallelGroups& groups, const TpSh
     c.bf16 = s.bf16;
     c.selective = s.selective;
   }
-  return std::make_unique<ModelStage>(shard, groups, std::move(chunks), s.micro_batch, s.seq_len,
-                                      s.sequence_parallel, s.recompute, s.placement, s.attention);
+  auto built =
+      std::make_unique<ModelStage>(shard, groups, std::move(chunks), s.micro_batch, s.seq_len,
+                                   s.sequence_parallel, s.recompute, s.placement, s.attention);
+  built->set_p2p_bf16(s.p2p_bf16);
+  return built;
 }
 
 }  // namespace mpf

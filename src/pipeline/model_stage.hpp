@@ -130,6 +130,9 @@ class ModelStage : public pipeline::StageOps {
   // With it, a chunk holding the head keeps its logits in pieces when they would take over 256 MB
   // whole (activations.hpp's head_chunk_rows). Before the first step.
   void set_weight_with_input(bool on);
+  // --p2p-dtype bf16: activations and their gradients travel between stages as bf16
+  // (PipelineP2P::set_bf16). Before the first step.
+  void set_p2p_bf16(bool on) { p2p_.set_bf16(on); }
   // Records every op into `events` (with times from `clock`, seconds) while set; null stops it.
   void record(std::vector<StageEvent>* events, std::function<double()> clock);
   // Tells `listener` each op as it starts (its name, microbatch and chunk): the watchdog's phase.

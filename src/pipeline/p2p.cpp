@@ -47,46 +47,84 @@ int PipelineP2P::take_host_buffer() {
     }
   }
   host_buffers_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, "mpf::pipeline::host"),
-                             count_);
+                             (message_bytes() + sizeof(float) - 1) / sizeof(float));
   host_busy_.push_back(true);
   return int(host_buffers_.size()) - 1;
+}
+
+int PipelineP2P::take_wire_buffer() {
+  for (size_t i = 0; i < wire_busy_.size(); ++i) {
+    if (!wire_busy_[i]) {
+      wire_busy_[i] = true;
+      return int(i);
+    }
+  }
+  wire_buffers_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, "mpf::pipeline::wire"),
+                             count_);
+  wire_busy_.push_back(true);
+  return int(wire_buffers_.size()) - 1;
 }
 
 void PipelineP2P::send(const float* buf, int mb, int chunk, Direction d) {
   const int stage = stage_of(chunk);
   const int to_stage = d == kForward ? stage + 1 : stage - 1;
   const int peer = rank_of(to_stage);
-  Send s{MPI_REQUEST_NULL, buf, -1};
-  const float* data = buf;
+  Send s{MPI_REQUEST_NULL, buf, -1, -1};
+  const void* data = buf;
+  if (bf16_) {
+    // The wire buffer holds the message from here on: buf is free once this returns. Sends
+    // completed since the last look give their wire buffers back first, so the pool stays at the
+    // most in flight.
+    for (Send& sent : sends_) {
+      int done = 0;
+      MPF_MPI_CHECK(MPI_Test(&sent.request, &done, MPI_STATUS_IGNORE));
+    }
+    forget_completed_sends();
+    s.wire = take_wire_buffer();
+    round_to_bf16(wire_buffers_[s.wire].data(), buf, count_);
+    data = wire_buffers_[s.wire].data();
+    s.buf = nullptr;
+  }
   if (staged_) {
     s.host = take_host_buffer();
-    float* host = host_buffers_[s.host].data();
-    copy_to_host(host, buf, size_t(count_) * sizeof(float), "d2h pipeline (staged)");
+    void* host = host_buffers_[s.host].data();
+    copy_to_host(host, data, message_bytes(), "d2h pipeline (staged)");
     data = host;
   } else {
-    Kokkos::fence();  // the kernels that wrote buf are done before MPI reads it
+    Kokkos::fence();  // the kernels that wrote the message are done before MPI reads it
   }
   const int t = tag(mb, to_stage, d);
   MpiCallScope in_mpi("MPI_Isend", pp_, peer, t);
-  MPF_MPI_CHECK(MPI_Isend(data, count_, MPI_FLOAT, peer, t, pp_, &s.request));
+  MPF_MPI_CHECK(
+      MPI_Isend(data, count_, bf16_ ? MPI_UINT16_T : MPI_FLOAT, peer, t, pp_, &s.request));
   sends_.push_back(s);
 }
 
 PipelineP2P::Recv PipelineP2P::post_recv(float* buf, int mb, int chunk, Direction d) {
   const int stage = stage_of(chunk);
   const int peer = rank_of(d == kForward ? stage - 1 : stage + 1);
-  Recv r{MPI_REQUEST_NULL, buf, staged_ ? take_host_buffer() : -1};
-  float* data = r.host >= 0 ? host_buffers_[r.host].data() : buf;
-  MPF_MPI_CHECK(MPI_Irecv(data, count_, MPI_FLOAT, peer, tag(mb, stage, d), pp_, &r.request));
+  Recv r{MPI_REQUEST_NULL, buf, staged_ ? take_host_buffer() : -1, bf16_ ? take_wire_buffer() : -1};
+  void* data = r.host >= 0   ? static_cast<void*>(host_buffers_[r.host].data())
+               : r.wire >= 0 ? static_cast<void*>(wire_buffers_[r.wire].data())
+                             : static_cast<void*>(buf);
+  if (r.wire >= 0 && r.host < 0) Kokkos::fence();  // a widening that read it last is done
+  MPF_MPI_CHECK(MPI_Irecv(data, count_, bf16_ ? MPI_UINT16_T : MPI_FLOAT, peer, tag(mb, stage, d),
+                          pp_, &r.request));
   return r;
 }
 
 void PipelineP2P::complete(Recv& r) {
   MPF_MPI_CHECK(MPI_Wait(&r.request, MPI_STATUS_IGNORE));
-  if (r.host < 0) return;
-  copy_from_host(r.buf, host_buffers_[r.host].data(), size_t(count_) * sizeof(float),
-                 "h2d pipeline (staged)");
-  host_busy_[r.host] = false;
+  if (r.host >= 0) {
+    void* to =
+        r.wire >= 0 ? static_cast<void*>(wire_buffers_[r.wire].data()) : static_cast<void*>(r.buf);
+    copy_from_host(to, host_buffers_[r.host].data(), message_bytes(), "h2d pipeline (staged)");
+    host_busy_[r.host] = false;
+  }
+  if (r.wire >= 0) {
+    widen_from_bf16(r.buf, wire_buffers_[r.wire].data(), count_);
+    wire_busy_[r.wire] = false;
+  }
 }
 
 void PipelineP2P::receive(float* buf, int mb, int chunk, Direction d) {
@@ -110,6 +148,7 @@ void PipelineP2P::forget_completed_sends() {
   auto done = [this](const Send& s) {
     if (s.request != MPI_REQUEST_NULL) return false;
     if (s.host >= 0) host_busy_[s.host] = false;
+    if (s.wire >= 0) wire_busy_[s.wire] = false;
     return true;
   };
   sends_.erase(std::remove_if(sends_.begin(), sends_.end(), done), sends_.end());

@@ -19,6 +19,14 @@
 // MPI that cannot read GPU memory (parallel/device_mpi.hpp, staged()), each message goes through
 // a page-locked host buffer of a pool that grows to the most messages ever in flight and is then
 // reused: a send copies into one before MPI_Isend, a receive copies out of its one once complete.
+//
+// With set_bf16 (--p2p-dtype bf16) a message travels as bf16, as Megatron's under bf16 training:
+// a send rounds its fp32 buffer (to nearest, ties to even) into a bf16 wire buffer of a pool and
+// sends that, and a receive arrives into one and widens it into its fp32 buffer once complete.
+// Half the bytes on the link and in the staged host copies; the wire pool grows, as the host
+// pool does, to the most messages ever in flight. The sender's fp32 buffer is free again as soon
+// as the send is posted. The values received are the sent ones rounded, so this changes results
+// against --pp 1 (the residual stream is fp32 here): opt-in.
 #pragma once
 
 #include <mpi.h>
@@ -28,6 +36,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "core/types.hpp"
 #include "pipeline/placement.hpp"
 
@@ -77,6 +86,9 @@ class PipelineP2P {
   // Whether a send of `buf` is still in flight (tests, never waits).
   bool in_flight(const float* buf);
   ~PipelineP2P() { wait_for_sends(); }
+  // Messages as bf16 from now on (see the top). Before the first message.
+  void set_bf16(bool on) { bf16_ = on; }
+  bool bf16_messages() const { return bf16_; }
   PipelineP2P(const PipelineP2P&) = delete;
   PipelineP2P& operator=(const PipelineP2P&) = delete;
 
@@ -88,11 +100,13 @@ class PipelineP2P {
 
  private:
   enum Direction { kForward = 0, kBackward = 1 };
-  // A receive in flight: into `buf`, through host buffer `host` (-1 when not staged).
+  // A receive in flight: into `buf`, through host buffer `host` (-1 when not staged) and, with
+  // bf16 messages, wire buffer `wire` (else -1).
   struct Recv {
     MPI_Request request = MPI_REQUEST_NULL;
     float* buf = nullptr;
     int host = -1;
+    int wire = -1;
   };
   int tag(int mb, int receiving_stage, Direction d) const;
   Recv post_recv(float* buf, int mb, int chunk, Direction d);
@@ -101,6 +115,10 @@ class PipelineP2P {
   void send(const float* buf, int mb, int chunk, Direction d);
   // Staged: a free host buffer of the pool (grown when none is free), now taken.
   int take_host_buffer();
+  // bf16 messages: a free wire buffer of the pool (grown when none is free), now taken.
+  int take_wire_buffer();
+  // A message's bytes: count_ floats, or count_ bf16 values.
+  size_t message_bytes() const { return size_t(count_) * (bf16_ ? sizeof(bf16) : sizeof(float)); }
   // Waits for the receive of (mb, chunk, d), posting it first unless it was posted ahead.
   void receive(float* buf, int mb, int chunk, Direction d);
   // The rank running virtual stage s.
@@ -114,15 +132,19 @@ class PipelineP2P {
   int count_ = 0;
   int tag_ub_ = 32767;
   bool staged_ = false;
+  bool bf16_ = false;
   struct Send {
     MPI_Request request;
-    const float* buf;
-    int host;  // its host buffer (staged), else -1
+    const float* buf;  // null with bf16 messages: the wire buffer holds what is sent
+    int host;          // its host buffer (staged), else -1
+    int wire;          // its wire buffer (bf16 messages), else -1
   };
   std::vector<Send> sends_;                                      // in flight
   std::map<std::tuple<int, int, int>, Recv> posted_;             // receives posted ahead
   std::vector<Kokkos::View<float*, PinnedSpace>> host_buffers_;  // staged: the pool
   std::vector<bool> host_busy_;
+  std::vector<Bf16Slab> wire_buffers_;  // bf16 messages: the pool
+  std::vector<bool> wire_busy_;
 };
 
 }  // namespace mpf

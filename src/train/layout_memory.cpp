@@ -68,6 +68,8 @@ MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePl
   m.zero = l.zero && l.dp_cp > 1;
   m.zero_stage = l.zero_stage;
   m.staged_mpi = l.staged_mpi;
+  m.p2p_bf16 = l.p2p_bf16;
+  m.reduce_bf16 = l.reduce_bf16;
   m.muon_work = l.muon ? muon_workspace_floats(m.shard) : 0;
   m.pipeline_stages = l.pp;
   m.threads = l.threads;

@@ -24,7 +24,9 @@ struct LayoutSizes {
   bool selective = false;  // --recompute selective (recompute: full)
   int zero_stage = 1;      // with zero: --zero's stage (the planner's layouts: 1)
   bool staged_mpi = false;
-  bool muon = false;  // --optimizer muon: its workspace (the gathered whole matrices)
+  bool p2p_bf16 = false;     // --p2p-dtype bf16
+  bool reduce_bf16 = false;  // --grad-reduce-dtype bf16
+  bool muon = false;         // --optimizer muon: its workspace (the gathered whole matrices)
   AttentionPath attention = AttentionPath::kFused;
   int threads = 1;
   int64_t dp_bucket_bytes = 25000000;  // --dp-bucket-mb's default

@@ -219,7 +219,10 @@ void add_buffer_terms(const MemoryShape& s, const Terms& add) {
     const int64_t message =
         int64_t(s.micro_batch) * s.seq_len / (sp ? shard.size : 1) * shard.cfg.channels * f;
     const int host = s.staged_mpi ? s.messages_in_flight : 0;
-    messages += int64_t(s.grad_sends + s.grad_receives + host) * message;
+    messages += int64_t(s.grad_sends + s.grad_receives) * message;
+    // bf16 messages: a half-size wire buffer for each in flight, and half-size host copies.
+    messages +=
+        s.p2p_bf16 ? int64_t(s.messages_in_flight + host) * (message / 2) : int64_t(host) * message;
   }
   // An all-reduce in place reduces through a temporary as large as its buffer: one DP bucket at a
   // time, or the tied embedding's gradient (on the stages that hold it).
@@ -233,6 +236,12 @@ void add_buffer_terms(const MemoryShape& s, const Terms& add) {
   }
   if (s.tied_across_stages && (shard.has_embedding || shard.has_head)) {
     reduction = std::max(reduction, int64_t(shard.vocab_shard) * shard.cfg.channels * f);
+  }
+  if (s.reduce_bf16 && s.dp_cp > 1 && !(s.zero && s.zero_stage >= 2)) {
+    // --grad-reduce-dtype bf16: the slab's bf16 copy the buckets are reduced in (and under ZeRO
+    // the shard's bf16 sums), a device copy of it on a GPU, and MPI's temporary at half the bytes.
+    const int64_t copy = slab / 2 + (s.zero ? slab / s.dp_cp / 2 : 0);
+    reduction = reduction / 2 + copy * (kDeviceMemory ? 2 : 1);
   }
   messages += reduction;
   add("messages", messages,

@@ -33,6 +33,11 @@ struct MemoryShape {
   // The pipeline's message buffers (pipeline::SimulationResult): the pools of input gradients
   // sent and output gradients received, and a staged MPI's host copies of every message.
   int grad_sends = 0, grad_receives = 0, messages_in_flight = 0;
+  // --p2p-dtype bf16: each message in flight also has a bf16 wire buffer, and the host copies
+  // are bf16 (pipeline/p2p.hpp).
+  bool p2p_bf16 = false;
+  // --grad-reduce-dtype bf16: a DP bucket is reduced through a bf16 copy (optim/grad_buckets.hpp).
+  bool reduce_bf16 = false;
   bool bf16 = false;
   int64_t bf16_scratch = 0;  // elements of each of Bf16Products' two operand buffers
   int dp_cp = 1;             // ranks whose gradients are summed (DP x CP)

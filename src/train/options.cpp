@@ -183,6 +183,13 @@ void check_options(TrainOptions& o) {
           "--attention fused or chunked");
   require(o.attention != "mma" || o.precision == Precision::bf16,
           "--attention mma computes in bf16; add --precision bf16, or use --attention fused");
+  require(o.grad_reduce_dtype != "bf16" || o.precision == Precision::bf16,
+          "--grad-reduce-dtype bf16 needs --precision bf16; add it, or reduce in fp32");
+  require(o.grad_reduce_dtype != "bf16" || o.zero < 2,
+          "--grad-reduce-dtype bf16 reduces the buckets of --zero 0 and 1, and ZeRO-" +
+              std::to_string(o.zero) + "'s blocks are reduced in fp32; use --zero 1");
+  require(o.p2p_dtype != "bf16" || o.precision == Precision::bf16,
+          "--p2p-dtype bf16 needs --precision bf16; add it, or send in fp32");
   if (!o.gemm.empty()) {
     const std::vector<std::string> libraries = backend::available();
     std::string names;

@@ -212,6 +212,8 @@ LayoutSizes TrainingRun::layout_sizes() const {
   l.zero_stage = std::max(opts_.zero, 1);
   l.bf16 = opts_.precision == Precision::bf16;
   l.staged_mpi = staged();
+  l.p2p_bf16 = opts_.p2p_dtype == "bf16";
+  l.reduce_bf16 = opts_.grad_reduce_dtype == "bf16";
   l.muon = opts_.optimizer == "muon" && !model_only_;
   l.threads = host_thread_count();
   l.dp_bucket_bytes = static_cast<int64_t>(opts_.dp_bucket_mb * 1e6);
@@ -307,6 +309,7 @@ void TrainingRun::set_up_optimizer() {
   dp_grads_ =
       std::make_unique<DataParallelGrads>(grads_, shard_, grid_->dp_cp_comm(), bucket_elems, zero,
                                           /*tied_wte=*/tied_across_stages(), expert_dp, stage);
+  dp_grads_->set_bf16_reduction(opts.grad_reduce_dtype == "bf16");
   if (stage >= 2) sharded_ = std::make_unique<ShardedBlocks>(*dp_grads_, params_, grads_, stage);
   // Under ZeRO-1 AdamW's segments are this rank's shard of the moments, else the slab's pieces.
   std::vector<OptimizerSegment> segments =
@@ -386,6 +389,7 @@ void TrainingRun::set_up_stage() {
   settings.selective = opts.recompute == "selective";
   // bf16 products: the activations only products read are kept in bf16 (model/activations.hpp).
   settings.bf16 = opts.precision == Precision::bf16;
+  settings.p2p_bf16 = opts.p2p_dtype == "bf16";
   settings.placement = shape_.placement;
   settings.attention = attention_path_named(opts.attention);
   stage_ = build_stage(groups_, shard_, own, settings);

@@ -210,6 +210,10 @@ SettingGroup layout_settings() {
            &O::ep, 1, "layout.ep", kRecorded},
           {"--dp-bucket-mb", "X", "gradient bucket size for the data-parallel reduction",
            &O::dp_bucket_mb},
+          {"--grad-reduce-dtype", "D",
+           "fp32 (default) or bf16: the DP gradient buckets rounded to bf16 and summed in fp32 "
+           "as they arrive, half the bytes (needs --precision bf16)",
+           &O::grad_reduce_dtype, kNoMinimum, nullptr, OnResume::not_saved, "fp32,bf16"},
           {"--overlap-grad-reduce", "",
            "reduce each bucket as soon as its gradients are final, during the backward",
            &O::overlap_grad_reduce},
@@ -237,6 +241,11 @@ SettingGroup layout_settings() {
            "the most microbatches' activations a rank may hold: zb-auto's memory limit (default "
            "P, 1F1B's peak); other schedules stop with an error if they would need more",
            &O::max_in_flight, 1},
+          {"--p2p-dtype", "D",
+           "fp32 (default) or bf16: the pipeline's activations and their gradients sent between "
+           "stages rounded to bf16, as Megatron under bf16, half the bytes; results differ from "
+           "--pp 1's by that rounding (needs --precision bf16)",
+           &O::p2p_dtype, kNoMinimum, nullptr, OnResume::not_saved, "fp32,bf16"},
           {"--pp-layout", "N,N,...",
            "blocks of each of the pp*V chunks, in model order (default: as even as possible, the "
            "first chunks taking one more)",

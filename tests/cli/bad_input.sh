@@ -61,6 +61,11 @@ expect_error "--metrics of a directory" 1 "metrics_dir: is a directory, not a re
 expect_error "--tokenizer alone" 1 "--tokenizer decodes the samples of --sample-every N, encodes a JSONL --eval-data and goes into --save-hf DIR" -- --tokenizer "$WORK/tok/manifest.json"
 # The tensor-core attention is a CUDA build's, and computes in bf16.
 expect_error "--attention mma without CUDA" 1 "--attention mma runs on a GPU's tensor cores, and this build has no CUDA; use --attention fused or chunked" -- --attention mma --precision bf16
+# bf16 messages round what fp32 products would keep exact: they come with --precision bf16 only,
+# and ZeRO-2/3's block reductions are fp32.
+expect_error "--grad-reduce-dtype bf16 in fp32" 2 "--grad-reduce-dtype bf16 needs --precision bf16; add it, or reduce in fp32" -- --grad-reduce-dtype bf16 --dp 2
+expect_error "--p2p-dtype bf16 in fp32" 2 "--p2p-dtype bf16 needs --precision bf16; add it, or send in fp32" -- --p2p-dtype bf16 --pp 2
+expect_error "--grad-reduce-dtype bf16 under --zero 2" 1 "--grad-reduce-dtype bf16 reduces the buckets of --zero 0 and 1, and ZeRO-2's blocks are reduced in fp32; use --zero 1" -- --grad-reduce-dtype bf16 --precision bf16 --zero 2
 expect_error "shard version" 1 "version 2" -- --data "$WORK/version2.bin"
 expect_error "corrupt shard" 1 "tiny.bin.*(short|corrupt)" -- --data "$WORK/tiny.bin"
 expect_error "empty data" 1 "empty" -- --data "$WORK/empty.txt"

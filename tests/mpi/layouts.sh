@@ -16,6 +16,7 @@ layouts=("1 2" "2 1" "2 2")
 [ "$PRECISION" != fp32 ] || layouts+=("4 1" "1 4")
 for layout in "${layouts[@]}"; do
   run_layout $layout
+  [ "$layout" != "1 2" ] || dp2_log=$LAST_LOG
   run_layout $layout --zero 1
   run_layout $layout --overlap-grad-reduce --dp-bucket-mb 0.05
   run_layout $layout --zero 1 --overlap-grad-reduce --dp-bucket-mb 0.05
@@ -61,6 +62,19 @@ if [ "$PRECISION" = fp32 ]; then
   OMP_WAIT_POLICY=PASSIVE run_layout 1 4 --ep 2 --zero 3 --microbatches 2
   WORK=$outer
   args=("${dense[@]}")
+fi
+# --grad-reduce-dtype bf16 (optim/grad_buckets.hpp): each DP bucket rounded to bf16 and summed
+# with each partial sum rounded. A gradient element then moves by up to 2^-8 relative, which
+# AdamW's m/sqrt(v) passes on to its update about as a product's rounded input moves its output:
+# within the bf16 layouts' tolerances of the serial run (serial_reference.sh), and not the fp32
+# reduction's bits (it is on); plain, ZeRO-1 in overlapped buckets, and through staged host copies.
+if [ "$PRECISION" = bf16 ]; then
+  run_layout 1 2 --grad-reduce-dtype bf16
+  if cmp -s "${dp2_log%.log}.bin" "${LAST_LOG%.log}.bin"; then
+    bad "--grad-reduce-dtype bf16 left the fp32 reduction's parameters as they were"
+  else ok "--grad-reduce-dtype bf16 changes the bits (the buckets are rounded)"; fi
+  run_layout 1 2 --grad-reduce-dtype bf16 --zero 1 --overlap-grad-reduce --dp-bucket-mb 0.05
+  run_layout 1 2 --grad-reduce-dtype bf16 --gpu-aware-mpi no
 fi
 # --qk-clip (optim/qk_clip.hpp) at 0.05, under this model's logits, so heads are scaled after
 # every update: each rank scales its heads from the largest logits agreed over DP (under ZeRO-1

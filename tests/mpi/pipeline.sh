@@ -20,6 +20,7 @@ sweep() {
 
 # ---- 2 stages ----
 run_layout 1 1 --pp 2 --microbatches 2
+pp2_log=$LAST_LOG
 run_layout 1 1 --pp 2 --microbatches 4 --schedule afab
 afab_log=$LAST_LOG
 run_layout 1 1 --pp 2 --microbatches 4 --schedule afab --recompute
@@ -174,6 +175,19 @@ check_peaks "$pp4_zbv" zb-v 4 8 && ok "zb-v on 4 stages keeps at most P microbat
   bad "zb-v peak activations"
 check_peaks "$zbauto_limited" zb-auto:1 2 4 && ok "zb-auto keeps to --max-in-flight 1" ||
   bad "zb-auto over its --max-in-flight"
+fi
+
+# --p2p-dtype bf16 (pipeline/p2p.hpp): activations and their gradients cross between stages as
+# bf16, so the fp32 residual stream is rounded once at each stage's edge each way, another sparse
+# bf16 step like the products' (serial_reference.sh): within the bf16 tolerances of the serial
+# run, and not the fp32 messages' bits (it is on). Interleaved through staged host copies too.
+if [ "$PRECISION" = bf16 ]; then
+  run_layout 1 1 --pp 2 --microbatches 2 --p2p-dtype bf16
+  if cmp -s "${pp2_log%.log}.bin" "${LAST_LOG%.log}.bin"; then
+    bad "--p2p-dtype bf16 left the fp32 messages' parameters as they were"
+  else ok "--p2p-dtype bf16 changes the bits (the messages are rounded)"; fi
+  run_layout 1 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 2 \
+    --p2p-dtype bf16 --gpu-aware-mpi no
 fi
 
 # The rest runs in fp32 whatever PRECISION says (none of it passes --precision): the bf16

@@ -54,6 +54,38 @@ TEST(PipelineP2P, ForwardAndBackTwoChunksRing) {
   forward_and_back(2);
 }
 
+// --p2p-dtype bf16: every message arrives rounded to bf16, to nearest with ties to even (1 + 2^-8
+// is a tie that goes down to 1, 1 + 3·2^-8 one that goes up to 1 + 2^-6, 1 + 2^-8 + 2^-20 is past
+// the tie and goes up), and a value already bf16 arrives as it was; a sent buffer may be
+// overwritten as soon as the verb returns (the wire buffer holds the message).
+TEST(PipelineP2P, Bf16MessagesArriveRounded) {
+  int rank = 0, P = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  const int chunks = 2;
+  const std::vector<float> x = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-20f,
+                                -2.5f, 3.0e-3f};
+  const std::vector<float> rounded = {1.0f, 1.0f + 0x1p-6f, 1.0f + 0x1p-7f, -2.5f,
+                                      from_bf16(to_bf16(3.0e-3f))};
+  PipelineP2P p2p(MPI_COMM_WORLD, chunks, int64_t(x.size()));
+  p2p.set_bf16(true);
+  for (int c = 0; c < chunks; ++c) {
+    std::vector<float> v = x;
+    p2p.recv_forward(v.data(), 0, c);
+    if (!p2p.is_first(c)) EXPECT_EQ(v, rounded) << "forward, chunk " << c;
+    p2p.send_forward(v.data(), 0, c);
+    std::fill(v.begin(), v.end(), -1.0f);
+  }
+  for (int c = chunks - 1; c >= 0; --c) {
+    std::vector<float> g = x;
+    p2p.recv_backward(g.data(), 0, c);
+    if (!p2p.is_last(c)) EXPECT_EQ(g, rounded) << "backward, chunk " << c;
+    p2p.send_backward(g.data(), 0, c);
+    std::fill(g.begin(), g.end(), -1.0f);
+  }
+  p2p.wait_for_sends();
+}
+
 // The paired verbs in the steady state of 1F1B on two neighbouring stages: stage 0 sends
 // microbatch 1's output while receiving microbatch 0's gradient; stage 1 sends microbatch 0's
 // input gradient while receiving microbatch 1's input. Both post before waiting: no deadlock. The
