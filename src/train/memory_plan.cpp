@@ -219,7 +219,10 @@ void add_buffer_terms(const MemoryShape& s, const Terms& add) {
     const int64_t message =
         int64_t(s.micro_batch) * s.seq_len / (sp ? shard.size : 1) * shard.cfg.channels * f;
     const int host = s.staged_mpi ? s.messages_in_flight : 0;
-    messages += int64_t(s.grad_sends + s.grad_receives) * message;
+    // bf16 messages: an input gradient's fp32 buffer is free once its send is posted (the wire
+    // holds it), so the send pool is the one B writes into before its send, right after it.
+    const int sends = s.p2p_bf16 ? std::min(s.grad_sends, 1) : s.grad_sends;
+    messages += int64_t(sends + s.grad_receives) * message;
     // bf16 messages: a half-size wire buffer for each in flight, and half-size host copies.
     messages +=
         s.p2p_bf16 ? int64_t(s.messages_in_flight + host) * (message / 2) : int64_t(host) * message;
@@ -274,8 +277,8 @@ void add_buffer_terms(const MemoryShape& s, const Terms& add) {
     work += attention_bf16_bytes(shard.heads, shard.kv_heads, shard.head_size, s.micro_batch,
                                  s.seq_len, s.cp > 1);
   } else if (s.attention == AttentionPath::kFused) {
-    work += attention_stored_scores_bytes(shard.heads, shard.kv_heads, s.micro_batch, s.seq_len,
-                                          false, s.cp > 1);
+    work += attention_stored_scores_bytes(shard.heads, shard.kv_heads, shard.head_size,
+                                          s.micro_batch, s.seq_len, false, s.cp > 1);
   }
   // A CPU GEMM library packs a whole operand of a large product into a buffer of its own for the
   // call (oneDNN's sgemm: the LM head's vocab x C weight, 8.8 MB for 8192 x 256), and with freed

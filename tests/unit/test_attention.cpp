@@ -595,8 +595,9 @@ bool bf16_runs() {
 }  // namespace
 
 // The host shape's backward keeps dS between its two passes where it fits, in slices of
-// (sequence, kv head) groups, else computes it again: every way gives the same bits, in fp32 and
-// bf16, with document masks and a window (the tile pairs seen differ by sequence).
+// (sequence, kv head) groups or of a group's query tiles, else computes it again: every way gives
+// the same bits, in fp32 and bf16, with document masks and a window (the tile pairs seen differ
+// by sequence).
 TEST_P(Attention, StoredScoresGiveTheSameBits) {
   const int B = 3, T = 150, NH = 4, KVH = 2, hs = 16, W = (NH + 2 * KVH) * hs;
   const Slab qkv = random_slab("qkv", B * T * W), dy = random_slab("dy", B * T * NH * hs);
@@ -612,13 +613,18 @@ TEST_P(Attention, StoredScoresGiveTheSameBits) {
     const Result all = fused(qkv, dy, B, NH, KVH, hs, runs, doc, 100);
     // At most one group's tiles (two heads of 6 pairs of 64 x 64 scores, 4 bytes a float or a
     // pair of bf16s): a slice a group.
-    set_attention_stored_scores(2 * 6 * 64 * 64 * 4 / (bf16 ? 2 : 1));
+    const int64_t tile = 64 * 64 * 4 / (bf16 ? 2 : 1);
+    set_attention_stored_scores(2 * 6 * tile);
     const Result slices = fused(qkv, dy, B, NH, KVH, hs, runs, doc, 100);
+    // Less than a group's: its query tiles in ranges (of 1 and 2 tiles: 3 pairs a head at most).
+    set_attention_stored_scores(2 * 3 * tile);
+    const Result ranges = fused(qkv, dy, B, NH, KVH, hs, runs, doc, 100);
     set_attention_stored_scores(0);
     const Result again = fused(qkv, dy, B, NH, KVH, hs, runs, doc, 100);
     set_attention_stored_scores(before);
     EXPECT_EQ(bits_of(all.dqkv), bits_of(again.dqkv));
     EXPECT_EQ(bits_of(slices.dqkv), bits_of(again.dqkv));
+    EXPECT_EQ(bits_of(ranges.dqkv), bits_of(again.dqkv));
     const Reference want =
         reference(to_host(qkv), to_host(dy), B, NH, KVH, hs, runs, doc, bf16, 100);
     EXPECT_LT(relative_error(again.dqkv, want.dqkv), bf16 ? 2e-2 : 1e-5);

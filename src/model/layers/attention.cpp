@@ -150,21 +150,35 @@ constexpr int64_t score_tile_words(bool bf16) {
 }
 
 struct StoredScores {
-  // slot[(b·nqt + qi)·nkt + kj]: the pair's place among sequence b's visible tile pairs, or −1.
+  // slot[(b·nqt + qi)·nkt + kj]: the pair's place among sequence b's visible tile pairs (in
+  // query-tile order), or −1.
   std::vector<int32_t> slot;
   std::vector<int64_t> visible;  // per sequence
   int64_t words = 0;             // score_tile_words
-  // The groups [first, first + count) of the current slice, and where each one's tiles begin.
-  int64_t first = 0, count = 0;
-  std::vector<int64_t> base;
+  // The current slice: the groups [first, first + count), and where each one's tiles begin
+  // (base) and how many pairs a head of it keeps (per_head); its pairs are those from slot
+  // `pair_base` on (a slice of one group's query tiles starts past 0).
+  int64_t first = 0, count = 0, pair_base = 0;
+  std::vector<int64_t> base, per_head;
   Bf16Pair* pairs = nullptr;  // bf16
   float* floats = nullptr;    // fp32
 
   int64_t offset(int b, int kvh, int KVH, int g, int qi, int kj, int nqt, int nkt) const {
-    const int64_t group = int64_t(b) * KVH + kvh - first;
-    const int64_t pair = slot[size_t((int64_t(b) * nqt + qi) * nkt + kj)];
-    return base[size_t(group)] + (int64_t(g) * visible[size_t(b)] + pair) * words;
+    const size_t group = size_t(int64_t(b) * KVH + kvh - first);
+    const int64_t pair = slot[size_t((int64_t(b) * nqt + qi) * nkt + kj)] - pair_base;
+    return base[group] + (int64_t(g) * per_head[group] + pair) * words;
   }
+};
+
+// What a call of the backward's passes covers: the groups (sequence, kv head) [first, first +
+// groups), their query tiles [qa, qb), and with dS kept, the store. Where a group's query tiles
+// are taken in ranges, `dkv` holds each key tile's dK and dV (2 tiles of floats a key tile)
+// between the ranges, so each is summed over the query tiles in one order as without ranges.
+struct BackwardSlice {
+  int64_t first = 0, groups = 0;
+  int qa = 0, qb = 0;
+  const StoredScores* store = nullptr;
+  float* dkv = nullptr;
 };
 
 // The store's memory, kept between calls and grown when a call needs more.
@@ -173,6 +187,13 @@ T* stored_score_tiles(int64_t n) {
   static std::vector<T> tiles;
   grow_without_copy(tiles, n);
   return tiles.data();
+}
+
+// Under query ranges, every key tile's dK and dV of the group in hand (BackwardSlice::dkv).
+float* key_tile_gradients(int64_t n) {
+  static std::vector<float> dkv;
+  grow_without_copy(dkv, n);
+  return dkv.data();
 }
 
 struct HostShape {
@@ -454,12 +475,13 @@ void host_softmax_backward(const HostShape& h, float* S, float* dP, const Tile& 
 }
 
 // dK and dV: a unit per (sequence, kv head, key tile), over every query tile that sees it, for the
-// groups (sequence, kv head) [first, first + groups). In bf16, `keys` and `queries` are the call's
-// packed tiles (pack_key_tiles, pack_query_tiles); with `store`, each pair's dS is kept there.
+// slice's groups and query tiles. In bf16, `keys` and `queries` are the call's packed tiles
+// (pack_key_tiles, pack_query_tiles); with a store, each pair's dS is kept there.
 void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor dout, Tensor lse,
                       Tensor delta, const HostShape& h, const Bf16Pair* keys,
-                      const Bf16Pair* queries, int64_t first, int64_t groups,
-                      const StoredScores* store) {
+                      const Bf16Pair* queries, const BackwardSlice& slice) {
+  const int64_t first = slice.first, groups = slice.groups;
+  const StoredScores* store = slice.store;
   const AttentionInputs& x = h.x;
   const bool bf16 = h.bf16;
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs, Tq = x.queries.rows;
@@ -469,9 +491,10 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
   for_each_unit_on_host("mpf::attention_backward_kv", groups * h.nkt, [&](int64_t u, int thread) {
     float* Kt = host_buffers().of(thread);
     float* Vt = Kt + tile;
-    float* dK = Vt + tile;
+    // dK and dV: the thread's, or the key tile's between query ranges.
+    float* dK = slice.dkv ? slice.dkv + (u / groups) * 2 * tile : Vt + tile;
     float* dV = dK + tile;
-    float* Q = dV + tile;
+    float* Q = Vt + 3 * tile;
     float* dO = Q + tile;
     float* S = dO + tile;
     float* dP = S + T * T;
@@ -490,10 +513,10 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
       h.pack_transposed(Kt, x.k + at, x.ldkv, kt.n);
       h.pack_transposed(Vt, x.v + at, x.ldkv, kt.n);
     }
-    std::fill(dK, dK + 2 * tile, 0.0f);
+    if (slice.qa == 0) std::fill(dK, dK + 2 * tile, 0.0f);
     const int Mk = round_up(kt.n, backend::kTileRows);
     const int32_t* doc = h.docs(b);
-    for (int qi = 0; qi < h.nqt; ++qi) {
+    for (int qi = slice.qa; qi < slice.qb; ++qi) {
       const Tile qt = tile_at(x.queries, T, qi);
       const DocRange dr = doc_range_host(doc, qt, h.x.window);
       const Cover c = cover(qt, dr.lo, dr.hi, kt);
@@ -540,6 +563,7 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
         }
       }
     }
+    if (slice.qb < h.nqt) return;  // more query ranges to come
     for (int r = 0; r < kt.n; ++r) {
       float* k_out = dk + (int64_t(b) * x.keys.rows + kt.row + r) * ld + int64_t(kvh) * hs;
       float* v_out = dv + (int64_t(b) * x.keys.rows + kt.row + r) * ld + int64_t(kvh) * hs;
@@ -552,18 +576,21 @@ void host_backward_kv(float* dk, float* dv, int64_t ld, bool accumulate, Tensor 
   });
 }
 
-// dQ: a unit per (sequence, kv head, query tile), over every key tile it sees; `keys`, `queries`,
-// the groups and `store` (then dS is read from it) as host_backward_kv's.
+// dQ: a unit per (sequence, kv head, query tile), over every key tile it sees; `keys`, `queries`
+// and the slice as host_backward_kv's (with a store, dS is read from it).
 void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor lse, Tensor delta,
                      const HostShape& h, const Bf16Pair* keys, const Bf16Pair* queries,
-                     int64_t first, int64_t groups, const StoredScores* store) {
+                     const BackwardSlice& slice) {
+  const int64_t first = slice.first, groups = slice.groups;
+  const StoredScores* store = slice.store;
   const AttentionInputs& x = h.x;
   const bool bf16 = h.bf16;
   const int G = h.G, hp = h.hp, T = kHostTile, hs = x.hs, Tq = x.queries.rows;
   const int64_t tile = int64_t(T) * hp, ldo = int64_t(x.NH) * hs, tp = h.tile_pairs();
   host_buffers().reserve(size_t(host_q_floats(G, hp)));
   if (bf16) host_pairs().reserve(size_t(host_q_floats(G, hp)));
-  for_each_unit_on_host("mpf::attention_backward_q", groups * h.nqt, [&](int64_t u, int thread) {
+  const int64_t tiles = slice.qb - slice.qa;
+  for_each_unit_on_host("mpf::attention_backward_q", groups * tiles, [&](int64_t u, int thread) {
     float* Q = host_buffers().of(thread);
     float* dO = Q + G * tile;
     float* dQ = dO + G * tile;
@@ -575,7 +602,7 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
     // bf16: dS as A; Q and dO as A, Kᵀ and Vᵀ as B, K as B (pairs of rows) are the call's
     // packed tiles.
     Bf16Pair* dSp = bf16 ? host_pairs().of(thread) : nullptr;
-    const int qi = h.nqt - 1 - int(u / groups), b = int((first + u % groups) / x.KVH),
+    const int qi = slice.qb - 1 - int(u / groups), b = int((first + u % groups) / x.KVH),
               kvh = int((first + u % groups) % x.KVH);
     const Tile qt = tile_at(x.queries, T, qi);
     const int32_t* doc = h.docs(b);
@@ -644,29 +671,39 @@ void host_backward_q(float* dq, int64_t ld, bool accumulate, Tensor dout, Tensor
   });
 }
 
-// The tile pairs each sequence sees (StoredScores::slot, visible), and whether one group's dS
-// fits the store.
+// The tile pairs each sequence sees (StoredScores::slot, visible), and whether the dS of one of
+// its query tiles, for every head of a group, fits the store (else none is kept).
 bool plan_stored_scores(const HostShape& h, StoredScores& store) {
   const AttentionInputs& x = h.x;
   store.words = score_tile_words(h.bf16);
   store.slot.assign(size_t(int64_t(x.B) * h.nqt * h.nkt), -1);
   store.visible.assign(size_t(x.B), 0);
-  int64_t most = 0;
+  int64_t widest = 0;  // the most pairs one query tile sees
   for (int b = 0; b < x.B; ++b) {
     const int32_t* doc = h.docs(b);
     int32_t n = 0;
     for (int qi = 0; qi < h.nqt; ++qi) {
       const Tile qt = tile_at(x.queries, kHostTile, qi);
       const DocRange dr = doc_range_host(doc, qt, x.window);
+      const int32_t before = n;
       for (int kj = 0; kj < h.nkt; ++kj) {
         if (cover(qt, dr.lo, dr.hi, tile_at(x.keys, kHostTile, kj)) == Cover::kNone) continue;
         store.slot[size_t((int64_t(b) * h.nqt + qi) * h.nkt + kj)] = n++;
       }
+      widest = std::max(widest, int64_t(n - before));
     }
     store.visible[size_t(b)] = n;
-    most = std::max(most, int64_t(n));
   }
-  return int64_t(h.G) * most * store.words * 4 <= g_stored_scores_bytes;
+  return int64_t(h.G) * widest * store.words * 4 <= g_stored_scores_bytes;
+}
+
+// Runs both passes over one slice.
+void backward_slice(float* dq, int64_t lddq, bool accumulate_dq, float* dk, float* dv,
+                    int64_t lddkv, bool accumulate_dkv, Tensor dout, Tensor lse, Tensor delta,
+                    const HostShape& h, const Bf16Pair* keys, const Bf16Pair* queries,
+                    const BackwardSlice& slice) {
+  host_backward_kv(dk, dv, lddkv, accumulate_dkv, dout, lse, delta, h, keys, queries, slice);
+  host_backward_q(dq, lddq, accumulate_dq, dout, lse, delta, h, keys, queries, slice);
 }
 
 // The host shape's backward: dS kept between the passes where it fits (StoredScores), and in
@@ -684,37 +721,71 @@ void host_backward(float* dq, int64_t lddq, bool accumulate_dq, float* dk, float
     keys = pairs;
     queries = pairs + key_pairs;
   }
-  const int64_t groups = int64_t(x.B) * x.KVH;
+  auto run = [&](const BackwardSlice& slice) {
+    backward_slice(dq, lddq, accumulate_dq, dk, dv, lddkv, accumulate_dkv, dout, lse, delta, h,
+                   keys, queries, slice);
+  };
+  const int64_t groups = int64_t(x.B) * x.KVH, limit = g_stored_scores_bytes / 4;
   StoredScores store;
   if (!plan_stored_scores(h, store)) {
-    host_backward_kv(dk, dv, lddkv, accumulate_dkv, dout, lse, delta, h, keys, queries, 0, groups,
-                     nullptr);
-    host_backward_q(dq, lddq, accumulate_dq, dout, lse, delta, h, keys, queries, 0, groups,
-                    nullptr);
+    run(BackwardSlice{0, groups, 0, h.nqt, nullptr, nullptr});
     return;
   }
-  // Slices of whole groups whose dS fits the store, each group's tiles one after another.
-  for (int64_t g0 = 0; g0 < groups;) {
-    store.first = g0;
-    store.base.assign(1, 0);
-    int64_t end = g0;
-    for (; end < groups; ++end) {
-      const int64_t need =
-          store.base.back() + int64_t(h.G) * store.visible[size_t(end / x.KVH)] * store.words;
-      if (end > g0 && need * 4 > g_stored_scores_bytes) break;
-      store.base.push_back(need);
-    }
-    store.count = end - g0;
+  auto keep = [&](int64_t words) {
     if (bf16) {
-      store.pairs = stored_score_tiles<Bf16Pair>(store.base.back());
+      store.pairs = stored_score_tiles<Bf16Pair>(words);
     } else {
-      store.floats = stored_score_tiles<float>(store.base.back());
+      store.floats = stored_score_tiles<float>(words);
     }
-    host_backward_kv(dk, dv, lddkv, accumulate_dkv, dout, lse, delta, h, keys, queries, g0,
-                     store.count, &store);
-    host_backward_q(dq, lddq, accumulate_dq, dout, lse, delta, h, keys, queries, g0, store.count,
-                    &store);
-    g0 = end;
+  };
+  for (int64_t g0 = 0; g0 < groups;) {
+    const int b = int(g0 / x.KVH);
+    const int64_t whole = int64_t(h.G) * store.visible[size_t(b)] * store.words;
+    if (whole <= limit) {
+      // Slices of whole groups whose dS fits, each group's tiles one after another.
+      store.first = g0;
+      store.pair_base = 0;
+      store.base.assign(1, 0);
+      store.per_head.clear();
+      int64_t end = g0;
+      for (; end < groups; ++end) {
+        const int64_t pairs = store.visible[size_t(end / x.KVH)];
+        const int64_t need = store.base.back() + int64_t(h.G) * pairs * store.words;
+        if (end > g0 && need > limit) break;
+        store.base.push_back(need);
+        store.per_head.push_back(pairs);
+      }
+      store.count = end - g0;
+      keep(store.base.back());
+      run(BackwardSlice{g0, store.count, 0, h.nqt, &store, nullptr});
+      g0 = end;
+      continue;
+    }
+    // One group in ranges of its query tiles, each range's dS fitting, dK and dV kept between.
+    float* dkv = key_tile_gradients(2 * h.nkt * int64_t(kHostTile) * h.hp);
+    const int32_t* slot = store.slot.data() + int64_t(b) * h.nqt * h.nkt;
+    auto first_slot = [&](int qi) {  // the slot of query tile qi's first pair (or the end)
+      for (; qi < h.nqt; ++qi) {
+        for (int kj = 0; kj < h.nkt; ++kj) {
+          if (slot[int64_t(qi) * h.nkt + kj] >= 0) return int64_t(slot[int64_t(qi) * h.nkt + kj]);
+        }
+      }
+      return store.visible[size_t(b)];
+    };
+    for (int qa = 0; qa < h.nqt;) {
+      const int64_t from = first_slot(qa);
+      int qb = qa + 1;
+      while (qb < h.nqt && int64_t(h.G) * (first_slot(qb + 1) - from) * store.words <= limit) ++qb;
+      store.first = g0;
+      store.count = 1;
+      store.pair_base = from;
+      store.base.assign(1, 0);
+      store.per_head.assign(1, first_slot(qb) - from);
+      keep(int64_t(h.G) * store.per_head[0] * store.words);
+      run(BackwardSlice{g0, 1, qa, qb, &store, dkv});
+      qa = qb;
+    }
+    ++g0;
   }
 }
 
@@ -1267,18 +1338,22 @@ int64_t attention_bf16_bytes(int NH, int KVH, int hs, int B, int T, bool ring) {
   const int64_t tile_pairs = int64_t(kHostTile) * round_up(hs, backend::kTileCols) / 2;
   const int64_t packed = (3 * int64_t(KVH) + 4 * int64_t(NH)) * tiles * tile_pairs;
   return packed * int64_t(sizeof(Bf16Pair)) +
-         attention_stored_scores_bytes(NH, KVH, B, T, true, ring);
+         attention_stored_scores_bytes(NH, KVH, hs, B, T, true, ring);
 }
 
-int64_t attention_stored_scores_bytes(int NH, int KVH, int B, int T, bool bf16, bool ring) {
+int64_t attention_stored_scores_bytes(int NH, int KVH, int hs, int B, int T, bool bf16, bool ring) {
   if (kDeviceMemory) return 0;
   const int64_t n = tile_count(PositionRuns::contiguous(T), kHostTile);
   const int64_t words = score_tile_words(bf16) * 4 * (NH / KVH);
+  // A group's key tiles' dK and dV, kept between ranges of its query tiles.
+  const int64_t ranges = 2 * n * kHostTile * round_up(hs, backend::kTileCols) * 4;
+  if (n * words > kStoredScoresBytes) return 0;  // not even one query tile's: none kept
   // Under CP a ring block's keys may all be seen, and its rows are some of T's: at most the cap.
-  if (ring) return std::min(int64_t(B) * KVH * n * n * words, kStoredScoresBytes);
-  // A causal sequence's pairs of tiles, in slices of whole groups up to the cap, where one
-  // group's fits.
+  if (ring) return std::min(int64_t(B) * KVH * n * n * words, kStoredScoresBytes) + ranges;
+  // A causal sequence's pairs of tiles, in slices of whole groups up to the cap where one
+  // group's fits, else in ranges of its query tiles up to the cap.
   const int64_t group = n * (n + 1) / 2 * words;
+  if (group > kStoredScoresBytes) return kStoredScoresBytes + ranges;
   return std::min(int64_t(B) * KVH, kStoredScoresBytes / group) * group;
 }
 

@@ -102,7 +102,7 @@ int64_t attention_bf16_bytes(int NH, int KVH, int hs, int B, int T, bool ring);
 
 // The bytes of dS the host shape's backward keeps between its dK/dV and dQ passes at most, at
 // T (causal; ring: CP's blocks), fp32 or bf16 (attention_bf16_bytes includes it).
-int64_t attention_stored_scores_bytes(int NH, int KVH, int B, int T, bool bf16, bool ring);
+int64_t attention_stored_scores_bytes(int NH, int KVH, int hs, int B, int T, bool bf16, bool ring);
 // The most bytes of dS the host shape's backward keeps between its passes (default 128 MiB, which
 // attention_stored_scores_bytes counts; 0: none, the dQ pass computes dS again).
 // Returns the previous limit. For tests, which check that every way gives the same bits.
