@@ -207,7 +207,7 @@ void add_activation_terms(const MemoryShape& s, const Terms& add) {
       "--micro-batch-size, --cp, a classic --schedule");
 }
 
-void add_buffer_terms(const MemoryShape& s, const Terms& add) {
+void add_message_terms(const MemoryShape& s, const Terms& add) {
   const TpShard& shard = s.shard;
   // Messages: the ring's K/V blocks and their accumulators, the pipeline's pools of input
   // gradients sent and output gradients received (as many as the schedule has in flight, not one
@@ -250,8 +250,12 @@ void add_buffer_terms(const MemoryShape& s, const Terms& add) {
   add("messages", messages,
       "ring attention's blocks, pipeline sends, staged host copies, MPI's reduction buffers",
       "--micro-batch-size");
-  // Workspace: the backward's buffers, recomputation's one-block workspace, bf16's operand
-  // copies, the attention's tiles.
+}
+
+// Workspace: the backward's buffers, recomputation's one-block workspace, bf16's operand copies,
+// the attention's tiles.
+void add_workspace_terms(const MemoryShape& s, const Terms& add) {
+  const TpShard& shard = s.shard;
   ChunkPieces one_block;
   one_block.layers = 1;
   one_block.embedding = one_block.head = false;
@@ -300,7 +304,8 @@ MemoryPlan plan_memory(const MemoryShape& s) {
   const Terms add{plan};
   add_state_terms(s, add);
   add_activation_terms(s, add);
-  add_buffer_terms(s, add);
+  add_message_terms(s, add);
+  add_workspace_terms(s, add);
   add("data", s.data_bytes, "token files, mapped", "");
   add("process", s.process_bytes, "resident before the model: MPI, Kokkos, libraries", "");
   return plan;

@@ -169,15 +169,9 @@ void check_zero_options(TrainOptions& o) {
 
 }  // namespace
 
-void check_options(TrainOptions& o) {
-  for (const SettingGroup& g : setting_groups()) {
-    for (const Setting& s : g.rows) {
-      if (s.key && std::string(s.key).rfind("model.", 0) == 0 && o.given.count(s.flag)) {
-        o.model_flags_given += (o.model_flags_given.empty() ? "" : ", ") + std::string(s.flag);
-      }
-    }
-  }
-  // The tensor-core attention exists only in a CUDA build, and rounds its operands to bf16.
+namespace {
+// What needs bf16 products: the tensor-core attention (only in a CUDA build), bf16 messages.
+void check_precision_options(const TrainOptions& o) {
   require(o.attention != "mma" || mma_attention_built(),
           "--attention mma runs on a GPU's tensor cores, and this build has no CUDA; use "
           "--attention fused or chunked");
@@ -190,6 +184,18 @@ void check_options(TrainOptions& o) {
               std::to_string(o.zero) + "'s blocks are reduced in fp32; use --zero 1");
   require(o.p2p_dtype != "bf16" || o.precision == Precision::bf16,
           "--p2p-dtype bf16 needs --precision bf16; add it, or send in fp32");
+}
+}  // namespace
+
+void check_options(TrainOptions& o) {
+  for (const SettingGroup& g : setting_groups()) {
+    for (const Setting& s : g.rows) {
+      if (s.key && std::string(s.key).rfind("model.", 0) == 0 && o.given.count(s.flag)) {
+        o.model_flags_given += (o.model_flags_given.empty() ? "" : ", ") + std::string(s.flag);
+      }
+    }
+  }
+  check_precision_options(o);
   if (!o.gemm.empty()) {
     const std::vector<std::string> libraries = backend::available();
     std::string names;
