@@ -63,8 +63,9 @@ struct PlanOptions {
 // The settings mpiformer-plan shares with mpiformer-train.
 const std::set<std::string>& shared_flags() {
   static const std::set<std::string> flags = [] {
-    std::set<std::string> f = {"--batch",   "--seq-len",   "--precision",
-                               "--threads", "--optimizer", "--muon-ns-precision"};
+    std::set<std::string> f = {"--batch",     "--seq-len",          "--precision",
+                               "--threads",   "--optimizer",        "--muon-ns-precision",
+                               "--p2p-dtype", "--grad-reduce-dtype"};
     for (const char* m : kModelFlags) f.insert(m);
     return f;
   }();
@@ -252,6 +253,13 @@ int plan(mpf::Runtime& runtime, int argc, char** argv) {
                        mpf::precision_name(job.muon_products) +
                        " to its file, or plan --muon-ns-precision fp32");
     }
+    // The messages' bytes, refused as the trainer refuses them.
+    job.p2p_bf16 = o.run.p2p_dtype == "bf16";
+    job.reduce_bf16 = o.run.grad_reduce_dtype == "bf16";
+    mpf::require(!job.p2p_bf16 || job.precision == mpf::Precision::bf16,
+                 "--p2p-dtype bf16 needs --precision bf16; add it, or send in fp32");
+    mpf::require(!job.reduce_bf16 || job.precision == mpf::Precision::bf16,
+                 "--grad-reduce-dtype bf16 needs --precision bf16; add it, or reduce in fp32");
     job.nodes = o.nodes;
     job.ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : machine.devices_per_node;
     // In 64 bits: an int product would wrap into a world of negative or zero ranks.

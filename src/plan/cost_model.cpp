@@ -52,6 +52,8 @@ LayoutSizes sizes_of(const Job& job, const Machine& m, const Layout& l) {
   s.selective = l.selective;
   s.zero = l.zero;
   s.bf16 = job.precision == Precision::bf16;
+  s.p2p_bf16 = job.p2p_bf16;
+  s.reduce_bf16 = job.reduce_bf16;
   s.muon = job.muon;
   s.threads = m.gpu() ? 1 : std::max(1, int(devices_per_rank(m, job)));
   return s;
@@ -244,7 +246,8 @@ std::vector<StageCost> stage_costs(const Job& job, const Machine& m, const Layou
     for (OpTime* t : {&cost.f, &cost.b, &cost.w}) {
       t->compute /= V, t->tp /= V, t->cp /= V, t->ep /= V;
     }
-    cost.p2p_bytes = Rn * C * kFloat;
+    // --p2p-dtype bf16: the activations and their gradients cross as bf16 (pipeline/p2p.hpp).
+    cost.p2p_bytes = Rn * C * (job.p2p_bf16 ? 2.0 : kFloat);
     out.push_back(cost);
   }
   return out;
@@ -314,7 +317,11 @@ std::pair<double, double> after_pipeline(const Job& job, const Machine& m, const
     const double each = bytes / buckets;
     const double gather = allgather_ms(m, each, g);
     if (all_gather_only) return buckets * gather;
-    return buckets * (l.zero ? reduce_scatter_ms(m, each, g) + gather : allreduce_ms(m, each, g));
+    // --grad-reduce-dtype bf16: the same buckets (cut by fp32 elements) reduced at half the
+    // bytes; ZeRO's gather of the parameters stays fp32.
+    const double reduced = job.reduce_bf16 ? each / 2 : each;
+    return buckets *
+           (l.zero ? reduce_scatter_ms(m, reduced, g) + gather : allreduce_ms(m, reduced, g));
   };
   const Group dense{l.dp * l.cp, group_nodes(job, l, "dp_cp")};
   const Group experts{l.dp / l.ep * l.cp, group_nodes(job, l, "expert_dp_cp")};

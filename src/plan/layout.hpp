@@ -28,6 +28,9 @@ struct Job {
   // --optimizer muon: the blocks' matrices by Muon, and its Newton-Schulz products' precision.
   bool muon = false;
   Precision muon_products = Precision::fp32;
+  // --p2p-dtype bf16 and --grad-reduce-dtype bf16 (bf16 products only): the pipeline's messages
+  // and the DP gradient buckets at 2 bytes an element, as the trainer sends them.
+  bool p2p_bf16 = false, reduce_bf16 = false;
   int nodes = 1, ranks_per_node = 1;
   int world() const { return nodes * ranks_per_node; }
 };

@@ -23,11 +23,17 @@ std::string optimizer_flags(const Job& job) {
          (job.muon_products == Precision::bf16 ? " --muon-ns-precision bf16" : "");
 }
 
+// The messages' bytes, as the job was planned with them.
+std::string dtype_flags(const Job& job) {
+  return std::string(job.p2p_bf16 ? " --p2p-dtype bf16" : "") +
+         (job.reduce_bf16 ? " --grad-reduce-dtype bf16" : "");
+}
+
 std::string common_flags(const ReportInput& in, const Layout& l) {
   std::string s = in.model_flags + " --batch " + std::to_string(in.job->batch) + " --seq-len " +
                   std::to_string(in.job->seq_len);
   if (in.job->precision == Precision::bf16) s += " --precision bf16";
-  s += optimizer_flags(*in.job);
+  s += optimizer_flags(*in.job) + dtype_flags(*in.job);
   return s + " " + layout_flags(l);
 }
 
@@ -144,7 +150,7 @@ std::string job_script_command(const ReportInput& in, const Layout& l) {
                                 : "MODEL=\"" + in.model_flags + "\"";
   std::string extra = layout_extra_flags(l).substr(1);
   if (job.precision == Precision::bf16) extra += " --precision bf16";
-  extra += optimizer_flags(job);
+  extra += optimizer_flags(job) + dtype_flags(job);
   return "TP=" + std::to_string(l.tp) + " PP=" + std::to_string(l.pp) +
          " DP=" + std::to_string(l.dp) + " BATCH=" + std::to_string(job.batch) +
          " SEQ_LEN=" + std::to_string(job.seq_len) + " " + model + " EXTRA_ARGS=\"" + extra +

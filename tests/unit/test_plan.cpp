@@ -228,6 +228,66 @@ TEST(PlanCost, MemoryTermsByHand) {
   }
 }
 
+// --p2p-dtype bf16 and --grad-reduce-dtype bf16: a pipeline message is half the bytes, and so is
+// each DP bucket's reduction (the same buckets: cut by fp32 elements); in memory an input
+// gradient's fp32 buffer is one (free once its send is posted), and each message in flight has a
+// bf16 wire buffer, staged a bf16 host copy; the bf16 reduction a bf16 copy of the slab.
+TEST(PlanCost, Bf16MessagesByHand) {
+  const Machine m = parse_machine(
+      with(kMachine, "\"precisions\": {",
+           "\"precisions\": {\"bf16\": {\"peak_gflops\": 200, \"gemm_efficiency\": 0.5, "
+           "\"attention_efficiency\": 0.25}, "),
+      "test");
+  Job job = tiny_gpt(1, 2);
+  job.precision = Precision::bf16;
+  Job half = job;
+  half.p2p_bf16 = half.reduce_bf16 = true;
+  Layout pp2;
+  pp2.pp = 2;
+  pp2.dp = 1;
+  pp2.microbatches = 4;
+  const double message = 2.0 * 32 * 64 * 4;  // b 2 x T 32 rows of C 64 floats
+  EXPECT_DOUBLE_EQ(stage_cost(job, m, pp2, 0).p2p_bytes, message);
+  EXPECT_DOUBLE_EQ(stage_cost(half, m, pp2, 0).p2p_bytes, message / 2);
+  // DP 2, one bucket: an all-reduce of the slab's bf16 half.
+  Layout dp2;
+  dp2.dp = 2;
+  const double slab = double(Parameters::slab_floats(make_tp_shard(job.cfg, 0, 1), 2));
+  EXPECT_NEAR(predict(job, m, dp2).ms.dp, allreduce_ms(m, slab * 4, {2, 1}), 1e-12);
+  EXPECT_NEAR(predict(half, m, dp2).ms.dp, allreduce_ms(m, slab * 2, {2, 1}), 1e-12);
+
+  MemoryShape s;
+  s.shard = make_tp_shard(job.cfg, 0, 1);
+  s.micro_batch = 2;
+  s.seq_len = 32;
+  s.pipeline_stages = 2;
+  s.grad_sends = 3, s.grad_receives = 2, s.messages_in_flight = 5;
+  auto messages = [](const MemoryShape& shape) {
+    for (const MemoryTerm& t : plan_memory(shape).terms) {
+      if (t.name == "messages") return t.bytes;
+    }
+    return int64_t(-1);
+  };
+  const int64_t fp32 = messages(s);
+  EXPECT_EQ(fp32, int64_t((3 + 2) * message));
+  MemoryShape b = s;
+  b.p2p_bf16 = true;
+  EXPECT_EQ(messages(b), int64_t((1 + 2) * message + 5 * message / 2));
+  b.staged_mpi = s.staged_mpi = true;
+  EXPECT_EQ(messages(s), int64_t((3 + 2 + 5) * message));
+  EXPECT_EQ(messages(b), int64_t((1 + 2) * message + (5 + 5) * message / 2));
+  // DP 2 in buckets of 1,000 bytes: MPI's temporary of one bucket, at half the bytes in bf16 with
+  // the slab's bf16 copy beside it (host memory here).
+  MemoryShape d;
+  d.shard = s.shard;
+  d.dp_cp = 2;
+  d.dp_bucket_bytes = 1000;
+  const int64_t slab_bytes = Parameters::slab_floats(d.shard, 2) * 4;
+  EXPECT_EQ(messages(d), 1000);
+  d.reduce_bf16 = true;
+  EXPECT_EQ(messages(d), 500 + slab_bytes / 2);
+}
+
 // --optimizer muon: the optimizer term grows by Newton-Schulz's products, 5 x (4m²n + 2m³) FLOPs
 // per whole m x n matrix (m <= n) at the GEMM rate, on the replica the matrices are dealt to,
 // plus the TP all-gathers of the matrices it owns, the broadcasts of every matrix to the other
