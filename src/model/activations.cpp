@@ -89,6 +89,7 @@ struct MlpFloats {
 // Selective recomputation's: norm (bf16 values with chunk.bf16, else floats) and h32 (floats).
 struct ScratchSizes {
   int64_t partial = 0, staging = 0, h = 0, moe = 0, norm = 0, h32 = 0;
+  int64_t output = 0;  // ChunkPieces::lent_output: the last block's output
 };
 ScratchSizes scratch_sizes(const Activations& a) {
   const TpShard& s = a.shard;
@@ -105,6 +106,7 @@ ScratchSizes scratch_sizes(const Activations& a) {
   const SelectiveDrop drop = selective_dropped(a.cfg, a.chunk);
   z.norm = L > 0 && drop.ln1 ? R * C : 0;
   z.h32 = L > 0 && drop.h && !a.chunk.bf16 ? mlp.h : 0;
+  z.output = a.chunk.lent_output && a.chunk.layers > 0 ? a.seq.local_rows * C : 0;
   return z;
 }
 
@@ -117,6 +119,7 @@ void carve_scratch(Activations& a, SlabCarver& k) {
   a.norm_scratch = k.take(a.chunk.bf16 ? 0 : z.norm);
   a.norm_scratch16 = k.take16(a.chunk.bf16 ? z.norm : 0);
   a.h_scratch32 = k.take(z.h32);
+  a.lent_out = k.take(z.output);
 }
 
 void carve(Activations& a, SlabCarver& k) {
@@ -189,7 +192,10 @@ void carve(Activations& a, SlabCarver& k) {
   a.shared_gate = k.take(S * L * R);
   a.mla = k.take(L * mla_activation_floats(s, R));
   a.moe_ints = k.take(L * moe.ints());
-  a.residual3 = k.take(int64_t(a.chunk.layers) * Rl * C);
+  // A lent output is the scratch's, not the set's.
+  const int64_t lent = z.output > 0 ? 1 : 0;
+  a.lent_out = k.take(own * z.output);
+  a.residual3 = k.take((int64_t(a.chunk.layers) - lent) * Rl * C);
   const int64_t logit_rows = a.chunk.logit_rows > 0 ? std::min<int64_t>(a.chunk.logit_rows, R) : R;
   a.lnf = k.take(H * R * C);
   a.lnf_mean = k.take(M * H * Rl);
@@ -409,7 +415,8 @@ LayerActivations Activations::layer(int l) const {
   const int64_t M = cfg.rms_norm() ? 0 : 1;
   LayerActivations x;
   if (chunk.recompute) {  // a store of block outputs only: the rest stay empty views
-    x.residual3 = slice(residual3, l * Rl * C, Rl * C);
+    const bool lent = chunk.lent_output && l == chunk.layers - 1;
+    x.residual3 = lent ? lent_out : slice(residual3, l * Rl * C, Rl * C);
     return x;
   }
   const SelectiveDrop drop = selective_dropped(cfg, chunk);
@@ -513,7 +520,8 @@ LayerActivations Activations::layer(int l) const {
   x.moe.load = moe_aux && moe_load ? moe_load + (chunk.first_layer + l) * moe.E : nullptr;
   x.moe.adds_aux = shard.rank == 0 && (!ring || ring->rank() == 0);
   x.moe.dloss = dloss;
-  x.residual3 = slice(residual3, l * Rl * C, Rl * C);
+  const bool lent = chunk.lent_output && l == chunk.layers - 1;
+  x.residual3 = lent ? lent_out : slice(residual3, l * Rl * C, Rl * C);
   return x;
 }
 

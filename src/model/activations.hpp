@@ -50,7 +50,19 @@ struct ChunkPieces {
   // set's slab: the owner binds it (bind_scratch) to memory its sets share, as one op runs at a
   // time and none reads another's scratch.
   bool shared_scratch = false;
+  // --p2p-dtype bf16 under full recomputation, a chunk without the head: its output (the last
+  // block's) is not kept in the set but in the one-op scratch. The send right after the forward
+  // rounds it into a bf16 wire buffer, nothing else reads it (no block's recomputation starts
+  // from it, and B's recomputation writes it again), so a set keeps one block output fewer:
+  // Megatron's set, which frees the output once sent (ModelStage checks that a send follows).
+  bool lent_output = false;
 };
+
+// Whether a chunk lends its output to the scratch (ChunkPieces::lent_output): bf16 messages under
+// full recomputation, and a chunk that sends its output (not the head's).
+inline bool lent_output(const ChunkPieces& c, bool recompute, bool p2p_bf16) {
+  return p2p_bf16 && recompute && !c.head && c.layers > 0;
+}
 
 // Which activations a set with chunk.bf16 keeps in bf16, where autocast keeps them in bf16: the
 // sublayers' inputs (a block's ln1 and ln2), Q, K and V after the q/k norms and the rotation
@@ -211,7 +223,8 @@ struct Activations {
   // (Rl,C) the received gradient of the output (chunks without the head): not in the slab, the
   // stage's pooled receive buffer, bound from the receive until B
   Tensor output_grad;
-  Tensor partial;  // (R,C) a row-parallel output before its reduce-scatter (sequence parallel)
+  Tensor partial;   // (R,C) a row-parallel output before its reduce-scatter (sequence parallel)
+  Tensor lent_out;  // (Rl,C) with chunk.lent_output, the last block's output (scratch)
   // Per-layer tensors, each (chunk.layers, ...) with block i of the chunk at offset i * (its
   // per-layer size).
   Tensor ln1, ln1_mean, ln1_rstd, qkv, qk_raw, qk_rstd, atty, lse, attn_out, residual2, ln2,

@@ -285,7 +285,20 @@ const float* ModelStage::sent_grad(int mb, int chunk) {
   return buf;
 }
 
+void ModelStage::check_lent_output_sent() const {
+  if (unsent_.first < 0) return;
+  MPF_FATAL("microbatch " + std::to_string(unsent_.first) + ", chunk " +
+            std::to_string(unsent_.second) +
+            ": a compute op before the send of its lent output (the schedule must send a "
+            "forward's output right after it under --p2p-dtype bf16 with --recompute)");
+}
+
+void ModelStage::sent_output(int mb, int chunk) {
+  if (unsent_ == Key{mb, chunk}) unsent_ = {-1, -1};
+}
+
 void ModelStage::forward(int mb, int chunk) {
+  check_lent_output_sent();
   Activations*& a = live_[{mb, chunk}];
   if (!a) a = acquire(chunk);
   a->doc_start = doc_starts_ ? (*doc_starts_)[mb].data() : nullptr;
@@ -302,9 +315,11 @@ void ModelStage::forward(int mb, int chunk) {
   });
   times_.forward += sw.seconds() * 1e3;
   ++times_.forwards;
+  if (chunks_[chunk].lent_output) unsent_ = {mb, chunk};
 }
 
 void ModelStage::backward_input(int mb, int chunk) {
+  check_lent_output_sent();
   Activations* a = live(mb, chunk);
   // The output went to the next stage and its gradient has come back, so that send has been
   // received and completing it cannot block. Done before the backward because recomputation
@@ -345,6 +360,7 @@ void ModelStage::backward_weight(int mb, int chunk) {
               ": W before its B (the schedule ran its ops out of order)");
   }
   WeightGradInputs* w = it->second;
+  check_lent_output_sent();
   Activations* a = live(mb, chunk);
   // The chunk's gradients are complete after its last W; that is when sequence parallelism sums
   // its LayerNorm gradients over TP, and when the data-parallel buckets hear of each part it
@@ -376,6 +392,7 @@ void ModelStage::send_forward(int mb, int chunk) {
   if (p2p_.is_last(chunk)) return;
   timed(op_name(OpKind::kSendForward), mb, chunk,
         [&] { p2p_.send_forward(live(mb, chunk)->output().data(), mb, chunk); });
+  sent_output(mb, chunk);
 }
 
 void ModelStage::recv_backward(int mb, int chunk) {
@@ -399,6 +416,7 @@ void ModelStage::send_forward_recv_backward(int send_mb, int send_chunk, int rec
   timed(op_name(OpKind::kSendForwardRecvBackward), recv_mb, recv_chunk, [&] {
     p2p_.send_forward_recv_backward(out, send_mb, send_chunk, grad, recv_mb, recv_chunk);
   });
+  if (out) sent_output(send_mb, send_chunk);
 }
 
 void ModelStage::send_backward_recv_forward(int send_mb, int send_chunk, int recv_mb,
@@ -419,6 +437,7 @@ void ModelStage::send_forward_recv_forward(int send_mb, int send_chunk, int recv
   if (!out && !in) return;
   timed(op_name(OpKind::kSendForwardRecvForward), recv_mb, recv_chunk,
         [&] { p2p_.send_forward_recv_forward(out, send_mb, send_chunk, in, recv_mb, recv_chunk); });
+  if (out) sent_output(send_mb, send_chunk);
 }
 
 void ModelStage::send_backward_recv_backward(int send_mb, int send_chunk, int recv_mb,

@@ -174,6 +174,10 @@ class ModelStage : public pipeline::StageOps {
   float* input_buffer(int mb, int chunk);
   Tensor take_grad_buffer();
   const float* sent_grad(int mb, int chunk);
+  // A lent output (ChunkPieces::lent_output) lives in the scratch from its forward to its send,
+  // which must come next: a compute op in between is fatal, not a silent overwrite.
+  void check_lent_output_sent() const;
+  void sent_output(int mb, int chunk);
   // Runs op() and records it as `name` on the timeline, if one is set.
   template <class Op>
   void timed(const char* name, int mb, int chunk, Op op);
@@ -223,6 +227,7 @@ class ModelStage : public pipeline::StageOps {
   StageTimes times_;
   bool time_ops_ = true;
   bool by_block_ = false;
+  Key unsent_{-1, -1};  // the forward whose lent output awaits its send
   std::vector<StageEvent>* events_ = nullptr;
   std::function<void(const char*, int, int)> on_op_;
   std::function<double()> clock_;

@@ -35,6 +35,7 @@ MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePl
     c.selective = l.selective;
     c.bf16 = l.bf16;          // as TrainingRun::set_up_stage sets them
     c.shared_scratch = true;  // as ModelStage sets it
+    c.lent_output = lent_output(c, l.recompute, l.p2p_bf16);  // as build_stage sets it
     // As ModelStage::set_weight_with_input sets them.
     if (!zero_bubble) {
       c.logit_rows = head_chunk_rows(m.shard, c, l.micro_batch, local_seq, l.sequence_parallel);

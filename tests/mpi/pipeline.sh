@@ -188,6 +188,18 @@ if [ "$PRECISION" = bf16 ]; then
   else ok "--p2p-dtype bf16 changes the bits (the messages are rounded)"; fi
   run_layout 1 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 2 \
     --p2p-dtype bf16 --gpu-aware-mpi no
+  # Under full recomputation a chunk's output is then lent to the scratch until its send, right
+  # after the forward (ChunkPieces::lent_output): the same bits as keeping every output, in the
+  # classic loops and in tables (zb-v: a rank with the head's chunk and one that lends).
+  for schedule in "--microbatches 4" "--schedule interleaved --virtual-stages 2 --microbatches 4" \
+    "--schedule zb-v --microbatches 4"; do
+    # shellcheck disable=SC2086
+    run_layout 1 1 --pp 2 $schedule --p2p-dtype bf16
+    kept_log=$LAST_LOG
+    # shellcheck disable=SC2086
+    run_layout 1 1 --pp 2 $schedule --p2p-dtype bf16 --recompute
+    same_bits "$kept_log" "$LAST_LOG" "--p2p-dtype bf16 --recompute ($schedule: outputs lent)"
+  done
 fi
 
 # The rest runs in fp32 whatever PRECISION says (none of it passes --precision): the bf16

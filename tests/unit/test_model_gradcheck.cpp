@@ -447,6 +447,24 @@ TEST(Bf16Activations, SetsAndTheMemoryPlanCountTheSavedBytes) {
     EXPECT_EQ(Activations::bytes(shard, c32, B, T), Activations::bytes(shard, c16, B, T));
     EXPECT_EQ(WeightGradInputs::bytes(shard, c32, B, T) - WeightGradInputs::bytes(shard, c16, B, T),
               2 * L * (R * (C + shard.attn + dense * C) + MR * F + (1 - dense) * MR * C + SR * Fs));
+    // --p2p-dtype bf16 under recomputation: the last block's output is lent to the one-op
+    // scratch (sent right after the forward), a set one block output lighter.
+    // A set that owns its scratch keeps the output there.
+    ChunkPieces kept_all = c16, lent = c16;
+    kept_all.shared_scratch = lent.shared_scratch = true;
+    lent.lent_output = true;
+    EXPECT_EQ(Activations::bytes(shard, kept_all, B, T) - Activations::bytes(shard, lent, B, T),
+              4 * R * C);
+    EXPECT_EQ(Activations::scratch_bytes(shard, lent, B, T, false) -
+                  Activations::scratch_bytes(shard, kept_all, B, T, false),
+              4 * R * C);
+    lent.shared_scratch = false;
+    EXPECT_EQ(Activations::bytes(shard, lent, B, T), Activations::bytes(shard, c16, B, T));
+    const Activations al = Activations::allocate(shard, lent, B, T);
+    EXPECT_EQ(al.output().data(), al.lent_out.data());
+    if (L >= 2) {
+      EXPECT_EQ(al.block_input(int(L) - 1).data(), al.residual3.data() + (L - 2) * R * C);
+    }
 
     LayoutSizes sizes;
     sizes.cfg = cfg;
