@@ -6,6 +6,7 @@
 #include "model/gpt.hpp"
 #include "model/layers/encoder.hpp"
 #include "model/layers/linear.hpp"
+#include "model/mla_block.hpp"
 #include "parallel/tp_regions.hpp"
 
 namespace mpf {
@@ -64,6 +65,10 @@ Decoder::Decoder(const TpShard& shard, const ParameterTensors& params, int capac
     cache_ = KVCache::allocate(shard, capacity);
     work_ = Activations::allocate(shard, ChunkPieces{0, 1, false, false}, 1, capacity);
     work_.groups = groups;
+    if (cache_.latent) {
+      latent_scratch_ =
+          Slab("mpf::decoder_latent", mla_cached_attention_scratch_floats(shard, capacity));
+    }
   }
   head_slab_ = Slab("mpf::decoder_head", shard.cfg.channels + 2 + shard.vocab_shard);
   tokens_ = Tokens("mpf::decoder_tokens", capacity);
@@ -107,6 +112,13 @@ Tensor Decoder::cached_blocks(Tensor x, int n) {
     al.residual3 = out;
     block_forward(al, in, Tensor(), params_.blocks[size_t(l)], block, rows, tp_, rope,
                   [&](Tensor atty, Tensor qkv) {
+                    if (cache_.latent) {  // MLA: the latent and the rotary key, absorbed
+                      mla_cache_store(cache_, l, mla_latent(al, block, n), qkv, n, pos, block);
+                      mla_cached_attention_forward(
+                          atty, a.lse, Tensor(latent_scratch_.data(), latent_scratch_.extent(0)),
+                          qkv, params_.blocks[size_t(l)].kvbw, cache_, l, n, pos, block);
+                      return;
+                    }
                     kv_cache_store(cache_, l, qkv, n, pos);
                     cached_attention_forward(atty, a.lse, qkv, cache_, l, n, pos, shard_.heads,
                                              shard_.cfg.sliding_window);

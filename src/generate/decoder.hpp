@@ -40,6 +40,7 @@ class Decoder {
   int capacity() const { return capacity_; }
   bool kv_cache() const { return kv_cache_; }
   const TpShard& shard() const { return shard_; }
+  const KVCache& cache() const { return cache_; }
 
  private:
   // The blocks over the n positions [length_ - n, length_), from the embedded input x (n,C);
@@ -58,6 +59,7 @@ class Decoder {
   int capacity_;
   int length_ = 0;
   KVCache cache_;
+  Slab latent_scratch_;     // MLA's absorbed queries and outputs (mla_cached_attention_forward)
   Activations work_;        // one block's activations for `capacity` rows, reused by every block
   Slab head_slab_;          // lnf (C), its mean and rstd, logits (Vl)
   Tokens tokens_;           // (capacity) the sequence on the device

@@ -73,6 +73,18 @@ std::string sampling_text(const Sampling& s) {
   return buf;
 }
 
+// What the KV cache holds on this rank a token: floats and bytes a block, and over the blocks.
+std::string cache_text(const KVCache& c, const TpShard& s) {
+  const int64_t values = c.floats_per_token_layer(), bytes = values * int64_t(sizeof(float));
+  const std::string what = c.latent ? "the latent " + std::to_string(s.cfg.kv_lora_rank) +
+                                          " + rotary key " + std::to_string(s.cfg.qk_rope_dim)
+                                    : "K and V of " + std::to_string(s.kv_heads) +
+                                          " kv head(s) of " + std::to_string(s.head_size);
+  return "kv cache " + std::to_string(values) + " values (" + std::to_string(bytes) +
+         " B) a token a layer (" + what + "), " + std::to_string(bytes * c.layers) +
+         " B a token over " + std::to_string(c.layers) + " layers, per rank";
+}
+
 std::string joined(const std::vector<int32_t>& ids) {
   std::string s;
   for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
@@ -185,7 +197,8 @@ void Generation::run() {
         in_.checkpoint ? checkpoint::path(in_.checkpoint->root, in_.checkpoint->info.step).c_str()
                        : o.init_from.c_str(),
         grid_->tp_size(), host_thread_count(),
-        o.kv_cache ? "kv cache" : "no kv cache: the whole prefix per token",
+        o.kv_cache ? cache_text(decoder_->cache(), shard_).c_str()
+                   : "no kv cache: the whole prefix per token",
         sampling_text(o.sampling).c_str());
     for (const std::string& note : in_.notes) std::fprintf(stderr, "%s\n", note.c_str());
   }

@@ -238,6 +238,10 @@ void mla_forward(const LayerActivations& a, const LayerParameters& p, const TpSh
       });
 }
 
+Tensor mla_latent(const LayerActivations& a, const TpShard& s, int64_t R) {
+  return mla_acts(a.mla, MlaDims(s), R).latn;
+}
+
 Tensor mla_attention_output(const LayerActivations& a, const TpShard& s, int64_t R) {
   const MlaDims d(s);
   const MlaActs m = mla_acts(a.mla, d, R);

@@ -37,6 +37,9 @@ float mla_rope_table_scale(const GPTConfig& cfg);
 // (T, qk_rope/2) rotate row n by position pos0 + n % T.
 void mla_forward(const LayerActivations& a, const LayerParameters& p, const TpShard& s, int64_t R,
                  Tensor cos, Tensor sin, int T, int pos0);
+// The normalised latent RMSNorm(kv_a(x)'s first kv_lora_rank values) (R, kv_lora_rank) of the
+// rows mla_forward formed (generation's latent KV cache keeps it).
+Tensor mla_latent(const LayerActivations& a, const TpShard& s, int64_t R);
 // This rank's heads' V parts of the attention's output a.atty, the o_proj's input (R, NHl·v).
 Tensor mla_attention_output(const LayerActivations& a, const TpShard& s, int64_t R);
 // datty (R, NHl·hs), the attention output's gradient (zero past v in each head), from dres2

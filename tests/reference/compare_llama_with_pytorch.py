@@ -323,7 +323,7 @@ def reference_decode(params0, m):
     return seq[len(PROMPT):], np.array(rows)
 
 
-def run_generate(exe, mpiexec, workdir, model, name, ranks, extra=(), tp=None):
+def run_generate(exe, mpiexec, workdir, model, name, ranks, extra=(), tp=None, log=None):
     tokens, logits = (os.path.join(workdir, f"{name}.{x}") for x in ("tokens", "logits"))
     cmd = [exe, "--init-from", model, "--prompt-tokens", ",".join(map(str, PROMPT)),
            "--max-new-tokens", str(NEW_TOKENS), "--tokens-out", tokens, "--logits-out", logits,
@@ -335,6 +335,8 @@ def run_generate(exe, mpiexec, workdir, model, name, ranks, extra=(), tp=None):
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
     if proc.returncode != 0:
         raise RuntimeError(f"generate exit status {proc.returncode}: {proc.stdout}{proc.stderr}")
+    if log is not None:  # the banner and summary lines, for a caller that reads them
+        log.append(proc.stderr)
     ids = [int(x) for x in open(tokens).read().strip().split(",")]
     rows = np.fromfile(logits, dtype="<f4").reshape(-1, MODEL["V"]).astype(np.float64)
     return ids[len(PROMPT):], rows

@@ -41,6 +41,7 @@ Debian's /usr/bin/python3 (torch 1.13). The last line is `reference_families: N 
 """
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -97,6 +98,14 @@ def safetensors_names(path):
         return set(json.loads(f.read(n))) - {"__metadata__"}
 
 
+def cache_values(stderr):
+    """The KV cache's values a token a layer on a rank, from mpiformer-generate's banner."""
+    mt = re.search(r"\| kv cache (\d+) values \((\d+) B\) a token a layer", stderr)
+    if not mt or int(mt.group(2)) != 4 * int(mt.group(1)):
+        raise ValueError(f"no cache size (values, 4 bytes each) in the banner: {stderr}")
+    return int(mt.group(1))
+
+
 def check_decoding(tally, gen, mpiexec, workdir, model, name, m, params0, tp_sizes, ep_sizes=()):
     """Greedy decoding with the KV cache on each TP size, and each (TP, EP) pair of ep_sizes,
     gives the reference's ids."""
@@ -104,10 +113,18 @@ def check_decoding(tally, gen, mpiexec, workdir, model, name, m, params0, tp_siz
     for tp, ep in [(tp, 1) for tp in tp_sizes] + list(ep_sizes):
         layout = f"tp {tp}" + (f" x ep {ep}" if ep > 1 else "")
         extra = ("--ep", str(ep)) if ep > 1 else ()
+        log = []
         ids, _ = run_generate(gen, mpiexec, workdir, model, f"{name}_tp{tp}_ep{ep}", tp * ep,
-                              extra, tp)
+                              extra, tp, log)
         tally.check(ids == ref_ids, f"[{name} generate {layout}] {len(ids)} greedy ids with the "
                                     f"KV cache equal torch's")
+        # K and V of the rank's kv heads a token a layer (a kv head replicated when KVH < TP).
+        kv_heads = m["KVH"] // tp if m["KVH"] % tp == 0 else 1
+        want = 2 * kv_heads * m.get("hd", m["C"] // m["NH"])
+        got = cache_values(log[0])
+        tally.check(got == want, f"[{name} generate {layout}] the KV cache holds {got} values a "
+                                 f"token a layer on a rank, 2 x {kv_heads} kv heads x head size "
+                                 f"= {want}")
 
 
 def hf_round_trip(tally, exe, workdir, model, shard, tokens, name, m, architecture, hf_tensor):
@@ -278,7 +295,7 @@ def check_deepseek(tally, exe, gen, workdir, shard, tokens):
         tally.check(ok, f"[deepseek_v3 {name}] refused: {errors}")
     ok, errors = refused(exe, workdir, model, shard, ("--optimizer", "muon"), "Muon")
     tally.check(ok, f"[deepseek_v3 --optimizer muon] refused: {errors}")
-    # Greedy decoding with the KV cache (K and V of every head, V padded) on TP 1 and 2.
+    # Greedy decoding with the latent KV cache ([c_kv | k_rope] a token) on TP 1 and 2.
     p = {k: torch.tensor(v, dtype=torch.float64) for k, v in params0.items()}
     seq, ref_rows = list(PROMPT), []
     with torch.no_grad():
@@ -287,13 +304,19 @@ def check_deepseek(tally, exe, gen, workdir, shard, tokens):
             ref_rows.append(z)
             seq.append(int(np.argmax(z)))
     for tp in (1, 2):
+        log = []
         ids, rows = run_generate(gen, os.environ.get("MPIEXEC", "mpiexec"), workdir, model,
-                                 f"deepseek_v3_generate_tp{tp}", tp)
+                                 f"deepseek_v3_generate_tp{tp}", tp, log=log)
         rel = max(np.abs(rows[i] - ref_rows[i]).max() / np.abs(ref_rows[i]).max()
                   for i in range(min(len(rows), len(ref_rows))))
         tally.check(ids == seq[len(PROMPT):] and len(rows) == NEW_TOKENS and rel <= LOGITS_RTOL,
-                    f"[deepseek_v3 generate tp {tp}] {len(ids)} greedy ids with the KV cache "
-                    f"equal torch's, logits within {rel:.1e} of the largest")
+                    f"[deepseek_v3 generate tp {tp}] {len(ids)} greedy ids with the latent KV "
+                    f"cache equal torch's, logits within {rel:.1e} of the largest")
+        # The latent and the rotary key a token a layer, the whole latent on every TP rank.
+        got = cache_values(log[0])
+        tally.check(got == m["kvr"] + m["dr"],
+                    f"[deepseek_v3 generate tp {tp}] the KV cache holds {got} values a token a "
+                    f"layer on a rank: kv_lora_rank {m['kvr']} + qk_rope_head_dim {m['dr']}")
 
 
 def experts_load(stdout, step):
