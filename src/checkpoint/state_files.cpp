@@ -66,8 +66,9 @@ bool writes_parameter(const TpShard& shard, int dp_rank, TensorId tensor) {
 }
 
 bool StateFiles::writes(TensorId tensor, bool moments) const {
-  if (moments && zero_) {  // ZeRO shards are distinct over DP
-    return (shard_.is_split(tensor) || tp_rank_ == 0) && !shard_.is_tied_copy(tensor);
+  if (moments && zero_) {  // ZeRO shards are distinct over DP (over a node's ranks under HSDP)
+    return zero_replica_ == 0 && (shard_.is_split(tensor) || tp_rank_ == 0) &&
+           !shard_.is_tied_copy(tensor);
   }
   return writes_parameter(shard_, dp_rank_, tensor);
 }

@@ -8,7 +8,8 @@
 // Of an element's replicas exactly one writes it, and on load the same rule picks the one rank
 // that counts it into its tensor's checksum: TP rank 0 for a tensor every TP rank holds whole; DP
 // rank 0 for parameters, and for m and v without ZeRO (under ZeRO-1 the DP rank whose shard
-// holds it; under ZeRO-3 the blocks' parameters too); for the experts under EP, expert-DP rank 0 of
+// holds it, of its first node's copy under --zero-group node; under ZeRO-3 the blocks' parameters
+// too); for the experts under EP, expert-DP rank 0 of
 // each EP rank; the first stage for the tied wte.
 #pragma once
 
@@ -56,6 +57,10 @@ class StateFiles {
   // (ParallelFile::fail_staging_for_tests).
   void fail_staging_for_tests() { fail_staging_ = true; }
 
+  // --zero-group node: the shards are replicated across nodes, and only the copy whose rank among
+  // the replicas is 0 writes (and counts) its ZeRO shard's elements; the others read them.
+  void set_zero_replica(int rank) { zero_replica_ = rank; }
+
   // The bytes of the two files.
   int64_t model_bytes() const;
   int64_t optimizer_bytes() const;
@@ -76,6 +81,7 @@ class StateFiles {
   MPI_Comm world_;
   int world_rank_, tp_rank_, dp_rank_;
   bool zero_, sharded_params_;
+  int zero_replica_ = 0;
   TpShard shard_;
   GPTConfig cfg_;
   int64_t count_;            // parameters of the whole model

@@ -320,6 +320,12 @@ void DataParallelGrads::finish() {
       i = j + 1;
     }
   }
+  if (replicas_ != MPI_COMM_NULL && zero_) {
+    // HSDP: the node's sums added over the nodes (ZeRO-2/3's blocks landed in the shard before).
+    Kokkos::fence();
+    MpiCallScope in_mpi("MPI_Allreduce", replicas_);
+    allreduce_sum(shard_.data(), shard_size(), replicas_);
+  }
   std::fill(started_.begin(), started_.end(), false);
   for (size_t i = 0; i < buckets_.size(); ++i) waiting_[i] = int(buckets_[i].parts.size());
 }

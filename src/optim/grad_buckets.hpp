@@ -27,6 +27,11 @@
 // not divide evenly gives its first ranks one element more (MPI_Ireduce_scatter and
 // MPI_Iallgatherv with counts).
 //
+// --zero-group node (HSDP, set_replicas): the group is one node's ranks of DP x CP, so each
+// bucket's reduce-scatter and the parameters' all-gather stay within the node; after the
+// reduce-scatters each rank's shard (its node's sum) is all-reduced over the ranks holding the
+// same shard on the other nodes, which gives every copy the sum over all of DP x CP.
+//
 // The ranks of a DP group run the same stage program, so they finish parts in the same order and
 // start the buckets' collectives in the same order, as MPI requires.
 //
@@ -88,6 +93,12 @@ class DataParallelGrads {
   // --grad-reduce-dtype bf16 (see the top): before the first step; not under ZeRO-2/3.
   void set_bf16_reduction(bool on);
   bool bf16_reduction() const { return host16_.data() != nullptr; }
+  // --zero-group node (HSDP): `dp` is this node's ranks of DP x CP, and `replicas` the ranks
+  // holding the same shard on the other nodes; finish() then sums the shard over them. Before
+  // the first step; ZeRO only.
+  void set_replicas(MPI_Comm replicas) { replicas_ = replicas; }
+  // The group the shards are split over (DP x CP, or a node's part of it).
+  MPI_Comm group() const { return dp_; }
 
   bool zero() const { return zero_; }
   // 0 without ZeRO, else its stage.
@@ -125,7 +136,7 @@ class DataParallelGrads {
   MPI_Comm comm(const GradBucket& b) const { return b.experts ? expert_dp_ : dp_; }
   int rank_in(const GradBucket& b) const { return b.experts ? expert_rank_ : rank_; }
 
-  MPI_Comm dp_, expert_dp_;
+  MPI_Comm dp_, expert_dp_, replicas_ = MPI_COMM_NULL;
   int ranks_ = 1, rank_ = 0, expert_ranks_ = 1, expert_rank_ = 0, blocks_ = 0;
   bool zero_ = false;
   int stage_ = 0;

@@ -5,6 +5,8 @@
 
 #include <mpi.h>
 
+#include <vector>
+
 namespace mpf {
 
 struct NodePlacement {
@@ -14,6 +16,26 @@ struct NodePlacement {
 
 // Collective over world.
 NodePlacement node_placement(MPI_Comm world);
+
+// Collective over comm: for each rank of comm, the lowest rank of comm on the same node (the
+// ranks MPI_Comm_split_type SHARED puts together). For the tests, MPIFORMER_TEST_HOST names a
+// rank's node instead (one machine posing as several, as checkpoint/local_shards.hpp reads it).
+std::vector<int> node_of_ranks(MPI_Comm comm);
+
+// --zero-group node (HSDP): a group split by node and, across the nodes, the ranks at the same
+// place in it. Owns both communicators.
+struct NodeSplit {
+  // Collective over group; every node must hold the same number of its ranks (else `even` is
+  // false and no communicator is made).
+  explicit NodeSplit(MPI_Comm group);
+  ~NodeSplit();
+  NodeSplit(const NodeSplit&) = delete;
+  NodeSplit& operator=(const NodeSplit&) = delete;
+  MPI_Comm within = MPI_COMM_NULL;    // this rank's node's ranks of group, in group order
+  MPI_Comm replicas = MPI_COMM_NULL;  // the ranks at this rank's place in each node, node order
+  int nodes = 1;                      // nodes holding ranks of group
+  bool even = true;                   // each of them holds the same number
+};
 
 // The CPUs this process may run on. With OpenMP binding on (OMP_PROC_BIND), the OpenMP run-time
 // has already pinned the main thread to its first place before main() runs, so the thread's

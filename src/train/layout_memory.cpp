@@ -66,6 +66,7 @@ MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePl
   m.bf16 = l.bf16;
   m.bf16_scratch = largest_bf16_operand(m.shard, l.micro_batch * local_seq);
   m.dp_cp = l.dp_cp;
+  m.zero_ranks = l.zero_ranks > 0 ? l.zero_ranks : l.dp_cp;
   m.zero = l.zero && l.dp_cp > 1;
   m.zero_stage = l.zero_stage;
   m.staged_mpi = l.staged_mpi;

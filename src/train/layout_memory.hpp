@@ -20,6 +20,8 @@ struct LayoutSizes {
   int micro_batch = 1;                   // rows per microbatch
   int seq_len = 1;                       // tokens per sequence (all CP ranks')
   std::vector<LayerRange> layer_ranges;  // the pp x V chunks' blocks
+  // Ranks a ZeRO shard is split over (a node's under --zero-group node); 0: dp_cp.
+  int zero_ranks = 0;
   bool sequence_parallel = false, recompute = false, zero = false, bf16 = false;
   bool selective = false;  // --recompute selective (recompute: full)
   int zero_stage = 1;      // with zero: --zero's stage (the planner's layouts: 1)

@@ -105,7 +105,7 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
   // The slabs: parameters and gradients padded to a multiple of the DP x CP ranks (ZeRO's
   // buckets), AdamW's two moments (this rank's shard under ZeRO), the bf16 copy of the weights.
   const int64_t count = Parameters::slab_floats(shard, s.dp_cp);
-  const int64_t state = s.zero ? count / s.dp_cp : count;
+  const int64_t state = s.zero ? count / s.shard_ranks() : count;
   // ZeRO-2/3 (optim/sharded_blocks.hpp): of the blocks' stretch of a sharded slab this rank
   // writes only its part of each block (the rest takes no memory), and the pool holds two whole
   // blocks (and two of its parts) besides.
@@ -117,9 +117,9 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
     const auto [lo, hi] = layout.block_range(l);
     block = std::max(block, hi - lo);
     blocks += hi - lo;
-    parts += (hi - lo + s.dp_cp - 1) / s.dp_cp;
+    parts += (hi - lo + s.shard_ranks() - 1) / s.shard_ranks();
   }
-  const int64_t part = (block + s.dp_cp - 1) / s.dp_cp;
+  const int64_t part = (block + s.shard_ranks() - 1) / s.shard_ranks();
   // On the host the pages of the blocks' stretch no rank writes take no memory; a device
   // allocation is whole (the saving there needs the device's virtual memory mapping: not yet).
   const int64_t unwritten = kDeviceMemory ? 0 : blocks - parts;
@@ -243,7 +243,7 @@ void add_message_terms(const MemoryShape& s, const Terms& add) {
   if (s.reduce_bf16 && s.dp_cp > 1 && !(s.zero && s.zero_stage >= 2)) {
     // --grad-reduce-dtype bf16: the slab's bf16 copy the buckets are reduced in (and under ZeRO
     // the shard's bf16 sums), a device copy of it on a GPU, and MPI's temporary at half the bytes.
-    const int64_t copy = slab / 2 + (s.zero ? slab / s.dp_cp / 2 : 0);
+    const int64_t copy = slab / 2 + (s.zero ? slab / s.shard_ranks() / 2 : 0);
     reduction = reduction / 2 + copy * (kDeviceMemory ? 2 : 1);
   }
   messages += reduction;

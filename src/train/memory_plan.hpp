@@ -41,6 +41,9 @@ struct MemoryShape {
   bool bf16 = false;
   int64_t bf16_scratch = 0;  // elements of each of Bf16Products' two operand buffers
   int dp_cp = 1;             // ranks whose gradients are summed (DP x CP)
+  // Ranks a ZeRO shard is split over: dp_cp, or a node's under --zero-group node (HSDP); 0: dp_cp.
+  int zero_ranks = 0;
+  int shard_ranks() const { return zero_ranks > 0 ? zero_ranks : dp_cp; }
   bool zero = false;
   // With zero: 1, or 2 and 3 (optim/sharded_blocks.hpp): the blocks' gradients (and under 3
   // their parameters) held as this rank's shard and a pool of two whole blocks.

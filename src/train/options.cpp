@@ -182,6 +182,15 @@ void check_precision_options(const TrainOptions& o) {
   require(o.grad_reduce_dtype != "bf16" || o.zero < 2,
           "--grad-reduce-dtype bf16 reduces the buckets of --zero 0 and 1, and ZeRO-" +
               std::to_string(o.zero) + "'s blocks are reduced in fp32; use --zero 1");
+  require(o.zero_group != "node" || o.zero >= 1,
+          "--zero-group node shards ZeRO's state within each node, and --zero " +
+              std::to_string(o.zero) + " shards nothing; add --zero 1, 2 or 3, or drop it");
+  require(o.zero_group != "node" || o.ep == 1,
+          "--zero-group node does not serve expert parallelism yet (the experts' shards over "
+          "the expert-DP group); use --zero-group all with --ep");
+  require(o.zero_group != "node" || o.optimizer != "muon",
+          "--zero-group node does not serve --optimizer muon yet (its matrices are dealt out "
+          "over all DP x CP ranks); use --zero-group all or --optimizer adamw");
   require(o.p2p_dtype != "bf16" || o.precision == Precision::bf16,
           "--p2p-dtype bf16 needs --precision bf16; add it, or send in fp32");
 }

@@ -94,6 +94,9 @@ struct TrainOptions {
   // activation functions' outputs formed again in W); a bare --recompute is full.
   std::string recompute = "none";
   int zero = 0;
+  // --zero-group: "all" shards ZeRO's state over all DP x CP ranks; "node" over those of a node,
+  // replicated across the nodes (HSDP).
+  std::string zero_group = "all";
   // Checkpoints: the whole training state (checkpoint/checkpointing.hpp).
   std::string save;       // --save DIR
   int save_every = 0;     // steps between saves; 0: at the end (and on a signal) only

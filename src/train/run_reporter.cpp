@@ -187,6 +187,14 @@ void RunReporter::print_layout() const {
               g.dp_size(), g.cp_size() > 1 ? " (gradients summed over DP x CP)" : "",
               r.dp_grads_->buckets().size(), o.dp_bucket_mb, o.overlap_grad_reduce ? "on" : "off",
               zero_line(r.dp_grads_->stage(), o.zero, g.cp_size() > 1).c_str());
+  if (r.zero_nodes_ && r.dp_grads_->zero()) {
+    int within = 1;
+    MPI_Comm_size(r.zero_nodes_->within, &within);
+    std::printf(
+        "data parallel: --zero-group node: shards over the %d rank(s) of each node, replicated "
+        "on %d nodes (the shard's sums added across them)\n",
+        within, r.zero_nodes_->nodes);
+  }
   std::printf(
       "optimizer: AdamW lr %.1e betas %g/%g eps %g wd %g (matrices) | clip %g | %s, warmup %d, "
       "final frac %g\n",

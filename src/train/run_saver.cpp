@@ -129,6 +129,9 @@ local_tier::ShardKey RunSaver::local_key(const TrainingRun& r) {
   for (const auto& [k, value] : checkpoint_info(r, 1).settings) {
     if (k.rfind("layout.", 0) == 0) key.layout += k + " = " + value + "\n";
   }
+  // --zero-group node shards the moments otherwise (not recorded: the global files do not
+  // depend on it).
+  if (r.zero_nodes_) key.layout += "zero_group = node\n";
   CheckpointInfo shape;
   shape.model = r.cfg_;
   std::istringstream lines(to_text(shape));

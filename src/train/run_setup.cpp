@@ -147,6 +147,22 @@ void TrainingRun::set_up_grid(MPI_Comm world) {
                                              grid_->world_size() / grid_->tp_size());
     if (!span.empty()) warnings_.push_back(span);
   }
+  if (opts_.zero_group == "node") split_zero_by_node();
+}
+
+void TrainingRun::split_zero_by_node() {
+  // Every DP x CP group is split alike (each its own nodes); the refusals are agreed over the
+  // world, so every rank stops or none does.
+  zero_nodes_ = std::make_unique<NodeSplit>(grid_->dp_cp_comm());
+  int ok[2] = {zero_nodes_->nodes > 1, zero_nodes_->even};
+  MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ok, 2, MPI_INT, MPI_MIN, grid_->world_comm()));
+  const std::string group = std::to_string(grid_->dp_cp_size()) + " DP x CP ranks";
+  require(ok[0] == 1, "--zero-group node needs ranks on two or more nodes; the " + group +
+                          " of a group are all on one node: use --zero-group all");
+  require(ok[1] == 1, "--zero-group node needs each node to hold as many of the " + group +
+                          " of a group, and they are spread unevenly over " +
+                          std::to_string(zero_nodes_->nodes) +
+                          " nodes; place the ranks evenly, or use --zero-group all");
 }
 
 void TrainingRun::plan_pipeline() {
@@ -210,6 +226,8 @@ LayoutSizes TrainingRun::layout_sizes() const {
   l.attention = attention_path_named(opts_.attention);
   l.zero = opts_.zero >= 1;
   l.zero_stage = std::max(opts_.zero, 1);
+  // --zero-group node: the shards are split over a node's ranks of DP x CP.
+  if (zero_nodes_) MPI_Comm_size(zero_nodes_->within, &l.zero_ranks);
   l.bf16 = opts_.precision == Precision::bf16;
   l.staged_mpi = staged();
   l.p2p_bf16 = opts_.p2p_dtype == "bf16";
@@ -306,9 +324,13 @@ void TrainingRun::set_up_optimizer() {
   // Under EP the experts' gradients are summed, and ZeRO shards them, over the ranks holding the
   // same experts.
   const MPI_Comm expert_dp = grid_->ep_size() > 1 ? grid_->expert_dp_cp_comm() : MPI_COMM_NULL;
-  dp_grads_ =
-      std::make_unique<DataParallelGrads>(grads_, shard_, grid_->dp_cp_comm(), bucket_elems, zero,
-                                          /*tied_wte=*/tied_across_stages(), expert_dp, stage);
+  // --zero-group node (HSDP): the buckets are reduce-scattered (and gathered) within the node,
+  // and the shard then summed over the nodes holding the same one.
+  const bool hsdp = zero && zero_nodes_;
+  dp_grads_ = std::make_unique<DataParallelGrads>(
+      grads_, shard_, hsdp ? zero_nodes_->within : grid_->dp_cp_comm(), bucket_elems, zero,
+      /*tied_wte=*/tied_across_stages(), expert_dp, stage);
+  if (hsdp) dp_grads_->set_replicas(zero_nodes_->replicas);
   dp_grads_->set_bf16_reduction(opts.grad_reduce_dtype == "bf16");
   if (stage >= 2) sharded_ = std::make_unique<ShardedBlocks>(*dp_grads_, params_, grads_, stage);
   // Under ZeRO-1 AdamW's segments are this rank's shard of the moments, else the slab's pieces.
@@ -337,6 +359,11 @@ void TrainingRun::set_up_optimizer() {
   grad_squares_ = std::make_unique<SumOfSquares>(grid_->ep_size() > 1 ? 2 : 1);
   state_files_ =
       std::make_unique<StateFiles>(*grid_, shard_, params_, *optimizer_, zero, stage == 3);
+  if (hsdp) {  // each shard written by its first node's copy
+    int replica = 0;
+    MPI_Comm_rank(zero_nodes_->replicas, &replica);
+    state_files_->set_zero_replica(replica);
+  }
 }
 
 void TrainingRun::load_state() {

@@ -221,6 +221,11 @@ SettingGroup layout_settings() {
            "0-3: ZeRO-1 shards the optimizer state over the DP ranks, 2 the blocks' gradients "
            "too, 3 also their parameters (gathered block by block)",
            &O::zero, 0, "layout.zero", kRecorded},
+          {"--zero-group", "G",
+           "all (default): ZeRO shards over every DP x CP rank; node: over the DP x CP ranks of "
+           "each node, replicated across nodes (HSDP: a node's reduce-scatter, then the shard "
+           "summed across nodes; --zero 1, 2 or 3; ranks on two or more nodes)",
+           &O::zero_group, kNoMinimum, nullptr, OnResume::not_saved, "all,node"},
           {"--microbatches", "M",
            "split each DP rank's rows into M microbatches, accumulating gradients (default 1)",
            &O::microbatches, 1, "layout.microbatches", kRecorded},

@@ -374,7 +374,8 @@ double TrainingRun::global_grad_norm() const {
   const std::vector<double> sums = squares.read_all();
   double local = sums[0];
   if (ep) local += dp_grads_->zero() ? sums[1] : allreduce_sum(sums[1], grid_->ep_comm());
-  if (dp_grads_->zero()) local = allreduce_sum(local, grid_->dp_cp_comm());
+  // (Under --zero-group node each node holds every element once: summed over its ranks.)
+  if (dp_grads_->zero()) local = allreduce_sum(local, dp_grads_->group());
   local = allreduce_sum(local, grid_->tp_comm());
   return std::sqrt(allreduce_sum(local, grid_->pp_comm()));
 }

@@ -116,6 +116,7 @@ class TrainingRun {
 
   // Set-up, in the constructor's order (run_setup.cpp).
   void set_up_grid(MPI_Comm world);  // the grid and where its ranks run
+  void split_zero_by_node();         // --zero-group node's groups, or its refusals
   void plan_pipeline();  // the schedule and the pipeline's shape: they decide what a rank holds
   void plan_stages();    // the blocks of every chunk; what a stage needs of MPI and the batch
   // The memory this rank will hold at its peak (memory_plan.hpp), and the refusal of a layout
@@ -203,6 +204,8 @@ class TrainingRun {
   TrainOptions opts_;
   GPTConfig cfg_;
   std::unique_ptr<Grid> grid_;
+  // --zero-group node: DP x CP split by node (ZeRO's shards) and across nodes (their replicas).
+  std::unique_ptr<NodeSplit> zero_nodes_;
   ParallelGroups groups_;  // the grid's, as the model was built with them (model_builder.hpp)
   // mpiformer-eval's run: the model alone; grads_, the optimizer and the DP gradients stay empty.
   bool model_only_ = false;

@@ -84,6 +84,22 @@ expect_error "zero 2 with rerun-suspect" 1 "--zero 2 does not serve --rerun-susp
 expect_error "zero 2 with muon" 1 "--zero 2 does not serve --optimizer muon yet.*use --zero 1" -- --zero 2 --optimizer muon
 expect_error "zero 3 with save-hf" 1 "--zero 3 does not serve --save-hf yet.*--save-llmc, or use --zero 1" -- --zero 3 --save-hf "$WORK/zero3_hf"
 expect_error "zero 3 with save-async 1" 1 "--zero 3 saves synchronously.*use --save-async 0" -- --zero 3 --save "$WORK/zero3_ckpt" --save-async 1
+# --zero-group node (HSDP) needs ZeRO, ranks on two or more nodes and as many on each; the
+# nodes are hosts named by MPIFORMER_TEST_HOST (one machine posing as several).
+expect_error "zero-group node without zero" 1 "--zero-group node shards ZeRO's state within each node, and --zero 0 shards nothing; add --zero 1, 2 or 3" -- --zero-group node
+expect_error "zero-group node on one node" 2 "--zero-group node needs ranks on two or more nodes; the 2 DP x CP ranks of a group are all on one node: use --zero-group all" -- --zero 1 --zero-group node
+expect_error "zero-group node with ep" 1 "--zero-group node does not serve expert parallelism yet" -- --zero 1 --zero-group node --ep 2
+expect_error "zero-group node with muon" 1 "--zero-group node does not serve --optimizer muon yet" -- --zero 1 --zero-group node --optimizer muon
+uneven=(--steps 1 --batch 6 --zero 1 --zero-group node)
+out=$(timeout 60 "$MPIEXEC" -n 2 env MPIFORMER_TEST_HOST=n1 "$TRAIN" "${uneven[@]}" : \
+  -n 1 env MPIFORMER_TEST_HOST=n2 "$TRAIN" "${uneven[@]}" 2>&1 >/dev/null)
+rc=$?
+if [ $rc -eq 2 ] && [ "$(grep -c '^error:' <<<"$out")" -eq 1 ] &&
+  grep -q "^error: --zero-group node needs each node to hold as many of the 3 DP x CP ranks of a group, and they are spread unevenly over 2 nodes" <<<"$out"; then
+  ok "--zero-group node over 2 + 1 ranks on two hosts (3 ranks): $(grep '^error:' <<<"$out")"
+else
+  bad "--zero-group node over 2 + 1 ranks: exit $rc: $out"
+fi
 expect_error "muon momentum" 1 "--muon-momentum must be in \[0, 1), got 1" -- --optimizer muon --muon-momentum 1
 expect_error "muon flag alone" 1 "--muon-momentum sets Muon.*pass --optimizer muon" -- --muon-momentum 0.9
 expect_error "unknown optimizer" 1 "--optimizer.*sgd" -- --optimizer sgd

@@ -5,7 +5,8 @@
 # resumed on dp 2 with ZeRO-1 or ZeRO-3, on pp 2 with another --pp-layout, on one rank): the serial
 # run within the layout tests' tolerances (serial_reference.sh says why). Across ZeRO stages: a
 # ZeRO-3 run cut and resumed is bit for bit, and ZeRO-3's checkpoints resume under ZeRO-1 on
-# another layout, and the reverse. Faults end the job: a rank
+# another layout, and the reverse; so do those of --zero-group node (HSDP, 2 hosts posed by
+# MPIFORMER_TEST_HOST), whose shards' first copies alone write. Faults end the job: a rank
 # killed with SIGKILL ends a 4-rank job within 30 s, and a resume loses only the steps after the
 # last checkpoint; a rank stopped with SIGSTOP trips the others' --step-timeout watchdogs. Rank 0
 # then prints where each rank was, a line per rank, for a rank stopped, a hang in a P2P call and
@@ -98,6 +99,28 @@ OMP_WAIT_POLICY=PASSIVE "$MPIEXEC" -n 4 "$TRAIN" "${z3[@]}" --tp 2 --steps 8 --l
   --load-step 3 --save-llmc "$WORK/z1_to_z3.bin" >"$WORK/z1_to_z3.log" 2>&1
 across_zero "saved under ZeRO-1 on dp 2, resumed under ZeRO-3 on tp 2 x dp 2" \
   "$WORK/z1_to_z3.log" "$WORK/z1_to_z3.bin"
+
+# ---- 1c. --zero-group node (HSDP): DP 4 as two hosts of 2 ranks (MPIFORMER_TEST_HOST), each
+# shard held on both; only the first host's copy writes it. Its step-3 checkpoint resumed under
+# ZeRO-1 on dp 2, and section 1's resumed under HSDP with ZeRO-3: section 1's run within the
+# layout tests' tolerances. ----
+on_two_hosts() {  # on_two_hosts LOG FLAGS...: 4 ranks, 2 on each of hosts h0 and h1
+  local log=$1
+  shift
+  OMP_WAIT_POLICY=PASSIVE "$MPIEXEC" -n 2 env MPIFORMER_TEST_HOST=h0 "$TRAIN" "$@" : \
+    -n 2 env MPIFORMER_TEST_HOST=h1 "$TRAIN" "$@" >"$log" 2>&1
+}
+hsdp=(--val-every 0 --layers 2 --dim 64 --heads 4 --seq-len 32 --batch 8 --dp 4 --zero-group node)
+on_two_hosts "$WORK/hsdp1.log" "${hsdp[@]}" --zero 1 --steps 3 --lr-decay-steps 8 \
+  --save "$WORK/hsdp"
+"$MPIEXEC" -n 2 "$TRAIN" "${small[@]}" --steps 8 --load "$WORK/hsdp" \
+  --save-llmc "$WORK/hsdp_to_z1.bin" >"$WORK/hsdp_to_z1.log" 2>&1
+across_zero "saved under ZeRO-1 within 2 hosts (--zero-group node), resumed under ZeRO-1 on dp 2" \
+  "$WORK/hsdp_to_z1.log" "$WORK/hsdp_to_z1.bin"
+on_two_hosts "$WORK/z1_to_hsdp.log" "${hsdp[@]}" --zero 3 --steps 8 --load "$WORK/cut" \
+  --load-step 3 --save-llmc "$WORK/z1_to_hsdp.bin"
+across_zero "saved under ZeRO-1 on dp 2, resumed under ZeRO-3 within 2 hosts (--zero-group node)" \
+  "$WORK/z1_to_hsdp.log" "$WORK/z1_to_hsdp.bin"
 
 # ---- 2. Same layout, stopped by SIGUSR1 to rank 1 mid-run (1F1B over 2 stages) ----
 sig=(--val-every 0 --pp 2 --microbatches 2 --steps 60)

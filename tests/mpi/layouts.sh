@@ -2,7 +2,8 @@
 # docs/design.md, invariant 3: every layout reproduces the serial run. For each (tp, dp) with
 # tp·dp <= 4, plain, with ZeRO-1, with the gradient reduction overlapped in small buckets, and both,
 # and with tp > 1 also with sequence parallelism; gradient accumulation over microbatches with
-# both schedules; ZeRO-2 and ZeRO-3 (with EP too); and one 8-rank layout. Five steps of a tiny model from the same seed must give
+# both schedules; ZeRO-2 and ZeRO-3 (with EP too, and sharded within two posed hosts); and one
+# 8-rank layout. Five steps of a tiny model from the same seed must give
 # the serial run's losses and, after the last update, its parameters (serial_reference.sh says
 # within what, and why), and --qk-clip on TP, DP with ZeRO-1 and CP. Pipeline layouts are in
 # pipeline.sh.
@@ -49,6 +50,16 @@ if [ "$PRECISION" = fp32 ]; then
   run_layout 1 4 --zero 3 --microbatches 2
   run_layout 1 2 --zero 3 --recompute full --microbatches 2
   run_layout 1 2 --zero 3 --recompute selective --schedule zb-h1 --microbatches 2
+fi
+# --zero-group node (HSDP): DP 4 as 2 hosts x 2 ranks, each shard reduce-scattered (and under
+# ZeRO-3 gathered) within its host and summed across the two; the banner says so.
+if [ "$PRECISION" = fp32 ]; then
+  for z in 1 2 3; do
+    NODES=2 run_layout 1 4 --zero $z --zero-group node --microbatches 2
+    grep -q "^data parallel: --zero-group node: shards over the 2 rank(s) of each node, replicated on 2 nodes" "$LAST_LOG" &&
+      ok "--zero $z --zero-group node: sharded within each of the 2 hosts" ||
+      bad "--zero $z --zero-group node: no line of the node groups in $LAST_LOG"
+  done
 fi
 # ZeRO-2/3 under EP (a mixture of experts): the experts' part of each block sharded over their
 # expert-DP group, the rest over DP. Its own serial run, in a folder of its own.

@@ -89,9 +89,18 @@ run_layout() {  # run_layout TP DP [extra flags...]; a --pp P or --cp N among th
   [ "$batch" = 8 ] || name="${name}_b$batch"
   [ -z "${TAG:-}" ] || name="${name}_$TAG"  # TAG tells apart runs of the same flags
   LAST_LOG="$WORK/$name.log"
-  if serial "$batch" && OMP_NUM_THREADS=1 timeout 300 "$MPIEXEC" -n "$n" "$TRAIN" "${args[@]}" \
-    --batch "$batch" --tp "$tp" "$@" --save-llmc "$WORK/$name.bin" >"$WORK/$name.log" 2>&1 &&
-    compare "$name" "$batch"; then
+  # NODES=N: the ranks in N blocks of consecutive ranks posing as N hosts (MPIFORMER_TEST_HOST).
+  local program=("$TRAIN" "${args[@]}" --batch "$batch" --tp "$tp" "$@" --save-llmc "$WORK/$name.bin")
+  local launch=(-n "$n" "${program[@]}") h
+  if [ "${NODES:-1}" -gt 1 ]; then
+    launch=()
+    for ((h = 0; h < NODES; h++)); do
+      [ $h -eq 0 ] || launch+=(:)
+      launch+=(-n $((n / NODES)) env MPIFORMER_TEST_HOST=node$h "${program[@]}")
+    done
+  fi
+  if serial "$batch" && OMP_NUM_THREADS=1 timeout 300 "$MPIEXEC" "${launch[@]}" \
+    >"$WORK/$name.log" 2>&1 && compare "$name" "$batch"; then
     ok "tp $tp x dp $dp $* (batch $batch, $PRECISION${TAG:+, $TAG}) = serial"
   else
     bad "tp $tp x dp $dp $*"; tail -5 "$WORK/$name.log"

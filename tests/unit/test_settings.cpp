@@ -68,6 +68,9 @@ TEST(Settings, EveryFlagParsesIntoItsField) {
       {"--outlier-window", {"--skip-outliers", "2"}},
       {"--muon-momentum", {"--optimizer", "muon"}},
       {"--muon-ns-precision", {"--optimizer", "muon"}},
+      {"--grad-reduce-dtype", {"--precision", "bf16"}},
+      {"--p2p-dtype", {"--precision", "bf16"}},
+      {"--zero-group", {"--zero", "1"}},
       {"--cp", {"--seq-len", "96"}}};  // 2 x 3 chunks
   for (const Setting* s : rows()) {
     const std::string flag = s->flag;
