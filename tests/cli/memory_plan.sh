@@ -5,7 +5,8 @@
 # (one block's norm and SwiGLU scratch in the workspace), TP with sequence parallelism, CP, a 1F1B
 # pipeline, bf16, DP with ZeRO-1, ZB-H1's deferred W, AFAB holding 16 microbatches of few
 # activations each, where a receive and a send buffer per microbatch held would add a third to the
-# peak, and wide blocks under ZeRO-1, 2 and 3. Models large enough that the model's
+# peak, and wide blocks under ZeRO-1, 2 and 3 (and the optimizer planned over a node's ranks under
+# --zero-group node). Models large enough that the model's
 # memory, not the program's, is most of each peak. Then --dry-run and a
 # real start refuse a layout predicted to exceed --memory-per-rank (exit 2, one error line naming
 # the largest term and the flags that shrink it), and a Llama-3.2-1B shape at T = 8192 is refused
@@ -70,6 +71,19 @@ if awk -v a="$zero1" -v b="$zero3" 'BEGIN { exit !(a > 0 && b > 0 && b < 0.85 * 
   ok "--zero 3's measured peak ($zero3 GB) is below 85% of --zero 1's ($zero1 GB)"
 else
   bad "--zero 3's measured peak ($zero3 GB) is not below 85% of --zero 1's ($zero1 GB)"
+fi
+# --zero-group node (HSDP): DP 4 on two posed hosts (MPIFORMER_TEST_HOST) shards the optimizer
+# state over a host's 2 ranks, not the 4: --dry-run plans twice ZeRO-1's term over all 4.
+optimizer_gb() { sed -nE 's/^dry run: memory\/rank .* optimizer ([0-9.]+) GB.*/\1/p' "$1"; }
+hsdp=("${model[@]}" --batch 4 --seq-len 64 --max-seq-len 64 --dp 4 --zero 1 --dry-run)
+timeout 60 "$MPIEXEC" -n 4 "$TRAIN" "${hsdp[@]}" >"$WORK/all.log" 2>&1
+timeout 60 "$MPIEXEC" -n 2 env MPIFORMER_TEST_HOST=h0 "$TRAIN" "${hsdp[@]}" --zero-group node : \
+  -n 2 env MPIFORMER_TEST_HOST=h1 "$TRAIN" "${hsdp[@]}" --zero-group node >"$WORK/node.log" 2>&1
+all=$(optimizer_gb "$WORK/all.log") node=$(optimizer_gb "$WORK/node.log")
+if awk -v a="$all" -v n="$node" 'BEGIN { exit !(a > 0 && n > 1.9 * a && n < 2.1 * a) }'; then
+  ok "--zero-group node on 2 hosts x 2 plans the optimizer at $node GB a rank, twice --zero-group all's $all GB"
+else
+  bad "--zero-group node's planned optimizer ${node:-?} GB against --zero-group all's ${all:-?} GB"
 fi
 model=("${whole[@]}")
 

@@ -86,6 +86,9 @@ if [ "$PRECISION" = bf16 ]; then
   else ok "--grad-reduce-dtype bf16 changes the bits (the buckets are rounded)"; fi
   run_layout 1 2 --grad-reduce-dtype bf16 --zero 1 --overlap-grad-reduce --dp-bucket-mb 0.05
   run_layout 1 2 --grad-reduce-dtype bf16 --gpu-aware-mpi no
+  # Under --zero-group node the buckets are rounded within each host; the shard's sum across the
+  # two hosts is fp32.
+  NODES=2 run_layout 1 4 --grad-reduce-dtype bf16 --zero 1 --zero-group node
 fi
 # --qk-clip (optim/qk_clip.hpp) at 0.05, under this model's logits, so heads are scaled after
 # every update: each rank scales its heads from the largest logits agreed over DP (under ZeRO-1
