@@ -108,6 +108,15 @@ int64_t mla_cached_attention_scratch_floats(const TpShard& s, int64_t n) {
 void mla_cached_attention_forward(Tensor out, Tensor lse, Tensor scratch, Tensor qkv, Tensor kvbw,
                                   const KVCache& cache, int l, int n, int pos, const TpShard& s) {
   const LatentDims d(s);
+  if (pos == 0) {
+    // A prompt from the start: its keys are its own rows, whose K and V per head mla_forward
+    // formed already. The training attention over them costs fewer products than the absorbed
+    // form's hs + kv_lora_rank + qk_rope a pair (and gives its bits).
+    attention_forward(out, lse,
+                      packed_attention(qkv, 1, int(d.H), int(d.H), int(d.hs),
+                                       PositionRuns::contiguous(n), nullptr, s.cfg.sliding_window));
+    return;
+  }
   const int64_t H = d.H, W = d.W, kvr = d.kvr, dn = d.dn, dv = d.dv, hs = d.hs, Q = H * hs;
   const int64_t G = latent_group(H, W);
   float* qa = scratch.data();  // (H/G, n, G·W): the absorbed queries [q̃ | q_rope]

@@ -10,8 +10,9 @@
 // Multi-head latent attention (deepseek_v3) caches instead, per token, the one row
 // [c_kv | k_rope] its heads share: the normalised latent (kv_lora_rank values, after
 // kv_a_layernorm) and the rotated rotary key (qk_rope values), one (capacity, kv_lora_rank +
-// qk_rope) matrix a block, and attends in the absorbed form (mla_cached_attention_forward). Every
-// TP rank holds the whole latent (it is replicated; only the heads are split).
+// qk_rope) matrix a block, and a new token attends in the absorbed form
+// (mla_cached_attention_forward). Every TP rank holds the whole latent (it is replicated; only
+// the heads are split).
 #pragma once
 
 #include "core/types.hpp"
@@ -63,6 +64,8 @@ int64_t mla_cached_attention_scratch_floats(const TpShard& s, int64_t n);
 // scale already), P = softmax, o = (P·c_kv)·W_UV_hᵀ (W_UV_h its V rows). The scores and P·c_kv
 // are the fused attention kernel's over the cache as one kv head of kv_lora_rank + qk_rope
 // values (P·k_rope, computed alongside, is not read). lse (NHl, n) and scratch are scratch.
+// At pos 0 (a prompt from the start) it is instead the training attention over the rows' own
+// per-head K and V in qkv: the same result with fewer products.
 void mla_cached_attention_forward(Tensor out, Tensor lse, Tensor scratch, Tensor qkv, Tensor kvbw,
                                   const KVCache& cache, int l, int n, int pos, const TpShard& s);
 

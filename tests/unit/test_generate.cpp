@@ -1,8 +1,8 @@
 // The generator's pieces, on a TP group of every rank: attention over the KV cache equals the
 // training attention row by row; the cached decoder equals recomputing the whole prefix through
-// the training forward, and a TP decoder equals the serial one; the sampler picks the argmax,
-// draws from softmax(z/τ) at the right frequencies, keeps to the top k, and reaches the same
-// token on a vocabulary split over the ranks as on one rank.
+// the training forward (with latent attention's cache too), and a TP decoder equals the serial one;
+// the sampler picks the argmax, draws from softmax(z/τ) at the right frequencies, keeps to the top
+// k, and reaches the same token on a vocabulary split over the ranks as on one rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -113,6 +113,43 @@ TEST(Decoder, CacheEqualsRecomputingThePrefix) {
   EXPECT_EQ(cached.length(), 10);
   cached.reset();
   EXPECT_EQ(cached.length(), 0);
+}
+
+// DeepSeek-V3's latent attention: the cache holds kv_lora_rank + qk_rope values a token a layer
+// (the whole latent on every TP rank) and its absorbed attention gives the logits of recomputing
+// the whole prefix through the per-head training forward, a prompt, single tokens and two at once.
+TEST(Decoder, LatentCacheEqualsRecomputingThePrefix) {
+  const MPI_Comm tp = MPI_COMM_WORLD;
+  GPTConfig cfg = tiny_config();
+  cfg.arch = Arch::kDeepseekV3;
+  cfg.tied = false;
+  cfg.ffn_dim = 48;
+  cfg.norm_eps = 1e-6f;
+  cfg.rope_theta = 10000.0f;
+  cfg.q_lora_rank = 8;
+  cfg.kv_lora_rank = 12;
+  cfg.qk_nope_dim = 8;
+  cfg.qk_rope_dim = 4;
+  cfg.v_head_dim = 6;
+  cfg.rope_yarn = true;
+  cfg.rope_factor = 4.0f;
+  cfg.rope_original_max_pos = 8;
+  cfg.yarn_mscale = 1.0f;
+  cfg.yarn_mscale_all_dim = 0.8f;
+  const TpShard shard = make_tp_shard(cfg, rank_of(tp), size_of(tp));
+  Parameters params = Parameters::allocate(shard, "test::params");
+  initialize(params, shard, 42);
+  Decoder cached(shard, params.t, 20, ModelGroups{tp}),
+      recomputed(shard, params.t, 20, ModelGroups{tp}, false);
+  EXPECT_TRUE(cached.cache().latent);
+  EXPECT_EQ(cached.cache().floats_per_token_layer(), 12 + 4);
+  const std::vector<std::vector<int32_t>> feeds = {
+      {5, 299, 17, 256, 0, 42, 128}, {7}, {255, 3}, {1}};
+  for (const auto& tokens : feeds) {
+    const std::vector<float> a = host_of(cached.append(tokens));
+    const std::vector<float> b = host_of(recomputed.append(tokens));
+    EXPECT_LT(relative_difference(a, b), 1e-5) << "after position " << cached.length();
+  }
 }
 
 // Tensor parallel: the vocab-parallel logits, gathered, are the serial model's.
