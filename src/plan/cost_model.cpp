@@ -50,7 +50,8 @@ LayoutSizes sizes_of(const Job& job, const Machine& m, const Layout& l) {
   s.sequence_parallel = l.sequence_parallel;
   s.recompute = l.recompute;
   s.selective = l.selective;
-  s.zero = l.zero;
+  s.zero = l.zero > 0;
+  s.zero_stage = std::max(1, l.zero);
   s.bf16 = job.precision == Precision::bf16;
   s.p2p_bf16 = job.p2p_bf16;
   s.reduce_bf16 = job.reduce_bf16;
@@ -298,9 +299,11 @@ double muon_ms(const Job& job, const Machine& m, const Layout& l, const TpShard&
 
 // After the pipeline, with stage `busiest` the one the step waits for: the gradients summed over
 // DP x CP (the experts' over their own group), in buckets, then AdamW and the step's small
-// collectives. Returns {dp, optimizer} ms.
+// collectives. Returns {dp, optimizer} ms. `busy_ms`: the stage's compute and model-parallel
+// communication in a step, behind which ZeRO-2/3's per-block collectives run.
 std::pair<double, double> after_pipeline(const Job& job, const Machine& m, const Layout& l,
-                                         pipeline::ChunkPlacement placement, int busiest) {
+                                         pipeline::ChunkPlacement placement, int busiest,
+                                         double busy_ms) {
   const double dev = devices_per_rank(m, job);
   const LayoutSizes sizes = sizes_of(job, m, l);
   const TpShard shard = stage_shard(sizes, placement, busiest);
@@ -325,8 +328,38 @@ std::pair<double, double> after_pipeline(const Job& job, const Machine& m, const
   };
   const Group dense{l.dp * l.cp, group_nodes(job, l, "dp_cp")};
   const Group experts{l.dp / l.ep * l.cp, group_nodes(job, l, "expert_dp_cp")};
-  double dp = in_buckets((slab - expert_floats) * kFloat, dense, false);
-  if (l.ep > 1) dp += in_buckets(expert_floats * kFloat, experts, false);
+  double dp = 0;
+  if (l.zero >= 2 && shard.local_layers() > 0) {
+    // ZeRO-2/3 (optim/sharded_blocks.hpp): the edge tensors as ZeRO-1; each block's gradients
+    // reduce-scattered after every microbatch's W, and under ZeRO-3 its parameters all-gathered
+    // before its forward, its B (and W) and a recomputation, each a collective of its own. They
+    // run while the stage computes: what exceeds its busy time is exposed, and a step's first
+    // gather. ZeRO-2 all-gathers the blocks once after the update, as ZeRO-1 does.
+    double block_floats = 0, block_experts = 0;
+    for (int t = 0; t < kNumParameterTensors; ++t) {
+      if (!tensor_spec(TensorId(t)).per_layer()) continue;
+      block_floats += double(local[TensorId(t)]);
+      if (shard.is_expert(TensorId(t))) block_experts += double(local[TensorId(t)]);
+    }
+    const double L = shard.local_layers(), M = l.microbatches;  // L: all its chunks' blocks
+    const double dense_block = (block_floats - block_experts) / L * kFloat,
+                 expert_block = block_experts / L * kFloat;
+    auto per_block = [&](auto collective) {
+      double ms = collective(m, dense_block, dense);
+      if (l.ep > 1 && expert_block > 0) ms += collective(m, expert_block, experts);
+      return ms;
+    };
+    const double gather = per_block(allgather_ms), reduce = per_block(reduce_scatter_ms);
+    const double gathers = l.zero == 3 ? (l.recompute || l.selective ? 3 : 2) : 0;
+    const double traffic = L * M * (reduce + gathers * gather);
+    dp += std::max(0.0, traffic - busy_ms) + (l.zero == 3 ? gather : L * gather);
+    const double edges = slab - block_floats;
+    dp += in_buckets((edges - (expert_floats - block_experts)) * kFloat, dense, false);
+    if (l.ep > 1) dp += in_buckets((expert_floats - block_experts) * kFloat, experts, false);
+  } else {
+    dp += in_buckets((slab - expert_floats) * kFloat, dense, false);
+    if (l.ep > 1) dp += in_buckets(expert_floats * kFloat, experts, false);
+  }
   if (job.cfg.tied && l.pp > 1 && placement == pipeline::ChunkPlacement::kLooped) {
     const bool pp_across = group_nodes(job, l, "pp") > 1;
     dp += allreduce_ms(m, double(shard.vocab_shard) * job.cfg.channels * kFloat,
@@ -451,7 +484,7 @@ double Predictor::step_bound(const Layout& l) {
   double tail = -1;
   for (int r = 0; r < P; ++r) {
     if (busy[size_t(r)] < most * (1 - 1e-9)) continue;
-    const auto [dp, opt] = after_pipeline(job_, m_, l, placement, r);
+    const auto [dp, opt] = after_pipeline(job_, m_, l, placement, r, busy[size_t(r)]);
     tail = tail < 0 ? dp + opt : std::min(tail, dp + opt);
   }
   return makespan + tail;
@@ -582,8 +615,8 @@ Prediction Predictor::predict(const Layout& l) {
   out.ms.ep = busy.ep;
   out.ms.bubble = std::max(0.0, sim.makespan - busy.total());
   out.bubble_fraction = sim.bubble_fraction;
-  const auto [dp, optimizer] =
-      after_pipeline(job_, m_, l, pipeline::placement_of(l.schedule, l.virtual_stages), busiest);
+  const auto [dp, optimizer] = after_pipeline(
+      job_, m_, l, pipeline::placement_of(l.schedule, l.virtual_stages), busiest, busy.total());
   out.ms.dp = dp;
   out.ms.optimizer = optimizer;
 

@@ -80,9 +80,11 @@ Layout parse_layout(const std::string& text, const Job& job) {
       l.selective = v == "selective";
     } else if (key == "sp" || key == "sequence_parallel")
       l.sequence_parallel = flag_value(key, v);
-    else if (key == "zero")
-      l.zero = flag_value(key, v);
-    else {
+    else if (key == "zero") {
+      const int stage = flags::to_int32(flag, v);
+      require(stage >= 0 && stage <= 3, flag + " is a ZeRO stage, 0 to 3, got " + v);
+      l.zero = stage;
+    } else {
       throw InputError("--evaluate: unknown key '" + key +
                        "'; use tp, cp, ep, pp, dp, vp, schedule, microbatches, micro_batch_size, "
                        "recompute, sp, zero");
@@ -170,7 +172,8 @@ std::string layout_problem(const Job& job, const Layout& l) {
                ? "sequence parallelism without TP"
                : "does not divide: a microbatch's " + str(rows) + " rows over tp " + str(l.tp);
   }
-  if (l.zero && l.dp * l.cp == 1) return "ZeRO-1 with one data-parallel rank";
+  if (l.zero && l.dp * l.cp == 1) return "ZeRO with one data-parallel rank";
+  if (l.zero >= 2 && job.muon) return "Muon under ZeRO-2/3, which the trainer refuses";
   if (int64_t(l.pp) * l.virtual_stages > cfg.layers) {
     return "does not divide: " + str(cfg.layers) + " blocks over " +
            str(int64_t(l.pp) * l.virtual_stages) + " pipeline chunks";
@@ -237,7 +240,7 @@ std::string layout_extra_flags(const Layout& l) {
   if (l.recompute) s += " --recompute";
   if (l.selective) s += " --recompute selective";
   if (l.sequence_parallel) s += " --sequence-parallel";
-  if (l.zero) s += " --zero 1";
+  if (l.zero) s += " --zero " + std::to_string(l.zero);
   return s;
 }
 
@@ -248,7 +251,7 @@ std::string layout_text(const Layout& l) {
          ",schedule=" + pipeline::schedule_name(l.schedule) +
          ",microbatches=" + std::to_string(l.microbatches) + ",recompute=" +
          (l.selective ? std::string("selective") : std::to_string(int(l.recompute))) +
-         ",sp=" + std::to_string(int(l.sequence_parallel)) + ",zero=" + std::to_string(int(l.zero));
+         ",sp=" + std::to_string(int(l.sequence_parallel)) + ",zero=" + std::to_string(l.zero);
 }
 
 }  // namespace mpf::plan

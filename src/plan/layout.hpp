@@ -40,17 +40,18 @@ struct Layout {
   int virtual_stages = 1;
   pipeline::Schedule schedule = pipeline::Schedule::kOneFOneB;
   int microbatches = 1;  // per DP rank and step
-  bool recompute = false, sequence_parallel = false, zero = false;
+  bool recompute = false, sequence_parallel = false;
   bool selective = false;  // --recompute selective (recompute: full)
+  int zero = 0;            // --zero's stage: 0 (none) to 3
 
   int micro_batch_size(const Job& job) const { return job.batch / dp / microbatches; }
 };
 
 // "tp=2,pp=2,dp=1,schedule=1f1b,microbatches=4,recompute=1,sp=1,zero=1,vp=2,cp=1,ep=1" (any
-// subset; recompute is 0, 1, none, full or selective; dp defaults to the ranks left, microbatches
-// to 1 or, for micro_batch_size=b, to batch / (dp b)); InputError naming a key it does not know or
-// a value it cannot read, a key given twice, an empty item or layout, a size past kMaxRanks or
-// sizes whose product is, more than kMaxMicrobatches microbatches.
+// subset; recompute is 0, 1, none, full or selective; zero 0 to 3; dp defaults to the ranks left,
+// microbatches to 1 or, for micro_batch_size=b, to batch / (dp b)); InputError naming a key it does
+// not know or a value it cannot read, a key given twice, an empty item or layout, a size past
+// kMaxRanks or sizes whose product is, more than kMaxMicrobatches microbatches.
 Layout parse_layout(const std::string& text, const Job& job);
 
 // Why the layout cannot run the job ("" when it can): the product of its sizes is not the

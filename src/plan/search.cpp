@@ -99,7 +99,7 @@ std::vector<Candidate> search(const Job& job, const Machine& m, const SearchOpti
                 l.schedule = schedule, l.virtual_stages = V, l.microbatches = M;
                 l.recompute = flags & 1;
                 l.sequence_parallel = flags & 2;
-                l.zero = flags & 4;
+                l.zero = flags & 4 ? 1 : 0;
                 // Switches that change nothing are not separate layouts.
                 if (l.sequence_parallel && tp == 1) continue;
                 if (l.zero && dp * cp == 1) continue;
@@ -173,6 +173,19 @@ std::vector<Candidate> search(const Job& job, const Machine& m, const SearchOpti
       Candidate selective = c;
       selective.layout.selective = true;
       if (!too_large(selective)) c = selective, heavy_one = false;
+    }
+    // Nor under ZeRO-1: weighed with ZeRO-2, else ZeRO-3 (the trainer's block-sharded stages),
+    // which fit more for more communication, so only where ZeRO-1 does not fit.
+    for (int stage = 2; heavy_one && c.layout.zero == 1 && !job.muon && stage <= 3; ++stage) {
+      Candidate sharded = c;
+      sharded.layout.zero = stage;
+      bool heavy = too_large(sharded);
+      if (heavy && !sharded.layout.recompute && !sharded.layout.selective) {
+        Candidate both = sharded;
+        both.layout.selective = true;
+        if (!too_large(both)) sharded = both, heavy = false;
+      }
+      if (!heavy) c = sharded, heavy_one = false;
     }
     if (heavy_one) {
       c.predicted.memory_limit = limit;

@@ -503,6 +503,49 @@ TEST(PlanLayout, SelectiveRecomputation) {
   EXPECT_TRUE(ranked.front().layout.selective) << layout_text(ranked.front().layout);
 }
 
+// --zero 2 and 3 (the trainer's block-sharded stages): parsed and printed as the trainer takes
+// them; each holds less than the one before (the blocks' gradients, then their parameters
+// sharded: 8 blocks, of which ZeRO-3 gathers two at a time); the search weighs them where ZeRO-1
+// does not fit, and not with Muon, which the trainer refuses under them.
+TEST(PlanLayout, ZeroStagesTwoAndThree) {
+  const Machine m = round_machine();
+  Job job = tiny_gpt(1, 2);
+  job.cfg.layers = 8;
+  job.batch = 2;  // activations small beside the state
+  Candidate c[4];
+  for (int stage = 1; stage <= 3; ++stage) {
+    const Layout l = parse_layout("dp=2,recompute=full,zero=" + std::to_string(stage), job);
+    EXPECT_EQ(l.zero, stage);
+    EXPECT_NE(layout_flags(l).find("--zero " + std::to_string(stage)), std::string::npos);
+    EXPECT_EQ(parse_layout(layout_text(l), job).zero, stage);
+    c[stage] = evaluate(job, m, l);
+    ASSERT_TRUE(c[stage].ok()) << c[stage].problem;
+    EXPECT_GT(c[stage].predicted.ms.dp, 0.0);
+  }
+  EXPECT_LT(c[2].predicted.memory.total(), c[1].predicted.memory.total());
+  EXPECT_LT(c[3].predicted.memory.total(), c[2].predicted.memory.total());
+  try {
+    parse_layout("dp=2,zero=4", job);
+    ADD_FAILURE() << "zero=4 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("a ZeRO stage, 0 to 3, got 4"), std::string::npos)
+        << e.what();
+  }
+  // Memory for ZeRO-2 but not ZeRO-1 (a rank's share of the device: half its memory): the
+  // search's dp=2 layouts that fit are ZeRO-2's or 3's.
+  Machine tight = m;
+  tight.memory_gb = double(c[1].predicted.memory.total() + c[2].predicted.memory.total()) / 1e9;
+  int sharded = 0;
+  for (const Candidate& k : search(job, tight)) {
+    if (!k.ok() || !k.predicted.fits || k.layout.dp != 2) continue;
+    EXPECT_GE(k.layout.zero, 2) << layout_text(k.layout);
+    sharded += k.layout.zero >= 2;
+  }
+  EXPECT_GT(sharded, 0);
+  job.muon = true;
+  EXPECT_NE(layout_problem(job, parse_layout("dp=2,zero=3", job)).find("Muon"), std::string::npos);
+}
+
 TEST(PlanSearch, RanksOnlyLayoutsThatRunFirst) {
   const Machine m = round_machine();
   const Job job = tiny_gpt(1, 4);
