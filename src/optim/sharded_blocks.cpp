@@ -165,6 +165,15 @@ void ShardedBlocks::weight_done(int block) {
   MPI_Testall(int(r->requests.size()), r->requests.data(), &done, MPI_STATUSES_IGNORE);
 }
 
+namespace {
+// into += from, n elements. A free function: nvcc refuses an extended lambda inside a private
+// member function.
+void add_block_sum(float* into, const float* from, int64_t n) {
+  for_each(
+      "mpf::zero::add_block_sum", n, KOKKOS_LAMBDA(int64_t k) { into[k] += from[k]; });
+}
+}  // namespace
+
 void ShardedBlocks::complete(Reducing& r) {
   if (!r.in_flight) return;
   {
@@ -181,9 +190,7 @@ void ShardedBlocks::complete(Reducing& r) {
     const size_t rank = size_t(dp_.bucket_rank(i));
     float* into = shard + b.shard_offset;
     const float* from = part + at;
-    for_each(
-        "mpf::zero::add_block_sum", int64_t(b.counts[rank]),
-        KOKKOS_LAMBDA(int64_t k) { into[k] += from[k]; });
+    add_block_sum(into, from, int64_t(b.counts[rank]));
     at += b.counts[rank];
   }
   r.in_flight = false;
