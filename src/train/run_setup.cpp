@@ -72,6 +72,7 @@ int choose_threads(int requested, const NodePlacement& place, MPI_Comm world) {
 TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
     : opts_(in.opts),
       cfg_(in.cfg),
+      model_only_(in.model_only),
       doc_token_(in.doc_token),
       doc_token_after_(in.doc_token_after),
       schedule_(in.schedule),
@@ -82,8 +83,7 @@ TrainingRun::TrainingRun(RunInputs in, MPI_Comm world)
       resume_(in.resume),
       notes_(in.notes),
       warnings_(in.warnings),
-      metrics_start_(std::move(in.metrics)),
-      model_only_(in.model_only) {
+      metrics_start_(std::move(in.metrics)) {
   loss_window_ = OutlierWindow(opts_.outlier_window);
   norm_window_ = OutlierWindow(opts_.outlier_window);
   test_fault_ = test_fault_from_environment();

@@ -623,7 +623,9 @@ TEST(ActivationBytes, BlocksKeepAtMostMegatronsBytesPerToken) {
       const double norms = cfg.moe() ? 1 : 2, h = cfg.moe() ? 0 : s.fc;
       EXPECT_DOUBLE_EQ(f.fp32 - f.selective_fp32, 4 * (norms * cfg.channels + h));
       EXPECT_DOUBLE_EQ(f.bf16 - f.selective_bf16, 2 * norms * cfg.channels);
-      if (!cfg.moe()) EXPECT_LE(f.selective_bf16, f.formula);
+      if (!cfg.moe()) {
+        EXPECT_LE(f.selective_bf16, f.formula);
+      }
     }
   }
 }

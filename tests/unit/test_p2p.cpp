@@ -72,14 +72,18 @@ TEST(PipelineP2P, Bf16MessagesArriveRounded) {
   for (int c = 0; c < chunks; ++c) {
     std::vector<float> v = x;
     p2p.recv_forward(v.data(), 0, c);
-    if (!p2p.is_first(c)) EXPECT_EQ(v, rounded) << "forward, chunk " << c;
+    if (!p2p.is_first(c)) {
+      EXPECT_EQ(v, rounded) << "forward, chunk " << c;
+    }
     p2p.send_forward(v.data(), 0, c);
     std::fill(v.begin(), v.end(), -1.0f);
   }
   for (int c = chunks - 1; c >= 0; --c) {
     std::vector<float> g = x;
     p2p.recv_backward(g.data(), 0, c);
-    if (!p2p.is_last(c)) EXPECT_EQ(g, rounded) << "backward, chunk " << c;
+    if (!p2p.is_last(c)) {
+      EXPECT_EQ(g, rounded) << "backward, chunk " << c;
+    }
     p2p.send_backward(g.data(), 0, c);
     std::fill(g.begin(), g.end(), -1.0f);
   }

@@ -83,7 +83,8 @@ TEST(Utf8, IllFormedSubpartsAreWhatALossyDecoderReplaces) {
   EXPECT_EQ(subparts("\xF1\x80\x80"), Lengths{3});
   EXPECT_EQ(subparts("\xFF\xFE"), (Lengths{1, 1}));
   EXPECT_TRUE(utf8::ill_formed_subpart("\xF0\x9F\x98", 0).truncated);  // a text ends inside it
-  EXPECT_FALSE(utf8::ill_formed_subpart("\xF0\x9Fa", 0).truncated);
+  // "\x61" is 'a' (written "\x9Fa", the escape would run on into 0x9FA).
+  EXPECT_FALSE(utf8::ill_formed_subpart("\xF0\x9F\x61", 0).truncated);
   EXPECT_EQ(utf8::well_formed_prefix("ab\xC3\xA9\xE2\x82"), 4u);
 }
 

@@ -104,7 +104,9 @@ void expect_clip(GPTConfig cfg, const char* what) {
   for (int64_t i = 0; i < params.count; ++i) {
     if (scaled(i)) {
       ++changed;
-      if (before[size_t(i)] != 0.0f) EXPECT_NE(after[size_t(i)], before[size_t(i)]) << i;
+      if (before[size_t(i)] != 0.0f) {
+        EXPECT_NE(after[size_t(i)], before[size_t(i)]) << i;
+      }
       EXPECT_EQ(got16[size_t(i)], to_bf16(after[size_t(i)])) << "bf16 copy " << i;
     } else {
       ASSERT_EQ(after[size_t(i)], before[size_t(i)]) << "element " << i << " changed";

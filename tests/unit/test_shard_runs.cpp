@@ -179,11 +179,14 @@ TEST(ShardRuns, MixedBlocksTileOverTpAndEp) {
       int64_t end = -1;
       for (int b = 0; b < s.local_layers(); ++b) {
         const auto [lo, hi] = layout.block_range(b);
-        if (b > 0) EXPECT_EQ(lo, end) << "the blocks' stretches follow each other";
+        if (b > 0) {
+          EXPECT_EQ(lo, end) << "the blocks' stretches follow each other";
+        }
         end = hi;
         for (const SlabPiece& piece : layout.pieces()) {
-          if (piece.block == b)
+          if (piece.block == b) {
             EXPECT_TRUE(piece.offset >= lo && piece.offset + piece.length <= hi);
+          }
         }
       }
       // The dense block's MLP is its own width, the experts' blocks' theirs.
