@@ -222,6 +222,56 @@ DEEPSEEK_LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")),
                     ("recompute selective", 1, ("--recompute", "selective"))]
 
 
+def deepseek_reference(m, seed, model, tokens):
+    """A random deepseek_v3 of shape m written as a Hugging Face directory at `model`, and the
+    torch reference trained on it: (params0, matrices, loss_of, ref rows, ref final tensors)."""
+    params0 = hf_models.deepseek_random(m, seed=seed)
+    hf_models.write_deepseek(model, m, params0)
+    matrices = {k for k, v in params0.items() if v.ndim == 2}
+
+    def loss_of(p, inputs, targets):
+        logits = hf_models.deepseek_logits(p, inputs, m)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, m["V"]), targets.reshape(-1))
+
+    ref, ref_final = train_reference(params0, tokens, CFG, matrices, loss_of, torch.float64, False)
+    return params0, matrices, loss_of, ref, ref_final
+
+
+def against_reference(ref, ref_final, rows, final):
+    """The largest relative error of a run's losses against the reference's, and of its tensors
+    after the last step: (loss error, (tensor error, its name))."""
+    loss = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
+    worst = max((np.linalg.norm(final[k] - ref_final[k]) / np.linalg.norm(ref_final[k]), k)
+                for k in ref_final)
+    return loss, worst
+
+
+def check_resumed_at_step_2(tally, exe, workdir, model, shard, label):
+    """A run from the directory `model` saving every 2 steps, and one resumed from its step 2:
+    steps 3..5 as the uninterrupted run printed them."""
+    ckpt = model + "_ckpt"
+    whole, _ = run_from_hf(exe, workdir, model, model + "_saving", shard,
+                           ("--save", ckpt, "--save-every", "2"))
+    proc = subprocess.run([exe, "--load", ckpt, "--load-step", "2", "--data", shard], cwd=workdir,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True,
+                          text=True, timeout=120)
+    resumed = {int(mt.group(1)): float(mt.group(3))
+               for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt}
+    tally.check(proc.returncode == 0 and resumed == {k: whole[k - 1]["loss"] for k in (3, 4, 5)},
+                f"[{label} resumed at step 2] steps 3..5 {resumed} are the uninterrupted run's"
+                f"{'' if proc.returncode == 0 else ': ' + proc.stdout + proc.stderr}")
+
+
+def written_again(exe, workdir, model, shard, params0):
+    """The directory `model` read and written again by a step that changes nothing (lr 0, no
+    decay): (the tensors written, their config.json, the largest difference from params0)."""
+    out = model + "_again"
+    run_from_hf(exe, workdir, model, out, shard, steps=1, lr=0.0, wd=0.0)
+    again = hf_models.read_dir(out)
+    config = json.load(open(os.path.join(out, "config.json")))
+    return again, config, max(float(np.abs(again[k] - v).max()) for k, v in params0.items())
+
+
 def check_deepseek(tally, exe, gen, workdir, shard, tokens):
     """deepseek_v3's multi-head latent attention (hf_models.DEEPSEEK, a Hugging Face directory)
     against hf_models.deepseek_logits trained by the same steps: every loss within LOSS_RTOL and
@@ -231,25 +281,13 @@ def check_deepseek(tally, exe, gen, workdir, shard, tokens):
     for form, m, layouts in (("", hf_models.DEEPSEEK, DEEPSEEK_LAYOUTS),
                              (" q_proj, halves, no yarn", hf_models.DEEPSEEK_PLAIN,
                               DEEPSEEK_LAYOUTS[:2])):
-        params0 = hf_models.deepseek_random(m, seed=300)
         model = os.path.join(workdir, "deepseek_v3" + form.replace(" ", "_").replace(",", ""))
-        hf_models.write_deepseek(model, m, params0)
-        matrices = {k for k, v in params0.items() if v.ndim == 2}
-
-        def loss_of(p, inputs, targets):
-            logits = hf_models.deepseek_logits(p, inputs, m)
-            return torch.nn.functional.cross_entropy(logits.reshape(-1, m["V"]),
-                                                     targets.reshape(-1))
-
-        ref, ref_final = train_reference(params0, tokens, CFG, matrices, loss_of, torch.float64,
-                                         False)
+        _, _, _, ref, ref_final = deepseek_reference(m, 300, model, tokens)
         for index, (layout, ranks, extra) in enumerate(layouts):
             out = model + f"_out{index}"
             rows, final = run_from_hf(exe, workdir, model, out, shard, extra, ranks)
-            loss = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
+            loss, worst = against_reference(ref, ref_final, rows, final)
             norm = max(abs(t["norm"] - r["norm"]) / r["norm"] for r, t in zip(ref, rows))
-            worst = max((np.linalg.norm(final[k] - ref_final[k]) / np.linalg.norm(ref_final[k]),
-                         k) for k in ref_final)
             tally.check(loss <= LOSS_RTOL and norm <= NORM_CHECK and worst[0] <= PARAM_RTOL,
                         f"[deepseek_v3{form} {layout}] {STEPS} losses within {loss:.1e} of "
                         f"torch's, norms within {norm:.1e}, every tensor after the last step "
@@ -258,24 +296,8 @@ def check_deepseek(tally, exe, gen, workdir, shard, tokens):
     m = hf_models.DEEPSEEK
     params0 = hf_models.deepseek_random(m, seed=300)
     model = os.path.join(workdir, "deepseek_v3")
-    # A checkpoint after step 2 resumed: steps 3..5 as the uninterrupted run printed them.
-    ckpt = os.path.join(workdir, "deepseek_v3_ckpt")
-    whole, _ = run_from_hf(exe, workdir, model, os.path.join(workdir, "deepseek_v3_saving"), shard,
-                           ("--save", ckpt, "--save-every", "2"))
-    cmd = [exe, "--load", ckpt, "--load-step", "2", "--data", shard]
-    proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                          capture_output=True, text=True, timeout=120)
-    resumed = {int(mt.group(1)): float(mt.group(3))
-               for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt}
-    tally.check(proc.returncode == 0 and resumed == {k: whole[k - 1]["loss"] for k in (3, 4, 5)},
-                f"[deepseek_v3 resumed at step 2] steps 3..5 {resumed} are the uninterrupted "
-                f"run's{'' if proc.returncode == 0 else ': ' + proc.stdout + proc.stderr}")
-    # Read and written again by a step that changes nothing (lr 0, no decay).
-    out = os.path.join(workdir, "deepseek_v3_again")
-    run_from_hf(exe, workdir, model, out, shard, steps=1, lr=0.0, wd=0.0)
-    again = hf_models.read_dir(out)
-    config = json.load(open(os.path.join(out, "config.json")))
-    worst = max(float(np.abs(again[k] - v).max()) for k, v in params0.items())
+    check_resumed_at_step_2(tally, exe, workdir, model, shard, "deepseek_v3")
+    again, config, worst = written_again(exe, workdir, model, shard, params0)
     tally.check(again.keys() == params0.keys() and worst <= 1e-7 and
                 config["model_type"] == "deepseek_v3" and config["kv_lora_rank"] == m["kvr"] and
                 config["rope_scaling"]["type"] == "yarn",
@@ -383,16 +405,8 @@ def check_deepseek_moe(tally, exe, gen, workdir, shard, tokens):
     greedy decoding on 1 rank and EP 2; the keys of routing it does not compute refused by
     name."""
     m = hf_models.DEEPSEEK_MOE
-    params0 = hf_models.deepseek_random(m, seed=310)
     model = os.path.join(workdir, "deepseek_v3_moe")
-    hf_models.write_deepseek(model, m, params0)
-    matrices = {k for k, v in params0.items() if v.ndim == 2}
-
-    def loss_of(p, inputs, targets):
-        logits = hf_models.deepseek_logits(p, inputs, m)
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, m["V"]), targets.reshape(-1))
-
-    ref, ref_final = train_reference(params0, tokens, CFG, matrices, loss_of, torch.float64, False)
+    params0, matrices, loss_of, ref, ref_final = deepseek_reference(m, 310, model, tokens)
     # The bias changes the choices: without it the first loss differs.
     unbiased = {k: (0 * v if k.endswith("e_score_correction_bias") else v)
                 for k, v in params0.items()}
@@ -413,9 +427,7 @@ def check_deepseek_moe(tally, exe, gen, workdir, shard, tokens):
                                                     ("ep 2", 2, ("--ep", "2")))):
         out = model + f"_out{index}"
         rows, final = run_from_hf(exe, workdir, model, out, shard, extra, ranks)
-        loss = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
-        worst = max((np.linalg.norm(final[k] - ref_final[k]) / np.linalg.norm(ref_final[k]), k)
-                    for k in ref_final)
+        loss, worst = against_reference(ref, ref_final, rows, final)
         bias = max(float(np.abs(final[k] - v).max()) for k, v in params0.items()
                    if k.endswith("e_score_correction_bias"))
         tally.check(loss <= LOSS_RTOL and worst[0] <= PARAM_RTOL and bias == 0.0,
@@ -435,18 +447,8 @@ def check_deepseek_moe(tally, exe, gen, workdir, shard, tokens):
                               ("--ep", str(ep)) if ep > 1 else (), 1)
         tally.check(ids == seq[len(PROMPT):],
                     f"[deepseek_v3 moe generate ep {ep}] {len(ids)} greedy ids equal torch's")
-    # A checkpoint after step 2 (the bias among its tensors) resumed: steps 3..5 as before.
-    ckpt = os.path.join(workdir, "deepseek_v3_moe_ckpt")
-    whole, _ = run_from_hf(exe, workdir, model, model + "_saving", shard,
-                           ("--save", ckpt, "--save-every", "2"))
-    proc = subprocess.run([exe, "--load", ckpt, "--load-step", "2", "--data", shard], cwd=workdir,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True,
-                          text=True, timeout=120)
-    resumed = {int(mt.group(1)): float(mt.group(3))
-               for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt}
-    tally.check(proc.returncode == 0 and resumed == {k: whole[k - 1]["loss"] for k in (3, 4, 5)},
-                f"[deepseek_v3 moe resumed at step 2] steps 3..5 {resumed} are the uninterrupted "
-                f"run's{'' if proc.returncode == 0 else ': ' + proc.stdout + proc.stderr}")
+    # A checkpoint after step 2 (the bias among its tensors) resumed.
+    check_resumed_at_step_2(tally, exe, workdir, model, shard, "deepseek_v3 moe")
     check_bias_update(tally, exe, workdir, shard, m, params0)
     # DeepSeek-V2's gate by DeepseekV3Config's keys (softmax, greedy, not renormalised), 1 rank.
     g = hf_models.DEEPSEEK_MOE_GREEDY
@@ -460,9 +462,7 @@ def check_deepseek_moe(tally, exe, gen, workdir, shard, tokens):
     ref, ref_final = train_reference(params0, tokens, CFG, matrices, greedy_loss, torch.float64,
                                      False)
     rows, final = run_from_hf(exe, workdir, greedy, greedy + "_out", shard)
-    loss = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
-    worst = max(np.linalg.norm(final[k] - ref_final[k]) / np.linalg.norm(ref_final[k])
-                for k in ref_final)
+    loss, (worst, _) = against_reference(ref, ref_final, rows, final)
     tally.check(loss <= LOSS_RTOL and worst <= PARAM_RTOL,
                 f"[deepseek_v3 moe softmax, greedy, not renormalised 1 rank] {STEPS} losses "
                 f"within {loss:.1e} of torch's, every tensor within {worst:.1e}")
@@ -501,35 +501,21 @@ def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
     last step on MIXED_LAYOUTS; the Hugging Face names of both kinds of block written and read
     back unchanged; a checkpoint resumed; greedy decoding on 1 rank and EP 2."""
     m = hf_models.DEEPSEEK_MIXED
-    params0 = hf_models.deepseek_random(m, seed=320)
     model = os.path.join(workdir, "deepseek_v3_mixed")
-    hf_models.write_deepseek(model, m, params0)
-    matrices = {k for k, v in params0.items() if v.ndim == 2}
-
-    def loss_of(p, inputs, targets):
-        logits = hf_models.deepseek_logits(p, inputs, m)
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, m["V"]), targets.reshape(-1))
-
-    ref, ref_final = train_reference(params0, tokens, CFG, matrices, loss_of, torch.float64, False)
+    params0, _, _, ref, ref_final = deepseek_reference(m, 320, model, tokens)
     first_loss = None
     for index, (layout, ranks, extra) in enumerate(MIXED_LAYOUTS):
         out = model + f"_out{index}"
         rows, final = run_from_hf(exe, workdir, model, out, shard, extra, ranks)
         first_loss = rows[0]["loss"] if first_loss is None else first_loss
-        loss = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
-        worst = max((np.linalg.norm(final[k] - ref_final[k]) / np.linalg.norm(ref_final[k]), k)
-                    for k in ref_final)
+        loss, worst = against_reference(ref, ref_final, rows, final)
         tally.check(loss <= LOSS_RTOL and worst[0] <= PARAM_RTOL and final.keys() == params0.keys(),
                     f"[deepseek_v3 first block dense {layout}] {STEPS} losses within {loss:.1e} "
                     f"of torch's, every tensor after the last step within {worst[0]:.1e} "
                     f"({worst[1]}; first loss {rows[0]['loss']} vs {ref[0]['loss']:.6f})")
     # Read and written again by a step that changes nothing (lr 0, no decay): the same names
     # (mlp.gate_proj on block 0, mlp.experts.N, mlp.shared_experts, mlp.gate on blocks 1, 2).
-    out = os.path.join(workdir, "deepseek_v3_mixed_again")
-    run_from_hf(exe, workdir, model, out, shard, steps=1, lr=0.0, wd=0.0)
-    again = hf_models.read_dir(out)
-    config = json.load(open(os.path.join(out, "config.json")))
-    worst = max(float(np.abs(again[k] - v).max()) for k, v in params0.items())
+    again, config, worst = written_again(exe, workdir, model, shard, params0)
     tally.check(again.keys() == params0.keys() and worst <= 1e-7 and
                 config["first_k_dense_replace"] == 1 and config["intermediate_size"] == m["F"] and
                 config["moe_intermediate_size"] == m["moe"]["F"],
@@ -539,18 +525,7 @@ def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
                 f"{config['intermediate_size']}, moe_intermediate_size "
                 f"{config['moe_intermediate_size']}")
     check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, first_loss)
-    ckpt = os.path.join(workdir, "deepseek_v3_mixed_ckpt")
-    whole, _ = run_from_hf(exe, workdir, model, model + "_saving", shard,
-                           ("--save", ckpt, "--save-every", "2"))
-    proc = subprocess.run([exe, "--load", ckpt, "--load-step", "2", "--data", shard], cwd=workdir,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True,
-                          text=True, timeout=120)
-    resumed = {int(mt.group(1)): float(mt.group(3))
-               for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt}
-    tally.check(proc.returncode == 0 and resumed == {k: whole[k - 1]["loss"] for k in (3, 4, 5)},
-                f"[deepseek_v3 first block dense resumed at step 2] steps 3..5 {resumed} are the "
-                f"uninterrupted run's"
-                f"{'' if proc.returncode == 0 else ': ' + proc.stdout + proc.stderr}")
+    check_resumed_at_step_2(tally, exe, workdir, model, shard, "deepseek_v3 first block dense")
     p = {k: torch.tensor(v, dtype=torch.float64) for k, v in params0.items()}
     seq = list(PROMPT)
     with torch.no_grad():
