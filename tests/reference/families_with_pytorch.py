@@ -173,21 +173,38 @@ def programs(name):
     return exe, gen, os.environ.get("MPIEXEC", "mpiexec")
 
 
+def launch(exe, workdir, args, ranks=1, timeout=120, echo=False):
+    """`exe` with `args` on `ranks` ranks (through mpiexec past one), one thread each: the finished
+    process."""
+    cmd = [exe, *args]
+    if ranks > 1:
+        cmd = [os.environ.get("MPIEXEC", "mpiexec"), "-n", str(ranks)] + cmd
+    if echo:
+        print("$ OMP_NUM_THREADS=1 " + " ".join(cmd), flush=True)
+    return subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def launch_ok(exe, workdir, args, ranks=1):
+    """launch, which must end with status 0: its standard output."""
+    proc = launch(exe, workdir, args, ranks)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{exe} {' '.join(args)} on {ranks} rank(s): status {proc.returncode}\n"
+                           f"{proc.stdout}{proc.stderr}")
+    return proc.stdout
+
+
 def run_from_hf(exe, workdir, model, out, shard, extra=(), ranks=1, steps=STEPS, lr=CFG["lr"],
                 wd=CFG["wd"]):
     """mpiformer-train from a Hugging Face directory with run_trainer's settings, the trained
     model saved with --save-hf `out`: (each step's loss and norm, out's tensors)."""
-    cmd = [exe, "--init-from", model, "--data", shard, "--batch", str(B), "--seq-len", str(T),
-           "--steps", str(steps), "--lr", repr(lr), "--beta1", repr(BETA1),
-           "--beta2", repr(BETA2), "--eps", repr(EPS), "--weight-decay", repr(wd),
-           "--grad-clip", repr(CFG["grad_clip"]), "--warmup", str(CFG["warmup"]),
-           "--lr-schedule", CFG["schedule"], "--final-lr-frac", repr(CFG["final_lr_frac"]),
-           "--save-hf", out, *extra]
-    if ranks > 1:
-        cmd = [os.environ.get("MPIEXEC", "mpiexec"), "-n", str(ranks)] + cmd
-    print("$ OMP_NUM_THREADS=1 " + " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                          capture_output=True, text=True, timeout=300)
+    args = ["--init-from", model, "--data", shard, "--batch", str(B), "--seq-len", str(T),
+            "--steps", str(steps), "--lr", repr(lr), "--beta1", repr(BETA1),
+            "--beta2", repr(BETA2), "--eps", repr(EPS), "--weight-decay", repr(wd),
+            "--grad-clip", repr(CFG["grad_clip"]), "--warmup", str(CFG["warmup"]),
+            "--lr-schedule", CFG["schedule"], "--final-lr-frac", repr(CFG["final_lr_frac"]),
+            "--save-hf", out, *extra]
+    proc = launch(exe, workdir, args, ranks, timeout=300, echo=True)
     rows = {int(mt.group(1)): dict(loss=float(mt.group(3)), norm=float(mt.group(5)))
             for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt}
     if proc.returncode != 0 or sorted(rows) != list(range(1, steps + 1)):
@@ -198,12 +215,8 @@ def run_from_hf(exe, workdir, model, out, shard, extra=(), ranks=1, steps=STEPS,
 
 def refused(exe, workdir, model, shard, extra, key, ranks=1):
     """The trainer stops with status 2 and one `error:` line naming `key`."""
-    cmd = [exe, "--init-from", model, "--data", shard, "--batch", str(B), "--seq-len", str(T),
-           "--steps", "1", *extra]
-    if ranks > 1:
-        cmd = [os.environ.get("MPIEXEC", "mpiexec"), "-n", str(ranks)] + cmd
-    proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                          capture_output=True, text=True, timeout=120)
+    proc = launch(exe, workdir, ["--init-from", model, "--data", shard, "--batch", str(B),
+                                 "--seq-len", str(T), "--steps", "1", *extra], ranks)
     errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("error:")]
     return proc.returncode == 2 and len(errors) == 1 and key in errors[0], errors
 
@@ -252,9 +265,7 @@ def check_resumed_at_step_2(tally, exe, workdir, model, shard, label):
     ckpt = model + "_ckpt"
     whole, _ = run_from_hf(exe, workdir, model, model + "_saving", shard,
                            ("--save", ckpt, "--save-every", "2"))
-    proc = subprocess.run([exe, "--load", ckpt, "--load-step", "2", "--data", shard], cwd=workdir,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True,
-                          text=True, timeout=120)
+    proc = launch(exe, workdir, ["--load", ckpt, "--load-step", "2", "--data", shard])
     resumed = {int(mt.group(1)): float(mt.group(3))
                for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt}
     tally.check(proc.returncode == 0 and resumed == {k: whole[k - 1]["loss"] for k in (3, 4, 5)},
@@ -368,17 +379,11 @@ def check_bias_update(tally, exe, workdir, shard, m, params0):
                                  ("tp 2", 2, rate + ("--tp", "2")),
                                  ("dp 2 + zero-1", 2, rate + ("--dp", "2", "--zero", "1"))):
         out = model + "_" + layout.replace(" ", "")
-        cmd = [exe, "--init-from", model, "--data", shard, "--batch", str(B), "--seq-len", str(T),
-               "--steps", str(steps), "--lr", "0", "--save-hf", out, *extra]
-        if ranks > 1:
-            cmd = [os.environ.get("MPIEXEC", "mpiexec"), "-n", str(ranks)] + cmd
-        proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                              capture_output=True, text=True, timeout=120)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)}: status {proc.returncode}\n{proc.stdout}"
-                               f"{proc.stderr}")
-        loads[layout] = (experts_load(proc.stdout, 1), experts_load(proc.stdout, steps))
-        losses[layout] = [float(mt.group(3)) for mt in map(STEP_RE.match, proc.stdout.splitlines())
+        stdout = launch_ok(exe, workdir, ["--init-from", model, "--data", shard, "--batch", str(B),
+                                          "--seq-len", str(T), "--steps", str(steps), "--lr", "0",
+                                          "--save-hf", out, *extra], ranks)
+        loads[layout] = (experts_load(stdout, 1), experts_load(stdout, steps))
+        losses[layout] = [float(mt.group(3)) for mt in map(STEP_RE.match, stdout.splitlines())
                           if mt]
         saved = hf_models.read_dir(out)
         biases[layout] = np.concatenate([saved[k] for k in sorted(saved)
@@ -544,17 +549,11 @@ def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
     biases, lines = {}, {}
     for layout, ranks, extra in (("1 rank", 1, ()), ("ep 2", 2, ("--ep", "2"))):
         out = model + "_bias_" + layout.replace(" ", "")
-        cmd = [exe, "--init-from", model, "--data", shard, "--batch", str(B), "--seq-len", str(T),
-               "--steps", "3", "--lr", "0", "--moe-bias-update-rate", "0.01", "--save-hf", out,
-               *extra]
-        if ranks > 1:
-            cmd = [os.environ.get("MPIEXEC", "mpiexec"), "-n", str(ranks)] + cmd
-        proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                              capture_output=True, text=True, timeout=120)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)}: status {proc.returncode}\n{proc.stdout}"
-                               f"{proc.stderr}")
-        lines[layout] = [ln for ln in proc.stdout.splitlines() if ln.startswith("experts step 3")]
+        stdout = launch_ok(exe, workdir, ["--init-from", model, "--data", shard, "--batch", str(B),
+                                          "--seq-len", str(T), "--steps", "3", "--lr", "0",
+                                          "--moe-bias-update-rate", "0.01", "--save-hf", out,
+                                          *extra], ranks)
+        lines[layout] = [ln for ln in stdout.splitlines() if ln.startswith("experts step 3")]
         saved = hf_models.read_dir(out)
         biases[layout] = np.concatenate([saved[k] for k in sorted(saved)
                                          if k.endswith("e_score_correction_bias")])
@@ -583,10 +582,9 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
     hf_models.write_safetensors(os.path.join(model, "model.safetensors"), dict(params0, **mtp),
                                 "F32", {"format": "pt"})
     out = os.path.join(workdir, "deepseek_v3_mtp_out")
-    cmd = [exe, "--init-from", model, "--data", shard, "--batch", str(B), "--seq-len", str(T),
-           "--steps", "1", "--lr", "0", "--weight-decay", "0", "--save-hf", out]
-    proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                          capture_output=True, text=True, timeout=120)
+    proc = launch(exe, workdir, ["--init-from", model, "--data", shard, "--batch", str(B),
+                                 "--seq-len", str(T), "--steps", "1", "--lr", "0",
+                                 "--weight-decay", "0", "--save-hf", out])
     rows = [float(mt.group(3)) for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt]
     notes = [ln for ln in (proc.stdout + proc.stderr).splitlines()
              if "num_nextn_predict_layers" in ln]
