@@ -213,8 +213,12 @@ void fc_forward_kept(const LayerActivations& a, const LayerParameters& p, const 
   for (int64_t first = 0; first < R; first += piece) {
     const int64_t n = std::min(piece, R - first);
     const Tensor out(a.staging.data(), n * width);
-    linear_forward(out, Tensor(), Tensor16(a.ln2_bf16.data() + first * C, n * C), p.fcw, p.fcb, n,
-                   C, int(width));
+    // A mixed stack's dense block reads ln2 in fp32: its set keeps it so for the experts' router.
+    with_kept(a.ln2, a.ln2_bf16, [&](auto in) {
+      using In = decltype(in);
+      linear_forward(out, Tensor(), In(in.data() + first * C, n * C), p.fcw, p.fcb, n, C,
+                     int(width));
+    });
     round_to_bf16(a.fch_bf16.data() + first * width, out.data(), n * width);
   }
   mlp_activation(a.fch_gelu_bf16, a.fch_bf16, R, s);
@@ -372,7 +376,9 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
   keep_rounded(a.ln1_bf16, a.ln1);
   if (cfg.mla()) {  // latent attention forms the packed [Q | K | V] (model/mla_block.hpp)
     mla_forward(a, p, s, R, rope.cos, rope.sin, rope.T, rope.pos0);
+    keep_rounded_in_place(a.qkv_bf16, a.qkv);
     attend(a.atty, a.qkv);
+    keep_rounded(a.atty_bf16, a.atty);
     project_and_join(a.residual2, {a.attn_out, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b}, partial, x,
                      mla_attention_output(a, s, R), p.attprojw, p.attprojb,
                      s.heads * cfg.v_head_dim, seq, s, tp);
@@ -681,7 +687,7 @@ void block_backward_weight(ParameterTensors& grads, const BlockWeightInputs& w,
   model_norm_backward_weight(g.ln2w, g.ln2b, w.dln2, post ? a.mlp_out : a.residual2, a.ln2_mean,
                              a.ln2_rstd, Rl, s.cfg);
   if (s.cfg.mla()) {  // o_proj's input: the attention's V parts, as the forward formed them
-    linear_backward_weight(g.attprojw, g.attprojb, w.dres2, mla_attention_output(a, s, R), R,
+    linear_backward_weight(g.attprojw, g.attprojb, w.dres2, mla_kept_attention_output(a, s, R), R,
                            s.heads * s.cfg.v_head_dim, C);
   } else {
     with_kept(a.atty, a.atty_bf16, [&](auto o) {

@@ -249,6 +249,10 @@ Tensor mla_attention_output(const LayerActivations& a, const TpShard& s, int64_t
   return m.o;
 }
 
+Tensor mla_kept_attention_output(const LayerActivations& a, const TpShard& s, int64_t R) {
+  return mla_acts(a.mla, MlaDims(s), R).o;
+}
+
 void mla_attention_output_backward(Tensor datty, Tensor scratch, Tensor dres2,
                                    const LayerParameters& p, const TpShard& s, int64_t R) {
   const MlaDims d(s);
@@ -335,14 +339,23 @@ void mla_backward_weight(const LayerParameters& g, Tensor dmla, const LayerActiv
   const MlaActs m = mla_acts(a.mla, d, R);
   const MlaGrads w = mla_grads(dmla, d, R);
   const Tensor none;
+  // The block's input norm as the set keeps it: in bf16 under --precision bf16 (its fp32 staging
+  // then holds another block's values), else in fp32.
+  const auto from_ln1 = [&](Tensor grad, Tensor dout, int width) {
+    if (a.ln1_bf16.extent(0) > 0) {
+      linear_backward_weight(grad, none, dout, a.ln1_bf16, R, int(d.C), width);
+    } else {
+      linear_backward_weight(grad, none, dout, a.ln1, R, int(d.C), width);
+    }
+  };
   if (d.qr > 0) {
-    linear_backward_weight(g.qaw, none, w.dqa, a.ln1, R, int(d.C), int(d.qr));
+    from_ln1(g.qaw, w.dqa, int(d.qr));
     add_into(g.qanw, w.dnormw.data(), d.qr);
     linear_backward_weight(g.qbw, none, w.dq, m.qan, R, int(d.qr), int(d.q()));
   } else {
-    linear_backward_weight(g.qbw, none, w.dq, a.ln1, R, int(d.C), int(d.q()));
+    from_ln1(g.qbw, w.dq, int(d.q()));
   }
-  linear_backward_weight(g.kvaw, none, w.dkva, a.ln1, R, int(d.C), int(d.kva()));
+  from_ln1(g.kvaw, w.dkva, int(d.kva()));
   add_into(g.kvanw, w.dnormw.data() + d.qr, d.kvr);
   linear_backward_weight(g.kvbw, none, w.dkv, m.latn, R, int(d.kvr), int(d.kv()));
   if (!final_microbatch) return;

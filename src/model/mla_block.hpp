@@ -40,8 +40,11 @@ void mla_forward(const LayerActivations& a, const LayerParameters& p, const TpSh
 // The normalised latent RMSNorm(kv_a(x)'s first kv_lora_rank values) (R, kv_lora_rank) of the
 // rows mla_forward formed (generation's latent KV cache keeps it).
 Tensor mla_latent(const LayerActivations& a, const TpShard& s, int64_t R);
-// This rank's heads' V parts of the attention's output a.atty, the o_proj's input (R, NHl·v).
+// This rank's heads' V parts of the attention's output a.atty, the o_proj's input (R, NHl·v),
+// copied into the block's kept MLA activations.
 Tensor mla_attention_output(const LayerActivations& a, const TpShard& s, int64_t R);
+// The copy the forward kept (W's o_proj input: under bf16 a.atty is then another block's staging).
+Tensor mla_kept_attention_output(const LayerActivations& a, const TpShard& s, int64_t R);
 // datty (R, NHl·hs), the attention output's gradient (zero past v in each head), from dres2
 // (R,C), o_proj's output gradient (its input gradient formed in B's `scratch`).
 void mla_attention_output_backward(Tensor datty, Tensor scratch, Tensor dres2,

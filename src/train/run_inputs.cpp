@@ -129,10 +129,6 @@ void find_doc_token(RunInputs& in) {
 void check_latent_attention(const TrainOptions& opts, const GPTConfig& cfg) {
   if (!cfg.mla()) return;
   const std::string mla = "deepseek_v3's multi-head latent attention ";
-  // (Lifting this, mind a mixed stack's dense blocks: their sets keep ln2 in fp32 as the experts'
-  // blocks do (bf16_kept of the model's config), which their bf16 MLP path does not read.)
-  require(opts.precision == Precision::fp32,
-          mla + "keeps its projections in fp32 only so far; use --precision fp32");
   require(opts.optimizer == "adamw",
           mla + "does not give its matrices to Muon yet; use --optimizer adamw");
 }

@@ -32,6 +32,9 @@ compare_llama_with_pytorch.py, extended by the family's features:
   a stage), EP 2, DP 2 + ZeRO-1 and both recomputations; the directory written back; a resume;
   greedy decoding on 1 rank and EP 2; a directory that also carries DeepSeek-V3's multi-token
   prediction module (not built) loads with a warning and is saved without it.
+- deepseek_v3 under --precision bf16 (check_deepseek_bf16) against PyTorch's bf16 autocast: the
+  latent attention on 1 rank and TP 2, the mixed stack on 1 rank (the same bits under selective
+  recomputation, and under ZB-H1 as under 1F1B on PP 2).
 Every step's loss within 1e-5 (relative) of the float64 reference on every layout; greedy
 decoding with the KV cache gives the reference's ids; the model saved with --save-hf has the
 family's config.json and tensor names and loads back to the same losses.
@@ -56,8 +59,8 @@ try:
     from compare_llama_with_pytorch import (MODEL, LOSS_RTOL, random_model, reference_decode,
                                             reference_run, run_generate, run_trainer, write_model)
     from compare_llama_with_pytorch import CFG, LOGITS_RTOL, NEW_TOKENS, PARAM_RTOL, PROMPT
-    from compare_with_pytorch import (B, T, STEPS, BETA1, BETA2, EPS, STEP_RE, train_reference,
-                                      write_tokens)
+    from compare_with_pytorch import (B, T, STEPS, BETA1, BETA2, BF16_LOSS_RTOL, EPS, STEP_RE,
+                                      train_reference, write_tokens)
     import hf_models
 except ImportError as e:
     sys.exit(f"reference_families: cannot import torch ({e}); run with /usr/bin/python3. "
@@ -87,6 +90,11 @@ GENERATE_RANKS = {"olmo2": (1, 2)}
 # The printed norm has 5 significant digits (half a unit: 2.5e-5 relative at 2.1); a gradient
 # counted twice (a replicated kv head's bias rows) moves it by 1e-2.
 NORM_CHECK = 5e-5
+# A mixture of experts under bf16: a token whose best experts' scores lie within bf16's rounding
+# of each other may choose another expert in the trainer than in autocast, and one token of the
+# 64 a step moves the mean loss by up to ~1e-3 relative (autocast itself moves 1.4e-3 from the
+# float64 run at the first step of this model). Five steps may carry a few such choices.
+BF16_MOE_RTOL = 5e-3
 LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")), ("pp 2", 2, ("--pp", "2")),
            ("dp 2", 2, ("--dp", "2")), ("cp 2", 2, ("--cp", "2"))]
 
@@ -403,6 +411,50 @@ def check_bias_update(tally, exe, workdir, shard, m, params0):
                 f"alike")
 
 
+def check_deepseek_bf16(tally, exe, workdir, shard, tokens):
+    """deepseek_v3 under --precision bf16 against the same model under PyTorch's bf16 autocast
+    (the router in fp32 in both): the latent attention (hf_models.DEEPSEEK, every block dense) on
+    1 rank and TP 2, each loss within BF16_LOSS_RTOL; the first block dense and two DeepSeekMoE
+    blocks (hf_models.DEEPSEEK_MIXED) on 1 rank within BF16_MOE_RTOL, the same bits under
+    selective recomputation, and on PP 2 under ZB-H1 as under 1F1B. Skipped, and said so, where the CPU has no bf16 products."""
+    dense = os.path.join(workdir, "deepseek_v3_bf16")
+    params0, matrices, loss_of, _, _ = deepseek_reference(hf_models.DEEPSEEK, 330, dense, tokens)
+    probe = launch(exe, workdir, ["--init-from", dense, "--data", shard, "--batch", str(B),
+                                  "--seq-len", str(T), "--steps", "1", "--precision", "bf16"])
+    if probe.returncode == 2 and "--precision bf16 needs native bf16" in probe.stderr:
+        print(f"[deepseek_v3 bf16] SKIPPED, no native bf16 here: {probe.stderr.strip()}")
+        return
+    fp32, _ = run_from_hf(exe, workdir, dense, dense + "_fp32", shard)
+    auto, _ = train_reference(params0, tokens, CFG, matrices, loss_of, torch.float32, True)
+    for layout, ranks, extra in (("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2"))):
+        rows, _ = run_from_hf(exe, workdir, dense, dense + "_" + layout.replace(" ", ""), shard,
+                              ("--precision", "bf16", *extra), ranks)
+        rel = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(auto, rows))
+        tally.check(rel <= BF16_LOSS_RTOL and rows != fp32,
+                    f"[deepseek_v3 bf16 {layout}] {STEPS} losses within {rel:.1e} of autocast's "
+                    f"(first {rows[0]['loss']} vs {auto[0]['loss']:.6f}), not the fp32 run's")
+    m = hf_models.DEEPSEEK_MIXED
+    mixed = os.path.join(workdir, "deepseek_v3_mixed_bf16")
+    params0, matrices, loss_of, _, _ = deepseek_reference(m, 331, mixed, tokens)
+    auto, _ = train_reference(params0, tokens, CFG, matrices, loss_of, torch.float32, True)
+    runs = {}
+    two = ("--pp", "2", "--microbatches", "2", "--schedule")
+    for layout, ranks, extra in (("1 rank", 1, ()),
+                                 ("recompute selective", 1, ("--recompute", "selective")),
+                                 ("pp 2 1f1b", 2, (*two, "1f1b")), ("pp 2 zb-h1", 2, (*two, "zb-h1"))):
+        runs[layout], _ = run_from_hf(exe, workdir, mixed, mixed + "_" + layout.replace(" ", ""),
+                                      shard, ("--precision", "bf16", *extra), ranks)
+    rows = runs["1 rank"]
+    rel = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(auto, rows))
+    # Selective recomputation forms ln1 again in W; ZB-H1 defers W past other microbatches' B
+    # (another block's values in the bf16 staging by then): each the same bits as its twin.
+    same = rows == runs["recompute selective"] and runs["pp 2 1f1b"] == runs["pp 2 zb-h1"]
+    tally.check(rel <= BF16_MOE_RTOL and same,
+                f"[deepseek_v3 first block dense bf16] {STEPS} losses within {rel:.1e} of "
+                f"autocast's; selective recomputation as 1 rank and ZB-H1 as 1F1B on PP 2 "
+                f"{'bit for bit' if same else 'differ: ' + str(runs)}")
+
+
 def check_deepseek_moe(tally, exe, gen, workdir, shard, tokens):
     """deepseek_v3 with every block DeepSeekMoE (hf_models.DEEPSEEK_MOE) against
     hf_models.deepseek_logits with its DeepseekV3MoE: losses and the tensors after the last step on
@@ -689,6 +741,10 @@ def main():
         check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens)
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
         tally.fail(f"[deepseek_v3 first block dense] run failed: {e}")
+    try:
+        check_deepseek_bf16(tally, exe, workdir, shard, tokens)
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
+        tally.fail(f"[deepseek_v3 bf16] run failed: {e}")
     shutil.rmtree(workdir, ignore_errors=True)
     return tally.finish()
 

@@ -417,7 +417,10 @@ def deepseek_moe(p, a, h, e):
     import torch.nn.functional as F
     x = h.reshape(-1, h.shape[-1])
     E, G = e["E"], e["groups"]
-    logits = x @ p[a + "mlp.gate.weight"].T
+    # The router in fp32 under autocast too, as DeepseekV3TopkRouter casts to float32 and the
+    # trainer's router is an fp32 product.
+    with torch.autocast("cpu", enabled=False):
+        logits = x.to(p[a + "mlp.gate.weight"].dtype) @ p[a + "mlp.gate.weight"].T
     greedy = e.get("method") == "greedy"
     scores = logits.softmax(-1) if e.get("scoring") == "softmax" else logits.sigmoid()
     with torch.no_grad():
