@@ -62,8 +62,23 @@ bool hf_splits_gate_up(const GPTConfig& cfg) {
 }  // namespace
 
 bool muon_tensor(TensorId t) {
-  return t == TensorId::qkvw || t == TensorId::attprojw || t == TensorId::fcw ||
-         t == TensorId::fcprojw || t == TensorId::sfcw || t == TensorId::sfcprojw;
+  switch (t) {
+    case TensorId::qkvw:
+    case TensorId::attprojw:
+    case TensorId::fcw:
+    case TensorId::fcprojw:
+    case TensorId::sfcw:
+    case TensorId::sfcprojw:
+    case TensorId::dfcw:
+    case TensorId::dfcprojw:
+    case TensorId::qaw:
+    case TensorId::qbw:
+    case TensorId::kvaw:
+    case TensorId::kvbw:
+      return true;
+    default:
+      return false;
+  }
 }
 
 int MuonMatrix::full_rows() const {
@@ -105,8 +120,35 @@ std::vector<MuonMatrix> muon_matrices(const GPTConfig& cfg, const SlabLayout& la
           add_parts(out, p.offset, C, rows, T, {{shard.qkv}});
         }
         break;
-      case TensorId::attprojw:
-        add_parts(out, p.offset, shard.attn, cols, T, {{C}});
+      case TensorId::attprojw:  // latent attention's o_proj reads NH·v_head, not the QK width
+        add_parts(out, p.offset, cfg.mla() ? shard.heads * cfg.v_head_dim : shard.attn, cols, T,
+                  {{C}});
+        break;
+      // Latent attention (model/mla_block.hpp): the down projections q_a_proj and
+      // kv_a_proj_with_mqa (its latent and rotary key one matrix, as Hugging Face stores it) are
+      // whole on every TP rank; q_b_proj (or q_proj) and kv_b_proj are cut by heads.
+      case TensorId::qaw:
+        add_parts(out, p.offset, C, MuonSplit::kNone, 1, {{cfg.q_lora_rank}});
+        break;
+      case TensorId::qbw:
+        add_parts(out, p.offset, cfg.q_lora_rank > 0 ? cfg.q_lora_rank : C, rows, T,
+                  {{shard.heads * cfg.head_size()}});
+        break;
+      case TensorId::kvaw:
+        add_parts(out, p.offset, C, MuonSplit::kNone, 1, {{cfg.kv_lora_rank + cfg.qk_rope_dim}});
+        break;
+      case TensorId::kvbw:
+        add_parts(out, p.offset, cfg.kv_lora_rank, rows, T,
+                  {{shard.heads * (cfg.qk_nope_dim + cfg.v_head_dim)}});
+        break;
+      // A mixed stack's dense blocks (GPTConfig::mixed): their SwiGLU, gate and up apart.
+      case TensorId::dfcw: {
+        const int fc = int(p.length / (2 * int64_t(C)));
+        add_parts(out, p.offset, C, rows, T, {{fc}, {fc}});
+        break;
+      }
+      case TensorId::dfcprojw:
+        add_parts(out, p.offset, int(p.length / C), cols, T, {{C}});
         break;
       case TensorId::fcw: {
         // A dense MLP's one matrix, or each expert's in turn.

@@ -11,7 +11,9 @@
 // Jordan's: fast, not exact); 0.2·√max(rows, cols) gives the update the RMS of AdamW's (Moonlight's
 // §2.2). The matrices are those Hugging Face stores: a fused [Q | K | V] or [gate | up] is cut
 // into its parts unless the family stores it fused (GPT-2's c_attn, Phi-3's qkv_proj and
-// gate_up_proj), and each expert's matrices are their own. Embeddings, the head, norms, biases,
+// gate_up_proj), each expert's matrices are their own, and deepseek_v3's latent attention's are
+// q_a_proj, q_b_proj (or q_proj), kv_a_proj_with_mqa (one matrix), kv_b_proj and o_proj, the down
+// projections whole on every TP rank. Embeddings, the head, norms, biases,
 // q/k norms, the router and the shared expert's gate stay with AdamW (optim/adamw.hpp).
 //
 // The momentum lives in AdamW's first moment at the matrices' places (their second moment stays

@@ -125,14 +125,6 @@ void find_doc_token(RunInputs& in) {
                      std::to_string(*token) + " (" + from + ")");
 }
 
-// What multi-head latent attention (deepseek_v3) does not run on yet, each refused in one line.
-void check_latent_attention(const TrainOptions& opts, const GPTConfig& cfg) {
-  if (!cfg.mla()) return;
-  const std::string mla = "deepseek_v3's multi-head latent attention ";
-  require(opts.optimizer == "adamw",
-          mla + "does not give its matrices to Muon yet; use --optimizer adamw");
-}
-
 // --qk-clip scales the query and key projections; where normalisation or the latent attention
 // stands between them and the logits, that scale would not reach the logits.
 void check_qk_clip(const TrainOptions& opts, const GPTConfig& cfg) {
@@ -257,7 +249,6 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
     if (!mtp.empty()) in.warnings.push_back(mtp);
   }
   apply_moe_aux_coef(opts, in.cfg);
-  check_latent_attention(opts, in.cfg);
   check_qk_clip(opts, in.cfg);
   check_moe_bias_update(opts, in.cfg);
   require(opts.seq_len <= in.cfg.max_seq_len,

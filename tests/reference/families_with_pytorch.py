@@ -32,6 +32,9 @@ compare_llama_with_pytorch.py, extended by the family's features:
   a stage), EP 2, DP 2 + ZeRO-1 and both recomputations; the directory written back; a resume;
   greedy decoding on 1 rank and EP 2; a directory that also carries DeepSeek-V3's multi-token
   prediction module (not built) loads with a warning and is saved without it.
+- deepseek_v3 under --optimizer muon (check_deepseek_muon): the mixed stack against a PyTorch
+  Muon on the matrices Hugging Face stores (the latent attention's five, the dense and each
+  expert's), on 1 rank, TP 2, EP 2 and DP 2 + ZeRO-1.
 - deepseek_v3 under --precision bf16 (check_deepseek_bf16) against PyTorch's bf16 autocast: the
   latent attention on 1 rank and TP 2, the mixed stack on 1 rank (the same bits under selective
   recomputation, and under ZB-H1 as under 1F1B on PP 2).
@@ -43,6 +46,7 @@ Run by ctest with MPIFORMER_TRAIN, MPIFORMER_GENERATE and MPIEXEC in the environ
 Debian's /usr/bin/python3 (torch 1.13). The last line is `reference_families: N passed, M failed`.
 """
 import json
+import math
 import os
 import re
 import shutil
@@ -60,7 +64,8 @@ try:
                                             reference_run, run_generate, run_trainer, write_model)
     from compare_llama_with_pytorch import CFG, LOGITS_RTOL, NEW_TOKENS, PARAM_RTOL, PROMPT
     from compare_with_pytorch import (B, T, STEPS, BETA1, BETA2, BF16_LOSS_RTOL, EPS, STEP_RE,
-                                      train_reference, write_tokens)
+                                      batches, lr_at, train_reference, write_tokens)
+    import muon_with_pytorch as muon_ref
     import hf_models
 except ImportError as e:
     sys.exit(f"reference_families: cannot import torch ({e}); run with /usr/bin/python3. "
@@ -296,7 +301,7 @@ def check_deepseek(tally, exe, gen, workdir, shard, tokens):
     against hf_models.deepseek_logits trained by the same steps: every loss within LOSS_RTOL and
     every tensor after the last step within PARAM_RTOL, on each of DEEPSEEK_LAYOUTS; a checkpoint
     resumed; the directory read and written again unchanged; greedy decoding with the KV cache on
-    TP 1 and 2; a negative first_k_dense_replace and what is not built (Muon) refused by name."""
+    TP 1 and 2; a negative first_k_dense_replace and the keys not computed refused by name."""
     for form, m, layouts in (("", hf_models.DEEPSEEK, DEEPSEEK_LAYOUTS),
                              (" q_proj, halves, no yarn", hf_models.DEEPSEEK_PLAIN,
                               DEEPSEEK_LAYOUTS[:2])):
@@ -334,8 +339,6 @@ def check_deepseek(tally, exe, gen, workdir, shard, tokens):
         json.dump(config, open(os.path.join(d, "config.json"), "w"))
         ok, errors = refused(exe, workdir, d, shard, (), key)
         tally.check(ok, f"[deepseek_v3 {name}] refused: {errors}")
-    ok, errors = refused(exe, workdir, model, shard, ("--optimizer", "muon"), "Muon")
-    tally.check(ok, f"[deepseek_v3 --optimizer muon] refused: {errors}")
     # Greedy decoding with the latent KV cache ([c_kv | k_rope] a token) on TP 1 and 2.
     p = {k: torch.tensor(v, dtype=torch.float64) for k, v in params0.items()}
     seq, ref_rows = list(PROMPT), []
@@ -409,6 +412,66 @@ def check_bias_update(tally, exe, workdir, shard, m, params0):
                 f"[deepseek_v3 moe bias update] the bias after {steps} steps (moved up to "
                 f"{moved:.2f}) the same bits on 1 rank, ep 2, tp 2 and dp 2 + zero-1, the losses "
                 f"alike")
+
+
+def muon_reference(params0, tokens, loss_of, matrices):
+    """train_reference's step with Muon (muon_with_pytorch.py: momentum 0.95, Nesterov, five
+    Newton-Schulz steps, Moonlight's 0.2·sqrt(max(rows, cols)) and decoupled decay) on every
+    matrix Hugging Face stores inside the blocks (model.layers.*, each expert's its own, the
+    router mlp.gate.weight excepted) and AdamW on the rest, in float64: (rows, final tensors)."""
+    p = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in params0.items()}
+    muon = [k for k, v in params0.items() if v.ndim == 2 and k.startswith("model.layers.") and
+            not k.endswith("mlp.gate.weight")]
+    rest = [k for k in p if k not in muon]
+    opt = torch.optim.AdamW(
+        [dict(params=[p[k] for k in rest if k in matrices], weight_decay=CFG["wd"]),
+         dict(params=[p[k] for k in rest if k not in matrices], weight_decay=0.0)],
+        lr=CFG["lr"], betas=(BETA1, BETA2), eps=EPS)
+    momentum = {k: torch.zeros_like(p[k]) for k in muon}
+    rows = []
+    for s, (inputs, targets) in enumerate(batches(tokens, STEPS)):
+        opt.zero_grad(set_to_none=False)
+        for t in p.values():
+            if t.grad is not None:
+                t.grad.zero_()
+        loss = loss_of(p, inputs, targets)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(list(p.values()), CFG["grad_clip"])
+        lr = lr_at(s, CFG)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        with torch.no_grad():
+            for k in muon:
+                w, g, buf = p[k], p[k].grad, momentum[k]
+                buf.mul_(muon_ref.MU).add_(g)
+                x = muon_ref.newton_schulz(g + muon_ref.MU * buf)
+                w.mul_(1.0 - lr * CFG["wd"])
+                w.add_(x, alpha=-lr * 0.2 * math.sqrt(max(w.shape)))
+        rows.append(dict(loss=loss.item(), norm=norm.item()))
+    return rows, {k: v.detach().numpy() for k, v in p.items()}
+
+
+def check_deepseek_muon(tally, exe, workdir, shard, tokens):
+    """--optimizer muon on deepseek_v3 (hf_models.DEEPSEEK_MIXED: latent attention, the first
+    block dense, two DeepSeekMoE blocks with a shared expert) against muon_reference: q_a_proj,
+    q_b_proj, kv_a_proj_with_mqa (one matrix), kv_b_proj, o_proj, the dense and each expert's
+    gate, up and down projections Muon's, the router AdamW's. Losses and tensors on 1 rank, TP 2
+    (the down projections whole on each rank, q_b and kv_b by heads), EP 2 and DP 2 + ZeRO-1
+    (the matrices dealt out over the DP ranks)."""
+    m = hf_models.DEEPSEEK_MIXED
+    model = os.path.join(workdir, "deepseek_v3_muon")
+    params0, matrices, loss_of, _, _ = deepseek_reference(m, 340, model, tokens)
+    ref, ref_final = muon_reference(params0, tokens, loss_of, matrices)
+    for layout, ranks, extra in (("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")),
+                                 ("ep 2", 2, ("--ep", "2")),
+                                 ("dp 2 + zero-1", 2, ("--dp", "2", "--zero", "1"))):
+        rows, final = run_from_hf(exe, workdir, model, model + "_" + layout.replace(" ", ""),
+                                  shard, ("--optimizer", "muon", *extra), ranks)
+        loss, worst = against_reference(ref, ref_final, rows, final)
+        tally.check(loss <= LOSS_RTOL and worst[0] <= PARAM_RTOL,
+                    f"[deepseek_v3 muon {layout}] {STEPS} losses within {loss:.1e} of torch's "
+                    f"Muon, every tensor after the last step within {worst[0]:.1e} ({worst[1]})")
 
 
 def check_deepseek_bf16(tally, exe, workdir, shard, tokens):
@@ -741,6 +804,10 @@ def main():
         check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens)
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
         tally.fail(f"[deepseek_v3 first block dense] run failed: {e}")
+    try:
+        check_deepseek_muon(tally, exe, workdir, shard, tokens)
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
+        tally.fail(f"[deepseek_v3 muon] run failed: {e}")
     try:
         check_deepseek_bf16(tally, exe, workdir, shard, tokens)
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
