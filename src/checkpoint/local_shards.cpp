@@ -181,7 +181,8 @@ std::string scan(const std::string& path, const ShardKey& key, int64_t step, Che
            std::to_string(key.rank) + " of this layout (damaged)";
   }
   const int64_t expected = kHeaderBytes + int64_t(head[0] + head[1]) +
-                           int64_t(sizeof(float)) * (key.slab + 2 * key.moments) + 8;
+                           int64_t(sizeof(float)) * (key.slab + key.moments + key.second_moments) +
+                           8;
   if (size != expected) {
     return "truncated or damaged (" + std::to_string(size) + " bytes, expected " +
            std::to_string(expected) + ")";
@@ -194,13 +195,13 @@ std::string scan(const std::string& path, const ShardKey& key, int64_t step, Che
   if (stored_key != expected_key) return "of another run or layout (its key)";
   sum.update(stored_key.data(), stored_key.size());
   sum.update(text.data(), text.size());
-  std::vector<float> buffer(
-      size_t(std::min<int64_t>(kChunk, std::max<int64_t>(1, std::max(key.slab, key.moments)))));
+  std::vector<float> buffer(size_t(std::min<int64_t>(
+      kChunk, std::max<int64_t>({int64_t(1), key.slab, key.moments, key.second_moments}))));
   // By position, not by pointer: checking reads into no memory at all.
   float* const into[3] = {slab, m, v};
   for (int part = 0; part < 3; ++part) {
     float* const memory = into[part];
-    const int64_t n = part == 0 ? key.slab : key.moments;
+    const int64_t n = part == 0 ? key.slab : part == 1 ? key.moments : key.second_moments;
     for (int64_t at = 0; at < n; at += kChunk) {
       const int64_t count = std::min(kChunk, n - at);
       if (!read_all(fd, buffer.data(), size_t(count) * sizeof(float))) {
@@ -255,12 +256,12 @@ std::string write_shard(const std::string& dir, const ShardKey& key, const Check
   bool ok = write_all(fd, kMagic, 8, &sum) && write_all(fd, head, sizeof head, &sum) &&
             write_all(fd, stored_key.data(), stored_key.size(), &sum) &&
             write_all(fd, text.data(), text.size(), &sum);
-  std::vector<float> buffer(
-      size_t(std::min<int64_t>(kChunk, std::max<int64_t>(1, std::max(key.slab, key.moments)))));
+  std::vector<float> buffer(size_t(std::min<int64_t>(
+      kChunk, std::max<int64_t>({int64_t(1), key.slab, key.moments, key.second_moments}))));
   const float* const from[3] = {slab, m, v};
   for (int part = 0; part < 3; ++part) {
     const float* const memory = from[part];
-    const int64_t n = part == 0 ? key.slab : key.moments;
+    const int64_t n = part == 0 ? key.slab : part == 1 ? key.moments : key.second_moments;
     for (int64_t at = 0; ok && at < n; at += kChunk) {
       const int64_t count = std::min(kChunk, n - at);
       copy_to_host(buffer.data(), memory + at, size_t(count) * sizeof(float), "d2h local shard");

@@ -9,7 +9,7 @@
 // A shard is DIR/shard-<save>-<layout>-step_NNNNNNNN-rank_RRRRR: <save> a hash of the --save
 // directory's resolved path (the run it belongs to: two runs may share a node's /tmp), <layout>
 // a hash of the layout key below. Its bytes: the magic "MPFSHRD1"; six uint64 (the key's length,
-// the state text's, the slab's floats, the moments' floats, the step, the rank); the key; the
+// the state text's, the slab's floats, m's floats, the step, the rank); the key; the
 // state text (a state file's, checkpoint_info.hpp); the slab, m and v as floats; a uint64
 // checksum of everything before it. It is written under a temporary name, synced and renamed
 // into place; a reader checks the size, the header, the key and the checksum before trusting a
@@ -32,7 +32,8 @@ struct ShardKey {
   std::string layout;   // the world size, the layout's settings, the model's shape: all ranks'
   int rank = 0;         // world rank
   int64_t slab = 0;     // floats of this rank's parameters
-  int64_t moments = 0;  // floats of each of m and v
+  int64_t moments = 0;  // floats of m
+  int64_t second_moments = 0;  // floats of v (fewer than m's under Muon: optim/adamw.hpp)
 
   std::string save_tag() const;    // 8 hex digits
   std::string layout_tag() const;  // 16 hex digits

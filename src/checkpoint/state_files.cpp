@@ -126,9 +126,11 @@ std::vector<FileRun> StateFiles::runs(bool moments, bool writes_only) const {
         out.push_back({slab_ + s.param + (lo - j0), file, hi - lo, own ? int(t) : -1});
         continue;
       }
-      const int64_t state = s.state + (lo - j0);
-      out.push_back({m_ + state, file, hi - lo, own ? int(t) : -1});
-      out.push_back({v_ + state, count_ + file, hi - lo, own ? kNumParameterTensors + int(t) : -1});
+      out.push_back({m_ + s.state + (lo - j0), file, hi - lo, own ? int(t) : -1});
+      // A Muon matrix has no second moment: the file holds zeros there, as it always has (the
+      // format does not depend on the optimizer), written as such and not read back.
+      float* const v = s.by_muon ? nullptr : v_ + s.v_state + (lo - j0);
+      out.push_back({v, count_ + file, hi - lo, own ? kNumParameterTensors + int(t) : -1});
     }
   }
   return out;

@@ -32,17 +32,39 @@ std::vector<OptimizerSegment> piece_segments(const Parameters& params) {
   return out;
 }
 
+int64_t second_moment_layout(std::vector<OptimizerSegment>& segments, int64_t state_size) {
+  // The Muon segments' stretches of m, in m's order, and the elements of them before each end.
+  std::vector<std::pair<int64_t, int64_t>> muon;  // (state, length)
+  for (const OptimizerSegment& s : segments) {
+    if (s.by_muon) muon.push_back({s.state, s.length});
+  }
+  std::sort(muon.begin(), muon.end());
+  std::vector<int64_t> starts, before(1, 0);
+  for (const auto& [state, length] : muon) {
+    starts.push_back(state);
+    before.push_back(before.back() + length);
+  }
+  for (OptimizerSegment& s : segments) {
+    if (s.by_muon) continue;
+    // Segments do not overlap: every Muon stretch starting before this one ends before it.
+    const size_t k =
+        size_t(std::upper_bound(starts.begin(), starts.end(), s.state) - starts.begin());
+    s.v_state = s.state - before[k];
+  }
+  return state_size - before.back();
+}
+
 AdamW::AdamW(const AdamWConfig& cfg, const GPTConfig& model, std::vector<OptimizerSegment> segments,
              int64_t state_size)
     : cfg_(cfg),
       segments_(std::move(segments)),
       m_("mpf::adamw::m", state_size),
-      v_("mpf::adamw::v", state_size) {
+      v_("mpf::adamw::v", second_moment_layout(segments_, state_size)) {
   std::vector<AdamWChunk> chunks;
   for (const OptimizerSegment& s : segments_) {
     if (s.by_muon) continue;
     for (int64_t at = 0; at < s.length; at += kChunk) {
-      chunks.push_back({s.param + at, s.grad + at, s.state + at,
+      chunks.push_back({s.param + at, s.grad + at, s.state + at, s.v_state + at,
                         int(std::min<int64_t>(kChunk, s.length - at)), decay_of(s)});
     }
   }
@@ -67,15 +89,15 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale, 
           const AdamWChunk& c = chunks(i / kChunk);
           const int j = int(i % kChunk);
           if (j >= c.length) return;
-          adamw_element(params[c.param + j], grads[c.grad + j], m[c.state + j], v[c.state + j], lr,
-                        beta1, beta2, eps, c.weight_decay, grad_scale, c1, c2,
+          adamw_element(params[c.param + j], grads[c.grad + j], m[c.state + j], v[c.v_state + j],
+                        lr, beta1, beta2, eps, c.weight_decay, grad_scale, c1, c2,
                         params16 ? params16 + c.param + j : nullptr);
         });
     return;
   }
   for (const OptimizerSegment& s : segments_) {
     if (s.by_muon) continue;
-    adamw_update(params + s.param, grads + s.grad, m_.data() + s.state, v_.data() + s.state,
+    adamw_update(params + s.param, grads + s.grad, m_.data() + s.state, v_.data() + s.v_state,
                  s.length, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, decay_of(s), grad_scale, t_,
                  params16 ? params16 + s.param : nullptr);
   }

@@ -9,6 +9,11 @@
 // slab (a tensor, or one block's slice of a per-layer tensor); under
 // ZeRO-1 it is this rank's slice of a gradient bucket within a tensor, with its gradients in the
 // reduce-scattered shard and its moments in a state sized for the shard only.
+//
+// The first moment m is laid out over every segment (`state`); Muon (optim/muon.hpp) keeps its
+// matrices' momentum there. The second moment v holds AdamW's segments only (`v_state`, packed:
+// m's layout with the Muon segments' stretches taken out), so a Muon run keeps one moment, not
+// two, for its matrices; without Muon v is laid out exactly as m.
 #pragma once
 
 #include <cstdint>
@@ -30,13 +35,20 @@ struct AdamWConfig {
 struct OptimizerSegment {
   int64_t param = 0;  // offset in the parameter slab
   int64_t grad = 0;   // offset in the gradient buffer passed to step()
-  int64_t state = 0;  // offset in the moments
+  int64_t state = 0;  // offset in the first moment
   int64_t length = 0;
   TensorId tensor = TensorId::wte;  // its weight decay, who counts it in the gradient norm
   // Updated by Muon (optim/muon.hpp), whose momentum is the first moment here: AdamW keeps its
-  // place in the state (checkpoints, the gradient norm) and does not update it.
+  // place in m (checkpoints, the gradient norm), gives it none in v, and does not update it.
   bool by_muon = false;
+  // Offset in the second moment (set by AdamW's constructor, second_moment_layout); unused for
+  // a Muon segment.
+  int64_t v_state = 0;
 };
+
+// Sets each AdamW segment's v_state: its `state` less the Muon segments' elements before it in
+// m. Returns v's size: `state_size` (m's) less every Muon segment's length.
+int64_t second_moment_layout(std::vector<OptimizerSegment>& segments, int64_t state_size);
 
 // One segment per piece of the slab (a tensor, or a block's slice of one): parameters, gradients
 // and moments laid out alike.
@@ -44,14 +56,15 @@ std::vector<OptimizerSegment> piece_segments(const Parameters& params);
 
 // A run of at most AdamW's kChunk elements of one segment, for the one-kernel update of a GPU.
 struct AdamWChunk {
-  int64_t param, grad, state;
+  int64_t param, grad, state, v_state;
   int length;
   float weight_decay;
 };
 
 class AdamW {
  public:
-  // Moments for `state_size` elements (the sum of the segments' lengths).
+  // The first moment for `state_size` elements (the sum of the segments' lengths), the second
+  // for AdamW's segments only.
   AdamW(const AdamWConfig& cfg, const GPTConfig& model, std::vector<OptimizerSegment> segments,
         int64_t state_size);
 
@@ -64,12 +77,15 @@ class AdamW {
   int64_t steps_taken() const { return t_; }
   // A resumed run continues the bias correction where the checkpoint left it.
   void set_steps_taken(int64_t t) { t_ = t; }
-  // The first and second moments, laid out as the segments' `state` offsets say (checkpoints).
+  // The first moment, laid out as the segments' `state` offsets say, and the second, as their
+  // `v_state` offsets say (checkpoints).
   const Slab& first_moment() const { return m_; }
   // Muon keeps its momentum here, at its matrices' places (optim/muon.hpp).
   Slab& first_moment() { return m_; }
   const Slab& second_moment() const { return v_; }
-  int64_t state_bytes() const { return 2 * int64_t(m_.extent(0)) * int64_t(sizeof(float)); }
+  int64_t state_bytes() const {
+    return (int64_t(m_.extent(0)) + int64_t(v_.extent(0))) * int64_t(sizeof(float));
+  }
   const std::vector<OptimizerSegment>& segments() const { return segments_; }
 
  private:
@@ -84,7 +100,7 @@ class AdamW {
   // kChunk elements (AdamWChunk), each a work item of kChunk threads.
   static constexpr int kChunk = 4096;
   Kokkos::View<AdamWChunk*, MemSpace> chunks_;
-  Slab m_, v_;  // first and second moments
+  Slab m_, v_;  // first moment (every segment) and second (AdamW's segments)
   int64_t t_ = 0;
 };
 

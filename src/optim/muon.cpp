@@ -81,6 +81,14 @@ bool muon_tensor(TensorId t) {
   }
 }
 
+int64_t muon_floats(const SlabLayout& layout) {
+  int64_t n = 0;
+  for (const SlabPiece& p : layout.pieces()) {
+    if (p.block >= 0 && muon_tensor(p.tensor)) n += p.length;
+  }
+  return n;
+}
+
 int MuonMatrix::full_rows() const {
   return split == MuonSplit::kRows ? rows * blocks : rows;
 }

@@ -16,9 +16,11 @@
 // projections whole on every TP rank. Embeddings, the head, norms, biases,
 // q/k norms, the router and the shared expert's gate stay with AdamW (optim/adamw.hpp).
 //
-// The momentum lives in AdamW's first moment at the matrices' places (their second moment stays
-// zero): the checkpoint's optimizer file holds it as it holds m, in the layout-independent order,
-// so a Muon run resumes on any layout.
+// The momentum lives in AdamW's first moment at the matrices' places, and AdamW's second moment
+// holds its own segments only (optim/adamw.hpp): Muon's state is one moment. The checkpoint's
+// optimizer file holds the momentum as it holds m, in the layout-independent order, and zeros
+// for v at the matrices' places (the format of an AdamW run's), so a Muon run resumes on any
+// layout.
 #pragma once
 
 #include <mpi.h>
@@ -71,6 +73,9 @@ struct MuonGroups {
 
 // Whether the slab's pieces of `tensor` are Muon's (a block's 2-D weights).
 bool muon_tensor(TensorId tensor);
+// The elements of a slab's Muon matrices (its blocks' pieces of muon_tensor): the momentum that
+// has no second moment beside it (the memory plan's).
+int64_t muon_floats(const SlabLayout& layout);
 
 // The Muon matrices of a rank's parameters, in slab order: under TP, its blocks of them.
 std::vector<MuonMatrix> muon_matrices(const Parameters& params, const TpShard& shard);

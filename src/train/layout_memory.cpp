@@ -74,6 +74,7 @@ MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePl
   m.reduce_bf16 = l.reduce_bf16;
   m.muon_work = l.muon ? muon_workspace_floats(m.shard) : 0;
   m.pipeline_stages = l.pp;
+  m.muon_floats = l.muon ? muon_floats(SlabLayout::of(m.shard)) : 0;
   m.threads = l.threads;
   m.attention = l.attention;
   m.dp_bucket_bytes = l.dp_bucket_bytes;

@@ -103,7 +103,7 @@ int64_t largest_block(const TpShard& shard) {
 void add_state_terms(const MemoryShape& s, const Terms& add) {
   const TpShard& shard = s.shard;
   // The slabs: parameters and gradients padded to a multiple of the DP x CP ranks (ZeRO's
-  // buckets), AdamW's two moments (this rank's shard under ZeRO), the bf16 copy of the weights.
+  // buckets), AdamW's moments (this rank's shard under ZeRO), the bf16 copy of the weights.
   const int64_t count = Parameters::slab_floats(shard, s.dp_cp);
   const int64_t state = s.zero ? count / s.shard_ranks() : count;
   // ZeRO-2/3 (optim/sharded_blocks.hpp): of the blocks' stretch of a sharded slab this rank
@@ -149,11 +149,14 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
     add("gradients", count * f + zero_grads + staged, s.zero ? "and the ZeRO shard's sum" : "",
         "--tp, --pp, --zero 2");
   }
-  // Under Muon its matrices' momentum is AdamW's m at their places, and v stays there too (zero):
-  // the moments keep one layout, and the checkpoint its format (optim/muon.hpp).
-  const std::string moments =
-      s.muon_work > 0 ? "AdamW's m and v (Muon's momentum in m)" : "AdamW's m and v";
-  add("optimizer", 2 * state * f, s.zero ? moments + ", this rank's ZeRO shard" : moments,
+  // Under Muon its matrices' momentum is AdamW's m at their places, and v holds AdamW's own
+  // segments only (optim/adamw.hpp): one moment for the matrices. Under ZeRO the shard holds
+  // about its 1/D of them, as of everything (each bucket is cut evenly over the ranks).
+  const int64_t second = state - (s.zero ? s.muon_floats / s.shard_ranks() : s.muon_floats);
+  const std::string moments = s.muon_floats > 0
+                                  ? "AdamW's m (with Muon's momentum) and v (AdamW's tensors only)"
+                                  : "AdamW's m and v";
+  add("optimizer", (state + second) * f, s.zero ? moments + ", this rank's ZeRO shard" : moments,
       s.zero ? "--tp, --pp" : "--zero 1, --tp, --pp");
   if (s.muon_work > 0) {
     add("muon workspace", s.muon_work * f,
@@ -162,7 +165,7 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
         "--pp");
   }
   if (s.checkpoint_staging) {
-    add("checkpoint staging", (count + 2 * state) * f,
+    add("checkpoint staging", (count + state + second) * f,
         "a host copy of the parameters and AdamW's m and v, written in the background",
         "--save-async 0");
   }

@@ -54,6 +54,9 @@ struct MemoryShape {
   bool checkpoint_staging = false;
   // --optimizer muon: its Newton-Schulz workspace (optim/muon.hpp), in floats; 0 without it.
   int64_t muon_work = 0;
+  // --optimizer muon: the elements of its matrices in this rank's slab (optim/muon.hpp's
+  // muon_floats), which have a first moment and no second; 0 without it.
+  int64_t muon_floats = 0;
   bool staged_mpi = false;  // messages through pinned host copies
   int pipeline_stages = 1;
   // The all-reduces in place that an MPI library runs through a temporary copy of their buffer

@@ -121,6 +121,7 @@ local_tier::ShardKey RunSaver::local_key(const TrainingRun& r) {
   key.rank = r.grid_->world_rank();
   key.slab = int64_t(r.params_.slab.extent(0));
   key.moments = int64_t(r.optimizer_->first_moment().extent(0));
+  key.second_moments = int64_t(r.optimizer_->second_moment().extent(0));
   // The layout as the state file records it, and the model's shape: a shard is this rank's memory,
   // which only the same layout of the same model holds alike.
   int world = 1;
@@ -132,6 +133,8 @@ local_tier::ShardKey RunSaver::local_key(const TrainingRun& r) {
   // --zero-group node shards the moments otherwise (not recorded: the global files do not
   // depend on it).
   if (r.zero_nodes_) key.layout += "zero_group = node\n";
+  // Muon's v holds AdamW's segments only (optim/adamw.hpp): its shards are another size.
+  if (r.muon_) key.layout += "optimizer = muon\n";
   CheckpointInfo shape;
   shape.model = r.cfg_;
   std::istringstream lines(to_text(shape));
@@ -199,7 +202,8 @@ bool RunSaver::resume_local(TrainingRun& r) {
 void RunSaver::save_local(int step) {
   TrainingRun& r = run_;
   const std::string& dir = r.opts_.save_local;
-  const double bytes = double(local_key_.slab + 2 * local_key_.moments) * sizeof(float);
+  const double bytes =
+      double(local_key_.slab + local_key_.moments + local_key_.second_moments) * sizeof(float);
   PhaseScope phase(r.phases_, StepPhase::kSave, step, bytes / 20e6);
   Stopwatch clock;
   std::string error = checkpoint::make_directories(dir);

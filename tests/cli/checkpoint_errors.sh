@@ -310,8 +310,9 @@ else
   bad "--load-step 4 with local shards of step 6: $(grep -E '^(resumed|error)' "$WORK/back.log"); left: $(ls "$L/loc")"
 fi
 # With ZeRO-1 a rank holds its share of the moments only, and a pipeline stage its own blocks:
-# each rank's shard is of its own sizes, all of one layout.
-for layout in "--zero 1" "--pp 2 --microbatches 2"; do
+# each rank's shard is of its own sizes, all of one layout; under Muon its v holds AdamW's
+# segments only, fewer floats than its m.
+for layout in "--zero 1" "--pp 2 --microbatches 2" "--zero 1 --optimizer muon"; do
   read -ra lay <<<"$layout"
   "$MPIEXEC" -n 2 "$TRAIN" --val-every 0 --layers 2 --dim 64 --heads 4 --seq-len 32 --batch 2 \
     --steps 8 "${lay[@]}" >"$WORK/whole_lay.log" 2>&1 || bad "the uninterrupted $layout run"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The memory plan (train/memory_plan.hpp) against the truth: the peak resident set each rank
 # measured (VmHWM) is within 10% of what the banner predicted before anything was allocated, on
-# thirteen runs that differ in what dominates: a long sequence, full and selective recomputation
+# fourteen runs that differ in what dominates: a long sequence, full and selective recomputation
 # (one block's norm and SwiGLU scratch in the workspace), TP with sequence parallelism, CP, a 1F1B
 # pipeline, bf16, DP with ZeRO-1, ZB-H1's deferred W, AFAB holding 16 microbatches of few
 # activations each, where a receive and a send buffer per microbatch held would add a third to the
-# peak, and wide blocks under ZeRO-1, 2 and 3 (and the optimizer planned over a node's ranks under
-# --zero-group node). Models large enough that the model's
+# peak, and wide blocks under ZeRO-1, 2 and 3 and under Muon (and the optimizer planned over a
+# node's ranks under --zero-group node). Models large enough that the model's
 # memory, not the program's, is most of each peak. Then --dry-run and a
 # real start refuse a layout predicted to exceed --memory-per-rank (exit 2, one error line naming
 # the largest term and the flags that shrink it), and a Llama-3.2-1B shape at T = 8192 is refused
@@ -72,9 +72,23 @@ if awk -v a="$zero1" -v b="$zero3" 'BEGIN { exit !(a > 0 && b > 0 && b < 0.85 * 
 else
   bad "--zero 3's measured peak ($zero3 GB) is not below 85% of --zero 1's ($zero1 GB)"
 fi
+# --optimizer muon: its matrices (most of these blocks) keep one moment, AdamW's m, and v holds
+# AdamW's tensors only; the measured peak agrees with that plan, and --dry-run plans the optimizer
+# at under 60% of AdamW's (about half: m whole, v of the few other tensors).
+check 1 --batch 4 --seq-len 64 --max-seq-len 64 --optimizer muon
+optimizer_gb() { sed -nE 's/^dry run: memory\/rank .* optimizer ([0-9.]+) GB.*/\1/p' "$1"; }
+for o in adamw muon; do
+  timeout 60 "$TRAIN" "${model[@]}" --batch 4 --seq-len 64 --max-seq-len 64 --optimizer $o \
+    --dry-run >"$WORK/$o.log" 2>&1
+done
+adamw=$(optimizer_gb "$WORK/adamw.log") muon=$(optimizer_gb "$WORK/muon.log")
+if awk -v a="$adamw" -v m="$muon" 'BEGIN { exit !(a > 0 && m > 0 && m < 0.6 * a) }'; then
+  ok "--optimizer muon plans the optimizer at $muon GB against AdamW's $adamw GB"
+else
+  bad "--optimizer muon's planned optimizer ${muon:-?} GB against AdamW's ${adamw:-?} GB"
+fi
 # --zero-group node (HSDP): DP 4 on two posed hosts (MPIFORMER_TEST_HOST) shards the optimizer
 # state over a host's 2 ranks, not the 4: --dry-run plans twice ZeRO-1's term over all 4.
-optimizer_gb() { sed -nE 's/^dry run: memory\/rank .* optimizer ([0-9.]+) GB.*/\1/p' "$1"; }
 hsdp=("${model[@]}" --batch 4 --seq-len 64 --max-seq-len 64 --dp 4 --zero 1 --dry-run)
 timeout 60 "$MPIEXEC" -n 4 "$TRAIN" "${hsdp[@]}" >"$WORK/all.log" 2>&1
 timeout 60 "$MPIEXEC" -n 2 env MPIFORMER_TEST_HOST=h0 "$TRAIN" "${hsdp[@]}" --zero-group node : \

@@ -72,4 +72,23 @@ TEST(AdamW, DecaysMatricesOnly) {
   EXPECT_EQ(opt.steps_taken(), 1);
 }
 
+// The second moment's layout: the first moment's, less the Muon segments' stretches, in the
+// first moment's order whatever order the segments are listed in (a ZeRO shard's segments follow
+// the buckets); without Muon it is the first moment's.
+TEST(AdamW, SecondMomentTakesOutMuonSegmentsInStateOrder) {
+  std::vector<OptimizerSegment> s(4);
+  const int64_t states[4] = {30, 0, 10, 45}, lengths[4] = {10, 10, 20, 5};
+  for (int k = 0; k < 4; ++k) {
+    s[k].state = states[k];
+    s[k].length = lengths[k];
+  }
+  std::vector<OptimizerSegment> adamw = s;
+  EXPECT_EQ(second_moment_layout(adamw, 50), 50);
+  for (const OptimizerSegment& x : adamw) EXPECT_EQ(x.v_state, x.state);
+  s[0].by_muon = s[2].by_muon = true;  // [30, 40) and [10, 30)
+  EXPECT_EQ(second_moment_layout(s, 50), 50 - 30);
+  EXPECT_EQ(s[1].v_state, 0);
+  EXPECT_EQ(s[3].v_state, 45 - 30);
+}
+
 }  // namespace mpf

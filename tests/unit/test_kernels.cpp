@@ -495,6 +495,61 @@ TEST_P(Kernels, AdamWOverSegmentsOfEveryLength) {
   expect_close(to_host(p), hp, 1e-6, "parameters after two AdamW steps");
 }
 
+// Under Muon the second moment holds AdamW's segments only, packed in the first moment's order (a
+// Muon matrix keeps one moment, optim/adamw.hpp): a Muon segment between two of AdamW's is left
+// alone, with no place in v, and AdamW's update as they would alone, on either shape (the device
+// shape's chunks read v at their own offsets).
+TEST_P(Kernels, AdamWPacksTheSecondMomentAroundMuonSegments) {
+  GPTConfig model;
+  model.layers = 1;
+  model.heads = 1;
+  model.channels = 8;
+  model.vocab = 16;
+  model.padded_vocab = 16;
+  model.max_seq_len = 8;
+  const int64_t a = 5000, b = 4100, c = 3, n = a + b + c;
+  std::vector<OptimizerSegment> segments = {{0, 0, 0, a, TensorId::wte},
+                                            {a, a, a, b, TensorId::fcw, /*by_muon=*/true},
+                                            {a + b, a + b, a + b, c, TensorId::ln1b}};
+  AdamWConfig cfg;
+  cfg.weight_decay = 0.1f;
+  AdamW adam(cfg, model, segments, n);
+  EXPECT_EQ(int64_t(adam.first_moment().extent(0)), n);
+  EXPECT_EQ(int64_t(adam.second_moment().extent(0)), a + c);
+  EXPECT_EQ(adam.state_bytes(), int64_t(sizeof(float)) * (n + a + c));
+  EXPECT_EQ(adam.segments()[0].v_state, 0);
+  EXPECT_EQ(adam.segments()[2].v_state, a);
+  Slab p = random_slab("p", n), g = random_slab("g", n);
+  std::vector<double> hp(n), m(n, 0.0), v(n, 0.0);
+  const std::vector<float> p0 = to_host(p), hg = to_host(g);
+  for (int64_t i = 0; i < n; ++i) hp[i] = p0[i];
+  const float lr = 1e-2f, scale = 0.5f;
+  auto muon = [&](int64_t i) { return i >= a && i < a + b; };
+  const double b1 = 0.9f, b2 = 0.999f;  // the kernel's float betas (v is compared too)
+  for (int step = 1; step <= 2; ++step) {
+    adam.step(p.data(), g.data(), lr, scale);
+    for (int64_t i = 0; i < n; ++i) {
+      if (muon(i)) continue;
+      const double gi = double(hg[i]) * scale, wd = i < a ? 0.1 : 0.0;
+      m[i] = b1 * m[i] + (1 - b1) * gi;
+      v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+      const double mhat = m[i] / (1 - std::pow(b1, step)), vhat = v[i] / (1 - std::pow(b2, step));
+      hp[i] -= lr * (mhat / (std::sqrt(vhat) + 1e-8) + wd * hp[i]);
+    }
+  }
+  expect_close(to_host(p), hp, 1e-6, "parameters after two AdamW steps around a Muon segment");
+  const std::vector<float> hm = to_host(adam.first_moment()), hv = to_host(adam.second_moment());
+  std::vector<double> packed;
+  for (int64_t i = 0; i < n; ++i) {
+    if (muon(i)) {
+      ASSERT_EQ(hm[size_t(i)], 0.0f) << i;  // Muon's momentum, AdamW's to keep, not to update
+    } else {
+      packed.push_back(v[size_t(i)]);
+    }
+  }
+  expect_close(hv, packed, 1e-6, "the second moment, AdamW's segments packed");
+}
+
 // The routing's counting sort and balance statistics against serial loops, on choices that leave
 // experts without tokens, slots not a multiple of the sort's blocks, more slots than the host
 // splits over threads, and fewer slots than experts.

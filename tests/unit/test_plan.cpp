@@ -333,9 +333,10 @@ TEST(PlanCost, MuonOptimizerTermByHand) {
       extra(tp2),
       L * block_flops / rank_rate * 1e3 + L * 4 * message_ms(0) + L * block_bytes / 2 / 2e3 / 1e3,
       1e-9);
-  // Memory: the moments as AdamW's (Muon's momentum is m, v kept in place), and the largest
-  // matrix's workspace (c_fc: its block, the blocks gathered over TP, the whole matrix, and
-  // X, the next X, A, B in fp32 and their bf16 roundings).
+  // Memory: the first moment over the slab (Muon's momentum in it at the matrices' places), the
+  // second over AdamW's tensors only, and the largest matrix's workspace (c_fc: its block, the
+  // blocks gathered over TP, the whole matrix, and X, the next X, A, B in fp32 and their bf16
+  // roundings).
   auto term = [](const Prediction& p, const std::string& name) {
     for (const MemoryTerm& t : p.memory.terms) {
       if (t.name == name) return t.bytes;
@@ -347,7 +348,11 @@ TEST(PlanCost, MuonOptimizerTermByHand) {
   EXPECT_EQ(term(predict(muon, m, dp2), "muon workspace"), 4 * (whole + whole + ns));
   EXPECT_EQ(term(predict(muon, m, tp2), "muon workspace"), 4 * (whole / 2 + whole + whole + ns));
   EXPECT_EQ(term(predict(adamw, m, dp2), "muon workspace"), -1);
-  EXPECT_EQ(term(predict(muon, m, dp2), "optimizer"), term(predict(adamw, m, dp2), "optimizer"));
+  const int64_t floats = Parameters::slab_floats(make_tp_shard(adamw.cfg, 0, 1), 2);
+  const int64_t matrices = int64_t(L) * 12 * n * n;  // c_attn, c_proj, c_fc, the MLP's c_proj
+  EXPECT_EQ(term(predict(adamw, m, dp2), "optimizer"), 4 * 2 * floats);
+  EXPECT_EQ(term(predict(muon, m, dp2), "optimizer"), 4 * (floats + floats - matrices));
+  EXPECT_EQ(term(predict(muon, m, zero), "optimizer"), 4 * (floats / 2 + (floats - matrices) / 2));
 }
 
 // A fused Q/K/V (Phi-3's qkv_proj) whose kv heads are replicated over TP is one matrix Muon
