@@ -97,7 +97,8 @@ std::string usage() {
          mpf::help_entry("--evaluate L",
                          "predict one layout instead of searching: "
                          "tp=2,pp=2,dp=1,schedule=1f1b,microbatches=4 (also cp, ep, vp, "
-                         "micro_batch_size, recompute=0|1|selective, sp, zero)") +
+                         "micro_batch_size, recompute=0|1|selective, sp, zero, "
+                         "zero_group=all|node)") +
          mpf::help_entry("--calibrate",
                          "measure the ranks it is launched on and write --machine (a new file)") +
          mpf::help_entry("--name NAME", "the calibrated machine's name (default: the host's)") +

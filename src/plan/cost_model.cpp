@@ -52,6 +52,7 @@ LayoutSizes sizes_of(const Job& job, const Machine& m, const Layout& l) {
   s.selective = l.selective;
   s.zero = l.zero > 0;
   s.zero_stage = std::max(1, l.zero);
+  s.zero_ranks = l.zero_node ? zero_node_ranks(job, l) : 0;
   s.bf16 = job.precision == Precision::bf16;
   s.p2p_bf16 = job.p2p_bf16;
   s.reduce_bf16 = job.reduce_bf16;
@@ -328,7 +329,12 @@ std::pair<double, double> after_pipeline(const Job& job, const Machine& m, const
   };
   const Group dense{l.dp * l.cp, group_nodes(job, l, "dp_cp")};
   const Group experts{l.dp / l.ep * l.cp, group_nodes(job, l, "expert_dp_cp")};
+  // HSDP (--zero-group node): ZeRO's collectives within each node's ranks of DP x CP, then each
+  // shard (the node's sum) all-reduced in fp32 over its copies on the other nodes, once a step.
+  const int shard_ranks = l.zero_node ? zero_node_ranks(job, l) : l.dp * l.cp;
+  const Group zeroed = l.zero_node ? Group{shard_ranks, 1} : dense;
   double dp = 0;
+  if (l.zero_node) dp += allreduce_ms(m, slab / shard_ranks * kFloat, {dense.nodes, dense.nodes});
   if (l.zero >= 2 && shard.local_layers() > 0) {
     // ZeRO-2/3 (optim/sharded_blocks.hpp): the edge tensors as ZeRO-1; each block's gradients
     // reduce-scattered after every microbatch's W, and under ZeRO-3 its parameters all-gathered
@@ -345,7 +351,7 @@ std::pair<double, double> after_pipeline(const Job& job, const Machine& m, const
     const double dense_block = (block_floats - block_experts) / L * kFloat,
                  expert_block = block_experts / L * kFloat;
     auto per_block = [&](auto collective) {
-      double ms = collective(m, dense_block, dense);
+      double ms = collective(m, dense_block, zeroed);
       if (l.ep > 1 && expert_block > 0) ms += collective(m, expert_block, experts);
       return ms;
     };
@@ -354,10 +360,10 @@ std::pair<double, double> after_pipeline(const Job& job, const Machine& m, const
     const double traffic = L * M * (reduce + gathers * gather);
     dp += std::max(0.0, traffic - busy_ms) + (l.zero == 3 ? gather : L * gather);
     const double edges = slab - block_floats;
-    dp += in_buckets((edges - (expert_floats - block_experts)) * kFloat, dense, false);
+    dp += in_buckets((edges - (expert_floats - block_experts)) * kFloat, zeroed, false);
     if (l.ep > 1) dp += in_buckets((expert_floats - block_experts) * kFloat, experts, false);
   } else {
-    dp += in_buckets((slab - expert_floats) * kFloat, dense, false);
+    dp += in_buckets((slab - expert_floats) * kFloat, l.zero ? zeroed : dense, false);
     if (l.ep > 1) dp += in_buckets(expert_floats * kFloat, experts, false);
   }
   if (job.cfg.tied && l.pp > 1 && placement == pipeline::ChunkPlacement::kLooped) {
@@ -368,7 +374,7 @@ std::pair<double, double> after_pipeline(const Job& job, const Machine& m, const
   // AdamW reads p, g, m, v and writes p, m, v over its state; the norm reads, zeroing writes,
   // every gradient; bf16 rounds the weights once more. Then the step's small collectives: the
   // loss, the norm, the stop agreement.
-  const double state = l.zero ? slab / (l.dp * l.cp) : slab;
+  const double state = l.zero ? slab / shard_ranks : slab;
   const double bytes = kFloat * (7 * state + 2 * slab) + (sizes.bf16 ? 6 * slab : 0);
   const Group world{job.world(), job.nodes};
   double optimizer = bytes / (m.memory_bandwidth_gbs * 1e6 * dev) + 3 * allreduce_ms(m, 8, world);
@@ -481,11 +487,19 @@ double Predictor::step_bound(const Layout& l) {
   }
   // The simulation's busiest stage is one of those within rounding of the most busy: the least
   // of their DP and optimizer terms bounds the step's.
+  // The search weighs a ZeRO layout spanning nodes under HSDP too: the lesser of the two bounds
+  // both.
+  Layout hsdp = l;
+  hsdp.zero_node = true;
+  const bool twin = l.zero && !l.zero_node && layout_problem(job_, hsdp).empty();
   double tail = -1;
   for (int r = 0; r < P; ++r) {
     if (busy[size_t(r)] < most * (1 - 1e-9)) continue;
-    const auto [dp, opt] = after_pipeline(job_, m_, l, placement, r, busy[size_t(r)]);
-    tail = tail < 0 ? dp + opt : std::min(tail, dp + opt);
+    for (const Layout* k : {&l, static_cast<const Layout*>(twin ? &hsdp : nullptr)}) {
+      if (!k) continue;
+      const auto [dp, opt] = after_pipeline(job_, m_, *k, placement, r, busy[size_t(r)]);
+      tail = tail < 0 ? dp + opt : std::min(tail, dp + opt);
+    }
   }
   return makespan + tail;
 }

@@ -1,5 +1,6 @@
 #include "plan/layout.hpp"
 
+#include <map>
 #include <set>
 
 #include "core/error.hpp"
@@ -84,10 +85,13 @@ Layout parse_layout(const std::string& text, const Job& job) {
       const int stage = flags::to_int32(flag, v);
       require(stage >= 0 && stage <= 3, flag + " is a ZeRO stage, 0 to 3, got " + v);
       l.zero = stage;
+    } else if (key == "zero_group") {
+      require(v == "all" || v == "node", flag + " is all or node, got '" + v + "'");
+      l.zero_node = v == "node";
     } else {
       throw InputError("--evaluate: unknown key '" + key +
                        "'; use tp, cp, ep, pp, dp, vp, schedule, microbatches, micro_batch_size, "
-                       "recompute, sp, zero");
+                       "recompute, sp, zero, zero_group");
     }
   }
   // The ranks the sizes given make, in 64 bits and checked as it grows: past kMaxRanks it is no
@@ -174,6 +178,14 @@ std::string layout_problem(const Job& job, const Layout& l) {
   }
   if (l.zero && l.dp * l.cp == 1) return "ZeRO with one data-parallel rank";
   if (l.zero >= 2 && job.muon) return "Muon under ZeRO-2/3, which the trainer refuses";
+  if (l.zero_node) {
+    if (!l.zero) return "HSDP (zero_group=node) without ZeRO";
+    if (l.ep > 1) return "HSDP with EP, which the trainer refuses";
+    if (job.muon) return "HSDP under Muon, which the trainer refuses";
+    if (zero_node_ranks(job, l) == 0) {
+      return "HSDP with each DP x CP group on one node, or spread unevenly over its nodes";
+    }
+  }
   if (int64_t(l.pp) * l.virtual_stages > cfg.layers) {
     return "does not divide: " + str(cfg.layers) + " blocks over " +
            str(int64_t(l.pp) * l.virtual_stages) + " pipeline chunks";
@@ -221,6 +233,22 @@ int group_nodes(const Job& job, const Layout& l, const std::string& dim) {
   return int(nodes.size());
 }
 
+int zero_node_ranks(const Job& job, const Layout& l) {
+  const int nodes = group_nodes(job, l, "dp_cp"), ranks = l.dp * l.cp;
+  if (nodes < 2 || ranks % nodes != 0) return 0;
+  // Megatron's order puts a group's ranks at regular strides, so a node holds ranks / nodes of
+  // them exactly when no node boundary falls inside the stride pattern unevenly: count them.
+  const int s_cp = l.tp, s_dp = l.tp * l.cp;
+  std::map<int, int> per_node;
+  for (int d = 0; d < l.dp; ++d) {
+    for (int c = 0; c < l.cp; ++c) ++per_node[(d * s_dp + c * s_cp) / job.ranks_per_node];
+  }
+  for (const auto& [node, count] : per_node) {
+    if (count != ranks / nodes) return 0;
+  }
+  return ranks / nodes;
+}
+
 std::string layout_flags(const Layout& l) {
   return "--tp " + std::to_string(l.tp) + " --pp " + std::to_string(l.pp) + " --dp " +
          std::to_string(l.dp) + layout_extra_flags(l);
@@ -241,6 +269,7 @@ std::string layout_extra_flags(const Layout& l) {
   if (l.selective) s += " --recompute selective";
   if (l.sequence_parallel) s += " --sequence-parallel";
   if (l.zero) s += " --zero " + std::to_string(l.zero);
+  if (l.zero_node) s += " --zero-group node";
   return s;
 }
 
@@ -251,7 +280,8 @@ std::string layout_text(const Layout& l) {
          ",schedule=" + pipeline::schedule_name(l.schedule) +
          ",microbatches=" + std::to_string(l.microbatches) + ",recompute=" +
          (l.selective ? std::string("selective") : std::to_string(int(l.recompute))) +
-         ",sp=" + std::to_string(int(l.sequence_parallel)) + ",zero=" + std::to_string(l.zero);
+         ",sp=" + std::to_string(int(l.sequence_parallel)) + ",zero=" + std::to_string(l.zero) +
+         (l.zero_node ? ",zero_group=node" : "");
 }
 
 }  // namespace mpf::plan

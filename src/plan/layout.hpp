@@ -43,12 +43,16 @@ struct Layout {
   bool recompute = false, sequence_parallel = false;
   bool selective = false;  // --recompute selective (recompute: full)
   int zero = 0;            // --zero's stage: 0 (none) to 3
+  // --zero-group node (HSDP): ZeRO's shards over a node's ranks of each DP x CP group, replicated
+  // over its nodes (optim/grad_buckets.hpp), rather than over the whole group.
+  bool zero_node = false;
 
   int micro_batch_size(const Job& job) const { return job.batch / dp / microbatches; }
 };
 
 // "tp=2,pp=2,dp=1,schedule=1f1b,microbatches=4,recompute=1,sp=1,zero=1,vp=2,cp=1,ep=1" (any
-// subset; recompute is 0, 1, none, full or selective; zero 0 to 3; dp defaults to the ranks left,
+// subset; recompute is 0, 1, none, full or selective; zero 0 to 3; zero_group all or node;
+// dp defaults to the ranks left,
 // microbatches to 1 or, for micro_batch_size=b, to batch / (dp b)); InputError naming a key it does
 // not know or a value it cannot read, a key given twice, an empty item or layout, a size past
 // kMaxRanks or sizes whose product is, more than kMaxMicrobatches microbatches.
@@ -63,6 +67,10 @@ std::string layout_problem(const Job& job, const Layout& l);
 // "expert_dp_cp", "pp") that holds world rank 0, placed in blocks of ranks_per_node
 // (Megatron's order: world rank = tp + T (cp + N (dp + D pp)), TP fastest).
 int group_nodes(const Job& job, const Layout& l, const std::string& dim);
+
+// Under --zero-group node: the ranks of a DP x CP group on each of its nodes, when it spans two
+// or more nodes with as many on each (what the trainer needs); 0 otherwise.
+int zero_node_ranks(const Job& job, const Layout& l);
 
 // The trainer's layout flags for it: "--tp 2 --pp 2 --microbatches 4 ...".
 std::string layout_flags(const Layout& l);

@@ -48,10 +48,11 @@ const char* yes(bool b) {
   return b ? "yes" : "-";
 }
 
-// ZeRO's stage, or "-".
-const char* zero_cell(int stage) {
+// ZeRO's stage, "n" after it under HSDP (--zero-group node), or "-".
+const char* zero_cell(int stage, bool node) {
   static const char* cells[] = {"-", "1", "2", "3"};
-  return cells[stage];
+  static const char* node_cells[] = {"-", "1n", "2n", "3n"};
+  return node ? node_cells[stage] : cells[stage];
 }
 
 // The term by which `b` is slower than `a`, as "+12.3 ms of TP communication".
@@ -93,8 +94,8 @@ std::string table_row(int rank, const Candidate& c, const Job& job) {
       "%6.1f %6.1f %6.1f %8.2f %9.0f %5.1f%%\n",
       rank, l.tp, l.cp, l.ep, l.pp, l.dp, schedule_cell(l).c_str(), l.microbatches,
       l.micro_batch_size(job), l.selective ? "sel" : yes(l.recompute), yes(l.sequence_parallel),
-      zero_cell(l.zero), t.step(), t.compute, t.bubble, t.tp, t.cp, t.ep, t.dp, t.optimizer,
-      double(p.memory.total()) / 1e9, p.tokens_per_s, 100 * p.mfu);
+      zero_cell(l.zero, l.zero_node), t.step(), t.compute, t.bubble, t.tp, t.cp, t.ep, t.dp,
+      t.optimizer, double(p.memory.total()) / 1e9, p.tokens_per_s, 100 * p.mfu);
   return buf;
 }
 
@@ -308,7 +309,9 @@ std::string json_report(const ReportInput& in, const std::vector<Candidate>& ran
           : l.selective ? "\"selective\""
                         : "\"none\"") +
          ", \"sequence_parallel\": " + (l.sequence_parallel ? "true" : "false") +
-         ", \"zero\": " + std::to_string(l.zero) + ", \"fits\": " + (p.fits ? "true" : "false") +
+         ", \"zero\": " + std::to_string(l.zero) +
+         ", \"zero_group\": " + (l.zero_node ? "\"node\"" : "\"all\"") +
+         ", \"fits\": " + (p.fits ? "true" : "false") +
          ", \"predicted\": {\"step_ms\": " + jnum(p.ms.step()) +
          ", \"compute_ms\": " + jnum(p.ms.compute) + ", \"bubble_ms\": " + jnum(p.ms.bubble) +
          ", \"tp_ms\": " + jnum(p.ms.tp) + ", \"cp_ms\": " + jnum(p.ms.cp) +

@@ -195,6 +195,16 @@ std::vector<Candidate> search(const Job& job, const Machine& m, const SearchOpti
     }
     c.predicted = predictor.predict(c.layout);
     if (o.progress && ++predicted % 64 == 0) o.progress(weighed, predicted);
+    // A ZeRO layout whose DP x CP groups span nodes, weighed under HSDP too (--zero-group node:
+    // the shards within each node, less traffic between nodes for more memory): the faster of
+    // the two that fit is the layout.
+    Candidate hsdp = c;
+    hsdp.layout.zero_node = true;
+    if (c.predicted.fits && c.layout.zero && layout_problem(job, hsdp.layout).empty() &&
+        !too_large(hsdp)) {
+      hsdp.predicted = predictor.predict(hsdp.layout);
+      if (hsdp.predicted.fits && hsdp.predicted.ms.step() < c.predicted.ms.step()) c = hsdp;
+    }
     if (c.predicted.fits) {
       shown.add(c.layout, c.predicted.ms.step());
       any_fit = true;

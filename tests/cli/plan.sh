@@ -126,6 +126,26 @@ if [ -n "$line" ] && timeout 60 "$MPIEXEC" -n 4 "$TRAIN" "${args[@]}" --steps 1 
 else
   bad "--optimizer muon: $line $muon"
 fi
+# --zero-group node (HSDP) on 2 nodes x 2 ranks: the shards within a node take more memory than
+# over all 4; the command it prints runs on two posed hosts (MPIFORMER_TEST_HOST) under --dry-run.
+two=(--machine "$M" "${model[@]}" --batch 8 --seq-len 64 --nodes 2 --ranks-per-node 2)
+flat=$("$PLAN" "${two[@]}" --evaluate dp=4,zero=1 --json)
+node=$("$PLAN" "${two[@]}" --evaluate dp=4,zero=1,zero_group=node --json)
+line=$("$PY" -c 'import json,sys; a=json.loads(sys.argv[1])["candidates"][0]; n=json.loads(sys.argv[2])["candidates"][0]
+assert a["zero_group"] == "all" and n["zero_group"] == "node", (a, n)
+assert n["predicted"]["peak_mb_per_rank"] > a["predicted"]["peak_mb_per_rank"], (a["predicted"], n["predicted"])
+assert "--zero-group node" in n["command"] and "--zero-group" not in a["command"]
+print(n["command"].split(" mpiformer-train ", 1)[1])' "$flat" "$node")
+read -ra args <<<"$line"
+if [ -n "$line" ] && timeout 60 "$MPIEXEC" -n 2 env MPIFORMER_TEST_HOST=h0 "$TRAIN" "${args[@]}" \
+  --steps 1 --dry-run : -n 2 env MPIFORMER_TEST_HOST=h1 "$TRAIN" "${args[@]}" --steps 1 \
+  --dry-run >/dev/null 2>&1; then
+  ok "--evaluate zero_group=node: more memory than over all 4, and its command passes --dry-run on 2 hosts"
+else
+  bad "--evaluate zero_group=node: $line $node"
+fi
+expect_error_from "$PLAN" "--evaluate HSDP on one node" 1 "HSDP with each DP x CP group on one node" -- \
+  "${job[@]}" --evaluate dp=4,zero=1,zero_group=node
 expect_error_from "$PLAN" "--muon-ns-precision without muon" 1 \
   "--muon-ns-precision sets Muon.*pass --optimizer muon too" -- "${job[@]}" --muon-ns-precision bf16
 expect_error_from "$PLAN" "--evaluate a layout that does not make the world" 1 \

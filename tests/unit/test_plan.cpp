@@ -551,6 +551,59 @@ TEST(PlanLayout, ZeroStagesTwoAndThree) {
   EXPECT_NE(layout_problem(job, parse_layout("dp=2,zero=3", job)).find("Muon"), std::string::npos);
 }
 
+// --zero-group node (HSDP) on 2 nodes x 2 ranks: the optimizer's state over a node's 2 ranks,
+// not the group's 4 (twice ZeRO-1's over all, as the trainer's memory plan counts it), the
+// buckets reduced within the node and each shard all-reduced once between the nodes; across the
+// round machine's slow links that is less DP time. The search weighs it beside the flat layout.
+TEST(PlanLayout, HsdpShardsWithinTheNode) {
+  const Machine m = round_machine();
+  Job job = tiny_gpt(2, 2);
+  job.cfg.layers = 8;
+  job.batch = 4;
+  const Layout flat = parse_layout("dp=4,zero=1", job);
+  const Layout node = parse_layout("dp=4,zero=1,zero_group=node", job);
+  EXPECT_TRUE(node.zero_node && !flat.zero_node);
+  EXPECT_EQ(zero_node_ranks(job, node), 2);
+  EXPECT_NE(layout_flags(node).find("--zero 1 --zero-group node"), std::string::npos);
+  EXPECT_EQ(layout_flags(flat).find("--zero-group"), std::string::npos);
+  EXPECT_TRUE(parse_layout(layout_text(node), job).zero_node);
+  const Candidate a = evaluate(job, m, flat), b = evaluate(job, m, node);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.problem << b.problem;
+  auto term = [](const Candidate& c, const std::string& name) {
+    for (const MemoryTerm& t : c.predicted.memory.terms) {
+      if (t.name == name) return t.bytes;
+    }
+    return int64_t(-1);
+  };
+  EXPECT_EQ(term(b, "optimizer"), 2 * term(a, "optimizer"));
+  EXPECT_LT(b.predicted.ms.dp, a.predicted.ms.dp);
+  SearchOptions all;
+  all.top = 1000;  // every layout predicted: dp=4 with ZeRO-1 among them
+  bool hsdp = false;
+  for (const Candidate& k : search(job, m, all)) {
+    hsdp = hsdp || (k.ok() && k.layout.zero_node && k.layout.dp == 4);
+    EXPECT_FALSE(k.ok() && k.layout.dp == 4 && k.layout.zero == 1 && !k.layout.zero_node &&
+                 k.layout.tp == 1 && k.layout.pp == 1 && !k.layout.recompute)
+        << "the flat layout kept where HSDP is faster: " << layout_text(k.layout);
+  }
+  EXPECT_TRUE(hsdp);
+  // What the trainer refuses, named: one node, no ZeRO, EP, Muon; and a value it does not know.
+  EXPECT_NE(layout_problem(tiny_gpt(1, 4), parse_layout("dp=4,zero=1,zero_group=node", job))
+                .find("on one node"),
+            std::string::npos);
+  EXPECT_NE(layout_problem(job, parse_layout("dp=4,zero_group=node", job)).find("without ZeRO"),
+            std::string::npos);
+  Job muon = job;
+  muon.muon = true;
+  EXPECT_NE(layout_problem(muon, node).find("Muon"), std::string::npos);
+  try {
+    parse_layout("dp=4,zero=1,zero_group=rack", job);
+    ADD_FAILURE() << "zero_group=rack was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("all or node, got 'rack'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PlanSearch, RanksOnlyLayoutsThatRunFirst) {
   const Machine m = round_machine();
   const Job job = tiny_gpt(1, 4);
