@@ -293,6 +293,7 @@ Activations describe(const TpShard& shard, const ChunkPieces& chunk, int B, int 
   a.shard = shard;
   a.chunk = chunk;
   a.seq = split_rows(shard, B, T, sp);
+  a.seq.bf16 = chunk.tp_bf16 && shard.size > 1;
   a.B = B;
   a.T = T;
   a.positions = PositionRuns::contiguous(T);

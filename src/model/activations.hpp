@@ -56,6 +56,9 @@ struct ChunkPieces {
   // from it, and B's recomputation writes it again), so a set keeps one block output fewer:
   // Megatron's set, which frees the output once sent (ModelStage checks that a send follows).
   bool lent_output = false;
+  // --tp-comm-dtype bf16: the TP regions' collectives carry bf16 payloads (tp::SequenceSplit's
+  // bf16, set on a TP group of 2 or more).
+  bool tp_bf16 = false;
 };
 
 // Whether a chunk lends its output to the scratch (ChunkPieces::lent_output): bf16 messages under

@@ -28,8 +28,12 @@ void copy_into(Tensor16 y, const bf16* x, int64_t n);
 // product: the rows this rank contributes the residual for get residual + bias, all others zero,
 // so leaving the region (all-reduce, or reduce-scatter under SP) adds them exactly once. Without
 // SP rank 0 seeds every row; with SP each rank seeds its own rows. An empty residual (a post-norm
-// block's sublayer) seeds the bias only, an empty bias nothing more.
+// block's sublayer) seeds the bias only, an empty bias nothing more. Under seq.bf16 every row is
+// zero: the sum crosses in bf16, and join_rows adds the residual and the bias after it.
 void seed_rows(Tensor out, Tensor residual, Tensor bias, const tp::SequenceSplit& seq, int rank,
                int C);
+// After leaving the region under seq.bf16: this rank's rows of the sum, out (local_rows, C), get
+// the residual and the bias seed_rows left out, in fp32. Otherwise nothing.
+void join_rows(Tensor out, Tensor residual, Tensor bias, const tp::SequenceSplit& seq, int C);
 
 }  // namespace mpf

@@ -227,6 +227,7 @@ void fc_forward_kept(const LayerActivations& a, const LayerParameters& p, const 
 // A row-parallel linear layer leaving the TP region: out (Rl,C) = residual + bias + the sum over
 // ranks of inp (R,width) · weightᵀ (g, or reduce-scatter under SP). `partial` (R,C) is where the
 // sum is formed: out itself without SP. In: Tensor, or Tensor16 for an input kept in bf16.
+// Under bf16 TP payloads the residual and the bias join after the sum (seed_rows, join_rows).
 template <class In>
 void row_parallel_and_leave(Tensor out, Tensor partial, Tensor residual, In inp, Tensor weight,
                             Tensor bias, int width, const tp::SequenceSplit& seq, int rank, int C,
@@ -235,6 +236,7 @@ void row_parallel_and_leave(Tensor out, Tensor partial, Tensor residual, In inp,
   seed_rows(sum, residual, bias, seq, rank, C);
   linear_forward_accumulate(sum, inp, weight, seq.rows, width, C);
   tp::leave_forward(sum.data(), out.data(), C, seq, tp);
+  join_rows(out, residual, bias, seq, C);
 }
 
 // A sublayer's row-parallel projection joining the residual stream: out = residual + its output

@@ -353,6 +353,7 @@ void moe_mlp_forward(const LayerActivations& a, Tensor out, Tensor partial, Tens
   }
   if (cfg.shared_expert()) shared_expert_forward(sum, a, p, s, R);
   tp::leave_forward(sum.data(), out.data(), C, seq, tp);
+  join_rows(out, residual, none, seq, C);
 }
 
 void moe_mlp_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tensor dln2,

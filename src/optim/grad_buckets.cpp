@@ -19,22 +19,6 @@ const char* bucket_call(bool zero) {
   return zero ? "MPI_Ireduce_scatter" : "MPI_Iallreduce";
 }
 
-// MPI_Op for bf16: inout = bf16(in + inout), each pair added in fp32 and rounded to nearest even.
-void sum_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
-  const bf16* a = static_cast<const bf16*>(in);
-  bf16* b = static_cast<bf16*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
-}
-
-MPI_Op bf16_sum() {
-  static MPI_Op op = [] {
-    MPI_Op o;
-    MPI_Op_create(&sum_bf16, /*commute=*/1, &o);
-    return o;
-  }();
-  return op;
-}
-
 constexpr bool kHostMemory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 
 // dst[0, n) = to_bf16(src[0, n)) into host memory; through `dev` (a device copy) on a GPU.

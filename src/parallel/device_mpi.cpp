@@ -6,6 +6,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/transfer.hpp"
 #include "core/types.hpp"
@@ -191,6 +192,128 @@ void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Com
   stage_out(buf, send, int64_t(size) * count);
   MPF_MPI_CHECK(MPI_Reduce_scatter_block(buf, mine, c, MPI_FLOAT, MPI_SUM, comm));
   stage_in(recv, mine, count);
+}
+
+namespace {
+void sum_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
+}
+
+// The bf16 collectives' wire buffer in the kernels' memory, grown and kept as the staging buffer
+// is; one call at a time uses it.
+bf16* wire_buffer(int64_t n) {
+  static Kokkos::View<bf16*, MemSpace> buffer;
+  static const bool hooked = (Kokkos::push_finalize_hook([] { buffer = {}; }), true);
+  (void)hooked;
+  if (int64_t(buffer.extent(0)) < n) {
+    buffer = {};
+    buffer = Kokkos::View<bf16*, MemSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "mpf::mpi::bf16_wire"), n);
+  }
+  return buffer.data();
+}
+
+// Whether a bf16 sum goes through the host copy: when staged, and on a GPU always, as the user
+// MPI_Op (bf16_sum) runs on the host and reads its buffers there.
+bool sum_on_host() {
+  return staged() || kDeviceMemory;
+}
+
+// The host copy of n bf16 of the wire, in the staging buffer.
+bf16* host_wire(int64_t n) {
+  return reinterpret_cast<bf16*>(staging_buffer((n + 1) / 2));
+}
+
+// wire[0, size · count) = every rank's wire[rank · count, (rank + 1) · count), its own rounded
+// already; staged through the host where MPI needs host memory.
+void gather_wire(bf16* wire, int64_t count, MPI_Comm comm) {
+  const int size = size_of(comm);
+  const int c = count_of(count);
+  if (!staged()) {
+    Kokkos::fence();
+    MPF_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, wire, c, MPI_UINT16_T, comm));
+    return;
+  }
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  bf16* host = host_wire(int64_t(size) * count);
+  const int64_t mine = int64_t(rank) * count;
+  copy_to_host(host + mine, wire + mine, size_t(count) * sizeof(bf16), "d2h mpi (staged)");
+  MPF_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host, c, MPI_UINT16_T, comm));
+  copy_from_host(wire, host, size_t(size) * size_t(count) * sizeof(bf16), "h2d mpi (staged)");
+}
+}  // namespace
+
+MPI_Op bf16_sum() {
+  static MPI_Op op = [] {
+    MPI_Op o;
+    MPI_Op_create(&sum_bf16, /*commute=*/1, &o);
+    return o;
+  }();
+  return op;
+}
+
+// A 1-rank group moves nothing, so nothing is rounded: the fp32 calls' identity.
+void allreduce_sum_bf16(float* x, int64_t n, MPI_Comm comm) {
+  if (size_of(comm) == 1 || n == 0) return;
+  MpiCallScope in_mpi("MPI_Allreduce", comm);
+  bf16* wire = wire_buffer(n);
+  round_to_bf16(wire, x, n);
+  bf16* buf = wire;
+  if (sum_on_host()) {
+    buf = host_wire(n);
+    copy_to_host(buf, wire, size_t(n) * sizeof(bf16), "d2h mpi (staged)");
+  } else {
+    Kokkos::fence();
+  }
+  for (int64_t done = 0; done < n;) {
+    const int count = static_cast<int>(std::min(n - done, kMaxCount));
+    MPF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + done, count, MPI_UINT16_T, bf16_sum(), comm));
+    done += count;
+  }
+  if (sum_on_host()) copy_from_host(wire, buf, size_t(n) * sizeof(bf16), "h2d mpi (staged)");
+  widen_from_bf16(x, wire, n);
+}
+
+void allgather_bf16(const float* send, float* recv, int64_t count, MPI_Comm comm) {
+  const int size = size_of(comm);
+  if (size == 1) return allgather(send, recv, count, comm);
+  MpiCallScope in_mpi("MPI_Allgather", comm);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  bf16* wire = wire_buffer(int64_t(size) * count);
+  round_to_bf16(wire + int64_t(rank) * count, send, count);
+  gather_wire(wire, count, comm);
+  widen_from_bf16(recv, wire, int64_t(size) * count);
+}
+
+void allgather_in_place_bf16(float* x, int64_t count, MPI_Comm comm) {
+  if (size_of(comm) == 1) return;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  allgather_bf16(x + int64_t(rank) * count, x, count, comm);
+}
+
+void reduce_scatter_block_bf16(const float* send, float* recv, int64_t count, MPI_Comm comm) {
+  const int size = size_of(comm);
+  if (size == 1) return reduce_scatter_block(send, recv, count, comm);
+  MpiCallScope in_mpi("MPI_Reduce_scatter_block", comm);
+  const int c = count_of(count);
+  const int64_t all = int64_t(size) * count;
+  bf16* wire = wire_buffer(all + count);
+  round_to_bf16(wire, send, all);
+  if (!sum_on_host()) {
+    Kokkos::fence();
+    MPF_MPI_CHECK(MPI_Reduce_scatter_block(wire, wire + all, c, MPI_UINT16_T, bf16_sum(), comm));
+  } else {
+    bf16* host = host_wire(all + count);
+    copy_to_host(host, wire, size_t(all) * sizeof(bf16), "d2h mpi (staged)");
+    MPF_MPI_CHECK(MPI_Reduce_scatter_block(host, host + all, c, MPI_UINT16_T, bf16_sum(), comm));
+    copy_from_host(wire + all, host + all, size_t(count) * sizeof(bf16), "h2d mpi (staged)");
+  }
+  widen_from_bf16(recv, wire + all, count);
 }
 
 namespace {

@@ -55,6 +55,22 @@ void broadcast(float* x, int64_t count, int root, MPI_Comm comm);
 // recv (count) = the sum over ranks of their send[rank · count, (rank + 1) · count).
 void reduce_scatter_block(const float* send, float* recv, int64_t count, MPI_Comm comm);
 
+// The same collectives with a bf16 payload (--tp-comm-dtype bf16): the floats rounded to bf16 (to
+// nearest, ties to even) into a wire buffer of the kernels' memory, half the bytes sent, and
+// widened back on arrival. A sum adds each pair of bf16 in fp32 and rounds (bf16_sum(), NCCL's
+// bf16 sum): MPI_SUM over bf16 would add in bf16. Every rank ends with the same values, its own
+// rows of a gather rounded too. On a 1-rank communicator they are the fp32 calls (nothing moves,
+// nothing is rounded). The sums run on the host (a user MPI_Op reads host memory): on a GPU
+// through the host copies whatever --gpu-aware-mpi says, as the DP buckets' bf16 sums do.
+void allreduce_sum_bf16(float* x, int64_t n, MPI_Comm comm);
+void allgather_in_place_bf16(float* x, int64_t count, MPI_Comm comm);
+void allgather_bf16(const float* send, float* recv, int64_t count, MPI_Comm comm);
+void reduce_scatter_block_bf16(const float* send, float* recv, int64_t count, MPI_Comm comm);
+// The MPI_Op over MPI_UINT16_T holding bf16 of the sums above and of the DP buckets under
+// --grad-reduce-dtype bf16: inout = bf16(in + inout), each pair added in fp32 and rounded to
+// nearest even.
+MPI_Op bf16_sum();
+
 // Every rank sends send_counts[r] floats to rank r, from consecutive stretches of `send`, and
 // receives recv_counts[r] from rank r into consecutive stretches of `recv` (MPI_Alltoallv).
 void alltoallv(const float* send, const int64_t* send_counts, float* recv,

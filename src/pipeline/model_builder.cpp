@@ -28,6 +28,7 @@ std::unique_ptr<ModelStage> build_stage(const ParallelGroups& groups, const TpSh
   for (ChunkPieces& c : chunks) {
     c.bf16 = s.bf16;
     c.selective = s.selective;
+    c.tp_bf16 = s.tp_bf16;
     c.lent_output = lent_output(c, s.recompute, s.p2p_bf16);
   }
   auto built =

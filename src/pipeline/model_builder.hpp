@@ -41,6 +41,7 @@ struct StageSettings {
   bool selective = false;  // --recompute selective: the chunks keep what is costly to form again
   bool bf16 = false;       // bf16 products: the chunks keep what only products read in bf16
   bool p2p_bf16 = false;   // --p2p-dtype bf16: messages between stages in bf16
+  bool tp_bf16 = false;    // --tp-comm-dtype bf16: the TP regions' collectives in bf16
   pipeline::ChunkPlacement placement = pipeline::ChunkPlacement::kLooped;
   AttentionPath attention = AttentionPath::kFused;
 };

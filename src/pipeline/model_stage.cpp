@@ -83,6 +83,7 @@ ModelStage::ModelStage(const TpShard& shard, const ParallelGroups& groups,
   one_block.layers = 1;
   one_block.embedding = one_block.head = false;
   one_block.bf16 = !chunks_.empty() && chunks_.front().bf16;
+  one_block.tp_bf16 = !chunks_.empty() && chunks_.front().tp_bf16;
   workspace_ = allocate(one_block);
 }
 

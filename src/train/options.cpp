@@ -193,6 +193,9 @@ void check_precision_options(const TrainOptions& o) {
           "over all DP x CP ranks); use --zero-group all or --optimizer adamw");
   require(o.p2p_dtype != "bf16" || o.precision == Precision::bf16,
           "--p2p-dtype bf16 needs --precision bf16; add it, or send in fp32");
+  require(o.tp_comm_dtype != "bf16" || o.precision == Precision::bf16,
+          "--tp-comm-dtype bf16 needs --precision bf16; add it, or run the TP collectives in "
+          "fp32");
 }
 }  // namespace
 

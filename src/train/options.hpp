@@ -85,9 +85,9 @@ struct TrainOptions {
   int max_in_flight = 0;
   // Data parallel: gradient buckets, overlap of their reduction with the backward, ZeRO stage.
   double dp_bucket_mb = 25.0;
-  // The bytes of the DP reduction and of the pipeline's messages: fp32, or bf16 (--precision
-  // bf16 only).
-  std::string grad_reduce_dtype = "fp32", p2p_dtype = "fp32";
+  // The bytes of the DP reduction, of the pipeline's messages and of the TP collectives: fp32, or
+  // bf16 (--precision bf16 only).
+  std::string grad_reduce_dtype = "fp32", p2p_dtype = "fp32", tp_comm_dtype = "fp32";
   bool overlap_grad_reduce = false;
   bool sequence_parallel = false;  // Megatron's sequence parallelism in the TP group
   // Recomputation: none, full (only each block's output kept) or selective (the norms' and the

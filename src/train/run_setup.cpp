@@ -417,6 +417,7 @@ void TrainingRun::set_up_stage() {
   // bf16 products: the activations only products read are kept in bf16 (model/activations.hpp).
   settings.bf16 = opts.precision == Precision::bf16;
   settings.p2p_bf16 = opts.p2p_dtype == "bf16";
+  settings.tp_bf16 = opts.tp_comm_dtype == "bf16";
   settings.placement = shape_.placement;
   settings.attention = attention_path_named(opts.attention);
   stage_ = build_stage(groups_, shard_, own, settings);

@@ -191,8 +191,51 @@ SettingGroup optimizer_settings() {
       }};
 }
 
-SettingGroup layout_settings() {
+// The pipeline's rows of the layout's group.
+std::vector<Setting> pipeline_rows() {
   return {
+      {"--microbatches", "M",
+       "split each DP rank's rows into M microbatches, accumulating gradients (default 1)",
+       &O::microbatches, 1, "layout.microbatches", kRecorded},
+      {"--micro-batch-size", "b", "or give the rows per microbatch: M = batch / (dp * b)",
+       &O::micro_batch_size, 1},
+      {"--schedule", "S",
+       "1f1b, afab, interleaved, or a zero-bubble schedule, which computes weight gradients "
+       "apart from the backward and moves them into the pipeline's bubbles: zb-h1 (1F1B's "
+       "memory), zb-h2 (up to 2P-1 microbatches in flight), zb-v (two chunks per rank in a "
+       "V: rank 0 holds embedding and head), zb-auto (searched from the second step's "
+       "measured F/B/W times under --max-in-flight)",
+       &O::schedule, kNoMinimum, "layout.schedule", kRecorded},
+      {"--virtual-stages", "V",
+       "model chunks per pipeline rank: interleaved (default 1), zb-v (2), zb-auto (1, or 2 "
+       "for a V)",
+       &O::virtual_stages, 1, "layout.virtual_stages", kRecorded},
+      {"--max-in-flight", "N",
+       "the most microbatches' activations a rank may hold: zb-auto's memory limit (default "
+       "P, 1F1B's peak); other schedules stop with an error if they would need more",
+       &O::max_in_flight, 1},
+      {"--p2p-dtype", "D",
+       "fp32 (default) or bf16: the pipeline's activations and their gradients sent between "
+       "stages rounded to bf16, as Megatron under bf16, half the bytes; results differ from "
+       "--pp 1's by that rounding (needs --precision bf16)",
+       &O::p2p_dtype, kNoMinimum, nullptr, OnResume::not_saved, "fp32,bf16"},
+      {"--pp-layout", "N,N,...",
+       "blocks of each of the pp*V chunks, in model order (default: as even as possible, the "
+       "first chunks taking one more)",
+       &O::pp_layout, kNoMinimum, "layout.pp_layout", kRecorded},
+      {"--recompute", "[MODE]",
+       "full (the flag alone): keep only each block's output per microbatch and recompute "
+       "the block before its backward (Megatron's full recomputation: ~1/3 more compute, a "
+       "fraction of the activation memory); selective: keep the block inputs and the "
+       "products' outputs and form the norms' and GELU's or SwiGLU's outputs again in the "
+       "weight gradients' pass (a few element-wise passes; a GPT-2 block keeps 0.63x the "
+       "bytes in fp32, 0.86x in bf16); none (default)",
+       &O::recompute, kNoMinimum, nullptr, OnResume::not_saved, "none,full,selective", "full"},
+  };
+}
+
+SettingGroup layout_settings() {
+  SettingGroup layout = {
       "layout (world = tp x cp x dp x pp ranks, tp fastest-varying; any layout resumes any "
       "other's)",
       {
@@ -226,48 +269,23 @@ SettingGroup layout_settings() {
            "each node, replicated across nodes (HSDP: a node's reduce-scatter, then the shard "
            "summed across nodes; --zero 1, 2 or 3; ranks on two or more nodes)",
            &O::zero_group, kNoMinimum, nullptr, OnResume::not_saved, "all,node"},
-          {"--microbatches", "M",
-           "split each DP rank's rows into M microbatches, accumulating gradients (default 1)",
-           &O::microbatches, 1, "layout.microbatches", kRecorded},
-          {"--micro-batch-size", "b", "or give the rows per microbatch: M = batch / (dp * b)",
-           &O::micro_batch_size, 1},
-          {"--schedule", "S",
-           "1f1b, afab, interleaved, or a zero-bubble schedule, which computes weight gradients "
-           "apart from the backward and moves them into the pipeline's bubbles: zb-h1 (1F1B's "
-           "memory), zb-h2 (up to 2P-1 microbatches in flight), zb-v (two chunks per rank in a "
-           "V: rank 0 holds embedding and head), zb-auto (searched from the second step's "
-           "measured F/B/W times under --max-in-flight)",
-           &O::schedule, kNoMinimum, "layout.schedule", kRecorded},
-          {"--virtual-stages", "V",
-           "model chunks per pipeline rank: interleaved (default 1), zb-v (2), zb-auto (1, or 2 "
-           "for a V)",
-           &O::virtual_stages, 1, "layout.virtual_stages", kRecorded},
-          {"--max-in-flight", "N",
-           "the most microbatches' activations a rank may hold: zb-auto's memory limit (default "
-           "P, 1F1B's peak); other schedules stop with an error if they would need more",
-           &O::max_in_flight, 1},
-          {"--p2p-dtype", "D",
-           "fp32 (default) or bf16: the pipeline's activations and their gradients sent between "
-           "stages rounded to bf16, as Megatron under bf16, half the bytes; results differ from "
-           "--pp 1's by that rounding (needs --precision bf16)",
-           &O::p2p_dtype, kNoMinimum, nullptr, OnResume::not_saved, "fp32,bf16"},
-          {"--pp-layout", "N,N,...",
-           "blocks of each of the pp*V chunks, in model order (default: as even as possible, the "
-           "first chunks taking one more)",
-           &O::pp_layout, kNoMinimum, "layout.pp_layout", kRecorded},
-          {"--recompute", "[MODE]",
-           "full (the flag alone): keep only each block's output per microbatch and recompute "
-           "the block before its backward (Megatron's full recomputation: ~1/3 more compute, a "
-           "fraction of the activation memory); selective: keep the block inputs and the "
-           "products' outputs and form the norms' and GELU's or SwiGLU's outputs again in the "
-           "weight gradients' pass (a few element-wise passes; a GPT-2 block keeps 0.63x the "
-           "bytes in fp32, 0.86x in bf16); none (default)",
-           &O::recompute, kNoMinimum, nullptr, OnResume::not_saved, "none,full,selective", "full"},
-          {"--sequence-parallel", "",
-           "shard the LayerNorm/residual regions along the batch rows over the TP ranks "
-           "(Megatron's sequence parallelism; B*T per DP rank divisible by tp)",
-           &O::sequence_parallel, kNoMinimum, "layout.sequence_parallel", kRecorded},
       }};
+  const std::vector<Setting> pipeline = pipeline_rows();
+  layout.rows.insert(layout.rows.end(), pipeline.begin(), pipeline.end());
+  const std::vector<Setting> tensor_parallel = {
+      {"--sequence-parallel", "",
+       "shard the LayerNorm/residual regions along the batch rows over the TP ranks "
+       "(Megatron's sequence parallelism; B*T per DP rank divisible by tp)",
+       &O::sequence_parallel, kNoMinimum, "layout.sequence_parallel", kRecorded},
+      {"--tp-comm-dtype", "D",
+       "fp32 (default) or bf16: the tensor-parallel collectives (the row-parallel layers' "
+       "all-reduce, SP's all-gathers and reduce-scatters, forward and backward) carry their "
+       "activations and gradients rounded to bf16, sums added in fp32 as they arrive, as "
+       "Megatron under bf16, half the bytes; no effect with --tp 1 (needs --precision bf16)",
+       &O::tp_comm_dtype, kNoMinimum, nullptr, OnResume::not_saved, "fp32,bf16"},
+  };
+  layout.rows.insert(layout.rows.end(), tensor_parallel.begin(), tensor_parallel.end());
+  return layout;
 }
 
 SettingGroup checkpoint_settings() {

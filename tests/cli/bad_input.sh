@@ -65,6 +65,8 @@ expect_error "--attention mma without CUDA" 1 "--attention mma runs on a GPU's t
 # and ZeRO-2/3's block reductions are fp32.
 expect_error "--grad-reduce-dtype bf16 in fp32" 2 "--grad-reduce-dtype bf16 needs --precision bf16; add it, or reduce in fp32" -- --grad-reduce-dtype bf16 --dp 2
 expect_error "--p2p-dtype bf16 in fp32" 2 "--p2p-dtype bf16 needs --precision bf16; add it, or send in fp32" -- --p2p-dtype bf16 --pp 2
+expect_error "--tp-comm-dtype bf16 in fp32" 2 "--tp-comm-dtype bf16 needs --precision bf16; add it, or run the TP collectives in fp32" -- --tp-comm-dtype bf16 --tp 2
+expect_error "--tp-comm-dtype fp16" 2 "--tp-comm-dtype must be fp32 or bf16, got 'fp16'" -- --tp-comm-dtype fp16 --precision bf16 --tp 2
 expect_error "--grad-reduce-dtype bf16 under --zero 2" 1 "--grad-reduce-dtype bf16 reduces the buckets of --zero 0 and 1, and ZeRO-2's blocks are reduced in fp32; use --zero 1" -- --grad-reduce-dtype bf16 --precision bf16 --zero 2
 expect_error "shard version" 1 "version 2" -- --data "$WORK/version2.bin"
 expect_error "corrupt shard" 1 "tiny.bin.*(short|corrupt)" -- --data "$WORK/tiny.bin"

@@ -49,8 +49,11 @@ serial() {  # serial B: the serial run with --batch B, once
 }
 
 compare() {  # compare NAME B: checks $WORK/NAME.{log,bin} against the serial run of batch B
-  "$PY" - "$WORK/serial_$2.log" "$WORK/$1.log" "$WORK/serial_$2.bin" "$WORK/$1.bin" \
-    "$LOSS_RTOL" "$PARAM_RTOL" <<'PYEOF'
+  compare_runs "$WORK/serial_$2.log" "$WORK/$1.log"
+}
+
+compare_runs() {  # compare_runs A.log B.log: B's losses and parameters against A's
+  "$PY" - "$1" "$2" "${1%.log}.bin" "${2%.log}.bin" "$LOSS_RTOL" "$PARAM_RTOL" <<'PYEOF'
 import re, sys
 import numpy as np
 def losses(p):

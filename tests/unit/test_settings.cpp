@@ -70,6 +70,7 @@ TEST(Settings, EveryFlagParsesIntoItsField) {
       {"--muon-ns-precision", {"--optimizer", "muon"}},
       {"--grad-reduce-dtype", {"--precision", "bf16"}},
       {"--p2p-dtype", {"--precision", "bf16"}},
+      {"--tp-comm-dtype", {"--precision", "bf16"}},
       {"--zero-group", {"--zero", "1"}},
       {"--cp", {"--seq-len", "96"}}};  // 2 x 3 chunks
   for (const Setting* s : rows()) {

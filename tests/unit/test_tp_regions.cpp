@@ -87,6 +87,49 @@ TEST(TpRegions, SequenceParallelPairsMoveRows) {
   for (float v : x) ASSERT_EQ(v, float(T * (T + 1) / 2));
 }
 
+// --tp-comm-dtype bf16 (SequenceSplit's bf16): every pair's payload rounded to bf16 before it
+// travels. Each rank sends k·(1 + 2^-10) for small integers k, which rounds to k (2^-10 relative
+// is under half a bf16 step, 2^-8), so the sums and gathers come out as exact integers, where the
+// fp32 payload would keep the 2^-10; a rank's own gathered rows are rounded too, so every rank
+// holds the same values. A group of one rounds nothing.
+TEST(TpRegions, Bf16PayloadsArriveRounded) {
+  const MPI_Comm tp = MPI_COMM_WORLD;
+  const int r = rank_of(tp), T = size_of(tp), C = 3, local = 2, R = local * T;
+  const float off = 1.0f + std::ldexp(1.0f, -10);
+  const auto sent = [&](int k) { return T == 1 ? float(k) * off : float(k); };
+  const float ranks_sum = float(T * (T + 1) / 2);
+  // f's backward and g's forward: all-reduce.
+  std::vector<float> x(5), y(5);
+  for (int i = 0; i < 5; ++i) x[i] = y[i] = float((r + 1) * (i + 1)) * off;
+  tp::copy_to_region_backward(x.data(), 5, tp, /*bf16=*/true);
+  tp::reduce_from_region_forward(y.data(), 5, tp, /*bf16=*/true);
+  for (int i = 0; i < 5; ++i) {
+    const float want = T == 1 ? float(i + 1) * off : ranks_sum * float(i + 1);
+    ASSERT_EQ(x[i], want) << i;
+    ASSERT_EQ(y[i], want) << i;
+  }
+  // The sequence-parallel pairs.
+  tp::SequenceSplit sp{true, R, local, int64_t(r) * local, /*bf16=*/true};
+  std::vector<float> full(R * C, -1.0f);
+  for (int i = 0; i < local * C; ++i) full[r * local * C + i] = float(r * local * C + i + 1) * off;
+  tp::enter_forward(full.data(), C, sp, tp);
+  for (int i = 0; i < R * C; ++i) ASSERT_EQ(full[i], sent(i + 1)) << i;
+  std::vector<float> partial(R * C), mine(local * C), mine2(local * C);
+  for (int i = 0; i < R * C; ++i) partial[i] = float((r + 1) * (i + 1)) * off;
+  tp::enter_backward(partial.data(), mine.data(), C, sp, tp);
+  tp::leave_forward(partial.data(), mine2.data(), C, sp, tp);
+  for (int i = 0; i < local * C; ++i) {
+    const int k = r * local * C + i + 1;
+    const float want = T == 1 ? float(k) * off : ranks_sum * float(k);
+    ASSERT_EQ(mine[i], want) << i;
+    ASSERT_EQ(mine2[i], want) << i;
+  }
+  std::vector<float> gathered(R * C), own(local * C);
+  for (int i = 0; i < local * C; ++i) own[i] = float(r * local * C + i + 1) * off;
+  tp::leave_backward(own.data(), gathered.data(), C, sp, tp);
+  for (int i = 0; i < R * C; ++i) ASSERT_EQ(gathered[i], sent(i + 1)) << i;
+}
+
 // Column-parallel then row-parallel (the MLP's f ... g): the shards' partial outputs sum to the
 // serial product, with the bias seeded once.
 TEST(TpRegions, ColumnThenRowParallelLinearEqualsSerial) {
