@@ -63,9 +63,9 @@ struct PlanOptions {
 // The settings mpiformer-plan shares with mpiformer-train.
 const std::set<std::string>& shared_flags() {
   static const std::set<std::string> flags = [] {
-    std::set<std::string> f = {"--batch",     "--seq-len",          "--precision",
-                               "--threads",   "--optimizer",        "--muon-ns-precision",
-                               "--p2p-dtype", "--grad-reduce-dtype"};
+    std::set<std::string> f = {"--batch",     "--seq-len",           "--precision",
+                               "--threads",   "--optimizer",         "--muon-ns-precision",
+                               "--p2p-dtype", "--grad-reduce-dtype", "--tp-comm-dtype"};
     for (const char* m : kModelFlags) f.insert(m);
     return f;
   }();
@@ -261,6 +261,10 @@ int plan(mpf::Runtime& runtime, int argc, char** argv) {
                  "--p2p-dtype bf16 needs --precision bf16; add it, or send in fp32");
     mpf::require(!job.reduce_bf16 || job.precision == mpf::Precision::bf16,
                  "--grad-reduce-dtype bf16 needs --precision bf16; add it, or reduce in fp32");
+    job.tp_bf16 = o.run.tp_comm_dtype == "bf16";
+    mpf::require(!job.tp_bf16 || job.precision == mpf::Precision::bf16,
+                 "--tp-comm-dtype bf16 needs --precision bf16; add it, or run the TP collectives "
+                 "in fp32");
     job.nodes = o.nodes;
     job.ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : machine.devices_per_node;
     // In 64 bits: an int product would wrap into a world of negative or zero ranks.

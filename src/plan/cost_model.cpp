@@ -56,9 +56,15 @@ LayoutSizes sizes_of(const Job& job, const Machine& m, const Layout& l) {
   s.bf16 = job.precision == Precision::bf16;
   s.p2p_bf16 = job.p2p_bf16;
   s.reduce_bf16 = job.reduce_bf16;
+  s.tp_bf16 = job.tp_bf16;
   s.muon = job.muon;
   s.threads = m.gpu() ? 1 : std::max(1, int(devices_per_rank(m, job)));
   return s;
+}
+
+// Bytes of an element of the TP collectives' activations and gradients (--tp-comm-dtype).
+double tp_element(const Job& job) {
+  return job.tp_bf16 ? 2.0 : kFloat;
 }
 
 // One block's costs per microbatch: F, B and W.
@@ -105,7 +111,7 @@ BlockWork block_work(const Job& job, const Machine& m, const Layout& l, const Tp
   // TP: two entries and two exits per block each way (all-reduces, or all-gathers and
   // reduce-scatters with sequence parallelism: the same traffic).
   const Group tp{l.tp, 1};
-  const double act = R * C * kFloat;
+  const double act = R * C * tp_element(job);
   out.f.tp = l.sequence_parallel ? 2 * (allgather_ms(m, act, tp) + reduce_scatter_ms(m, act, tp))
                                  : 2 * allreduce_ms(m, act, tp);
   out.b.tp = out.f.tp;
@@ -131,7 +137,7 @@ BlockWork block_work(const Job& job, const Machine& m, const Layout& l, const Tp
     const double norms = cfg.moe() ? 1 : 2;
     const double again = norms * C * (Rn + R) + (cfg.moe() ? 0 : R * double(s.mlp_in + s.fc));
     out.w.compute += again * kFloat / bw;
-    if (l.sequence_parallel) out.w.tp += norms * allgather_ms(m, R * C * kFloat, Group{l.tp, 1});
+    if (l.sequence_parallel) out.w.tp += norms * allgather_ms(m, act, tp);
   }
   if (l.recompute) {  // the block's forward again before its backward
     out.b.compute += out.f.compute;
@@ -224,8 +230,8 @@ std::vector<StageCost> stage_costs(const Job& job, const Machine& m, const Layou
       if (c.embedding) {  // a lookup and its scatter; vocab-parallel: summed over TP
         cost.f.compute += 3 * C * R * kFloat / bw;
         cost.b.compute += 3 * C * R * kFloat / bw;
-        cost.f.tp += l.sequence_parallel ? reduce_scatter_ms(m, R * C * kFloat, tp)
-                                         : allreduce_ms(m, R * C * kFloat, tp);
+        cost.f.tp += l.sequence_parallel ? reduce_scatter_ms(m, R * C * tp_element(job), tp)
+                                         : allreduce_ms(m, R * C * tp_element(job), tp);
       }
       if (c.head) {  // the final norm, the vocab-parallel logits and their loss
         const TpShard shard = stage_shard(sizes, placement, p);
@@ -240,8 +246,8 @@ std::vector<StageCost> stage_costs(const Job& job, const Machine& m, const Layou
           cost.b.compute += logits;
         }
         cost.f.tp += 3 * allreduce_ms(m, R * kFloat, tp);
-        cost.b.tp += l.sequence_parallel ? reduce_scatter_ms(m, R * C * kFloat, tp)
-                                         : allreduce_ms(m, R * C * kFloat, tp);
+        cost.b.tp += l.sequence_parallel ? reduce_scatter_ms(m, R * C * tp_element(job), tp)
+                                         : allreduce_ms(m, R * C * tp_element(job), tp);
       }
     }
     const double V = double(own.chunks.size());

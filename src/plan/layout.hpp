@@ -31,6 +31,9 @@ struct Job {
   // --p2p-dtype bf16 and --grad-reduce-dtype bf16 (bf16 products only): the pipeline's messages
   // and the DP gradient buckets at 2 bytes an element, as the trainer sends them.
   bool p2p_bf16 = false, reduce_bf16 = false;
+  // --tp-comm-dtype bf16 (bf16 products only): the TP collectives' activations and their
+  // gradients at 2 bytes an element; the loss's statistics stay fp32.
+  bool tp_bf16 = false;
   int nodes = 1, ranks_per_node = 1;
   int world() const { return nodes * ranks_per_node; }
 };

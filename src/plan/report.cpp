@@ -26,7 +26,8 @@ std::string optimizer_flags(const Job& job) {
 // The messages' bytes, as the job was planned with them.
 std::string dtype_flags(const Job& job) {
   return std::string(job.p2p_bf16 ? " --p2p-dtype bf16" : "") +
-         (job.reduce_bf16 ? " --grad-reduce-dtype bf16" : "");
+         (job.reduce_bf16 ? " --grad-reduce-dtype bf16" : "") +
+         (job.tp_bf16 ? " --tp-comm-dtype bf16" : "");
 }
 
 std::string common_flags(const ReportInput& in, const Layout& l) {

@@ -72,6 +72,7 @@ MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePl
   m.staged_mpi = l.staged_mpi;
   m.p2p_bf16 = l.p2p_bf16;
   m.reduce_bf16 = l.reduce_bf16;
+  m.tp_bf16 = l.tp_bf16;
   m.muon_work = l.muon ? muon_workspace_floats(m.shard) : 0;
   m.pipeline_stages = l.pp;
   m.muon_floats = l.muon ? muon_floats(SlabLayout::of(m.shard)) : 0;

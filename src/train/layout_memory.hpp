@@ -28,6 +28,7 @@ struct LayoutSizes {
   bool staged_mpi = false;
   bool p2p_bf16 = false;     // --p2p-dtype bf16
   bool reduce_bf16 = false;  // --grad-reduce-dtype bf16
+  bool tp_bf16 = false;      // --tp-comm-dtype bf16
   bool muon = false;         // --optimizer muon: its workspace (the gathered whole matrices)
   AttentionPath attention = AttentionPath::kFused;
   int threads = 1;

@@ -250,6 +250,13 @@ void add_message_terms(const MemoryShape& s, const Terms& add) {
     reduction = reduction / 2 + copy * (kDeviceMemory ? 2 : 1);
   }
   messages += reduction;
+  if (s.tp_bf16 && shard.size > 1) {
+    // The TP wire buffer: a microbatch's (rows, C) at 2 bytes, and under SP a reduce-scatter's
+    // share of it beside.
+    const int64_t rows = int64_t(s.micro_batch) * s.seq_len;
+    const bool sp = s.sequence_parallel;
+    messages += (rows + (sp ? rows / shard.size : 0)) * shard.cfg.channels * int64_t(sizeof(bf16));
+  }
   add("messages", messages,
       "ring attention's blocks, pipeline sends, staged host copies, MPI's reduction buffers",
       "--micro-batch-size");

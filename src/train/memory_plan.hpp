@@ -38,6 +38,9 @@ struct MemoryShape {
   bool p2p_bf16 = false;
   // --grad-reduce-dtype bf16: a DP bucket is reduced through a bf16 copy (optim/grad_buckets.hpp).
   bool reduce_bf16 = false;
+  // --tp-comm-dtype bf16: the TP collectives go through one bf16 wire buffer
+  // (parallel/device_mpi.hpp), as large as the largest payload.
+  bool tp_bf16 = false;
   bool bf16 = false;
   int64_t bf16_scratch = 0;  // elements of each of Bf16Products' two operand buffers
   int dp_cp = 1;             // ranks whose gradients are summed (DP x CP)

@@ -232,6 +232,7 @@ LayoutSizes TrainingRun::layout_sizes() const {
   l.staged_mpi = staged();
   l.p2p_bf16 = opts_.p2p_dtype == "bf16";
   l.reduce_bf16 = opts_.grad_reduce_dtype == "bf16";
+  l.tp_bf16 = opts_.tp_comm_dtype == "bf16";
   l.muon = opts_.optimizer == "muon" && !model_only_;
   l.threads = host_thread_count();
   l.dp_bucket_bytes = static_cast<int64_t>(opts_.dp_bucket_mb * 1e6);

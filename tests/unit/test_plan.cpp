@@ -171,6 +171,42 @@ TEST(PlanCost, TensorParallelCommunicationByHand) {
   const double one = allreduce_ms(m, act, {2, 1});
   EXPECT_NEAR(s.f.tp, 4 * 2 * one + one + 3 * allreduce_ms(m, 8 * 32 * 4.0, {2, 1}), 1e-9);
   EXPECT_NEAR(s.b.tp, 4 * 2 * one + one, 1e-9);
+  // --tp-comm-dtype bf16: the activations and their gradients at 2 bytes an element, the loss's
+  // three sums of row statistics still fp32; with SP the all-gathers and reduce-scatters too.
+  // (mpiformer-plan refuses it without bf16 products; the comm model only counts its bytes.)
+  Job half = job;
+  half.tp_bf16 = true;
+  const StageCost h = stage_cost(half, m, l, 0);
+  const double one16 = allreduce_ms(m, act / 2, {2, 1});
+  EXPECT_NEAR(h.f.tp, 4 * 2 * one16 + one16 + 3 * allreduce_ms(m, 8 * 32 * 4.0, {2, 1}), 1e-9);
+  EXPECT_NEAR(h.b.tp, 4 * 2 * one16 + one16, 1e-9);
+  l.sequence_parallel = true;
+  const double gather = allgather_ms(m, act, {2, 1}), scatter = reduce_scatter_ms(m, act, {2, 1});
+  const double gather16 = allgather_ms(m, act / 2, {2, 1});
+  const double scatter16 = reduce_scatter_ms(m, act / 2, {2, 1});
+  EXPECT_NEAR(stage_cost(job, m, l, 0).b.tp, 4 * 2 * (gather + scatter) + scatter, 1e-9);
+  EXPECT_NEAR(stage_cost(half, m, l, 0).b.tp, 4 * 2 * (gather16 + scatter16) + scatter16, 1e-9);
+  // In memory: one bf16 wire buffer of a microbatch's rows, under SP with a reduce-scatter's
+  // share beside it; nothing on one rank.
+  MemoryShape shape;
+  shape.shard = make_tp_shard(job.cfg, 0, 2);
+  shape.micro_batch = 2;
+  shape.seq_len = 32;
+  auto messages = [](const MemoryShape& x) {
+    for (const MemoryTerm& t : plan_memory(x).terms) {
+      if (t.name == "messages") return t.bytes;
+    }
+    return int64_t(-1);
+  };
+  const int64_t none = messages(shape);
+  shape.tp_bf16 = true;
+  EXPECT_EQ(messages(shape) - none, 2 * 32 * 64 * 2);
+  shape.sequence_parallel = true;
+  EXPECT_EQ(messages(shape) - none, (2 * 32 + 32) * 64 * 2);
+  shape.shard = make_tp_shard(job.cfg, 0, 1);
+  MemoryShape solo = shape;
+  solo.tp_bf16 = false;
+  EXPECT_EQ(messages(shape), messages(solo));
 }
 
 // A deepseek_v3 whose first block is dense (first_k_dense_replace 1): that block's products are
