@@ -93,6 +93,7 @@ std::vector<Field> optional_model_fields(CheckpointInfo& c, bool held) {
     out.push_back({"model.v_head_dim", &m.v_head_dim});
     out.push_back({"model.rope_interleave", &m.rope_interleave});
   }
+  if (!held || m.mtp > 0) out.push_back({"model.mtp", &m.mtp});  // multi-token prediction
   if (!held || m.rope_yarn) {  // YaRN's rope scaling, beside rope_factor and the original context
     out.push_back({"model.rope_yarn", &m.rope_yarn});
     out.push_back({"model.yarn_beta_fast", &m.yarn_beta_fast});

@@ -124,6 +124,7 @@ GPTConfig held_config(TensorId t, const GPTConfig& cfg) {
 // The first layer holding per-layer tensor t: the serial tensor's slices start there, one per
 // layer (a mixed model's experts' tensors from its first experts' block on).
 int first_layer_of(TensorId t, const GPTConfig& cfg) {
+  if (tensor_spec(t).needs == Needs::kMtp) return cfg.layers;  // the modules' blocks
   return tensor_spec(t).per_layer() && !present_in_block(t, cfg, 0) ? cfg.dense_layers : 0;
 }
 
@@ -244,6 +245,14 @@ std::vector<const char*> llama_names(TensorId t, const ModelFeatures& f) {
       return {"model.layers.%d.self_attn.kv_b_proj.weight"};
     case TensorId::moebias:
       return {"model.layers.%d.mlp.gate.e_score_correction_bias"};
+    case TensorId::mtpenw:  // DeepSeek-V3's multi-token prediction modules, model.layers.{L+k-1}
+      return {"model.layers.%d.enorm.weight"};
+    case TensorId::mtphnw:
+      return {"model.layers.%d.hnorm.weight"};
+    case TensorId::mtpehw:
+      return {"model.layers.%d.eh_proj.weight"};
+    case TensorId::mtpshw:
+      return {"model.layers.%d.shared_head.norm.weight"};
     default:
       return {};  // a tensor these families do not hold
   }
@@ -323,7 +332,7 @@ NameMap name_map(const HfSource& source, const GPTConfig& cfg) {
 }
 
 int layers_of(TensorId t, const GPTConfig& cfg) {
-  return tensor_spec(t).per_layer() ? cfg.layers : 1;
+  return tensor_spec(t).per_layer() ? cfg.blocks() : 1;
 }
 
 // The Q, K, V biases the file holds for a model built without them (Qwen2-MoE's qkv_bias false):
@@ -344,17 +353,26 @@ std::set<std::string> dropped_biases(const HfSource& source, const GPTConfig& cf
 
 // The tensors of the multi-token prediction modules a deepseek_v3 file carries after its blocks
 // (every model.layers.{L+k-1}.* for k = 1..num_nextn_predict_layers: enorm, hnorm, eh_proj,
-// shared_head, the module's block, and the copies of the embedding and head some files hold).
-// Not built: passed over, neither read nor refused (hf_unused_mtp says so).
+// shared_head, the module's block, and the copies of the embedding and head some files hold)
+// that the model does not read: the modules past cfg.mtp (--mtp) whole, passed over, neither read
+// nor refused (hf_unused_mtp says so), and in the modules it trains the copies of the shared
+// embedding and head (embed_tokens, shared_head.head: the model's own are read).
 std::set<std::string> mtp_tensors(const HfSource& source, const GPTConfig& cfg) {
   std::set<std::string> out;
   if (!cfg.mla() || source.config().empty()) return out;
   const int depth = read_hf_mtp_depth(source.config());
+  const auto ends_with = [](const std::string& name, const std::string& tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
   for (int l = cfg.layers; l < cfg.layers + depth; ++l) {
     const std::string prefix = "model.layers." + std::to_string(l) + ".";
     for (auto it = source.tensors().lower_bound(prefix);
-         it != source.tensors().end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
-      out.insert(it->first);
+         it != source.tensors().end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+      if (l >= cfg.blocks() || ends_with(it->first, ".embed_tokens.weight") ||
+          ends_with(it->first, ".shared_head.head.weight"))
+        out.insert(it->first);
+    }
   }
   return out;
 }
@@ -589,8 +607,8 @@ std::vector<SavedTensor> saved_tensors(const NameMap& names, const GPTConfig& cf
   };
   for (const TensorSpec& s : kTensors) {
     if (!s.per_layer() && tensor_size(s.id, cfg) > 0) add(s.id, 0);
-    if (s.id == TensorId::wpe) {  // then the blocks, each whole
-      for (int l = 0; l < cfg.layers; ++l) {
+    if (s.id == TensorId::wpe) {  // then the blocks, each whole (the MTP modules' last)
+      for (int l = 0; l < cfg.blocks(); ++l) {
         for (const TensorSpec& b : kTensors) {
           if (b.per_layer() && present_in_block(b.id, cfg, l) && tensor_size(b.id, cfg) > 0)
             add(b.id, l);
@@ -654,6 +672,11 @@ std::optional<GPTConfig> hf_source_config(const std::string& path) {
   return read_hf_config(source.config());
 }
 
+int hf_source_mtp_depth(const std::string& path) {
+  const HfSource source(path);
+  return source.config().empty() ? 0 : read_hf_mtp_depth(source.config());
+}
+
 std::string hf_unused_biases(const std::string& path, const GPTConfig& cfg) {
   const HfSource source(path);
   const std::set<std::string> dropped = dropped_biases(source, cfg);
@@ -665,13 +688,19 @@ std::string hf_unused_biases(const std::string& path, const GPTConfig& cfg) {
 
 std::string hf_unused_mtp(const std::string& path, const GPTConfig& cfg) {
   const HfSource source(path);
-  const std::set<std::string> mtp = mtp_tensors(source, cfg);
-  if (mtp.empty()) return "";
+  if (!cfg.mla() || source.config().empty()) return "";
   const int depth = read_hf_mtp_depth(source.config());
+  if (depth <= cfg.mtp) return "";
+  const std::set<std::string> mtp = mtp_tensors(source, cfg);
+  int unused = 0;  // the passed-over modules' tensors, not the trained modules' copies
+  const size_t at = std::string("model.layers.").size();
+  for (const std::string& name : mtp) unused += std::atoi(name.c_str() + at) >= cfg.blocks();
   return "--init-from " + path + ": config.json's num_nextn_predict_layers is " +
-         std::to_string(depth) + ", but multi-token prediction is not built yet, so the file's " +
-         std::to_string(mtp.size()) + " tensors of its prediction modules (model.layers." +
-         std::to_string(cfg.layers) + ".*" + (depth > 1 ? " ..." : "") +
+         std::to_string(depth) + " and --mtp " + std::to_string(cfg.mtp) + " trains " +
+         (cfg.mtp == 0 ? "none" : "the first " + std::to_string(cfg.mtp)) +
+         " of its multi-token prediction modules: the file's " + std::to_string(unused) +
+         " tensors of the untrained ones (model.layers." + std::to_string(cfg.blocks()) + ".*" +
+         (depth - cfg.mtp > 1 ? " ..." : "") +
          ") are not read or trained, and --save-hf writes the model without them";
 }
 

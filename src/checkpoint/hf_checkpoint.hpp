@@ -39,14 +39,17 @@ GPTConfig read_hf_model_config(const std::string& path, const std::optional<GPTC
 // The model config.json describes for --init-from `path` (in the directory, or beside the file),
 // or none when there is none: what the model flags default to.
 std::optional<GPTConfig> hf_source_config(const std::string& path);
+// The multi-token prediction modules the Hugging Face source at `path` holds (its config.json's
+// num_nextn_predict_layers; 0 without one).
+int hf_source_mtp_depth(const std::string& path);
 
 // A warning when the model (cfg, read from `path`) has no Q, K, V biases but the file holds them
 // (Qwen2-MoE's qkv_bias false: transformers leaves them unused too); "" otherwise.
 std::string hf_unused_biases(const std::string& path, const GPTConfig& cfg);
 
-// A warning when the deepseek_v3 file at `path` holds multi-token prediction modules
-// (num_nextn_predict_layers > 0, their tensors after the model's blocks), which are not built:
-// the loader passes over them; "" otherwise.
+// A warning when the deepseek_v3 file at `path` holds more multi-token prediction modules
+// (num_nextn_predict_layers, their tensors after the model's blocks) than cfg.mtp trains: the
+// loader passes over the others; "" otherwise.
 std::string hf_unused_mtp(const std::string& path, const GPTConfig& cfg);
 
 // config.json's bos_token_id for --init-from `path` (in the directory, or beside the file), or

@@ -260,7 +260,7 @@ void read_latent_attention(const ConfigKeys& k, GPTConfig& cfg) {
   cfg.head_dim = 0;  // DeepseekV3Config's head_dim is qk_rope_head_dim: the sizes above say it
   cfg.kv_heads = 0;  // every head has its own K and V from the latent
   cfg.rope_interleave = k.bool_or("rope_interleave", true);
-  mtp_depth(k);  // checked here; its modules are not built (read_hf_mtp_depth)
+  mtp_depth(k);  // checked here; the trainer's --mtp says how many it trains (read_hf_mtp_depth)
   const json::Value* experts = k.find("n_routed_experts");
   const json::Value* first = k.find("first_k_dense_replace");
   int dense = 3;  // DeepseekV3Config's default
@@ -524,9 +524,9 @@ std::string hf_config_json(const GPTConfig& cfg, safetensors::Dtype dtype) {
       s += line("v_head_dim", n(cfg.v_head_dim));
       s += line("head_dim", n(cfg.qk_rope_dim));
       s += line("rope_interleave", cfg.rope_interleave ? "true" : "false");
-      // No multi-token prediction modules are written (not built): said, since DeepSeek-V3's
-      // own config code defaults to one.
-      s += line("num_nextn_predict_layers", "0");
+      // The multi-token prediction modules trained (--mtp), written as model.layers.{L}..; said
+      // even when 0, since DeepSeek-V3's own config code defaults to one.
+      s += line("num_nextn_predict_layers", n(cfg.mtp));
       // The dense blocks first: all of them, none, or dense_layers.
       s += line("first_k_dense_replace", n(cfg.moe() ? cfg.dense_layers : cfg.layers));
       if (cfg.moe()) {

@@ -20,7 +20,8 @@ GPTConfig read_hf_config(const std::string& path);
 
 // config.json's num_nextn_predict_layers at `path` for a deepseek_v3 model: how many multi-token
 // prediction modules its files carry after the blocks (0 when absent, for other families too).
-// They are not built: the loader passes over their tensors (hf_unused_mtp).
+// The trainer's --mtp defaults to it; the loader passes over the modules past --mtp
+// (hf_unused_mtp).
 int read_hf_mtp_depth(const std::string& path);
 
 // InputError naming the flag and config.json's key where a model flag the user gave (`given`,

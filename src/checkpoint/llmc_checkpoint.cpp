@@ -89,7 +89,9 @@ enum LlamaSlot {
   kMoeScale,
   // 42..43: the first dense_layers blocks dense, of MLP width dense_ffn (first_k_dense_replace).
   kDenseLayers,
-  kDenseFfn
+  kDenseFfn,
+  // 44: DeepSeek-V3's multi-token prediction modules after the blocks (--mtp).
+  kMtp
 };
 constexpr int kLastArch = int(Arch::kDeepseekV3);
 int32_t float_bits(float x) {
@@ -116,6 +118,7 @@ void read_llama_slots(const int32_t* h, GPTConfig& cfg) {
   cfg.qk_rope_dim = h[kQkRopeDim];
   cfg.v_head_dim = h[kVHeadDim];
   if (cfg.mla()) cfg.rope_interleave = h[kRopeInterleave] != 0;
+  if (cfg.mla()) cfg.mtp = h[kMtp];
   if (h[kRopeYarn] != 0) {  // else the defaults: zeros in the slots would be another model
     cfg.rope_yarn = true;
     cfg.yarn_beta_fast = bits_float(h[kYarnBetaFast]);
@@ -254,6 +257,7 @@ void make_header(const GPTConfig& cfg, bool optimizer, int32_t* h) {
     h[kDenseFfn] = cfg.dense_ffn;
   }
   h[kNoQkvBias] = cfg.no_qkv_bias ? 1 : 0;
+  if (cfg.mla()) h[kMtp] = cfg.mtp;
   if (cfg.mla()) {
     h[kQLoraRank] = cfg.q_lora_rank;
     h[kKvLoraRank] = cfg.kv_lora_rank;

@@ -58,7 +58,7 @@ Decoder::Decoder(const TpShard& shard, const ParameterTensors& params, int capac
       kv_cache_(kv_cache),
       capacity_(capacity) {
   if (capacity < 1 || capacity > shard.cfg.max_seq_len || !shard.has_embedding || !shard.has_head ||
-      shard.local_layers() != shard.cfg.layers) {
+      shard.local_layers() != shard.cfg.blocks()) {  // the MTP modules' too, which it ignores
     MPF_FATAL("Decoder: needs the whole model's shard and 1 <= capacity <= max_seq_len");
   }
   if (kv_cache_) {

@@ -353,7 +353,10 @@ int head_chunk_rows(const TpShard& shard, const ChunkPieces& chunk, int B, int T
 }
 
 ChunkPieces whole_stage(const TpShard& shard) {
-  return {0, shard.local_layers(), shard.has_embedding, shard.has_head};
+  // The multi-token prediction modules' blocks (with the head) are not the chunk's: model/mtp.hpp
+  // runs them.
+  const int modules = shard.has_head ? shard.cfg.mtp : 0;
+  return {0, shard.local_layers() - modules, shard.has_embedding, shard.has_head};
 }
 
 Activations Activations::allocate(const GPTConfig& cfg, int B, int T) {

@@ -226,6 +226,9 @@ struct Activations {
   // (Rl,C) the received gradient of the output (chunks without the head): not in the slab, the
   // stage's pooled receive buffer, bound from the receive until B
   Tensor output_grad;
+  // (Rl,C) with the head: a gradient of the output from beyond the head (the multi-token
+  // prediction modules', model/mtp.hpp), which the backward adds to the head's; empty: none.
+  Tensor extra_output_grad;
   Tensor partial;   // (R,C) a row-parallel output before its reduce-scatter (sequence parallel)
   Tensor lent_out;  // (Rl,C) with chunk.lent_output, the last block's output (scratch)
   // Per-layer tensors, each (chunk.layers, ...) with block i of the chunk at offset i * (its

@@ -214,6 +214,10 @@ void validate(const GPTConfig& cfg, const std::string& origin) {
               std::to_string(cfg.experts) + " experts' blocks is no model (from " + origin +
               "); the file is corrupt");
   validate_mla(cfg, origin);
+  require(cfg.mtp >= 0 && cfg.mtp <= 64,
+          "the model's " + std::to_string(cfg.mtp) +
+              " multi-token prediction modules are not a depth from 0 to 64 (from " + origin +
+              "); the file is corrupt");
   require(cfg.heads % cfg.kv_head_count() == 0,
           "the " + std::to_string(cfg.heads) + " heads do not share " +
               std::to_string(cfg.kv_head_count()) + " kv heads evenly (from " + origin +
@@ -273,6 +277,9 @@ std::string describe(const GPTConfig& cfg) {
     if (cfg.no_qkv_bias && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " no-qkv-bias");
     }
+    if (cfg.mtp > 0 && n < int(sizeof buf)) {
+      n += std::snprintf(buf + n, sizeof buf - size_t(n), " mtp %d", cfg.mtp);
+    }
     if (cfg.sliding_window > 0 && n < int(sizeof buf)) {
       n += std::snprintf(buf + n, sizeof buf - size_t(n), " window %d", cfg.sliding_window);
     }
@@ -307,11 +314,11 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
          a.moe_sigmoid == b.moe_sigmoid && a.moe_noaux == b.moe_noaux &&
          a.moe_groups == b.moe_groups && a.moe_topk_groups == b.moe_topk_groups &&
          a.moe_scale == b.moe_scale && a.dense_layers == b.dense_layers &&
-         a.dense_ffn == b.dense_ffn && a.features().qkv_bias == b.features().qkv_bias &&
-         a.q_lora_rank == b.q_lora_rank && a.kv_lora_rank == b.kv_lora_rank &&
-         a.qk_nope_dim == b.qk_nope_dim && a.qk_rope_dim == b.qk_rope_dim &&
-         a.v_head_dim == b.v_head_dim && (!a.mla() || a.rope_interleave == b.rope_interleave) &&
-         a.rope_yarn == b.rope_yarn &&
+         a.dense_ffn == b.dense_ffn && a.mtp == b.mtp &&
+         a.features().qkv_bias == b.features().qkv_bias && a.q_lora_rank == b.q_lora_rank &&
+         a.kv_lora_rank == b.kv_lora_rank && a.qk_nope_dim == b.qk_nope_dim &&
+         a.qk_rope_dim == b.qk_rope_dim && a.v_head_dim == b.v_head_dim &&
+         (!a.mla() || a.rope_interleave == b.rope_interleave) && a.rope_yarn == b.rope_yarn &&
          (!a.rope_yarn ||
           (a.yarn_beta_fast == b.yarn_beta_fast && a.yarn_beta_slow == b.yarn_beta_slow &&
            a.yarn_mscale == b.yarn_mscale && a.yarn_mscale_all_dim == b.yarn_mscale_all_dim));

@@ -135,6 +135,11 @@ struct GPTConfig {
   // SwiGLU MLP of width dense_ffn (intermediate_size) and the rest the mixture of experts (of
   // width ffn_dim, moe_intermediate_size). 0: every block alike.
   int dense_layers = 0, dense_ffn = 0;
+  // DeepSeek-V3's multi-token prediction (num_nextn_predict_layers, --mtp): this many modules
+  // after the `layers` blocks, each one more block (the last block's kind) with its own rows
+  // (enorm, hnorm, eh_proj, shared_head.norm: Needs::kMtp), trained beside the trunk
+  // (model/mtp.hpp). 0: none.
+  int mtp = 0;
 
   ModelFeatures features() const {
     ModelFeatures f = features_of(arch);
@@ -178,6 +183,12 @@ struct GPTConfig {
   // then differ by block (block_config).
   bool mixed() const { return experts > 0 && dense_layers > 0; }
   bool dense_block(int layer) const { return mixed() && layer < dense_layers; }
+  // The trunk's blocks and the multi-token prediction modules' (blocks layers .. layers + mtp - 1).
+  int blocks() const { return layers + mtp; }
+  bool mtp_block(int layer) const { return layer >= layers; }
+  // wte on the head's stage too: the tied LM head, or the multi-token prediction modules'
+  // embedding of t_{i+k} (its gradient then summed over the embedding group, as a tied one).
+  bool wte_with_head() const { return tied || mtp > 0; }
   // The model block `layer` is: this config, or for a dense block of a mixed model the same
   // without experts, its MLP of width dense_ffn. Whatever sizes or runs one block reads it.
   GPTConfig block_config(int layer) const {

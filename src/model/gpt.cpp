@@ -812,6 +812,11 @@ namespace {
 Tensor output_grad_slot(const BlockWeightInputs& w, const Activations& acts) {
   return Tensor(w.dout.data(), acts.seq.rows * acts.cfg.channels);
 }
+// The head's output gradient plus what the multi-token prediction modules give h_0 (mtp.hpp).
+void add_extra_output_grad(const Activations& acts, Tensor dout) {
+  if (acts.extra_output_grad.extent(0) == 0) return;
+  add_into(dout, acts.extra_output_grad.data(), acts.seq.local_rows * acts.cfg.channels);
+}
 }  // namespace
 
 void gpt_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& acts,
@@ -830,6 +835,7 @@ void gpt_backward_input(BackwardBuffers& buf, WeightGradInputs& w, Activations& 
   int spare = 1;
   if (chunk.head) {
     head_backward_input(buf, w, acts, params, targets, dloss, tp, dout);
+    add_extra_output_grad(acts, dout);
   } else if (sp) {
     dout = acts.output_grad;
     spare = 0;
@@ -911,6 +917,7 @@ void gpt_backward_by_block(ParameterTensors& grads, BackwardBuffers& buf, Weight
       head_backward_input(buf, w2, acts, params, targets, dloss, tp, dout);
       head_backward_weight(grads, w2, acts, tp, final_microbatch);
     }
+    add_extra_output_grad(acts, dout);
     done(Kind::kHead, -1);
   } else if (sp) {
     dout = acts.output_grad;

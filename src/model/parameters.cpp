@@ -159,6 +159,14 @@ Tensor& view_of(ParameterTensors& t, const SlabPiece& piece) {
       return block().fcw;
     case TensorId::dfcprojw:
       return block().fcprojw;
+    case TensorId::mtpenw:
+      return block().mtpenw;
+    case TensorId::mtphnw:
+      return block().mtphnw;
+    case TensorId::mtpehw:
+      return block().mtpehw;
+    case TensorId::mtpshw:
+      return block().mtpshw;
   }
   MPF_FATAL("not a parameter tensor");
 }

@@ -50,6 +50,11 @@ struct LayerParameters {
   Tensor kvanw;    // (r_kv) kv_a_layernorm
   Tensor kvbw;     // (NH·(dn + dv), r_kv) kv_b_proj, each head's [K | V]
   Tensor moebias;  // (E) DeepSeekMoE's routing bias (e_score_correction_bias), never trained
+  // A multi-token prediction module's block only (model/mtp.hpp), else empty:
+  Tensor mtpenw;  // (C) enorm
+  Tensor mtphnw;  // (C) hnorm
+  Tensor mtpehw;  // (C, 2C) eh_proj over [enorm(embedding) | hnorm(h)]
+  Tensor mtpshw;  // (C) shared_head.norm
 };
 
 class BlockGate;

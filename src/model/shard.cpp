@@ -46,7 +46,7 @@ TpShard make_tp_shard(const GPTConfig& cfg, int rank, int size) {
   s.vocab_shard = s.vocab_padded / size;
   s.vocab_begin = rank * s.vocab_shard;
   s.experts = cfg.experts;
-  for (int l = 0; l < cfg.layers; ++l) s.layers.push_back(l);
+  for (int l = 0; l < cfg.blocks(); ++l) s.layers.push_back(l);
   if (cfg.mixed()) s.dense_blocks = std::make_shared<const TpShard>(s.block_shard(0));
   return s;
 }
@@ -68,8 +68,14 @@ TpShard split_experts(TpShard shard, int rank, int size) {
 }
 
 TpShard restrict_to_stage(TpShard shard, std::vector<int> layers, bool embedding, bool head) {
+  // The multi-token prediction modules live with the head (model/mtp.hpp), after its blocks.
+  if (head) {
+    for (int l = shard.cfg.layers; l < shard.cfg.blocks(); ++l) {
+      if (layers.empty() || layers.back() < l) layers.push_back(l);
+    }
+  }
   for (size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i] < 0 || layers[i] >= shard.cfg.layers || (i > 0 && layers[i] <= layers[i - 1]))
+    if (layers[i] < 0 || layers[i] >= shard.cfg.blocks() || (i > 0 && layers[i] <= layers[i - 1]))
       MPF_FATAL("a stage's layers must be distinct, ascending and inside the model");
   }
   shard.layers = std::move(layers);
@@ -182,7 +188,7 @@ PerTensor<int64_t> TpShard::sizes() const {
     if (!holds(s.id)) continue;
     if (!s.per_layer()) {
       n = one_block_size(s.id);
-    } else if (cfg.mixed()) {  // the blocks differ
+    } else if (cfg.mixed() || cfg.mtp > 0) {  // the blocks differ
       for (int l : layers) n += block_size(s.id, l);
     } else {
       n = one_block_size(s.id) * local_layers();
@@ -196,6 +202,13 @@ bool TpShard::is_split(TensorId tensor) const {
 }
 
 int64_t TpShard::global_index(TensorId tensor, int64_t j) const {
+  if (tensor_spec(tensor).needs == Needs::kMtp) {  // the modules' blocks, the last local ones
+    const int64_t n = one_block_size(tensor);
+    const int64_t first =
+        std::lower_bound(layers.begin(), layers.end(), cfg.layers) - layers.begin();
+    const int l = layers[size_t(first + j / n)];
+    return layer_offset(tensor, cfg, l) + index_in_block(tensor, j % n);
+  }
   if (!tensor_spec(tensor).per_layer() || !cfg.mixed()) return uniform_global_index(tensor, j);
   // The local blocks' slices one after the other: the dense blocks' (the first local ones), then
   // the experts' blocks'.
@@ -305,7 +318,7 @@ std::vector<ShardRun> shard_runs(const TpShard& shard, TensorId tensor) {
   };
   std::vector<Stretch> stretches;
   const int64_t n = shard.sizes()[tensor];
-  if (s.per_layer() && shard.cfg.mixed()) {
+  if (s.per_layer() && (shard.cfg.mixed() || shard.cfg.mtp > 0)) {
     int64_t at = 0;
     for (int l : shard.layers) {
       const int64_t k = shard.block_size(tensor, l);

@@ -104,11 +104,16 @@ bool present(TensorId t, const GPTConfig& cfg) {
       return f.mla && cfg.q_lora_rank > 0;
     case Needs::kDenseBlocks:
       return cfg.mixed();
+    case Needs::kMtp:
+      return cfg.mtp > 0;
   }
   return false;
 }
 
 bool present_in_block(TensorId t, const GPTConfig& cfg, int layer) {
+  // A multi-token prediction module's rows are its block's alone; its block is otherwise the
+  // last block's kind (GPTConfig::block_config).
+  if (tensor_spec(t).needs == Needs::kMtp) return cfg.mtp > 0 && cfg.mtp_block(layer);
   if (!cfg.mixed()) return present(t, cfg);
   const bool dense_mlp = tensor_spec(t).needs == Needs::kDenseBlocks;
   if (!cfg.dense_block(layer)) return !dense_mlp && present(t, cfg);
@@ -120,7 +125,7 @@ bool present_in_block(TensorId t, const GPTConfig& cfg, int layer) {
 
 TensorPlace place_of(TensorId t, const GPTConfig& cfg) {
   const TensorPlace p = tensor_spec(t).place;
-  return p == TensorPlace::kTied && !cfg.tied ? TensorPlace::kEmbedding : p;
+  return p == TensorPlace::kTied && !cfg.wte_with_head() ? TensorPlace::kEmbedding : p;
 }
 
 std::vector<int64_t> row_blocks(const TensorSpec& s, const GPTConfig& cfg) {
@@ -160,9 +165,14 @@ int64_t one_block(TensorId t, const GPTConfig& cfg, int layer, bool padded) {
 }
 int64_t elements(TensorId t, const GPTConfig& cfg, bool padded) {
   if (!tensor_spec(t).per_layer()) return one_block(t, cfg, 0, padded);
-  if (!cfg.mixed()) return cfg.layers * one_block(t, cfg, 0, padded);
+  // The multi-token prediction modules' blocks (after the trunk's, all alike) hold each per-layer
+  // tensor of their kind and their own rows.
+  const int64_t modules = cfg.mtp > 0 ? cfg.mtp * one_block(t, cfg, cfg.layers, padded) : 0;
+  if (tensor_spec(t).needs == Needs::kMtp) return modules;
+  if (!cfg.mixed()) return cfg.layers * one_block(t, cfg, 0, padded) + modules;
   const int64_t K = cfg.dense_layers;
-  return K * one_block(t, cfg, 0, padded) + (cfg.layers - K) * one_block(t, cfg, K, padded);
+  return K * one_block(t, cfg, 0, padded) + (cfg.layers - K) * one_block(t, cfg, K, padded) +
+         modules;
 }
 }  // namespace
 
@@ -171,6 +181,10 @@ int64_t block_tensor_size(TensorId t, const GPTConfig& cfg, int layer) {
 }
 
 int64_t layer_offset(TensorId t, const GPTConfig& cfg, int layer) {
+  if (tensor_spec(t).needs == Needs::kMtp) {
+    return cfg.mtp_block(layer) ? (layer - cfg.layers) * one_block(t, cfg, layer, true) : 0;
+  }
+  // A module's block holds the trunk's tensors as an experts' (or uniform) block does.
   if (!cfg.mixed()) return layer * one_block(t, cfg, 0, true);
   const int64_t K = cfg.dense_layers, dense = std::min<int64_t>(layer, K);
   return dense * one_block(t, cfg, 0, true) + (layer - dense) * one_block(t, cfg, K, true);

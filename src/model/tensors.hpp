@@ -51,9 +51,13 @@ enum class TensorId : int {
   kvbw,      // kv_b_proj: each head's [K without rotation | V]
   moebias,   // DeepSeekMoE's e_score_correction_bias: added to the scores for choosing only
   dfcw,      // a mixed model's dense blocks' MLP (first_k_dense_replace): [gate | up]
-  dfcprojw   // its down projection
+  dfcprojw,  // its down projection
+  mtpenw,    // a multi-token prediction module's enorm (the embedding's RMSNorm)
+  mtphnw,    // its hnorm (the previous depth's hidden state's RMSNorm)
+  mtpehw,    // its eh_proj: C x [enorm | hnorm] (2C)
+  mtpshw     // its shared_head.norm (before the shared LM head)
 };
-inline constexpr int kNumParameterTensors = 32;
+inline constexpr int kNumParameterTensors = 36;
 
 // One dimension of a tensor: `times` times one of the config's sizes.
 struct Dim {
@@ -99,6 +103,7 @@ enum class Needs {
   kMla,               // multi-head latent attention: qbw, kvaw, kvanw, kvbw
   kMlaQLora,          // its query rank: qaw, qanw
   kDenseBlocks,       // dense blocks before mixture-of-experts blocks: dfcw, dfcprojw
+  kMtp,               // multi-token prediction modules (GPTConfig::mtp): their blocks only
 };
 
 // The row blocks of a column-split tensor, each split over TP alike.
@@ -162,7 +167,7 @@ inline constexpr Dim one{1, Dim::kOne}, C{1, Dim::kChannels}, QKV{1, Dim::kQkvRo
     ATT{1, Dim::kAttn}, QN{1, Dim::kQNorm}, KN{1, Dim::kKNorm}, MLPO{1, Dim::kMlpOut},
     E{1, Dim::kExperts}, SIN{1, Dim::kSharedIn}, SF{1, Dim::kSharedFfn}, QLR{1, Dim::kQLora},
     QIN{1, Dim::kQIn}, MQ{1, Dim::kMlaQ}, KVA{1, Dim::kKvA}, KVR{1, Dim::kKvLora},
-    MKV{1, Dim::kMlaKv};
+    MKV{1, Dim::kMlaKv}, C2{2, Dim::kChannels};
 // Every tensor's row, in llm.c's order.
 // clang-format off
 inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
@@ -205,6 +210,12 @@ inline constexpr std::array<TensorSpec, kNumParameterTensors> kTensors{{
   // fcw and fcprojw (model/parameters.cpp).
   {T::dfcw,     "dfcw",     P::kBlocks,    MLP,  C,   S::kColumn, B::kMlpIn, I::kNormal, false,   true,  N::kDenseBlocks},
   {T::dfcprojw, "dfcprojw", P::kBlocks,    MLPO, FFN, S::kRow,    B::kOne,   I::kNormal, true,    true,  N::kDenseBlocks},
+  // The multi-token prediction modules' own rows, held by their blocks only (present_in_block);
+  // replicated over TP.
+  {T::mtpenw,   "mtpenw",   P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kMtp},
+  {T::mtphnw,   "mtphnw",   P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kMtp},
+  {T::mtpehw,   "mtpehw",   P::kBlocks,    C,    C2,  S::kNone,   B::kOne,   I::kNormal, false,   true,  N::kMtp},
+  {T::mtpshw,   "mtpshw",   P::kBlocks,    C,    one, S::kNone,   B::kOne,   I::kOne,    false,   false, N::kMtp},
 }};
 // clang-format on
 
@@ -237,7 +248,8 @@ bool present(TensorId t, const GPTConfig& cfg);
 // and mixture-of-experts blocks; else a dense block the dense tensors and dfcw, dfcprojw, and an
 // experts' block the others.
 bool present_in_block(TensorId t, const GPTConfig& cfg, int layer);
-// Where tensor t lives in a model of `cfg`: wte is kTied only when the model ties its head.
+// Where tensor t lives in a model of `cfg`: wte is kTied only when the model ties its head or
+// has multi-token prediction modules (which embed on the head's stage).
 TensorPlace place_of(TensorId t, const GPTConfig& cfg);
 // The row counts of a column-split tensor's blocks, in the serial tensor (one block's slice for
 // a per-layer tensor): at most three ([Q | K | V]), kept in place (the shard asks for them per

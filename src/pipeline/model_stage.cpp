@@ -111,6 +111,8 @@ void ModelStage::begin_step(const std::vector<Tokens>* inputs, const std::vector
   weights_done_.assign(chunks_.size(), 0);
   Kokkos::deep_copy(ExecSpace(), Kokkos::subview(loss_sums_, 0), 0.0);
   Kokkos::deep_copy(ExecSpace(), Kokkos::subview(loss_sums_, 2), 0.0);
+  Kokkos::deep_copy(ExecSpace(), Kokkos::subview(loss_sums_, 3), 0.0);
+  mtp_backwards_ = 0;
   if (expert_load_.extent(0) > 0) fill(expert_load_.data(), int64_t(expert_load_.extent(0)), 0.0f);
   if (qk_max_.extent(0) > 0) {
     fill(qk_max_.data(), int64_t(qk_max_.extent(0)), -std::numeric_limits<float>::infinity());
@@ -145,6 +147,21 @@ double ModelStage::loss_sum() const {
 
 double ModelStage::aux_sum() const {
   return read_to_host(loss_sums_.data() + 2, "d2h balance loss");
+}
+
+double ModelStage::mtp_sum() const {
+  return mtp_ ? read_to_host(loss_sums_.data() + 3, "d2h mtp loss") : 0.0;
+}
+
+void ModelStage::enable_mtp(float weight) {
+  if (!shard_.has_head || shard_.cfg.mtp == 0) return;
+  const bool bf16 = !chunks_.empty() && chunks_.front().bf16;
+  mtp_ = std::make_unique<MtpModules>(shard_, micro_batch_, seq_len_, weight,
+                                      [&](const ChunkPieces& c) {
+                                        ChunkPieces own = c;
+                                        own.bf16 = bf16;
+                                        return allocate(own);
+                                      });
 }
 
 void ModelStage::measure_qk_logits() {
@@ -312,6 +329,10 @@ void ModelStage::forward(int mb, int chunk) {
   timed("F", mb, chunk, [&] {
     gpt_forward(*a, *params_, (*inputs_)[mb], (*targets_)[mb], tp_, workspace_.get());
     if (chunks_[chunk].head) add_loss(*a, loss_sums_.data());
+    if (chunks_[chunk].head && mtp_) {
+      mtp_->forward(*a, *params_, (*inputs_)[mb], (*targets_)[mb], tp_, loss_sums_.data() + 3,
+                    a->moe_aux, a->moe_load);
+    }
     if (time_ops_) Kokkos::fence();
   });
   times_.forward += sw.seconds() * 1e3;
@@ -332,6 +353,7 @@ void ModelStage::backward_input(int mb, int chunk) {
   if (!chunks_[chunk].embedding) input_grad = take_grad_buffer();
   Stopwatch sw;
   timed("B", mb, chunk, [&] {
+    if (chunks_[chunk].head && mtp_) backward_mtp(mb, *a);
     if (by_block_) {
       // W with B, block by block: the chunk's gradients are complete after its last
       // microbatch's B, as backward_weight says below.
@@ -351,6 +373,19 @@ void ModelStage::backward_input(int mb, int chunk) {
   if (a->output_grad.data()) {  // read: back to the pool
     received_free_.push_back(a->output_grad.data());
     a->output_grad = Tensor();
+  }
+}
+
+void ModelStage::backward_mtp(int mb, Activations& a) {
+  // B and W at once: the modules' gradients are final after the step's last microbatch, when the
+  // DP buckets hear of their blocks (before the head's: the shared head's share is in by then).
+  const bool final = ++mtp_backwards_ == int(inputs_->size());
+  mtp_->backward(a, *params_, *grads_, buffers_, (*inputs_)[mb], (*targets_)[mb], dloss_, tp_,
+                 final);
+  if (final && part_done_) {
+    for (int k = 0; k < mtp_->depth(); ++k) {
+      part_done_({ModelPart::Kind::kBlock, mtp_->first_block() + k});
+    }
   }
 }
 

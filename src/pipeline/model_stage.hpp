@@ -35,6 +35,7 @@
 #include "model/activations.hpp"
 #include "model/gpt.hpp"
 #include "model/layers/ring_attention.hpp"
+#include "model/mtp.hpp"
 #include "model/parameters.hpp"
 #include "parallel/groups.hpp"
 #include "pipeline/p2p.hpp"
@@ -93,6 +94,12 @@ class ModelStage : public pipeline::StageOps {
   // The step's balance losses so far (mixtures of experts): the sum over this rank's rows and
   // blocks, each counted on one of its TP and CP ranks.
   double aux_sum() const;
+  // The step's multi-token prediction loss so far, λ/D · Σ_k T/(T−k) · Σ of depth k's valid
+  // per-token losses (0 without modules, or off the head's stage).
+  double mtp_sum() const;
+  // Runs the multi-token prediction modules the shard holds with the head, weighted λ
+  // (--mtp-weight). Before the first step.
+  void enable_mtp(float weight);
   // The step's (token, slot) choices of each expert in each of this stage's blocks (local block
   // index, expert), counted on one of each TP and CP group's ranks; empty for a dense model.
   std::vector<float> expert_load() const;
@@ -162,6 +169,9 @@ class ModelStage : public pipeline::StageOps {
   Activations* acquire(int chunk);
   // A new set of a chunk's activations (or the workspace), knowing its rows' positions and ring.
   std::unique_ptr<Activations> allocate(const ChunkPieces& chunk) const;
+  // The multi-token prediction modules' backward for microbatch mb, before the head's chunk's
+  // (whose set `a` then holds the gradient they give its output).
+  void backward_mtp(int mb, Activations& a);
   void release(int chunk, Activations* a);
   WeightGradInputs* acquire_weight_inputs(int chunk);
   // The pieces a chunk's W set covers: the chunk, or two of its blocks when W runs with B.
@@ -218,9 +228,12 @@ class ModelStage : public pipeline::StageOps {
   PartDone part_done_;
   std::vector<int> weights_done_;  // per chunk, this step
   // In the kernels' memory: Σ of the step's per-token losses, and evaluate()'s.
-  // The step's loss, an evaluation's, and the step's balance losses.
-  Kokkos::View<double*, MemSpace> loss_sums_{"mpf::stage::loss_sums", 3};
-  Slab expert_load_;  // (local blocks, E), zeroed at each step's start
+  // The step's loss, an evaluation's, the step's balance losses and its MTP loss (scaled).
+  Kokkos::View<double*, MemSpace> loss_sums_{"mpf::stage::loss_sums", 4};
+  // The multi-token prediction modules (model/mtp.hpp) on the head's stage; null: none.
+  std::unique_ptr<MtpModules> mtp_;
+  int mtp_backwards_ = 0;  // this step's
+  Slab expert_load_;       // (local blocks, E), zeroed at each step's start
   // --qk-clip: (local blocks, heads) the step's largest logits, −∞ at each step's start, and the
   // attention's (B, heads, T) rows of them on the way.
   Slab qk_max_, qk_rows_;

@@ -79,8 +79,8 @@ MemoryShape layout_memory_shape(const LayoutSizes& l, const pipeline::SchedulePl
   m.threads = l.threads;
   m.attention = l.attention;
   m.dp_bucket_bytes = l.dp_bucket_bytes;
-  m.tied_across_stages =
-      l.cfg.tied && l.pp > 1 && plan.shape().placement == pipeline::ChunkPlacement::kLooped;
+  m.tied_across_stages = l.cfg.wte_with_head() && l.pp > 1 &&
+                         plan.shape().placement == pipeline::ChunkPlacement::kLooped;
   return m;
 }
 

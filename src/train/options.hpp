@@ -30,6 +30,9 @@ struct TrainOptions {
   int experts = 0, experts_per_token = 0, moe_renormalize = -1;
   int shared_expert_dim = 0;  // Qwen2-MoE's shared expert width
   float moe_aux_coef = -1.0f;
+  // DeepSeek-V3's multi-token prediction modules trained after the blocks (model/mtp.hpp); -1:
+  // the Hugging Face file's num_nextn_predict_layers (0 for any other model).
+  int mtp = -1;
   std::string model_flags_given;  // the model flags above on the command line ("--arch, --dim")
   // Data.
   std::string data = "builtin:train";
@@ -60,6 +63,9 @@ struct TrainOptions {
   // --moe-bias-update-rate γ: DeepSeek-V3's aux-loss-free balancing, after each update every
   // routing bias moved by γ · sign(mean load − the expert's load); 0: off.
   float moe_bias_update_rate = 0.0f;
+  // --mtp-weight λ: the multi-token prediction loss's weight in the objective (DeepSeek-V3's 0.3
+  // for its first 10T tokens).
+  float mtp_weight = 0.3f;
   int warmup = 0;
   // --skip-outliers Z: no update for a step whose loss or gradient norm is more than Z standard
   // deviations above the last outlier_window steps' (0: off).

@@ -39,10 +39,13 @@ std::optional<std::string> saved_text(const CheckpointInfo& c, const std::string
   if (key == "model.experts_per_token") return std::to_string(m.experts_per_token);
   if (key == "model.shared_ffn") return std::to_string(m.shared_ffn);
   if (key == "model.moe_renormalize") return std::to_string(m.moe() ? int(m.moe_renormalize) : -1);
+  if (key == "model.mtp") return std::to_string(m.mtp);
   // Checkpoints written before there was a choice of optimizer are AdamW's.
   if (key == "optimizer.name") return setting(c, key).value_or("adamw");
   if (key == "optimizer.muon_momentum") return setting(c, key).value_or(number(0.95));
   if (key == "optimizer.muon_ns_precision") return setting(c, key).value_or("fp32");
+  // Checkpoints written before multi-token prediction: its default weight.
+  if (key == "optimizer.mtp_weight") return setting(c, key).value_or(number(0.3));
   return setting(c, key);
 }
 

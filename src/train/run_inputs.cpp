@@ -137,6 +137,44 @@ void check_qk_clip(const TrainOptions& opts, const GPTConfig& cfg) {
           "projections and shared rotary key); drop --qk-clip");
 }
 
+// --mtp: DeepSeek-V3's multi-token prediction modules, from its Hugging Face file (whose
+// num_nextn_predict_layers is the default) or an llm.c file of this trainer's (its header's).
+void apply_mtp(const TrainOptions& opts, GPTConfig& cfg) {
+  const bool hf = !opts.init_from.empty() && is_hf_source(opts.init_from);
+  const int held = hf ? hf_source_mtp_depth(opts.init_from) : cfg.mtp;
+  if (opts.mtp < 0) {
+    cfg.mtp = held;
+    return;
+  }
+  require(opts.mtp == 0 || cfg.arch == Arch::kDeepseekV3,
+          "--mtp " + std::to_string(opts.mtp) +
+              " trains DeepSeek-V3's multi-token prediction modules; this model (" +
+              arch_name(cfg.arch) + ") has none: drop --mtp, or --init-from a deepseek_v3 model");
+  require(opts.mtp <= held,
+          "--mtp " + std::to_string(opts.mtp) + ": " + opts.init_from + " holds " +
+              std::to_string(held) +
+              " multi-token prediction modules (config.json's num_nextn_predict_layers), and "
+              "the others would have no weights; pass --mtp " +
+              std::to_string(held) + " or less");
+  cfg.mtp = opts.mtp;
+}
+
+// The layouts the multi-token prediction modules run on so far: one `error:` line for each other.
+void check_mtp_layout(const TrainOptions& opts, const GPTConfig& cfg) {
+  if (cfg.mtp == 0) return;
+  const std::string mtp = "--mtp " + std::to_string(cfg.mtp) + ": the multi-token prediction ";
+  require(opts.cp == 1, mtp +
+                            "modules do not take their targets across context-parallel chunks "
+                            "yet (--cp " +
+                            std::to_string(opts.cp) + "); use --cp 1, or --mtp 0");
+  require(!opts.sequence_parallel,
+          mtp + "modules do not run under --sequence-parallel yet; drop it, or --mtp 0");
+  require(opts.precision == Precision::fp32,
+          mtp + "modules keep their logits in fp32 only so far; use --precision fp32, or --mtp 0");
+  require(opts.zero < 2, mtp + "modules do not run under --zero " + std::to_string(opts.zero) +
+                             " yet (their blocks' gathers); use --zero 0 or 1, or --mtp 0");
+}
+
 // --moe-bias-update-rate moves a routing bias only DeepSeekMoE's noaux_tc routing reads.
 void check_moe_bias_update(const TrainOptions& opts, const GPTConfig& cfg) {
   if (opts.moe_bias_update_rate <= 0.0f) return;
@@ -242,6 +280,8 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
     if (!note.empty()) in.notes.push_back(note);
   }
   in.cfg = in.resume ? in.resume->info.model : model_config(opts);
+  if (!in.resume) apply_mtp(opts, in.cfg);
+  check_mtp_layout(opts, in.cfg);
   if (!in.resume && !opts.init_from.empty() && is_hf_source(opts.init_from)) {
     const std::string unused = hf_unused_biases(opts.init_from, in.cfg);
     if (!unused.empty()) in.warnings.push_back(unused);

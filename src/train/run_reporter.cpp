@@ -266,6 +266,7 @@ void RunReporter::step(const StepRecord& s, const PeakCheck& peak) const {
                mfu = 100.0 * r.flops_per_step() / seconds / r.peak_flops_->flops();
   MetricsRecord step = MetricsRecord("step").integer("step", s.step).number("loss", s.loss);
   if (!std::isnan(s.aux)) step.number("aux", s.aux);
+  if (!std::isnan(s.mtp)) step.number("mtp", s.mtp);
   if (!std::isnan(s.qk_logit))
     step.number("qk_logit", s.qk_logit).integer("qk_clipped", s.qk_clipped);
   record(step.number("lr", s.lr)
@@ -293,7 +294,7 @@ bool RunReporter::logs_step(int s) const {
 
 void RunReporter::expert_load(int step, const std::vector<double>& load) const {
   // Balanced, each of E experts takes the mean of the choices: 1.00; a collapsed router, up to E.
-  const int E = run_.cfg_.experts, L = run_.cfg_.layers;
+  const int E = run_.cfg_.experts, L = run_.cfg_.blocks();  // the MTP modules' blocks last
   std::string text;
   double worst = 0.0;
   for (int l = 0; l < L; ++l) {

@@ -426,6 +426,7 @@ void TrainingRun::set_up_stage() {
   // a microbatch keeps two blocks' W inputs instead of its chunk's.
   stage_->set_weight_with_input(!pipeline::is_zero_bubble(pp_schedule_));
   if (opts.qk_clip > 0.0f && !model_only_) stage_->measure_qk_logits();
+  if (cfg_.mtp > 0 && !model_only_) stage_->enable_mtp(opts.mtp_weight);
 }
 
 void TrainingRun::set_up_sample(std::optional<Tokenizer> tokenizer) {
@@ -455,7 +456,8 @@ int TrainingRun::zb_auto_limit() const {
 }
 
 bool TrainingRun::tied_across_stages() const {
-  return cfg_.tied && grid_->pp_size() > 1 && shape_.placement == pipeline::ChunkPlacement::kLooped;
+  return cfg_.wte_with_head() && grid_->pp_size() > 1 &&
+         shape_.placement == pipeline::ChunkPlacement::kLooped;
 }
 
 int64_t TrainingRun::largest_operand() const {

@@ -81,6 +81,10 @@ SettingGroup model_settings() {
            "qwen2_moe: the width of the shared expert every token goes through beside its "
            "routed ones (shared_expert_intermediate_size)",
            &O::shared_expert_dim, 0, "model.shared_ffn", kKeep},
+          {"--mtp", "D",
+           "deepseek_v3: train D multi-token prediction modules after the blocks (DeepSeek-V3's "
+           "MTP, model.layers.{L}.. in its files); default: the file's num_nextn_predict_layers",
+           &O::mtp, 0, "model.mtp", kKeep},
       }};
 }
 
@@ -164,6 +168,11 @@ SettingGroup optimizer_settings() {
            "(summed over all ranks), -X above (DeepSeek-V3's aux-loss-free balancing; 0.001 in "
            "its report); 0 = off",
            &O::moe_bias_update_rate, 0, "optimizer.moe_bias_update_rate", kWarns},
+          {"--mtp-weight", "X",
+           "the multi-token prediction loss's weight λ in the objective: λ times the mean over "
+           "the --mtp depths of each depth's cross-entropy (0.3: DeepSeek-V3's for its first 10T "
+           "tokens)",
+           &O::mtp_weight, 0, "optimizer.mtp_weight", kWarns},
           {"--reset-optimizer", "",
            "on a resume, start the optimizer's state (moments, momentum, step count of the bias "
            "corrections) afresh: the way to resume with another --optimizer",

@@ -28,9 +28,11 @@ double flops_per_token(const GPTConfig& cfg, int T) {
 
 std::string format_step(const StepRecord& r, double tokens, double flops_per_step,
                         double peak_flops) {
-  char buf[320], aux[32] = "", qk[64] = "";
+  char buf[360], aux[64] = "", qk[64] = "";
   const double s = r.ms / 1e3;
-  if (!std::isnan(r.aux)) std::snprintf(aux, sizeof aux, " | aux %.6f", r.aux);
+  int n = 0;
+  if (!std::isnan(r.aux)) n = std::snprintf(aux, sizeof aux, " | aux %.6f", r.aux);
+  if (!std::isnan(r.mtp)) std::snprintf(aux + n, sizeof aux - size_t(n), " | mtp %.6f", r.mtp);
   if (!std::isnan(r.qk_logit)) {
     std::snprintf(qk, sizeof qk, " | qk logit %.2f, %d clipped", r.qk_logit, r.qk_clipped);
   }

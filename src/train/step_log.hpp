@@ -24,6 +24,9 @@ struct StepRecord {
   // A mixture of experts' balance loss, added to the objective (loss stays the cross-entropy);
   // NaN for a dense model, whose line has none.
   double aux = std::numeric_limits<double>::quiet_NaN();
+  // Multi-token prediction's loss λ/D · Σ_k (depth k's mean cross-entropy), added to the
+  // objective; NaN without modules, whose line has none.
+  double mtp = std::numeric_limits<double>::quiet_NaN();
   // --qk-clip: the step's largest attention logit over every head (before the clip) and the heads
   // scaled after the update; NaN without --qk-clip, whose line has none.
   double qk_logit = std::numeric_limits<double>::quiet_NaN();

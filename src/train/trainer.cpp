@@ -80,6 +80,7 @@ StepOutcome TrainingRun::step(int step) {
   const DataPosition batch_at = train_data_->position();
   out.log.loss = compute();
   if (cfg_.moe()) out.log.aux = global_aux_loss();
+  if (cfg_.mtp > 0) out.log.mtp = global_mean_loss(stage_->mtp_sum());
   apply_test_fault(test_fault_, step, grid_->world_rank(), grads_.slab.data(), grads_.count);
   // This rank's gradients before any reduction, for a second computation to be held against.
   const uint64_t first = opts_.rerun_suspect ? bits_checksum(grads_.slab.data(), grads_.count) : 0;
@@ -337,7 +338,7 @@ std::vector<double> TrainingRun::global_expert_load() const {
   // Each stage's blocks into their places among all L, summed over the DP and CP ranks (each
   // row's choices counted on one of its CP ranks) and the stages.
   const int E = cfg_.experts;
-  std::vector<double> all(size_t(cfg_.layers) * E, 0.0);
+  std::vector<double> all(size_t(cfg_.blocks()) * E, 0.0);  // the MTP modules' blocks too
   const std::vector<float> mine = stage_->expert_load();
   for (int i = 0; i < shard_.local_layers(); ++i) {
     for (int e = 0; e < E; ++e) {

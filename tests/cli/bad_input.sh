@@ -109,6 +109,9 @@ expect_error "negative qk-clip" 1 "--qk-clip must be >= 0, got -1" -- --qk-clip 
 expect_error "qk-clip 0 given" 1 "--qk-clip must be above 0, got 0: .*leave it out for no clipping" -- --qk-clip 0
 expect_error "qk-clip with q/k norms" 1 "--qk-clip: this model's q/k norms already bound its attention logits.*drop --qk-clip" -- --arch qwen3 --kv-heads 2 --qk-clip 10
 expect_error "moe-bias-update-rate without DeepSeekMoE" 1 "--moe-bias-update-rate moves the routing bias of deepseek_v3's DeepSeekMoE blocks.*drop --moe-bias-update-rate" -- --moe-bias-update-rate 0.001
+expect_error "mtp on a model without prediction modules" 1 "--mtp 1 trains DeepSeek-V3's multi-token prediction modules; this model .llama. has none: drop --mtp" -- --arch llama --mtp 1
+expect_error "negative mtp" 1 "--mtp must be >= 0, got -1" -- --mtp -1
+expect_error "negative mtp-weight" 1 "--mtp-weight must be >= 0, got -0.5" -- --mtp-weight -0.5
 expect_error "heads over tp" 3 "4 heads do not split over --tp 3" -- --tp 3
 expect_error "layout vs ranks" 2 "tp 2 x dp 2 x pp 1 needs 4 ranks, but 2 were launched" -- --tp 2 --dp 2
 expect_error "stages over ranks" 2 "2 ranks do not divide into tp 1 x pp 3" -- --pp 3

@@ -258,10 +258,12 @@ def train_reference(params0, tokens, cfg, matrices, loss_of, dtype, autocast_bf1
 
 
 # ---- the trainer -------------------------------------------------------------------------------
-# A mixture of experts' line has its balance loss after the loss: `| aux X`, group 6.
-STEP_RE = re.compile(r"^step\s+(\d+)/(\d+)\s*\|\s*loss\s+(\S+)(?:\s*\|\s*aux\s+\S+)?\s*\|\s*lr\s+(\S+)"
-                     r"\s*\|\s*norm\s+(\S+)")
+# A mixture of experts' line has its balance loss after the loss (`| aux X`), and a model with
+# multi-token prediction modules its MTP loss after that (`| mtp X`).
+STEP_RE = re.compile(r"^step\s+(\d+)/(\d+)\s*\|\s*loss\s+(\S+)(?:\s*\|\s*aux\s+\S+)?"
+                     r"(?:\s*\|\s*mtp\s+\S+)?\s*\|\s*lr\s+(\S+)\s*\|\s*norm\s+(\S+)")
 AUX_RE = re.compile(r"\|\s*aux\s+(\S+)")
+MTP_RE = re.compile(r"\|\s*mtp\s+(\S+)")
 
 
 class NoNativeBf16(Exception):

@@ -63,7 +63,7 @@ try:
     from compare_llama_with_pytorch import (MODEL, LOSS_RTOL, random_model, reference_decode,
                                             reference_run, run_generate, run_trainer, write_model)
     from compare_llama_with_pytorch import CFG, LOGITS_RTOL, NEW_TOKENS, PARAM_RTOL, PROMPT
-    from compare_with_pytorch import (B, T, STEPS, BETA1, BETA2, BF16_LOSS_RTOL, EPS, STEP_RE,
+    from compare_with_pytorch import (B, T, STEPS, BETA1, BETA2, BF16_LOSS_RTOL, EPS, MTP_RE, STEP_RE,
                                       batches, lr_at, train_reference, write_tokens)
     import muon_with_pytorch as muon_ref
     import hf_models
@@ -220,6 +220,10 @@ def run_from_hf(exe, workdir, model, out, shard, extra=(), ranks=1, steps=STEPS,
     proc = launch(exe, workdir, args, ranks, timeout=300, echo=True)
     rows = {int(mt.group(1)): dict(loss=float(mt.group(3)), norm=float(mt.group(5)))
             for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt}
+    for line in proc.stdout.splitlines():  # a model with multi-token prediction: its MTP loss
+        mt, extra = STEP_RE.match(line), MTP_RE.search(line)
+        if mt and extra:
+            rows[int(mt.group(1))]["mtp"] = float(extra.group(1))
     if proc.returncode != 0 or sorted(rows) != list(range(1, steps + 1)):
         print(proc.stdout + proc.stderr)
         raise RuntimeError(f"trainer exit status {proc.returncode}, steps {sorted(rows)}")
@@ -615,6 +619,11 @@ MIXED_LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")),
                  ("recompute selective", 1, ("--recompute", "selective"))]
 
 
+# The multi-token prediction module's layouts (the serial run's figures: docs/testing.md).
+MTP_LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")), ("ep 2", 2, ("--ep", "2")),
+               ("pp 2 zb-h1", 2, ("--pp", "2", "--microbatches", "2", "--schedule", "zb-h1"))]
+
+
 def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
     """deepseek_v3 with its first block dense and the rest DeepSeekMoE (hf_models.DEEPSEEK_MIXED,
     first_k_dense_replace 1) against hf_models.deepseek_logits: losses and the tensors after the
@@ -683,10 +692,15 @@ def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
 
 def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, first_loss):
     """A deepseek_v3 directory with DeepSeek-V3's multi-token prediction module
-    (num_nextn_predict_layers 1, model.layers.{L}.*), which is not built: it loads with one
-    warning line naming the key, the model trains to the first loss of the file without it, and
-    --save-hf writes the model without the module (num_nextn_predict_layers 0). The module's
-    tensors with the key 0, and a negative key, are refused by name."""
+    (num_nextn_predict_layers 1, model.layers.{L}.*) trains it by default (--mtp 1): each step's
+    loss and mtp (0.3 x depth 1's mean cross-entropy over its B x (T - 1) positions) within
+    LOSS_RTOL of hf_models.deepseek_logits(mtp=1) trained the same way, and every tensor after the
+    last step within PARAM_RTOL, on MTP_LAYOUTS; a step of lr 0 writes the module back
+    (num_nextn_predict_layers 1) within 1e-7, without the file's copies of the shared embedding
+    and head. With --mtp 0 the file loads with one warning line naming the key, trains to the
+    first loss of the file without the module and is saved without it (num_nextn_predict_layers
+    0). Refused by name: the module's tensors with the key 0, a negative key, --mtp past the
+    file's modules, and --mtp under layouts not built (--cp 2, --zero 2)."""
     rng = np.random.default_rng(330)
     mtp = {n: (0.1 * rng.standard_normal(shape)).astype(np.float32)
            for n, shape in hf_models.deepseek_mtp_shapes(m, 1)}
@@ -694,12 +708,49 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
     os.makedirs(model)
     json.dump(dict(hf_models.deepseek_moe_config(m), num_nextn_predict_layers=1),
               open(os.path.join(model, "config.json"), "w"))
-    hf_models.write_safetensors(os.path.join(model, "model.safetensors"), dict(params0, **mtp),
-                                "F32", {"format": "pt"})
+    with_mtp = dict(params0, **mtp)
+    hf_models.write_safetensors(os.path.join(model, "model.safetensors"), with_mtp, "F32",
+                                {"format": "pt"})
+    # The file's copies of the shared embedding and head in the module are not the model's
+    # tensors (DeepSeek-V3's files hold them; the module reads the shared ones): not written.
+    copies = {n for n in mtp if n.endswith((".embed_tokens.weight", ".shared_head.head.weight"))}
+    trained = {k: v for k, v in with_mtp.items() if k not in copies}
+
+    def loss_of(p, inputs, targets):  # (the next-token loss, the MTP loss): their sum trained
+        logits, depths = hf_models.deepseek_logits(p, inputs, m, mtp=1)
+        return hf_models.deepseek_mtp_loss(logits, depths, targets, 0.3)
+
+    matrices = {k for k, v in trained.items() if v.ndim == 2}
+    ref, ref_final = train_reference(trained, tokens, CFG, matrices, loss_of, torch.float64,
+                                     False)
+    for index, (layout, ranks, extra) in enumerate(MTP_LAYOUTS):
+        rows, final = run_from_hf(exe, workdir, model, model + f"_out{index}", shard, extra,
+                                  ranks)
+        loss, worst = against_reference(ref, ref_final, rows, final)
+        extra_loss = max(abs(t["mtp"] - r["aux"]) / r["aux"] for r, t in zip(ref, rows))
+        tally.check(loss <= LOSS_RTOL and extra_loss <= LOSS_RTOL and worst[0] <= PARAM_RTOL and
+                    final.keys() == trained.keys(),
+                    f"[deepseek_v3 MTP 1 {layout}] {STEPS} losses within {loss:.1e} and MTP "
+                    f"losses within {extra_loss:.1e} of torch's, every tensor after the last "
+                    f"step within {worst[0]:.1e} ({worst[1]}; first mtp {rows[0]['mtp']} vs "
+                    f"{ref[0]['aux']:.6f})")
+    again, metrics = model + "_again", os.path.join(workdir, "deepseek_v3_mtp_metrics.jsonl")
+    row, _ = run_from_hf(exe, workdir, model, again, shard, ("--metrics", metrics), steps=1,
+                         lr=0.0, wd=0.0)
+    back, config = hf_models.read_dir(again), json.load(open(os.path.join(again, "config.json")))
+    gap = max(float(np.abs(back[k] - v).max()) for k, v in trained.items())
+    step = [r for r in map(json.loads, open(metrics)) if r.get("kind") == "step"]
+    tally.check(back.keys() == trained.keys() and gap <= 1e-7 and
+                config.get("num_nextn_predict_layers") == 1 and
+                abs(step[0].get("mtp", 0) - row[0]["mtp"]) <= 1e-6,
+                f"[deepseek_v3 MTP 1 save-hf] {len(back)} tensors as read (the module's "
+                f"{len(mtp) - len(copies)} among them), within {gap:.1e}; "
+                f"num_nextn_predict_layers {config.get('num_nextn_predict_layers')}; --metrics' "
+                f"step mtp {step[0].get('mtp')}")
     out = os.path.join(workdir, "deepseek_v3_mtp_out")
     proc = launch(exe, workdir, ["--init-from", model, "--data", shard, "--batch", str(B),
                                  "--seq-len", str(T), "--steps", "1", "--lr", "0",
-                                 "--weight-decay", "0", "--save-hf", out])
+                                 "--weight-decay", "0", "--save-hf", out, "--mtp", "0"])
     rows = [float(mt.group(3)) for mt in map(STEP_RE.match, proc.stdout.splitlines()) if mt]
     notes = [ln for ln in (proc.stdout + proc.stderr).splitlines()
              if "num_nextn_predict_layers" in ln]
@@ -707,9 +758,9 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
     config = json.load(open(os.path.join(out, "config.json"))) if proc.returncode == 0 else {}
     tally.check(proc.returncode == 0 and rows == [first_loss] and len(notes) == 1 and
                 f"model.layers.{m['L']}.*" in notes[0] and saved.keys() == params0.keys() and
-                config.get("num_nextn_predict_layers") == 0,
-                f"[deepseek_v3 first block dense + an MTP module in the file] loss {rows} = "
-                f"{first_loss} without it; {len(mtp)} module tensors passed over, "
+                config.get("num_nextn_predict_layers") == 0 and "| mtp" not in proc.stdout,
+                f"[deepseek_v3 first block dense + an MTP module in the file, --mtp 0] loss "
+                f"{rows} = {first_loss} without it; {len(mtp)} module tensors passed over, "
                 f"{len(saved)} written back, num_nextn_predict_layers "
                 f"{config.get('num_nextn_predict_layers')}; {notes}"
                 f"{'' if proc.returncode == 0 else ': ' + proc.stdout + proc.stderr}")
@@ -746,6 +797,10 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
         ok, errors = refused(exe, workdir, d, shard, (), key)
         tally.check(ok, f"[deepseek_v3 MTP module, num_nextn_predict_layers {depth}] refused: "
                         f"{errors}")
+    for extra, key, ranks in ((("--mtp", "2"), "--mtp 2", 1), (("--cp", "2"), "--cp 2", 2),
+                              (("--dp", "2", "--zero", "2"), "--zero 2", 2)):
+        ok, errors = refused(exe, workdir, model, shard, extra, key, ranks)
+        tally.check(ok, f"[deepseek_v3 MTP module, {' '.join(extra)}] refused: {errors}")
 
 
 def main():

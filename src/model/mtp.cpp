@@ -1,0 +1,197 @@
+#include "model/mtp.hpp"
+
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+#include "model/block_parts.hpp"
+#include "model/gpt.hpp"
+#include "model/layers/cross_entropy.hpp"
+#include "model/layers/encoder.hpp"
+#include "model/layers/linear.hpp"
+#include "model/layers/rmsnorm.hpp"
+#include "parallel/device_mpi.hpp"
+
+namespace mpf {
+
+namespace {
+// out[b,i] = in[b,i+k] inside the row, 0 past its end.
+void shift_tokens(const Tokens& out, const Tokens& in, int B, int T, int k) {
+  const Tokens o = out, x = in;
+  for_each(
+      "mpf::mtp_shift", int64_t(B) * T, KOKKOS_LAMBDA(int64_t n) {
+        const int64_t i = n % T;
+        o(n) = i + k < T ? x(n + k) : 0;
+      });
+}
+// cat (R,2C) rows [a | b] from a, b (R,C); and back.
+void join_halves(Tensor cat, Tensor a, Tensor b, int64_t R, int C) {
+  for_each(
+      "mpf::mtp_join", R * 2 * C, KOKKOS_LAMBDA(int64_t n) {
+        const int64_t r = n / (2 * C), c = n % (2 * C);
+        cat(n) = c < C ? a(r * C + c) : b(r * C + c - C);
+      });
+}
+void split_halves(Tensor a, Tensor b, Tensor cat, int64_t R, int C) {
+  for_each(
+      "mpf::mtp_split", R * 2 * C, KOKKOS_LAMBDA(int64_t n) {
+        const int64_t r = n / (2 * C), c = n % (2 * C);
+        if (c < C) {
+          a(r * C + c) = cat(n);
+        } else {
+          b(r * C + c - C) = cat(n);
+        }
+      });
+}
+// The rows past the end of each sequence (i >= T - k), which have no target: no gradient.
+void zero_rows_past_end(Tensor logits, int B, int T, int k, int64_t width) {
+  for_each(
+      "mpf::mtp_no_target", int64_t(B) * T * width, KOKKOS_LAMBDA(int64_t n) {
+        if ((n / width) % T >= T - k) logits(n) = 0.0f;
+      });
+}
+// The head's parameters as depth k sees them: the shared LM head, shared_head.norm for lnf.
+ParameterTensors head_of(const ParameterTensors& p, const LayerParameters& module) {
+  ParameterTensors h;
+  h.wte = p.wte;
+  h.lmhead = p.lmhead;
+  h.lnfw = module.mtpshw;
+  return h;
+}
+Tensor view(const Slab& s) {
+  return Tensor(s.data(), int64_t(s.extent(0)));
+}
+}  // namespace
+
+MtpModules::MtpModules(const TpShard& shard, int B, int T, float weight, const Allocate& allocate)
+    : shard_(shard),
+      B_(B),
+      T_(T),
+      D_(shard.cfg.mtp),
+      first_(shard.local_layers() - shard.cfg.mtp),
+      weight_(weight) {
+  const int64_t R = int64_t(B) * T, C = shard.cfg.channels;
+  for (int k = 1; k <= D_; ++k) {
+    ChunkPieces chunk;
+    chunk.first_layer = first_ + k - 1;
+    chunk.layers = 1;
+    chunk.embedding = false;
+    chunk.head = true;
+    Depth d;
+    d.acts = allocate(chunk);
+    d.tokens = Tokens("mpf::mtp_tokens", R);
+    d.targets = Tokens("mpf::mtp_targets", R);
+    d.emb = Slab("mpf::mtp_emb", R * C);
+    d.cat = Slab("mpf::mtp_cat", R * 2 * C);
+    d.rstd_e = Slab("mpf::mtp_rstd_e", R);
+    d.rstd_h = Slab("mpf::mtp_rstd_h", R);
+    depths_.push_back(std::move(d));
+  }
+  ChunkPieces chunk;
+  chunk.first_layer = first_;
+  chunk.layers = 1;
+  chunk.embedding = false;
+  chunk.head = true;
+  w_ = std::make_unique<WeightGradInputs>(WeightGradInputs::allocate(shard, chunk, B, T));
+  dcat_ = Slab("mpf::mtp_dcat", R * 2 * C);
+  dh_ = Slab("mpf::mtp_dh", R * C);
+  dprev_ = Slab("mpf::mtp_dprev", R * C);
+  demb_ = Slab("mpf::mtp_demb", R * C);
+  dnext_ = Slab("mpf::mtp_dnext", R * C);
+}
+
+void MtpModules::forward_depth(int k, const Tensor& h_prev, const ParameterTensors& params,
+                               MPI_Comm tp) {
+  Depth& d = depths_[size_t(k - 1)];
+  Activations& a = *d.acts;
+  const LayerParameters& m = params.blocks[size_t(first_ + k - 1)];
+  const int C = shard_.cfg.channels;
+  const int64_t R = int64_t(B_) * T_;
+  const float eps = shard_.cfg.norm_eps;
+  // The embedding of t_{i+k}: each rank's vocabulary shard's part, summed over TP.
+  encoder_forward(view(d.emb), d.tokens, params.wte, Tensor(), B_, T_, C, shard_.vocab_begin,
+                  shard_.vocab_shard, false, a.positions);
+  allreduce_sum(d.emb.data(), R * C, tp);
+  // [enorm(emb) | hnorm(h)] into cat (the normalised halves in dcat's scratch first).
+  const Tensor en(dcat_.data(), R * C), hn(dcat_.data() + R * C, R * C);
+  rmsnorm_forward(en, view(d.rstd_e), view(d.emb), m.mtpenw, R, C, eps);
+  rmsnorm_forward(hn, view(d.rstd_h), h_prev, m.mtphnw, R, C, eps);
+  join_halves(view(d.cat), en, hn, R, C);
+  linear_forward(a.input, Tensor(), view(d.cat), m.mtpehw, Tensor(), R, 2 * C, C);
+  block_forward(a, params, 0, tp);
+  head_forward(a, head_of(params, m), d.targets, tp);
+}
+
+void MtpModules::forward(const Activations& trunk, const ParameterTensors& params,
+                         const Tokens& inputs, const Tokens& targets, MPI_Comm tp, double* mtp_sum,
+                         double* aux, float* load) {
+  const int T = T_;
+  for (int k = 1; k <= D_; ++k) {
+    Depth& d = depths_[size_t(k - 1)];
+    Activations& a = *d.acts;
+    shift_tokens(d.tokens, inputs, B_, T, k);
+    shift_tokens(d.targets, targets, B_, T, k);
+    a.doc_start = trunk.doc_start;
+    a.moe_aux = aux;
+    a.moe_load = load;
+    a.forward_dloss = 0.0f;  // the losses only: the backward zeroes the rows past the end
+    const Tensor h_prev = k == 1 ? trunk.output() : depths_[size_t(k - 2)].acts->output();
+    forward_depth(k, h_prev, params, tp);
+    if (!mtp_sum) continue;
+    // λ/D · T/(T−k) · Σ over the valid rows: over the batch's B·T, λ/D · the mean over B·(T−k).
+    const double scale = double(weight_) / D_ * double(T) / double(T - k);
+    const Tensor losses = a.losses;
+    sum_into(
+        "mpf::mtp_loss", int64_t(losses.extent(0)),
+        KOKKOS_LAMBDA(int64_t i) { return i % T < T - k ? scale * double(losses(i)) : 0.0; },
+        mtp_sum);
+  }
+}
+
+void MtpModules::backward(Activations& trunk, const ParameterTensors& params,
+                          ParameterTensors& grads, BackwardBuffers& buf, const Tokens& inputs,
+                          const Tokens& targets, float dloss, MPI_Comm tp, bool final) {
+  forward(trunk, params, inputs, targets, tp, nullptr, nullptr, nullptr);
+  const int C = shard_.cfg.channels;
+  const int64_t R = int64_t(B_) * T_;
+  const Tensor dnext = view(dnext_), dprev = view(dprev_);
+  for (int k = D_; k >= 1; --k) {
+    Depth& d = depths_[size_t(k - 1)];
+    Activations& a = *d.acts;
+    const int l = first_ + k - 1;
+    const LayerParameters& m = params.blocks[size_t(l)];
+    const LayerParameters& g = grads.blocks[size_t(l)];
+    WeightGradInputs& w = *w_;
+    // Depth k's share of the objective: λ/D · its mean over B·(T−k) rows, so each valid row's loss
+    // weighs dloss · T/(T−k) · λ/D (dloss: 1 over the batch's B·T).
+    const float dk = float(double(dloss) * weight_ / D_ * double(T_) / double(T_ - k));
+    cross_entropy_gradient(a.logits, a.row_stats, d.targets, dk, R, shard_.cfg.vocab,
+                           shard_.vocab_begin, shard_.vocab_shard);
+    zero_rows_past_end(a.logits, B_, T_, k, shard_.vocab_shard);
+    a.logits_dloss = dk;
+    a.dloss = dloss;  // the block's balance loss weighs as every block's
+    const BlockWeightInputs wb = w.block(0);
+    const Tensor dout(wb.dout.data(), R * C);
+    const ParameterTensors hp = head_of(params, m);
+    ParameterTensors hg = head_of(grads, g);
+    head_backward_input(buf, w, a, hp, d.targets, dk, tp, dout);
+    if (k < D_) add_into(dout, dnext.data(), R * C);  // from depth k+1's hnorm
+    head_backward_weight(hg, w, a, tp, final);
+    const Tensor dh = view(dh_);
+    block_backward_input(buf, wb, dh, dout, a, params, 0, tp);
+    block_backward_weight(grads, wb, a, params, 0, tp, final);
+    // eh_proj, then the two norms: the embedding's gradient to wte, h's to depth k−1 (the trunk).
+    linear_backward_input(view(dcat_), dh, m.mtpehw, R, 2 * C, C);
+    linear_backward_weight(g.mtpehw, Tensor(), dh, view(d.cat), R, 2 * C, C);
+    const Tensor den(dh_.data(), R * C), dhn(dprev_.data(), R * C);
+    split_halves(den, dhn, view(dcat_), R, C);
+    const Tensor h_prev = k == 1 ? trunk.output() : depths_[size_t(k - 2)].acts->output();
+    rmsnorm_backward_weight(g.mtphnw, dhn, h_prev, view(d.rstd_h), R, C);
+    rmsnorm_backward_input(dnext, Tensor(), dhn, h_prev, view(d.rstd_h), m.mtphnw, R, C);
+    rmsnorm_backward_weight(g.mtpenw, den, view(d.emb), view(d.rstd_e), R, C);
+    rmsnorm_backward_input(view(demb_), Tensor(), den, view(d.emb), view(d.rstd_e), m.mtpenw, R, C);
+    encoder_backward_weight(grads.wte, Tensor(), view(demb_), d.tokens, B_, T_, C,
+                            shard_.vocab_begin, shard_.vocab_shard, a.positions);
+  }
+  trunk.extra_output_grad = dnext;
+}
+
+}  // namespace mpf
