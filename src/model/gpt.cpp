@@ -1,6 +1,7 @@
 #include "model/gpt.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -14,6 +15,7 @@
 #include "model/layers/head_norm.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/linear.hpp"
+#include "model/layers/matmul.hpp"
 #include "model/layers/projection_norm.hpp"
 #include "model/layers/ring_attention.hpp"
 #include "model/layers/rmsnorm.hpp"
@@ -566,6 +568,28 @@ void dense_mlp_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, 
 }
 }  // namespace
 
+int64_t held_output_gradient_elems(const TpShard& s, int64_t R) {
+  if (s.cfg.moe() || s.cfg.mla()) return 0;
+  return R * (2 * int64_t(s.cfg.channels) + s.mlp_in + s.qkv);
+}
+
+namespace {
+// Under bf16 products, a dense block's four output gradients (dY of the MLP's down and up
+// products, of the attention's projection and of Q, K and V) rounded once each for B's input
+// products and W's weight products right after, instead of once by each (9C values a row).
+void hold_output_gradients(std::optional<HeldOnFirstUse>& held, const BlockWeightInputs& w,
+                           const Activations& acts, const ParameterTensors& params, int l) {
+  const BlockContext b(acts, params, l);
+  const TpShard& s = b.s;
+  if (!products_in_bf16() || held_output_gradient_elems(s, b.R) == 0) return;
+  const int64_t R = b.R, C = s.cfg.channels;
+  held.emplace(std::initializer_list<HeldOnFirstUse::Span>{{w.dout.data(), R * C},
+                                                           {w.dfch.data(), R * s.mlp_in},
+                                                           {w.dres2.data(), R * C},
+                                                           {w.dqkv.data(), R * s.qkv}});
+}
+}  // namespace
+
 void block_backward_input(BackwardBuffers& buf, const BlockWeightInputs& w, Tensor dinp,
                           Tensor dout, const Activations& acts, const ParameterTensors& params,
                           int l, MPI_Comm tp) {
@@ -940,6 +964,8 @@ void gpt_backward_by_block(ParameterTensors& grads, BackwardBuffers& buf, Weight
     enter_block(params, acts, i, BlockGate::Use::kBackward, i - 1);
     BlockSite b = block_site(acts, workspace, i);
     if (workspace) block_forward(b.acts, params, b.index, tp);
+    std::optional<HeldOnFirstUse> dys;
+    hold_output_gradients(dys, wb, b.acts, params, b.index);
     block_backward_input(buf, wb, dinp, dout, b.acts, params, b.index, tp);
     enter_block(params, acts, i, BlockGate::Use::kWeight, -1);
     block_backward_weight(grads, wb, b.acts, params, b.index, tp,

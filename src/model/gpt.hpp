@@ -55,6 +55,11 @@ void block_forward(const LayerActivations& a, Tensor x, Tensor partial, const La
 void head_forward(Activations& acts, const ParameterTensors& params, const Tokens& targets,
                   MPI_Comm tp);
 
+// Elements of the bf16 roundings gpt_backward_by_block keeps of a block's output gradients
+// between its B and its W under bf16 products (none for a mixture of experts or latent
+// attention, whose B reads them in pieces): the memory plan's.
+int64_t held_output_gradient_elems(const TpShard& s, int64_t R);
+
 // ---- backward ----
 // With chunk.logit_rows (logits in pieces, only under gpt_backward_by_block): the head's B and W
 // together, piece by piece, each piece's logits recomputed.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/bf16.hpp"
+#include "model/gpt.hpp"
 #include "model/layers/attention_path.hpp"
 #include "model/layers/chunked_attention.hpp"
 #include "model/layers/ring_attention.hpp"
@@ -281,6 +282,11 @@ void add_workspace_terms(const MemoryShape& s, const Terms& add) {
     work += Activations::bytes(shard, one_block, s.micro_batch, s.seq_len, s.sequence_parallel);
   }
   if (s.bf16) work += 2 * s.bf16_scratch * int64_t(sizeof(bf16));
+  // W with B: a block's output gradients rounded once for both (gpt_backward_by_block).
+  if (s.bf16 && s.weight_with_input) {
+    work += held_output_gradient_elems(shard, int64_t(s.micro_batch) * s.seq_len) *
+            int64_t(sizeof(bf16));
+  }
   work += attention_path_scratch_bytes(s.attention, shard.heads, shard.kv_heads, shard.head_size,
                                        s.seq_len, s.threads);
   if (s.bf16 && s.attention == AttentionPath::kChunked) {

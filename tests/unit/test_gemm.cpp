@@ -310,4 +310,50 @@ TEST(Bf16, ProductsInAScopeUseTheWeightCopyAndRoundTheRest) {
   if (!any) GTEST_SKIP() << "no library of this build has native bf16 products here";
 }
 
+// HeldOnFirstUse rounds a tensor when a product first reads it, not when the scope starts (a
+// block's output gradients are formed after it), and that rounding serves the later products: a
+// change to the fp32 values meanwhile (which the contract forbids) does not reach them, while a
+// product outside the scope rounds afresh.
+TEST(Bf16, HeldOnFirstUseRoundsAtTheFirstProduct) {
+  const std::string previous = backend::selected();
+  bool any = false;
+  for (const std::string& name : backend::available()) {
+    backend::select(name);
+    if (!backend::kernels().bf16_missing.empty()) continue;
+    any = true;
+    const int M = 5, N = 7, K = 11;
+    std::vector<float> x(M * K, 0.0f);
+    const std::vector<float> later = test::to_host(test::random_slab("x", M * K));
+    std::vector<float> w = test::to_host(test::random_slab("w", N * K));
+    const std::vector<bf16> w16 = rounded(w);  // w holds its bf16 values from here
+    std::vector<float> first(M * N), second(M * N), fresh(M * N), want(M * N, 0.0f),
+        want3(M * N, 0.0f);
+    {
+      const Bf16Products scope(w.data(), w16.data(), N * K, 16);
+      const HeldOnFirstUse held({{x.data(), int64_t(M) * K}});
+      x = later;  // formed after the scope started, as B forms the gradients
+      matmul(Op::N, Op::T, M, N, K, 1.0f, x.data(), K, w.data(), K, 0.0f, first.data(), N);
+      for (float& v : x) v *= 3;
+      matmul(Op::N, Op::T, M, N, K, 1.0f, x.data(), K, w.data(), K, 0.0f, second.data(), N);
+    }
+    {
+      const Bf16Products scope(w.data(), w16.data(), N * K, 16);
+      matmul(Op::N, Op::T, M, N, K, 1.0f, x.data(), K, w.data(), K, 0.0f, fresh.data(), N);
+    }
+    std::vector<float> x16 = later, x3 = x;
+    rounded(x16);
+    rounded(x3);
+    naive(Op::N, Op::T, M, N, K, 1.0f, x16.data(), K, w.data(), K, 0.0f, want.data(), N);
+    naive(Op::N, Op::T, M, N, K, 1.0f, x3.data(), K, w.data(), K, 0.0f, want3.data(), N);
+    for (int i = 0; i < M * N; ++i) {
+      ASSERT_NEAR(first[i], want[i], 1e-4) << name << " " << i;
+      ASSERT_EQ(second[i], first[i]) << name << " " << i;
+      ASSERT_NEAR(fresh[i], want3[i], 3e-4) << name << " " << i;
+    }
+    ASSERT_NE(first, fresh) << name;
+  }
+  backend::select(previous);
+  if (!any) GTEST_SKIP() << "no library of this build has native bf16 products here";
+}
+
 }  // namespace mpf

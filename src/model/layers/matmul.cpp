@@ -55,7 +55,14 @@ const bf16* Bf16Products::find(const Copy& c, const float* p, int64_t n) {
 const bf16* Bf16Products::operand(const float* p, int64_t n, int which) {
   if (const bf16* w = find(weights_, p, n)) return w;
   for (int i = holding_ - 1; i >= 0; --i) {
-    if (const bf16* h = find(held_[i], p, n)) return h;
+    Copy& c = held_[i];
+    const bf16* h = find(c, p, n);
+    if (!h) continue;
+    if (c.pending) {
+      round_to_bf16(held_buffers_[i].data(), c.f32, c.n);
+      c.pending = false;
+    }
+    return h;
   }
   Bf16Slab& s = scratch_[which];
   if (int64_t(s.extent(0)) < n) s = Bf16Slab("mpf::matmul::bf16_scratch", n);
@@ -85,6 +92,23 @@ HeldOperand::HeldOperand(const float* p, int64_t n) {
 
 HeldOperand::~HeldOperand() {
   if (held_ && active) --active->holding_;
+}
+
+HeldOnFirstUse::HeldOnFirstUse(std::initializer_list<Span> tensors) {
+  if (!active) return;
+  Bf16Products& scope = *active;
+  for (const Span& t : tensors) {
+    if (!t.p || t.n == 0) continue;
+    if (scope.holding_ == Bf16Products::kHeld) MPF_FATAL("too many held operands at once");
+    Bf16Slab& buffer = scope.held_buffers_[scope.holding_];
+    if (int64_t(buffer.extent(0)) < t.n) buffer = Bf16Slab("mpf::matmul::bf16_held", t.n);
+    scope.held_[scope.holding_++] = {t.p, t.n, buffer.data(), true};
+    ++held_;
+  }
+}
+
+HeldOnFirstUse::~HeldOnFirstUse() {
+  if (active) active->holding_ -= held_;
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "backends/gemm.hpp"
 #include "core/bf16.hpp"
@@ -64,17 +65,20 @@ class Bf16Products {
 
  private:
   friend class HeldOperand;
+  friend class HeldOnFirstUse;
   struct Copy {
     const float* f32 = nullptr;
     int64_t n = 0;
     const bf16* b16 = nullptr;
+    bool pending = false;  // rounded when a product first reads it (HeldOnFirstUse)
   };
   static const bf16* find(const Copy& c, const float* p, int64_t n);
 
   Copy weights_;
   Bf16Slab scratch_[2];
-  // Tensors held by HeldOperand scopes (at most kHeld at a time), and their buffers.
-  static constexpr int kHeld = 4;
+  // Tensors held by HeldOperand and HeldOnFirstUse scopes (at most kHeld at a time), and their
+  // buffers: a block's four output gradients, and within them the chunked attention's three.
+  static constexpr int kHeld = 8;
   Copy held_[kHeld];
   Bf16Slab held_buffers_[kHeld];
   int holding_ = 0;
@@ -106,6 +110,25 @@ class HeldOperand {
 
  private:
   bool held_ = false;
+};
+
+// The same for tensors whose values are not final yet when the scope starts: each is rounded
+// once, when a product first reads it, and that rounding serves every later product until the
+// scope ends. A block's output gradients (dY of its four linear layers), which its B forms and
+// reads and its W, right after, reads again. Each tensor must not change after its first read.
+class HeldOnFirstUse {
+ public:
+  struct Span {
+    const float* p;
+    int64_t n;
+  };
+  explicit HeldOnFirstUse(std::initializer_list<Span> tensors);
+  ~HeldOnFirstUse();
+  HeldOnFirstUse(const HeldOnFirstUse&) = delete;
+  HeldOnFirstUse& operator=(const HeldOnFirstUse&) = delete;
+
+ private:
+  int held_ = 0;
 };
 
 }  // namespace mpf
