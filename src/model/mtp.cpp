@@ -48,6 +48,25 @@ void zero_rows_past_end(Tensor logits, int B, int T, int k, int64_t width) {
         if ((n / width) % T >= T - k) logits(n) = 0.0f;
       });
 }
+// load[e] += the choices of expert e by the rows that have a target (i < T - k): the block's
+// per-sequence counts (stats' first half) less the last k rows' choices, so that the bias update
+// balances the report's B x (T - k) rows.
+void add_valid_load(float* load, const LayerActivations& x, int B, int T, int k, int E, int K) {
+  const Tensor stats = x.moe_stats;
+  const int32_t* choice = x.moe.choice;
+  for_each(
+      "mpf::mtp_load", E, KOKKOS_LAMBDA(int64_t e) {
+        float n = 0.0f;
+        for (int b = 0; b < B; ++b) {
+          n += stats(int64_t(b) * E + e);
+          for (int64_t i = T - k; i < T; ++i) {
+            for (int j = 0; j < K; ++j)
+              n -= choice[(int64_t(b) * T + i) * K + j] == e ? 1.0f : 0.0f;
+          }
+        }
+        load[e] += n;
+      });
+}
 // The head's parameters as depth k sees them: the shared LM head, shared_head.norm for lnf.
 ParameterTensors head_of(const ParameterTensors& p, const LayerParameters& module) {
   ParameterTensors h;
@@ -131,10 +150,16 @@ void MtpModules::forward(const Activations& trunk, const ParameterTensors& param
     shift_tokens(d.targets, targets, B_, T, k);
     a.doc_start = trunk.doc_start;
     a.moe_aux = aux;
-    a.moe_load = load;
+    a.moe_load = nullptr;    // counted below, without the rows past the end
     a.forward_dloss = 0.0f;  // the losses only: the backward zeroes the rows past the end
     const Tensor h_prev = k == 1 ? trunk.output() : depths_[size_t(k - 2)].acts->output();
     forward_depth(k, h_prev, params, tp);
+    const int l = first_ + k - 1;
+    const GPTConfig& cfg = shard_.cfg;
+    if (load && aux && shard_.rank == 0 && cfg.block_config(shard_.layers[size_t(l)]).moe()) {
+      add_valid_load(load + int64_t(l) * cfg.experts, a.layer(0), B_, T, k, cfg.experts,
+                     cfg.experts_per_token);
+    }
     if (!mtp_sum) continue;
     // λ/D · T/(T−k) · Σ over the valid rows: over the batch's B·T, λ/D · the mean over B·(T−k).
     const double scale = double(weight_) / D_ * double(T) / double(T - k);

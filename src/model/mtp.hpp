@@ -8,7 +8,8 @@
 // The modules run over all T rows of each sequence, the tokens shifted by k (token 0 past the
 // end): causal attention keeps the valid rows from reading the last k, whose dlogits are zeroed,
 // so their losses and gradients are those of the report's T - k rows (the rows past the end
-// still route through the block's experts and count in its loads). The modules are the stage's
+// still route through the block's experts, but its expert loads, which the bias update reads,
+// count the valid rows only). The modules are the stage's
 // last D local blocks (present_in_block: their rows enorm, hnorm, eh_proj, shared_head.norm),
 // so the slab, the optimizer, ZeRO-1, the DP buckets and the checkpoints hold them as blocks.
 //

@@ -747,6 +747,35 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
                 f"{len(mtp) - len(copies)} among them), within {gap:.1e}; "
                 f"num_nextn_predict_layers {config.get('num_nextn_predict_layers')}; --metrics' "
                 f"step mtp {step[0].get('mtp')}")
+    # --moe-bias-update-rate: one step of lr 0 moves each DeepSeekMoE block's bias, the module's
+    # too, by γ · sign(mean − c_e) of the reference's choices, the module's over its B x (T - 1)
+    # rows: its router made 30x steeper, its choices spread so that counting the rows past the
+    # end too would move other biases.
+    rate, steep = 0.01, dict(trained)
+    gate = f"model.layers.{m['L']}.mlp.gate.weight"
+    steep[gate] = steep[gate] * np.float32(30)
+    biased = model + "_steep"
+    os.makedirs(biased)
+    shutil.copy(os.path.join(model, "config.json"), biased)
+    hf_models.write_safetensors(os.path.join(biased, "model.safetensors"), steep, "F32",
+                                {"format": "pt"})
+    run_from_hf(exe, workdir, biased, biased + "_out", shard,
+                ("--moe-bias-update-rate", repr(rate)), steps=1, lr=0.0, wd=0.0)
+    moved = hf_models.read_dir(biased + "_out")
+    loads = []
+    with torch.no_grad():
+        p = {k: torch.tensor(v, dtype=torch.float64) for k, v in steep.items()}
+        row = torch.tensor(tokens[:B * T]).view(B, T)
+        hf_models.deepseek_logits(p, row, dict(m, moe=dict(m["moe"], loads=loads)), mtp=1)
+    names = [f"model.layers.{l}.mlp.gate.e_score_correction_bias"
+             for l in range(m["moe"].get("dense", 0), m["L"] + 1)]
+    want = {n: (steep[n] + np.float32(rate) * np.sign(c.double().mean() - c.double()).numpy()
+                .astype(np.float32)) for n, c in zip(names, loads)}
+    tally.check(len(loads) == len(names) and all(np.array_equal(moved[n], want[n]) for n in names)
+                and not np.array_equal(moved[names[-1]], steep[names[-1]]),
+                f"[deepseek_v3 MTP 1 bias update] {len(names)} blocks' biases (the module's last) "
+                f"moved by the reference's loads, the module's over B x (T - 1) rows: "
+                f"{[int(c.sum()) for c in loads]} choices")
     out = os.path.join(workdir, "deepseek_v3_mtp_out")
     proc = launch(exe, workdir, ["--init-from", model, "--data", shard, "--batch", str(B),
                                  "--seq-len", str(T), "--steps", "1", "--lr", "0",

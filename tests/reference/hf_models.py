@@ -431,6 +431,8 @@ def deepseek_moe(p, a, h, e):
         chosen = biased.masked_fill(~keep, 0.0).topk(e["k"], dim=-1)[1]
         if greedy:
             chosen = scores.topk(e["k"], dim=-1)[1]
+    if "loads" in e:  # a caller's record of each block's choices per expert, in block order
+        e["loads"].append(torch.bincount(chosen.flatten(), minlength=E))
     w = scores.gather(1, chosen)
     if e.get("norm", True):
         w = w / (w.sum(-1, keepdim=True) + 1e-20)
