@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "core/transfer.hpp"
 #include "model/block_parts.hpp"
 #include "model/gpt.hpp"
 #include "model/layers/cross_entropy.hpp"
@@ -41,28 +42,30 @@ void split_halves(Tensor a, Tensor b, Tensor cat, int64_t R, int C) {
         }
       });
 }
-// The rows past the end of each sequence (i >= T - k), which have no target: no gradient.
-void zero_rows_past_end(Tensor logits, int B, int T, int k, int64_t width) {
+// Whether local row n of (B, rows) has a target at depth k: its position in the sequence of
+// `total` tokens (PositionRuns: CP's two chunks) below total - k.
+KOKKOS_INLINE_FUNCTION bool has_target(const PositionRuns& at, int64_t n, int total, int k) {
+  return at.position(int(n % at.rows)) < total - k;
+}
+// The rows without a target (the last k of each sequence): no gradient.
+void zero_rows_past_end(Tensor logits, const PositionRuns& at, int total, int k, int64_t width) {
+  const int64_t n = int64_t(logits.extent(0));
   for_each(
-      "mpf::mtp_no_target", int64_t(B) * T * width, KOKKOS_LAMBDA(int64_t n) {
-        if ((n / width) % T >= T - k) logits(n) = 0.0f;
+      "mpf::mtp_no_target", n, KOKKOS_LAMBDA(int64_t i) {
+        if (!has_target(at, i / width, total, k)) logits(i) = 0.0f;
       });
 }
-// load[e] += the choices of expert e by the rows that have a target (i < T - k): the block's
-// per-sequence counts (stats' first half) less the last k rows' choices, so that the bias update
-// balances the report's B x (T - k) rows.
-void add_valid_load(float* load, const LayerActivations& x, int B, int T, int k, int E, int K) {
-  const Tensor stats = x.moe_stats;
+// load[e] += the choices of expert e by this rank's rows that have a target, as the report's
+// B x (T - k) positions route (the bias update reads the loads).
+void add_valid_load(float* load, const LayerActivations& x, int64_t R, const PositionRuns& at,
+                    int total, int k, int E, int K) {
   const int32_t* choice = x.moe.choice;
   for_each(
       "mpf::mtp_load", E, KOKKOS_LAMBDA(int64_t e) {
         float n = 0.0f;
-        for (int b = 0; b < B; ++b) {
-          n += stats(int64_t(b) * E + e);
-          for (int64_t i = T - k; i < T; ++i) {
-            for (int j = 0; j < K; ++j)
-              n -= choice[(int64_t(b) * T + i) * K + j] == e ? 1.0f : 0.0f;
-          }
+        for (int64_t r = 0; r < R; ++r) {
+          if (!has_target(at, r, total, k)) continue;
+          for (int j = 0; j < K; ++j) n += choice[r * K + j] == e ? 1.0f : 0.0f;
         }
         load[e] += n;
       });
@@ -80,13 +83,24 @@ Tensor view(const Slab& s) {
 }
 }  // namespace
 
-MtpModules::MtpModules(const TpShard& shard, int B, int T, float weight, const Allocate& allocate)
+MtpModules::MtpModules(const TpShard& shard, int B, int T, float weight, MPI_Comm cp,
+                       const PositionRuns& positions, const Allocate& allocate)
     : shard_(shard),
       B_(B),
       T_(T),
       D_(shard.cfg.mtp),
       first_(shard.local_layers() - shard.cfg.mtp),
-      weight_(weight) {
+      weight_(weight),
+      cp_(cp),
+      at_(positions) {
+  int ranks = 1;
+  MPI_Comm_size(cp, &ranks);
+  total_ = T * ranks;
+  if (ranks > 1) {  // every CP rank's rows' positions, to place their tokens in the sequence
+    runs_.resize(size_t(ranks));
+    MPF_MPI_CHECK(MPI_Allgather(&at_, int(sizeof at_), MPI_BYTE, runs_.data(), int(sizeof at_),
+                                MPI_BYTE, cp));
+  }
   const int64_t R = int64_t(B) * T, C = shard.cfg.channels;
   for (int k = 1; k <= D_; ++k) {
     ChunkPieces chunk;
@@ -115,6 +129,36 @@ MtpModules::MtpModules(const TpShard& shard, int B, int T, float weight, const A
   dprev_ = Slab("mpf::mtp_dprev", R * C);
   demb_ = Slab("mpf::mtp_demb", R * C);
   dnext_ = Slab("mpf::mtp_dnext", R * C);
+}
+
+void MtpModules::shift_across_chunks(Depth& d, const Tokens& targets, int k) {
+  // Under CP a chunk's shifted tokens run into the next chunk, another rank's: every rank's
+  // targets gathered (t_{g+1} at position g), the whole sequences laid out, this rank's rows'
+  // t_{g+k} (the target at g + k - 1) and t_{g+k+1} taken from them.
+  const int ranks = int(runs_.size());
+  const int64_t local = int64_t(B_) * T_;
+  const size_t n_local = static_cast<size_t>(local);
+  std::vector<int32_t> mine(n_local), all(n_local * size_t(ranks));
+  std::vector<int32_t> whole(static_cast<size_t>(B_) * size_t(total_)), tokens(n_local),
+      ahead(n_local);
+  copy_to_host(mine.data(), targets.data(), mine.size() * sizeof(int32_t), "d2h mtp targets");
+  MPF_MPI_CHECK(MPI_Allgather(mine.data(), int(local), MPI_INT32_T, all.data(), int(local),
+                              MPI_INT32_T, cp_));
+  for (int r = 0; r < ranks; ++r) {
+    for (int64_t n = 0; n < local; ++n) {
+      const int64_t b = n / T_;
+      whole[size_t(b * total_ + runs_[size_t(r)].position(int(n % T_)))] =
+          all[size_t(r * local + n)];
+    }
+  }
+  for (int64_t n = 0; n < local; ++n) {
+    const int64_t b = n / T_, g = at_.position(int(n % T_));
+    const bool inside = g + k < total_;
+    tokens[size_t(n)] = inside ? whole[size_t(b * total_ + g + k - 1)] : 0;
+    ahead[size_t(n)] = inside ? whole[size_t(b * total_ + g + k)] : 0;
+  }
+  copy_from_host(d.tokens.data(), tokens.data(), tokens.size() * sizeof(int32_t), "h2d mtp tokens");
+  copy_from_host(d.targets.data(), ahead.data(), ahead.size() * sizeof(int32_t), "h2d mtp targets");
 }
 
 void MtpModules::forward_depth(int k, const Tensor& h_prev, const ParameterTensors& params,
@@ -146,8 +190,12 @@ void MtpModules::forward(const Activations& trunk, const ParameterTensors& param
   for (int k = 1; k <= D_; ++k) {
     Depth& d = depths_[size_t(k - 1)];
     Activations& a = *d.acts;
-    shift_tokens(d.tokens, inputs, B_, T, k);
-    shift_tokens(d.targets, targets, B_, T, k);
+    if (runs_.empty()) {
+      shift_tokens(d.tokens, inputs, B_, T, k);
+      shift_tokens(d.targets, targets, B_, T, k);
+    } else {
+      shift_across_chunks(d, targets, k);
+    }
     a.doc_start = trunk.doc_start;
     a.moe_aux = aux;
     a.moe_load = nullptr;    // counted below, without the rows past the end
@@ -157,16 +205,21 @@ void MtpModules::forward(const Activations& trunk, const ParameterTensors& param
     const int l = first_ + k - 1;
     const GPTConfig& cfg = shard_.cfg;
     if (load && aux && shard_.rank == 0 && cfg.block_config(shard_.layers[size_t(l)]).moe()) {
-      add_valid_load(load + int64_t(l) * cfg.experts, a.layer(0), B_, T, k, cfg.experts,
-                     cfg.experts_per_token);
+      add_valid_load(load + int64_t(l) * cfg.experts, a.layer(0), int64_t(B_) * T, at_, total_, k,
+                     cfg.experts, cfg.experts_per_token);
     }
     if (!mtp_sum) continue;
-    // λ/D · T/(T−k) · Σ over the valid rows: over the batch's B·T, λ/D · the mean over B·(T−k).
-    const double scale = double(weight_) / D_ * double(T) / double(T - k);
+    // λ/D · T/(T−k) · Σ over the valid rows (T the whole sequence's): over the batch's B·T,
+    // λ/D · the mean over B·(T−k).
+    const int total = total_;
+    const double scale = double(weight_) / D_ * double(total) / double(total - k);
     const Tensor losses = a.losses;
+    const PositionRuns at = at_;
     sum_into(
         "mpf::mtp_loss", int64_t(losses.extent(0)),
-        KOKKOS_LAMBDA(int64_t i) { return i % T < T - k ? scale * double(losses(i)) : 0.0; },
+        KOKKOS_LAMBDA(int64_t i) {
+          return has_target(at, i, total, k) ? scale * double(losses(i)) : 0.0;
+        },
         mtp_sum);
   }
 }
@@ -187,10 +240,10 @@ void MtpModules::backward(Activations& trunk, const ParameterTensors& params,
     WeightGradInputs& w = *w_;
     // Depth k's share of the objective: λ/D · its mean over B·(T−k) rows, so each valid row's loss
     // weighs dloss · T/(T−k) · λ/D (dloss: 1 over the batch's B·T).
-    const float dk = float(double(dloss) * weight_ / D_ * double(T_) / double(T_ - k));
+    const float dk = float(double(dloss) * weight_ / D_ * double(total_) / double(total_ - k));
     cross_entropy_gradient(a.logits, a.row_stats, d.targets, dk, R, shard_.cfg.vocab,
                            shard_.vocab_begin, shard_.vocab_shard);
-    zero_rows_past_end(a.logits, B_, T_, k, shard_.vocab_shard);
+    zero_rows_past_end(a.logits, at_, total_, k, shard_.vocab_shard);
     a.logits_dloss = dk;
     a.dloss = dloss;  // the block's balance loss weighs as every block's
     const BlockWeightInputs wb = w.block(0);

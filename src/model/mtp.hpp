@@ -30,8 +30,10 @@ namespace mpf {
 class MtpModules {
  public:
   using Allocate = std::function<std::unique_ptr<Activations>(const ChunkPieces&)>;
-  // shard: the stage holding the head and the modules' blocks; weight: λ (--mtp-weight).
-  MtpModules(const TpShard& shard, int B, int T, float weight, const Allocate& allocate);
+  // shard: the stage holding the head and the modules' blocks; weight: λ (--mtp-weight); cp:
+  // the ranks holding the rest of each sequence, `positions` where this rank's T rows sit in it.
+  MtpModules(const TpShard& shard, int B, int T, float weight, MPI_Comm cp,
+             const PositionRuns& positions, const Allocate& allocate);
 
   // The depths' forward from the trunk's set `trunk` (its output h_0) for one microbatch: adds
   // λ/D · Σ_k T/(T−k) · (depth k's losses over its valid rows) to *mtp_sum (in the kernels'
@@ -57,10 +59,16 @@ class MtpModules {
     Slab emb, cat, rstd_e, rstd_h;
   };
   void forward_depth(int k, const Tensor& h_prev, const ParameterTensors& params, MPI_Comm tp);
+  // Depth k's tokens and targets of this rank's rows from every CP rank's targets.
+  void shift_across_chunks(Depth& d, const Tokens& targets, int k);
 
   TpShard shard_;
   int B_, T_, D_, first_;
   float weight_;
+  MPI_Comm cp_;
+  PositionRuns at_;                 // this rank's rows' positions
+  std::vector<PositionRuns> runs_;  // every CP rank's (empty without CP)
+  int total_ = 0;                   // a whole sequence's tokens
   std::vector<Depth> depths_;
   std::unique_ptr<WeightGradInputs> w_;
   Slab dcat_, dh_, dprev_, demb_, dnext_;

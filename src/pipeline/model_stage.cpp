@@ -51,6 +51,7 @@ ModelStage::ModelStage(const TpShard& shard, const ParallelGroups& groups,
       sequence_parallel_(sequence_parallel),
       groups_(groups.model()),
       tp_(groups.tp),
+      cp_(groups.cp),
       attention_(attention),
       ring_(ranks_in(groups.cp) > 1
                 ? std::make_unique<RingAttention>(
@@ -156,7 +157,7 @@ double ModelStage::mtp_sum() const {
 void ModelStage::enable_mtp(float weight) {
   if (!shard_.has_head || shard_.cfg.mtp == 0) return;
   const bool bf16 = !chunks_.empty() && chunks_.front().bf16;
-  mtp_ = std::make_unique<MtpModules>(shard_, micro_batch_, seq_len_, weight,
+  mtp_ = std::make_unique<MtpModules>(shard_, micro_batch_, seq_len_, weight, cp_, positions_,
                                       [&](const ChunkPieces& c) {
                                         ChunkPieces own = c;
                                         own.bf16 = bf16;

@@ -198,6 +198,7 @@ class ModelStage : public pipeline::StageOps {
   bool sequence_parallel_;
   ModelGroups groups_;  // what each set of activations communicates over
   MPI_Comm tp_;
+  MPI_Comm cp_;  // the ranks holding the rest of each sequence (the MTP modules' tokens)
   AttentionPath attention_;
   // With CP; the stage owns it, and each set of activations points at it (Activations::ring).
   std::unique_ptr<RingAttention> ring_;

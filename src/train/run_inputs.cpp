@@ -163,10 +163,6 @@ void apply_mtp(const TrainOptions& opts, GPTConfig& cfg) {
 void check_mtp_layout(const TrainOptions& opts, const GPTConfig& cfg) {
   if (cfg.mtp == 0) return;
   const std::string mtp = "--mtp " + std::to_string(cfg.mtp) + ": the multi-token prediction ";
-  require(opts.cp == 1, mtp +
-                            "modules do not take their targets across context-parallel chunks "
-                            "yet (--cp " +
-                            std::to_string(opts.cp) + "); use --cp 1, or --mtp 0");
   require(!opts.sequence_parallel,
           mtp + "modules do not run under --sequence-parallel yet; drop it, or --mtp 0");
   require(opts.precision == Precision::fp32,

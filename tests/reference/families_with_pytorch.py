@@ -620,8 +620,9 @@ MIXED_LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")),
 
 
 # The multi-token prediction module's layouts (the serial run's figures: docs/testing.md).
-MTP_LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")), ("ep 2", 2, ("--ep", "2")),
-               ("pp 2 zb-h1", 2, ("--pp", "2", "--microbatches", "2", "--schedule", "zb-h1"))]
+MTP_LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")),
+               ("pp 2 zb-h1", 2, ("--pp", "2", "--microbatches", "2", "--schedule", "zb-h1")),
+               ("cp 2", 2, ("--cp", "2"))]
 
 
 def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
@@ -700,7 +701,7 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
     and head. With --mtp 0 the file loads with one warning line naming the key, trains to the
     first loss of the file without the module and is saved without it (num_nextn_predict_layers
     0). Refused by name: the module's tensors with the key 0, a negative key, --mtp past the
-    file's modules, and --mtp under layouts not built (--cp 2, --zero 2)."""
+    file's modules, and --mtp under layouts not built (--sequence-parallel, --zero 2)."""
     rng = np.random.default_rng(330)
     mtp = {n: (0.1 * rng.standard_normal(shape)).astype(np.float32)
            for n, shape in hf_models.deepseek_mtp_shapes(m, 1)}
@@ -759,9 +760,12 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
     shutil.copy(os.path.join(model, "config.json"), biased)
     hf_models.write_safetensors(os.path.join(biased, "model.safetensors"), steep, "F32",
                                 {"format": "pt"})
-    run_from_hf(exe, workdir, biased, biased + "_out", shard,
-                ("--moe-bias-update-rate", repr(rate)), steps=1, lr=0.0, wd=0.0)
-    moved = hf_models.read_dir(biased + "_out")
+    moved = {}
+    for layout, ranks, extra in (("1 rank", 1, ()), ("cp 2", 2, ("--cp", "2"))):
+        out = biased + "_out_" + layout.replace(" ", "")
+        run_from_hf(exe, workdir, biased, out, shard,
+                    ("--moe-bias-update-rate", repr(rate), *extra), ranks, steps=1, lr=0.0, wd=0.0)
+        moved[layout] = hf_models.read_dir(out)
     loads = []
     with torch.no_grad():
         p = {k: torch.tensor(v, dtype=torch.float64) for k, v in steep.items()}
@@ -771,11 +775,12 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
              for l in range(m["moe"].get("dense", 0), m["L"] + 1)]
     want = {n: (steep[n] + np.float32(rate) * np.sign(c.double().mean() - c.double()).numpy()
                 .astype(np.float32)) for n, c in zip(names, loads)}
-    tally.check(len(loads) == len(names) and all(np.array_equal(moved[n], want[n]) for n in names)
-                and not np.array_equal(moved[names[-1]], steep[names[-1]]),
+    tally.check(len(loads) == len(names) and
+                all(np.array_equal(got[n], want[n]) for got in moved.values() for n in names)
+                and not np.array_equal(want[names[-1]], steep[names[-1]]),
                 f"[deepseek_v3 MTP 1 bias update] {len(names)} blocks' biases (the module's last) "
-                f"moved by the reference's loads, the module's over B x (T - 1) rows: "
-                f"{[int(c.sum()) for c in loads]} choices")
+                f"moved by the reference's loads, the module's over B x (T - 1) rows "
+                f"({[int(c.sum()) for c in loads]} choices), on 1 rank and CP 2")
     out = os.path.join(workdir, "deepseek_v3_mtp_out")
     proc = launch(exe, workdir, ["--init-from", model, "--data", shard, "--batch", str(B),
                                  "--seq-len", str(T), "--steps", "1", "--lr", "0",
@@ -826,7 +831,8 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
         ok, errors = refused(exe, workdir, d, shard, (), key)
         tally.check(ok, f"[deepseek_v3 MTP module, num_nextn_predict_layers {depth}] refused: "
                         f"{errors}")
-    for extra, key, ranks in ((("--mtp", "2"), "--mtp 2", 1), (("--cp", "2"), "--cp 2", 2),
+    for extra, key, ranks in ((("--mtp", "2"), "--mtp 2", 1),
+                              (("--tp", "2", "--sequence-parallel"), "--sequence-parallel", 2),
                               (("--dp", "2", "--zero", "2"), "--zero 2", 2)):
         ok, errors = refused(exe, workdir, model, shard, extra, key, ranks)
         tally.check(ok, f"[deepseek_v3 MTP module, {' '.join(extra)}] refused: {errors}")
