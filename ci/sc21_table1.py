@@ -42,7 +42,7 @@ def evaluate(plan):
             tp, pp, gpus // tp // pp, "interleaved" if vp > 1 else "1f1b", vp, mbs)
         cmd = [plan, "--machine", MACHINE, "--layers", str(layers), "--heads", str(heads), "--dim",
                str(h), "--vocab", str(VOCAB), "--max-seq-len", str(SEQ), "--precision", "bf16",
-               "--p2p-dtype", "bf16",
+               "--p2p-dtype", "bf16", "--tp-comm-dtype", "bf16",
                "--batch", str(batch), "--seq-len", str(SEQ), "--nodes", str(gpus // 8),
                "--ranks-per-node", "8", "--evaluate", layout, "--json"]
         res = subprocess.run(cmd, capture_output=True, text=True)
