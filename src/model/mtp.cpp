@@ -47,12 +47,15 @@ void split_halves(Tensor a, Tensor b, Tensor cat, int64_t R, int C) {
 KOKKOS_INLINE_FUNCTION bool has_target(const PositionRuns& at, int64_t n, int total, int k) {
   return at.position(int(n % at.rows)) < total - k;
 }
-// The rows without a target (the last k of each sequence): no gradient.
-void zero_rows_past_end(Tensor logits, const PositionRuns& at, int total, int k, int64_t width) {
+// The rows without a target (the last k of each sequence): no gradient. Logits: fp32, or bf16
+// (kept so under --precision bf16).
+template <class Logits>
+void zero_rows_past_end(Logits logits, const PositionRuns& at, int total, int k, int64_t width) {
+  using Elem = typename Logits::value_type;
   const int64_t n = int64_t(logits.extent(0));
   for_each(
       "mpf::mtp_no_target", n, KOKKOS_LAMBDA(int64_t i) {
-        if (!has_target(at, i / width, total, k)) logits(i) = 0.0f;
+        if (!has_target(at, i / width, total, k)) logits(i) = Elem{};
       });
 }
 // load[e] += the choices of expert e by this rank's rows that have a target, as the report's
@@ -241,9 +244,16 @@ void MtpModules::backward(Activations& trunk, const ParameterTensors& params,
     // Depth k's share of the objective: λ/D · its mean over B·(T−k) rows, so each valid row's loss
     // weighs dloss · T/(T−k) · λ/D (dloss: 1 over the batch's B·T).
     const float dk = float(double(dloss) * weight_ / D_ * double(total_) / double(total_ - k));
-    cross_entropy_gradient(a.logits, a.row_stats, d.targets, dk, R, shard_.cfg.vocab,
-                           shard_.vocab_begin, shard_.vocab_shard);
-    zero_rows_past_end(a.logits, at_, total_, k, shard_.vocab_shard);
+    const auto gradient = [&](auto logits) {
+      cross_entropy_gradient(logits, a.row_stats, d.targets, dk, R, shard_.cfg.vocab,
+                             shard_.vocab_begin, shard_.vocab_shard);
+      zero_rows_past_end(logits, at_, total_, k, shard_.vocab_shard);
+    };
+    if (a.logits_bf16.extent(0) > 0) {
+      gradient(a.logits_bf16);
+    } else {
+      gradient(a.logits);
+    }
     a.logits_dloss = dk;
     a.dloss = dloss;  // the block's balance loss weighs as every block's
     const BlockWeightInputs wb = w.block(0);

@@ -165,8 +165,6 @@ void check_mtp_layout(const TrainOptions& opts, const GPTConfig& cfg) {
   const std::string mtp = "--mtp " + std::to_string(cfg.mtp) + ": the multi-token prediction ";
   require(!opts.sequence_parallel,
           mtp + "modules do not run under --sequence-parallel yet; drop it, or --mtp 0");
-  require(opts.precision == Precision::fp32,
-          mtp + "modules keep their logits in fp32 only so far; use --precision fp32, or --mtp 0");
   require(opts.zero < 2, mtp + "modules do not run under --zero " + std::to_string(opts.zero) +
                              " yet (their blocks' gathers); use --zero 0 or 1, or --mtp 0");
 }

@@ -696,7 +696,8 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
     (num_nextn_predict_layers 1, model.layers.{L}.*) trains it by default (--mtp 1): each step's
     loss and mtp (0.3 x depth 1's mean cross-entropy over its B x (T - 1) positions) within
     LOSS_RTOL of hf_models.deepseek_logits(mtp=1) trained the same way, and every tensor after the
-    last step within PARAM_RTOL, on MTP_LAYOUTS; a step of lr 0 writes the module back
+    last step within PARAM_RTOL, on MTP_LAYOUTS; under --precision bf16 the first step within
+    BF16_LOSS_RTOL of the same under autocast, every MTP loss within BF16_MOE_RTOL; a step of lr 0 writes the module back
     (num_nextn_predict_layers 1) within 1e-7, without the file's copies of the shared embedding
     and head. With --mtp 0 the file loads with one warning line naming the key, trains to the
     first loss of the file without the module and is saved without it (num_nextn_predict_layers
@@ -735,6 +736,24 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
                     f"losses within {extra_loss:.1e} of torch's, every tensor after the last "
                     f"step within {worst[0]:.1e} ({worst[1]}; first mtp {rows[0]['mtp']} vs "
                     f"{ref[0]['aux']:.6f})")
+    # Under --precision bf16 against the same training under PyTorch's bf16 autocast.
+    probe = launch(exe, workdir, ["--init-from", model, "--data", shard, "--batch", str(B),
+                                  "--seq-len", str(T), "--steps", "1", "--precision", "bf16"])
+    if probe.returncode == 2 and "--precision bf16 needs native bf16" in probe.stderr:
+        print(f"[deepseek_v3 MTP 1 bf16] SKIPPED, no native bf16 here: {probe.stderr.strip()}")
+    else:
+        # The first step's forward alone within bf16's rounding; later losses drift with the
+        # experts a near-tie picks (autocast's own are 6e-3 from float64's by step 4 here), the
+        # MTP losses less.
+        auto, _ = train_reference(trained, tokens, CFG, matrices, loss_of, torch.float32, True)
+        rows, _ = run_from_hf(exe, workdir, model, model + "_bf16", shard, ("--precision", "bf16"))
+        first = max(abs(rows[0][a] - auto[0][b]) / auto[0][b] for a, b in (("loss", "loss"),
+                                                                           ("mtp", "aux")))
+        extra_rel = max(abs(t["mtp"] - r["aux"]) / r["aux"] for r, t in zip(auto, rows))
+        tally.check(first <= BF16_LOSS_RTOL and extra_rel <= BF16_MOE_RTOL and
+                    rows[0]["mtp"] != ref[0]["aux"],
+                    f"[deepseek_v3 MTP 1 bf16] the first step's loss and MTP loss within "
+                    f"{first:.1e} of autocast's, {STEPS} MTP losses within {extra_rel:.1e}")
     again, metrics = model + "_again", os.path.join(workdir, "deepseek_v3_mtp_metrics.jsonl")
     row, _ = run_from_hf(exe, workdir, model, again, shard, ("--metrics", metrics), steps=1,
                          lr=0.0, wd=0.0)
