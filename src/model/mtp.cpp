@@ -10,6 +10,7 @@
 #include "model/layers/linear.hpp"
 #include "model/layers/rmsnorm.hpp"
 #include "parallel/device_mpi.hpp"
+#include "parallel/tp_regions.hpp"
 
 namespace mpf {
 
@@ -128,6 +129,8 @@ MtpModules::MtpModules(const TpShard& shard, int B, int T, float weight, MPI_Com
   chunk.head = true;
   w_ = std::make_unique<WeightGradInputs>(WeightGradInputs::allocate(shard, chunk, B, T));
   dcat_ = Slab("mpf::mtp_dcat", R * 2 * C);
+  dout_ = Slab("mpf::mtp_dout", R * C);
+  partial_ = Slab("mpf::mtp_partial", R * C);
   dh_ = Slab("mpf::mtp_dh", R * C);
   dprev_ = Slab("mpf::mtp_dprev", R * C);
   demb_ = Slab("mpf::mtp_demb", R * C);
@@ -170,18 +173,23 @@ void MtpModules::forward_depth(int k, const Tensor& h_prev, const ParameterTenso
   Activations& a = *d.acts;
   const LayerParameters& m = params.blocks[size_t(first_ + k - 1)];
   const int C = shard_.cfg.channels;
-  const int64_t R = int64_t(B_) * T_;
+  // This rank's rows of the residual stream: all of them, or its share under SP.
+  const int64_t Rl = a.seq.local_rows;
   const float eps = shard_.cfg.norm_eps;
-  // The embedding of t_{i+k}: each rank's vocabulary shard's part, summed over TP.
-  encoder_forward(view(d.emb), d.tokens, params.wte, Tensor(), B_, T_, C, shard_.vocab_begin,
+  // The embedding of t_{i+k}: each rank's vocabulary shard's part of every row, summed over TP
+  // into this rank's rows (as the trunk's embedding leaves its region).
+  const Tensor partial = a.seq.on ? view(partial_) : view(d.emb);
+  encoder_forward(partial, d.tokens, params.wte, Tensor(), B_, T_, C, shard_.vocab_begin,
                   shard_.vocab_shard, false, a.positions);
-  allreduce_sum(d.emb.data(), R * C, tp);
+  tp::leave_forward(partial.data(), d.emb.data(), C, a.seq, tp);
   // [enorm(emb) | hnorm(h)] into cat (the normalised halves in dcat's scratch first).
-  const Tensor en(dcat_.data(), R * C), hn(dcat_.data() + R * C, R * C);
-  rmsnorm_forward(en, view(d.rstd_e), view(d.emb), m.mtpenw, R, C, eps);
-  rmsnorm_forward(hn, view(d.rstd_h), h_prev, m.mtphnw, R, C, eps);
-  join_halves(view(d.cat), en, hn, R, C);
-  linear_forward(a.input, Tensor(), view(d.cat), m.mtpehw, Tensor(), R, 2 * C, C);
+  const Tensor emb(d.emb.data(), Rl * C);
+  const Tensor en(dcat_.data(), Rl * C), hn(dcat_.data() + Rl * C, Rl * C);
+  rmsnorm_forward(en, view(d.rstd_e), emb, m.mtpenw, Rl, C, eps);
+  rmsnorm_forward(hn, view(d.rstd_h), h_prev, m.mtphnw, Rl, C, eps);
+  join_halves(view(d.cat), en, hn, Rl, C);
+  linear_forward(a.input, Tensor(), Tensor(d.cat.data(), Rl * 2 * C), m.mtpehw, Tensor(), Rl, 2 * C,
+                 C);
   block_forward(a, params, 0, tp);
   head_forward(a, head_of(params, m), d.targets, tp);
 }
@@ -233,7 +241,7 @@ void MtpModules::backward(Activations& trunk, const ParameterTensors& params,
   forward(trunk, params, inputs, targets, tp, nullptr, nullptr, nullptr);
   const int C = shard_.cfg.channels;
   const int64_t R = int64_t(B_) * T_;
-  const Tensor dnext = view(dnext_), dprev = view(dprev_);
+  const Tensor dnext = view(dnext_);
   for (int k = D_; k >= 1; --k) {
     Depth& d = depths_[size_t(k - 1)];
     Activations& a = *d.acts;
@@ -257,29 +265,42 @@ void MtpModules::backward(Activations& trunk, const ParameterTensors& params,
     a.logits_dloss = dk;
     a.dloss = dloss;  // the block's balance loss weighs as every block's
     const BlockWeightInputs wb = w.block(0);
-    const Tensor dout(wb.dout.data(), R * C);
+    // The block output's gradient, this rank's rows: in its W slot, or apart under SP (the
+    // block's B gathers it into the slot).
+    const int64_t Rl = a.seq.local_rows;
+    const Tensor dout = a.seq.on ? Tensor(dout_.data(), Rl * C) : Tensor(wb.dout.data(), R * C);
     const ParameterTensors hp = head_of(params, m);
     ParameterTensors hg = head_of(grads, g);
     head_backward_input(buf, w, a, hp, d.targets, dk, tp, dout);
-    if (k < D_) add_into(dout, dnext.data(), R * C);  // from depth k+1's hnorm
+    if (k < D_) add_into(dout, dnext.data(), Rl * C);  // from depth k+1's hnorm
     head_backward_weight(hg, w, a, tp, final);
-    const Tensor dh = view(dh_);
+    const Tensor dh(dh_.data(), Rl * C);
     block_backward_input(buf, wb, dh, dout, a, params, 0, tp);
     block_backward_weight(grads, wb, a, params, 0, tp, final);
     // eh_proj, then the two norms: the embedding's gradient to wte, h's to depth k−1 (the trunk).
-    linear_backward_input(view(dcat_), dh, m.mtpehw, R, 2 * C, C);
-    linear_backward_weight(g.mtpehw, Tensor(), dh, view(d.cat), R, 2 * C, C);
-    const Tensor den(dh_.data(), R * C), dhn(dprev_.data(), R * C);
-    split_halves(den, dhn, view(dcat_), R, C);
+    const Tensor dcat(dcat_.data(), Rl * 2 * C), cat(d.cat.data(), Rl * 2 * C);
+    linear_backward_input(dcat, dh, m.mtpehw, Rl, 2 * C, C);
+    linear_backward_weight(g.mtpehw, Tensor(), dh, cat, Rl, 2 * C, C);
+    const Tensor den(dh_.data(), Rl * C), dhn(dprev_.data(), Rl * C), emb(d.emb.data(), Rl * C);
+    split_halves(den, dhn, dcat, Rl, C);
     const Tensor h_prev = k == 1 ? trunk.output() : depths_[size_t(k - 2)].acts->output();
-    rmsnorm_backward_weight(g.mtphnw, dhn, h_prev, view(d.rstd_h), R, C);
-    rmsnorm_backward_input(dnext, Tensor(), dhn, h_prev, view(d.rstd_h), m.mtphnw, R, C);
-    rmsnorm_backward_weight(g.mtpenw, den, view(d.emb), view(d.rstd_e), R, C);
-    rmsnorm_backward_input(view(demb_), Tensor(), den, view(d.emb), view(d.rstd_e), m.mtpenw, R, C);
+    rmsnorm_backward_weight(g.mtphnw, dhn, h_prev, view(d.rstd_h), Rl, C);
+    rmsnorm_backward_input(dnext, Tensor(), dhn, h_prev, view(d.rstd_h), m.mtphnw, Rl, C);
+    rmsnorm_backward_weight(g.mtpenw, den, emb, view(d.rstd_e), Rl, C);
+    // The embedding's gradient of every row (gathered under SP) into this rank's vocabulary rows.
+    const Tensor demb_local = a.seq.on ? Tensor(dout_.data(), Rl * C) : view(demb_);
+    rmsnorm_backward_input(demb_local, Tensor(), den, emb, view(d.rstd_e), m.mtpenw, Rl, C);
+    tp::leave_backward(demb_local.data(), demb_.data(), C, a.seq, tp);
     encoder_backward_weight(grads.wte, Tensor(), view(demb_), d.tokens, B_, T_, C,
                             shard_.vocab_begin, shard_.vocab_shard, a.positions);
+    // Under SP each TP rank's rows gave a part of the replicated rows' gradients: summed once.
+    if (final && a.seq.on) {
+      for (const Tensor* t : {&g.mtpehw, &g.mtpenw, &g.mtphnw}) {
+        allreduce_sum(t->data(), int64_t(t->extent(0)), tp);
+      }
+    }
   }
-  trunk.extra_output_grad = dnext;
+  trunk.extra_output_grad = Tensor(dnext_.data(), trunk.seq.local_rows * C);
 }
 
 }  // namespace mpf

@@ -71,7 +71,7 @@ class MtpModules {
   int total_ = 0;                   // a whole sequence's tokens
   std::vector<Depth> depths_;
   std::unique_ptr<WeightGradInputs> w_;
-  Slab dcat_, dh_, dprev_, demb_, dnext_;
+  Slab dcat_, dh_, dprev_, demb_, dnext_, dout_, partial_;
 };
 
 }  // namespace mpf

@@ -163,8 +163,6 @@ void apply_mtp(const TrainOptions& opts, GPTConfig& cfg) {
 void check_mtp_layout(const TrainOptions& opts, const GPTConfig& cfg) {
   if (cfg.mtp == 0) return;
   const std::string mtp = "--mtp " + std::to_string(cfg.mtp) + ": the multi-token prediction ";
-  require(!opts.sequence_parallel,
-          mtp + "modules do not run under --sequence-parallel yet; drop it, or --mtp 0");
   require(opts.zero < 2, mtp + "modules do not run under --zero " + std::to_string(opts.zero) +
                              " yet (their blocks' gathers); use --zero 0 or 1, or --mtp 0");
 }

@@ -620,7 +620,7 @@ MIXED_LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")),
 
 
 # The multi-token prediction module's layouts (the serial run's figures: docs/testing.md).
-MTP_LAYOUTS = [("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")),
+MTP_LAYOUTS = [("1 rank", 1, ()), ("tp 2 + sp", 2, ("--tp", "2", "--sequence-parallel")),
                ("pp 2 zb-h1", 2, ("--pp", "2", "--microbatches", "2", "--schedule", "zb-h1")),
                ("cp 2", 2, ("--cp", "2"))]
 
@@ -702,7 +702,7 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
     and head. With --mtp 0 the file loads with one warning line naming the key, trains to the
     first loss of the file without the module and is saved without it (num_nextn_predict_layers
     0). Refused by name: the module's tensors with the key 0, a negative key, --mtp past the
-    file's modules, and --mtp under layouts not built (--sequence-parallel, --zero 2)."""
+    file's modules, and --mtp under ZeRO-2 (not built)."""
     rng = np.random.default_rng(330)
     mtp = {n: (0.1 * rng.standard_normal(shape)).astype(np.float32)
            for n, shape in hf_models.deepseek_mtp_shapes(m, 1)}
@@ -851,7 +851,6 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
         tally.check(ok, f"[deepseek_v3 MTP module, num_nextn_predict_layers {depth}] refused: "
                         f"{errors}")
     for extra, key, ranks in ((("--mtp", "2"), "--mtp 2", 1),
-                              (("--tp", "2", "--sequence-parallel"), "--sequence-parallel", 2),
                               (("--dp", "2", "--zero", "2"), "--zero 2", 2)):
         ok, errors = refused(exe, workdir, model, shard, extra, key, ranks)
         tally.check(ok, f"[deepseek_v3 MTP module, {' '.join(extra)}] refused: {errors}")
