@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/transfer.hpp"
+#include "model/block_gate.hpp"
 #include "model/block_parts.hpp"
 #include "model/gpt.hpp"
 #include "model/layers/cross_entropy.hpp"
@@ -81,6 +82,11 @@ ParameterTensors head_of(const ParameterTensors& p, const LayerParameters& modul
   h.lmhead = p.lmhead;
   h.lnfw = module.mtpshw;
   return h;
+}
+// ZeRO-2/3 (BlockGate): block l's views pointed at whole copies before they are read or its
+// gradients written, and its gradients sent off after its W.
+void enter(const ParameterTensors& params, int l, BlockGate::Use use) {
+  if (params.gate) params.gate->enter(l, use, -1);
 }
 Tensor view(const Slab& s) {
   return Tensor(s.data(), int64_t(s.extent(0)));
@@ -212,6 +218,7 @@ void MtpModules::forward(const Activations& trunk, const ParameterTensors& param
     a.moe_load = nullptr;    // counted below, without the rows past the end
     a.forward_dloss = 0.0f;  // the losses only: the backward zeroes the rows past the end
     const Tensor h_prev = k == 1 ? trunk.output() : depths_[size_t(k - 2)].acts->output();
+    enter(params, first_ + k - 1, BlockGate::Use::kForward);
     forward_depth(k, h_prev, params, tp);
     const int l = first_ + k - 1;
     const GPTConfig& cfg = shard_.cfg;
@@ -246,9 +253,10 @@ void MtpModules::backward(Activations& trunk, const ParameterTensors& params,
     Depth& d = depths_[size_t(k - 1)];
     Activations& a = *d.acts;
     const int l = first_ + k - 1;
-    const LayerParameters& m = params.blocks[size_t(l)];
+    const LayerParameters& m = params.blocks[size_t(l)];  // views the gate may re-point
     const LayerParameters& g = grads.blocks[size_t(l)];
     WeightGradInputs& w = *w_;
+    enter(params, l, BlockGate::Use::kBackward);
     // Depth k's share of the objective: λ/D · its mean over B·(T−k) rows, so each valid row's loss
     // weighs dloss · T/(T−k) · λ/D (dloss: 1 over the batch's B·T).
     const float dk = float(double(dloss) * weight_ / D_ * double(total_) / double(total_ - k));
@@ -269,14 +277,17 @@ void MtpModules::backward(Activations& trunk, const ParameterTensors& params,
     // block's B gathers it into the slot).
     const int64_t Rl = a.seq.local_rows;
     const Tensor dout = a.seq.on ? Tensor(dout_.data(), Rl * C) : Tensor(wb.dout.data(), R * C);
-    const ParameterTensors hp = head_of(params, m);
-    ParameterTensors hg = head_of(grads, g);
-    head_backward_input(buf, w, a, hp, d.targets, dk, tp, dout);
+    head_backward_input(buf, w, a, head_of(params, m), d.targets, dk, tp, dout);
     if (k < D_) add_into(dout, dnext.data(), Rl * C);  // from depth k+1's hnorm
-    head_backward_weight(hg, w, a, tp, final);
     const Tensor dh(dh_.data(), Rl * C);
     block_backward_input(buf, wb, dh, dout, a, params, 0, tp);
-    block_backward_weight(grads, wb, a, params, 0, tp, final);
+    // The module's W (shared_head.norm's, the block's, eh_proj's and the norms'), its gradients
+    // final for the step, or (ZeRO-2/3) leaving after each microbatch's.
+    enter(params, l, BlockGate::Use::kWeight);
+    const bool final_w = final || (params.gate && params.gate->grads_per_microbatch());
+    ParameterTensors hg = head_of(grads, g);
+    head_backward_weight(hg, w, a, tp, final_w);
+    block_backward_weight(grads, wb, a, params, 0, tp, final_w);
     // eh_proj, then the two norms: the embedding's gradient to wte, h's to depth k−1 (the trunk).
     const Tensor dcat(dcat_.data(), Rl * 2 * C), cat(d.cat.data(), Rl * 2 * C);
     linear_backward_input(dcat, dh, m.mtpehw, Rl, 2 * C, C);
@@ -287,18 +298,19 @@ void MtpModules::backward(Activations& trunk, const ParameterTensors& params,
     rmsnorm_backward_weight(g.mtphnw, dhn, h_prev, view(d.rstd_h), Rl, C);
     rmsnorm_backward_input(dnext, Tensor(), dhn, h_prev, view(d.rstd_h), m.mtphnw, Rl, C);
     rmsnorm_backward_weight(g.mtpenw, den, emb, view(d.rstd_e), Rl, C);
+    // Under SP each TP rank's rows gave a part of the replicated rows' gradients: summed once.
+    if (final_w && a.seq.on) {
+      for (const Tensor* t : {&g.mtpehw, &g.mtpenw, &g.mtphnw}) {
+        allreduce_sum(t->data(), int64_t(t->extent(0)), tp);
+      }
+    }
     // The embedding's gradient of every row (gathered under SP) into this rank's vocabulary rows.
     const Tensor demb_local = a.seq.on ? Tensor(dout_.data(), Rl * C) : view(demb_);
     rmsnorm_backward_input(demb_local, Tensor(), den, emb, view(d.rstd_e), m.mtpenw, Rl, C);
     tp::leave_backward(demb_local.data(), demb_.data(), C, a.seq, tp);
     encoder_backward_weight(grads.wte, Tensor(), view(demb_), d.tokens, B_, T_, C,
                             shard_.vocab_begin, shard_.vocab_shard, a.positions);
-    // Under SP each TP rank's rows gave a part of the replicated rows' gradients: summed once.
-    if (final && a.seq.on) {
-      for (const Tensor* t : {&g.mtpehw, &g.mtpenw, &g.mtphnw}) {
-        allreduce_sum(t->data(), int64_t(t->extent(0)), tp);
-      }
-    }
+    if (params.gate) params.gate->weight_done(l);
   }
   trunk.extra_output_grad = Tensor(dnext_.data(), trunk.seq.local_rows * C);
 }

@@ -159,14 +159,6 @@ void apply_mtp(const TrainOptions& opts, GPTConfig& cfg) {
   cfg.mtp = opts.mtp;
 }
 
-// The layouts the multi-token prediction modules run on so far: one `error:` line for each other.
-void check_mtp_layout(const TrainOptions& opts, const GPTConfig& cfg) {
-  if (cfg.mtp == 0) return;
-  const std::string mtp = "--mtp " + std::to_string(cfg.mtp) + ": the multi-token prediction ";
-  require(opts.zero < 2, mtp + "modules do not run under --zero " + std::to_string(opts.zero) +
-                             " yet (their blocks' gathers); use --zero 0 or 1, or --mtp 0");
-}
-
 // --moe-bias-update-rate moves a routing bias only DeepSeekMoE's noaux_tc routing reads.
 void check_moe_bias_update(const TrainOptions& opts, const GPTConfig& cfg) {
   if (opts.moe_bias_update_rate <= 0.0f) return;
@@ -273,7 +265,6 @@ RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int wo
   }
   in.cfg = in.resume ? in.resume->info.model : model_config(opts);
   if (!in.resume) apply_mtp(opts, in.cfg);
-  check_mtp_layout(opts, in.cfg);
   if (!in.resume && !opts.init_from.empty() && is_hf_source(opts.init_from)) {
     const std::string unused = hf_unused_biases(opts.init_from, in.cfg);
     if (!unused.empty()) in.warnings.push_back(unused);
