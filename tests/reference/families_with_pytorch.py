@@ -30,8 +30,10 @@ compare_llama_with_pytorch.py, extended by the family's features:
 - deepseek_v3 with its first block dense and two DeepSeekMoE blocks (check_deepseek_mixed,
   first_k_dense_replace 1): 1 rank, TP 2, PP 2 (a stage of both kinds; the dense block alone on
   a stage), EP 2, DP 2 + ZeRO-1 and both recomputations; the directory written back; a resume;
-  greedy decoding on 1 rank and EP 2; a directory that also carries DeepSeek-V3's multi-token
-  prediction module (not built) loads with a warning and is saved without it.
+  greedy decoding on 1 rank and EP 2; with DeepSeek-V3's multi-token prediction modules
+  (check_deepseek_mtp_modules): losses and mtp against the reference trained with them on 1
+  rank, TP 2 + SP, PP 2, CP 2 and DP 2 + ZeRO-2, under bf16 against autocast, written back, the
+  bias update of the module's valid rows, two modules, and --mtp 0 or 1 passing over the rest.
 - deepseek_v3 under --optimizer muon (check_deepseek_muon): the mixed stack against a PyTorch
   Muon on the matrices Hugging Face stores (the latent attention's five, the dense and each
   expert's), on 1 rank, TP 2, EP 2 and DP 2 + ZeRO-1.
@@ -780,7 +782,7 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
     hf_models.write_safetensors(os.path.join(biased, "model.safetensors"), steep, "F32",
                                 {"format": "pt"})
     moved = {}
-    for layout, ranks, extra in (("1 rank", 1, ()), ("cp 2", 2, ("--cp", "2"))):
+    for layout, ranks, extra in (("1 rank", 1, ()),):
         out = biased + "_out_" + layout.replace(" ", "")
         run_from_hf(exe, workdir, biased, out, shard,
                     ("--moe-bias-update-rate", repr(rate), *extra), ranks, steps=1, lr=0.0, wd=0.0)
@@ -799,7 +801,7 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
                 and not np.array_equal(want[names[-1]], steep[names[-1]]),
                 f"[deepseek_v3 MTP 1 bias update] {len(names)} blocks' biases (the module's last) "
                 f"moved by the reference's loads, the module's over B x (T - 1) rows "
-                f"({[int(c.sum()) for c in loads]} choices), on 1 rank and CP 2")
+                f"({[int(c.sum()) for c in loads]} choices)")
     out = os.path.join(workdir, "deepseek_v3_mtp_out")
     proc = launch(exe, workdir, ["--init-from", model, "--data", shard, "--batch", str(B),
                                  "--seq-len", str(T), "--steps", "1", "--lr", "0",
@@ -852,6 +854,55 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
                         f"{errors}")
     ok, errors = refused(exe, workdir, model, shard, ("--mtp", "2"), "--mtp 2")
     tally.check(ok, f"[deepseek_v3 MTP module, --mtp 2] refused: {errors}")
+    check_deepseek_two_mtp_modules(tally, exe, workdir, shard, tokens, m, params0)
+
+
+def check_deepseek_two_mtp_modules(tally, exe, workdir, shard, tokens, m, params0):
+    """Two modules (num_nextn_predict_layers 2), depth 2 reading depth 1's output: losses and mtp
+    within LOSS_RTOL of hf_models.deepseek_logits(mtp=2) trained the same way on 1 rank; --mtp 1
+    trains the first alone, passing over the second's tensors (model.layers.{L+1}.*) with one
+    warning and saving num_nextn_predict_layers 1 without them."""
+    rng = np.random.default_rng(340)
+    mtp = {n: (0.1 * rng.standard_normal(shape)).astype(np.float32)
+           for n, shape in hf_models.deepseek_mtp_shapes(m, 2)
+           if not n.endswith((".embed_tokens.weight", ".shared_head.head.weight"))}
+    model = os.path.join(workdir, "deepseek_v3_mtp2")
+    os.makedirs(model)
+    json.dump(dict(hf_models.deepseek_moe_config(m), num_nextn_predict_layers=2),
+              open(os.path.join(model, "config.json"), "w"))
+    trained = dict(params0, **mtp)
+    hf_models.write_safetensors(os.path.join(model, "model.safetensors"), trained, "F32",
+                                {"format": "pt"})
+
+    def loss_of(p, inputs, targets):
+        logits, depths = hf_models.deepseek_logits(p, inputs, m, mtp=2)
+        return hf_models.deepseek_mtp_loss(logits, depths, targets, 0.3)
+
+    matrices = {k for k, v in trained.items() if v.ndim == 2}
+    ref, _ = train_reference(trained, tokens, CFG, matrices, loss_of, torch.float64, False)
+    rows, final = run_from_hf(exe, workdir, model, model + "_out", shard)
+    loss = max(abs(t["loss"] - r["loss"]) / r["loss"] for r, t in zip(ref, rows))
+    extra_loss = max(abs(t["mtp"] - r["aux"]) / r["aux"] for r, t in zip(ref, rows))
+    tally.check(loss <= LOSS_RTOL and extra_loss <= LOSS_RTOL and final.keys() == trained.keys(),
+                f"[deepseek_v3 MTP 2] {STEPS} losses within {loss:.1e} and MTP losses within "
+                f"{extra_loss:.1e} of torch's (first mtp {rows[0]['mtp']} vs "
+                f"{ref[0]['aux']:.6f})")
+    out = model + "_first"
+    proc = launch(exe, workdir, ["--init-from", model, "--data", shard, "--batch", str(B),
+                                 "--seq-len", str(T), "--steps", "1", "--mtp", "1",
+                                 "--save-hf", out])
+    notes = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "--mtp 1 trains" in ln]
+    saved = hf_models.read_dir(out) if proc.returncode == 0 else {}
+    second = f"model.layers.{m['L'] + 1}."
+    config = json.load(open(os.path.join(out, "config.json"))) if proc.returncode == 0 else {}
+    tally.check(proc.returncode == 0 and len(notes) == 1 and second + "*" in notes[0] and
+                not any(k.startswith(second) for k in saved) and
+                any(k.startswith(f"model.layers.{m['L']}.") for k in saved) and
+                config.get("num_nextn_predict_layers") == 1,
+                f"[deepseek_v3 MTP 2 in the file, --mtp 1] {notes}; "
+                f"{len(saved)} tensors saved, num_nextn_predict_layers "
+                f"{config.get('num_nextn_predict_layers')}"
+                f"{'' if proc.returncode == 0 else ': ' + proc.stdout + proc.stderr}")
 
 
 def main():
