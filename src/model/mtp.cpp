@@ -133,7 +133,8 @@ MtpModules::MtpModules(const TpShard& shard, int B, int T, float weight, MPI_Com
   chunk.layers = 1;
   chunk.embedding = false;
   chunk.head = true;
-  w_ = std::make_unique<WeightGradInputs>(WeightGradInputs::allocate(shard, chunk, B, T));
+  const bool sp = depths_.empty() ? false : depths_.front().acts->seq.on;
+  w_ = std::make_unique<WeightGradInputs>(WeightGradInputs::allocate(shard, chunk, B, T, sp));
   dcat_ = Slab("mpf::mtp_dcat", R * 2 * C);
   dout_ = Slab("mpf::mtp_dout", R * C);
   partial_ = Slab("mpf::mtp_partial", R * C);
@@ -141,6 +142,26 @@ MtpModules::MtpModules(const TpShard& shard, int B, int T, float weight, MPI_Com
   dprev_ = Slab("mpf::mtp_dprev", R * C);
   demb_ = Slab("mpf::mtp_demb", R * C);
   dnext_ = Slab("mpf::mtp_dnext", R * C);
+}
+
+int64_t MtpModules::bytes(const TpShard& shard, int B, int T, bool sequence_parallel, bool bf16) {
+  const int D = shard.has_head ? shard.cfg.mtp : 0;
+  if (D == 0) return 0;
+  const int64_t R = int64_t(B) * T, C = shard.cfg.channels, f = sizeof(float);
+  ChunkPieces chunk;
+  chunk.layers = 1;
+  chunk.embedding = false;
+  chunk.bf16 = bf16;
+  int64_t n = 0;
+  for (int k = 1; k <= D; ++k) {
+    chunk.first_layer = shard.local_layers() - D + k - 1;
+    n += Activations::bytes(shard, chunk, B, T, sequence_parallel);
+    n += 2 * R * int64_t(sizeof(int32_t)) + (R * C + 2 * R * C + 2 * R) * f;  // tokens .. rstd
+  }
+  chunk.first_layer = shard.local_layers() - D;
+  chunk.bf16 = false;
+  n += WeightGradInputs::bytes(shard, chunk, B, T, sequence_parallel);
+  return n + (2 * R * C + 6 * R * C) * f;  // dcat, then dh .. partial
 }
 
 void MtpModules::shift_across_chunks(Depth& d, const Tokens& targets, int k) {

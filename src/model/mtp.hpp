@@ -48,6 +48,9 @@ class MtpModules {
   void backward(Activations& trunk, const ParameterTensors& params, ParameterTensors& grads,
                 BackwardBuffers& buf, const Tokens& inputs, const Tokens& targets, float dloss,
                 MPI_Comm tp, bool final);
+  // The bytes the modules of `shard` (with the head; 0 without modules) allocate: each depth's
+  // set of activations and its buffers, and one depth's W inputs and backward scratch.
+  static int64_t bytes(const TpShard& shard, int B, int T, bool sequence_parallel, bool bf16);
   // The modules' blocks' local indices (for the DP buckets' part_done).
   int first_block() const { return first_; }
   int depth() const { return D_; }

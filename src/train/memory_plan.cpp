@@ -11,6 +11,7 @@
 #include "model/layers/attention_path.hpp"
 #include "model/layers/chunked_attention.hpp"
 #include "model/layers/ring_attention.hpp"
+#include "model/mtp.hpp"
 #include "model/parameters.hpp"
 
 namespace mpf {
@@ -278,6 +279,8 @@ void add_workspace_terms(const MemoryShape& s, const Terms& add) {
                                                            s.sequence_parallel));
   }
   work += scratch;
+  // The multi-token prediction modules' sets and buffers, with the head (model/mtp.hpp).
+  work += MtpModules::bytes(shard, s.micro_batch, s.seq_len, s.sequence_parallel, s.bf16);
   if (s.recompute) {
     work += Activations::bytes(shard, one_block, s.micro_batch, s.seq_len, s.sequence_parallel);
   }

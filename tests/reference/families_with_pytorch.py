@@ -854,6 +854,17 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
                         f"{errors}")
     ok, errors = refused(exe, workdir, model, shard, ("--mtp", "2"), "--mtp 2")
     tally.check(ok, f"[deepseek_v3 MTP module, --mtp 2] refused: {errors}")
+    # The memory plan counts the module's sets and buffers (a batch large enough to show them).
+    work = {}
+    for depth in ("0", "1"):
+        plan = launch_ok(exe, workdir, ["--init-from", model, "--data", shard, "--batch", "64",
+                                        "--seq-len", str(T), "--micro-batch-size", "64",
+                                        "--steps", "1", "--mtp", depth, "--dry-run"])
+        found = re.search(r"workspace ([0-9.]+) GB", plan)
+        work[depth] = float(found.group(1)) if found else None
+    tally.check(None not in work.values() and work["1"] > work["0"],
+                f"[deepseek_v3 MTP module, --dry-run] the workspace term {work['1']} GB with the "
+                f"module, {work['0']} GB without")
     check_deepseek_two_mtp_modules(tally, exe, workdir, shard, tokens, m, params0)
 
 
