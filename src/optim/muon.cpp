@@ -75,6 +75,7 @@ bool muon_tensor(TensorId t) {
     case TensorId::qbw:
     case TensorId::kvaw:
     case TensorId::kvbw:
+    case TensorId::mtpehw:
       return true;
     default:
       return false;
@@ -148,6 +149,10 @@ std::vector<MuonMatrix> muon_matrices(const GPTConfig& cfg, const SlabLayout& la
       case TensorId::kvbw:
         add_parts(out, p.offset, cfg.kv_lora_rank, rows, T,
                   {{shard.heads * (cfg.qk_nope_dim + cfg.v_head_dim)}});
+        break;
+      // A multi-token prediction module's eh_proj (C x 2C, whole on every TP rank): one matrix.
+      case TensorId::mtpehw:
+        add_parts(out, p.offset, 2 * C, MuonSplit::kNone, 1, {{C}});
         break;
       // A mixed stack's dense blocks (GPTConfig::mixed): their SwiGLU, gate and up apart.
       case TensorId::dfcw: {

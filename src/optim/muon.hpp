@@ -13,7 +13,8 @@
 // into its parts unless the family stores it fused (GPT-2's c_attn, Phi-3's qkv_proj and
 // gate_up_proj), each expert's matrices are their own, and deepseek_v3's latent attention's are
 // q_a_proj, q_b_proj (or q_proj), kv_a_proj_with_mqa (one matrix), kv_b_proj and o_proj, the down
-// projections whole on every TP rank. Embeddings, the head, norms, biases,
+// projections whole on every TP rank, as is a multi-token prediction module's eh_proj (one
+// matrix). Embeddings, the head, norms, biases,
 // q/k norms, the router and the shared expert's gate stay with AdamW (optim/adamw.hpp).
 //
 // The momentum lives in AdamW's first moment at the matrices' places, and AdamW's second moment

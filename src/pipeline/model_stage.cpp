@@ -156,11 +156,14 @@ double ModelStage::mtp_sum() const {
 
 void ModelStage::enable_mtp(float weight) {
   if (!shard_.has_head || shard_.cfg.mtp == 0) return;
+  // The modules' sets run as the stage's chunks do: bf16 products and TP payloads alike.
   const bool bf16 = !chunks_.empty() && chunks_.front().bf16;
+  const bool tp_bf16 = !chunks_.empty() && chunks_.front().tp_bf16;
   mtp_ = std::make_unique<MtpModules>(shard_, micro_batch_, seq_len_, weight, cp_, positions_,
                                       [&](const ChunkPieces& c) {
                                         ChunkPieces own = c;
                                         own.bf16 = bf16;
+                                        own.tp_bf16 = tp_bf16;
                                         return allocate(own);
                                       });
 }

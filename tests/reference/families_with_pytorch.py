@@ -440,8 +440,12 @@ def muon_reference(params0, tokens, loss_of, matrices):
         for t in p.values():
             if t.grad is not None:
                 t.grad.zero_()
-        loss = loss_of(p, inputs, targets)
-        loss.backward()
+        loss, aux = loss_of(p, inputs, targets), None
+        if isinstance(loss, tuple):  # (the next-token loss, the MTP loss): their sum trained
+            loss, aux = loss
+            (loss + aux).backward()
+        else:
+            loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(list(p.values()), CFG["grad_clip"])
         lr = lr_at(s, CFG)
         for g in opt.param_groups:
@@ -455,6 +459,8 @@ def muon_reference(params0, tokens, loss_of, matrices):
                 w.mul_(1.0 - lr * CFG["wd"])
                 w.add_(x, alpha=-lr * 0.2 * math.sqrt(max(w.shape)))
         rows.append(dict(loss=loss.item(), norm=norm.item()))
+        if aux is not None:
+            rows[-1]["aux"] = aux.item()
     return rows, {k: v.detach().numpy() for k, v in p.items()}
 
 
@@ -693,6 +699,45 @@ def check_deepseek_mixed(tally, exe, gen, workdir, shard, tokens):
                 f"moved, the same bits on 1 rank and ep 2; {lines['1 rank'][0]}")
 
 
+def check_mtp_muon_and_tp_bf16(tally, exe, workdir, shard, tokens, model, trained, loss_of):
+    """The directory `model` with its MTP module under --optimizer muon against muon_reference
+    (eh_proj one Muon matrix, as Hugging Face stores it) on 1 rank, TP 2 and PP 2; and under
+    --tp-comm-dtype bf16 on TP 2 the module's TP payloads travel in bf16 too: what the module
+    adds to the staged MPI bytes (--mtp 1 against --mtp 0) is less than under fp32 payloads."""
+    matrices = {k for k, v in trained.items() if v.ndim == 2}
+    ref, ref_final = muon_reference(trained, tokens, loss_of, matrices)
+    for layout, ranks, extra in (("1 rank", 1, ()), ("tp 2", 2, ("--tp", "2")),
+                                 ("pp 2", 2, ("--pp", "2"))):
+        rows, final = run_from_hf(exe, workdir, model, model + "_muon_" + layout.replace(" ", ""),
+                                  shard, ("--optimizer", "muon", *extra), ranks)
+        loss, worst = against_reference(ref, ref_final, rows, final)
+        extra_loss = max(abs(t["mtp"] - r["aux"]) / r["aux"] for r, t in zip(ref, rows))
+        tally.check(loss <= LOSS_RTOL and extra_loss <= LOSS_RTOL and worst[0] <= PARAM_RTOL,
+                    f"[deepseek_v3 MTP 1 muon {layout}] {STEPS} losses within {loss:.1e} and MTP "
+                    f"losses within {extra_loss:.1e} of torch's Muon, every tensor after the "
+                    f"last step within {worst[0]:.1e} ({worst[1]})")
+    staged = {}
+    for depth in ("0", "1"):
+        for dtype in ("fp32", "bf16"):
+            out = launch(exe, workdir, ["--init-from", model, "--data", shard, "--batch", str(B),
+                                        "--seq-len", str(T), "--steps", "2", "--tp", "2",
+                                        "--mtp", depth, "--precision", "bf16", "--tp-comm-dtype",
+                                        dtype, "--gpu-aware-mpi", "no", "--profile"], 2)
+            mt = re.search(r"^\s*d2h mpi \(staged\)\s+\S+\s+([0-9.]+)", out.stdout + out.stderr, re.M)
+            if out.returncode == 2 and "--precision bf16 needs native bf16" in out.stderr:
+                print(f"[deepseek_v3 MTP 1 tp-comm bf16] SKIPPED, no native bf16 here")
+                return
+            staged[depth, dtype] = float(mt.group(1)) if out.returncode == 0 and mt else None
+    if None in staged.values():
+        tally.fail(f"[deepseek_v3 MTP 1 tp-comm bf16] a run failed or printed no staged bytes: "
+                   f"{staged}")
+        return
+    module = {d: staged["1", d] - staged["0", d] for d in ("fp32", "bf16")}
+    tally.check(0 < module["bf16"] < module["fp32"],
+                f"[deepseek_v3 MTP 1 tp-comm bf16] the module adds {module['bf16']:.3f} MB of "
+                f"staged TP traffic under bf16 payloads, {module['fp32']:.3f} MB under fp32")
+
+
 def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, first_loss):
     """A deepseek_v3 directory with DeepSeek-V3's multi-token prediction module
     (num_nextn_predict_layers 1, model.layers.{L}.*) trains it by default (--mtp 1): each step's
@@ -738,6 +783,7 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
                     f"losses within {extra_loss:.1e} of torch's, every tensor after the last "
                     f"step within {worst[0]:.1e} ({worst[1]}; first mtp {rows[0]['mtp']} vs "
                     f"{ref[0]['aux']:.6f})")
+    check_mtp_muon_and_tp_bf16(tally, exe, workdir, shard, tokens, model, trained, loss_of)
     # Under --precision bf16 against the same training under PyTorch's bf16 autocast.
     probe = launch(exe, workdir, ["--init-from", model, "--data", shard, "--batch", str(B),
                                   "--seq-len", str(T), "--steps", "1", "--precision", "bf16"])
