@@ -738,6 +738,28 @@ def check_mtp_muon_and_tp_bf16(tally, exe, workdir, shard, tokens, model, traine
                 f"staged TP traffic under bf16 payloads, {module['fp32']:.3f} MB under fp32")
 
 
+def write_mtp_directory(workdir, name, m, params0, depth, seed, shared_copies):
+    """A Hugging Face directory `name` of the deepseek_v3 `params0` with `depth` random
+    multi-token prediction modules (model.layers.{L}.., num_nextn_predict_layers `depth`), with
+    each module's copies of the shared embedding and head when `shared_copies`, as DeepSeek-V3's
+    files hold them (the modules read the shared ones, so they are not the model's tensors):
+    (its path, the module tensors written, the tensors the trainer trains and writes back)."""
+    copy = (".embed_tokens.weight", ".shared_head.head.weight")
+    rng = np.random.default_rng(seed)
+    mtp = {n: (0.1 * rng.standard_normal(shape)).astype(np.float32)
+           for n, shape in hf_models.deepseek_mtp_shapes(m, depth)
+           if shared_copies or not n.endswith(copy)}
+    model = os.path.join(workdir, name)
+    os.makedirs(model)
+    json.dump(dict(hf_models.deepseek_moe_config(m), num_nextn_predict_layers=depth),
+              open(os.path.join(model, "config.json"), "w"))
+    written = dict(params0, **mtp)
+    hf_models.write_safetensors(os.path.join(model, "model.safetensors"), written, "F32",
+                                {"format": "pt"})
+    trained = {k: v for k, v in written.items() if not (k in mtp and k.endswith(copy))}
+    return model, mtp, trained
+
+
 def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, first_loss):
     """A deepseek_v3 directory with DeepSeek-V3's multi-token prediction module
     (num_nextn_predict_layers 1, model.layers.{L}.*) trains it by default (--mtp 1): each step's
@@ -750,20 +772,9 @@ def check_deepseek_mtp_modules(tally, exe, workdir, shard, tokens, m, params0, f
     first loss of the file without the module and is saved without it (num_nextn_predict_layers
     0). Refused by name: the module's tensors with the key 0, a negative key, and --mtp past the
     file's modules."""
-    rng = np.random.default_rng(330)
-    mtp = {n: (0.1 * rng.standard_normal(shape)).astype(np.float32)
-           for n, shape in hf_models.deepseek_mtp_shapes(m, 1)}
-    model = os.path.join(workdir, "deepseek_v3_mtp")
-    os.makedirs(model)
-    json.dump(dict(hf_models.deepseek_moe_config(m), num_nextn_predict_layers=1),
-              open(os.path.join(model, "config.json"), "w"))
-    with_mtp = dict(params0, **mtp)
-    hf_models.write_safetensors(os.path.join(model, "model.safetensors"), with_mtp, "F32",
-                                {"format": "pt"})
-    # The file's copies of the shared embedding and head in the module are not the model's
-    # tensors (DeepSeek-V3's files hold them; the module reads the shared ones): not written.
-    copies = {n for n in mtp if n.endswith((".embed_tokens.weight", ".shared_head.head.weight"))}
-    trained = {k: v for k, v in with_mtp.items() if k not in copies}
+    model, mtp, trained = write_mtp_directory(workdir, "deepseek_v3_mtp", m, params0, 1, 330,
+                                              True)
+    copies = set(mtp) - set(trained)
 
     def loss_of(p, inputs, targets):  # (the next-token loss, the MTP loss): their sum trained
         logits, depths = hf_models.deepseek_logits(p, inputs, m, mtp=1)
@@ -919,17 +930,8 @@ def check_deepseek_two_mtp_modules(tally, exe, workdir, shard, tokens, m, params
     within LOSS_RTOL of hf_models.deepseek_logits(mtp=2) trained the same way on 1 rank; --mtp 1
     trains the first alone, passing over the second's tensors (model.layers.{L+1}.*) with one
     warning and saving num_nextn_predict_layers 1 without them."""
-    rng = np.random.default_rng(340)
-    mtp = {n: (0.1 * rng.standard_normal(shape)).astype(np.float32)
-           for n, shape in hf_models.deepseek_mtp_shapes(m, 2)
-           if not n.endswith((".embed_tokens.weight", ".shared_head.head.weight"))}
-    model = os.path.join(workdir, "deepseek_v3_mtp2")
-    os.makedirs(model)
-    json.dump(dict(hf_models.deepseek_moe_config(m), num_nextn_predict_layers=2),
-              open(os.path.join(model, "config.json"), "w"))
-    trained = dict(params0, **mtp)
-    hf_models.write_safetensors(os.path.join(model, "model.safetensors"), trained, "F32",
-                                {"format": "pt"})
+    model, _, trained = write_mtp_directory(workdir, "deepseek_v3_mtp2", m, params0, 2, 340,
+                                            False)
 
     def loss_of(p, inputs, targets):
         logits, depths = hf_models.deepseek_logits(p, inputs, m, mtp=2)

@@ -45,6 +45,22 @@ std::vector<bf16> rounded(std::vector<float>& x) {  // x becomes its bf16 values
   return bits;
 }
 
+// f(name) with each GEMM library of this build that has native bf16 products selected, then the
+// library selected before; whether there was one.
+template <class F>
+bool with_each_bf16_library(const F& f) {
+  const std::string previous = backend::selected();
+  bool any = false;
+  for (const std::string& name : backend::available()) {
+    backend::select(name);
+    if (!backend::kernels().bf16_missing.empty()) continue;
+    any = true;
+    f(name);
+  }
+  backend::select(previous);
+  return any;
+}
+
 // Runs each test once per library of the build, restoring the selection afterwards.
 class Gemm : public ::testing::TestWithParam<std::string> {
  protected:
@@ -279,12 +295,7 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
 // The model's products under a Bf16Products scope read weights from the registered bf16 copy and
 // round every other input; outside a scope they are fp32.
 TEST(Bf16, ProductsInAScopeUseTheWeightCopyAndRoundTheRest) {
-  const std::string previous = backend::selected();
-  bool any = false;
-  for (const std::string& name : backend::available()) {
-    backend::select(name);
-    if (!backend::kernels().bf16_missing.empty()) continue;
-    any = true;
+  const bool any = with_each_bf16_library([&](const std::string& name) {
     const int M = 5, N = 7, K = 11;
     std::vector<float> x = test::to_host(test::random_slab("x", M * K));
     std::vector<float> w = test::to_host(test::random_slab("w", N * K));
@@ -305,8 +316,7 @@ TEST(Bf16, ProductsInAScopeUseTheWeightCopyAndRoundTheRest) {
       ASSERT_NEAR(out[i], want[i], 1e-4) << name << " " << i;
       ASSERT_NEAR(fp32[i], fp32_want[i], 1e-4) << name << " " << i;
     }
-  }
-  backend::select(previous);
+  });
   if (!any) GTEST_SKIP() << "no library of this build has native bf16 products here";
 }
 
@@ -315,12 +325,7 @@ TEST(Bf16, ProductsInAScopeUseTheWeightCopyAndRoundTheRest) {
 // change to the fp32 values meanwhile (which the contract forbids) does not reach them, while a
 // product outside the scope rounds afresh.
 TEST(Bf16, HeldOnFirstUseRoundsAtTheFirstProduct) {
-  const std::string previous = backend::selected();
-  bool any = false;
-  for (const std::string& name : backend::available()) {
-    backend::select(name);
-    if (!backend::kernels().bf16_missing.empty()) continue;
-    any = true;
+  const bool any = with_each_bf16_library([&](const std::string& name) {
     const int M = 5, N = 7, K = 11;
     std::vector<float> x(M * K, 0.0f);
     const std::vector<float> later = test::to_host(test::random_slab("x", M * K));
@@ -351,8 +356,7 @@ TEST(Bf16, HeldOnFirstUseRoundsAtTheFirstProduct) {
       ASSERT_NEAR(fresh[i], want3[i], 3e-4) << name << " " << i;
     }
     ASSERT_NE(first, fresh) << name;
-  }
-  backend::select(previous);
+  });
   if (!any) GTEST_SKIP() << "no library of this build has native bf16 products here";
 }
 

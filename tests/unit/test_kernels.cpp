@@ -460,9 +460,9 @@ TEST_P(Kernels, SumOfSquaresOfManyPiecesAsPieceByPiece) {
   }
 }
 
-TEST_P(Kernels, AdamWOverSegmentsOfEveryLength) {
-  // Two tensors: a matrix (weight decay) of 5000 elements, more than one 4096-element chunk of
-  // the device shape's single kernel, and a 3-element LayerNorm bias (none).
+namespace {
+// The model an AdamW test's segments belong to (their decay comes from the tensors' table).
+GPTConfig adamw_test_model() {
   GPTConfig model;
   model.layers = 1;
   model.heads = 1;
@@ -470,6 +470,14 @@ TEST_P(Kernels, AdamWOverSegmentsOfEveryLength) {
   model.vocab = 16;
   model.padded_vocab = 16;
   model.max_seq_len = 8;
+  return model;
+}
+}  // namespace
+
+TEST_P(Kernels, AdamWOverSegmentsOfEveryLength) {
+  // Two tensors: a matrix (weight decay) of 5000 elements, more than one 4096-element chunk of
+  // the device shape's single kernel, and a 3-element LayerNorm bias (none).
+  const GPTConfig model = adamw_test_model();
   const int64_t n = 5003;
   std::vector<OptimizerSegment> segments = {{0, 0, 0, 5000, TensorId::wte},
                                             {5000, 5000, 5000, 3, TensorId::ln1b}};
@@ -500,13 +508,7 @@ TEST_P(Kernels, AdamWOverSegmentsOfEveryLength) {
 // alone, with no place in v, and AdamW's update as they would alone, on either shape (the device
 // shape's chunks read v at their own offsets).
 TEST_P(Kernels, AdamWPacksTheSecondMomentAroundMuonSegments) {
-  GPTConfig model;
-  model.layers = 1;
-  model.heads = 1;
-  model.channels = 8;
-  model.vocab = 16;
-  model.padded_vocab = 16;
-  model.max_seq_len = 8;
+  const GPTConfig model = adamw_test_model();
   const int64_t a = 5000, b = 4100, c = 3, n = a + b + c;
   std::vector<OptimizerSegment> segments = {{0, 0, 0, a, TensorId::wte},
                                             {a, a, a, b, TensorId::fcw, /*by_muon=*/true},
