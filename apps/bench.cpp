@@ -25,11 +25,11 @@
 #include "core/flags.hpp"
 #include "core/parallel.hpp"
 #include "core/profile.hpp"
+#include "layout/model_options.hpp"
+#include "layout/options.hpp"
+#include "layout/peak.hpp"
+#include "layout/step_log.hpp"
 #include "runtime.hpp"
-#include "train/model_options.hpp"
-#include "train/options.hpp"
-#include "train/peak.hpp"
-#include "train/step_log.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -37,7 +37,7 @@ namespace {
 struct Row {
   std::string model = "gpt2-124M";
   int warmup = 2;
-  // The step, the layout and the system: mpiformer-train's own settings (train/settings.cpp).
+  // The step, the layout and the system: mpiformer-train's own settings (layout/settings.cpp).
   mpf::TrainOptions run;
 };
 

@@ -17,18 +17,18 @@
 #include "core/error.hpp"
 #include "core/flags.hpp"
 #include "io/output_file.hpp"
+#include "layout/model_options.hpp"
+#include "layout/options.hpp"
 #include "plan/calibrate.hpp"
 #include "plan/report.hpp"
 #include "runtime.hpp"
 #include "train/exit_status.hpp"
-#include "train/model_options.hpp"
-#include "train/options.hpp"
 
 namespace {
 
 using mpf::plan::Job;
 
-// mpiformer-train's model flags (the "model" group of train/settings.cpp, less --init-from: the
+// mpiformer-train's model flags (the "model" group of layout/settings.cpp, less --init-from: the
 // plan's --model).
 const char* const kModelFlags[] = {"--layers",
                                    "--heads",
@@ -50,7 +50,7 @@ const char* const kModelFlags[] = {"--layers",
                                    "--shared-expert-dim"};
 
 struct PlanOptions {
-  // The model, the step and the threads: mpiformer-train's own settings (train/settings.cpp).
+  // The model, the step and the threads: mpiformer-train's own settings (layout/settings.cpp).
   mpf::TrainOptions run;
   std::string model_path;  // --model
   std::string machine;

@@ -10,9 +10,9 @@
 
 #include "backends/gemm.hpp"
 #include "core/error.hpp"
+#include "layout/options.hpp"
 #include "runtime.hpp"
 #include "train/exit_status.hpp"
-#include "train/options.hpp"
 #include "train/stop_signals.hpp"
 #include "train/trainer.hpp"
 

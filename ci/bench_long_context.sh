@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Long sequences (make bench): a Llama of GPT-2 124M's size (12 layers, 12 heads, 4 kv heads,
 # C = 768, FFN 2048, vocabulary 50,257), B = 1, at growing T, on one rank x all cores and on CP 2
-# x one thread each: tok/s, MFU (causal attention counted, train/step_log.hpp), the peak resident
+# x one thread each: tok/s, MFU (causal attention counted, layout/step_log.hpp), the peak resident
 # set of the busiest rank and the memory plan's prediction for it. Then the same model at
 # T = 1024 for reference in each row's ratio. Long rows take minutes a step: one warm-up step.
 #   bash ci/bench_long_context.sh [BUILD_DIR]

@@ -11,10 +11,10 @@
 #include "core/parallel.hpp"
 #include "core/stopwatch.hpp"
 #include "core/types.hpp"
+#include "layout/memory_plan.hpp"
+#include "layout/peak.hpp"
 #include "model/layers/attention.hpp"
 #include "model/layers/gelu.hpp"
-#include "train/memory_plan.hpp"
-#include "train/peak.hpp"
 
 namespace mpf::plan {
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <set>
 
+#include "layout/layout_memory.hpp"
+#include "layout/step_log.hpp"
 #include "model/activations.hpp"
 #include "model/parameters.hpp"
 #include "model/shard.hpp"
@@ -12,8 +14,6 @@
 #include "pipeline/layer_ownership.hpp"
 #include "pipeline/simulator.hpp"
 #include "plan/comm_model.hpp"
-#include "train/layout_memory.hpp"
-#include "train/step_log.hpp"
 
 namespace mpf::plan {
 

@@ -7,7 +7,7 @@
 // (CP's ring only where it outlasts the attention it overlaps). The pipeline's makespan is the
 // project's own schedule run by the simulator under those costs, with each P2P message's time;
 // the data-parallel gradient sum (not overlapped: the trainer's default), the optimizer and the
-// step's small collectives follow it. Memory is the run's own plan (train/layout_memory.hpp).
+// step's small collectives follow it. Memory is the run's own plan (layout/layout_memory.hpp).
 #pragma once
 
 #include <cstdint>
@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "layout/memory_plan.hpp"
 #include "plan/layout.hpp"
 #include "plan/machine.hpp"
 #include "plan/pipeline_replay.hpp"
-#include "train/memory_plan.hpp"
 
 namespace mpf::plan {
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "train/options.hpp"
+#include "layout/options.hpp"
 
 namespace mpf {
 

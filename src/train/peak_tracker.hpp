@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/bf16.hpp"
-#include "train/peak.hpp"
+#include "layout/peak.hpp"
 
 namespace mpf {
 

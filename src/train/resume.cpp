@@ -3,8 +3,8 @@
 #include <cstdio>
 
 #include "core/error.hpp"
-#include "train/model_options.hpp"
-#include "train/settings.hpp"
+#include "layout/model_options.hpp"
+#include "layout/settings.hpp"
 
 namespace mpf {
 

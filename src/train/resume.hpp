@@ -1,12 +1,12 @@
 // What a resumed run takes from its checkpoint, by the settings table's policy for each setting
-// (train/settings.hpp): those it must keep, those it may change, and the warnings a change earns.
+// (layout/settings.hpp): those it must keep, those it may change, and the warnings a change earns.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "checkpoint/checkpoint_info.hpp"
-#include "train/options.hpp"
+#include "layout/options.hpp"
 
 namespace mpf {
 

@@ -14,9 +14,9 @@
 #include "generate/tokenizer_file.hpp"
 #include "io/json.hpp"
 #include "io/output_file.hpp"
-#include "train/model_options.hpp"
+#include "layout/model_options.hpp"
+#include "layout/settings.hpp"
 #include "train/resume.hpp"
-#include "train/settings.hpp"
 
 namespace mpf {
 

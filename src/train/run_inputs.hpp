@@ -14,10 +14,10 @@
 #include "data/loader.hpp"
 #include "eval/task_file.hpp"
 #include "io/llmc_tokenizer.hpp"
+#include "layout/options.hpp"
 #include "model/config.hpp"
 #include "optim/lr_schedule.hpp"
 #include "train/metrics_log.hpp"
-#include "train/options.hpp"
 
 namespace mpf {
 

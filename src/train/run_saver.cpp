@@ -18,9 +18,9 @@
 #include "core/transfer.hpp"
 #include "generate/tokenizer_file.hpp"
 #include "io/output_file.hpp"
+#include "layout/settings.hpp"
 #include "parallel/agreement.hpp"
 #include "train/run_reporter.hpp"
-#include "train/settings.hpp"
 #include "train/test_fault.hpp"
 #include "train/trainer.hpp"
 

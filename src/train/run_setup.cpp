@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/stopwatch.hpp"
+#include "layout/layout_memory.hpp"
 #include "model/gpt.hpp"
 #include "model/layers/matmul.hpp"
 #include "model/shard.hpp"
@@ -20,7 +21,6 @@
 #include "pipeline/model_builder.hpp"
 #include "pipeline/p2p.hpp"
 #include "pipeline/simulator.hpp"
-#include "train/layout_memory.hpp"
 #include "train/trainer.hpp"
 
 namespace mpf {

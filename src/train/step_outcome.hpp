@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "train/step_log.hpp"
+#include "layout/step_log.hpp"
 
 namespace mpf {
 

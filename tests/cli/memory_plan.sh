@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The memory plan (train/memory_plan.hpp) against the truth: the peak resident set each rank
+# The memory plan (layout/memory_plan.hpp) against the truth: the peak resident set each rank
 # measured (VmHWM) is within 10% of what the banner predicted before anything was allocated, on
 # fourteen runs that differ in what dominates: a long sequence, full and selective recomputation
 # (one block's norm and SwiGLU scratch in the workspace), TP with sequence parallelism, CP, a 1F1B

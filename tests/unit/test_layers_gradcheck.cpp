@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backends/gemm.hpp"
+#include "layout/layout_memory.hpp"
 #include "model/gpt.hpp"
 #include "model/layers/attention.hpp"
 #include "model/layers/cross_entropy.hpp"
@@ -18,7 +19,6 @@
 #include "model/layers/rope.hpp"
 #include "model/layers/swiglu.hpp"
 #include "test_helpers.hpp"
-#include "train/layout_memory.hpp"
 
 namespace mpf {
 

@@ -8,10 +8,10 @@
 
 #include "backends/gemm.hpp"
 #include "core/bf16.hpp"
+#include "layout/layout_memory.hpp"
 #include "model/gpt.hpp"
 #include "model/layers/matmul.hpp"
 #include "test_helpers.hpp"
-#include "train/layout_memory.hpp"
 
 namespace mpf {
 

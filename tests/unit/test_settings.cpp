@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_info.hpp"
+#include "layout/model_options.hpp"
+#include "layout/options.hpp"
+#include "layout/settings.hpp"
 #include "test_helpers.hpp"
-#include "train/model_options.hpp"
-#include "train/options.hpp"
 #include "train/resume.hpp"
-#include "train/settings.hpp"
 
 namespace mpf {
 namespace {

@@ -1,4 +1,4 @@
-#include "train/model_options.hpp"
+#include "layout/model_options.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "train/layout_memory.hpp"
+#include "layout/layout_memory.hpp"
 
 #include <algorithm>
 

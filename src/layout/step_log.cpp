@@ -1,4 +1,4 @@
-#include "train/step_log.hpp"
+#include "layout/step_log.hpp"
 
 #include <cmath>
 #include <cstdio>

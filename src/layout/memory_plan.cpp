@@ -1,4 +1,4 @@
-#include "train/memory_plan.hpp"
+#include "layout/memory_plan.hpp"
 
 #include <algorithm>
 #include <cstdio>

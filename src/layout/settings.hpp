@@ -10,7 +10,7 @@
 #include <variant>
 #include <vector>
 
-#include "train/options.hpp"
+#include "layout/options.hpp"
 
 namespace mpf {
 

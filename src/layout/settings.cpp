@@ -1,4 +1,4 @@
-#include "train/settings.hpp"
+#include "layout/settings.hpp"
 
 #include <cstdio>
 

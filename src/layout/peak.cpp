@@ -1,4 +1,4 @@
-#include "train/peak.hpp"
+#include "layout/peak.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>

@@ -5,11 +5,11 @@
 
 #include <vector>
 
+#include "layout/memory_plan.hpp"
 #include "model/config.hpp"
 #include "pipeline/layer_ownership.hpp"
 #include "pipeline/schedule_plan.hpp"
 #include "pipeline/simulator.hpp"
-#include "train/memory_plan.hpp"
 
 namespace mpf {
 

@@ -1,4 +1,4 @@
-#include "train/options.hpp"
+#include "layout/options.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -9,9 +9,9 @@
 #include "core/error.hpp"
 #include "core/flags.hpp"
 #include "io/output_file.hpp"
+#include "layout/model_options.hpp"
+#include "layout/settings.hpp"
 #include "model/layers/mma_attention.hpp"
-#include "train/model_options.hpp"
-#include "train/settings.hpp"
 
 namespace mpf {
 

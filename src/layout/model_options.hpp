@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "layout/options.hpp"
 #include "model/config.hpp"
-#include "train/options.hpp"
 
 namespace mpf {
 
