@@ -497,7 +497,8 @@ double Predictor::step_bound(const Layout& l) {
   // both.
   Layout hsdp = l;
   hsdp.zero_node = true;
-  const bool twin = l.zero && !l.zero_node && layout_problem(job_, hsdp).empty();
+  const bool twin =
+      l.zero && !l.zero_node && l.ep == 1 && !job_.muon && zero_node_ranks(job_, l) > 0;
   double tail = -1;
   for (int r = 0; r < P; ++r) {
     if (busy[size_t(r)] < most * (1 - 1e-9)) continue;

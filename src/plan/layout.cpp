@@ -234,7 +234,14 @@ int group_nodes(const Job& job, const Layout& l, const std::string& dim) {
 }
 
 int zero_node_ranks(const Job& job, const Layout& l) {
-  const int nodes = group_nodes(job, l, "dp_cp"), ranks = l.dp * l.cp;
+  const int ranks = l.dp * l.cp;
+  if (job.ranks_per_node % l.tp == 0) {
+    // A DP x CP group's ranks are tp·k for k < dp·cp (Megatron's order), so a node holds
+    // ranks_per_node / tp consecutive ones: the search asks this of every ZeRO layout it bounds.
+    const int per_node = job.ranks_per_node / l.tp;
+    return ranks > per_node && ranks % per_node == 0 ? per_node : 0;
+  }
+  const int nodes = group_nodes(job, l, "dp_cp");
   if (nodes < 2 || ranks % nodes != 0) return 0;
   // Megatron's order puts a group's ranks at regular strides, so a node holds ranks / nodes of
   // them exactly when no node boundary falls inside the stride pattern unevenly: count them.

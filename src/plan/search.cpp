@@ -200,8 +200,8 @@ std::vector<Candidate> search(const Job& job, const Machine& m, const SearchOpti
     // the two that fit is the layout.
     Candidate hsdp = c;
     hsdp.layout.zero_node = true;
-    if (c.predicted.fits && c.layout.zero && layout_problem(job, hsdp.layout).empty() &&
-        !too_large(hsdp)) {
+    if (c.predicted.fits && c.layout.zero && !c.layout.zero_node && c.layout.ep == 1 && !job.muon &&
+        zero_node_ranks(job, c.layout) > 0 && !too_large(hsdp)) {
       hsdp.predicted = predictor.predict(hsdp.layout);
       if (hsdp.predicted.fits && hsdp.predicted.ms.step() < c.predicted.ms.step()) c = hsdp;
     }
