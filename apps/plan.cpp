@@ -65,7 +65,8 @@ const std::set<std::string>& shared_flags() {
   static const std::set<std::string> flags = [] {
     std::set<std::string> f = {"--batch",     "--seq-len",           "--precision",
                                "--threads",   "--optimizer",         "--muon-ns-precision",
-                               "--p2p-dtype", "--grad-reduce-dtype", "--tp-comm-dtype"};
+                               "--p2p-dtype", "--grad-reduce-dtype", "--tp-comm-dtype",
+                               "--mtp"};
     for (const char* m : kModelFlags) f.insert(m);
     return f;
   }();
@@ -167,7 +168,8 @@ mpf::GPTConfig model_of(const PlanOptions& o, std::string& flags) {
   const bool config = p.size() >= 11 && p.compare(p.size() - 11, 11, "config.json") == 0;
   if (mpf::is_directory(p) || config) {
     const std::string file = config ? p : p + "/config.json";
-    const mpf::GPTConfig cfg = mpf::read_hf_config(file);
+    mpf::GPTConfig cfg = mpf::read_hf_config(file);
+    cfg.mtp = mpf::read_hf_mtp_depth(file);  // the trainer's default --mtp
     // A directory brings its weights; a bare config.json only the sizes.
     flags = config ? mpf::model_flags(cfg) : "--init-from " + p;
     return cfg;
@@ -232,6 +234,17 @@ int plan(mpf::Runtime& runtime, int argc, char** argv) {
     Job job;
     mpf::plan::ReportInput in;
     job.cfg = model_of(o, in.model_flags);
+    // --mtp: fewer multi-token prediction modules than the model's, as the trainer takes them.
+    if (o.run.mtp >= 0) {
+      mpf::require(o.run.mtp <= job.cfg.mtp,
+                   "--mtp " + std::to_string(o.run.mtp) + ": the model has " +
+                       std::to_string(job.cfg.mtp) +
+                       " multi-token prediction modules (deepseek_v3's num_nextn_predict_layers); "
+                       "pass --mtp " +
+                       std::to_string(job.cfg.mtp) + " or less");
+      job.cfg.mtp = o.run.mtp;
+      in.model_flags += " --mtp " + std::to_string(o.run.mtp);
+    }
     job.batch = o.run.batch;
     job.seq_len = o.run.seq_len;
     job.precision = o.run.precision;

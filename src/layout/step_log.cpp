@@ -9,20 +9,27 @@
 namespace mpf {
 
 double flops_per_token(const GPTConfig& cfg, int T) {
-  // The position table (GPT-2's; Llama has none) is a lookup, not a product.
+  // The position table (GPT-2's; Llama has none) and an untied model's token table are lookups,
+  // not products; a tied table is the head's product.
   double n_prime = double(parameter_count(cfg)) - double(tensor_size(TensorId::wpe, cfg));
+  if (!cfg.tied) n_prime -= double(tensor_size(TensorId::wte, cfg));
   // A token goes through k of the E experts: only their share of the MLP's weights is active.
   if (cfg.moe()) {
     const double experts =
         double(tensor_size(TensorId::fcw, cfg) + tensor_size(TensorId::fcprojw, cfg));
     n_prime -= experts * (1.0 - double(cfg.experts_per_token) / cfg.experts);
   }
-  // Attention: per layer and token, Q·Kᵀ and P·V over the keys a query sees, 2·2·hs FLOPs a key
-  // and head forward, twice that backward; causally a query sees T/2 keys on average, within a
-  // sliding window of W < T positions W − W²/(2T).
+  // Each multi-token prediction depth (its block and eh_proj are in the parameters above) passes
+  // its rows through the shared head once more: the head's product again per depth.
+  n_prime += double(cfg.mtp) * cfg.padded_vocab * cfg.channels;
+  // Attention: per block (the modules' too) and token, Q·Kᵀ and P·V over the keys a query sees,
+  // 2·(hs_qk + hs_v) FLOPs a key and head forward, twice that backward (MLA: hs_qk = qk_nope +
+  // qk_rope, hs_v = v_head); causally a query sees T/2 keys on average, within a sliding window
+  // of W < T positions W − W²/(2T).
   const double W = cfg.sliding_window;
   const double keys = W > 0 && W < T ? W - W * W / (2.0 * T) : T / 2.0;
-  const double attention = 12.0 * cfg.layers * double(cfg.heads) * cfg.head_size() * keys;
+  const double hs_v = double(cfg.attention_width()) / cfg.heads;
+  const double attention = 6.0 * cfg.blocks() * double(cfg.heads) * (cfg.head_size() + hs_v) * keys;
   return 6.0 * n_prime + attention;
 }
 

@@ -12,9 +12,11 @@ namespace mpf {
 
 // Model FLOPs per token, forward + backward (PaLM appendix B, with attention counted as causal
 // attention needs it, as FlashAttention counts it):
-//   6·N' + 6·L·T·C, N' = parameters without the position table (the tied head counted once), C =
-//   the query heads' width NH·hs. PaLM's 12·L·T·C counts the whole T × T matrix; a causal query
-//   sees T/2 keys on average, and the fused attention skips the rest.
+//   6·N' + 3·L'·T·NH·(hs_qk + hs_v), N' = the active parameters of the products: all but the
+//   position table and an untied token table (lookups), the routed experts' at k/E, plus the
+//   head's V·C again per multi-token prediction depth; L' = the blocks with the D modules'
+//   (L + D). PaLM's 12·L·T·C counts the whole T × T matrix; a causal query sees T/2 keys on
+//   average, and the fused attention skips the rest. docs/performance.md, "FLOPs, peak and MFU".
 double flops_per_token(const GPTConfig& cfg, int T);
 
 struct StepRecord {

@@ -196,6 +196,34 @@ TpShard stage_shard(const LayoutSizes& sizes, pipeline::ChunkPlacement placement
                            own.layers, own.embedding, own.head);
 }
 
+// The multi-token prediction modules on the head's stage (model/mtp.hpp), D depths per
+// microbatch, each one block of the last block's kind (`block`) beside [enorm | hnorm], eh_proj
+// (R x 2C -> C), the embedding of the shifted tokens and the head's logits and loss again. The
+// forward runs in the head's F; its B runs the depth's forward again, then its B and W at once.
+void add_mtp_modules(const Job& job, const Machine& m, const Layout& l, const BlockWork& block,
+                     double logits, double Vs, double dev, StageCost& cost) {
+  const double D = job.cfg.mtp, C = job.cfg.channels;
+  const double R = double(l.micro_batch_size(job)) * (job.seq_len / l.cp);
+  const double Rn = l.sequence_parallel ? R / l.tp : R;
+  const double bw = m.memory_bandwidth_gbs * 1e6 * dev;
+  const Group tp{l.tp, 1};
+  const double eh = gemm_ms(m, job.precision, 2 * R * C * 2 * C, dev);
+  // The lookup, the two norms and the concat, shared_head.norm; the logits' softmax and loss.
+  const double elementwise = (3 * C * R + 10 * C * Rn + 2 * R * Vs) * kFloat / bw;
+  OpTime f = block.f;
+  f.compute += eh + logits + elementwise;
+  f.tp += 3 * allreduce_ms(m, R * kFloat, tp);
+  OpTime b = block.b;
+  if (l.recompute) add(b, block.f, -1);  // the depth's forward runs once before its B anyway
+  add(b, block.w);
+  b.compute += 2 * eh + 2 * logits + 2 * elementwise;
+  b.tp += l.sequence_parallel ? reduce_scatter_ms(m, R * C * tp_element(job), tp)
+                              : allreduce_ms(m, R * C * tp_element(job), tp);
+  add(cost.f, f, D);
+  add(cost.b, f, D);
+  add(cost.b, b, D);
+}
+
 // Every stage's costs. A block's work depends on the layout's widths, not on its stage.
 std::vector<StageCost> stage_costs(const Job& job, const Machine& m, const Layout& l,
                                    pipeline::ChunkPlacement placement, int only = -1) {
@@ -248,6 +276,7 @@ std::vector<StageCost> stage_costs(const Job& job, const Machine& m, const Layou
         cost.f.tp += 3 * allreduce_ms(m, R * kFloat, tp);
         cost.b.tp += l.sequence_parallel ? reduce_scatter_ms(m, R * C * tp_element(job), tp)
                                          : allreduce_ms(m, R * C * tp_element(job), tp);
+        if (cfg.mtp > 0) add_mtp_modules(job, m, l, block, logits, Vs, dev, cost);
       }
     }
     const double V = double(own.chunks.size());

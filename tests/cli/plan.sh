@@ -207,6 +207,42 @@ else
   bad "config.json: $line"
 fi
 
+# A deepseek_v3 config.json with one multi-token prediction module (num_nextn_predict_layers 1):
+# planned with it by default (the trainer's --mtp), its block, eh_proj and head pass in the step
+# and its parameters, optimizer state and activations in the peak; --mtp 0 plans without it and
+# says so in the command; more modules than the file's are refused.
+mkdir -p "$WORK/ds"
+cat >"$WORK/ds/config.json" <<'JSON'
+{"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64,
+ "intermediate_size": 96, "moe_intermediate_size": 16, "num_hidden_layers": 3,
+ "num_attention_heads": 4, "num_key_value_heads": 4, "n_shared_experts": 1,
+ "n_routed_experts": 8, "routed_scaling_factor": 2.5, "q_lora_rank": 32, "kv_lora_rank": 16,
+ "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "n_group": 2, "topk_group": 1,
+ "num_experts_per_tok": 2, "first_k_dense_replace": 1, "norm_topk_prob": true,
+ "hidden_act": "silu", "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+ "vocab_size": 512, "tie_word_embeddings": false, "scoring_func": "sigmoid",
+ "topk_method": "noaux_tc", "num_nextn_predict_layers": 1}
+JSON
+ds=(--machine "$M" --model "$WORK/ds/config.json" --batch 8 --seq-len 64 --nodes 1
+  --ranks-per-node 2 --evaluate dp=2 --json)
+if "$PLAN" "${ds[@]}" >"$WORK/ds1.json" && "$PLAN" "${ds[@]}" --mtp 0 >"$WORK/ds0.json" &&
+  out=$("$PY" - "$WORK/ds1.json" "$WORK/ds0.json" <<'PYEOF'
+import json, sys
+one, zero = (json.load(open(f))["candidates"][0] for f in sys.argv[1:])
+p1, p0 = one["predicted"], zero["predicted"]
+assert p1["step_ms"] > p0["step_ms"] and p1["peak_mb_per_rank"] > p0["peak_mb_per_rank"], (p1, p0)
+assert "--mtp 0" in zero["command"] and "--mtp" not in one["command"], (one, zero)
+print("step %.3f -> %.3f ms, peak %.1f -> %.1f MB" % (p0["step_ms"], p1["step_ms"],
+      p0["peak_mb_per_rank"], p1["peak_mb_per_rank"]))
+PYEOF
+  ); then
+  ok "plans a deepseek_v3 config.json's multi-token prediction module (--mtp 0 -> 1: $out)"
+else
+  bad "deepseek_v3 with its module: $(head -c 300 "$WORK/ds1.json")"
+fi
+expect_error_from "$PLAN" "--mtp past the file's modules" 1 \
+  "--mtp 2: the model has 1 multi-token prediction modules.*pass --mtp 1 or less" -- "${ds[@]}" --mtp 2
+
 # Bad machine files and flags: one error line, exit 2, on every rank.
 bad_machine() {  # NAME PATTERN PYTHON-EDIT [FLAGS...]
   "$PY" -c "import json,sys; m=json.load(open('$M')); $3; json.dump(m, open('$WORK/bad.json','w'))"

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/error.hpp"
+#include "layout/step_log.hpp"
 #include "model/parameters.hpp"
 #include "pipeline/simulator.hpp"
 #include "plan/comm_model.hpp"
@@ -239,6 +240,66 @@ TEST(PlanCost, MixedModelsDenseBlocksCostTheirOwnMlp) {
   const int64_t params = parameter_count(c) - parameter_count(all_moe.cfg);
   EXPECT_EQ(params, int64_t(3 * C * Fd - (E * 3 * C * F + E * C + 3 * C * Fs + E)));
   EXPECT_EQ(Parameters::slab_floats(make_tp_shard(c, 0, 1)), parameter_count(c));
+}
+
+// DeepSeek-V3's multi-token prediction modules (--mtp) in the model FLOPs and in the planner's
+// costs. FLOPs: a depth adds its block's active parameters (MLA, the router and bias, k of the E
+// experts, the shared expert), enorm, hnorm, eh_proj (2C x C), shared_head.norm, the head's Vp x C
+// again and one block's attention, all by hand from the sizes; the attention with MLA's head
+// sizes (Q·Kᵀ over qk_nope + qk_rope, P·V over v_head); an untied token table is a lookup (tied
+// and untied count the same). Costs: on the head's stage each depth's F is a block's F beside
+// eh_proj's and the head's products and the element-wise passes (the lookup, the norms, the
+// logits' loss); its B the same forward again, then the block's B and W and those products
+// twice; the W op is unchanged (a depth's W runs in its B).
+TEST(PlanCost, MtpModulesInFlopsAndCosts) {
+  const Machine m = round_machine();
+  Job job = tiny_gpt(1, 1);
+  GPTConfig& c = job.cfg;
+  c.arch = Arch::kDeepseekV3;
+  c.layers = 3;
+  c.tied = false;
+  c.q_lora_rank = c.kv_lora_rank = 16;
+  c.qk_nope_dim = c.qk_rope_dim = c.v_head_dim = 8;
+  c.experts = 4;
+  c.experts_per_token = 2;
+  c.ffn_dim = c.shared_ffn = 16;
+  c.moe_sigmoid = c.moe_noaux = true;
+  c.dense_layers = 1;
+  c.dense_ffn = 96;
+  validate(c, "test");
+  Job one = job;
+  one.cfg.mtp = 1;
+  const double C = 64, NH = 4, qr = 16, kvr = 16, dn = 8, dr = 8, dv = 8, E = 4, k = 2, F = 16,
+               Fs = 16, Vp = 256, T = 32;
+  const double attention = 2 * C + qr * C + qr + NH * (dn + dr) * qr + (kvr + dr) * C + kvr +
+                           NH * (dn + dv) * kvr + C * NH * dv;
+  const double moe = E * C + E + k * 3 * C * F + 3 * C * Fs;
+  const double module = attention + moe + 2 * C * C + 3 * C + Vp * C;
+  EXPECT_NEAR(flops_per_token(one.cfg, 32) - flops_per_token(c, 32),
+              6 * module + 3 * T * NH * (dn + dr + dv), 1e-6);
+  EXPECT_NEAR(flops_per_token(one.cfg, 64) - flops_per_token(one.cfg, 32),
+              3 * (3 + 1) * NH * (dn + dr + dv) * (64 - 32), 1e-6);
+  GPTConfig tied = one.cfg;
+  tied.tied = true;
+  EXPECT_DOUBLE_EQ(flops_per_token(tied, 32), flops_per_token(one.cfg, 32));
+
+  Layout l;
+  l.dp = 1;
+  l.microbatches = 1;
+  Job deeper = job;  // one more trunk block of the modules' kind: a block's F, B and W
+  deeper.cfg.layers = 4;
+  const StageCost s0 = stage_cost(job, m, l, 0), s1 = stage_cost(one, m, l, 0),
+                  s4 = stage_cost(deeper, m, l, 0);
+  const double R = 8 * 32, rate = 4 * 50e9, bw = 4 * 10e9;
+  const double products = (2 * R * C * 2 * C + 2 * R * Vp * C) / rate * 1e3;
+  const double elementwise = (3 * C * R + 10 * C * R + 2 * R * Vp) * 4 / bw * 1e3;
+  const double f = s1.f.compute - s0.f.compute - (s4.f.compute - s0.f.compute);
+  EXPECT_NEAR(f, products + elementwise, 1e-9);
+  EXPECT_NEAR(s1.w.compute, s0.w.compute, 1e-12);
+  EXPECT_NEAR(s1.b.compute - s0.b.compute,
+              (s4.f.compute - s0.f.compute) + f + (s4.b.compute - s0.b.compute) +
+                  (s4.w.compute - s0.w.compute) + 2 * (products + elementwise),
+              1e-9);
 }
 
 TEST(PlanCost, MemoryTermsByHand) {
