@@ -1,4 +1,5 @@
 // mpiformer-tokenize's flags (docs/data.md): what to read, which tokenizer, where the shards go.
+// apps/tokenize.cpp parses them with the settings table (layout/settings.hpp).
 #pragma once
 
 #include <cstdint>
@@ -26,10 +27,6 @@ struct TokenizeOptions {
   InvalidUtf8 invalid_utf8 = InvalidUtf8::kReplace;
   bool help = false;
 };
-
-// Throws InputError naming the flag and the fix.
-TokenizeOptions parse_tokenize_options(int argc, const char* const* argv);
-std::string tokenize_usage();
 
 // The flags' spellings of the choices ("drop", "skip-document", ...), for the manifest.
 std::string unknown_bytes_name(UnknownSymbols how);

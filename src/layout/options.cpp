@@ -46,6 +46,15 @@ std::string help_entry(const std::string& left, const std::string& text) {
   return out + "\n";
 }
 
+std::string help_row(const std::string& flag, const std::string& arg, std::string text,
+                     const std::string& shown) {
+  // A switch (no value) has no default to show.
+  if (text.find("default") == std::string::npos && !arg.empty() && !shown.empty()) {
+    text += " (default " + shown + ")";
+  }
+  return help_entry(flag + (arg.empty() ? "" : " ") + arg, text);
+}
+
 flags::Table settings_table(TrainOptions& o, const std::set<std::string>* only) {
   flags::Table table;
   for (const SettingGroup& g : setting_groups()) {
@@ -287,13 +296,7 @@ std::string settings_help(const std::set<std::string>* only) {
     std::string rows;
     for (const Setting& s : g.rows) {
       if (only && !only->count(s.flag)) continue;
-      std::string text = s.help;
-      const std::string shown = setting_shown(defaults, s);
-      const bool is_switch = std::holds_alternative<bool TrainOptions::*>(s.field);
-      if (text.find("default") == std::string::npos && !is_switch && !shown.empty()) {
-        text += " (default " + shown + ")";
-      }
-      rows += help_entry(std::string(s.flag) + (*s.arg ? " " : "") + s.arg, text);
+      rows += help_row(s.flag, s.arg, s.help, setting_shown(defaults, s));
     }
     if (!rows.empty()) out += std::string(g.title) + "\n" + rows;
   }

@@ -157,6 +157,10 @@ void check_options(TrainOptions& o);
 std::string settings_help(const std::set<std::string>* only);
 // "  --flag ARG   text", wrapped at 100 columns.
 std::string help_entry(const std::string& left, const std::string& text);
+// A row of --help: "  --flag ARG   text (default V)", the default added unless the text speaks
+// of it, the flag is a switch (arg "") or the default is empty.
+std::string help_row(const std::string& flag, const std::string& arg, std::string text,
+                     const std::string& shown);
 
 std::string usage();
 

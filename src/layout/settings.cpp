@@ -441,6 +441,42 @@ std::string spelled(const std::string& choices) {  // "auto,yes,no" -> "auto, ye
   return out;
 }
 
+// An integral bound as a person writes it (2147483647, not 2.14748e+09).
+std::string bound_text(double v) {
+  return v == double(int64_t(v)) ? std::to_string(int64_t(v)) : flags::number(v);
+}
+
+void set_flag(const FlagRow& r, const std::string& flag, const std::string& value) {
+  auto in_range = [&](double v) {
+    require(v >= r.min, flag + " must be >= " + flags::number(r.min) + ", got " + value);
+    if (v > r.max) throw InputError(flag + " must be <= " + bound_text(r.max) + ", got " + value);
+  };
+  std::visit(Overload{
+                 [&](int* f) { in_range(*f = flags::to_int32(flag, value)); },
+                 [&](int64_t* f) { in_range(double(*f = flags::to_int(flag, value))); },
+                 [&](uint64_t* f) {
+                   const int64_t v = flags::to_int(flag, value);
+                   require(v >= 0, flag + " must be non-negative, got " + value);
+                   *f = uint64_t(v);
+                 },
+                 [&](float* f) { in_range(*f = float(flags::to_double(flag, value))); },
+                 [&](double* f) { in_range(*f = flags::to_double(flag, value)); },
+                 [&](bool* f) {
+                   require(value == "true" || value == "false",
+                           flag + " is true or false, got '" + value + "'");
+                   *f = value == "true";
+                 },
+                 [&](std::string* f) {
+                   require(!r.choices || among(value, r.choices),
+                           flag + " must be " + spelled(r.choices ? r.choices : "") + ", got '" +
+                               value + "'");
+                   *f = value;
+                 },
+                 [&](const flags::Setter& set) { set(flag, value); },
+             },
+             r.field);
+}
+
 }  // namespace
 
 const std::vector<SettingGroup>& setting_groups() {
@@ -450,33 +486,54 @@ const std::vector<SettingGroup>& setting_groups() {
 
 void set_setting(TrainOptions& o, const Setting& s, const std::string& flag,
                  const std::string& value) {
-  auto at_least = [&](double v) {
-    require(v >= s.min, flag + " must be >= " + flags::number(s.min) + ", got " + value);
-  };
-  std::visit(Overload{
-                 [&](int O::*f) { at_least(o.*f = flags::to_int32(flag, value)); },
-                 [&](int64_t O::*f) { at_least(double(o.*f = flags::to_int(flag, value))); },
-                 [&](uint64_t O::*f) {
-                   const int64_t v = flags::to_int(flag, value);
-                   require(v >= 0, flag + " must be non-negative, got " + value);
-                   o.*f = uint64_t(v);
-                 },
-                 [&](float O::*f) { at_least(o.*f = float(flags::to_double(flag, value))); },
-                 [&](double O::*f) { at_least(o.*f = flags::to_double(flag, value)); },
-                 [&](bool O::*f) {
-                   require(value == "true" || value == "false",
-                           flag + " is true or false, got '" + value + "'");
-                   o.*f = value == "true";
-                 },
-                 [&](std::string O::*f) {
-                   require(!s.choices || among(value, s.choices),
-                           flag + " must be " + spelled(s.choices ? s.choices : "") + ", got '" +
-                               value + "'");
-                   o.*f = value;
-                 },
-                 [&](Precision O::*f) { o.*f = parse_precision(value); },
-             },
-             s.field);
+  if (const auto* p = std::get_if<Precision O::*>(&s.field)) {
+    o.*(*p) = parse_precision(value);
+    return;
+  }
+  // The same checks as another program's rows: a setting is such a row bound to `o`.
+  const FlagField field = std::visit(Overload{
+                                         [](Precision O::*) { return FlagField(flags::Setter()); },
+                                         [&](auto f) { return FlagField(&(o.*f)); },
+                                     },
+                                     s.field);
+  set_flag(FlagRow{s.flag, s.arg, s.help, field, s.min, s.choices}, flag, value);
+}
+
+void add_flag_rows(flags::Table& table, const std::vector<FlagGroup>& groups, bool& help) {
+  for (const FlagGroup& g : groups) {
+    for (const FlagRow& r : g.rows) {
+      if (*r.arg == '\0') {
+        table.switches[r.flag] = [r] { set_flag(r, r.flag, "true"); };
+      } else {
+        table.values[r.flag] = [r](const std::string& f, const std::string& v) {
+          set_flag(r, f, v);
+        };
+      }
+    }
+  }
+  table.switches["--help"] = table.switches["-h"] = [&help] { help = true; };
+}
+
+std::string flag_rows_help(const std::vector<FlagGroup>& groups) {
+  std::string out;
+  for (const FlagGroup& g : groups) {
+    std::string rows;
+    for (const FlagRow& r : g.rows) {
+      const std::string shown = std::visit(Overload{
+                                               [](int* f) { return std::to_string(*f); },
+                                               [](int64_t* f) { return std::to_string(*f); },
+                                               [](uint64_t* f) { return std::to_string(*f); },
+                                               [](float* f) { return flags::number(*f); },
+                                               [](double* f) { return flags::number(*f); },
+                                               [](std::string* f) { return *f; },
+                                               [](const auto&) { return std::string(); },
+                                           },
+                                           r.field);
+      rows += help_row(r.flag, r.arg, r.help, shown);
+    }
+    if (!rows.empty()) out += (*g.title ? std::string(g.title) + "\n" : "") + rows;
+  }
+  return out;
 }
 
 std::string setting_text(const TrainOptions& o, const Setting& s) {

@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/flags.hpp"
 #include "layout/options.hpp"
 
 namespace mpf {
@@ -52,6 +53,38 @@ struct SettingGroup {
 
 // Every setting of mpiformer-train, grouped as --help shows them.
 const std::vector<SettingGroup>& setting_groups();
+
+// Another program's own flag (mpiformer-generate's, mpiformer-tokenize's): a row of this table
+// bound to a field of that program's options, parsed with a setting's checks (the number, its
+// least and most value, its choices; a bool field is a switch) and shown in --help as a setting
+// is. A field of a kind the table has no type for (a list) is a setter of its own; a row whose
+// value has no name (arg "") is a switch, which sets "true".
+using FlagField =
+    std::variant<int*, int64_t*, uint64_t*, float*, double*, bool*, std::string*, flags::Setter>;
+
+inline constexpr double kNoMaximum = std::numeric_limits<double>::infinity();
+
+struct FlagRow {
+  const char* flag;
+  const char* arg;   // "" for a switch
+  const char* help;  // " (default V)" is added from the field as a setting's is
+  FlagField field;
+  double min = kNoMinimum;
+  const char* choices = nullptr;
+  double max = kNoMaximum;
+};
+
+struct FlagGroup {
+  const char* title;  // --help's heading
+  std::vector<FlagRow> rows;
+};
+
+// The rows into `table` (flags::parse's), with --help and -h setting `help`.
+void add_flag_rows(flags::Table& table, const std::vector<FlagGroup>& groups, bool& help);
+
+// --help's lines of the rows under their groups' titles, the defaults shown from the fields
+// (bind the rows to a default options).
+std::string flag_rows_help(const std::vector<FlagGroup>& groups);
 
 // Parses `value` into the row's field of `o`; InputError naming `flag` for a malformed value, one
 // below the row's minimum or not among its choices. A switch takes value "true".

@@ -73,3 +73,21 @@ wait_for() {
   done
   return 1
 }
+# help_rows_are_flags PROGRAM: the flags PROGRAM's --help lists and those its parser takes are
+# one table's rows (layout/settings.hpp): each listed flag, given a value, is never an unknown
+# flag (a bad value or a later check refuses it, in the program's error line), and one --help
+# does not list is.
+help_rows_are_flags() {
+  local program=$1 flags flag out unknown=""
+  flags=$(cd "$WORK" && "$program" --help | sed -nE 's/^  (--[a-z0-9-]+).*/\1/p' | grep -vx -- --help)
+  for flag in $flags; do
+    out=$(cd "$WORK" && timeout 30 "$program" "$flag" x 2>&1 >/dev/null)
+    grep -q "^error: unknown flag '$flag'" <<<"$out" && unknown+=" $flag"
+  done
+  out=$(cd "$WORK" && timeout 30 "$program" --not-listed x 2>&1 >/dev/null)
+  if [ -n "$flags" ] && [ -z "$unknown" ] && grep -q "^error: unknown flag '--not-listed'" <<<"$out"; then
+    ok "$(basename "$program"): the $(wc -w <<<"$flags") flags --help lists are the ones it parses"
+  else
+    bad "$(basename "$program"): --help lists flags it does not parse:${unknown:- (none listed)}"
+  fi
+}

@@ -142,4 +142,17 @@ expect_error "sample tokens" 1 "--sample-tokens must be >= 1" -- --sample-every 
 
 out=$("$GENERATE" --help 2>&1)
 [ $? -eq 0 ] && grep -q -- "--prompt-tokens" <<<"$out" && ok "--help prints the flags" || bad "--help"
+# The flags are rows of mpiformer-train's settings table (layout/settings.hpp): --help lists what
+# the parser takes, with each row's default added as mpiformer-train's --help adds it, a value
+# may follow an `=`, and a bad value of a flag both programs take is refused in the same words.
+help_rows_are_flags "$GENERATE"
+grep -A1 -- "^  --gpu-aware-mpi M" <<<"$out" | tr -s ' \n' ' ' | grep -q "(default auto)" &&
+  ok "--help shows the table's default of --gpu-aware-mpi" || bad "--help: $(grep -A1 -- --gpu-aware-mpi <<<"$out")"
+expect "--flag=value, below the least value" 1 "^error: --max-new-tokens must be >= 1, got 0$" -- "${model[@]}" --max-new-tokens=0
+for given in --gpu-aware-mpi=maybe --tp=0 --threads=x; do
+  mine=$("$GENERATE" "${model[@]}" "$given" 2>&1 | grep '^error:')
+  theirs=$("$TRAIN" "$given" 2>&1 | grep '^error:')
+  [ -n "$mine" ] && [ "$mine" = "$theirs" ] && ok "$given: the trainer's error line: $mine" ||
+    bad "$given: generator '$mine' vs trainer '$theirs'"
+done
 finish

@@ -281,8 +281,16 @@ expect_error_from "$TOKENIZE" "--unknown-bytes error" 2 \
 expect_error_from "$TOKENIZE" "--invalid-utf8 error" 2 \
   "input $WORK/rep/2_latin1.txt: the text is not UTF-8: byte 3 begins 0xE9; pass --invalid-utf8 replace" \
   -- "${R[@]}" --invalid-utf8 error --output-dir "$WORK/rep_e2"
-expect_error_from "$TOKENIZE" "a misspelt choice" 1 "--invalid-utf8 'skip' is not a choice" \
+# The settings table's words (layout/settings.hpp), as mpiformer-train's for its choices.
+expect_error_from "$TOKENIZE" "a misspelt choice" 1 "^error: --invalid-utf8 must be replace, skip-document or error, got 'skip'$" \
   -- "${R[@]}" --invalid-utf8 skip --output-dir "$WORK/rep_e3"
 [ -z "$(find "$WORK"/rep_e? -type f 2>/dev/null)" ] && ok "the refused corpora left no files" ||
   bad "the refused corpora left: $(find "$WORK"/rep_e? -type f)"
+# The flags are rows of the settings table: --help lists what the parser takes, a value may follow
+# an `=`, and a number outside a row's bounds is refused in the table's words.
+help_rows_are_flags "$TOKENIZE"
+expect_error_from "$TOKENIZE" "--flag=value, below the least value" 1 "^error: --shard-tokens must be >= 1, got 0$" \
+  -- "${R[@]}" --shard-tokens=0 --output-dir "$WORK/rep_e4"
+expect_error_from "$TOKENIZE" "above the most value" 1 "^error: --val-tokens must be <= 2147483647, got 2147483648$" \
+  -- "${R[@]}" --val-tokens 2147483648 --output-dir "$WORK/rep_e4"
 finish
