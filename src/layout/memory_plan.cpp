@@ -92,13 +92,8 @@ struct Terms {
 
 // The elements of the largest of the shard's blocks' stretches of the slab (0 without blocks).
 int64_t largest_block(const TpShard& shard) {
-  const int L = shard.local_layers();
-  const SlabLayout layout = SlabLayout::of(shard);
   int64_t block = 0;
-  for (int l = 0; l < L; ++l) {
-    const auto [lo, hi] = layout.block_range(l);
-    block = std::max(block, hi - lo);
-  }
+  for (int64_t n : SlabLayout::block_lengths(shard)) block = std::max(block, n);
   return block;
 }
 
@@ -112,14 +107,11 @@ void add_state_terms(const MemoryShape& s, const Terms& add) {
   // writes only its part of each block (the rest takes no memory), and the pool holds two whole
   // blocks (and two of its parts) besides.
   const int stage = s.zero && !s.model_only ? s.zero_stage : 0;
-  const int L = shard.local_layers();
-  const SlabLayout layout = SlabLayout::of(shard);
   int64_t block = 0, blocks = 0, parts = 0;  // the largest block; all blocks, and their parts
-  for (int l = 0; l < L; ++l) {
-    const auto [lo, hi] = layout.block_range(l);
-    block = std::max(block, hi - lo);
-    blocks += hi - lo;
-    parts += (hi - lo + s.shard_ranks() - 1) / s.shard_ranks();
+  for (int64_t n : SlabLayout::block_lengths(shard)) {
+    block = std::max(block, n);
+    blocks += n;
+    parts += (n + s.shard_ranks() - 1) / s.shard_ranks();
   }
   const int64_t part = (block + s.shard_ranks() - 1) / s.shard_ranks();
   // On the host the pages of the blocks' stretch no rank writes take no memory; a device

@@ -36,6 +36,29 @@ SlabLayout SlabLayout::of(const TpShard& shard) {
   return SlabLayout(shard.sizes(), blocks);
 }
 
+std::vector<int64_t> SlabLayout::block_lengths(const TpShard& shard) {
+  std::vector<int64_t> out;
+  for (int l : shard.layers) {
+    int64_t n = 0;
+    for (const TensorSpec& s : kTensors) {
+      if (s.per_layer() && shard.holds(s.id)) n += shard.block_size(s.id, l);
+    }
+    out.push_back(n);
+  }
+  return out;
+}
+
+int64_t SlabLayout::count_of(const TpShard& shard) {
+  // As the constructor counts: the tensors that are not per layer whole, the others by block.
+  const PerTensor<int64_t> sizes = shard.sizes();
+  int64_t count = 0;
+  for (const TensorSpec& s : kTensors) {
+    if (!s.per_layer()) count += sizes[s.id];
+  }
+  for (int64_t n : block_lengths(shard)) count += n;
+  return count;
+}
+
 SlabLayout::SlabLayout(const PerTensor<int64_t>& sizes,
                        const std::vector<PerTensor<int64_t>>& block_sizes)
     : blocks_(int(block_sizes.size())) {
@@ -173,7 +196,7 @@ Tensor& view_of(ParameterTensors& t, const SlabPiece& piece) {
 }  // namespace
 
 int64_t Parameters::slab_floats(const TpShard& shard, int pad_to) {
-  const int64_t count = SlabLayout::of(shard).count();
+  const int64_t count = SlabLayout::count_of(shard);
   return (count + pad_to - 1) / pad_to * pad_to;
 }
 

@@ -95,6 +95,10 @@ class SlabLayout {
   SlabLayout(const PerTensor<int64_t>& sizes, const std::vector<PerTensor<int64_t>>& block_sizes);
   // A shard's: its tensors, block by block.
   static SlabLayout of(const TpShard& shard);
+  // of(shard)'s count() and each block's stretch length, without building its pieces: the
+  // planner asks them of millions of layouts.
+  static int64_t count_of(const TpShard& shard);
+  static std::vector<int64_t> block_lengths(const TpShard& shard);
 
   int64_t count() const { return count_; }  // without padding
   int blocks() const { return blocks_; }

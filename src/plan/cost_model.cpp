@@ -1,6 +1,7 @@
 #include "plan/cost_model.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <set>
 
@@ -339,7 +340,7 @@ double muon_ms(const Job& job, const Machine& m, const Layout& l, const TpShard&
 // communication in a step, behind which ZeRO-2/3's per-block collectives run.
 std::pair<double, double> after_pipeline(const Job& job, const Machine& m, const Layout& l,
                                          pipeline::ChunkPlacement placement, int busiest,
-                                         double busy_ms) {
+                                         double busy_ms, int64_t slab_count) {
   const double dev = devices_per_rank(m, job);
   const LayoutSizes sizes = sizes_of(job, m, l);
   const TpShard shard = stage_shard(sizes, placement, busiest);
@@ -348,7 +349,10 @@ std::pair<double, double> after_pipeline(const Job& job, const Machine& m, const
   for (int t = 0; t < kNumParameterTensors; ++t) {
     if (shard.is_expert(TensorId(t))) expert_floats += double(local[TensorId(t)]);
   }
-  const double slab = double(Parameters::slab_floats(shard, l.dp * l.cp));
+  // The stage's slab (SlabLayout::count_of(shard), which the caller keeps), padded as
+  // Parameters::slab_floats pads it.
+  const int64_t pad = l.dp * l.cp;
+  const double slab = double((slab_count + pad - 1) / pad * pad);
   // The trainer's buckets: --dp-bucket-mb's default, as the memory plan counts them.
   auto in_buckets = [&](double bytes, Group g, bool all_gather_only) {
     if (g.ranks <= 1 || bytes <= 0) return 0.0;
@@ -452,6 +456,18 @@ const std::vector<StageCost>& Predictor::stages(const Layout& l) {
   return it->second;
 }
 
+int64_t Predictor::slab_count(const Layout& l, int pp_rank) {
+  // The stage's shard is its TP and EP split of the blocks its placement gives it.
+  const pipeline::ChunkPlacement placement = pipeline::placement_of(l.schedule, l.virtual_stages);
+  const std::array<int, 6> key{l.tp, l.ep, l.pp, l.virtual_stages, int(placement), pp_rank};
+  auto it = slab_counts_.find(key);
+  if (it == slab_counts_.end()) {
+    const int64_t n = SlabLayout::count_of(stage_shard(sizes_of(job_, m_, l), placement, pp_rank));
+    it = slab_counts_.emplace(key, n).first;
+  }
+  return it->second;
+}
+
 const PipelineReplay& Predictor::program(const Layout& l, const pipeline::OpCosts& costs) {
   const pipeline::PipelineShape shape{l.pp, 0, l.virtual_stages, l.microbatches,
                                       pipeline::placement_of(l.schedule, l.virtual_stages)};
@@ -533,7 +549,8 @@ double Predictor::step_bound(const Layout& l) {
     if (busy[size_t(r)] < most * (1 - 1e-9)) continue;
     for (const Layout* k : {&l, static_cast<const Layout*>(twin ? &hsdp : nullptr)}) {
       if (!k) continue;
-      const auto [dp, opt] = after_pipeline(job_, m_, *k, placement, r, busy[size_t(r)]);
+      const auto [dp, opt] =
+          after_pipeline(job_, m_, *k, placement, r, busy[size_t(r)], slab_count(l, r));
       tail = tail < 0 ? dp + opt : std::min(tail, dp + opt);
     }
   }
@@ -588,11 +605,9 @@ const std::vector<std::vector<std::pair<int, int>>>& Predictor::held(const Layou
   if (it == held_.end()) {
     // Each rank's distinct (sets held, sets awaiting W) after its ops, in the order each first
     // comes: the memory plan's peak, and which pair it meets first, are the full list's.
-    const pipeline::PipelineShape shape{l.pp, 0, l.virtual_stages, l.microbatches,
-                                        pipeline::placement_of(l.schedule, l.virtual_stages)};
-    // Run at unit costs, as the trainer's memory plan simulates its schedule.
-    const pipeline::SimulationResult order =
-        PipelineReplay(pipeline::SchedulePlan(l.schedule, shape, {}, 0)).run(pipeline::OpCosts{});
+    // Run at unit costs, as the trainer's memory plan simulates its schedule: the program the
+    // step's timing replays (recorded once).
+    const pipeline::SimulationResult order = program(l, {}).run(pipeline::OpCosts{});
     std::vector<std::vector<std::pair<int, int>>> pairs;
     size_t count = 0;
     for (const std::vector<pipeline::SimEvent>& events : order.events) {
@@ -665,8 +680,9 @@ Prediction Predictor::predict(const Layout& l) {
   out.ms.ep = busy.ep;
   out.ms.bubble = std::max(0.0, sim.makespan - busy.total());
   out.bubble_fraction = sim.bubble_fraction;
-  const auto [dp, optimizer] = after_pipeline(
-      job_, m_, l, pipeline::placement_of(l.schedule, l.virtual_stages), busiest, busy.total());
+  const auto [dp, optimizer] =
+      after_pipeline(job_, m_, l, pipeline::placement_of(l.schedule, l.virtual_stages), busiest,
+                     busy.total(), slab_count(l, busiest));
   out.ms.dp = dp;
   out.ms.optimizer = optimizer;
 

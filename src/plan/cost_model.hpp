@@ -10,6 +10,7 @@
 // step's small collectives follow it. Memory is the run's own plan (layout/layout_memory.hpp).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -91,6 +92,7 @@ class Predictor {
     std::vector<std::pair<int, int>> peaks;
   };
   const std::vector<StageCost>& stages(const Layout& l);
+  int64_t slab_count(const Layout& l, int pp_rank);  // SlabLayout::count_of of a stage's shard
   const PipelineReplay& program(const Layout& l, const pipeline::OpCosts& costs);
   const Floor& floor(const Layout& l);
   const std::vector<std::vector<std::pair<int, int>>>& held(const Layout& l);
@@ -109,6 +111,7 @@ class Predictor {
     std::vector<int> sends, receives, messages;
   };
   std::map<std::vector<int64_t>, Buffers> buffers_;
+  std::map<std::array<int, 6>, int64_t> slab_counts_;  // by tp, ep, pp, V, placement, pp rank
   size_t program_verbs_ = 0, cached_stages_ = 0, held_pairs_ = 0;
   std::unique_ptr<PipelineReplay> unplanned_;  // zb-auto's, planned under the last layout's costs
 };

@@ -1,5 +1,6 @@
 #include "plan/layout.hpp"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -228,9 +229,16 @@ int group_nodes(const Job& job, const Layout& l, const std::string& dim) {
     extend(l.cp, s_cp), extend(l.dp / l.ep, s_dp * l.ep);
   else if (dim == "pp")
     extend(l.pp, s_pp);
-  std::set<int> nodes;
-  for (int m : members) nodes.insert(m / job.ranks_per_node);
-  return int(nodes.size());
+  // Counted with a flag per node, not a set: the search asks this of millions of layouts.
+  const int last = members.empty() ? 0 : *std::max_element(members.begin(), members.end());
+  std::vector<char> seen(size_t(last / job.ranks_per_node + 1), 0);
+  int nodes = 0;
+  for (int m : members) {
+    char& s = seen[size_t(m / job.ranks_per_node)];
+    nodes += !s;
+    s = 1;
+  }
+  return nodes;
 }
 
 int zero_node_ranks(const Job& job, const Layout& l) {

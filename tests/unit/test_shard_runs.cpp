@@ -183,11 +183,22 @@ TEST(ShardRuns, MixedBlocksTileOverTpAndEp) {
           EXPECT_EQ(lo, end) << "the blocks' stretches follow each other";
         }
         end = hi;
+        EXPECT_EQ(SlabLayout::block_lengths(s)[size_t(b)], hi - lo);
         for (const SlabPiece& piece : layout.pieces()) {
           if (piece.block == b) {
             EXPECT_TRUE(piece.offset >= lo && piece.offset + piece.length <= hi);
           }
         }
+      }
+      // The planner's sizes without the pieces: the whole shard's, and a stage's (a dense and an
+      // experts' block, no embedding).
+      EXPECT_EQ(SlabLayout::count_of(s), layout.count());
+      const TpShard stage = restrict_to_stage(s, {0, 1}, false, true);
+      const SlabLayout staged = SlabLayout::of(stage);
+      EXPECT_EQ(SlabLayout::count_of(stage), staged.count());
+      for (int b = 0; b < stage.local_layers(); ++b) {
+        const auto [lo, hi] = staged.block_range(b);
+        EXPECT_EQ(SlabLayout::block_lengths(stage)[size_t(b)], hi - lo);
       }
       // The dense block's MLP is its own width, the experts' blocks' theirs.
       EXPECT_EQ(s.block_shard(0).fc, 24 / tp);
