@@ -50,14 +50,19 @@ KOKKOS_INLINE_FUNCTION bool has_target(const PositionRuns& at, int64_t n, int to
   return at.position(int(n % at.rows)) < total - k;
 }
 // The rows without a target (the last k of each sequence): no gradient. Logits: fp32, or bf16
-// (kept so under --precision bf16).
+// (kept so under --precision bf16). A thread per piece of 1,024 columns of a row: only k rows a
+// sequence write, and asking each element for its row's position took 3.6% of a step on a CPU.
 template <class Logits>
 void zero_rows_past_end(Logits logits, const PositionRuns& at, int total, int k, int64_t width) {
   using Elem = typename Logits::value_type;
-  const int64_t n = int64_t(logits.extent(0));
+  constexpr int64_t kPiece = 1024;
+  const int64_t rows = int64_t(logits.extent(0)) / width, pieces = (width + kPiece - 1) / kPiece;
   for_each(
-      "mpf::mtp_no_target", n, KOKKOS_LAMBDA(int64_t i) {
-        if (!has_target(at, i / width, total, k)) logits(i) = Elem{};
+      "mpf::mtp_no_target", rows * pieces, KOKKOS_LAMBDA(int64_t i) {
+        const int64_t r = i / pieces, begin = (i % pieces) * kPiece;
+        if (has_target(at, r, total, k)) return;
+        const int64_t end = begin + kPiece < width ? begin + kPiece : width;
+        for (int64_t c = begin; c < end; ++c) logits(r * width + c) = Elem{};
       });
 }
 // load[e] += the choices of expert e by this rank's rows that have a target, as the report's
