@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "pipeline/greedy_schedule.hpp"
+#include "pipeline/replay.hpp"
 #include "pipeline/schedule_table.hpp"
 #include "pipeline/simulator.hpp"
 
@@ -41,7 +42,7 @@ ScheduleTable zb_auto_table(const PipelineShape& shape, const OpCosts& costs, in
   ScheduleTable best;
   double best_makespan = std::numeric_limits<double>::infinity();
   for (ScheduleTable& t : candidates) {
-    const SimulationResult r = simulate(t, shape, costs);
+    const SimulationResult r = PipelineReplay(t, shape).run(costs);
     if (r.peak_in_flight_overall > limit || r.makespan >= best_makespan) continue;
     best = std::move(t);
     best_makespan = r.makespan;

@@ -12,8 +12,8 @@
 #include <limits>
 
 #include "pipeline/greedy_schedule.hpp"
+#include "pipeline/replay.hpp"
 #include "pipeline/schedule_table.hpp"
-#include "pipeline/simulator.hpp"
 
 namespace mpf::pipeline {
 
@@ -26,7 +26,7 @@ ScheduleTable zb_v_table(const PipelineShape& shape) {
   double best_makespan = std::numeric_limits<double>::infinity();
   for (bool free_memory_first : {false, true}) {
     ScheduleTable t = greedy_schedule(shape, unit, limit, {free_memory_first, true});
-    const double makespan = simulate(t, shape, unit).makespan;
+    const double makespan = PipelineReplay(t, shape).run(unit).makespan;
     if (makespan < best_makespan) {
       best = std::move(t);
       best_makespan = makespan;

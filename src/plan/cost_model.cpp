@@ -468,19 +468,20 @@ int64_t Predictor::slab_count(const Layout& l, int pp_rank) {
   return it->second;
 }
 
-const PipelineReplay& Predictor::program(const Layout& l, const pipeline::OpCosts& costs) {
+const pipeline::PipelineReplay& Predictor::program(const Layout& l,
+                                                   const pipeline::OpCosts& costs) {
   const pipeline::PipelineShape shape{l.pp, 0, l.virtual_stages, l.microbatches,
                                       pipeline::placement_of(l.schedule, l.virtual_stages)};
   // zb-auto plans under the costs, so its program is made for each; the others are not.
   if (l.schedule == pipeline::Schedule::kZbAuto) {
-    unplanned_ =
-        std::make_unique<PipelineReplay>(pipeline::SchedulePlan(l.schedule, shape, costs, 0));
+    unplanned_ = std::make_unique<pipeline::PipelineReplay>(
+        pipeline::SchedulePlan(l.schedule, shape, costs, 0));
     return *unplanned_;
   }
   const std::vector<int64_t> key{int(l.schedule), l.pp, l.virtual_stages, l.microbatches};
   auto it = programs_.find(key);
   if (it == programs_.end()) {
-    PipelineReplay made{pipeline::SchedulePlan(l.schedule, shape, {}, 0)};
+    pipeline::PipelineReplay made{pipeline::SchedulePlan(l.schedule, shape, {}, 0)};
     // A bound on the memory the recorded programs hold: about 200 MB of 12-byte verbs.
     if (program_verbs_ + made.size() > (size_t(1) << 24)) programs_.clear(), program_verbs_ = 0;
     program_verbs_ += made.size();
@@ -496,7 +497,7 @@ const Predictor::Floor& Predictor::floor(const Layout& l) {
     const pipeline::PipelineShape shape{l.pp, 0, l.virtual_stages, l.pp,
                                         pipeline::placement_of(l.schedule, l.virtual_stages)};
     Floor f{pipeline::SchedulePlan(l.schedule, shape, {}, 0), {}};
-    const pipeline::SimulationResult order = PipelineReplay(f.plan).order();
+    const pipeline::SimulationResult order = pipeline::PipelineReplay(f.plan).order();
     for (const std::vector<pipeline::SimEvent>& events : order.events) {
       int acts = 0, w = 0, most_acts = 0, most_w = 0;
       for (const pipeline::SimEvent& e : events) {  // as layout_memory_shape counts them

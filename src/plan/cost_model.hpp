@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "layout/memory_plan.hpp"
+#include "pipeline/replay.hpp"
 #include "plan/layout.hpp"
 #include "plan/machine.hpp"
-#include "plan/pipeline_replay.hpp"
 
 namespace mpf::plan {
 
@@ -66,7 +66,7 @@ StageCost stage_cost(const Job& job, const Machine& m, const Layout& l, int pp_r
 
 // Predicts many layouts of one job, sharing what they share: each layout's stage costs (the same
 // under ZeRO or not, and for the schedules of one placement) and each schedule's recorded
-// program (pipeline_replay.hpp). The layouts must be ones layout_problem accepts.
+// program (pipeline/replay.hpp). The layouts must be ones layout_problem accepts.
 class Predictor {
  public:
   Predictor(const Job& job, const Machine& m);
@@ -93,7 +93,7 @@ class Predictor {
   };
   const std::vector<StageCost>& stages(const Layout& l);
   int64_t slab_count(const Layout& l, int pp_rank);  // SlabLayout::count_of of a stage's shard
-  const PipelineReplay& program(const Layout& l, const pipeline::OpCosts& costs);
+  const pipeline::PipelineReplay& program(const Layout& l, const pipeline::OpCosts& costs);
   const Floor& floor(const Layout& l);
   const std::vector<std::vector<std::pair<int, int>>>& held(const Layout& l);
   MemoryPlan stage_memory(const Layout& l, const pipeline::SimulationResult& order, int pp_rank);
@@ -101,8 +101,8 @@ class Predictor {
   Job job_;
   const Machine& m_;
   std::map<std::vector<int64_t>, std::vector<StageCost>> stage_cache_;
-  std::map<std::vector<int64_t>, PipelineReplay> programs_;  // by schedule, P, V, M
-  std::map<std::vector<int64_t>, Floor> floors_;             // by schedule, P, V
+  std::map<std::vector<int64_t>, pipeline::PipelineReplay> programs_;  // by schedule, P, V, M
+  std::map<std::vector<int64_t>, Floor> floors_;                       // by schedule, P, V
   // Per rank, the distinct (sets held, sets awaiting W) in order; by schedule, P, V, M.
   std::map<std::vector<int64_t>, std::vector<std::vector<std::pair<int, int>>>> held_;
   // Per rank, its message buffers at once (pipeline::SimulationResult's peak_grad_sends,
@@ -113,7 +113,8 @@ class Predictor {
   std::map<std::vector<int64_t>, Buffers> buffers_;
   std::map<std::array<int, 6>, int64_t> slab_counts_;  // by tp, ep, pp, V, placement, pp rank
   size_t program_verbs_ = 0, cached_stages_ = 0, held_pairs_ = 0;
-  std::unique_ptr<PipelineReplay> unplanned_;  // zb-auto's, planned under the last layout's costs
+  std::unique_ptr<pipeline::PipelineReplay>
+      unplanned_;  // zb-auto's, planned under the last layout's costs
 };
 
 // One layout (one layout_problem accepts).

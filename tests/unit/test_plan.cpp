@@ -9,10 +9,10 @@
 #include "core/error.hpp"
 #include "layout/step_log.hpp"
 #include "model/parameters.hpp"
+#include "pipeline/replay.hpp"
 #include "pipeline/simulator.hpp"
 #include "plan/comm_model.hpp"
 #include "plan/cost_model.hpp"
-#include "plan/pipeline_replay.hpp"
 #include "plan/search.hpp"
 
 namespace mpf::plan {
@@ -750,7 +750,7 @@ TEST(PlanReplay, EqualsTheSimulatorForEverySchedule) {
         const pipeline::PipelineShape shape{P, 0, V, M, pipeline::placement_of(schedule, V)};
         pipeline::SchedulePlan plan(schedule, shape, costs);
         const pipeline::SimulationResult want = pipeline::simulate(plan, costs);
-        const pipeline::SimulationResult got = PipelineReplay(plan).run(costs);
+        const pipeline::SimulationResult got = pipeline::PipelineReplay(plan).run(costs);
         const std::string what = std::string(pipeline::schedule_name(schedule)) + " P " +
                                  std::to_string(P) + " V " + std::to_string(V) + " M " +
                                  std::to_string(M);
@@ -786,7 +786,7 @@ TEST(PlanSearch, HeldSetsDoNotFallAsMicrobatchesGrow) {
     const pipeline::PipelineShape shape{P, 0, V, M, pipeline::placement_of(s, V)};
     std::vector<std::pair<int, int>> out;
     const pipeline::SimulationResult order =
-        PipelineReplay(pipeline::SchedulePlan(s, shape)).order();
+        pipeline::PipelineReplay(pipeline::SchedulePlan(s, shape)).order();
     for (const auto& events : order.events) {
       int a = 0, w = 0, most_a = 0, most_w = 0;
       for (const pipeline::SimEvent& e : events) {

@@ -1,4 +1,4 @@
-#include "plan/pipeline_replay.hpp"
+#include "pipeline/replay.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,21 +6,19 @@
 
 #include "pipeline/placement.hpp"
 #include "pipeline/stage_ops.hpp"
+#include "pipeline/stage_program.hpp"
 
-namespace mpf::plan {
+namespace mpf::pipeline {
 
 namespace {
-
-using pipeline::Direction;
-using pipeline::SimOp;
 
 enum Kind : uint8_t { kF = 0, kB = 1, kW = 2, kExchange = 3, kPostAhead = 4 };
 
 // The most forwards, in program order, whose `until` op had not come yet (as the simulator
 // counts them).
-int peak_before(const std::vector<pipeline::SimEvent>& events, SimOp until) {
+int peak_before(const std::vector<SimEvent>& events, SimOp until) {
   int now = 0, peak = 0;
-  for (const pipeline::SimEvent& e : events) {
+  for (const SimEvent& e : events) {
     if (e.op == SimOp::kForward) peak = std::max(peak, ++now);
     if (e.op == until) --now;
   }
@@ -33,9 +31,9 @@ int peak_before(const std::vector<pipeline::SimEvent>& events, SimOp until) {
 // are no-ops at the pipeline's ends are dropped. Under buffered sends a receive completes at its
 // message's arrival or the verb's clock, whichever is later, whenever it was posted: a receive
 // posted ahead only says from when it holds a buffer.
-class Recorder final : public pipeline::StageOps {
+class Recorder final : public StageOps {
  public:
-  Recorder(const pipeline::PipelineShape& shape, int rank, std::vector<PipelineReplay::Verb>& out)
+  Recorder(const PipelineShape& shape, int rank, std::vector<PipelineReplay::Verb>& out)
       : s_(shape), rank_(rank), out_(out) {}
 
   void forward(int mb, int chunk) override { out_.push_back({kF, mb, chunk}); }
@@ -61,9 +59,7 @@ class Recorder final : public pipeline::StageOps {
   void post_recv_backward(int mb, int chunk) override { post_ahead(grad_recv(mb, chunk)); }
 
  private:
-  int stage(int chunk) const {
-    return pipeline::virtual_stage(s_.placement, s_.stages, rank_, chunk);
-  }
+  int stage(int chunk) const { return virtual_stage(s_.placement, s_.stages, rank_, chunk); }
   int last() const { return s_.stages * s_.virtual_stages - 1; }
   int64_t channel(int dest, int mb, int chunk, Direction dir) const {
     return ((int64_t(dest) * s_.microbatches + mb) * s_.virtual_stages + chunk) * 2 +
@@ -74,18 +70,16 @@ class Recorder final : public pipeline::StageOps {
   }
   int32_t input_recv(int mb, int chunk) const {
     if (stage(chunk) == 0) return -1;
-    const bool local =
-        pipeline::chunk_site(s_.placement, s_.stages, stage(chunk) - 1).rank == rank_;
+    const bool local = chunk_site(s_.placement, s_.stages, stage(chunk) - 1).rank == rank_;
     return half(channel(rank_, mb, chunk, Direction::kForward), false, local);
   }
   int32_t grad_recv(int mb, int chunk) const {
     if (stage(chunk) == last()) return -1;
-    const bool local =
-        pipeline::chunk_site(s_.placement, s_.stages, stage(chunk) + 1).rank == rank_;
+    const bool local = chunk_site(s_.placement, s_.stages, stage(chunk) + 1).rank == rank_;
     return half(channel(rank_, mb, chunk, Direction::kBackward), false, local);
   }
   int32_t send_to(int mb, int to, Direction dir) const {
-    const pipeline::ChunkSite site = pipeline::chunk_site(s_.placement, s_.stages, to);
+    const ChunkSite site = chunk_site(s_.placement, s_.stages, to);
     return half(channel(site.rank, mb, site.chunk, dir), true, site.rank == rank_);
   }
   int32_t output_send(int mb, int chunk) const {
@@ -102,33 +96,45 @@ class Recorder final : public pipeline::StageOps {
     if (a >= 0) out_.push_back({kExchange, a, b});
   }
 
-  const pipeline::PipelineShape s_;
+  const PipelineShape s_;
   const int rank_;
   std::vector<PipelineReplay::Verb>& out_;
 };
 
-PipelineReplay::PipelineReplay(const pipeline::SchedulePlan& plan) : shape_(plan.shape()) {
+PipelineReplay::PipelineReplay(const SchedulePlan& plan) : shape_(plan.shape()) {
+  record([&](StageOps& ops, int r) { plan.run(ops, r); });
+}
+
+PipelineReplay::PipelineReplay(const ScheduleTable& table, const PipelineShape& shape)
+    : shape_(shape) {
+  shape_.rank = 0;
+  const std::vector<StageProgram> programs = insert_p2p(table, shape_);
+  record([&](StageOps& ops, int r) { execute(programs[size_t(r)], ops); });
+}
+
+template <class Run>
+void PipelineReplay::record(Run&& run) {
   const int P = shape_.stages;
   // Channels are numbered in 32 bits (4 per message): a shape past that is no plan's.
   const double channels = 2.0 * P * shape_.microbatches * shape_.virtual_stages;
   if (channels * 4 >= double(std::numeric_limits<int32_t>::max())) {
-    throw pipeline::SimulationError("a pipeline of " + std::to_string(P) + " stages x " +
-                                    std::to_string(shape_.microbatches) +
-                                    " microbatches is too large to simulate");
+    throw SimulationError("a pipeline of " + std::to_string(P) + " stages x " +
+                          std::to_string(shape_.microbatches) +
+                          " microbatches is too large to simulate");
   }
   verbs_.resize(size_t(P));
   for (int r = 0; r < P; ++r) {
     Recorder rec(shape_, r, verbs_[size_t(r)]);
-    plan.run(rec, r);
+    run(rec, r);
   }
 }
 
-pipeline::SimulationResult PipelineReplay::order() const {
-  pipeline::SimulationResult out;
+SimulationResult PipelineReplay::order() const {
+  SimulationResult out;
   out.shape = shape_;
   out.shape.rank = 0;
   for (const std::vector<Verb>& verbs : verbs_) {
-    std::vector<pipeline::SimEvent> events;
+    std::vector<SimEvent> events;
     for (const Verb& v : verbs) {
       if (v.kind < kExchange) events.push_back({SimOp(v.kind), v.a, v.b, 0.0, 0.0});
     }
@@ -143,7 +149,7 @@ size_t PipelineReplay::size() const {
   return n;
 }
 
-pipeline::SimulationResult PipelineReplay::run(const pipeline::OpCosts& costs) const {
+SimulationResult PipelineReplay::run(const OpCosts& costs) const {
   const int P = shape_.stages;
   const size_t channels = size_t(2) * P * shape_.microbatches * shape_.virtual_stages;
   const double never = -1.0;  // a send not yet posted (clocks are never negative)
@@ -156,7 +162,7 @@ pipeline::SimulationResult PipelineReplay::run(const pipeline::OpCosts& costs) c
   std::vector<int> open_grads(size_t(P), 0), peak_grads(size_t(P), 0);
   const int V = shape_.virtual_stages, M = shape_.microbatches;
   auto last_chunk = [&](int r, int chunk) {
-    return pipeline::virtual_stage(shape_.placement, P, r, chunk) == P * V - 1;
+    return virtual_stage(shape_.placement, P, r, chunk) == P * V - 1;
   };
   auto post_receive = [&](int r, int32_t h, double t) {
     const size_t ch = size_t(h >> 2);
@@ -167,7 +173,7 @@ pipeline::SimulationResult PipelineReplay::run(const pipeline::OpCosts& costs) c
   std::vector<size_t> pc(size_t(P), 0);
   std::vector<double> clock(size_t(P), 0.0);
   std::vector<char> posted(size_t(P), 0);
-  pipeline::SimulationResult res;
+  SimulationResult res;
   res.shape = shape_;
   res.shape.rank = 0;
   res.costs = costs;
@@ -237,13 +243,13 @@ pipeline::SimulationResult PipelineReplay::run(const pipeline::OpCosts& costs) c
   }
   for (int r = 0; r < P; ++r) {
     if (pc[size_t(r)] < verbs_[size_t(r)].size()) {
-      throw pipeline::SimulationError("deadlock: rank " + std::to_string(r) +
-                                      " waits for a message no rank sends");
+      throw SimulationError("deadlock: rank " + std::to_string(r) +
+                            " waits for a message no rank sends");
     }
   }
   // Each message holds its sender's buffer until the receive is posted and the data has moved,
-  // its receiver's from the posting until the data has arrived (as pipeline::simulate counts).
-  std::vector<std::vector<pipeline::HeldBuffer>> grad_sends(static_cast<size_t>(P)),
+  // its receiver's from the posting until the data has arrived (as simulate counts).
+  std::vector<std::vector<HeldBuffer>> grad_sends(static_cast<size_t>(P)),
       messages(static_cast<size_t>(P));
   for (size_t ch = 0; ch < channels; ++ch) {
     if (sent[ch] == never) continue;
@@ -251,25 +257,22 @@ pipeline::SimulationResult PipelineReplay::run(const pipeline::OpCosts& costs) c
     const bool backward = ch & 1;
     const int chunk = int((ch >> 1) % size_t(V)), mb = int((ch >> 1) / size_t(V) % size_t(M));
     const int dest = int((ch >> 1) / size_t(V) / size_t(M));
-    const int to = pipeline::virtual_stage(shape_.placement, P, dest, chunk);
-    const int from_chunk =
-        pipeline::chunk_site(shape_.placement, P, backward ? to + 1 : to - 1).chunk;
-    const pipeline::HeldBuffer send{sent[ch], done, mb, from_chunk};
+    const int to = virtual_stage(shape_.placement, P, dest, chunk);
+    const int from_chunk = chunk_site(shape_.placement, P, backward ? to + 1 : to - 1).chunk;
+    const HeldBuffer send{sent[ch], done, mb, from_chunk};
     messages[size_t(sender[ch])].push_back(send);
     if (backward) grad_sends[size_t(sender[ch])].push_back(send);
     messages[size_t(dest)].push_back({received[ch], done, mb, chunk});
   }
   double busy_total = 0.0;
   for (int r = 0; r < P; ++r) {
-    const auto first = [&](int chunk) {
-      return pipeline::virtual_stage(shape_.placement, P, r, chunk) == 0;
-    };
+    const auto first = [&](int chunk) { return virtual_stage(shape_.placement, P, r, chunk) == 0; };
     res.peak_grad_receives.push_back(peak_grads[size_t(r)]);
     res.peak_grad_sends.push_back(
-        pipeline::peak_grad_sends(res.events[size_t(r)], grad_sends[size_t(r)], first));
-    res.peak_messages.push_back(pipeline::peak_open(messages[size_t(r)]));
+        peak_grad_sends(res.events[size_t(r)], grad_sends[size_t(r)], first));
+    res.peak_messages.push_back(peak_open(messages[size_t(r)]));
     double busy = 0.0;
-    for (const pipeline::SimEvent& e : res.events[size_t(r)]) {
+    for (const SimEvent& e : res.events[size_t(r)]) {
       busy += e.end - e.start;
       res.makespan = std::max(res.makespan, e.end);
     }
@@ -283,4 +286,4 @@ pipeline::SimulationResult PipelineReplay::run(const pipeline::OpCosts& costs) c
   return res;
 }
 
-}  // namespace mpf::plan
+}  // namespace mpf::pipeline
