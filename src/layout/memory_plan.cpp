@@ -199,7 +199,8 @@ void add_activation_terms(const MemoryShape& s, const Terms& add) {
   add("activations", activations, held,
       s.recompute ? "--micro-batch-size, --cp, --tp with --sequence-parallel, --pp"
                   : "--recompute, --micro-batch-size, --cp, --tp with --sequence-parallel");
-  add("weight-gradient inputs", w_sets,
+  // The model alone runs no backward: nothing awaits W.
+  add("weight-gradient inputs", s.model_only ? 0 : w_sets,
       s.weight_with_input ? "two blocks' (W runs with B)" : "one set per microbatch awaiting W",
       "--micro-batch-size, --cp, a classic --schedule");
 }
@@ -264,7 +265,10 @@ void add_workspace_terms(const MemoryShape& s, const Terms& add) {
   one_block.layers = 1;
   one_block.embedding = one_block.head = false;
   one_block.bf16 = s.bf16;
-  int64_t work = BackwardBuffers::bytes(shard, s.micro_batch, s.seq_len, s.sequence_parallel);
+  // The model alone (ModelStage without backward) holds no backward buffers.
+  int64_t work = s.model_only
+                     ? 0
+                     : BackwardBuffers::bytes(shard, s.micro_batch, s.seq_len, s.sequence_parallel);
   int64_t scratch = 0;  // the sets' one-op scratch, which they share
   for (const ChunkPieces& c : s.chunks) {
     scratch = std::max(scratch, Activations::scratch_bytes(shard, c, s.micro_batch, s.seq_len,
@@ -272,13 +276,16 @@ void add_workspace_terms(const MemoryShape& s, const Terms& add) {
   }
   work += scratch;
   // The multi-token prediction modules' sets and buffers, with the head (model/mtp.hpp).
-  work += MtpModules::bytes(shard, s.micro_batch, s.seq_len, s.sequence_parallel, s.bf16);
+  // The model alone does not run them (mpiformer-eval scores the trunk's next token).
+  if (!s.model_only) {
+    work += MtpModules::bytes(shard, s.micro_batch, s.seq_len, s.sequence_parallel, s.bf16);
+  }
   if (s.recompute) {
     work += Activations::bytes(shard, one_block, s.micro_batch, s.seq_len, s.sequence_parallel);
   }
   if (s.bf16) work += 2 * s.bf16_scratch * int64_t(sizeof(bf16));
   // W with B: a block's output gradients rounded once for both (gpt_backward_by_block).
-  if (s.bf16 && s.weight_with_input) {
+  if (s.bf16 && s.weight_with_input && !s.model_only) {
     work += held_output_gradient_elems(shard, int64_t(s.micro_batch) * s.seq_len) *
             int64_t(sizeof(bf16));
   }

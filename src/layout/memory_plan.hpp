@@ -51,7 +51,8 @@ struct MemoryShape {
   // With zero: 1, or 2 and 3 (optim/sharded_blocks.hpp): the blocks' gradients (and under 3
   // their parameters) held as this rank's shard and a pool of two whole blocks.
   int zero_stage = 1;
-  // The model alone (mpiformer-eval): no gradients and no optimizer state.
+  // The model alone (mpiformer-eval): no gradients and no optimizer state, and the forward only:
+  // no backward buffers, W inputs or MTP modules' sets.
   bool model_only = false;
   // A background save's host copy of the parameters and moments (--save with --save-async).
   bool checkpoint_staging = false;

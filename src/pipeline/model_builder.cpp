@@ -31,9 +31,9 @@ std::unique_ptr<ModelStage> build_stage(const ParallelGroups& groups, const TpSh
     c.tp_bf16 = s.tp_bf16;
     c.lent_output = lent_output(c, s.recompute, s.p2p_bf16);
   }
-  auto built =
-      std::make_unique<ModelStage>(shard, groups, std::move(chunks), s.micro_batch, s.seq_len,
-                                   s.sequence_parallel, s.recompute, s.placement, s.attention);
+  auto built = std::make_unique<ModelStage>(shard, groups, std::move(chunks), s.micro_batch,
+                                            s.seq_len, s.sequence_parallel, s.recompute,
+                                            s.placement, s.attention, !s.forward_only);
   built->set_p2p_bf16(s.p2p_bf16);
   return built;
 }

@@ -44,6 +44,9 @@ struct StageSettings {
   bool tp_bf16 = false;    // --tp-comm-dtype bf16: the TP regions' collectives in bf16
   pipeline::ChunkPlacement placement = pipeline::ChunkPlacement::kLooped;
   AttentionPath attention = AttentionPath::kFused;
+  // The model alone (mpiformer-eval): the forward only, no backward buffers (no W inputs are
+  // taken either: they are taken by B).
+  bool forward_only = false;
 };
 
 // The stage of a model build_model built: `stage` as it was given to it.

@@ -43,7 +43,7 @@ int ranks_in(MPI_Comm comm) {
 ModelStage::ModelStage(const TpShard& shard, const ParallelGroups& groups,
                        std::vector<ChunkPieces> chunks, int micro_batch, int seq_len,
                        bool sequence_parallel, bool recompute, pipeline::ChunkPlacement placement,
-                       AttentionPath attention)
+                       AttentionPath attention, bool backward)
     : shard_(shard),
       chunks_(std::move(chunks)),
       micro_batch_(micro_batch),
@@ -61,7 +61,8 @@ ModelStage::ModelStage(const TpShard& shard, const ParallelGroups& groups,
       positions_(ring_ ? ring_->rows() : PositionRuns::contiguous(seq_len)),
       p2p_(groups.pp, int(chunks_.size()),
            message_floats(shard, micro_batch, seq_len, sequence_parallel), placement),
-      buffers_(BackwardBuffers::allocate(shard, micro_batch, seq_len, sequence_parallel)),
+      buffers_(backward ? BackwardBuffers::allocate(shard, micro_batch, seq_len, sequence_parallel)
+                        : BackwardBuffers{}),
       pool_(chunks_.size()),
       free_(chunks_.size()),
       weight_pool_(chunks_.size()),

@@ -66,11 +66,12 @@ class ModelStage : public pipeline::StageOps {
   // microbatch and rebuild the rest before each block's backward (--recompute full; the chunks
   // carry selective recomputation themselves). placement: where
   // the chunks of all ranks run. attention: the path every attention call takes (--attention).
+  // backward false: the forward alone (mpiformer-eval), without B's buffers; B must not run.
   // pipeline/model_builder.hpp builds it.
   ModelStage(const TpShard& shard, const ParallelGroups& groups, std::vector<ChunkPieces> chunks,
              int micro_batch, int seq_len, bool sequence_parallel, bool recompute = false,
              pipeline::ChunkPlacement placement = pipeline::ChunkPlacement::kLooped,
-             AttentionPath attention = AttentionPath::kFused);
+             AttentionPath attention = AttentionPath::kFused, bool backward = true);
 
   // What the next step runs on: the microbatches' tokens, the parameters and their gradients,
   // dloss (d total loss / d each token's loss), and the hook told of each part (block, head,

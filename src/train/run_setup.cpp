@@ -421,6 +421,7 @@ void TrainingRun::set_up_stage() {
   settings.tp_bf16 = opts.tp_comm_dtype == "bf16";
   settings.placement = shape_.placement;
   settings.attention = attention_path_named(opts.attention);
+  settings.forward_only = model_only_;  // scoring runs no backward: no gradient buffers
   stage_ = build_stage(groups_, shard_, own, settings);
   // The classic schedules run each W right after its B: W then goes with B, block by block, and
   // a microbatch keeps two blocks' W inputs instead of its chunk's.

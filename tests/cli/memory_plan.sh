@@ -12,6 +12,8 @@
 # the largest term and the flags that shrink it), and a Llama-3.2-1B shape at T = 8192 is refused
 # against this node's MemAvailable by --dry-run without allocating anything.
 source "$(dirname "$0")/common.sh"
+: "${GENERATE:?set MPIFORMER_GENERATE to the mpiformer-generate binary}"
+EVAL=${MPIFORMER_EVAL:?set MPIFORMER_EVAL to the mpiformer-eval binary}
 export OMP_NUM_THREADS=1
 model=(--arch llama --layers 4 --heads 8 --kv-heads 2 --dim 256 --ffn-dim 768 --vocab 8192
   --steps 2 --val-every 0 --peak-gflops 100)
@@ -100,6 +102,44 @@ else
   bad "--zero-group node's planned optimizer ${node:-?} GB against --zero-group all's ${all:-?} GB"
 fi
 model=("${whole[@]}")
+
+# mpiformer-eval and mpiformer-generate build the model alone (issue 37): no gradients, no
+# optimizer state, and no backward's buffers or W inputs. eval's plan (shown by a refusal) says so
+# and its measured peak is within 10% of it, where training's plan of the same model adds the
+# gradients and the optimizer; generate's peak over its own on a tiny model is under 2x the
+# parameters' bytes (the parameters, the file's read, the GEMM library's packing), where a
+# gradient slab would add another 1x.
+wide=(--arch llama --layers 8 --heads 8 --kv-heads 2 --dim 512 --ffn-dim 1536 --vocab 512 --max-seq-len 64)
+"$TRAIN" "${wide[@]}" --steps 1 --batch 1 --seq-len 64 --val-every 0 --peak-gflops 100 \
+  --save-llmc "$WORK/wide.bin" >/dev/null 2>&1
+"$TRAIN" --layers 2 --heads 4 --dim 64 --steps 1 --batch 1 --seq-len 32 --val-every 0 \
+  --peak-gflops 100 --save-llmc "$WORK/tiny.bin" >/dev/null 2>&1
+"$PY" "$(dirname "$0")/make_eval_file.py" "$WORK/ev.bin" 4 512 5
+peak_bytes() {  # peak_bytes PROGRAM ARGS...: its peak resident set (VmHWM), bytes; 0 if it failed
+  "$PY" -c 'import resource, subprocess, sys
+rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 if rc == 0 else 0)' "$@"
+}
+score=("$EVAL" --init-from "$WORK/wide.bin" --batch 4 --seq-len 64 --eval-data "$WORK/ev.bin" --threads 1)
+plan=$("${score[@]}" --memory-per-rank 0.001 2>&1 | grep -oE 'predicted peak [^)]*')
+trained=$("$TRAIN" "${wide[@]}" --batch 4 --seq-len 64 --threads 1 --dry-run 2>&1 | grep -oE 'predicted peak .*')
+measured=$(peak_bytes "${score[@]}")
+predicted=$(sed -nE 's/^predicted peak ([0-9.]+) GB.*/\1/p' <<<"$plan")
+if grep -q 'parameters' <<<"$plan" && ! grep -qE 'gradient|optimizer' <<<"$plan" &&
+  grep -q 'gradients .* optimizer' <<<"$trained" &&
+  awk -v m="$measured" -v p="$predicted" 'BEGIN { e = m / (p * 1e9) - 1; exit !(e <= 0.1 && e >= -0.1) }'; then
+  ok "mpiformer-eval: measured $measured bytes against its plan, the model alone: $plan"
+else
+  bad "mpiformer-eval: measured ${measured:-?} bytes; its plan '$plan'; training's '$trained'"
+fi
+params=$(($(stat -c %s "$WORK/wide.bin") - 1024))
+alone=$(peak_bytes "$GENERATE" --init-from "$WORK/tiny.bin" --prompt-tokens 1,2,3 --max-new-tokens 8 --threads 1)
+held=$(peak_bytes "$GENERATE" --init-from "$WORK/wide.bin" --prompt-tokens 1,2,3 --max-new-tokens 8 --threads 1)
+if [ "$alone" -gt 0 ] && [ "$held" -gt 0 ] && [ $((held - alone)) -lt $((2 * params)) ]; then
+  ok "mpiformer-generate: peak $held bytes, $((held - alone)) over a tiny model's, for $params bytes of parameters"
+else
+  bad "mpiformer-generate: peak $held bytes, a tiny model's $alone, for $params bytes of parameters"
+fi
 
 # Refused before anything is allocated: by --dry-run and by a real start alike.
 for dry in --dry-run ""; do
