@@ -8,6 +8,7 @@
 namespace mpf {
 
 namespace {
+
 // "1,2,3" -> {1, 2, 3}; each a non-negative integer.
 std::vector<int32_t> parse_ids(const std::string& flag, const std::string& text) {
   std::vector<int32_t> ids;
@@ -22,9 +23,6 @@ std::vector<int32_t> parse_ids(const std::string& flag, const std::string& text)
   }
   return ids;
 }
-}  // namespace
-
-namespace {
 
 // mpiformer-generate's flags, rows of the settings table (layout/settings.hpp) bound to `o`:
 // parsed with a setting's checks and shown in --help as mpiformer-train's are.
