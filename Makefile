@@ -1,7 +1,8 @@
 # The human front end. CMake is the truth; every target here only installs, configures and calls.
 #   make run     the default training job (mpiexec -n $(NP), built-in corpus, no downloads)
 #   make test    the whole test suite (ctest)
-#   make bench   GPT-2 124M throughput against PyTorch, the fused attention's rate and long
+#   make bench   GPT-2 124M throughput against PyTorch, a tiny DeepSeek-V3 against llama-124M
+#                per active FLOP, the fused attention's rate and long
 #                sequences (tok/s and memory to T = 32768), pipeline schedules vs the simulator,
 #                checkpoint I/O, generation (tokens/s, the KV cache's per-token cost), the BPE
 #                tokenizer's MB/s against Python's, DP and PP
@@ -68,6 +69,7 @@ test: build
 # Measure as users run: env -u OPENBLAS_CORETYPE make bench.
 bench: build
 	bash ci/bench_throughput.sh $(BUILD)
+	bash ci/bench_deepseek.sh $(BUILD)
 	bash ci/bench_attention.sh $(BUILD)
 	bash ci/bench_long_context.sh $(BUILD)
 	bash ci/bench_pipeline.sh $(BUILD)

@@ -44,8 +44,9 @@ struct Row {
 // The settings mpiformer-bench shares with mpiformer-train.
 const std::set<std::string>& shared_flags() {
   static const std::set<std::string> flags = {
-      "--batch",     "--seq-len",   "--steps", "--tp",          "--cp",      "--ep",
-      "--recompute", "--precision", "--gemm",  "--peak-gflops", "--profile", "--attention"};
+      "--batch",   "--seq-len",   "--steps",     "--tp",   "--cp",
+      "--ep",      "--recompute", "--precision", "--gemm", "--peak-gflops",
+      "--profile", "--attention", "--init-from", "--mtp",  "--moe-bias-update-rate"};
   return flags;
 }
 
@@ -56,7 +57,8 @@ std::string usage() {
          mpf::help_entry("--model M",
                          "gpt2-124M (default), llama-124M (GPT-2 124M's size as a Llama), "
                          "mixtral-124M (llama-124M with 8 experts of F 1024, top-2: the same "
-                         "active parameters per token) or small") +
+                         "active parameters per token) or small; --init-from DIR: a Hugging "
+                         "Face model directory's model in its place (ci/bench_deepseek.sh's)") +
          mpf::help_entry("--warmup N",
                          "untimed steps (default 2; 1 for long sequences, whose steps take "
                          "minutes)") +
@@ -120,6 +122,9 @@ int main(int argc, char** argv) {
   {
     mpf::TrainOptions o = row.run;
     const bool small = row.model == "small";  // the small GPT-2 of the notes: L4 H4 C256
+    // --init-from: the file's model (its sizes, the flags' defaults), named by its directory.
+    const bool file = !o.init_from.empty();
+    if (file) row.model = o.init_from.substr(o.init_from.find_last_of('/') + 1);
     o.layers = small ? 4 : 12;
     o.heads = small ? 4 : 12;
     o.dim = small ? 256 : 768;
@@ -150,9 +155,13 @@ int main(int argc, char** argv) {
     // is one error line and exit 2, as in mpiformer-train, before the peak is measured.
     mpf::RunInputs inputs;
     std::unique_ptr<mpf::TrainingRun> run;
+    mpf::GPTConfig cfg;  // the model as it trains (a file's --mtp modules included)
     const bool built =
         mpf::all_ranks_succeed(MPI_COMM_WORLD,
-                               [&] { inputs = mpf::load_inputs(o, mpf::StartPoint{}, rank); }) &&
+                               [&] {
+                                 inputs = mpf::load_inputs(o, mpf::StartPoint{}, rank);
+                                 cfg = inputs.cfg;
+                               }) &&
         mpf::all_ranks_succeed(MPI_COMM_WORLD, [&] {
           run = std::make_unique<mpf::TrainingRun>(std::move(inputs), MPI_COMM_WORLD);
         });
@@ -172,18 +181,20 @@ int main(int argc, char** argv) {
       // The first two steps fault in pages and warm caches; the median of the rest is the figure.
       const std::vector<double> timed(ms.begin() + row.warmup, ms.end());
       const double s = median(timed) / 1e3, tokens = double(o.batch) * o.seq_len;
-      const mpf::GPTConfig cfg = mpf::model_config(o);
-      const double mfu = mpf::flops_per_token(cfg, o.seq_len) * tokens / s / (peak_all * 1e9);
+      const double flops = mpf::flops_per_token(cfg, o.seq_len);
+      const double mfu = flops * tokens / s / (peak_all * 1e9);
       const mpf::backend::Kernels k = mpf::backend::kernels();
       std::printf(
           "mpiformer | %s | %d x %d | %s%d x %dt | %s | %.4f s/step | %.1f tok/s | MFU %.1f%% | "
-          "peak %.0f GFLOP/s/rank | gemm: %s %s%s%s | peak RSS %.2f GB/rank (predicted %.2f)%s\n",
+          "peak %.0f GFLOP/s/rank | gemm: %s %s%s%s | peak RSS %.2f GB/rank (predicted %.2f)%s | "
+          "%.1f MFLOP/token\n",
           row.model.c_str(), o.batch, o.seq_len,
           o.tp > 1 ? "tp" : (o.cp > 1 ? "cp" : (o.ep > 1 ? "ep" : "dp")), ranks, threads,
           mpf::precision_name(o.precision), s, tokens / s, 100.0 * mfu, peak_all / ranks,
           k.library.c_str(), k.isa.c_str(),
           k.narrower.empty() ? "" : " | narrower: ", k.narrower.c_str(), most / 1e9,
-          predicted / 1e9, o.recompute == "none" ? "" : (" | recompute " + o.recompute).c_str());
+          predicted / 1e9, o.recompute == "none" ? "" : (" | recompute " + o.recompute).c_str(),
+          flops / 1e6);
       std::fflush(stdout);
     }
   }

@@ -95,7 +95,8 @@ for precision in fp32 bf16; do
     row "$precision" "4 x 64" "$(field "$r" 4)" "$(tok_s "$r")" "$(field "$r" 8 | sed 's/MFU //')" \
       "$(busy "$r")" "$(tok_s "$ref")" "$(ratio "$(tok_s "$r")" "$(tok_s "$ref")")"
   done
-  kernels+=("$precision mpiformer: $(cut -d'|' -f10- <<<"${rows[0]}" | sed 's/^ *gemm: //; s/ | busy .*//')"
+  kernels+=("$precision mpiformer: $(cut -d'|' -f10- <<<"${rows[0]}" |
+    sed 's/^ *gemm: //; s/ | [0-9.]* MFLOP\/token//; s/ | busy .*//')"
             "$precision PyTorch (2t, $(tok_s "$before") then $(tok_s "$after") tok/s):"
             "    $(sed 's/.*kernels: //' <<<"$ref")")
 done

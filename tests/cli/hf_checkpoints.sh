@@ -171,6 +171,15 @@ expect_error "config.json's bos_token_id outside the vocabulary" 1 \
 # is read against its family (--moe-aux-coef needs no --arch, --arch mixtral no --experts).
 train mixtral 1 --steps 1 --arch mixtral --layers 2 --heads 4 --kv-heads 2 --dim 32 --ffn-dim 48 \
   --vocab 300 --max-seq-len 32 --experts 4 --experts-per-token 2 --save-hf "$WORK/mixtral"
+# mpiformer-bench --init-from times the directory's model (ci/bench_deepseek.sh's way): its line
+# names the directory and gives its FLOP/token (a tiny model's, not the 124M preset's ~700 M).
+if [ -n "${MPIFORMER_BENCH:-}" ]; then
+  line=$(timeout 60 "$MPIFORMER_BENCH" --init-from "$WORK/mixtral" --batch 2 --seq-len 16 \
+    --steps 3 --peak-gflops 1 2>&1 | grep -m1 '^mpiformer |')
+  grep -qE '^mpiformer \| mixtral \| 2 x 16 \| .* \| 0\.[0-9] MFLOP/token$' <<<"$line" &&
+    ok "bench --init-from a Mixtral directory: ${line%% | MFU*} ... ${line##* | }" ||
+    bad "bench --init-from: $line"
+fi
 for flags in "--moe-aux-coef 0.5" "--arch mixtral --moe-aux-coef 0.5"; do
   train mixtral_aux 1 --steps 1 --init-from "$WORK/mixtral" $flags
   grep -q "balance coefficient 0.5" "$WORK/mixtral_aux.log" &&
