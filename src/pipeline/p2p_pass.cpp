@@ -1,8 +1,8 @@
 // The P2P pass (stage_program.hpp): compute nodes in, each rank's program of compute calls and
 // P2P verbs out.
 #include <optional>
-#include <set>
 #include <tuple>
+#include <vector>
 
 #include "pipeline/stage_program.hpp"
 
@@ -64,9 +64,6 @@ StageProgram place_verbs(const std::vector<ComputeNode>& nodes) {
 struct Message {
   int rank, mb, chunk;  // the receiver and its chunk
   Direction dir;
-  bool operator<(const Message& o) const {
-    return std::tie(rank, mb, chunk, dir) < std::tie(o.rank, o.mb, o.chunk, o.dir);
-  }
 };
 
 // One half of a verb: a send to `peer` or a receive from `peer` of `msg`.
@@ -76,10 +73,43 @@ struct Half {
   Message msg;
 };
 
+// A verb's halves: at most two, kept in place (the pass asks for them of every verb it plays).
+struct Halves {
+  Half at[2];
+  int n = 0;
+  const Half* begin() const { return at; }
+  const Half* end() const { return at + n; }
+};
+
+// Which messages have been posted: a flag per (receiver, mb, chunk, direction), not a set (the
+// planner runs this pass on pipelines of hundreds of stages and thousands of microbatches).
+class Posted {
+ public:
+  explicit Posted(const PipelineShape& s)
+      : M_(s.microbatches),
+        V_(s.virtual_stages),
+        flags_(size_t(s.stages) * size_t(s.microbatches) * size_t(s.virtual_stages) * 2, 0) {}
+  void insert(const Message& m) { flags_[index(m)] = 1; }
+  bool count(const Message& m) const { return flags_[index(m)] != 0; }
+
+ private:
+  size_t index(const Message& m) const {
+    return ((size_t(m.rank) * size_t(M_) + size_t(m.mb)) * size_t(V_) + size_t(m.chunk)) * 2 +
+           (m.dir == Direction::kBackward ? 1 : 0);
+  }
+  int M_, V_;
+  std::vector<char> flags_;
+};
+
 class Rendezvous {
  public:
   Rendezvous(const PipelineShape& shape, std::vector<StageProgram>& programs)
-      : shape_(shape), programs_(programs), pc_(programs.size(), 0), posted_(programs.size()) {}
+      : shape_(shape),
+        programs_(programs),
+        pc_(programs.size(), 0),
+        posted_(programs.size()),
+        sent_(shape),
+        received_(shape) {}
 
   // Runs until every rank is done (true) or no rank can move (false).
   bool run() {
@@ -145,7 +175,7 @@ class Rendezvous {
     bool moved = false;
     while (blocked(r)) {
       const StageOp& op = programs_[r][pc_[r]];
-      const std::vector<Half> hs = halves(r, op);
+      const Halves hs = halves(r, op);
       const bool post_only =
           op.kind == OpKind::kPostRecvForward || op.kind == OpKind::kPostRecvBackward;
       if (!posted_[r]) {
@@ -165,8 +195,8 @@ class Rendezvous {
   }
 
   // The halves of op on rank r that are messages (edges and compute calls have none).
-  std::vector<Half> halves(int r, const StageOp& op) const {
-    std::vector<Half> out;
+  Halves halves(int r, const StageOp& op) const {
+    Halves out;
     auto add = [&](bool send, Direction dir, int mb, int chunk) {
       const int S = shape_.stages * shape_.virtual_stages;
       const int s = virtual_stage(shape_.placement, shape_.stages, r, chunk);
@@ -177,7 +207,7 @@ class Rendezvous {
       const ChunkSite site = chunk_site(shape_.placement, shape_.stages, other);
       const Message msg =
           send ? Message{site.rank, mb, site.chunk, dir} : Message{r, mb, chunk, dir};
-      out.push_back({send, site.rank, msg});
+      out.at[out.n++] = {send, site.rank, msg};
     };
     switch (op.kind) {
       case OpKind::kRecvForward:
@@ -219,8 +249,8 @@ class Rendezvous {
   const PipelineShape& shape_;
   std::vector<StageProgram>& programs_;
   std::vector<size_t> pc_;
-  std::vector<bool> posted_;           // the current verb's halves are posted
-  std::set<Message> sent_, received_;  // posted sends, posted receives
+  std::vector<bool> posted_;  // the current verb's halves are posted
+  Posted sent_, received_;    // posted sends, posted receives
 };
 
 }  // namespace

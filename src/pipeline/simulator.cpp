@@ -476,13 +476,31 @@ int peak_before(const std::vector<SimEvent>& events, SimOp until) {
 
 int peak_grad_sends(const std::vector<SimEvent>& events, const std::vector<HeldBuffer>& sends,
                     const std::function<bool(int)>& first) {
+  // The sends held at t are those started by t less those ended before it (a send ends no
+  // earlier than it starts): two sorted lists, not a pass over the sends per B (the planner asks
+  // this of pipelines with thousands of microbatches).
+  std::vector<double> starts, ends;
+  std::vector<std::tuple<int, int, size_t>> by_op;  // (mb, chunk, index in sends)
+  for (size_t i = 0; i < sends.size(); ++i) {
+    starts.push_back(sends[i].start);
+    ends.push_back(sends[i].end);
+    by_op.emplace_back(sends[i].mb, sends[i].chunk, i);
+  }
+  std::sort(starts.begin(), starts.end());
+  std::sort(ends.begin(), ends.end());
+  std::sort(by_op.begin(), by_op.end());
   int peak = 0;
   for (const SimEvent& e : events) {
     if (e.op != SimOp::kBackwardInput || first(e.chunk)) continue;
-    int busy = 1;
-    for (const HeldBuffer& h : sends) {
-      const bool own = h.mb == e.mb && h.chunk == e.chunk;
-      busy += !own && h.start <= e.start && h.end >= e.start ? 1 : 0;
+    const double t = e.start;
+    int busy = 1 + int(std::upper_bound(starts.begin(), starts.end(), t) - starts.begin()) -
+               int(std::lower_bound(ends.begin(), ends.end(), t) - ends.begin());
+    // Its own send is not an earlier one.
+    auto own =
+        std::lower_bound(by_op.begin(), by_op.end(), std::make_tuple(e.mb, e.chunk, size_t(0)));
+    for (; own != by_op.end() && std::get<0>(*own) == e.mb && std::get<1>(*own) == e.chunk; ++own) {
+      const HeldBuffer& h = sends[std::get<2>(*own)];
+      busy -= h.start <= t && h.end >= t ? 1 : 0;
     }
     peak = std::max(peak, busy);
   }
