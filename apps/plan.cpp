@@ -278,6 +278,14 @@ int plan(mpf::Runtime& runtime, int argc, char** argv) {
     mpf::require(!job.tp_bf16 || job.precision == mpf::Precision::bf16,
                  "--tp-comm-dtype bf16 needs --precision bf16; add it, or run the TP collectives "
                  "in fp32");
+    // On a GPU the trainer's bf16 sums run on host copies: their time needs the PCIe link.
+    const std::string sums = job.tp_bf16 ? "--tp-comm-dtype" : "--grad-reduce-dtype";
+    mpf::require(
+        !machine.gpu() || !(job.tp_bf16 || job.reduce_bf16) || machine.host_link.bandwidth_gbs > 0,
+        sums + " bf16: on a GPU the trainer sums bf16 on host copies, and machine " + machine.name +
+            " gives no host_link (a GPU's PCIe to host memory); add \"host_link\" to "
+            "its file, or plan " +
+            sums + " fp32");
     job.nodes = o.nodes;
     job.ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : machine.devices_per_node;
     // In 64 bits: an int product would wrap into a world of negative or zero ranks.

@@ -4,7 +4,9 @@
 The paper's layouts from its run script (examples/sc21/run_table_1.sh: TP, PP, the micro-batch,
 interleaving, full recompute; seq 2,048, vocabulary 51,200) on the DGX A100 data-sheet file
 (docs/machines/dgx-a100.json), the paper's FLOP formula 96 B s l h^2 (1 + s/6h + V/16lh) over the
-predicted step, against the published TFLOP/s per GPU. One source for `make bench`
+predicted step, against the published TFLOP/s per GPU. The pipeline's messages travel in bf16 (as
+Megatron's in fp16); the TP and DP sums in fp32, the trainer's fastest on a GPU (its bf16 sums run
+on host copies, docs/planning.md). One source for `make bench`
 (ci/bench_plan.py imports it) and for the test that docs/planning.md prints what the planner says.
 
   python3 ci/sc21_table1.py PLAN_BINARY            the table in docs/planning.md's form
@@ -42,7 +44,7 @@ def evaluate(plan):
             tp, pp, gpus // tp // pp, "interleaved" if vp > 1 else "1f1b", vp, mbs)
         cmd = [plan, "--machine", MACHINE, "--layers", str(layers), "--heads", str(heads), "--dim",
                str(h), "--vocab", str(VOCAB), "--max-seq-len", str(SEQ), "--precision", "bf16",
-               "--p2p-dtype", "bf16", "--tp-comm-dtype", "bf16",
+               "--p2p-dtype", "bf16",
                "--batch", str(batch), "--seq-len", str(SEQ), "--nodes", str(gpus // 8),
                "--ranks-per-node", "8", "--evaluate", layout, "--json"]
         res = subprocess.run(cmd, capture_output=True, text=True)

@@ -79,6 +79,24 @@ double broadcast_ms(const Machine& m, double bytes, Group g) {
   return 2 * allgather_ms(m, bytes, g) - m.message_overhead_us / 1e3;  // the overhead once
 }
 
+double host_allreduce_ms(const Machine& m, double bytes, Group g) {
+  if (g.ranks <= 1 || bytes <= 0) return 0;
+  const int n = g.ranks;
+  const Link& ring = g.nodes > 1 ? m.inter_node : m.host_link;
+  return (m.message_overhead_us + 2.0 * (n - 1) * message_us(ring, bytes / n) +
+          2 * message_us(m.host_link, bytes)) /
+         1e3;
+}
+
+double host_reduce_scatter_ms(const Machine& m, double bytes, Group g) {
+  if (g.ranks <= 1 || bytes <= 0) return 0;
+  const int n = g.ranks;
+  const Link& ring = g.nodes > 1 ? m.inter_node : m.host_link;
+  return (m.message_overhead_us + double(n - 1) * message_us(ring, bytes / n) +
+          message_us(m.host_link, bytes) + message_us(m.host_link, bytes / n)) /
+         1e3;
+}
+
 double alltoall_ms(const Machine& m, double bytes, Group g) {
   if (g.ranks <= 1 || bytes <= 0) return 0;
   const double measured = measured_us(m, "alltoall", bytes, g);

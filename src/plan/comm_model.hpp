@@ -21,5 +21,11 @@ double alltoall_ms(const Machine& m, double bytes, Group g);        // bytes: wh
 // From one rank to the others, as MPI's long-message broadcast: a scatter, then an all-gather of
 // the pieces (van de Geijn's; Thakur et al. 2005), twice an all-gather's traffic.
 double broadcast_ms(const Machine& m, double bytes, Group g);
+// A sum the trainer runs on host copies (a bf16 sum on a GPU: its user MPI_Op reads host memory,
+// parallel/device_mpi.cpp): the payload copied out over the machine's host link, the ring among
+// the host buffers (within a node through shared memory, timed at the host link; across nodes
+// over the inter-node link), and the result copied back. The machine must give its host link.
+double host_allreduce_ms(const Machine& m, double bytes, Group g);
+double host_reduce_scatter_ms(const Machine& m, double bytes, Group g);  // bytes: the input
 
 }  // namespace mpf::plan

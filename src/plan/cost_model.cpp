@@ -68,6 +68,16 @@ double tp_element(const Job& job) {
   return job.tp_bf16 ? 2.0 : kFloat;
 }
 
+// A TP sum of the activations or their gradients, at --tp-comm-dtype's element: on a GPU a bf16
+// sum runs on host copies (parallel/device_mpi.cpp's sum_on_host), not over NVLink.
+double tp_allreduce_ms(const Job& job, const Machine& m, double bytes, Group g) {
+  return job.tp_bf16 && m.gpu() ? host_allreduce_ms(m, bytes, g) : allreduce_ms(m, bytes, g);
+}
+double tp_reduce_scatter_ms(const Job& job, const Machine& m, double bytes, Group g) {
+  return job.tp_bf16 && m.gpu() ? host_reduce_scatter_ms(m, bytes, g)
+                                : reduce_scatter_ms(m, bytes, g);
+}
+
 // One block's costs per microbatch: F, B and W.
 struct BlockWork {
   OpTime f, b, w;
@@ -113,8 +123,9 @@ BlockWork block_work(const Job& job, const Machine& m, const Layout& l, const Tp
   // reduce-scatters with sequence parallelism: the same traffic).
   const Group tp{l.tp, 1};
   const double act = R * C * tp_element(job);
-  out.f.tp = l.sequence_parallel ? 2 * (allgather_ms(m, act, tp) + reduce_scatter_ms(m, act, tp))
-                                 : 2 * allreduce_ms(m, act, tp);
+  out.f.tp = l.sequence_parallel
+                 ? 2 * (allgather_ms(m, act, tp) + tp_reduce_scatter_ms(job, m, act, tp))
+                 : 2 * tp_allreduce_ms(job, m, act, tp);
   out.b.tp = out.f.tp;
   // CP: the ring's K/V blocks (and backward their gradients' accumulators too), each step in
   // flight while the previous block is attended over.
@@ -218,8 +229,8 @@ void add_mtp_modules(const Job& job, const Machine& m, const Layout& l, const Bl
   if (l.recompute) add(b, block.f, -1);  // the depth's forward runs once before its B anyway
   add(b, block.w);
   b.compute += 2 * eh + 2 * logits + 2 * elementwise;
-  b.tp += l.sequence_parallel ? reduce_scatter_ms(m, R * C * tp_element(job), tp)
-                              : allreduce_ms(m, R * C * tp_element(job), tp);
+  b.tp += l.sequence_parallel ? tp_reduce_scatter_ms(job, m, R * C * tp_element(job), tp)
+                              : tp_allreduce_ms(job, m, R * C * tp_element(job), tp);
   add(cost.f, f, D);
   add(cost.b, f, D);
   add(cost.b, b, D);
@@ -259,8 +270,8 @@ std::vector<StageCost> stage_costs(const Job& job, const Machine& m, const Layou
       if (c.embedding) {  // a lookup and its scatter; vocab-parallel: summed over TP
         cost.f.compute += 3 * C * R * kFloat / bw;
         cost.b.compute += 3 * C * R * kFloat / bw;
-        cost.f.tp += l.sequence_parallel ? reduce_scatter_ms(m, R * C * tp_element(job), tp)
-                                         : allreduce_ms(m, R * C * tp_element(job), tp);
+        cost.f.tp += l.sequence_parallel ? tp_reduce_scatter_ms(job, m, R * C * tp_element(job), tp)
+                                         : tp_allreduce_ms(job, m, R * C * tp_element(job), tp);
       }
       if (c.head) {  // the final norm, the vocab-parallel logits and their loss
         const TpShard shard = stage_shard(sizes, placement, p);
@@ -275,8 +286,8 @@ std::vector<StageCost> stage_costs(const Job& job, const Machine& m, const Layou
           cost.b.compute += logits;
         }
         cost.f.tp += 3 * allreduce_ms(m, R * kFloat, tp);
-        cost.b.tp += l.sequence_parallel ? reduce_scatter_ms(m, R * C * tp_element(job), tp)
-                                         : allreduce_ms(m, R * C * tp_element(job), tp);
+        cost.b.tp += l.sequence_parallel ? tp_reduce_scatter_ms(job, m, R * C * tp_element(job), tp)
+                                         : tp_allreduce_ms(job, m, R * C * tp_element(job), tp);
         if (cfg.mtp > 0) add_mtp_modules(job, m, l, block, logits, Vs, dev, cost);
       }
     }
@@ -363,6 +374,11 @@ std::pair<double, double> after_pipeline(const Job& job, const Machine& m, const
     // --grad-reduce-dtype bf16: the same buckets (cut by fp32 elements) reduced at half the
     // bytes; ZeRO's gather of the parameters stays fp32.
     const double reduced = job.reduce_bf16 ? each / 2 : each;
+    // On a GPU that bf16 sum runs on a host copy of each bucket (optim/grad_buckets.hpp).
+    if (job.reduce_bf16 && m.gpu()) {
+      return buckets * (l.zero ? host_reduce_scatter_ms(m, reduced, g) + gather
+                               : host_allreduce_ms(m, reduced, g));
+    }
     return buckets *
            (l.zero ? reduce_scatter_ms(m, reduced, g) + gather : allreduce_ms(m, reduced, g));
   };

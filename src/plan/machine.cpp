@@ -207,6 +207,7 @@ Machine parse_machine(const std::string& text, const std::string& origin) {
          {"memory_gb", "memory_bandwidth_gbs", "kernel_overhead_us", "process_mb", "precisions"});
   m.intra_node = read_link(r, doc, "intra_node");
   m.inter_node = read_link(r, doc, "inter_node");
+  if (doc.find("host_link")) m.host_link = read_link(r, doc, "host_link");
   m.message_overhead_us = r.non_negative(doc, "message_overhead_us", 0, kMaxMicroseconds);
   if (const Value* c = doc.find("collectives")) {
     if (!c->is_array()) r.fail("collectives", "must be an array");
@@ -228,7 +229,7 @@ Machine parse_machine(const std::string& text, const std::string& origin) {
     }
   }
   r.only(doc, {"name", "source", "note", "kind", "devices_per_node", "device", "intra_node",
-               "inter_node", "message_overhead_us", "collectives"});
+               "inter_node", "host_link", "message_overhead_us", "collectives"});
   return m;
 }
 
@@ -293,6 +294,7 @@ std::string machine_json(const Machine& m) {
   }
   s += "\n    }\n  },\n  \"intra_node\": " + link_json(m.intra_node) +
        ",\n  \"inter_node\": " + link_json(m.inter_node) +
+       (m.host_link.bandwidth_gbs > 0 ? ",\n  \"host_link\": " + link_json(m.host_link) : "") +
        ",\n  \"message_overhead_us\": " + num(m.message_overhead_us) + ",\n  \"collectives\": [";
   for (size_t i = 0; i < m.collectives.size(); ++i) {
     const CollectiveTime& c = m.collectives[i];

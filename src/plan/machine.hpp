@@ -62,6 +62,10 @@ struct Machine {
   double process_mb = 0;            // what a rank holds before the model (libraries, MPI)
   std::map<Precision, PrecisionRates> precisions;
   Link intra_node, inter_node;
+  // A GPU's road to pinned host memory (PCIe), one direction: the trainer's bf16 sums (the
+  // --tp-comm-dtype and --grad-reduce-dtype bf16 all-reduces and reduce-scatters) run their user
+  // MPI_Op on host copies, so on a GPU they cross it twice. Bandwidth 0: the file does not say.
+  Link host_link;
   // Per call (a message or a collective), beyond the link's latency: the software's overhead and,
   // where a node has more busy ranks than cores, the wait for a partner not running.
   double message_overhead_us = 0;

@@ -182,6 +182,21 @@ else
   bad "data-sheet report: $(head -5 <<<"$out")"
 fi
 
+# On a GPU the trainer sums bf16 TP payloads on host copies (over PCIe, the file's host_link):
+# slower than fp32's sums over NVLink, as the trainer is; a GPU file without a host link refused.
+tp2=(--machine "$H100" "${model[@]}" --batch 8 --seq-len 64 --nodes 1 --precision bf16
+  --evaluate tp=2,dp=4 --json)
+tp_ms() { "$PY" -c "import json,sys; print(json.load(sys.stdin)['candidates'][0]['predicted']['tp_ms'])"; }
+fp32_tp=$("$PLAN" "${tp2[@]}" | tp_ms) && bf16_tp=$("$PLAN" "${tp2[@]}" --tp-comm-dtype bf16 | tp_ms) &&
+  "$PY" -c "import sys; sys.exit(not $bf16_tp > $fp32_tp > 0)" &&
+  ok "bf16 TP sums on a GPU cross the host link: $bf16_tp ms against fp32's $fp32_tp" ||
+  bad "bf16 TP sums on a GPU: ${bf16_tp:-?} ms against fp32's ${fp32_tp:-?}"
+"$PY" -c "import json; m=json.load(open('$H100')); del m['host_link']; json.dump(m, open('$WORK/nohost.json','w'))"
+expect_error_from "$PLAN" "bf16 sums on a GPU file without a host link" 2 \
+  "--tp-comm-dtype bf16: on a GPU the trainer sums bf16 on host copies, and machine dgx-h100 \(data sheet\) gives no host_link.*or plan --tp-comm-dtype fp32" -- \
+  --machine "$WORK/nohost.json" "${model[@]}" --batch 8 --seq-len 64 --nodes 1 --precision bf16 \
+  --tp-comm-dtype bf16
+
 # Models from files: an llm.c model file (the trainer writes one) and a config.json.
 if timeout 60 "$TRAIN" "${model[@]}" --batch 2 --seq-len 16 --steps 1 --val-every 0 \
     --save-llmc "$WORK/tiny.bin" >/dev/null 2>&1 &&

@@ -210,6 +210,54 @@ TEST(PlanCost, TensorParallelCommunicationByHand) {
   EXPECT_EQ(messages(shape), messages(solo));
 }
 
+// On a GPU the trainer's bf16 sums (--tp-comm-dtype and --grad-reduce-dtype bf16) run their user
+// MPI_Op on host copies (parallel/device_mpi.cpp's sum_on_host, optim/grad_buckets.hpp): each
+// payload crosses the host link out and back, and the ring among the host buffers of one node
+// moves at the host link's rate, not the GPUs' link. By hand, host link 1 GB/s (1,000 bytes a
+// us) and 20 us a copy; a CPU machine's bf16 sums are as before (TensorParallelCommunication).
+TEST(PlanCost, Bf16SumsOnAGpuCrossTheHostLink) {
+  std::string text = with(kMachine, "\"kind\": \"cpu\"", "\"kind\": \"gpu\"");
+  text = with(text, "\"precisions\": {",
+              "\"precisions\": {\"bf16\": {\"peak_gflops\": 200, \"gemm_efficiency\": 0.5, "
+              "\"attention_efficiency\": 0.25}, ");
+  text = with(text, "\"message_overhead_us\"",
+              "\"host_link\": {\"bandwidth_gbs\": 1, \"latency_us\": 20}, \"message_overhead_us\"");
+  const Machine m = parse_machine(text, "gpu");
+  EXPECT_EQ(m.host_link.bandwidth_gbs, 1);
+  EXPECT_EQ(parse_machine(machine_json(m), "again").host_link.latency_us, 20);
+  EXPECT_EQ(round_machine().host_link.bandwidth_gbs, 0);  // absent: not asked for
+  Job job = tiny_gpt(1, 2);
+  job.precision = Precision::bf16;
+  job.tp_bf16 = true;
+  Layout l;
+  l.tp = 2;
+  l.dp = 1;
+  // R = 8 x 32 rows of C = 64 at 2 bytes: copied out, two ring steps of half of it among the
+  // node's host buffers, copied back; per block two each way, the embedding's one forward, the
+  // head's one backward, the loss's three fp32 sums of R floats on the GPUs' link (2 GB/s, 10 us).
+  const double act16 = 8 * 32 * 64 * 2.0;
+  const double host = (2 * (20 + act16 / 2 / 1e3) + 2 * (20 + act16 / 1e3)) / 1e3;
+  const double stats = 2 * (10 + 8 * 32 * 4.0 / 2 / 2e3) / 1e3;
+  const StageCost s = stage_cost(job, m, l, 0);
+  EXPECT_NEAR(s.f.tp, 4 * 2 * host + host + 3 * stats, 1e-9);
+  EXPECT_NEAR(s.b.tp, 4 * 2 * host + host, 1e-9);
+  // Sequence parallel: the reduce-scatters copy the input out and the half back; the all-gathers
+  // (no sum) stay on the GPUs' link.
+  l.sequence_parallel = true;
+  const double scatter = (20 + act16 / 2 / 1e3 + 20 + act16 / 1e3 + 20 + act16 / 2 / 1e3) / 1e3;
+  const double gather = (10 + act16 / 2 / 2e3) / 1e3;
+  EXPECT_NEAR(stage_cost(job, m, l, 0).b.tp, 4 * 2 * (gather + scatter) + scatter, 1e-9);
+  // DP 2, one bucket of the slab's bf16 half, summed on its host copy.
+  Job dp = tiny_gpt(1, 2);
+  dp.precision = Precision::bf16;
+  dp.reduce_bf16 = true;
+  Layout dp2;
+  dp2.dp = 2;
+  const double half = 2.0 * double(Parameters::slab_floats(make_tp_shard(dp.cfg, 0, 1), 2));
+  EXPECT_NEAR(predict(dp, m, dp2).ms.dp, (2 * (20 + half / 2 / 1e3) + 2 * (20 + half / 1e3)) / 1e3,
+              1e-12);
+}
+
 // A deepseek_v3 whose first block is dense (first_k_dense_replace 1): that block's products are
 // its dense MLP's (2F_d + F_d rows of C, by hand), not the router's, the experts' and the shared
 // expert's, and its parameters are the dense MLP's; the other blocks as in the model without it.
