@@ -119,6 +119,17 @@ BlockWork block_work(const Job& job, const Machine& m, const Layout& l, const Tp
   out.f.compute = products + attn_f + elementwise * kFloat / bw + launch;
   out.b.compute = products + attn_b + 2 * elementwise * kFloat / bw + 2 * launch;
   out.w.compute = products;
+  // --precision bf16 keeps ln1, Q/K/V, the attention's output and a dense MLP's ln2 and fc output
+  // in bf16 (model/activations.hpp's bf16_kept): each is formed in fp32 and rounded into its copy
+  // in a pass of its own (4 bytes read and 2 written an element; Q/K/V rounded in place as well,
+  // 10), GELU or SwiGLU then reads and writes bf16 (2 bytes an element, not 4), and B widens Q/K/V
+  // and the output back into fp32 (2 read, 4 written). The residual stream stays fp32.
+  if (p == Precision::bf16) {
+    double kept = R * (6.0 * C + 10.0 * s.qkv + 6.0 * s.attn);
+    if (!cfg.moe()) kept += R * (6.0 * C + 6.0 * s.mlp_in - 2.0 * double(s.mlp_in + s.fc));
+    out.f.compute += kept / bw;
+    out.b.compute += R * 6.0 * (s.qkv + s.attn) / bw;
+  }
   // TP: two entries and two exits per block each way (all-reduces, or all-gathers and
   // reduce-scatters with sequence parallelism: the same traffic).
   const Group tp{l.tp, 1};

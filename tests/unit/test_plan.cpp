@@ -258,6 +258,34 @@ TEST(PlanCost, Bf16SumsOnAGpuCrossTheHostLink) {
               1e-12);
 }
 
+// --precision bf16's kept copies (bf16_kept) in the element-wise passes: ln1, ln2, Q/K/V, the
+// attention's output and the fc output rounded from fp32 (6 bytes an element, Q/K/V in place 10),
+// GELU on bf16 (4 bytes an element, not 8), B widening Q/K/V and the output (6). On a machine whose
+// bf16 rates are its fp32 ones, the difference is those bytes alone, by hand for tiny_gpt (C 64,
+// Q/K/V 192, the output 64, fc 256 both ways, R = 8 x 32 rows, 4 blocks, 10 GB/s a core).
+TEST(PlanCost, Bf16KeptCopiesInTheElementWisePasses) {
+  const Machine m = parse_machine(
+      with(kMachine, "\"precisions\": {",
+           "\"precisions\": {\"bf16\": {\"peak_gflops\": 100, \"gemm_efficiency\": 0.5, "
+           "\"attention_efficiency\": 0.25}, "),
+      "test");
+  Job fp32 = tiny_gpt(1, 1);
+  Job bf16 = fp32;
+  bf16.precision = Precision::bf16;
+  Layout l;
+  l.dp = 1;
+  const double R = 8 * 32, bw = 4 * 10e6;  // bytes a ms: the node's 4 cores, one rank
+  const double f = 4 * R * (6 * 64 + 10 * 192 + 6 * 64 + 6 * 64 + 6 * 256 - 2 * (256 + 256)) / bw;
+  const double b = 4 * R * 6 * (192 + 64) / bw;
+  const StageCost a = stage_cost(fp32, m, l, 0), h = stage_cost(bf16, m, l, 0);
+  EXPECT_NEAR(h.f.compute - a.f.compute, f, 1e-9);
+  EXPECT_NEAR(h.b.compute - a.b.compute, b, 1e-9);
+  EXPECT_NEAR(h.w.compute, a.w.compute, 1e-12);
+  l.recompute = true;  // the forward again, its roundings too
+  EXPECT_NEAR(stage_cost(bf16, m, l, 0).b.compute - stage_cost(fp32, m, l, 0).b.compute, f + b,
+              1e-9);
+}
+
 // A deepseek_v3 whose first block is dense (first_k_dense_replace 1): that block's products are
 // its dense MLP's (2F_d + F_d rows of C, by hand), not the router's, the experts' and the shared
 // expert's, and its parameters are the dense MLP's; the other blocks as in the model without it.
