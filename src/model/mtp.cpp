@@ -266,12 +266,22 @@ void MtpModules::forward(const Activations& trunk, const ParameterTensors& param
         },
         mtp_sum);
   }
+  held_ = &trunk;
 }
 
 void MtpModules::backward(Activations& trunk, const ParameterTensors& params,
                           ParameterTensors& grads, BackwardBuffers& buf, const Tokens& inputs,
                           const Tokens& targets, float dloss, MPI_Comm tp, bool final) {
-  forward(trunk, params, inputs, targets, tp, nullptr, nullptr, nullptr);
+  // One microbatch's F right before its B (one in flight, as a step of one microbatch runs):
+  // its sets are as the forward left them, and computing them again cost a tenth of a step of a
+  // tiny deepseek_v3 (the shared head's product over the vocabulary and a block). Every rank of a
+  // TP, CP or EP group runs the same microbatches in the same order: the same choice.
+  if (held_ != &trunk || params.gate) {
+    forward(trunk, params, inputs, targets, tp, nullptr, nullptr, nullptr);
+  } else {
+    for (Depth& d : depths_) d.acts->moe_aux = nullptr;  // as the forward again leaves it
+  }
+  held_ = nullptr;
   const int C = shard_.cfg.channels;
   const int64_t R = int64_t(B_) * T_;
   const Tensor dnext = view(dnext_);

@@ -15,7 +15,8 @@
 //
 // Each depth has its own set of activations (a chunk of one block with the head), kept for one
 // microbatch: the backward runs the forward again first (as full recomputation does: the same
-// values), so any schedule may hold several microbatches between their F and B.
+// values), so any schedule may hold several microbatches between their F and B; when the sets
+// still hold the microbatch's own forward (its F the last one), that is not done again.
 #pragma once
 
 #include <functional>
@@ -41,7 +42,9 @@ class MtpModules {
   // add their balance losses and expert loads (null: not, as in the recomputation).
   void forward(const Activations& trunk, const ParameterTensors& params, const Tokens& inputs,
                const Tokens& targets, MPI_Comm tp, double* mtp_sum, double* aux, float* load);
-  // The forward again, then each depth's backward, last first, B and W at once: the modules'
+  // The forward again (unless the depths' sets still hold this microbatch's: no other
+  // microbatch's forward since, and no ZeRO-2/3 gate to hear it), then each depth's backward,
+  // last first, B and W at once: the modules'
   // gradients and their shares of the shared embedding's and head's into `grads`, and the
   // gradient of h_0 into trunk.extra_output_grad (which the trunk's backward adds to its head's).
   // dloss: the step's d(objective)/d(a next-token loss); final: the step's last accumulation.
@@ -67,6 +70,8 @@ class MtpModules {
 
   TpShard shard_;
   int B_, T_, D_, first_;
+  // The trunk's set whose microbatch the depths' sets hold the forward of (null: none or spent).
+  const Activations* held_ = nullptr;
   float weight_;
   MPI_Comm cp_;
   PositionRuns at_;                 // this rank's rows' positions
