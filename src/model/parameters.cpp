@@ -25,23 +25,34 @@ SlabLayout::SlabLayout(const PerTensor<int64_t>& sizes, int blocks)
     : SlabLayout(sizes, uniform_blocks(sizes, blocks)) {}
 
 SlabLayout SlabLayout::of(const TpShard& shard) {
+  std::vector<TensorId> held;  // as block_lengths asks
+  for (const TensorSpec& s : kTensors) {
+    if (s.per_layer() && shard.holds(s.id)) held.push_back(s.id);
+  }
   std::vector<PerTensor<int64_t>> blocks;
   for (int l : shard.layers) {
     PerTensor<int64_t> one;
-    for (const TensorSpec& s : kTensors) {
-      if (s.per_layer() && shard.holds(s.id)) one[s.id] = shard.block_size(s.id, l);
-    }
+    for (TensorId t : held) one[t] = shard.block_size(t, l);
     blocks.push_back(one);
   }
   return SlabLayout(shard.sizes(), blocks);
 }
 
 std::vector<int64_t> SlabLayout::block_lengths(const TpShard& shard) {
+  // Whether the stage holds a tensor walks its blocks: asked once per tensor, not per block.
+  std::vector<TensorId> held;
+  for (const TensorSpec& s : kTensors) {
+    if (s.per_layer() && shard.holds(s.id)) held.push_back(s.id);
+  }
+  // A block's sizes depend on its layer only through its kind (GPTConfig::dense_block,
+  // mtp_block): each kind is sized once.
+  int64_t by_kind[2][2] = {{-1, -1}, {-1, -1}};
   std::vector<int64_t> out;
   for (int l : shard.layers) {
-    int64_t n = 0;
-    for (const TensorSpec& s : kTensors) {
-      if (s.per_layer() && shard.holds(s.id)) n += shard.block_size(s.id, l);
+    int64_t& n = by_kind[shard.cfg.dense_block(l)][shard.cfg.mtp_block(l)];
+    if (n < 0) {
+      n = 0;
+      for (TensorId t : held) n += shard.block_size(t, l);
     }
     out.push_back(n);
   }

@@ -977,7 +977,7 @@ TEST(PlanSearch, ThousandsOfGpusFinish) {
   job.nodes = 384;
   job.ranks_per_node = 8;
   // Processor time, not the wall clock: a loaded machine's other work is not the search's. Under
-  // a minute on one core (about 17 s on a Zen 5 core; make bench times it).
+  // a minute on one core (about 14 s on a Zen 5 core; make bench times it).
   const std::clock_t start = std::clock();
   const std::vector<Candidate> ranked = search(job, m);
   const double seconds = double(std::clock() - start) / CLOCKS_PER_SEC;

@@ -200,6 +200,17 @@ TEST(ShardRuns, MixedBlocksTileOverTpAndEp) {
         const auto [lo, hi] = staged.block_range(b);
         EXPECT_EQ(SlabLayout::block_lengths(stage)[size_t(b)], hi - lo);
       }
+      // With a multi-token prediction module: a third kind of block, sized on its own.
+      GPTConfig with_mtp = cfg;
+      with_mtp.mtp = 1;
+      const TpShard m = split_experts(make_tp_shard(with_mtp, 0, tp), 0, ep);
+      const SlabLayout ml = SlabLayout::of(m);
+      EXPECT_EQ(SlabLayout::count_of(m), ml.count());
+      ASSERT_EQ(m.local_layers(), cfg.layers + 1);
+      for (int b = 0; b < m.local_layers(); ++b) {
+        const auto [lo, hi] = ml.block_range(b);
+        EXPECT_EQ(SlabLayout::block_lengths(m)[size_t(b)], hi - lo) << "block " << b;
+      }
       // The dense block's MLP is its own width, the experts' blocks' theirs.
       EXPECT_EQ(s.block_shard(0).fc, 24 / tp);
       EXPECT_EQ(s.block_shard(1).fc, 8 / tp);
