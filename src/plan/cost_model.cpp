@@ -222,7 +222,8 @@ TpShard stage_shard(const LayoutSizes& sizes, pipeline::ChunkPlacement placement
 // The multi-token prediction modules on the head's stage (model/mtp.hpp), D depths per
 // microbatch, each one block of the last block's kind (`block`) beside [enorm | hnorm], eh_proj
 // (R x 2C -> C), the embedding of the shifted tokens and the head's logits and loss again. The
-// forward runs in the head's F; its B runs the depth's forward again, then its B and W at once.
+// forward runs in the head's F; its B and W at once in the head's B (the forward not run again:
+// on the head's stage a microbatch's B follows its F; ZeRO-2/3 does run it again, not counted).
 void add_mtp_modules(const Job& job, const Machine& m, const Layout& l, const BlockWork& block,
                      double logits, double Vs, double dev, StageCost& cost) {
   const double D = job.cfg.mtp, C = job.cfg.channels;
@@ -237,13 +238,12 @@ void add_mtp_modules(const Job& job, const Machine& m, const Layout& l, const Bl
   f.compute += eh + logits + elementwise;
   f.tp += 3 * allreduce_ms(m, R * kFloat, tp);
   OpTime b = block.b;
-  if (l.recompute) add(b, block.f, -1);  // the depth's forward runs once before its B anyway
+  if (l.recompute) add(b, block.f, -1);  // its sets hold the forward
   add(b, block.w);
   b.compute += 2 * eh + 2 * logits + 2 * elementwise;
   b.tp += l.sequence_parallel ? tp_reduce_scatter_ms(job, m, R * C * tp_element(job), tp)
                               : tp_allreduce_ms(job, m, R * C * tp_element(job), tp);
   add(cost.f, f, D);
-  add(cost.b, f, D);
   add(cost.b, b, D);
 }
 
