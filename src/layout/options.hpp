@@ -78,6 +78,8 @@ struct TrainOptions {
   // Layout: world = tp x cp x dp x pp (tp fastest); dp = 0 means world / (tp * cp * pp).
   int tp = 1, pp = 1, dp = 0, cp = 1;
   int ep = 1;  // expert-parallel ranks, a divisor of dp
+  // Groups of each EP rank's experts whose all-to-alls overlap their products (1: blocking).
+  int moe_a2a_chunks = 1;
   // Microbatches per step (each DP rank's rows split evenly; or rows per microbatch) and the
   // schedule that runs them.
   int microbatches = 0, micro_batch_size = 0;  // 0: not given (one microbatch)

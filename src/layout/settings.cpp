@@ -260,6 +260,11 @@ SettingGroup layout_settings() {
            "expert-parallel ranks, carved out of DP: a mixture of experts' experts split over N "
            "consecutive DP ranks, which exchange tokens by all-to-all (default 1)",
            &O::ep, 1, "layout.ep", kRecorded},
+          {"--moe-a2a-chunks", "N",
+           "with --ep: each EP rank's experts in N groups (at most its experts), each group's "
+           "all-to-alls nonblocking, so a group's rows travel while another group computes; the "
+           "same bits as 1, which blocks on each all-to-all (default 1)",
+           &O::moe_a2a_chunks, 1, nullptr, OnResume::not_saved},
           {"--dp-bucket-mb", "X", "gradient bucket size for the data-parallel reduction",
            &O::dp_bucket_mb},
           {"--grad-reduce-dtype", "D",

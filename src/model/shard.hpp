@@ -59,6 +59,9 @@ struct TpShard {
   // set by the model's builder). The EP ranks' group is the groups bundle's ep.
   int ep_rank = 0, ep_size = 1;
   int experts = 0, expert_begin = 0;
+  // --moe-a2a-chunks: the groups of local experts whose all-to-alls are pipelined with their
+  // products (1: each all-to-all blocks); set by the run.
+  int a2a_chunks = 1;
   int expert_dp_rank = 0;
   // Pipeline stage (the whole model unless restrict_to_stage narrowed it):
   std::vector<int> layers;    // global index of each local block, ascending

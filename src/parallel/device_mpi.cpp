@@ -362,3 +362,94 @@ void alltoallv(const bf16* send, const int64_t* send_counts, bf16* recv, const i
 }
 
 }  // namespace mpf
+
+namespace mpf {
+
+PendingAlltoallv::~PendingAlltoallv() {
+  // A request left in flight (an exception unwinding) is waited for: its buffers go with us.
+  if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+}
+
+template <class T>
+void PendingAlltoallv::start_of(const T* send, const int64_t* send_counts,
+                                const int64_t* send_displs, T* recv, const int64_t* recv_counts,
+                                const int64_t* recv_displs, MPI_Datatype type, MPI_Comm comm) {
+  require(!active(), "an all-to-all was started again before it finished");
+  MpiCallScope in_mpi("MPI_Ialltoallv", comm);
+  comm_ = comm;
+  const size_t n = static_cast<size_t>(size_of(comm));
+  sc_.resize(n), sd_.resize(n), rc_.resize(n), rd_.resize(n);
+  int64_t send_end = 0, recv_end = 0;
+  for (size_t r = 0; r < n; ++r) {
+    sc_[r] = count_of(send_counts[r]), sd_[r] = count_of(send_displs[r]);
+    rc_[r] = count_of(recv_counts[r]), rd_[r] = count_of(recv_displs[r]);
+    send_end = std::max(send_end, send_displs[r] + send_counts[r]);
+    recv_end = std::max(recv_end, recv_displs[r] + recv_counts[r]);
+  }
+  if (!staged()) {
+    Kokkos::fence();
+    MPF_MPI_CHECK(MPI_Ialltoallv(send, sc_.data(), sd_.data(), type, recv, rc_.data(), rd_.data(),
+                                 type, comm, &request_));
+    return;
+  }
+  // Each rank's stretch alone is copied: the stretches between belong to other exchanges.
+  host_.resize(size_t(send_end + recv_end) * sizeof(T));
+  T* host_send = reinterpret_cast<T*>(host_.data());
+  for (size_t r = 0; r < n; ++r) {
+    if (sc_[r] > 0) {
+      copy_to_host(host_send + sd_[r], send + sd_[r], size_t(sc_[r]) * sizeof(T),
+                   "d2h mpi (staged)");
+    }
+  }
+  recv_ = reinterpret_cast<char*>(recv);
+  recv_offset_ = size_t(send_end) * sizeof(T);
+  element_ = sizeof(T);
+  copy_in_ = true;
+  MPF_MPI_CHECK(MPI_Ialltoallv(host_send, sc_.data(), sd_.data(), type, host_send + send_end,
+                               rc_.data(), rd_.data(), type, comm, &request_));
+}
+
+void PendingAlltoallv::start(const float* send, const int64_t* send_counts,
+                             const int64_t* send_displs, float* recv, const int64_t* recv_counts,
+                             const int64_t* recv_displs, MPI_Comm comm) {
+  start_of(send, send_counts, send_displs, recv, recv_counts, recv_displs, MPI_FLOAT, comm);
+}
+
+void PendingAlltoallv::start(const bf16* send, const int64_t* send_counts,
+                             const int64_t* send_displs, bf16* recv, const int64_t* recv_counts,
+                             const int64_t* recv_displs, MPI_Comm comm) {
+  start_of(send, send_counts, send_displs, recv, recv_counts, recv_displs, MPI_UINT16_T, comm);
+}
+
+void PendingAlltoallv::finish() {
+  if (!copy_in_) return;
+  copy_in_ = false;
+  const char* host = host_.data() + recv_offset_;
+  const size_t element = element_;
+  for (size_t r = 0; r < rc_.size(); ++r) {
+    if (rc_[r] == 0) continue;
+    const size_t at = size_t(rd_[r]) * element;
+    copy_from_host(recv_ + at, host + at, size_t(rc_[r]) * element, "h2d mpi (staged)");
+  }
+}
+
+bool PendingAlltoallv::test() {
+  if (request_ == MPI_REQUEST_NULL) {
+    finish();
+    return true;
+  }
+  int done = 0;
+  MPF_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
+  if (done) finish();
+  return done != 0;
+}
+
+void PendingAlltoallv::wait() {
+  if (request_ != MPI_REQUEST_NULL) {
+    MpiCallScope in_mpi("MPI_Wait", comm_);
+    MPF_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+  }
+  finish();
+}
+
+}  // namespace mpf

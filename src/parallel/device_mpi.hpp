@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/bf16_bits.hpp"
 
@@ -78,5 +79,43 @@ void alltoallv(const float* send, const int64_t* send_counts, float* recv,
 // The same of bf16 values, counted in bf16 elements (half the bytes of the floats').
 void alltoallv(const bf16* send, const int64_t* send_counts, bf16* recv, const int64_t* recv_counts,
                MPI_Comm comm);
+
+// A nonblocking MPI_Ialltoallv in flight, with displacements: every rank sends send_counts[r]
+// elements from send + send_displs[r] to rank r and receives recv_counts[r] into
+// recv + recv_displs[r]. MPI progresses it inside MPI calls (test() is one); wait() finishes it.
+// Neither buffer's stretches may be touched until then. Staged, it goes through host buffers of
+// its own (held by the object and kept for its next start), which outlive the request.
+class PendingAlltoallv {
+ public:
+  PendingAlltoallv() = default;
+  PendingAlltoallv(const PendingAlltoallv&) = delete;
+  PendingAlltoallv& operator=(const PendingAlltoallv&) = delete;
+  PendingAlltoallv(PendingAlltoallv&&) = default;
+  ~PendingAlltoallv();
+
+  void start(const float* send, const int64_t* send_counts, const int64_t* send_displs, float* recv,
+             const int64_t* recv_counts, const int64_t* recv_displs, MPI_Comm comm);
+  void start(const bf16* send, const int64_t* send_counts, const int64_t* send_displs, bf16* recv,
+             const int64_t* recv_counts, const int64_t* recv_displs, MPI_Comm comm);
+  // Lets MPI move it on; true once it is done (then as wait()).
+  bool test();
+  void wait();
+  bool active() const { return request_ != MPI_REQUEST_NULL || copy_in_; }
+
+ private:
+  template <class T>
+  void start_of(const T* send, const int64_t* send_counts, const int64_t* send_displs, T* recv,
+                const int64_t* recv_counts, const int64_t* recv_displs, MPI_Datatype type,
+                MPI_Comm comm);
+  void finish();
+
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::vector<int> sc_, sd_, rc_, rd_;    // MPI reads them until the request completes
+  std::vector<char> host_;                // staged: [send span | recv span]
+  char* recv_ = nullptr;                  // staged: where the received stretches go on completion
+  size_t recv_offset_ = 0, element_ = 0;  // staged: the received span's place in host_, in bytes
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  bool copy_in_ = false;
+};
 
 }  // namespace mpf

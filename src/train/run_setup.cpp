@@ -296,6 +296,14 @@ void TrainingRun::shard_model() {
   ModelOnLayout model = build_model(*grid_, cfg_, &own, grid_->dp_cp_size(), !model_only_, stage);
   groups_ = model.groups;
   shard_ = std::move(model.shard);
+  if (grid_->ep_size() > 1) {
+    require(opts_.moe_a2a_chunks <= shard_.experts,
+            "--moe-a2a-chunks " + std::to_string(opts_.moe_a2a_chunks) +
+                " is more groups than the " + std::to_string(shard_.experts) +
+                " experts each of the --ep " + std::to_string(grid_->ep_size()) +
+                " ranks holds; use at most " + std::to_string(shard_.experts));
+    shard_.a2a_chunks = opts_.moe_a2a_chunks;
+  }
   params_ = std::move(model.params);
   grads_ = std::move(model.grads);
 }

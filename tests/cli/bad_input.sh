@@ -218,6 +218,10 @@ expect_error "--ep not dividing dp" 2 "--ep 4 does not divide the 2 data-paralle
   "${moe[@]}" --experts 4 --experts-per-token 2 --ep 4
 expect_error "--ep on a dense model" 2 "--ep 2 splits a mixture of experts' experts, and this model has none" -- \
   --arch llama --layers 2 --ep 2
+# --moe-a2a-chunks groups each EP rank's experts: no more groups than it holds.
+expect_error "--moe-a2a-chunks over the local experts" 2 "--moe-a2a-chunks 3 is more groups than the 2 experts each of the --ep 2 ranks holds; use at most 2" -- \
+  "${moe[@]}" --experts 4 --experts-per-token 2 --ep 2 --moe-a2a-chunks 3
+expect_error "--moe-a2a-chunks 0" 1 "--moe-a2a-chunks must be >= 1, got 0" -- --moe-a2a-chunks 0
 # mpiformer-bench builds its run as the trainer does: a layout the model does not take is one line.
 if [ -n "${MPIFORMER_BENCH:-}" ]; then
   expect_error_from "$MPIFORMER_BENCH" "bench: --batch 3 over 2 ranks" 2 "--batch 3 does not split over 2" -- \

@@ -72,6 +72,16 @@ if [ "$PRECISION" = fp32 ]; then
   WORK=$outer/experts
   mkdir -p "$WORK"
   run_layout 1 2 --ep 2 --zero 2
+  ep2_log=$LAST_LOG
+  # The all-to-alls overlapped with the experts' products (--moe-a2a-chunks): each expert's
+  # product unchanged, so the blocking run's bits, direct (under ZeRO-2) and staged through host
+  # copies.
+  run_layout 1 2 --ep 2 --zero 2 --moe-a2a-chunks 2
+  same_bits "$ep2_log" "$LAST_LOG" "--ep 2 --moe-a2a-chunks 2"
+  run_layout 1 2 --ep 2
+  ep2_log=$LAST_LOG
+  run_layout 1 2 --ep 2 --moe-a2a-chunks 2 --gpu-aware-mpi no
+  same_bits "$ep2_log" "$LAST_LOG" "--ep 2 --moe-a2a-chunks 2 staged"
   OMP_WAIT_POLICY=PASSIVE run_layout 1 4 --ep 2 --zero 3 --microbatches 2
   WORK=$outer
   args=("${dense[@]}")
