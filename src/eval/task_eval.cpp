@@ -70,7 +70,7 @@ void check_task_fits(const EvalTask& task, int batch, int seq_len, int vocab,
   require(task.largest_token() < vocab,
           what + " holds token " + std::to_string(task.largest_token()) +
               ", outside the model's vocabulary of " + std::to_string(vocab) +
-              ": it was encoded for another model");
+              ": it was encoded for another model; encode the task with this model's tokenizer");
 }
 
 TaskResult evaluate_task(const EvalTask& task, int batch, int seq_len, const RowLosses& losses,
