@@ -62,11 +62,8 @@ int evaluate(mpf::Runtime& runtime, int argc, char** argv) {
   mpf::RunInputs inputs;
   std::unique_ptr<mpf::TrainingRun> run;
   mpf::TaskResult result;
-  // The model alone: scoring trains nothing, so no gradients and no optimizer state.
-  auto load = [&] {
-    inputs = mpf::load_inputs(opts.run, start, rank);
-    inputs.model_only = true;
-  };
+  // The model alone: scoring trains nothing, so no data, no gradients and no optimizer state.
+  auto load = [&] { inputs = mpf::load_inputs(opts.run, start, rank, true); };
   const bool ok = mpf::all_ranks_succeed(world, load) && mpf::all_ranks_succeed(world, [&] {
                     run = std::make_unique<mpf::TrainingRun>(std::move(inputs), world);
                   });

@@ -48,6 +48,9 @@ void open_data(RunInputs& in) {
   in.schedule.warmup = opts.warmup;
   in.schedule.steps = opts.lr_decay_steps > 0 ? opts.lr_decay_steps : opts.steps;
   in.schedule.final_lr_frac = opts.final_lr_frac;
+  // The model alone reads no data: a task's tokens are checked against its vocabulary instead
+  // (read_eval_data), and --data's default, the built-in corpus, may not fit a small one.
+  if (in.model_only) return;
   in.train_data = std::make_unique<DataLoader>(opts.data, opts.batch, opts.seq_len, cfg.vocab);
   in.val_name = default_val_data(opts);
   if (!in.val_name.empty()) {
@@ -203,7 +206,9 @@ void check_outputs(RunInputs& in) {
     std::vector<NamedOutput> inputs = {{"--eval-data", opts.eval_data},
                                        {"--init-from", opts.init_from},
                                        {"--tokenizer", opts.tokenizer}};
-    for (const TokenStream& f : in.train_data->files()) inputs.push_back({"--data", f.path()});
+    if (in.train_data) {
+      for (const TokenStream& f : in.train_data->files()) inputs.push_back({"--data", f.path()});
+    }
     if (in.val_data) {
       for (const TokenStream& f : in.val_data->files()) inputs.push_back({"--val-data", f.path()});
     }
@@ -241,8 +246,10 @@ StartPoint decide_start(const TrainOptions& opts, std::optional<checkpoint::Save
   return start;
 }
 
-RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int world_rank) {
+RunInputs load_inputs(const TrainOptions& given, const StartPoint& start, int world_rank,
+                      bool model_only) {
   RunInputs in;
+  in.model_only = model_only;
   in.opts = given;
   in.notes = start.notes;
   if (start.resume_step >= 0) in.resume = open_checkpoint(given.load, start.resume_step);

@@ -56,7 +56,9 @@ struct RunInputs {
 // Throws InputError for any bad file or flag, or a checkpoint that cannot be resumed. `start`:
 // rank 0's decision (decide_start), the same step on every rank. Rank 0 also checks that
 // --save-llmc, --save-hf, --trace and --metrics can be written, and that --metrics (which may
-// exist: it is appended to) is none of the files the run reads.
-RunInputs load_inputs(const TrainOptions& opts, const StartPoint& start, int world_rank);
+// exist: it is appended to) is none of the files the run reads. `model_only` (mpiformer-eval):
+// RunInputs::model_only, and no training or validation data is opened or checked.
+RunInputs load_inputs(const TrainOptions& opts, const StartPoint& start, int world_rank,
+                      bool model_only = false);
 
 }  // namespace mpf

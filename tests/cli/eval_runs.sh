@@ -2,8 +2,9 @@
 # Evaluation in the loop (--eval-data, --eval-every) and mpiformer-eval: the eval lines at step 0,
 # every N steps and after the last, in the log and --metrics; the trained model's scores the same
 # when mpiformer-eval reads the saved file, on one rank, TP 2, PP 2, CP 2 and DP 2, and in a PP 2
-# training run; mpiformer-eval's memory plan without gradients or optimizer state; and every bad
-# eval input refused with one error line.
+# training run; mpiformer-eval's memory plan without gradients or optimizer state; a model with a
+# vocabulary under 256 scored without reading any training data; and every bad eval input refused
+# with one error line.
 source "$(dirname "$0")/common.sh"
 EVAL=${MPIFORMER_EVAL:?set MPIFORMER_EVAL to the mpiformer-eval binary}
 export OMP_NUM_THREADS=1
@@ -62,6 +63,31 @@ for s in 0 2 4; do
   [ -n "$a" ] && [ "$a" = "$b" ] && ok "--pp 2 eval at step $s: $b" ||
     bad "--pp 2 eval at step $s: '$b', one rank '$a'"
 done
+
+# mpiformer-eval reads the model and the task alone, never training data: a model whose
+# vocabulary (67 tokens) is smaller than the built-in corpus's byte values scores a task encoded
+# for it, from its llm.c file and from a checkpoint whose --data is gone; a task holding a token
+# past that vocabulary is one error line naming the file. mpiformer-train keeps its data check.
+make_shard "$WORK/small.bin" 4096 66
+"$TRAIN" --layers 2 --dim 64 --heads 4 --seq-len 32 --batch 2 --steps 1 --val-every 0 --threads 1 \
+  --vocab 67 --data "$WORK/small.bin" --save-llmc "$WORK/small_model.bin" --save "$WORK/small_ck" \
+  >"$WORK/small.log" 2>&1 || bad "training a 67-token model: $(tail -3 "$WORK/small.log")"
+rm -f "$WORK/small.bin"
+"$PY" "$HERE/make_eval_file.py" "$WORK/eval67.bin" 6 67 3
+for model in "--init-from $WORK/small_model.bin" "--load $WORK/small_ck"; do
+  # shellcheck disable=SC2086
+  out=$("$EVAL" $model --batch 4 --seq-len 32 --eval-data "$WORK/eval67.bin" --threads 1 2>&1)
+  rc=$?
+  [ "$rc" -eq 0 ] && grep -qE '^eval step [0-9]+ \| eval67.bin \| 6 examples \| acc ' <<<"$out" &&
+    ok "mpiformer-eval $model (vocabulary 67): $(grep '^eval step' <<<"$out")" ||
+    bad "mpiformer-eval $model (vocabulary 67): exit $rc: $out"
+done
+"$PY" "$HERE/make_eval_file.py" "$WORK/eval80.bin" 20 80 3
+expect_error_from "$EVAL" "mpiformer-eval, a task token past the model's vocabulary" 2 \
+  "eval file eval80.bin holds token [0-9]+, outside the model's vocabulary of 67.*encode the task with this model's tokenizer" \
+  -- --init-from "$WORK/small_model.bin" --eval-data "$WORK/eval80.bin" --batch 4 --seq-len 32 --tp 2 --threads 1
+expect_error "mpiformer-train --vocab 67 on the built-in corpus" 1 "builtin:train: token [0-9]+ .*>= vocab 67.*--vocab" \
+  -- --vocab 67 --steps 1 --val-every 0 --threads 1
 
 # Bad inputs: one error line each, exit 2.
 for defect in label truncated delimiter count; do
