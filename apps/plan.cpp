@@ -158,7 +158,7 @@ PlanOptions parse(int argc, char** argv) {
 }
 
 // The model, and the trainer flags that make it.
-mpf::GPTConfig model_of(const PlanOptions& o, std::string& flags) {
+mpf::GPTConfig model_of(const PlanOptions& o, std::string& flags, std::string& note) {
   const std::string& p = o.model_path;
   if (p.empty()) {
     const mpf::GPTConfig cfg = mpf::flags_config(o.run);
@@ -170,8 +170,22 @@ mpf::GPTConfig model_of(const PlanOptions& o, std::string& flags) {
     const std::string file = config ? p : p + "/config.json";
     mpf::GPTConfig cfg = mpf::read_hf_config(file);
     cfg.mtp = mpf::read_hf_mtp_depth(file);  // the trainer's default --mtp
-    // A directory brings its weights; a bare config.json only the sizes.
-    flags = config ? mpf::model_flags(cfg) : "--init-from " + p;
+    // A directory brings its weights; a bare config.json only the sizes, unless no flag sets
+    // them (deepseek_v3's latent attention): then the trainer takes them from the directory.
+    if (!config) {
+      flags = "--init-from " + p;
+    } else if (mpf::flags_make_model(cfg)) {
+      flags = mpf::model_flags(cfg);
+    } else {
+      const size_t slash = p.rfind('/');
+      const std::string dir = slash == std::string::npos ? "."
+                              : slash == 0               ? "/"
+                                                         : p.substr(0, slash);
+      flags = "--init-from " + dir;
+      note = "note: no mpiformer-train flags make " + std::string(mpf::arch_name(cfg.arch)) +
+             " model " + p + "'s sizes; the commands take it --init-from " + dir +
+             ", which must hold the model's weights (model*.safetensors) beside config.json";
+    }
     return cfg;
   }
   flags = "--init-from " + p;
@@ -233,7 +247,7 @@ int plan(mpf::Runtime& runtime, int argc, char** argv) {
     const mpf::plan::Machine machine = mpf::plan::read_machine(o.machine);
     Job job;
     mpf::plan::ReportInput in;
-    job.cfg = model_of(o, in.model_flags);
+    job.cfg = model_of(o, in.model_flags, in.model_note);
     // --mtp: fewer multi-token prediction modules than the model's, as the trainer takes them.
     if (o.run.mtp >= 0) {
       mpf::require(o.run.mtp <= job.cfg.mtp,

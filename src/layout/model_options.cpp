@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "checkpoint/hf_checkpoint.hpp"
+#include "checkpoint/hf_config.hpp"
 #include "checkpoint/llmc_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/flags.hpp"
@@ -166,9 +167,22 @@ void set_experts(const TrainOptions& o, GPTConfig& cfg) {
   cfg.moe_aux_coef = moe ? default_moe_aux_coef(cfg.arch) : 0.0f;
 }
 
+// The shortest %g text that reads back as x (flags::to_double, then float).
+std::string float_flag_text(float x) {
+  char buf[32];
+  for (int digits = 6; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, double(x));
+    if (float(std::strtod(buf, nullptr)) == x) break;
+  }
+  return buf;
+}
+
 std::string model_flags(const GPTConfig& cfg) {
   auto n = [](const char* flag, int64_t v) {
     return std::string(" ") + flag + " " + std::to_string(v);
+  };
+  auto x = [](const char* flag, float v) {
+    return std::string(" ") + flag + " " + float_flag_text(v);
   };
   std::string s = std::string("--arch ") + arch_name(cfg.arch) + n("--layers", cfg.layers) +
                   n("--heads", cfg.heads) + n("--dim", cfg.channels) + n("--vocab", cfg.vocab) +
@@ -176,13 +190,47 @@ std::string model_flags(const GPTConfig& cfg) {
   if (!cfg.llama()) return s;
   s += n("--kv-heads", cfg.kv_head_count()) + n("--ffn-dim", cfg.ffn_width()) +
        n("--tie-embeddings", cfg.tied ? 1 : 0);
+  // The trainer's defaults left unsaid (TrainOptions).
+  const TrainOptions defaults;
+  if (cfg.norm_eps != defaults.norm_eps) s += x("--norm-eps", cfg.norm_eps);
+  if (cfg.rope_theta != defaults.rope_theta) s += x("--rope-theta", cfg.rope_theta);
+  if (cfg.rope_factor != 0 && !cfg.rope_yarn) s += " --rope-scaling " + rope_scaling_text(cfg);
   if (cfg.head_dim > 0) s += n("--head-dim", cfg.head_dim);
   if (cfg.sliding_window > 0) s += n("--sliding-window", cfg.sliding_window);
   if (cfg.moe()) {
     s += n("--experts", cfg.experts) + n("--experts-per-token", cfg.experts_per_token);
+    // set_experts' default for the family otherwise.
+    const bool family = cfg.arch != Arch::kOlmoe && cfg.arch != Arch::kQwen2Moe;
+    if (cfg.moe_renormalize != family) s += n("--moe-renormalize", cfg.moe_renormalize ? 1 : 0);
   }
   if (cfg.shared_expert()) s += n("--shared-expert-dim", cfg.shared_ffn);
   return s;
+}
+
+bool flags_make_model(const GPTConfig& cfg) {
+  std::vector<std::string> words{"mpiformer-train"};
+  const std::string flags = model_flags(cfg);
+  for (size_t begin = 0; begin < flags.size();) {
+    size_t end = flags.find(' ', begin);
+    if (end == std::string::npos) end = flags.size();
+    if (end > begin) words.push_back(flags.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  std::vector<const char*> argv;
+  for (const std::string& w : words) argv.push_back(w.c_str());
+  GPTConfig made;
+  try {
+    made = model_config(parse_options(int(argv.size()), argv.data()));
+  } catch (const InputError&) {
+    return false;  // the trainer refuses the flags (deepseek_v3's latent attention)
+  }
+  // Neither a flag of the model: --mtp is the run's and the balance coefficient the loss's.
+  made.mtp = cfg.mtp;
+  made.moe_aux_coef = cfg.moe_aux_coef;
+  // The shape a checkpoint is checked against, and every field a config.json holds as the
+  // trainer would write it.
+  return same_shape(made, cfg) && hf_config_json(made, safetensors::Dtype::kF32) ==
+                                      hf_config_json(cfg, safetensors::Dtype::kF32);
 }
 
 GPTConfig flags_config(const TrainOptions& o) {

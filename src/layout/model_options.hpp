@@ -20,6 +20,9 @@ GPTConfig model_config(const TrainOptions& o);
 void apply_moe_aux_coef(const TrainOptions& o, GPTConfig& cfg);
 // mpiformer-train's flags for a fresh model of cfg's sizes ("--arch llama --layers 12 ...").
 std::string model_flags(const GPTConfig& cfg);
+// Whether model_flags(cfg), read as the trainer reads them, make cfg's model (its config.json's
+// every field): false for what no flag sets (deepseek_v3's latent attention, YaRN's rope scaling).
+bool flags_make_model(const GPTConfig& cfg);
 // The model of the flags alone (defaults where not given).
 GPTConfig flags_config(const TrainOptions& o);
 

@@ -119,6 +119,7 @@ std::string machine_lines(const ReportInput& in) {
                   : m.source == "data sheet" ? "from a data sheet, not measured"
                                              : "of unstated source (no \"source\" key)") +
       "\n";
+  if (!in.model_note.empty()) s += in.model_note + "\n";
   if (m.gpu() && m.source != "calibrated") {
     const double gflops = 1e3 / attention_ms(m, job.precision, 1e9, job.seq_len, false, 1);
     if (gflops > 10 * kBuildGpuAttentionGflops) {

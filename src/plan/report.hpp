@@ -14,6 +14,7 @@ struct ReportInput {
   const Machine* machine = nullptr;
   std::string machine_path;
   std::string model_flags;     // the trainer's flags for the model: "--init-from DIR" or the sizes
+  std::string model_note;      // a line on how the commands take the model, or ""
   int top = 10;                // rows shown
   bool include_unfit = false;  // JSON: list a layout that does not fit too (--evaluate)
 };

@@ -257,6 +257,19 @@ else
 fi
 expect_error_from "$PLAN" "--mtp past the file's modules" 1 \
   "--mtp 2: the model has 1 multi-token prediction modules.*pass --mtp 1 or less" -- "${ds[@]}" --mtp 2
+# No trainer flag sets deepseek_v3's latent attention: its commands take the model --init-from the
+# config's directory, and say that the directory must hold the weights; the llama config.json above
+# keeps its flags.
+out=$("$PLAN" --machine "$M" --model "$WORK/ds/config.json" --batch 8 --seq-len 64 --nodes 1 \
+  --ranks-per-node 2 --evaluate dp=2)
+if grep -q -- "mpiformer-train --init-from $WORK/ds --batch" <<<"$out" &&
+  grep -q "init-from $WORK/ds, which must hold the model's weights" <<<"$out" &&
+  ! grep -q -- "--arch" <<<"$out" && grep -q -- "--arch llama" <<<"$line" &&
+  ! grep -q -- "--init-from" <<<"$line"; then
+  ok "a deepseek_v3 config.json is planned --init-from its directory, a llama one with flags"
+else
+  bad "deepseek_v3 config.json's command: $out"
+fi
 
 # Bad machine files and flags: one error line, exit 2, on every rank.
 bad_machine() {  # NAME PATTERN PYTHON-EDIT [FLAGS...]
