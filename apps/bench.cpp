@@ -43,10 +43,22 @@ struct Row {
 
 // The settings mpiformer-bench shares with mpiformer-train.
 const std::set<std::string>& shared_flags() {
-  static const std::set<std::string> flags = {
-      "--batch",   "--seq-len",   "--steps",     "--tp",   "--cp",
-      "--ep",      "--recompute", "--precision", "--gemm", "--peak-gflops",
-      "--profile", "--attention", "--init-from", "--mtp",  "--moe-bias-update-rate"};
+  static const std::set<std::string> flags = {"--batch",
+                                              "--seq-len",
+                                              "--steps",
+                                              "--tp",
+                                              "--cp",
+                                              "--ep",
+                                              "--moe-a2a-chunks",
+                                              "--recompute",
+                                              "--precision",
+                                              "--gemm",
+                                              "--peak-gflops",
+                                              "--profile",
+                                              "--attention",
+                                              "--init-from",
+                                              "--mtp",
+                                              "--moe-bias-update-rate"};
   return flags;
 }
 

@@ -179,6 +179,14 @@ if [ -n "${MPIFORMER_BENCH:-}" ]; then
   grep -qE '^mpiformer \| mixtral \| 2 x 16 \| .* \| 0\.[0-9] MFLOP/token$' <<<"$line" &&
     ok "bench --init-from a Mixtral directory: ${line%% | MFU*} ... ${line##* | }" ||
     bad "bench --init-from: $line"
+  # --moe-a2a-chunks as the trainer takes it: the EP ranks' experts in groups, at most their count.
+  line=$(timeout 60 "$MPIEXEC" -n 2 "$MPIFORMER_BENCH" --init-from "$WORK/mixtral" --batch 2 \
+    --seq-len 16 --steps 3 --peak-gflops 1 --ep 2 --moe-a2a-chunks 2 2>&1 | grep -m1 '^mpiformer |')
+  grep -qE '^mpiformer \| mixtral \| 2 x 16 \| ep2 x ' <<<"$line" &&
+    ok "bench --ep 2 --moe-a2a-chunks 2: ${line%% | MFU*}" || bad "bench --moe-a2a-chunks 2: $line"
+  expect_error_from "$MPIFORMER_BENCH" "bench: --moe-a2a-chunks over the local experts" 2 \
+    "--moe-a2a-chunks 3 is more groups than the 2 experts each of the --ep 2 ranks holds; use at most 2" -- \
+    --init-from "$WORK/mixtral" --batch 2 --seq-len 16 --steps 3 --peak-gflops 1 --ep 2 --moe-a2a-chunks 3
 fi
 for flags in "--moe-aux-coef 0.5" "--arch mixtral --moe-aux-coef 0.5"; do
   train mixtral_aux 1 --steps 1 --init-from "$WORK/mixtral" $flags
