@@ -51,10 +51,15 @@ std::vector<int32_t> prompt_of(const GenerateOptions& o, const GPTConfig& cfg,
             "an end-of-text token there is nothing to start from)");
     ids.push_back(tokenizer->eot);
   }
+  // Only --prompt-tokens can name such an id: a tokenizer's vocabulary is checked to be the
+  // model's.
+  const std::string below = std::to_string(cfg.vocab);
   for (const int32_t id : ids) {
     require(id < cfg.vocab, "--prompt-tokens: token " + std::to_string(id) +
-                                " is outside the model's vocabulary of " +
-                                std::to_string(cfg.vocab) + " tokens");
+                                " is outside the model's vocabulary of " + below +
+                                " tokens; give ids below " + below +
+                                ", or encode the prompt with this model's tokenizer (--prompt "
+                                "TEXT --tokenizer tokenizer.json)");
   }
   require(int64_t(ids.size()) <= cfg.max_seq_len,
           "the prompt has " + std::to_string(ids.size()) +

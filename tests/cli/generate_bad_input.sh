@@ -56,7 +56,7 @@ expect "two prompts" 1 "--prompt and --prompt-tokens both give the prompt" -- "$
 expect "empty prompt" 1 "--prompt is given an empty value" -- "${model[@]}" --prompt ""
 expect "malformed ids" 1 "--prompt-tokens expects an integer, got 'x'" -- "${model[@]}" --prompt-tokens 1,x,3
 expect "negative id" 1 "--prompt-tokens token ids are non-negative, got -3" -- "${model[@]}" --prompt-tokens 1,-3
-expect "id >= vocab" 1 "token 256 is outside the model's vocabulary of 256 tokens" -- "${model[@]}" --prompt-tokens 5,256
+expect "id >= vocab" 1 "token 256 is outside the model's vocabulary of 256 tokens; give ids below 256, or encode the prompt with this model's tokenizer" -- "${model[@]}" --prompt-tokens 5,256
 expect "no prompt, no end-of-text" 1 "no prompt: pass --prompt TEXT or --prompt-tokens IDS" -- "${model[@]}"
 expect "text for a BPE model" 1 "--prompt text needs a tokenizer.json.*vocabulary is 300.*--tokenizer tokenizer.json.*--prompt-tokens" \
   -- --init-from "$WORK/v300.bin" --prompt hi
