@@ -14,17 +14,6 @@ namespace {
 
 enum Kind : uint8_t { kF = 0, kB = 1, kW = 2, kExchange = 3, kPostAhead = 4 };
 
-// The most forwards, in program order, whose `until` op had not come yet (as the simulator
-// counts them).
-int peak_before(const std::vector<SimEvent>& events, SimOp until) {
-  int now = 0, peak = 0;
-  for (const SimEvent& e : events) {
-    if (e.op == SimOp::kForward) peak = std::max(peak, ++now);
-    if (e.op == until) --now;
-  }
-  return peak;
-}
-
 }  // namespace
 
 // Records one rank's verbs as the simulator's SimulatedStage would post them: the halves that

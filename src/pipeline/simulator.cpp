@@ -462,7 +462,8 @@ class SimulatedStage final : public StageOps {
   int grad_receives_ = 0;  // posted, their B not run
 };
 
-// The most forwards, in program order, whose `until` op had not come yet.
+}  // namespace
+
 int peak_before(const std::vector<SimEvent>& events, SimOp until) {
   int now = 0, peak = 0;
   for (const SimEvent& e : events) {
@@ -471,8 +472,6 @@ int peak_before(const std::vector<SimEvent>& events, SimOp until) {
   }
   return peak;
 }
-
-}  // namespace
 
 int peak_grad_sends(const std::vector<SimEvent>& events, const std::vector<HeldBuffer>& sends,
                     const std::function<bool(int)>& first) {

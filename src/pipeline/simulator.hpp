@@ -82,6 +82,9 @@ int peak_grad_sends(const std::vector<SimEvent>& events, const std::vector<HeldB
                     const std::function<bool(int)>& first);
 // The most of `held` open at once (a tie opens before it closes).
 int peak_open(const std::vector<HeldBuffer>& held);
+// The most forwards on a rank, in program order, whose `until` op had not come yet
+// (SimulationResult::peak_in_flight with kBackwardWeight, peak_before_b with kBackwardInput).
+int peak_before(const std::vector<SimEvent>& events, SimOp until);
 
 // A broken schedule: deadlock, protocol violation, timeout.
 class SimulationError : public std::runtime_error {

@@ -286,11 +286,9 @@ TEST(PlanCost, Bf16KeptCopiesInTheElementWisePasses) {
               1e-9);
 }
 
-// A deepseek_v3 whose first block is dense (first_k_dense_replace 1): that block's products are
-// its dense MLP's (2F_d + F_d rows of C, by hand), not the router's, the experts' and the shared
-// expert's, and its parameters are the dense MLP's; the other blocks as in the model without it.
-TEST(PlanCost, MixedModelsDenseBlocksCostTheirOwnMlp) {
-  const Machine m = round_machine();
+// A tiny deepseek_v3 job: 3 blocks of MLA and 4 experts (2 a token) with a shared expert,
+// sigmoid routing without an auxiliary loss, untied; every block an experts' block.
+Job tiny_deepseek() {
   Job job = tiny_gpt(1, 1);
   GPTConfig& c = job.cfg;
   c.arch = Arch::kDeepseekV3;
@@ -302,6 +300,16 @@ TEST(PlanCost, MixedModelsDenseBlocksCostTheirOwnMlp) {
   c.experts_per_token = 2;
   c.ffn_dim = c.shared_ffn = 16;
   c.moe_sigmoid = c.moe_noaux = true;
+  return job;
+}
+
+// A deepseek_v3 whose first block is dense (first_k_dense_replace 1): that block's products are
+// its dense MLP's (2F_d + F_d rows of C, by hand), not the router's, the experts' and the shared
+// expert's, and its parameters are the dense MLP's; the other blocks as in the model without it.
+TEST(PlanCost, MixedModelsDenseBlocksCostTheirOwnMlp) {
+  const Machine m = round_machine();
+  Job job = tiny_deepseek();
+  GPTConfig& c = job.cfg;
   Job all_moe = job;
   c.dense_layers = 1;
   c.dense_ffn = 96;
@@ -329,17 +337,8 @@ TEST(PlanCost, MixedModelsDenseBlocksCostTheirOwnMlp) {
 // the W op is unchanged (a depth's W runs in its B).
 TEST(PlanCost, MtpModulesInFlopsAndCosts) {
   const Machine m = round_machine();
-  Job job = tiny_gpt(1, 1);
+  Job job = tiny_deepseek();
   GPTConfig& c = job.cfg;
-  c.arch = Arch::kDeepseekV3;
-  c.layers = 3;
-  c.tied = false;
-  c.q_lora_rank = c.kv_lora_rank = 16;
-  c.qk_nope_dim = c.qk_rope_dim = c.v_head_dim = 8;
-  c.experts = 4;
-  c.experts_per_token = 2;
-  c.ffn_dim = c.shared_ffn = 16;
-  c.moe_sigmoid = c.moe_noaux = true;
   c.dense_layers = 1;
   c.dense_ffn = 96;
   validate(c, "test");
