@@ -162,8 +162,7 @@ void set_experts(const TrainOptions& o, GPTConfig& cfg) {
           "Mixtral's gates are always renormalised (MixtralForCausalLM); drop --moe-renormalize 0 "
           "or pass --arch qwen3_moe or olmoe, whose norm_topk_prob says");
   cfg.moe_renormalize =
-      moe && (o.moe_renormalize >= 0 ? o.moe_renormalize == 1
-                                     : cfg.arch != Arch::kOlmoe && cfg.arch != Arch::kQwen2Moe);
+      moe && (o.moe_renormalize >= 0 ? o.moe_renormalize == 1 : default_moe_renormalize(cfg.arch));
   cfg.moe_aux_coef = moe ? default_moe_aux_coef(cfg.arch) : 0.0f;
 }
 
@@ -199,9 +198,9 @@ std::string model_flags(const GPTConfig& cfg) {
   if (cfg.sliding_window > 0) s += n("--sliding-window", cfg.sliding_window);
   if (cfg.moe()) {
     s += n("--experts", cfg.experts) + n("--experts-per-token", cfg.experts_per_token);
-    // set_experts' default for the family otherwise.
-    const bool family = cfg.arch != Arch::kOlmoe && cfg.arch != Arch::kQwen2Moe;
-    if (cfg.moe_renormalize != family) s += n("--moe-renormalize", cfg.moe_renormalize ? 1 : 0);
+    if (cfg.moe_renormalize != default_moe_renormalize(cfg.arch)) {
+      s += n("--moe-renormalize", cfg.moe_renormalize ? 1 : 0);
+    }
   }
   if (cfg.shared_expert()) s += n("--shared-expert-dim", cfg.shared_ffn);
   return s;

@@ -75,6 +75,10 @@ float default_moe_aux_coef(Arch arch) {
   return arch == Arch::kOlmoe ? 0.01f : 0.001f;
 }
 
+bool default_moe_renormalize(Arch arch) {
+  return arch != Arch::kOlmoe && arch != Arch::kQwen2Moe;
+}
+
 int pad_vocab(int vocab, int multiple) {
   // In 64 bits: a vocabulary near 2^31 (a corrupt config.json) must reach validate(), not overflow.
   const int64_t padded = (int64_t(vocab) + multiple - 1) / multiple * multiple;

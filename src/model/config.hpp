@@ -210,6 +210,9 @@ const char* arch_names();
 // The balance loss's coefficient a mixture-of-experts family takes when nothing says
 // (transformers' defaults of router_aux_loss_coef: Mixtral's and Qwen3-MoE's 0.001, OLMoE's 0.01).
 float default_moe_aux_coef(Arch arch);
+// Whether a family renormalises the chosen experts' gates when nothing says (--moe-renormalize's
+// default): all but OLMoE and Qwen2-MoE, whose norm_topk_prob defaults to false.
+bool default_moe_renormalize(Arch arch);
 
 // llm.c pads the vocabulary to a multiple of 128 (50257 -> 50304) so the head GEMM tiles well.
 int pad_vocab(int vocab, int multiple = 128);

@@ -361,10 +361,6 @@ void alltoallv(const bf16* send, const int64_t* send_counts, bf16* recv, const i
   alltoallv_of(send, send_counts, recv, recv_counts, MPI_UINT16_T, comm);
 }
 
-}  // namespace mpf
-
-namespace mpf {
-
 PendingAlltoallv::~PendingAlltoallv() {
   // A request left in flight (an exception unwinding) is waited for: its buffers go with us.
   if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
